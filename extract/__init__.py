@@ -1,0 +1,1 @@
+"""Kernelsmith extract stage."""

@@ -1,0 +1,158 @@
+"""Getting SGLang's kernel sources: the pinned wheel by default, or a local tree.
+
+The wheel is downloaded with pip (no dependencies) into ``<cache>/wheels`` and
+unpacked once into ``<cache>/sglang-<version>/`` (staging folder + rename, then
+made read-only), so every later run reads the same bytes without the network.
+
+``SGLANG_SRC`` / ``--sglang PATH`` accepts either an installed ``sglang`` package
+directory (the one holding ``kernels/``) or a git checkout (``python/sglang``
+inside it). A checkout may also carry the AOT tree ``kernels/aot/csrc``.
+
+What must stay true: nothing here imports torch or sglang; the package root we
+return always holds ``kernels/jit/csrc``.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import stat
+import subprocess
+import sys
+import uuid
+import zipfile
+
+from extract.errors import SourceError
+from pipeline.records import SourceInfo
+
+JIT_DIR = "kernels/jit"
+AOT_DIR = "kernels/aot/csrc"
+
+
+def acquire(version: str, cache_dir: pathlib.Path, src: str | None = None) -> SourceInfo:
+    """Return where the sources are, downloading and unpacking the wheel if needed."""
+    if src:
+        return _local(pathlib.Path(src).expanduser())
+    return _wheel(version, cache_dir)
+
+
+def _layout(root: pathlib.Path) -> tuple[list[str], list[str]]:
+    jit = [JIT_DIR] if (root / JIT_DIR / "csrc").is_dir() else []
+    aot = [AOT_DIR] if (root / AOT_DIR).is_dir() else []
+    return jit, aot
+
+
+def _local(path: pathlib.Path) -> SourceInfo:
+    if not path.exists():
+        raise SourceError(
+            f"SGLANG_SRC={path} does not exist",
+            fix="point SGLANG_SRC (or --sglang) at an sglang checkout or an installed sglang package folder",
+        )
+    candidates = [path, path / "python" / "sglang", path / "sglang"]
+    root = next((c for c in candidates if (c / JIT_DIR / "csrc").is_dir()), None)
+    if root is None:
+        raise SourceError(
+            f"{path} holds no SGLang JIT kernel tree ({JIT_DIR}/csrc)",
+            fix="use a checkout of sglang with python/sglang/kernels/jit, or an sglang>=0.5.23 package folder",
+        )
+    commit = None
+    git_dir = root
+    while git_dir != git_dir.parent and not (git_dir / ".git").exists():
+        git_dir = git_dir.parent
+    if (git_dir / ".git").exists():
+        try:
+            commit = subprocess.run(
+                ["git", "-C", str(git_dir), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            commit = None
+    version = None
+    version_file = root / "version.py"
+    if version_file.is_file():
+        for line in version_file.read_text(errors="replace").splitlines():
+            if line.startswith("__version__"):
+                version = line.split("=", 1)[1].strip().strip("\"'")
+    jit, aot = _layout(root)
+    return SourceInfo(
+        kind="checkout" if commit else "package",
+        root=str(root.resolve()),
+        version=version,
+        commit=commit,
+        jit_dirs=jit,
+        aot_dirs=aot,
+    )
+
+
+def _wheel(version: str, cache_dir: pathlib.Path) -> SourceInfo:
+    unpacked = cache_dir / f"sglang-{version}"
+    root = unpacked / "sglang"
+    if not (root / JIT_DIR / "csrc").is_dir():
+        wheel = _download(version, cache_dir / "wheels")
+        _unpack(wheel, unpacked)
+    wheel_name = next((p.name for p in (cache_dir / "wheels").glob(f"sglang-{version}-*.whl")), None)
+    jit, aot = _layout(root)
+    return SourceInfo(kind="wheel", root=str(root.resolve()), version=version, wheel=wheel_name, jit_dirs=jit, aot_dirs=aot)
+
+
+def _download(version: str, dest: pathlib.Path) -> pathlib.Path:
+    existing = sorted(dest.glob(f"sglang-{version}-*.whl"))
+    if existing:
+        return existing[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        "--disable-pip-version-check", "-q", "-d", str(dest), f"sglang=={version}",
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as err:
+        raise SourceError(
+            f"downloading sglang=={version} timed out",
+            fix="check the network to PyPI, or set SGLANG_SRC to a local sglang tree",
+        ) from err
+    if done.returncode != 0:
+        err_text = done.stderr.strip()
+        if "No matching distribution" in err_text or "Could not find a version" in err_text:
+            raise SourceError(
+                f"sglang=={version} is not on the package index",
+                fix="set KERNELSMITH_SGLANG__VERSION to a published version (`pip index versions sglang`)",
+                detail=err_text[-2000:],
+            )
+        raise SourceError(
+            f"could not download sglang=={version} (no network?)",
+            fix="connect to PyPI once (the wheel is cached after), or set SGLANG_SRC to a local sglang tree",
+            detail=err_text[-2000:],
+        )
+    found = sorted(dest.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        raise SourceError(f"pip reported success but no sglang-{version} wheel is in {dest}", fix="re-run")
+    return found[0]
+
+
+def _unpack(wheel: pathlib.Path, target: pathlib.Path) -> None:
+    """Unpack only the sglang/ tree, in a staging folder, publish by rename, then make read-only."""
+    staging = target.parent / f".staging-{uuid.uuid4().hex}"
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            members = [m for m in archive.namelist() if m.startswith("sglang/")]
+            archive.extractall(staging, members)
+        if target.exists():
+            _make_writable(target)
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    _make_read_only(target)
+
+
+def _make_read_only(root: pathlib.Path) -> None:
+    for path in sorted(root.rglob("*"), reverse=True):
+        mode = path.stat().st_mode
+        path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _make_writable(root: pathlib.Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)

@@ -1,0 +1,1 @@
+"""Kernelsmith integrate stage."""

@@ -1,0 +1,1 @@
+"""Kernelsmith's spine: CLI, configuration, records, results store. Imports no torch."""

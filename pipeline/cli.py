@@ -1,0 +1,120 @@
+"""The `kernelsmith` command line.
+
+Each subcommand is a thin shim: it parses flags, layers them over the config and
+hands off to the stage's own ``command`` module, imported lazily so `extract`
+never pays for (or needs) torch. Errors from the :mod:`pipeline.errors` families
+print as one line of cause, one line of fix, then any tool output, and set the
+family's exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Any, Sequence
+
+from pipeline.config import DEFAULT_OPS, load_config
+from pipeline.errors import BudgetExhausted, KernelsmithError
+
+# subcommand -> "module:function" receiving (args, config) and returning an exit code
+HANDLERS = {
+    "extract": "extract.command:main",
+    "optimize": "optimize.command:main",
+    "integrate": "integrate.command:main",
+    "bench": "optimize.harness.bench:main",
+    "run": "pipeline.run:main",
+}
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="config file (TOML); default ./kernelsmith.toml if present")
+    parser.add_argument("--work-dir", help="where tasks, runs and caches live (default ./work)")
+    parser.add_argument("--sglang", metavar="PATH", help="sglang checkout or package folder (else SGLANG_SRC, else the pinned wheel)")
+    parser.add_argument("--sglang-version", help="pinned sglang wheel version (default 0.5.23)")
+
+
+def _ops(parser: argparse.ArgumentParser, *, default_all: bool = False) -> None:
+    parser.add_argument("--ops", nargs="+", metavar="OP", help=f"op ids (default: {' '.join(DEFAULT_OPS)})")
+    parser.add_argument("--all", action="store_true", help="every op the index knows")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kernelsmith", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("extract", help="index SGLang's kernels and write standalone tasks")
+    _common(p)
+    _ops(p)
+    p.add_argument("--list", action="store_true", help="print the indexed ops and kernels as a table")
+    p.add_argument("--no-compile", action="store_true", help="skip the nvcc compile check")
+    p.add_argument("--jobs", type=int, help="parallel compile jobs")
+
+    p = sub.add_parser("optimize", help="run the agent loop on extracted tasks")
+    _common(p)
+    _ops(p)
+    p.add_argument("--coder", choices=["llm", "offline"], help="default: llm when an endpoint is configured")
+    p.add_argument("--mode", choices=["multi", "single"], default="multi")
+    p.add_argument("--rounds", type=int, help="round budget per op")
+    p.add_argument("--run", help="run name (default: a new timestamped one; an existing one resumes)")
+    p.add_argument("--replay", metavar="FILE", help="replay recorded measurements instead of a GPU (testing)")
+
+    p = sub.add_parser("integrate", help="patch winners into an SGLang tree and prove them")
+    _common(p)
+    p.add_argument("--run", help="optimize run to integrate (default: the latest)")
+    p.add_argument("--in-place", action="store_true", help="patch the sglang tree given by --sglang/SGLANG_SRC itself")
+    p.add_argument("--git-branch", metavar="NAME", help="commit the patch on a new branch of the checkout (never pushes)")
+    p.add_argument("--skip-e2e", action="store_true", help="skip end-to-end measurements")
+
+    p = sub.add_parser("bench", help="measure baselines on the GPU and write BENCHMARKS.md")
+    _common(p)
+    _ops(p)
+    p.add_argument("--output", default="BENCHMARKS.md")
+    p.add_argument("--no-torch-compile", action="store_true")
+
+    p = sub.add_parser("run", help="extract, optimize, integrate on the default ops")
+    _common(p)
+    _ops(p)
+    p.add_argument("--rounds", type=int)
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    over: dict[str, Any] = {}
+    if getattr(args, "work_dir", None):
+        over["work_dir"] = args.work_dir
+    sglang: dict[str, Any] = {}
+    if getattr(args, "sglang", None):
+        sglang["src"] = args.sglang
+    if getattr(args, "sglang_version", None):
+        sglang["version"] = args.sglang_version
+    if sglang:
+        over["sglang"] = sglang
+    if getattr(args, "jobs", None):
+        over["extract"] = {"jobs": args.jobs}
+    if getattr(args, "rounds", None) is not None:
+        over["budget"] = {"rounds": args.rounds}
+    return over
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config, overrides=_overrides(args))
+        module_name, func_name = HANDLERS[args.command].split(":")
+        handler = getattr(importlib.import_module(module_name), func_name)
+        return int(handler(args, config) or 0)
+    except BudgetExhausted as err:
+        print(f"stopped: {err}", file=sys.stderr)
+        return err.exit_code
+    except KernelsmithError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: results written so far are kept; re-run the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Errors of the pipeline package.
+
+Three separate families, because a user fixes each in a different place:
+- :class:`ConfigError`: misconfiguration (bad config key, missing tool, no network,
+  unknown op). Fixed by the user's setup.
+- :class:`ModelError`: an LLM misbehaved (malformed reply, timeout, refusal).
+  Recorded as an outcome; never crashes a run.
+- :class:`BudgetExhausted`: a budget ran out. A clean stop, not a failure.
+
+Every error carries ``fix``: one line saying how to make the problem go away, and
+``detail``: the tool output that explains it (nvcc's stderr, the reply text).
+"""
+
+from __future__ import annotations
+
+
+class KernelsmithError(Exception):
+    """Base class; ``str(err)`` is the one-line cause, then the fix, then detail."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, fix: str = "", detail: str = "", where: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+        self.detail = detail
+        self.where = where
+
+    def __str__(self) -> str:
+        parts = [f"{self.where}: {self.message}" if self.where else self.message]
+        if self.fix:
+            parts.append(f"fix: {self.fix}")
+        if self.detail:
+            parts.append(self.detail.rstrip())
+        return "\n".join(parts)
+
+
+class ConfigError(KernelsmithError):
+    """The user's setup is wrong: fix the config, the environment or the command line."""
+
+    exit_code = 2
+
+
+class SourceError(ConfigError):
+    """The SGLang sources cannot be had (no such version, no network, bad path)."""
+
+
+class ToolchainError(ConfigError):
+    """A required tool (nvcc, ninja, tvm-ffi) is missing or unusable."""
+
+
+class UnknownOpError(ConfigError):
+    """An op id that the index does not know; the message lists the closest ones."""
+
+
+class StaleRecordError(ConfigError):
+    """A record on disk was written by another schema version."""
+
+
+class StageNotBuilt(KernelsmithError):
+    """A stage that this version of kernelsmith does not implement yet."""
+
+    exit_code = 3
+
+
+class ModelError(KernelsmithError):
+    """An LLM endpoint or its reply misbehaved."""
+
+
+class BudgetExhausted(KernelsmithError):
+    """A budget (rounds, tokens, dollars, wall or GPU time) ran out."""
+
+    exit_code = 0

@@ -1,0 +1,381 @@
+"""Typed, frozen, versioned records: the only way stages talk to each other.
+
+Every record that crosses a stage boundary is defined here and written to disk as
+JSON by :func:`write_record` (staging file + rename, so a reader never sees half a
+record). A run can therefore be inspected with `cat`, resumed after a crash and
+replayed in a test.
+
+What must stay true:
+- Records are frozen and reject unknown keys (``extra="forbid"``): a typo in a
+  producer is an error at write time, not a silent ``None`` downstream.
+- Every top-level record carries ``schema_version``. Bump :data:`SCHEMA_VERSION`
+  when a field changes meaning; readers refuse other versions with a clear fix
+  ("re-run `kernelsmith extract`") rather than guessing.
+- Paths inside records are relative: to the sglang *package root* (the folder
+  that holds ``kernels/``) for sources, to the task folder for task files. That
+  keeps records valid across machines (this one and the GPU machine).
+- This module imports neither torch nor CUDA.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Dtype = Literal["bf16", "fp16", "fp32"]
+DTYPES: tuple[Dtype, ...] = ("bf16", "fp16", "fp32")
+# SGLang's make_cpp_args spelling of each dtype (kernels/jit/utils/compile/cpp_args.py).
+CPP_DTYPE: dict[str, str] = {"bf16": "bf16_t", "fp16": "fp16_t", "fp32": "fp32_t"}
+
+
+class Record(BaseModel):
+    """Base of every on-disk record: frozen, strict about keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class VersionedRecord(Record):
+    schema_version: int = SCHEMA_VERSION
+
+
+# --------------------------------------------------------------------------- source
+
+
+class FileDigest(Record):
+    path: str  # relative to the sglang package root, e.g. kernels/jit/csrc/elementwise/activation.cuh
+    sha256: str
+    size: int
+
+
+class SourceInfo(Record):
+    """Where the SGLang sources came from; enough to fetch the same bytes again."""
+
+    kind: Literal["wheel", "checkout", "package"]
+    root: str  # absolute path of the sglang package root on the machine that extracted
+    version: str | None = None
+    commit: str | None = None
+    wheel: str | None = None  # wheel file name when kind == "wheel"
+    jit_dirs: list[str] = Field(default_factory=list)  # relative, e.g. kernels/jit
+    aot_dirs: list[str] = Field(default_factory=list)  # relative, e.g. kernels/aot/csrc
+
+
+# --------------------------------------------------------------------------- index
+
+
+class Param(Record):
+    name: str
+    type: str  # source text of the type, whitespace-normalised
+    default: str | None = None
+
+
+class KernelDef(Record):
+    """A `__global__` kernel or a `__device__` function, as tree-sitter saw it."""
+
+    name: str
+    qualified_name: str  # namespace::Struct::name
+    kind: Literal["kernel", "device_function"]
+    file: str
+    start_byte: int  # span covers the template<> header when there is one
+    end_byte: int
+    line: int  # 1-based line of start_byte
+    template_params: list[Param] = Field(default_factory=list)
+    params: list[Param] = Field(default_factory=list)
+
+
+class LauncherDef(Record):
+    """A struct or function that launches kernels (`<<<>>>`, LaunchKernel(...), cudaLaunch*)."""
+
+    name: str
+    qualified_name: str
+    kind: Literal["struct", "function"]
+    file: str
+    start_byte: int
+    end_byte: int
+    line: int
+    launches: list[str] = Field(default_factory=list)  # kernel names referenced at launch sites
+    methods: list[str] = Field(default_factory=list)  # static member functions (entry-point candidates)
+
+
+class ParseIssue(Record):
+    file: str
+    message: str
+    line: int | None = None
+
+
+class LoadJitCall(Record):
+    """One `load_jit(...)` call in a Python op module, read with libcst."""
+
+    module: str  # relative to package root, e.g. kernels/ops/activation/activation.py
+    function: str  # enclosing Python function
+    line: int
+    marker_args: list[str]  # source text of each positional argument
+    cuda_files: list[str] = Field(default_factory=list)  # relative to kernels/jit/csrc as SGLang resolves them
+    cpp_files: list[str] = Field(default_factory=list)
+    cuda_wrappers: list[tuple[str, str]] = Field(default_factory=list)  # (export, C++ entry template text)
+    cpp_wrappers: list[tuple[str, str]] = Field(default_factory=list)
+    template_args: list[str] = Field(default_factory=list)  # make_cpp_args(...) argument source text
+    extra_cuda_cflags: list[str] = Field(default_factory=list)
+    extra_cflags: list[str] = Field(default_factory=list)
+    extra_include_paths: list[str] = Field(default_factory=list)
+    extra_dependencies: list[str] = Field(default_factory=list)
+    header_only: bool = True
+    unresolved: list[str] = Field(default_factory=list)  # argument text libcst could not evaluate
+
+
+class OpEntry(Record):
+    id: str  # <ops group>.<public function>, e.g. activation.silu_and_mul
+    module: str
+    public_functions: list[str]
+    entry_points: list[str]  # export names reachable from the public functions
+    files: list[str]  # cuda/cpp files the op compiles, relative to package root
+    kernels: list[str] = Field(default_factory=list)  # __global__ names launched through the entry points
+    load_jit: list[LoadJitCall] = Field(default_factory=list)
+
+
+class Index(VersionedRecord):
+    source: SourceInfo
+    files: list[FileDigest]
+    grammar: dict[str, str]  # file suffix -> grammar used ("cuda" | "cpp")
+    kernels: list[KernelDef]
+    device_functions: list[KernelDef]
+    launchers: list[LauncherDef]
+    includes: dict[str, list[str]]  # file -> included files it resolves (relative) or <system> names
+    ops: list[OpEntry]
+    op_modules: list[str]  # every Python module that calls load_jit
+    parse_issues: list[ParseIssue] = Field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+# --------------------------------------------------------------------------- task
+
+
+class Span(Record):
+    """A byte range of one source file: an editable region or one of its pieces."""
+
+    file: str  # relative to the package root
+    start_byte: int
+    end_byte: int
+    name: str
+    kind: Literal["kernel", "device_function", "launcher", "other"] = "other"
+
+
+class Instantiation(Record):
+    """One template instantiation SGLang makes for a dtype, ready to compile."""
+
+    dtype: Dtype
+    module_args: list[str]
+    template_args: list[str]  # C++ spelling, e.g. ["bf16_t", "true"]
+    wrappers: list[tuple[str, str]]  # (export name, resolved C++ entry)
+
+
+class BuildRecipe(Record):
+    """Exactly what SGLang's load_jit would compile, for one target arch.
+
+    Include dirs are relative to the task's ``src/`` folder (which mirrors the
+    package root), except the tokens ``@tvm_ffi`` and ``@dlpack`` that the builder
+    resolves from the installed tvm-ffi.
+    """
+
+    cuda_files: list[str]  # relative to package root
+    cpp_files: list[str] = Field(default_factory=list)
+    include_dirs: list[str]
+    cuda_cflags: list[str]  # SGLang's defaults + the op's extra flags
+    cflags: list[str] = Field(default_factory=lambda: ["-std=c++20", "-O3"])
+    arch: str = "sm_90a"
+    header_only: bool = True
+
+
+class TensorSpec(Record):
+    name: str
+    shape: list[str | int]  # symbols from the contract's SymbolicSize names, or literals
+    dtype: str  # "T" = the instantiation dtype, else a concrete torch dtype name ("int32")
+    role: Literal["input", "output", "inout"]
+    strides: list[str | int] | None = None  # None = contiguous
+    value_range: tuple[float, float] | None = None  # for index tensors
+
+
+class ScalarSpec(Record):
+    name: str
+    type: str  # "float" | "int" | "bool" | "str"
+    value: float | int | bool | str | None = None
+
+
+class ArgSpec(Record):
+    """One argument of the tested entry point, in call order."""
+
+    kind: Literal["tensor", "scalar"]
+    tensor: TensorSpec | None = None
+    scalar: ScalarSpec | None = None
+
+
+class Contract(Record):
+    entry: str  # export name the harness calls
+    args: list[ArgSpec]
+    symbols: list[str]  # size symbols, e.g. ["num_tokens", "hidden_size"]
+    divisibility: dict[str, int] = Field(default_factory=dict)  # symbol -> multiple it must be
+    allowed_values: dict[str, list[int]] = Field(default_factory=dict)  # symbol -> the only widths accepted
+    max_values: dict[str, int] = Field(default_factory=dict)
+    checks: list[str] = Field(default_factory=list)  # RuntimeCheck condition texts
+    unresolved: list[str] = Field(default_factory=list)  # what static inference could not determine
+    origin: Literal["inferred", "curated"] = "inferred"
+    reference: str | None = None  # name of a PyTorch reference in optimize.harness.references
+    extra_bytes: dict[str, str] = Field(default_factory=dict)  # notes for byte counting
+
+
+class ShapeCase(Record):
+    model: str
+    tokens: int
+    sizes: dict[str, int]  # symbol -> value
+    source: str = ""  # where the figure comes from (catalog file + config key)
+
+    @property
+    def label(self) -> str:
+        dims = ",".join(f"{k}={v}" for k, v in sorted(self.sizes.items()))
+        return f"{self.model}[{dims}]"
+
+
+class KernelResources(Record):
+    """One kernel's line of the ptxas report."""
+
+    kernel: str  # mangled name
+    registers: int
+    spill_stores: int = 0
+    spill_loads: int = 0
+    stack_bytes: int = 0
+    smem_bytes: int = 0
+    cmem_bytes: int = 0
+    barriers: int = 0
+
+
+class BuildReport(Record):
+    ok: bool
+    key: str  # content hash of every input
+    seconds: float
+    library: str | None = None  # path of the built module (.so) or object
+    stderr: str = ""
+    resources: list[KernelResources] = Field(default_factory=list)
+
+
+class Task(VersionedRecord):
+    op_id: str
+    module: str
+    public_functions: list[str]
+    entry_points: list[str]
+    source: SourceInfo
+    files: list[FileDigest]  # copied under <task>/src/ at the same relative path
+    instantiations: list[Instantiation]
+    build: BuildRecipe
+    editable: list[Span]
+    contract: Contract
+    shapes: list[ShapeCase]
+    baseline_build: BuildReport | None = None
+
+
+# --------------------------------------------------------------------------- optimize
+
+
+class Outcome(str, enum.Enum):
+    """The closed set of things an evaluation can end in."""
+
+    ok = "ok"
+    compile_failed = "compile_failed"
+    incorrect = "incorrect"
+    timeout = "timeout"
+    crashed = "crashed"
+    slower = "slower"
+    budget_exhausted = "budget_exhausted"
+
+
+class Candidate(VersionedRecord):
+    """A proposed replacement for a task's editable region."""
+
+    op_id: str
+    id: str  # content hash of the region texts
+    parent: str | None  # candidate id it was derived from (None = baseline)
+    regions: dict[str, str]  # span name -> new text for that span
+    skill: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    coder: str = "baseline"
+    rationale: str = ""
+
+
+class ShapeTiming(Record):
+    label: str
+    sizes: dict[str, int]
+    dtype: Dtype
+    time_us: float
+    spread_pct: float
+    gbps: float
+    pct_of_copy_bw: float
+    time_over_floor: float
+    baseline_us: float | None = None
+    speedup: float | None = None
+
+
+class Evaluation(VersionedRecord):
+    op_id: str
+    candidate: str
+    outcome: Outcome
+    detail: str = ""
+    build: BuildReport | None = None
+    checks_passed: int = 0
+    checks_failed: int = 0
+    bitwise_equal: bool | None = None
+    max_abs_err: float | None = None
+    timings: list[ShapeTiming] = Field(default_factory=list)
+    seconds: dict[str, float] = Field(default_factory=dict)  # build / test / profile split
+
+
+# --------------------------------------------------------------------------- io
+
+R = TypeVar("R", bound=BaseModel)
+
+
+def write_record(record: BaseModel, path: str | os.PathLike[str]) -> pathlib.Path:
+    """Write atomically: a staging file in the same folder, then rename."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = record.model_dump_json(indent=2) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_record(cls: type[R], path: str | os.PathLike[str]) -> R:
+    """Read a record, refusing other schema versions with the fix in the message."""
+    from pipeline.errors import StaleRecordError
+
+    path = pathlib.Path(path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    version = data.get("schema_version", SCHEMA_VERSION) if isinstance(data, dict) else None
+    if version != SCHEMA_VERSION:
+        raise StaleRecordError(
+            f"{path} has schema_version {version}, this kernelsmith reads {SCHEMA_VERSION}",
+            fix="re-run the stage that wrote it (for tasks: `kernelsmith extract`)",
+        )
+    return cls.model_validate(data)
+
+
+def content_hash(*parts: str | bytes) -> str:
+    """sha256 over length-prefixed parts, so ("ab","c") and ("a","bc") differ."""
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
