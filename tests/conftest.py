@@ -55,3 +55,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "nvcc" in item.keywords and not has_nvcc:
             item.add_marker(skip_nvcc)
+
+
+@pytest.fixture(scope="session")
+def sglang_source():
+    """The pinned sglang wheel, downloaded once into work/cache and unpacked read-only.
+
+    Tests that read real SGLang sources use this; CI downloads the wheel on its
+    first run (about 40 MB) and reuses the cache after.
+    """
+    from extract.sources import acquire
+    from pipeline.config import DEFAULT_SGLANG_VERSION
+
+    src = os.environ.get("SGLANG_SRC")
+    return acquire(DEFAULT_SGLANG_VERSION, ROOT / "work" / "cache", src)
