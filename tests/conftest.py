@@ -1,7 +1,7 @@
 """Shared test fixtures.
 
-- Every test runs with real LLM endpoints blocked: any HTTP request made through
-  httpx (which the openai package uses) fails the test. Tests use the scripted and
+- Every test runs with real LLM endpoints blocked: any connection to a
+  non-loopback address fails the test. Tests use the scripted and
   replay fakes in optimize.llm.fakes instead.
 - `gpu` tests skip cleanly where torch or a CUDA device is missing.
 """
@@ -19,16 +19,35 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 @pytest.fixture(autouse=True)
 def _no_real_llm_endpoint(monkeypatch):
-    import httpx
+    """Fail any test that would reach a real endpoint.
 
-    def refuse(self, request, *args, **kwargs):  # noqa: ARG001
-        pytest.fail(f"test tried to reach a real endpoint: {request.method} {request.url}")
+    Blocked at the socket, below every HTTP client (openai 3 uses httpx2, older
+    releases httpx): only loopback and Unix sockets may connect, so a test can
+    still talk to a server it started itself on 127.0.0.1.
+    """
+    import socket
 
-    async def refuse_async(self, request, *args, **kwargs):  # noqa: ARG001
-        pytest.fail(f"test tried to reach a real endpoint: {request.method} {request.url}")
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
 
-    monkeypatch.setattr(httpx.Client, "send", refuse)
-    monkeypatch.setattr(httpx.AsyncClient, "send", refuse_async)
+    def _allowed(sock, address) -> bool:
+        if sock.family == getattr(socket, "AF_UNIX", None):
+            return True
+        host = address[0] if isinstance(address, tuple) else str(address)
+        return host in ("127.0.0.1", "::1", "localhost") or str(host).startswith("127.")
+
+    def guarded_connect(sock, address):
+        if not _allowed(sock, address):
+            pytest.fail(f"test tried to reach a real endpoint: {address!r}")
+        return real_connect(sock, address)
+
+    def guarded_connect_ex(sock, address):
+        if not _allowed(sock, address):
+            pytest.fail(f"test tried to reach a real endpoint: {address!r}")
+        return real_connect_ex(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", guarded_connect_ex)
     for name in list(os.environ):
         if name.startswith("KERNELSMITH_LLM__"):
             monkeypatch.delenv(name)

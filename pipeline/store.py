@@ -1,0 +1,155 @@
+"""The results store: every GPU measurement ever taken, for history and regressions.
+
+Layout under ``<work>/results/``:
+- ``objects/<key>.json``: one :class:`Measurement` batch, content-addressed (the key is
+  the sha256 of its canonical JSON), written to a staging file then renamed. An
+  object never changes; writing the same batch twice is a no-op.
+- ``history.jsonl``: append-only, one line per batch (key, when, what): the order in
+  which batches arrived. A crash mid-append leaves at worst a torn last line,
+  which readers skip.
+
+Nightly tracking is `kernelsmith bench` on a schedule: each run adds a batch;
+:func:`regressions` compares the newest batch with the best earlier figure for the
+same (op, dtype, shape, variant) and reports slowdowns beyond the noise band.
+
+What must stay true: the store imports no torch; figures enter it only from GPU
+runs (the caller passes the device name); nothing is ever rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import tempfile
+from datetime import datetime, timezone
+
+from pydantic import Field
+
+from pipeline.records import SCHEMA_VERSION, Record, VersionedRecord, content_hash
+
+
+class Row(Record):
+    op_id: str
+    dtype: str
+    shape: str  # ShapeCase label or "T=..,H=.."
+    variant: str = "baseline"  # baseline | candidate:<id> | torch_eager | torch_compile
+    time_us: float
+    spread_pct: float = 0.0
+    gbps: float | None = None
+
+
+class Measurement(VersionedRecord):
+    device: str  # GPU name as the driver reports it
+    taken_at: str  # ISO-8601 UTC
+    command: str
+    sglang: str  # version or commit of the kernels measured
+    rows: list[Row]
+    notes: dict[str, str] = Field(default_factory=dict)
+
+
+class Regression(Record):
+    op_id: str
+    dtype: str
+    shape: str
+    variant: str
+    best_us: float
+    best_key: str
+    now_us: float
+    slowdown_pct: float
+
+
+class ResultsStore:
+    def __init__(self, work_dir: str | os.PathLike[str]) -> None:
+        self.root = pathlib.Path(work_dir) / "results"
+        self.objects = self.root / "objects"
+        self.history_file = self.root / "history.jsonl"
+
+    def add(self, measurement: Measurement) -> str:
+        """Store a batch; returns its key. Idempotent."""
+        text = measurement.model_dump_json()
+        key = content_hash(text)[:32]
+        self.objects.mkdir(parents=True, exist_ok=True)
+        target = self.objects / f"{key}.json"
+        if not target.exists():
+            fd, tmp = tempfile.mkstemp(prefix=".obj.", dir=self.objects)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(tmp, target)
+            line = json.dumps(
+                {"key": key, "taken_at": measurement.taken_at, "device": measurement.device,
+                 "command": measurement.command, "rows": len(measurement.rows)}
+            )  # fmt: skip
+            with open(self.history_file, "a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+        return key
+
+    def keys(self) -> list[str]:
+        """Batch keys in arrival order; a torn last line is skipped."""
+        if not self.history_file.exists():
+            return []
+        keys = []
+        for line in self.history_file.read_text(encoding="utf-8").splitlines():
+            try:
+                keys.append(json.loads(line)["key"])
+            except (ValueError, KeyError):
+                continue
+        return keys
+
+    def get(self, key: str) -> Measurement:
+        data = json.loads((self.objects / f"{key}.json").read_text(encoding="utf-8"))
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"results object {key} has schema {data.get('schema_version')}")
+        return Measurement.model_validate(data)
+
+    def history(self, op_id: str | None = None, device: str | None = None) -> list[tuple[str, Measurement, Row]]:
+        out = []
+        for key in self.keys():
+            batch = self.get(key)
+            if device and batch.device != device:
+                continue
+            for row in batch.rows:
+                if op_id is None or row.op_id == op_id:
+                    out.append((key, batch, row))
+        return out
+
+    def regressions(self, *, noise_pct: float = 3.0) -> list[Regression]:
+        """Rows of the newest batch slower than the best earlier figure beyond the noise band.
+
+        Only batches from the same device are compared: an H100 figure says nothing
+        about an H200 run.
+        """
+        keys = self.keys()
+        if len(keys) < 2:
+            return []
+        newest_key = keys[-1]
+        newest = self.get(newest_key)
+        best: dict[tuple[str, str, str, str], tuple[float, str]] = {}
+        for key in keys[:-1]:
+            batch = self.get(key)
+            if batch.device != newest.device:
+                continue
+            for row in batch.rows:
+                ident = (row.op_id, row.dtype, row.shape, row.variant)
+                if ident not in best or row.time_us < best[ident][0]:
+                    best[ident] = (row.time_us, key)
+        found = []
+        for row in newest.rows:
+            ident = (row.op_id, row.dtype, row.shape, row.variant)
+            if ident not in best:
+                continue
+            best_us, best_key = best[ident]
+            band = max(noise_pct, row.spread_pct)
+            slowdown = (row.time_us / best_us - 1.0) * 100.0
+            if slowdown > band:
+                found.append(
+                    Regression(
+                        op_id=row.op_id, dtype=row.dtype, shape=row.shape, variant=row.variant,
+                        best_us=best_us, best_key=best_key, now_us=row.time_us, slowdown_pct=round(slowdown, 2),
+                    )  # fmt: skip
+                )
+        return found
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
