@@ -24,6 +24,7 @@ HANDLERS = {
     "integrate": "integrate.command:main",
     "bench": "optimize.harness.bench:main",
     "run": "pipeline.run:main",
+    "track": "pipeline.track:main",
 }
 
 
@@ -71,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     _ops(p)
     p.add_argument("--output", default="BENCHMARKS.md")
     p.add_argument("--no-torch-compile", action="store_true")
+
+    p = sub.add_parser("track", help="measurement history and regressions (nightly tracking)")
+    _common(p)
+    p.add_argument("--op", help="only this op id")
+    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when the newest batch regressed")
 
     p = sub.add_parser("run", help="extract, optimize, integrate on the default ops")
     _common(p)
