@@ -254,6 +254,7 @@ class KernelResources(Record):
     smem_bytes: int = 0
     cmem_bytes: int = 0
     barriers: int = 0
+    demangled: str | None = None  # cu++filt/c++filt spelling; None when no demangler is installed
 
 
 class BuildReport(Record):
@@ -263,6 +264,7 @@ class BuildReport(Record):
     library: str | None = None  # path of the built module (.so) or object
     stderr: str = ""
     resources: list[KernelResources] = Field(default_factory=list)
+    cached: bool = False  # True when served from the build cache without compiling
 
 
 class Task(VersionedRecord):

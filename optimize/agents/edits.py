@@ -1,0 +1,302 @@
+"""Turning an LLM reply into new texts for a task's editable regions.
+
+Replies come in every shape models produce, so parsing is tolerant in what it
+reads and strict in what it returns:
+
+1. SEARCH/REPLACE blocks (``<<<<<<< SEARCH`` / ``=======`` / ``>>>>>>> REPLACE``),
+   fenced or not, optionally preceded by a line naming the region
+   (``region: NAME``, ``### NAME``). The search text must occur exactly once;
+   when the exact text is not found, a match that ignores indentation and
+   trailing blanks line by line is tried. Without a region name, the one region
+   holding the search text is used.
+2. Whole-region code blocks (fenced). The region is named by the fence's info
+   string (```` ```cuda region=NAME ```` or ```` ```cpp NAME ````), by a line just
+   above the fence mentioning a region name, by being the only editable region,
+   or by the block defining exactly one region's name (``NAME(``).
+
+Anything else is a :class:`optimize.errors.MalformedReply` with the reason, which
+the round records as its outcome; it never crashes a run. A region whose new
+text has unbalanced braces (a truncated reply) is refused the same way, since
+compiling it would only waste a build.
+
+What must stay true: the result maps *every* region name to its text (unchanged
+regions included), and only names of the task's regions appear in it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Literal, Mapping
+
+from optimize.errors import MalformedReply
+
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)$", re.M)
+SEARCH = re.compile(r"^[ \t]*<{5,9}[ \t]*SEARCH[^\n]*\n", re.M)
+DIVIDER = re.compile(r"^[ \t]*={5,9}[ \t]*\n", re.M)
+REPLACE = re.compile(r"^[ \t]*>{5,9}[ \t]*REPLACE[^\n]*$", re.M)
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_reply(reply: str, regions: Mapping[str, str]) -> dict[str, str]:
+    """New region texts from ``reply`` (see module docstring); raises MalformedReply."""
+    if not reply or not reply.strip():
+        raise MalformedReply("the reply is empty")
+    if SEARCH.search(reply):
+        new = _apply_search_replace(reply, regions)
+    else:
+        new = _whole_regions(reply, regions)
+    for name, text in new.items():
+        if text != regions[name] and _balanced(regions[name]) and not _balanced(text):
+            raise MalformedReply(
+                f"the new text of region {name} has unbalanced brackets (a truncated reply?)",
+                fix="ask again; raise llm.max_tokens if replies are cut off",
+                detail=text[-400:],
+            )
+    return new
+
+
+# --------------------------------------------------------------------------- search/replace
+
+
+def _apply_search_replace(reply: str, regions: Mapping[str, str]) -> dict[str, str]:
+    out = dict(regions)
+    pos = 0
+    blocks = 0
+    while True:
+        start = SEARCH.search(reply, pos)
+        if start is None:
+            break
+        divider = DIVIDER.search(reply, start.end())
+        if divider is None:
+            raise MalformedReply("a SEARCH block has no ======= divider", detail=reply[start.start() : start.start() + 400])
+        end = REPLACE.search(reply, divider.end())
+        if end is None:
+            raise MalformedReply("a SEARCH block has no >>>>>>> REPLACE end", detail=reply[start.start() : start.start() + 400])
+        search = reply[start.end() : divider.start()]
+        replace = reply[divider.end() : end.start()]
+        named = _region_named_before(reply[pos : start.start()], regions)
+        out = _apply_one(out, named, search, replace)
+        blocks += 1
+        pos = end.end()
+    if blocks == 0:
+        raise MalformedReply("no complete SEARCH/REPLACE block")
+    return out
+
+
+def _apply_one(regions: dict[str, str], named: str | None, search: str, replace: str) -> dict[str, str]:
+    search_body = search.rstrip("\n")
+    replace_body = replace.rstrip("\n")
+    if not search_body.strip():
+        raise MalformedReply("a SEARCH block is empty", fix="SEARCH must quote existing lines of the region")
+    candidates = [named] if named else list(regions)
+    hits: list[tuple[str, int, int]] = []
+    for name in candidates:
+        text = regions[name]
+        spans = _find(text, search_body)
+        hits += [(name, a, b) for a, b in spans]
+    if not hits:
+        where = f"region {named}" if named else "any region"
+        raise MalformedReply(
+            f"the SEARCH text is not in {where}",
+            fix="SEARCH must copy lines of the current region exactly",
+            detail=search_body[:400],
+        )
+    if len(hits) > 1:
+        raise MalformedReply(
+            f"the SEARCH text occurs {len(hits)} times ({', '.join(sorted({h[0] for h in hits}))})",
+            fix="quote more lines so the SEARCH text is unique",
+            detail=search_body[:400],
+        )
+    name, a, b = hits[0]
+    text = regions[name]
+    out = dict(regions)
+    out[name] = text[:a] + replace_body + text[b:]
+    return out
+
+
+def _find(text: str, search: str) -> list[tuple[int, int]]:
+    """Byte spans of ``search`` in ``text``: exact occurrences, else line-wise whitespace-tolerant ones."""
+    spans = []
+    start = text.find(search)
+    while start != -1:
+        spans.append((start, start + len(search)))
+        start = text.find(search, start + 1)
+    if spans:
+        return spans
+    want = [line.strip() for line in search.splitlines()]
+    while want and not want[0]:
+        want.pop(0)
+    while want and not want[-1]:
+        want.pop()
+    if not want:
+        return []
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    for i in range(len(lines) - len(want) + 1):
+        if all(lines[i + k].strip() == want[k] for k in range(len(want))):
+            end = offsets[i + len(want)]
+            if text[:end].endswith("\n"):
+                end -= 1
+            spans.append((offsets[i], end))
+    return spans
+
+
+# --------------------------------------------------------------------------- whole regions
+
+
+def _blocks(reply: str) -> list[tuple[str, str, str]]:
+    """(info string, body, text before the fence) for each fenced block."""
+    out = []
+    pos = 0
+    while True:
+        open_ = FENCE.search(reply, pos)
+        if open_ is None:
+            break
+        fence = open_.group("fence")
+        close = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", re.M).search(reply, open_.end())
+        if close is None:
+            raise MalformedReply("a code block is never closed (a truncated reply?)", detail=reply[open_.start() : open_.start() + 300])
+        body = reply[open_.end() + 1 : close.start()]
+        out.append((open_.group("info").strip(), body, reply[pos : open_.start()]))
+        pos = close.end()
+    return out
+
+
+def _region_named_before(before: str, regions: Mapping[str, str]) -> str | None:
+    """A region named on one of the last three non-empty lines before a block."""
+    lines = [line for line in before.splitlines() if line.strip()][-3:]
+    for line in reversed(lines):
+        found = _names_in(line, regions)
+        if len(found) == 1:
+            return found[0]
+    return None
+
+
+def _names_in(text: str, regions: Mapping[str, str]) -> list[str]:
+    words = set(IDENT.findall(text))
+    found = [name for name in regions if name in words or f"region={name}" in text]
+    return sorted(found)
+
+
+def _whole_regions(reply: str, regions: Mapping[str, str]) -> dict[str, str]:
+    blocks = _blocks(reply)
+    if not blocks:
+        raise MalformedReply(
+            "the reply has no code block and no SEARCH/REPLACE block",
+            fix="reply with the whole region in a fenced block, or SEARCH/REPLACE blocks",
+            detail=reply[:400],
+        )
+    out = dict(regions)
+    assigned: dict[str, str] = {}
+    unnamed: list[str] = []
+    for info, body, before in blocks:
+        name = None
+        info_names = _names_in(info, regions)
+        if len(info_names) == 1:
+            name = info_names[0]
+        if name is None:
+            name = _region_named_before(before, regions)
+        if name is None and len(regions) > 1:
+            defined = [n for n in regions if re.search(rf"\b{re.escape(n)}\s*\(", body)]
+            if len(defined) == 1:
+                name = defined[0]
+        if name is None:
+            unnamed.append(body)
+            continue
+        assigned[name] = body
+    if not assigned:
+        if len(regions) == 1:
+            # One region: the largest block is the region (smaller ones are usually snippets).
+            only = next(iter(regions))
+            assigned[only] = max(unnamed, key=len)
+        else:
+            raise MalformedReply(
+                f"cannot tell which of the regions {', '.join(regions)} a code block replaces",
+                fix="name the region in the fence (```cuda region=NAME) or the line above it",
+            )
+    for name, body in assigned.items():
+        out[name] = _match_trailing_newline(regions[name], body)
+    return out
+
+
+def _match_trailing_newline(old: str, new: str) -> str:
+    new = new.rstrip("\n")
+    tail = old[len(old.rstrip("\n")) :]
+    return new + tail
+
+
+def _balanced(text: str) -> bool:
+    """Brackets balance outside comments, strings and character literals."""
+    pairs = {")": "(", "]": "[", "}": "{"}
+    stack: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j == -1 else j
+            continue
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            i = n if j == -1 else j + 2
+            continue
+        if c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c in "([{":
+            stack.append(c)
+        elif c in ")]}":
+            if not stack or stack.pop() != pairs[c]:
+                return False
+        i += 1
+    return not stack
+
+
+# --------------------------------------------------------------------------- results
+
+CodeStatus = Literal["edited", "malformed_reply", "model_error", "no_change", "not_applicable"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CodeResult:
+    """What a coding, repair or single agent produced: new regions, or why not.
+
+    ``status`` other than ``edited`` is recorded as the attempt's outcome; the
+    reply text is kept so the trajectory shows what the model said.
+    """
+
+    status: CodeStatus
+    regions: dict[str, str] | None = None
+    detail: str = ""
+    reply: str = ""
+    agent: str = "coding"
+
+    @property
+    def edited(self) -> bool:
+        return self.status == "edited" and self.regions is not None
+
+
+def result_from_reply(reply: str, regions: Mapping[str, str], *, agent: str) -> CodeResult:
+    """Parse a reply into a CodeResult; a malformed reply becomes a recorded status."""
+    try:
+        new = parse_reply(reply, regions)
+    except MalformedReply as err:
+        return CodeResult("malformed_reply", None, str(err), reply=reply, agent=agent)
+    if new == dict(regions):
+        return CodeResult("no_change", None, "the reply leaves every region as it was", reply=reply, agent=agent)
+    return CodeResult("edited", new, "", reply=reply, agent=agent)
+
+
+def regions_text(regions: Mapping[str, str], kinds: Mapping[str, str] | None = None) -> str:
+    """Regions laid out for a prompt: a header line and a fenced block each."""
+    parts = []
+    for name, text in regions.items():
+        kind = f" ({kinds[name]})" if kinds and name in kinds else ""
+        parts.append(f"region: {name}{kind}\n```cuda region={name}\n{text.rstrip()}\n```")
+    return "\n\n".join(parts)

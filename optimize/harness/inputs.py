@@ -1,0 +1,733 @@
+"""Arguments for a kernel call, planned from its Contract and filled on the GPU.
+
+Two halves:
+
+*Planning* (pure Python, CPU-tested): resolve a catalog ShapeCase into sizes for
+every contract symbol, draw held-out shapes, evaluate the shape/stride
+expressions, choose contiguous or padded row strides, and lay every tensor out in
+a flat storage with guard bands on both sides.
+
+*Filling* (torch, imported lazily, GPU only): turn a plan into device buffers and
+value "images" (a whole storage's contents, guard bands and stride gaps
+included), so that a case can be replayed on the baseline and the candidate with
+exactly the same bytes.
+
+Why guard bands and gaps: an output's guards and gaps are filled with the poison
+bit pattern and must still hold it afterwards (a write outside the tensor is
+caught); an input's guards and gaps hold random finite noise, so a kernel that
+reads outside its tensor (wrong stride, off-by-one tail) computes visibly wrong
+values instead of reading zeros.
+
+What must stay true:
+- Held-out shapes are drawn from an RNG the caller seeds from ``os.urandom``: a
+  candidate never sees the same held-out inputs twice. Every case records its own
+  seed, so a failure can be reproduced from the request file.
+- Never zeros by default: the default distributions are normal/uniform; the
+  "edge" distribution mixes zeros in with large, tiny and negative values, and
+  the large magnitudes are chosen so the *baseline* stays finite (see
+  :data:`LARGE`), so that any Inf/NaN a candidate produces is its own.
+- Only shapes the contract accepts are drawn: T=1 and odd token counts, widths
+  from ``allowed_values`` or multiples of ``divisibility`` up to ``max_values``,
+  and, where the instantiation is specialised on a width (a template argument),
+  only widths that have an instantiation.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from optimize.harness.errors import ContractError
+from optimize.harness.protocol import Distribution, Layout
+from pipeline.records import Contract, Instantiation, ShapeCase, TensorSpec
+
+# Bytes of guard band on each side of every tensor's storage. 256 keeps the data
+# pointer 256-byte aligned inside a torch allocation (which is 512-aligned), so
+# 16- and 32-byte vector loads stay legal.
+GUARD_BYTES = 256
+# Padding unit of a non-contiguous row stride, in bytes: keeps rows 64-byte
+# aligned, which every vectorised kernel in SGLang accepts.
+STRIDE_PAD_BYTES = 64
+# Largest tensor a held-out draw may produce, in elements (keeps a check fast).
+MAX_HELD_OUT_ELEMENTS = 1 << 26
+
+ITEMSIZE: dict[str, int] = {
+    "bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8,
+    "int8": 1, "uint8": 1, "bool": 1, "int16": 2, "int32": 4, "int64": 8,
+}  # fmt: skip
+_DTYPE_ALIASES = {
+    "bfloat16": "bf16", "bf16_t": "bf16", "float16": "fp16", "half": "fp16", "fp16_t": "fp16",
+    "float32": "fp32", "float": "fp32", "fp32_t": "fp32", "float64": "fp64", "double": "fp64",
+    "int": "int32", "int32_t": "int32", "int64_t": "int64", "long": "int64", "uint8_t": "uint8",
+    "int8_t": "int8", "int16_t": "int16",
+}  # fmt: skip
+FLOAT_DTYPES = ("bf16", "fp16", "fp32", "fp64")
+
+# Edge-distribution magnitudes per dtype. LARGE is the largest magnitude for which
+# the default ops' baselines stay finite: fp16 silu(x)*y <= 65504 needs |x|,|y| <~ 250
+# and residual+input must not overflow; bf16/fp32 share fp32's exponent range, and
+# an fp32 sum of squares over 16384 elements of 1e16 is 1.6e36 < 3.4e38.
+LARGE: dict[str, float] = {"fp16": 192.0, "bf16": 1e16, "fp32": 1e16, "fp64": 1e16}
+# TINY stays a normal number (no subnormal inputs: flush-to-zero differences between
+# a fast-math and a precise build would otherwise dominate the comparison).
+TINY: dict[str, float] = {"fp16": 1e-4, "bf16": 1e-20, "fp32": 1e-20, "fp64": 1e-20}
+
+# Bit patterns written into outputs before every run: a NaN with a recognisable
+# payload for floats (so "never written" is told apart from "computed NaN").
+POISON_BITS: dict[str, int] = {
+    "bf16": 0x7FA5, "fp16": 0x7E5A, "fp32": 0x7FC5A5A5, "fp64": 0x7FF8A5A5A5A5A5A5,
+    "int8": 0x5A, "uint8": 0xA5, "bool": 0xA5, "int16": 0x5A5A, "int32": 0x5A5A5A5A, "int64": 0x5A5A5A5A5A5A5A5A,
+}  # fmt: skip
+
+# ---------------------------------------------------------------------------- expressions
+
+_ALLOWED_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Div, ast.Mod)
+
+
+def expr_symbols(expr: str | int) -> set[str]:
+    """Names used by a shape/stride entry ("hidden_size", "2*hidden", 16 -> set())."""
+    if isinstance(expr, int):
+        return set()
+    tree = _parse(expr)
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+
+
+def _parse(expr: str) -> ast.Expression:
+    try:
+        tree = ast.parse(str(expr).strip(), mode="eval")
+    except SyntaxError as err:
+        raise ContractError(f"shape entry {expr!r} is not an arithmetic expression", fix="fix the contract") from err
+    for node in ast.walk(tree):
+        ok = isinstance(node, (ast.Expression, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.USub, ast.UAdd))
+        ok = ok or isinstance(node, _ALLOWED_BINOPS) or (isinstance(node, ast.Constant) and type(node.value) is int)
+        if not ok:
+            raise ContractError(
+                f"shape entry {expr!r} uses {type(node).__name__}; only integers, symbols and + - * // / % are allowed",
+                fix="rewrite the entry in the contract",
+            )
+    return tree
+
+
+def eval_expr(expr: str | int, sizes: dict[str, int]) -> int:
+    """Evaluate a shape/stride entry over integer sizes; exact division only."""
+    if isinstance(expr, int):
+        return expr
+    text = str(expr).strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+
+    def walk(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant):
+            return int(node.value)
+        if isinstance(node, ast.Name):
+            if node.id not in sizes:
+                raise ContractError(
+                    f"shape entry {expr!r} uses symbol {node.id!r} with no value "
+                    f"(known: {', '.join(sorted(sizes)) or 'none'})",
+                    fix="add the symbol to the contract's symbols and the shape catalog",
+                )
+            return int(sizes[node.id])
+        if isinstance(node, ast.UnaryOp):
+            value = walk(node.operand)
+            return -value if isinstance(node.op, ast.USub) else value
+        if isinstance(node, ast.BinOp):
+            left, right = walk(node.left), walk(node.right)
+            op = node.op
+            if isinstance(op, ast.Add):
+                return left + right
+            if isinstance(op, ast.Sub):
+                return left - right
+            if isinstance(op, ast.Mult):
+                return left * right
+            if isinstance(op, ast.Mod):
+                return left % right
+            if isinstance(op, (ast.FloorDiv, ast.Div)):
+                if right == 0 or (isinstance(op, ast.Div) and left % right):
+                    raise ContractError(f"shape entry {expr!r} divides {left} by {right} inexactly", fix="check sizes")
+                return left // right
+        raise ContractError(f"cannot evaluate shape entry {expr!r}", fix="fix the contract")
+
+    return walk(_parse(text))
+
+
+# ---------------------------------------------------------------------------- symbols
+
+
+def tensor_specs(contract: Contract) -> list[TensorSpec]:
+    return [arg.tensor for arg in contract.args if arg.kind == "tensor" and arg.tensor is not None]
+
+
+def shape_symbols(contract: Contract) -> set[str]:
+    """Symbols that size some tensor dimension (stride-only symbols excluded)."""
+    out: set[str] = set()
+    for spec in tensor_specs(contract):
+        for dim in spec.shape:
+            out |= expr_symbols(dim)
+    return out
+
+
+def free_stride_symbols(contract: Contract) -> set[str]:
+    """Stride symbols no shape determines: the harness chooses them (padded rows)."""
+    shape_syms = shape_symbols(contract)
+    out: set[str] = set()
+    for spec in tensor_specs(contract):
+        for stride in spec.strides or []:
+            out |= expr_symbols(stride) - shape_syms
+    return out
+
+
+def token_symbol(contract: Contract, catalog: Sequence[ShapeCase] = ()) -> str | None:
+    """The symbol that counts tokens: the one equal to ``case.tokens`` in every catalog case.
+
+    Falls back to a shape symbol named like a token count, then to the leading
+    dimension of the first tensor.
+    """
+    syms = shape_symbols(contract)
+    ordered = [s for s in contract.symbols if s in syms] + sorted(syms - set(contract.symbols))
+    with_values = [c for c in catalog if c.sizes]
+    if with_values:
+        matches = [s for s in ordered if all(c.sizes.get(s) == c.tokens for c in with_values)]
+        if len(matches) == 1:
+            return matches[0]
+        missing = [s for s in ordered if all(s not in c.sizes for c in with_values)]
+        if len(missing) == 1:
+            return missing[0]
+    for s in ordered:
+        if "token" in s.lower() or s in ("N", "T", "M", "batch", "num_rows"):
+            return s
+    specs = tensor_specs(contract)
+    if specs and specs[0].shape and isinstance(specs[0].shape[0], str) and specs[0].shape[0] in syms:
+        return specs[0].shape[0]
+    return None
+
+
+def resolve_sizes(contract: Contract, case: ShapeCase, catalog: Sequence[ShapeCase] = ()) -> dict[str, int]:
+    """Every shape symbol of the contract -> value for one catalog case."""
+    sizes = {k: int(v) for k, v in case.sizes.items()}
+    token = token_symbol(contract, catalog or [case])
+    if token is not None and token not in sizes:
+        sizes[token] = case.tokens
+    missing = shape_symbols(contract) - set(sizes)
+    if missing:
+        raise ContractError(
+            f"shape {case.label} gives no value for {', '.join(sorted(missing))}",
+            fix="add the symbols to the shape catalog entry (extract/shapes/*.toml) or the contract",
+        )
+    return sizes
+
+
+def derived_symbols(contract: Contract, catalog: Sequence[ShapeCase], token: str | None) -> dict[str, tuple[str, int]]:
+    """Width symbols that are a fixed integer multiple of another in every catalog case.
+
+    Example: silu_and_mul's input width is twice its output width. Static inference
+    records that only as a RuntimeCheck text; the catalog proves it on data, and a
+    held-out draw must keep it (varying one alone would be a shape the kernel
+    rejects, not a test).
+    """
+    syms = sorted(shape_symbols(contract) - {token})
+    cases = [resolve_sizes(contract, c, catalog) for c in catalog]
+    if not cases:
+        return {}
+    out: dict[str, tuple[str, int]] = {}
+    for a in syms:
+        for b in syms:
+            if a == b or b in out:
+                continue
+            ratios = {sizes[a] / sizes[b] if sizes[b] else math.nan for sizes in cases}
+            if len(ratios) == 1:
+                ratio = ratios.pop()
+                if ratio >= 2 and float(ratio).is_integer():
+                    out[a] = (b, int(ratio))
+                    break
+                if ratio == 1 and a > b:  # two names for one width: keep them equal
+                    out[a] = (b, 1)
+                    break
+    return out
+
+
+def template_ints(inst: Instantiation) -> set[int]:
+    """Integer literals among an instantiation's template arguments (a specialised width)."""
+    out = set()
+    for arg in inst.template_args:
+        text = str(arg).strip()
+        if text.isdigit():
+            out.add(int(text))
+    return out
+
+
+def instantiations_for(contract: Contract, instantiations: Sequence[Instantiation]) -> list[Instantiation]:
+    """Instantiations that export the contract's entry."""
+    return [inst for inst in instantiations if any(export == contract.entry for export, _ in inst.wrappers)]
+
+
+def select_instantiation(
+    contract: Contract, instantiations: Sequence[Instantiation], dtype: str, sizes: dict[str, int]
+) -> Instantiation:
+    """The instantiation that serves ``dtype`` at ``sizes``.
+
+    An instantiation specialised on a width (an integer template argument, like
+    rmsnorm's hidden size) serves only shapes that have that width. Among several
+    that fit, the first in task order wins: the extractor lists SGLang's default
+    variant first.
+    """
+    pool = [i for i in instantiations_for(contract, instantiations) if i.dtype == dtype]
+    if not pool:
+        raise ContractError(
+            f"no instantiation of {contract.entry} for dtype {dtype}",
+            fix="re-run `kernelsmith extract` or drop that dtype",
+        )
+    values = set(sizes.values())
+    fitting = [i for i in pool if template_ints(i) <= values]
+    if not fitting:
+        raise ContractError(
+            f"no {dtype} instantiation of {contract.entry} fits sizes {sizes} "
+            f"(specialised on {sorted({n for i in pool for n in template_ints(i)})})",
+            fix="add the width to the shape catalog and re-run `kernelsmith extract`",
+        )
+    return fitting[0]
+
+
+def accepted(contract: Contract, symbol: str, value: int) -> bool:
+    """Whether a width passes the contract's declared limits."""
+    if value <= 0:
+        return False
+    if symbol in contract.allowed_values and value not in contract.allowed_values[symbol]:
+        return False
+    if symbol in contract.divisibility and value % contract.divisibility[symbol]:
+        return False
+    if symbol in contract.max_values and value > contract.max_values[symbol]:
+        return False
+    return True
+
+
+def _odd_token_count(rng: random.Random, index: int) -> int:
+    bands = [(3, 63), (65, 1023), (1025, 8191)]
+    lo, hi = bands[index % len(bands)]
+    value = rng.randrange(lo, hi + 1)
+    return value if value % 2 else value + 1
+
+
+def draw_held_out(
+    contract: Contract,
+    catalog: Sequence[ShapeCase],
+    count: int,
+    rng: random.Random,
+    *,
+    instantiations: Sequence[Instantiation] = (),
+    dtypes: Iterable[str] = (),
+) -> list[ShapeCase]:
+    """Fresh shapes for one evaluation: T=1 first, then odd token counts; widths varied.
+
+    Widths: a symbol with ``allowed_values`` cycles through them (shuffled), so
+    ``count`` draws cover every accepted width when ``count`` is at least their
+    number; a symbol with ``divisibility`` gets a random multiple up to
+    ``max_values`` (else the catalog's largest); other widths keep a catalog
+    case's values. A width that an instantiation is specialised on is drawn only
+    among the widths every requested dtype has an instantiation for.
+    """
+    if count <= 0 or not catalog:
+        return []
+    token = token_symbol(contract, catalog)
+    derived = derived_symbols(contract, catalog, token)
+    base_sizes = [resolve_sizes(contract, c, catalog) for c in catalog]
+    widths = sorted(shape_symbols(contract) - {token} - set(derived))
+    # widths pinned by template specialisation, per dtype: only values every dtype has
+    pool = instantiations_for(contract, instantiations)
+    dtypes = list(dtypes) or sorted({i.dtype for i in pool})
+    per_dtype = [set().union(*[template_ints(i) for i in pool if i.dtype == d]) for d in dtypes]
+    bound: dict[str, set[int]] = {}
+    for w in widths:
+        catalog_values = {s[w] for s in base_sizes}
+        if per_dtype and all(ints and catalog_values <= ints for ints in per_dtype):
+            common = set.intersection(*per_dtype)
+            bound[w] = {v for v in common if accepted(contract, w, v)}
+    cycles: dict[str, list[int]] = {}
+    for w in widths:
+        if w in bound:
+            cycles[w] = sorted(bound[w])
+        elif w in contract.allowed_values:
+            cycles[w] = sorted(v for v in contract.allowed_values[w] if accepted(contract, w, v))
+        if w in cycles:
+            rng.shuffle(cycles[w])
+    out: list[ShapeCase] = []
+    attempts = 0
+    while len(out) < count and attempts < count * 50:
+        attempts += 1
+        index = len(out)
+        base = dict(rng.choice(base_sizes))
+        for w in widths:
+            if cycles.get(w):
+                base[w] = cycles[w][index % len(cycles[w])]
+            elif w in contract.divisibility:
+                step = contract.divisibility[w]
+                top = contract.max_values.get(w, max(s[w] for s in base_sizes))
+                base[w] = step * rng.randint(1, max(1, top // step))
+        for sym, (src, factor) in derived.items():
+            base[sym] = base[src] * factor
+        if token is not None:
+            base[token] = 1 if index == 0 else _odd_token_count(rng, index)
+        if not all(accepted(contract, s, v) for s, v in base.items() if s != token):
+            continue
+        biggest = max((_numel(spec, base) for spec in tensor_specs(contract)), default=0)
+        if token is not None and biggest > MAX_HELD_OUT_ELEMENTS and base[token] > 1:
+            per_token = max(1, biggest // base[token])
+            base[token] = max(1, (MAX_HELD_OUT_ELEMENTS // per_token) | 1)
+        tokens = base.get(token, 1) if token is not None else 1
+        dims = ",".join(f"{k}={v}" for k, v in sorted(base.items()))
+        out.append(ShapeCase(model="held-out", tokens=tokens, sizes=base, source=f"held-out draw {index}: {dims}"))
+    return out
+
+
+def _numel(spec: TensorSpec, sizes: dict[str, int]) -> int:
+    try:
+        return math.prod(eval_expr(d, sizes) for d in spec.shape)
+    except ContractError:
+        return 0
+
+
+# ---------------------------------------------------------------------------- tensor plans
+
+
+def canonical_dtype(name: str, case_dtype: str) -> str:
+    """A TensorSpec dtype ("T" = the instantiation's) in the harness's short spelling."""
+    if name == "T":
+        return case_dtype
+    short = _DTYPE_ALIASES.get(name, name)
+    if short not in ITEMSIZE:
+        raise ContractError(f"tensor dtype {name!r} is not one the harness can fill", fix="fix the contract")
+    return short
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    """Where one tensor argument lives inside its flat storage."""
+
+    name: str
+    role: str  # input | output | inout
+    dtype: str  # short spelling: bf16, fp16, fp32, int32, ...
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    offset: int  # elements before the first one (the leading guard band)
+    storage_numel: int
+    value_range: tuple[float, float] | None = None
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self.dtype]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the logical elements (what the kernel must move), not of the storage."""
+        return self.numel * self.itemsize
+
+    @property
+    def contiguous(self) -> bool:
+        expect = 1
+        for size, stride in zip(reversed(self.shape), reversed(self.strides)):
+            if size != 1 and stride != expect:
+                return False
+            expect *= size
+        return True
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_DTYPES
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """Every argument of one call, in call order: TensorPlans and plain scalar values."""
+
+    args: tuple[TensorPlan | Any, ...]
+    sizes: dict[str, int] = field(default_factory=dict)
+    strides_chosen: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def tensors(self) -> list[TensorPlan]:
+        return [a for a in self.args if isinstance(a, TensorPlan)]
+
+    def index(self, name: str) -> int:
+        for i, arg in enumerate(self.args):
+            if isinstance(arg, TensorPlan) and arg.name == name:
+                return i
+        raise KeyError(name)
+
+
+def scalar_value(contract: Contract, index: int) -> Any:
+    arg = contract.args[index]
+    spec = arg.scalar
+    if spec is None:
+        raise ContractError(f"scalar argument {index} of {contract.entry} has no spec", fix="fix the contract")
+    if spec.value is None:
+        if spec.type == "bool":
+            return False
+        raise ContractError(
+            f"scalar {spec.name!r} of {contract.entry} has no value to call with",
+            fix="give it a value in the curated contract (extract/curated/*.toml)",
+        )
+    if spec.type == "float":
+        return float(spec.value)
+    if spec.type == "int":
+        return int(spec.value)
+    if spec.type == "bool":
+        return bool(spec.value)
+    return spec.value
+
+
+def plan_call(
+    contract: Contract, sizes: dict[str, int], dtype: str, layout: Layout = "contiguous", rng: random.Random | None = None
+) -> CallPlan:
+    """Shapes, strides and storage of every argument for one call."""
+    rng = rng or random.Random(0)
+    free = free_stride_symbols(contract)
+    chosen: dict[str, int] = {}
+    args: list[TensorPlan | Any] = []
+    for index, arg in enumerate(contract.args):
+        if arg.kind == "scalar":
+            args.append(scalar_value(contract, index))
+            continue
+        spec = arg.tensor
+        assert spec is not None
+        tdtype = canonical_dtype(spec.dtype, dtype)
+        itemsize = ITEMSIZE[tdtype]
+        shape = tuple(eval_expr(d, sizes) for d in spec.shape)
+        if any(s < 0 for s in shape):
+            raise ContractError(f"tensor {spec.name} has a negative size {shape}", fix="check the shape catalog")
+        strides = [0] * len(shape)
+        inner = 1
+        for dim in reversed(range(len(shape))):
+            contiguous = inner
+            entry = spec.strides[dim] if spec.strides is not None and dim < len(spec.strides) else None
+            if entry is None:
+                stride = contiguous
+            else:
+                names = expr_symbols(entry)
+                if names & free:
+                    if len(names) != 1 or not isinstance(entry, str) or entry.strip() not in free:
+                        raise ContractError(
+                            f"stride {entry!r} of {spec.name} mixes a free stride symbol into an expression",
+                            fix="give the stride as a single symbol or an expression of sizes",
+                        )
+                    sym = entry.strip()
+                    if sym not in chosen:
+                        pad_unit = max(1, STRIDE_PAD_BYTES // itemsize)
+                        pad = pad_unit * rng.randint(1, 3) if layout == "strided" and dim < len(shape) - 1 else 0
+                        chosen[sym] = contiguous + pad
+                    stride = chosen[sym]
+                    if stride < contiguous:
+                        raise ContractError(
+                            f"stride {sym}={stride} is too small for tensor {spec.name} (needs >= {contiguous})",
+                            fix="use distinct stride symbols for tensors of different widths",
+                        )
+                else:
+                    stride = eval_expr(entry, sizes)
+            strides[dim] = stride
+            inner = stride * max(shape[dim], 1)
+        guard = max(1, GUARD_BYTES // itemsize)
+        span = 0 if 0 in shape else 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+        args.append(
+            TensorPlan(
+                name=spec.name,
+                role=spec.role,
+                dtype=tdtype,
+                shape=shape,
+                strides=tuple(strides),
+                offset=guard,
+                storage_numel=guard + span + guard,
+                value_range=tuple(spec.value_range) if spec.value_range is not None else None,
+            )
+        )
+    return CallPlan(args=tuple(args), sizes=dict(sizes), strides_chosen=chosen)
+
+
+def layouts_for(contract: Contract) -> list[Layout]:
+    """Layouts worth testing: strided only when some stride is free (a padded row is allowed)."""
+    return ["contiguous", "strided"] if free_stride_symbols(contract) else ["contiguous"]
+
+
+# ---------------------------------------------------------------------------- filling (torch)
+
+
+def torch_dtype(short: str):
+    import torch
+
+    return {
+        "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64,
+        "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool, "int16": torch.int16,
+        "int32": torch.int32, "int64": torch.int64,
+    }[short]  # fmt: skip
+
+
+def bits_dtype(short: str):
+    """The integer dtype of the same width, for bit-exact views."""
+    import torch
+
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[ITEMSIZE[short]]
+
+
+def _signed(bits: int, width_bytes: int) -> int:
+    limit = 1 << (8 * width_bytes)
+    return bits - limit if bits >= limit // 2 and width_bytes > 1 else bits
+
+
+def poison_value(short: str) -> int:
+    """The poison as the signed integer the bit view holds."""
+    return _signed(POISON_BITS[short], ITEMSIZE[short])
+
+
+def view_of(storage, plan: TensorPlan):
+    """The logical tensor inside a flat storage."""
+    return storage.as_strided(plan.shape, plan.strides, plan.offset)
+
+
+def _row_split(shape: tuple[int, ...]) -> tuple[int, int]:
+    if not shape:
+        return 1, 1
+    rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
+    return rows, shape[-1]
+
+
+def logical_values(plan: TensorPlan, distribution: Distribution, gen, device):
+    """Values for one input tensor, contiguous, in the plan's dtype."""
+    import torch
+
+    shape = plan.shape
+    if not plan.is_float:
+        if plan.dtype == "bool":
+            return torch.randint(0, 2, shape, generator=gen, device=device).to(torch.bool)
+        if plan.value_range is None:
+            raise ContractError(
+                f"integer tensor {plan.name} has no value_range: the harness cannot invent valid indices",
+                fix="give it a value_range in the curated contract",
+            )
+        lo, hi = int(plan.value_range[0]), int(plan.value_range[1])
+        return torch.randint(lo, hi + 1, shape, generator=gen, device=device, dtype=torch_dtype(plan.dtype))
+    out_dtype = torch_dtype(plan.dtype)
+    if plan.numel == 0:
+        return torch.empty(shape, dtype=out_dtype, device=device)
+    if distribution == "normal":
+        values = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+    elif distribution == "uniform":
+        values = torch.rand(shape, generator=gen, device=device, dtype=torch.float32) * 6.0 - 3.0
+    elif distribution == "edge":
+        values = _edge_values(plan, gen, device)
+    else:  # pragma: no cover - Literal guards it
+        raise ValueError(distribution)
+    if plan.value_range is not None:
+        values = values.clamp(float(plan.value_range[0]), float(plan.value_range[1]))
+    return values.to(out_dtype)
+
+
+def _edge_values(plan: TensorPlan, gen, device):
+    """Rows of zeros, of tiny, of large, of negative values, and rows mixing all of them.
+
+    Whole-row modes matter for row-wise kernels (a norm over a zero row exercises
+    eps; a row of large values exercises overflow in a sum of squares); the mixed
+    rows put every kind next to each other within one vector load.
+    """
+    import torch
+
+    rows, width = _row_split(plan.shape)
+    large, tiny = LARGE[plan.dtype], TINY[plan.dtype]
+    normal = torch.randn((rows, width), generator=gen, device=device, dtype=torch.float32)
+    sign = torch.where(torch.rand((rows, width), generator=gen, device=device) < 0.5, -1.0, 1.0)
+    mag = torch.rand((rows, width), generator=gen, device=device, dtype=torch.float32)
+    kind = torch.rand((rows, width), generator=gen, device=device)
+    mixed = torch.where(kind < 0.15, torch.zeros_like(normal), normal)
+    mixed = torch.where((kind >= 0.15) & (kind < 0.30), sign * tiny * (1 + 7 * mag), mixed)
+    mixed = torch.where((kind >= 0.30) & (kind < 0.40), sign * large * (0.5 + 0.5 * mag), mixed)
+    mixed = torch.where((kind >= 0.40) & (kind < 0.55), -(normal.abs() * 4 + 1), mixed)
+    if rows == 1:
+        return mixed.reshape(plan.shape)
+    mode = torch.randint(0, 5, (rows, 1), generator=gen, device=device)
+    out = mixed
+    out = torch.where(mode == 1, torch.zeros_like(normal), out)
+    out = torch.where(mode == 2, sign * tiny * (1 + 7 * mag), out)
+    out = torch.where(mode == 3, sign * large * (0.5 + 0.5 * mag), out)
+    out = torch.where(mode == 4, -(normal.abs() * 4 + 0.01), out)
+    return out.reshape(plan.shape)
+
+
+def input_image(plan: TensorPlan, distribution: Distribution, gen, device):
+    """A whole storage for an input/inout tensor: noise in guards and gaps, values inside."""
+    import torch
+
+    dtype = torch_dtype(plan.dtype)
+    if plan.is_float:
+        image = (torch.randn(plan.storage_numel, generator=gen, device=device, dtype=torch.float32) * 1e3).to(dtype)
+    elif plan.dtype == "bool":
+        image = torch.zeros(plan.storage_numel, device=device, dtype=dtype)
+    else:
+        image = torch.randint(-1000, 1000, (plan.storage_numel,), generator=gen, device=device).to(dtype)
+    view_of(image, plan).copy_(logical_values(plan, distribution, gen, device))
+    return image
+
+
+def poison_image(plan: TensorPlan, device):
+    """A whole storage holding the poison bit pattern everywhere."""
+    import torch
+
+    image = torch.empty(plan.storage_numel, device=device, dtype=torch_dtype(plan.dtype))
+    image.view(bits_dtype(plan.dtype)).fill_(poison_value(plan.dtype))
+    return image
+
+
+def garbage_image(plan: TensorPlan, gen, device):
+    """A whole storage of finite random values: what an output holds before a second run.
+
+    Unlike the NaN poison, finite garbage survives arithmetic: a kernel that reads
+    its output before writing it (or skips some of it) yields wrong finite values.
+    """
+    import torch
+
+    dtype = torch_dtype(plan.dtype)
+    if plan.is_float:
+        return (torch.randn(plan.storage_numel, generator=gen, device=device, dtype=torch.float32) * 777.0).to(dtype)
+    if plan.dtype == "bool":
+        return torch.ones(plan.storage_numel, device=device, dtype=dtype)
+    return torch.randint(-999, 999, (plan.storage_numel,), generator=gen, device=device).to(dtype)
+
+
+class Buffers:
+    """Device storages for one CallPlan, and the argument list that calls a kernel on them."""
+
+    def __init__(self, plan: CallPlan, device) -> None:
+        import torch
+
+        self.plan = plan
+        self.device = device
+        self.storages = {
+            t.name: torch.empty(t.storage_numel, dtype=torch_dtype(t.dtype), device=device) for t in plan.tensors
+        }
+        self.views = {t.name: view_of(self.storages[t.name], t) for t in plan.tensors}
+
+    def args(self) -> list[Any]:
+        return [self.views[a.name] if isinstance(a, TensorPlan) else a for a in self.plan.args]
+
+    def load(self, images: dict[str, Any]) -> None:
+        """Copy whole-storage images into the buffers (on the current stream)."""
+        for name, image in images.items():
+            self.storages[name].copy_(image)
+
+    def nbytes(self) -> int:
+        return sum(s.numel() * s.element_size() for s in self.storages.values())
+
+
+def make_images(plan: CallPlan, distribution: Distribution, gen, device, *, outputs: str = "poison") -> dict[str, Any]:
+    """Images for every tensor: inputs/inout get values, outputs get poison or garbage."""
+    images = {}
+    for t in plan.tensors:
+        if t.role == "output":
+            images[t.name] = poison_image(t, device) if outputs == "poison" else garbage_image(t, gen, device)
+        else:
+            images[t.name] = input_image(t, distribution, gen, device)
+    return images

@@ -1,0 +1,135 @@
+"""Run one worker process with a deadline; whatever it does, the parent goes on.
+
+A candidate kernel can fault (illegal address: the CUDA context is lost for the
+rest of the process), hang (a spin on a flag no one sets), or abort the
+interpreter. So every evaluation runs in ``python -m optimize.harness.worker
+request.json result.json``, started in its own process session, and this module
+turns what happened to it into one of: finished (a result file was written),
+crashed (it exited without one: signal or non-zero exit), or timeout (killed at
+the deadline, its whole process group with it).
+
+What must stay true:
+- Only the process group this module started is ever killed, by its id.
+- The worker's stderr goes to a file, not a pipe: a chatty or stuck worker can
+  never block on a full pipe, and its last lines are kept as evidence
+  (``stderr_tail``) for the Evaluation's detail.
+- No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from optimize.harness.protocol import WorkerRequest, WorkerResult
+from pipeline.records import write_record
+
+TAIL_CHARS = 4000
+WORKER_MODULE = "optimize.harness.worker"
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    status: Literal["finished", "crashed", "timeout"]
+    returncode: int | None
+    seconds: float
+    stderr_tail: str
+    result: WorkerResult | None
+
+    @property
+    def summary(self) -> str:
+        if self.status == "timeout":
+            return f"worker killed after its deadline ({self.seconds:.1f} s)"
+        if self.status == "crashed":
+            code = self.returncode
+            if code is not None and code < 0:
+                try:
+                    return f"worker died on signal {signal.Signals(-code).name}"
+                except ValueError:
+                    return f"worker died on signal {-code}"
+            return f"worker exited with status {code} without a result"
+        return "worker finished"
+
+
+def tail(text: str, limit: int = TAIL_CHARS) -> str:
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def run_process(
+    argv: Sequence[str],
+    *,
+    timeout_s: float,
+    workdir: pathlib.Path,
+    result_path: pathlib.Path,
+    env: dict[str, str] | None = None,
+) -> tuple[str, int | None, float, str]:
+    """Run ``argv`` in a new session; return (status, returncode, seconds, stderr tail)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    stdout_path = workdir / "worker.stdout"
+    stderr_path = workdir / "worker.stderr"
+    start = time.monotonic()
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=err, env=env, start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=timeout_s)
+            status = "finished" if returncode == 0 and result_path.is_file() else "crashed"
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            returncode = None
+            status = "timeout"
+    seconds = time.monotonic() - start
+    text = stderr_path.read_text(encoding="utf-8", errors="replace")
+    stdout_text = stdout_path.read_text(encoding="utf-8", errors="replace")
+    if stdout_text.strip():
+        text = text + ("\n[stdout]\n" + stdout_text if text else stdout_text)
+    return status, returncode, seconds, tail(text)
+
+
+def run_worker(
+    request: WorkerRequest,
+    workdir: str | os.PathLike[str],
+    *,
+    timeout_s: float,
+    argv_prefix: Sequence[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> WorkerRun:
+    """Write the request, run the worker under a deadline, read the result if there is one.
+
+    ``argv_prefix`` replaces ``[python, -m, optimize.harness.worker]`` (tests use
+    it to run a stand-in; profilers wrap the worker in ``ncu``/``compute-sanitizer``).
+    """
+    workdir = pathlib.Path(workdir)
+    request_path = workdir / "request.json"
+    result_path = workdir / "result.json"
+    result_path.unlink(missing_ok=True)
+    write_record(request, request_path)
+    prefix = list(argv_prefix) if argv_prefix is not None else [sys.executable, "-m", WORKER_MODULE]
+    run_env = dict(os.environ if env is None else env)
+    root = str(pathlib.Path(__file__).resolve().parents[2])
+    run_env["PYTHONPATH"] = root + (os.pathsep + run_env["PYTHONPATH"] if run_env.get("PYTHONPATH") else "")
+    run_env.setdefault("PYTHONUNBUFFERED", "1")
+    status, code, seconds, stderr_tail = run_process(
+        [*prefix, str(request_path), str(result_path)],
+        timeout_s=timeout_s,
+        workdir=workdir,
+        result_path=result_path,
+        env=run_env,
+    )
+    result = None
+    if status == "finished":
+        try:
+            result = WorkerResult.model_validate_json(result_path.read_text(encoding="utf-8"))
+        except ValueError as err:
+            status = "crashed"
+            stderr_tail = tail(f"{stderr_tail}\nunreadable result file {result_path}: {err}")
+    return WorkerRun(status=status, returncode=code, seconds=seconds, stderr_tail=stderr_tail, result=result)

@@ -1,0 +1,50 @@
+"""Load a built module and call its exports, exactly the way SGLang does at run time.
+
+SGLang's ``load_jit`` ends in ``tvm_ffi.load_module(path)`` and calls
+``module.<export>(tensor, ...)`` with torch tensors; tvm-ffi converts them through
+DLPack and sets its environment stream to torch's *current* stream for the call,
+so a kernel launched with ``LaunchKernel(..., device)`` runs on whatever stream
+the caller made current (a CUDA-graph capture stream included). The harness uses
+the same path, so what it measures is what SGLang runs.
+
+What must stay true:
+- ``tvm_ffi`` loads each module with ``RTLD_LOCAL``: the baseline and a candidate
+  that define the same template symbols stay separate, each module calls its own
+  kernels.
+- Modules stay loaded for the life of the process (``keep_module_alive``): tvm-ffi
+  objects returned by an export must never outlive their library's code.
+- Imports tvm_ffi lazily; this module is GPU-side but importable anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from optimize.harness.errors import HarnessError
+
+_MODULES: dict[str, Any] = {}
+
+
+def load(path: str | os.PathLike[str]) -> Any:
+    """The tvm-ffi module at ``path`` (loaded once per process)."""
+    key = os.fspath(path)
+    if key not in _MODULES:
+        if not os.path.isfile(key):
+            raise HarnessError(f"built module {key} does not exist", fix="rebuild it (the build cache may have moved)")
+        import tvm_ffi
+
+        _MODULES[key] = tvm_ffi.load_module(key)
+    return _MODULES[key]
+
+
+def function(path: str | os.PathLike[str], export: str) -> Callable[..., Any]:
+    """The export ``export`` of the module at ``path``; a clear error when it is not there."""
+    module = load(path)
+    try:
+        return module.get_function(export)
+    except AttributeError as err:
+        raise HarnessError(
+            f"module {os.fspath(path)} has no export {export!r}",
+            fix="the build and the request disagree on export names; rebuild with pipeline.build",
+        ) from err

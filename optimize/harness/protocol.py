@@ -1,0 +1,129 @@
+"""The request and result records exchanged with the worker process.
+
+Why a file protocol: every evaluation runs in a separate process
+(:mod:`optimize.harness.worker`) so that an illegal memory access, a hang or an
+abort in a candidate kills only that process. The parent writes a
+:class:`WorkerRequest` as JSON, starts ``python -m optimize.harness.worker
+request.json result.json``, and reads a :class:`WorkerResult` back. Both are
+frozen pydantic records (``extra="forbid"``), so a field typo on either side is an
+error, not a silently ignored setting.
+
+What must stay true:
+- The request is complete: the worker reads nothing else (no task folder, no
+  config file). A request file alone reproduces an evaluation, bit for bit in
+  its inputs, because every case carries its own seed.
+- A result file exists only if the worker got to the end; a missing file means
+  the worker died, and the parent reports ``crashed`` or ``timeout``.
+- These records are internal to the harness; what other stages see is
+  :class:`pipeline.records.Evaluation`.
+- No torch here: the parent imports this on CPU-only machines.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pipeline.config import HarnessConfig
+from pipeline.records import Contract, Dtype, Record, VersionedRecord
+
+Distribution = Literal["normal", "uniform", "edge"]
+Layout = Literal["contiguous", "strided"]
+DISTRIBUTIONS: tuple[Distribution, ...] = ("normal", "uniform", "edge")
+
+
+class CheckCase(Record):
+    """One correctness check: a shape, a dtype, how to fill the inputs."""
+
+    label: str
+    sizes: dict[str, int]  # every size symbol of the contract -> value
+    dtype: Dtype
+    export: str  # the export name to call in both libraries
+    distribution: Distribution = "normal"
+    layout: Layout = "contiguous"
+    held_out: bool = False  # drawn fresh for this evaluation (not in the catalog)
+    seed: int  # seeds the input values of this case (from os.urandom in the parent)
+
+
+class TimingCase(Record):
+    label: str
+    sizes: dict[str, int]
+    dtype: Dtype
+    export: str
+
+
+class WorkerRequest(VersionedRecord):
+    mode: Literal["evaluate", "bench", "single"] = "evaluate"
+    op_id: str
+    contract: Contract
+    baseline_library: str
+    candidate_library: str | None = None  # None: the baseline is checked on its own
+    checks: list[CheckCase] = Field(default_factory=list)
+    timings: list[TimingCase] = Field(default_factory=list)
+    harness: HarnessConfig = Field(default_factory=HarnessConfig)
+    device_cache_dir: str  # where <gpu-name>.json with copy bandwidth / latency lives
+    stop_at_first_failure: bool = True
+    torch_eager: bool = False  # bench: also time the PyTorch reference eagerly
+    torch_compile: bool = False  # bench: also time it through torch.compile
+    # mode "single" (profilers): call this library's export once per case, few times
+    single_library: str | None = None
+    single_calls: int = 3
+
+
+class CheckResult(Record):
+    label: str
+    sizes: dict[str, int]
+    dtype: Dtype
+    distribution: Distribution
+    layout: Layout
+    held_out: bool
+    status: Literal["pass", "fail", "skipped"]
+    failure: Literal["incorrect", "crashed"] | None = None
+    reason: str = ""
+    bitwise_equal: bool | None = None  # candidate == baseline bit for bit, on every output
+    max_abs_err: float | None = None  # candidate vs baseline, over finite elements
+    ref_rel_err: float | None = None  # ||impl - ref|| / ||ref|| of the checked impl
+    baseline_ref_rel_err: float | None = None
+    seconds: float = 0.0
+
+
+class TimingResult(Record):
+    label: str
+    sizes: dict[str, int]
+    dtype: Dtype
+    bytes: int  # contract-counted bytes moved by one call
+    calls_per_graph: int
+    buffer_sets: int
+    repeats: int
+    baseline_us: float
+    baseline_spread_pct: float
+    candidate_us: float | None = None
+    candidate_spread_pct: float | None = None
+    eager_us: float | None = None
+    compile_us: float | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class DeviceInfo(Record):
+    """Per-device ceilings, measured once and cached (see :mod:`optimize.harness.roofline`)."""
+
+    name: str
+    sm_count: int
+    l2_bytes: int
+    copy_gbps: float  # large device-to-device copy, bytes read + written per second / 1e9
+    copy_spread_pct: float
+    min_kernel_us: float  # an empty kernel, back to back in a CUDA graph
+    torch: str
+    cuda: str
+    measured_at: str
+
+
+class WorkerResult(VersionedRecord):
+    status: Literal["ok", "incorrect", "crashed", "baseline_failed"]
+    detail: str = ""
+    checks: list[CheckResult] = Field(default_factory=list)
+    timings: list[TimingResult] = Field(default_factory=list)
+    device: DeviceInfo | None = None
+    seconds: dict[str, float] = Field(default_factory=dict)  # test / profile inside the worker
+    notes: list[str] = Field(default_factory=list)

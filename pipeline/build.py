@@ -1,0 +1,750 @@
+"""Build a task's kernels (or a candidate's) exactly as SGLang's ``load_jit`` would.
+
+One build = one translation unit ``cuda.cu`` generated the way SGLang generates its
+header-only wrapper: tvm-ffi's headers, ``#include`` of each CUDA file of the
+recipe, then inside ``namespace sglang {`` one
+``TVM_FFI_DLL_EXPORT_TYPED_FUNC(export, (Entry));`` per wrapper of each requested
+instantiation. It is compiled with SGLang's nvcc flags plus ``-Xptxas=-v`` (the
+per-kernel resource report, parsed into :class:`KernelResources`) and, with
+``link=True``, linked into a module ``tvm_ffi.load_module`` can open.
+
+Export naming (:func:`export_name`): compile time bounds how many candidates we
+can try, so all requested instantiations go into ONE unit; their exports would
+clash, so every export is suffixed with the instantiation's dtype:
+``run_activation`` of the bf16 instantiation is exported as
+``run_activation__bf16``. The suffix is added even when a single instantiation is
+built, so a caller never has to know how many were built together. Two requested
+instantiations with the same dtype are refused (a task has one per dtype).
+
+Sources: a task folder holds ``src/<package-relative path>``. A build never reads
+the task folder in place and never writes to it: it copies ``src/`` (with the
+caller's ``overrides`` — a candidate's spliced files — applied) into a private
+staging folder and compiles there, with relative paths (``cwd`` = staging), so
+compiler messages name package-relative files and nothing depends on where the
+cache lives.
+
+Cache (``cache_root/<key>/``), what must stay true:
+- ``key`` = :func:`pipeline.records.content_hash` over the wrapper text, every file
+  of the task's ``src/`` tree with overrides applied, the compile and link
+  argument lists (in a location-free form: ``@tvm_ffi``-style tokens, paths
+  relative to the staging folder), whether we link, the arch, and the toolchain
+  fingerprint (nvcc and host compiler ``--version`` text, tvm-ffi version).
+  Anything that can change the produced binary is in it; install paths are not,
+  so the same inputs key the same on every machine.
+- A build happens in ``cache_root/.staging-<uuid>/`` and is published by one
+  ``os.replace`` rename, so an entry is complete or absent; entries are never
+  edited after publication. Concurrent builders of one key both compile; the
+  loser of the rename discards its copy and uses the winner's (identical) entry.
+  Inside one process, builders of one key are serialised so only one compiles.
+- Only successful builds are cached. Failures depend on things outside the key
+  (timeouts, a killed compiler, a full disk) and are cheap to repeat.
+- A cache hit does not compile; it returns the stored report with
+  ``cached=True``, ``seconds`` = this lookup's time and ``library`` pointing into
+  the entry as it is found now (the cache folder may have moved).
+
+Failures: a compile error, a timeout or a crashed compiler is a
+``BuildReport(ok=False, stderr=...)``, never an exception. A missing toolchain
+(nvcc, host compiler, tvm-ffi) raises :class:`pipeline.errors.ToolchainError`: it
+is the machine's fault, not the candidate's, and must stop the run. Compiler
+messages that point into a file with editable spans are annotated with the
+region's own line numbers (``[region act_and_mul_kernel line 12]``), which is
+what a repair prompt can act on.
+
+This module imports neither torch nor CUDA.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import posixpath
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+
+from pipeline import toolchain
+from pipeline.toolchain import find_nvcc, toolchain_fingerprint  # noqa: F401  (re-exported: the build API)
+from pipeline.errors import ConfigError, ToolchainError
+from pipeline.records import BuildRecipe, BuildReport, Instantiation, KernelResources, Span, Task, content_hash
+
+KEY_SCHEMA = "kernelsmith.build/1"  # bump when the build changes in a way the key does not see
+WRAPPER_NAME = "cuda.cu"
+OBJECT_NAME = "cuda.o"
+LIBRARY_NAME = "module.so"
+REPORT_NAME = "build.json"  # the BuildReport, library stored relative to the entry
+INPUTS_NAME = "inputs.json"  # what the key was taken over, for humans auditing a build
+LOG_NAME = "compile.log"  # raw compiler and linker output
+SRC_DIR = "src"
+STAGING_PREFIX = ".staging-"
+TVM_FFI_TOKEN = "@tvm_ffi"
+DLPACK_TOKEN = "@dlpack"
+_TVM_FFI_LIB_TOKEN = "@tvm_ffi_lib"
+_CUDA_LIB_TOKEN = "@cuda_lib"
+
+# What tvm-ffi's generated units include; the wrapper's export macro lives in
+# function.h and must not depend on the kernel's own includes pulling it in.
+FFI_INCLUDES = (
+    "tvm/ffi/container/tensor.h",
+    "tvm/ffi/dtype.h",
+    "tvm/ffi/error.h",
+    "tvm/ffi/extra/c_env_api.h",
+    "tvm/ffi/function.h",
+)
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ARCH = re.compile(r"sm_(\d+[a-z]?)")
+
+
+# --------------------------------------------------------------------------- wrapper
+
+
+def export_name(export: str, inst: Instantiation) -> str:
+    """The name an instantiation's wrapper is exported under: ``<export>__<dtype>``."""
+    return f"{export}__{inst.dtype}"
+
+
+def wrapper_source(recipe: BuildRecipe, instantiations: Sequence[Instantiation]) -> str:
+    """The generated ``cuda.cu``: tvm-ffi headers, the recipe's CUDA files, one export per wrapper.
+
+    CUDA files are included by their path under the staging folder's ``src/``
+    (relative to ``cuda.cu``), so the text is the same wherever the build runs.
+    """
+    if not instantiations:
+        raise ValueError("build needs at least one instantiation")
+    seen: dict[str, Instantiation] = {}
+    lines = ["// Generated by kernelsmith (pipeline/build.py); SGLang load_jit-style wrapper."]
+    lines += [f"#include <{header}>" for header in FFI_INCLUDES]
+    lines += [f'#include "{SRC_DIR}/{path}"' for path in recipe.cuda_files]
+    lines.append("namespace sglang {")
+    for inst in instantiations:
+        for export, entry in inst.wrappers:
+            name = export_name(export, inst)
+            if not _IDENTIFIER.fullmatch(name):
+                raise ValueError(f"export name {name!r} is not a C identifier")
+            if name in seen:
+                raise ValueError(
+                    f"two instantiations export {name!r} (dtype {inst.dtype} requested twice?); "
+                    "build one instantiation per dtype per unit"
+                )
+            if any(ch in entry for ch in ";\n{}") or not entry.strip():
+                raise ValueError(f"entry {entry!r} of {export!r} is not a C++ function name")
+            seen[name] = inst
+            lines.append(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({name}, ({entry}));")
+    lines.append("}  // namespace sglang")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildPlan:
+    """Everything a build needs, decided before any compiler runs; ``key`` is its hash."""
+
+    key: str
+    files: dict[str, bytes]  # package-relative path -> bytes to compile (overrides applied)
+    overridden: frozenset[str]
+    wrapper: str
+    compile_args: tuple[str, ...]  # location-free form: tokens, paths relative to staging
+    link_args: tuple[str, ...] | None  # None when link=False
+    fingerprint: dict[str, str]
+    arch: str
+    nvcc: toolchain.Nvcc
+    host_cc: str
+    tvm_ffi: toolchain.TvmFfi
+
+    @property
+    def output_name(self) -> str:
+        return LIBRARY_NAME if self.link_args is not None else OBJECT_NAME
+
+    def resolve(self, args: Iterable[str]) -> list[str]:
+        """Replace location tokens by this machine's paths (deduplicating -I dirs, as SGLang does)."""
+        tokens = {
+            TVM_FFI_TOKEN: str(self.tvm_ffi.include_dir),
+            DLPACK_TOKEN: str(self.tvm_ffi.dlpack_include_dir),
+            _TVM_FFI_LIB_TOKEN: str(self.tvm_ffi.lib_dir),
+            _CUDA_LIB_TOKEN: str(self.nvcc.lib_dir),
+        }
+        out: list[str] = []
+        seen_includes: set[str] = set()
+        for arg in args:
+            for prefix in ("-I", "-L"):
+                if arg.startswith(prefix) and arg[2:] in tokens:
+                    arg = prefix + tokens[arg[2:]]
+            if arg.startswith("-I"):
+                if arg in seen_includes:
+                    continue
+                seen_includes.add(arg)
+            out.append(arg)
+        return out
+
+
+def _norm_rel(path: str, what: str) -> str:
+    """A package-relative POSIX path that stays inside the tree."""
+    norm = posixpath.normpath(str(path).replace("\\", "/"))
+    if norm.startswith("/") or norm == ".." or norm.startswith("../") or norm in ("", "."):
+        raise ValueError(f"{what} {path!r} must be a path relative to the package root, inside it")
+    return norm
+
+
+def _read_tree(root: pathlib.Path) -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            files[path.relative_to(root).as_posix()] = path.read_bytes()
+    return files
+
+
+def _gencode(arch: str) -> str:
+    match = _ARCH.fullmatch(arch)
+    if match is None:
+        raise ConfigError(f"build arch {arch!r} is not of the form sm_<N>[a]", fix="use e.g. arch = \"sm_90a\"")
+    target = match.group(1)
+    return f"-gencode=arch=compute_{target},code=sm_{target}"
+
+
+def plan(
+    task_dir: str | os.PathLike[str],
+    task: Task,
+    instantiations: Sequence[Instantiation],
+    *,
+    overrides: Mapping[str, bytes] | None = None,
+    link: bool = True,
+    extra_cuda_cflags: Sequence[str] = (),
+) -> BuildPlan:
+    """Resolve the toolchain, read the sources and compute the cache key; compiles nothing.
+
+    Raises ToolchainError (no nvcc / host compiler / tvm-ffi), ConfigError (the
+    task folder or recipe is unusable) or ValueError (bad arguments).
+    """
+    task_dir = pathlib.Path(task_dir)
+    recipe = task.build
+    if not recipe.header_only or recipe.cpp_files:
+        raise ConfigError(
+            f"{task.op_id}: kernelsmith builds header-only CUDA modules; this recipe has "
+            f"header_only={recipe.header_only}, cpp_files={recipe.cpp_files}",
+            fix="choose an op whose load_jit call is header-only with cuda_files only",
+        )
+    if not recipe.cuda_files:
+        raise ConfigError(f"{task.op_id}: build recipe has no cuda_files", fix="re-run `kernelsmith extract`")
+    nvcc = toolchain.find_nvcc()
+    tvm = toolchain.find_tvm_ffi()
+    host_cc = toolchain.find_host_compiler()
+    if link and not (nvcc.lib_dir / "libcudart.so").exists():
+        raise ToolchainError(
+            f"libcudart.so not found in {nvcc.lib_dir} (toolkit {nvcc.home})",
+            fix="install the full CUDA toolkit 12.8+ (with cudart) or set CUDA_HOME to it",
+        )
+
+    src_root = task_dir / SRC_DIR
+    if not src_root.is_dir():
+        raise ConfigError(f"task folder {task_dir} has no {SRC_DIR}/", fix="re-run `kernelsmith extract`")
+    files = _read_tree(src_root)
+    overridden: set[str] = set()
+    for path, data in (overrides or {}).items():
+        rel = _norm_rel(path, "override path")
+        if not isinstance(data, bytes):
+            raise ValueError(f"override {path!r} must be bytes, got {type(data).__name__}")
+        files[rel] = data
+        overridden.add(rel)
+    for cuda_file in recipe.cuda_files:
+        if _norm_rel(cuda_file, "cuda file") not in files:
+            raise ConfigError(
+                f"{task.op_id}: {cuda_file} is in the build recipe but not under {src_root}",
+                fix="re-run `kernelsmith extract` for this op",
+            )
+
+    wrapper = wrapper_source(recipe, instantiations)
+    includes: list[str] = []
+    for token in (TVM_FFI_TOKEN, DLPACK_TOKEN):  # the wrapper needs them even if a recipe forgot
+        if token not in recipe.include_dirs:
+            includes.append(f"-I{token}")
+    for entry in recipe.include_dirs:
+        if entry in (TVM_FFI_TOKEN, DLPACK_TOKEN):
+            includes.append(f"-I{entry}")
+        else:
+            rel = _norm_rel(entry, "include dir") if entry not in ("", ".") else ""
+            includes.append(f"-I{SRC_DIR}/{rel}".rstrip("/"))
+    cflags = list(recipe.cuda_cflags)
+    if "-Xptxas=-v" not in cflags:
+        cflags.append("-Xptxas=-v")
+    compile_args = (
+        "-Xcompiler",
+        "-fPIC",
+        _gencode(recipe.arch),
+        *cflags,
+        *extra_cuda_cflags,
+        *includes,
+        "-c",
+        WRAPPER_NAME,
+        "-o",
+        OBJECT_NAME,
+    )
+    link_args = (
+        (
+            OBJECT_NAME,
+            "-shared",
+            f"-L{_TVM_FFI_LIB_TOKEN}",
+            f"-l{tvm.lib_name}",
+            f"-L{_CUDA_LIB_TOKEN}",
+            "-lcudart",
+            "-o",
+            LIBRARY_NAME,
+        )
+        if link
+        else None
+    )
+    fingerprint = toolchain.toolchain_fingerprint()
+    parts: list[str | bytes] = [
+        KEY_SCHEMA,
+        wrapper,
+        json.dumps(compile_args),
+        json.dumps(link_args),
+        recipe.arch,
+        json.dumps(fingerprint, sort_keys=True),
+        str(len(files)),
+    ]
+    for rel in sorted(files):
+        parts += [rel, files[rel]]
+    return BuildPlan(
+        key=content_hash(*parts),
+        files=files,
+        overridden=frozenset(overridden),
+        wrapper=wrapper,
+        compile_args=compile_args,
+        link_args=link_args,
+        fingerprint=fingerprint,
+        arch=recipe.arch,
+        nvcc=nvcc,
+        host_cc=host_cc,
+        tvm_ffi=tvm,
+    )
+
+
+def build_key(
+    task_dir: str | os.PathLike[str],
+    task: Task,
+    instantiations: Sequence[Instantiation],
+    *,
+    overrides: Mapping[str, bytes] | None = None,
+    link: bool = True,
+    extra_cuda_cflags: Sequence[str] = (),
+) -> str:
+    """The cache key :func:`build` would use, without building."""
+    return plan(
+        task_dir, task, instantiations, overrides=overrides, link=link, extra_cuda_cflags=extra_cuda_cflags
+    ).key
+
+
+# --------------------------------------------------------------------------- build
+
+_key_locks: dict[str, threading.Lock] = {}
+_key_locks_guard = threading.Lock()
+
+
+def _lock_for(key: str) -> threading.Lock:
+    with _key_locks_guard:
+        return _key_locks.setdefault(key, threading.Lock())
+
+
+def _read_entry(entry: pathlib.Path) -> BuildReport | None:
+    """The stored report of a published entry, with ``library`` made absolute; None if unusable."""
+    try:
+        report = BuildReport.model_validate_json((entry / REPORT_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not report.ok or report.library is None or not (entry / report.library).is_file():
+        return None
+    return report.model_copy(update={"library": str(entry / report.library)})
+
+
+def _publish(staging: pathlib.Path, entry: pathlib.Path) -> bool:
+    """Rename *staging* to *entry*. True if ours was published; False if a valid entry
+    was already there (another builder won the race: its build is identical, ours is
+    dropped). A broken entry left by a crash is moved aside and replaced."""
+    for _ in range(2):
+        try:
+            os.replace(staging, entry)
+            return True
+        except OSError:
+            if _read_entry(entry) is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+                return False
+            trash = entry.with_name(f".trash-{uuid.uuid4().hex}")
+            try:
+                os.replace(entry, trash)
+            except OSError:
+                pass
+            shutil.rmtree(trash, ignore_errors=True)
+    os.replace(staging, entry)  # last try; an error here is a real filesystem problem
+    return True
+
+
+@dataclasses.dataclass
+class _Run:
+    returncode: int | None  # None when killed for time
+    output: str
+    seconds: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def _run(argv: list[str], cwd: pathlib.Path, timeout_s: float) -> _Run:
+    """Run a compiler in its own process group; on timeout kill that group (nvcc's
+    cicc/ptxas children included) by its id."""
+    start = time.monotonic()
+    if timeout_s <= 0:
+        return _Run(None, "", 0.0)
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
+    except FileNotFoundError as error:
+        raise ToolchainError(
+            f"{argv[0]} cannot be run: {error}", fix="reinstall the toolchain (CUDA 12.8+, g++) or fix PATH/CUDA_HOME/CXX"
+        ) from error
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+        return _Run(proc.returncode, output, time.monotonic() - start)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        output, _ = proc.communicate()
+        return _Run(None, output or "", time.monotonic() - start)
+
+
+def _clean_paths(text: str, staging: pathlib.Path) -> str:
+    """Make compiler output name package-relative files: drop the staging folder and ``src/``."""
+    text = text.replace(f"{staging}/{SRC_DIR}/", "").replace(f"{staging}/", "")
+    return re.sub(rf"(?<![\w./-]){SRC_DIR}/(?=[\w.-])", "", text)
+
+
+def _failure_text(what: str, run: _Run, timeout_s: float) -> str:
+    if run.timed_out:
+        return f"{what} timed out: no result within {timeout_s:g} s (killed)\n{run.output}"
+    if run.returncode is not None and run.returncode < 0:
+        try:
+            name = signal.Signals(-run.returncode).name
+        except ValueError:
+            name = str(-run.returncode)
+        return f"{what} crashed: killed by signal {name}\n{run.output}"
+    return f"{what} failed (exit {run.returncode})\n{run.output}"
+
+
+def build(
+    task_dir: str | os.PathLike[str],
+    task: Task,
+    instantiations: Sequence[Instantiation],
+    *,
+    overrides: Mapping[str, bytes] | None = None,
+    link: bool = True,
+    cache_root: str | os.PathLike[str],
+    extra_cuda_cflags: Sequence[str] = (),
+    timeout_s: float = 600,
+    editable: Sequence[Span] | None = None,
+) -> BuildReport:
+    """Compile (and with ``link`` link) the requested instantiations; see the module doc.
+
+    ``overrides`` maps package-relative paths to the bytes to compile instead of
+    the task's copy. ``editable`` are spans in the coordinates of the files as
+    compiled (for a candidate: :func:`relocate_spans` of the task's spans); they
+    only annotate error messages. ``timeout_s`` bounds compile plus link.
+    """
+    start = time.monotonic()
+    the_plan = plan(
+        task_dir, task, instantiations, overrides=overrides, link=link, extra_cuda_cflags=extra_cuda_cflags
+    )
+    cache_root = pathlib.Path(cache_root)
+    entry = cache_root / the_plan.key
+    with _lock_for(the_plan.key):
+        hit = _read_entry(entry)
+        if hit is not None:
+            return hit.model_copy(update={"cached": True, "seconds": time.monotonic() - start})
+        cache_root.mkdir(parents=True, exist_ok=True)
+        staging = cache_root / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+        try:
+            return _build_in(the_plan, staging, entry, task, instantiations, editable, timeout_s, start)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _build_in(
+    the_plan: BuildPlan,
+    staging: pathlib.Path,
+    entry: pathlib.Path,
+    task: Task,
+    instantiations: Sequence[Instantiation],
+    editable: Sequence[Span] | None,
+    timeout_s: float,
+    start: float,
+) -> BuildReport:
+    deadline = start + timeout_s
+    for rel, data in the_plan.files.items():
+        target = staging / SRC_DIR / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    (staging / WRAPPER_NAME).write_text(the_plan.wrapper, encoding="utf-8")
+
+    def failed(text: str) -> BuildReport:
+        text = _clean_paths(text, staging)
+        text = annotate_diagnostics(text, the_plan.files, editable or (), the_plan.overridden)
+        return BuildReport(ok=False, key=the_plan.key, seconds=time.monotonic() - start, stderr=text)
+
+    compiled = _run(
+        [str(the_plan.nvcc.path), *the_plan.resolve(the_plan.compile_args)], staging, deadline - time.monotonic()
+    )
+    log = compiled.output
+    if compiled.returncode != 0:
+        return failed(_failure_text("nvcc", compiled, timeout_s))
+    if the_plan.link_args is not None:
+        linked = _run([the_plan.host_cc, *the_plan.resolve(the_plan.link_args)], staging, deadline - time.monotonic())
+        log += linked.output
+        if linked.returncode != 0:
+            return failed(_failure_text("link", linked, timeout_s))
+        (staging / OBJECT_NAME).unlink(missing_ok=True)  # the module is what we keep
+    if not (staging / the_plan.output_name).is_file():
+        return failed(f"compiler reported success but wrote no {the_plan.output_name}\n{log}")
+
+    output = _clean_paths(log, staging)
+    resources = parse_ptxas(output)
+    demangled = toolchain.demangle(sorted({r.kernel for r in resources}))
+    resources = [r.model_copy(update={"demangled": demangled.get(r.kernel)}) for r in resources]
+    report = BuildReport(
+        ok=True,
+        key=the_plan.key,
+        seconds=time.monotonic() - start,
+        library=the_plan.output_name,
+        stderr=strip_ptxas(output),
+        resources=resources,
+    )
+    shutil.rmtree(staging / SRC_DIR)  # the inputs are recorded (by digest) in inputs.json
+    (staging / LOG_NAME).write_text(output, encoding="utf-8")
+    inputs = {
+        "key_schema": KEY_SCHEMA,
+        "op_id": task.op_id,
+        "instantiations": [inst.model_dump(mode="json") for inst in instantiations],
+        "arch": the_plan.arch,
+        "compile_args": list(the_plan.compile_args),
+        "link_args": None if the_plan.link_args is None else list(the_plan.link_args),
+        "fingerprint": the_plan.fingerprint,
+        "files": {rel: hashlib.sha256(data).hexdigest() for rel, data in sorted(the_plan.files.items())},
+        "overridden": sorted(the_plan.overridden),
+    }
+    (staging / INPUTS_NAME).write_text(json.dumps(inputs, indent=2) + "\n", encoding="utf-8")
+    (staging / REPORT_NAME).write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    _publish(staging, entry)
+    return report.model_copy(update={"library": str(entry / the_plan.output_name)})
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildJob:
+    """The arguments of one :func:`build` call, for :func:`build_many`."""
+
+    task_dir: pathlib.Path
+    task: Task
+    instantiations: tuple[Instantiation, ...]
+    cache_root: pathlib.Path
+    overrides: Mapping[str, bytes] | None = None
+    link: bool = True
+    extra_cuda_cflags: tuple[str, ...] = ()
+    timeout_s: float = 600
+    editable: tuple[Span, ...] | None = None
+
+
+def build_many(jobs: Sequence[BuildJob], max_workers: int | None = None) -> list[BuildReport]:
+    """Build independent modules in parallel threads (each thread waits on an nvcc
+    subprocess); reports come back in job order. ``max_workers`` defaults to the CPU
+    count: nvcc is single-threaded, more jobs than cores only add contention.
+    A ToolchainError/ConfigError from any job is raised (it would hit every job)."""
+    if not jobs:
+        return []
+    workers = max(1, min(len(jobs), max_workers or os.cpu_count() or 1))
+
+    def one(job: BuildJob) -> BuildReport:
+        return build(
+            job.task_dir,
+            job.task,
+            job.instantiations,
+            overrides=job.overrides,
+            link=job.link,
+            cache_root=job.cache_root,
+            extra_cuda_cflags=job.extra_cuda_cflags,
+            timeout_s=job.timeout_s,
+            editable=job.editable,
+        )
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvcc") as pool:
+        return list(pool.map(one, jobs))
+
+
+# --------------------------------------------------------------------------- ptxas report
+
+_PTXAS_ENTRY = re.compile(r"ptxas\s+info\s*:\s*Compiling entry function '(?P<name>[^']+)' for '(?P<arch>[^']+)'")
+_PTXAS_PROPS = re.compile(r"ptxas\s+info\s*:\s*Function properties for (?P<name>\S+)")
+_PTXAS_FRAME = re.compile(
+    r"^\s*(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes spill stores, (?P<loads>\d+) bytes spill loads"
+)
+_PTXAS_USED = re.compile(r"ptxas\s+info\s*:\s*Used (?P<regs>\d+) registers(?P<rest>.*)")
+_PTXAS_BARRIERS = re.compile(r"used (\d+) barriers")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+_PTXAS_CMEM0 = re.compile(r"(\d+) bytes cmem\[0\]")
+
+
+def parse_ptxas(text: str) -> list[KernelResources]:
+    """Per-kernel resources from a ``-Xptxas=-v`` report, in report order.
+
+    Only entry functions (``Compiling entry function``) become records; the
+    ``Function properties`` of non-inlined device functions are ignored. Stack and
+    spill figures come from the kernel's own ``Function properties`` block wherever
+    it appears; registers, barriers, smem and ``cmem[0]`` (the kernel's own
+    constant bank: parameters and compiler constants) from its ``Used`` line. A
+    kernel whose ``Used`` line is missing (truncated output) is left out rather
+    than reported with made-up zeros.
+    """
+    frames: dict[str, tuple[int, int, int]] = {}
+    used: list[tuple[str, int, int, int, int]] = []
+    current: str | None = None
+    props_for: str | None = None
+    for line in text.splitlines():
+        if match := _PTXAS_ENTRY.search(line):
+            current = match.group("name")
+            props_for = None
+        elif match := _PTXAS_PROPS.search(line):
+            props_for = match.group("name")
+        elif (match := _PTXAS_FRAME.search(line)) and props_for is not None:
+            frames[props_for] = (int(match.group("stack")), int(match.group("stores")), int(match.group("loads")))
+            props_for = None
+        elif (match := _PTXAS_USED.search(line)) and current is not None:
+            rest = match.group("rest")
+            barriers = _PTXAS_BARRIERS.search(rest)
+            smem = _PTXAS_SMEM.search(rest)
+            cmem = _PTXAS_CMEM0.search(rest)
+            used.append(
+                (
+                    current,
+                    int(match.group("regs")),
+                    int(barriers.group(1)) if barriers else 0,
+                    int(smem.group(1)) if smem else 0,
+                    int(cmem.group(1)) if cmem else 0,
+                )
+            )
+            current = None
+    resources = []
+    for name, registers, barriers, smem, cmem in used:
+        stack, stores, loads = frames.get(name, (0, 0, 0))
+        resources.append(
+            KernelResources(
+                kernel=name,
+                registers=registers,
+                barriers=barriers,
+                smem_bytes=smem,
+                cmem_bytes=cmem,
+                stack_bytes=stack,
+                spill_stores=stores,
+                spill_loads=loads,
+            )
+        )
+    return resources
+
+
+def strip_ptxas(text: str) -> str:
+    """Compiler output without the ``ptxas info`` report (kept as ``resources``): what is left are warnings."""
+    kept = [
+        line for line in text.splitlines() if not re.match(r"\s*ptxas\s+info\s*:", line) and not _PTXAS_FRAME.match(line)
+    ]
+    return "\n".join(kept).strip() + ("\n" if any(line.strip() for line in kept) else "")
+
+
+# --------------------------------------------------------------------------- diagnostics
+
+
+def relocate_spans(editable: Sequence[Span], regions: Mapping[str, str]) -> list[Span]:
+    """Task spans moved to where they sit after ``regions`` (span name -> new text) were spliced in.
+
+    Splicing replaces each named span's bytes with the region's UTF-8 text and
+    leaves everything between spans untouched, so a span moves by the growth of
+    the spans before it in the same file and ends where its new text ends. Spans
+    must not overlap (the splice refuses that too). Order of the input is kept.
+    """
+    shift: dict[int, Span] = {}
+    by_file: dict[str, list[tuple[int, Span]]] = {}
+    for index, span in enumerate(editable):
+        by_file.setdefault(span.file, []).append((index, span))
+    for spans in by_file.values():
+        delta = 0
+        for index, span in sorted(spans, key=lambda item: item[1].start_byte):
+            old_len = span.end_byte - span.start_byte
+            new_len = len(regions[span.name].encode()) if span.name in regions else old_len
+            start = span.start_byte + delta
+            shift[index] = span.model_copy(update={"start_byte": start, "end_byte": start + new_len})
+            delta += new_len - old_len
+    return [shift[index] for index in range(len(editable))]
+
+
+_LOCATIONS = (
+    re.compile(r"(?P<path>[\w./+-]+\.\w+)\((?P<line>\d+)\)"),  # nvcc/EDG: file(12): error
+    re.compile(r"(?P<path>[\w./+-]+\.\w+):(?P<line>\d+)(?::\d+)?:"),  # gcc: file:12:5: error
+    re.compile(r"at line (?P<line>\d+) of \"?(?P<path>[\w./+-]+\.\w+)"),  # EDG instantiation context
+)
+
+
+def annotate_diagnostics(
+    text: str, files: Mapping[str, bytes], editable: Sequence[Span], overridden: Iterable[str] = ()
+) -> str:
+    """Append ``[region NAME line K]`` to every message line whose ``path(line)`` falls
+    inside an editable span (``K`` counts from the region's first line, 1-based), and
+    ``[<path> line N: outside editable regions]`` when spans were given and it points
+    elsewhere in an overridden file (the candidate broke code it was not meant to touch).
+
+    ``files`` are the bytes as compiled and ``editable`` spans in those coordinates;
+    paths in ``text`` are package-relative (as :func:`build` leaves them).
+    """
+    overridden = set(overridden)
+    ranges: dict[str, list[tuple[int, int, str]]] = {}
+    for span in editable:
+        data = files.get(span.file)
+        if data is None or span.end_byte > len(data) or span.start_byte > span.end_byte:
+            continue
+        first = data.count(b"\n", 0, span.start_byte) + 1
+        last = data.count(b"\n", 0, max(span.start_byte, span.end_byte - 1)) + 1
+        ranges.setdefault(span.file, []).append((first, last, span.name))
+    if not ranges and not overridden:
+        return text
+    out = []
+    for line in text.splitlines(keepends=True):
+        notes: list[str] = []
+        for pattern in _LOCATIONS:
+            for match in pattern.finditer(line):
+                path, number = match.group("path"), int(match.group("line"))
+                hits = [
+                    f"[region {name} line {number - first + 1}]"
+                    for first, last, name in ranges.get(path, ())
+                    if first <= number <= last
+                ]
+                if not hits and editable and path in overridden:
+                    hits = [f"[{path} line {number}: outside editable regions]"]
+                notes += [note for note in hits if note not in notes]
+        if notes:
+            body, newline = (line[:-1], "\n") if line.endswith("\n") else (line, "")
+            line = f"{body} {' '.join(notes)}{newline}"
+        out.append(line)
+    return "".join(out)

@@ -1,0 +1,290 @@
+"""The LLM client: retries with backoff, caching, prices, budgets; and the fakes.
+
+HTTP is exercised through the real ``openai`` client with an ``httpx2``
+MockTransport (no socket is opened, so the conftest guard never trips); retry
+classification is also checked on the ``openai`` package's own exception types.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx2
+import openai
+import pytest
+
+from optimize.errors import EndpointError, MalformedReply, ReplayError, ScriptExhausted
+from optimize.llm.cache import ReplyCache, prompt_key
+from optimize.llm.client import (
+    Completion,
+    LlmClient,
+    MeteredModel,
+    OpenAITransport,
+    backoff_s,
+    prompt_hash,
+)
+from optimize.llm.fakes import ReplayModel, ScriptedModel
+from pipeline.config import AgentModel, LlmConfig
+from pipeline.errors import BudgetExhausted, ConfigError, ModelError
+
+MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "make it fast"}]
+URL = "http://llm.invalid/v1"
+
+
+def config(**over) -> LlmConfig:
+    base = {
+        "base_url": URL,
+        "model": "m1",
+        "max_retries": 3,
+        "prices_usd_per_mtok": {"m1": {"input": 2.0, "output": 8.0}, "m2": {"input": 1.0, "output": 1.0}},
+    }
+    base.update(over)
+    return LlmConfig.model_validate(base)
+
+
+def completion_json(text: str, prompt_tokens: int = 100, completion_tokens: int = 50) -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m1",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+    }
+
+
+class Server:
+    """A MockTransport handler answering from a list of (status, body, headers)."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.requests: list[dict] = []
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(json.loads(request.content))
+        status, body, headers = self.answers.pop(0)
+        return httpx2.Response(status, json=body, headers=headers or {})
+
+
+def http_client(server: Server) -> httpx2.Client:
+    return httpx2.Client(transport=httpx2.MockTransport(server))
+
+
+def make_client(tmp_path, server: Server, **over):
+    sleeps: list[float] = []
+    transport = OpenAITransport(URL, "test-key", timeout_s=5.0, http_client=http_client(server))
+    client = LlmClient(config(**over), cache_dir=tmp_path / "llm", transport=transport, sleep=sleeps.append)
+    return client, sleeps
+
+
+def test_retries_429_and_5xx_with_exponential_backoff_then_succeeds(tmp_path):
+    server = Server(
+        [
+            (429, {"error": {"message": "slow down"}}, None),
+            (500, {"error": {"message": "oops"}}, None),
+            (503, {"error": {"message": "busy"}}, None),
+            (200, completion_json("done"), None),
+        ]
+    )
+    client, sleeps = make_client(tmp_path, server)
+    reply = client.complete("coding", MESSAGES)
+    assert reply.text == "done"
+    assert len(server.requests) == 4
+    assert sleeps == [1.0, 2.0, 4.0]
+    # retries are ours: the openai client itself must not retry (or the count above would differ)
+    assert server.requests[0]["model"] == "m1"
+    assert server.requests[0]["max_completion_tokens"] == 8192
+
+
+def test_retry_after_header_lengthens_the_wait(tmp_path):
+    server = Server([(429, {"error": {"message": "slow"}}, {"retry-after": "7"}), (200, completion_json("ok"), None)])
+    client, sleeps = make_client(tmp_path, server)
+    assert client.complete("coding", MESSAGES).text == "ok"
+    assert sleeps == [7.0]
+
+
+def test_gives_up_after_max_retries_with_model_error(tmp_path):
+    server = Server([(502, {"error": {"message": "bad gateway"}}, None)] * 3)
+    client, sleeps = make_client(tmp_path, server, max_retries=2)
+    with pytest.raises(EndpointError) as info:
+        client.complete("coding", MESSAGES)
+    assert isinstance(info.value, ModelError)
+    assert "failed 3 times" in str(info.value)
+    assert sleeps == [1.0, 2.0]
+
+
+def test_bad_request_is_not_retried_and_is_a_model_error(tmp_path):
+    server = Server([(400, {"error": {"message": "context length exceeded"}}, None)])
+    client, sleeps = make_client(tmp_path, server)
+    with pytest.raises(ModelError) as info:
+        client.complete("coding", MESSAGES)
+    assert "context length" in str(info.value)
+    assert sleeps == [] and len(server.requests) == 1
+
+
+def test_auth_failure_is_a_config_error(tmp_path):
+    server = Server([(401, {"error": {"message": "bad key"}}, None)])
+    client, _ = make_client(tmp_path, server)
+    with pytest.raises(ConfigError) as info:
+        client.complete("coding", MESSAGES)
+    assert "OPENAI_API_KEY" in str(info.value)
+
+
+def test_unsupported_parameter_spelling_is_adapted_once(tmp_path):
+    server = Server(
+        [
+            (400, {"error": {"message": "Unrecognized request argument supplied: max_completion_tokens"}}, None),
+            (200, completion_json("fine"), None),
+            (200, completion_json("again"), None),
+        ]
+    )
+    client, _ = make_client(tmp_path, server, cache=False)
+    assert client.complete("coding", MESSAGES).text == "fine"
+    assert "max_tokens" in server.requests[1] and "max_completion_tokens" not in server.requests[1]
+    client.complete("coding", MESSAGES + [{"role": "user", "content": "more"}])
+    assert "max_tokens" in server.requests[2]
+
+
+def test_timeouts_are_retried_and_reported_as_timed_out():
+    request = httpx2.Request("POST", URL + "/chat/completions")
+    calls = []
+
+    def transport(**kwargs):
+        calls.append(kwargs)
+        raise openai.APITimeoutError(request=request)
+
+    sleeps: list[float] = []
+    client = LlmClient(config(max_retries=1, cache=False), transport=transport, sleep=sleeps.append)
+    with pytest.raises(EndpointError, match="timed out 2 times"):
+        client.complete("planning", MESSAGES)
+    assert len(calls) == 2 and sleeps == [1.0]
+    assert calls[0]["timeout_s"] == 120.0
+
+
+def test_backoff_is_capped():
+    assert backoff_s(0) == 1.0 and backoff_s(3) == 8.0
+    assert backoff_s(20) == 60.0
+    assert backoff_s(0, retry_after=1000) == 120.0
+
+
+def test_cache_makes_a_rerun_free_and_is_keyed_by_everything(tmp_path):
+    server = Server([(200, completion_json("first", 1000, 500), None), (200, completion_json("other model"), None)])
+    client, _ = make_client(tmp_path, server)
+    first = client.complete("coding", MESSAGES)
+    assert not first.cached
+    assert first.cost_usd == pytest.approx((1000 * 2.0 + 500 * 8.0) / 1e6)
+    entry = tmp_path / "llm" / f"{first.key}.json"
+    assert entry.is_file()
+    assert json.loads(entry.read_text())["messages"] == MESSAGES
+
+    # a second client (a rerun) over the same cache: no HTTP, no cost
+    rerun, _ = make_client(tmp_path, Server([]))
+    again = rerun.complete("coding", MESSAGES)
+    assert again.cached and again.text == "first" and again.cost_usd == 0.0
+    assert rerun.usage.tokens == 0 and rerun.usage.cached_calls == 1
+
+    # a per-agent model override changes the key, so it is a miss
+    client.config.agents["planning"] = AgentModel(model="m2")
+    other = client.complete("planning", MESSAGES)
+    assert other.text == "other model" and other.model == "m2"
+    assert server.requests[-1]["model"] == "m2"
+    assert other.key == prompt_key("m2", MESSAGES, temperature=0.2, max_tokens=8192)
+
+
+def test_a_corrupt_cache_entry_is_a_miss(tmp_path):
+    server = Server([(200, completion_json("fresh"), None)])
+    client, _ = make_client(tmp_path, server)
+    key = prompt_key("m1", MESSAGES, temperature=0.2, max_tokens=8192)
+    (tmp_path / "llm").mkdir()
+    (tmp_path / "llm" / f"{key}.json").write_text("{not json")
+    assert client.complete("coding", MESSAGES).text == "fresh"
+    assert ReplyCache(tmp_path / "llm").get(key).text == "fresh"
+
+
+def test_empty_reply_is_malformed_and_not_cached(tmp_path):
+    server = Server([(200, completion_json(""), None)])
+    client, _ = make_client(tmp_path, server)
+    with pytest.raises(MalformedReply):
+        client.complete("coding", MESSAGES)
+    assert not list((tmp_path / "llm").glob("*.json")) if (tmp_path / "llm").exists() else True
+
+
+def test_unpriced_model_is_refused_up_front():
+    with pytest.raises(ConfigError, match="no price for LLM model 'mystery'"):
+        LlmClient(config(model="mystery"), transport=lambda **_: Completion("x", 1, 1))
+    cfg = config()
+    cfg.agents["coding"] = AgentModel(model="unpriced")
+    with pytest.raises(ConfigError, match="unpriced"):
+        LlmClient(cfg, transport=lambda **_: Completion("x", 1, 1))
+
+
+def test_missing_key_or_endpoint_is_a_config_error():
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        LlmClient(config(), environ={})
+    with pytest.raises(ConfigError, match="no LLM endpoint"):
+        LlmClient(config(base_url=None), environ={"OPENAI_API_KEY": "k"})
+
+
+class Gate:
+    def __init__(self, tokens: int):
+        self.limit = tokens
+        self.spent = 0
+        self.dollars = 0.0
+
+    def before_model_call(self):
+        if self.spent >= self.limit:
+            raise BudgetExhausted(f"token budget {self.limit} spent", fix="raise budget.tokens")
+
+    def charge_model(self, tokens, cost_usd):
+        self.spent += tokens
+        self.dollars += cost_usd
+
+
+def test_metered_model_stops_on_budget_and_logs_calls(tmp_path):
+    scripted = ScriptedModel(["a" * 400, "b" * 400, "c"], price_usd_per_mtok={"input": 1.0, "output": 1.0})
+    gate = Gate(tokens=150)
+    metered = MeteredModel(scripted, gate, log_path=tmp_path / "llm.jsonl")
+    metered.complete("coding", MESSAGES)
+    assert gate.spent > 100
+    metered.complete("coding", MESSAGES)
+    with pytest.raises(BudgetExhausted, match="token budget"):
+        metered.complete("coding", MESSAGES)
+    lines = [json.loads(x) for x in (tmp_path / "llm.jsonl").read_text().splitlines()]
+    assert [x["text"][:1] for x in lines] == ["a", "b"]
+    assert lines[0]["prompt_hash"] == prompt_hash(MESSAGES)
+
+
+def test_scripted_model_records_prompts_raises_scripted_errors_and_runs_out():
+    scripted = ScriptedModel(["one", ModelError("scripted failure"), lambda msgs: msgs[-1]["content"].upper()])
+    assert scripted.complete("planning", MESSAGES).text == "one"
+    with pytest.raises(ModelError, match="scripted failure"):
+        scripted.complete("coding", MESSAGES)
+    assert scripted.complete("repair", MESSAGES).text == "MAKE IT FAST"
+    assert scripted.agents() == ["planning", "coding", "repair"]
+    with pytest.raises(ScriptExhausted):
+        scripted.complete("coding", MESSAGES)
+
+
+def test_replay_model_from_a_cache_folder_and_from_a_call_log(tmp_path):
+    server = Server([(200, completion_json("recorded A"), None), (200, completion_json("recorded B"), None)])
+    client, _ = make_client(tmp_path, server)
+    log = tmp_path / "run" / "op" / "llm.jsonl"
+    metered = MeteredModel(client, None, log_path=log)
+    other = [{"role": "user", "content": "second prompt"}]
+    metered.complete("coding", MESSAGES)
+    metered.complete("repair", other)
+
+    by_hash = ReplayModel(tmp_path / "llm")
+    assert by_hash.complete("repair", other).text == "recorded B"
+    assert by_hash.complete("coding", MESSAGES).text == "recorded A"
+    with pytest.raises(ReplayError, match="no recorded reply"):
+        by_hash.complete("coding", [{"role": "user", "content": "never asked"}])
+
+    in_order = ReplayModel(tmp_path / "run", match="order")
+    assert in_order.complete("x", [{"role": "user", "content": "anything"}]).text == "recorded A"
+    assert in_order.complete("x", [{"role": "user", "content": "else"}]).text == "recorded B"
+    with pytest.raises(ReplayError, match="beyond"):
+        in_order.complete("x", MESSAGES)
+
+    with pytest.raises(ReplayError, match="keeps no call order"):
+        ReplayModel(tmp_path / "llm", match="order")
