@@ -184,6 +184,7 @@ class JitCapture:
 
     args: list[str]
     kwargs: dict[str, Any]
+    template_args: list[str] = dataclasses.field(default_factory=list)
 
 
 class ModuleHandle:
@@ -1048,7 +1049,15 @@ class Evaluator:
         if not self.strict:
             return Unknown(env.module.code(node))
         args, kwargs = self.call_args(node, env)
-        capture = JitCapture(args=[str(cpp_literal(a)) if not isinstance(a, str) else a for a in args], kwargs=kwargs)
+        template: list[str] = []
+        for arg in node.args:
+            if arg.star == "*" and arg.keyword is None:
+                value = self.eval(arg.value, env)
+                if isinstance(value, CppArgs):
+                    template.extend(value)
+        capture = JitCapture(
+            args=[a if isinstance(a, str) else cpp_literal(a) for a in args], kwargs=kwargs, template_args=template
+        )
         raise _Captured(capture)
 
     def run_until_load_jit(self, fn: PyFunction, args: list[Any], kwargs: dict[str, Any]) -> JitCapture:
@@ -1263,7 +1272,7 @@ class _StaticWalk:
             elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
                 fake = cst.BinaryOperation(left=small.target, operator=_AUG[type(small.operator).__name__](), right=small.value)
                 env.values[small.target.value] = self.ev.eval(fake, env)
-                if depth:
+                if depth and isinstance(env.values[small.target.value], list):
                     self.conditional.add(small.target.value)
             elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
                 func = small.value.func
@@ -1466,45 +1475,134 @@ def _group_and_sub(rel: str) -> tuple[str, str]:
     return group, sub
 
 
-def _edges(node: tuple[str, str], scans: dict[str, _ModuleScan], sets: ModuleSet) -> set[tuple[str, str]]:
-    rel, qual = node
-    scan = scans[rel]
-    module = scan.module
-    facts = scan.facts.get(qual)
-    if facts is None:
-        return set()
-    out: set[tuple[str, str]] = set()
-    by_dotted = {s.module.dotted: r for r, s in scans.items()}
+class Program:
+    """Op modules parsed and scanned on demand, with the reference graph between functions.
 
-    def add_callable(target_rel: str, name: str) -> None:
-        target = scans[target_rel].module
-        if name in target.functions:
-            out.add((target_rel, name))
-        elif name in target.classes:
-            out.update((target_rel, f"{name}.{m}") for m in target.methods.get(name, {}))
+    Used whole by :func:`scan_ops` and per op by contract inference and task
+    instantiation (which need the functions an op reaches, its call sites and its
+    loader). Modules under ``kernels/ops`` are parsed when first needed, so
+    following an import into a helper module costs one parse.
+    """
 
-    for name in facts.names:
-        if name in module.functions or name in module.classes:
-            add_callable(rel, name)
-        elif name in module.imports:
-            source, original = module.imports[name]
-            if source in by_dotted:
-                add_callable(by_dotted[source], original)
-    cls = qual.split(".")[0] if "." in qual else None
-    for receiver, attr in facts.attr_of:
-        if cls and receiver in ("self", "cls") and attr in module.methods.get(cls, {}):
-            out.add((rel, f"{cls}.{attr}"))
-            continue
-        dotted = None
-        if receiver in module.module_imports:
-            dotted = module.module_imports[receiver]
-        elif receiver in module.imports:
-            source, original = module.imports[receiver]
-            dotted = f"{source}.{original}"
-        if dotted and dotted in by_dotted:
-            add_callable(by_dotted[dotted], attr)
-    out.discard(node)
-    return out
+    def __init__(self, root: pathlib.Path, texts: dict[str, str] | None = None) -> None:
+        self.root = pathlib.Path(root)
+        self.texts = dict(texts or {})
+        self.sets = ModuleSet(self.root, {})
+        self.scans: dict[str, _ModuleScan] = {}
+        self._reach: dict[tuple[str, str], frozenset[tuple[str, str]]] = {}
+        self._missing: set[str] = set()
+
+    def rel_for(self, dotted: str) -> str | None:
+        """``sglang.kernels.ops.a.b`` -> its package-relative file, when it is an op-tree module."""
+        if not dotted.startswith("sglang.kernels.ops"):
+            return None
+        parts = dotted.split(".")[1:]
+        for rel in ("/".join(parts) + ".py", "/".join(parts) + "/__init__.py"):
+            if rel in self.texts or (self.root / rel).is_file():
+                return rel
+        return None
+
+    def scan(self, rel: str) -> _ModuleScan | None:
+        if rel in self.scans:
+            return self.scans[rel]
+        if rel in self._missing:
+            return None
+        text = self.texts.get(rel)
+        if text is None:
+            path = self.root / rel
+            if not path.is_file():
+                self._missing.add(rel)
+                return None
+            text = path.read_text(encoding="utf-8", errors="replace")
+            self.texts[rel] = text
+        try:
+            module = parse_module(rel, text)
+        except cst.ParserSyntaxError:
+            self._missing.add(rel)
+            return None
+        self.sets.modules[rel] = module
+        self.sets.by_dotted[module.dotted] = module
+        result = _scan_module(module, text, self.sets)
+        self.scans[rel] = result
+        return result
+
+    def function(self, rel: str, qualname: str) -> PyFunction | None:
+        scan = self.scan(rel)
+        if scan is None:
+            return None
+        if "." in qualname:
+            cls, name = qualname.split(".", 1)
+            return scan.module.methods.get(cls, {}).get(name)
+        return scan.module.functions.get(qualname)
+
+    def edges(self, node: tuple[str, str]) -> set[tuple[str, str]]:
+        rel, qual = node
+        scan = self.scan(rel)
+        if scan is None:
+            return set()
+        module = scan.module
+        facts = scan.facts.get(qual)
+        if facts is None:
+            return set()
+        out: set[tuple[str, str]] = set()
+
+        def add_callable(target_rel: str | None, name: str) -> None:
+            target = self.scan(target_rel) if target_rel else None
+            if target is None:
+                return
+            if name in target.module.functions:
+                out.add((target_rel, name))
+            elif name in target.module.classes:
+                out.update((target_rel, f"{name}.{m}") for m in target.module.methods.get(name, {}))
+
+        for name in facts.names:
+            if name in module.functions or name in module.classes:
+                add_callable(rel, name)
+            elif name in module.imports:
+                source, original = module.imports[name]
+                add_callable(self.rel_for(source), original)
+        cls = qual.split(".")[0] if "." in qual else None
+        for receiver, attr in facts.attr_of:
+            if cls and receiver in ("self", "cls") and attr in module.methods.get(cls, {}):
+                out.add((rel, f"{cls}.{attr}"))
+                continue
+            dotted = None
+            if receiver in module.module_imports:
+                dotted = module.module_imports[receiver]
+            elif receiver in module.imports:
+                source, original = module.imports[receiver]
+                dotted = f"{source}.{original}"
+            if dotted:
+                add_callable(self.rel_for(dotted), attr)
+        out.discard(node)
+        return out
+
+    def reach(self, start: tuple[str, str]) -> frozenset[tuple[str, str]]:
+        """Every function ``start`` refers to, transitively (itself included)."""
+        if start in self._reach:
+            return self._reach[start]
+        seen = {start}
+        stack = [start]
+        while stack:
+            node = stack.pop()
+            for nxt in self.edges(node):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        self._reach[start] = frozenset(seen)
+        return self._reach[start]
+
+    def public_target(self, rel: str, public: str) -> str | None:
+        """The function a public name stands for (itself, or the function a module alias names)."""
+        scan = self.scan(rel)
+        if scan is None:
+            return None
+        if public in scan.module.functions:
+            return public
+        expr = scan.module.constants.get(public)
+        if isinstance(expr, cst.Name) and expr.value in scan.module.functions:
+            return expr.value
+        return None
 
 
 def _entry_parts(entry: str) -> tuple[str | None, str]:
@@ -1555,6 +1653,33 @@ def resolve_kernels(entries: list[str], files: list[str], scan: Any) -> list[str
     return kernels
 
 
+_SOURCE_EXPORT = None
+
+
+def source_exports(call: LoadJitCall, root: pathlib.Path) -> list[tuple[str, str]]:
+    """Exports a non-header-only module defines itself (``TVM_FFI_DLL_EXPORT_TYPED_FUNC``
+    in its sources): the Python side names no wrappers for those."""
+    import re
+
+    global _SOURCE_EXPORT
+    if _SOURCE_EXPORT is None:
+        _SOURCE_EXPORT = re.compile(r"TVM_FFI_DLL_EXPORT_TYPED_FUNC\(\s*(\w+)\s*,\s*(.+?)\)\s*;")
+    if call.header_only:
+        return []
+    out: list[tuple[str, str]] = []
+    for name in [*call.cuda_files, *call.cpp_files]:
+        path = root / CSRC_DIR / name
+        if path.is_file():
+            text = path.read_text(encoding="utf-8", errors="replace")
+            out += [(m.group(1), " ".join(m.group(2).split()).strip("()")) for m in _SOURCE_EXPORT.finditer(text)]
+    return list(dict.fromkeys(out))
+
+
+def call_exports(call: LoadJitCall, root: pathlib.Path) -> list[tuple[str, str]]:
+    """(export, C++ entry) pairs a built module has: generated wrappers or source-side exports."""
+    return [*call.cuda_wrappers, *call.cpp_wrappers, *source_exports(call, root)]
+
+
 def _group_reexports(root: pathlib.Path, group: str) -> dict[str, str]:
     """Names a group's ``__init__.py`` imports from its modules: name -> dotted module."""
     path = root / OPS_DIR / group / "__init__.py"
@@ -1585,34 +1710,15 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
     """
     root = pathlib.Path(source.root)
     texts = find_op_modules(root)
-    parsed: dict[str, PyModule] = {}
-    for rel, text in texts.items():
-        try:
-            parsed[rel] = parse_module(rel, text)
-        except cst.ParserSyntaxError:
-            continue  # recorded by the caller as a parse issue through op_modules' absence
-    sets = ModuleSet(root, parsed)
-    scans = {rel: _scan_module(module, texts[rel], sets) for rel, module in parsed.items()}
-    op_modules = sorted(rel for rel, s in scans.items() if any(s.calls.values()))
-
-    reach_cache: dict[tuple[str, str], frozenset[tuple[str, str]]] = {}
-
-    def reach(start: tuple[str, str]) -> frozenset[tuple[str, str]]:
-        if start in reach_cache:
-            return reach_cache[start]
-        seen = {start}
-        stack = [start]
-        while stack:
-            node = stack.pop()
-            for nxt in _edges(node, scans, sets):
-                if nxt not in seen:
-                    seen.add(nxt)
-                    stack.append(nxt)
-        reach_cache[start] = frozenset(seen)
-        return reach_cache[start]
+    program = Program(root, texts)
+    scans = {rel: sc for rel in texts if (sc := program.scan(rel)) is not None}
+    op_modules = sorted(rel for rel, sc in scans.items() if any(sc.calls.values()))
+    reach = program.reach
 
     candidates: list[tuple[str, str, list[str], list[LoadJitCall], list[str]]] = []
     for rel in sorted(scans):
+        if rel not in op_modules:
+            continue
         module = scans[rel].module
         aliases: dict[str, list[str]] = {}
         for name, expr in module.constants.items():
@@ -1622,26 +1728,35 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
         for private, names in aliases.items():
             if private.startswith("_"):
                 publics.extend(n for n in names if n not in publics)
+        naming: list[tuple[str, list[str], list[LoadJitCall], list[str]]] = []  # ops that call an export
+        silent: list[tuple[str, list[str], list[LoadJitCall], list[str]]] = []  # reach load_jit, call none
         for public in publics:
             target = public if public in module.functions else next(p for p, ns in aliases.items() if public in ns)
             nodes = reach((rel, target))
-            calls = [c for node in sorted(nodes) for c in scans[node[0]].calls.get(node[1], [])]
+            calls = [c for node in sorted(nodes) for c in program.scans[node[0]].calls.get(node[1], [])]
             if not calls:
                 continue
             attrs: set[str] = set()
             for node in nodes:
-                facts = scans[node[0]].facts.get(node[1])
+                facts = program.scans[node[0]].facts.get(node[1])
                 if facts is not None:
                     attrs |= facts.attrs
-            exports = [e for c in calls for e, _ in [*c.cuda_wrappers, *c.cpp_wrappers]]
-            used = [e for e in dict.fromkeys(exports) if e in attrs]
-            if used:
-                calls = [c for c in calls if any(e in used for e, _ in [*c.cuda_wrappers, *c.cpp_wrappers])]
-            else:
-                used = list(dict.fromkeys(exports))
-                note = "the op names none of these exports; all are listed as entry points"
-                calls = [c.model_copy(update={"unresolved": [*c.unresolved, note]}) for c in calls]
+            exports = {id(c): [e for e, _ in call_exports(c, root)] for c in calls}
+            all_exports = list(dict.fromkeys(e for c in calls for e in exports[id(c)]))
+            used = [e for e in all_exports if e in attrs]
             names = [public] + [a for a in aliases.get(public, []) if a != public]
+            if used:
+                calls = [c for c in calls if any(e in used for e in exports[id(c)])]
+                naming.append((public, names, calls, used))
+            else:
+                note = "no public function of the module names an export; all are listed as entry points"
+                calls = [c.model_copy(update={"unresolved": [*c.unresolved, note]}) for c in calls]
+                silent.append((public, names, calls, all_exports))
+        # Public helpers that only build or probe the module (can_use_*, *_module,
+        # prewarm_*) are not ops when another public function of the module calls
+        # the kernels; they are kept only when none does (the module object is
+        # handed to code outside kernels/ops).
+        for public, names, calls, used in naming or silent:
             candidates.append((rel, public, names, calls, used))
 
     by_id: dict[str, list[tuple[str, str, list[str], list[LoadJitCall], list[str]]]] = {}
@@ -1665,7 +1780,7 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
             for call in calls:
                 files += [f"{CSRC_DIR}/{f}" for f in [*call.cuda_files, *call.cpp_files]]
             files = list(dict.fromkeys(files))
-            entries = [t for c in calls for e, t in [*c.cuda_wrappers, *c.cpp_wrappers] if e in used]
+            entries = [t for c in calls for e, t in call_exports(c, root) if e in used]
             ops.append(
                 OpEntry(
                     id=oid,
@@ -1679,3 +1794,211 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
             )
     ops.sort(key=lambda o: o.id)
     return ops, op_modules
+
+
+# =========================================================================== instantiation
+
+
+class _LazyEnv(Env):
+    """A caller's frame for evaluating one call site: parameters are bound up front,
+    locals are evaluated on first use from their last assignment before the site."""
+
+    def __init__(self, module: PyModule, values: dict[str, Any], assigned: dict[str, cst.BaseExpression], ev: Evaluator) -> None:
+        super().__init__(module, values)
+        self.assigned = assigned
+        self.ev = ev
+        self.busy: set[str] = set()
+        self.locals: dict[str, Any] = {}
+
+    def lookup(self, name: str) -> tuple[bool, Any]:
+        # A local assignment shadows the parameter of the same name
+        # (``head_dim = head_dim or q.size(-1)``); inside its own right-hand side
+        # the name still means the parameter.
+        if name in self.assigned and name not in self.busy:
+            if name not in self.locals:
+                self.busy.add(name)
+                try:
+                    self.locals[name] = self.ev.eval(self.assigned[name], self)
+                finally:
+                    self.busy.discard(name)
+            return True, self.locals[name]
+        if name in self.values:
+            return True, self.values[name]
+        return False, None
+
+
+def _assignments_before(fn: PyFunction, site: cst.CSTNode) -> dict[str, cst.BaseExpression]:
+    """Simple ``name = expr`` assignments of ``fn`` that come before ``site`` in source order."""
+    out: dict[str, cst.BaseExpression] = {}
+    stop = [False]
+
+    class Walk(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if node is site:
+                stop[0] = True
+            if stop[0]:
+                return False
+            if isinstance(node, cst.FunctionDef) and node is not fn.node:
+                return False
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                out[node.targets[0].target.value] = node.value
+            elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) and node.value is not None:
+                out[node.target.value] = node.value
+            return True
+
+    fn.node.visit(Walk())
+    return out
+
+
+def _is_tensor_param(param: cst.Param, module: PyModule) -> bool:
+    if param.annotation is None:
+        return False
+    return "Tensor" in module.code(param.annotation.annotation)
+
+
+def _is_dtype_param(param: cst.Param, module: PyModule) -> bool:
+    name = param.name.value
+    if param.annotation is not None and "dtype" in module.code(param.annotation.annotation):
+        return True
+    return name == "dtype" or name.endswith("_dtype") or name.startswith("dtype_")
+
+
+def find_call_sites(program: Program, op: OpEntry, loader: PyFunction, entry: str | None = None) -> list[tuple[PyFunction, cst.Call]]:
+    """Calls of ``loader`` among the functions ``op`` reaches, best first: sites in a
+    function that names ``entry`` come first (that is the path the harness tests)."""
+    public = op.public_functions[0]
+    target = program.public_target(op.module, public)
+    if target is None:
+        return []
+    nodes = program.reach((op.module, target))
+    sites: list[tuple[int, str, PyFunction, cst.Call]] = []
+    for rel, qual in sorted(nodes):
+        caller = program.function(rel, qual)
+        scan = program.scan(rel)
+        if caller is None or scan is None or caller.node is loader.node:
+            continue
+        names = {loader.name}
+        for local, (source, original) in caller.module.imports.items():
+            if original == loader.name and source == loader.module.dotted:
+                names.add(local)
+        found: list[cst.Call] = []
+
+        class Calls(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> None:
+                func = node.func
+                if isinstance(func, cst.Name) and func.value in names and (
+                    caller.module is loader.module or func.value in caller.module.imports
+                ):
+                    found.append(node)
+
+        caller.node.visit(Calls())
+        facts = scan.facts.get(qual)
+        rank = 0 if (entry and facts is not None and entry in facts.attrs) else 1
+        sites += [(rank, qual, caller, call) for call in found]
+    sites.sort(key=lambda item: (item[0], item[1]))
+    return [(caller, call) for _, _, caller, call in sites]
+
+
+@dataclasses.dataclass
+class Instance:
+    """What one loader run passed to ``load_jit`` (strict mode)."""
+
+    module_args: list[str]
+    template_args: list[str]
+    wrappers: list[tuple[str, str]]
+    kwargs: dict[str, Any]  # every other load_jit keyword, evaluated
+    notes: list[str]
+
+    def strings(self, key: str) -> list[str]:
+        value = self.kwargs.get(key) or []
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise Unresolvable(f"load_jit {key}={value!r} is not a list of strings")
+        return list(value)
+
+
+def instantiate(
+    program: Program,
+    op: OpEntry,
+    call: LoadJitCall,
+    *,
+    dtype: str,
+    sizes: dict[str, int],
+    entry: str | None = None,
+) -> Instance:
+    """Run ``call``'s loader for one dtype and one set of sizes, as SGLang would on sm_90a.
+
+    Returns the :class:`Instance` it passed to ``load_jit``. Each loader
+    parameter is bound, in order of preference, to: the value its call site (in
+    the functions the op reaches, preferring the one that calls ``entry``) passes
+    when that can be evaluated (tensor ``x.dtype`` is the instantiation dtype,
+    caller parameters take their defaults); a size of the same name
+    (``hidden_size``, ``head_dim``); the instantiation dtype for a dtype
+    parameter; its own default. Raises :class:`Unresolvable` naming the
+    parameter when none applies, or when the loader refuses these values (a
+    ``raise``/``assert`` on its path).
+    """
+    loader = program.function(call.module, call.function)
+    if loader is None:
+        raise Unresolvable(f"loader {call.function} not found in {call.module}")
+    notes: list[str] = []
+    the_dtype = DtypeValue(dtype)
+    site_values: dict[str, Any] = {}
+    sites = find_call_sites(program, op, loader, entry)
+    if sites:
+        caller, site = sites[0]
+        ev = Evaluator(program.sets.resolve, strict=True)
+        values: dict[str, Any] = {}
+        for param in caller.params():
+            name = param.name.value
+            if _is_tensor_param(param, caller.module):
+                values[name] = TensorValue(name, the_dtype)
+            elif param.default is not None:
+                try:
+                    values[name] = ev.eval(param.default, Env(caller.module))
+                except Unresolvable:
+                    pass
+        frame = _LazyEnv(caller.module, values, _assignments_before(caller, site), ev)
+        positional = [p for p in [*loader.node.params.posonly_params, *loader.node.params.params]]
+        for i, arg in enumerate(site.args):
+            if arg.star:
+                continue
+            if arg.keyword is not None:
+                name = arg.keyword.value
+            elif i < len(positional):
+                name = positional[i].name.value
+            else:
+                continue
+            try:
+                site_values[name] = ev.eval(arg.value, frame)
+            except Unresolvable as err:
+                site_values[name] = err
+    kwargs: dict[str, Any] = {}
+    for param in loader.params():
+        name = param.name.value
+        passed = site_values.get(name)
+        if name in site_values and not isinstance(passed, Unresolvable):
+            kwargs[name] = passed
+            continue
+        if name in sizes:
+            kwargs[name] = sizes[name]
+            continue
+        if _is_dtype_param(param, loader.module):
+            kwargs[name] = the_dtype
+            if name != "dtype":
+                notes.append(f"loader parameter `{name}` taken as the instantiation dtype")
+            continue
+        if param.default is not None:
+            if isinstance(passed, Unresolvable):
+                notes.append(f"loader parameter `{name}`: call site value unknown ({passed}); default used")
+            continue  # bind_params evaluates the default
+        reason = f" ({passed})" if isinstance(passed, Unresolvable) else ""
+        raise Unresolvable(f"loader parameter `{name}` of {loader.qualname} has no known value{reason}")
+    ev = Evaluator(program.sets.resolve, strict=True)
+    capture = ev.run_until_load_jit(loader, [], kwargs)
+    wrappers_value = [*(capture.kwargs.get("cuda_wrappers") or []), *(capture.kwargs.get("cpp_wrappers") or [])]
+    wrappers: list[tuple[str, str]] = []
+    for item in wrappers_value:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise Unresolvable(f"wrapper {item!r} is not a pair of strings")
+        wrappers.append((item[0], item[1]))
+    return Instance(list(capture.args), list(capture.template_args), wrappers, dict(capture.kwargs), notes)

@@ -133,14 +133,17 @@ def parse(data: bytes, name: str) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def load_query(name: str, scm_file: str) -> Any:
+def load_query(name: str, scm_file: str, directory: str | pathlib.Path | None = None) -> Any:
     """Compile ``extract/queries/<name>/<scm_file>.scm`` for grammar ``name`` (cached).
 
-    ``scm_file`` may be given with or without the ``.scm`` suffix. A missing file
-    or a query the grammar rejects raises ``ValueError`` naming the file.
+    ``scm_file`` may be given with or without the ``.scm`` suffix. Another
+    package keeps its own queries by passing ``directory`` (the file is then
+    ``<directory>/<scm_file>.scm``), so it too never builds a query itself. A
+    missing file or a query the grammar rejects raises ``ValueError`` naming the
+    file.
     """
     stem = scm_file[:-4] if scm_file.endswith(".scm") else scm_file
-    path = QUERY_DIR / name / f"{stem}.scm"
+    path = (QUERY_DIR / name if directory is None else pathlib.Path(directory)) / f"{stem}.scm"
     if not path.is_file():
         raise ValueError(f"no query file {path} (queries live in extract/queries/<grammar>/<name>.scm)")
     source = path.read_text(encoding="utf-8")

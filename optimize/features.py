@@ -271,6 +271,7 @@ class KernelFeatures(Record):
     block_size_runtime: bool = False
     launch_bounds: str | None = None  # argument text of __launch_bounds__(...)
     template_params: list[str] = Field(default_factory=list)
+    launched: bool = False  # some active launch site in the region launches it
     pdl_wait: bool = False
     pdl_trigger: bool = False
     pdl_trigger_at_end: bool = False
@@ -356,6 +357,110 @@ assert not _overlap, f"feature names in both StaticFeatures and ProfileFacts: {_
 #: every name a rule may use, with its one-line meaning
 FEATURE_NAMES: dict[str, str] = _descriptions()
 
+
+#: Preprocessor symbols as the Hopper build sees them (``-DSGL_CUDA_ARCH=900``, CUDA 13);
+#: ``None`` = known to be undefined. Symbols not listed are unknown: both branches count.
+PREPROCESSOR: dict[str, int | None] = {
+    "SGL_CUDA_ARCH": 900,
+    "SGL_ARCH_HOPPER_OR_GREATER": 1,
+    "SGL_ARCH_BLACKWELL_OR_GREATER": 0,
+    "USE_ROCM": None,
+}
+
+
+def _pp_value(src: bytes, node: Node) -> int | None:
+    """Value of a preprocessor condition, or None when it depends on an unknown symbol."""
+    t = node.type
+    if t == "number_literal":
+        value = _number(text_of(src, node))
+        return int(value) if isinstance(value, (int, float)) else None
+    if t == "identifier":
+        name = text_of(src, node)
+        if name in PREPROCESSOR:
+            value = PREPROCESSOR[name]
+            return 0 if value is None else value
+        return None
+    if t == "preproc_defined":
+        ident = next((c for c in node.children if c.type == "identifier"), None)
+        if ident is None or text_of(src, ident) not in PREPROCESSOR:
+            return None
+        return int(PREPROCESSOR[text_of(src, ident)] is not None)
+    if t == "parenthesized_expression" and node.named_child_count == 1:
+        return _pp_value(src, node.named_children[0])
+    if t == "unary_expression":
+        value = _pp_value(src, node.child_by_field_name("argument"))
+        op = text_of(src, node.children[0])
+        return None if value is None else int(not value) if op == "!" else -value if op == "-" else value
+    if t == "binary_expression":
+        op = text_of(src, node.child_by_field_name("operator"))
+        left = _pp_value(src, node.child_by_field_name("left"))
+        right = _pp_value(src, node.child_by_field_name("right"))
+        if op == "&&" and (left == 0 or right == 0):
+            return 0
+        if op == "||" and ((left or 0) != 0 or (right or 0) != 0):
+            return 1
+        value = _binary(op, left, right)
+        return None if value is None else int(value)
+    return None
+
+
+def _pp_condition(src: bytes, node: Node) -> bool | None:
+    """Truth of a preproc_if / preproc_elif / preproc_ifdef node's own condition."""
+    if node.type == "preproc_ifdef":
+        name_node = node.child_by_field_name("name")
+        name = text_of(src, name_node) if name_node is not None else ""
+        if name not in PREPROCESSOR:
+            return None
+        defined = PREPROCESSOR[name] is not None
+        negated = node.children[0].type == "#ifndef"
+        return defined != negated
+    cond = node.child_by_field_name("condition")
+    value = _pp_value(src, cond) if cond is not None else None
+    return None if value is None else bool(value)
+
+
+def is_active(src: bytes, node: Node) -> bool:
+    """False when ``node`` sits in a preprocessor branch the Hopper build leaves out."""
+    child = node
+    cursor = node.parent
+    while cursor is not None:
+        if cursor.type in ("preproc_if", "preproc_elif", "preproc_ifdef"):
+            alt = cursor.child_by_field_name("alternative")
+            in_alt = alt is not None and alt.start_byte <= child.start_byte and child.end_byte <= alt.end_byte
+            cond = _pp_condition(src, cursor)
+            if (in_alt and cond is True) or (not in_alt and cond is False):
+                return False
+        child = cursor
+        cursor = cursor.parent
+    return True
+
+
+def active_children(src: bytes, node: Node) -> list[Node]:
+    """Named children of ``node`` with preprocessor conditionals flattened to their active parts."""
+    return [y for c in _named(node) for y in _flatten_pp(src, c)]
+
+
+_PP_CONDITIONALS = ("preproc_if", "preproc_elif", "preproc_ifdef", "preproc_else")
+
+
+def _flatten_pp(src: bytes, node: Node) -> list[Node]:
+    if node.type not in _PP_CONDITIONALS:
+        return [node]
+    if node.type == "preproc_else":
+        return [y for c in _named(node) for y in _flatten_pp(src, c)]
+    cond_node = node.child_by_field_name("name" if node.type == "preproc_ifdef" else "condition")
+    alt = node.child_by_field_name("alternative")
+    cond = _pp_condition(src, node)
+    out: list[Node] = []
+    if cond is not False:
+        for c in _named(node):
+            if c != cond_node and c != alt:
+                out.extend(_flatten_pp(src, c))
+    if alt is not None and cond is not True:
+        out.extend(_flatten_pp(src, alt))
+    return out
+
+
 # --------------------------------------------------------------------------- region model
 
 
@@ -393,7 +498,7 @@ def text_of(src: bytes, node: Node) -> str:
 def _last_name(text: str) -> str:
     """``device::warp::reduce_sum<32>`` -> ``reduce_sum``."""
     text = re.sub(r"<.*>$", "", text.strip(), flags=re.S)
-    return text.split("::")[-1].strip()
+    return re.split(r"::|\.|->", text)[-1].strip()
 
 
 def _named(node: Node) -> list[Node]:
@@ -483,7 +588,7 @@ class Region:
 
     def template_params(self, f: _Func) -> list[tuple[str, str]]:
         """The kernel's own template parameters (the innermost template_declaration)."""
-        if not f.templates or f.templates[0] is not f.node.parent:
+        if not f.templates or f.templates[0] != f.node.parent:
             return []
         return _template_params(f.templates[0], f.doc.src)
 
@@ -513,10 +618,10 @@ class Region:
             elif node.type in ("namespace_definition",):
                 body = node.child_by_field_name("body")
                 if body is not None:
-                    for c in _named(body):
+                    for c in active_children(doc.src, body):
                         take(c)
 
-        children = _named(scope)
+        children = active_children(doc.src, scope)
         for child in children:
             take(child)
         self._scopes[key] = defs
@@ -588,7 +693,9 @@ class Region:
                 return bound
             found = self.lookup(doc, node, name)
             if found is not None and found.type != "function_definition":
-                return self.evaluate(self._doc_of(found), found, depth + 1)
+                found_doc = self._doc_of(found)
+                # only names that cannot change: a variable's initial value is not its value
+                return self.evaluate(found_doc, found, depth + 1) if _is_const_def(found_doc.src, found) else None
             if name in KNOWN_CONSTANTS:
                 return KNOWN_CONSTANTS[name]
             return None
@@ -769,7 +876,8 @@ class Region:
                     f = self.func_of(doc, call)
                     kernel = args[1] if text_of(doc.src, m["raw"][0]).endswith("Ex") and len(args) > 1 else (args[0] if args else None)
                     out.append(_Launch(doc, f, call, call, None, None, None, kernel, runtime=True))
-        return out
+        # a launch in a branch the Hopper build compiles out launches nothing here
+        return [l for l in out if is_active(l.doc.src, l.outer)]
 
     def launched_kernels(self, launch: "_Launch") -> list[str]:
         names = [k.name for k in self.kernels]
@@ -781,8 +889,23 @@ class Region:
         # fall back to every kernel the launching struct / function mentions
         scope = launch.func.owner if launch.func is not None and launch.func.owner is not None else (
             launch.func.node if launch.func is not None else launch.doc.root)
-        text = text_of(launch.doc.src, scope)
-        return [n for n in names if re.search(rf"\b{re.escape(n)}\b", text)]
+        mentioned = {
+            text_of(launch.doc.src, n)
+            for n in ts.walk(scope)
+            if n.type in ("identifier", "field_identifier", "type_identifier") and is_active(launch.doc.src, n)
+        }
+        return [n for n in names if n in mentioned]
+
+
+def _is_const_def(src: bytes, value: Node) -> bool:
+    """Whether the declaration that gives ``value`` is ``constexpr`` or ``const``."""
+    decl = value.parent
+    if decl is not None and decl.type == "init_declarator":
+        decl = decl.parent
+    if decl is None or decl.type not in ("declaration", "field_declaration"):
+        return decl is not None and decl.type == "alias_declaration"
+    quals = {text_of(src, c) for c in decl.children if c.type == "type_qualifier"}
+    return bool(quals & {"constexpr", "const"})
 
 
 def doc_text_bytes(region: Region, node: Node) -> bytes:
@@ -1144,7 +1267,7 @@ def _shared_decls(region: Region, f: _Func) -> tuple[int | None, int, bool]:
 def _vector_bytes(region: Region, f: _Func) -> int | None:
     src = f.doc.src
     widths: list[int] = []
-    scope = f.templates[0] if f.templates and f.templates[0] is f.node.parent else f.node
+    scope = f.templates[0] if f.templates and f.templates[0] == f.node.parent else f.node
     for m in matches("templates", f.body):
         if "type" not in m:
             continue
@@ -1328,16 +1451,21 @@ def features_of_regions(
     launches: list[LaunchSite] = []
     kernel_blocks: dict[str, list[int]] = {}
     kernel_runtime_block: dict[str, bool] = {}
+    launched: set[str] = set()
+    runtime_blocks = False
     for launch in region.launches:
         src = launch.doc.src
         block_size = region.evaluate(launch.doc, launch.block) if launch.block is not None else None
         block_size = int(block_size) if isinstance(block_size, (int, float)) and not isinstance(block_size, bool) else None
+        runtime_block = launch.block is not None and block_size is None and not region.is_compile_time(launch.doc, launch.block)
+        runtime_blocks = runtime_blocks or runtime_block
         grid_blob = region.expand(launch.doc, launch.grid) if launch.grid is not None else ""
         kernels = region.launched_kernels(launch)
+        launched.update(kernels)
         for k in kernels:
             if block_size is not None:
                 kernel_blocks.setdefault(k, []).append(block_size)
-            else:
+            elif runtime_block:
                 kernel_runtime_block[k] = True
         launches.append(
             LaunchSite(
@@ -1365,10 +1493,11 @@ def features_of_regions(
         calls = _calls(src, k.body)
         asm = " ".join(_asm_texts(src, k.body))
         smem_bytes, _two_d, _dyn = _shared_decls(region, k)
-        warp = any(_WARP_RE.search(text) for _n, text, _c in calls)
-        cta = any(_CTA_RE.search(text) for _n, text, _c in calls)
+        callees = [re.sub(r"<.*>$", "", text.strip(), flags=re.S) for _n, text, _c in calls]
+        warp = any(_WARP_RE.search(text) for text in callees)
+        cta = any(_CTA_RE.search(text) for text in callees)
         syncs = sum(1 for n, _t, _c in calls if n.startswith("__syncthreads")) + asm.count("bar.sync")
-        if warp and syncs and smem_bytes != 0:
+        if warp and syncs and smem_bytes != 0:  # per-warp partials through shared memory
             cta = True
         kernels.append(
             KernelFeatures(
@@ -1379,6 +1508,7 @@ def features_of_regions(
                 block_size_runtime=kernel_runtime_block.get(k.name, False),
                 launch_bounds=lb_text,
                 template_params=[n for n, _ in region.template_params(k)],
+                launched=k.name in launched,
                 pdl_wait=wait is not None or "griddepcontrol.wait" in asm,
                 pdl_trigger=trigger is not None or "launch_dependents" in asm,
                 pdl_trigger_at_end=at_end and wait is not None and _named(k.body).index(trigger) - _named(k.body).index(wait) > 1,
@@ -1459,12 +1589,14 @@ def features_of_regions(
 
     constants = _tunable_constants(region)
     known_blocks = [l.block_size for l in launches if l.block_size is not None]
-    widths = [k.vector_bytes for k in kernels if k.vector_bytes is not None]
+    # aggregates describe the kernels the region launches (all kernels when it launches none)
+    live = [k for k in kernels if k.launched] or kernels
+    widths = [k.vector_bytes for k in live if k.vector_bytes is not None]
     kinds = {l.grid_kind for l in launches}
     grid_kind: GridKind = "none" if not launches else (kinds.pop() if len(kinds) == 1 else "mixed")
     pdl_modes = [l.pdl for l in launches]
     smem_sizes = [k.smem_bytes for k in kernels]
-    host_launchers = [h for h in region.hosts if _launch_count(region, h, _site_keys(region, h), h.body, {h.qualname}) > 0]
+    launchers = {(l.span, l.function.split("::")[0]) for l in launches}
     per_entry = max(
         (_launch_count(region, h, _site_keys(region, h), h.body, {h.qualname}) for h in region.hosts), default=0
     )
@@ -1472,14 +1604,14 @@ def features_of_regions(
     static = StaticFeatures(
         num_kernels=len(kernels),
         num_device_functions=sum(1 for f in region.funcs if f.kind == "device"),
-        num_launchers=len(host_launchers),
+        num_launchers=len(launchers),
         load_bytes=min(widths) if widths else None,
         max_load_bytes=max(widths) if widths else None,
         vector_loads=bool(widths),
         block_size=known_blocks[0] if known_blocks and len(set(known_blocks)) == 1 and len(known_blocks) == len(launches) else None,
         block_size_min=min(known_blocks) if known_blocks else None,
         block_size_max=max(known_blocks) if known_blocks else None,
-        block_size_runtime=any(l.block_size is None and l.block for l in launches),
+        block_size_runtime=runtime_blocks,
         tunable_block_size=any(c.role == "block_size" for c in constants),
         tunable_items=any(c.role == "items" for c in constants),
         tunable_unroll=any(c.role == "unroll" for c in constants),
@@ -1494,11 +1626,11 @@ def features_of_regions(
         pdl_launch=bool(pdl_modes) and all(m in ("on", "flag") for m in pdl_modes),
         pdl_flag="flag" in pdl_modes,
         pdl_off=any(m in ("off", "absent") for m in pdl_modes),
-        pdl_wait=bool(kernels) and all(k.pdl_wait for k in kernels),
-        pdl_trigger=bool(kernels) and all(k.pdl_trigger for k in kernels),
+        pdl_wait=bool(live) and all(k.pdl_wait for k in live),
+        pdl_trigger=bool(live) and all(k.pdl_trigger for k in live),
         pdl_trigger_at_end=any(k.pdl_trigger_at_end for k in kernels),
-        launch_bounds=bool(kernels) and all(k.launch_bounds for k in kernels),
-        kernels_without_launch_bounds=sum(1 for k in kernels if not k.launch_bounds),
+        launch_bounds=bool(live) and all(k.launch_bounds for k in live),
+        kernels_without_launch_bounds=sum(1 for k in live if not k.launch_bounds),
         launch_bounds_min_blocks=any(k.launch_bounds and "," in k.launch_bounds for k in kernels),
         loops=sum(k.loops for k in kernels) + len(device_loops),
         constant_loops=sum(k.constant_loops for k in kernels) + sum(1 for l in device_loops if l.compile_time),
@@ -1603,7 +1735,6 @@ def definition_spans(file: str, data: bytes) -> list[Span]:
     ``template<...>`` header when there is one; a launcher is a struct or host
     function that launches kernels. Names are the kernel / function / struct names.
     """
-    root = parse_region(data)
     region_like = Region({"_": data.decode("utf-8")})
     doc = region_like.docs[0]
     spans: list[Span] = []
@@ -1632,5 +1763,4 @@ def definition_spans(file: str, data: bytes) -> list[Span]:
             continue
         seen.add(key)
         spans.append(Span(file=file, start_byte=node.start_byte, end_byte=node.end_byte, name=name, kind=kind))
-    del root
     return spans

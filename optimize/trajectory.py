@@ -74,7 +74,7 @@ FAILED = {
 class Attempt(Record):
     """One coding, repair or guard attempt inside a round."""
 
-    agent: str  # coding | repair | guard | single | offline
+    agent: str  # coding | repair | guard | single | transform (a skill's mechanical transform)
     status: Literal["edited", "malformed_reply", "model_error", "no_change", "not_applicable"]
     candidate: str | None = None
     outcome: Outcome | None = None  # evaluation outcome when the candidate was evaluated

@@ -280,6 +280,7 @@ class Task(VersionedRecord):
     contract: Contract
     shapes: list[ShapeCase]
     baseline_build: BuildReport | None = None
+    notes: list[str] = Field(default_factory=list)  # what extract could not settle (unmapped symbols, dropped dtypes)
 
 
 # --------------------------------------------------------------------------- optimize
@@ -335,6 +336,40 @@ class Evaluation(VersionedRecord):
     max_abs_err: float | None = None
     timings: list[ShapeTiming] = Field(default_factory=list)
     seconds: dict[str, float] = Field(default_factory=dict)  # build / test / profile split
+
+
+class OpSummary(Record):
+    """One op's result in an optimize run (what `integrate` reads)."""
+
+    op_id: str
+    status: Literal["improved", "no_improvement", "failed", "skipped"]
+    stop_reason: str | None = None
+    rounds: int = 0
+    best: str | None = None  # validated best candidate id; None = the baseline stays
+    best_dir: str | None = None  # relative to the run folder: <op>/best (candidate.json, regions/, src/)
+    speedup_geomean: float | None = None  # over catalog shapes and dtypes, vs the baseline
+    speedup_min: float | None = None
+    guarded: bool = False  # best keeps the baseline at some shapes through a shape dispatch
+    skills: list[str] = Field(default_factory=list)  # skills on the path from the baseline to the best
+    detail: str = ""
+
+
+class RunSummary(VersionedRecord):
+    """``work/runs/<run>/summary.json``: the run as a whole."""
+
+    run: str
+    mode: Literal["multi", "single"]
+    coder: Literal["llm", "offline"]
+    backend: str
+    simulated: bool  # True: timings replayed from a file, not measured in this run
+    device: str | None = None
+    started_at: str
+    finished_at: str
+    tokens: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+    gpu_s: float = 0.0
+    ops: list[OpSummary] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- io

@@ -1,9 +1,105 @@
-"""`kernelsmith run`: extract -> optimize -> integrate on the default ops."""
+"""``kernelsmith run``: extract -> optimize -> integrate on the default ops, end to end.
+
+Each stage is called in-process through its own command ``main(args, config)``,
+with the Namespace the real command line would give it (built by
+:func:`pipeline.cli.build_parser`, so every flag a stage reads has its
+default), and one run name shared by optimize and integrate.
+
+On a machine without a GPU only extraction (with its nvcc compile check)
+can run. ``run`` then stops with a message saying so and what to run on a GPU
+machine, and exits 0 if nothing that ran failed: "no GPU" is where this
+machine ends, not an error. Any stage that fails stops the pipeline with that
+stage's exit code; results written so far are kept, and re-running the same
+command resumes (optimize resumes its run by name).
+"""
 
 from __future__ import annotations
 
-from pipeline.errors import StageNotBuilt
+import argparse
+import datetime
+import importlib
+import sys
+from typing import Any, Callable
+
+# stage -> "module:function" receiving (args, config); tests may point these elsewhere
+STAGES: dict[str, str] = {
+    "extract": "extract.command:main",
+    "optimize": "optimize.command:main",
+    "integrate": "integrate.command:main",
+}
+NO_GPU_MESSAGE = (
+    "no GPU: stopped after extract (and its compile check); run on a GPU machine for optimize/integrate: "
+    "`kernelsmith run` there, or `kernelsmith optimize --run {run}` then `kernelsmith integrate --run {run}`"
+)
 
 
-def main(args, config) -> int:  # noqa: ARG001
-    raise StageNotBuilt("`kernelsmith run` is not built yet", fix="run `kernelsmith extract` on its own for now")
+def _stage(name: str) -> Callable[[argparse.Namespace, Any], int]:
+    module, func = STAGES[name].split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def _common_argv(args: argparse.Namespace) -> list[str]:
+    argv: list[str] = []
+    for flag, attr in (("--config", "config"), ("--work-dir", "work_dir"), ("--sglang", "sglang"), ("--sglang-version", "sglang_version")):
+        value = getattr(args, attr, None)
+        if value:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _ops_argv(args: argparse.Namespace) -> list[str]:
+    if getattr(args, "all", False):
+        return ["--all"]
+    ops = getattr(args, "ops", None)
+    return ["--ops", *ops] if ops else []
+
+
+def stage_args(stage: str, args: argparse.Namespace, run: str) -> argparse.Namespace:
+    """The Namespace ``kernelsmith <stage> ...`` would parse for this pipeline run."""
+    from pipeline.cli import build_parser
+
+    argv = [stage, *_common_argv(args)]
+    if stage in ("extract", "optimize"):
+        argv += _ops_argv(args)
+    if stage == "optimize":
+        argv += ["--run", run]
+        if getattr(args, "rounds", None) is not None:
+            argv += ["--rounds", str(args.rounds)]
+    if stage == "integrate":
+        argv += ["--run", run]
+    return build_parser().parse_args(argv)
+
+
+def has_gpu() -> tuple[bool, str]:
+    """(True, device) when torch sees a CUDA device; torch is imported only if installed."""
+    from integrate.sglang_runner import gpu_available
+
+    return gpu_available()
+
+
+def main(args: argparse.Namespace, config: Any) -> int:
+    run = datetime.datetime.now().strftime("run-%Y%m%d-%H%M%S")
+    say = lambda text: print(text, file=sys.stderr)  # noqa: E731
+
+    say("== extract")
+    code = int(_stage("extract")(stage_args("extract", args, run), config) or 0)
+    if code != 0:
+        say(f"stopped: extract failed (exit {code}); fix the error above and re-run `kernelsmith run`")
+        return code
+
+    gpu, device = has_gpu()
+    if not gpu:
+        say(NO_GPU_MESSAGE.format(run=run) + f" ({device})")
+        return 0
+
+    say(f"== optimize (run {run}, {device})")
+    code = int(_stage("optimize")(stage_args("optimize", args, run), config) or 0)
+    if code != 0:
+        say(f"stopped: optimize failed (exit {code}); re-run `kernelsmith optimize --run {run}` to resume")
+        return code
+
+    say(f"== integrate (run {run})")
+    code = int(_stage("integrate")(stage_args("integrate", args, run), config) or 0)
+    if code != 0:
+        say(f"integrate reported a failure (exit {code}); see work/integrate/{run}/PR.md")
+    return code

@@ -114,12 +114,12 @@ def fmt_value(value: float) -> str:
     return str(value)
 
 
-def _first(mask: Any) -> int:
+def first_index(mask: Any) -> int:
     """Flat index of the first True element (the caller knows one exists)."""
     return int(mask.flatten().int().argmax().item())
 
 
-def _count(mask: Any) -> int:
+def count_true(mask: Any) -> int:
     return int(mask.sum().item())
 
 
@@ -179,12 +179,12 @@ def compare_tensor(
     limit = e.abs() * tol.rtol + tol.atol
     categories.append(("tolerance", only(both & (diff > limit))))
 
-    counts = {label: _count(mask) for label, mask in categories}
+    counts = {label: count_true(mask) for label, mask in categories}
     bad_mask = None
     for _, mask in categories:
         bad_mask = mask if bad_mask is None else (bad_mask | mask)
-    bad = _count(bad_mask)
-    max_abs = float(diff.where(both, 0.0).max().item()) if _count(both) else None
+    bad = count_true(bad_mask)
+    max_abs = float(diff.where(both, 0.0).max().item()) if count_true(both) else None
     bitwise = None
     if expected_bits is not None and got_bits is not None:
         bitwise = bool((expected_bits == got_bits).all().item())
@@ -193,7 +193,7 @@ def compare_tensor(
             name=name, ok=True, numel=numel, max_abs_err=max_abs, bitwise_equal=bitwise, counts=counts
         )
     label, mask = next((label, mask) for label, mask in categories if counts[label])
-    index = _first(mask)
+    index = first_index(mask)
     where = fmt_index(name, index, shape)
     want = _elem(e, index)
     have = _elem(g, index)
@@ -234,7 +234,7 @@ def relative_error(got: Any, ref: Any) -> tuple[float, str]:
     r_fin = r.isfinite()
     bad = r_fin & ~g.isfinite()
     if bool(bad.any().item()):
-        index = _first(bad)
+        index = first_index(bad)
         return math.inf, f"element {index} is {fmt_value(_elem(g, index))} where the reference is {fmt_value(_elem(r, index))}"
     diff = (g - r).where(r_fin, 0.0)
     rr = r.where(r_fin, 0.0)
@@ -282,8 +282,8 @@ def describe_storage_index(plan: Any, index: int) -> str:
 
 def changed_reason(plan: Any, changed_mask: Any, before: Any, after: Any, *, what: str) -> str:
     """Reason text for bytes that changed where they must not (inputs, guards, gaps)."""
-    index = _first(changed_mask)
-    count = _count(changed_mask)
+    index = first_index(changed_mask)
+    count = count_true(changed_mask)
     return (
         f"{what}: {describe_storage_index(plan, index)} changed from bits {int(before.flatten()[index].item()):#x} "
         f"to {int(after.flatten()[index].item()):#x} ({count} elements changed)"

@@ -78,7 +78,7 @@ TINY: dict[str, float] = {"fp16": 1e-4, "bf16": 1e-20, "fp32": 1e-20, "fp64": 1e
 # Bit patterns written into outputs before every run: a NaN with a recognisable
 # payload for floats (so "never written" is told apart from "computed NaN").
 POISON_BITS: dict[str, int] = {
-    "bf16": 0x7FA5, "fp16": 0x7E5A, "fp32": 0x7FC5A5A5, "fp64": 0x7FF8A5A5A5A5A5A5,
+    "bf16": 0x7FE5, "fp16": 0x7E5A, "fp32": 0x7FC5A5A5, "fp64": 0x7FF8A5A5A5A5A5A5,
     "int8": 0x5A, "uint8": 0xA5, "bool": 0xA5, "int16": 0x5A5A, "int32": 0x5A5A5A5A, "int64": 0x5A5A5A5A5A5A5A5A,
 }  # fmt: skip
 

@@ -40,6 +40,7 @@ class CheckCase(Record):
     sizes: dict[str, int]  # every size symbol of the contract -> value
     dtype: Dtype
     export: str  # the export name to call in both libraries
+    unit: int = 0  # which built module (index into the request's library lists) serves this case
     distribution: Distribution = "normal"
     layout: Layout = "contiguous"
     held_out: bool = False  # drawn fresh for this evaluation (not in the catalog)
@@ -51,14 +52,16 @@ class TimingCase(Record):
     sizes: dict[str, int]
     dtype: Dtype
     export: str
+    unit: int = 0
 
 
 class WorkerRequest(VersionedRecord):
     mode: Literal["evaluate", "bench", "single"] = "evaluate"
     op_id: str
     contract: Contract
-    baseline_library: str
-    candidate_library: str | None = None  # None: the baseline is checked on its own
+    # one module per build unit (a unit holds at most one instantiation per dtype)
+    baseline_libraries: list[str]
+    candidate_libraries: list[str] | None = None  # None: the baseline is checked on its own
     checks: list[CheckCase] = Field(default_factory=list)
     timings: list[TimingCase] = Field(default_factory=list)
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
@@ -66,8 +69,7 @@ class WorkerRequest(VersionedRecord):
     stop_at_first_failure: bool = True
     torch_eager: bool = False  # bench: also time the PyTorch reference eagerly
     torch_compile: bool = False  # bench: also time it through torch.compile
-    # mode "single" (profilers): call this library's export once per case, few times
-    single_library: str | None = None
+    # mode "single" (profilers): call the candidate (else the baseline) a few times per case
     single_calls: int = 3
 
 

@@ -7,7 +7,7 @@ Each reference has two faces:
   opinion next to the baseline kernel: it catches a candidate that is "equal to
   the baseline" only because both share a bug, and it checks the baseline itself
   in ``kernelsmith bench --all``.
-- ``eager(args)``: what a PyTorch user would write in the op's own dtype (the
+- ``eager(call) -> (function, arguments)``: what a PyTorch user would write in the op's own dtype (the
   shape of SGLang's ``forward_native`` paths), timed by ``bench`` eagerly and
   through ``torch.compile`` as the yardstick a kernel must beat.
 
@@ -83,16 +83,16 @@ def _silu_and_mul_expected(call: RefCall) -> dict[str, Any]:
     return {out_name: gate / (1.0 + (-gate).exp()) * up}
 
 
-def _silu_and_mul_eager(call: RefCall) -> Callable[[], Any]:
+def _silu_and_mul_eager(call: RefCall) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    x = call.tensors[call.pick(["input"], ["input", "x"], 0)]
+    return _silu_and_mul_native, (x,)
+
+
+def _silu_and_mul_native(x: Any) -> Any:
     import torch.nn.functional as F
 
-    x = call.tensors[call.pick(["input"], ["input", "x"], 0)]
     hidden = x.shape[-1] // 2
-
-    def run(x=x, hidden=hidden):
-        return F.silu(x[..., :hidden]) * x[..., hidden:]
-
-    return run
+    return F.silu(x[..., :hidden]) * x[..., hidden:]
 
 
 def _rms(x64: Any, eps: float) -> Any:
@@ -108,19 +108,18 @@ def _rmsnorm_expected(call: RefCall) -> dict[str, Any]:
     return {out_name: x * _rms(x, call.eps()) * w}
 
 
-def _rmsnorm_eager(call: RefCall) -> Callable[[], Any]:
+def _rmsnorm_eager(call: RefCall) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     x = call.tensors[call.pick(["input"], ["input", "x"], 0)]
     w = call.tensors[call.pick(["input"], ["weight", "w"], 1)]
-    eps = call.eps()
+    return _rmsnorm_native, (x, w, call.eps())
 
-    def run(x=x, w=w, eps=eps):
-        import torch
 
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps)
-        return (h * w.float()).to(x.dtype)
+def _rmsnorm_native(x: Any, w: Any, eps: float) -> Any:
+    import torch
 
-    return run
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return (h * w.float()).to(x.dtype)
 
 
 def _fused_add_rmsnorm_expected(call: RefCall) -> dict[str, Any]:
@@ -134,27 +133,22 @@ def _fused_add_rmsnorm_expected(call: RefCall) -> dict[str, Any]:
     return {x_name: rounded * _rms(h, call.eps()) * w, r_name: rounded}
 
 
-def _fused_add_rmsnorm_eager(call: RefCall) -> Callable[[], Any]:
+def _fused_add_rmsnorm_eager(call: RefCall) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     x = call.tensors[call.pick(["inout"], ["input", "x"], 0)]
     r = call.tensors[call.pick(["inout"], ["residual", "res"], 1)]
     w = call.tensors[call.pick(["input"], ["weight", "w"], 0)]
-    eps = call.eps()
+    return _fused_add_rmsnorm_native, (x, r, w, call.eps())
 
-    def run(x=x, r=r, w=w, eps=eps):
-        import torch
 
-        s = x + r
-        h = s.float()
-        h = h * torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps)
-        return (h * w.float()).to(x.dtype), s
-
-    return run
+def _fused_add_rmsnorm_native(x: Any, r: Any, w: Any, eps: float) -> Any:
+    s = x + r
+    return _rmsnorm_native(s, w, eps), s
 
 
 @dataclass(frozen=True)
 class Reference:
-    expected: Callable[[RefCall], dict[str, Any]]
-    eager: Callable[[RefCall], Callable[[], Any]]
+    expected: Callable[[RefCall], dict[str, Any]]  # float64 results by output tensor name
+    eager: Callable[[RefCall], tuple[Callable[..., Any], tuple[Any, ...]]]  # (function, its arguments)
 
 
 REFERENCES: dict[str, Reference] = {

@@ -25,4 +25,4 @@
 (call_expression
   function: [(identifier) (qualified_identifier)] @api
   arguments: (argument_list) @args
-  (#match? @api "(cudaLaunchKernel|cudaLaunchKernelEx|cudaLaunchKernelExC|cudaLaunchCooperativeKernel|hipLaunchKernelGGL|hipLaunchKernelEx)$")) @api_call
+  (#match? @api "(cudaLaunchKernel|cudaLaunchKernelExC?|cudaLaunchCooperativeKernel|hipLaunchKernelGGL|hipLaunchKernelEx)$")) @api_call

@@ -1,0 +1,956 @@
+"""The tensor contract of an op's entry point: what the harness must feed it.
+
+Inference reads two sources and says what it could not settle:
+
+- **C++** (the launcher struct the export wraps, located through the index's
+  spans): the entry's parameters in call order (``tvm::ffi::TensorView`` ->
+  tensor; ``float``/``double``/integers/``bool``/``std::string`` -> scalar), the
+  ``TensorMatcher({N, D}).with_strides({S, 1}).with_dtype<T>().verify(x)`` chains
+  (symbol names from ``SymbolicSize{"name"}``; literals kept), ``RuntimeCheck`` /
+  ``CHECK_HOST`` conditions (``hidden % kVecSize == 0`` becomes a divisibility,
+  with ``kVecSize = kMaxVecBytes / sizeof(T)`` evaluated for sm_90a, strictest
+  dtype), a ``X * k == Y.unwrap()`` relation (Y's dimension becomes ``k*X``), an
+  ``if (x <= E) {...} else { RuntimeCheck(false, ...) }`` limit, and
+  ``D.set_value(kDim)`` (a width fixed by a template argument). An entry that
+  only forwards to another member (``run_activation`` -> ``launch``) is followed.
+- **Python** (the functions the op reaches): ``register_custom_op(mutates_args=...)``
+  mapped through ``module.<export>(...)`` call arguments, a public function that
+  returns nothing (it writes into an argument), and parameter defaults for scalar
+  values (``eps=1e-6``).
+
+Roles: a tensor named like an output (``out``, ``output``, ``*_out``, ``dst``) is
+``output``; ``residual`` or a mutated non-output tensor is ``inout``.
+
+Curated contracts (``extract/curated/<op_id>.toml``) complete or override the
+inferred one key by key (``args`` as a whole); ``origin`` then says ``curated``.
+Their extra keys (``dtypes``, ``[[shapes]]``, ``allowed_values`` computed from a
+Python predicate) are read by :mod:`extract.tasks` and :mod:`extract.shapes`.
+
+What must stay true: inference never raises on odd C++; anything it cannot
+settle is listed in ``Contract.unresolved`` (index ranges, metadata tensors, raw
+pointers, unknown string values), so a contract without ``unresolved`` entries
+is one the harness can trust as is. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import tomllib
+from typing import Any, Iterable
+
+import libcst as cst
+
+from extract import pyops
+from pipeline.errors import ConfigError
+from pipeline.records import DTYPES, ArgSpec, Contract, OpEntry, ScalarSpec, TensorSpec
+
+CURATED_DIR = pathlib.Path(__file__).with_name("curated")
+
+# Constants of include/sgl_kernel/utils.cuh for sm_90a (Hopper):
+# kMaxVecBytes = SGL_ARCH_BLACKWELL_OR_GREATER ? 32 : 16.
+ARCH_CONSTANTS: dict[str, int] = {
+    "kMaxVecBytes": 16,
+    "kWarpThreads": 32,
+    "SGL_ARCH_BLACKWELL_OR_GREATER": 0,
+    "SGL_ARCH_HOPPER_OR_GREATER": 1,
+    "SGL_CUDA_ARCH": 900,
+}
+# C++ element types -> (torch dtype name, bytes).
+CPP_TYPES: dict[str, tuple[str, int]] = {
+    "fp32_t": ("float32", 4), "float": ("float32", 4), "double": ("float64", 8),
+    "fp16_t": ("float16", 2), "half": ("float16", 2), "__half": ("float16", 2),
+    "bf16_t": ("bfloat16", 2), "nv_bfloat16": ("bfloat16", 2), "__nv_bfloat16": ("bfloat16", 2),
+    "fp8_e4m3_t": ("float8_e4m3fn", 1), "fp8_e5m2_t": ("float8_e5m2", 1),
+    "int8_t": ("int8", 1), "uint8_t": ("uint8", 1), "int16_t": ("int16", 2), "uint16_t": ("uint16", 2),
+    "int32_t": ("int32", 4), "int": ("int32", 4), "uint32_t": ("uint32", 4),
+    "int64_t": ("int64", 8), "uint64_t": ("uint64", 8), "bool": ("bool", 1),
+}  # fmt: skip
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+_OUTPUT_NAMES = re.compile(r"^(out|output|outputs|dst|result|out_\w+|output_\w+|\w+_out|\w+_output)$")
+_INOUT_NAMES = re.compile(r"^(residual|\w+_inplace)$")
+_INDEX_NAMES = re.compile(r"(ids?|indices|index|indptr|loc|locs|offsets?|lens?|table|mask|seq_?lens?|positions?|pos)$")
+
+
+# =========================================================================== C++ text helpers
+
+
+def strip_comments(text: str) -> str:
+    """Comments replaced by spaces (newlines kept); string literals kept (they hold symbol names)."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+_PAIRS = {"(": ")", "[": "]", "{": "}", "<": ">"}
+
+
+def balanced_end(text: str, start: int) -> int:
+    """Index just past the bracket that closes ``text[start]`` (``(``, ``[`` or ``{``)."""
+    open_ch = text[start]
+    close_ch = _PAIRS[open_ch]
+    depth = 0
+    i = start
+    while i < len(text):
+        ch = text[i]
+        if ch == '"':
+            i += 1
+            while i < len(text) and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif ch == open_ch:
+            depth += 1
+        elif ch == close_ch:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return len(text)
+
+
+def split_top(text: str, sep: str = ",") -> list[str]:
+    """Split on ``sep`` outside (), [], {} and template <> brackets."""
+    parts, depth, angle, buf = [], 0, 0, []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "<" and depth == 0 and re.search(r"[\w:]$", "".join(buf)) and text[i + 1 : i + 2] not in ("<", "="):
+            angle += 1  # a template bracket hugs its name (``foo<T>``); ``a < b`` and ``a <= b`` do not
+        elif ch == ">" and angle > 0 and depth == 0:
+            angle -= 1
+        if depth == 0 and angle == 0 and text.startswith(sep, i):
+            parts.append("".join(buf).strip())
+            buf = []
+            i += len(sep)
+            continue
+        buf.append(ch)
+        i += 1
+    tail = "".join(buf).strip()
+    if tail or parts:
+        parts.append(tail)
+    return [p for p in parts if p != ""]
+
+
+@dataclasses.dataclass
+class CppFunction:
+    name: str
+    params: list[tuple[str, str]]  # (type, name)
+    body: str
+    template: str = ""
+
+
+def template_params(struct_text: str) -> list[tuple[str, str]]:
+    """``template <typename T, bool kUsePDL>`` at the head of a struct -> [(kind, name)]."""
+    match = re.match(r"\s*template\s*<", struct_text)
+    if not match:
+        return []
+    end = _angle_end(struct_text, match.end() - 1)
+    out = []
+    for part in split_top(struct_text[match.end() : end - 1]):
+        part = part.split("=")[0].strip()
+        words = part.replace("...", " ").split()
+        if len(words) >= 2:
+            out.append((" ".join(words[:-1]), words[-1]))
+    return out
+
+
+def _angle_end(text: str, start: int) -> int:
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "<":
+            depth += 1
+        elif text[i] == ">":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return len(text)
+
+
+def find_function(text: str, name: str) -> CppFunction | None:
+    """The first *definition* of member/free function ``name`` in ``text`` (not a call, not a declaration)."""
+    for match in re.finditer(rf"\b{re.escape(name)}\s*\(", text):
+        before = text[: match.start()].rstrip()
+        # a definition's name follows a return type (an identifier, '>', '&' or '*'),
+        # a call follows an operator, '(', ',' or 'return'
+        if not before or before[-1] in "=(,.;{}!+-/%|?:" or re.search(r"\b(return|else|case)\s*$", before):
+            continue
+        if before.endswith("->") or before.endswith("::") and not re.search(r"\w::$", before):
+            continue
+        open_at = match.end() - 1
+        close = balanced_end(text, open_at)
+        rest = text[close:]
+        head = re.match(r"\s*(const\s*)?(noexcept(\([^)]*\))?\s*)?(override\s*)?(->\s*[\w:<>, ]+)?\s*", rest)
+        after = close + (head.end() if head else 0)
+        if after >= len(text) or text[after] != "{":
+            continue
+        body_end = balanced_end(text, after)
+        params = []
+        for part in split_top(text[open_at + 1 : close - 1]):
+            decl = part.split("=")[0].strip()
+            words = re.match(r"(.*?)([A-Za-z_]\w*)\s*$", decl)
+            if words and words.group(1).strip():
+                params.append((" ".join(words.group(1).split()), words.group(2)))
+            elif decl and decl != "void":
+                params.append((decl, ""))
+        template = ""
+        tmatch = re.search(r"template\s*<[^;{}]*>\s*(static\s+)?(inline\s+)?[\w:<>,\s&*]*$", text[max(0, match.start() - 300) : match.start()])
+        if tmatch:
+            template = tmatch.group(0)
+        return CppFunction(name=name, params=params, body=text[after + 1 : body_end - 1], template=template)
+    return None
+
+
+# =========================================================================== C expressions
+
+
+class _CExpr:
+    """A tiny evaluator for the integer expressions contract checks use.
+
+    Supports literals (with u/l suffixes), identifiers from ``env``,
+    ``sizeof(Type)``, ``static_cast<...>(x)``, ``device::``/``host::`` prefixes,
+    ``+ - * / %``, comparisons, ``&& || !`` and ``?:``. Anything else raises
+    ValueError: the caller then records the check as text only.
+    """
+
+    _TOKEN = re.compile(r"\s*(0[xX][0-9a-fA-F]+|\d+[uUlL]*|[A-Za-z_][\w:]*|<=|>=|==|!=|&&|\|\||<<|>>|[-+*/%()<>!?:])")
+
+    def __init__(self, text: str, env: dict[str, int], sizes: dict[str, int]) -> None:
+        self.tokens = self._tokenize(text)
+        self.pos = 0
+        self.env = env
+        self.sizes = sizes
+
+    def _tokenize(self, text: str) -> list[str]:
+        text = re.sub(r"static_cast\s*<[^<>]*(<[^<>]*>)?[^<>]*>", "", text)
+        tokens, pos = [], 0
+        while pos < len(text):
+            if text[pos:].strip() == "":
+                break
+            match = self._TOKEN.match(text, pos)
+            if not match:
+                raise ValueError(f"cannot read {text[pos:]!r}")
+            tokens.append(match.group(1))
+            pos = match.end()
+        return tokens
+
+    def value(self) -> int:
+        result = self.ternary()
+        if self.pos != len(self.tokens):
+            raise ValueError("trailing tokens")
+        return result
+
+    def peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self) -> str:
+        tok = self.peek()
+        if tok is None:
+            raise ValueError("unexpected end")
+        self.pos += 1
+        return tok
+
+    def ternary(self) -> int:
+        cond = self.binary(0)
+        if self.peek() == "?":
+            self.take()
+            a = self.ternary()
+            if self.take() != ":":
+                raise ValueError("expected :")
+            b = self.ternary()
+            return a if cond else b
+        return cond
+
+    _LEVELS = [["||"], ["&&"], ["==", "!="], ["<", "<=", ">", ">="], ["<<", ">>"], ["+", "-"], ["*", "/", "%"]]
+
+    def binary(self, level: int) -> int:
+        if level == len(self._LEVELS):
+            return self.unary()
+        left = self.binary(level + 1)
+        while self.peek() in self._LEVELS[level]:
+            op = self.take()
+            right = self.binary(level + 1)
+            left = {
+                "||": lambda a, b: int(bool(a) or bool(b)), "&&": lambda a, b: int(bool(a) and bool(b)),
+                "==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b),
+                "<": lambda a, b: int(a < b), "<=": lambda a, b: int(a <= b),
+                ">": lambda a, b: int(a > b), ">=": lambda a, b: int(a >= b),
+                "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b,
+                "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+                "/": lambda a, b: int(a / b), "%": lambda a, b: a % b,
+            }[op](left, right)  # fmt: skip
+        return left
+
+    def unary(self) -> int:
+        tok = self.peek()
+        if tok == "!":
+            self.take()
+            return int(not self.unary())
+        if tok == "-":
+            self.take()
+            return -self.unary()
+        if tok == "+":
+            self.take()
+            return self.unary()
+        return self.atom()
+
+    def atom(self) -> int:
+        tok = self.take()
+        if tok == "(":
+            value = self.ternary()
+            if self.take() != ")":
+                raise ValueError("expected )")
+            return value
+        if re.match(r"0[xX]", tok):
+            return int(tok, 16)
+        if tok[0].isdigit():
+            return int(tok.rstrip("uUlL"))
+        name = tok.split("::")[-1]
+        if name == "sizeof":
+            if self.take() != "(":
+                raise ValueError("expected (")
+            type_name = self.take().split("::")[-1]
+            if self.take() != ")":
+                raise ValueError("expected )")
+            if type_name in self.sizes:
+                return self.sizes[type_name]
+            if type_name in CPP_TYPES:
+                return CPP_TYPES[type_name][1]
+            raise ValueError(f"sizeof({type_name})")
+        if name in ("true", "false"):
+            return int(name == "true")
+        if name in self.env:
+            return self.env[name]
+        raise ValueError(f"unknown name {tok}")
+
+
+def eval_c(text: str, env: dict[str, int], sizes: dict[str, int] | None = None) -> int | None:
+    """Evaluate a C++ integer expression, or None when it uses anything unknown."""
+    try:
+        return _CExpr(text, env, sizes or {}).value()
+    except (ValueError, ZeroDivisionError, IndexError):
+        return None
+
+
+# =========================================================================== C++ side
+
+
+@dataclasses.dataclass
+class _Matcher:
+    shape: list[str | int]
+    strides: list[str | int] | None
+    dtype: str | None
+    verified: list[str]
+    depth: int
+    text: str
+
+
+@dataclasses.dataclass
+class CppFacts:
+    """What the launcher source says about one entry."""
+
+    struct: str | None
+    params: list[tuple[str, str]]
+    symbols: dict[str, str]  # C++ variable -> symbol name
+    matchers: dict[str, list[_Matcher]]  # tensor name -> matchers that verify it (all bodies seen)
+    checks: list[str]
+    divisibility: dict[str, int]
+    max_values: dict[str, int]
+    relations: dict[str, str]  # symbol -> expression over other symbols ("2*output_width")
+    fixed_by_template: dict[str, str]  # symbol -> template parameter that sets it
+    unresolved: list[str]
+
+
+def _body_symbols(body: str) -> dict[str, str]:
+    symbols: dict[str, str] = {}
+    for match in re.finditer(r"(?:auto\s+|SymbolicSize\s*&?\s*)?(\w+)\s*=\s*SymbolicSize\s*[{(]\s*\"([^\"]*)\"", body):
+        symbols[match.group(1)] = match.group(2)
+    for match in re.finditer(r"SymbolicSize\s+(\w+)\s*[{(]\s*\"([^\"]*)\"", body):
+        symbols[match.group(1)] = match.group(2)
+    for match in re.finditer(r"(?:auto\s+)?(\w+)\s*=\s*SymbolicSize\s*[{(]\s*[})]", body):
+        symbols.setdefault(match.group(1), match.group(1))
+    return symbols
+
+
+def _dim(item: str, symbols: dict[str, str]) -> str | int:
+    item = item.strip()
+    if re.fullmatch(r"-?\d+[uUlL]*", item):
+        return int(item.rstrip("uUlL"))
+    if item in symbols:
+        return symbols[item]
+    return item
+
+
+def _matchers(body: str, symbols: dict[str, str], tparams: dict[str, str]) -> tuple[dict[str, list[_Matcher]], list[str]]:
+    out: dict[str, list[_Matcher]] = {}
+    notes: list[str] = []
+    for match in re.finditer(r"\bTensorMatcher\s*\(", body):
+        end = body.find(";", match.end())
+        while end >= 0 and body[match.start() : end].count("(") > body[match.start() : end].count(")"):
+            end = body.find(";", end + 1)
+        stmt = body[match.start() : end if end >= 0 else len(body)]
+        open_at = stmt.find("(")
+        shape_text = stmt[open_at + 1 : balanced_end(stmt, open_at) - 1].strip()
+        if shape_text.startswith("{"):
+            shape = [_dim(x, symbols) for x in split_top(shape_text.strip("{} "))]
+        else:
+            shape = [shape_text]
+            notes.append(f"TensorMatcher shape `{shape_text}` is not a literal list")
+        strides = None
+        smatch = re.search(r"\.with_strides\s*\(\s*\{", stmt)
+        if smatch:
+            s_open = stmt.find("(", smatch.start())
+            strides = [_dim(x, symbols) for x in split_top(stmt[s_open + 1 : balanced_end(stmt, s_open) - 1].strip().strip("{}"))]
+        dtype = None
+        dmatch = re.search(r"\.with_dtype\s*<([^()]*?)>\s*\(", stmt)
+        if dmatch:
+            options = [t.strip().split("::")[-1] for t in split_top(dmatch.group(1))]
+            if len(options) == 1 and options[0] in tparams:
+                dtype = "T" if tparams[options[0]] == "dtype" else f"?{options[0]}"
+            elif len(options) == 1 and options[0] in CPP_TYPES:
+                dtype = CPP_TYPES[options[0]][0]
+            else:
+                dtype = "|".join(CPP_TYPES.get(o, (o, 0))[0] for o in options)
+        verified = re.findall(r"\.verify\s*\(\s*(\w+)(?:\.value\(\))?\s*\)", stmt)
+        depth = body[: match.start()].count("{") - body[: match.start()].count("}")
+        for name in verified:
+            out.setdefault(name, []).append(_Matcher(shape, strides, dtype, verified, depth, " ".join(stmt.split())))
+    return out, notes
+
+
+def _check_conditions(body: str) -> list[str]:
+    conds = []
+    for match in re.finditer(r"\b(RuntimeCheck|CHECK_HOST)\s*\(", body):
+        open_at = match.end() - 1
+        args = split_top(body[open_at + 1 : balanced_end(body, open_at) - 1])
+        if args and args[0].strip() not in ("false", "0"):  # an unconditional failure is a limit, read elsewhere
+            conds.append(" ".join(args[0].split()))
+    return conds
+
+
+def _constants(text: str) -> dict[str, str]:
+    """``constexpr auto kVecSize = ...;`` / ``int elements_in_vec = ...;`` -> name: expression text."""
+    out = {}
+    for match in re.finditer(r"(?:static\s+)?(?:constexpr\s+|const\s+)?(?:auto|int|int64_t|uint32_t|uint|size_t|std::size_t|int32_t)\s+(\w+)\s*=\s*([^;{}]+);", text):
+        out.setdefault(match.group(1), " ".join(match.group(2).split()))
+    return out
+
+
+def _unwrap_vars(body: str, symbols: dict[str, str]) -> dict[str, str]:
+    """Locals holding a symbol's value: ``const auto hidden = static_cast<uint32_t>(D.unwrap());``."""
+    out = {}
+    for match in re.finditer(r"(\w+)\s*=\s*(?:static_cast<[^>]*>\s*\()?\s*(\w+)\.unwrap\(\)\s*\)?\s*;", body):
+        if match.group(2) in symbols:
+            out[match.group(1)] = symbols[match.group(2)]
+    return out
+
+
+def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str = "") -> CppFacts:
+    """Read an entry ``method`` of a launcher struct (or a free function when ``method`` is in ``struct_text`` alone).
+
+    ``context`` is the whole file: a forwarding call to a helper outside the
+    struct (``details::impl(...)``) is looked up there.
+    """
+    text = strip_comments(struct_text)
+    whole = strip_comments(context) if context else text
+    tparams_list = template_params(text)
+    typenames = [name for kind, name in tparams_list if kind in ("typename", "class")]
+    # the first type parameter is the element type make_cpp_args fills with the dtype
+    tparams = {name: ("dtype" if i == 0 else "type") for i, name in enumerate(typenames)}
+    unresolved: list[str] = []
+    entry = find_function(text, method)
+    if entry is None:
+        return CppFacts(None, [], {}, {}, [], {}, {}, {}, {}, [f"entry `{method}` not found in the launcher source"])
+    bodies: list[tuple[CppFunction, dict[str, str]]] = [(entry, {})]  # (function, its name -> entry's name)
+    seen = {method}
+    # Follow forwarding calls (to depth 3): run_activation(...) -> launch(input, out, ...),
+    # run_norm(...) -> run_impl(...), fused_x(...) -> details::x_impl<...>(...).
+    queue = [(entry, {}, 0)]
+    while queue:
+        caller, caller_alias, level = queue.pop(0)
+        if level >= 3:
+            continue
+        for callee_match in re.finditer(r"\b(\w+)\s*(?:<[^;(){}]*>)?\s*\(", caller.body):
+            callee = callee_match.group(1)
+            if callee in seen or callee in ("RuntimeCheck", "CHECK_HOST", "TensorMatcher", "static_cast", "LaunchKernel", "Panic", "if", "for", "while", "switch", "return", "sizeof"):
+                continue
+            target = find_function(text, callee) or (find_function(whole, callee) if whole is not text else None)
+            if target is None or not any("TensorView" in t for t, _ in target.params):
+                continue
+            seen.add(callee)
+            open_at = callee_match.end() - 1
+            args = split_top(caller.body[open_at + 1 : balanced_end(caller.body, open_at) - 1])
+            alias = {}
+            for (_ptype, pname), arg in zip(target.params, args):
+                arg = arg.strip()
+                if re.fullmatch(r"\w+", arg):
+                    alias[pname] = caller_alias.get(arg, arg)
+            bodies.append((target, alias))
+            queue.append((target, alias, level + 1))
+    symbols: dict[str, str] = {}
+    matchers: dict[str, list[_Matcher]] = {}
+    checks: list[str] = []
+    divisibility: dict[str, int] = {}
+    max_values: dict[str, int] = {}
+    relations: dict[str, str] = {}
+    fixed: dict[str, str] = {}
+    struct_consts = _constants(re.sub(r"\{[^{}]*\}", "", text))
+    for fn, alias in bodies:
+        body_symbols = _body_symbols(fn.body)
+        symbols.update(body_symbols)
+        found, notes = _matchers(fn.body, body_symbols, tparams)
+        unresolved += notes
+        for name, items in found.items():
+            matchers.setdefault(alias.get(name, name), []).extend(items)
+        for var, tparam in re.findall(r"(\w+)\.set_value\s*\(\s*(\w+)\s*\)", fn.body):
+            if var in body_symbols:
+                fixed[body_symbols[var]] = tparam
+        unwrap = _unwrap_vars(fn.body, body_symbols)
+        consts = {**struct_consts, **_constants(fn.body)}
+        conds = _check_conditions(fn.body)
+        checks += conds
+        for cond in conds:
+            for part in split_top(cond, "&&"):
+                _read_condition(part, unwrap, body_symbols, consts, dtypes, divisibility, relations)
+        for match in re.finditer(r"\bif\s*\(\s*(\w+)\s*<=\s*([^{]+?)\)\s*\{", fn.body):
+            var, limit = match.group(1), match.group(2)
+            block_end = balanced_end(fn.body, match.end() - 1)
+            rest = fn.body[block_end:]
+            if re.match(r"\s*else\s*\{[^{}]*RuntimeCheck\s*\(\s*false", rest) and var in unwrap:
+                value = _eval_per_dtype(limit, consts, dtypes, min)
+                if value is not None:
+                    max_values[unwrap[var]] = value
+    return CppFacts(
+        struct=None,
+        params=entry.params,
+        symbols=symbols,
+        matchers=matchers,
+        checks=list(dict.fromkeys(checks)),
+        divisibility=divisibility,
+        max_values=max_values,
+        relations=relations,
+        fixed_by_template=fixed,
+        unresolved=unresolved,
+    )
+
+
+def _eval_per_dtype(expr: str, consts: dict[str, str], dtypes: Iterable[str], pick: Any) -> int | None:
+    values = []
+    for dtype in dtypes:
+        env = dict(ARCH_CONSTANTS)
+        sizes = {"T": DTYPE_BYTES[dtype], "DType": DTYPE_BYTES[dtype], "Float": DTYPE_BYTES[dtype], "scalar_t": DTYPE_BYTES[dtype]}
+        for _ in range(3):  # constants defined from constants
+            for name, text in consts.items():
+                if name not in env:
+                    value = eval_c(text, env, sizes)
+                    if value is not None:
+                        env[name] = value
+        value = eval_c(expr, env, sizes)
+        if value is None:
+            return None
+        values.append(value)
+    return pick(values) if values else None
+
+
+def _read_condition(
+    cond: str,
+    unwrap: dict[str, str],
+    symbols: dict[str, str],
+    consts: dict[str, str],
+    dtypes: Iterable[str],
+    divisibility: dict[str, int],
+    relations: dict[str, str],
+) -> None:
+    def symbol_of(text: str) -> str | None:
+        text = text.strip()
+        m = re.fullmatch(r"(?:static_cast<[^>]*>\s*\()?\s*(\w+)(?:\.unwrap\(\))?\s*\)?", text)
+        if not m:
+            return None
+        name = m.group(1)
+        if name in unwrap:
+            return unwrap[name]
+        if name in symbols and text.endswith("unwrap()"):
+            return symbols[name]
+        return None
+
+    m = re.fullmatch(r"\s*(.+?)\s*%\s*(.+?)\s*==\s*0\s*", cond)
+    if m:
+        sym = symbol_of(m.group(1))
+        if sym:
+            value = _eval_per_dtype(m.group(2), consts, list(dtypes), max)
+            if value and value > 1:
+                divisibility[sym] = max(value, divisibility.get(sym, 1))
+        return
+    m = re.fullmatch(r"\s*(\w+)\s*\*\s*(\d+)\s*==\s*(.+?)\s*", cond) or re.fullmatch(r"\s*(\d+)\s*\*\s*(\w+)\s*==\s*(.+?)\s*", cond)
+    if m:
+        a, k = (m.group(1), m.group(2)) if not m.group(1).isdigit() else (m.group(2), m.group(1))
+        left, right = symbol_of(a), symbol_of(m.group(3))
+        if left and right and left != right:
+            relations[right] = f"{int(k)}*{left}"
+
+
+# =========================================================================== Python side
+
+
+@dataclasses.dataclass
+class PyFacts:
+    """What the op's Python says about an export's arguments."""
+
+    written: set[int]  # positions of export arguments the Python marks as mutated
+    defaults: dict[str, Any]  # public function parameter -> default (concrete values only)
+    returns_value: bool
+    string_args: dict[int, str]  # export argument positions given a constant string
+
+
+def _root_name(expr: cst.BaseExpression, assigned: dict[str, cst.BaseExpression], depth: int = 0) -> str | None:
+    """The Python name a tensor expression derives from (``out_2d = out.view(...)`` -> ``out``)."""
+    while True:
+        if isinstance(expr, cst.Name):
+            if expr.value in assigned and depth < 8:
+                inner = _root_name(assigned[expr.value], {k: v for k, v in assigned.items() if k != expr.value}, depth + 1)
+                return inner or expr.value
+            return expr.value
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            expr = expr.func.value
+        elif isinstance(expr, (cst.Attribute, cst.Subscript)):
+            expr = expr.value
+        else:
+            return None
+
+
+def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
+    public = op.public_functions[0]
+    target = program.public_target(op.module, public)
+    defaults: dict[str, Any] = {}
+    returns_value = True
+    written: set[int] = set()
+    strings: dict[int, str] = {}
+    if target is None:
+        return PyFacts(written, defaults, returns_value, strings)
+    fn = program.function(op.module, target)
+    ev = pyops.Evaluator(program.sets.resolve, strict=True)
+    for param in fn.params():
+        if param.default is not None:
+            try:
+                value = ev.eval(param.default, pyops.Env(fn.module))
+                if value is None or isinstance(value, (int, float, str, bool)):
+                    defaults[param.name.value] = value
+            except pyops.Unresolvable:
+                pass
+
+    class Returns(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.values = 0
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is fn.node
+
+        def visit_Return(self, node: cst.Return) -> None:
+            if node.value is not None and not (isinstance(node.value, cst.Name) and node.value.value == "None"):
+                self.values += 1
+
+    visitor = Returns()
+    fn.node.visit(visitor)
+    returns_value = visitor.values > 0
+    for rel, qual in sorted(program.reach((op.module, target))):
+        caller = program.function(rel, qual)
+        if caller is None:
+            continue
+        mutated: set[str] = set()
+        for deco in caller.node.decorators:
+            if isinstance(deco.decorator, cst.Call):
+                for arg in deco.decorator.args:
+                    if arg.keyword is not None and arg.keyword.value == "mutates_args":
+                        try:
+                            value = ev.eval(arg.value, pyops.Env(caller.module))
+                        except pyops.Unresolvable:
+                            continue
+                        if isinstance(value, (list, tuple)):
+                            mutated |= {v for v in value if isinstance(v, str)}
+        found: list[cst.Call] = []
+
+        class Calls(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> None:
+                if isinstance(node.func, cst.Attribute) and node.func.attr.value == export:
+                    found.append(node)
+
+        caller.node.visit(Calls())
+        for call in found:
+            assigned = pyops._assignments_before(caller, call)
+            for i, arg in enumerate(call.args):
+                if isinstance(arg.value, cst.SimpleString):
+                    strings.setdefault(i, str(arg.value.evaluated_value))
+                root = _root_name(arg.value, assigned)
+                if root is not None and root in mutated:
+                    written.add(i)
+    return PyFacts(written, defaults, returns_value, strings)
+
+
+# =========================================================================== assembly
+
+
+def _scalar_type(cpp_type: str) -> str | None:
+    t = cpp_type.replace("const", "").replace("&", "").strip()
+    if t in ("float", "double"):
+        return "float"
+    if t in ("bool",):
+        return "bool"
+    if t in ("std::string", "string", "std::string_view", "tvm::ffi::String"):
+        return "str"
+    if t in ("int", "int32_t", "int64_t", "uint32_t", "uint64_t", "size_t", "unsigned", "long", "uint", "std::size_t"):
+        return "int"
+    return None
+
+
+def launcher_source(root: pathlib.Path, scan: Any, entry_text: str, files: list[str]) -> tuple[str, str, str] | None:
+    """(struct-or-function text, method, file) for a wrapper's C++ entry, through the index spans."""
+    struct, method = pyops._entry_parts(entry_text)
+    launchers = list(getattr(scan, "launchers", []) or [])
+    name = struct or method
+    matches = [ln for ln in launchers if ln.name == name]
+    own = [ln for ln in matches if ln.file in files]
+    for launcher in own or matches:
+        data = (root / launcher.file).read_bytes()[launcher.start_byte : launcher.end_byte]
+        return data.decode("utf-8", errors="replace"), method, launcher.file
+    # not a launcher (a struct that delegates, a function that launches nothing itself): search the op's files
+    for file in files:
+        path = root / file
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if struct:
+            m = re.search(rf"(template\s*<[^;{{}}]*>\s*)?(struct|class)\s+{re.escape(struct)}\b[^;{{]*\{{", text)
+            if m:
+                end = balanced_end(text, m.end() - 1)
+                return text[m.start() : end], method, file
+            # ``using Alias = std::conditional_t<c, A, B>``: the first named struct stands in
+            alias = re.search(rf"using\s+{re.escape(struct)}\s*=\s*([^;]+);", text)
+            if alias:
+                for name in re.findall(r"\b([A-Z]\w*)\s*<", alias.group(1)):
+                    found = launcher_source(root, scan, f"{name}<>::{method}", files)
+                    if found is not None:
+                        return found
+        # a namespace-qualified free function (``ipc_a2a::spin_wait``)
+        if find_function(strip_comments(text), method) is not None:
+            return text, method, file
+    return None
+
+
+def infer_contract(
+    op: OpEntry,
+    scan: Any,
+    root: pathlib.Path,
+    *,
+    program: pyops.Program | None = None,
+    entry: str | None = None,
+    dtypes: Iterable[str] = DTYPES,
+) -> Contract:
+    """Infer the contract of ``entry`` (default: the op's first entry point)."""
+    root = pathlib.Path(root)
+    dtypes = [d for d in dtypes]
+    program = program or pyops.Program(root)
+    entry = entry or (op.entry_points[0] if op.entry_points else "")
+    unresolved: list[str] = []
+    entries = [t for c in op.load_jit for e, t in pyops.call_exports(c, root) if e == entry]
+    if not entries:
+        return Contract(entry=entry, args=[], symbols=[], unresolved=[f"export `{entry}` has no C++ entry"])
+    if len(set(entries)) > 1:
+        unresolved.append(f"`{entry}` wraps one of {', '.join(dict.fromkeys(entries))}; inferred from the first")
+    found = launcher_source(root, scan, entries[0], op.files)
+    if found is None:
+        return Contract(
+            entry=entry, args=[], symbols=[], unresolved=[*unresolved, f"C++ entry `{entries[0]}` not found in {op.files}"]
+        )
+    text, method, file = found
+    context = (root / file).read_text(encoding="utf-8", errors="replace")
+    facts = cpp_facts(text, method, dtypes, context)
+    unresolved += facts.unresolved
+    py = python_facts(program, op, entry)
+    args: list[ArgSpec] = []
+    symbols: list[str] = []
+    tensor_names = [name for ptype, name in facts.params if "TensorView" in ptype]
+    any_output = any(_OUTPUT_NAMES.match(n) for n in tensor_names)
+    for position, (ptype, name) in enumerate(facts.params):
+        if "TensorView" in ptype:
+            candidates = facts.matchers.get(name, [])
+            if not candidates:
+                unresolved.append(f"tensor `{name}`: no TensorMatcher declares its shape")
+                spec = TensorSpec(name=name, shape=[], dtype="T", role="input")
+            else:
+                # Several matchers verify one tensor in ``if constexpr`` arms; the
+                # outermost, then the least constrained (no strides), is the plain path.
+                best = min(candidates, key=lambda m: (m.depth, m.strides is not None))
+                if len({(tuple(m.shape), tuple(m.strides or ()), m.dtype) for m in candidates}) > 1:
+                    unresolved.append(
+                        f"tensor `{name}`: {len(candidates)} different matchers verify it (constexpr branches?); "
+                        "took the outermost, least constrained"
+                    )
+                shape = [facts.relations.get(d, d) if isinstance(d, str) else d for d in best.shape]
+                strides = None
+                if best.strides is not None:
+                    strides = [facts.relations.get(d, d) if isinstance(d, str) else d for d in best.strides]
+                    if _is_contiguous(shape, strides):
+                        strides = None
+                dtype = best.dtype or "T"
+                if dtype.startswith("?") or "|" in dtype:
+                    unresolved.append(f"tensor `{name}`: element type `{dtype.lstrip('?')}` is not the instantiation dtype")
+                role = "input"
+                if _OUTPUT_NAMES.match(name):
+                    role = "output"
+                elif _INOUT_NAMES.match(name) or position in py.written:
+                    role = "inout"
+                elif not py.returns_value and not any_output and name == tensor_names[0]:
+                    role = "inout"
+                    unresolved.append(f"tensor `{name}`: assumed updated in place (the public function returns nothing)")
+                if position in py.written and role == "input":
+                    role = "inout"
+                if dtype in ("int32", "int64", "uint8", "uint32", "uint64", "int8") or _INDEX_NAMES.search(name):
+                    unresolved.append(f"tensor `{name}` ({dtype}): index/metadata values, range not known")
+                spec = TensorSpec(name=name, shape=shape, dtype=dtype, role=role, strides=strides)
+                for dim in [*shape, *(strides or [])]:
+                    if isinstance(dim, str):
+                        for sym in re.findall(r"[A-Za-z_]\w*", dim):
+                            if sym not in symbols:
+                                symbols.append(sym)
+            args.append(ArgSpec(kind="tensor", tensor=spec))
+        else:
+            kind = _scalar_type(ptype)
+            if kind is None:
+                unresolved.append(f"parameter `{name}` of type `{ptype}` is neither a tensor nor a scalar")
+                kind = "int"
+            value = py.defaults.get(name)
+            if kind == "str":
+                value = py.string_args.get(position, value if isinstance(value, str) else None)
+                if value is None:
+                    unresolved.append(f"string argument `{name}`: value not known")
+            if value is not None and not isinstance(value, (int, float, str, bool)):
+                value = None
+            args.append(ArgSpec(kind="scalar", scalar=ScalarSpec(name=name, type=kind, value=value)))
+    checks = list(facts.checks)
+    for sym, tparam in facts.fixed_by_template.items():
+        checks.append(f"{sym} == {tparam} (template argument: one instantiation per value)")
+    shape_syms = {s for a in args if a.tensor for d in a.tensor.shape if isinstance(d, str) for s in re.findall(r"[A-Za-z_]\w*", d)}
+    return Contract(
+        entry=entry,
+        args=args,
+        symbols=[s for s in symbols if s in shape_syms] + [s for s in symbols if s not in shape_syms],
+        divisibility={k: v for k, v in facts.divisibility.items() if k in symbols},
+        max_values={k: v for k, v in facts.max_values.items() if k in symbols},
+        checks=checks,
+        unresolved=list(dict.fromkeys(unresolved)),
+        origin="inferred",
+    )
+
+
+def _is_contiguous(shape: list[str | int], strides: list[str | int]) -> bool:
+    if len(shape) != len(strides) or not strides or strides[-1] != 1:
+        return False
+    for i in range(len(shape) - 1):
+        if strides[i] != shape[i + 1] and not (i + 1 == len(shape) - 1 and strides[i] == shape[-1]):
+            return False
+    return len(shape) <= 2 or all(strides[i] == shape[i + 1] for i in range(len(shape) - 1))
+
+
+# =========================================================================== curated
+
+
+def curated_path(op_id: str) -> pathlib.Path:
+    return CURATED_DIR / f"{op_id}.toml"
+
+
+def load_curated(op_id: str) -> dict[str, Any] | None:
+    path = curated_path(op_id)
+    if not path.is_file():
+        return None
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"curated contract {path} is not valid TOML: {err}", fix="fix the TOML syntax") from err
+
+
+_CONTRACT_KEYS = {"entry", "symbols", "divisibility", "max_values", "checks", "unresolved", "reference", "extra_bytes"}
+
+
+def allowed_from_python(program: pyops.Program, module: str, spec: dict[str, Any]) -> list[int]:
+    """Evaluate a Python predicate of the op module (``_is_supported_rmsnorm_hidden_size``) over candidates."""
+    fn = program.function(module, spec["python"])
+    if fn is None:
+        raise ConfigError(f"predicate {spec['python']} not found in {module}", fix="fix the curated contract")
+    step, start, stop = int(spec.get("step", 1)), int(spec.get("min", spec.get("step", 1))), int(spec["max"])
+    out = []
+    for value in range(start, stop + 1, step):
+        ev = pyops.Evaluator(program.sets.resolve, strict=True)
+        try:
+            if ev.call_function(fn, [value], {}, fn.node, pyops.Env(fn.module)) is True:
+                out.append(value)
+        except pyops.Unresolvable:
+            continue
+    return out
+
+
+def apply_curated(inferred: Contract, curated: dict[str, Any], *, program: pyops.Program | None = None, module: str = "") -> Contract:
+    """Curated keys replace inferred ones; ``args`` replace as a whole; origin becomes ``curated``."""
+    data = inferred.model_dump()
+    for key in _CONTRACT_KEYS:
+        if key in curated:
+            data[key] = curated[key]
+    if "args" in curated:
+        args = []
+        for item in curated["args"]:
+            item = dict(item)
+            kind = item.pop("kind")
+            if kind == "tensor":
+                args.append({"kind": "tensor", "tensor": item})
+            else:
+                args.append({"kind": "scalar", "scalar": item})
+        data["args"] = args
+        if "unresolved" not in curated:
+            data["unresolved"] = []
+    allowed = dict(data.get("allowed_values") or {})
+    for sym, spec in (curated.get("allowed_values") or {}).items():
+        if isinstance(spec, dict):
+            if program is None:
+                raise ConfigError("allowed_values from a Python predicate needs the op's program", fix="internal")
+            allowed[sym] = allowed_from_python(program, module, spec)
+        else:
+            allowed[sym] = [int(v) for v in spec]
+    data["allowed_values"] = allowed
+    data["origin"] = "curated"
+    return Contract.model_validate(data)
+
+
+def contract_for(op: OpEntry, scan: Any, root: pathlib.Path, *, program: pyops.Program | None = None) -> tuple[Contract, dict[str, Any] | None]:
+    """The op's contract (inferred, then curated when ``extract/curated/<op_id>.toml`` exists) and the curated table."""
+    program = program or pyops.Program(pathlib.Path(root))
+    curated = load_curated(op.id)
+    entry = (curated or {}).get("entry")
+    dtypes = (curated or {}).get("dtypes", list(DTYPES))
+    inferred = infer_contract(op, scan, root, program=program, entry=entry, dtypes=dtypes)
+    if curated is None:
+        return inferred, None
+    return apply_curated(inferred, curated, program=program, module=op.module), curated

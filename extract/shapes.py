@@ -1,0 +1,220 @@
+"""Realistic shapes for a task: model dimensions crossed with token counts.
+
+The catalog (``extract/shapes/<model>.toml``) holds, per model, the figures of
+the model repo's Hugging Face ``config.json`` that kernels see (hidden size, MLP
+widths, heads, head dim, experts, top-k, MLA ranks), each with the config key it
+comes from (``key``) or how it follows from keys (``derived``), plus a few
+architecture flags (dense MLP, MoE, per-head q/k norm, MLA) with their reason.
+
+A *mapping* says which model dimension each contract symbol takes. It is a list
+of families (``[[shapes]]`` in a curated contract, else :data:`DEFAULT_FAMILIES`);
+each family maps every symbol to an expression over the model's dims and
+``tokens`` (names, integers and ``*``: ``"tokens*num_experts_per_tok"``) and may
+``require`` a flag or dim. E.g. silu_and_mul's ``hidden_size`` is
+``intermediate_size`` for dense MLPs and ``moe_intermediate_size`` (rows =
+tokens x top-k) for MoE experts; rmsnorm's is ``hidden_size``, plus ``head_dim``
+for models that normalise each q/k head and the MLA latent ranks.
+
+What must stay true:
+- Every figure used has a source; :func:`load_catalog` refuses a figure without one.
+- Cases are deduplicated on (rows, sizes): the first model (catalog order) keeps
+  the case and the others are named in its ``source``.
+- A width the contract rejects (``divisibility``, ``allowed_values``,
+  ``max_values``) is skipped, never silently changed.
+- ``ShapeCase.tokens`` is the number of rows the op sees (the contract's token
+  symbol), which is what the harness keys on; the model's own token count is in
+  ``source`` when they differ.
+- Symbols that size a tensor but have no mapping are returned as notes; the
+  task records them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import tomllib
+from typing import Any, Iterable
+
+from pipeline.errors import ConfigError
+from pipeline.records import Contract, ShapeCase
+
+CATALOG_DIR = pathlib.Path(__file__).with_name("shapes")
+# Catalog order: the first model to produce a shape keeps its name on the case.
+MODEL_ORDER = ("Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B", "Qwen3-235B-A22B", "DeepSeek-V3", "Mixtral-8x7B")
+
+# Symbol names seen in SGLang's SymbolicSize declarations -> catalog expressions.
+TOKEN_SYMBOLS = ("num_tokens", "tokens", "batch_size", "bs", "num_rows", "num_seqs", "batch")
+DEFAULT_FAMILIES: list[dict[str, str]] = [
+    {
+        **{s: "tokens" for s in TOKEN_SYMBOLS},
+        "hidden_size": "hidden_size", "hidden": "hidden_size", "hidden_dim": "hidden_size", "d_model": "hidden_size",
+        "head_dim": "head_dim", "head_size": "head_dim",
+        "num_heads": "num_attention_heads", "num_qo_heads": "num_attention_heads",
+        "num_q_heads": "num_attention_heads", "num_attention_heads": "num_attention_heads",
+        "num_kv_heads": "num_key_value_heads", "num_key_value_heads": "num_key_value_heads",
+        "intermediate_size": "intermediate_size", "inter_size": "intermediate_size",
+        "num_experts": "num_experts", "n_experts": "num_experts", "num_local_experts": "num_experts",
+        "topk": "num_experts_per_tok", "top_k": "num_experts_per_tok", "num_experts_per_tok": "num_experts_per_tok",
+        "vocab_size": "vocab_size", "vocab": "vocab_size",
+        "kv_lora_rank": "kv_lora_rank", "q_lora_rank": "q_lora_rank",
+        "qk_rope_head_dim": "qk_rope_head_dim", "rope_dim": "qk_rope_head_dim",
+        "qk_nope_head_dim": "qk_nope_head_dim", "v_head_dim": "v_head_dim",
+    }
+]  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    name: str
+    repo: str
+    config_url: str
+    dims: dict[str, int]
+    sources: dict[str, str]  # dim or flag -> where it comes from
+    flags: dict[str, bool]
+
+
+def load_catalog(directory: pathlib.Path = CATALOG_DIR) -> list[Model]:
+    """Every ``<model>.toml`` of the catalog, in :data:`MODEL_ORDER` (others after, by name)."""
+    models = []
+    for path in sorted(directory.glob("*.toml")):
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"shape catalog {path} is not valid TOML: {err}", fix="fix the TOML syntax") from err
+        name = data.get("model") or path.stem
+        dims, sources, flags = {}, {}, {}
+        for dim, entry in (data.get("dims") or {}).items():
+            if not isinstance(entry, dict) or "value" not in entry:
+                raise ConfigError(f"{path}: dims.{dim} needs a value", fix="write `{ value = N, key = \"config key\" }`")
+            if "key" in entry:
+                sources[dim] = f"{data.get('repo', name)} config.json \"{entry['key']}\""
+                if entry.get("note"):
+                    sources[dim] += f" ({entry['note']})"
+            elif "derived" in entry:
+                sources[dim] = f"{data.get('repo', name)} config.json: {entry['derived']}"
+            else:
+                raise ConfigError(
+                    f"{path}: dims.{dim} has no source",
+                    fix="add `key = \"<config.json key>\"` or `derived = \"<how>\"` to the figure",
+                )
+            dims[dim] = int(entry["value"])
+        for flag, entry in (data.get("flags") or {}).items():
+            if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
+                raise ConfigError(f"{path}: flags.{flag} needs value and source", fix="write `{ value = true, source = \"why\" }`")
+            flags[flag] = bool(entry["value"])
+            sources[f"flag:{flag}"] = entry["source"]
+        models.append(Model(name, data.get("repo", ""), data.get("config", ""), dims, sources, flags))
+    order = {n: i for i, n in enumerate(MODEL_ORDER)}
+    models.sort(key=lambda m: (order.get(m.name, len(order)), m.name))
+    return models
+
+
+def _eval(expr: str | int, dims: dict[str, int]) -> int | None:
+    """``"tokens*num_experts_per_tok"`` over dims; None when a name is missing."""
+    if isinstance(expr, int):
+        return expr
+    value = 1
+    for factor in str(expr).split("*"):
+        factor = factor.strip()
+        if re.fullmatch(r"\d+", factor):
+            value *= int(factor)
+        elif factor in dims and dims[factor] > 0:
+            value *= dims[factor]
+        else:
+            return None
+    return value
+
+
+def _names(expr: str | int) -> list[str]:
+    return [] if isinstance(expr, int) else [f.strip() for f in str(expr).split("*") if not f.strip().isdigit()]
+
+
+def tensor_symbols(contract: Contract) -> list[str]:
+    """Symbols that size some tensor (stride-only symbols are the harness's to choose)."""
+    out: list[str] = []
+    for arg in contract.args:
+        if arg.tensor is None:
+            continue
+        for dim in arg.tensor.shape:
+            if isinstance(dim, str):
+                for name in re.findall(r"[A-Za-z_]\w*", dim):
+                    if name not in out:
+                        out.append(name)
+    return out
+
+
+def accepts(contract: Contract, symbol: str, value: int) -> bool:
+    if value <= 0:
+        return False
+    if symbol in contract.allowed_values and value not in contract.allowed_values[symbol]:
+        return False
+    if symbol in contract.divisibility and value % contract.divisibility[symbol]:
+        return False
+    if symbol in contract.max_values and value > contract.max_values[symbol]:
+        return False
+    return True
+
+
+def shape_cases(
+    contract: Contract,
+    families: list[dict[str, Any]] | None = None,
+    token_counts: Iterable[int] = (1, 8, 64, 512, 4096, 16384),
+    models: list[Model] | None = None,
+) -> tuple[list[ShapeCase], list[str]]:
+    """Catalog shapes for ``contract``: (cases, notes about symbols or widths left out)."""
+    models = models if models is not None else load_catalog()
+    families = families or DEFAULT_FAMILIES
+    symbols = tensor_symbols(contract)
+    notes: list[str] = []
+    mapped = {s for fam in families for s in fam if s not in ("requires", "why")}
+    unmapped = [s for s in symbols if s not in mapped]
+    if unmapped:
+        notes.append(
+            f"no model mapping for symbol(s) {', '.join(unmapped)}: no catalog shapes; "
+            "add a [[shapes]] family to extract/curated/<op>.toml"
+        )
+        return [], notes
+    token_symbol = next((s for s in symbols for fam in families if str(fam.get(s, "")).startswith("tokens")), None)
+    cases: list[ShapeCase] = []
+    index: dict[tuple[int, tuple[tuple[str, int], ...]], int] = {}
+    rejected: dict[str, set[int]] = {}
+    for tokens in token_counts:
+        for model in models:
+            for fam in families:
+                need = fam.get("requires")
+                if need and not (model.flags.get(need) or model.dims.get(need)):
+                    continue
+                dims = {**model.dims, "tokens": int(tokens)}
+                sizes: dict[str, int] = {}
+                ok = True
+                for sym in symbols:
+                    value = _eval(fam[sym], dims)
+                    if value is None:
+                        ok = False
+                        break
+                    if not accepts(contract, sym, value):
+                        rejected.setdefault(sym, set()).add(value)
+                        ok = False
+                        break
+                    sizes[sym] = value
+                if not ok:
+                    continue
+                rows = sizes.get(token_symbol, int(tokens)) if token_symbol else int(tokens)
+                used = [n for sym in symbols for n in _names(fam[sym]) if n != "tokens"]
+                where = "; ".join(f"{sym}={fam[sym]}: {model.sources.get(n, n)}" for sym in symbols for n in _names(fam[sym]) if n != "tokens")
+                if need:
+                    where += f"; requires {need}: {model.sources.get('flag:' + need, need)}"
+                label = f"{model.name} at {tokens} tokens" + (f" ({rows} rows)" if rows != tokens else "")
+                source = f"{label}; {where}" if used else label
+                key = (rows, tuple(sorted(sizes.items())))
+                if key in index:
+                    prior = cases[index[key]]
+                    if model.name not in prior.source:
+                        cases[index[key]] = prior.model_copy(update={"source": prior.source + f" | also {label}"})
+                    continue
+                index[key] = len(cases)
+                cases.append(ShapeCase(model=model.name, tokens=rows, sizes=sizes, source=source))
+    for sym, values in rejected.items():
+        notes.append(f"catalog widths the contract rejects for {sym}: {sorted(values)}")
+    return cases, notes

@@ -1,0 +1,433 @@
+"""Standalone tasks: one folder per op that everything downstream works from.
+
+``work/tasks/<op_id>/`` holds ``task.json`` (:class:`pipeline.records.Task`) and
+``src/<package-relative path>``: the op's CUDA/C++ files and their whole include
+closure inside the package (``kernels/jit/include/**`` as needed), byte for byte.
+A build (``pipeline.build``) compiles from ``src/`` alone, so a task keeps
+working when the SGLang tree is gone or is on another machine.
+
+What a task pins down:
+
+- **Instantiations**: the loader is *run* (``extract.pyops.instantiate``) for every
+  dtype the contract allows and every catalog shape, exactly as SGLang's Python
+  would on sm_90a (``is_arch_support_pdl()`` is true), and deduplicated. Template
+  arguments that follow a shape (rmsnorm's ``make_cpp_args(hidden_size, pdl,
+  dtype)`` and its kernel class chosen from the width) give one instantiation
+  per catalog width; a shape no dtype can instantiate is dropped with a note.
+- **Build recipe**: what ``load_jit`` would compile for the loader that provides
+  the contract's entry: SGLang's default flags for the arch
+  (``-DSGL_CUDA_ARCH=900 -std=c++20 -O3 --expt-relaxed-constexpr``) plus the op's
+  own ``extra_cuda_cflags`` as the loader computed them; include dirs relative to
+  ``src/`` plus the ``@tvm_ffi`` / ``@dlpack`` tokens the builder resolves.
+- **Editable region**: byte spans of the kernels, device functions and launcher
+  structs defined in the op's *own* CUDA/C++ files (never shared headers);
+  spans nested in another span are dropped (the outer one carries them), and
+  names are unique (``name#2`` for a repeated name) because candidates address
+  regions by name.
+- **Contract and shapes** (:mod:`extract.contract`, :mod:`extract.shapes`).
+
+What must stay true: ``task.json`` is written last and atomically
+(``write_record``) after ``src/`` is complete, and the folder is published by a
+rename, so a task folder is either the previous complete task or the new one.
+``.extract-key`` beside ``task.json`` is the content key of every input (op
+record, source digests, curated contract, catalog, extract's own code); a task
+whose key matches is current and a rerun skips it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import re
+import shutil
+import uuid
+from typing import Any, Iterable
+
+from extract import contract as contract_mod
+from extract import pyops, shapes
+from pipeline.errors import ConfigError, StaleRecordError
+from pipeline.records import (
+    DTYPES,
+    BuildRecipe,
+    FileDigest,
+    Index,
+    Instantiation,
+    LoadJitCall,
+    OpEntry,
+    ShapeCase,
+    Span,
+    Task,
+    content_hash,
+    read_record,
+    write_record,
+)
+
+TASKS_DIR = "tasks"
+SRC_DIR = "src"
+KEY_FILE = ".extract-key"
+INCLUDE_DIR = "kernels/jit/include"
+DEFAULT_TOKEN_COUNTS = (1, 8, 64, 512, 4096, 16384)
+_OWN_CODE = ("pyops.py", "contract.py", "shapes.py", "tasks.py")
+
+
+def task_dir(work_dir: str | os.PathLike[str], op_id: str) -> pathlib.Path:
+    return pathlib.Path(work_dir) / TASKS_DIR / op_id
+
+
+def arch_number(arch: str) -> int:
+    """``sm_90a`` -> 900 (SGLang's ``-DSGL_CUDA_ARCH``)."""
+    match = re.fullmatch(r"sm_(\d+)[a-z]?", arch)
+    if not match:
+        raise ConfigError(f"arch {arch!r} is not of the form sm_<N>[a]", fix='use e.g. extract.arch = "sm_90a"')
+    return int(match.group(1)) * 10
+
+
+def default_cuda_cflags(arch: str) -> list[str]:
+    """SGLang's ``get_default_target_flags`` for a CUDA arch."""
+    return [f"-DSGL_CUDA_ARCH={arch_number(arch)}", "-std=c++20", "-O3", "--expt-relaxed-constexpr"]
+
+
+# --------------------------------------------------------------------------- includes
+
+
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)
+
+
+def include_closure(root: pathlib.Path, start: Iterable[str], includes: dict[str, list[str]]) -> list[str]:
+    """Every package file ``start`` reaches through ``#include`` (``start`` included), sorted.
+
+    Uses the index's resolved includes; a file the index did not see is read
+    here and resolved like the index does (its own folder for quoted names, then
+    ``kernels/jit/include`` and ``kernels/jit/csrc``).
+    """
+    seen: set[str] = set()
+    stack = list(start)
+    while stack:
+        rel = stack.pop()
+        if rel in seen:
+            continue
+        path = root / rel
+        if not path.is_file():
+            continue
+        seen.add(rel)
+        children = includes.get(rel)
+        if children is None:
+            children = []
+            data = path.read_bytes()
+            for quote, name in _INCLUDE.findall(data):
+                name_s = name.decode("utf-8", errors="replace")
+                here = os.path.dirname(rel)
+                candidates = [os.path.normpath(os.path.join(here, name_s))] if quote == b'"' else []
+                candidates += [os.path.normpath(os.path.join(d, name_s)) for d in (INCLUDE_DIR, pyops.CSRC_DIR)]
+                found = next((c for c in candidates if not c.startswith("..") and (root / c).is_file()), None)
+                if found:
+                    children.append(found)
+        for child in children:
+            if not child.startswith("<") and child not in seen:
+                stack.append(child)
+    return sorted(seen)
+
+
+# --------------------------------------------------------------------------- editable spans
+
+
+def editable_spans(index: Any, own_files: Iterable[str]) -> list[Span]:
+    """Kernels, device functions and launchers defined in ``own_files``, outermost only, unique names."""
+    own = set(own_files)
+    raw: list[Span] = []
+    for kind, items in (
+        ("kernel", getattr(index, "kernels", [])),
+        ("device_function", getattr(index, "device_functions", [])),
+        ("launcher", getattr(index, "launchers", [])),
+    ):
+        for item in items:
+            if item.file in own and item.end_byte > item.start_byte:
+                raw.append(Span(file=item.file, start_byte=item.start_byte, end_byte=item.end_byte, name=item.name, kind=kind))
+    raw.sort(key=lambda s: (s.file, s.start_byte, -s.end_byte))
+    kept: list[Span] = []
+    for span in raw:
+        if kept and kept[-1].file == span.file and span.start_byte >= kept[-1].start_byte and span.end_byte <= kept[-1].end_byte:
+            continue  # nested in (or equal to) the previous outer span
+        if kept and kept[-1].file == span.file and span.start_byte < kept[-1].end_byte:
+            continue  # partial overlap: keep the earlier span, splice refuses overlaps
+        kept.append(span)
+    counts: dict[str, int] = {}
+    out = []
+    for span in kept:
+        counts[span.name] = counts.get(span.name, 0) + 1
+        name = span.name if counts[span.name] == 1 else f"{span.name}#{counts[span.name]}"
+        out.append(span.model_copy(update={"name": name}))
+    return out
+
+
+# --------------------------------------------------------------------------- instantiation
+
+
+def _entry_call(op: OpEntry, entry: str, root: pathlib.Path) -> LoadJitCall:
+    for call in op.load_jit:
+        if any(e == entry for e, _ in pyops.call_exports(call, root)):
+            return call
+    if not op.load_jit:
+        raise ConfigError(f"{op.id} has no load_jit call", fix="re-run `kernelsmith extract`")
+    return op.load_jit[0]
+
+
+def plan_instantiations(
+    program: pyops.Program,
+    op: OpEntry,
+    call: LoadJitCall,
+    entry: str,
+    dtypes: Iterable[str],
+    cases: list[ShapeCase],
+    models: dict[str, shapes.Model],
+) -> tuple[list[Instantiation], list[ShapeCase], pyops.Instance | None, list[str]]:
+    """Run the loader per (dtype, shape); returns (instantiations, shapes kept, one instance, notes)."""
+    notes: list[str] = []
+    out: list[Instantiation] = []
+    seen: set[tuple[Any, ...]] = set()
+    first: pyops.Instance | None = None
+    kept_cases: list[ShapeCase] = []
+    failures: dict[str, str] = {}
+    for case in cases or [None]:  # type: ignore[list-item]
+        served = False
+        for dtype in dtypes:
+            sizes: dict[str, int] = {}
+            if case is not None:
+                model = models.get(case.model)
+                if model is not None:
+                    sizes.update(model.dims)
+                sizes.update(case.sizes)
+            try:
+                inst = pyops.instantiate(program, op, call, dtype=dtype, sizes=sizes, entry=entry)
+            except pyops.Unresolvable as err:
+                failures.setdefault(f"{dtype}: {err}", case.label if case else "no shape")
+                continue
+            served = True
+            first = first or inst
+            notes += [n for n in inst.notes if n not in notes]
+            key = (dtype, tuple(inst.template_args), tuple(inst.module_args), tuple(inst.wrappers))
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(
+                Instantiation(dtype=dtype, module_args=inst.module_args, template_args=inst.template_args, wrappers=inst.wrappers)
+            )
+        if case is not None:
+            if served:
+                kept_cases.append(case)
+            else:
+                notes.append(f"shape {case.label} dropped: no dtype instantiates")
+    for reason, where in failures.items():
+        notes.append(f"instantiation failed ({where}): {reason}")
+    out.sort(key=lambda i: (DTYPES.index(i.dtype) if i.dtype in DTYPES else 9, _numeric_key(i.template_args)))
+    return out, kept_cases, first, notes
+
+
+def _numeric_key(args: list[str]) -> list[Any]:
+    return [(0, int(a), "") if a.isdigit() else (1, 0, a) for a in args]
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def task_key(index: Index, op: OpEntry, arch: str, token_counts: Iterable[int], files: list[str] | None = None) -> str:
+    """Content key of every input of a task (see the module docstring)."""
+    here = pathlib.Path(__file__).parent
+    digests = {d.path: d.sha256 for d in index.files}
+    root = pathlib.Path(index.source.root)
+    closure = files or include_closure(root, _recipe_files(op), index.includes)
+    parts: list[str | bytes] = [op.model_dump_json(), arch, ",".join(map(str, token_counts))]
+    for rel in closure:
+        parts += [rel, digests.get(rel) or hashlib.sha256((root / rel).read_bytes()).hexdigest()]
+    parts.append(op.module)
+    module_path = root / op.module
+    parts.append(module_path.read_bytes() if module_path.is_file() else b"")
+    curated = contract_mod.curated_path(op.id)
+    parts.append(curated.read_bytes() if curated.is_file() else b"")
+    for path in sorted(shapes.CATALOG_DIR.glob("*.toml")):
+        parts += [path.name, path.read_bytes()]
+    for name in _OWN_CODE:
+        parts.append((here / name).read_bytes())
+    return content_hash(*parts)
+
+
+def _recipe_files(op: OpEntry) -> list[str]:
+    return list(op.files)
+
+
+def is_current(work_dir: str | os.PathLike[str], op_id: str, key: str) -> bool:
+    folder = task_dir(work_dir, op_id)
+    key_file = folder / KEY_FILE
+    if not (folder / "task.json").is_file() or not key_file.is_file():
+        return False
+    return key_file.read_text(encoding="utf-8").strip() == key
+
+
+# --------------------------------------------------------------------------- write / load
+
+
+def write_task(
+    index: Index,
+    op: OpEntry,
+    work_dir: str | os.PathLike[str],
+    *,
+    arch: str = "sm_90a",
+    token_counts: Iterable[int] = DEFAULT_TOKEN_COUNTS,
+    program: pyops.Program | None = None,
+    key: str | None = None,
+) -> Task:
+    """Write ``work_dir/tasks/<op.id>/`` (``src/`` + ``task.json``) and return the task.
+
+    Raises :class:`pipeline.errors.ConfigError` when the op cannot become a
+    task (no instantiation at all): the caller records that as the op's failure.
+    """
+    token_counts = tuple(token_counts)
+    root = pathlib.Path(index.source.root)
+    program = program or pyops.Program(root)
+    notes: list[str] = []
+    contract, curated = contract_mod.contract_for(op, index, root, program=program)
+    curated = curated or {}
+    dtypes = [d for d in curated.get("dtypes", list(DTYPES)) if d in DTYPES]
+    if curated.get("dtypes") and len(dtypes) < len(DTYPES):
+        notes.append(f"dtypes {', '.join(d for d in DTYPES if d not in dtypes)} excluded by the curated contract (see its comments)")
+    models = {m.name: m for m in shapes.load_catalog()}
+    cases, shape_notes = shapes.shape_cases(contract, curated.get("shapes"), token_counts, list(models.values()))
+    notes += shape_notes
+    call = _entry_call(op, contract.entry, root)
+    instantiations, cases, instance, inst_notes = plan_instantiations(
+        program, op, call, contract.entry, dtypes, cases, models
+    )
+    notes += inst_notes
+    if not instantiations or instance is None:
+        raise ConfigError(
+            f"{op.id}: no instantiation of {call.function} could be evaluated",
+            fix="add a curated contract (extract/curated/<op>.toml) or a shape mapping for its template arguments",
+            detail="\n".join(notes),
+        )
+    try:
+        cuda_files = instance.strings("cuda_files")
+        cpp_files = instance.strings("cpp_files")
+        extra_cuda = instance.strings("extra_cuda_cflags")
+        extra_c = instance.strings("extra_cflags")
+        extra_inc = instance.strings("extra_include_paths")
+        deps = instance.strings("extra_dependencies")
+    except pyops.Unresolvable as err:
+        raise ConfigError(f"{op.id}: {err}", fix="the loader builds its arguments in a way extract cannot follow") from err
+    header_only = instance.kwargs.get("header_only", True)
+    own = [f"{pyops.CSRC_DIR}/{f}" for f in [*cuda_files, *cpp_files] if not f.startswith("/")]
+    missing = [f for f in own if not (root / f).is_file()]
+    if missing or not own:
+        raise ConfigError(
+            f"{op.id}: source files {missing or '(none)'} are not in the package",
+            fix="this op compiles files outside the SGLang tree; it cannot be a standalone task",
+        )
+    include_dirs = [INCLUDE_DIR, "@tvm_ffi", "@dlpack"]
+    for path in extra_inc:
+        rel = _package_relative(root, path)
+        if rel is None:
+            notes.append(f"extra include path {path} is outside the package; not carried into the task")
+        else:
+            include_dirs.append(rel)
+    for dep in deps:
+        notes.append(f"needs registered dependency `{dep}` (headers outside the package, not carried)")
+    recipe = BuildRecipe(
+        cuda_files=[f"{pyops.CSRC_DIR}/{f}" for f in cuda_files],
+        cpp_files=[f"{pyops.CSRC_DIR}/{f}" for f in cpp_files],
+        include_dirs=include_dirs,
+        cuda_cflags=[*default_cuda_cflags(arch), *extra_cuda],
+        cflags=["-std=c++20", "-O3", *extra_c],
+        arch=arch,
+        header_only=bool(header_only),
+    )
+    closure = include_closure(root, own, index.includes)
+    digests = {d.path: d for d in index.files}
+    files = [digests.get(rel) or _digest(root, rel) for rel in closure]
+    editable = editable_spans(index, own)
+    if not editable:
+        notes.append("no kernel, device function or launcher is defined in the op's own files: nothing is editable")
+    task = Task(
+        op_id=op.id,
+        module=op.module,
+        public_functions=op.public_functions,
+        entry_points=op.entry_points,
+        source=index.source,
+        files=files,
+        instantiations=instantiations,
+        build=recipe,
+        editable=editable,
+        contract=contract,
+        shapes=cases,
+        notes=list(dict.fromkeys(notes)),
+    )
+    _publish(task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts, closure))
+    return task
+
+
+def _package_relative(root: pathlib.Path, path: str) -> str | None:
+    try:
+        rel = pathlib.Path(path).resolve().relative_to(root.resolve())
+    except ValueError:
+        return None
+    return rel.as_posix()
+
+
+def _digest(root: pathlib.Path, rel: str) -> FileDigest:
+    data = (root / rel).read_bytes()
+    return FileDigest(path=rel, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+
+
+def _publish(task: Task, root: pathlib.Path, closure: list[str], work_dir: pathlib.Path, key: str) -> None:
+    """Build the folder in staging, write task.json last, then swap it in by rename."""
+    final = task_dir(work_dir, task.op_id)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = final.parent / f".staging-{task.op_id}-{uuid.uuid4().hex[:8]}"
+    try:
+        for rel in closure:
+            target = staging / SRC_DIR / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / rel, target)  # copyfile: no read-only mode bits from the wheel tree
+        write_record(task, staging / "task.json")
+        (staging / KEY_FILE).write_text(key + "\n", encoding="utf-8")
+        if final.exists():
+            trash = final.parent / f".old-{task.op_id}-{uuid.uuid4().hex[:8]}"
+            os.replace(final, trash)
+            os.replace(staging, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(staging, final)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def save_task(task: Task, work_dir: str | os.PathLike[str]) -> pathlib.Path:
+    """Rewrite ``task.json`` of an existing task folder (e.g. with its baseline build)."""
+    return write_record(task, task_dir(work_dir, task.op_id) / "task.json")
+
+
+def load_task(folder: str | os.PathLike[str]) -> Task:
+    """Read ``<folder>/task.json`` and check ``src/`` still holds exactly the recorded files.
+
+    Raises StaleRecordError (another schema version, or ``src/`` out of step with
+    the record) with the fix: re-run ``kernelsmith extract --ops <op>``.
+    """
+    folder = pathlib.Path(folder)
+    path = folder / "task.json"
+    if not path.is_file():
+        raise ConfigError(f"no task at {folder} (task.json missing)", fix="run `kernelsmith extract --ops <op>` first")
+    task = read_record(Task, path)
+    for digest in task.files:
+        file = folder / SRC_DIR / digest.path
+        if not file.is_file():
+            raise StaleRecordError(
+                f"{folder}: {SRC_DIR}/{digest.path} is missing",
+                fix=f"re-run `kernelsmith extract --ops {task.op_id}`",
+            )
+        data = file.read_bytes()
+        if len(data) != digest.size or hashlib.sha256(data).hexdigest() != digest.sha256:
+            raise StaleRecordError(
+                f"{folder}: {SRC_DIR}/{digest.path} differs from the bytes task.json records",
+                fix=f"re-run `kernelsmith extract --ops {task.op_id}` (the task's sources are never edited in place)",
+            )
+    return task

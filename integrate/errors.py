@@ -1,0 +1,31 @@
+"""Errors of the integrate stage (families in :mod:`pipeline.errors`).
+
+- :class:`PatchError`: the patch could not be made or failed a verification
+  (a changed byte outside the editable regions, a diff that does not apply, a
+  source file that differs from the one the task was extracted from). Nothing
+  is published when it is raised: the SGLang tree and earlier outputs are as
+  they were.
+- :class:`WorkerError`: a GPU worker subprocess died, hung or answered nonsense;
+  the message carries the tail of its stderr.
+- :class:`GitError`: ``--git-branch`` could not commit (not a checkout, branch
+  exists, dirty files); the checkout is left untouched.
+"""
+
+from __future__ import annotations
+
+from pipeline.errors import ConfigError, KernelsmithError, SourceError, StaleRecordError
+
+
+class PatchError(KernelsmithError):
+    """A patch could not be produced or did not verify; nothing was changed."""
+
+
+class WorkerError(KernelsmithError):
+    """A worker subprocess (one SGLang tree on the GPU) failed."""
+
+
+class GitError(ConfigError):
+    """A git operation for --git-branch was refused or failed."""
+
+
+__all__ = ["ConfigError", "GitError", "KernelsmithError", "PatchError", "SourceError", "StaleRecordError", "WorkerError"]

@@ -1,0 +1,540 @@
+"""Splice accepted candidates into SGLang and write ``sglang.patch``.
+
+Inputs: an optimize run (``work/runs/<run>/<op>/best/candidate.json`` and
+``best/evaluation.json``), the tasks it optimized (``work/tasks/<op>/``), and the
+pristine SGLang tree (the unpacked pinned wheel, or the tree given by
+``SGLANG_SRC`` / ``--sglang``).
+
+Outputs, under ``work/integrate/<run>/``:
+
+- ``sglang.patch``: a git-style unified diff against the pristine tree.
+- ``tree/``: a patched COPY of the package (same layout as the pristine tree),
+  which the GPU steps import. The pristine tree is never written, except with
+  ``--in-place`` (below).
+- ``patch.json``: a :class:`integrate.records.Patch` record.
+
+Diff paths, by layout (the folder the patch applies in, with ``git apply`` or
+``patch -p1``):
+
+==========  =========================================  ==========================
+layout      apply in                                   paths in the diff
+==========  =========================================  ==========================
+checkout    the git checkout's top folder              ``a/python/sglang/...``
+wheel       the unpacked wheel (the folder holding     ``a/sglang/...``
+            ``sglang/``)
+package     the folder holding the ``sglang`` package  ``a/sglang/...``
+==========  =========================================  ==========================
+
+So a patch made from the wheel applies to any fresh unpacked copy of that wheel
+(or to a ``site-packages`` folder), and one made from a checkout applies at the
+top of a checkout of that commit, the way SGLang maintainers apply patches.
+
+What must stay true:
+
+- Before anything is written, every touched file's bytes must hash to the
+  sha256 the task recorded when it was extracted: a patch is never taken
+  against a different tree than the one optimized.
+- Every changed byte lies inside an editable span (:func:`diffs.verify_spans`),
+  and the diff, applied to pristine copies with ``git apply`` and ``patch -p1``,
+  reproduces exactly the expected bytes. Any failure raises
+  :class:`PatchError` before the tree or ``sglang.patch`` is touched.
+- ``--in-place``: the new files are first built and verified in the staging
+  copy; then each original is backed up, and each file is replaced by an atomic
+  rename. If any replacement or the final hash check fails, every file already
+  replaced is restored from its backup, and the error says so.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import uuid
+from dataclasses import dataclass
+
+from integrate.diffs import patch_text, patched_paths, sha256, verify_spans
+from integrate.errors import ConfigError, PatchError
+from integrate.records import FileChange, Layout, OpChange, Patch
+from pipeline.errors import StaleRecordError
+from pipeline.records import Candidate, Evaluation, Outcome, SourceInfo, Span, Task, read_record, write_record
+
+CANDIDATE_FILE = "best/candidate.json"
+EVALUATION_FILE = "best/evaluation.json"
+PATCH_FILE = "sglang.patch"
+PATCH_RECORD = "patch.json"
+TREE_DIR = "tree"
+BACKUP_DIR = "backup"
+BASELINE_DIR = "baseline"
+
+# Indirection so tests can make one step of an in-place swap fail.
+_replace = os.replace
+
+
+# --------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class TreeLayout:
+    """Where the package sits inside the tree a patch applies to."""
+
+    kind: Layout
+    package_root: pathlib.Path  # the folder holding kernels/
+    tree_root: pathlib.Path  # where `git apply` / `patch -p1` run
+    prefix: str  # package_root relative to tree_root, posix
+
+    def diff_path(self, path: str) -> str:
+        return f"{self.prefix}/{path}"
+
+
+def layout_of(source: SourceInfo) -> TreeLayout:
+    """The diff layout of a source tree (see the module docstring's table)."""
+    package_root = pathlib.Path(source.root)
+    if source.kind == "checkout":
+        top = package_root
+        while top != top.parent and not (top / ".git").exists():
+            top = top.parent
+        if not (top / ".git").exists():
+            raise ConfigError(
+                f"{package_root} was recorded as a git checkout but no .git folder is above it",
+                fix="point SGLANG_SRC at the checkout's top folder, or use an installed sglang package folder",
+            )
+        return TreeLayout("checkout", package_root, top, package_root.relative_to(top).as_posix())
+    return TreeLayout(source.kind, package_root, package_root.parent, package_root.name)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """One op whose best candidate the optimize stage accepted."""
+
+    op_id: str
+    candidate: Candidate
+    evaluation: Evaluation | None
+    task: Task
+    task_dir: pathlib.Path
+
+
+def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accepted], dict[str, str]]:
+    """Accepted candidates of a run, and why every other op of the run is left out.
+
+    A candidate is accepted when it is not the baseline (it has a parent and
+    replaces at least one span) and its evaluation says ``ok``.
+    """
+    from extract.tasks import load_task
+
+    if not run_dir.is_dir():
+        raise ConfigError(f"no optimize run at {run_dir}", fix="run `kernelsmith optimize` first, or pass an existing --run")
+    accepted: list[Accepted] = []
+    skipped: dict[str, str] = {}
+    for op_dir in sorted(p for p in run_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        op_id = op_dir.name
+        cand_path = op_dir / CANDIDATE_FILE
+        if not cand_path.is_file():
+            skipped[op_id] = f"no {CANDIDATE_FILE} (optimize did not finish this op)"
+            continue
+        candidate = read_record(Candidate, cand_path)
+        if candidate.op_id != op_id:
+            raise PatchError(f"{cand_path} is for op {candidate.op_id}, but lies in the folder of {op_id}")
+        if candidate.parent is None or not candidate.regions:
+            skipped[op_id] = "the best candidate is the baseline: optimize found nothing faster"
+            continue
+        eval_path = op_dir / EVALUATION_FILE
+        if not eval_path.is_file():
+            skipped[op_id] = f"no {EVALUATION_FILE}: the candidate's evaluation is missing (re-run optimize)"
+            continue
+        evaluation = read_record(Evaluation, eval_path)
+        if evaluation.candidate != candidate.id:
+            skipped[op_id] = f"{EVALUATION_FILE} judges candidate {evaluation.candidate}, not {candidate.id}"
+            continue
+        if evaluation.outcome != Outcome.ok:
+            skipped[op_id] = f"the candidate's evaluation outcome is {evaluation.outcome.value}"
+            continue
+        task_dir = tasks_dir / op_id
+        if not (task_dir / "task.json").is_file():
+            raise ConfigError(
+                f"the task of {op_id} is missing ({task_dir}/task.json)",
+                fix=f"re-run `kernelsmith extract --ops {op_id}` with the same SGLang sources",
+            )
+        task = load_task(task_dir)
+        accepted.append(Accepted(op_id, candidate, evaluation, task, task_dir))
+    return accepted, skipped
+
+
+# --------------------------------------------------------------------------- compose
+
+
+@dataclass
+class _Edit:
+    span: Span
+    text: bytes
+    op_id: str
+
+
+@dataclass(frozen=True)
+class NewFile:
+    path: str  # package-relative
+    old: bytes
+    new: bytes
+    spans: list[Span]
+    ops: list[str]
+    mode: int
+
+
+def _spans_by_name(task: Task) -> dict[str, Span]:
+    names: dict[str, Span] = {}
+    for span in task.editable:
+        if span.name in names:
+            raise PatchError(f"task {task.op_id} has two editable spans named {span.name}")
+        names[span.name] = span
+    return names
+
+
+def compose(accepted: list[Accepted], package_root: pathlib.Path) -> list[NewFile]:
+    """The new bytes of every file the accepted candidates touch, verified.
+
+    A file touched by one op is rebuilt with :func:`extract.splice.apply_regions`
+    (exactly what the optimize stage compiled). A file touched by several ops
+    gets all their span edits at once with :func:`extract.splice.splice`; their
+    spans must not overlap, except the same span replaced by the same text.
+    """
+    from extract.splice import apply_regions, splice
+
+    edits: dict[str, list[_Edit]] = {}
+    for acc in accepted:
+        spans = _spans_by_name(acc.task)
+        for name, text in acc.candidate.regions.items():
+            if name not in spans:
+                raise PatchError(
+                    f"candidate {acc.candidate.id} of {acc.op_id} replaces span {name!r}, which task "
+                    f"{acc.op_id} does not have (spans: {', '.join(sorted(spans))})",
+                    fix="re-run optimize against the current task",
+                )
+            edits.setdefault(spans[name].file, []).append(_Edit(spans[name], text.encode(), acc.op_id))
+
+    digests = {(acc.op_id, d.path): d.sha256 for acc in accepted for d in acc.task.files}
+    out: list[NewFile] = []
+    for path in sorted(edits):
+        file_edits = edits[path]
+        target = package_root / path
+        if not target.is_file():
+            raise PatchError(f"{target} does not exist in the SGLang tree", fix="point --sglang at the tree the tasks came from")
+        old = target.read_bytes()
+        for op_id in sorted({e.op_id for e in file_edits}):
+            want = digests.get((op_id, path))
+            if want is None:
+                raise PatchError(f"task {op_id} edits {path} but does not record its digest", fix=f"re-run `kernelsmith extract --ops {op_id}`")
+            if sha256(old) != want:
+                raise StaleRecordError(
+                    f"{target} differs from the file task {op_id} was extracted from "
+                    f"(sha256 {sha256(old)[:16]}..., task says {want[:16]}...)",
+                    fix="integrate against the same SGLang tree the run optimized (same --sglang / version), "
+                    "or re-run extract and optimize",
+                )
+        ops = sorted({e.op_id for e in file_edits})
+        if len(ops) == 1:
+            acc = next(a for a in accepted if a.op_id == ops[0])
+            regions = {e.span.name: e.text.decode() for e in file_edits}
+            editable = [s for s in acc.task.editable if s.file == path]
+            new = apply_regions({path: old}, editable, regions).get(path, old)
+        else:
+            unique = _disjoint(path, file_edits)
+            new = splice(old, [(e.span.start_byte, e.span.end_byte, e.text) for e in unique])
+        spans = sorted({(e.span.start_byte, e.span.end_byte, e.span.name): e.span for e in file_edits}.values(), key=lambda s: s.start_byte)
+        verify_spans(path, old, new, [(s.start_byte, s.end_byte) for s in spans])
+        if new == old:
+            continue
+        out.append(NewFile(path, old, new, spans, ops, target.stat().st_mode))
+    return out
+
+
+def _disjoint(path: str, file_edits: list[_Edit]) -> list[_Edit]:
+    ordered = sorted(file_edits, key=lambda e: (e.span.start_byte, e.span.end_byte))
+    unique: list[_Edit] = []
+    for edit in ordered:
+        if unique:
+            prev = unique[-1]
+            same = (prev.span.start_byte, prev.span.end_byte) == (edit.span.start_byte, edit.span.end_byte)
+            if same and prev.text == edit.text:
+                continue
+            if edit.span.start_byte < prev.span.end_byte:
+                raise PatchError(
+                    f"{path}: span {edit.span.name} of {edit.op_id} overlaps span {prev.span.name} of "
+                    f"{prev.op_id} with different text; the two candidates cannot both be applied",
+                    fix=f"integrate one of them (optimize --ops {prev.op_id} or {edit.op_id}) first",
+                )
+        unique.append(edit)
+    return unique
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def _git_mode(mode: int) -> str:
+    return "100755" if mode & 0o111 else "100644"
+
+
+def _tool_env(root: pathlib.Path) -> dict[str, str]:
+    env = dict(os.environ)
+    # Never let git discover a repository above the scratch folder.
+    env["GIT_CEILING_DIRECTORIES"] = str(root.parent)
+    return env
+
+
+def verify_applies(text: bytes, layout: TreeLayout, files: list[NewFile]) -> tuple[list[str], dict[str, str]]:
+    """Apply ``text`` to pristine copies with git and with patch; compare with the expected bytes.
+
+    Returns (checks passed, checks not run with the reason). A tool that is
+    installed but fails raises :class:`PatchError` with its output.
+    """
+    expected_paths = [layout.diff_path(f.path) for f in files]
+    if patched_paths(text) != expected_paths:
+        raise PatchError(f"the patch touches {patched_paths(text)}, expected exactly {expected_paths}")
+    passed, not_run = [], {}
+    tools = {"git apply": ["git", "apply", "--whitespace=nowarn", "-"], "patch -p1": ["patch", "-p1", "--batch", "--silent", "--forward"]}
+    for name, argv in tools.items():
+        if shutil.which(argv[0]) is None:
+            not_run[name] = f"{argv[0]} is not on PATH"
+            continue
+        with tempfile.TemporaryDirectory(prefix="ks-apply-") as tmp:
+            root = pathlib.Path(tmp) / "tree"
+            for f in files:
+                dest = root / layout.diff_path(f.path)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(f.old)
+            done = subprocess.run(argv, input=text, cwd=root, capture_output=True, env=_tool_env(root), timeout=120)
+            if done.returncode != 0:
+                raise PatchError(
+                    f"`{' '.join(argv[:2])}` could not apply the generated patch to pristine copies",
+                    detail=(done.stdout + done.stderr).decode(errors="replace")[-4000:],
+                )
+            for f in files:
+                got = (root / layout.diff_path(f.path)).read_bytes()
+                if got != f.new:
+                    raise PatchError(f"`{name}` applied the patch but {f.path} came out different from the spliced file")
+        passed.append(name)
+    return passed, not_run
+
+
+# --------------------------------------------------------------------------- trees
+
+
+def _write_atomic(path: pathlib.Path, data: bytes, mode: int | None = None) -> None:
+    tmp = path.parent / f".{path.name}.ks-{uuid.uuid4().hex}"
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode & 0o7777)
+        _replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def copy_package(src: pathlib.Path, dest: pathlib.Path) -> None:
+    """Copy a package tree, writable (the wheel cache is read-only), without bytecode caches."""
+    for folder, dirs, names in os.walk(src):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        rel = pathlib.Path(folder).relative_to(src)
+        (dest / rel).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            source = pathlib.Path(folder) / name
+            if source.is_symlink():
+                os.symlink(os.readlink(source), dest / rel / name)
+                continue
+            target = dest / rel / name
+            shutil.copyfile(source, target)
+            os.chmod(target, 0o755 if source.stat().st_mode & 0o111 else 0o644)
+
+
+def materialize(layout: TreeLayout, files: list[NewFile], dest: pathlib.Path) -> pathlib.Path:
+    """Build the patched copy in a staging folder, verify it, publish it at ``dest`` by rename."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = dest.parent / f".{dest.name}-staging-{uuid.uuid4().hex}"
+    old = dest.parent / f".{dest.name}-old-{uuid.uuid4().hex}"
+    try:
+        package = staging / layout.prefix
+        copy_package(layout.package_root, package)
+        for f in files:
+            _write_atomic(package / f.path, f.new)
+        for f in files:
+            if sha256((package / f.path).read_bytes()) != sha256(f.new):
+                raise PatchError(f"the patched copy of {f.path} does not hash as expected after writing")
+        if dest.exists():
+            os.replace(dest, old)
+        os.replace(staging, dest)
+    finally:
+        for leftover in (staging, old):
+            if leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)
+    return dest
+
+
+def apply_in_place(layout: TreeLayout, files: list[NewFile], backup_dir: pathlib.Path) -> None:
+    """Replace the files of the original tree, one atomic rename each, restoring all on failure."""
+    root = layout.package_root
+    for f in files:
+        current = (root / f.path).read_bytes()
+        if current != f.old:
+            raise PatchError(f"{root / f.path} changed since the patch was computed; nothing was modified", fix="re-run integrate")
+    backup_dir.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        backup = backup_dir / f.path
+        backup.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(backup, f.old)
+        if backup.read_bytes() != f.old:
+            raise PatchError(f"could not back up {f.path} to {backup}; nothing was modified")
+    replaced: list[NewFile] = []
+    step = ""
+    try:
+        for f in files:
+            step = f"replacing {f.path}"
+            _write_atomic(root / f.path, f.new, f.mode)
+            replaced.append(f)
+        step = "checking the replaced files"
+        for f in files:
+            if sha256((root / f.path).read_bytes()) != sha256(f.new):
+                raise PatchError(f"{root / f.path} does not hash as expected after the swap")
+    except BaseException as err:
+        problems = []
+        for f in reversed(replaced):
+            try:
+                _restore(root / f.path, backup_dir / f.path, f)
+            except OSError as restore_err:  # pragma: no cover - reported, never swallowed
+                problems.append(f"{f.path}: {restore_err}")
+        if problems:
+            raise PatchError(
+                f"in-place patch failed while {step}, and restoring failed for: {'; '.join(problems)}",
+                fix=f"copy the originals back from {backup_dir} by hand",
+                detail=str(err),
+            ) from err
+        raise PatchError(
+            f"in-place patch failed while {step}; every file was restored from {backup_dir}",
+            detail=f"{type(err).__name__}: {err}",
+        ) from err
+
+
+def _restore(target: pathlib.Path, backup: pathlib.Path, f: NewFile) -> None:
+    data = backup.read_bytes()
+    if data != f.old:
+        raise OSError(f"backup {backup} does not hold the original bytes")
+    tmp = target.parent / f".{target.name}.ks-restore-{uuid.uuid4().hex}"
+    tmp.write_bytes(data)
+    os.chmod(tmp, f.mode & 0o7777)
+    os.replace(tmp, target)  # the real rename, never the test hook
+    if target.read_bytes() != f.old:
+        raise OSError(f"{target} does not hold the original bytes after restoring")
+
+
+# --------------------------------------------------------------------------- entry
+
+
+def build_patch(
+    run: str,
+    run_dir: pathlib.Path,
+    tasks_dir: pathlib.Path,
+    source: SourceInfo,
+    out_dir: pathlib.Path,
+    *,
+    in_place: bool = False,
+    accepted: list[Accepted] | None = None,
+    skipped: dict[str, str] | None = None,
+) -> Patch:
+    """Make, verify and publish the patch of a run; return its record (also written to patch.json)."""
+    if accepted is None:
+        accepted, skipped = load_run(run_dir, tasks_dir)
+    skipped = dict(skipped or {})
+    layout = layout_of(source)
+    if in_place and source.kind == "wheel":
+        raise ConfigError(
+            "--in-place would rewrite the shared, read-only cache of the pinned sglang wheel",
+            fix="give the tree to patch with --sglang PATH (or SGLANG_SRC), or drop --in-place to get a patched copy",
+        )
+    files = compose(accepted, layout.package_root)
+    text = patch_text((layout.diff_path(f.path), f.old, f.new, _git_mode(f.mode)) for f in files)
+    verified, not_verified = (["spans"], {})
+    if files:
+        passed, not_run = verify_applies(text, layout, files)
+        verified += passed
+        not_verified.update(not_run)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    patch_path = out_dir / PATCH_FILE
+    patched_tree = None
+    backups = None
+    if files:
+        patched_tree = str(materialize(layout, files, out_dir / TREE_DIR))
+        _write_atomic(patch_path, text)
+    baseline_tree = None
+    if in_place and files:
+        # The GPU steps compare against the pristine op: keep a copy of it first.
+        baseline_tree = str(materialize(layout, [], out_dir / BASELINE_DIR))
+        backups = str(out_dir / BACKUP_DIR)
+        apply_in_place(layout, files, pathlib.Path(backups))
+        verified.append("in-place hashes")
+
+    touched = {f.path for f in files}
+    record = Patch(
+        run=run,
+        source=source,
+        layout=layout.kind,
+        prefix=layout.prefix,
+        tree_root=str(layout.tree_root),
+        patch_file=str(patch_path),
+        patch_sha256=sha256(text),
+        files=[
+            FileChange(
+                path=f.path,
+                diff_path=layout.diff_path(f.path),
+                sha256_before=sha256(f.old),
+                sha256_after=sha256(f.new),
+                size_before=len(f.old),
+                size_after=len(f.new),
+                spans=f.spans,
+                ops=f.ops,
+            )
+            for f in files
+        ],
+        ops=[
+            OpChange(
+                op_id=acc.op_id,
+                candidate=acc.candidate.id,
+                task_dir=str(acc.task_dir),
+                spans=sorted(acc.candidate.regions),
+                files=sorted({s.file for s in acc.task.editable if s.name in acc.candidate.regions} & touched),
+                evaluation=acc.evaluation,
+                rationale=acc.candidate.rationale,
+            )
+            for acc in accepted
+        ],
+        skipped=skipped,
+        patched_tree=patched_tree,
+        baseline_tree=baseline_tree,
+        in_place=bool(in_place and files),
+        backups=backups,
+        verified=verified,
+        not_verified=not_verified,
+    )
+    write_record(record, out_dir / PATCH_RECORD)
+    return record
+
+
+def package_dir(patch: Patch, *, patched: bool) -> pathlib.Path:
+    """The sglang package folder of the patched copy (or of the pristine tree)."""
+    if patched:
+        if patch.in_place:
+            return pathlib.Path(patch.tree_root) / patch.prefix
+        if patch.patched_tree is None:
+            raise ConfigError("this patch changed no file, so there is no patched tree", fix="nothing to integrate")
+        return pathlib.Path(patch.patched_tree) / patch.prefix
+    if patch.in_place:
+        if patch.baseline_tree is None:
+            raise ConfigError("the tree was patched in place and no pristine copy was kept", fix="re-run integrate")
+        return pathlib.Path(patch.baseline_tree) / patch.prefix
+    return pathlib.Path(patch.tree_root) / patch.prefix

@@ -1,0 +1,366 @@
+"""``PR.md`` for an SGLang maintainer, and ``--git-branch``: the patch as a commit on a new branch.
+
+PR.md is written from the integrate report alone (records are the only input),
+so it can be regenerated, and every figure in it carries the command that
+reproduces it. Its status line is computed, never asserted:
+
+- **ready**: every op was checked through SGLang on the GPU and passed;
+- **draft**: something that proves the patch did not run (no GPU here, no
+  adapter for an op); the list says what;
+- **failing**: a correctness check or an SGLang test failed.
+
+``--git-branch NAME`` commits ``sglang.patch`` on a new branch of the SGLang
+checkout, in a temporary worktree (the user's working tree, index and HEAD are
+never touched) and never pushes. It refuses, changing nothing, when the tree is
+not a git checkout, the branch exists, or a touched file's committed version is
+not the one the patch was taken against.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import shutil
+import subprocess
+import tempfile
+from collections import defaultdict
+from typing import Iterable
+
+from integrate.diffs import sha256
+from integrate.errors import GitError
+from integrate.records import IntegrateReport, OpChange, Patch
+from pipeline.records import ShapeTiming
+
+SECTIONS = ("## Summary", "## Performance", "## Correctness", "## End-to-end", "## Reproduce")
+
+
+# --------------------------------------------------------------------------- status
+
+
+def status(report: IntegrateReport) -> tuple[str, list[str]]:
+    """("ready" | "draft" | "failing", reasons)."""
+    failing, missing = [], []
+    for check in report.checks:
+        if not check.ran:
+            missing.append(f"{check.op_id}: correctness through SGLang not run ({check.reason})")
+        elif check.failed:
+            failing.append(f"{check.op_id}: {check.failed} of {len(check.cases)} cases fail through SGLang")
+        for san in check.sanitizer:
+            if san.ran and san.errors:
+                failing.append(f"{check.op_id}: compute-sanitizer {san.tool} reports {san.errors} errors")
+    for test in report.tests:
+        if test.ran and (test.failed or test.errors):
+            failing.append(f"{test.op_id}: SGLang's tests: {test.failed} failed, {test.errors} errors")
+    checked = {c.op_id for c in report.checks}
+    for op in report.patch.ops:
+        if op.op_id not in checked:
+            missing.append(f"{op.op_id}: correctness through SGLang not run")
+    for step, why in report.not_run.items():
+        missing.append(f"{step}: {why}")
+    if failing:
+        return "failing", failing + missing
+    if missing:
+        return "draft", missing
+    return "ready", []
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _geomean(values: Iterable[float]) -> float:
+    vals = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else math.nan
+
+
+def _speedup(t: ShapeTiming) -> float | None:
+    if t.speedup is not None:
+        return t.speedup
+    if t.baseline_us and t.time_us:
+        return t.baseline_us / t.time_us
+    return None
+
+
+def _fmt(value: float | None, spec: str = ".2f", none: str = "—") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return none
+    return format(value, spec)
+
+
+def _function_name(op_id: str) -> str:
+    return op_id.partition(".")[2] or op_id
+
+
+def title(report: IntegrateReport) -> str:
+    names = [_function_name(op.op_id) for op in report.patch.ops]
+    speeds = [s for op in report.patch.ops for s in (_speedup(t) for t in _timings(op)) if s]
+    gm = _geomean(speeds)
+    gpu = report.gpu or "H200"
+    tail = f" (geomean {gm:.2f}x over {len(speeds)} shapes)" if speeds else ""
+    return f"[Kernel] Faster JIT {', '.join(names)} on {gpu}{tail}"
+
+
+def _timings(op: OpChange) -> list[ShapeTiming]:
+    return list(op.evaluation.timings) if op.evaluation is not None else []
+
+
+def _layout_apply(patch: Patch) -> str:
+    name = pathlib.Path(patch.patch_file).name
+    if patch.layout == "checkout":
+        return f"cd <sglang checkout at {patch.source.commit or 'the same commit'}> && git apply {name}"
+    version = patch.source.version or "?"
+    return (
+        f"pip download --no-deps sglang=={version} && unzip -q sglang-{version}-*.whl 'sglang/*' -d sglang-{version} "
+        f"&& cd sglang-{version} && git apply {name}   # or: patch -p1 < {name}"
+    )
+
+
+# --------------------------------------------------------------------------- PR.md
+
+
+def render(report: IntegrateReport, *, run_dir: str = "") -> str:
+    patch = report.patch
+    state, reasons = status(report)
+    out: list[str] = [f"# {title(report)}", ""]
+    banner = {"ready": "Ready for review", "draft": "DRAFT: not everything that proves this patch has run", "failing": "FAILING: do not submit"}
+    out.append(f"**Status: {banner[state]}.**")
+    out += [f"- {r}" for r in reasons]
+    out.append("")
+
+    # ---- summary
+    out += ["## Summary", ""]
+    src = patch.source
+    where = f"sglang {src.version} wheel" if src.kind == "wheel" else f"sglang {src.kind} {src.commit or src.root}"
+    out.append(
+        f"This patch rewrites the CUDA kernels behind {', '.join(f'`{op.op_id}`' for op in patch.ops)} in SGLang's "
+        f"JIT kernel tree. It changes only the kernels' editable regions (checked byte by byte), in "
+        f"{len(patch.files)} file(s), against {where}. The public Python APIs, template parameters and launch "
+        f"interfaces are unchanged."
+    )
+    out.append("")
+    out += ["| file | regions replaced | bytes before → after |", "|---|---|---|"]
+    for f in patch.files:
+        spans = ", ".join(f"`{s.name}`" for s in f.spans)
+        out.append(f"| `{f.diff_path}` | {spans} | {f.size_before} → {f.size_after} |")
+    out.append("")
+    for op in patch.ops:
+        if op.rationale:
+            out.append(f"- `{op.op_id}` (candidate `{op.candidate[:12]}`): {op.rationale.strip()}")
+    if patch.skipped:
+        out.append("")
+        out.append("Not in this patch:")
+        out += [f"- `{op}`: {why}" for op, why in sorted(patch.skipped.items())]
+    out += ["", f"Patch: `{pathlib.Path(patch.patch_file).name}` (sha256 `{patch.patch_sha256[:16]}…`), verified: {', '.join(patch.verified) or 'nothing'}."]
+    if patch.not_verified:
+        out.append("Not verified: " + "; ".join(f"{k} ({v})" for k, v in patch.not_verified.items()) + ".")
+    out.append("")
+
+    # ---- performance
+    out += ["## Performance", ""]
+    out.append(
+        "Per-shape kernel times from the optimize stage's final validation: each figure is the median of CUDA-graph "
+        "replays with CUDA events, inputs rotated over buffer sets larger than 3x L2, baseline and candidate "
+        "interleaved. *% of BW* is the bytes the op must move divided by the time, as a share of a device-to-device "
+        "copy's bandwidth on the same GPU; *time ÷ floor* is the time over the time that copy bandwidth (or the "
+        "minimum kernel time) allows."
+    )
+    out.append("")
+    for op in patch.ops:
+        timings = _timings(op)
+        out.append(f"### `{op.op_id}`")
+        out.append("")
+        if not timings:
+            out += ["No per-shape timings were recorded for this candidate.", ""]
+            continue
+        out += [
+            "| shape | dtype | baseline µs | new µs | speedup | % of BW | time ÷ floor |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for t in timings:
+            out.append(
+                f"| {t.label} | {t.dtype} | {_fmt(t.baseline_us)} | {_fmt(t.time_us)} | {_fmt(_speedup(t), '.3f')}x "
+                f"| {_fmt(t.pct_of_copy_bw, '.1f')} | {_fmt(t.time_over_floor, '.2f')} |"
+            )
+        gm = _geomean(s for s in (_speedup(t) for t in timings) if s)
+        out += ["", f"Geomean speedup {_fmt(gm, '.3f')}x over {len(timings)} shape x dtype points.", ""]
+
+    # ---- correctness
+    out += ["## Correctness", ""]
+    if not report.checks:
+        out += ["Not checked through SGLang: " + report.not_run.get("correctness", "no GPU step ran") + ".", ""]
+    for check in report.checks:
+        out.append(f"### `{check.op_id}`")
+        out.append("")
+        if not check.ran:
+            out += [f"Not run: {check.reason}.", ""]
+        else:
+            by_dtype: dict[str, list] = defaultdict(list)
+            for case in check.cases:
+                by_dtype[case.dtype].append(case)
+            out.append(
+                f"Called `{check.function}` in the pristine tree and in the patched copy (SGLang's own `load_jit` "
+                f"compiled each tree's sources into its own cache), on identical seeded inputs at every catalog shape "
+                f"of the task; the patched outputs were judged against the pristine op's."
+            )
+            out.append("")
+            out += ["| dtype | cases | pass | bitwise equal | max abs err | rtol | atol | outputs poisoned |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+            for dtype, cases in by_dtype.items():
+                errs = [c.max_abs_err for c in cases if c.max_abs_err is not None]
+                out.append(
+                    f"| {dtype} | {len(cases)} | {sum(c.status == 'pass' for c in cases)} | "
+                    f"{sum(bool(c.bitwise_equal) for c in cases)} | {_fmt(max(errs) if errs else None, '.3g')} | "
+                    f"{cases[0].rtol:.3g} | {cases[0].atol:.3g} | {'yes' if all(c.poisoned for c in cases) else 'in-place op' if not any(c.poisoned for c in cases) else 'some'} |"
+                )
+            shapes = sorted({c.label for c in check.cases})
+            out += ["", f"Shapes ({len(shapes)}): " + ", ".join(f"`{s}`" for s in shapes) + "."]
+            bad = [c for c in check.cases if c.status != "pass"]
+            for c in bad[:10]:
+                out.append(f"- **{c.status}** {c.label} {c.dtype} (seed {c.seed}): {c.reason}")
+            out.append("")
+        for san in check.sanitizer:
+            if san.ran:
+                out.append(f"compute-sanitizer `{san.tool}` on {', '.join(san.cases)}: {san.errors} errors.")
+            else:
+                out.append(f"compute-sanitizer `{san.tool}`: not run ({san.reason}).")
+        if not check.sanitizer:
+            out.append("compute-sanitizer: not run.")
+        ev = next((op.evaluation for op in patch.ops if op.op_id == check.op_id and op.evaluation), None)
+        if ev is not None:
+            out.append(
+                f"Optimize-stage validation: {ev.checks_passed} checks passed, {ev.checks_failed} failed "
+                f"(held-out shapes included), bitwise equal: {ev.bitwise_equal}, max abs err: {_fmt(ev.max_abs_err, '.3g')}."
+            )
+        out.append("")
+    out += ["### SGLang's tests", ""]
+    if not report.tests:
+        out.append("Not run: " + report.not_run.get("sglang tests", "no GPU step ran") + ".")
+    for test in report.tests:
+        if test.ran:
+            out.append(
+                f"- `{test.op_id}`: {test.passed} passed, {test.failed} failed, {test.skipped} skipped, {test.errors} errors "
+                f"({', '.join(f'`{f}`' for f in test.files)}); pytest said: `{test.summary}`"
+            )
+        else:
+            out.append(f"- `{test.op_id}`: not run: {test.reason}")
+    out.append("")
+
+    # ---- end to end
+    out += ["## End-to-end", ""]
+    e2e = report.e2e
+    if e2e is None or not e2e.ran:
+        out += ["Not run: " + (e2e.reason if e2e else report.not_run.get("e2e", "no GPU step ran")) + ".", ""]
+    else:
+        out.append(
+            f"One {e2e.model} decoder layer's non-GEMM ops ({' → '.join(e2e.ops)}) through SGLang's ops, {e2e.dtype}, "
+            f"in a CUDA graph, pristine vs patched tree."
+        )
+        for op, why in e2e.skipped_ops.items():
+            out.append(f"- `{op}` is not in the proxy: {why}")
+        out += [
+            "",
+            "| phase | tokens | baseline µs/layer | patched µs/layer | change | implied tok/s (non-GEMM only) |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for row in e2e.rows:
+            out.append(
+                f"| {row.phase} | {row.tokens} | {row.baseline_us:.2f} (±{row.baseline_spread_pct:.1f}%) | "
+                f"{row.patched_us:.2f} (±{row.patched_spread_pct:.1f}%) | {row.change_pct:+.1f}% | "
+                f"{row.baseline_tokens_per_s:,.0f} → {row.patched_tokens_per_s:,.0f} |"
+            )
+        out += ["", f"Assumption: {e2e.assumption}", ""]
+        ob = e2e.one_batch
+        if ob is not None and ob.ran:
+            out += ["`sglang.benchmark.one_batch --load-format dummy`:", "", "| throughput token/s | baseline | patched |", "|---|---:|---:|"]
+            for key in sorted(set(ob.baseline) | set(ob.patched)):
+                out.append(f"| {key} | {_fmt(ob.baseline.get(key), ',.1f')} | {_fmt(ob.patched.get(key), ',.1f')} |")
+            out.append("")
+        elif ob is not None:
+            out += [f"`sglang.benchmark.one_batch`: not run: {ob.reason}.", ""]
+
+    # ---- reproduce
+    out += ["## Reproduce", ""]
+    out.append(f"Environment: {report.gpu or 'no GPU (the GPU steps did not run)'}, torch {report.torch or '—'}.")
+    out.append("")
+    out += ["```sh", "# apply the patch to a fresh copy of the sources", _layout_apply(patch), ""]
+    run = report.run
+    for op in patch.ops:
+        out.append(f"# per-shape table of {op.op_id}: the optimize run's final validation ({run_dir or 'work/runs/' + run}/{op.op_id}/best/evaluation.json)")
+        out.append(f"kernelsmith optimize --ops {op.op_id} --run {run}")
+    out += ["", "# patch, correctness through SGLang, SGLang's tests, end-to-end, this file", f"kernelsmith integrate --run {run}"]
+    out += ["", "# correctness through SGLang's public ops only", f"python -m integrate.sglang_runner --run {run}"]
+    for test in report.tests:
+        if test.command:
+            out += ["", f"# SGLang's tests of {test.op_id} against the patched tree", test.command]
+    out += ["", "# end-to-end layer proxy only", f"python -m integrate.e2e --run {run}"]
+    if e2e is not None and e2e.one_batch is not None and e2e.one_batch.command:
+        out += ["", "# SGLang's one-batch benchmark (patched tree; the baseline run uses the pristine tree's path)", e2e.one_batch.command]
+    out += ["```", ""]
+    return "\n".join(out)
+
+
+def write_pr(report: IntegrateReport, path: pathlib.Path, *, run_dir: str = "") -> pathlib.Path:
+    from integrate.patch import _write_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, render(report, run_dir=run_dir).encode())
+    return path
+
+
+# --------------------------------------------------------------------------- git
+
+
+def _git(checkout: pathlib.Path, *args: str, check: bool = True, input_: bytes | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, input=input_, timeout=300)
+    if check and done.returncode != 0:
+        raise GitError(
+            f"`git {' '.join(args[:3])}` failed in {checkout}",
+            detail=(done.stdout + done.stderr).decode(errors="replace")[-3000:],
+        )
+    return done
+
+
+def commit_branch(patch: Patch, branch: str, message_title: str, message_body: str) -> str:
+    """Commit the patch on a new branch ``branch`` of the checkout; return the commit id. Never pushes."""
+    if shutil.which("git") is None:
+        raise GitError("--git-branch needs git, which is not on PATH", fix="install git")
+    if patch.layout != "checkout":
+        raise GitError(
+            f"--git-branch needs an SGLang git checkout, but the sources are the {patch.layout} at {patch.tree_root}",
+            fix="clone sglang, check out the commit to patch, and pass it with --sglang PATH (or SGLANG_SRC)",
+        )
+    if not patch.files:
+        raise GitError("the patch changes no file; there is nothing to commit", fix="integrate a run with an accepted candidate")
+    checkout = pathlib.Path(patch.tree_root)
+    if _git(checkout, "check-ref-format", "--branch", branch, check=False).returncode != 0:
+        raise GitError(f"{branch!r} is not a valid branch name", fix="pick a name like kernelsmith/silu-and-mul")
+    if _git(checkout, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).returncode == 0:
+        raise GitError(f"branch {branch} already exists in {checkout}", fix="pick another --git-branch name, or delete that branch")
+    for f in patch.files:
+        shown = _git(checkout, "show", f"HEAD:{f.diff_path}", check=False)
+        if shown.returncode != 0 or sha256(shown.stdout) != f.sha256_before:
+            raise GitError(
+                f"HEAD's {f.diff_path} is not the file the patch was taken against",
+                fix="commit or stash local changes to it, or check out the commit the run used; then re-run integrate",
+            )
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="ks-branch-"))
+    worktree = tmp / "wt"
+    created = False
+    try:
+        _git(checkout, "worktree", "add", "--quiet", "-b", branch, str(worktree), "HEAD")
+        created = True
+        _git(worktree, "apply", "--index", "--whitespace=nowarn", str(pathlib.Path(patch.patch_file).resolve()))
+        identity: list[str] = []
+        if not _git(worktree, "config", "user.email", check=False).stdout.strip():
+            identity = ["-c", "user.name=kernelsmith", "-c", "user.email=kernelsmith@localhost"]
+        _git(worktree, *identity, "commit", "--quiet", "-F", "-", input_=f"{message_title}\n\n{message_body}\n".encode())
+        commit = _git(worktree, "rev-parse", "HEAD").stdout.decode().strip()
+    except GitError:
+        if created:
+            _git(checkout, "worktree", "remove", "--force", str(worktree), check=False)
+            _git(checkout, "branch", "-D", branch, check=False)
+        raise
+    finally:
+        if worktree.exists():
+            _git(checkout, "worktree", "remove", "--force", str(worktree), check=False)
+        _git(checkout, "worktree", "prune", check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return commit

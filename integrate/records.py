@@ -1,0 +1,201 @@
+"""Records of the integrate stage, written under ``work/integrate/<run>/``.
+
+They live here rather than in :mod:`pipeline.records` because no other stage
+reads them; they follow the same rules (frozen, ``extra="forbid"``,
+``schema_version`` on the top-level ones, written with
+:func:`pipeline.records.write_record`).
+
+Files of one integrate run:
+
+- ``patch.json`` (:class:`Patch`): what was changed, where, with the sha256 of
+  every touched file before and after, and how the patch was verified.
+- ``sglang.patch``: the git-style unified diff itself.
+- ``report.json`` (:class:`IntegrateReport`): the patch plus everything proven
+  about it on the GPU (correctness through SGLang's own ops, SGLang's tests,
+  end-to-end proxy), and what was *not* run and why.
+- ``PR.md``: the pull-request text written from ``report.json``.
+
+What must stay true: a check that did not run is recorded as not run
+(``ran=False`` with the reason), never as passed; counts come from parsed tool
+output, never from expectations.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pipeline.records import Dtype, Evaluation, Record, SourceInfo, Span, VersionedRecord
+
+Layout = Literal["wheel", "checkout", "package"]
+
+
+# --------------------------------------------------------------------------- patch
+
+
+class FileChange(Record):
+    """One source file the patch rewrites."""
+
+    path: str  # relative to the sglang package root, e.g. kernels/jit/csrc/elementwise/activation.cuh
+    diff_path: str  # as written after a/ and b/ in sglang.patch, e.g. sglang/kernels/jit/csrc/...
+    sha256_before: str
+    sha256_after: str
+    size_before: int
+    size_after: int
+    spans: list[Span]  # the editable spans replaced in this file (byte offsets of the pristine file)
+    ops: list[str]  # op ids whose candidates edit this file
+
+
+class OpChange(Record):
+    """One accepted candidate, as integrated."""
+
+    op_id: str
+    candidate: str  # Candidate.id
+    task_dir: str
+    spans: list[str]  # names of the spans the candidate replaces
+    files: list[str]  # package-relative paths it touches
+    evaluation: Evaluation | None = None  # the optimize stage's verdict on this candidate
+    rationale: str = ""
+
+
+class Patch(VersionedRecord):
+    run: str
+    source: SourceInfo  # the pristine tree the diff is taken against
+    layout: Layout
+    prefix: str  # where the package root sits inside the diff tree: "sglang" or "python/sglang"
+    tree_root: str  # the pristine tree's root (the folder `git apply` / `patch -p1` run in)
+    patch_file: str  # absolute path of sglang.patch
+    patch_sha256: str
+    files: list[FileChange]
+    ops: list[OpChange]
+    skipped: dict[str, str] = Field(default_factory=dict)  # op id -> why it is not in the patch
+    patched_tree: str | None = None  # root of the patched copy (same layout as tree_root)
+    baseline_tree: str | None = None  # root of a pristine copy, made only with --in-place
+    in_place: bool = False
+    backups: str | None = None  # where the in-place originals were saved
+    verified: list[str] = Field(default_factory=list)  # checks that passed, e.g. "spans", "git apply"
+    not_verified: dict[str, str] = Field(default_factory=dict)  # check -> why it did not run
+
+
+# --------------------------------------------------------------------------- GPU checks
+
+
+class CheckCase(Record):
+    """One shape x dtype of the public op, patched tree against the pristine tree."""
+
+    label: str
+    sizes: dict[str, int]
+    rows: int
+    width: int
+    dtype: Dtype
+    seed: int  # seeds the inputs (same in both trees); reproduces the case
+    status: Literal["pass", "fail", "error"]
+    reason: str = ""
+    bitwise_equal: bool | None = None
+    max_abs_err: float | None = None
+    rtol: float
+    atol: float
+    outputs: list[str] = Field(default_factory=list)  # names of the tensors compared
+    poisoned: bool = False  # outputs were NaN-filled before the call (unwritten elements are caught)
+
+
+class SanitizerRun(Record):
+    tool: str  # memcheck, racecheck, ...
+    ran: bool
+    reason: str = ""  # why it did not run
+    errors: int | None = None  # from "ERROR SUMMARY: N errors"
+    cases: list[str] = Field(default_factory=list)
+    command: str = ""
+
+
+class OpCheck(Record):
+    """Correctness of one op through SGLang's public function and its own load_jit."""
+
+    op_id: str
+    function: str  # dotted path of the public function called in both trees
+    ran: bool
+    reason: str = ""  # why it did not run
+    cases: list[CheckCase] = Field(default_factory=list)
+    passed: int = 0
+    failed: int = 0
+    first_call_s: dict[str, float] = Field(default_factory=dict)  # "baseline"/"patched" -> first call (JIT build) seconds
+    sanitizer: list[SanitizerRun] = Field(default_factory=list)
+    command: str = ""  # reproduces this check
+
+
+class TestRun(Record):
+    """SGLang's own tests for one op, run against the patched tree."""
+
+    __test__ = False  # not a pytest class
+
+    op_id: str
+    ran: bool
+    reason: str = ""
+    files: list[str] = Field(default_factory=list)  # checkout-relative test files
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    errors: int = 0
+    xfailed: int = 0
+    xpassed: int = 0
+    exit_code: int | None = None
+    summary: str = ""  # pytest's closing line, verbatim
+    command: str = ""
+    log: str = ""  # path of the full output
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+class LayerTiming(Record):
+    """One decoder layer's non-GEMM ops at one token count, both trees."""
+
+    phase: Literal["decode", "prefill"]
+    tokens: int
+    baseline_us: float
+    patched_us: float
+    baseline_spread_pct: float
+    patched_spread_pct: float
+    change_pct: float  # (patched - baseline) / baseline * 100; negative = faster
+    baseline_tokens_per_s: float  # implied by non-GEMM time only (see E2EResult.assumption)
+    patched_tokens_per_s: float
+    ops_us: dict[str, dict[str, float]] = Field(default_factory=dict)  # op -> {"baseline": us, "patched": us}
+
+
+class OneBatchResult(Record):
+    ran: bool
+    reason: str = ""
+    command: str = ""
+    baseline: dict[str, float] = Field(default_factory=dict)  # prefill/decode/total throughput token/s
+    patched: dict[str, float] = Field(default_factory=dict)
+
+
+class E2EResult(Record):
+    ran: bool
+    reason: str = ""
+    model: str = ""
+    layers: int = 0
+    dtype: Dtype = "bf16"
+    ops: list[str] = Field(default_factory=list)  # op sequence of one layer, in order
+    skipped_ops: dict[str, str] = Field(default_factory=dict)  # op -> why it is not in the proxy
+    rows: list[LayerTiming] = Field(default_factory=list)
+    assumption: str = ""
+    command: str = ""
+    one_batch: OneBatchResult | None = None
+
+
+# --------------------------------------------------------------------------- report
+
+
+class IntegrateReport(VersionedRecord):
+    run: str
+    patch: Patch
+    gpu: str | None = None  # device name where the GPU steps ran; None = no GPU here
+    torch: str | None = None
+    checks: list[OpCheck] = Field(default_factory=list)
+    tests: list[TestRun] = Field(default_factory=list)
+    e2e: E2EResult | None = None
+    not_run: dict[str, str] = Field(default_factory=dict)  # step -> why it did not run
+    branch: str | None = None  # --git-branch result
+    commit: str | None = None

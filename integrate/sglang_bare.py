@@ -1,0 +1,75 @@
+"""Import SGLang's kernel packages from a given tree without running ``sglang/__init__.py``.
+
+Why: ``sglang/__init__.py`` builds SGLang's front-end language API and patches
+``transformers`` at import; that pulls 22 packages the GPU machine lacks
+(IPython, pydantic, aiohttp's clients, ...) and none of it is on the path from
+``sglang.kernels.ops.*`` to ``load_jit``. Registering ``sglang`` as a plain
+package whose ``__path__`` is the tree's ``sglang/`` folder makes every
+``sglang.*`` submodule import from that tree, through the normal import
+system, with only the packages the kernel path needs (see
+``integrate/README.md``). The op code, ``load_jit``, its cache and the
+tvm-ffi loading are SGLang's own, unchanged.
+
+The only side effect of the real ``__init__`` that matters for kernels,
+redirecting third-party JIT caches under ``SGLANG_CACHE_DIR``, is reproduced by
+the caller setting every cache variable to a private folder
+(:func:`private_cache_env`).
+
+Also a pytest plugin: ``-p integrate.sglang_bare`` with ``KS_SGLANG_PACKAGE``
+set installs the same package before SGLang's tests are collected.
+
+This module imports only the standard library: it runs inside worker
+processes whose ``sys.path`` holds just the tree and the GPU machine's packages.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import types
+
+ENV_PACKAGE = "KS_SGLANG_PACKAGE"
+
+
+def install(package_dir: str) -> types.ModuleType:
+    """Make ``import sglang.<anything>`` resolve inside ``package_dir`` (the folder holding kernels/)."""
+    package_dir = os.path.abspath(package_dir)
+    if not os.path.isdir(os.path.join(package_dir, "kernels", "jit")):
+        raise ImportError(f"{package_dir} is not an sglang package folder (no kernels/jit)")
+    existing = sys.modules.get("sglang")
+    if existing is not None:
+        paths = list(getattr(existing, "__path__", []))
+        if paths and os.path.abspath(paths[0]) == package_dir:
+            return existing
+        raise ImportError(f"sglang is already imported from {paths or existing}; start a fresh process")
+    spec = importlib.machinery.ModuleSpec("sglang", None, is_package=True)
+    spec.submodule_search_locations = [package_dir]
+    module = importlib.util.module_from_spec(spec)
+    module.__doc__ = "SGLang package (kernel modules only; sglang/__init__.py not run)"
+    sys.modules["sglang"] = module
+    parent = os.path.dirname(package_dir)
+    if parent not in sys.path:
+        sys.path.insert(0, parent)
+    return module
+
+
+def private_cache_env(cache_dir: str) -> dict[str, str]:
+    """Environment pointing SGLang's JIT cache and every third-party cache at ``cache_dir``."""
+    return {
+        "SGLANG_CACHE_DIR": cache_dir,
+        "SGLANG_JIT_CACHE_DIR": os.path.join(cache_dir, "jit"),
+        "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
+        "CUDA_CACHE_PATH": os.path.join(cache_dir, "nv"),
+        "TILELANG_CACHE_DIR": os.path.join(cache_dir, "tilelang"),
+        "FLASHINFER_WORKSPACE_BASE": cache_dir,
+        "PYTHONDONTWRITEBYTECODE": "1",  # never write __pycache__ into a tree we compare
+    }
+
+
+def pytest_configure(config) -> None:  # noqa: ARG001 - pytest plugin hook
+    package = os.environ.get(ENV_PACKAGE)
+    if package:
+        install(package)

@@ -1,0 +1,415 @@
+"""Prove the patch through SGLang itself: its public ops, its own ``load_jit``, on the GPU.
+
+Two worker processes (:mod:`integrate.sglang_worker`) each import ``sglang``
+from ONE tree: the pristine one and the patched copy. Each points SGLang's JIT
+cache (and every third-party cache) at its own private folder, so the patched
+worker really compiles the patched sources with SGLang's nvcc/ninja/tvm-ffi path
+and the pristine worker really compiles the originals; nothing is shared with
+``~/.cache/sglang``. For every catalog shape of the task (``Task.shapes``) and
+every dtype SGLang instantiates (``Task.instantiations``), both workers build
+the same seeded inputs, call the public op (``sglang.kernels.ops.activation.
+silu_and_mul`` with the JIT backend forced and traced,
+``sglang.kernels.ops.layernorm.norm.rmsnorm`` / ``fused_add_rmsnorm``), the
+pristine worker hands its outputs over through a file, and the patched worker
+judges its own with the optimize stage's rules (poisoned outputs, NaN rules,
+per-dtype tolerances, bitwise equality reported).
+
+Optionally the patched worker then runs a few cases under compute-sanitizer
+(memcheck), where the tool exists and the GPU allows it.
+
+The GPU machine lacks some packages SGLang's kernel import path needs; the
+minimal set, found by importing the op modules from the unpacked wheel in a
+venv holding only what the GPU image has (see ``integrate/README.md``), is
+:data:`GPU_WHEELS`. ``integrate/wheels.sh`` downloads exactly these.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import queue
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Sequence
+
+from integrate.errors import WorkerError
+from integrate.records import CheckCase, OpCheck, SanitizerRun
+from pipeline.records import Task
+
+# Packages the GPU image lacks that `import sglang.kernels.ops.{activation,layernorm.norm,
+# attention.rope}` (through sglang.kernels.jit.utils, sglang.srt.environ,
+# sglang.srt.utils.custom_op, sglang.kernels.kernel_api_logging) and load_jit's tvm-ffi
+# loading need, when sglang/__init__.py is not run (integrate.sglang_bare). Pinned to the
+# versions this import closure was checked with; apache-tvm-ffi is sglang 0.5.23's pin, and
+# pydantic-core matches the pydantic kernelsmith's own venv uses (one version of each).
+GPU_WHEELS: tuple[str, ...] = (
+    "apache-tvm-ffi==0.1.11",  # load_jit -> tvm_ffi.load_module; headers and libtvm_ffi for the build
+    "msgspec==0.23.0",  # sglang.kernels.fused_op, jit/utils/compile/{spec,cache}.py
+    "orjson==3.13.0",  # sglang.srt.utils.common (imported by jit/utils/arch.py)
+    "pybase64==1.5.1",  # sglang.srt.utils.common
+    "pydantic-core==2.50.5",  # sglang.srt.utils.msgspec_utils (imported by srt.utils.common)
+    "pyzmq==27.3.0",  # sglang.srt.utils.network (imported by sglang.srt.utils)
+    "starlette==1.10.0",  # sglang.srt.utils.common (starlette.routing.Mount)
+)
+
+WORKER = pathlib.Path(__file__).with_name("sglang_worker.py")
+KERNELSMITH_ROOT = pathlib.Path(__file__).resolve().parent.parent
+DEFAULT_EPS = 1e-6
+START_TIMEOUT_S = 300.0  # importing sglang.kernels (torch, triton) on a cold machine
+SANITIZER_CASES = 2  # per op: the smallest and one mid-size catalog shape, first dtype
+
+
+def gpu_available() -> tuple[bool, str]:
+    """(True, device name) when torch sees a CUDA device here, else (False, why not)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False, "torch is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return False, "torch sees no CUDA device"
+    return True, torch.cuda.get_device_name(0)
+
+
+def worker_env(cache_dir: pathlib.Path) -> dict[str, str]:
+    from integrate.sglang_bare import private_cache_env
+
+    env = dict(os.environ)
+    env.update(private_cache_env(str(cache_dir)))
+    env["SGLANG_FORCE_FUSED_OP_BACKEND"] = "jit"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def worker_argv(package: pathlib.Path, python: str = sys.executable) -> list[str]:
+    return [python, str(WORKER), "--package", str(package), "--kernelsmith", str(KERNELSMITH_ROOT)]
+
+
+class TreeWorker:
+    """One worker process bound to one SGLang tree; JSON lines over its pipes."""
+
+    def __init__(self, name: str, package: pathlib.Path, cache_dir: pathlib.Path, log: pathlib.Path, *, python: str = sys.executable) -> None:
+        self.name, self.package, self.cache_dir, self.log = name, package, cache_dir, log
+        self.python = python
+        self.proc: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._log_handle = None
+
+    def __enter__(self) -> "TreeWorker":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def start(self) -> dict[str, Any]:
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._log_handle = open(self.log, "a", encoding="utf-8")
+        self.proc = subprocess.Popen(
+            worker_argv(self.package, self.python),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log_handle,
+            text=True,
+            env=worker_env(self.cache_dir),
+            cwd=str(self.cache_dir),
+        )
+        threading.Thread(target=self._pump, daemon=True).start()
+        return self.request({"cmd": "ping"}, timeout_s=START_TIMEOUT_S)
+
+    def _pump(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log.read_text(encoding="utf-8", errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def request(self, req: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
+        if self.proc is None or self.proc.stdin is None:
+            raise WorkerError(f"{self.name} worker is not running")
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError as err:
+            raise WorkerError(f"{self.name} worker died", detail=self._tail()) from err
+        try:
+            line = self._lines.get(timeout=timeout_s)
+        except queue.Empty as err:
+            self.kill()
+            raise WorkerError(
+                f"{self.name} worker did not answer {req.get('cmd')} within {timeout_s:.0f} s; killed",
+                fix="look at the worker log for a hang (a kernel that never ends, nvcc stuck)",
+                detail=self._tail(),
+            ) from err
+        if line is None:
+            code = self.proc.wait()
+            raise WorkerError(f"{self.name} worker exited with code {code} during {req.get('cmd')}", detail=self._tail())
+        answer = json.loads(line)
+        if not answer.get("ok"):
+            raise WorkerError(
+                f"{self.name} worker failed {req.get('cmd')}: {answer.get('error')}",
+                detail=answer.get("traceback", "") + "\n" + self._tail(2000),
+            )
+        return answer
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.request({"cmd": "exit"}, timeout_s=30)
+                self.proc.wait(timeout=30)
+            except (WorkerError, subprocess.TimeoutExpired):
+                self.kill()
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def public_function(op_id: str) -> str:
+    from integrate.sglang_worker import PUBLIC_OPS
+
+    module, name = PUBLIC_OPS[op_id]
+    return f"{module}.{name}"
+
+
+def supported(op_id: str) -> bool:
+    from integrate.sglang_worker import PUBLIC_OPS
+
+    return op_id in PUBLIC_OPS
+
+
+def case_dims(task: Task, index: int) -> tuple[dict[str, int], int, int]:
+    """(sizes, rows, width) of catalog case ``index``: from the contract's first tensor argument.
+
+    The first tensor of every supported entry point is the op's main input
+    (``input`` of run_activation / rmsnorm / fused_add_rmsnorm); rows are its
+    leading dimensions multiplied, width its last one.
+    """
+    from optimize.harness.inputs import eval_expr, resolve_sizes, tensor_specs
+
+    case = task.shapes[index]
+    sizes = resolve_sizes(task.contract, case, task.shapes)
+    specs = [s for s in tensor_specs(task.contract) if s.role in ("input", "inout")]
+    if not specs:
+        raise WorkerError(f"the contract of {task.op_id} has no input tensor to size the public op from")
+    dims = [eval_expr(d, sizes) for d in specs[0].shape]
+    rows = 1
+    for d in dims[:-1]:
+        rows *= d
+    return sizes, rows, dims[-1]
+
+
+def eps_of(task: Task) -> float:
+    for arg in task.contract.args:
+        if arg.kind == "scalar" and arg.scalar is not None and arg.scalar.name == "eps" and arg.scalar.value is not None:
+            return float(arg.scalar.value)
+    return DEFAULT_EPS
+
+
+def task_dtypes(task: Task) -> list[str]:
+    seen: list[str] = []
+    for inst in task.instantiations:
+        if inst.dtype not in seen:
+            seen.append(inst.dtype)
+    return seen
+
+
+def _exchange_dir(out_dir: pathlib.Path) -> pathlib.Path:
+    """Where the pristine worker's outputs wait for the patched one: RAM when there is /dev/shm."""
+    shm = pathlib.Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return pathlib.Path(tempfile.mkdtemp(prefix="ks-exchange-", dir=shm))
+    path = out_dir / ".exchange"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def check_ops(
+    tasks: Sequence[Task],
+    baseline_pkg: pathlib.Path,
+    patched_pkg: pathlib.Path,
+    out_dir: pathlib.Path,
+    *,
+    timeout_s: float = 900.0,
+    sanitizer: bool = True,
+    command: str = "",
+) -> list[OpCheck]:
+    """Correctness of every task's op, patched tree against pristine tree, through SGLang's public ops."""
+    from optimize.harness.compare import tolerance
+
+    results: list[OpCheck] = []
+    runnable = [t for t in tasks if supported(t.op_id)]
+    for task in tasks:
+        if not supported(task.op_id):
+            results.append(
+                OpCheck(
+                    op_id=task.op_id,
+                    function="",
+                    ran=False,
+                    reason=f"integrate has no public-op adapter for {task.op_id} (only {', '.join(sorted(_ops()))})",
+                    command=command,
+                )
+            )
+    if not runnable:
+        return results
+    exchange = _exchange_dir(out_dir)
+    logs = out_dir / "logs"
+    try:
+        with TreeWorker("baseline", baseline_pkg, out_dir / "cache" / "baseline", logs / "worker-baseline.log") as base, TreeWorker(
+            "patched", patched_pkg, out_dir / "cache" / "patched", logs / "worker-patched.log"
+        ) as new:
+            for task in runnable:
+                eps = eps_of(task)
+                cases: list[CheckCase] = []
+                first: dict[str, float] = {}
+                for index, shape in enumerate(task.shapes):
+                    sizes, rows, width = case_dims(task, index)
+                    for dtype in task_dtypes(task):
+                        tol = tolerance(dtype)
+                        seed = secrets.randbits(31)
+                        path = exchange / f"{task.op_id}-{index}-{dtype}.pt"
+                        req = {"cmd": "check", "op": task.op_id, "rows": rows, "width": width, "dtype": dtype, "seed": seed, "eps": eps}
+                        common = dict(label=shape.label, sizes=sizes, rows=rows, width=width, dtype=dtype, rtol=tol.rtol, atol=tol.atol, seed=seed)
+                        try:
+                            a = base.request({**req, "mode": "save", "path": str(path)}, timeout_s=timeout_s)
+                            if a.get("status") == "error":
+                                cases.append(CheckCase(**common, status="error", reason=f"pristine tree: {a['reason']}"))
+                                continue
+                            b = new.request({**req, "mode": "compare", "path": str(path), "rtol": tol.rtol, "atol": tol.atol}, timeout_s=timeout_s)
+                        finally:
+                            path.unlink(missing_ok=True)
+                        for who, ans in (("baseline", a), ("patched", b)):
+                            if ans.get("first_call_s") is not None:
+                                first[f"{who} {dtype}"] = first.get(f"{who} {dtype}", 0.0) + float(ans["first_call_s"])
+                        cases.append(
+                            CheckCase(
+                                **common,
+                                status=b.get("status", "error"),
+                                reason=b.get("reason", ""),
+                                bitwise_equal=b.get("bitwise_equal"),
+                                max_abs_err=b.get("max_abs_err"),
+                                outputs=list(b.get("outputs", [])),
+                                poisoned=bool(b.get("poisoned")),
+                            )
+                        )
+                passed = sum(c.status == "pass" for c in cases)
+                results.append(
+                    OpCheck(
+                        op_id=task.op_id,
+                        function=public_function(task.op_id),
+                        ran=True,
+                        cases=cases,
+                        passed=passed,
+                        failed=len(cases) - passed,
+                        first_call_s=first,
+                        command=command,
+                    )
+                )
+    finally:
+        shutil.rmtree(exchange, ignore_errors=True)
+    if sanitizer:
+        by_op = {t.op_id: t for t in runnable}
+        results = [
+            r.model_copy(update={"sanitizer": [run_sanitizer(by_op[r.op_id], patched_pkg, out_dir)]}) if r.ran else r
+            for r in results
+        ]
+    return results
+
+
+def _ops() -> set[str]:
+    from integrate.sglang_worker import PUBLIC_OPS
+
+    return set(PUBLIC_OPS)
+
+
+# --------------------------------------------------------------------------- sanitizer
+
+_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
+
+
+def sanitizer_cases(task: Task) -> list[int]:
+    """Catalog indices to run under the sanitizer: the smallest case and a mid-size one."""
+    if not task.shapes:
+        return []
+    sizes = []
+    for index in range(len(task.shapes)):
+        _, rows, width = case_dims(task, index)
+        sizes.append((rows * width, index))
+    sizes.sort()
+    picks = [sizes[0][1], sizes[len(sizes) // 2][1]]
+    return sorted(set(picks))[:SANITIZER_CASES]
+
+
+def run_sanitizer(task: Task, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, tool: str = "memcheck", timeout_s: float = 600.0) -> SanitizerRun:
+    """Run a few cases of the patched op under compute-sanitizer; parse its error summary."""
+    exe = shutil.which("compute-sanitizer")
+    if exe is None:
+        return SanitizerRun(tool=tool, ran=False, reason="compute-sanitizer is not on PATH")
+    dtype = task_dtypes(task)[0]
+    picks = sanitizer_cases(task)
+    requests, labels = [], []
+    for index in picks:
+        _, rows, width = case_dims(task, index)
+        requests.append({"cmd": "check", "op": task.op_id, "rows": rows, "width": width, "dtype": dtype, "seed": 1234 + index, "eps": eps_of(task), "mode": "run"})
+        labels.append(f"{task.shapes[index].label} {dtype}")
+    req_file = out_dir / "logs" / f"sanitizer-{task.op_id}.json"
+    req_file.parent.mkdir(parents=True, exist_ok=True)
+    req_file.write_text(json.dumps(requests), encoding="utf-8")
+    argv = [exe, "--tool", tool, "--error-exitcode", "99", *worker_argv(patched_pkg), "--oneshot", str(req_file)]
+    log = out_dir / "logs" / f"sanitizer-{task.op_id}.log"
+    start = time.monotonic()
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=worker_env(out_dir / "cache" / "patched"))
+    except subprocess.TimeoutExpired:
+        return SanitizerRun(tool=tool, ran=False, reason=f"timed out after {timeout_s:.0f} s", cases=labels, command=" ".join(argv))
+    text = done.stdout + "\n" + done.stderr
+    log.write_text(text, encoding="utf-8")
+    match = _SUMMARY.search(text)
+    if match is None:
+        return SanitizerRun(
+            tool=tool,
+            ran=False,
+            reason=f"compute-sanitizer gave no error summary (exit {done.returncode}, {time.monotonic() - start:.0f} s); see {log}",
+            cases=labels,
+            command=" ".join(argv),
+        )
+    return SanitizerRun(tool=tool, ran=True, errors=int(match.group(1)), cases=labels, command=" ".join(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m integrate.sglang_runner --run RUN``: re-run only the correctness check of a run's patch."""
+    import argparse
+
+    from integrate.command import check_only
+
+    parser = argparse.ArgumentParser(prog="python -m integrate.sglang_runner", description=main.__doc__)
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--work-dir", default=None)
+    parser.add_argument("--no-sanitizer", action="store_true")
+    args = parser.parse_args(argv)
+    return check_only(args.run, work_dir=args.work_dir, sanitizer=not args.no_sanitizer)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

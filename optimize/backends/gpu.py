@@ -1,0 +1,179 @@
+"""GPU backend: evaluations measured by the real harness on a CUDA GPU.
+
+The only backend whose numbers may be reported as measurements. It wraps
+:func:`optimize.harness.evaluate` (build with nvcc, correctness against the
+baseline on catalog and fresh held-out shapes, adversarial checks, timing in
+CUDA graphs) and adds what the loop needs around it:
+
+- ``available()`` answers, without importing torch into this process, whether a
+  CUDA device is usable here; the command refuses to start a run when it is not
+  (:class:`optimize.errors.GpuRequired`, exit non-zero, with the fix), so a CPU
+  machine never pretends to optimize;
+- ``gpu_s`` accumulates the test + profile seconds each evaluation reports, for
+  the GPU budget;
+- final validation adds a ``compute-sanitizer --tool memcheck`` pass of the
+  candidate where the tool is installed (:meth:`GpuBackend._sanitize`);
+- every evaluation is also written to a replay file
+  (``<run>/measurements.replay.json``, :func:`optimize.backends.replay.record`),
+  so the run can be replayed without a GPU.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import importlib.util
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+from typing import Any, Literal
+
+from pipeline.config import Config
+from pipeline.records import Candidate, Evaluation, Outcome, Task
+
+from optimize.backends import replay
+from optimize.errors import GpuRequired
+
+PROBE = "import torch, sys; ok = torch.cuda.is_available(); print(torch.cuda.get_device_name(0) if ok else ''); sys.exit(0 if ok else 3)"
+
+
+@functools.lru_cache(maxsize=1)
+def probe_device(python: str = sys.executable) -> tuple[bool, str]:
+    """(a CUDA device is usable, its name or why not) — checked in a child process."""
+    if importlib.util.find_spec("torch") is None:
+        return False, "torch is not installed in this environment"
+    try:
+        done = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=180)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return False, f"probing CUDA failed: {err}"
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["torch.cuda.is_available() is False"])[-1]
+        return False, f"no usable CUDA device ({tail})"
+    return True, done.stdout.strip() or "CUDA device"
+
+
+class GpuBackend:
+    """Evaluations by :func:`optimize.harness.evaluate` on this machine's GPU."""
+
+    simulated = False
+
+    def __init__(self, config: Config, *, record_to: str | os.PathLike[str] | None = None) -> None:
+        self.config = config
+        self.record_to = pathlib.Path(record_to) if record_to is not None else None
+        self.gpu_s = 0.0
+        self.name = "gpu"
+        self.device: str | None = None
+
+    def available(self) -> tuple[bool, str]:
+        ok, what = probe_device()
+        if ok:
+            self.device = what
+        return ok, what
+
+    def require(self) -> None:
+        ok, why = self.available()
+        if not ok:
+            raise GpuRequired(
+                f"evaluation needs a CUDA GPU, and this machine has none usable: {why}",
+                fix=(
+                    "run `kernelsmith optimize` on the GPU machine (`make optimize` there), or pass "
+                    "--replay FILE to replay recorded timings (a simulation: nothing is measured)"
+                ),
+            )
+
+    def describe(self) -> str:
+        return f"the GPU harness on {self.device or 'this machine'}"
+
+    def evaluate(
+        self,
+        task_dir: str | os.PathLike[str] | None,
+        task: Task,
+        candidate: Candidate,
+        *,
+        stage: Literal["round", "final"] = "round",
+    ) -> Evaluation:
+        """One harness evaluation; ``final`` adds a compute-sanitizer pass where the tool exists.
+
+        Every harness evaluation draws fresh held-out shapes (``os.urandom``) and
+        runs the adversarial checks, so the final stage is a new, independent
+        evaluation; the baseline (``parent is None``) is evaluated on its own.
+        """
+        from optimize.harness.evaluate import evaluate as harness_evaluate
+
+        baseline = candidate.parent is None and candidate.coder == "baseline"
+        evaluation = harness_evaluate(task_dir, task, None if baseline else candidate, config=self.config)
+        evaluation = evaluation.model_copy(update={"candidate": candidate.id})
+        self.gpu_s += _gpu_seconds(evaluation)
+        if stage == "final" and not baseline and evaluation.outcome == Outcome.ok:
+            evaluation = self._sanitize(task_dir, task, candidate, evaluation)
+        if self.record_to is not None:
+            replay.record(self.record_to, evaluation, baseline=baseline, stage=stage, device=self.device or "unknown GPU")
+        return evaluation
+
+    def validate_cases(self, task_dir: Any, task: Task, cases: Any) -> list[tuple[bool, str]]:
+        """Run the testing agent's proposals on the baseline alone (kept only if clean)."""
+        from optimize.harness.evaluate import validate_cases
+
+        return validate_cases(task_dir, task, cases, config=self.config)
+
+    def _sanitize(self, task_dir: Any, task: Task, candidate: Candidate, evaluation: Evaluation) -> Evaluation:
+        """Run the candidate once per check case under ``compute-sanitizer --tool memcheck``.
+
+        Uses the harness's own case planning, builds (cached) and worker in its
+        ``single`` mode (call the candidate, nothing else), so the sanitizer sees
+        only the candidate's kernels. A memcheck error makes the outcome
+        ``crashed`` with the sanitizer's report; a missing tool or a sanitizer
+        timeout is stated in the detail, never passed off as a clean run.
+        """
+        tool = shutil.which("compute-sanitizer")
+        if tool is None:
+            return _note(evaluation, "compute-sanitizer: not on PATH here, memcheck not run")
+        from optimize.harness import evaluate as harness
+        from optimize.harness import isolate
+        from optimize.harness.protocol import WorkerRequest
+
+        plan = harness.plan_cases(task, held_out=min(2, self.config.harness.held_out_shapes), profile=False)
+        _, base_libs = harness.build_units(task_dir, task, plan.units, config=self.config)
+        report, cand_libs = harness.build_units(task_dir, task, plan.units, config=self.config, regions=candidate.regions)
+        if not report.ok:  # the same regions built a moment ago; a failure now is the machine's
+            return _note(evaluation, "compute-sanitizer: the candidate did not rebuild, memcheck not run")
+        request = WorkerRequest(
+            mode="single", op_id=task.op_id, contract=task.contract, baseline_libraries=base_libs,
+            candidate_libraries=cand_libs, checks=plan.checks, harness=self.config.harness,
+            device_cache_dir=str(self.config.cache / "device"), single_calls=1,
+        )  # fmt: skip
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+        workdir = self.config.work / "harness" / f"{stamp}-sanitize-{candidate.id[:12]}"
+        prefix = [tool, "--tool", "memcheck", "--error-exitcode", str(SANITIZER_EXIT), "--print-limit", "20",
+                  sys.executable, "-m", isolate.WORKER_MODULE]  # fmt: skip
+        timeout_s = self.config.harness.worker_timeout_s * SANITIZER_SLOWDOWN
+        run = isolate.run_worker(request, workdir, timeout_s=timeout_s, argv_prefix=prefix)
+        self.gpu_s += run.seconds
+        seconds = dict(evaluation.seconds) | {"sanitize": round(run.seconds, 3)}
+        if run.status == "finished":
+            return _note(evaluation, f"compute-sanitizer memcheck: clean over {len(plan.checks)} cases", seconds)
+        if run.status == "timeout":
+            return _note(evaluation, f"compute-sanitizer: timed out after {timeout_s:g} s, memcheck not verified", seconds)
+        return evaluation.model_copy(
+            update={
+                "outcome": Outcome.crashed, "seconds": seconds,
+                "detail": f"compute-sanitizer memcheck failed (exit {run.returncode}):\n{run.stderr_tail}",
+            }
+        )  # fmt: skip
+
+
+SANITIZER_EXIT = 86  # memcheck errors; distinct from the worker's own exit codes
+SANITIZER_SLOWDOWN = 20  # memcheck runs kernels this many times slower, roughly
+
+
+def _gpu_seconds(evaluation: Evaluation) -> float:
+    return float(evaluation.seconds.get("test", 0.0)) + float(evaluation.seconds.get("profile", 0.0))
+
+
+def _note(evaluation: Evaluation, note: str, seconds: dict[str, float] | None = None) -> Evaluation:
+    update: dict[str, Any] = {"detail": f"{evaluation.detail}; {note}" if evaluation.detail else note}
+    if seconds is not None:
+        update["seconds"] = seconds
+    return evaluation.model_copy(update=update)

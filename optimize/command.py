@@ -1,0 +1,123 @@
+"""`kernelsmith optimize`: run the agent loop on extracted tasks.
+
+    kernelsmith optimize --ops OP... [--coder llm|offline] [--mode multi|single]
+                         [--rounds N] [--run NAME] [--replay FILE]
+
+- ``--coder`` defaults to ``llm`` when ``llm.base_url`` is configured, else
+  ``offline`` (the deterministic skill-driven optimizer: policy + mechanical
+  transforms, no model).
+- Evaluation needs a CUDA GPU. Without one and without ``--replay`` the command
+  stops before spending anything, exits non-zero and says how to get real
+  numbers. ``--replay FILE`` simulates evaluations from recorded timings (see
+  :mod:`optimize.backends.replay`); everything it writes says SIMULATED.
+- ``--run NAME`` names the run folder ``work/runs/NAME``; an existing run is
+  resumed (finished rounds are not redone). Without it a new timestamped run
+  starts.
+- Output: ``work/runs/<run>/<op>/`` (best/, trajectory.jsonl, report.md, ...)
+  and ``work/runs/<run>/summary.json``.
+
+Exit codes: 0 when every op ran (a budget stop is a clean stop), 1 when an op
+failed (its baseline did not evaluate), 2 for a setup problem (no GPU, no task,
+no endpoint).
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from typing import Any
+
+from pipeline.config import DEFAULT_OPS, Config
+
+from optimize import report
+from optimize.loop import Loop, LoopOptions, load_op_task, run_meta_check
+from optimize.trajectory import now_iso
+
+
+def _ops(args: Any, config: Config) -> list[str]:
+    if getattr(args, "ops", None):
+        return list(dict.fromkeys(args.ops))
+    if getattr(args, "all", False):
+        root = config.work / "tasks"
+        found = sorted(p.parent.name for p in root.glob("*/task.json")) if root.is_dir() else []
+        if not found:
+            from optimize.errors import TaskMissing
+
+            raise TaskMissing(f"no extracted tasks under {root}", fix="run `kernelsmith extract --all` first")
+        return found
+    return list(DEFAULT_OPS)
+
+
+def main(args: Any, config: Config) -> int:
+    from optimize.errors import ConfigError
+
+    coder = getattr(args, "coder", None) or ("llm" if config.llm.configured else "offline")
+    mode = getattr(args, "mode", None) or "multi"
+    if mode == "single" and coder != "llm":
+        raise ConfigError(
+            "--mode single is one LLM agent doing everything; it has no offline form",
+            fix="configure llm.base_url (or pass --coder llm with an endpoint), or use --mode multi",
+        )
+    if coder == "llm" and not config.llm.configured:
+        raise ConfigError("--coder llm needs an LLM endpoint", fix="set llm.base_url in kernelsmith.toml (or KERNELSMITH_LLM__BASE_URL), or use --coder offline")
+
+    # The measurement backend comes first: no tokens are spent where nothing can be measured.
+    replay_file = getattr(args, "replay", None)
+    if replay_file:
+        from optimize.backends.replay import ReplayBackend
+
+        backend: Any = ReplayBackend(replay_file)
+    else:
+        from optimize.backends.gpu import GpuBackend
+
+        backend = GpuBackend(config)
+        backend.require()
+
+    ops = _ops(args, config)
+    tasks = [load_op_task(config, op) for op in ops]
+
+    model = None
+    if coder == "llm":
+        from optimize.llm.client import LlmClient
+
+        model = LlmClient(config.llm, cache_dir=config.cache / "llm")
+
+    run = getattr(args, "run", None) or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = config.work / "runs" / run
+    run_meta_check(
+        run_dir,
+        {"run": run, "mode": mode, "coder": coder, "backend": "replay" if replay_file else "gpu",
+         "replay": str(replay_file) if replay_file else None, "started_at": now_iso()},
+    )  # fmt: skip
+    if not replay_file:
+        backend.record_to = run_dir / "measurements.replay.json"
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if getattr(backend, "simulated", False):
+        console.print(f"[yellow]{backend.describe()}[/yellow]")
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
+        bars: dict[str, Any] = {}
+
+        def tick(op_id: str, number: int, total: int) -> None:
+            if op_id not in bars:
+                bars[op_id] = progress.add_task(op_id, total=total)
+            progress.update(bars[op_id], completed=number - 1, description=f"{op_id} round {number}/{total}")
+
+        loop = Loop(config, LoopOptions(run=run, mode=mode, coder=coder), backend, model=model, progress=tick)
+        summary = loop.run(tasks)
+        for bar in bars.values():
+            progress.update(bar, completed=progress.tasks[bar].total)
+
+    Console().print(report.console_table(summary))
+    print(f"run folder: {run_dir}", file=sys.stderr)
+    for op in summary.ops:
+        if op.stop_reason and op.stop_reason not in ("rounds", "no_options"):
+            print(f"stopped ({op.op_id}): {loop.budget.message(op.stop_reason)}; fix: {loop.budget.fix(op.stop_reason)}", file=sys.stderr)
+        if op.status == "failed":
+            print(f"error ({op.op_id}): {op.detail}", file=sys.stderr)
+    return 1 if any(op.status == "failed" for op in summary.ops) else 0

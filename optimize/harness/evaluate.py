@@ -1,0 +1,463 @@
+"""``evaluate``: one candidate (or the baseline alone) built, checked and timed.
+
+Flow: plan the cases (catalog shapes, plus held-out shapes drawn fresh from
+``os.urandom`` for this evaluation) -> build the baseline and the candidate
+(only the instantiations those cases need) -> one worker process runs the
+correctness checks and then the interleaved timing -> an
+:class:`~pipeline.records.Evaluation`.
+
+Outcomes (the closed set in :class:`~pipeline.records.Outcome`):
+
+- ``compile_failed``: the regions do not splice, or nvcc/the linker fails;
+- ``incorrect``: a check failed (the detail names the tensor, element, expected
+  and actual value, the shape, dtype, distribution, layout and seed);
+- ``crashed``: a CUDA fault, an abort or a non-zero exit of the worker (the
+  detail carries the worker's stderr tail);
+- ``timeout``: the worker outlived ``harness.worker_timeout_s`` and was killed;
+- ``slower``: correct, but the geometric-mean speedup over the timed shapes is
+  below 1 by more than the noise threshold (the larger of
+  ``harness.noise_pct`` and the median per-shape spread);
+- ``ok``: correct and not slower ("no change" is ok; the detail says which).
+
+What must stay true:
+- The baseline is never blamed on the candidate: a baseline that fails to build
+  or that fails on a catalog shape raises :class:`BaselineError`.
+- The harness's own failures raise :class:`HarnessError` (never ``crashed``).
+- This module imports no torch: the parent process only builds and waits.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+from optimize.harness import inputs, isolate, timing
+from optimize.harness.errors import BaselineError, GpuRequired, HarnessError
+from optimize.harness.protocol import DISTRIBUTIONS, CheckCase, TimingCase, WorkerRequest, WorkerResult
+from pipeline.config import Config
+from pipeline.records import (
+    BuildReport,
+    Candidate,
+    Evaluation,
+    Instantiation,
+    Outcome,
+    ShapeCase,
+    ShapeTiming,
+    Task,
+)
+
+TIMING_DTYPES_DEFAULT = ("bf16",)  # the dtype models are served in; others are checked, not timed
+
+
+@dataclass
+class CasePlan:
+    """What one evaluation will run: the build units and the worker's cases."""
+
+    units: list[list[Instantiation]]  # each built into one module (at most one instantiation per dtype)
+    checks: list[CheckCase]
+    timings: list[TimingCase]
+    held_out: list[ShapeCase] = field(default_factory=list)
+
+
+def task_dtypes(task: Task) -> list[str]:
+    return sorted({i.dtype for i in inputs.instantiations_for(task.contract, task.instantiations)})
+
+
+def plan_cases(
+    task: Task,
+    *,
+    shapes: Sequence[ShapeCase] | None = None,
+    held_out: int = 0,
+    rng: random.Random | None = None,
+    timing_dtypes: Sequence[str] | None = None,
+    profile: bool = True,
+) -> CasePlan:
+    """Cases for one evaluation (pure; the RNG decides held-out shapes and seeds).
+
+    Checks: every catalog shape in every dtype (normal inputs, contiguous), and
+    ``held_out`` fresh shapes in every dtype, cycling through the normal, uniform
+    and edge distributions and, where the contract allows a padded row stride,
+    alternating contiguous and strided layouts. Held-out cases come first: they
+    are small and catch most cheats fastest. Timings: the catalog shapes in
+    ``timing_dtypes`` (default bf16, else the first dtype the task has).
+    """
+    from pipeline.build import export_name
+
+    rng = rng or random.Random(int.from_bytes(os.urandom(8), "little"))
+    contract = task.contract
+    catalog = list(shapes if shapes is not None else task.shapes)
+    dtypes = task_dtypes(task)
+    if not dtypes:
+        raise HarnessError(
+            f"{task.op_id}: no instantiation exports the contract's entry {contract.entry!r}",
+            fix="re-run `kernelsmith extract` for this op",
+        )
+    drawn = (
+        inputs.draw_held_out(
+            contract, task.shapes or catalog, held_out, rng, instantiations=task.instantiations, dtypes=dtypes
+        )
+        if held_out
+        else []
+    )
+    layouts = inputs.layouts_for(contract)
+    units: list[dict[str, Instantiation]] = []
+    unit_keys: list[dict[str, str]] = []
+
+    def unit_of(inst: Instantiation) -> int:
+        key = inst.model_dump_json()
+        for index, keys in enumerate(unit_keys):
+            if keys.get(inst.dtype) == key:
+                return index
+        for index, keys in enumerate(unit_keys):
+            if inst.dtype not in keys:
+                keys[inst.dtype] = key
+                units[index][inst.dtype] = inst
+                return index
+        unit_keys.append({inst.dtype: key})
+        units.append({inst.dtype: inst})
+        return len(units) - 1
+
+    def sizes_of(shape: ShapeCase) -> dict[str, int]:
+        return inputs.resolve_sizes(contract, shape, task.shapes or catalog)
+
+    checks: list[CheckCase] = []
+    for index, shape in enumerate(drawn):
+        sizes = sizes_of(shape)
+        for j, dtype in enumerate(dtypes):
+            inst = inputs.select_instantiation(contract, task.instantiations, dtype, sizes)
+            checks.append(
+                CheckCase(
+                    label=shape.label, sizes=sizes, dtype=dtype, export=export_name(contract.entry, inst),
+                    unit=unit_of(inst), distribution=DISTRIBUTIONS[(index + j) % len(DISTRIBUTIONS)],
+                    layout=layouts[(index + j) % len(layouts)], held_out=True, seed=rng.getrandbits(62),
+                )
+            )  # fmt: skip
+    for shape in catalog:
+        sizes = sizes_of(shape)
+        for dtype in dtypes:
+            inst = inputs.select_instantiation(contract, task.instantiations, dtype, sizes)
+            checks.append(
+                CheckCase(
+                    label=shape.label, sizes=sizes, dtype=dtype, export=export_name(contract.entry, inst),
+                    unit=unit_of(inst), distribution="normal", layout="contiguous", held_out=False,
+                    seed=rng.getrandbits(62),
+                )
+            )  # fmt: skip
+    timings: list[TimingCase] = []
+    if profile:
+        wanted = list(timing_dtypes) if timing_dtypes else [d for d in TIMING_DTYPES_DEFAULT if d in dtypes] or dtypes[:1]
+        for shape in catalog:
+            sizes = sizes_of(shape)
+            for dtype in wanted:
+                if dtype not in dtypes:
+                    continue
+                inst = inputs.select_instantiation(contract, task.instantiations, dtype, sizes)
+                timings.append(
+                    TimingCase(
+                        label=shape.label, sizes=sizes, dtype=dtype, export=export_name(contract.entry, inst),
+                        unit=unit_of(inst),
+                    )
+                )  # fmt: skip
+    ordered = [[unit[d] for d in sorted(unit)] for unit in units]
+    return CasePlan(units=ordered, checks=checks, timings=timings, held_out=drawn)
+
+
+# ---------------------------------------------------------------------------- building
+
+
+def candidate_overrides(task_dir: str | os.PathLike[str], task: Task, regions: dict[str, str]) -> dict[str, bytes]:
+    """The candidate's versions of the files its regions live in (task sources spliced)."""
+    from extract.splice import apply_regions
+
+    src = pathlib.Path(task_dir) / "src"
+    files = {}
+    for span in task.editable:
+        if span.file not in files:
+            files[span.file] = (src / span.file).read_bytes()
+    return apply_regions(files, list(task.editable), dict(regions))
+
+
+def _merge_reports(reports: Sequence[BuildReport]) -> BuildReport:
+    first = reports[0]
+    if len(reports) == 1:
+        return first
+    failed = next((r for r in reports if not r.ok), None)
+    return first.model_copy(
+        update={
+            "ok": failed is None,
+            "seconds": sum(r.seconds for r in reports),
+            "stderr": (failed or first).stderr,
+            "resources": [res for r in reports for res in r.resources],
+            "cached": all(r.cached for r in reports),
+        }
+    )
+
+
+def build_units(
+    task_dir: str | os.PathLike[str],
+    task: Task,
+    units: Sequence[Sequence[Instantiation]],
+    *,
+    config: Config,
+    regions: dict[str, str] | None = None,
+) -> tuple[BuildReport, list[str]]:
+    """Build every unit (in parallel); returns the merged report and one library path per unit.
+
+    Raises whatever the splice raises for bad regions (the caller turns it into
+    ``compile_failed``) and ToolchainError for a broken machine.
+    """
+    from pipeline.build import BuildJob, build_many, relocate_spans
+
+    overrides = candidate_overrides(task_dir, task, regions) if regions is not None else None
+    editable = tuple(relocate_spans(task.editable, regions)) if regions else tuple(task.editable)
+    jobs = [
+        BuildJob(
+            task_dir=pathlib.Path(task_dir), task=task, instantiations=tuple(unit),
+            cache_root=config.cache / "builds", overrides=overrides, editable=editable,
+        )
+        for unit in units
+    ]  # fmt: skip
+    reports = build_many(jobs)
+    merged = _merge_reports(reports)
+    return merged, [r.library or "" for r in reports]
+
+
+# ---------------------------------------------------------------------------- evaluate
+
+
+def _workdir(config: Config, op_id: str, tag: str) -> pathlib.Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in f"{op_id}-{tag}")[:80]
+    return config.work / "harness" / f"{stamp}-{safe}"
+
+
+def run_request(request: WorkerRequest, config: Config, workdir: pathlib.Path) -> isolate.WorkerRun:
+    """Run the worker; raise for the harness's own failures and for a missing GPU."""
+    from optimize.harness.worker import EXIT_HARNESS, EXIT_NO_GPU
+
+    run = isolate.run_worker(request, workdir, timeout_s=config.harness.worker_timeout_s)
+    if run.status == "crashed" and run.returncode == EXIT_NO_GPU:
+        raise GpuRequired(
+            "the evaluation worker found no CUDA device", fix="run on the GPU machine", detail=run.stderr_tail
+        )
+    if run.status == "crashed" and run.returncode == EXIT_HARNESS:
+        raise HarnessError(
+            "the evaluation worker failed in harness code (not in a kernel)",
+            fix="report this with the worker's request file",
+            detail=f"request: {workdir / 'request.json'}\n{run.stderr_tail}",
+        )
+    return run
+
+
+def evaluate(
+    task_dir: str | os.PathLike[str],
+    task: Task,
+    candidate: Candidate | None,
+    *,
+    config: Config,
+    shapes: Sequence[ShapeCase] | None = None,
+    held_out: bool = True,
+    profile: bool = True,
+    timing_dtypes: Sequence[str] | None = None,
+) -> Evaluation:
+    """Build, check and time ``candidate`` against the baseline; see the module doc.
+
+    ``candidate=None`` evaluates the baseline on its own: its outputs are checked
+    for completeness and against the reference, and it is timed alone.
+    """
+    started = time.monotonic()
+    cid = candidate.id if candidate is not None else "baseline"
+    rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+    plan = plan_cases(
+        task, shapes=shapes, held_out=config.harness.held_out_shapes if held_out else 0, rng=rng,
+        timing_dtypes=timing_dtypes, profile=profile,
+    )  # fmt: skip
+    base_report, base_libs = build_units(task_dir, task, plan.units, config=config)
+    if not base_report.ok:
+        raise BaselineError(
+            f"the baseline of {task.op_id} does not build", fix="check the task and toolchain", detail=base_report.stderr
+        )
+    cand_report: BuildReport | None = None
+    cand_libs: list[str] | None = None
+    if candidate is not None:
+        try:
+            cand_report, cand_libs = build_units(task_dir, task, plan.units, config=config, regions=candidate.regions)
+        except (KeyError, ValueError) as err:
+            return Evaluation(
+                op_id=task.op_id, candidate=cid, outcome=Outcome.compile_failed,
+                detail=f"the regions cannot be spliced into the sources: {err}",
+                seconds={"build": round(time.monotonic() - started, 3)},
+            )  # fmt: skip
+        if not cand_report.ok:
+            return Evaluation(
+                op_id=task.op_id, candidate=cid, outcome=Outcome.compile_failed,
+                detail=isolate.tail(cand_report.stderr), build=cand_report,
+                seconds={"build": round(time.monotonic() - started, 3)},
+            )  # fmt: skip
+    build_s = time.monotonic() - started
+    request = WorkerRequest(
+        mode="evaluate", op_id=task.op_id, contract=task.contract, baseline_libraries=base_libs,
+        candidate_libraries=cand_libs, checks=plan.checks, timings=plan.timings, harness=config.harness,
+        device_cache_dir=str(config.cache / "device"),
+    )  # fmt: skip
+    workdir = _workdir(config, task.op_id, cid[:16])
+    run = run_request(request, config, workdir)
+    return to_evaluation(
+        task.op_id, cid, run, build=cand_report or base_report, build_s=build_s, config=config,
+        candidate_given=candidate is not None,
+    )  # fmt: skip
+
+
+def to_evaluation(
+    op_id: str,
+    cid: str,
+    run: isolate.WorkerRun,
+    *,
+    build: BuildReport | None,
+    build_s: float,
+    config: Config,
+    candidate_given: bool = True,
+) -> Evaluation:
+    """Turn a worker run into an Evaluation (pure: CPU-tested with hand-made results)."""
+    seconds = {"build": round(build_s, 3)}
+    if run.status == "timeout":
+        return Evaluation(
+            op_id=op_id, candidate=cid, outcome=Outcome.timeout, build=build, seconds=seconds | {"test": round(run.seconds, 3)},
+            detail=f"{run.summary}; stderr tail:\n{run.stderr_tail}",
+        )  # fmt: skip
+    if run.status == "crashed" or run.result is None:
+        return Evaluation(
+            op_id=op_id, candidate=cid, outcome=Outcome.crashed, build=build, seconds=seconds | {"test": round(run.seconds, 3)},
+            detail=f"{run.summary}; stderr tail:\n{run.stderr_tail}",
+        )  # fmt: skip
+    result: WorkerResult = run.result
+    seconds |= {k: round(v, 3) for k, v in result.seconds.items()}
+    seconds["worker_overhead"] = round(max(0.0, run.seconds - sum(result.seconds.values())), 3)
+    if result.status == "baseline_failed":
+        raise BaselineError(f"the baseline of {op_id} failed its checks", fix="check the task", detail=result.detail)
+    passed = sum(1 for c in result.checks if c.status == "pass")
+    failed = sum(1 for c in result.checks if c.status == "fail")
+    skipped = [c for c in result.checks if c.status == "skipped"]
+    bitwise = [c.bitwise_equal for c in result.checks if c.bitwise_equal is not None]
+    errors = [c.max_abs_err for c in result.checks if c.max_abs_err is not None]
+    common = dict(
+        op_id=op_id, candidate=cid, build=build, checks_passed=passed, checks_failed=failed,
+        bitwise_equal=all(bitwise) if bitwise else None, max_abs_err=max(errors) if errors else None,
+        seconds=seconds,
+    )  # fmt: skip
+    if result.status in ("incorrect", "crashed"):
+        outcome = Outcome.incorrect if result.status == "incorrect" else Outcome.crashed
+        return Evaluation(**common, outcome=outcome, detail=result.detail)
+    timings = shape_timings(result, candidate_given)
+    held = sum(1 for c in result.checks if c.held_out and c.status == "pass")
+    parts = [f"{passed} checks passed ({passed - held} catalog, {held} held-out)"]
+    if skipped:
+        parts.append(f"{len(skipped)} held-out cases skipped ({skipped[0].reason})")
+    if bitwise:
+        parts.append("bitwise equal to the baseline" if all(bitwise) else "not bitwise equal (within tolerance)")
+    outcome = Outcome.ok
+    if candidate_given and timings:
+        speedup, threshold, verdict = overall(timings, config.harness.noise_pct)
+        parts.append(f"geomean speedup {speedup:.4f}x over {len(timings)} shapes: {verdict.replace('_', ' ')} (threshold {threshold:.2f}%)")
+        if verdict == "slower":
+            outcome = Outcome.slower
+    return Evaluation(**common, outcome=outcome, detail="; ".join(parts), timings=timings)
+
+
+def shape_timings(result: WorkerResult, candidate_given: bool) -> list[ShapeTiming]:
+    from optimize.harness import roofline
+
+    out = []
+    if result.device is None:
+        return out
+    for t in result.timings:
+        if candidate_given and t.candidate_us is not None:
+            time_us, spread, base = t.candidate_us, max(t.candidate_spread_pct or 0.0, t.baseline_spread_pct), t.baseline_us
+        else:
+            time_us, spread, base = t.baseline_us, t.baseline_spread_pct, None
+        out.append(
+            roofline.shape_timing(
+                label=t.label, sizes=t.sizes, dtype=t.dtype, time_us=time_us, spread_pct=spread, nbytes=t.bytes,
+                device=result.device, baseline_us=base,
+            )
+        )  # fmt: skip
+    return out
+
+
+def overall(timings: Sequence[ShapeTiming], noise_pct: float) -> tuple[float, float, str]:
+    """(geomean speedup, threshold %, verdict) over the shapes that have a speedup."""
+    speedups = [t.speedup for t in timings if t.speedup is not None]
+    spreads = sorted(t.spread_pct for t in timings if t.speedup is not None)
+    median_spread = timing.percentile(spreads, 50) if spreads else 0.0
+    threshold = timing.threshold_pct(noise_pct, median_spread)
+    speedup = timing.geomean(speedups)
+    return speedup, threshold, timing.verdict(1.0, 1.0 / speedup, threshold) if speedups else "no_change"
+
+
+def validate_cases(
+    task_dir: str | os.PathLike[str], task: Task, cases: Sequence[Any], *, config: Config
+) -> list[tuple[bool, str]]:
+    """Run proposed cases (objects with ``label``, ``sizes``, ``distribution``) on the baseline alone.
+
+    For the testing agent: a proposal is kept only if the baseline runs it
+    cleanly (writes every output, matches the reference). One verdict per case,
+    in order.
+    """
+    from pipeline.build import export_name
+
+    rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+    dtypes = task_dtypes(task)
+    checks: list[CheckCase] = []
+    owners: list[int] = []
+    units: list[list[Instantiation]] = []
+    verdicts: list[tuple[bool, str]] = [(True, "")] * len(cases)
+    for index, case in enumerate(cases):
+        sizes = {k: int(v) for k, v in case.sizes.items()}
+        for dtype in dtypes:
+            try:
+                inst = inputs.select_instantiation(task.contract, task.instantiations, dtype, sizes)
+            except Exception as err:  # noqa: BLE001 - reported per case
+                verdicts[index] = (False, str(err))
+                continue
+            unit = next((i for i, u in enumerate(units) if inst in u), None)
+            if unit is None:
+                unit = next((i for i, u in enumerate(units) if all(x.dtype != dtype for x in u)), None)
+                if unit is None:
+                    units.append([])
+                    unit = len(units) - 1
+                units[unit].append(inst)
+            checks.append(
+                CheckCase(
+                    label=str(case.label), sizes=sizes, dtype=dtype, export=export_name(task.contract.entry, inst),
+                    unit=unit, distribution=getattr(case, "distribution", "edge"), held_out=True,
+                    seed=rng.getrandbits(62),
+                )
+            )  # fmt: skip
+            owners.append(index)
+    if not checks:
+        return verdicts
+    report, libs = build_units(task_dir, task, units, config=config)
+    if not report.ok:
+        raise BaselineError(f"the baseline of {task.op_id} does not build", fix="check the task", detail=report.stderr)
+    request = WorkerRequest(
+        mode="evaluate", op_id=task.op_id, contract=task.contract, baseline_libraries=libs, checks=checks,
+        harness=config.harness, device_cache_dir=str(config.cache / "device"), stop_at_first_failure=False,
+    )  # fmt: skip
+    run = run_request(request, config, _workdir(config, task.op_id, "validate"))
+    if run.result is None:
+        return [(False, f"{run.summary}: {run.stderr_tail[-300:]}")] * len(cases)
+    if run.result.status == "baseline_failed":
+        return [(False, run.result.detail)] * len(cases)
+    for owner, check in zip(owners, run.result.checks):
+        if check.status != "pass" and verdicts[owner][0]:
+            verdicts[owner] = (False, check.reason)
+    if len(run.result.checks) < len(owners):
+        for owner in owners[len(run.result.checks) :]:
+            if verdicts[owner][0]:
+                verdicts[owner] = (False, run.result.detail or "not run")
+    return verdicts

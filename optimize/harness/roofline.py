@@ -1,0 +1,230 @@
+"""How far a kernel is from the hardware: bytes it must move, and the device's ceilings.
+
+*Bytes* come from the contract alone: each input tensor read once, each output
+written once, each inout tensor read and written (METHOD.md's "fewest bytes").
+Padding and guard bands are not counted; a broadcast input (rmsnorm's weight)
+counts once, which is what an ideal kernel pays. ``contract.extra_bytes``
+entries whose value is an arithmetic expression of the size symbols are added
+(for traffic the tensors do not show); other entries are notes and add nothing.
+
+*Ceilings*, measured once per device and cached in
+``<cache>/device/<gpu-name>.json``:
+
+- copy bandwidth: a large device-to-device copy (2 x 1 GiB), bytes read plus
+  bytes written over the median time;
+- smallest-kernel time: an empty kernel launched back to back in a CUDA graph,
+  the per-launch median: no kernel of any size takes less.
+
+Per shape: ``floor = max(bytes / copy bandwidth, smallest-kernel time)``, and a
+kernel's ``time / floor`` says how much room is left (1.0 = at the ceiling).
+
+The byte counting and floors are pure Python (CPU-tested); measuring imports
+torch lazily.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import pathlib
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from optimize.harness.errors import ContractError
+from optimize.harness.inputs import CallPlan, eval_expr
+from optimize.harness.protocol import DeviceInfo
+from pipeline.records import Contract, ShapeTiming
+
+COPY_BYTES = 1 << 30  # each of source and destination
+COPY_REPEATS = 20
+EMPTY_LAUNCHES = 512
+EMPTY_REPEATS = 15
+
+
+def contract_bytes(plan: CallPlan, contract: Contract | None = None) -> int:
+    """Fewest bytes one call must move: inputs once, outputs once, inout twice."""
+    total = 0
+    for tensor in plan.tensors:
+        factor = 2 if tensor.role == "inout" else 1
+        total += factor * tensor.nbytes
+    if contract is not None:
+        for value in contract.extra_bytes.values():
+            try:
+                total += int(eval_expr(value, plan.sizes))
+            except ContractError:
+                continue  # a note, not a formula
+    return total
+
+
+def floor_us(nbytes: int, copy_gbps: float, min_kernel_us: float) -> float:
+    """The fastest any kernel moving ``nbytes`` can be on this device, in microseconds."""
+    return max(nbytes / (copy_gbps * 1e3), min_kernel_us)
+
+
+def shape_timing(
+    *,
+    label: str,
+    sizes: dict[str, int],
+    dtype: str,
+    time_us: float,
+    spread_pct: float,
+    nbytes: int,
+    device: DeviceInfo,
+    baseline_us: float | None = None,
+) -> ShapeTiming:
+    gbps = nbytes / (time_us * 1e3) if time_us > 0 else 0.0
+    floor = floor_us(nbytes, device.copy_gbps, device.min_kernel_us)
+    return ShapeTiming(
+        label=label,
+        sizes=sizes,
+        dtype=dtype,  # type: ignore[arg-type]
+        time_us=round(time_us, 4),
+        spread_pct=round(spread_pct, 3),
+        gbps=round(gbps, 2),
+        pct_of_copy_bw=round(100.0 * gbps / device.copy_gbps, 2) if device.copy_gbps else 0.0,
+        time_over_floor=round(time_us / floor, 3) if floor > 0 else 0.0,
+        baseline_us=round(baseline_us, 4) if baseline_us is not None else None,
+        speedup=round(baseline_us / time_us, 4) if baseline_us is not None and time_us > 0 else None,
+    )
+
+
+def cache_path(cache_dir: str | pathlib.Path, gpu_name: str) -> pathlib.Path:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", gpu_name).strip("-") or "gpu"
+    return pathlib.Path(cache_dir) / f"{safe}.json"
+
+
+def load_cached(cache_dir: str | pathlib.Path, gpu_name: str) -> DeviceInfo | None:
+    path = cache_path(cache_dir, gpu_name)
+    try:
+        return DeviceInfo.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def save(info: DeviceInfo, cache_dir: str | pathlib.Path) -> pathlib.Path:
+    from pipeline.records import write_record
+
+    return write_record(info, cache_path(cache_dir, info.name))
+
+
+# ---------------------------------------------------------------------------- GPU
+
+
+def device_info(cache_dir: str | pathlib.Path, *, remeasure: bool = False) -> DeviceInfo:
+    """This GPU's ceilings: from the cache, or measured now and cached."""
+    import torch
+
+    name = torch.cuda.get_device_name()
+    if not remeasure:
+        cached = load_cached(cache_dir, name)
+        if cached is not None:
+            return cached
+    info = measure(name)
+    save(info, cache_dir)
+    return info
+
+
+def measure(name: str | None = None) -> DeviceInfo:
+    import torch
+
+    from optimize.harness.timing import summarize
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    copy = copy_bandwidth()
+    empty = summarize(empty_kernel_us())
+    return DeviceInfo(
+        name=name or props.name,
+        sm_count=props.multi_processor_count,
+        l2_bytes=int(getattr(props, "L2_cache_size", 0)),
+        copy_gbps=round(copy.median, 2),
+        copy_spread_pct=round(copy.spread_pct, 3),
+        min_kernel_us=round(empty.median, 4),
+        torch=torch.__version__,
+        cuda=str(torch.version.cuda),
+        measured_at=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+    )
+
+
+def copy_bandwidth(nbytes: int = COPY_BYTES, repeats: int = COPY_REPEATS):
+    """GB/s of a device-to-device copy, bytes read + written; returns Stats over repeats."""
+    import torch
+
+    from optimize.harness.timing import summarize
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        seconds = start.elapsed_time(end) / 1e3
+        samples.append(2 * nbytes / seconds / 1e9)
+    del src, dst
+    torch.cuda.empty_cache()
+    return summarize(samples)
+
+
+_EMPTY_PTX = """.version {version}
+.target sm_{arch}
+.address_size 64
+.visible .entry ks_empty()
+{{
+  ret;
+}}
+"""
+
+
+class _EmptyKernel:
+    """An empty kernel loaded from PTX through the driver API (no nvcc, no extension)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        major, minor = torch.cuda.get_device_capability()
+        version = "8.0" if major < 10 else "8.7"
+        ptx = _EMPTY_PTX.format(version=version, arch=f"{major}{minor}").encode() + b"\0"
+        self.cuda = ctypes.CDLL("libcuda.so.1")
+        self.cuda.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        self.module = ctypes.c_void_p()
+        self.fn = ctypes.c_void_p()
+        torch.cuda.synchronize()  # makes torch's primary context current on this thread
+        self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(ptx)), "cuModuleLoadData")
+        self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.fn), self.module, b"ks_empty"), "cuModuleGetFunction")
+
+    @staticmethod
+    def _check(code: int, what: str) -> None:
+        if code != 0:
+            raise RuntimeError(f"{what} failed with CUresult {code}")
+
+    def launch(self, stream: Any) -> None:
+        self._check(
+            self.cuda.cuLaunchKernel(self.fn, 1, 1, 1, 32, 1, 1, 0, ctypes.c_void_p(stream.cuda_stream), None, None),
+            "cuLaunchKernel",
+        )
+
+
+def empty_kernel_us(launches: int = EMPTY_LAUNCHES, repeats: int = EMPTY_REPEATS) -> list[float]:
+    """Per-launch microseconds of an empty kernel, back to back in a CUDA graph."""
+    import torch
+
+    from optimize.harness.timing import capture, time_graphs
+
+    stream = torch.cuda.Stream()
+    try:
+        kernel = _EmptyKernel()
+        call = lambda: kernel.launch(torch.cuda.current_stream())  # noqa: E731
+    except (OSError, RuntimeError):
+        # no driver library through ctypes: a one-element torch kernel is the next smallest thing
+        one = torch.zeros(1, device="cuda")
+        call = lambda: one.add_(1.0)  # noqa: E731
+    with torch.cuda.stream(stream):
+        call()
+    stream.synchronize()
+    graph = capture([call] * launches, stream)
+    return time_graphs({"empty": graph}, {"empty": launches}, repeats, stream)["empty"]

@@ -1,0 +1,144 @@
+"""Kernel timing: CUDA-graph replays of back-to-back calls, interleaved, with a spread.
+
+How a time is taken (METHOD.md's rules, made mechanical):
+
+- Warm up first (module load, lazy statics, the first launch), outside the timing.
+- Capture ``calls`` calls into one CUDA graph and time its replays with CUDA
+  events on the capturing stream; one sample = replay time / ``calls``. A graph
+  removes the host's launch gaps, so small shapes measure the kernel, not Python.
+- The calls of one graph rotate over ``sets`` independent buffer sets whose
+  total size is at least ``l2_multiple`` times the L2 cache, so that no call
+  finds its inputs in L2 left there by the previous one (:func:`buffer_sets`).
+- Baseline and candidate are replayed alternately within each repeat (ABAB...,
+  the order flipped every repeat), so clock and thermal drift hit both alike.
+- The reported time is the median over ``repeats`` samples; the spread is
+  ``(p90 - p10) / median`` in percent. A difference smaller than the larger of
+  the two spreads and ``noise_pct`` is "no change" (:func:`verdict`).
+
+The statistics here are pure Python (CPU-tested); the GPU part imports torch
+lazily.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Sequence
+
+Verdict = Literal["faster", "slower", "no_change"]
+MAX_SETS = 4096  # a graph of this many tiny calls still captures in well under a second
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in [0, 100]) of a non-empty sample."""
+    if not values:
+        raise ValueError("percentile of an empty sample")
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return float(ordered[0])
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return float(ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
+
+
+@dataclass(frozen=True)
+class Stats:
+    median: float
+    p10: float
+    p90: float
+    n: int
+
+    @property
+    def spread_pct(self) -> float:
+        return (self.p90 - self.p10) / self.median * 100.0 if self.median > 0 else math.inf
+
+
+def summarize(samples: Sequence[float]) -> Stats:
+    return Stats(
+        median=percentile(samples, 50), p10=percentile(samples, 10), p90=percentile(samples, 90), n=len(samples)
+    )
+
+
+def threshold_pct(noise_pct: float, *spreads: float) -> float:
+    """The smallest change in percent that counts as real."""
+    return max([noise_pct, *[s for s in spreads if math.isfinite(s)]])
+
+
+def verdict(baseline_us: float, candidate_us: float, threshold: float) -> Verdict:
+    """faster / slower / no_change, for a time change beyond ``threshold`` percent."""
+    change = (baseline_us / candidate_us - 1.0) * 100.0
+    if change > threshold:
+        return "faster"
+    if change < -threshold:
+        return "slower"
+    return "no_change"
+
+
+def geomean(values: Sequence[float]) -> float:
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    if not values:
+        return math.nan
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def buffer_sets(bytes_per_set: int, l2_bytes: int, l2_multiple: float, max_sets: int = MAX_SETS) -> int:
+    """How many buffer sets make the rotation's footprint at least ``l2_multiple`` x L2.
+
+    One set is enough when a single set is already that large (its own first
+    bytes are evicted before the next call wants them).
+    """
+    if bytes_per_set <= 0:
+        return 1
+    need = math.ceil(l2_multiple * l2_bytes / bytes_per_set)
+    return max(1, min(max_sets, need))
+
+
+def calls_per_graph(graph_calls: int, sets: int) -> int:
+    """Every set is used at least once per replay, and at least ``graph_calls`` calls."""
+    return max(graph_calls, sets)
+
+
+# ---------------------------------------------------------------------------- GPU
+
+
+def capture(calls: Sequence[Callable[[], Any]], stream: Any) -> Any:
+    """A CUDA graph of ``calls`` made back to back on ``stream``."""
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for call in calls:
+            call()
+    return graph
+
+
+def time_graphs(
+    graphs: dict[str, Any], calls: dict[str, int], repeats: int, stream: Any, warmup: int = 2
+) -> dict[str, list[float]]:
+    """Per-call microseconds of each graph, ``repeats`` samples each, interleaved.
+
+    Every repeat replays every graph once; the order flips on odd repeats.
+    """
+    import torch
+
+    names = list(graphs)
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            for name in names:
+                graphs[name].replay()
+        events: list[tuple[str, Any, Any]] = []
+        for rep in range(repeats):
+            order = names if rep % 2 == 0 else list(reversed(names))
+            for name in order:
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                graphs[name].replay()
+                end.record(stream)
+                events.append((name, start, end))
+    stream.synchronize()
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for name, start, end in events:
+        out[name].append(start.elapsed_time(end) * 1000.0 / calls[name])
+    return out

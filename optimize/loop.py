@@ -1,0 +1,826 @@
+"""The optimize loop: per op, rounds of plan -> code -> evaluate -> (repair) -> accept.
+
+One round (``--mode multi``, the Astra-style four agents):
+1. profiling: the best correct candidate so far (the baseline at first) and its
+   evaluation become a compact summary; static features are read from its regions;
+2. planning: the deterministic policy ranks the applicable skills, never
+   offering a (skill, params) that failed or came out slower before; with an LLM
+   the planner picks one and writes the plan;
+3. coding: the skill's mechanical transform when the chosen option has one
+   (offline, and also with an LLM: exact and free), else new region texts
+   written by the LLM coding agent;
+4. evaluation through the measurement backend (GPU harness or replay);
+5. repair: after a compile error, crash, timeout or mismatch, up to
+   ``budget.repair_attempts`` fixes by the repair agent (LLM coder only);
+6. regressions: a correct candidate slower than the baseline at any catalog shape
+   beyond the noise band (``harness.noise_pct``) is not accepted as is. The
+   repair agent gets one attempt to add a host-side shape dispatch in the
+   launcher that keeps the baseline code at those shapes (a *guard*); only a
+   guarded candidate that no longer regresses can be accepted.
+7. acceptance: correct, no regression, geometric-mean speedup over the catalog
+   shapes above the current best's by at least :data:`MIN_GAIN_PCT`. The best
+   correct candidate is the base of the next round.
+
+``--mode single`` replaces steps 2, 3 and 5 with the single agent, which plans,
+codes and fixes its own candidate.
+
+After the rounds, the best candidate is validated again (``stage="final"``:
+fresh held-out shapes, the harness's adversarial checks, compute-sanitizer where
+the harness finds it). A candidate failing it is disqualified and the next best
+is tried (at most :data:`FINAL_TRIES`). Final validation runs even when the GPU
+budget is spent, because an unvalidated best is worth nothing; it is bounded.
+
+What must stay true:
+- Round records on disk are the truth. A rerun of the same run resumes: it
+  redoes no finished round; candidates and evaluations are stored per id under
+  the op folder, and LLM replies are cached, so a round interrupted halfway is
+  redone without new GPU or token spend.
+- Budgets: rounds count per op; tokens, dollars, wall and GPU seconds count per
+  run and resume from what the trajectories on disk recorded. A spent budget
+  ends the run with a recorded stop reason, never mid-write.
+- Nothing is reported as measured that a replay produced: the run summary and
+  reports carry ``simulated``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+import time
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+from pipeline.config import Config
+from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
+from pipeline.records import (
+    Candidate,
+    Evaluation,
+    OpSummary,
+    Outcome,
+    RunSummary,
+    ShapeTiming,
+    Task,
+    read_record,
+    write_record,
+)
+
+from optimize import report
+from optimize.agents import coding, planning, profiling, repair, single, testing
+from optimize.agents.edits import CodeResult
+from optimize.errors import TaskMissing
+from optimize.llm.client import MeteredModel, Model
+from optimize.trajectory import (
+    Attempt,
+    RoundOutcome,
+    RoundRecord,
+    Trajectory,
+    candidate_id,
+    geomean,
+    now_iso,
+    regions_hash,
+)
+
+MIN_GAIN_PCT = 1.0  # a new best must beat the current best's geomean by this much
+FINAL_TRIES = 3  # candidates tried in final validation before keeping the baseline
+POLICY_LIMIT = 8  # options the planner sees (mechanical ones rank below LLM rewrites; keep some in view)
+REPAIRABLE = {Outcome.compile_failed, Outcome.incorrect, Outcome.crashed, Outcome.timeout}
+
+StopReason = Literal["rounds", "tokens", "dollars", "wall_time", "gpu_time", "no_options"]
+
+
+# --------------------------------------------------------------------------- budget
+
+
+class Budget:
+    """Run-wide budgets (tokens, dollars, wall, GPU) and the per-op round budget.
+
+    Implements :class:`optimize.llm.client.SpendGate`. ``spent`` restores what
+    earlier sessions of the same run recorded on disk.
+    """
+
+    def __init__(self, config: Config, *, spent: Mapping[str, float] | None = None, clock: Callable[[], float] = time.monotonic):
+        self.limits = config.budget
+        spent = dict(spent or {})
+        self.tokens = int(spent.get("tokens", 0))
+        self.cost_usd = float(spent.get("cost_usd", 0.0))
+        self.gpu_s = float(spent.get("gpu_s", 0.0))
+        self.wall_before_s = float(spent.get("wall_s", 0.0))
+        self.clock = clock
+        self.start = clock()
+
+    @property
+    def wall_s(self) -> float:
+        return self.wall_before_s + (self.clock() - self.start)
+
+    def exhausted(self) -> StopReason | None:
+        """The first run-wide budget that is spent, if any."""
+        if self.tokens >= self.limits.tokens:
+            return "tokens"
+        if self.cost_usd >= self.limits.dollars_usd:
+            return "dollars"
+        if self.wall_s >= self.limits.wall_s:
+            return "wall_time"
+        if self.gpu_s >= self.limits.gpu_s:
+            return "gpu_time"
+        return None
+
+    def message(self, reason: str) -> str:
+        return {
+            "tokens": f"token budget spent ({self.tokens} of {self.limits.tokens})",
+            "dollars": f"dollar budget spent (${self.cost_usd:.4f} of ${self.limits.dollars_usd:g})",
+            "wall_time": f"wall-time budget spent ({self.wall_s:.0f} of {self.limits.wall_s:g} s)",
+            "gpu_time": f"GPU-time budget spent ({self.gpu_s:.0f} of {self.limits.gpu_s:g} s)",
+            "rounds": f"round budget reached ({self.limits.rounds} rounds per op)",
+            "no_options": "the policy has no untried applicable skill left",
+        }.get(reason, reason)
+
+    def fix(self, reason: str) -> str:
+        return {
+            "tokens": "raise budget.tokens (KERNELSMITH_BUDGET__TOKENS) and rerun the same --run to continue",
+            "dollars": "raise budget.dollars_usd and rerun the same --run to continue",
+            "wall_time": "raise budget.wall_s and rerun the same --run to continue",
+            "gpu_time": "raise budget.gpu_s and rerun the same --run to continue",
+            "rounds": "pass a larger --rounds with the same --run to continue",
+        }.get(reason, "")
+
+    # SpendGate
+    def before_model_call(self) -> None:
+        reason = self.exhausted()
+        if reason is not None:
+            raise BudgetExhausted(self.message(reason), fix=self.fix(reason), where=reason)
+
+    def charge_model(self, tokens: int, cost_usd: float) -> None:
+        self.tokens += int(tokens)
+        self.cost_usd += float(cost_usd)
+
+    def charge_gpu(self, seconds: float) -> None:
+        self.gpu_s += float(seconds)
+
+
+# --------------------------------------------------------------------------- integration points
+
+
+def load_skills() -> dict[str, Any]:
+    """Skill id -> Skill from the long-term skill library."""
+    from optimize.skills import load_skills as _load
+
+    skills = _load()
+    if isinstance(skills, Mapping):
+        return dict(skills)
+    return {s.id: s for s in skills}
+
+
+def policy_plan(features: Any, skills: Mapping[str, Any], history: Sequence[Any], *, llm_available: bool, limit: int) -> list[Any]:
+    """The deterministic policy's ranked options (never a failed/slower repeat)."""
+    from optimize import policy
+
+    decisions = policy.plan(features, list(skills.values()), history, llm_available=llm_available, limit=limit)
+    return [d for d in decisions if d.proposed]  # rejections carry reasons for logs, not options
+
+
+def region_features(regions: Mapping[str, str], evaluation: Evaluation | None) -> Any:
+    from optimize.features import features_of_regions
+
+    return features_of_regions(dict(regions), profile=evaluation)
+
+
+def skill_transform(skill: Any, features: Any) -> Callable[[dict[str, str], dict[str, Any]], dict[str, str]] | None:
+    """The skill's mechanical transform as ``f(regions, params) -> regions``, or None."""
+    name = getattr(skill, "transform", None)
+    if not name:
+        return None
+    from optimize import transforms
+
+    def run(regions: dict[str, str], params: dict[str, Any]) -> dict[str, str]:
+        return transforms.apply(name, regions, params)
+
+    return run
+
+
+@dataclasses.dataclass
+class Hooks:
+    """The loop's integration points, replaceable in tests before the real modules exist."""
+
+    load_skills: Callable[[], dict[str, Any]] = load_skills
+    policy_plan: Callable[..., list[Any]] = policy_plan
+    features: Callable[[Mapping[str, str], Evaluation | None], Any] = region_features
+    transform: Callable[[Any, Any], Any] = skill_transform
+
+
+# --------------------------------------------------------------------------- per-op state
+
+
+class OpState:
+    """One op's folder under the run: trajectory, candidates, evaluations, best/."""
+
+    def __init__(self, run_dir: pathlib.Path, task_dir: pathlib.Path, task: Task) -> None:
+        self.task_dir = task_dir
+        self.task = task
+        self.dir = run_dir / task.op_id
+        self.trajectory = Trajectory(self.dir / "trajectory.jsonl")
+        self.files = read_task_files(task_dir, task)
+        self.baseline_regions = baseline_regions(self.files, task)
+        self.kinds = {span.name: span.kind for span in task.editable}
+
+    def baseline_candidate(self) -> Candidate:
+        return Candidate(
+            op_id=self.task.op_id, id=candidate_id(self.baseline_regions), parent=None,
+            regions=dict(self.baseline_regions), coder="baseline", rationale="the SGLang kernel as extracted",
+        )  # fmt: skip
+
+    def save_candidate(self, candidate: Candidate) -> None:
+        path = self.dir / "candidates" / f"{candidate.id}.json"
+        if not path.exists():
+            write_record(candidate, path)
+
+    def candidate(self, cid: str) -> Candidate:
+        if cid == candidate_id(self.baseline_regions):
+            return self.baseline_candidate()
+        return read_record(Candidate, self.dir / "candidates" / f"{cid}.json")
+
+    def eval_path(self, cid: str, stage: str) -> pathlib.Path:
+        return self.dir / "evaluations" / f"{cid}.{stage}.json"
+
+    def stored_evaluation(self, cid: str, stage: str) -> Evaluation | None:
+        path = self.eval_path(cid, stage)
+        return read_record(Evaluation, path) if path.exists() else None
+
+
+def read_task_files(task_dir: pathlib.Path, task: Task) -> dict[str, bytes]:
+    files = {}
+    for digest in task.files:
+        path = task_dir / "src" / digest.path
+        try:
+            files[digest.path] = path.read_bytes()
+        except FileNotFoundError as err:
+            raise TaskMissing(
+                f"task file {path} is missing",
+                fix=f"re-run `kernelsmith extract --ops {task.op_id}`",
+            ) from err
+    return files
+
+
+def baseline_regions(files: Mapping[str, bytes], task: Task) -> dict[str, str]:
+    regions = {}
+    for span in task.editable:
+        data = files.get(span.file)
+        if data is None:
+            raise TaskMissing(f"editable span {span.name} points at {span.file}, not in the task", fix="re-run `kernelsmith extract`")
+        regions[span.name] = data[span.start_byte : span.end_byte].decode("utf-8")
+    return regions
+
+
+def load_op_task(config: Config, op_id: str) -> tuple[pathlib.Path, Task]:
+    task_dir = config.work / "tasks" / op_id
+    if not (task_dir / "task.json").is_file():
+        raise TaskMissing(
+            f"no extracted task for {op_id} at {task_dir}",
+            fix=f"run `kernelsmith extract --ops {op_id}` first",
+        )
+    from extract.tasks import load_task
+
+    return task_dir, load_task(task_dir)
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+@dataclasses.dataclass
+class LoopOptions:
+    run: str
+    mode: Literal["multi", "single"] = "multi"
+    coder: Literal["llm", "offline"] = "offline"
+
+
+class Loop:
+    """Runs the rounds of every op of one run; see the module docstring."""
+
+    def __init__(
+        self,
+        config: Config,
+        options: LoopOptions,
+        backend: Any,
+        *,
+        model: Model | None = None,
+        hooks: Hooks | None = None,
+        progress: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if options.mode == "single" and model is None:
+            raise ConfigError("--mode single is an LLM agent and needs an LLM", fix="configure llm.base_url, or use --mode multi")
+        if options.coder == "llm" and model is None:
+            raise ConfigError("--coder llm needs an LLM endpoint", fix="configure llm.base_url, or use --coder offline")
+        self.config = config
+        self.options = options
+        self.backend = backend
+        self.hooks = hooks or Hooks()
+        self.run_dir = config.work / "runs" / options.run
+        self.clock = clock
+        self.progress = progress
+        self.budget = Budget(config, spent=self._spent_on_disk(), clock=clock)
+        self.raw_model = model if options.coder == "llm" else None
+        self.skills = self.hooks.load_skills()
+        self._model: MeteredModel | None = None
+
+    # ------------------------------------------------------------------ helpers
+
+    def _spent_on_disk(self) -> dict[str, float]:
+        total = {"tokens": 0.0, "cost_usd": 0.0, "wall_s": 0.0, "gpu_s": 0.0}
+        if self.run_dir.is_dir():
+            for path in sorted(self.run_dir.glob("*/trajectory.jsonl")):
+                for key, value in Trajectory(path).spent().items():
+                    total[key] += value
+        return total
+
+    def _metered(self, op: OpState) -> MeteredModel | None:
+        if self.raw_model is None:
+            return None
+        return MeteredModel(self.raw_model, self.budget, log_path=op.dir / "llm.jsonl")
+
+    def _evaluate(self, op: OpState, candidate: Candidate, stage: Literal["round", "final"]) -> Evaluation:
+        """Evaluate once per (candidate, stage): a stored evaluation is never redone."""
+        stored = op.stored_evaluation(candidate.id, stage)
+        if stored is not None:
+            return stored
+        op.save_candidate(candidate)
+        before = self.backend.gpu_s
+        evaluation = self.backend.evaluate(op.task_dir, op.task, candidate, stage=stage)
+        self.budget.charge_gpu(self.backend.gpu_s - before)
+        write_record(evaluation, op.eval_path(candidate.id, stage))
+        return evaluation
+
+    def _meter(self) -> tuple[float, int, float, float]:
+        model = self._model
+        return (
+            self.clock(),
+            model.usage.tokens if model else 0,
+            model.usage.cost_usd if model else 0.0,
+            self.backend.gpu_s,
+        )
+
+    def _spent_since(self, mark: tuple[float, int, float, float]) -> dict[str, Any]:
+        now = self._meter()
+        return {
+            "wall_s": round(now[0] - mark[0], 3),
+            "tokens": now[1] - mark[1],
+            "cost_usd": now[2] - mark[2],
+            "gpu_s": round(now[3] - mark[3], 3),
+        }
+
+    def _noise(self) -> float:
+        return self.config.harness.noise_pct / 100.0
+
+    def regressed(self, timings: Sequence[ShapeTiming]) -> list[ShapeTiming]:
+        """Shapes slower than the baseline beyond the noise band (their own spread if larger)."""
+        out = []
+        for t in timings:
+            if t.speedup is None:
+                continue
+            band = max(self._noise(), t.spread_pct / 100.0)
+            if t.speedup < 1.0 - band:
+                out.append(t)
+        return out
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, ops: Sequence[tuple[pathlib.Path, Task]]) -> RunSummary:
+        """Every op in turn; writes ``<op>/report.md`` and ``summary.json``, returns the summary."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        started = now_iso()
+        summaries: list[OpSummary] = []
+        stopped: str | None = None
+        for task_dir, task in ops:
+            if stopped is not None:
+                summaries.append(OpSummary(op_id=task.op_id, status="skipped", stop_reason=stopped, detail=self.budget.message(stopped)))
+                continue
+            try:
+                summary = self.run_op(task_dir, task)
+            except ConfigError:
+                raise
+            except KernelsmithError as err:
+                summaries.append(OpSummary(op_id=task.op_id, status="failed", detail=str(err)))
+                continue
+            summaries.append(summary)
+            if summary.stop_reason in ("tokens", "dollars", "wall_time", "gpu_time"):
+                stopped = summary.stop_reason
+        meta = self.run_dir / "run.json"
+        if meta.exists():
+            started = json.loads(meta.read_text(encoding="utf-8")).get("started_at", started)
+        result = RunSummary(
+            run=self.options.run, mode=self.options.mode, coder=self.options.coder, backend=self.backend.describe(),
+            simulated=bool(getattr(self.backend, "simulated", False)), device=getattr(self.backend, "device", None),
+            started_at=started, finished_at=now_iso(), tokens=self.budget.tokens, cost_usd=round(self.budget.cost_usd, 6),
+            wall_s=round(self.budget.wall_s, 3), gpu_s=round(self.budget.gpu_s, 3), ops=summaries,
+        )  # fmt: skip
+        report.write_summary(self.run_dir, result)
+        return result
+
+    def run_op(self, task_dir: pathlib.Path, task: Task) -> OpSummary:
+        op = OpState(self.run_dir, task_dir, task)
+        self._model = self._metered(op)
+        traj = op.trajectory
+        if traj.baseline() is None:
+            reason = self.budget.exhausted()
+            if reason is not None:
+                return OpSummary(op_id=task.op_id, status="skipped", stop_reason=reason, detail=self.budget.message(reason))
+            try:
+                self._baseline(op)
+            except BudgetExhausted as err:
+                reason = err.where or "budget"
+                return OpSummary(op_id=task.op_id, status="skipped", stop_reason=reason, detail=err.message)
+        stop: str | None = None
+        while stop is None:
+            stop = self._stop_reason(op)
+            if stop is not None:
+                break
+            number = traj.last_round() + 1
+            self._tick(op, number)
+            mark = self._meter()
+            try:
+                record = self._round(op, number)
+            except BudgetExhausted as err:
+                stop = err.where or "budget"
+                traj.append(self._stop_record(op, stop, mark))
+                break
+            if record is None:
+                stop = "no_options"
+                if not self._has_stop(op, stop):
+                    traj.append(self._stop_record(op, stop, mark))
+                break
+            traj.append(record.model_copy(update=self._spent_since(mark)))
+        if stop in ("rounds", "tokens", "dollars", "wall_time", "gpu_time") and not self._has_stop(op, stop):
+            traj.append(self._stop_record(op, stop, self._meter()))
+        best = self._finalize(op)
+        summary = self._summary(op, stop, best)
+        final = op.stored_evaluation(best.candidate, "final") if best is not None and best.candidate else None
+        text = report.op_report(
+            op.task.op_id, traj, summary, final=final, backend=self.backend.describe(),
+            simulated=bool(getattr(self.backend, "simulated", False)),
+        )  # fmt: skip
+        report.write_op_report(op.dir / "report.md", text)
+        return summary
+
+    def _has_stop(self, op: OpState, reason: str) -> bool:
+        """A stop line with this reason is already on disk after the last round (a rerun adds none)."""
+        for record in reversed(op.trajectory.records):
+            if record.kind in ("round", "baseline"):
+                return False
+            if record.kind == "stop" and record.stop_reason == reason:
+                return True
+        return False
+
+    def _tick(self, op: OpState, number: int) -> None:
+        if self.progress is not None:
+            self.progress(op.task.op_id, number, self.config.budget.rounds)
+
+    def _stop_reason(self, op: OpState) -> str | None:
+        if len(op.trajectory.rounds()) >= self.config.budget.rounds:
+            return "rounds"
+        return self.budget.exhausted()
+
+    def _stop_record(self, op: OpState, reason: str, mark: tuple[float, int, float, float]) -> RoundRecord:
+        return RoundRecord(
+            kind="stop", op_id=op.task.op_id, round=op.trajectory.last_round(), mode=self.options.mode,
+            coder=self.options.coder, outcome=RoundOutcome.budget_exhausted if reason not in ("no_options",) else RoundOutcome.ok,
+            stop_reason=reason, detail=self.budget.message(reason), best=op.trajectory.best_id(), **self._spent_since(mark),
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ baseline
+
+    def _baseline(self, op: OpState) -> None:
+        mark = self._meter()
+        plan_path = op.dir / "test_plan.json"
+        if not plan_path.exists():
+            validate = getattr(self.backend, "validate_cases", None)
+            plan = testing.plan_tests(
+                op.task, held_out=self.config.harness.held_out_shapes, model=self._model,
+                validate=(lambda cases: validate(op.task_dir, op.task, cases)) if validate else None,
+            )  # fmt: skip
+            write_record(plan, plan_path)
+        candidate = op.baseline_candidate()
+        op.save_candidate(candidate)
+        evaluation = self._evaluate(op, candidate, "round")
+        if evaluation.outcome != Outcome.ok:
+            from optimize.harness.errors import BaselineError
+
+            raise BaselineError(
+                f"the baseline of {op.task.op_id} did not pass its own evaluation ({evaluation.outcome.value})",
+                fix="check the task (`kernelsmith extract`) and the harness on this machine",
+                detail=evaluation.detail,
+            )
+        op.trajectory.append(
+            RoundRecord(
+                kind="baseline", op_id=op.task.op_id, round=0, mode=self.options.mode, coder=self.options.coder,
+                candidate=candidate.id, regions_hash=regions_hash(candidate.regions), outcome=RoundOutcome.ok,
+                timings=evaluation.timings, speedup_geomean=1.0, speedup_min=1.0, best=candidate.id,
+                detail=evaluation.detail, **self._spent_since(mark),
+            )  # fmt: skip
+        )
+
+    # ------------------------------------------------------------------ one round
+
+    def _round(self, op: OpState, number: int) -> RoundRecord | None:
+        traj = op.trajectory
+        best = traj.best()
+        assert best is not None and best.candidate is not None
+        base = op.candidate(best.candidate)
+        base_eval = op.stored_evaluation(base.id, "round") or self._evaluate(op, base, "round")
+        summary = profiling.summarize(base_eval)
+        features = self.hooks.features(base.regions, base_eval)
+        model = self._model
+        decisions = self.hooks.policy_plan(
+            features, self.skills, traj.history(), llm_available=model is not None, limit=POLICY_LIMIT
+        )
+        profile_text = summary.text()
+        trajectory_text = traj.summary()
+        common = dict(op_id=op.task.op_id, kinds=op.kinds)
+        if self.options.mode == "single":
+            assert model is not None
+            step = single.step(
+                decisions, self.skills, base.regions, profile_text=profile_text,
+                trajectory_text=trajectory_text, model=model, **common,
+            )  # fmt: skip
+            plan, result = step.plan, step.result
+        else:
+            plan = planning.plan(
+                decisions, self.skills, op_id=op.task.op_id, region_names=list(base.regions),
+                profile_text=profile_text, trajectory_text=trajectory_text, model=model,
+            )  # fmt: skip
+            if plan is None:
+                return None
+            skill = self.skills.get(plan.skill)
+            # A mechanical option is applied by its transform even when an LLM is at hand:
+            # exact, reproducible, and it keeps the model's budget for rewrites that need judgement.
+            mechanical = model is None or getattr(plan.decision, "mode", None) == "transform"
+            transform = self.hooks.transform(skill, features) if mechanical else None
+            result = coding.code(
+                plan, skill, base.regions, profile_text=profile_text, trajectory_text=trajectory_text,
+                model=None if mechanical else model, transform=transform, **common,
+            )  # fmt: skip
+
+        attempts: list[Attempt] = []
+        candidate: Candidate | None = None
+        evaluation: Evaluation | None = None
+        fixes = 0
+        max_fixes = self.config.budget.repair_attempts if model is not None else 0
+        while True:
+            if not result.edited:
+                attempts.append(Attempt(agent=result.agent, status=result.status, detail=_clip(result.detail)))
+                break
+            assert result.regions is not None
+            candidate = self._candidate(op, base, plan, result)
+            evaluation = self._evaluate(op, candidate, "round")
+            attempts.append(
+                Attempt(agent=result.agent, status="edited", candidate=candidate.id, outcome=evaluation.outcome, detail=_clip(_why(evaluation)))
+            )
+            if evaluation.outcome not in REPAIRABLE or fixes >= max_fixes:
+                break
+            fixes += 1
+            result = self._fix(op, plan, candidate, evaluation, fixes, max_fixes, decisions)
+
+        guarded = False
+        if evaluation is not None and candidate is not None and evaluation.outcome in (Outcome.ok, Outcome.slower):
+            slow = self.regressed(evaluation.timings)
+            if slow and model is not None:
+                guard = self._guard(op, plan, candidate, evaluation, slow, decisions)
+                if guard.edited:
+                    guarded_candidate = self._candidate(op, base, plan, guard)
+                    guarded_eval = self._evaluate(op, guarded_candidate, "round")
+                    attempts.append(
+                        Attempt(
+                            agent=guard.agent, status="edited", candidate=guarded_candidate.id,
+                            outcome=guarded_eval.outcome, detail=_clip(_why(guarded_eval)),
+                        )  # fmt: skip
+                    )
+                    if guarded_eval.outcome == Outcome.ok and not self.regressed(guarded_eval.timings):
+                        candidate, evaluation, guarded = guarded_candidate, guarded_eval, True
+                else:
+                    attempts.append(Attempt(agent=guard.agent, status=guard.status, detail=_clip(guard.detail)))
+        return self._record(op, number, plan, base.id, best, attempts, candidate, evaluation, guarded)
+
+    def _candidate(self, op: OpState, base: Candidate, plan: planning.Plan, result: CodeResult) -> Candidate:
+        assert result.regions is not None
+        candidate = Candidate(
+            op_id=op.task.op_id, id=candidate_id(result.regions), parent=base.id, regions=result.regions,
+            skill=plan.skill, params=plan.params, coder=f"{self.options.coder}:{result.agent}",
+            rationale=plan.text,
+        )  # fmt: skip
+        op.save_candidate(candidate)
+        return candidate
+
+    def _fix(
+        self, op: OpState, plan: planning.Plan, candidate: Candidate, evaluation: Evaluation,
+        attempt: int, max_attempts: int, decisions: Sequence[Any],
+    ) -> CodeResult:  # fmt: skip
+        model = self._model
+        assert model is not None
+        if self.options.mode == "single":
+            feedback = f"outcome {evaluation.outcome.value} (fix attempt {attempt} of {max_attempts})\n{repair.failure_text(evaluation)}"
+            return single.step(
+                decisions, self.skills, candidate.regions, op_id=op.task.op_id, profile_text="(unchanged)",
+                trajectory_text=op.trajectory.summary(), model=model, feedback=feedback, previous=plan, kinds=op.kinds,
+            ).result  # fmt: skip
+        return repair.repair(
+            plan, candidate.regions, evaluation, op_id=op.task.op_id, attempt=attempt, max_attempts=max_attempts,
+            trajectory_text=op.trajectory.summary(), model=model, kinds=op.kinds,
+        )  # fmt: skip
+
+    def _guard(
+        self, op: OpState, plan: planning.Plan, candidate: Candidate, evaluation: Evaluation,
+        slow: Sequence[ShapeTiming], decisions: Sequence[Any],
+    ) -> CodeResult:  # fmt: skip
+        model = self._model
+        assert model is not None
+        if self.options.mode == "single":
+            shapes = "; ".join(f"{t.label} {t.dtype} {t.speedup:.3f}x" for t in slow)
+            feedback = (
+                f"correct, but slower than the baseline at: {shapes}. Add a host-side shape dispatch in the launcher "
+                "that keeps the original code (the baseline regions) for those shapes and uses yours elsewhere."
+            )
+            return single.step(
+                decisions, self.skills, candidate.regions, op_id=op.task.op_id, profile_text="(unchanged)",
+                trajectory_text=op.trajectory.summary(), model=model, feedback=feedback, previous=plan, kinds=op.kinds,
+            ).result  # fmt: skip
+        return repair.repair(
+            plan, candidate.regions, evaluation, op_id=op.task.op_id, attempt=1, max_attempts=1,
+            trajectory_text=op.trajectory.summary(), model=model, kinds=op.kinds, slower=slow,
+            baseline_regions=op.baseline_regions,
+        )  # fmt: skip
+
+    def _record(
+        self, op: OpState, number: int, plan: planning.Plan, base_id: str, best: RoundRecord,
+        attempts: list[Attempt], candidate: Candidate | None, evaluation: Evaluation | None, guarded: bool,
+    ) -> RoundRecord:  # fmt: skip
+        fields: dict[str, Any] = dict(
+            kind="round", op_id=op.task.op_id, round=number, mode=self.options.mode, coder=self.options.coder,
+            skill=plan.skill, params=plan.params, plan=plan.text, base=base_id, attempts=attempts,
+        )  # fmt: skip
+        if evaluation is None or candidate is None:
+            last = attempts[-1] if attempts else None
+            outcome = RoundOutcome(last.status) if last and last.status != "edited" else RoundOutcome.malformed_reply
+            return RoundRecord(**fields, outcome=outcome, detail=last.detail if last else "", best=best.candidate)
+        speedups = [t.speedup for t in evaluation.timings if t.speedup is not None]
+        geo = geomean(speedups)
+        low = min(speedups) if speedups else None
+        slow = self.regressed(evaluation.timings) if evaluation.outcome in (Outcome.ok, Outcome.slower) else []
+        outcome = RoundOutcome.of(evaluation.outcome)
+        detail = _why(evaluation)
+        if outcome == RoundOutcome.ok and (slow or (geo is not None and geo < 1.0)):
+            outcome = RoundOutcome.slower
+            detail = (
+                f"slower than the baseline at {len(slow)} shape(s) beyond the {self.config.harness.noise_pct:g}% noise band"
+                if slow else f"geomean speedup {geo:.3f}x < 1"
+            )  # fmt: skip
+        best_geo = best.speedup_geomean or 1.0
+        accepted = (
+            outcome == RoundOutcome.ok and geo is not None and geo > best_geo * (1.0 + MIN_GAIN_PCT / 100.0)
+        )
+        if outcome == RoundOutcome.ok and not accepted:
+            detail = f"correct, geomean {geo:.3f}x does not beat the best ({best_geo:.3f}x) by {MIN_GAIN_PCT:g}%"
+        return RoundRecord(
+            **fields, candidate=candidate.id, regions_hash=regions_hash(candidate.regions), outcome=outcome,
+            detail=_clip(detail), timings=evaluation.timings, speedup_geomean=geo, speedup_min=low,
+            regressed_shapes=[f"{t.label} {t.dtype}" for t in slow], guarded=guarded, accepted=accepted,
+            best=candidate.id if accepted else best.candidate,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ final validation
+
+    def _finalize(self, op: OpState) -> RoundRecord | None:
+        """Validate the best candidates (best first); returns the round of the validated best."""
+        traj = op.trajectory
+        for _ in range(FINAL_TRIES):
+            ranked = traj.ranked()
+            if not ranked:
+                return None
+            top = ranked[0]
+            assert top.candidate is not None
+            done = [r for r in traj.finals() if r.candidate == top.candidate]
+            if done:
+                if done[-1].outcome == RoundOutcome.ok:
+                    self._write_best(op, top)
+                    return top
+                continue  # pragma: no cover - ranked() already leaves disqualified ones out
+            mark = self._meter()
+            candidate = op.candidate(top.candidate)
+            evaluation = self._evaluate(op, candidate, "final")
+            outcome = RoundOutcome.of(evaluation.outcome)
+            slow = self.regressed(evaluation.timings) if evaluation.outcome == Outcome.ok else []
+            detail = _why(evaluation)
+            if outcome == RoundOutcome.ok and slow:
+                outcome = RoundOutcome.slower
+                detail = f"final validation: slower than the baseline at {', '.join(f'{t.label} {t.dtype}' for t in slow[:4])}"
+            speedups = [t.speedup for t in evaluation.timings if t.speedup is not None]
+            traj.append(
+                RoundRecord(
+                    kind="final", op_id=op.task.op_id, round=top.round, mode=self.options.mode, coder=self.options.coder,
+                    skill=top.skill, params=top.params, candidate=top.candidate, regions_hash=top.regions_hash,
+                    outcome=outcome, detail=_clip(detail), timings=evaluation.timings, speedup_geomean=geomean(speedups),
+                    speedup_min=min(speedups) if speedups else None, guarded=top.guarded,
+                    accepted=outcome == RoundOutcome.ok, best=top.candidate if outcome == RoundOutcome.ok else None,
+                    **self._spent_since(mark),
+                )  # fmt: skip
+            )
+            if outcome == RoundOutcome.ok:
+                self._write_best(op, top)
+                return top
+        return None
+
+    def _write_best(self, op: OpState, top: RoundRecord) -> None:
+        """``best/``: candidate.json, evaluation.json, regions/<name>.txt, src/<patched files>; published by rename."""
+        from extract.splice import apply_regions
+
+        assert top.candidate is not None
+        candidate = op.candidate(top.candidate)
+        evaluation = op.stored_evaluation(candidate.id, "final") or op.stored_evaluation(candidate.id, "round")
+        patched = apply_regions(op.files, list(op.task.editable), candidate.regions)
+        staging = pathlib.Path(tempfile.mkdtemp(prefix=".best.", dir=op.dir))
+        try:
+            write_record(candidate, staging / "candidate.json")
+            if evaluation is not None:
+                write_record(evaluation, staging / "evaluation.json")
+            for name, text in candidate.regions.items():
+                (staging / "regions").mkdir(exist_ok=True)
+                (staging / "regions" / f"{name}.txt").write_text(text, encoding="utf-8")
+            for rel, data in patched.items():
+                if data != op.files.get(rel):
+                    target = staging / "src" / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(data)
+            target = op.dir / "best"
+            if target.exists():
+                old = op.dir / f".best.old.{os.getpid()}"
+                os.replace(target, old)
+                os.replace(staging, target)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(staging, target)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+
+    # ------------------------------------------------------------------ summary
+
+    def _summary(self, op: OpState, stop: str | None, best: RoundRecord | None) -> OpSummary:
+        traj = op.trajectory
+        rounds = len(traj.rounds())
+        if best is None:
+            return OpSummary(
+                op_id=op.task.op_id, status="no_improvement", stop_reason=stop, rounds=rounds,
+                detail="no candidate passed final validation faster than the baseline; the baseline stays",
+            )  # fmt: skip
+        final = [r for r in traj.finals() if r.candidate == best.candidate and r.outcome == RoundOutcome.ok][-1]
+        return OpSummary(
+            op_id=op.task.op_id, status="improved", stop_reason=stop, rounds=rounds, best=best.candidate,
+            best_dir=f"{op.task.op_id}/best", speedup_geomean=final.speedup_geomean or best.speedup_geomean,
+            speedup_min=final.speedup_min if final.speedup_min is not None else best.speedup_min,
+            guarded=best.guarded, skills=self.path_skills(op, best.candidate or ""),
+        )  # fmt: skip
+
+    def path_skills(self, op: OpState, cid: str) -> list[str]:
+        """Skills applied from the baseline to candidate ``cid``, oldest first."""
+        skills: list[str] = []
+        seen: set[str] = set()
+        while cid and cid not in seen:
+            seen.add(cid)
+            try:
+                cand = op.candidate(cid)
+            except (OSError, KernelsmithError, ValueError):
+                break
+            if cand.skill:
+                skills.append(cand.skill)
+            cid = cand.parent or ""
+        return list(reversed(skills))
+
+
+def _why(evaluation: Evaluation) -> str:
+    if evaluation.outcome == Outcome.compile_failed and evaluation.build is not None and evaluation.build.stderr:
+        return evaluation.build.stderr
+    return evaluation.detail
+
+
+def _clip(text: str, limit: int = 2000) -> str:
+    text = text or ""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def run_meta_check(run_dir: pathlib.Path, meta: dict[str, Any]) -> None:
+    """Refuse to resume a run with another mode/coder/backend (its rounds would mix)."""
+    path = run_dir / "run.json"
+    if path.exists():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        for key in ("mode", "coder", "backend"):
+            if old.get(key) != meta.get(key):
+                raise ConfigError(
+                    f"run {run_dir.name} was started with {key}={old.get(key)!r}, this command asks for {meta.get(key)!r}",
+                    fix="use a new --run name, or repeat the original options to resume",
+                )
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".run.", dir=run_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(meta, handle, indent=2)
+    os.replace(tmp, path)

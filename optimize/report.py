@@ -1,0 +1,123 @@
+"""Reports of an optimize run: ``<op>/report.md``, ``summary.json``, the console table.
+
+Why markdown and JSON: a person reads ``report.md`` (per-shape table: baseline,
+candidate, time over floor, speedup; the skills on the path to the best; every
+round in one line); ``integrate`` reads ``summary.json``
+(:class:`pipeline.records.RunSummary`).
+
+What must stay true: a replayed run says SIMULATED at the top of every report and
+``simulated: true`` in the summary; its figures are never presented as
+measurements. Every figure comes from the evaluations stored in the run folder.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Sequence
+
+from pipeline.records import Evaluation, OpSummary, RunSummary, ShapeTiming, write_record
+
+from optimize.trajectory import RoundRecord, Trajectory
+
+
+def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "—" if value is None else f"{value:{spec}}{suffix}"
+
+
+def shape_table(baseline: Sequence[ShapeTiming], candidate: Sequence[ShapeTiming] | None) -> list[str]:
+    """Markdown rows: shape, dtype, baseline us, candidate us, time/floor (base -> cand), speedup."""
+    rows = [
+        "| shape | dtype | baseline µs | candidate µs | time ÷ floor (baseline → candidate) | % copy BW (candidate) | speedup |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    by_key = {(t.label, t.dtype): t for t in (candidate or [])}
+    for base in baseline:
+        cand = by_key.get((base.label, base.dtype))
+        rows.append(
+            f"| {base.label} | {base.dtype} | {base.time_us:.2f} | {_fmt(cand.time_us if cand else None)} | "
+            f"{base.time_over_floor:.2f} → {_fmt(cand.time_over_floor if cand else None)} | "
+            f"{_fmt(cand.pct_of_copy_bw if cand else None, '.0f', '%')} | {_fmt(cand.speedup if cand else None, '.3f', '×')} |"
+        )
+    return rows
+
+
+def round_lines(records: Sequence[RoundRecord]) -> list[str]:
+    rows = ["| round | kind | skill | params | outcome | geomean | min | accepted | attempts |", "|---:|---|---|---|---|---:|---:|---|---|"]
+    for r in records:
+        if r.kind == "baseline":
+            continue
+        params = ", ".join(f"{k}={v}" for k, v in sorted(r.params.items())) or ("—" if r.kind != "stop" else "")
+        what = r.stop_reason if r.kind == "stop" else r.outcome.value
+        attempts = " → ".join(f"{a.agent}:{a.outcome.value if a.outcome else a.status}" for a in r.attempts)
+        rows.append(
+            f"| {r.round} | {r.kind} | {r.skill or ''} | {params} | {what} | {_fmt(r.speedup_geomean, '.3f', '×')} | "
+            f"{_fmt(r.speedup_min, '.3f', '×')} | {'yes' + (' (guarded)' if r.guarded else '') if r.accepted else ''} | {attempts} |"
+        )
+    return rows
+
+
+def op_report(
+    op_id: str,
+    trajectory: Trajectory,
+    summary: OpSummary,
+    *,
+    final: Evaluation | None,
+    backend: str,
+    simulated: bool,
+) -> str:
+    lines = [f"# {op_id}", ""]
+    if simulated:
+        lines += [f"> **SIMULATED**: {backend}. These figures are replayed, not measured in this run.", ""]
+    else:
+        lines += [f"Measured with {backend}.", ""]
+    lines.append(f"Status: **{summary.status}**" + (f" (stopped: {summary.stop_reason})" if summary.stop_reason else ""))
+    lines.append(f"Rounds: {summary.rounds}")
+    if summary.best:
+        lines.append(
+            f"Best candidate: `{summary.best}` ({summary.best_dir}), geomean speedup "
+            f"{_fmt(summary.speedup_geomean, '.3f', '×')}, worst shape {_fmt(summary.speedup_min, '.3f', '×')}"
+            + (" — keeps the baseline at some shapes through a shape dispatch" if summary.guarded else "")
+        )
+        lines.append(f"Skills applied: {', '.join(summary.skills) or '—'}")
+    elif summary.detail:
+        lines.append(summary.detail)
+    baseline = trajectory.baseline()
+    if baseline is not None:
+        best_round = next((r for r in trajectory.rounds() if r.candidate == summary.best), None)
+        timings = final.timings if final is not None and final.timings else (best_round.timings if best_round else None)
+        lines += ["", "## Per-shape timings", ""]
+        if final is not None and final.timings:
+            lines.append("Candidate figures are from the final validation.")
+            lines.append("")
+        lines += shape_table(baseline.timings, timings)
+    lines += ["", "## Rounds", ""] + round_lines(trajectory.records)
+    return "\n".join(lines) + "\n"
+
+
+def write_op_report(path: pathlib.Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def write_summary(run_dir: pathlib.Path, summary: RunSummary) -> pathlib.Path:
+    return write_record(summary, run_dir / "summary.json")
+
+
+def console_table(summary: RunSummary):
+    """A rich Table of the run (imported lazily: only the command prints)."""
+    from rich.table import Table
+
+    title = f"optimize run {summary.run} ({summary.mode}, {summary.coder} coder)"
+    if summary.simulated:
+        title += " — SIMULATED (replayed timings)"
+    table = Table(title=title)
+    for col in ("op", "status", "rounds", "best", "geomean", "worst shape", "skills", "stop"):
+        table.add_column(col)
+    for op in summary.ops:
+        table.add_row(
+            op.op_id, op.status, str(op.rounds), op.best or "baseline", _fmt(op.speedup_geomean, ".3f", "×"),
+            _fmt(op.speedup_min, ".3f", "×"), ", ".join(op.skills) or "—", op.stop_reason or "",
+        )  # fmt: skip
+    return table

@@ -1,0 +1,356 @@
+"""The agents: reply parsing, coding (LLM and offline), planning, repair, profiling, testing, single."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from optimize.agents import coding, planning, profiling, repair, single, testing
+from optimize.agents.edits import parse_reply, result_from_reply
+from optimize.agents.prompts import placeholders, render
+from optimize.errors import MalformedReply
+from optimize.llm.fakes import ScriptedModel
+from pipeline.errors import ModelError
+from pipeline.records import (
+    ArgSpec,
+    BuildReport,
+    Contract,
+    Evaluation,
+    KernelResources,
+    Outcome,
+    ShapeCase,
+    ShapeTiming,
+    TensorSpec,
+)
+
+KERNEL = """__global__ void scale_kernel(float* out, const float* in, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    out[i] = in[i] * 2.0f;  // scale
+  }
+}
+"""
+LAUNCHER = """void launch_scale(float* out, const float* in, int n, cudaStream_t s) {
+  scale_kernel<<<(n + 255) / 256, 256, 0, s>>>(out, in, n);
+}
+"""
+REGIONS = {"scale_kernel": KERNEL, "launch_scale": LAUNCHER}
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def test_search_replace_with_region_name():
+    reply = """Here is the change.
+region: scale_kernel
+```cuda
+<<<<<<< SEARCH
+    out[i] = in[i] * 2.0f;  // scale
+=======
+    out[i] = __fmul_rn(in[i], 2.0f);  // scale
+>>>>>>> REPLACE
+```
+"""
+    new = parse_reply(reply, REGIONS)
+    assert "__fmul_rn(in[i], 2.0f)" in new["scale_kernel"]
+    assert new["launch_scale"] is LAUNCHER
+    assert new["scale_kernel"].replace("__fmul_rn(in[i], 2.0f)", "in[i] * 2.0f") == KERNEL
+
+
+def test_search_replace_finds_the_region_itself_and_tolerates_indentation():
+    reply = """<<<<<<< SEARCH
+scale_kernel<<<(n + 255) / 256, 256, 0, s>>>(out, in, n);
+=======
+  scale_kernel<<<(n + 511) / 512, 512, 0, s>>>(out, in, n);
+>>>>>>> REPLACE"""
+    new = parse_reply(reply, REGIONS)
+    assert "512, 0, s" in new["launch_scale"] and new["scale_kernel"] is KERNEL
+
+
+def test_several_blocks_across_regions_apply_in_order():
+    reply = """region: scale_kernel
+<<<<<<< SEARCH
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+=======
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+>>>>>>> REPLACE
+region: launch_scale
+<<<<<<< SEARCH
+256, 0, s
+=======
+128, 0, s
+>>>>>>> REPLACE
+"""
+    new = parse_reply(reply, REGIONS)
+    assert "const int i" in new["scale_kernel"] and "128, 0, s" in new["launch_scale"]
+
+
+@pytest.mark.parametrize(
+    "reply, reason",
+    [
+        ("<<<<<<< SEARCH\nnot in the code\n=======\nx\n>>>>>>> REPLACE\n", "not in any region"),
+        ("<<<<<<< SEARCH\nout\n=======\nx\n>>>>>>> REPLACE\n", "occurs"),
+        ("<<<<<<< SEARCH\nint n\n=======\nx\n", "no >>>>>>> REPLACE"),
+        ("I think you should vectorize the loads.", "no code block"),
+        ("```cuda\n__global__ void f() {}\n```\n```cuda\nint g() { return 0; }\n```", "cannot tell which"),
+        ("```cuda region=scale_kernel\n__global__ void scale_kernel(float* out) {\n  if (1) {\n```", "unbalanced"),
+        ("```cuda region=scale_kernel\n__global__ void scale_kernel() {}\n", "never closed"),
+    ],
+)
+def test_malformed_replies_raise_with_the_reason(reply, reason):
+    with pytest.raises(MalformedReply, match=reason):
+        parse_reply(reply, REGIONS)
+
+
+def test_whole_region_blocks_named_by_fence_heading_or_definition():
+    by_fence = f"```cuda region=launch_scale\n{LAUNCHER.replace('256', '128')}```"
+    assert "128" in parse_reply(by_fence, REGIONS)["launch_scale"]
+    by_heading = f"### Region `scale_kernel`\n```cpp\n{KERNEL.replace('2.0f', '2.0f /*x*/')}```\n"
+    assert "/*x*/" in parse_reply(by_heading, REGIONS)["scale_kernel"]
+    by_definition = f"Updated kernel:\n```\n{KERNEL.replace('int i', 'long i')}```"
+    new = parse_reply(by_definition, REGIONS)
+    assert "long i" in new["scale_kernel"] and new["scale_kernel"].endswith("}\n")
+    only = {"scale_kernel": KERNEL}
+    small_and_big = "Use `x`:\n```\nint x;\n```\nWhole kernel:\n```cuda\n" + KERNEL.replace("2.0f", "3.0f") + "```"
+    assert "3.0f" in parse_reply(small_and_big, only)["scale_kernel"]
+
+
+def test_result_statuses():
+    assert result_from_reply("nonsense", REGIONS, agent="coding").status == "malformed_reply"
+    same = f"```cuda region=scale_kernel\n{KERNEL}```"
+    assert result_from_reply(same, REGIONS, agent="coding").status == "no_change"
+    edited = result_from_reply(same.replace("2.0f", "4.0f"), REGIONS, agent="repair")
+    assert edited.edited and edited.agent == "repair" and "4.0f" in edited.regions["scale_kernel"]
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+@pytest.mark.parametrize("name", ["planning", "coding", "repair", "guard", "single", "testing"])
+def test_every_template_renders_strictly(name):
+    names = placeholders(name)
+    assert names, name
+    messages = render(name, **{n: f"<{n}>" for n in names})
+    assert [m["role"] for m in messages] == ["system", "user"]
+    with pytest.raises(KeyError):
+        render(name)
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclasses.dataclass
+class Skill:
+    id: str
+    title: str
+    method: str = "do the thing"
+    risks: tuple = ("tails",)
+    transform: str | None = None
+
+
+@dataclasses.dataclass
+class Decision:
+    skill: str
+    params: dict
+    score: float = 1.0
+    reason: str = "because"
+
+
+SKILLS = {"vec": Skill("vec", "Vectorize loads"), "unroll": Skill("unroll", "Unroll loops")}
+DECISIONS = [Decision("vec", {"width": 4}, 0.9, "narrow loads"), Decision("unroll", {"factor": 2}, 0.5, "runtime loop")]
+
+
+def plan_with(model):
+    return planning.plan(
+        DECISIONS, SKILLS, op_id="demo.scale", region_names=list(REGIONS), profile_text="P", trajectory_text="T", model=model
+    )
+
+
+def test_planning_offline_takes_the_policy_first_option():
+    plan = plan_with(None)
+    assert (plan.skill, plan.params, plan.source) == ("vec", {"width": 4}, "policy")
+    assert "Vectorize loads" in plan.text and "narrow loads" in plan.text
+    assert planning.plan([], SKILLS, op_id="x", region_names=[], profile_text="", trajectory_text="", model=None) is None
+
+
+def test_planning_llm_picks_an_option_and_writes_the_plan():
+    model = ScriptedModel(["CHOICE: 2\nPLAN:\nUnroll the loop by 2 in scale_kernel."])
+    plan = plan_with(model)
+    assert (plan.skill, plan.params, plan.source, plan.option) == ("unroll", {"factor": 2}, "llm", 2)
+    assert plan.text == "Unroll the loop by 2 in scale_kernel."
+    prompt = model.prompts[0][1][1]["content"]
+    assert "1. vec {\"width\": 4}: Vectorize loads" in prompt and "2. unroll" in prompt
+
+
+@pytest.mark.parametrize("reply", ["CHOICE: 7\nPLAN: something else", "I would rather rewrite everything.", ModelError("down")])
+def test_planning_never_leaves_the_policy_options(reply):
+    plan = plan_with(ScriptedModel([reply]))
+    assert plan.skill == "vec" and plan.source == "llm-fallback"
+
+
+# --------------------------------------------------------------------------- coding
+
+
+def coding_call(model, transform=None):
+    plan = plan_with(None)
+    return coding.code(plan, SKILLS["vec"], REGIONS, op_id="demo.scale", profile_text="P", trajectory_text="T",
+                       model=model, transform=transform)  # fmt: skip
+
+
+def test_coding_llm_edits_and_records_malformed_and_endpoint_failures():
+    ok = coding_call(ScriptedModel([f"```cuda region=scale_kernel\n{KERNEL.replace('2.0f', '2.0f + 0.0f')}```"]))
+    assert ok.edited and "+ 0.0f" in ok.regions["scale_kernel"]
+    bad = coding_call(ScriptedModel(["sorry, I cannot"]))
+    assert bad.status == "malformed_reply" and bad.reply == "sorry, I cannot"
+    down = coding_call(ScriptedModel([ModelError("endpoint down")]))
+    assert down.status == "model_error" and "endpoint down" in down.detail
+
+
+def test_coding_prompt_carries_plan_skill_and_regions():
+    model = ScriptedModel(["x"])
+    coding_call(model)
+    system, user = (m["content"] for m in model.prompts[0][1])
+    assert "SEARCH" in system
+    assert "Apply skill vec" in user and "do the thing" in user and "- tails" in user
+    assert "```cuda region=scale_kernel" in user and "```cuda region=launch_scale" in user
+
+
+def test_coding_offline_uses_the_real_transforms():
+    from optimize import transforms
+
+    def pragma(regions, params):
+        return transforms.apply("add_pragma_unroll", regions, {"factor": 4, "runtime_loops": True})
+
+    def nothing(regions, params):
+        return transforms.apply("fast_math", regions, {"ops": ["expf"]})
+
+    loop_kernel = {"k": "__global__ void k(float* o, int n) {\n  for (int i = 0; i < n; ++i) {\n    o[i] = 0.f;\n  }\n}\n"}
+    plan = plan_with(None)
+    edited = coding.code_offline(plan, loop_kernel, pragma)
+    assert edited.edited and "#pragma unroll 4" in edited.regions["k"]
+    skipped = coding.code_offline(plan, loop_kernel, nothing)
+    assert skipped.status == "not_applicable"
+    assert coding.code_offline(plan, loop_kernel, None).status == "not_applicable"
+
+
+# --------------------------------------------------------------------------- repair
+
+
+def failed_eval(outcome=Outcome.compile_failed, stderr="scale.cuh(4): error: identifier \"__bad\" is undefined [region scale_kernel line 4]"):
+    return Evaluation(op_id="demo.scale", candidate="c1", outcome=outcome,
+                      build=BuildReport(ok=False, key="k", seconds=1.0, stderr=stderr), detail="")  # fmt: skip
+
+
+def test_repair_prompt_has_the_compiler_error_and_attempt_count():
+    model = ScriptedModel([f"```cuda region=scale_kernel\n{KERNEL.replace('2.0f', '2.5f')}```"])
+    result = repair.repair(plan_with(None), REGIONS, failed_eval(), op_id="demo.scale", attempt=1, max_attempts=2,
+                           trajectory_text="T", model=model)  # fmt: skip
+    assert result.edited and result.agent == "repair"
+    user = model.prompts[0][1][1]["content"]
+    assert "identifier \"__bad\" is undefined [region scale_kernel line 4]" in user
+    assert "repair attempt 1 of 2" in user
+
+
+def shape(label, speedup):
+    return ShapeTiming(label=label, sizes={"n": 4}, dtype="fp32", time_us=10 / speedup, spread_pct=1.0, gbps=1.0,
+                       pct_of_copy_bw=10.0, time_over_floor=3.0, baseline_us=10.0, speedup=speedup)  # fmt: skip
+
+
+def test_guard_prompt_lists_slow_shapes_and_the_baseline_regions():
+    model = ScriptedModel(["```cuda region=launch_scale\n" + LAUNCHER.replace("256, 0", "n < 2048 ? 256 : 512, 0") + "```"])
+    evaluation = Evaluation(op_id="demo.scale", candidate="c1", outcome=Outcome.ok, timings=[shape("small", 0.8), shape("big", 1.3)])
+    result = repair.repair(plan_with(None), REGIONS, evaluation, op_id="demo.scale", attempt=1, max_attempts=1,
+                           trajectory_text="T", model=model, slower=[evaluation.timings[0]],
+                           baseline_regions=REGIONS)  # fmt: skip
+    assert result.edited and result.agent == "guard"
+    system, user = (m["content"] for m in model.prompts[0][1])
+    assert "host-side shape dispatch" in system
+    slower_part = user.split("Faster at:")[0]
+    assert "0.800x" in slower_part and "1.300x" not in slower_part
+
+
+# --------------------------------------------------------------------------- profiling
+
+
+def test_profile_summary_facts_and_notes():
+    timings = [
+        ShapeTiming(label="tiny", sizes={"n": 8}, dtype="bf16", time_us=2.0, spread_pct=1, gbps=5, pct_of_copy_bw=0.1, time_over_floor=40.0),
+        ShapeTiming(label="big", sizes={"n": 1 << 24}, dtype="bf16", time_us=50.0, spread_pct=1, gbps=2000, pct_of_copy_bw=45.0, time_over_floor=2.2, baseline_us=40.0, speedup=0.8),
+    ]  # fmt: skip
+    build = BuildReport(ok=True, key="k", seconds=1, resources=[KernelResources(kernel="_Z5k", registers=168, spill_stores=8, spill_loads=8, demangled="k(float*)")])
+    summary = profiling.summarize(Evaluation(op_id="x", candidate="c", outcome=Outcome.ok, timings=timings, build=build),
+                                  ncu={"sm__throughput.avg.pct_of_peak_sustained_elapsed": "12.5", "bad": "n/a"})  # fmt: skip
+    assert summary.worst_shape == "tiny bf16"
+    assert summary.kernels[0].kernel == "k(float*)" and summary.ncu == {"sm__throughput.avg.pct_of_peak_sustained_elapsed": 12.5}
+    notes = " | ".join(summary.notes)
+    assert "launch/latency bound" in notes and "under 60% of copy bandwidth" in notes
+    assert "spills registers" in notes and "168 registers" in notes and "slower than the baseline" in notes
+    text = summary.text()
+    assert text.splitlines()[2].startswith("- tiny bf16: 2.00 us, 40.00x floor")
+
+
+# --------------------------------------------------------------------------- testing
+
+
+def demo_task():
+    from test_loop import make_task  # the loop tests own the demo task (tests/ is on sys.path)
+
+    return make_task()
+
+
+def test_testing_agent_keeps_only_contract_valid_baseline_clean_proposals():
+    task = demo_task()
+    proposals = [
+        {"label": "odd", "sizes": {"n": 4097}, "distribution": "edge", "why": "tail"},
+        {"label": "too-big", "sizes": {"n": 1 << 40}, "why": "limit"},
+        {"label": "typo", "sizes": {"m": 3}},
+        {"label": "baseline-breaks", "sizes": {"n": 3}},
+    ]
+    model = ScriptedModel(["Proposals:\n```json\n" + json.dumps(proposals) + "\n```"])
+    seen = []
+
+    def validate(cases):
+        seen.extend(c.label for c in cases)
+        return [(c.label != "baseline-breaks", "" if c.label != "baseline-breaks" else "baseline wrote NaN") for c in cases]
+
+    plan = testing.plan_tests(task, held_out=3, model=model, validate=validate)
+    assert seen == ["odd", "baseline-breaks"]  # contract-invalid ones never reach the GPU
+    assert [c.label for c in plan.kept()] == ["odd"]
+    reasons = {c.label: c.reason for c in plan.extra}
+    assert "max" in reasons["too-big"] or "limits" in reasons["too-big"]
+    assert "unknown size symbols" in reasons["typo"]
+    assert reasons["baseline-breaks"] == "baseline wrote NaN"
+    assert len(plan.held_out_preview) == 3 and plan.held_out_preview[0].tokens == 1
+    assert "Contract" in model.prompts[0][1][1]["content"]
+
+
+def test_testing_agent_without_gpu_keeps_nothing_and_says_so():
+    model = ScriptedModel(['[{"label": "odd", "sizes": {"n": 4097}}]'])
+    plan = testing.plan_tests(demo_task(), held_out=2, model=model, validate=None)
+    assert plan.kept() == [] and plan.extra[0].reason == "not run on the baseline (no GPU)"
+    assert any("no GPU" in n for n in plan.notes)
+    offline = testing.plan_tests(demo_task(), held_out=2)
+    assert offline.reviewed_by == "deterministic" and offline.extra == []
+
+
+# --------------------------------------------------------------------------- single
+
+
+def test_single_agent_plans_and_codes_in_one_reply():
+    reply = (
+        "CHOICE: 1\nPLAN: widen the loads to float4 in scale_kernel.\n"
+        f"region: scale_kernel\n```cuda region=scale_kernel\n{KERNEL.replace('2.0f', '2.0f /*v4*/')}```"
+    )
+    model = ScriptedModel([reply])
+    step = single.step(DECISIONS, SKILLS, REGIONS, op_id="demo.scale", profile_text="P", trajectory_text="T", model=model)
+    assert step.plan.skill == "vec" and step.plan.params == {"width": 4}
+    assert step.plan.text == "widen the loads to float4 in scale_kernel."
+    assert step.result.edited and "/*v4*/" in step.result.regions["scale_kernel"]
+    own = single.step(DECISIONS, SKILLS, REGIONS, op_id="d", profile_text="", trajectory_text="",
+                      model=ScriptedModel(["CHOICE: 0\nPLAN: my idea\n```cuda region=scale_kernel\n" + KERNEL.replace("2.0f", "2.0F") + "```"]))  # fmt: skip
+    assert own.plan.skill == single.OWN_IDEA and own.result.edited
+    fix = single.step(DECISIONS, SKILLS, REGIONS, op_id="d", profile_text="", trajectory_text="", previous=step.plan,
+                      feedback="error: boom", model=ScriptedModel(["CHOICE: 2\nno code"]))  # fmt: skip
+    assert fix.plan is step.plan and fix.result.status == "malformed_reply"

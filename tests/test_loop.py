@@ -1,0 +1,474 @@
+"""The optimize loop end to end on CPU: replayed timings, scripted LLM replies.
+
+Measurements come from ``tests/fixtures/replay/demo.replay.json`` (SYNTHETIC
+figures, labelled so in the file) for the ``demo.scale`` test task built here;
+everything else — agents, parsing, trajectory, budgets, resume, final
+validation, reports — is the real code.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import pathlib
+import re
+
+import pytest
+
+from optimize.backends.replay import ReplayBackend
+from optimize.llm.client import Completion, LlmClient
+from optimize.llm.fakes import ScriptedModel
+from optimize.loop import Hooks, Loop, LoopOptions, policy_plan
+from optimize.trajectory import RoundOutcome, Trajectory, params_key
+from pipeline.config import Config
+from pipeline.records import (
+    ArgSpec,
+    BuildRecipe,
+    Candidate,
+    Contract,
+    FileDigest,
+    Instantiation,
+    RunSummary,
+    ShapeCase,
+    SourceInfo,
+    Span,
+    Task,
+    TensorSpec,
+    read_record,
+    write_record,
+)
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPLAY = HERE / "fixtures" / "replay" / "demo.replay.json"
+SRC_REL = "kernels/jit/csrc/demo/scale.cuh"
+KERNEL = """__global__ void scale_kernel(float* out, const float* in, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+    const float x = in[i];
+    out[i] = x / (1.0f + expf(-x));  // scale
+  }
+}
+"""
+LAUNCHER = """void launch_scale(float* out, const float* in, int n, cudaStream_t s) {
+  constexpr int kBlockSize = 256;
+  scale_kernel<<<(n + kBlockSize - 1) / kBlockSize, kBlockSize, 0, s>>>(out, in, n);
+}
+"""
+BODY = "    out[i] = x / (1.0f + expf(-x));  // scale"
+SOURCE = "#pragma once\n#include <cuda_runtime.h>\n\n" + KERNEL + "\n" + LAUNCHER
+
+
+def make_task(op_id: str = "demo.scale") -> Task:
+    data = SOURCE.encode()
+    k0 = data.index(KERNEL.encode())
+    l0 = data.index(LAUNCHER.encode())
+    tensor = lambda name, role: ArgSpec(kind="tensor", tensor=TensorSpec(name=name, shape=["n"], dtype="T", role=role))  # noqa: E731
+    return Task(
+        op_id=op_id, module="kernels/ops/demo/scale.py", public_functions=["scale"], entry_points=["scale"],
+        source=SourceInfo(kind="package", root="/nonexistent/sglang"),
+        files=[FileDigest(path=SRC_REL, sha256=hashlib.sha256(data).hexdigest(), size=len(data))],
+        instantiations=[Instantiation(dtype="fp32", module_args=[], template_args=[], wrappers=[("scale", "launch_scale")])],
+        build=BuildRecipe(cuda_files=[SRC_REL], include_dirs=["kernels/jit/include"], cuda_cflags=[]),
+        editable=[
+            Span(file=SRC_REL, start_byte=k0, end_byte=k0 + len(KERNEL), name="scale_kernel", kind="kernel"),
+            Span(file=SRC_REL, start_byte=l0, end_byte=l0 + len(LAUNCHER), name="launch_scale", kind="launcher"),
+        ],
+        contract=Contract(entry="scale", args=[tensor("out", "output"), tensor("in", "input")], symbols=["n"],
+                          max_values={"n": 1 << 30}),
+        shapes=[ShapeCase(model="demo", tokens=n, sizes={"n": n}, source="test") for n in (1024, 1 << 20, 1 << 24)],
+    )  # fmt: skip
+
+
+def write_task(work: pathlib.Path, op_id: str = "demo.scale") -> tuple[pathlib.Path, Task]:
+    task = make_task(op_id)
+    task_dir = work / "tasks" / op_id
+    (task_dir / "src" / SRC_REL).parent.mkdir(parents=True, exist_ok=True)
+    (task_dir / "src" / SRC_REL).write_text(SOURCE, encoding="utf-8")
+    write_record(task, task_dir / "task.json")
+    return task_dir, task
+
+
+# --------------------------------------------------------------------------- policy spy
+
+
+def recording_policy(calls: list):
+    """The real policy (:func:`optimize.loop.policy_plan`), recording the history it was given."""
+
+    def plan(features, skills, history, *, llm_available, limit):
+        calls.append([(h.skill, params_key(h.params), h.outcome.value) for h in history])
+        return policy_plan(features, skills, history, llm_available=llm_available, limit=limit)
+
+    return plan
+
+
+def hooks(calls: list | None = None) -> Hooks:
+    return Hooks(policy_plan=recording_policy(calls if calls is not None else []))
+
+
+class CountingBackend(ReplayBackend):
+    def __init__(self, path=REPLAY, *, interrupt_at: int | None = None):
+        super().__init__(path)
+        self.calls: list[tuple[str, str]] = []
+        self.interrupt_at = interrupt_at
+
+    def evaluate(self, task_dir, task, candidate, *, stage="round"):
+        self.calls.append((candidate.id, stage))
+        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        return super().evaluate(task_dir, task, candidate, stage=stage)
+
+
+def config(work: pathlib.Path, **budget) -> Config:
+    return Config.model_validate({"work_dir": str(work), "budget": {"rounds": 1, **budget}})
+
+
+def edit(old: str, new: str, region: str = "scale_kernel") -> str:
+    return f"region: {region}\n<<<<<<< SEARCH\n{old}\n=======\n{new}\n>>>>>>> REPLACE\n"
+
+
+def whole(text: str, region: str = "scale_kernel") -> str:
+    return f"```cuda region={region}\n{text}```\n"
+
+
+VEC_KERNEL = KERNEL.replace("// scale", "// scale (float4 body, scalar tail)")
+
+
+def run_loop(tmp_path, model, *, rounds=1, mode="multi", coder="llm", calls=None, backend=None, **budget):
+    task_dir, task = write_task(tmp_path)
+    backend = backend or CountingBackend()
+    loop = Loop(config(tmp_path, rounds=rounds, **budget), LoopOptions(run="r1", mode=mode, coder=coder), backend,
+                model=model, hooks=hooks(calls))  # fmt: skip
+    summary = loop.run([(task_dir, task)])
+    return summary, Trajectory(tmp_path / "runs" / "r1" / "demo.scale" / "trajectory.jsonl"), backend
+
+
+# --------------------------------------------------------------------------- the LLM loop
+
+
+def choose(skill: str, plan: str, code: str = ""):
+    """A scripted planner / single-agent reply picking ``skill`` by its number in the prompt's options."""
+
+    def reply(messages):
+        options = messages[-1]["content"].split("Options", 1)[1]
+        match = re.search(rf"^(\d+)\. {skill}\b", options, re.M)
+        assert match, f"{skill} is not among the options:\n{options}"
+        return f"CHOICE: {match.group(1)}\nPLAN: {plan}\n{code}"
+
+    return reply
+
+
+def options_of(prompt: str) -> list[str]:
+    return re.findall(r"^\d+\. (\w+)", prompt.split("Options", 1)[1], re.M)
+
+
+def test_llm_loop_plan_code_compile_error_repair_accept(tmp_path):
+    model = ScriptedModel(
+        [
+            '[{"label": "odd-tail", "sizes": {"n": 4097}, "distribution": "edge", "why": "scalar tail"}]',  # testing
+            choose("vector_loads_128", "\nLoad float4 in scale_kernel, keep a scalar tail for n % 4."),  # planning
+            edit(BODY, "    out[i] = __broken_intrinsic(x);  // scale"),  # coding
+            whole(VEC_KERNEL),  # repair
+        ]
+    )
+    summary, traj, backend = run_loop(tmp_path, model)
+    assert model.agents() == ["testing", "planning", "coding", "repair"]
+    planning_prompt = model.prompts[1][1][1]["content"]
+    assert "vector_loads_128" in options_of(planning_prompt) and "method:" in planning_prompt
+
+    # the repair prompt carried the compiler's error, mapped to the region
+    repair_prompt = model.prompts[3][1][1]["content"]
+    assert 'identifier "__broken_intrinsic" is undefined [region scale_kernel line 4]' in repair_prompt
+    assert "__broken_intrinsic(x)" in repair_prompt  # the failed candidate's regions
+
+    kinds = [r.kind for r in traj.records]
+    assert kinds == ["baseline", "round", "stop", "final"]
+    rnd = traj.rounds()[0]
+    assert (rnd.skill, rnd.params, rnd.outcome, rnd.accepted) == ("vector_loads_128", {}, RoundOutcome.ok, True)
+    assert [(a.agent, a.outcome.value) for a in rnd.attempts] == [("coding", "compile_failed"), ("repair", "ok")]
+    assert rnd.speedup_geomean == pytest.approx((1.02 * 1.35 * 1.21) ** (1 / 3), rel=1e-6)
+    assert rnd.plan.startswith("Load float4") and rnd.tokens > 0
+    assert traj.records[2].stop_reason == "rounds"
+    assert traj.records[3].outcome == RoundOutcome.ok and traj.records[3].candidate == rnd.candidate
+    assert [stage for _, stage in backend.calls] == ["round", "round", "round", "final"]
+
+    run_dir = tmp_path / "runs" / "r1"
+    op_dir = run_dir / "demo.scale"
+    best = read_record(Candidate, op_dir / "best" / "candidate.json")
+    assert best.id == rnd.candidate and best.parent == traj.baseline().candidate and best.coder == "llm:repair"
+    assert (op_dir / "best" / "regions" / "scale_kernel.txt").read_text() == VEC_KERNEL
+    patched = (op_dir / "best" / "src" / SRC_REL).read_text()
+    assert patched == SOURCE.replace(KERNEL, VEC_KERNEL)
+    plan = json.loads((op_dir / "test_plan.json").read_text())
+    assert plan["extra"][0]["label"] == "odd-tail" and plan["extra"][0]["kept"] is False  # no GPU to validate it
+    assert len((op_dir / "llm.jsonl").read_text().splitlines()) == 4
+
+    report = (op_dir / "report.md").read_text()
+    assert "SIMULATED" in report and "| demo[n=1048576] | fp32 | 4.00 | 2.96 |" in report
+    assert "Skills applied: vector_loads_128" in report
+    run = read_record(RunSummary, run_dir / "summary.json")
+    assert run.simulated and run.coder == "llm" and run.tokens == rnd.tokens + traj.baseline().tokens
+    (op,) = run.ops
+    assert (op.status, op.best, op.skills, op.best_dir) == ("improved", rnd.candidate, ["vector_loads_128"], "demo.scale/best")
+
+
+def test_a_mechanical_option_is_applied_by_its_transform_even_with_an_llm(tmp_path):
+    model = ScriptedModel(["[]", choose("tune_block_size", "smaller blocks for the small shapes")])
+    summary, traj, _ = run_loop(tmp_path, model)
+    assert model.agents() == ["testing", "planning"]  # no coding call: the transform wrote the edit
+    (rnd,) = traj.rounds()
+    assert rnd.skill == "tune_block_size" and rnd.params["value"] == 128
+    assert [a.agent for a in rnd.attempts] == ["transform"] and rnd.accepted
+    best = (tmp_path / "runs/r1/demo.scale/best/regions/launch_scale.txt").read_text()
+    assert "constexpr int kBlockSize = 128;" in best
+
+
+def test_malformed_reply_is_a_recorded_outcome_and_the_loop_goes_on(tmp_path):
+    model = ScriptedModel(
+        [
+            "no proposals",  # testing: unreadable, recorded in the plan's notes
+            choose("vector_loads_128", "vectorize"),
+            "I would vectorize this kernel, but here is no code.",  # coding: malformed
+            choose("items_per_thread", "two vectors per thread"),
+            whole(KERNEL.replace("// scale", "// scale kSmallN")),
+        ]
+    )
+    summary, traj, backend = run_loop(tmp_path, model, rounds=2)
+    first, second = traj.rounds()
+    assert first.outcome == RoundOutcome.malformed_reply and first.candidate is None
+    assert "no code block" in first.detail
+    assert "vector_loads_128" not in options_of(model.prompts[3][1][1]["content"])  # not offered again
+    assert second.skill == "items_per_thread" and second.outcome == RoundOutcome.ok and second.accepted
+    assert len([c for c in backend.calls if c[1] == "round"]) == 2  # baseline + round 2 only
+    plan = json.loads((tmp_path / "runs/r1/demo.scale/test_plan.json").read_text())
+    assert plan["notes"] == ["the testing agent's reply has no JSON list"]
+
+
+GUARDED_LAUNCHER = LAUNCHER.replace(
+    "  scale_kernel<<<", "  constexpr int kSmallN = 4096;  // baseline path below this size\n  scale_kernel<<<"
+)
+
+
+def test_regressed_shape_gets_a_dispatch_guard_before_acceptance(tmp_path):
+    model = ScriptedModel(
+        [
+            "[]",
+            choose("items_per_thread", "two vectors per thread"),
+            edit(BODY, BODY + " x2"),
+            whole(GUARDED_LAUNCHER, "launch_scale"),  # the guard
+        ]
+    )
+    summary, traj, _ = run_loop(tmp_path, model)
+    guard_prompt = model.prompts[3][1]
+    assert "host-side shape dispatch" in guard_prompt[0]["content"]
+    assert "n=1024: 0.800x" in guard_prompt[1]["content"].split("Faster at:")[0]
+    (rnd,) = traj.rounds()
+    assert rnd.skill == "items_per_thread"
+    assert [a.agent for a in rnd.attempts] == ["coding", "guard"]
+    assert rnd.outcome == RoundOutcome.ok and rnd.guarded and rnd.accepted and not rnd.regressed_shapes
+    assert summary.ops[0].guarded and summary.ops[0].status == "improved"
+
+
+def test_regressed_candidate_without_a_guard_is_not_accepted(tmp_path):
+    model = ScriptedModel(
+        ["[]", choose("items_per_thread", "two vectors"), edit(BODY, BODY + " x2"), "the guard reply has no code"]
+    )
+    summary, traj, _ = run_loop(tmp_path, model)
+    (rnd,) = traj.rounds()
+    assert rnd.outcome == RoundOutcome.slower and not rnd.accepted
+    assert rnd.regressed_shapes == ["demo[n=1024] fp32"]
+    assert [a.status for a in rnd.attempts] == ["edited", "malformed_reply"]
+    assert summary.ops[0].status == "no_improvement" and not (tmp_path / "runs/r1/demo.scale/best").exists()
+    assert traj.history()[0].failed  # the policy will not offer this (skill, params) again
+
+
+def test_final_validation_failure_disqualifies_the_best(tmp_path):
+    model = ScriptedModel(
+        [
+            "[]",
+            choose("vector_loads_128", "vectorize"),
+            whole(KERNEL.replace("// scale", "// scale unsafe_tail")),
+            choose("items_per_thread", "two vectors per thread with the small-size guard"),
+            whole(KERNEL.replace("// scale", "// scale unsafe_tail kSmallN")),
+        ]
+    )
+    summary, traj, _ = run_loop(tmp_path, model, rounds=2)
+    r1, r2 = traj.rounds()
+    assert r1.accepted and r2.skill == "items_per_thread"
+    assert r2.outcome == RoundOutcome.ok and not r2.accepted  # 1.07x does not beat 1.27x
+    finals = traj.finals()
+    assert [(f.candidate, f.outcome) for f in finals] == [(r1.candidate, RoundOutcome.incorrect)]
+    assert "never written" in finals[0].detail
+    assert summary.ops[0].status == "no_improvement"
+    report = (tmp_path / "runs/r1/demo.scale/report.md").read_text()
+    assert "| 1 | final | vector_loads_128 |  | incorrect |" in report
+    assert "no candidate passed final validation" in report
+
+
+# --------------------------------------------------------------------------- offline, no-repeat
+
+
+def test_offline_loop_uses_real_transforms_and_never_repeats_a_tried_option(tmp_path):
+    calls: list = []
+    summary, traj, backend = run_loop(tmp_path, None, rounds=8, coder="offline", calls=calls)
+    rounds = traj.rounds()
+    pairs = [(r.skill, params_key(r.params)) for r in rounds]
+    assert len(pairs) == len(set(pairs)) == 8
+    first = rounds[0]
+    assert (first.skill, first.params["value"], first.accepted) == ("tune_block_size", 128, True)
+    assert all(r.base == first.candidate for r in rounds[1:] if r.round <= max(x.round for x in rounds if x.accepted) or True)
+    outcomes = {r.skill: r.outcome.value for r in rounds}
+    assert outcomes["fast_math_intrinsics"] == "incorrect"
+    # every later call to the policy saw every earlier attempt
+    assert [len(c) for c in calls] == list(range(8))
+    assert ("fast_math_intrinsics", "incorrect") in {(s, o) for s, _, o in calls[-1]}
+    assert all(a.agent == "transform" for r in rounds for a in r.attempts)
+    assert summary.ops[0].skills[0] == "tune_block_size"
+    edited = (tmp_path / "runs/r1/demo.scale/best/regions/launch_scale.txt").read_text()
+    assert "kBlockSize = 128" in edited
+# --------------------------------------------------------------------------- budgets
+
+
+def two_op_replay(tmp_path) -> pathlib.Path:
+    data = json.loads(REPLAY.read_text())
+    data["ops"]["demo.copy"] = copy.deepcopy(data["ops"]["demo.scale"])
+    path = tmp_path / "two.replay.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def run_two_ops(tmp_path, model, *, coder="llm", clock=None, **budget):
+    ops = [write_task(tmp_path, "demo.scale"), write_task(tmp_path, "demo.copy")]
+    backend = CountingBackend(two_op_replay(tmp_path))
+    kwargs = {"clock": clock} if clock else {}
+    loop = Loop(config(tmp_path, **budget), LoopOptions(run="r1", coder=coder), backend, model=model, hooks=hooks(), **kwargs)
+    return loop.run(ops), backend
+
+
+def vector_script(n=1):
+    return ["[]", choose("vector_loads_128", "vectorize"), whole(VEC_KERNEL)] * n
+
+
+@pytest.mark.parametrize(
+    "budget, model, reason",
+    [
+        ({"tokens": 60}, ScriptedModel(["x" * 400] + vector_script(2)), "tokens"),
+        ({"dollars_usd": 0.001}, ScriptedModel(["y" * 4000] + vector_script(2), price_usd_per_mtok={"input": 1.0, "output": 1000.0}), "dollars"),
+    ],
+)
+def test_model_budgets_stop_the_run_with_the_reason(tmp_path, budget, model, reason):
+    summary, _ = run_two_ops(tmp_path, model, rounds=3, **budget)
+    first, second = summary.ops
+    assert first.stop_reason == reason and second.status == "skipped" and second.stop_reason == reason
+    traj = Trajectory(tmp_path / "runs/r1/demo.scale/trajectory.jsonl")
+    stop = traj.records[-1]
+    assert stop.kind == "stop" and stop.stop_reason == reason
+    assert traj.rounds() == []  # the first planning call was refused
+    assert not (tmp_path / "runs/r1/demo.copy").exists()
+
+
+def test_gpu_budget_stops_between_rounds_but_final_validation_still_runs(tmp_path):
+    summary, backend = run_two_ops(tmp_path, None, coder="offline", rounds=5, gpu_s=7.0)
+    first, second = summary.ops
+    traj = Trajectory(tmp_path / "runs/r1/demo.scale/trajectory.jsonl")
+    assert len(traj.rounds()) == 2  # baseline 3 s + round 3 s = 6 s < 7 s; after round 2, 9 s
+    assert first.stop_reason == "gpu_time" and first.status == "improved"
+    assert traj.finals()[0].outcome == RoundOutcome.ok
+    assert second.status == "skipped" and summary.gpu_s >= 7.0
+
+
+def test_wall_budget(tmp_path):
+    ticks = iter(range(0, 100_000, 40))
+    summary, _ = run_two_ops(tmp_path, None, coder="offline", rounds=5, wall_s=200.0, clock=lambda: next(ticks))
+    assert summary.ops[0].stop_reason == "wall_time" and summary.ops[1].status == "skipped"
+
+
+# --------------------------------------------------------------------------- resume
+
+
+class ScriptedTransport:
+    """A transport for the real LlmClient: answers from a script, counts calls."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.calls = 0
+
+    def __call__(self, *, model, messages, temperature, max_tokens, timeout_s):
+        self.calls += 1
+        return Completion(self.replies.pop(0), 100, 50)
+
+
+def llm_client(tmp_path, transport):
+    cfg = Config.model_validate({"work_dir": str(tmp_path)}).llm
+    return LlmClient(cfg, cache_dir=tmp_path / "cache" / "llm", transport=transport)
+
+
+def test_interrupted_run_resumes_without_redoing_finished_work(tmp_path):
+    replies = [
+        "[]",
+        choose("vector_loads_128", "vectorize"),
+        whole(VEC_KERNEL),
+        choose("items_per_thread", "two vectors per thread with a small-size guard"),
+        whole(VEC_KERNEL.replace("// scale", "// scale kSmallN")),
+    ]
+    first = ScriptedTransport(replies)
+    task_dir, task = write_task(tmp_path)
+    interrupted = CountingBackend(interrupt_at=3)  # baseline, round 1, then killed evaluating round 2
+    loop = Loop(config(tmp_path, rounds=2), LoopOptions(run="r1", coder="llm"), interrupted,
+                model=llm_client(tmp_path, first), hooks=hooks())  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        loop.run([(task_dir, task)])
+    traj_path = tmp_path / "runs/r1/demo.scale/trajectory.jsonl"
+    assert [r.kind for r in Trajectory(traj_path).records] == ["baseline", "round"]
+    assert first.calls == 5
+    before = traj_path.read_bytes()
+
+    again = ScriptedTransport([])  # any call to the endpoint would fail: everything is cached
+    backend = CountingBackend()
+    loop = Loop(config(tmp_path, rounds=2), LoopOptions(run="r1", coder="llm"), backend,
+                model=llm_client(tmp_path, again), hooks=hooks())  # fmt: skip
+    summary = loop.run([(task_dir, task)])
+    assert again.calls == 0
+    # only the unfinished round-2 candidate and the final validation were evaluated
+    assert [stage for _, stage in backend.calls] == ["round", "final"]
+    after = traj_path.read_bytes()
+    assert after.startswith(before)
+    records = Trajectory(traj_path).records
+    assert [r.kind for r in records] == ["baseline", "round", "round", "stop", "final"]
+    assert summary.ops[0].status == "improved" and summary.tokens > 0
+
+    # a third run with the same budget redoes nothing at all
+    idle = CountingBackend()
+    Loop(config(tmp_path, rounds=2), LoopOptions(run="r1", coder="llm"), idle, model=llm_client(tmp_path, ScriptedTransport([])),
+         hooks=hooks()).run([(task_dir, task)])  # fmt: skip
+    assert idle.calls == [] and traj_path.read_bytes() == after
+
+
+# --------------------------------------------------------------------------- single mode
+
+
+def test_single_mode_plans_codes_and_fixes_itself(tmp_path):
+    model = ScriptedModel(
+        [
+            "[]",
+            choose("vector_loads_128", "float4 loads with a scalar tail", edit(BODY, "    out[i] = __broken_intrinsic(x);  // scale")),
+            "CHOICE: 1\nPLAN: fixed\n" + whole(VEC_KERNEL),
+        ]
+    )
+    summary, traj, _ = run_loop(tmp_path, model, mode="single")
+    assert model.agents() == ["testing", "single", "single"]
+    assert "Your last candidate failed" in model.prompts[2][1][1]["content"]
+    assert "__broken_intrinsic" in model.prompts[2][1][1]["content"]
+    (rnd,) = traj.rounds()
+    assert rnd.mode == "single" and rnd.skill == "vector_loads_128" and rnd.accepted
+    assert [(a.agent, a.outcome.value) for a in rnd.attempts] == [("single", "compile_failed"), ("single", "ok")]
+    assert summary.mode == "single" and summary.ops[0].status == "improved"
+
+
+def test_single_mode_and_llm_coder_need_a_model(tmp_path):
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="single"):
+        Loop(config(tmp_path), LoopOptions(run="r", mode="single", coder="llm"), CountingBackend(), model=None)
+    with pytest.raises(ConfigError, match="--coder llm"):
+        Loop(config(tmp_path), LoopOptions(run="r", mode="multi", coder="llm"), CountingBackend(), model=None)

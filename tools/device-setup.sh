@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Source this at the start of every command on the GPU machine (device tool):
+#   source tools/device-setup.sh
+# It installs the carried wheels (.whl/, made by `make device-wheels`) into /tmp/site,
+# puts this checkout on PYTHONPATH and seeds work/cache/wheels with the carried
+# sglang wheel (.dev/wheels/), so `python3 -m pipeline.cli ...` runs offline there.
+set -o pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "device-setup: installing the carried wheels failed" >&2; return 1 2>/dev/null || exit 1; }
+export PYTHONPATH=/tmp/site:$PWD
+export PYTHONUNBUFFERED=1
+mkdir -p work/cache/wheels
+cp -n .dev/wheels/sglang-*.whl work/cache/wheels/ 2>/dev/null || true
+ks() { python3 -m pipeline.cli "$@"; }
