@@ -63,6 +63,23 @@ PLATFORM: dict[str, Any] = {
     "is_sm90_supported": True,
 }
 
+
+class Facts(dict):
+    """A platform object answered statically (``get_jit_cuda_arch()``): attributes are its keys."""
+
+
+# Calls that probe the GPU, answered for one H200 (sm_90a, 132 SMs): the machine tasks target.
+PLATFORM_CALLS: dict[str, Any] = {
+    "get_jit_cuda_arch": Facts(major=9, minor=0, suffix="a", target_name="9.0a", jit_flag="-DSGL_CUDA_ARCH=900"),
+    "torch.cuda.get_device_capability": (9, 0),
+    "torch.cuda.current_device": 0,
+    "torch.cuda.is_available": True,
+    "torch.cuda.device_count": 1,
+    "torch.cuda.get_device_properties": Facts(major=9, minor=0, multi_processor_count=132, name="NVIDIA H200"),
+    "get_device_capability": (9, 0),
+    "get_device_sm": 90,
+}
+
 # torch dtype attribute -> our short name (kept for every dtype make_cpp_args maps).
 TORCH_DTYPES: dict[str, str] = {
     "float64": "fp64",
@@ -501,6 +518,8 @@ class Evaluator:
                     return self.unknown(env, node, f"dtype of `{base.name}` is not bound")
                 return base.dtype
             return self.unknown(env, node, f"tensor attribute `{env.module.code(node)}` is runtime data")
+        if isinstance(base, Facts) and attr in base:
+            return base[attr]
         if isinstance(base, DtypeValue):
             if attr == "itemsize":
                 return ITEMSIZE[base.name]
@@ -817,6 +836,8 @@ class Evaluator:
             return self.make_cpp_args(node, env)
         if short in PLATFORM and not isinstance(env.lookup(short)[1], PyFunction):
             return PLATFORM[short]
+        if func_text in PLATFORM_CALLS or (short in PLATFORM_CALLS and not func_text.startswith("torch.")):
+            return PLATFORM_CALLS.get(func_text, PLATFORM_CALLS.get(short))
         callee = self.eval(node.func, env)
         if isinstance(callee, tuple) and callee and callee[0] == "probe":
             return PLATFORM[callee[1]]

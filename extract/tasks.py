@@ -189,15 +189,18 @@ def plan_instantiations(
     first: pyops.Instance | None = None
     kept_cases: list[ShapeCase] = []
     failures: dict[str, str] = {}
-    for case in cases or [None]:  # type: ignore[list-item]
+    # Without catalog shapes, loader parameters named after a model dimension
+    # (hidden_size, head_dim) still get the catalog's values: one pass per model.
+    passes: list[tuple[ShapeCase | None, dict[str, int]]] = []
+    if cases:
+        for case in cases:
+            model = models.get(case.model)
+            passes.append((case, {**(model.dims if model else {}), **case.sizes}))
+    else:
+        passes = [(None, dict(m.dims)) for m in models.values()] or [(None, {})]
+    for case, sizes in passes:
         served = False
         for dtype in dtypes:
-            sizes: dict[str, int] = {}
-            if case is not None:
-                model = models.get(case.model)
-                if model is not None:
-                    sizes.update(model.dims)
-                sizes.update(case.sizes)
             try:
                 inst = pyops.instantiate(program, op, call, dtype=dtype, sizes=sizes, entry=entry)
             except pyops.Unresolvable as err:

@@ -144,6 +144,10 @@ def verify_spans(path: str, old: bytes, new: bytes, spans: Sequence[tuple[int, i
     matched leftmost-first, which finds a decomposition whenever one exists.
     """
     segments = outside_segments(len(old), spans)
+    if len(segments) == 1:  # no spans at all: the file must be unchanged
+        if new != old:
+            raise PatchError(f"{path}: changed although it has no editable span")
+        return
     first, last = segments[0], segments[-1]
     head = old[first.start : first.end]
     if not new.startswith(head):
@@ -153,10 +157,6 @@ def verify_spans(path: str, old: bytes, new: bytes, spans: Sequence[tuple[int, i
             f"(which starts at byte {first.end})",
             fix="a candidate may only rewrite its editable spans; regenerate the candidate or widen the task's spans",
         )
-    if len(segments) == 1:  # no spans at all: the file must be unchanged
-        if new != old:
-            raise PatchError(f"{path}: changed although it has no editable span")
-        return
     tail = old[last.start : last.end]
     limit = len(new) - len(tail)
     if limit < len(head) or not new.endswith(tail):

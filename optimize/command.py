@@ -76,19 +76,18 @@ def main(args: Any, config: Config) -> int:
     ops = _ops(args, config)
     tasks = [load_op_task(config, op) for op in ops]
 
+    run = getattr(args, "run", None) or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = config.work / "runs" / run
+    meta = {"run": run, "mode": mode, "coder": coder, "backend": "replay" if replay_file else "gpu",
+            "replay": str(replay_file) if replay_file else None, "started_at": now_iso()}  # fmt: skip
+
     model = None
     if coder == "llm":
         from optimize.llm.client import LlmClient
 
+        run_meta_check(run_dir, meta, write=False)
         model = LlmClient(config.llm, cache_dir=config.cache / "llm")
-
-    run = getattr(args, "run", None) or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = config.work / "runs" / run
-    run_meta_check(
-        run_dir,
-        {"run": run, "mode": mode, "coder": coder, "backend": "replay" if replay_file else "gpu",
-         "replay": str(replay_file) if replay_file else None, "started_at": now_iso()},
-    )  # fmt: skip
+    run_meta_check(run_dir, meta)
     if not replay_file:
         backend.record_to = run_dir / "measurements.replay.json"
 

@@ -36,7 +36,7 @@ import functools
 import os
 import pathlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence
 
 from pydantic import Field
@@ -77,11 +77,8 @@ def load_query(name: str) -> Any:
 
 
 def matches(name: str, node: Node) -> list[dict[str, list[Node]]]:
+    """Run query ``name`` on ``node``: one ``{capture: [nodes]}`` per match, in document order."""
     return ts.matches(load_query(name), node)
-
-
-def captures(name: str, node: Node) -> dict[str, list[Node]]:
-    return ts.captures(load_query(name), node)
 
 
 # --------------------------------------------------------------------------- constants and tables
@@ -1731,9 +1728,11 @@ def iter_literal_constants(region: Region) -> Iterator[tuple[_Doc, Node, str, No
 def definition_spans(file: str, data: bytes) -> list[Span]:
     """Every kernel, device function and launcher definition of a file, as Spans.
 
-    For callers without an extract index (tests, ad-hoc runs). A span covers the
-    ``template<...>`` header when there is one; a launcher is a struct or host
-    function that launches kernels. Names are the kernel / function / struct names.
+    For callers without an extract index (tests, ad-hoc runs); it cuts the same
+    spans as ``extract.tasks.editable_spans`` on these files (a test checks it). A
+    span covers the ``template<...>`` header when there is one and, for a struct,
+    stops at its closing brace; a launcher is a struct or host function that
+    launches kernels. Names are the kernel / function / struct names.
     """
     region_like = Region({"_": data.decode("utf-8")})
     doc = region_like.docs[0]
@@ -1754,13 +1753,12 @@ def definition_spans(file: str, data: bytes) -> list[Span]:
             if kind == "other":
                 continue
             name = f.name
+        end = node.end_byte  # a struct's span stops at its closing brace, before the ';'
         while node.parent is not None and node.parent.type == "template_declaration":
             node = node.parent
-        if node.type == "struct_specifier" and node.parent is not None and node.parent.type == "template_declaration":
-            node = node.parent
-        key = (node.start_byte, node.end_byte)
+        key = (node.start_byte, end)
         if key in seen:
             continue
         seen.add(key)
-        spans.append(Span(file=file, start_byte=node.start_byte, end_byte=node.end_byte, name=name, kind=kind))
+        spans.append(Span(file=file, start_byte=node.start_byte, end_byte=end, name=name, kind=kind))
     return spans

@@ -36,8 +36,12 @@ What must stay true:
   the op folder, and LLM replies are cached, so a round interrupted halfway is
   redone without new GPU or token spend.
 - Budgets: rounds count per op; tokens, dollars, wall and GPU seconds count per
-  run and resume from what the trajectories on disk recorded. A spent budget
-  ends the run with a recorded stop reason, never mid-write.
+  run and resume from what the trajectories on disk recorded (a round killed
+  halfway has no line, so its spend is not on disk; its cached replies and
+  stored evaluations replay free). A spent budget ends the run with a recorded
+  stop reason, never mid-write.
+- A run belongs to one extraction of each task: resuming after the task's
+  editable regions changed is refused (:class:`TrajectoryError`).
 - Nothing is reported as measured that a replay produced: the run summary and
   reports carry ``simulated``.
 """
@@ -70,7 +74,7 @@ from pipeline.records import (
 from optimize import report
 from optimize.agents import coding, planning, profiling, repair, single, testing
 from optimize.agents.edits import CodeResult
-from optimize.errors import TaskMissing
+from optimize.errors import TaskMissing, TrajectoryError
 from optimize.llm.client import MeteredModel, Model
 from optimize.trajectory import (
     Attempt,
@@ -309,7 +313,7 @@ class Loop:
         progress: Any = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if options.mode == "single" and model is None:
+        if options.mode == "single" and (model is None or options.coder != "llm"):
             raise ConfigError("--mode single is an LLM agent and needs an LLM", fix="configure llm.base_url, or use --mode multi")
         if options.coder == "llm" and model is None:
             raise ConfigError("--coder llm needs an LLM endpoint", fix="configure llm.base_url, or use --coder offline")
@@ -422,7 +426,13 @@ class Loop:
         op = OpState(self.run_dir, task_dir, task)
         self._model = self._metered(op)
         traj = op.trajectory
-        if traj.baseline() is None:
+        recorded = traj.baseline()
+        if recorded is not None and recorded.regions_hash != regions_hash(op.baseline_regions):
+            raise TrajectoryError(
+                f"the task of {task.op_id} changed since run {self.options.run} started (its editable regions differ)",
+                fix="start a new --run for the re-extracted task",
+            )
+        if recorded is None:
             reason = self.budget.exhausted()
             if reason is not None:
                 return OpSummary(op_id=task.op_id, status="skipped", stop_reason=reason, detail=self.budget.message(reason))
@@ -738,6 +748,7 @@ class Loop:
         evaluation = op.stored_evaluation(candidate.id, "final") or op.stored_evaluation(candidate.id, "round")
         patched = apply_regions(op.files, list(op.task.editable), candidate.regions)
         staging = pathlib.Path(tempfile.mkdtemp(prefix=".best.", dir=op.dir))
+        staging.chmod(0o755)  # mkdtemp makes it private; best/ is for people and `integrate` to read
         try:
             write_record(candidate, staging / "candidate.json")
             if evaluation is not None:
@@ -807,8 +818,8 @@ def _clip(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def run_meta_check(run_dir: pathlib.Path, meta: dict[str, Any]) -> None:
-    """Refuse to resume a run with another mode/coder/backend (its rounds would mix)."""
+def run_meta_check(run_dir: pathlib.Path, meta: dict[str, Any], *, write: bool = True) -> None:
+    """Refuse to resume a run with another mode/coder/backend (its rounds would mix); record a new run's."""
     path = run_dir / "run.json"
     if path.exists():
         old = json.loads(path.read_text(encoding="utf-8"))
@@ -818,6 +829,8 @@ def run_meta_check(run_dir: pathlib.Path, meta: dict[str, Any]) -> None:
                     f"run {run_dir.name} was started with {key}={old.get(key)!r}, this command asks for {meta.get(key)!r}",
                     fix="use a new --run name, or repeat the original options to resume",
                 )
+        return
+    if not write:
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".run.", dir=run_dir)

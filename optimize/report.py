@@ -67,7 +67,7 @@ def op_report(
 ) -> str:
     lines = [f"# {op_id}", ""]
     if simulated:
-        lines += [f"> **SIMULATED**: {backend}. These figures are replayed, not measured in this run.", ""]
+        lines += [f"> **{backend}**. These figures are replayed, not measured in this run.", ""]
     else:
         lines += [f"Measured with {backend}.", ""]
     lines.append(f"Status: **{summary.status}**" + (f" (stopped: {summary.stop_reason})" if summary.stop_reason else ""))

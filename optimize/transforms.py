@@ -388,7 +388,10 @@ def enable_pdl(regions: Mapping[str, str]) -> dict[str, str]:
         wait, trigger, _ = pdl_statements(src, k.body)
         asm = b" ".join(src[n.start_byte : n.end_byte] for n in ts.walk(k.body) if n.type == "gnu_asm_expression")
         stmts = _named(k.body)
-        indent = _indent_of(src, stmts[0]) if stmts else b"  "
+        indent = _indent_of(src, stmts[0]) if stmts else b""
+        if not indent:  # the body does not start on a line of its own: one level below the function's line
+            line = src[_line_start(src, k.node.start_byte) : k.node.start_byte]
+            indent = (line if not line.strip() else b"") + b"  "
         if wait is None and b"griddepcontrol.wait" not in asm:
             open_brace = k.body.children[0]
             edits.append(Edit(k.doc.span, open_brace.end_byte, open_brace.end_byte, b"\n" + indent + _WAIT_STMT))

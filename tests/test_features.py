@@ -261,3 +261,16 @@ __global__ void second_kernel(int n) {}
     assert f.static.launch_sites == 4
     assert f.static.launches_per_entry == 3  # run: 1 + max(1, helper's 2)
     assert f.static.block_size == 128 and f.static.num_launchers == 1
+
+
+@pytest.mark.wheel
+def test_definition_spans_agree_with_the_extract_index(sglang_source):
+    """The helper the tests use cuts the same spans as `kernelsmith extract` does."""
+    from extract import index
+    from extract.tasks import editable_spans
+
+    scan = index.scan_tree(sglang_source)
+    for name in ("activation.cuh", "rmsnorm.cuh", "fused_add_rmsnorm.cuh"):
+        path = f"{ELEMENTWISE}/{name}"
+        data = (pathlib.Path(sglang_source.root) / path).read_bytes()
+        assert editable_spans(scan, [path]) == definition_spans(path, data), name

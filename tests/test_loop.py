@@ -301,7 +301,7 @@ def test_final_validation_failure_disqualifies_the_best(tmp_path):
     assert "never written" in finals[0].detail
     assert summary.ops[0].status == "no_improvement"
     report = (tmp_path / "runs/r1/demo.scale/report.md").read_text()
-    assert "| 1 | final | vector_loads_128 |  | incorrect |" in report
+    assert "| 1 | final | vector_loads_128 | — | incorrect |" in report
     assert "no candidate passed final validation" in report
 
 
@@ -316,7 +316,11 @@ def test_offline_loop_uses_real_transforms_and_never_repeats_a_tried_option(tmp_
     assert len(pairs) == len(set(pairs)) == 8
     first = rounds[0]
     assert (first.skill, first.params["value"], first.accepted) == ("tune_block_size", 128, True)
-    assert all(r.base == first.candidate for r in rounds[1:] if r.round <= max(x.round for x in rounds if x.accepted) or True)
+    # each round starts from the best accepted candidate before it
+    best = traj.baseline().candidate
+    for r in rounds:
+        assert r.base == best
+        best = r.candidate if r.accepted else best
     outcomes = {r.skill: r.outcome.value for r in rounds}
     assert outcomes["fast_math_intrinsics"] == "incorrect"
     # every later call to the policy saw every earlier attempt
@@ -395,7 +399,8 @@ class ScriptedTransport:
 
     def __call__(self, *, model, messages, temperature, max_tokens, timeout_s):
         self.calls += 1
-        return Completion(self.replies.pop(0), 100, 50)
+        reply = self.replies.pop(0)
+        return Completion(reply(messages) if callable(reply) else reply, 100, 50)
 
 
 def llm_client(tmp_path, transport):
@@ -444,6 +449,29 @@ def test_interrupted_run_resumes_without_redoing_finished_work(tmp_path):
     assert idle.calls == [] and traj_path.read_bytes() == after
 
 
+def test_a_run_refuses_to_resume_on_a_re_extracted_task(tmp_path):
+    from optimize.errors import TrajectoryError
+
+    run_loop(tmp_path, None, coder="offline")
+    task_dir = tmp_path / "tasks" / "demo.scale"
+    changed = SOURCE.replace("expf(-x)", "__expf(-x)")
+    (task_dir / "src" / SRC_REL).write_text(changed)
+    data = changed.encode()
+    kernel, launcher = make_task().editable
+    task = make_task().model_copy(
+        update={
+            "files": [FileDigest(path=SRC_REL, sha256=hashlib.sha256(data).hexdigest(), size=len(data))],
+            "editable": [  # the edit grew the kernel by two bytes
+                kernel.model_copy(update={"end_byte": kernel.end_byte + 2}),
+                launcher.model_copy(update={"start_byte": launcher.start_byte + 2, "end_byte": launcher.end_byte + 2}),
+            ],
+        }
+    )
+    loop = Loop(config(tmp_path, rounds=2), LoopOptions(run="r1", coder="offline"), CountingBackend(), hooks=hooks())
+    with pytest.raises(TrajectoryError, match="changed since run r1 started"):
+        loop.run([(task_dir, task)])
+
+
 # --------------------------------------------------------------------------- single mode
 
 
@@ -472,3 +500,164 @@ def test_single_mode_and_llm_coder_need_a_model(tmp_path):
         Loop(config(tmp_path), LoopOptions(run="r", mode="single", coder="llm"), CountingBackend(), model=None)
     with pytest.raises(ConfigError, match="--coder llm"):
         Loop(config(tmp_path), LoopOptions(run="r", mode="multi", coder="llm"), CountingBackend(), model=None)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def cli(*argv: str) -> int:
+    from pipeline.cli import main
+
+    return main(["optimize", *argv])
+
+
+def test_without_a_gpu_and_without_replay_the_command_refuses_and_says_how(tmp_path, monkeypatch, capsys):
+    import optimize.backends.gpu as gpu
+
+    write_task(tmp_path)
+    monkeypatch.setattr(gpu, "probe_device", lambda: (False, "torch is not installed in this environment"))
+    assert cli("--ops", "demo.scale", "--work-dir", str(tmp_path), "--coder", "offline") == 2
+    err = capsys.readouterr().err
+    assert "evaluation needs a CUDA GPU" in err and "torch is not installed" in err
+    assert "--replay FILE" in err and "GPU machine" in err
+    assert not (tmp_path / "runs").exists()  # nothing started, nothing spent
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("torch") is not None, reason="torch is installed here")
+def test_probe_reports_missing_torch_on_this_machine():
+    from optimize.backends.gpu import probe_device
+
+    assert probe_device() == (False, "torch is not installed in this environment")
+
+
+def test_command_replay_run_resumes_with_more_rounds(tmp_path, capsys):
+    write_task(tmp_path)
+    common = ("--ops", "demo.scale", "--work-dir", str(tmp_path), "--coder", "offline", "--run", "cli", "--replay", str(REPLAY))
+    assert cli(*common, "--rounds", "2") == 0
+    run_dir = tmp_path / "runs" / "cli"
+    summary = read_record(RunSummary, run_dir / "summary.json")
+    assert summary.simulated and summary.ops[0].rounds == 2 and summary.ops[0].status == "improved"
+    assert "SIMULATED" in capsys.readouterr().err
+    traj_path = run_dir / "demo.scale" / "trajectory.jsonl"
+    before = traj_path.read_bytes()
+
+    assert cli(*common, "--rounds", "3") == 0
+    after = Trajectory(traj_path)
+    assert after.path.read_bytes().startswith(before)
+    assert [r.round for r in after.rounds()] == [1, 2, 3]
+    assert read_record(RunSummary, run_dir / "summary.json").ops[0].rounds == 3
+
+
+def test_command_refuses_mixing_options_in_one_run_and_single_mode_offline(tmp_path, monkeypatch, capsys):
+    write_task(tmp_path)
+    common = ("--ops", "demo.scale", "--work-dir", str(tmp_path), "--run", "mix", "--replay", str(REPLAY))
+    assert cli(*common, "--coder", "offline", "--rounds", "1") == 0
+    monkeypatch.setenv("KERNELSMITH_LLM__BASE_URL", "http://llm.invalid/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    assert cli(*common) == 2  # the endpoint makes llm the default coder; the run was offline
+    assert "started with coder='offline'" in capsys.readouterr().err
+    monkeypatch.delenv("KERNELSMITH_LLM__BASE_URL")
+    assert cli(*common, "--mode", "single") == 2
+    assert "--mode single" in capsys.readouterr().err
+
+
+def test_llm_is_the_default_coder_when_an_endpoint_is_configured(tmp_path, monkeypatch, capsys):
+    write_task(tmp_path)
+    monkeypatch.setenv("KERNELSMITH_LLM__BASE_URL", "http://llm.invalid/v1")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert cli("--ops", "demo.scale", "--work-dir", str(tmp_path), "--replay", str(REPLAY)) == 2
+    assert "OPENAI_API_KEY is not set" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- replay backend
+
+
+def test_replay_file_errors_name_the_problem(tmp_path):
+    from optimize.errors import ReplayError
+    from optimize.trajectory import candidate_id
+
+    with pytest.raises(ReplayError, match="not found"):
+        ReplayBackend(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text('{"format": "something-else/9"}')
+    with pytest.raises(ReplayError, match="expected 'kernelsmith-replay/1'"):
+        ReplayBackend(tmp_path / "bad.json")
+    data = json.loads(REPLAY.read_text())
+    data["ops"]["demo.scale"]["unmatched"] = None
+    strict = tmp_path / "strict.json"
+    strict.write_text(json.dumps(data))
+    backend = ReplayBackend(strict)
+    task = make_task()
+    unknown = Candidate(op_id=task.op_id, id="f" * 16, parent="p", regions={"scale_kernel": "x"}, skill="no_such_skill")
+    with pytest.raises(ReplayError, match="no entry for candidate"):
+        backend.evaluate(None, task, unknown)
+    with pytest.raises(ReplayError, match="has no op 'demo.other'"):
+        backend.evaluate(None, make_task("demo.other"), unknown)
+    regions = {"scale_kernel": KERNEL, "launch_scale": LAUNCHER}
+    base = Candidate(op_id=task.op_id, id=candidate_id(regions), parent=None, regions=regions)
+    evaluation = backend.evaluate(None, task, base)
+    assert evaluation.outcome.value == "ok" and "replayed baseline (synthetic" in evaluation.detail
+    assert backend.gpu_s == 3.0
+
+
+def test_a_gpu_runs_recording_replays_its_measurements(tmp_path):
+    """What GpuBackend writes (replay.record) reproduces the same evaluations in a replay."""
+    from optimize.backends import replay
+    from pipeline.records import BuildReport, Evaluation, Outcome, ShapeTiming
+
+    task = make_task()
+    regions = {"scale_kernel": KERNEL, "launch_scale": LAUNCHER}
+    base = Candidate(op_id=task.op_id, id="b" * 16, parent=None, regions=regions)
+    cand = Candidate(op_id=task.op_id, id="c" * 16, parent=base.id, regions={**regions, "scale_kernel": VEC_KERNEL}, skill="x")
+    broken = Candidate(op_id=task.op_id, id="d" * 16, parent=base.id, regions={**regions, "scale_kernel": "}"}, skill="x")
+    row = dict(label="demo[n=1024]", sizes={"n": 1024}, dtype="fp32", spread_pct=1.0, gbps=4.0, pct_of_copy_bw=0.1)
+    measured_base = Evaluation(op_id=task.op_id, candidate=base.id, outcome=Outcome.ok,
+                               timings=[ShapeTiming(**row, time_us=2.0, time_over_floor=1.5)],
+                               seconds={"build": 9.0, "test": 1.5, "profile": 2.5})  # fmt: skip
+    measured = Evaluation(op_id=task.op_id, candidate=cand.id, outcome=Outcome.ok,
+                          timings=[ShapeTiming(**row, time_us=1.6, time_over_floor=1.2, baseline_us=2.0, speedup=1.25)],
+                          seconds={"build": 9.0, "test": 1.0, "profile": 2.0})  # fmt: skip
+    failed = Evaluation(op_id=task.op_id, candidate=broken.id, outcome=Outcome.compile_failed,
+                        build=BuildReport(ok=False, key="k", seconds=3.0, stderr="scale.cuh(1): error: expected a declaration"))
+    final = measured.model_copy(update={"outcome": Outcome.crashed, "detail": "compute-sanitizer memcheck failed", "timings": []})
+    path = tmp_path / "measurements.replay.json"
+    for evaluation, is_base, stage in ((measured_base, True, "round"), (measured, False, "round"), (failed, False, "round"), (final, False, "final")):
+        replay.record(path, evaluation, baseline=is_base, stage=stage, device="NVIDIA H200")
+    backend = ReplayBackend(path)
+    assert backend.source == "recorded" and backend.device == "NVIDIA H200"
+    got_base = backend.evaluate(None, task, base)
+    assert got_base.timings[0].time_us == 2.0 and got_base.seconds["test"] == 1.5
+    got = backend.evaluate(None, task, cand)
+    assert got.outcome == Outcome.ok and got.timings[0].time_us == pytest.approx(1.6)
+    assert got.timings[0].speedup == pytest.approx(1.25) and got.timings[0].time_over_floor == pytest.approx(1.2)
+    got_failed = backend.evaluate(None, task, broken)
+    assert got_failed.outcome == Outcome.compile_failed and "expected a declaration" in got_failed.build.stderr
+    got_final = backend.evaluate(None, task, cand, stage="final")
+    assert got_final.outcome == Outcome.crashed and "memcheck" in got_final.detail
+
+
+# --------------------------------------------------------------------------- on the GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.wheel
+def test_offline_round_on_the_gpu_records_a_replayable_run(tmp_path, sglang_source):
+    """One offline round on a real op, measured; its recording replays the same baseline figures."""
+    from pipeline.cli import main
+
+    op = "activation.silu_and_mul"
+    common = ["--work-dir", str(tmp_path), "--sglang", sglang_source.root]
+    assert main(["extract", "--ops", op, *common]) == 0
+    assert main(["optimize", "--ops", op, "--coder", "offline", "--rounds", "1", "--run", "gpu", *common]) == 0
+    run_dir = tmp_path / "runs" / "gpu"
+    summary = read_record(RunSummary, run_dir / "summary.json")
+    assert not summary.simulated and summary.gpu_s > 0
+    traj = Trajectory(run_dir / op / "trajectory.jsonl")
+    baseline = traj.baseline()
+    assert baseline.timings and all(t.time_us > 0 and t.time_over_floor > 0 for t in baseline.timings)
+    replayed = ReplayBackend(run_dir / "measurements.replay.json")
+    from extract.tasks import load_task
+
+    task = load_task(tmp_path / "tasks" / op)
+    base = read_record(Candidate, run_dir / op / "candidates" / f"{baseline.candidate}.json")
+    again = replayed.evaluate(None, task, base)
+    assert [t.time_us for t in again.timings] == [t.time_us for t in baseline.timings]

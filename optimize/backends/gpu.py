@@ -28,6 +28,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 from typing import Any, Literal
 
 from pipeline.config import Config
@@ -116,7 +117,11 @@ class GpuBackend:
         """Run the testing agent's proposals on the baseline alone (kept only if clean)."""
         from optimize.harness.evaluate import validate_cases
 
-        return validate_cases(task_dir, task, cases, config=self.config)
+        start = time.monotonic()
+        try:
+            return validate_cases(task_dir, task, cases, config=self.config)
+        finally:
+            self.gpu_s += time.monotonic() - start  # builds included: the harness reports no split here
 
     def _sanitize(self, task_dir: Any, task: Task, candidate: Candidate, evaluation: Evaluation) -> Evaluation:
         """Run the candidate once per check case under ``compute-sanitizer --tool memcheck``.

@@ -267,11 +267,13 @@ def describe_storage_index(plan: Any, index: int) -> str:
     rel = index - offset
     coords = []
     order = sorted(range(len(plan.shape)), key=lambda d: -plan.strides[d])
-    for dim in order:
+    for position, dim in enumerate(order):
         stride = plan.strides[dim]
         coord = rel // stride if stride else 0
         if plan.shape[dim] and coord >= plan.shape[dim]:
-            return f"{plan.name}'s trailing guard band (storage element {index})"
+            if position == 0:
+                return f"{plan.name}'s trailing guard band (storage element {index})"
+            return f"a stride gap of {plan.name} (storage element {index})"
         coords.append((dim, coord))
         rel -= coord * stride
     if rel != 0:

@@ -41,6 +41,7 @@ from optimize.harness.errors import BaselineError, GpuRequired, HarnessError
 from optimize.harness.protocol import DISTRIBUTIONS, CheckCase, TimingCase, WorkerRequest, WorkerResult
 from pipeline.config import Config
 from pipeline.records import (
+    CPP_DTYPE,
     BuildReport,
     Candidate,
     Evaluation,
@@ -105,22 +106,12 @@ def plan_cases(
         else []
     )
     layouts = inputs.layouts_for(contract)
-    units: list[dict[str, Instantiation]] = []
-    unit_keys: list[dict[str, str]] = []
+    canonical = canonical_units(task)
+    used: dict[int, int] = {}  # canonical unit index -> index among the units this plan builds
 
     def unit_of(inst: Instantiation) -> int:
-        key = inst.model_dump_json()
-        for index, keys in enumerate(unit_keys):
-            if keys.get(inst.dtype) == key:
-                return index
-        for index, keys in enumerate(unit_keys):
-            if inst.dtype not in keys:
-                keys[inst.dtype] = key
-                units[index][inst.dtype] = inst
-                return index
-        unit_keys.append({inst.dtype: key})
-        units.append({inst.dtype: inst})
-        return len(units) - 1
+        index = next(i for i, unit in enumerate(canonical) if inst in unit)
+        return used.setdefault(index, len(used))
 
     def sizes_of(shape: ShapeCase) -> dict[str, int]:
         return inputs.resolve_sizes(contract, shape, task.shapes or catalog)
@@ -163,8 +154,29 @@ def plan_cases(
                         unit=unit_of(inst),
                     )
                 )  # fmt: skip
-    ordered = [[unit[d] for d in sorted(unit)] for unit in units]
-    return CasePlan(units=ordered, checks=checks, timings=timings, held_out=drawn)
+    units = [canonical[index] for index, _ in sorted(used.items(), key=lambda item: item[1])]
+    return CasePlan(units=units, checks=checks, timings=timings, held_out=drawn)
+
+
+def canonical_units(task: Task) -> list[list[Instantiation]]:
+    """The task's instantiations of the entry, grouped into build units, the same way every time.
+
+    A unit holds the instantiations that differ only in dtype (the builder takes
+    at most one per dtype): rmsnorm's unit for width 4096 is {bf16@4096,
+    fp16@4096}. Because the grouping depends on the task alone, never on which
+    shapes an evaluation happens to draw, a unit's build key is stable and its
+    module is built once and then served from the build cache.
+    """
+    dtype_spellings = set(CPP_DTYPE.values()) | set(CPP_DTYPE)
+    groups: dict[tuple[str, ...], list[Instantiation]] = {}
+    for inst in inputs.instantiations_for(task.contract, task.instantiations):
+        key = tuple(arg for arg in inst.template_args if arg.strip() not in dtype_spellings)
+        groups.setdefault(key, [])
+        if all(other.dtype != inst.dtype for other in groups[key]):
+            groups[key].append(inst)
+        else:  # same non-dtype arguments twice for one dtype: give it a unit of its own
+            groups[key + (f"#{len(groups)}",)] = [inst]
+    return [sorted(groups[key], key=lambda i: i.dtype) for key in sorted(groups)]
 
 
 # ---------------------------------------------------------------------------- building
@@ -414,7 +426,8 @@ def validate_cases(
     dtypes = task_dtypes(task)
     checks: list[CheckCase] = []
     owners: list[int] = []
-    units: list[list[Instantiation]] = []
+    canonical = canonical_units(task)
+    used: dict[int, int] = {}
     verdicts: list[tuple[bool, str]] = [(True, "")] * len(cases)
     for index, case in enumerate(cases):
         sizes = {k: int(v) for k, v in case.sizes.items()}
@@ -424,13 +437,7 @@ def validate_cases(
             except Exception as err:  # noqa: BLE001 - reported per case
                 verdicts[index] = (False, str(err))
                 continue
-            unit = next((i for i, u in enumerate(units) if inst in u), None)
-            if unit is None:
-                unit = next((i for i, u in enumerate(units) if all(x.dtype != dtype for x in u)), None)
-                if unit is None:
-                    units.append([])
-                    unit = len(units) - 1
-                units[unit].append(inst)
+            unit = used.setdefault(next(i for i, u in enumerate(canonical) if inst in u), len(used))
             checks.append(
                 CheckCase(
                     label=str(case.label), sizes=sizes, dtype=dtype, export=export_name(task.contract.entry, inst),
@@ -439,6 +446,7 @@ def validate_cases(
                 )
             )  # fmt: skip
             owners.append(index)
+    units = [canonical[i] for i, _ in sorted(used.items(), key=lambda item: item[1])]
     if not checks:
         return verdicts
     report, libs = build_units(task_dir, task, units, config=config)

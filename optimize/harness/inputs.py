@@ -697,6 +697,16 @@ def garbage_image(plan: TensorPlan, gen, device):
     return torch.randint(-999, 999, (plan.storage_numel,), generator=gen, device=device).to(dtype)
 
 
+def decoy_image(image, plan: TensorPlan):
+    """What an input holds until the real values are copied in: the negated values.
+
+    Cheap (one pass, no RNG) and always different where it matters: every op of
+    interest gives a different result on -x than on x for non-zero rows. Integer
+    (index) tensors keep their values, a wrong index being no test of ordering.
+    """
+    return -image if plan.is_float else image.clone()
+
+
 class Buffers:
     """Device storages for one CallPlan, and the argument list that calls a kernel on them."""
 

@@ -1,0 +1,455 @@
+"""``kernelsmith extract``: index SGLang's kernels, write tasks, check they compile.
+
+Steps, each resumable:
+
+1. **Sources**: ``extract.sources.acquire`` (the pinned wheel, or ``--sglang``).
+2. **Index**: the C++ scan (``extract.index.scan_tree``) and the Python scan
+   (``extract.pyops.scan_ops``), cached under ``<cache>/index/<key>.json`` where
+   the key covers every source byte both scans read and extract's own code, so a
+   rerun on the same tree loads it in well under a second. Written to
+   ``work/index.json`` (paths relative to the package root).
+3. ``--list``: a table of ops (id, entry points, kernels, files) and totals; stops there.
+4. **Tasks** for ``--ops A B`` / ``--all`` / the default ops
+   (``pipeline.config.DEFAULT_OPS``), via ``extract.tasks.write_task``. A task
+   whose ``.extract-key`` matches its inputs is current and skipped.
+5. **Compile check** (unless ``--no-compile`` / ``extract.compile_check = false``):
+   every new task's baseline is built with ``pipeline.build`` (nvcc, tvm-ffi
+   wrapper, ``-Xptxas=-v``), in parallel (``extract.jobs``). ``pipeline.build``
+   exports each wrapper as ``<export>__<dtype>``, so one build holds at most one
+   instantiation per dtype: a task with several per dtype (rmsnorm: one per
+   width) is built as several units, and ``task.json``'s ``baseline_build`` is
+   their merge (ok only when all are; ptxas resources of all; ``key`` the hash of
+   the unit keys; ``library`` set only for a single unit). When a unit fails and
+   holds several dtypes, each dtype is retried alone; dtypes that do not compile
+   are dropped from the task with a note when at least one does.
+6. ``--all`` ends with a coverage line (op modules that call ``load_jit`` -> how
+   many yielded a task -> how many of those compiled) and writes the full
+   report, every failure with its reason, to ``work/coverage.json``.
+
+Failure handling: every failure is per op (recorded, reported, the run goes
+on); results written so far are kept; a missing nvcc raises ToolchainError
+(one-line cause and fix) after the tasks are written. Exit status: 0 when every
+requested op has a task (and, with the check, a compiling baseline); 1
+otherwise; with ``--all`` the coverage report is the product and the exit status
+is 0 once it is written.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import pathlib
+import sys
+import time
+from typing import Any, Iterable
+
+from pydantic import Field
+
+from extract import pyops, sources, tasks
+from pipeline.config import DEFAULT_OPS, Config
+from pipeline.errors import ConfigError, KernelsmithError, ToolchainError, UnknownOpError
+from pipeline.records import (
+    BuildReport,
+    Index,
+    Instantiation,
+    OpEntry,
+    Record,
+    SourceInfo,
+    Task,
+    VersionedRecord,
+    content_hash,
+    read_record,
+    write_record,
+)
+
+INDEX_VERSION = "kernelsmith.index/1"
+
+
+# =========================================================================== index
+
+
+def _index_inputs(source: SourceInfo) -> list[pathlib.Path]:
+    root = pathlib.Path(source.root)
+    out: list[pathlib.Path] = []
+    for folder in [*source.jit_dirs, *source.aot_dirs, pyops.OPS_DIR]:
+        base = root / folder
+        if base.is_dir():
+            out += [p for p in base.rglob("*") if p.is_file() and p.suffix in (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc")]
+    return sorted(set(out))
+
+
+def index_key(source: SourceInfo) -> str:
+    """Content key of the index: every source file both scans read, plus extract's code and queries."""
+    root = pathlib.Path(source.root)
+    here = pathlib.Path(__file__).parent
+    parts: list[str | bytes] = [INDEX_VERSION, source.model_dump_json(exclude={"root"})]
+    for path in _index_inputs(source):
+        parts += [path.relative_to(root).as_posix(), path.read_bytes()]
+    for path in sorted([*here.glob("*.py"), *here.glob("queries/**/*.scm")]):
+        parts += [path.relative_to(here).as_posix(), path.read_bytes()]
+    return content_hash(*parts)
+
+
+def build_index(source: SourceInfo, cache_dir: pathlib.Path | None = None) -> tuple[Index, bool]:
+    """The index of ``source`` and whether it came from the cache."""
+    key = index_key(source)
+    cached = cache_dir / "index" / f"{key}.json" if cache_dir is not None else None
+    if cached is not None and cached.is_file():
+        try:
+            index = read_record(Index, cached)
+            if index.source.root == source.root:
+                return index, True
+            return index.model_copy(update={"source": source}), True
+        except (KernelsmithError, ValueError):
+            pass  # stale or damaged: rebuild below
+    from extract.index import scan_tree  # imported here: --help and --list from cache stay light
+
+    started = time.perf_counter()
+    scan = scan_tree(source)
+    ops, op_modules = pyops.scan_ops(source, scan)
+    index = Index(
+        source=source,
+        files=scan.files,
+        grammar=scan.grammar,
+        kernels=scan.kernels,
+        device_functions=scan.device_functions,
+        launchers=scan.launchers,
+        includes=scan.includes,
+        ops=ops,
+        op_modules=op_modules,
+        parse_issues=scan.parse_issues,
+        elapsed_s=time.perf_counter() - started,
+    )
+    if cached is not None:
+        write_record(index, cached)
+    return index, False
+
+
+# =========================================================================== op selection
+
+
+def select_ops(index: Index, requested: Iterable[str] | None, all_ops: bool) -> list[OpEntry]:
+    """The ops to write tasks for; unknown ids raise UnknownOpError naming the closest ids."""
+    by_id = {op.id: op for op in index.ops}
+    if all_ops:
+        return list(index.ops)
+    wanted = list(requested or DEFAULT_OPS)
+    unknown = [op for op in wanted if op not in by_id]
+    if unknown:
+        lines = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, list(by_id), n=5, cutoff=0.4)
+            if not close:
+                # a bare function name or a group: match on the part after the dot too
+                tail = name.split(".")[-1]
+                close = [i for i in by_id if i.split(".")[-1] == tail or i.startswith(name + ".")][:5]
+            lines.append(f"{name!r} (closest: {', '.join(close) if close else 'none'})")
+        raise UnknownOpError(
+            f"unknown op {'; '.join(lines)}",
+            fix="use an id from `kernelsmith extract --list` (<ops group>.<public function>)",
+        )
+    return [by_id[op] for op in dict.fromkeys(wanted)]
+
+
+# =========================================================================== --list
+
+
+def print_table(index: Index, out: Any = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out or sys.stdout, width=200 if out is not None else None)
+    table = Table(title=f"SGLang {index.source.version or ''} JIT ops ({index.source.root})", show_lines=False)
+    table.add_column("op", style="bold cyan", no_wrap=True)
+    table.add_column("entry points")
+    table.add_column("kernels")
+    table.add_column("files")
+    for op in index.ops:
+        table.add_row(
+            op.id,
+            ", ".join(op.entry_points) or "-",
+            ", ".join(op.kernels) or "-",
+            ", ".join(f.removeprefix(f"{pyops.CSRC_DIR}/") for f in op.files) or "-",
+        )
+    console.print(table)
+    modules_with_ops = len({op.module for op in index.ops})
+    console.print(
+        f"{len(index.ops)} ops from {modules_with_ops} of {len(index.op_modules)} modules calling load_jit; "
+        f"{len(index.kernels)} kernels, {len(index.device_functions)} device functions, "
+        f"{len(index.launchers)} launchers in {len(index.files)} C++/CUDA files; "
+        f"{len(index.parse_issues)} parse issues"
+    )
+
+
+# =========================================================================== compile check
+
+
+class OpResult(Record):
+    """One op's outcome in this run (coverage.json)."""
+
+    op_id: str
+    module: str
+    task: str  # "written" | "current" | "failed"
+    compile: str  # "ok" | "failed" | "skipped" | "not_run"
+    reason: str = ""
+    seconds: float = 0.0
+
+
+class Coverage(VersionedRecord):
+    """``work/coverage.json``: what ``--all`` achieved, every failure with its reason."""
+
+    source: SourceInfo
+    op_modules: int
+    modules_with_task: int
+    modules_compiled: int
+    ops: int
+    ops_with_task: int
+    ops_compiled: int
+    results: list[OpResult]
+    module_failures: dict[str, str] = Field(default_factory=dict)  # module -> reason (no compiling task)
+
+
+def _first_error(text: str) -> str:
+    for line in text.splitlines():
+        low = line.lower()
+        if "error" in low and "errors detected" not in low:
+            return line.strip()[:300]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return (lines[0] if lines else "failed")[:300]
+
+
+def unit_groups(instantiations: list[Instantiation]) -> list[list[Instantiation]]:
+    """Split instantiations into build units with at most one per dtype (k-th of each dtype together)."""
+    per_dtype: dict[str, list[Instantiation]] = {}
+    for inst in instantiations:
+        per_dtype.setdefault(inst.dtype, []).append(inst)
+    depth = max((len(v) for v in per_dtype.values()), default=0)
+    return [[v[i] for v in per_dtype.values() if i < len(v)] for i in range(depth)]
+
+
+def merge_reports(reports: list[BuildReport]) -> BuildReport:
+    if len(reports) == 1:
+        return reports[0]
+    failed = [r for r in reports if not r.ok]
+    return BuildReport(
+        ok=not failed,
+        key=content_hash(*[r.key for r in reports]),
+        seconds=sum(r.seconds for r in reports),
+        library=None,
+        stderr="\n".join(r.stderr for r in failed)[-20000:],
+        resources=[res for r in reports for res in r.resources],
+    )
+
+
+def compile_tasks(
+    folders: dict[str, pathlib.Path], task_objs: dict[str, Task], cache_root: pathlib.Path, jobs: int
+) -> dict[str, tuple[Task, str]]:
+    """Build every task's baseline; returns op_id -> (task with baseline_build, reason when failed).
+
+    Raises ToolchainError when nvcc / the host compiler / tvm-ffi is missing.
+    """
+    from pipeline import build as builder
+
+    builder.find_nvcc()  # fail fast, before any task is touched
+    out: dict[str, tuple[Task, str]] = {}
+    units: list[tuple[str, list[Instantiation]]] = []
+    for op_id, task in task_objs.items():
+        if not task.build.header_only or task.build.cpp_files:
+            reason = "not header-only (the module exports from its own C++ sources); kernelsmith builds header-only modules"
+            report = BuildReport(ok=False, key="", seconds=0.0, stderr=reason)
+            out[op_id] = (task.model_copy(update={"baseline_build": report}), reason)
+            continue
+        units += [(op_id, group) for group in unit_groups(task.instantiations)]
+
+    def run(unit_list: list[tuple[str, list[Instantiation]]]) -> list[BuildReport]:
+        jobs_list = [
+            builder.BuildJob(
+                task_dir=folders[op_id],
+                task=task_objs[op_id],
+                instantiations=tuple(group),
+                cache_root=cache_root,
+                editable=tuple(task_objs[op_id].editable),
+            )
+            for op_id, group in unit_list
+        ]
+        reports: list[BuildReport] = []
+        # build_many raises a ConfigError for a job it cannot plan; isolate those per job
+        try:
+            return builder.build_many(jobs_list, max_workers=jobs)
+        except ToolchainError:
+            raise
+        except (ConfigError, ValueError):
+            for job in jobs_list:
+                try:
+                    reports.append(builder.build_many([job], max_workers=1)[0])
+                except ToolchainError:
+                    raise
+                except (ConfigError, ValueError) as err:
+                    reports.append(BuildReport(ok=False, key="", seconds=0.0, stderr=str(err)))
+            return reports
+
+    reports = run(units)
+    # a failed unit with several dtypes: retry each dtype alone to see which compile
+    retry = [(op_id, [inst]) for (op_id, group), rep in zip(units, reports) if not rep.ok and len(group) > 1 for inst in group]
+    retry_reports = run(retry) if retry else []
+    by_op: dict[str, list[tuple[list[Instantiation], BuildReport]]] = {}
+    for (op_id, group), rep in zip(units, reports):
+        by_op.setdefault(op_id, []).append((group, rep))
+    alone: dict[tuple[str, str], BuildReport] = {}
+    for (op_id, group), rep in zip(retry, retry_reports):
+        alone[(op_id, group[0].model_dump_json())] = rep
+    for op_id, results in by_op.items():
+        task = task_objs[op_id]
+        if all(rep.ok for _, rep in results):
+            out[op_id] = (task.model_copy(update={"baseline_build": merge_reports([r for _, r in results])}), "")
+            continue
+        bad_dtypes: set[str] = set()
+        for group, rep in results:
+            if rep.ok:
+                continue
+            if len(group) == 1:
+                bad_dtypes.add(group[0].dtype)
+            for inst in group if len(group) > 1 else []:
+                single = alone.get((op_id, inst.model_dump_json()))
+                if single is None or not single.ok:
+                    bad_dtypes.add(inst.dtype)
+        reason = _first_error(next(rep.stderr for _, rep in results if not rep.ok))
+        kept = [i for i in task.instantiations if i.dtype not in bad_dtypes]
+        if kept and bad_dtypes and len(kept) < len(task.instantiations):
+            # rebuild the reduced task so its baseline matches what it now holds
+            note = f"dtypes {', '.join(sorted(bad_dtypes))} dropped: the baseline does not compile for them ({reason})"
+            reduced = task.model_copy(update={"instantiations": kept, "notes": [*task.notes, note]})
+            task_objs[op_id] = reduced
+            groups = unit_groups(kept)
+            reps = run([(op_id, g) for g in groups])
+            merged = merge_reports(reps)
+            why = "" if merged.ok else _first_error(merged.stderr)
+            out[op_id] = (reduced.model_copy(update={"baseline_build": merged}), why)
+        else:
+            out[op_id] = (task.model_copy(update={"baseline_build": merge_reports([r for _, r in results])}), reason)
+    return out
+
+
+# =========================================================================== main
+
+
+def main(args: Any, config: Config) -> int:
+    work = config.work
+    work.mkdir(parents=True, exist_ok=True)
+    source = sources.acquire(config.sglang.version, config.cache, config.sglang.src)
+    started = time.perf_counter()
+    index, cached = build_index(source, config.cache)
+    write_record(index, work / "index.json")
+    print(
+        f"index: {len(index.ops)} ops, {len(index.op_modules)} modules calling load_jit, "
+        f"{len(index.kernels)} kernels ({'cached' if cached else 'scanned'}, {time.perf_counter() - started:.1f} s)"
+    )
+    if getattr(args, "list", False):
+        print_table(index)
+        return 0
+    all_ops = bool(getattr(args, "all", False))
+    selected = select_ops(index, getattr(args, "ops", None), all_ops)
+    compile_check = config.extract.compile_check and not getattr(args, "no_compile", False)
+    token_counts = tuple(config.extract.token_counts)
+    program = pyops.Program(pathlib.Path(source.root))
+    results: dict[str, OpResult] = {}
+    to_compile: dict[str, Task] = {}
+    folders: dict[str, pathlib.Path] = {}
+    for op in selected:
+        t0 = time.perf_counter()
+        folder = tasks.task_dir(work, op.id)
+        folders[op.id] = folder
+        try:
+            key = tasks.task_key(index, op, config.extract.arch, token_counts)
+            if tasks.is_current(work, op.id, key):
+                task = tasks.load_task(folder)
+                state = "current"
+            else:
+                task = tasks.write_task(index, op, work, arch=config.extract.arch, token_counts=token_counts, program=program, key=key)
+                state = "written"
+        except KernelsmithError as err:
+            results[op.id] = OpResult(op_id=op.id, module=op.module, task="failed", compile="not_run", reason=err.message, seconds=time.perf_counter() - t0)
+            print(f"  {op.id}: no task: {err.message}")
+            continue
+        except Exception as err:  # noqa: BLE001 - one op's surprise must not stop the others
+            results[op.id] = OpResult(op_id=op.id, module=op.module, task="failed", compile="not_run", reason=f"{type(err).__name__}: {err}", seconds=time.perf_counter() - t0)
+            print(f"  {op.id}: no task: {type(err).__name__}: {err}")
+            continue
+        if task.baseline_build is not None:
+            status = "ok" if task.baseline_build.ok else "failed"
+            reason = "" if task.baseline_build.ok else _first_error(task.baseline_build.stderr)
+        else:
+            status, reason = ("not_run", "") if compile_check else ("skipped", "")
+        results[op.id] = OpResult(op_id=op.id, module=op.module, task=state, compile=status, reason=reason, seconds=time.perf_counter() - t0)
+        if compile_check and task.baseline_build is None:
+            to_compile[op.id] = task
+        if not all_ops:
+            print(f"  {op.id}: task {state} ({len(task.instantiations)} instantiations, {len(task.shapes)} shapes) -> {folder}")
+    toolchain_error: ToolchainError | None = None
+    if to_compile:
+        print(f"compile check: {len(to_compile)} task(s), {config.extract.jobs} parallel job(s)")
+        try:
+            built = compile_tasks(folders, to_compile, config.cache / "builds", config.extract.jobs)
+        except ToolchainError as err:
+            toolchain_error = err
+            built = {}
+        for op_id, (task, reason) in built.items():
+            tasks.save_task(task, work)
+            report = task.baseline_build
+            result = results[op_id]
+            results[op_id] = result.model_copy(
+                update={"compile": "ok" if report and report.ok else "failed", "reason": reason}
+            )
+            if not all_ops:
+                line = f"{report.seconds:.1f} s, {len(report.resources)} kernels in ptxas report" if report and report.ok else reason
+                print(f"  {op_id}: baseline {'compiles' if report and report.ok else 'FAILED'}: {line}")
+    if all_ops:
+        coverage = _coverage(index, selected, results, compile_check and toolchain_error is None)
+        write_record(coverage, work / "coverage.json")
+        print(
+            f"coverage: {coverage.op_modules} op modules call load_jit -> {coverage.modules_with_task} yielded a task"
+            + (f" -> {coverage.modules_compiled} of those compiled" if compile_check and toolchain_error is None else " (compile check not run)")
+            + f"; {coverage.ops_with_task}/{coverage.ops} ops have tasks, {coverage.ops_compiled} compiled"
+        )
+        for module, reason in sorted(coverage.module_failures.items()):
+            print(f"  {module}: {reason}")
+        print(f"full report: {work / 'coverage.json'}")
+    if toolchain_error is not None:
+        raise toolchain_error
+    if all_ops:
+        return 0
+    failed = [r for r in results.values() if r.task == "failed" or r.compile == "failed"]
+    return 1 if failed else 0
+
+
+def _coverage(index: Index, selected: list[OpEntry], results: dict[str, OpResult], compiled_checked: bool = True) -> Coverage:
+    per_module: dict[str, list[OpResult]] = {m: [] for m in index.op_modules}
+    for op in selected:
+        if op.id in results:
+            per_module.setdefault(op.module, []).append(results[op.id])
+    with_task = {m for m, rs in per_module.items() if any(r.task != "failed" for r in rs)}
+    compiled = {m for m, rs in per_module.items() if any(r.task != "failed" and r.compile == "ok" for r in rs)}
+    failures: dict[str, str] = {}
+    for module in index.op_modules:
+        if module in compiled or (not compiled_checked and module in with_task):
+            continue
+        rs = per_module.get(module, [])
+        if not rs:
+            failures[module] = "no public op function reaches its load_jit calls"
+            continue
+        first = next((r for r in rs if r.task == "failed"), None) if module not in with_task else None
+        first = first or next((r for r in rs if r.compile == "failed"), None) or rs[0]
+        stage = "task" if module not in with_task else f"compile ({first.compile})"
+        failures[module] = f"{stage}: {first.op_id}: {first.reason or first.compile}"
+    return Coverage(
+        source=index.source,
+        op_modules=len(index.op_modules),
+        modules_with_task=len(with_task),
+        modules_compiled=len(compiled),
+        ops=len(selected),
+        ops_with_task=sum(1 for r in results.values() if r.task != "failed"),
+        ops_compiled=sum(1 for r in results.values() if r.compile == "ok"),
+        results=sorted(results.values(), key=lambda r: r.op_id),
+        module_failures=failures,
+    )

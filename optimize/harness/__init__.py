@@ -1,0 +1,38 @@
+"""The evaluation harness: the deterministic core of the testing and profiling agents.
+
+Public entry points (imported lazily, so importing the package needs no torch):
+
+- ``from optimize.harness.evaluate import evaluate``: build a candidate and the
+  baseline, check it against the baseline on catalog and fresh held-out shapes
+  in a separate worker process, time both interleaved -> ``Evaluation``.
+- :func:`profile` (``optimize.harness.tools.profile_ncu``) and :func:`sanitize`
+  (``optimize.harness.tools.sanitize``): Nsight Compute figures and
+  compute-sanitizer verdicts for final candidates ("unavailable" without the tools).
+- ``kernelsmith bench`` -> :func:`optimize.harness.bench.main`.
+- ``python -m optimize.harness.gpu_check --out DIR``: the harness's own GPU check.
+
+Modules, one per concern: inputs (argument planning and filling), compare
+(verdicts), references (float64 and eager PyTorch), loader (tvm-ffi), isolate +
+worker (process isolation), timing (graphs, interleaving, spread), roofline
+(bytes, device ceilings), adversarial (the cheat suite).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# No package-level ``evaluate`` function: it would be shadowed by the submodule of
+# the same name as soon as that is imported. Import it from the module.
+__all__ = ["profile", "sanitize"]
+
+
+def profile(*args: Any, **kwargs: Any):
+    from optimize.harness.tools import profile_ncu
+
+    return profile_ncu(*args, **kwargs)
+
+
+def sanitize(*args: Any, **kwargs: Any):
+    from optimize.harness.tools import sanitize as _sanitize
+
+    return _sanitize(*args, **kwargs)

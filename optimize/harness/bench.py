@@ -1,0 +1,388 @@
+"""``kernelsmith bench``: measure the baselines and write BENCHMARKS.md.
+
+Two modes:
+
+- ``--ops A B ...`` (default: the three default ops): for each op, its baseline
+  at every catalog shape (bf16, the dtype models are served in; ``--dtypes``
+  widens it), next to the PyTorch reference run eagerly and through
+  ``torch.compile`` (``--no-torch-compile`` skips the latter). Raw table: op,
+  dtype, shape, µs, spread, GB/s, % of copy bandwidth, time/floor, eager µs,
+  compile µs.
+- ``--all``: every task under ``work/tasks``: does its baseline build, run and
+  pass its own generated tests (the harness's checks on its smallest catalog
+  shape and two held-out shapes, every dtype)? One line per task with the
+  reason for each failure, and the contracts static inference could not fully
+  determine (``contract.unresolved``).
+
+Every run replaces its own section of BENCHMARKS.md (sections are keyed by the
+exact command) and keeps every other section; it also adds a batch to the
+results store (``work/results``) for regression tracking.
+
+What must stay true: every figure written here was measured in this run on the
+GPU named in the section header; a task that cannot be measured says why
+instead of leaving a blank.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+from optimize.harness.protocol import DeviceInfo, TimingResult
+from pipeline.config import DEFAULT_OPS, Config
+
+SECTION_MARKER = "<!-- kernelsmith-bench: {command} -->"
+_MARKER_RE = re.compile(r"^<!-- kernelsmith-bench: (?P<command>.*) -->$")
+BENCH_WORKER_TIMEOUT_S = 590.0  # one op's baseline + eager + compile at every catalog shape
+HEALTH_HELD_OUT = 2
+
+
+# ---------------------------------------------------------------------------- BENCHMARKS.md
+
+
+def upsert_section(text: str, command: str, section: str) -> str:
+    """``text`` with the section for ``command`` replaced by ``section`` (appended if absent).
+
+    A section starts at its marker line and runs to the next marker or the next
+    level-2 heading that is not its own first heading; everything else is kept
+    byte for byte.
+    """
+    marker = SECTION_MARKER.format(command=command)
+    body = section.rstrip("\n") + "\n"
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == marker), None)
+    if start is None:
+        prefix = text if text.endswith("\n") or not text else text + "\n"
+        return prefix + ("\n" if prefix.strip() else "") + marker + "\n" + body
+    end = len(lines)
+    seen_heading = False
+    for i in range(start + 1, len(lines)):
+        line = lines[i].rstrip("\n")
+        if _MARKER_RE.match(line):
+            end = i
+            break
+        if line.startswith("## "):
+            if seen_heading:
+                end = i
+                break
+            seen_heading = True
+    tail = "".join(lines[end:])
+    return "".join(lines[:start]) + marker + "\n" + body + ("\n" + tail if tail and not body.endswith("\n\n") else tail)
+
+
+def canonical_command(args: Any) -> str:
+    """The exact command a section is keyed by, rebuilt from the parsed flags."""
+    parts = ["kernelsmith", "bench"]
+    if getattr(args, "all", False):
+        parts.append("--all")
+    elif getattr(args, "ops", None):
+        parts += ["--ops", *args.ops]
+    if getattr(args, "dtypes", None):
+        parts += ["--dtypes", *args.dtypes]
+    if getattr(args, "no_torch_compile", False):
+        parts.append("--no-torch-compile")
+    output = getattr(args, "output", "BENCHMARKS.md")
+    if output and output != "BENCHMARKS.md":
+        parts += ["--output", output]
+    return shlex.join(parts)
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+@dataclass
+class OpBench:
+    op_id: str
+    rows: list[TimingResult] = field(default_factory=list)
+    device: DeviceInfo | None = None
+    error: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def timing_table(results: Sequence[OpBench]) -> list[str]:
+    from optimize.harness import roofline
+
+    lines = [
+        "| op | dtype | shape | µs | spread % | GB/s | % copy BW | time/floor | eager µs | compile µs |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for op in results:
+        if op.error:
+            lines.append(f"| {op.op_id} | — | — | not measured: {op.error.splitlines()[0][:200]} | | | | | | |")
+            continue
+        for t in op.rows:
+            row = roofline.shape_timing(
+                label=t.label, sizes=t.sizes, dtype=t.dtype, time_us=t.baseline_us, spread_pct=t.baseline_spread_pct,
+                nbytes=t.bytes, device=op.device,
+            )  # fmt: skip
+            lines.append(
+                f"| {op.op_id} | {t.dtype} | {t.label} | {row.time_us:.2f} | {row.spread_pct:.1f} | {row.gbps:.0f} | "
+                f"{row.pct_of_copy_bw:.1f} | {row.time_over_floor:.2f} | {fmt(t.eager_us)} | {fmt(t.compile_us)} |"
+            )
+    return lines
+
+
+def timing_section(command: str, results: Sequence[OpBench], when: str, environment: str) -> str:
+    device = next((op.device for op in results if op.device is not None), None)
+    name = device.name if device else "unknown GPU"
+    lines = [f"## Baselines — {when}, {name}", "", f"Command: `{command}`", ""]
+    if device is not None:
+        lines += [
+            f"Device: {device.name}, {device.sm_count} SMs, L2 {device.l2_bytes / 2**20:.0f} MiB; copy bandwidth "
+            f"{device.copy_gbps:.0f} GB/s (bytes read + written, spread {device.copy_spread_pct:.1f}%); smallest kernel "
+            f"{device.min_kernel_us:.2f} µs; torch {device.torch}, CUDA {device.cuda}. {environment}",
+            "",
+        ]
+    lines += [
+        "Method: CUDA-graph replays of back-to-back calls rotating over buffer sets of at least 3x L2, median of "
+        "repeats; GB/s from the contract's bytes (inputs read once, outputs written once, inout both); "
+        "floor = max(bytes / copy bandwidth, smallest-kernel time). eager/compile: the PyTorch reference "
+        "(optimize/harness/references.py) in the same dtype, captured and timed the same way.",
+        "",
+    ]
+    lines += timing_table(results)
+    notes = [f"- {op.op_id}: {n}" for op in results for n in op.notes]
+    if notes:
+        lines += ["", "Notes:", *notes]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Health:
+    op_id: str
+    built: bool | None = None
+    ran: bool | None = None
+    passed: bool | None = None
+    reason: str = ""
+    checks: int = 0
+    unresolved: list[str] = field(default_factory=list)
+
+
+def health_section(command: str, rows: Sequence[Health], when: str, device: str) -> str:
+    built = sum(1 for r in rows if r.built)
+    ran = sum(1 for r in rows if r.ran)
+    passed = sum(1 for r in rows if r.passed)
+    lines = [
+        f"## Baseline health — {when}, {device}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"{len(rows)} tasks: {built} baselines build, {ran} run, {passed} pass their own generated tests "
+        "(smallest catalog shape + held-out shapes, every dtype; outputs fully written, inputs untouched, "
+        "graph-capturable, float64 reference where the contract names one).",
+        "",
+        "| op | builds | runs | passes | checks | reason |",
+        "| --- | --- | --- | --- | ---: | --- |",
+    ]
+
+    def yes(value: bool | None) -> str:
+        return "—" if value is None else ("yes" if value else "no")
+
+    for r in rows:
+        reason = r.reason.replace("|", "\\|").replace("\n", " ")[:300]
+        lines.append(f"| {r.op_id} | {yes(r.built)} | {yes(r.ran)} | {yes(r.passed)} | {r.checks} | {reason} |")
+    unresolved = [r for r in rows if r.unresolved]
+    lines += ["", f"Contracts static inference could not fully determine ({len(unresolved)}):", ""]
+    lines += [f"- {r.op_id}: {'; '.join(r.unresolved)}" for r in unresolved] or ["- none"]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- running
+
+
+def _task_dirs(config: Config, ops: Sequence[str] | None) -> list[tuple[str, pathlib.Path]]:
+    from optimize.errors import TaskMissing
+
+    root = config.work / "tasks"
+    if ops is None:
+        if not root.is_dir():
+            raise TaskMissing(f"no tasks under {root}", fix="run `kernelsmith extract --all` first")
+        return [(p.name, p) for p in sorted(root.iterdir()) if (p / "task.json").is_file()]
+    out = []
+    for op in ops:
+        path = root / op
+        if not (path / "task.json").is_file():
+            raise TaskMissing(f"no extracted task for {op} at {path}", fix=f"run `kernelsmith extract --ops {op}`")
+        out.append((op, path))
+    return out
+
+
+def bench_op(task_dir: pathlib.Path, task: Any, config: Config, *, dtypes: Sequence[str] | None, compile_: bool) -> OpBench:
+    from optimize.harness.evaluate import _workdir, build_units, plan_cases, run_request
+    from optimize.harness.protocol import WorkerRequest
+
+    result = OpBench(op_id=task.op_id)
+    plan = plan_cases(task, held_out=0, timing_dtypes=dtypes, profile=True)
+    report, libs = build_units(task_dir, task, plan.units, config=config)
+    if not report.ok:
+        result.error = f"baseline does not build: {report.stderr.strip()[-300:]}"
+        return result
+    request = WorkerRequest(
+        mode="bench", op_id=task.op_id, contract=task.contract, baseline_libraries=libs, timings=plan.timings,
+        harness=config.harness, device_cache_dir=str(config.cache / "device"),
+        torch_eager=task.contract.reference is not None, torch_compile=compile_ and task.contract.reference is not None,
+    )  # fmt: skip
+    timeout = max(config.harness.worker_timeout_s, BENCH_WORKER_TIMEOUT_S)
+    bench_config = config.model_copy(update={"harness": config.harness.model_copy(update={"worker_timeout_s": timeout})})
+    run = run_request(request, bench_config, _workdir(config, task.op_id, "bench"))
+    if run.result is None:
+        result.error = f"{run.summary}: {run.stderr_tail.strip()[-300:]}"
+        return result
+    result.device = run.result.device
+    result.rows = list(run.result.timings)
+    if task.contract.reference is None:
+        result.notes.append("no PyTorch reference named in the contract: eager/compile not timed")
+    for t in run.result.timings:
+        result.notes += [f"{t.label} {t.dtype}: {n}" for n in t.notes]
+    return result
+
+
+def health(task_dir: pathlib.Path, config: Config) -> Health:
+    """Does the task's baseline build, run and pass the harness's checks on its own?"""
+    from extract.tasks import load_task
+    from optimize.harness.evaluate import _workdir, build_units, plan_cases, run_request
+    from optimize.harness.protocol import WorkerRequest
+
+    row = Health(op_id=task_dir.name)
+    try:
+        task = load_task(task_dir)
+    except Exception as err:  # noqa: BLE001 - every failure is one table row
+        row.reason = f"task does not load: {err}"
+        return row
+    row.op_id = task.op_id
+    row.unresolved = list(task.contract.unresolved)
+    try:
+        smallest = min(task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1)) if task.shapes else None
+        plan = plan_cases(
+            task, shapes=[smallest] if smallest else [], held_out=HEALTH_HELD_OUT,
+            rng=random.Random(int.from_bytes(os.urandom(8), "little")), profile=False,
+        )  # fmt: skip
+    except Exception as err:  # noqa: BLE001
+        row.reason = f"no test cases can be planned from the contract: {err}"
+        return row
+    if not plan.checks:
+        row.reason = "the task has no catalog shapes to test"
+        return row
+    try:
+        report, libs = build_units(task_dir, task, plan.units, config=config)
+    except Exception as err:  # noqa: BLE001
+        row.built, row.reason = False, f"build error: {err}"
+        return row
+    row.built = report.ok
+    if not report.ok:
+        row.reason = f"nvcc: {_first_error(report.stderr)}"
+        return row
+    request = WorkerRequest(
+        mode="evaluate", op_id=task.op_id, contract=task.contract, baseline_libraries=libs, checks=plan.checks,
+        harness=config.harness, device_cache_dir=str(config.cache / "device"), stop_at_first_failure=True,
+    )  # fmt: skip
+    try:
+        run = run_request(request, config, _workdir(config, task.op_id, "health"))
+    except Exception as err:  # noqa: BLE001 - a harness/contract error is this task's reason
+        row.ran, row.reason = False, f"{type(err).__name__}: {str(err).splitlines()[0]}"
+        return row
+    if run.result is None:
+        row.ran, row.reason = False, f"{run.summary}: {run.stderr_tail.strip().splitlines()[-1] if run.stderr_tail.strip() else ''}"
+        return row
+    res = run.result
+    row.checks = sum(1 for c in res.checks if c.status == "pass")
+    if res.status == "baseline_failed":
+        row.ran, row.passed, row.reason = False, False, res.detail
+    elif res.status == "crashed":
+        row.ran, row.passed, row.reason = False, False, res.detail
+    else:
+        row.ran = True
+        row.passed = res.status == "ok"
+        row.reason = res.detail if res.status != "ok" else ""
+        skipped = [c for c in res.checks if c.status == "skipped"]
+        if skipped and not row.reason:
+            row.reason = f"{len(skipped)} held-out case(s) skipped: {skipped[0].reason}"
+    return row
+
+
+def _first_error(stderr: str) -> str:
+    for line in stderr.splitlines():
+        if "error" in line.lower():
+            return line.strip()[:300]
+    return stderr.strip()[-300:]
+
+
+def _store(config: Config, command: str, results: Sequence[OpBench], sglang: str) -> None:
+    from pipeline.store import Measurement, ResultsStore, Row, now_iso
+
+    rows = []
+    device = None
+    for op in results:
+        device = device or op.device
+        for t in op.rows:
+            gbps = t.bytes / (t.baseline_us * 1e3) if t.baseline_us else None
+            rows.append(Row(op_id=op.op_id, dtype=t.dtype, shape=t.label, time_us=t.baseline_us, spread_pct=t.baseline_spread_pct, gbps=gbps))
+            if t.eager_us is not None:
+                rows.append(Row(op_id=op.op_id, dtype=t.dtype, shape=t.label, variant="torch_eager", time_us=t.eager_us))
+            if t.compile_us is not None:
+                rows.append(Row(op_id=op.op_id, dtype=t.dtype, shape=t.label, variant="torch_compile", time_us=t.compile_us))
+    if rows and device is not None:
+        ResultsStore(config.work).add(
+            Measurement(device=device.name, taken_at=now_iso(), command=command, sglang=sglang, rows=rows)
+        )
+
+
+def main(args: Any, config: Config) -> int:
+    """Entry point of ``kernelsmith bench`` (see the module doc). Exit 1 when any op was not measured."""
+    from extract.tasks import load_task
+
+    command = canonical_command(args)
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    output = pathlib.Path(getattr(args, "output", None) or "BENCHMARKS.md")
+    start = time.monotonic()
+    if getattr(args, "all", False):
+        rows = []
+        for op, path in _task_dirs(config, None):
+            print(f"bench --all: {op} ...", flush=True)
+            row = health(path, config)
+            print(f"  built={row.built} ran={row.ran} passed={row.passed} {row.reason[:160]}", flush=True)
+            rows.append(row)
+        device = _device_name(config)
+        section = health_section(command, rows, when, device)
+        failed = any(not r.passed for r in rows)
+    else:
+        ops = list(getattr(args, "ops", None) or DEFAULT_OPS)
+        results = []
+        sglang = config.sglang.version
+        for op, path in _task_dirs(config, ops):
+            task = load_task(path)
+            sglang = task.source.version or task.source.commit or sglang
+            print(f"bench: {op} ...", flush=True)
+            result = bench_op(
+                path, task, config, dtypes=getattr(args, "dtypes", None), compile_=not getattr(args, "no_torch_compile", False)
+            )  # fmt: skip
+            print(f"  {len(result.rows)} shapes{': ' + result.error if result.error else ''}", flush=True)
+            results.append(result)
+        env = f"Wall time of the bench run: {time.monotonic() - start:.0f} s."
+        section = timing_section(command, results, when, env)
+        _store(config, command, results, sglang)
+        failed = any(r.error for r in results)
+    text = output.read_text(encoding="utf-8") if output.exists() else "# Benchmarks\n"
+    output.write_text(upsert_section(text, command, section), encoding="utf-8")
+    print(section)
+    print(f"wrote {output} (section for `{command}`)")
+    return 1 if failed else 0
+
+
+def _device_name(config: Config) -> str:
+    from optimize.harness import roofline
+
+    cache = config.cache / "device"
+    for path in sorted(cache.glob("*.json")) if cache.is_dir() else []:
+        info = roofline.load_cached(cache, path.stem)
+        if info is not None:
+            return info.name
+    return "GPU (name not recorded)"

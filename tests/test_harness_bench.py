@@ -1,0 +1,78 @@
+"""BENCHMARKS.md sections and tables (optimize.harness.bench), no GPU."""
+
+from __future__ import annotations
+
+import argparse
+
+from optimize.harness import bench
+from optimize.harness.protocol import DeviceInfo, TimingResult
+
+DEVICE = DeviceInfo(
+    name="NVIDIA H200", sm_count=132, l2_bytes=60 << 20, copy_gbps=4268.7, copy_spread_pct=0.3, min_kernel_us=2.1,
+    torch="2.11.0", cuda="13.0", measured_at="2026-11-29T00:00:00+00:00",
+)  # fmt: skip
+
+EXISTING = """# Benchmarks
+
+Intro text.
+
+## Device probe — 2026-11-29, NVIDIA H200
+
+| what | figure |
+| --- | --- |
+| copy | 4268.7 GB/s |
+"""
+
+
+def test_upsert_appends_then_replaces_only_its_own_section():
+    first = bench.upsert_section(EXISTING, "kernelsmith bench --ops a", "## Baselines — day 1\n\n| x |\n")
+    assert first.startswith(EXISTING)
+    assert "<!-- kernelsmith-bench: kernelsmith bench --ops a -->\n## Baselines — day 1" in first
+    second = bench.upsert_section(first, "kernelsmith bench --all", "## Baseline health — day 1\n\nrows\n")
+    third = bench.upsert_section(second, "kernelsmith bench --ops a", "## Baselines — day 2\n\n| y |\n")
+    assert "day 1\n\n| x |" not in third and "## Baselines — day 2\n\n| y |" in third
+    assert "## Baseline health — day 1\n\nrows" in third  # the other command's section is kept
+    assert third.startswith(EXISTING)
+    assert third.count("<!-- kernelsmith-bench:") == 2
+    assert bench.upsert_section(third, "kernelsmith bench --ops a", "## Baselines — day 2\n\n| y |\n") == third
+
+
+def test_section_ends_at_the_next_foreign_heading():
+    text = bench.upsert_section("# B\n", "cmd", "## Mine\n\nold\n") + "\n## Hand-written notes\n\nkeep me\n"
+    out = bench.upsert_section(text, "cmd", "## Mine\n\nnew\n")
+    assert "new" in out and "old" not in out and "## Hand-written notes\n\nkeep me" in out
+
+
+def test_canonical_command():
+    args = argparse.Namespace(ops=["a.b", "c.d"], all=False, no_torch_compile=True, output="BENCHMARKS.md")
+    assert bench.canonical_command(args) == "kernelsmith bench --ops a.b c.d --no-torch-compile"
+    assert bench.canonical_command(argparse.Namespace(ops=None, all=True, output="X.md")) == "kernelsmith bench --all --output X.md"
+
+
+def test_timing_section_has_header_and_raw_rows():
+    row = TimingResult(
+        label="Llama-3.1-8B[hidden_size=14336,num_tokens=8192]", sizes={"num_tokens": 8192, "hidden_size": 14336},
+        dtype="bf16", bytes=8192 * 14336 * 6, calls_per_graph=20, buffer_sets=1, repeats=15, baseline_us=161.9,
+        baseline_spread_pct=0.4, eager_us=420.0, compile_us=170.2,
+    )  # fmt: skip
+    ok = bench.OpBench(op_id="activation.silu_and_mul", rows=[row], device=DEVICE)
+    broken = bench.OpBench(op_id="layernorm.rmsnorm", error="baseline does not build: nvcc error")
+    text = bench.timing_section("kernelsmith bench", [ok, broken], "2026-11-29", "Wall 10 s.")
+    assert text.startswith("## Baselines — 2026-11-29, NVIDIA H200")
+    assert "Command: `kernelsmith bench`" in text and "copy bandwidth 4269 GB/s" in text
+    line = next(x for x in text.splitlines() if x.startswith("| activation.silu_and_mul"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[:4] == ["activation.silu_and_mul", "bf16", row.label, "161.90"]
+    assert cells[5] == f"{row.bytes / 161.9e3:.0f}" and cells[8:] == ["420.00", "170.20"]
+    assert "| layernorm.rmsnorm | — | — | not measured: baseline does not build: nvcc error" in text
+
+
+def test_health_section_counts_and_reasons():
+    rows = [
+        bench.Health(op_id="a", built=True, ran=True, passed=True, checks=6),
+        bench.Health(op_id="b", built=False, reason="nvcc: error: x | y", unresolved=["index range of ids"]),
+    ]
+    text = bench.health_section("kernelsmith bench --all", rows, "2026-11-29", "NVIDIA H200")
+    assert "2 tasks: 1 baselines build, 1 run, 1 pass" in text
+    assert "| b | no | — | — | 0 | nvcc: error: x \\| y |" in text
+    assert "- b: index range of ids" in text

@@ -1,0 +1,179 @@
+"""Case planning and the worker-result -> Evaluation mapping (optimize.harness.evaluate), no GPU."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from optimize.harness import evaluate as ev
+from optimize.harness.errors import BaselineError
+from optimize.harness.isolate import WorkerRun
+from optimize.harness.protocol import CheckResult, DeviceInfo, TimingResult, WorkerResult
+from pipeline.config import Config
+from pipeline.records import (
+    ArgSpec, BuildRecipe, BuildReport, Contract, Instantiation, Outcome, ScalarSpec, ShapeCase, SourceInfo, Span, Task,
+    TensorSpec,
+)  # fmt: skip
+
+
+def t(name, shape, role, strides=None):
+    return ArgSpec(kind="tensor", tensor=TensorSpec(name=name, shape=shape, dtype="T", role=role, strides=strides))
+
+
+def make_task(contract, shapes, insts, op="layernorm.rmsnorm"):
+    return Task(
+        op_id=op, module="m.py", public_functions=["f"], entry_points=[contract.entry],
+        source=SourceInfo(kind="wheel", root="/x"), files=[], instantiations=insts,
+        build=BuildRecipe(cuda_files=["a.cuh"], include_dirs=[], cuda_cflags=[]),
+        editable=[Span(file="a.cuh", start_byte=0, end_byte=1, name="k", kind="kernel")],
+        contract=contract, shapes=shapes,
+    )  # fmt: skip
+
+
+RMS = Contract(
+    entry="rmsnorm",
+    args=[t("input", ["num_tokens", "hidden_size"], "input", ["input_stride", 1]), t("weight", ["hidden_size"], "input"),
+          t("output", ["num_tokens", "hidden_size"], "output", ["output_stride", 1]),
+          ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6))],
+    symbols=["num_tokens", "hidden_size", "input_stride", "output_stride"],
+    allowed_values={"hidden_size": [128, 512, 1024, 4096]}, reference="rmsnorm",
+)  # fmt: skip
+
+
+def rms_inst(dtype, width):
+    spelled = {"bf16": "bf16_t", "fp16": "fp16_t"}[dtype]
+    return Instantiation(
+        dtype=dtype, module_args=["rmsnorm", str(width), "true", spelled], template_args=[str(width), "true", spelled],
+        wrappers=[("rmsnorm", f"K<{width}, true, {spelled}>::run")],
+    )  # fmt: skip
+
+
+def rms_task():
+    insts = [rms_inst(d, w) for w in (4096, 128, 512) for d in ("bf16", "fp16")]
+    shapes = [ShapeCase(model="M", tokens=n, sizes={"num_tokens": n, "hidden_size": w}) for n in (1, 64) for w in (4096, 128)]
+    return make_task(RMS, shapes, insts)
+
+
+def test_plan_checks_every_catalog_shape_in_every_dtype_and_held_out_first():
+    task = rms_task()
+    plan = ev.plan_cases(task, held_out=4, rng=random.Random(3))
+    held = [c for c in plan.checks if c.held_out]
+    catalog = [c for c in plan.checks if not c.held_out]
+    assert len(held) == 4 * 2 and len(catalog) == 4 * 2
+    assert plan.checks[: len(held)] == held  # held-out cases run first
+    assert {(c.label, c.dtype) for c in catalog} == {(s.label, d) for s in task.shapes for d in ("bf16", "fp16")}
+    assert all(c.distribution == "normal" and c.layout == "contiguous" for c in catalog)
+    assert {c.distribution for c in held} == {"normal", "uniform", "edge"}
+    assert {c.layout for c in held} == {"contiguous", "strided"}
+    assert len({c.seed for c in plan.checks}) == len(plan.checks)
+    assert all(c.export == f"rmsnorm__{c.dtype}" for c in plan.checks)
+
+
+def test_plan_units_are_canonical_whatever_the_draw():
+    task = rms_task()
+    canon = ev.canonical_units(task)
+    assert [[i.dtype for i in unit] for unit in canon] == [["bf16", "fp16"]] * 3
+    for seed in range(5):
+        plan = ev.plan_cases(task, held_out=3, rng=random.Random(seed))
+        assert all(unit in canon for unit in plan.units)
+        for case in plan.checks:  # each case's unit holds the instantiation for its width and dtype
+            unit = plan.units[case.unit]
+            (inst,) = [i for i in unit if i.dtype == case.dtype]
+            assert inst.template_args[0] == str(case.sizes["hidden_size"])
+
+
+def test_plan_times_bf16_catalog_only_by_default():
+    plan = ev.plan_cases(rms_task(), held_out=0)
+    assert [(c.label, c.dtype) for c in plan.timings] == [(s.label, "bf16") for s in rms_task().shapes]
+    assert ev.plan_cases(rms_task(), held_out=0, profile=False).timings == []
+    both = ev.plan_cases(rms_task(), held_out=0, timing_dtypes=["fp16", "bf16"])
+    assert len(both.timings) == 8
+
+
+def test_plan_refuses_a_task_without_the_entry():
+    task = make_task(RMS.model_copy(update={"entry": "other"}), [], [rms_inst("bf16", 128)])
+    with pytest.raises(Exception, match="no instantiation exports"):
+        ev.plan_cases(task)
+
+
+# ---------------------------------------------------------------------------- results -> Evaluation
+
+DEVICE = DeviceInfo(
+    name="NVIDIA H200", sm_count=132, l2_bytes=60 << 20, copy_gbps=4000.0, copy_spread_pct=0.4, min_kernel_us=2.0,
+    torch="2.11", cuda="13.0", measured_at="now",
+)  # fmt: skip
+CONFIG = Config()
+BUILD = BuildReport(ok=True, key="k", seconds=1.0)
+
+
+def check(status="pass", held_out=False, **kw):
+    return CheckResult(
+        label="L", sizes={"num_tokens": 1}, dtype="bf16", distribution="normal", layout="contiguous",
+        held_out=held_out, status=status, **kw,
+    )  # fmt: skip
+
+
+def timing(base, cand, spread=0.5):
+    return TimingResult(
+        label="L", sizes={"num_tokens": 8192}, dtype="bf16", bytes=4_000_000, calls_per_graph=20, buffer_sets=1,
+        repeats=15, baseline_us=base, baseline_spread_pct=spread, candidate_us=cand, candidate_spread_pct=spread,
+    )  # fmt: skip
+
+
+def run_of(result=None, status="finished", code=0):
+    return WorkerRun(status=status, returncode=code, seconds=5.0, stderr_tail="tail text", result=result)
+
+
+def test_timeout_and_crash_keep_the_stderr_tail():
+    e = ev.to_evaluation("op", "c1", run_of(status="timeout", code=None), build=BUILD, build_s=1.0, config=CONFIG)
+    assert e.outcome == Outcome.timeout and "tail text" in e.detail and "deadline" in e.detail
+    e = ev.to_evaluation("op", "c1", run_of(status="crashed", code=-11), build=BUILD, build_s=1.0, config=CONFIG)
+    assert e.outcome == Outcome.crashed and "SIGSEGV" in e.detail
+
+
+def test_incorrect_and_crashed_results_pass_the_reason_through():
+    result = WorkerResult(status="incorrect", detail="out[3, 1] was never written", checks=[check(), check("fail")])
+    e = ev.to_evaluation("op", "c1", run_of(result), build=BUILD, build_s=1.0, config=CONFIG)
+    assert e.outcome == Outcome.incorrect and e.detail == "out[3, 1] was never written"
+    assert e.checks_passed == 1 and e.checks_failed == 1
+    crashed = WorkerResult(status="crashed", detail="CUDA error: an illegal memory access")
+    assert ev.to_evaluation("op", "c", run_of(crashed), build=BUILD, build_s=0, config=CONFIG).outcome == Outcome.crashed
+
+
+def test_baseline_failure_is_raised_not_blamed_on_the_candidate():
+    result = WorkerResult(status="baseline_failed", detail="baseline rejects catalog shape")
+    with pytest.raises(BaselineError):
+        ev.to_evaluation("op", "c1", run_of(result), build=BUILD, build_s=1.0, config=CONFIG)
+
+
+def test_ok_result_becomes_shape_timings_with_speedups_and_verdict():
+    result = WorkerResult(
+        status="ok", checks=[check(bitwise_equal=True, max_abs_err=0.0), check(held_out=True, bitwise_equal=True)],
+        timings=[timing(100.0, 80.0), timing(10.0, 8.0)], device=DEVICE, seconds={"test": 2.0, "profile": 1.5},
+    )  # fmt: skip
+    e = ev.to_evaluation("op", "c1", run_of(result), build=BUILD, build_s=1.0, config=CONFIG)
+    assert e.outcome == Outcome.ok and e.bitwise_equal is True and e.max_abs_err == 0.0
+    assert [x.speedup for x in e.timings] == [pytest.approx(1.25), pytest.approx(1.25)]
+    assert e.timings[0].time_us == 80.0 and e.timings[0].baseline_us == 100.0
+    assert "faster" in e.detail and "1 catalog, 1 held-out" in e.detail
+    assert e.seconds["test"] == 2.0 and e.seconds["profile"] == 1.5 and e.seconds["build"] == 1.0
+    assert e.seconds["worker_overhead"] == pytest.approx(1.5)
+
+
+def test_slower_beyond_noise_is_slower_and_within_noise_is_no_change():
+    slow = WorkerResult(status="ok", checks=[check()], timings=[timing(100.0, 110.0)], device=DEVICE)
+    e = ev.to_evaluation("op", "c", run_of(slow), build=BUILD, build_s=0, config=CONFIG)
+    assert e.outcome == Outcome.slower and "slower" in e.detail
+    same = WorkerResult(status="ok", checks=[check()], timings=[timing(100.0, 101.0)], device=DEVICE)
+    e = ev.to_evaluation("op", "c", run_of(same), build=BUILD, build_s=0, config=CONFIG)
+    assert e.outcome == Outcome.ok and "no change" in e.detail
+    noisy = WorkerResult(status="ok", checks=[check()], timings=[timing(100.0, 104.0, spread=6.0)], device=DEVICE)
+    e = ev.to_evaluation("op", "c", run_of(noisy), build=BUILD, build_s=0, config=CONFIG)
+    assert e.outcome == Outcome.ok and "no change" in e.detail  # inside its own 6% spread
+
+
+def test_baseline_alone_reports_its_own_times():
+    result = WorkerResult(status="ok", checks=[check()], timings=[timing(50.0, None)], device=DEVICE)
+    e = ev.to_evaluation("op", "baseline", run_of(result), build=BUILD, build_s=0, config=CONFIG, candidate_given=False)
+    assert e.outcome == Outcome.ok and e.timings[0].time_us == 50.0 and e.timings[0].speedup is None

@@ -1,0 +1,285 @@
+"""Argument planning and shape drawing (optimize.harness.inputs), pure Python."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from optimize.harness import inputs
+from optimize.harness.errors import ContractError
+from pipeline.records import ArgSpec, Contract, Instantiation, ScalarSpec, ShapeCase, TensorSpec
+
+
+def tensor(name, shape, role, dtype="T", strides=None, value_range=None):
+    return ArgSpec(
+        kind="tensor",
+        tensor=TensorSpec(name=name, shape=shape, dtype=dtype, role=role, strides=strides, value_range=value_range),
+    )
+
+
+def scalar(name, type_, value):
+    return ArgSpec(kind="scalar", scalar=ScalarSpec(name=name, type=type_, value=value))
+
+
+def silu_contract(**kw):
+    return Contract(
+        entry="run_activation",
+        args=[
+            tensor("input", ["num_tokens", "2*hidden_size"], "input"),
+            tensor("out", ["num_tokens", "hidden_size"], "output"),
+            scalar("type", "str", "silu"),
+        ],
+        symbols=["num_tokens", "hidden_size"],
+        divisibility={"hidden_size": 8},
+        reference="silu_and_mul",
+        **kw,
+    )
+
+
+def rmsnorm_contract():
+    return Contract(
+        entry="rmsnorm",
+        args=[
+            tensor("input", ["num_tokens", "hidden_size"], "input", strides=["input_stride", 1]),
+            tensor("weight", ["hidden_size"], "input"),
+            tensor("output", ["num_tokens", "hidden_size"], "output", strides=["output_stride", 1]),
+            scalar("eps", "float", 1e-6),
+        ],
+        symbols=["num_tokens", "hidden_size", "input_stride", "output_stride"],
+        allowed_values={"hidden_size": [64, 128, 256, 512, 768, 1024, 4096]},
+    )
+
+
+def shape(tokens, hidden, model="M", token_sym="num_tokens"):
+    return ShapeCase(model=model, tokens=tokens, sizes={token_sym: tokens, "hidden_size": hidden})
+
+
+def inst(dtype, *template, export="rmsnorm"):
+    return Instantiation(dtype=dtype, module_args=[], template_args=list(template), wrappers=[(export, "E")])
+
+
+# ---------------------------------------------------------------------------- expressions
+
+
+def test_eval_expr_arithmetic_over_sizes():
+    sizes = {"hidden_size": 4096, "num_tokens": 7}
+    assert inputs.eval_expr("2*hidden_size", sizes) == 8192
+    assert inputs.eval_expr("hidden_size // 8 + num_tokens - 1", sizes) == 518
+    assert inputs.eval_expr(16, sizes) == 16
+    assert inputs.eval_expr("-3", sizes) == -3
+    assert inputs.expr_symbols("2*hidden_size + num_tokens") == {"hidden_size", "num_tokens"}
+
+
+def test_eval_expr_refuses_unknown_symbols_inexact_division_and_calls():
+    with pytest.raises(ContractError, match="'width'.*no value"):
+        inputs.eval_expr("width * 2", {"hidden_size": 1})
+    with pytest.raises(ContractError, match="inexactly"):
+        inputs.eval_expr("hidden_size / 3", {"hidden_size": 8})
+    with pytest.raises(ContractError, match="Call"):
+        inputs.eval_expr("max(hidden_size, 2)", {"hidden_size": 8})
+
+
+# ---------------------------------------------------------------------------- symbols
+
+
+def test_shape_and_free_stride_symbols():
+    c = rmsnorm_contract()
+    assert inputs.shape_symbols(c) == {"num_tokens", "hidden_size"}
+    assert inputs.free_stride_symbols(c) == {"input_stride", "output_stride"}
+    assert inputs.layouts_for(c) == ["contiguous", "strided"]
+    assert inputs.layouts_for(silu_contract()) == ["contiguous"]
+
+
+def test_token_symbol_from_catalog_and_by_name():
+    c = silu_contract()
+    assert inputs.token_symbol(c, [shape(8, 4096), shape(64, 1024)]) == "num_tokens"
+    # MoE rows (tokens * top_k) do not equal case.tokens: the name decides
+    moe = ShapeCase(model="M", tokens=8, sizes={"num_tokens": 64, "hidden_size": 1536})
+    assert inputs.token_symbol(c, [moe]) == "num_tokens"
+
+
+def test_resolve_sizes_fills_tokens_and_reports_missing_symbols():
+    c = silu_contract()
+    case = ShapeCase(model="M", tokens=5, sizes={"hidden_size": 64})
+    assert inputs.resolve_sizes(c, case) == {"hidden_size": 64, "num_tokens": 5}
+    bad = ShapeCase(model="M", tokens=5, sizes={"num_tokens": 5})
+    with pytest.raises(ContractError, match="hidden_size"):
+        inputs.resolve_sizes(c, bad)
+
+
+def test_derived_symbols_found_from_catalog_ratios():
+    c = Contract(
+        entry="e",
+        args=[tensor("a", ["n", "d_in"], "input"), tensor("b", ["n", "d_out"], "output")],
+        symbols=["n", "d_in", "d_out"],
+    )
+    catalog = [
+        ShapeCase(model="M", tokens=4, sizes={"n": 4, "d_in": 2048, "d_out": 1024}),
+        ShapeCase(model="M", tokens=8, sizes={"n": 8, "d_in": 512, "d_out": 256}),
+    ]
+    assert inputs.derived_symbols(c, catalog, "n") == {"d_in": ("d_out", 2)}
+    drawn = inputs.draw_held_out(c, catalog, 5, random.Random(3))
+    assert all(s.sizes["d_in"] == 2 * s.sizes["d_out"] for s in drawn)
+
+
+def test_accepted_limits():
+    c = Contract(
+        entry="e", args=[], symbols=["h"], divisibility={"h": 8}, max_values={"h": 8192}, allowed_values={}
+    )
+    assert inputs.accepted(c, "h", 8192)
+    assert not inputs.accepted(c, "h", 8200)
+    assert not inputs.accepted(c, "h", 12)
+    assert not inputs.accepted(c, "h", 0)
+
+
+# ---------------------------------------------------------------------------- held-out shapes
+
+
+def test_held_out_starts_at_one_token_then_odd_counts_and_valid_widths():
+    c = silu_contract(max_values={"hidden_size": 20000})
+    catalog = [shape(t, h) for t in (1, 8, 4096) for h in (14336, 1536)]
+    drawn = inputs.draw_held_out(c, catalog, 8, random.Random(11))
+    assert len(drawn) == 8
+    assert drawn[0].sizes["num_tokens"] == 1
+    assert all(s.sizes["num_tokens"] % 2 == 1 and s.sizes["num_tokens"] >= 3 for s in drawn[1:])
+    assert all(s.sizes["hidden_size"] % 8 == 0 and 8 <= s.sizes["hidden_size"] <= 20000 for s in drawn)
+    assert all(s.model == "held-out" and s.tokens == s.sizes["num_tokens"] for s in drawn)
+
+
+def test_held_out_draws_differ_between_seeds_and_repeat_for_one_seed():
+    c = silu_contract()
+    catalog = [shape(8, 14336), shape(64, 4096)]
+    one = [s.sizes for s in inputs.draw_held_out(c, catalog, 6, random.Random(1))]
+    same = [s.sizes for s in inputs.draw_held_out(c, catalog, 6, random.Random(1))]
+    other = [s.sizes for s in inputs.draw_held_out(c, catalog, 6, random.Random(2))]
+    assert one == same and one != other
+
+
+def test_held_out_cycles_through_every_allowed_width():
+    c = rmsnorm_contract()
+    catalog = [shape(8, 4096), shape(8, 128)]
+    widths = {s.sizes["hidden_size"] for s in inputs.draw_held_out(c, catalog, 7, random.Random(4))}
+    assert widths == set(c.allowed_values["hidden_size"])
+
+
+def test_held_out_widths_limited_to_instantiated_ones_when_template_bound():
+    c = rmsnorm_contract()
+    catalog = [shape(8, 4096), shape(8, 128)]
+    insts = [inst(d, w, "true", f"{d}_t") for d in ("bf16", "fp16") for w in ("4096", "128", "512")]
+    insts.append(inst("bf16", "768", "true", "bf16_t"))  # only bf16 has 768: not drawn for both dtypes
+    drawn = inputs.draw_held_out(c, catalog, 9, random.Random(5), instantiations=insts)
+    assert {s.sizes["hidden_size"] for s in drawn} == {4096, 128, 512}
+
+
+def test_held_out_keeps_tensors_bounded():
+    c = silu_contract()
+    catalog = [shape(8, 1 << 15)]
+    drawn = inputs.draw_held_out(c, catalog, 6, random.Random(9))
+    for s in drawn:
+        assert s.sizes["num_tokens"] * 2 * s.sizes["hidden_size"] <= inputs.MAX_HELD_OUT_ELEMENTS or s.sizes["num_tokens"] == 1
+
+
+def test_held_out_empty_without_catalog_or_count():
+    assert inputs.draw_held_out(silu_contract(), [], 5, random.Random(0)) == []
+    assert inputs.draw_held_out(silu_contract(), [shape(8, 64)], 0, random.Random(0)) == []
+
+
+# ---------------------------------------------------------------------------- instantiations
+
+
+def test_select_instantiation_by_dtype_and_specialised_width():
+    c = rmsnorm_contract()
+    insts = [inst("bf16", "4096", "true", "bf16_t"), inst("bf16", "128", "true", "bf16_t"), inst("fp16", "4096", "true", "fp16_t")]
+    got = inputs.select_instantiation(c, insts, "bf16", {"num_tokens": 3, "hidden_size": 128})
+    assert got.template_args[0] == "128"
+    with pytest.raises(ContractError, match="no fp16 instantiation.*fits"):
+        inputs.select_instantiation(c, insts, "fp16", {"num_tokens": 3, "hidden_size": 128})
+    with pytest.raises(ContractError, match="no instantiation of rmsnorm for dtype fp32"):
+        inputs.select_instantiation(c, insts, "fp32", {"num_tokens": 3, "hidden_size": 128})
+
+
+def test_instantiations_without_the_entry_are_ignored():
+    c = rmsnorm_contract()
+    other = inst("bf16", "128", "true", "bf16_t", export="something_else")
+    assert inputs.instantiations_for(c, [other]) == []
+
+
+# ---------------------------------------------------------------------------- call plans
+
+
+def test_contiguous_plan_shapes_strides_guards_and_scalars():
+    plan = inputs.plan_call(silu_contract(), {"num_tokens": 3, "hidden_size": 16}, "bf16")
+    x, out, kind = plan.args
+    assert kind == "silu"
+    assert x.shape == (3, 32) and x.strides == (32, 1) and x.contiguous
+    assert out.shape == (3, 16) and out.role == "output" and out.dtype == "bf16"
+    guard = inputs.GUARD_BYTES // 2
+    assert x.offset == guard and x.storage_numel == guard + 3 * 32 + guard
+    assert x.nbytes == 3 * 32 * 2
+    assert [t.name for t in plan.tensors] == ["input", "out"]
+    assert plan.index("out") == 1
+
+
+def test_strided_layout_pads_free_row_strides_with_aligned_gaps():
+    c = rmsnorm_contract()
+    plan = inputs.plan_call(c, {"num_tokens": 5, "hidden_size": 128}, "fp16", "strided", random.Random(7))
+    x, w, out, eps = plan.args
+    assert eps == pytest.approx(1e-6)
+    for t in (x, out):
+        pad = t.strides[0] - 128
+        assert pad > 0 and (pad * 2) % inputs.STRIDE_PAD_BYTES == 0 and not t.contiguous
+        assert t.storage_numel == t.offset + (5 - 1) * t.strides[0] + 128 + t.offset
+    assert w.contiguous and w.strides == (1,)
+    assert set(plan.strides_chosen) == {"input_stride", "output_stride"}
+    contiguous = inputs.plan_call(c, {"num_tokens": 5, "hidden_size": 128}, "fp16", "contiguous")
+    assert all(t.contiguous for t in contiguous.tensors)
+
+
+def test_stride_expressions_of_sizes_are_evaluated_not_padded():
+    c = Contract(
+        entry="e",
+        args=[tensor("x", ["n", "d"], "inout", strides=["d", 1])],
+        symbols=["n", "d"],
+    )
+    plan = inputs.plan_call(c, {"n": 4, "d": 64}, "bf16", "strided", random.Random(0))
+    assert plan.tensors[0].strides == (64, 1)
+
+
+def test_concrete_dtypes_and_value_ranges():
+    c = Contract(
+        entry="e",
+        args=[
+            tensor("ids", ["n"], "input", dtype="int32", value_range=(-1, 7)),
+            tensor("scale", ["n"], "input", dtype="float32"),
+        ],
+        symbols=["n"],
+    )
+    plan = inputs.plan_call(c, {"n": 10}, "bf16")
+    ids, scale = plan.tensors
+    assert ids.dtype == "int32" and ids.value_range == (-1, 7) and not ids.is_float
+    assert scale.dtype == "fp32" and scale.itemsize == 4
+    bad = Contract(entry="e", args=[tensor("q", ["n"], "input", dtype="float8_e4m3fn")], symbols=["n"])
+    with pytest.raises(ContractError, match="float8_e4m3fn"):
+        inputs.plan_call(bad, {"n": 2}, "bf16")
+
+
+def test_scalar_without_value_is_a_contract_error():
+    c = Contract(entry="e", args=[scalar("eps", "float", None)], symbols=[])
+    with pytest.raises(ContractError, match="eps.*no value"):
+        inputs.plan_call(c, {}, "bf16")
+    flag = Contract(entry="e", args=[scalar("enable", "bool", None)], symbols=[])
+    assert inputs.plan_call(flag, {}, "bf16").args == (False,)
+
+
+def test_poison_bits_are_quiet_nans_with_payload_and_fit_the_width():
+    import struct
+
+    bf16 = inputs.POISON_BITS["bf16"]
+    as_float = struct.unpack(">f", struct.pack(">I", bf16 << 16))[0]
+    assert as_float != as_float  # NaN
+    assert bf16 & 0x0040 and bf16 != 0x7FC0 and bf16 != 0x7FFF  # quiet, not the canonical NaN a kernel makes
+    fp16 = inputs.POISON_BITS["fp16"]
+    assert (fp16 & 0x7C00) == 0x7C00 and fp16 & 0x0200 and fp16 != 0x7E00 and fp16 != 0x7FFF
+    assert inputs.poison_value("bf16") == bf16 and inputs.poison_value("uint8") == 0xA5
+    assert inputs.poison_value("fp32") == struct.unpack("<i", struct.pack("<I", inputs.POISON_BITS["fp32"]))[0]

@@ -1,0 +1,90 @@
+"""Process isolation (optimize.harness.isolate) with real child processes and stand-in workers."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+import time
+
+from optimize.harness import isolate
+from optimize.harness.protocol import WorkerRequest
+from pipeline.records import Contract
+
+REQUEST = WorkerRequest(
+    op_id="demo.op", contract=Contract(entry="e", args=[], symbols=[]), baseline_libraries=["/nonexistent.so"],
+    device_cache_dir="/tmp",
+)  # fmt: skip
+
+
+def stand_in(script: str) -> list[str]:
+    return [sys.executable, "-c", script]
+
+
+FINISH = """
+import sys
+from optimize.harness.protocol import WorkerRequest, WorkerResult
+from pipeline.records import write_record
+req = WorkerRequest.model_validate_json(open(sys.argv[1]).read())
+print("working on", req.op_id, file=sys.stderr)
+write_record(WorkerResult(status="ok", detail="saw " + req.op_id), sys.argv[2])
+"""
+
+
+def test_finished_worker_result_is_read_back(tmp_path):
+    run = isolate.run_worker(REQUEST, tmp_path, timeout_s=60, argv_prefix=stand_in(FINISH))
+    assert run.status == "finished" and run.returncode == 0
+    assert run.result is not None and run.result.detail == "saw demo.op"
+    assert "working on demo.op" in run.stderr_tail
+    assert (tmp_path / "request.json").is_file()
+
+
+def test_hanging_worker_and_its_children_are_killed_at_the_deadline(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    script = f"""
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+open({str(pid_file)!r}, "w").write(str(child.pid))
+print("about to hang", file=sys.stderr, flush=True)
+time.sleep(120)
+"""
+    start = time.monotonic()
+    run = isolate.run_worker(REQUEST, tmp_path, timeout_s=2.0, argv_prefix=stand_in(script))
+    assert run.status == "timeout" and run.result is None
+    assert time.monotonic() - start < 30
+    assert "about to hang" in run.stderr_tail and "deadline" in run.summary
+    child = int(pid_file.read_text())
+    for _ in range(50):  # the grandchild was in the same process group: gone (or a zombie) soon
+        status = pathlib.Path(f"/proc/{child}/status")
+        if not status.exists() or "\tZ" in status.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        raise AssertionError("the worker's child survived the timeout")
+
+
+def test_aborting_worker_is_a_crash_with_its_stderr(tmp_path):
+    script = "import os, sys\nprint('illegal memory access (simulated)', file=sys.stderr, flush=True)\nos.abort()"
+    run = isolate.run_worker(REQUEST, tmp_path, timeout_s=60, argv_prefix=stand_in(script))
+    assert run.status == "crashed" and run.returncode is not None and run.returncode < 0
+    assert "SIGABRT" in run.summary and "illegal memory access (simulated)" in run.stderr_tail
+
+
+def test_exit_without_result_and_unreadable_result_are_crashes(tmp_path):
+    run = isolate.run_worker(REQUEST, tmp_path / "a", timeout_s=60, argv_prefix=stand_in("pass"))
+    assert run.status == "crashed" and "without a result" in run.summary
+    script = "import sys\nopen(sys.argv[2], 'w').write('{not json')"
+    run = isolate.run_worker(REQUEST, tmp_path / "b", timeout_s=60, argv_prefix=stand_in(script))
+    assert run.status == "crashed" and "unreadable result file" in run.stderr_tail
+
+
+def test_stale_result_file_is_not_mistaken_for_a_new_one(tmp_path):
+    (tmp_path / "result.json").write_text("{}")
+    run = isolate.run_worker(REQUEST, tmp_path, timeout_s=60, argv_prefix=stand_in("pass"))
+    assert run.status == "crashed"
+
+
+def test_tail_keeps_the_end():
+    assert isolate.tail("x" * 10, 4) == "...xxxx"
+    assert isolate.tail("short", 40) == "short"

@@ -1,0 +1,91 @@
+"""Byte counting, floors and the device cache (optimize.harness.roofline), pure Python."""
+
+from __future__ import annotations
+
+import pytest
+
+from optimize.harness import inputs, roofline
+from optimize.harness.protocol import DeviceInfo
+from pipeline.records import ArgSpec, Contract, ScalarSpec, TensorSpec
+
+
+def t(name, shape, role, strides=None):
+    return ArgSpec(kind="tensor", tensor=TensorSpec(name=name, shape=shape, dtype="T", role=role, strides=strides))
+
+
+SILU = Contract(
+    entry="run_activation",
+    args=[t("input", ["num_tokens", "2*hidden_size"], "input"), t("out", ["num_tokens", "hidden_size"], "output"),
+          ArgSpec(kind="scalar", scalar=ScalarSpec(name="type", type="str", value="silu"))],
+    symbols=["num_tokens", "hidden_size"],
+)  # fmt: skip
+FUSED = Contract(
+    entry="fused_add_rmsnorm",
+    args=[t("input", ["num_tokens", "hidden_size"], "inout"), t("residual", ["num_tokens", "hidden_size"], "inout"),
+          t("weight", ["hidden_size"], "input"), ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6))],
+    symbols=["num_tokens", "hidden_size"],
+)  # fmt: skip
+RMS = Contract(
+    entry="rmsnorm",
+    args=[t("input", ["num_tokens", "hidden_size"], "input", strides=["input_stride", 1]), t("weight", ["hidden_size"], "input"),
+          t("output", ["num_tokens", "hidden_size"], "output", strides=["output_stride", 1]),
+          ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6))],
+    symbols=["num_tokens", "hidden_size", "input_stride", "output_stride"],
+)  # fmt: skip
+
+DEVICE = DeviceInfo(
+    name="NVIDIA H200", sm_count=132, l2_bytes=60 * 2**20, copy_gbps=4000.0, copy_spread_pct=0.5,
+    min_kernel_us=2.0, torch="2.11", cuda="13.0", measured_at="2026-01-01T00:00:00+00:00",
+)  # fmt: skip
+
+
+def test_silu_bytes_input_read_once_output_written_once():
+    plan = inputs.plan_call(SILU, {"num_tokens": 8192, "hidden_size": 14336}, "bf16")
+    assert roofline.contract_bytes(plan, SILU) == 8192 * 14336 * 2 * 2 + 8192 * 14336 * 2
+
+
+def test_fused_inout_counted_twice_weight_once():
+    plan = inputs.plan_call(FUSED, {"num_tokens": 8192, "hidden_size": 4096}, "fp16")
+    assert roofline.contract_bytes(plan, FUSED) == 2 * (2 * 8192 * 4096 * 2) + 4096 * 2
+
+
+def test_strided_layout_counts_logical_bytes_only():
+    import random
+
+    plan = inputs.plan_call(RMS, {"num_tokens": 7, "hidden_size": 256}, "bf16", "strided", random.Random(1))
+    assert roofline.contract_bytes(plan, RMS) == 7 * 256 * 2 * 2 + 256 * 2
+
+
+def test_extra_bytes_formulas_add_and_notes_do_not():
+    extra = SILU.model_copy(update={"extra_bytes": {"scales": "num_tokens * 4", "note": "reads a lookup table once"}})
+    plan = inputs.plan_call(extra, {"num_tokens": 10, "hidden_size": 8}, "bf16")
+    assert roofline.contract_bytes(plan, extra) == 10 * 16 * 2 + 10 * 8 * 2 + 40
+
+
+def test_floor_is_bandwidth_time_or_smallest_kernel():
+    assert roofline.floor_us(4_000_000_000, 4000.0, 2.0) == pytest.approx(1000.0)
+    assert roofline.floor_us(1000, 4000.0, 2.0) == 2.0
+
+
+def test_shape_timing_figures():
+    nbytes = 8192 * 14336 * 6
+    row = roofline.shape_timing(
+        label="L", sizes={"num_tokens": 8192}, dtype="bf16", time_us=200.0, spread_pct=1.234, nbytes=nbytes,
+        device=DEVICE, baseline_us=250.0,
+    )  # fmt: skip
+    assert row.gbps == pytest.approx(nbytes / 200e3, abs=0.01)  # rounded to 2 decimals
+    assert row.pct_of_copy_bw == pytest.approx(100 * row.gbps / 4000.0, rel=1e-3)
+    assert row.time_over_floor == pytest.approx(200.0 / (nbytes / 4e6), rel=1e-3)
+    assert row.speedup == pytest.approx(1.25) and row.baseline_us == 250.0
+    tiny = roofline.shape_timing(label="T", sizes={}, dtype="bf16", time_us=3.0, spread_pct=0, nbytes=100, device=DEVICE)
+    assert tiny.time_over_floor == pytest.approx(1.5) and tiny.speedup is None
+
+
+def test_device_cache_round_trip_and_safe_names(tmp_path):
+    path = roofline.cache_path(tmp_path, "NVIDIA H200 NVL/x")
+    assert path.name == "NVIDIA-H200-NVL-x.json"
+    assert roofline.load_cached(tmp_path, "NVIDIA H200") is None
+    roofline.save(DEVICE, tmp_path)
+    assert roofline.load_cached(tmp_path, "NVIDIA H200") == DEVICE
+    (tmp_path / "NVIDIA-H200.json").write_text("{not json")
+    assert roofline.load_cached(tmp_path, "NVIDIA H200") is None

@@ -1,0 +1,63 @@
+"""Timing statistics and the rotation plan (optimize.harness.timing), pure Python."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from optimize.harness import timing
+
+
+def test_percentile_interpolates_linearly():
+    values = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert timing.percentile(values, 50) == 3.0
+    assert timing.percentile(values, 0) == 1.0 and timing.percentile(values, 100) == 5.0
+    assert timing.percentile(values, 10) == pytest.approx(1.4)
+    assert timing.percentile([7.0], 90) == 7.0
+    with pytest.raises(ValueError):
+        timing.percentile([], 50)
+
+
+def test_spread_is_p90_minus_p10_over_median():
+    stats = timing.summarize([10.0] * 8 + [9.0, 11.0])
+    assert stats.median == 10.0 and stats.n == 10
+    assert stats.spread_pct == pytest.approx((stats.p90 - stats.p10) / 10.0 * 100)
+    assert timing.summarize([4.0, 4.0, 4.0]).spread_pct == 0.0
+
+
+def test_verdict_uses_the_threshold_both_ways():
+    assert timing.verdict(100.0, 90.0, 3.0) == "faster"
+    assert timing.verdict(100.0, 98.0, 3.0) == "no_change"
+    assert timing.verdict(100.0, 103.5, 3.0) == "slower"
+    assert timing.verdict(100.0, 103.5, 5.0) == "no_change"
+
+
+def test_threshold_is_the_largest_of_noise_and_spreads():
+    assert timing.threshold_pct(3.0, 1.0, 2.0) == 3.0
+    assert timing.threshold_pct(3.0, 4.5, 1.0) == 4.5
+    assert timing.threshold_pct(3.0, math.inf) == 3.0
+
+
+def test_geomean():
+    assert timing.geomean([2.0, 0.5]) == pytest.approx(1.0)
+    assert timing.geomean([1.1, 1.1, 1.1]) == pytest.approx(1.1)
+    assert math.isnan(timing.geomean([]))
+
+
+L2 = 60 * 2**20
+
+
+def test_buffer_sets_cover_three_times_l2():
+    for per_set in (86_016, 1 << 20, 7 << 20, 59 << 20):
+        sets = timing.buffer_sets(per_set, L2, 3.0)
+        assert sets * per_set >= 3 * L2
+        assert (sets - 1) * per_set < 3 * L2  # no more than needed
+    assert timing.buffer_sets(1 << 30, L2, 3.0) == 1
+    assert timing.buffer_sets(16, L2, 3.0) == timing.MAX_SETS
+    assert timing.buffer_sets(0, L2, 3.0) == 1
+
+
+def test_calls_per_graph_uses_every_set():
+    assert timing.calls_per_graph(20, 3) == 20
+    assert timing.calls_per_graph(20, 700) == 700

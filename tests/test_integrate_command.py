@@ -1,0 +1,85 @@
+"""integrate.command: the whole CPU part of `kernelsmith integrate` on the real wheel, GPU steps recorded as not run."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import time
+
+import pytest
+
+from integrate import sglang_runner
+from integrate.command import latest_run, main
+from integrate.errors import ConfigError, GitError
+from pipeline.cli import build_parser
+from pipeline.config import load_config
+from pipeline.records import Outcome
+from test_integrate_patch import ACT, OP, make_best, one_op_run, wheel_source  # noqa: F401 (fixtures)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(sglang_runner, "gpu_available", lambda: (False, "torch sees no CUDA device"))
+
+
+def _config(work: pathlib.Path):
+    return load_config(overrides={"work_dir": str(work), "sglang": {"cache_dir": str(ROOT / "work" / "cache")}}, environ={})
+
+
+def test_integrate_without_gpu_makes_the_patch_and_a_draft_pr(one_op_run, no_gpu, capsys):
+    work = one_op_run
+    code = main(build_parser().parse_args(["integrate", "--run", "r1"]), _config(work))
+    assert code == 0
+    out = work / "integrate" / "r1"
+    assert (out / "sglang.patch").read_bytes().startswith(b"diff --git a/sglang/" + ACT.encode())
+    report = json.loads((out / "report.json").read_text())
+    assert report["gpu"] is None and report["checks"] == [] and report["tests"] == [] and report["e2e"] is None
+    assert set(report["not_run"]) == {"correctness", "sglang tests", "e2e"}
+    assert "kernelsmith integrate --run r1" in report["not_run"]["correctness"]
+    pr = (out / "PR.md").read_text()
+    assert "**Status: DRAFT" in pr and "## Reproduce" in pr
+    err = capsys.readouterr().err
+    assert "no GPU here" in err and "PR: " in err and "(draft)" in err
+
+
+def test_skip_e2e_is_recorded(one_op_run, no_gpu):
+    work = one_op_run
+    assert main(build_parser().parse_args(["integrate", "--run", "r1", "--skip-e2e"]), _config(work)) == 0
+    report = json.loads((work / "integrate" / "r1" / "report.json").read_text())
+    assert report["not_run"]["e2e"] == "skipped with --skip-e2e"
+
+
+def test_git_branch_on_the_wheel_is_refused_after_the_pr_is_written(one_op_run, no_gpu):
+    work = one_op_run
+    with pytest.raises(GitError, match="needs an SGLang git checkout"):
+        main(build_parser().parse_args(["integrate", "--run", "r1", "--git-branch", "ks/x"]), _config(work))
+    assert (work / "integrate" / "r1" / "PR.md").is_file()
+
+
+def test_nothing_to_integrate_is_not_an_error(tmp_path, wheel_source, no_gpu, capsys):
+    from test_integrate_patch import act_span, edited_kernel, make_task
+
+    work = tmp_path / "work"
+    root = pathlib.Path(wheel_source.root)
+    make_task(work, wheel_source, OP, [act_span(root)])
+    make_best(work, "r9", OP, {"act_and_mul_kernel": edited_kernel(root)}, outcome=Outcome.slower)
+    assert main(build_parser().parse_args(["integrate", "--run", "r9"]), _config(work)) == 0
+    assert "nothing to integrate from run r9" in capsys.readouterr().err
+    assert not (work / "integrate" / "r9" / "sglang.patch").exists()
+
+
+def test_latest_run_is_the_newest_with_a_best_candidate(tmp_path):
+    runs = tmp_path / "runs"
+    with pytest.raises(ConfigError):
+        latest_run(runs)
+    for name, age in (("old", 100), ("new", 10), ("empty", 0)):
+        (runs / name / "op").mkdir(parents=True)
+        if name != "empty":
+            (runs / name / "op" / "best").mkdir()
+            (runs / name / "op" / "best" / "candidate.json").write_text("{}")
+        stamp = time.time() - age
+        os.utime(runs / name, (stamp, stamp))
+    assert latest_run(runs) == "new"

@@ -1,0 +1,228 @@
+"""integrate.pr: PR.md from records, its computed status, and --git-branch on a real git checkout."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from integrate.errors import GitError
+from integrate.patch import build_patch
+from integrate.pr import SECTIONS, commit_branch, render, status, title
+from integrate.records import (
+    CheckCase,
+    E2EResult,
+    IntegrateReport,
+    LayerTiming,
+    OneBatchResult,
+    OpChange,
+    OpCheck,
+    Patch,
+    SanitizerRun,
+    TestRun,
+)
+from pipeline.records import Evaluation, Outcome, ShapeTiming, SourceInfo, Span
+from test_integrate_patch import ACT, OP, act_span, edited_kernel, make_best, make_task
+
+
+def timings() -> list[ShapeTiming]:
+    return [
+        ShapeTiming(
+            label="Llama-3.1-8B[hidden_size=14336,num_tokens=1]", sizes={"num_tokens": 1, "hidden_size": 14336}, dtype="bf16",
+            time_us=2.61, spread_pct=1.2, gbps=65.9, pct_of_copy_bw=1.5, time_over_floor=1.31, baseline_us=3.05, speedup=1.1686,
+        ),
+        ShapeTiming(
+            label="Llama-3.1-8B[hidden_size=14336,num_tokens=4096]", sizes={"num_tokens": 4096, "hidden_size": 14336}, dtype="bf16",
+            time_us=131.4, spread_pct=0.8, gbps=2680.3, pct_of_copy_bw=62.3, time_over_floor=1.6, baseline_us=158.2, speedup=None,
+        ),
+    ]  # fmt: skip
+
+
+def fake_patch(tmp_path: pathlib.Path) -> Patch:
+    source = SourceInfo(kind="wheel", root=str(tmp_path / "sglang-0.5.23" / "sglang"), version="0.5.23", wheel="sglang-0.5.23-x.whl")
+    evaluation = Evaluation(op_id=OP, candidate="c1", outcome=Outcome.ok, checks_passed=40, checks_failed=0, bitwise_equal=False, max_abs_err=0.0078, timings=timings())
+    span = Span(file=ACT, start_byte=100, end_byte=900, name="act_and_mul_kernel", kind="kernel")
+    return Patch(
+        run="r1",
+        source=source,
+        layout="wheel",
+        prefix="sglang",
+        tree_root=str(tmp_path / "sglang-0.5.23"),
+        patch_file=str(tmp_path / "sglang.patch"),
+        patch_sha256="ab" * 32,
+        files=[
+            dict(path=ACT, diff_path=f"sglang/{ACT}", sha256_before="0" * 64, sha256_after="1" * 64, size_before=1000, size_after=1040, spans=[span], ops=[OP])
+        ],
+        ops=[OpChange(op_id=OP, candidate="c1" * 8, task_dir="work/tasks/x", spans=[span.name], files=[ACT], evaluation=evaluation, rationale="two rows per warp, 16-byte loads")],
+        skipped={"layernorm.rmsnorm": "the best candidate is the baseline: optimize found nothing faster"},
+        patched_tree=str(tmp_path / "tree"),
+        verified=["spans", "git apply", "patch -p1"],
+    )
+
+
+def full_report(tmp_path: pathlib.Path, *, failing: bool = False) -> IntegrateReport:
+    cases = [
+        CheckCase(
+            label=f"Llama-3.1-8B[hidden_size=14336,num_tokens={n}]", sizes={"num_tokens": n, "hidden_size": 14336}, rows=n, width=28672,
+            dtype=d, seed=7, status="fail" if failing and n == 8 else "pass", reason="out[3, 5] = 1.5, expected 1.25" if failing and n == 8 else "",
+            bitwise_equal=d != "fp32", max_abs_err=0.0 if d != "fp32" else 2.4e-7, rtol=2**-6, atol=1e-37, outputs=["out"], poisoned=True,
+        )
+        for n in (1, 8, 4096)
+        for d in ("bf16", "fp16", "fp32")
+    ]  # fmt: skip
+    check = OpCheck(
+        op_id=OP, function="sglang.kernels.ops.activation.silu_and_mul", ran=True, cases=cases,
+        passed=sum(c.status == "pass" for c in cases), failed=sum(c.status != "pass" for c in cases),
+        sanitizer=[SanitizerRun(tool="memcheck", ran=True, errors=0, cases=["Llama-3.1-8B[...] bf16"])],
+        command="python -m integrate.sglang_runner --run r1",
+    )  # fmt: skip
+    e2e = E2EResult(
+        ran=True, model="Llama-3.1-8B", layers=32, ops=["input_norm", "rope", "post_attention_norm", "silu_and_mul"],
+        rows=[
+            LayerTiming(phase="decode", tokens=1, baseline_us=10.0, patched_us=9.5, baseline_spread_pct=1.0, patched_spread_pct=1.1,
+                        change_pct=-5.0, baseline_tokens_per_s=3125.0, patched_tokens_per_s=3289.5),
+            LayerTiming(phase="prefill", tokens=4096, baseline_us=400.0, patched_us=380.0, baseline_spread_pct=0.5, patched_spread_pct=0.6,
+                        change_pct=-5.0, baseline_tokens_per_s=320000.0, patched_tokens_per_s=336842.1),
+        ],
+        assumption="non-GEMM time only", command="python -m integrate.e2e --run r1",
+        one_batch=OneBatchResult(ran=False, reason="the full SGLang runtime does not import here (No module named 'IPython')"),
+    )  # fmt: skip
+    tests = [TestRun(op_id=OP, ran=False, reason="the sources are the sglang 0.5.23 wheel, which has no test/registered/ folder")]
+    return IntegrateReport(run="r1", patch=fake_patch(tmp_path), gpu="NVIDIA H200", torch="2.11.0", checks=[check], tests=tests, e2e=e2e)
+
+
+def test_pr_has_every_section_and_the_figures(tmp_path):
+    text = render(full_report(tmp_path))
+    positions = [text.index(s) for s in SECTIONS]
+    assert positions == sorted(positions), "sections out of order"
+    assert text.startswith("# [Kernel] Faster JIT silu_and_mul on NVIDIA H200 (geomean 1.19x over 2 shapes)")
+    # per-shape table: baseline, new, % of bandwidth, time / floor, speedup computed when the record has none
+    assert "| shape | dtype | baseline µs | new µs | speedup | % of BW | time ÷ floor |" in text
+    assert "| Llama-3.1-8B[hidden_size=14336,num_tokens=1] | bf16 | 3.05 | 2.61 | 1.169x | 1.5 | 1.31 |" in text
+    assert "| 158.20 | 131.40 | 1.204x | 62.3 | 1.60 |" in text
+    # correctness: shapes, dtypes, tolerances, bitwise, sanitizer, optimize-stage validation
+    assert "| bf16 | 3 | 3 | 3 | 0 | 0.0156 | 1e-37 | yes |" in text
+    assert "| fp32 | 3 | 3 | 0 | 2.4e-07 |" in text
+    assert "compute-sanitizer `memcheck` on Llama-3.1-8B[...] bf16: 0 errors." in text
+    assert "40 checks passed, 0 failed" in text
+    assert "not run: the sources are the sglang 0.5.23 wheel" in text
+    # end-to-end with the assumption and the skipped adapter
+    assert "| decode | 1 | 10.00 (±1.0%) | 9.50 (±1.1%) | -5.0% | 3,125 → 3,290 |" in text
+    assert "Assumption: non-GEMM time only" in text
+    assert "`sglang.benchmark.one_batch`: not run: the full SGLang runtime does not import here" in text
+    # reproduce commands for each figure
+    for command in (
+        "kernelsmith optimize --ops activation.silu_and_mul --run r1",
+        "kernelsmith integrate --run r1",
+        "python -m integrate.sglang_runner --run r1",
+        "python -m integrate.e2e --run r1",
+        "git apply sglang.patch",
+    ):
+        assert command in text
+    # the skipped op is listed, and SGLang's tests not having run keeps the PR a draft
+    assert "`layernorm.rmsnorm`: the best candidate is the baseline" in text
+    state, reasons = status(full_report(tmp_path))
+    assert state == "ready" and reasons == []
+
+
+def test_status_is_computed_from_the_records(tmp_path):
+    failing = full_report(tmp_path, failing=True)
+    state, reasons = status(failing)
+    assert state == "failing" and "3 of 9 cases fail" in reasons[0]
+    text = render(failing)
+    assert "**Status: FAILING: do not submit.**" in text
+    assert "- **fail** Llama-3.1-8B[hidden_size=14336,num_tokens=8] bf16 (seed 7): out[3, 5] = 1.5, expected 1.25" in text
+
+    no_gpu = IntegrateReport(run="r1", patch=fake_patch(tmp_path), not_run={"correctness": "no GPU here (torch is not installed)"})
+    state, reasons = status(no_gpu)
+    assert state == "draft"
+    assert any("no GPU here" in r for r in reasons)
+    text = render(no_gpu)
+    assert "**Status: DRAFT" in text
+    for section in SECTIONS:
+        assert section in text
+    assert "Not checked through SGLang: no GPU here (torch is not installed)." in text
+    assert "## End-to-end\n\nNot run:" in text
+
+    bad_sanitizer = full_report(tmp_path)
+    check = bad_sanitizer.checks[0].model_copy(update={"sanitizer": [SanitizerRun(tool="memcheck", ran=True, errors=2)]})
+    assert status(bad_sanitizer.model_copy(update={"checks": [check]}))[0] == "failing"
+
+
+def test_title_without_timings(tmp_path):
+    report = IntegrateReport(run="r1", patch=fake_patch(tmp_path).model_copy(update={"ops": [OpChange(op_id=OP, candidate="c", task_dir="t", spans=[], files=[])]}))
+    assert title(report) == "[Kernel] Faster JIT silu_and_mul on H200"
+
+
+# --------------------------------------------------------------------------- git branch
+
+
+def _git(repo: pathlib.Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture
+def checkout(tmp_path, sglang_source):
+    """A git checkout laid out like sglang's (python/sglang/...) holding the real activation.cuh."""
+    from extract.sources import acquire
+
+    repo = tmp_path / "sglang"
+    pkg = repo / "python" / "sglang"
+    for rel in (ACT, "kernels/jit/include/sgl_kernel/utils.cuh"):
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pathlib.Path(sglang_source.root) / rel, pkg / rel)
+    (repo / "README.md").write_text("sglang\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=dev", "-c", "user.email=dev@example.com", "commit", "-qm", "base")
+    return acquire("0.5.23", tmp_path / "cache", str(repo))
+
+
+def test_git_branch_commits_the_patch_without_touching_the_checkout(tmp_path, checkout):
+    assert checkout.kind == "checkout"
+    work = tmp_path / "work"
+    root = pathlib.Path(checkout.root)
+    make_task(work, checkout, OP, [act_span(root)])
+    make_best(work, "r1", OP, {"act_and_mul_kernel": edited_kernel(root)})
+    patch = build_patch("r1", work / "runs" / "r1", work / "tasks", checkout, work / "integrate" / "r1")
+    assert patch.prefix == "python/sglang"
+    repo = pathlib.Path(patch.tree_root)
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    branches_before = _git(repo, "branch", "--list")
+
+    commit = commit_branch(patch, "kernelsmith/silu-and-mul", "[Kernel] Faster JIT silu_and_mul", "body text")
+    assert _git(repo, "rev-parse", "kernelsmith/silu-and-mul").strip() == commit
+    assert _git(repo, "rev-parse", "HEAD").strip() == head, "HEAD must not move"
+    assert _git(repo, "status", "--porcelain") == "", "the working tree and index must be untouched"
+    assert _git(repo, "worktree", "list").count("\n") == 1, "the temporary worktree is removed"
+    assert _git(repo, "log", "-1", "--format=%s%n%b", commit).startswith("[Kernel] Faster JIT silu_and_mul\nbody text")
+    assert _git(repo, "diff", "--name-only", head, commit).split() == [f"python/sglang/{ACT}"]
+    assert _git(repo, "show", f"{commit}:python/sglang/{ACT}").encode() == (pathlib.Path(patch.patched_tree) / patch.prefix / ACT).read_bytes()
+    assert _git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() in branches_before
+
+    with pytest.raises(GitError, match="already exists"):
+        commit_branch(patch, "kernelsmith/silu-and-mul", "t", "b")
+    with pytest.raises(GitError, match="not a valid branch name"):
+        commit_branch(patch, "bad..name", "t", "b")
+
+
+def test_git_branch_refuses_a_non_checkout(tmp_path):
+    with pytest.raises(GitError, match="needs an SGLang git checkout") as err:
+        commit_branch(fake_patch(tmp_path), "kernelsmith/x", "t", "b")
+    assert "--sglang" in err.value.fix
+
+
+def test_git_branch_refuses_when_head_differs_from_the_patched_file(tmp_path, checkout):
+    work = tmp_path / "work"
+    root = pathlib.Path(checkout.root)
+    make_task(work, checkout, OP, [act_span(root)])
+    make_best(work, "r1", OP, {"act_and_mul_kernel": edited_kernel(root)})
+    patch = build_patch("r1", work / "runs" / "r1", work / "tasks", checkout, work / "integrate" / "r1")
+    repo = pathlib.Path(patch.tree_root)
+    (root / ACT).write_bytes((root / ACT).read_bytes() + b"// local change\n")
+    _git(repo, "-c", "user.name=dev", "-c", "user.email=dev@example.com", "commit", "-qam", "moved on")
+    with pytest.raises(GitError, match="not the file the patch was taken against"):
+        commit_branch(patch, "kernelsmith/y", "t", "b")
+    assert "kernelsmith/y" not in _git(repo, "branch", "--list")

@@ -1,0 +1,201 @@
+"""integrate.sglang_runner, sglang_worker and sglang_bare.
+
+CPU: the bare-package import against the real wheel tree, case sizing from
+contracts, the wheel set kept in one place, the worker pipe protocol's failure
+handling. GPU (@pytest.mark.gpu): the real check through SGLang's ops, a
+correct patch passing and a wrong one caught.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from integrate import sglang_runner
+from integrate.errors import WorkerError
+from integrate.patch import build_patch, package_dir
+from integrate.sglang_runner import GPU_WHEELS, TreeWorker, case_dims, eps_of, sanitizer_cases, task_dtypes
+from pipeline.records import ArgSpec, Contract, ScalarSpec, ShapeCase, TensorSpec
+from test_integrate_patch import OP, act_span, edited_kernel, make_best, make_task
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_the_wheel_set_is_the_same_in_code_script_and_readme():
+    script = (ROOT / "integrate" / "wheels.sh").read_text()
+    listed = re.findall(r"^\s+([A-Za-z0-9_.-]+==[0-9][^\s\\]*)", script, re.M)
+    assert sorted(listed) == sorted(GPU_WHEELS)
+    readme = (ROOT / "integrate" / "README.md").read_text()
+    for pin in GPU_WHEELS:
+        assert f"| `{pin}` |" in readme
+    names = [p.split("==")[0] for p in GPU_WHEELS]
+    assert len(set(names)) == len(names)
+    # none of them is already on the GPU image (device/KINDS.md's package list)
+    kinds = pathlib.Path("/work/.library/device/KINDS.md")
+    if kinds.is_file():
+        image = kinds.read_text().split("## Python packages already there", 1)[1]
+        present = {p.strip().lower() for p in image.split("Packages:", 1)[1].split(".\n", 1)[0].split(",")}
+        assert not present & set(names)
+
+
+def test_bare_install_imports_sglang_submodules_without_the_top_level_init(sglang_source, tmp_path):
+    """sglang.srt.environ is stdlib-only: it imports from the tree while sglang/__init__.py never runs."""
+    code = textwrap.dedent(
+        f"""
+        import importlib.util, json, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from integrate.sglang_bare import install
+        install({sglang_source.root!r})
+        import sglang.srt.environ as environ
+        spec = importlib.util.find_spec("sglang.kernels")
+        print(json.dumps({{
+            "environ": environ.__file__,
+            "jit": spec.origin,
+            "init_ran": "sglang.lang" in sys.modules or "sglang.version" in sys.modules,
+            "file": getattr(sys.modules["sglang"], "__file__", None),
+            "cache": environ.envs.SGLANG_JIT_CACHE_DIR.get(),
+        }}))
+        """
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "SGLANG_JIT_CACHE_DIR": str(tmp_path / "jit")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    root = pathlib.Path(sglang_source.root)
+    assert pathlib.Path(out["environ"]) == root / "srt" / "environ.py"
+    assert pathlib.Path(out["jit"]) == root / "kernels" / "__init__.py"
+    assert out["init_ran"] is False and out["file"] is None
+    assert out["cache"] == str(tmp_path / "jit")
+
+
+def test_bare_install_refuses_a_folder_without_kernels(tmp_path):
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from integrate.sglang_bare import install; install({str(tmp_path)!r})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "not an sglang package folder" in done.stderr
+
+
+def _task(sglang_source, tmp_path, contract=None, shapes=None, dtypes=("bf16", "fp16", "fp32")):
+    from extract.tasks import load_task
+
+    root = pathlib.Path(sglang_source.root)
+    return load_task(make_task(tmp_path / "work", sglang_source, OP, [act_span(root)], contract=contract, shapes=shapes, dtypes=dtypes))
+
+
+def test_case_dims_follow_the_contract(sglang_source, tmp_path):
+    shapes = [
+        ShapeCase(model="Llama-3.1-8B", tokens=4096, sizes={"num_tokens": 4096, "hidden_size": 14336}),
+        ShapeCase(model="Mixtral-8x7B", tokens=1, sizes={"num_tokens": 2, "hidden_size": 14336}),
+        ShapeCase(model="Llama-3.1-70B", tokens=64, sizes={"num_tokens": 64, "hidden_size": 28672}),
+    ]
+    task = _task(sglang_source, tmp_path, shapes=shapes)
+    assert case_dims(task, 0) == ({"num_tokens": 4096, "hidden_size": 14336}, 4096, 28672)  # input is [N, 2*H]
+    assert case_dims(task, 1)[1:] == (2, 28672)
+    assert task_dtypes(task) == ["bf16", "fp16", "fp32"]
+    assert eps_of(task) == sglang_runner.DEFAULT_EPS
+    # the smallest case and the middle one go under the sanitizer
+    assert sanitizer_cases(task) == [1, 2]
+
+    norm = Contract(
+        entry="fused_add_rmsnorm",
+        args=[
+            ArgSpec(kind="tensor", tensor=TensorSpec(name="input", shape=["num_tokens", "hidden_size"], dtype="T", role="inout")),
+            ArgSpec(kind="tensor", tensor=TensorSpec(name="residual", shape=["num_tokens", "hidden_size"], dtype="T", role="inout")),
+            ArgSpec(kind="tensor", tensor=TensorSpec(name="weight", shape=["hidden_size"], dtype="T", role="input")),
+            ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-5)),
+        ],
+        symbols=["num_tokens", "hidden_size"],
+    )
+    task = _task(sglang_source, tmp_path / "n", contract=norm, shapes=[ShapeCase(model="m", tokens=8, sizes={"num_tokens": 8, "hidden_size": 4096})])
+    assert case_dims(task, 0)[1:] == (8, 4096)
+    assert eps_of(task) == 1e-5
+
+
+def _stand_in(tmp_path: pathlib.Path, body: str) -> str:
+    """A stand-in 'python' for the worker: ignores its arguments, runs ``body`` (a bash script)."""
+    exe = tmp_path / "fake-python"
+    exe.write_text("#!/bin/bash\n" + body)
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_worker_protocol_reports_a_crash_with_its_stderr(tmp_path):
+    python = _stand_in(tmp_path, 'read line; echo \'{"ok": true}\'; read line; echo "Fatal: illegal memory access" >&2; exit 134\n')
+    worker = TreeWorker("patched", tmp_path / "pkg", tmp_path / "cache", tmp_path / "w.log", python=python)
+    worker.start()
+    with pytest.raises(WorkerError, match="exited with code 134") as err:
+        worker.request({"cmd": "check"}, timeout_s=30)
+    assert "illegal memory access" in err.value.detail
+    worker.close()
+
+
+def test_worker_protocol_kills_a_hung_worker(tmp_path):
+    python = _stand_in(tmp_path, "read line; echo '{\"ok\": true}'; read line; sleep 600\n")
+    with TreeWorker("baseline", tmp_path / "pkg", tmp_path / "cache", tmp_path / "w.log", python=python) as worker:
+        with pytest.raises(WorkerError, match="did not answer check within 1 s"):
+            worker.request({"cmd": "check"}, timeout_s=1)
+        assert worker.proc.poll() is not None, "the hung worker is killed"
+
+
+def test_worker_protocol_surfaces_a_failed_command(tmp_path):
+    answer = json.dumps({"ok": False, "error": "KeyError: 'x'", "traceback": "Traceback ..."})
+    python = _stand_in(tmp_path, f"read line; echo '{{\"ok\": true}}'; read line; echo '{answer}'; read line\n")
+    with TreeWorker("patched", tmp_path / "pkg", tmp_path / "cache", tmp_path / "w.log", python=python) as worker:
+        with pytest.raises(WorkerError, match="failed check: KeyError"):
+            worker.request({"cmd": "check"}, timeout_s=30)
+
+
+def test_worker_environment_is_private(tmp_path):
+    env = sglang_runner.worker_env(tmp_path / "c")
+    assert env["SGLANG_JIT_CACHE_DIR"] == str(tmp_path / "c" / "jit")
+    assert env["SGLANG_CACHE_DIR"] == str(tmp_path / "c")
+    assert env["TRITON_CACHE_DIR"].startswith(str(tmp_path / "c"))
+    assert env["SGLANG_FORCE_FUSED_OP_BACKEND"] == "jit"
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+def _patched(sglang_source, tmp_path, new_text: str):
+    work = tmp_path / "work"
+    root = pathlib.Path(sglang_source.root)
+    shapes = [
+        ShapeCase(model="Llama-3.1-8B", tokens=1, sizes={"num_tokens": 1, "hidden_size": 14336}),
+        ShapeCase(model="Llama-3.1-8B", tokens=37, sizes={"num_tokens": 37, "hidden_size": 14336}),
+        ShapeCase(model="Llama-3.1-70B", tokens=512, sizes={"num_tokens": 512, "hidden_size": 28672}),
+    ]
+    task_dir = make_task(work, sglang_source, OP, [act_span(root)], shapes=shapes, dtypes=("bf16", "fp16", "fp32"))
+    make_best(work, "r1", OP, {"act_and_mul_kernel": new_text})
+    patch = build_patch("r1", work / "runs" / "r1", work / "tasks", sglang_source, work / "integrate" / "r1")
+    from extract.tasks import load_task
+
+    return patch, load_task(task_dir), work / "integrate" / "r1"
+
+
+@pytest.mark.gpu
+def test_a_correct_patch_passes_through_sglang(sglang_source, tmp_path):
+    patch, task, out = _patched(sglang_source, tmp_path, edited_kernel(pathlib.Path(sglang_source.root)))
+    (check,) = sglang_runner.check_ops([task], package_dir(patch, patched=False), package_dir(patch, patched=True), out, sanitizer=False)
+    assert check.ran and check.failed == 0 and check.passed == 9
+    assert all(c.bitwise_equal for c in check.cases), "a comment-only edit must be bit-identical"
+    assert all(c.poisoned for c in check.cases)
+    assert any(k.startswith("patched") for k in check.first_call_s)
+    # each tree compiled its own module into its own cache
+    assert list((out / "cache" / "patched" / "jit").rglob("*.so")) and list((out / "cache" / "baseline" / "jit").rglob("*.so"))
+
+
+@pytest.mark.gpu
+def test_a_wrong_patch_is_caught_through_sglang(sglang_source, tmp_path):
+    root = pathlib.Path(sglang_source.root)
+    wrong = edited_kernel(root).replace("* up_f32);", "* up_f32 * 1.0625f);")  # both rounding paths
+    assert wrong != edited_kernel(root)
+    patch, task, out = _patched(sglang_source, tmp_path, wrong)
+    (check,) = sglang_runner.check_ops([task], package_dir(patch, patched=False), package_dir(patch, patched=True), out, sanitizer=False)
+    assert check.ran and check.failed == len(check.cases) == 9
+    assert all("tolerance" in c.reason or "expected" in c.reason for c in check.cases)

@@ -1,0 +1,107 @@
+"""pipeline.run: the stage order, the shared run name, the clean stop without a GPU.
+
+The stages are replaced by recorders through ``pipeline.run.STAGES`` (each
+receives exactly the Namespace the real command line would give it); what is
+tested is the orchestration: what runs, in which order, with which arguments,
+and what the exit code and message are.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pipeline import run as run_mod
+from pipeline.cli import build_parser, main as cli_main
+
+CALLS: list[tuple[str, object]] = []
+CODES: dict[str, int] = {}
+
+
+def _stage(name):
+    def stage(args, config):  # noqa: ARG001
+        CALLS.append((name, args))
+        return CODES.get(name, 0)
+
+    return stage
+
+
+extract_stage, optimize_stage, integrate_stage = _stage("extract"), _stage("optimize"), _stage("integrate")
+
+
+@pytest.fixture(autouse=True)
+def recorders(monkeypatch, tmp_path):
+    CALLS.clear()
+    CODES.clear()
+    monkeypatch.setattr(
+        run_mod,
+        "STAGES",
+        {name: f"{__name__}:{name}_stage" for name in ("extract", "optimize", "integrate")},
+    )
+    monkeypatch.chdir(tmp_path)
+
+
+def _run(argv, gpu: bool, monkeypatch, capsys):
+    monkeypatch.setattr(run_mod, "has_gpu", lambda: (gpu, "NVIDIA H200" if gpu else "torch sees no CUDA device"))
+    code = cli_main(["run", *argv])
+    return code, capsys.readouterr().err
+
+
+def test_without_gpu_it_stops_cleanly_after_extract(monkeypatch, capsys):
+    code, err = _run(["--ops", "activation.silu_and_mul"], False, monkeypatch, capsys)
+    assert code == 0
+    assert [name for name, _ in CALLS] == ["extract"]
+    args = CALLS[0][1]
+    assert args.command == "extract" and args.ops == ["activation.silu_and_mul"] and args.no_compile is False
+    assert "no GPU: stopped after extract (and its compile check); run on a GPU machine for optimize/integrate" in err
+    assert "torch sees no CUDA device" in err
+
+
+def test_a_failing_extract_stops_with_its_code(monkeypatch, capsys):
+    CODES["extract"] = 2
+    code, err = _run([], True, monkeypatch, capsys)
+    assert code == 2 and [name for name, _ in CALLS] == ["extract"]
+    assert "stopped: extract failed (exit 2)" in err
+
+
+def test_with_gpu_all_stages_share_one_run(monkeypatch, capsys):
+    code, err = _run(["--ops", "layernorm.rmsnorm", "--rounds", "3", "--work-dir", "w"], True, monkeypatch, capsys)
+    assert code == 0
+    names = [name for name, _ in CALLS]
+    assert names == ["extract", "optimize", "integrate"]
+    _, opt = CALLS[1]
+    _, integ = CALLS[2]
+    assert opt.run and opt.run == integ.run and opt.run.startswith("run-")
+    assert opt.ops == ["layernorm.rmsnorm"] and opt.rounds == 3 and opt.mode == "multi" and opt.replay is None
+    assert integ.in_place is False and integ.git_branch is None and integ.skip_e2e is False
+    assert all(args.work_dir == "w" for _, args in CALLS)
+    assert f"== integrate (run {opt.run})" in err
+
+
+def test_a_failing_stage_after_extract_is_reported(monkeypatch, capsys):
+    CODES["optimize"] = 1
+    code, err = _run([], True, monkeypatch, capsys)
+    assert code == 1 and [name for name, _ in CALLS] == ["extract", "optimize"]
+    assert "re-run `kernelsmith optimize --run run-" in err
+    CALLS.clear()
+    CODES.clear()
+    CODES["integrate"] = 1
+    code, err = _run([], True, monkeypatch, capsys)
+    assert code == 1 and "integrate reported a failure" in err
+
+
+def test_stage_args_match_the_real_parsers():
+    args = build_parser().parse_args(["run", "--all", "--sglang", "/src", "--sglang-version", "0.5.23"])
+    ns = run_mod.stage_args("extract", args, "run-x")
+    assert ns.all is True and ns.sglang == "/src" and ns.sglang_version == "0.5.23" and ns.ops is None
+    ns = run_mod.stage_args("integrate", args, "run-x")
+    assert ns.command == "integrate" and ns.run == "run-x" and not hasattr(ns, "ops")
+
+
+def test_pipeline_run_imports_without_torch():
+    code = "import sys, pipeline.run, integrate.command, integrate.sglang_runner; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
