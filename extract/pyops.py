@@ -1477,8 +1477,9 @@ def _scan_module(module: PyModule, text: str, modules: ModuleSet) -> _ModuleScan
         for call in finder.load_jit_calls:
             env = snapshots.get(id(call)) or Env(module)
             record = read_load_jit(fn, call, env, line_of.get(id(call), 0), modules)
-            if walk.conditional:
-                extra = [f"`{n}` is extended under a condition; every option is listed" for n in sorted(walk.conditional)]
+            extra = [*walk.ev.notes]  # guesses made while evaluating the function's locals
+            extra += [f"`{n}` is extended under a condition; every option is listed" for n in sorted(walk.conditional)]
+            if extra:
                 record = record.model_copy(update={"unresolved": list(dict.fromkeys([*record.unresolved, *extra]))})
             out.append(record)
         calls[fn.qualname] = out

@@ -46,6 +46,7 @@ What must stay true:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import shutil
@@ -62,6 +63,7 @@ from pipeline.records import Candidate, Evaluation, Outcome, SourceInfo, Span, T
 
 CANDIDATE_FILE = "best/candidate.json"
 EVALUATION_FILE = "best/evaluation.json"
+BEST_SRC = "best/src"  # optimize's copy of every file the best candidate changes
 PATCH_FILE = "sglang.patch"
 PATCH_RECORD = "patch.json"
 TREE_DIR = "tree"
@@ -116,6 +118,7 @@ class Accepted:
     evaluation: Evaluation | None
     task: Task
     task_dir: pathlib.Path
+    best_files: dict[str, bytes] = dataclasses.field(default_factory=dict)  # best/src/<path>: optimize's patched files
 
 
 def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accepted], dict[str, str]]:
@@ -160,7 +163,9 @@ def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accep
                 fix=f"re-run `kernelsmith extract --ops {op_id}` with the same SGLang sources",
             )
         task = load_task(task_dir)
-        accepted.append(Accepted(op_id, candidate, evaluation, task, task_dir))
+        src = op_dir / BEST_SRC
+        best_files = {p.relative_to(src).as_posix(): p.read_bytes() for p in src.rglob("*") if p.is_file()} if src.is_dir() else {}
+        accepted.append(Accepted(op_id, candidate, evaluation, task, task_dir, best_files))
     return accepted, skipped
 
 
@@ -193,13 +198,15 @@ def _spans_by_name(task: Task) -> dict[str, Span]:
     return names
 
 
-def compose(accepted: list[Accepted], package_root: pathlib.Path) -> list[NewFile]:
+def compose(accepted: list[Accepted], package_root: pathlib.Path) -> tuple[list[NewFile], bool]:
     """The new bytes of every file the accepted candidates touch, verified.
 
     A file touched by one op is rebuilt with :func:`extract.splice.apply_regions`
     (exactly what the optimize stage compiled). A file touched by several ops
     gets all their span edits at once with :func:`extract.splice.splice`; their
     spans must not overlap, except the same span replaced by the same text.
+    Returns the files and whether every single-op file was also compared with
+    the copy optimize wrote to ``best/src/``.
     """
     from extract.splice import apply_regions, splice
 
@@ -217,6 +224,7 @@ def compose(accepted: list[Accepted], package_root: pathlib.Path) -> list[NewFil
 
     digests = {(acc.op_id, d.path): d.sha256 for acc in accepted for d in acc.task.files}
     out: list[NewFile] = []
+    matched_best = bool(edits)
     for path in sorted(edits):
         file_edits = edits[path]
         target = package_root / path
@@ -240,15 +248,23 @@ def compose(accepted: list[Accepted], package_root: pathlib.Path) -> list[NewFil
             regions = {e.span.name: e.text.decode() for e in file_edits}
             editable = [s for s in acc.task.editable if s.file == path]
             new = apply_regions({path: old}, editable, regions).get(path, old)
+            if path not in acc.best_files:
+                matched_best = False
+            elif acc.best_files[path] != new:
+                raise PatchError(
+                    f"{path}: the spliced file differs from the one optimize wrote to {acc.op_id}/{BEST_SRC}/{path}",
+                    fix="re-run optimize (its best/ folder is out of step with its candidate)",
+                )
         else:
             unique = _disjoint(path, file_edits)
             new = splice(old, [(e.span.start_byte, e.span.end_byte, e.text) for e in unique])
+            matched_best = False  # optimize saw each op alone; no best/src copy has both
         spans = sorted({(e.span.start_byte, e.span.end_byte, e.span.name): e.span for e in file_edits}.values(), key=lambda s: s.start_byte)
         verify_spans(path, old, new, [(s.start_byte, s.end_byte) for s in spans])
         if new == old:
             continue
         out.append(NewFile(path, old, new, spans, ops, target.stat().st_mode))
-    return out
+    return out, matched_best
 
 
 def _disjoint(path: str, file_edits: list[_Edit]) -> list[_Edit]:
@@ -456,9 +472,11 @@ def build_patch(
             "--in-place would rewrite the shared, read-only cache of the pinned sglang wheel",
             fix="give the tree to patch with --sglang PATH (or SGLANG_SRC), or drop --in-place to get a patched copy",
         )
-    files = compose(accepted, layout.package_root)
+    files, matched_best = compose(accepted, layout.package_root)
     text = patch_text((layout.diff_path(f.path), f.old, f.new, _git_mode(f.mode)) for f in files)
     verified, not_verified = (["spans"], {})
+    if matched_best:
+        verified.append("best/src")
     if files:
         passed, not_run = verify_applies(text, layout, files)
         verified += passed

@@ -52,9 +52,10 @@ def status(report: IntegrateReport) -> tuple[str, list[str]]:
         if test.ran and (test.failed or test.errors):
             failing.append(f"{test.op_id}: SGLang's tests: {test.failed} failed, {test.errors} errors")
     checked = {c.op_id for c in report.checks}
-    for op in report.patch.ops:
-        if op.op_id not in checked:
-            missing.append(f"{op.op_id}: correctness through SGLang not run")
+    if "correctness" not in report.not_run:
+        for op in report.patch.ops:
+            if op.op_id not in checked:
+                missing.append(f"{op.op_id}: correctness through SGLang not run")
     for step, why in report.not_run.items():
         missing.append(f"{step}: {why}")
     if failing:
@@ -104,7 +105,7 @@ def _timings(op: OpChange) -> list[ShapeTiming]:
 
 
 def _layout_apply(patch: Patch) -> str:
-    name = pathlib.Path(patch.patch_file).name
+    name = patch.patch_file
     if patch.layout == "checkout":
         return f"cd <sglang checkout at {patch.source.commit or 'the same commit'}> && git apply {name}"
     version = patch.source.version or "?"

@@ -235,10 +235,13 @@ def task_dtypes(task: Task) -> list[str]:
     return seen
 
 
+EXCHANGE_MIN_FREE = 8 << 30  # the largest catalog output is about 1 GiB; keep room
+
+
 def _exchange_dir(out_dir: pathlib.Path) -> pathlib.Path:
-    """Where the pristine worker's outputs wait for the patched one: RAM when there is /dev/shm."""
+    """Where the pristine worker's outputs wait for the patched one: RAM when /dev/shm has room."""
     shm = pathlib.Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
+    if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= EXCHANGE_MIN_FREE:
         return pathlib.Path(tempfile.mkdtemp(prefix="ks-exchange-", dir=shm))
     path = out_dir / ".exchange"
     path.mkdir(parents=True, exist_ok=True)
@@ -329,11 +332,8 @@ def check_ops(
     finally:
         shutil.rmtree(exchange, ignore_errors=True)
     if sanitizer:
-        by_op = {t.op_id: t for t in runnable}
-        results = [
-            r.model_copy(update={"sanitizer": [run_sanitizer(by_op[r.op_id], patched_pkg, out_dir)]}) if r.ran else r
-            for r in results
-        ]
+        run = run_sanitizer(runnable, patched_pkg, out_dir)
+        results = [r.model_copy(update={"sanitizer": [run]}) if r.ran else r for r in results]
     return results
 
 
@@ -361,28 +361,38 @@ def sanitizer_cases(task: Task) -> list[int]:
     return sorted(set(picks))[:SANITIZER_CASES]
 
 
-def run_sanitizer(task: Task, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, tool: str = "memcheck", timeout_s: float = 600.0) -> SanitizerRun:
-    """Run a few cases of the patched op under compute-sanitizer; parse its error summary."""
+def run_sanitizer(tasks: Sequence[Task], patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, tool: str = "memcheck", timeout_s: float = 600.0) -> SanitizerRun:
+    """Run a few cases of every patched op under compute-sanitizer, in one process; parse its error summary.
+
+    One process for all ops (the tool's start-up on a torch process is the slow
+    part). PyTorch's caching allocator is switched off there, so every tensor
+    is its own allocation and an access past its end is caught. The JIT cache
+    is the patched worker's, so the modules are already built.
+    """
     exe = shutil.which("compute-sanitizer")
     if exe is None:
         return SanitizerRun(tool=tool, ran=False, reason="compute-sanitizer is not on PATH")
-    dtype = task_dtypes(task)[0]
-    picks = sanitizer_cases(task)
     requests, labels = [], []
-    for index in picks:
-        _, rows, width = case_dims(task, index)
-        requests.append({"cmd": "check", "op": task.op_id, "rows": rows, "width": width, "dtype": dtype, "seed": 1234 + index, "eps": eps_of(task), "mode": "run"})
-        labels.append(f"{task.shapes[index].label} {dtype}")
-    req_file = out_dir / "logs" / f"sanitizer-{task.op_id}.json"
-    req_file.parent.mkdir(parents=True, exist_ok=True)
+    for task in tasks:
+        dtype = task_dtypes(task)[0]
+        for index in sanitizer_cases(task):
+            _, rows, width = case_dims(task, index)
+            requests.append({"cmd": "check", "op": task.op_id, "rows": rows, "width": width, "dtype": dtype, "seed": 1234 + index, "eps": eps_of(task), "mode": "run"})
+            labels.append(f"{task.op_id} {task.shapes[index].label} {dtype}")
+    logs = out_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    req_file = logs / f"sanitizer-{tool}.json"
     req_file.write_text(json.dumps(requests), encoding="utf-8")
     argv = [exe, "--tool", tool, "--error-exitcode", "99", *worker_argv(patched_pkg), "--oneshot", str(req_file)]
-    log = out_dir / "logs" / f"sanitizer-{task.op_id}.log"
+    env = worker_env(out_dir / "cache" / "patched")
+    env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    log = logs / f"sanitizer-{tool}.log"
+    command = "PYTORCH_NO_CUDA_MEMORY_CACHING=1 " + " ".join(argv)
     start = time.monotonic()
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=worker_env(out_dir / "cache" / "patched"))
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
-        return SanitizerRun(tool=tool, ran=False, reason=f"timed out after {timeout_s:.0f} s", cases=labels, command=" ".join(argv))
+        return SanitizerRun(tool=tool, ran=False, reason=f"timed out after {timeout_s:.0f} s", cases=labels, command=command)
     text = done.stdout + "\n" + done.stderr
     log.write_text(text, encoding="utf-8")
     match = _SUMMARY.search(text)
@@ -390,11 +400,25 @@ def run_sanitizer(task: Task, patched_pkg: pathlib.Path, out_dir: pathlib.Path, 
         return SanitizerRun(
             tool=tool,
             ran=False,
-            reason=f"compute-sanitizer gave no error summary (exit {done.returncode}, {time.monotonic() - start:.0f} s); see {log}",
+            reason=f"compute-sanitizer gave no error summary (exit {done.returncode} after {time.monotonic() - start:.0f} s); see {log}",
             cases=labels,
-            command=" ".join(argv),
+            command=command,
         )
-    return SanitizerRun(tool=tool, ran=True, errors=int(match.group(1)), cases=labels, command=" ".join(argv))
+    answers = _oneshot_answers(done.stdout)
+    if answers is not None and not all(a.get("ok") for a in answers):
+        failed = [a.get("error", "") for a in answers if not a.get("ok")]
+        return SanitizerRun(tool=tool, ran=False, reason=f"the ops failed under the tool: {failed[0]}", cases=labels, command=command)
+    return SanitizerRun(tool=tool, ran=True, errors=int(match.group(1)), cases=labels, command=command)
+
+
+def _oneshot_answers(stdout: str) -> list[dict[str, Any]] | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("["):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

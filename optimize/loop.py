@@ -206,7 +206,11 @@ def skill_transform(skill: Any, features: Any) -> Callable[[dict[str, str], dict
 
 @dataclasses.dataclass
 class Hooks:
-    """The loop's integration points, replaceable in tests before the real modules exist."""
+    """The loop's integration points (skills, policy, features, transforms), one place to swap.
+
+    Tests wrap them (e.g. to record the history the real policy is given); the
+    defaults are the real modules.
+    """
 
     load_skills: Callable[[], dict[str, Any]] = load_skills
     policy_plan: Callable[..., list[Any]] = policy_plan

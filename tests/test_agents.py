@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -11,18 +10,15 @@ from optimize.agents import coding, planning, profiling, repair, single, testing
 from optimize.agents.edits import parse_reply, result_from_reply
 from optimize.agents.prompts import placeholders, render
 from optimize.errors import MalformedReply
+from optimize.skills import load_skills
 from optimize.llm.fakes import ScriptedModel
 from pipeline.errors import ModelError
 from pipeline.records import (
-    ArgSpec,
     BuildReport,
-    Contract,
     Evaluation,
     KernelResources,
     Outcome,
-    ShapeCase,
     ShapeTiming,
-    TensorSpec,
 )
 
 KERNEL = """__global__ void scale_kernel(float* out, const float* in, int n) {
@@ -62,6 +58,17 @@ region: scale_kernel
 def test_search_replace_finds_the_region_itself_and_tolerates_indentation():
     reply = """<<<<<<< SEARCH
 scale_kernel<<<(n + 255) / 256, 256, 0, s>>>(out, in, n);
+=======
+  scale_kernel<<<(n + 511) / 512, 512, 0, s>>>(out, in, n);
+>>>>>>> REPLACE"""
+    new = parse_reply(reply, REGIONS)
+    assert "512, 0, s" in new["launch_scale"] and new["scale_kernel"] is KERNEL
+
+
+def test_a_region_named_in_prose_is_only_a_hint():
+    reply = """This speeds up scale_kernel by using bigger blocks in the launcher:
+<<<<<<< SEARCH
+  scale_kernel<<<(n + 255) / 256, 256, 0, s>>>(out, in, n);
 =======
   scale_kernel<<<(n + 511) / 512, 512, 0, s>>>(out, in, n);
 >>>>>>> REPLACE"""
@@ -141,25 +148,20 @@ def test_every_template_renders_strictly(name):
 # --------------------------------------------------------------------------- planning
 
 
-@dataclasses.dataclass
-class Skill:
-    id: str
-    title: str
-    method: str = "do the thing"
-    risks: tuple = ("tails",)
-    transform: str | None = None
+def decision(skill, params, score, reason):
+    """A proposal as the real policy writes it."""
+    from optimize.policy import Decision
+
+    lib = {s.id: s for s in load_skills()}
+    return Decision(skill=skill, version=lib[skill].version, title=lib[skill].title, verdict="proposed", params=params,
+                    mode="llm", score=score, reasons=[reason])  # fmt: skip
 
 
-@dataclasses.dataclass
-class Decision:
-    skill: str
-    params: dict
-    score: float = 1.0
-    reason: str = "because"
-
-
-SKILLS = {"vec": Skill("vec", "Vectorize loads"), "unroll": Skill("unroll", "Unroll loops")}
-DECISIONS = [Decision("vec", {"width": 4}, 0.9, "narrow loads"), Decision("unroll", {"factor": 2}, 0.5, "runtime loop")]
+SKILLS = {s.id: s for s in load_skills()}
+DECISIONS = [
+    decision("vector_loads_128", {}, 0.9, "narrow loads"),
+    decision("items_per_thread", {"variant": "2 vectors per thread"}, 0.5, "short rows"),
+]
 
 
 def plan_with(model):
@@ -170,24 +172,25 @@ def plan_with(model):
 
 def test_planning_offline_takes_the_policy_first_option():
     plan = plan_with(None)
-    assert (plan.skill, plan.params, plan.source) == ("vec", {"width": 4}, "policy")
-    assert "Vectorize loads" in plan.text and "narrow loads" in plan.text
+    assert (plan.skill, plan.params, plan.source) == ("vector_loads_128", {}, "policy")
+    assert SKILLS["vector_loads_128"].title in plan.text and "narrow loads" in plan.text
     assert planning.plan([], SKILLS, op_id="x", region_names=[], profile_text="", trajectory_text="", model=None) is None
 
 
 def test_planning_llm_picks_an_option_and_writes_the_plan():
-    model = ScriptedModel(["CHOICE: 2\nPLAN:\nUnroll the loop by 2 in scale_kernel."])
+    model = ScriptedModel(["CHOICE: 2\nPLAN:\nTwo float4 per thread in scale_kernel."])
     plan = plan_with(model)
-    assert (plan.skill, plan.params, plan.source, plan.option) == ("unroll", {"factor": 2}, "llm", 2)
-    assert plan.text == "Unroll the loop by 2 in scale_kernel."
+    assert (plan.skill, plan.params, plan.source, plan.option) == ("items_per_thread", {"variant": "2 vectors per thread"}, "llm", 2)
+    assert plan.text == "Two float4 per thread in scale_kernel."
     prompt = model.prompts[0][1][1]["content"]
-    assert "1. vec {\"width\": 4}: Vectorize loads" in prompt and "2. unroll" in prompt
+    assert f"1. vector_loads_128: {SKILLS['vector_loads_128'].title}" in prompt
+    assert '2. items_per_thread {"variant": "2 vectors per thread"}' in prompt and "why: short rows" in prompt
 
 
 @pytest.mark.parametrize("reply", ["CHOICE: 7\nPLAN: something else", "I would rather rewrite everything.", ModelError("down")])
 def test_planning_never_leaves_the_policy_options(reply):
     plan = plan_with(ScriptedModel([reply]))
-    assert plan.skill == "vec" and plan.source == "llm-fallback"
+    assert plan.skill == "vector_loads_128" and plan.source == "llm-fallback"
 
 
 # --------------------------------------------------------------------------- coding
@@ -195,7 +198,7 @@ def test_planning_never_leaves_the_policy_options(reply):
 
 def coding_call(model, transform=None):
     plan = plan_with(None)
-    return coding.code(plan, SKILLS["vec"], REGIONS, op_id="demo.scale", profile_text="P", trajectory_text="T",
+    return coding.code(plan, SKILLS["vector_loads_128"], REGIONS, op_id="demo.scale", profile_text="P", trajectory_text="T",
                        model=model, transform=transform)  # fmt: skip
 
 
@@ -213,7 +216,9 @@ def test_coding_prompt_carries_plan_skill_and_regions():
     coding_call(model)
     system, user = (m["content"] for m in model.prompts[0][1])
     assert "SEARCH" in system
-    assert "Apply skill vec" in user and "do the thing" in user and "- tails" in user
+    skill = SKILLS["vector_loads_128"]
+    assert "Apply skill vector_loads_128" in user and skill.method.strip()[:60] in user
+    assert f"- {skill.risks[0]}" in user
     assert "```cuda region=scale_kernel" in user and "```cuda region=launch_scale" in user
 
 
@@ -345,7 +350,7 @@ def test_single_agent_plans_and_codes_in_one_reply():
     )
     model = ScriptedModel([reply])
     step = single.step(DECISIONS, SKILLS, REGIONS, op_id="demo.scale", profile_text="P", trajectory_text="T", model=model)
-    assert step.plan.skill == "vec" and step.plan.params == {"width": 4}
+    assert step.plan.skill == "vector_loads_128" and step.plan.params == {}
     assert step.plan.text == "widen the loads to float4 in scale_kernel."
     assert step.result.edited and "/*v4*/" in step.result.regions["scale_kernel"]
     own = single.step(DECISIONS, SKILLS, REGIONS, op_id="d", profile_text="", trajectory_text="",

@@ -140,11 +140,16 @@ def make_best(
     outcome: Outcome = Outcome.ok,
     timings: list[ShapeTiming] | None = None,
     rationale: str = "unrolled vector loop",
+    best_src: dict[str, bytes] | None = None,
 ) -> Candidate:
     cid = content_hash(*sorted(f"{k}\0{v}" for k, v in regions.items()))[:16]
     cand = Candidate(op_id=op_id, id=cid, parent=parent, regions=regions, coder="offline", rationale=rationale)
     best = work / "runs" / run / op_id / "best"
     write_record(cand, best / "candidate.json")
+    if best_src is not None:
+        for rel, data in best_src.items():
+            (best / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (best / "src" / rel).write_bytes(data)
     write_record(
         Evaluation(op_id=op_id, candidate=cid, outcome=outcome, checks_passed=12, bitwise_equal=True, max_abs_err=0.0, timings=timings or []),
         best / "evaluation.json",
@@ -173,7 +178,10 @@ def one_op_run(tmp_path, wheel_source):
     work = tmp_path / "work"
     root = pathlib.Path(wheel_source.root)
     make_task(work, wheel_source, OP, [act_span(root)])
-    make_best(work, "r1", OP, {"act_and_mul_kernel": edited_kernel(root)})
+    span = act_span(root)
+    data = (root / ACT).read_bytes()
+    patched = data[: span.start_byte] + edited_kernel(root).encode() + data[span.end_byte :]
+    make_best(work, "r1", OP, {"act_and_mul_kernel": edited_kernel(root)}, best_src={ACT: patched})
     return work
 
 
@@ -189,7 +197,7 @@ def test_patch_applies_with_git_and_patch_to_a_fresh_unpacked_wheel(tmp_path, wh
     text = pathlib.Path(record.patch_file).read_bytes()
     assert patched_paths(text) == [f"sglang/{ACT}"]
     assert text.startswith(b"diff --git a/sglang/kernels/jit/csrc/elementwise/activation.cuh b/sglang/")
-    assert record.verified == ["spans", "git apply", "patch -p1"]
+    assert record.verified == ["spans", "best/src", "git apply", "patch -p1"]
     assert sha256((root / ACT).read_bytes()) == before, "the pristine wheel tree must never be written"
 
     expected = (root / ACT).read_bytes()
@@ -239,6 +247,14 @@ def test_every_changed_byte_lies_inside_an_editable_span(wheel_source, one_op_ru
         tampered = new[:where] + b"#" + new[where + 1 :]
         with pytest.raises(PatchError):
             verify_spans(change.path, old, tampered, [(span.start_byte, span.end_byte)])
+
+
+def test_patch_refuses_when_optimizes_patched_file_disagrees(wheel_source, one_op_run):
+    work = one_op_run
+    copy = work / "runs" / "r1" / OP / "best" / "src" / ACT
+    copy.write_bytes(copy.read_bytes().replace(b"kernelsmith: accumulate", b"kernelsmith: ACCUMULATE"))
+    with pytest.raises(PatchError, match="differs from the one optimize wrote"):
+        build_patch("r1", work / "runs" / "r1", work / "tasks", wheel_source, work / "integrate" / "r1")
 
 
 def test_patch_refuses_a_tree_that_is_not_the_extracted_one(tmp_path, wheel_source, one_op_run):

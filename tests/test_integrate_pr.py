@@ -118,7 +118,7 @@ def test_pr_has_every_section_and_the_figures(tmp_path):
         "kernelsmith integrate --run r1",
         "python -m integrate.sglang_runner --run r1",
         "python -m integrate.e2e --run r1",
-        "git apply sglang.patch",
+        f"git apply {tmp_path / 'sglang.patch'}",
     ):
         assert command in text
     # the skipped op is listed, and SGLang's tests not having run keeps the PR a draft

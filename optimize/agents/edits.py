@@ -89,12 +89,15 @@ def _apply_one(regions: dict[str, str], named: str | None, search: str, replace:
     replace_body = replace.rstrip("\n")
     if not search_body.strip():
         raise MalformedReply("a SEARCH block is empty", fix="SEARCH must quote existing lines of the region")
-    candidates = [named] if named else list(regions)
-    hits: list[tuple[str, int, int]] = []
-    for name in candidates:
-        text = regions[name]
-        spans = _find(text, search_body)
-        hits += [(name, a, b) for a, b in spans]
+    def hits_in(names: list[str]) -> list[tuple[str, int, int]]:
+        return [(name, a, b) for name in names for a, b in _find(regions[name], search_body)]
+
+    # A region named in the prose above the block is a hint, not a constraint: when
+    # the text is not there, every region is searched (prose often names the kernel
+    # while the edit is in its launcher).
+    hits = hits_in([named]) if named else []
+    if not hits:
+        hits = hits_in(list(regions))
     if not hits:
         where = f"region {named}" if named else "any region"
         raise MalformedReply(

@@ -42,7 +42,7 @@ def decision_skill(decision: Any) -> str:
     skill = getattr(decision, "skill", None)
     if skill is None and isinstance(decision, dict):
         skill = decision.get("skill")
-    return skill if isinstance(skill, str) else getattr(skill, "id")
+    return skill if isinstance(skill, str) else skill.id
 
 
 def decision_params(decision: Any) -> dict[str, Any]:

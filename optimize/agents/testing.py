@@ -117,7 +117,7 @@ def plan_tests(
         checked = [c if c.reason else c.model_copy(update={"reason": "not run on the baseline (no GPU)"}) for c in checked]
     elif runnable:
         verdicts = list(validate(runnable))
-        by_label = {c.label: v for c, v in zip(runnable, verdicts)}
+        by_label = {c.label: v for c, v in zip(runnable, verdicts, strict=True)}
         out = []
         for c in checked:
             if c.label in by_label:

@@ -286,7 +286,7 @@ def changed_reason(plan: Any, changed_mask: Any, before: Any, after: Any, *, wha
     """Reason text for bytes that changed where they must not (inputs, guards, gaps)."""
     index = first_index(changed_mask)
     count = count_true(changed_mask)
-    return (
-        f"{what}: {describe_storage_index(plan, index)} changed from bits {int(before.flatten()[index].item()):#x} "
-        f"to {int(after.flatten()[index].item()):#x} ({count} elements changed)"
-    )
+    mask = (1 << (8 * plan.itemsize)) - 1  # show the bit pattern unsigned, as stored
+    was = int(before.flatten()[index].item()) & mask
+    now = int(after.flatten()[index].item()) & mask
+    return f"{what}: {describe_storage_index(plan, index)} changed from bits {was:#x} to {now:#x} ({count} elements changed)"

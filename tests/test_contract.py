@@ -1,0 +1,187 @@
+"""extract.contract: inference from the real launchers, curated contracts, and the C++ text helpers."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from extract import contract as C
+from extract import pyops
+from extract.command import build_index
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def index(sglang_source):
+    return build_index(sglang_source, ROOT / "work" / "cache")[0]
+
+
+@pytest.fixture(scope="module")
+def program(sglang_source):
+    return pyops.Program(pathlib.Path(sglang_source.root))
+
+
+def _op(index, op_id):
+    return next(op for op in index.ops if op.id == op_id)
+
+
+def _tensors(contract):
+    return {a.tensor.name: a.tensor for a in contract.args if a.tensor is not None}
+
+
+# --------------------------------------------------------------------------- inferred, real sources
+
+
+@pytest.mark.wheel
+def test_inferred_silu_and_mul(index, program, sglang_source):
+    op = _op(index, "activation.silu_and_mul")
+    c = C.infer_contract(op, index, pathlib.Path(sglang_source.root), program=program, entry="run_activation")
+    assert c.origin == "inferred"
+    assert [a.kind for a in c.args] == ["tensor", "tensor", "scalar"]
+    t = _tensors(c)
+    # D_in == 2 * D_out (RuntimeCheck) folds input's width into a multiple of the output's
+    assert t["input"].shape == ["num_tokens", "2*output_width"]
+    assert t["out"].shape == ["num_tokens", "output_width"]
+    assert t["out"].role == "output" and t["input"].role == "input"
+    assert t["out"].strides is None  # the plain (non-reuse) matcher: contiguous
+    assert c.args[2].scalar.name == "type" and c.args[2].scalar.type == "str"
+    # kVecSize = kMaxVecBytes / sizeof(T) = 16 / 2 for the strictest dtype
+    assert c.divisibility == {"output_width": 8}
+    assert any("kVecSize" in check for check in c.checks)
+    assert any("string argument `type`" in u for u in c.unresolved)
+
+
+@pytest.mark.wheel
+def test_inferred_rmsnorm(index, program, sglang_source):
+    op = _op(index, "layernorm.rmsnorm")
+    c = C.infer_contract(op, index, pathlib.Path(sglang_source.root), program=program, dtypes=["bf16", "fp16"])
+    t = _tensors(c)
+    assert list(t) == ["input", "weight", "output"]
+    assert t["input"].strides == ["input_stride", 1]
+    assert t["weight"].shape == ["hidden_size"]
+    assert t["output"].role == "output"
+    eps = c.args[3].scalar
+    assert (eps.name, eps.type, eps.value) == ("eps", "float", 1e-6)  # default of the public function
+    assert any("kDim" in check for check in c.checks)
+    assert c.symbols[:2] == ["num_tokens", "hidden_size"]
+
+
+@pytest.mark.wheel
+def test_inferred_fused_add_rmsnorm(index, program, sglang_source):
+    op = _op(index, "layernorm.fused_add_rmsnorm")
+    c = C.infer_contract(op, index, pathlib.Path(sglang_source.root), program=program, dtypes=["bf16", "fp16"])
+    t = _tensors(c)
+    assert t["residual"].role == "inout"
+    assert t["input"].role == "inout"  # the public function returns nothing: it writes input in place
+    assert t["weight"].role == "input"
+    assert c.divisibility == {"hidden_size": 8}
+    # if (hidden_size <= (kMaxVecBytes == 32 ? 12288 : 8192)) {...} else { RuntimeCheck(false, ...) }
+    assert c.max_values == {"hidden_size": 8192}
+
+
+# --------------------------------------------------------------------------- curated
+
+
+@pytest.mark.wheel
+@pytest.mark.parametrize(
+    ("op_id", "reference", "dtypes"),
+    [
+        ("activation.silu_and_mul", "silu_and_mul", ["bf16", "fp16", "fp32"]),
+        ("layernorm.rmsnorm", "rmsnorm", ["bf16", "fp16"]),
+        ("layernorm.fused_add_rmsnorm", "fused_add_rmsnorm", ["bf16", "fp16"]),
+    ],
+)
+def test_curated_contracts(index, program, sglang_source, op_id, reference, dtypes):
+    c, curated = C.contract_for(_op(index, op_id), index, pathlib.Path(sglang_source.root), program=program)
+    assert c.origin == "curated" and c.reference == reference
+    assert curated["dtypes"] == dtypes
+    assert c.unresolved == []
+    assert curated["shapes"], "a curated contract maps its symbols to model dimensions"
+    for arg in c.args:
+        if arg.tensor is not None:
+            for dim in arg.tensor.shape:
+                assert isinstance(dim, int) or all(part.strip().isdigit() or part.strip() in c.symbols for part in dim.split("*"))
+
+
+@pytest.mark.wheel
+def test_curated_silu_and_fused_add_details(index, program, sglang_source):
+    c, _ = C.contract_for(_op(index, "activation.silu_and_mul"), index, pathlib.Path(sglang_source.root), program=program)
+    t = _tensors(c)
+    assert c.entry == "run_activation"
+    assert t["input"].shape == ["num_tokens", "2*hidden_size"] and t["out"].shape == ["num_tokens", "hidden_size"]
+    assert c.args[2].scalar.value == "silu"
+    assert c.divisibility == {"hidden_size": 8}
+    c, _ = C.contract_for(_op(index, "layernorm.fused_add_rmsnorm"), index, pathlib.Path(sglang_source.root), program=program)
+    t = _tensors(c)
+    assert (t["input"].role, t["residual"].role, t["weight"].role) == ("inout", "inout", "input")
+    assert c.max_values == {"hidden_size": 8192} and c.divisibility == {"hidden_size": 8}
+
+
+@pytest.mark.wheel
+def test_rmsnorm_allowed_widths_come_from_norm_py(index, program, sglang_source):
+    c, _ = C.contract_for(_op(index, "layernorm.rmsnorm"), index, pathlib.Path(sglang_source.root), program=program)
+    # independent statement of the rule (norm.py + rmsnorm.cuh): warp sizes, multiples of
+    # 256 up to 8192, multiples of 512 from 8192 to 16384
+    expected = {64, 128, 256} | {256 * k for k in range(2, 33)} | {512 * k for k in range(16, 33)}
+    assert set(c.allowed_values["hidden_size"]) == expected
+    t = _tensors(c)
+    assert t["output"].strides == ["output_stride", 1]
+
+
+# --------------------------------------------------------------------------- C++ helpers
+
+
+def test_c_expressions():
+    env = dict(C.ARCH_CONSTANTS)
+    assert C.eval_c("device::kMaxVecBytes / sizeof(T)", env, {"T": 2}) == 8
+    assert C.eval_c("(kMaxVecBytes == 32 ? 12288 : 8192)", env) == 8192
+    assert C.eval_c("static_cast<uint32_t>(3) * 4 + 1", env) == 13
+    assert C.eval_c("a && !b || 0", {"a": 1, "b": 0}) == 1
+    assert C.eval_c("unknown_name + 1", env) is None
+    assert C.split_top("a, f(b, c), std::pair<int, int> x, n <= m") == ["a", "f(b, c)", "std::pair<int, int> x", "n <= m"]
+
+
+SYNTHETIC = r'''
+template <typename DType, int kWidth>
+struct DemoKernel {
+  static constexpr auto kVec = device::kMaxVecBytes / sizeof(DType);
+
+  static void run(const tvm::ffi::TensorView x, const tvm::ffi::TensorView ids, const tvm::ffi::TensorView out, double scale, bool flag) {
+    impl(x, ids, out, scale);
+  }
+
+  template <bool kFast = false>
+  static void impl(const tvm::ffi::TensorView& src, const tvm::ffi::TensorView& idx, const tvm::ffi::TensorView& dst, double s) {
+    using namespace host;
+    auto N = SymbolicSize{"rows"};  // comment with TensorMatcher({X}) inside
+    auto D = SymbolicSize{"width"};
+    auto W = SymbolicSize{"wide"};
+    TensorMatcher({N, W}).with_dtype<DType>().verify(src);
+    TensorMatcher({N}).with_dtype<int32_t>().verify(idx);
+    TensorMatcher({N, D}).with_strides({D, 1}).with_dtype<DType>().verify(dst);
+    const auto width = static_cast<uint32_t>(D.unwrap());
+    RuntimeCheck(width * 4 == W.unwrap(), "wide is four times width");
+    RuntimeCheck(width % kVec == 0, "vector width");
+    if (width <= 2048) {
+      launch();
+    } else {
+      RuntimeCheck(false, "too wide");
+    }
+  }
+};
+'''
+
+
+def test_cpp_facts_on_a_synthetic_launcher():
+    facts = C.cpp_facts(SYNTHETIC, "run", ["bf16", "fp32"])
+    assert [name for _, name in facts.params] == ["x", "ids", "out", "scale", "flag"]
+    # forwarded through impl(): matchers found under the callee's names, mapped back
+    assert set(facts.matchers) == {"x", "ids", "out"}
+    assert facts.matchers["ids"][0].dtype == "int32"
+    assert facts.matchers["x"][0].dtype == "T"
+    assert facts.relations == {"wide": "4*width"}
+    assert facts.divisibility == {"width": 8}  # 16 / sizeof(bf16), the strictest of bf16/fp32
+    assert facts.max_values == {"width": 2048}
+    assert "false" not in facts.checks

@@ -1,0 +1,133 @@
+"""`kernelsmith extract` end to end through pipeline.cli on the pinned wheel (index cached in work/cache)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from extract import command
+from extract.command import OpResult, build_index, merge_reports, select_ops, unit_groups
+from pipeline.cli import main
+from pipeline.errors import UnknownOpError
+from pipeline.records import BuildReport, Instantiation, KernelResources
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.wheel
+
+
+@pytest.fixture
+def env(monkeypatch, sglang_source, tmp_path):
+    """A fresh work dir; the wheel and the index cache shared with the other tests."""
+    monkeypatch.setenv("KERNELSMITH_SGLANG__CACHE_DIR", str(ROOT / "work" / "cache"))
+    if sglang_source.kind != "wheel":
+        monkeypatch.setenv("SGLANG_SRC", sglang_source.root)
+    return tmp_path / "work"
+
+
+def test_unknown_op_lists_the_closest_names(env, capsys):
+    code = main(["extract", "--work-dir", str(env), "--ops", "layernorm.rmsnrom", "--no-compile"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "unknown op 'layernorm.rmsnrom'" in err
+    assert "layernorm.rmsnorm" in err
+    assert "fix:" in err and "--list" in err
+    assert not (env / "tasks").exists()
+
+
+def test_select_ops_suggests_by_function_name(sglang_source):
+    index = build_index(sglang_source, ROOT / "work" / "cache")[0]
+    with pytest.raises(UnknownOpError) as info:
+        select_ops(index, ["silu_and_mul"], False)
+    assert "activation.silu_and_mul" in str(info.value)
+    assert [op.id for op in select_ops(index, None, False)] == [
+        "activation.silu_and_mul",
+        "layernorm.fused_add_rmsnorm",
+        "layernorm.rmsnorm",
+    ]
+    assert len(select_ops(index, None, True)) == len(index.ops)
+
+
+def test_list_prints_the_ops_table(env, capsys):
+    assert main(["extract", "--work-dir", str(env), "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "activation.silu_and_mul" in out and "layernorm.fused_add_rmsnorm" in out
+    assert "run_activation" in out
+    assert "modules calling load_jit" in out and "kernels" in out
+    index = json.loads((env / "index.json").read_text())
+    assert index["ops"] and all(not f.startswith("/") for op in index["ops"] for f in op["files"])
+    assert not (env / "tasks").exists()  # --list writes no tasks
+
+
+def test_default_ops_write_tasks_and_a_rerun_resumes(env, capsys):
+    assert main(["extract", "--work-dir", str(env), "--no-compile"]) == 0
+    first = capsys.readouterr().out
+    for op_id in ("activation.silu_and_mul", "layernorm.fused_add_rmsnorm", "layernorm.rmsnorm"):
+        assert (env / "tasks" / op_id / "task.json").is_file()
+        assert f"{op_id}: task written" in first
+    assert main(["extract", "--work-dir", str(env), "--no-compile"]) == 0
+    second = capsys.readouterr().out
+    assert "task current" in second and "task written" not in second
+
+
+def test_missing_nvcc_is_a_toolchain_error_after_tasks_are_written(env, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
+    code = main(["extract", "--work-dir", str(env), "--ops", "layernorm.fused_add_rmsnorm"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "has no bin/nvcc" in err and "fix:" in err
+    task = json.loads((env / "tasks" / "layernorm.fused_add_rmsnorm" / "task.json").read_text())
+    assert task["baseline_build"] is None  # nothing was recorded as a compile result
+
+
+@pytest.mark.nvcc
+def test_compile_check_records_the_ptxas_report(env, capsys):
+    code = main(["extract", "--work-dir", str(env), "--ops", "layernorm.fused_add_rmsnorm"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    task = json.loads((env / "tasks" / "layernorm.fused_add_rmsnorm" / "task.json").read_text())
+    build = task["baseline_build"]
+    assert build["ok"] is True
+    kernels = [r["kernel"] for r in build["resources"]]
+    assert len(kernels) == 2 and all("fused_add_rmsnorm_reg_kernel" in k for k in kernels)  # bf16 + fp16
+    assert all(r["registers"] > 0 for r in build["resources"])
+    assert "baseline compiles" in out
+
+
+def test_unit_groups_keep_one_instantiation_per_dtype():
+    def inst(dtype, width):
+        return Instantiation(dtype=dtype, module_args=[], template_args=[str(width)], wrappers=[("f", "F")])
+
+    insts = [inst("bf16", 128), inst("bf16", 4096), inst("fp16", 128), inst("fp16", 4096), inst("fp32", 64)]
+    groups = unit_groups(insts)
+    assert [[(i.dtype, i.template_args[0]) for i in g] for g in groups] == [
+        [("bf16", "128"), ("fp16", "128"), ("fp32", "64")],
+        [("bf16", "4096"), ("fp16", "4096")],
+    ]
+    ok = BuildReport(ok=True, key="a", seconds=1.0, library="x.so", resources=[KernelResources(kernel="k1", registers=10)])
+    bad = BuildReport(ok=False, key="b", seconds=2.0, stderr="cuda.cu(3): error: boom")
+    merged = merge_reports([ok, bad])
+    assert not merged.ok and merged.seconds == 3.0 and merged.library is None
+    assert merged.resources == ok.resources and "boom" in merged.stderr
+    assert merge_reports([ok]) == ok
+
+
+def test_coverage_counts_modules(sglang_source):
+    index = build_index(sglang_source, ROOT / "work" / "cache")[0]
+    ops = index.ops
+    a = next(o for o in ops if o.id == "layernorm.rmsnorm")
+    b = next(o for o in ops if o.id == "layernorm.fused_inplace_qknorm")
+    c = next(o for o in ops if o.id == "activation.silu_and_mul")
+    results = {
+        a.id: OpResult(op_id=a.id, module=a.module, task="written", compile="ok"),
+        b.id: OpResult(op_id=b.id, module=b.module, task="failed", compile="not_run", reason="no instantiation"),
+        c.id: OpResult(op_id=c.id, module=c.module, task="written", compile="failed", reason="error: x"),
+    }
+    cov = command._coverage(index, [a, b, c], results)
+    assert cov.op_modules == len(index.op_modules)
+    assert cov.modules_with_task == 2 and cov.modules_compiled == 1  # norm.py compiled; activation.py did not
+    assert cov.module_failures[c.module].startswith("compile")
+    assert "layernorm/norm.py" not in " ".join(cov.module_failures)
+    assert cov.ops_with_task == 2 and cov.ops_compiled == 1

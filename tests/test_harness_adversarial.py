@@ -1,0 +1,137 @@
+"""The adversarial suite (tests/adversarial/*.cuh) and its judge.
+
+CPU: every case parses, states a valid expectation and targets a real span.
+nvcc: every case compiles into a module through the real builder.
+GPU: every cheat is rejected with the expected outcome and reason, every honest
+rewrite and the unmodified baseline are accepted.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+from optimize.harness import adversarial
+from pipeline.records import Evaluation, Outcome
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CASES = adversarial.load_cases()
+OPS = sorted({c.op for c in CASES})
+
+
+def _task(op):
+    from extract.tasks import load_task
+
+    task_dir = ROOT / "work" / "tasks" / op
+    if not (task_dir / "task.json").is_file():
+        pytest.skip(f"no extracted task at {task_dir}: run `kernelsmith extract --ops {op}` first")
+    return task_dir, load_task(task_dir)
+
+
+def _config():
+    from pipeline.config import load_config
+
+    return load_config(overrides={"work_dir": str(ROOT / "work")})
+
+
+def test_every_case_parses_with_a_valid_expectation():
+    assert len(CASES) >= 10
+    outcomes = {o.value for o in Outcome}
+    for case in CASES:
+        assert case.expect in outcomes, case.name
+        re.compile(case.reason)
+        assert case.cheat, case.name
+        assert "template <" in case.text and "__global__ void" in case.text, case.name
+
+
+def test_the_suite_covers_every_cheat_the_harness_must_catch():
+    cheats = " ".join(c.cheat for c in CASES if c.expect == "incorrect")
+    for phrase in (
+        "skips part of the work", "cached result", "only right at the catalog shapes", "another stream",
+        "mutates its input", "uninitialized memory", "emits NaN", "writes only part of the output",
+    ):  # fmt: skip
+        assert phrase in cheats, phrase
+    assert any(c.expect == "ok" for c in CASES), "an honest rewrite keeps the harness from rejecting mere difference"
+
+
+def test_parse_case_rejects_files_without_marker(tmp_path):
+    bad = tmp_path / "x.cuh"
+    bad.write_text("// op: a\n")
+    with pytest.raises(ValueError, match="does not start"):
+        adversarial.parse_case(bad)
+    bad.write_text("// kernelsmith-adversarial\n// op: a\n")
+    with pytest.raises(ValueError, match="lacks metadata"):
+        adversarial.parse_case(bad)
+
+
+def _evaluation(outcome, detail):
+    return Evaluation(op_id="o", candidate="c", outcome=outcome, detail=detail)
+
+
+def test_judge_needs_outcome_and_reason():
+    case = next(c for c in CASES if c.name == "act_partial_write")
+    assert adversarial.judge(case, _evaluation(Outcome.incorrect, "out[0, 7] was never written"))[0]
+    ok, why = adversarial.judge(case, _evaluation(Outcome.ok, "42 checks passed"))
+    assert not ok and "expected incorrect, got ok" in why
+    ok, why = adversarial.judge(case, _evaluation(Outcome.incorrect, "out[0, 7] = 1, expected 2"))
+    assert not ok and "does not match" in why
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_cases_target_spans_the_task_has(op):
+    task_dir, task = _task(op)
+    for case in [c for c in CASES if c.op == op]:
+        cand = adversarial.candidate_for(case, task)
+        assert list(cand.regions) == [adversarial.span_name(task, case.span)]
+        assert cand.id.startswith(f"adv-{case.name}-")
+    base = adversarial.baseline_candidate(task_dir, task)
+    assert set(base.regions) == {s.name for s in task.editable}
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("op", OPS)
+def test_every_case_builds(op):
+    from optimize.harness.evaluate import candidate_overrides, plan_cases
+    from pipeline.build import BuildJob, build_many
+
+    task_dir, task = _task(op)
+    config = _config()
+    plan = plan_cases(task, held_out=0, profile=False)
+    cases = [c for c in CASES if c.op == op]
+    jobs = [
+        BuildJob(
+            task_dir=task_dir, task=task, instantiations=tuple(plan.units[0]), cache_root=config.cache / "builds",
+            overrides=candidate_overrides(task_dir, task, adversarial.candidate_for(c, task).regions),
+        )
+        for c in cases
+    ]  # fmt: skip
+    for case, report in zip(cases, build_many(jobs)):
+        assert report.ok, f"{case.name}: {report.stderr[-2000:]}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_adversarial_case_is_judged_as_expected(case):
+    from optimize.harness.evaluate import evaluate
+
+    task_dir, task = _task(case.op)
+    evaluation = evaluate(task_dir, task, adversarial.candidate_for(case, task), config=_config(), profile=False)
+    ok, why = adversarial.judge(case, evaluation)
+    assert ok, why
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["activation.silu_and_mul", "layernorm.fused_add_rmsnorm", "layernorm.rmsnorm"])
+def test_unmodified_baseline_passes(op):
+    from optimize.harness.evaluate import evaluate
+
+    task_dir, task = _task(op)
+    config = _config()
+    alone = evaluate(task_dir, task, None, config=config, profile=False)
+    assert alone.outcome == Outcome.ok, alone.detail
+    assert alone.checks_failed == 0 and alone.checks_passed > 0
+    as_candidate = evaluate(task_dir, task, adversarial.baseline_candidate(task_dir, task), config=config, profile=False)
+    assert as_candidate.outcome == Outcome.ok, as_candidate.detail
+    assert as_candidate.bitwise_equal is True  # the same module: bit-identical on every input

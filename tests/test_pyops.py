@@ -1,0 +1,261 @@
+"""extract.pyops on the real sglang 0.5.23 op modules, plus the evaluator on small synthetic modules.
+
+Golden files: tests/golden/ops/<op_id>.json hold the OpEntry of the three default
+ops. Regenerate after a deliberate change with
+``UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_pyops.py -k golden`` and
+review the diff.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import pathlib
+
+import pytest
+
+from extract import pyops
+from extract.command import build_index
+from pipeline.records import OpEntry, SourceInfo
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "golden" / "ops"
+DEFAULT_OPS = ("activation.silu_and_mul", "layernorm.fused_add_rmsnorm", "layernorm.rmsnorm")
+
+pytestmark = pytest.mark.wheel
+
+
+@pytest.fixture(scope="module")
+def index(sglang_source):
+    index, _cached = build_index(sglang_source, ROOT / "work" / "cache")
+    return index
+
+
+@pytest.fixture(scope="module")
+def ops(index):
+    return {op.id: op for op in index.ops}
+
+
+# --------------------------------------------------------------------------- the real tree
+
+
+def test_silu_and_mul(ops):
+    op = ops["activation.silu_and_mul"]
+    assert op.module == "kernels/ops/activation/activation.py"
+    assert op.public_functions == ["silu_and_mul"]
+    assert "run_activation" in op.entry_points
+    # run_unary_activation is exported by the same module but silu_and_mul never calls it
+    assert "run_unary_activation" not in op.entry_points
+    assert op.files == ["kernels/jit/csrc/elementwise/activation.cuh"]
+    (call,) = op.load_jit
+    assert call.function == "activation_module"
+    assert call.cuda_files == ["elementwise/activation.cuh"]
+    assert ("run_activation", "ActivationKernel<{args}>::run_activation") in call.cuda_wrappers
+    assert call.template_args == ["dtype", "is_arch_support_pdl()"]
+    # get_activation_cuda_cflags() read from kernels/jit/utils/arch.py, fast_math at its default
+    assert call.extra_cuda_cflags == ["--use_fast_math"]
+    assert call.marker_args[-1] == "*args"
+    assert "act_and_mul_kernel" in op.kernels
+
+
+def test_fused_add_rmsnorm(ops):
+    op = ops["layernorm.fused_add_rmsnorm"]
+    assert op.entry_points == ["fused_add_rmsnorm"]
+    (call,) = op.load_jit
+    assert call.cuda_wrappers == [("fused_add_rmsnorm", "FusedAddRMSNormKernel<{args}>::run")]
+    assert call.template_args == ["cast_x_before_out_mul", "dtype"]
+    assert call.extra_cuda_cflags == []
+    assert op.kernels == ["fused_add_rmsnorm_reg_kernel"]
+
+
+def test_rmsnorm_kernel_class_wrappers(ops):
+    op = ops["layernorm.rmsnorm"]
+    (call,) = op.load_jit
+    entries = [entry for export, entry in call.cuda_wrappers if export == "rmsnorm"]
+    # _rmsnorm_kernel_class(hidden_size) picks one of three classes at run time
+    assert sorted(entries) == sorted(
+        ["RMSNormWarpKernel<{args}>::run", "RMSNormHalfKernel<{args}>::run", "RMSNormKernel<{args}>::run"]
+    )
+    assert any("_rmsnorm_kernel_class" in note for note in call.unresolved)
+    assert {"rmsnorm_warp", "rmsnorm_cta", "rmsnorm_cta_double"} <= set(op.kernels)
+
+
+def test_qknorm_is_a_separate_op_of_the_same_module(ops):
+    op = ops["layernorm.fused_inplace_qknorm"]
+    assert op.module == "kernels/ops/layernorm/norm.py"
+    assert op.entry_points == ["qknorm"]
+    assert op.files == ["kernels/jit/csrc/elementwise/qknorm.cuh"]
+    # probes that only build the module are not ops when a sibling calls the kernel
+    assert "layernorm.can_use_fused_inplace_qknorm" not in ops
+
+
+def _calls_load_jit(path: pathlib.Path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name == "load_jit":
+                return True
+    return False
+
+
+def test_op_modules_are_exactly_the_modules_calling_load_jit(index, sglang_source):
+    root = pathlib.Path(sglang_source.root)
+    expected = sorted(
+        p.relative_to(root).as_posix() for p in (root / "kernels" / "ops").rglob("*.py") if _calls_load_jit(p)
+    )
+    assert index.op_modules == expected
+    assert len(expected) >= 150
+    # every such module yields at least one op
+    assert {op.module for op in index.ops} == set(expected)
+
+
+def test_op_ids_unique_grouped_and_files_exist(index, sglang_source):
+    root = pathlib.Path(sglang_source.root)
+    ids = [op.id for op in index.ops]
+    assert len(ids) == len(set(ids))
+    for op in index.ops:
+        group = op.module.split("/")[2]
+        assert op.id.startswith(group + ".")
+        assert op.id.split(".")[-1] == op.public_functions[0]
+        assert op.load_jit, op.id
+        for f in op.files:
+            assert (root / f).is_file(), (op.id, f)
+
+
+@pytest.mark.parametrize("op_id", DEFAULT_OPS)
+def test_golden(ops, op_id):
+    path = GOLDEN / f"{op_id}.json"
+    actual = ops[op_id]
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(actual.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    expected = OpEntry.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    assert actual == expected
+
+
+def test_instantiate_follows_kernel_class_by_width(ops, sglang_source):
+    program = pyops.Program(pathlib.Path(sglang_source.root))
+    op = ops["layernorm.rmsnorm"]
+    expect = {
+        64: "RMSNormWarpKernel",
+        256: "RMSNormWarpKernel",
+        512: "RMSNormHalfKernel",
+        768: "RMSNormKernel",
+        1536: "RMSNormKernel",
+        2048: "RMSNormHalfKernel",
+        2304: "RMSNormKernel",  # 2304 % 512 != 0
+        16384: "RMSNormHalfKernel",
+    }
+    for width, cls in expect.items():
+        inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={"hidden_size": width}, entry="rmsnorm")
+        assert inst.template_args == [str(width), "true", "bf16_t"]
+        assert inst.module_args == ["rmsnorm", str(width), "true", "bf16_t"]
+        assert inst.wrappers == [("rmsnorm", f"{cls}<{width}, true, bf16_t>::run")]
+
+
+def test_instantiate_uses_public_defaults_and_platform(ops, sglang_source):
+    program = pyops.Program(pathlib.Path(sglang_source.root))
+    op = ops["activation.silu_and_mul"]
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="fp16", sizes={}, entry="run_activation")
+    # fast_math defaults to True -> marker "activation" and the CUDA fast-math flags
+    assert inst.module_args == ["activation", "fp16_t", "true"]
+    assert inst.strings("extra_cuda_cflags") == ["--use_fast_math"]
+    op = ops["layernorm.fused_add_rmsnorm"]
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="fused_add_rmsnorm")
+    assert inst.template_args == ["false", "bf16_t"]  # cast_x_before_out_mul=False from the public signature
+    op = ops["layernorm.fused_inplace_qknorm"]
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={"head_dim": 128}, entry="qknorm")
+    # head_dim = head_dim or q.size(-1): the call-site value is unknown, the size of that name is used
+    assert inst.template_args == ["128", "true", "bf16_t", "true"]
+
+
+# --------------------------------------------------------------------------- synthetic modules
+
+
+def _tree(tmp_path: pathlib.Path, files: dict[str, str]) -> SourceInfo:
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (tmp_path / "kernels/jit/csrc").mkdir(parents=True, exist_ok=True)
+    return SourceInfo(kind="package", root=str(tmp_path), jit_dirs=["kernels/jit"])
+
+
+LOADER = '''
+from sglang.kernels.jit.utils import cache_once, load_jit, make_cpp_args, is_arch_support_pdl
+
+NAMES = ("a", "b")
+
+def _cls(width):
+    if width <= 128:
+        return "Small"
+    return "Big"
+
+@cache_once
+def _module(width, dtype, fast=True):
+    args = make_cpp_args(width, is_arch_support_pdl(), dtype)
+    flags = ["--use_fast_math"] if fast else []
+    return load_jit(
+        "thing" if fast else "slow_thing",
+        *args,
+        cuda_files=["x/thing.cuh"],
+        cuda_wrappers=[(n, f"{_cls(width)}<{args}>::run_{n}") for n in NAMES],
+        extra_cuda_cflags=flags,
+    )
+
+def thing(x, out, fast: bool = True):
+    width = x.size(-1)
+    module = _module(width, x.dtype, fast)
+    module.a(x, out)
+
+def probe(width):
+    return _module(width, None) is not None
+'''
+
+
+def test_static_and_strict_evaluation_on_a_synthetic_module(tmp_path):
+    source = _tree(tmp_path, {"kernels/ops/grp/mod.py": LOADER})
+    ops, modules = pyops.scan_ops(source, None)
+    assert modules == ["kernels/ops/grp/mod.py"]
+    assert [op.id for op in ops] == ["grp.thing"]  # probe names no export: not an op
+    (call,) = ops[0].load_jit
+    assert call.marker_args == ['"thing" if fast else "slow_thing"', "*args"]
+    assert call.template_args == ["width", "is_arch_support_pdl()", "dtype"]
+    assert call.extra_cuda_cflags == ["--use_fast_math"]  # `fast` judged at its default
+    assert set(call.cuda_wrappers) == {
+        ("a", "Small<{args}>::run_a"), ("a", "Big<{args}>::run_a"),
+        ("b", "Small<{args}>::run_b"), ("b", "Big<{args}>::run_b"),
+    }  # fmt: skip
+    assert ops[0].entry_points == ["a"]
+    program = pyops.Program(tmp_path)
+    inst = pyops.instantiate(program, ops[0], call, dtype="bf16", sizes={"width": 256}, entry="a")
+    assert inst.module_args == ["thing", "256", "true", "bf16_t"]
+    assert inst.wrappers == [("a", "Big<256, true, bf16_t>::run_a"), ("b", "Big<256, true, bf16_t>::run_b")]
+    inst = pyops.instantiate(program, ops[0], call, dtype="fp32", sizes={"width": 64}, entry="a")
+    assert inst.wrappers[0] == ("a", "Small<64, true, fp32_t>::run_a")
+    with pytest.raises(pyops.Unresolvable, match="width"):
+        pyops.instantiate(program, ops[0], call, dtype="fp32", sizes={}, entry="a")
+
+
+def test_duplicate_public_names_in_one_group(tmp_path):
+    body = LOADER.replace("def thing(", "def dup(")
+    source = _tree(
+        tmp_path,
+        {"kernels/ops/grp/alpha.py": body, "kernels/ops/grp/sub/beta.py": body, "kernels/ops/grp/__init__.py": ""},
+    )
+    ids = sorted(op.id for op in pyops.scan_ops(source, None)[0])
+    # the path that sorts first keeps the plain id
+    assert ids == ["grp.dup", "grp.sub.beta.dup"]
+    (tmp_path / "kernels/ops/grp/__init__.py").write_text("from .sub.beta import dup\n")
+    ops = {op.id: op for op in pyops.scan_ops(source, None)[0]}
+    # the group's __init__ re-export wins
+    assert ops["grp.dup"].module == "kernels/ops/grp/sub/beta.py"
+    assert ops["grp.alpha.dup"].module == "kernels/ops/grp/alpha.py"
+
+
+def test_entry_parts():
+    assert pyops._entry_parts("&HiCacheKernel<{args}>::run_one_page_unified<false>") == ("HiCacheKernel", "run_one_page_unified")
+    assert pyops._entry_parts("plan_compress_prefill") == (None, "plan_compress_prefill")
+    assert pyops._entry_parts("ns::Foo<a, B<c>>::run") == ("Foo", "run")
