@@ -20,8 +20,9 @@ Steps, each resumable:
    width) is built as several units, and ``task.json``'s ``baseline_build`` is
    their merge (ok only when all are; ptxas resources of all; ``key`` the hash of
    the unit keys; ``library`` set only for a single unit). When a unit fails and
-   holds several dtypes, each dtype is retried alone; dtypes that do not compile
-   are dropped from the task with a note when at least one does.
+   holds several instantiations, each is retried alone; those that do not
+   compile (an unsupported dtype or width) are dropped from the task with a note,
+   with the catalog shapes only they served, when at least one compiles.
 6. ``--all`` ends with a coverage line (op modules that call ``load_jit`` -> how
    many yielded a task -> how many of those compiled) and writes the full
    report, every failure with its reason, to ``work/coverage.json``.
@@ -48,7 +49,8 @@ from pydantic import Field
 
 from extract import pyops, sources, tasks
 from pipeline.config import DEFAULT_OPS, Config
-from pipeline.errors import ConfigError, KernelsmithError, ToolchainError, UnknownOpError
+from extract.errors import ConfigError, ToolchainError, UnknownOpError
+from pipeline.errors import KernelsmithError
 from pipeline.records import (
     BuildReport,
     Index,
@@ -159,7 +161,9 @@ def print_table(index: Index, out: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=out or sys.stdout, width=200 if out is not None else None)
+    stream = out or sys.stdout
+    tty = getattr(stream, "isatty", lambda: False)()
+    console = Console(file=stream, width=None if tty else 200)  # a pipe or a log gets wide rows, not 80 columns
     table = Table(title=f"SGLang {index.source.version or ''} JIT ops ({index.source.root})", show_lines=False)
     table.add_column("op", style="bold cyan", no_wrap=True)
     table.add_column("entry points")
@@ -290,45 +294,69 @@ def compile_tasks(
             return reports
 
     reports = run(units)
-    # a failed unit with several dtypes: retry each dtype alone to see which compile
-    retry = [(op_id, [inst]) for (op_id, group), rep in zip(units, reports) if not rep.ok and len(group) > 1 for inst in group]
+    # A failed unit holding several instantiations: build each alone to learn which
+    # ones the baseline cannot compile (an unsupported dtype or width), unless the
+    # failure cannot depend on the instantiation (a header that is not there).
+    retry = [
+        (op_id, [inst])
+        for (op_id, group), rep in zip(units, reports)
+        if not rep.ok and len(group) > 1 and not _hopeless(rep.stderr)
+        for inst in group
+    ]
     retry_reports = run(retry) if retry else []
+    alone = {(op_id, group[0].model_dump_json()): rep for (op_id, group), rep in zip(retry, retry_reports)}
     by_op: dict[str, list[tuple[list[Instantiation], BuildReport]]] = {}
     for (op_id, group), rep in zip(units, reports):
         by_op.setdefault(op_id, []).append((group, rep))
-    alone: dict[tuple[str, str], BuildReport] = {}
-    for (op_id, group), rep in zip(retry, retry_reports):
-        alone[(op_id, group[0].model_dump_json())] = rep
     for op_id, results in by_op.items():
         task = task_objs[op_id]
         if all(rep.ok for _, rep in results):
             out[op_id] = (task.model_copy(update={"baseline_build": merge_reports([r for _, r in results])}), "")
             continue
-        bad_dtypes: set[str] = set()
+        reason = _first_error(next(rep.stderr for _, rep in results if not rep.ok))
+        good: list[BuildReport] = []
+        kept: list[Instantiation] = []
+        bad: list[Instantiation] = []
         for group, rep in results:
             if rep.ok:
+                good.append(rep)
+                kept += group
                 continue
-            if len(group) == 1:
-                bad_dtypes.add(group[0].dtype)
-            for inst in group if len(group) > 1 else []:
-                single = alone.get((op_id, inst.model_dump_json()))
-                if single is None or not single.ok:
-                    bad_dtypes.add(inst.dtype)
-        reason = _first_error(next(rep.stderr for _, rep in results if not rep.ok))
-        kept = [i for i in task.instantiations if i.dtype not in bad_dtypes]
-        if kept and bad_dtypes and len(kept) < len(task.instantiations):
-            # rebuild the reduced task so its baseline matches what it now holds
-            note = f"dtypes {', '.join(sorted(bad_dtypes))} dropped: the baseline does not compile for them ({reason})"
-            reduced = task.model_copy(update={"instantiations": kept, "notes": [*task.notes, note]})
-            task_objs[op_id] = reduced
-            groups = unit_groups(kept)
-            reps = run([(op_id, g) for g in groups])
-            merged = merge_reports(reps)
-            why = "" if merged.ok else _first_error(merged.stderr)
-            out[op_id] = (reduced.model_copy(update={"baseline_build": merged}), why)
+            for inst in group:
+                single = rep if len(group) == 1 else alone.get((op_id, inst.model_dump_json()))
+                if single is not None and single.ok:
+                    good.append(single)
+                    kept.append(inst)
+                else:
+                    bad.append(inst)
+        if kept and bad:
+            labels = ", ".join(f"{i.dtype}<{', '.join(i.template_args)}>" for i in bad)
+            note = f"instantiations dropped, the baseline does not compile them: {labels} ({reason})"
+            shapes_kept = [c for c in task.shapes if any(_fits(i, c) for i in kept)]
+            reduced = task.model_copy(
+                update={
+                    "instantiations": [i for i in task.instantiations if i in kept],
+                    "shapes": shapes_kept,
+                    "notes": [*task.notes, note],
+                    "baseline_build": merge_reports(good),
+                }
+            )
+            out[op_id] = (reduced, "")
         else:
             out[op_id] = (task.model_copy(update={"baseline_build": merge_reports([r for _, r in results])}), reason)
     return out
+
+
+def _hopeless(stderr: str) -> bool:
+    """A failure no instantiation can avoid: a missing header or dependency."""
+    low = stderr.lower()
+    return "cannot open source file" in low or "no such file or directory" in low
+
+
+def _fits(inst: Instantiation, case: Any) -> bool:
+    """Whether ``inst`` can serve ``case``: its integer template arguments are among the case's sizes."""
+    ints = {int(a) for a in inst.template_args if a.strip().isdigit()}
+    return ints <= {*case.sizes.values(), case.tokens}
 
 
 # =========================================================================== main

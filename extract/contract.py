@@ -831,6 +831,8 @@ def infer_contract(
                     role = "inout"
                 if dtype in ("int32", "int64", "uint8", "uint32", "uint64", "int8") or _INDEX_NAMES.search(name):
                     unresolved.append(f"tensor `{name}` ({dtype}): index/metadata values, range not known")
+                if "sorted" in name:
+                    unresolved.append(f"tensor `{name}`: its values must come sorted (order and padding not known)")
                 spec = TensorSpec(name=name, shape=shape, dtype=dtype, role=role, strides=strides)
                 for dim in [*shape, *(strides or [])]:
                     if isinstance(dim, str):

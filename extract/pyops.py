@@ -20,7 +20,7 @@ subset, in one of two modes:
   flags); a helper that returns one of several constants yields every one of them
   (``_rmsnorm_kernel_class`` -> three wrapper alternatives). Each assumption is
   written into the call's ``unresolved`` so the record says what was guessed.
-- ``strict`` (task instantiation, :func:`instantiate_loader`): every parameter has
+- ``strict`` (task instantiation, :func:`instantiate`): every parameter has
   a concrete binding (a dtype, a width from the shape catalog, a default); the
   loader function is *run* (if/else taken, helpers called) until it reaches
   ``load_jit``, whose evaluated arguments are captured. Anything unknown raises
@@ -36,7 +36,9 @@ and deterministic for a given tree (see :func:`scan_ops`).
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import pathlib
+import re
 from typing import Any, Callable, Iterable
 
 import libcst as cst
@@ -1364,7 +1366,7 @@ def _wrappers(value: Any, what: str, unresolved: list[str]) -> list[tuple[str, s
             unresolved.append(f"{what}: entry of `{exports[0]}` is `{text}`, not known statically")
         for e in exports:
             for t in entries:
-                if "{" in t and "{args}" not in t.replace("{args}", "") and t.count("{") > t.count("{args}"):
+                if t.count("{") > t.count("{args}"):  # a placeholder other than the template args
                     unresolved.append(f"{what}: entry `{t}` of `{e}` has parts not known statically")
                 out.append((str(e), t))
     return list(dict.fromkeys(out))
@@ -1372,9 +1374,6 @@ def _wrappers(value: Any, what: str, unresolved: list[str]) -> list[tuple[str, s
 
 def _resolve_files(names: list[str], root: pathlib.Path, unresolved: list[str], what: str) -> list[str]:
     """csrc-relative names (as in the call) -> names that exist; a ``{...}`` part globs."""
-    import fnmatch
-    import re
-
     out: list[str] = []
     csrc = root / CSRC_DIR
     for name in names:
@@ -1675,17 +1674,12 @@ def resolve_kernels(entries: list[str], files: list[str], scan: Any) -> list[str
     return kernels
 
 
-_SOURCE_EXPORT = None
+_SOURCE_EXPORT = re.compile(r"TVM_FFI_DLL_EXPORT_TYPED_FUNC\(\s*(\w+)\s*,\s*(.+?)\)\s*;")
 
 
 def source_exports(call: LoadJitCall, root: pathlib.Path) -> list[tuple[str, str]]:
     """Exports a non-header-only module defines itself (``TVM_FFI_DLL_EXPORT_TYPED_FUNC``
     in its sources): the Python side names no wrappers for those."""
-    import re
-
-    global _SOURCE_EXPORT
-    if _SOURCE_EXPORT is None:
-        _SOURCE_EXPORT = re.compile(r"TVM_FFI_DLL_EXPORT_TYPED_FUNC\(\s*(\w+)\s*,\s*(.+?)\)\s*;")
     if call.header_only:
         return []
     out: list[tuple[str, str]] = []

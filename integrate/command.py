@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import subprocess
 import sys
 from typing import Any
 
-from integrate.errors import ConfigError, KernelsmithError, WorkerError
+from integrate.errors import ConfigError, KernelsmithError
 from integrate.records import E2EResult, IntegrateReport, OpCheck, Patch, TestRun
 from pipeline.records import read_record, write_record
 
@@ -88,26 +89,27 @@ def gpu_steps(
             if wanted:
                 update["not_run"][step] = why
         return report.model_copy(update=update), True
-    import torch
-
-    update.update(gpu=device, torch=torch.__version__)
+    update.update(gpu=device, torch=_torch_version(), failed_steps=dict(report.failed_steps))
     baseline_pkg, patched_pkg = _packages(patch)
     good = True
     if checks:
         update["not_run"].pop("correctness", None)
+        update["failed_steps"].pop("correctness", None)
         try:
             update["checks"] = check_ops(
                 tasks, baseline_pkg, patched_pkg, out_dir, sanitizer=sanitizer, command=f"python -m integrate.sglang_runner --run {run}"
             )
-        except KernelsmithError as err:
+        except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
             good = False
-            update["checks"] = [OpCheck(op_id=t.op_id, function="", ran=False, reason=f"a worker failed: {err.message}") for t in tasks]
-            update["not_run"]["correctness"] = str(err)
+            message = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
+            update["checks"] = [OpCheck(op_id=t.op_id, function="", ran=False, reason=f"a worker failed: {message}") for t in tasks]
+            update["failed_steps"]["correctness"] = str(err)
             _say(f"error: correctness through SGLang: {err}")
         good = good and all(c.ran and not c.failed for c in update["checks"] if c.function)
         good = good and not any(s.ran and s.errors for c in update["checks"] for s in c.sanitizer)
     if tests:
         update["not_run"].pop("sglang tests", None)
+        update["failed_steps"].pop("sglang tests", None)
         checkout = pathlib.Path(patch.tree_root) if patch.layout == "checkout" else None
         why = (
             f"the sources are the sglang {patch.source.version} {patch.layout}, which has no test/registered/ folder; "
@@ -117,20 +119,32 @@ def gpu_steps(
         for task in tasks:
             try:
                 runs.append(op_tests(task, checkout, patched_pkg, out_dir, why_no_checkout=why))
-            except (OSError, KernelsmithError) as err:
+            except (OSError, KernelsmithError, subprocess.SubprocessError) as err:
                 good = False
                 runs.append(TestRun(op_id=task.op_id, ran=False, reason=f"could not run pytest: {err}"))
+                update["failed_steps"]["sglang tests"] = f"{task.op_id}: {err}"
         update["tests"] = runs
         good = good and not any(t.ran and (t.failed or t.errors) for t in runs)
     if e2e:
         update["not_run"].pop("e2e", None)
+        update["failed_steps"].pop("e2e", None)
         try:
             update["e2e"] = e2e_mod.run(baseline_pkg, patched_pkg, out_dir, command=f"python -m integrate.e2e --run {run}")
-        except WorkerError as err:
+        except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
             good = False
-            update["e2e"] = E2EResult(ran=False, reason=f"a worker failed: {err.message}")
-            _say(f"error: end-to-end proxy: {err}")
+            message = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
+            update["e2e"] = E2EResult(ran=False, reason=f"it broke: {message}")
+            update["failed_steps"]["e2e"] = str(err)
+            _say(f"error: end-to-end: {err}")
     return report.model_copy(update=update), good
+
+
+def _torch_version() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.__version__
 
 
 def _publish(report: IntegrateReport, out_dir: pathlib.Path, run_dir: pathlib.Path) -> pathlib.Path:

@@ -56,6 +56,8 @@ def status(report: IntegrateReport) -> tuple[str, list[str]]:
         for op in report.patch.ops:
             if op.op_id not in checked:
                 missing.append(f"{op.op_id}: correctness through SGLang not run")
+    for step, why in report.failed_steps.items():
+        failing.append(f"{step} broke: {why.splitlines()[0] if why else ''}")
     for step, why in report.not_run.items():
         missing.append(f"{step}: {why}")
     if failing:
@@ -203,16 +205,27 @@ def render(report: IntegrateReport, *, run_dir: str = "") -> str:
                 f"of the task; the patched outputs were judged against the pristine op's."
             )
             out.append("")
-            out += ["| dtype | cases | pass | bitwise equal | max abs err | rtol | atol | outputs poisoned |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+            out += [
+                "| dtype | cases | pass | skipped | bitwise equal | max abs err | rtol | atol | outputs poisoned |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+            ]
             for dtype, cases in by_dtype.items():
                 errs = [c.max_abs_err for c in cases if c.max_abs_err is not None]
                 out.append(
-                    f"| {dtype} | {len(cases)} | {sum(c.status == 'pass' for c in cases)} | "
+                    f"| {dtype} | {len(cases)} | {sum(c.status == 'pass' for c in cases)} | {sum(c.status == 'skipped' for c in cases)} | "
                     f"{sum(bool(c.bitwise_equal) for c in cases)} | {_fmt(max(errs) if errs else None, '.3g')} | "
                     f"{cases[0].rtol:.3g} | {cases[0].atol:.3g} | {'yes' if all(c.poisoned for c in cases) else 'in-place op' if not any(c.poisoned for c in cases) else 'some'} |"
                 )
             shapes = sorted({c.label for c in check.cases})
             out += ["", f"Shapes ({len(shapes)}): " + ", ".join(f"`{s}`" for s in shapes) + "."]
+            if check.jit_build_s:
+                out.append(
+                    "SGLang's `load_jit` built the modules of both trees from source for this check ("
+                    + ", ".join(f"{who} {sec:.0f} s" for who, sec in sorted(check.jit_build_s.items()))
+                    + ", all ops, in parallel)."
+                )
+            if check.skipped:
+                out.append(f"Skipped cases are ones the pristine op itself rejects; they test nothing of the patch ({check.skipped}).")
             bad = [c for c in check.cases if c.status != "pass"]
             for c in bad[:10]:
                 out.append(f"- **{c.status}** {c.label} {c.dtype} (seed {c.seed}): {c.reason}")

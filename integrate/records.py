@@ -90,7 +90,9 @@ class CheckCase(Record):
     width: int
     dtype: Dtype
     seed: int  # seeds the inputs (same in both trees); reproduces the case
-    status: Literal["pass", "fail", "error"]
+    # skipped: the pristine op itself rejects the case (not a test of the patch);
+    # error: the patched side raised or crashed (counts as a failure)
+    status: Literal["pass", "fail", "error", "skipped"]
     reason: str = ""
     bitwise_equal: bool | None = None
     max_abs_err: float | None = None
@@ -118,8 +120,9 @@ class OpCheck(Record):
     reason: str = ""  # why it did not run
     cases: list[CheckCase] = Field(default_factory=list)
     passed: int = 0
-    failed: int = 0
-    first_call_s: dict[str, float] = Field(default_factory=dict)  # "baseline"/"patched" -> first call (JIT build) seconds
+    failed: int = 0  # fail + error
+    skipped: int = 0
+    jit_build_s: dict[str, float] = Field(default_factory=dict)  # "baseline"/"patched" -> wall seconds SGLang's load_jit took to build every module of the checks (all ops, in parallel)
     sanitizer: list[SanitizerRun] = Field(default_factory=list)
     command: str = ""  # reproduces this check
 
@@ -197,5 +200,6 @@ class IntegrateReport(VersionedRecord):
     tests: list[TestRun] = Field(default_factory=list)
     e2e: E2EResult | None = None
     not_run: dict[str, str] = Field(default_factory=dict)  # step -> why it did not run
+    failed_steps: dict[str, str] = Field(default_factory=dict)  # step -> the error that broke it
     branch: str | None = None  # --git-branch result
     commit: str | None = None

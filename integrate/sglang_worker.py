@@ -16,6 +16,7 @@ original stdout. Everything else (SGLang's and nvcc's output, ``print``) goes
 to stderr: fd 1 is pointed at fd 2 before anything is imported. Commands:
 
 - ``ping``: device, torch version, the tree's kernel path.
+- ``warm``: build, concurrently, every JIT module a list of cases needs.
 - ``check``: build seeded inputs for one op at (rows, width, dtype), poison the
   outputs, call the public op; ``mode=save`` writes the outputs to ``path``,
   ``mode=compare`` loads the other tree's outputs from ``path`` and judges
@@ -241,6 +242,39 @@ def _compare(case: Case, req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def cmd_warm(req: dict[str, Any]) -> dict[str, Any]:
+    """Build every JIT module the coming checks need, concurrently, with SGLang's own parallel_compile.
+
+    One 1-row call of the public op per distinct module (op, dtype, and the
+    width for rmsnorm, whose kernel is specialised on it). A build that fails is
+    reported, not raised: the check of that case will say what happened.
+    """
+    import torch
+
+    from sglang.kernels.jit.utils import parallel_compile
+
+    keys: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for case in req["cases"]:
+        key = (case["op"], case["dtype"], int(case["width"]) if case["op"] == "layernorm.rmsnorm" else 0)
+        keys.setdefault(key, case)
+    errors: dict[str, str] = {}
+
+    def builder(key: tuple[str, str, int], case: dict[str, Any]) -> Callable[[], None]:
+        def build() -> None:
+            try:
+                Case(case["op"], 1, int(case["width"]), case["dtype"], 0, float(req.get("eps", 1e-6))).call()
+                _first_calls.setdefault(key, 0.0)
+            except Exception as err:  # noqa: BLE001 - reported per module
+                errors[f"{key[0]} {key[1]} width={case['width']}"] = f"{type(err).__name__}: {err}"
+
+        return build
+
+    start = time.perf_counter()
+    parallel_compile([builder(k, c) for k, c in keys.items()])
+    torch.cuda.synchronize()
+    return {"ok": True, "seconds": time.perf_counter() - start, "modules": len(keys), "errors": errors}
+
+
 # --------------------------------------------------------------------------- e2e layer
 
 
@@ -378,6 +412,8 @@ def handle(req: dict[str, Any], package: str) -> dict[str, Any]:
             return _ping(package)
         if cmd == "check":
             return cmd_check(req)
+        if cmd == "warm":
+            return cmd_warm(req)
         if cmd == "layer":
             return cmd_layer(req)
         return {"ok": False, "error": f"unknown command {cmd!r}"}

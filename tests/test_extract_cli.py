@@ -131,3 +131,30 @@ def test_coverage_counts_modules(sglang_source):
     assert cov.module_failures[c.module].startswith("compile")
     assert "layernorm/norm.py" not in " ".join(cov.module_failures)
     assert cov.ops_with_task == 2 and cov.ops_compiled == 1
+
+
+@pytest.mark.nvcc
+def test_compile_check_drops_an_instantiation_the_baseline_cannot_compile(sglang_source, tmp_path):
+    """fused_add_rmsnorm has no fp32 VecTypeTrait: an fp32 instantiation must be dropped, bf16/fp16 kept."""
+    from extract import pyops, tasks
+
+    index = build_index(sglang_source, ROOT / "work" / "cache")[0]
+    op = next(o for o in index.ops if o.id == "layernorm.fused_add_rmsnorm")
+    task = tasks.write_task(index, op, tmp_path, program=pyops.Program(pathlib.Path(index.source.root)))
+    fp32 = task.instantiations[0].model_copy(
+        update={
+            "dtype": "fp32",
+            "module_args": ["fused_add_rmsnorm", "false", "fp32_t"],
+            "template_args": ["false", "fp32_t"],
+            "wrappers": [("fused_add_rmsnorm", "FusedAddRMSNormKernel<false, fp32_t>::run")],
+        }
+    )
+    widened = task.model_copy(update={"instantiations": [*task.instantiations, fp32]})
+    folder = tasks.task_dir(tmp_path, op.id)
+    built = command.compile_tasks({op.id: folder}, {op.id: widened}, tmp_path / "builds", jobs=2)
+    result, reason = built[op.id]
+    assert reason == ""
+    assert [i.dtype for i in result.instantiations] == ["bf16", "fp16"]
+    assert result.baseline_build is not None and result.baseline_build.ok
+    assert any("fp32<false, fp32_t>" in note for note in result.notes)
+    assert len(result.shapes) == len(task.shapes)

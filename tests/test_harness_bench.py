@@ -76,3 +76,62 @@ def test_health_section_counts_and_reasons():
     assert "2 tasks: 1 baselines build, 1 run, 1 pass" in text
     assert "| b | no | — | — | 0 | nvcc: error: x \\| y |" in text
     assert "- b: index range of ids" in text
+
+
+def _write_task(work, op):
+    from pipeline.records import (
+        ArgSpec, BuildRecipe, Contract, Instantiation, ShapeCase, SourceInfo, Task, TensorSpec, write_record,
+    )  # fmt: skip
+
+    contract = Contract(
+        entry="e", args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=["num_tokens"], dtype="T", role="inout"))],
+        symbols=["num_tokens"], unresolved=["index range of ids"],
+    )  # fmt: skip
+    task = Task(
+        op_id=op, module="m.py", public_functions=["f"], entry_points=["e"], source=SourceInfo(kind="wheel", root="/x", version="0.5.23"),
+        files=[], instantiations=[Instantiation(dtype="bf16", module_args=[], template_args=["bf16_t"], wrappers=[("e", "E")])],
+        build=BuildRecipe(cuda_files=["a.cuh"], include_dirs=[], cuda_cflags=[]), editable=[], contract=contract,
+        shapes=[ShapeCase(model="M", tokens=8, sizes={"num_tokens": 8})],
+    )  # fmt: skip
+    write_record(task, work / "tasks" / op / "task.json")
+
+
+def test_main_writes_its_section_and_a_results_batch(tmp_path, monkeypatch):
+    from pipeline.config import load_config
+    from pipeline.store import ResultsStore
+
+    work = tmp_path / "work"
+    _write_task(work, "a.op")
+    config = load_config(overrides={"work_dir": str(work)}, environ={})
+    row = TimingResult(
+        label="M[num_tokens=8]", sizes={"num_tokens": 8}, dtype="bf16", bytes=32, calls_per_graph=20, buffer_sets=9,
+        repeats=15, baseline_us=2.5, baseline_spread_pct=0.7, eager_us=6.0, compile_us=None,
+    )  # fmt: skip
+    monkeypatch.setattr(bench, "bench_op", lambda path, task, cfg, **kw: bench.OpBench(op_id=task.op_id, rows=[row], device=DEVICE))
+    out = tmp_path / "BENCH.md"
+    out.write_text(EXISTING)
+    args = argparse.Namespace(ops=["a.op"], all=False, no_torch_compile=False, output=str(out))
+    assert bench.main(args, config) == 0
+    text = out.read_text()
+    assert text.startswith(EXISTING) and f"Command: `kernelsmith bench --ops a.op --output {out}`" in text
+    assert "| a.op | bf16 | M[num_tokens=8] | 2.50 |" in text
+    (key,) = ResultsStore(work).keys()
+    batch = ResultsStore(work).get(key)
+    assert batch.device == "NVIDIA H200" and {r.variant for r in batch.rows} == {"baseline", "torch_eager"}
+
+    monkeypatch.setattr(bench, "health", lambda path, cfg: bench.Health(op_id=path.name, built=True, ran=True, passed=False, reason="x[0] never written"))
+    args = argparse.Namespace(ops=None, all=True, output=str(out))
+    assert bench.main(args, config) == 1  # a task that does not pass makes the run fail
+    text = out.read_text()
+    assert "| a.op | yes | yes | no | 0 | x[0] never written |" in text and "| a.op | bf16 |" in text
+
+
+def test_main_refuses_missing_tasks_with_the_fix(tmp_path):
+    import pytest
+
+    from optimize.errors import TaskMissing
+    from pipeline.config import load_config
+
+    config = load_config(overrides={"work_dir": str(tmp_path)}, environ={})
+    with pytest.raises(TaskMissing, match="kernelsmith extract --ops b.op"):
+        bench.main(argparse.Namespace(ops=["b.op"], all=False, output=str(tmp_path / "B.md")), config)

@@ -177,3 +177,33 @@ def test_baseline_alone_reports_its_own_times():
     result = WorkerResult(status="ok", checks=[check()], timings=[timing(50.0, None)], device=DEVICE)
     e = ev.to_evaluation("op", "baseline", run_of(result), build=BUILD, build_s=0, config=CONFIG, candidate_given=False)
     assert e.outcome == Outcome.ok and e.timings[0].time_us == 50.0 and e.timings[0].speedup is None
+
+
+@pytest.mark.nvcc
+def test_evaluate_without_a_gpu_builds_then_says_a_gpu_is_required(tmp_path):
+    """The parent half for real: plan, nvcc builds (cached), worker process, and a clear GpuRequired."""
+    import importlib.util
+    import pathlib
+
+    from extract.tasks import load_task
+    from optimize.harness import adversarial
+    from optimize.harness.errors import GpuRequired
+    from pipeline.config import load_config
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here: the GPU tests cover this path")
+    root = pathlib.Path(__file__).resolve().parent.parent
+    task_dir = root / "work" / "tasks" / "layernorm.fused_add_rmsnorm"
+    if not (task_dir / "task.json").is_file():
+        pytest.skip("run `kernelsmith extract --ops layernorm.fused_add_rmsnorm` first")
+    task = load_task(task_dir)
+    config = load_config(overrides={"work_dir": str(root / "work")})
+    candidate = adversarial.baseline_candidate(task_dir, task)
+    with pytest.raises(GpuRequired, match="no CUDA device"):
+        ev.evaluate(task_dir, task, candidate, config=config, shapes=task.shapes[:2])
+    bad = candidate.model_copy(update={"regions": {"no_such_span": "x"}})
+    result = ev.evaluate(task_dir, task, bad, config=config, shapes=task.shapes[:2])
+    assert result.outcome == Outcome.compile_failed and "no_such_span" in result.detail
+    broken = candidate.model_copy(update={"regions": {"fused_add_rmsnorm_reg_kernel": "this is not C++;"}})
+    result = ev.evaluate(task_dir, task, broken, config=config, shapes=task.shapes[:2])
+    assert result.outcome == Outcome.compile_failed and "error" in result.detail and result.build is not None

@@ -83,3 +83,22 @@ def test_latest_run_is_the_newest_with_a_best_candidate(tmp_path):
         stamp = time.time() - age
         os.utime(runs / name, (stamp, stamp))
     assert latest_run(runs) == "new"
+
+
+def test_a_broken_gpu_step_fails_the_command_and_the_pr(one_op_run, monkeypatch, capsys):
+    """GPU 'present', but the worker cannot import SGLang here (this venv lacks its packages): real worker
+    processes die, and integrate says so, exits 1 and marks the PR failing."""
+    monkeypatch.setattr(sglang_runner, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
+    work = one_op_run
+    code = main(build_parser().parse_args(["integrate", "--run", "r1"]), _config(work))
+    assert code == 1
+    report = json.loads((work / "integrate" / "r1" / "report.json").read_text())
+    assert set(report["failed_steps"]) == {"correctness", "e2e"}
+    assert "worker failed ping" in report["failed_steps"]["correctness"]
+    assert "No module named" in report["failed_steps"]["correctness"], "the worker's own error is kept"
+    (check,) = report["checks"]
+    assert check["ran"] is False and check["reason"].startswith("a worker failed")
+    (test,) = report["tests"]
+    assert test["ran"] is False and "no test/registered/ folder" in test["reason"]
+    assert "**Status: FAILING" in (work / "integrate" / "r1" / "PR.md").read_text()
+    assert "error: correctness through SGLang" in capsys.readouterr().err

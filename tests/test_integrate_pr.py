@@ -103,8 +103,8 @@ def test_pr_has_every_section_and_the_figures(tmp_path):
     assert "| Llama-3.1-8B[hidden_size=14336,num_tokens=1] | bf16 | 3.05 | 2.61 | 1.169x | 1.5 | 1.31 |" in text
     assert "| 158.20 | 131.40 | 1.204x | 62.3 | 1.60 |" in text
     # correctness: shapes, dtypes, tolerances, bitwise, sanitizer, optimize-stage validation
-    assert "| bf16 | 3 | 3 | 3 | 0 | 0.0156 | 1e-37 | yes |" in text
-    assert "| fp32 | 3 | 3 | 0 | 2.4e-07 |" in text
+    assert "| bf16 | 3 | 3 | 0 | 3 | 0 | 0.0156 | 1e-37 | yes |" in text
+    assert "| fp32 | 3 | 3 | 0 | 0 | 2.4e-07 |" in text
     assert "compute-sanitizer `memcheck` on Llama-3.1-8B[...] bf16: 0 errors." in text
     assert "40 checks passed, 0 failed" in text
     assert "not run: the sources are the sglang 0.5.23 wheel" in text

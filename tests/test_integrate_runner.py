@@ -185,7 +185,7 @@ def test_a_correct_patch_passes_through_sglang(sglang_source, tmp_path):
     assert check.ran and check.failed == 0 and check.passed == 9
     assert all(c.bitwise_equal for c in check.cases), "a comment-only edit must be bit-identical"
     assert all(c.poisoned for c in check.cases)
-    assert any(k.startswith("patched") for k in check.first_call_s)
+    assert check.jit_build_s["patched"] > 0 and check.jit_build_s["baseline"] > 0
     # each tree compiled its own module into its own cache
     assert list((out / "cache" / "patched" / "jit").rglob("*.so")) and list((out / "cache" / "baseline" / "jit").rglob("*.so"))
 
@@ -199,3 +199,52 @@ def test_a_wrong_patch_is_caught_through_sglang(sglang_source, tmp_path):
     (check,) = sglang_runner.check_ops([task], package_dir(patch, patched=False), package_dir(patch, patched=True), out, sanitizer=False)
     assert check.ran and check.failed == len(check.cases) == 9
     assert all("tolerance" in c.reason or "expected" in c.reason for c in check.cases)
+
+
+STUB = '''
+import json, sys
+role = "patched" if "patched" in sys.argv[sys.argv.index("--package") + 1] else "baseline"
+out = sys.stdout
+for line in sys.stdin:
+    req = json.loads(line)
+    if req["cmd"] == "warm":
+        assert sorted(c["width"] for c in req["cases"]) == [128, 128, 128, 128]
+        out.write(json.dumps({"ok": True, "seconds": 2.5 if role == "patched" else 2.0, "modules": 1}) + "\\n"); out.flush()
+        continue
+    if req["cmd"] in ("ping", "exit"):
+        out.write(json.dumps({"ok": True}) + "\\n"); out.flush()
+        if req["cmd"] == "exit":
+            break
+        continue
+    rows = req["rows"]
+    if role == "baseline" and rows == 3:  # the pristine op rejects this shape
+        out.write(json.dumps({"ok": False, "error": "RuntimeError: unsupported"}) + "\\n")
+    elif role == "baseline":
+        open(req["path"], "w").write("outputs")
+        out.write(json.dumps({"ok": True, "first_call_s": 0.5}) + "\\n")
+    elif rows == 5:  # the patched op crashes: the worker dies
+        sys.stderr.write("CUDA error: an illegal memory access was encountered\\n"); sys.exit(1)
+    else:
+        assert open(req["path"]).read() == "outputs"
+        out.write(json.dumps({"ok": True, "status": "pass", "bitwise_equal": True, "max_abs_err": 0.0, "outputs": ["out"], "poisoned": True}) + "\\n")
+    out.flush()
+'''
+
+
+def test_check_ops_records_rejected_and_crashing_cases_and_goes_on(sglang_source, tmp_path):
+    """Worker stand-ins (the GPU workers cannot run here) drive check_ops' bookkeeping: a case the
+    pristine op rejects is skipped, a patched crash is an error and the worker is restarted."""
+    stub = tmp_path / "stub.py"
+    stub.write_text(STUB)
+    python = _stand_in(tmp_path, f'exec {sys.executable} {stub} "$@"\n')
+    shapes = [ShapeCase(model="m", tokens=n, sizes={"num_tokens": n, "hidden_size": 64}) for n in (1, 3, 5, 7)]
+    task = _task(sglang_source, tmp_path, shapes=shapes, dtypes=("bf16",))
+    (check,) = sglang_runner.check_ops(
+        [task], tmp_path / "baseline" / "sglang", tmp_path / "patched" / "sglang", tmp_path / "out", sanitizer=False, python=python
+    )
+    assert [c.status for c in check.cases] == ["pass", "skipped", "error", "pass"]
+    assert (check.passed, check.failed, check.skipped) == (2, 1, 1) and check.ran
+    assert "illegal memory access" in check.cases[2].reason
+    assert check.cases[1].reason.startswith("the pristine op fails here too")
+    assert check.jit_build_s == {"baseline": 2.0, "patched": 2.5}
+    assert not list((tmp_path / "out").glob(".exchange/*")), "exchanged outputs are removed"

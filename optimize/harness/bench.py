@@ -3,9 +3,10 @@
 Two modes:
 
 - ``--ops A B ...`` (default: the three default ops): for each op, its baseline
-  at every catalog shape (bf16, the dtype models are served in; ``--dtypes``
-  widens it), next to the PyTorch reference run eagerly and through
-  ``torch.compile`` (``--no-torch-compile`` skips the latter). Raw table: op,
+  at every catalog shape (bf16, the dtype models are served in; a ``dtypes``
+  attribute on the parsed args widens it), next to the PyTorch reference run
+  eagerly and through ``torch.compile`` with default settings (static first,
+  then dynamic shapes; ``--no-torch-compile`` skips it). Raw table: op,
   dtype, shape, µs, spread, GB/s, % of copy bandwidth, time/floor, eager µs,
   compile µs.
 - ``--all``: every task under ``work/tasks``: does its baseline build, run and

@@ -33,6 +33,10 @@ ORIENTATION = {  # what the brief expects on an H200 (for eyeballing, not assert
 }
 
 
+def say(message: str) -> None:
+    print(f"[gpu_check {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
 def _prebuild(config, items: list[tuple[Any, Any, dict[str, str] | None]]) -> dict[str, Any]:
     """Build every (task_dir, task, regions) for its catalog plan in one parallel batch."""
     from optimize.harness.evaluate import candidate_overrides, plan_cases
@@ -93,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = [] if args.skip_adversarial else [c for c in adversarial.load_cases() if c.op in tasks]
 
     # 1. builds
+    say(f"building {len(tasks)} baselines and {len(cases)} adversarial candidates in parallel")
     items: list[tuple[Any, Any, dict[str, str] | None]] = [(d, t, None) for d, t in tasks.values()]
     for case in cases:
         task_dir, task = tasks[case.op]
@@ -110,8 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         summary["build"] = {"error": traceback.format_exc()}
 
     # 2. device ceilings
+    say(f"builds done in {summary['build'].get('seconds', '?')} s; measuring copy bandwidth and smallest-kernel time")
     import torch
 
+    t0 = time.monotonic()
+    import tvm_ffi  # noqa: F401 - first import may JIT tvm-ffi's torch DLPack addon into ~/.cache: pay it here, once
+
+    summary["tvm_ffi_import_s"] = round(time.monotonic() - t0, 2)
     device = roofline.device_info(config.cache / "device", remeasure=True)
     (out / "device.json").write_text(device.model_dump_json(indent=2) + "\n", encoding="utf-8")
     summary["device"] = device.model_dump()
@@ -122,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for op, (task_dir, task) in tasks.items():
         candidate = adversarial.baseline_candidate(task_dir, task)
+        say(f"{op}: baseline vs baseline (checks + timing)")
         t0 = time.monotonic()
         try:
             ev = evaluate(task_dir, task, candidate, config=config)
@@ -130,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             evaluations[op] = {"error": traceback.format_exc()}
             continue
         wall = time.monotonic() - t0
+        say(f"{op}: {ev.outcome.value} in {wall:.1f} s: {ev.detail[:200]}")
         evaluations[op] = json.loads(ev.model_dump_json())
         evaluations[op]["wall_s"] = round(wall, 2)
         spreads = [t.spread_pct for t in ev.timings]
@@ -148,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     adv_rows = []
     for case in cases:
         task_dir, task = tasks[case.op]
+        say(f"adversarial {case.name} ({case.op}): expect {case.expect}")
         try:
             cand = adversarial.candidate_for(case, task)
             t0 = time.monotonic()
@@ -157,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 {"case": case.name, "op": case.op, "cheat": case.cheat, "expect": case.expect, "got": ev.outcome.value,
                  "as_expected": ok, "why": why, "detail": ev.detail, "seconds": round(time.monotonic() - t0, 2)}
             )  # fmt: skip
+            say(f"  -> {ev.outcome.value}{'' if ok else ' (NOT AS EXPECTED)'}: {ev.detail[:160]}")
             if not ok:
                 problems.append(f"adversarial {why}")
         except Exception as err:  # noqa: BLE001

@@ -25,7 +25,6 @@ torch lazily.
 from __future__ import annotations
 
 import ctypes
-import json
 import pathlib
 import re
 from datetime import datetime, timezone

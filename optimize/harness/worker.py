@@ -41,6 +41,7 @@ ever repeats between runs or cases.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import time
@@ -71,7 +72,9 @@ def log(message: str) -> None:
 
 
 class CaseFailure(Exception):
-    """Ends a case: ``kind`` says whose fault and how (see :func:`_result`)."""
+    """Ends a case: ``kind`` says whose fault and how (incorrect/crashed: the candidate's;
+    baseline_failed: the baseline's, raised out of the checks; skipped: a held-out shape
+    the baseline itself rejects)."""
 
     def __init__(self, kind: str, reason: str) -> None:
         super().__init__(reason)
@@ -95,7 +98,7 @@ class Impl:
 
 @dataclass
 class RunOutput:
-    storages: dict[str, Any]  # name -> flat storage snapshot after the run
+    storages: dict[str, Any]  # output/inout name -> flat storage snapshot after the run
 
 
 class Checker:
@@ -160,6 +163,7 @@ class Checker:
         outputs_x = {n: img for n, img in images_x.items() if n not in decoy}
         inputs_y = {n: img for n, img in images_y.items() if n in decoy}
         outputs_y = {n: img for n, img in images_y.items() if n not in decoy}
+        inputs_only = {t.name for t in plan.tensors if t.role == "input"}  # checked in place, never kept
 
         # run 1: eager, stream-ordered against decoys
         log(f"{who}: {case.label} {case.dtype} {case.distribution} {case.layout}: run 1 (eager)")
@@ -170,8 +174,8 @@ class Checker:
         bufs.load(inputs_x)
         self._call(impl, fn, args, case, "run 1")
         self._sync(impl, case, "run 1")
-        run1 = RunOutput({n: s.clone() for n, s in bufs.storages.items()})
-        self._check_untouched(impl, plan, images_x, run1, inside, "run 1", case)
+        self._check_untouched(impl, plan, images_x, bufs.storages, inside, "run 1", case)
+        run1 = RunOutput({n: s.clone() for n, s in bufs.storages.items() if n not in inputs_only})
 
         # run 2: captured in a CUDA graph, replayed on new inputs over finite garbage
         log(f"{who}: {case.label} {case.dtype}: run 2 (CUDA graph replay)")
@@ -190,8 +194,8 @@ class Checker:
         except Exception as err:  # noqa: BLE001
             self._fail(impl, "crashed", f"graph replay failed: {err}", case)
         self._sync(impl, case, "run 2")
-        run2 = RunOutput({n: s.clone() for n, s in bufs.storages.items()})
-        self._check_untouched(impl, plan, images_y, run2, inside, "run 2", case)
+        self._check_untouched(impl, plan, images_y, bufs.storages, inside, "run 2", case)
+        run2 = RunOutput({n: s.clone() for n, s in bufs.storages.items() if n not in inputs_only})
         del graph, bufs
         return run1, run2
 
@@ -220,12 +224,12 @@ class Checker:
             raise CaseFailure("baseline_failed", f"baseline at {case.label} {case.dtype}: {reason}")
         raise CaseFailure(kind, f"{case_name(case)}: {reason}")
 
-    def _check_untouched(self, impl: Impl, plan, images, run: RunOutput, inside, label: str, case) -> None:
+    def _check_untouched(self, impl: Impl, plan, images, storages, inside, label: str, case) -> None:
         """Inputs bit-identical; guard bands and stride gaps of every tensor unchanged."""
         for t in plan.tensors:
             bits_t = inputs.bits_dtype(t.dtype)
             before = images[t.name].view(bits_t)
-            after = run.storages[t.name].view(bits_t)
+            after = storages[t.name].view(bits_t)
             changed = before != after
             if t.role == "input":
                 if bool(changed.any().item()):
@@ -353,10 +357,17 @@ def _sleep() -> None:
         sleep(SLEEP_CYCLES)
 
 
-def _free() -> None:
+def _free(fraction: float = 0.4) -> None:
+    """Return cached blocks to the driver only when the cache holds a large share of the card.
+
+    Emptying after every case would make the next case pay cudaMalloc for every
+    buffer; never emptying lets a run of large shapes fragment the cache.
+    """
     import torch
 
-    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    if torch.cuda.memory_reserved() > fraction * total:
+        torch.cuda.empty_cache()
 
 
 # ---------------------------------------------------------------------------- timing
@@ -431,6 +442,21 @@ class Timer:
         _free()
         return result
 
+    def _compiled(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``torch.compile(fn)`` with default settings, made once per worker.
+
+        Default settings are what a PyTorch user gets: the first shape compiles
+        static, the next change of shape recompiles with dynamic sizes, and that
+        kernel then serves every later shape (a bench over a whole catalog pays
+        two or three compiles, not one per shape).
+        """
+        import torch
+
+        cache = self.__dict__.setdefault("_compiled_fns", {})
+        if fn not in cache:
+            cache[fn] = torch.compile(fn)
+        return cache[fn]
+
     def _add_torch(self, plan, bufsets, sets, calls, graphs, counts, notes) -> None:
         import torch
 
@@ -449,8 +475,7 @@ class Timer:
             variants.append(("eager", per_set[0][0]))
         if self.request.torch_compile:
             try:
-                torch._dynamo.reset()  # one compile per shape: never hit the recompile limit
-                variants.append(("compile", torch.compile(per_set[0][0], dynamic=False)))
+                variants.append(("compile", self._compiled(per_set[0][0])))
             except Exception as err:  # noqa: BLE001 - a missing compiler is a note, not a failure
                 notes.append(f"torch.compile unavailable: {err}")
         for name, fn in variants:
@@ -478,9 +503,10 @@ def run(request: WorkerRequest) -> WorkerResult:
     device = torch.device("cuda", torch.cuda.current_device())
     stream = torch.cuda.Stream()
     seconds: dict[str, float] = {}
-    info = roofline.device_info(request.device_cache_dir)
     if request.mode == "single":
-        return _single(request, device, stream, info)
+        # never measure the device here: under a profiler or sanitizer that would be slow and pointless
+        return _single(request, device, stream, roofline.load_cached(request.device_cache_dir, torch.cuda.get_device_name()))
+    info = roofline.device_info(request.device_cache_dir)
     start = time.monotonic()
     with torch.cuda.stream(stream):
         checker = Checker(request, device, stream)
@@ -533,8 +559,11 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m optimize.harness.worker REQUEST.json RESULT.json", file=sys.stderr)
         return 2
     request = WorkerRequest.model_validate_json(open(argv[0], encoding="utf-8").read())
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        print("kernelsmith worker: torch is not installed here", file=sys.stderr)
+        return EXIT_NO_GPU
     if not torch.cuda.is_available():
         print("kernelsmith worker: no CUDA device is visible to torch", file=sys.stderr)
         return EXIT_NO_GPU
@@ -545,6 +574,10 @@ def main(argv: list[str] | None = None) -> int:
         # a CUDA fault surfacing outside a guarded call is still a kernel's doing
         return 1 if _is_cuda_error(err) else EXIT_HARNESS
     write_record(result, argv[1])
+    if result.status == "crashed":
+        # the CUDA context is gone: skip interpreter teardown, which would touch it again
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -1,0 +1,139 @@
+"""The harness's torch-side pieces on a real GPU (skipped on CPU machines).
+
+Covers what the CPU tests cannot: filling buffers on the device (poison bits,
+guard noise, value distributions), the comparison on real torch tensors,
+the float64 references against the native PyTorch forms, graph timing, the
+device ceilings, and one end-to-end worker run of a real baseline.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import random
+
+import pytest
+
+from optimize.harness import compare, inputs, references, roofline, timing
+from pipeline.records import ArgSpec, Contract, ScalarSpec, TensorSpec
+
+pytestmark = pytest.mark.gpu
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def t(name, shape, role, strides=None):
+    return ArgSpec(kind="tensor", tensor=TensorSpec(name=name, shape=shape, dtype="T", role=role, strides=strides))
+
+
+SILU = Contract(
+    entry="run_activation",
+    args=[t("input", ["num_tokens", "2*hidden_size"], "input"), t("out", ["num_tokens", "hidden_size"], "output"),
+          ArgSpec(kind="scalar", scalar=ScalarSpec(name="type", type="str", value="silu"))],
+    symbols=["num_tokens", "hidden_size"], reference="silu_and_mul",
+)  # fmt: skip
+RMS = Contract(
+    entry="rmsnorm",
+    args=[t("input", ["num_tokens", "hidden_size"], "input", ["input_stride", 1]), t("weight", ["hidden_size"], "input"),
+          t("output", ["num_tokens", "hidden_size"], "output", ["output_stride", 1]),
+          ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6))],
+    symbols=["num_tokens", "hidden_size", "input_stride", "output_stride"], reference="rmsnorm",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def torch():
+    import torch as _torch
+
+    return _torch
+
+
+def test_images_poison_guards_and_values(torch):
+    plan = inputs.plan_call(RMS, {"num_tokens": 5, "hidden_size": 256}, "bf16", "strided", random.Random(3))
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(7)
+    images = inputs.make_images(plan, "normal", gen, "cuda", outputs="poison")
+    x, w, out = plan.tensors
+    bits = images["output"].view(torch.int16)
+    assert bool((bits == inputs.poison_value("bf16")).all())
+    values = inputs.view_of(images["input"], x).float()
+    assert values.isfinite().all() and values.std() > 0.5 and (values != 0).float().mean() > 0.99
+    noise = images["input"][: x.offset].float()
+    assert noise.abs().max() > 10  # guard bands hold large noise, not zeros
+    bufs = inputs.Buffers(plan, "cuda")
+    bufs.load(images)
+    assert torch.equal(bufs.views["input"], inputs.view_of(images["input"], x))
+    assert bufs.views["input"].stride() == x.strides and bufs.views["input"].data_ptr() % 256 == 0
+
+
+def test_edge_distribution_has_zeros_tiny_large_and_negative_rows(torch):
+    plan = inputs.plan_call(SILU, {"num_tokens": 64, "hidden_size": 512}, "bf16")
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1)
+    vals = inputs.logical_values(plan.tensors[0], "edge", gen, "cuda").float()
+    assert vals.isfinite().all()
+    row_max = vals.abs().amax(dim=1)
+    assert (row_max == 0).any() and (row_max > 1e15).any() and ((row_max > 0) & (row_max < 1e-18)).any()
+    assert (vals.amax(dim=1) < 0).any()
+
+
+def test_compare_on_torch_tensors_matches_the_rules(torch):
+    e = torch.tensor([1.0, 2.0, 3.0, float("inf")], dtype=torch.bfloat16, device="cuda")
+    g = e.clone()
+    assert compare.compare_tensor("out", e, g, "bf16", shape=(4,)).ok
+    g[1] = float("nan")
+    v = compare.compare_tensor("out", e, g, "bf16", shape=(4,), not_written=g.view(torch.int16) == inputs.poison_value("bf16"))
+    assert not v.ok and "out[1] is nan where the baseline is finite" in v.reason
+    g = e.clone()
+    g.view(torch.int16)[2] = inputs.poison_value("bf16")
+    v = compare.compare_tensor("out", e, g, "bf16", shape=(4,), not_written=g.view(torch.int16) == inputs.poison_value("bf16"))
+    assert not v.ok and "out[2] was never written" in v.reason
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_references_agree_with_native_forms(torch, dtype):
+    tdt = inputs.torch_dtype(dtype)
+    x = torch.randn(33, 2 * 768, device="cuda").to(tdt)
+    out = torch.empty(33, 768, device="cuda", dtype=tdt)
+    call = references.RefCall(["input", "out"], ["input", "output"], {"input": x, "out": out}, {"type": "silu"})
+    expected = references.get("silu_and_mul").expected(call)["out"]
+    fn, args = references.get("silu_and_mul").eager(call)
+    err, problem = compare.relative_error(fn(*args), expected)
+    assert not problem and err < compare.TOLERANCES[dtype].ref_rel
+    w = torch.randn(768, device="cuda").to(tdt)
+    r = torch.randn(33, 768, device="cuda").to(tdt)
+    h = torch.randn(33, 768, device="cuda").to(tdt)
+    call = references.RefCall(["input", "residual", "weight"], ["inout", "inout", "input"], {"input": h, "residual": r, "weight": w}, {"eps": 1e-6})
+    exp = references.get("fused_add_rmsnorm").expected(call)
+    fn, args = references.get("fused_add_rmsnorm").eager(call)
+    got_out, got_res = fn(*args)
+    assert compare.relative_error(got_out, exp["input"])[0] < compare.TOLERANCES[dtype].ref_rel
+    assert compare.relative_error(got_res, exp["residual"])[0] == 0.0
+
+
+def test_graph_timing_and_device_ceilings(torch, tmp_path):
+    stream = torch.cuda.Stream()
+    a = torch.randn(1 << 24, device="cuda")
+    b = torch.empty_like(a)
+    graph = timing.capture([lambda: b.copy_(a)] * 10, stream)
+    samples = timing.time_graphs({"copy": graph}, {"copy": 10}, 5, stream)["copy"]
+    assert len(samples) == 5 and all(s > 0 for s in samples)
+    info = roofline.device_info(tmp_path)
+    assert info.copy_gbps > 1000 and 0 < info.min_kernel_us < 50 and info.l2_bytes > 0
+    assert roofline.load_cached(tmp_path, info.name) == info
+
+
+def test_worker_checks_and_times_a_real_baseline(tmp_path):
+    """End to end on the silu_and_mul task: build, worker process, checks, timing."""
+    from extract.tasks import load_task
+    from optimize.harness.evaluate import evaluate
+    from pipeline.config import load_config
+
+    task_dir = ROOT / "work" / "tasks" / "activation.silu_and_mul"
+    if not (task_dir / "task.json").is_file():
+        pytest.skip("run `kernelsmith extract --ops activation.silu_and_mul` first")
+    task = load_task(task_dir)
+    small = [s for s in task.shapes if s.sizes.get("num_tokens", 0) in (1, 8)][:4]
+    config = load_config(overrides={"work_dir": str(ROOT / "work")})
+    ev = evaluate(task_dir, task, None, config=config, shapes=small)
+    assert ev.outcome.value == "ok", ev.detail
+    assert len(ev.timings) == len(small) and all(x.time_us > 0 and x.gbps > 0 for x in ev.timings)
+    assert set(ev.seconds) >= {"build", "test", "profile"}
