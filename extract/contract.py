@@ -870,12 +870,15 @@ def infer_contract(
 
 
 def _is_contiguous(shape: list[str | int], strides: list[str | int]) -> bool:
+    """Declared strides that say no more than "contiguous" (``{D, 1}`` for ``[N, D]``).
+
+    Only rank 1 and 2 are judged; a higher-rank stride list is kept as declared.
+    """
     if len(shape) != len(strides) or not strides or strides[-1] != 1:
         return False
-    for i in range(len(shape) - 1):
-        if strides[i] != shape[i + 1] and not (i + 1 == len(shape) - 1 and strides[i] == shape[-1]):
-            return False
-    return len(shape) <= 2 or all(strides[i] == shape[i + 1] for i in range(len(shape) - 1))
+    if len(shape) == 1:
+        return True
+    return len(shape) == 2 and strides[0] == shape[1]
 
 
 # =========================================================================== curated

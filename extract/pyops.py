@@ -1973,6 +1973,7 @@ def instantiate(
                     values[name] = ev.eval(param.default, Env(caller.module))
                 except Unresolvable:
                     pass
+        runtime_args = {p.name.value for p in caller.params()} - set(values)
         frame = _LazyEnv(caller.module, values, _assignments_before(caller, site), ev)
         positional = [p for p in [*loader.node.params.posonly_params, *loader.node.params.params]]
         for i, arg in enumerate(site.args):
@@ -1987,6 +1988,9 @@ def instantiate(
             try:
                 site_values[name] = ev.eval(arg.value, frame)
             except Unresolvable as err:
+                used = [n for n in runtime_args if re.search(rf"\b{re.escape(n)}\b", caller.module.code(arg.value))]
+                if used:  # say what it is: a value the caller of the op chooses at run time
+                    err = Unresolvable(f"`{used[0]}` is a run-time argument of {caller.qualname} without a default")
                 site_values[name] = err
     kwargs: dict[str, Any] = {}
     for param in loader.params():

@@ -303,8 +303,9 @@ def write_task(
     )
     notes += inst_notes
     if not instantiations or instance is None:
+        first = next((n.split(": ", 2)[-1] for n in notes if n.startswith("instantiation failed")), "")
         raise ConfigError(
-            f"{op.id}: no instantiation of {call.function} could be evaluated",
+            f"{op.id}: no instantiation of {call.function} could be evaluated" + (f": {first}" if first else ""),
             fix="add a curated contract (extract/curated/<op>.toml) or a shape mapping for its template arguments",
             detail="\n".join(notes),
         )
