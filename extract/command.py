@@ -5,7 +5,7 @@ Steps, each resumable:
 1. **Sources**: ``extract.sources.acquire`` (the pinned wheel, or ``--sglang``).
 2. **Index**: the C++ scan (``extract.index.scan_tree``) and the Python scan
    (``extract.pyops.scan_ops``), cached under ``<cache>/index/<key>.json`` where
-   the key covers every source byte both scans read and extract's own code, so a
+   the key covers every source byte both scans read and the scanners' code, so a
    rerun on the same tree loads it in well under a second. Written to
    ``work/index.json`` (paths relative to the package root).
 3. ``--list``: a table of ops (id, entry points, kernels, files) and totals; stops there.
@@ -82,13 +82,16 @@ def _index_inputs(source: SourceInfo) -> list[pathlib.Path]:
 
 
 def index_key(source: SourceInfo) -> str:
-    """Content key of the index: every source file both scans read, plus extract's code and queries."""
+    """Content key of the index: every source file both scans read, the scanners' code and queries
+    (``INDEX_VERSION`` covers how this module assembles the record)."""
     root = pathlib.Path(source.root)
     here = pathlib.Path(__file__).parent
     parts: list[str | bytes] = [INDEX_VERSION, source.model_dump_json(exclude={"root"})]
     for path in _index_inputs(source):
         parts += [path.relative_to(root).as_posix(), path.read_bytes()]
-    for path in sorted([*here.glob("*.py"), *here.glob("queries/**/*.scm")]):
+    # the code the two scans run (not contract/tasks/shapes: they do not shape the index)
+    code = [here / name for name in ("index.py", "treesitter.py", "pyops.py")]
+    for path in sorted([*(p for p in code if p.is_file()), *here.glob("queries/**/*.scm")]):
         parts += [path.relative_to(here).as_posix(), path.read_bytes()]
     return content_hash(*parts)
 

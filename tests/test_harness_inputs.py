@@ -199,6 +199,15 @@ def test_select_instantiation_by_dtype_and_specialised_width():
         inputs.select_instantiation(c, insts, "fp32", {"num_tokens": 3, "hidden_size": 128})
 
 
+def test_token_count_or_stride_equal_to_another_width_does_not_select_it():
+    """Found on the H200: T=512 at hidden 4096 ran rmsnorm's width-512 module."""
+    c = rmsnorm_contract()
+    insts = [inst("bf16", "512", "true", "bf16_t"), inst("bf16", "4096", "true", "bf16_t")]
+    sizes = {"num_tokens": 512, "hidden_size": 4096, "input_stride": 4096, "output_stride": 512}
+    assert inputs.select_instantiation(c, insts, "bf16", sizes).template_args[0] == "4096"
+    assert inputs.width_symbols(c) == {"hidden_size"}
+
+
 def test_instantiations_without_the_entry_are_ignored():
     c = rmsnorm_contract()
     other = inst("bf16", "128", "true", "bf16_t", export="something_else")

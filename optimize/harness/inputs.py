@@ -260,6 +260,25 @@ def template_ints(inst: Instantiation) -> set[int]:
     return out
 
 
+def width_symbols(contract: Contract) -> set[str]:
+    """Size symbols that can be a specialised width: every tensor dimension but the leading
+    (token) one of a multi-dimensional tensor. Strides and token counts are excluded, so a
+    token count that happens to equal another instantiation's width (T=512 against
+    rmsnorm's width-512 kernel) never selects that instantiation.
+    """
+    inner: set[str] = set()
+    for arg in contract.args:
+        if arg.kind != "tensor" or arg.tensor is None:
+            continue
+        shape = arg.tensor.shape
+        for position, dim in enumerate(shape):
+            if not isinstance(dim, str):
+                continue
+            if not (position == 0 and len(shape) > 1):
+                inner.add(dim)
+    return inner
+
+
 def instantiations_for(contract: Contract, instantiations: Sequence[Instantiation]) -> list[Instantiation]:
     """Instantiations that export the contract's entry."""
     return [inst for inst in instantiations if any(export == contract.entry for export, _ in inst.wrappers)]
@@ -281,7 +300,7 @@ def select_instantiation(
             f"no instantiation of {contract.entry} for dtype {dtype}",
             fix="re-run `kernelsmith extract` or drop that dtype",
         )
-    values = set(sizes.values())
+    values = {sizes[name] for name in width_symbols(contract) if name in sizes}
     fitting = [i for i in pool if template_ints(i) <= values]
     if not fitting:
         raise ContractError(

@@ -37,6 +37,8 @@ from pipeline.records import Contract, ShapeTiming
 
 COPY_BYTES = 1 << 30  # each of source and destination
 COPY_REPEATS = 20
+COPY_WARMUP = 20
+COPIES_PER_SAMPLE = 5
 EMPTY_LAUNCHES = 512
 EMPTY_REPEATS = 15
 
@@ -153,16 +155,21 @@ def copy_bandwidth(nbytes: int = COPY_BYTES, repeats: int = COPY_REPEATS):
 
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
-    for _ in range(3):
+    # Warm up long enough for the clocks to leave idle (the SM clock reads ~400 MHz
+    # on an idle H200), then time several back-to-back copies per sample: one copy
+    # per event pair measured 4.06 TB/s with a 4.3 % spread there, against
+    # 4.27 TB/s for ten back-to-back copies.
+    for _ in range(COPY_WARMUP):
         dst.copy_(src)
     samples = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        dst.copy_(src)
+        for _ in range(COPIES_PER_SAMPLE):
+            dst.copy_(src)
         end.record()
         end.synchronize()
-        seconds = start.elapsed_time(end) / 1e3
+        seconds = start.elapsed_time(end) / 1e3 / COPIES_PER_SAMPLE
         samples.append(2 * nbytes / seconds / 1e9)
     del src, dst
     torch.cuda.empty_cache()
