@@ -38,8 +38,6 @@ is 0 once it is written.
 from __future__ import annotations
 
 import difflib
-import json
-import os
 import pathlib
 import sys
 import time

@@ -1650,12 +1650,28 @@ def entry_struct(entry: str) -> str | None:
     return _entry_parts(entry)[0]
 
 
-def resolve_kernels(entries: list[str], files: list[str], scan: Any) -> list[str]:
+def _aliases(root: pathlib.Path | None, files: list[str], name: str) -> list[str]:
+    """Structs a ``using <name> = std::conditional_t<c, A<...>, B<...>>`` alias in ``files`` can stand for."""
+    if root is None:
+        return []
+    out: list[str] = []
+    for file in files:
+        path = root / file
+        if not path.is_file():
+            continue
+        match = re.search(rf"using\s+{re.escape(name)}\s*=\s*([^;]+);", path.read_text(encoding="utf-8", errors="replace"))
+        if match:
+            out += [n for n in re.findall(r"\b([A-Za-z_]\w*)\s*<", match.group(1)) if n not in ("conditional_t", "std") and n != name]
+    return out
+
+
+def resolve_kernels(entries: list[str], files: list[str], scan: Any, root: pathlib.Path | None = None) -> list[str]:
     """Kernels launched through the given C++ entries, via the index's launchers.
 
-    A struct entry (``Foo<...>::run``) matches launcher structs named ``Foo``; a free
-    function matches launcher functions of that name. Launchers defined in the
-    op's own files win over same-named ones elsewhere in the tree.
+    A struct entry (``Foo<...>::run``) matches launcher structs named ``Foo`` (or,
+    when ``Foo`` is a ``using`` alias in the op's files, the structs it names); a
+    free function matches launcher functions of that name. Launchers defined in
+    the op's own files win over same-named ones elsewhere in the tree.
     """
     if scan is None:
         return []
@@ -1666,6 +1682,9 @@ def resolve_kernels(entries: list[str], files: list[str], scan: Any) -> list[str
         struct, method = _entry_parts(entry)
         name = struct or method
         matches = [ln for ln in launchers if ln.name == name]
+        if not matches and struct:
+            targets = set(_aliases(root, files, struct))
+            matches = [ln for ln in launchers if ln.name in targets]
         own = [ln for ln in matches if ln.file in files]
         for launcher in own or matches:
             for kernel in launcher.launches:
@@ -1804,7 +1823,7 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
                     public_functions=names,
                     entry_points=used,
                     files=files,
-                    kernels=resolve_kernels(entries, files, scan),
+                    kernels=resolve_kernels(entries, files, scan, root),
                     load_jit=calls,
                 )
             )

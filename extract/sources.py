@@ -57,13 +57,15 @@ def _local(path: pathlib.Path) -> SourceInfo:
             fix="use a checkout of sglang with python/sglang/kernels/jit, or an sglang>=0.5.23 package folder",
         )
     commit = None
-    git_dir = root
-    while git_dir != git_dir.parent and not (git_dir / ".git").exists():
-        git_dir = git_dir.parent
-    if (git_dir / ".git").exists():
+    # A checkout is a git work tree whose top holds python/sglang (this root). A
+    # package folder that merely sits inside some other repository (an unpacked
+    # wheel under a project's work/ folder) is not one: its commit would be that
+    # project's, not SGLang's.
+    top = root.parent.parent
+    if root == top / "python" / "sglang" and (top / ".git").exists():
         try:
             commit = subprocess.run(
-                ["git", "-C", str(git_dir), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+                ["git", "-C", str(top), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
             ).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             commit = None

@@ -259,3 +259,8 @@ def test_entry_parts():
     assert pyops._entry_parts("&HiCacheKernel<{args}>::run_one_page_unified<false>") == ("HiCacheKernel", "run_one_page_unified")
     assert pyops._entry_parts("plan_compress_prefill") == (None, "plan_compress_prefill")
     assert pyops._entry_parts("ns::Foo<a, B<c>>::run") == ("Foo", "run")
+
+
+def test_kernels_through_a_using_alias(ops):
+    # QKNormKernel is `using QKNormKernel = std::conditional_t<..., QKNormKernelWarp<...>, ...>`
+    assert {"fused_qknorm_warp", "fused_qknorm_cta"} <= set(ops["layernorm.fused_inplace_qknorm"].kernels)
