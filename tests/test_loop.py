@@ -671,3 +671,24 @@ def test_offline_round_on_the_gpu_records_a_replayable_run(tmp_path, sglang_sour
     base = read_record(Candidate, run_dir / op / "candidates" / f"{baseline.candidate}.json")
     again = replayed.evaluate(None, task, base)
     assert [t.time_us for t in again.timings] == [t.time_us for t in baseline.timings]
+
+
+def test_an_edit_that_reproduces_measured_code_is_not_evaluated_again(tmp_path):
+    """Found on the H200 (2026-11-29): a round whose edit gave back the baseline's code
+    reused the baseline's stored evaluation, which has no speedups, and crashed the
+    loop. Now it is a recorded no_change and nothing is evaluated."""
+    model = ScriptedModel(
+        [
+            "[]",  # testing
+            choose("vector_loads_128", "vectorize"),
+            whole(VEC_KERNEL),  # round 1: accepted
+            lambda messages: choose(options_of(messages[-1]["content"])[0], "go back")(messages),
+            whole(KERNEL),  # round 2: the baseline's own text again
+        ]
+    )
+    summary, traj, backend = run_loop(tmp_path, model, rounds=2, coder="llm")
+    first, second = traj.rounds()
+    assert first.accepted
+    assert second.outcome == RoundOutcome.no_change and not second.accepted
+    assert "already evaluated" in second.attempts[-1].detail
+    assert [stage for _, stage in backend.calls].count("round") == 2  # baseline + round 1 only
