@@ -6,7 +6,7 @@ KS      := $(BIN)/kernelsmith
 STAMP   := $(VENV)/.installed
 OPS     ?= activation.silu_and_mul layernorm.fused_add_rmsnorm layernorm.rmsnorm
 
-.PHONY: install run extract optimize integrate test test-gpu bench clean
+.PHONY: install run extract optimize integrate test test-gpu bench clean device-wheels
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -36,6 +36,17 @@ test-gpu:
 
 bench: $(STAMP)
 	$(KS) bench --ops $(OPS)
+
+# For the GPU machine (no network): kernelsmith's own wheels for CPython 3.12, the ones
+# sglang's JIT path needs (integrate/wheels.sh), and the sglang wheel itself.
+DEVICE_WHEELS_TOOL ?= ../shared/tools/device-wheels
+device-wheels: $(STAMP)
+	DEVICE_WHEELS=$(DEVICE_WHEELS_TOOL) bash integrate/wheels.sh
+	$(DEVICE_WHEELS_TOOL) pydantic==2.14.4 annotated-types typing-inspection libcst==1.9.0 \
+	  tree-sitter==0.26.1 tree-sitter-cpp==0.23.4 tree-sitter-cuda==0.21.2 \
+	  openai==3.57.0 httpx2==2.16.2 httpcore2==2.16.2 truststore jiter distro sniffio
+	$(KS) extract --no-compile --ops $(OPS)
+	mkdir -p .dev/wheels && cp work/cache/wheels/sglang-*.whl .dev/wheels/
 
 clean:
 	rm -rf work .pytest_cache build *.egg-info

@@ -121,6 +121,19 @@ class Accepted:
     best_files: dict[str, bytes] = dataclasses.field(default_factory=dict)  # best/src/<path>: optimize's patched files
 
 
+def _op_statuses(run_dir: pathlib.Path) -> dict:
+    """op id -> OpSummary from the run's summary.json, or {} when there is none yet."""
+    from pipeline.records import RunSummary
+
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        return {}
+    try:
+        return {op.op_id: op for op in read_record(RunSummary, path).ops}
+    except Exception:  # a summary from another schema only loses the nicer message
+        return {}
+
+
 def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accepted], dict[str, str]]:
     """Accepted candidates of a run, and why every other op of the run is left out.
 
@@ -133,11 +146,17 @@ def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accep
         raise ConfigError(f"no optimize run at {run_dir}", fix="run `kernelsmith optimize` first, or pass an existing --run")
     accepted: list[Accepted] = []
     skipped: dict[str, str] = {}
+    statuses = _op_statuses(run_dir)
     for op_dir in sorted(p for p in run_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         op_id = op_dir.name
         cand_path = op_dir / CANDIDATE_FILE
         if not cand_path.is_file():
-            skipped[op_id] = f"no {CANDIDATE_FILE} (optimize did not finish this op)"
+            status = statuses.get(op_id)
+            skipped[op_id] = (
+                f"optimize found nothing faster than the baseline ({status.rounds} round(s), stopped: {status.stop_reason})"
+                if status is not None and status.status == "no_improvement"
+                else f"no {CANDIDATE_FILE} (optimize did not finish this op)"
+            )
             continue
         candidate = read_record(Candidate, cand_path)
         if candidate.op_id != op_id:

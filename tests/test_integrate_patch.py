@@ -468,3 +468,22 @@ def test_layout_of_a_checkout_uses_python_sglang_paths(tmp_path, wheel_source):
     layout = layout_of(source)
     assert (layout.kind, layout.prefix, layout.tree_root) == ("checkout", "python/sglang", repo.resolve())
     assert layout.diff_path(ACT) == f"python/sglang/{ACT}"
+
+
+def test_an_op_without_improvement_is_reported_as_such(tmp_path):
+    """The H200 run's PR said 'optimize did not finish' for ops that finished with no gain."""
+    from integrate.patch import load_run
+    from pipeline.records import OpSummary, RunSummary, write_record
+
+    run_dir = tmp_path / "runs" / "r"
+    (run_dir / "activation.silu_and_mul").mkdir(parents=True)
+    (run_dir / "layernorm.rmsnorm").mkdir(parents=True)
+    write_record(
+        RunSummary(run="r", mode="multi", coder="offline", backend="gpu", simulated=False, started_at="a", finished_at="b",
+                   ops=[OpSummary(op_id="activation.silu_and_mul", status="no_improvement", stop_reason="rounds", rounds=4)]),
+        run_dir / "summary.json",
+    )  # fmt: skip
+    accepted, skipped = load_run(run_dir, tmp_path / "tasks")
+    assert accepted == []
+    assert skipped["activation.silu_and_mul"].startswith("optimize found nothing faster than the baseline (4 round(s)")
+    assert "did not finish" in skipped["layernorm.rmsnorm"]
