@@ -903,29 +903,24 @@ class Evaluator:
         if fn.cls is not None and positional and positional[0].name.value in ("self", "cls"):
             positional = positional[1:]
         for i, param in enumerate(positional):
-            name = param.name.value
-            if i < len(args):
-                env.values[name] = args[i]
-            elif name in kwargs:
-                env.values[name] = kwargs[name]
-            elif param.default is not None:
-                env.values[name] = self.eval(param.default, Env(fn.module))
-            else:
-                env.values[name] = self._missing(fn, name)
+            env.values[param.name.value] = args[i] if i < len(args) else self._keyword_value(fn, param, kwargs)
         if isinstance(params.star_arg, cst.Param):
             env.values[params.star_arg.name.value] = tuple(args[len(positional) :])
         for param in params.kwonly_params:
-            name = param.name.value
-            if name in kwargs:
-                env.values[name] = kwargs[name]
-            elif param.default is not None:
-                env.values[name] = self.eval(param.default, Env(fn.module))
-            else:
-                env.values[name] = self._missing(fn, name)
+            env.values[param.name.value] = self._keyword_value(fn, param, kwargs)
         if params.star_kwarg is not None:
             known = {p.name.value for p in [*positional, *params.kwonly_params]}
             env.values[params.star_kwarg.name.value] = {k: v for k, v in kwargs.items() if k not in known}
         return env
+
+    def _keyword_value(self, fn: PyFunction, param: cst.Param, kwargs: dict[str, Any]) -> Any:
+        """A parameter not given by position: its keyword argument, else its default, else missing."""
+        name = param.name.value
+        if name in kwargs:
+            return kwargs[name]
+        if param.default is not None:
+            return self.eval(param.default, Env(fn.module))
+        return self._missing(fn, name)
 
     def _missing(self, fn: PyFunction, name: str) -> Any:
         if self.strict:

@@ -144,18 +144,6 @@ def tensor_symbols(contract: Contract) -> list[str]:
     return out
 
 
-def accepts(contract: Contract, symbol: str, value: int) -> bool:
-    if value <= 0:
-        return False
-    if symbol in contract.allowed_values and value not in contract.allowed_values[symbol]:
-        return False
-    if symbol in contract.divisibility and value % contract.divisibility[symbol]:
-        return False
-    if symbol in contract.max_values and value > contract.max_values[symbol]:
-        return False
-    return True
-
-
 def shape_cases(
     contract: Contract,
     families: list[dict[str, Any]] | None = None,
@@ -193,7 +181,7 @@ def shape_cases(
                     if value is None:
                         ok = False
                         break
-                    if not accepts(contract, sym, value):
+                    if not contract.accepts(sym, value):
                         rejected.setdefault(sym, set()).add(value)
                         ok = False
                         break

@@ -60,6 +60,7 @@ from pipeline.records import (
     Task,
     content_hash,
     read_record,
+    replace_dir,
     write_record,
 )
 
@@ -393,13 +394,7 @@ def _publish(task: Task, root: pathlib.Path, closure: list[str], work_dir: pathl
             shutil.copyfile(root / rel, target)  # copyfile: no read-only mode bits from the wheel tree
         write_record(task, staging / "task.json")
         (staging / KEY_FILE).write_text(key + "\n", encoding="utf-8")
-        if final.exists():
-            trash = final.parent / f".old-{task.op_id}-{uuid.uuid4().hex[:8]}"
-            os.replace(final, trash)
-            os.replace(staging, final)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(staging, final)
+        replace_dir(staging, final)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

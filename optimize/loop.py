@@ -68,6 +68,7 @@ from pipeline.records import (
     ShapeTiming,
     Task,
     read_record,
+    replace_dir,
     write_record,
 )
 
@@ -788,14 +789,7 @@ class Loop:
                     target = staging / "src" / rel
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(data)
-            target = op.dir / "best"
-            if target.exists():
-                old = op.dir / f".best.old.{os.getpid()}"
-                os.replace(target, old)
-                os.replace(staging, target)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(staging, target)
+            replace_dir(staging, op.dir / "best")
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)

@@ -24,7 +24,9 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 import tempfile
+import uuid
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -230,6 +232,21 @@ class Contract(Record):
     reference: str | None = None  # name of a PyTorch reference in optimize.harness.references
     extra_bytes: dict[str, str] = Field(default_factory=dict)  # notes for byte counting
 
+    def accepts(self, symbol: str, value: int) -> bool:
+        """Whether ``value`` for the width ``symbol`` passes the declared limits:
+        positive, one of ``allowed_values``, a multiple of ``divisibility``, at most
+        ``max_values``. Extract (catalog shapes) and the harness (held-out draws,
+        the testing agent) both ask this one question, so they cannot disagree."""
+        if value <= 0:
+            return False
+        if symbol in self.allowed_values and value not in self.allowed_values[symbol]:
+            return False
+        if symbol in self.divisibility and value % self.divisibility[symbol]:
+            return False
+        if symbol in self.max_values and value > self.max_values[symbol]:
+            return False
+        return True
+
 
 class ShapeCase(Record):
     model: str
@@ -309,6 +326,11 @@ class Candidate(VersionedRecord):
     params: dict[str, Any] = Field(default_factory=dict)
     coder: str = "baseline"
     rationale: str = ""
+
+    @property
+    def is_baseline(self) -> bool:
+        """The unmodified SGLang kernel (no parent, made by no coder): evaluated on its own, as the reference."""
+        return self.parent is None and self.coder == "baseline"
 
 
 class ShapeTiming(Record):
@@ -391,6 +413,23 @@ def write_record(record: BaseModel, path: str | os.PathLike[str]) -> pathlib.Pat
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def replace_dir(staging: pathlib.Path, target: pathlib.Path) -> None:
+    """Publish the finished folder ``staging`` at ``target`` by rename, replacing any folder there.
+
+    A reader sees the old folder or the new one, never a mix: the old one is first
+    renamed aside (``.old-<name>-<random>`` beside it), the new one renamed in, then
+    the old one removed. ``staging`` must sit in the same filesystem as ``target``
+    (the rename is what makes it atomic); cleaning it up on failure is the caller's.
+    """
+    if target.exists():
+        trash = target.parent / f".old-{target.name}-{uuid.uuid4().hex[:8]}"
+        os.replace(target, trash)
+        os.replace(staging, target)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(staging, target)
 
 
 def read_record(cls: type[R], path: str | os.PathLike[str]) -> R:

@@ -127,10 +127,10 @@ def test_accepted_limits():
     c = Contract(
         entry="e", args=[], symbols=["h"], divisibility={"h": 8}, max_values={"h": 8192}, allowed_values={}
     )
-    assert inputs.accepted(c, "h", 8192)
-    assert not inputs.accepted(c, "h", 8200)
-    assert not inputs.accepted(c, "h", 12)
-    assert not inputs.accepted(c, "h", 0)
+    assert c.accepts("h", 8192)
+    assert not c.accepts("h", 8200)
+    assert not c.accepts("h", 12)
+    assert not c.accepts("h", 0)
 
 
 # ---------------------------------------------------------------------------- held-out shapes

@@ -11,7 +11,7 @@ With an LLM the agent also reviews the contract (:file:`testing.md`) and propose
 extra cases: odd sizes, limits, value ranges. A proposal is kept only if
 
 1. every size it gives is a symbol of the contract and passes the contract's
-   limits (:func:`optimize.harness.inputs.accepted`), and
+   limits (:meth:`pipeline.records.Contract.accepts`), and
 2. it runs cleanly on the *baseline* (``validate``, which the backend provides):
    a case the baseline itself fails says nothing about a candidate.
 
@@ -138,15 +138,13 @@ def _planned_text(task: Task, held_out: int) -> str:
 
 
 def _contract_problem(task: Task, case: ProposedCase, symbols: set[str]) -> str:
-    from optimize.harness import inputs
-
     unknown = sorted(set(case.sizes) - symbols)
     if unknown:
         return f"unknown size symbols {unknown} (contract has {sorted(symbols)})"
     missing = sorted(symbols - set(case.sizes))
     if missing:
         return f"no value for {missing}"
-    bad = [f"{k}={v}" for k, v in case.sizes.items() if not inputs.accepted(task.contract, k, v)]
+    bad = [f"{k}={v}" for k, v in case.sizes.items() if not task.contract.accepts(k, v)]
     if bad:
         return f"outside the contract's limits: {', '.join(bad)}"
     return ""

@@ -99,11 +99,11 @@ class GpuBackend:
 
         Every harness evaluation draws fresh held-out shapes (``os.urandom``) and
         runs the adversarial checks, so the final stage is a new, independent
-        evaluation; the baseline (``parent is None``) is evaluated on its own.
+        evaluation; the baseline (``candidate.is_baseline``) is evaluated on its own.
         """
         from optimize.harness.evaluate import evaluate as harness_evaluate
 
-        baseline = candidate.parent is None and candidate.coder == "baseline"
+        baseline = candidate.is_baseline
         evaluation = harness_evaluate(task_dir, task, None if baseline else candidate, config=self.config)
         evaluation = evaluation.model_copy(update={"candidate": candidate.id})
         self.gpu_s += _gpu_seconds(evaluation)

@@ -164,7 +164,7 @@ class ReplayBackend:
         del task_dir
         op_id = task.op_id
         baseline = self._baseline(op_id)
-        if candidate.parent is None and candidate.coder == "baseline":
+        if candidate.is_baseline:
             seconds = {**self.default_seconds, **self._op(op_id).get("baseline_seconds", {})}
             self._charge(seconds)
             timings = [t.model_copy(update={"baseline_us": t.time_us, "speedup": 1.0}) for t in baseline]

@@ -311,19 +311,6 @@ def select_instantiation(
     return fitting[0]
 
 
-def accepted(contract: Contract, symbol: str, value: int) -> bool:
-    """Whether a width passes the contract's declared limits."""
-    if value <= 0:
-        return False
-    if symbol in contract.allowed_values and value not in contract.allowed_values[symbol]:
-        return False
-    if symbol in contract.divisibility and value % contract.divisibility[symbol]:
-        return False
-    if symbol in contract.max_values and value > contract.max_values[symbol]:
-        return False
-    return True
-
-
 def _odd_token_count(rng: random.Random, index: int) -> int:
     bands = [(3, 63), (65, 1023), (1025, 8191)]
     lo, hi = bands[index % len(bands)]
@@ -364,13 +351,13 @@ def draw_held_out(
         catalog_values = {s[w] for s in base_sizes}
         if per_dtype and all(ints and catalog_values <= ints for ints in per_dtype):
             common = set.intersection(*per_dtype)
-            bound[w] = {v for v in common if accepted(contract, w, v)}
+            bound[w] = {v for v in common if contract.accepts(w, v)}
     cycles: dict[str, list[int]] = {}
     for w in widths:
         if w in bound:
             cycles[w] = sorted(bound[w])
         elif w in contract.allowed_values:
-            cycles[w] = sorted(v for v in contract.allowed_values[w] if accepted(contract, w, v))
+            cycles[w] = sorted(v for v in contract.allowed_values[w] if contract.accepts(w, v))
         if w in cycles:
             rng.shuffle(cycles[w])
     out: list[ShapeCase] = []
@@ -390,7 +377,7 @@ def draw_held_out(
             base[sym] = base[src] * factor
         if token is not None:
             base[token] = 1 if index == 0 else _odd_token_count(rng, index)
-        if not all(accepted(contract, s, v) for s, v in base.items() if s != token):
+        if not all(contract.accepts(s, v) for s, v in base.items() if s != token):
             continue
         biggest = max((_numel(spec, base) for spec in tensor_specs(contract)), default=0)
         if token is not None and biggest > MAX_HELD_OUT_ELEMENTS and base[token] > 1:
