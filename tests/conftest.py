@@ -88,3 +88,21 @@ def sglang_source():
 
     src = os.environ.get("SGLANG_SRC")
     return acquire(DEFAULT_SGLANG_VERSION, ROOT / "work" / "cache", src)
+
+
+def ensure_default_tasks() -> pathlib.Path:
+    """work/tasks for the three default ops, extracted (without the compile check) if missing.
+
+    Tests that need real tasks call this instead of skipping, so a fresh clone (CI)
+    runs them too. Extraction is the real `kernelsmith extract`, on the pinned wheel.
+    """
+    from pipeline.config import DEFAULT_OPS
+
+    tasks = ROOT / "work" / "tasks"
+    if all((tasks / op / "task.json").is_file() for op in DEFAULT_OPS):
+        return tasks
+    from pipeline.cli import main
+
+    code = main(["extract", "--no-compile", "--work-dir", str(ROOT / "work"), "--ops", *DEFAULT_OPS])
+    assert code == 0, "kernelsmith extract of the default ops failed"
+    return tasks

@@ -24,9 +24,9 @@ OPS = sorted({c.op for c in CASES})
 def _task(op):
     from extract.tasks import load_task
 
-    task_dir = ROOT / "work" / "tasks" / op
-    if not (task_dir / "task.json").is_file():
-        pytest.skip(f"no extracted task at {task_dir}: run `kernelsmith extract --ops {op}` first")
+    from tests.conftest import ensure_default_tasks
+
+    task_dir = ensure_default_tasks() / op
     return task_dir, load_task(task_dir)
 
 

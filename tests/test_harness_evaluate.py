@@ -193,9 +193,9 @@ def test_evaluate_without_a_gpu_builds_then_says_a_gpu_is_required(tmp_path):
     if importlib.util.find_spec("torch") is not None:
         pytest.skip("torch is installed here: the GPU tests cover this path")
     root = pathlib.Path(__file__).resolve().parent.parent
-    task_dir = root / "work" / "tasks" / "layernorm.fused_add_rmsnorm"
-    if not (task_dir / "task.json").is_file():
-        pytest.skip("run `kernelsmith extract --ops layernorm.fused_add_rmsnorm` first")
+    from tests.conftest import ensure_default_tasks
+
+    task_dir = ensure_default_tasks() / "layernorm.fused_add_rmsnorm"
     task = load_task(task_dir)
     config = load_config(overrides={"work_dir": str(root / "work")})
     candidate = adversarial.baseline_candidate(task_dir, task)
