@@ -202,6 +202,9 @@ class StaticFeatures(Record):
     load_bytes: int | None = Field(None, description="narrowest per-kernel vector width in bytes (known kernels)")
     max_load_bytes: int | None = Field(None, description="widest vector width in bytes of any kernel")
     vector_loads: bool = Field(False, description="some kernel moves data through vector types")
+    fast_math_flag: bool = Field(
+        False, description="the op is built with --use_fast_math, so nvcc already uses the fast intrinsics (False also when no build flags were given)"
+    )
     block_size: int | None = Field(None, description="threads per block when every launch uses the same constant")
     block_size_min: int | None = Field(None, description="smallest compile-time block size of any launch")
     block_size_max: int | None = Field(None, description="largest compile-time block size of any launch")
@@ -1424,6 +1427,7 @@ def features(
     *,
     profile: ProfileFacts | Evaluation | None = None,
     dtype_bytes: int = 2,
+    build_flags: Sequence[str] | None = None,
 ) -> Features:
     """Static features of the task's editable region merged with profile facts.
 
@@ -1431,7 +1435,9 @@ def features(
     ``src/`` folder. An :class:`Evaluation` profile is reduced with
     :meth:`ProfileFacts.from_evaluation` (memory_bound left to the static guess).
     """
-    return features_of_regions(region_texts(task_src_files, editable_spans), profile=profile, dtype_bytes=dtype_bytes)
+    return features_of_regions(
+        region_texts(task_src_files, editable_spans), profile=profile, dtype_bytes=dtype_bytes, build_flags=build_flags
+    )
 
 
 def features_of_regions(
@@ -1439,8 +1445,27 @@ def features_of_regions(
     *,
     profile: ProfileFacts | Evaluation | None = None,
     dtype_bytes: int = 2,
+    build_flags: Sequence[str] | None = None,
 ) -> Features:
-    """Features of region texts (span name -> text): the baseline's or a candidate's."""
+    """Features of region texts (span name -> text): the baseline's or a candidate's.
+
+    ``build_flags`` are the op's nvcc flags (the task's recipe): they decide facts the
+    source cannot, such as ``--use_fast_math`` already turning ``expf`` into ``__expf``
+    (an H200 round spent on that swap measured 1.000x, 2026-11-29).
+    """
+    found = _features_of_regions(regions, profile=profile, dtype_bytes=dtype_bytes)
+    if build_flags is None:
+        return found
+    fast = any(flag in ("--use_fast_math", "-use_fast_math") for flag in build_flags)
+    return found.model_copy(update={"static": found.static.model_copy(update={"fast_math_flag": fast})})
+
+
+def _features_of_regions(
+    regions: Mapping[str, str],
+    *,
+    profile: ProfileFacts | Evaluation | None = None,
+    dtype_bytes: int = 2,
+) -> Features:
     if isinstance(profile, Evaluation):
         profile = ProfileFacts.from_evaluation(profile)
     region = Region(regions, dtype_bytes=dtype_bytes)

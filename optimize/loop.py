@@ -186,10 +186,10 @@ def policy_plan(features: Any, skills: Mapping[str, Any], history: Sequence[Any]
     return [d for d in decisions if d.proposed]  # rejections carry reasons for logs, not options
 
 
-def region_features(regions: Mapping[str, str], evaluation: Evaluation | None) -> Any:
+def region_features(regions: Mapping[str, str], evaluation: Evaluation | None, build_flags: Sequence[str] | None = None) -> Any:
     from optimize.features import features_of_regions
 
-    return features_of_regions(dict(regions), profile=evaluation)
+    return features_of_regions(dict(regions), profile=evaluation, build_flags=build_flags)
 
 
 def skill_transform(skill: Any, features: Any) -> Callable[[dict[str, str], dict[str, Any]], dict[str, str]] | None:
@@ -215,7 +215,7 @@ class Hooks:
 
     load_skills: Callable[[], dict[str, Any]] = load_skills
     policy_plan: Callable[..., list[Any]] = policy_plan
-    features: Callable[[Mapping[str, str], Evaluation | None], Any] = region_features
+    features: Callable[..., Any] = region_features  # (regions, evaluation, build_flags)
     transform: Callable[[Any, Any], Any] = skill_transform
 
 
@@ -553,7 +553,7 @@ class Loop:
         base = op.candidate(best.candidate)
         base_eval = op.stored_evaluation(base.id, "round") or self._evaluate(op, base, "round")
         summary = profiling.summarize(base_eval)
-        features = self.hooks.features(base.regions, base_eval)
+        features = self.hooks.features(base.regions, base_eval, op.task.build.cuda_cflags)
         model = self._model
         decisions = self.hooks.policy_plan(
             features, self.skills, traj.history(), llm_available=model is not None, limit=POLICY_LIMIT

@@ -274,3 +274,17 @@ def test_definition_spans_agree_with_the_extract_index(sglang_source):
         path = f"{ELEMENTWISE}/{name}"
         data = (pathlib.Path(sglang_source.root) / path).read_bytes()
         assert editable_spans(scan, [path]) == definition_spans(path, data), name
+
+
+def test_build_flags_tell_whether_fast_math_is_already_on():
+    """An H200 round (2026-11-29) spent on expf -> __expf in activation.cuh, which is
+    built with --use_fast_math, measured 1.000x: the planner must know the flag."""
+    from optimize.features import features_of_regions
+    from optimize.skills import load_skills
+
+    regions = {"k": "__global__ void k(float* o, const float* i) { o[threadIdx.x] = expf(i[threadIdx.x]); }\n"}
+    skill = load_skills().get("fast_math_intrinsics")
+    plain = features_of_regions(regions, build_flags=["-O3"])
+    fast = features_of_regions(regions, build_flags=["-O3", "--use_fast_math"])
+    assert plain.flat()["fast_math_flag"] is False and fast.flat()["fast_math_flag"] is True
+    assert skill.applies(plain.flat()) and not skill.applies(fast.flat())
