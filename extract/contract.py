@@ -734,7 +734,8 @@ def launcher_source(root: pathlib.Path, scan: Any, entry_text: str, files: list[
     name = struct or method
     matches = [ln for ln in launchers if ln.name == name]
     own = [ln for ln in matches if ln.file in files]
-    for launcher in own or matches:
+    if own or matches:
+        launcher = (own or matches)[0]
         data = (root / launcher.file).read_bytes()[launcher.start_byte : launcher.end_byte]
         return data.decode("utf-8", errors="replace"), method, launcher.file
     # not a launcher (a struct that delegates, a function that launches nothing itself): search the op's files
@@ -940,7 +941,10 @@ def apply_curated(inferred: Contract, curated: dict[str, Any], *, program: pyops
     for sym, spec in (curated.get("allowed_values") or {}).items():
         if isinstance(spec, dict):
             if program is None:
-                raise ConfigError("allowed_values from a Python predicate needs the op's program", fix="internal")
+                raise ConfigError(
+                    f"allowed_values of {sym!r} come from a Python predicate, which needs the op's program",
+                    fix="pass program= and module= to apply_curated (contract_for does)",
+                )
             allowed[sym] = allowed_from_python(program, module, spec)
         else:
             allowed[sym] = [int(v) for v in spec]

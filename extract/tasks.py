@@ -236,14 +236,19 @@ def _numeric_key(args: list[str]) -> list[Any]:
 
 
 def task_key(index: Index, op: OpEntry, arch: str, token_counts: Iterable[int], files: list[str] | None = None) -> str:
-    """Content key of every input of a task (see the module docstring)."""
+    """Content key of every input of a task (see the module docstring).
+
+    ``files`` defaults to the include closure of ``op.files``; the key stored by
+    :func:`write_task` and the one ``extract`` checks with :func:`is_current` must
+    be taken over the same files, or a rerun never finds the task current.
+    """
     here = pathlib.Path(__file__).parent
     digests = {d.path: d.sha256 for d in index.files}
     root = pathlib.Path(index.source.root)
-    closure = files or include_closure(root, _recipe_files(op), index.includes)
+    closure = files or include_closure(root, op.files, index.includes)
     parts: list[str | bytes] = [op.model_dump_json(), arch, ",".join(map(str, token_counts))]
     for rel in closure:
-        parts += [rel, digests.get(rel) or hashlib.sha256((root / rel).read_bytes()).hexdigest()]
+        parts += [rel, digests.get(rel) or _digest(root, rel).sha256]
     parts.append(op.module)
     module_path = root / op.module
     parts.append(module_path.read_bytes() if module_path.is_file() else b"")
@@ -254,10 +259,6 @@ def task_key(index: Index, op: OpEntry, arch: str, token_counts: Iterable[int], 
     for name in _OWN_CODE:
         parts.append((here / name).read_bytes())
     return content_hash(*parts)
-
-
-def _recipe_files(op: OpEntry) -> list[str]:
-    return list(op.files)
 
 
 def is_current(work_dir: str | os.PathLike[str], op_id: str, key: str) -> bool:
@@ -365,7 +366,7 @@ def write_task(
         shapes=cases,
         notes=list(dict.fromkeys(notes)),
     )
-    _publish(task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts, closure))
+    _publish(task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts))
     return task
 
 

@@ -82,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     _ops(p)
     p.add_argument("--rounds", type=int)
+    p.add_argument("--run", help="run name (default: a new timestamped one; an existing one resumes)")
     return parser
 
 

@@ -9,8 +9,9 @@ On a machine without a GPU only extraction (with its nvcc compile check)
 can run. ``run`` then stops with a message saying so and what to run on a GPU
 machine, and exits 0 if nothing that ran failed: "no GPU" is where this
 machine ends, not an error. Any stage that fails stops the pipeline with that
-stage's exit code; results written so far are kept, and re-running the same
-command resumes (optimize resumes its run by name).
+stage's exit code; results written so far are kept. Each run gets a new
+time-stamped name unless ``--run NAME`` is given: re-running with the same
+``--run`` resumes (extract keeps current tasks, optimize resumes its trajectory).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def has_gpu() -> tuple[bool, str]:
 
 
 def main(args: argparse.Namespace, config: Any) -> int:
-    run = datetime.datetime.now().strftime("run-%Y%m%d-%H%M%S")
+    run = getattr(args, "run", None) or datetime.datetime.now().strftime("run-%Y%m%d-%H%M%S")
     say = lambda text: print(text, file=sys.stderr)  # noqa: E731
 
     say("== extract")

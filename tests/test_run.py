@@ -80,6 +80,12 @@ def test_with_gpu_all_stages_share_one_run(monkeypatch, capsys):
     assert f"== integrate (run {opt.run})" in err
 
 
+def test_a_named_run_is_passed_on_so_a_rerun_resumes(monkeypatch, capsys):
+    code, _ = _run(["--run", "nightly"], True, monkeypatch, capsys)
+    assert code == 0
+    assert [args.run for name, args in CALLS if name != "extract"] == ["nightly", "nightly"]
+
+
 def test_a_failing_stage_after_extract_is_reported(monkeypatch, capsys):
     CODES["optimize"] = 1
     code, err = _run([], True, monkeypatch, capsys)
