@@ -101,7 +101,7 @@ def gpu_steps(
             )
         except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
             good = False
-            message = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
+            message = _message(err)
             update["checks"] = [OpCheck(op_id=t.op_id, function="", ran=False, reason=f"a worker failed: {message}") for t in tasks]
             update["failed_steps"]["correctness"] = str(err)
             _say(f"error: correctness through SGLang: {err}")
@@ -132,11 +132,16 @@ def gpu_steps(
             update["e2e"] = e2e_mod.run(baseline_pkg, patched_pkg, out_dir, command=f"python -m integrate.e2e --run {run}")
         except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
             good = False
-            message = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
+            message = _message(err)
             update["e2e"] = E2EResult(ran=False, reason=f"it broke: {message}")
             update["failed_steps"]["e2e"] = str(err)
             _say(f"error: end-to-end: {err}")
     return report.model_copy(update=update), good
+
+
+def _message(err: BaseException) -> str:
+    """What a broken GPU step records: our errors' own message, else the exception's type and text."""
+    return err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
 
 
 def _torch_version() -> str | None:

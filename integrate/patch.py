@@ -250,7 +250,8 @@ def compose(accepted: list[Accepted], package_root: pathlib.Path) -> tuple[list[
         if not target.is_file():
             raise PatchError(f"{target} does not exist in the SGLang tree", fix="point --sglang at the tree the tasks came from")
         old = target.read_bytes()
-        for op_id in sorted({e.op_id for e in file_edits}):
+        ops = sorted({e.op_id for e in file_edits})
+        for op_id in ops:
             want = digests.get((op_id, path))
             if want is None:
                 raise PatchError(f"task {op_id} edits {path} but does not record its digest", fix=f"re-run `kernelsmith extract --ops {op_id}`")
@@ -261,7 +262,6 @@ def compose(accepted: list[Accepted], package_root: pathlib.Path) -> tuple[list[
                     fix="integrate against the same SGLang tree the run optimized (same --sglang / version), "
                     "or re-run extract and optimize",
                 )
-        ops = sorted({e.op_id for e in file_edits})
         if len(ops) == 1:
             acc = next(a for a in accepted if a.op_id == ops[0])
             regions = {e.span.name: e.text.decode() for e in file_edits}

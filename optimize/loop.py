@@ -172,18 +172,14 @@ def load_skills() -> dict[str, Any]:
     """Skill id -> Skill from the long-term skill library."""
     from optimize.skills import load_skills as _load
 
-    skills = _load()
-    if isinstance(skills, Mapping):
-        return dict(skills)
-    return {s.id: s for s in skills}
+    return {s.id: s for s in _load()}
 
 
 def policy_plan(features: Any, skills: Mapping[str, Any], history: Sequence[Any], *, llm_available: bool, limit: int) -> list[Any]:
-    """The deterministic policy's ranked options (never a failed/slower repeat)."""
+    """The deterministic policy's ranked options (never a failed/slower repeat; proposals only)."""
     from optimize import policy
 
-    decisions = policy.plan(features, list(skills.values()), history, llm_available=llm_available, limit=limit)
-    return [d for d in decisions if d.proposed]  # rejections carry reasons for logs, not options
+    return policy.plan(features, list(skills.values()), history, llm_available=llm_available, limit=limit)
 
 
 def region_features(regions: Mapping[str, str], evaluation: Evaluation | None, build_flags: Sequence[str] | None = None) -> Any:
@@ -551,7 +547,7 @@ class Loop:
         best = traj.best()
         assert best is not None and best.candidate is not None
         base = op.candidate(best.candidate)
-        base_eval = op.stored_evaluation(base.id, "round") or self._evaluate(op, base, "round")
+        base_eval = self._evaluate(op, base, "round")  # stored for every accepted best: no GPU time
         summary = profiling.summarize(base_eval)
         features = self.hooks.features(base.regions, base_eval, op.task.build.cuda_cflags)
         model = self._model
@@ -653,11 +649,7 @@ class Loop:
         model = self._model
         assert model is not None
         if self.options.mode == "single":
-            feedback = f"outcome {evaluation.outcome.value} (fix attempt {attempt} of {max_attempts})\n{repair.failure_text(evaluation)}"
-            return single.step(
-                decisions, self.skills, candidate.regions, op_id=op.task.op_id, profile_text="(unchanged)",
-                trajectory_text=op.trajectory.summary(), model=model, feedback=feedback, previous=plan, kinds=op.kinds,
-            ).result  # fmt: skip
+            return self._single_retry(op, plan, candidate, decisions, single.fix_feedback(evaluation, attempt, max_attempts))
         return repair.repair(
             plan, candidate.regions, evaluation, op_id=op.task.op_id, attempt=attempt, max_attempts=max_attempts,
             trajectory_text=op.trajectory.summary(), model=model, kinds=op.kinds,
@@ -670,20 +662,22 @@ class Loop:
         model = self._model
         assert model is not None
         if self.options.mode == "single":
-            shapes = "; ".join(f"{t.label} {t.dtype} {t.speedup:.3f}x" for t in slow)
-            feedback = (
-                f"correct, but slower than the baseline at: {shapes}. Add a host-side shape dispatch in the launcher "
-                "that keeps the original code (the baseline regions) for those shapes and uses yours elsewhere."
-            )
-            return single.step(
-                decisions, self.skills, candidate.regions, op_id=op.task.op_id, profile_text="(unchanged)",
-                trajectory_text=op.trajectory.summary(), model=model, feedback=feedback, previous=plan, kinds=op.kinds,
-            ).result  # fmt: skip
+            return self._single_retry(op, plan, candidate, decisions, single.guard_feedback(slow))
         return repair.repair(
             plan, candidate.regions, evaluation, op_id=op.task.op_id, attempt=1, max_attempts=1,
             trajectory_text=op.trajectory.summary(), model=model, kinds=op.kinds, slower=slow,
             baseline_regions=op.baseline_regions,
         )  # fmt: skip
+
+    def _single_retry(
+        self, op: OpState, plan: planning.Plan, candidate: Candidate, decisions: Sequence[Any], feedback: str,
+    ) -> CodeResult:  # fmt: skip
+        """The single agent asked again about its own candidate (its fix and its guard); the plan stays."""
+        assert self._model is not None
+        return single.step(
+            decisions, self.skills, candidate.regions, op_id=op.task.op_id, profile_text="(unchanged)",
+            trajectory_text=op.trajectory.summary(), model=self._model, feedback=feedback, previous=plan, kinds=op.kinds,
+        ).result  # fmt: skip
 
     def _record(
         self, op: OpState, number: int, plan: planning.Plan, base_id: str, best: RoundRecord,

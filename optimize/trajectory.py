@@ -266,7 +266,7 @@ class Trajectory:
         lines: list[str] = []
         base = self.baseline()
         if base is not None:
-            lines.append(f"baseline {base.candidate}: {_shapes_text(base.timings, speedup=False)}")
+            lines.append(f"baseline {base.candidate}: {_shapes_text(base.timings)}")
         best = self.best()
         rounds = self.rounds()
         if best is not None and best.kind == "round":
@@ -299,13 +299,8 @@ def _params_text(params: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}={v}" for k, v in sorted(params.items())) + "}"
 
 
-def _shapes_text(timings: list[ShapeTiming], *, speedup: bool) -> str:
-    parts = []
-    for t in timings[:6]:
-        text = f"{t.label} {t.dtype} {t.time_us:.2f}us ({t.time_over_floor:.2f}x floor)"
-        if speedup and t.speedup is not None:
-            text += f" {t.speedup:.2f}x"
-        parts.append(text)
+def _shapes_text(timings: list[ShapeTiming]) -> str:
+    parts = [f"{t.label} {t.dtype} {t.time_us:.2f}us ({t.time_over_floor:.2f}x floor)" for t in timings[:6]]
     if len(timings) > 6:
         parts.append(f"... {len(timings) - 6} more")
     return "; ".join(parts) or "no timings"

@@ -70,20 +70,19 @@ def code_offline(plan: Plan, regions: Mapping[str, str], transform: Any) -> Code
             "not_applicable", None, f"skill {plan.skill} has no mechanical transform (it needs the LLM coder)",
             agent="transform",
         )  # fmt: skip
+    from optimize import transforms
+
     try:
         new = transform(dict(regions), dict(plan.params))
-    except Exception as err:  # noqa: BLE001 - a transform's refusal is a recorded status, see below
-        kind = _transform_failure(err)
-        if kind == "not_applicable":
-            return CodeResult("not_applicable", None, f"{plan.skill}: {err}", agent="transform")
-        if kind == "transform_error":
-            # A bug in the transform or its parameters: recorded loudly (so the policy
-            # does not retry it and the report shows it), not hidden, not fatal to the run.
-            return CodeResult(
-                "not_applicable", None, f"{plan.skill}: transform error (a kernelsmith bug, please report): {err}",
-                agent="transform",
-            )  # fmt: skip
-        raise
+    except transforms.NotApplicable as err:
+        return CodeResult("not_applicable", None, f"{plan.skill}: {err}", agent="transform")
+    except transforms.TransformError as err:
+        # A bug in the transform or its parameters: recorded loudly (so the policy
+        # does not retry it and the report shows it), not hidden, not fatal to the run.
+        return CodeResult(
+            "not_applicable", None, f"{plan.skill}: transform error (a kernelsmith bug, please report): {err}",
+            agent="transform",
+        )  # fmt: skip
     if new is None:
         return CodeResult("not_applicable", None, f"{plan.skill}: the transform found nothing to change", agent="transform")
     new = {name: new.get(name, text) for name, text in regions.items()}
@@ -91,13 +90,3 @@ def code_offline(plan: Plan, regions: Mapping[str, str], transform: Any) -> Code
         return CodeResult("no_change", None, f"{plan.skill}: the transform left every region as it was", agent="transform")
     return CodeResult("edited", new, "", agent="transform")
 
-
-def _transform_failure(err: Exception) -> str | None:
-    """'not_applicable' / 'transform_error' for :mod:`optimize.transforms`' two error types."""
-    from optimize import transforms
-
-    if isinstance(err, transforms.NotApplicable):
-        return "not_applicable"
-    if isinstance(err, transforms.TransformError):
-        return "transform_error"
-    return None

@@ -18,14 +18,15 @@ import re
 from typing import Any, Mapping, Sequence
 
 from pipeline.errors import ModelError
+from pipeline.records import Evaluation, ShapeTiming
 
 from optimize.agents.edits import CodeResult, regions_text, result_from_reply
-from optimize.agents.planning import Plan, decision_params, decision_reason, decision_skill, options_text
+from optimize.agents.planning import CHOICE, Plan, decision_params, decision_reason, decision_skill, options_text
+from optimize.agents.repair import failure_text
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
 
 OWN_IDEA = "single:own"
-CHOICE = re.compile(r"^\s*\**\s*CHOICE\s*\**\s*[:=]\s*\**\s*(\d+)", re.I | re.M)
 PLAN = re.compile(r"^\s*\**\s*PLAN\s*\**\s*:\s*(.*?)(?=^\s*region\s*:|^\s*```|^\s*<{5,9}\s*SEARCH|\Z)", re.I | re.M | re.S)
 
 
@@ -76,6 +77,20 @@ def step(
         number = 0
         text = (text + "\n" if text else "") + "(no valid CHOICE line: recorded as the agent's own idea)"
     return Step(_plan_for(decisions, number, text), result)
+
+
+def fix_feedback(evaluation: Evaluation, attempt: int, max_attempts: int) -> str:
+    """The ``feedback`` of a fix step: the failed evaluation of the agent's own candidate."""
+    return f"outcome {evaluation.outcome.value} (fix attempt {attempt} of {max_attempts})\n{failure_text(evaluation)}"
+
+
+def guard_feedback(slow: Sequence[ShapeTiming]) -> str:
+    """The ``feedback`` of a guard step: its correct candidate regressed at ``slow`` (see :file:`guard.md`)."""
+    shapes = "; ".join(f"{t.label} {t.dtype} {t.speedup:.3f}x" for t in slow)
+    return (
+        f"correct, but slower than the baseline at: {shapes}. Add a host-side shape dispatch in the launcher "
+        "that keeps the original code (the baseline regions) for those shapes and uses yours elsewhere."
+    )
 
 
 def _plan_for(decisions: Sequence[Any], number: int, text: str) -> Plan:

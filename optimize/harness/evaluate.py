@@ -106,12 +106,7 @@ def plan_cases(
         else []
     )
     layouts = inputs.layouts_for(contract)
-    canonical = canonical_units(task)
-    used: dict[int, int] = {}  # canonical unit index -> index among the units this plan builds
-
-    def unit_of(inst: Instantiation) -> int:
-        index = next(i for i, unit in enumerate(canonical) if inst in unit)
-        return used.setdefault(index, len(used))
+    units = _UsedUnits(canonical_units(task))
 
     def sizes_of(shape: ShapeCase) -> dict[str, int]:
         return inputs.resolve_sizes(contract, shape, task.shapes or catalog)
@@ -124,7 +119,7 @@ def plan_cases(
             checks.append(
                 CheckCase(
                     label=shape.label, sizes=sizes, dtype=dtype, export=export_name(contract.entry, inst),
-                    unit=unit_of(inst), distribution=DISTRIBUTIONS[(index + j) % len(DISTRIBUTIONS)],
+                    unit=units.index(inst), distribution=DISTRIBUTIONS[(index + j) % len(DISTRIBUTIONS)],
                     layout=layouts[(index + j) % len(layouts)], held_out=True, seed=rng.getrandbits(62),
                 )
             )  # fmt: skip
@@ -135,7 +130,7 @@ def plan_cases(
             checks.append(
                 CheckCase(
                     label=shape.label, sizes=sizes, dtype=dtype, export=export_name(contract.entry, inst),
-                    unit=unit_of(inst), distribution="normal", layout="contiguous", held_out=False,
+                    unit=units.index(inst), distribution="normal", layout="contiguous", held_out=False,
                     seed=rng.getrandbits(62),
                 )
             )  # fmt: skip
@@ -151,11 +146,10 @@ def plan_cases(
                 timings.append(
                     TimingCase(
                         label=shape.label, sizes=sizes, dtype=dtype, export=export_name(contract.entry, inst),
-                        unit=unit_of(inst),
+                        unit=units.index(inst),
                     )
                 )  # fmt: skip
-    units = [canonical[index] for index, _ in sorted(used.items(), key=lambda item: item[1])]
-    return CasePlan(units=units, checks=checks, timings=timings, held_out=drawn)
+    return CasePlan(units=units.built(), checks=checks, timings=timings, held_out=drawn)
 
 
 def canonical_units(task: Task) -> list[list[Instantiation]]:
@@ -177,6 +171,24 @@ def canonical_units(task: Task) -> list[list[Instantiation]]:
         else:  # same non-dtype arguments twice for one dtype: give it a unit of its own
             groups[key + (f"#{len(groups)}",)] = [inst]
     return [sorted(groups[key], key=lambda i: i.dtype) for key in sorted(groups)]
+
+
+@dataclass
+class _UsedUnits:
+    """The canonical units one plan needs, numbered in the order the plan first asks for them.
+
+    Only these are built, so a case's ``unit`` is its index into :meth:`built`.
+    """
+
+    canonical: list[list[Instantiation]]
+    used: dict[int, int] = field(default_factory=dict)  # canonical index -> index among the built units
+
+    def index(self, inst: Instantiation) -> int:
+        canonical_index = next(i for i, unit in enumerate(self.canonical) if inst in unit)
+        return self.used.setdefault(canonical_index, len(self.used))
+
+    def built(self) -> list[list[Instantiation]]:
+        return [self.canonical[i] for i, _ in sorted(self.used.items(), key=lambda item: item[1])]
 
 
 # ---------------------------------------------------------------------------- building
@@ -239,6 +251,20 @@ def build_units(
     return merged, [r.library or "" for r in reports]
 
 
+def build_baseline(
+    task_dir: str | os.PathLike[str], task: Task, units: Sequence[Sequence[Instantiation]], *, config: Config
+) -> tuple[BuildReport, list[str]]:
+    """:func:`build_units` for the baseline: a baseline that does not build raises, never blames a candidate."""
+    report, libs = build_units(task_dir, task, units, config=config)
+    if not report.ok:
+        raise BaselineError(
+            f"the baseline of {task.op_id} does not build",
+            fix=f"check the toolchain (nvcc output below), then re-run `kernelsmith extract --ops {task.op_id}`",
+            detail=report.stderr,
+        )
+    return report, libs
+
+
 # ---------------------------------------------------------------------------- evaluate
 
 
@@ -284,16 +310,11 @@ def evaluate(
     """
     started = time.monotonic()
     cid = candidate.id if candidate is not None else "baseline"
-    rng = random.Random(int.from_bytes(os.urandom(8), "little"))
     plan = plan_cases(
-        task, shapes=shapes, held_out=config.harness.held_out_shapes if held_out else 0, rng=rng,
+        task, shapes=shapes, held_out=config.harness.held_out_shapes if held_out else 0,
         timing_dtypes=timing_dtypes, profile=profile,
     )  # fmt: skip
-    base_report, base_libs = build_units(task_dir, task, plan.units, config=config)
-    if not base_report.ok:
-        raise BaselineError(
-            f"the baseline of {task.op_id} does not build", fix="check the task and toolchain", detail=base_report.stderr
-        )
+    base_report, base_libs = build_baseline(task_dir, task, plan.units, config=config)
     cand_report: BuildReport | None = None
     cand_libs: list[str] | None = None
     if candidate is not None:
@@ -426,8 +447,7 @@ def validate_cases(
     dtypes = task_dtypes(task)
     checks: list[CheckCase] = []
     owners: list[int] = []
-    canonical = canonical_units(task)
-    used: dict[int, int] = {}
+    units = _UsedUnits(canonical_units(task))
     verdicts: list[tuple[bool, str]] = [(True, "")] * len(cases)
     for index, case in enumerate(cases):
         sizes = {k: int(v) for k, v in case.sizes.items()}
@@ -437,7 +457,7 @@ def validate_cases(
             except Exception as err:  # noqa: BLE001 - reported per case
                 verdicts[index] = (False, str(err))
                 continue
-            unit = used.setdefault(next(i for i, u in enumerate(canonical) if inst in u), len(used))
+            unit = units.index(inst)
             checks.append(
                 CheckCase(
                     label=str(case.label), sizes=sizes, dtype=dtype, export=export_name(task.contract.entry, inst),
@@ -446,12 +466,9 @@ def validate_cases(
                 )
             )  # fmt: skip
             owners.append(index)
-    units = [canonical[i] for i, _ in sorted(used.items(), key=lambda item: item[1])]
     if not checks:
         return verdicts
-    report, libs = build_units(task_dir, task, units, config=config)
-    if not report.ok:
-        raise BaselineError(f"the baseline of {task.op_id} does not build", fix="check the task", detail=report.stderr)
+    _, libs = build_baseline(task_dir, task, units.built(), config=config)
     request = WorkerRequest(
         mode="evaluate", op_id=task.op_id, contract=task.contract, baseline_libraries=libs, checks=checks,
         harness=config.harness, device_cache_dir=str(config.cache / "device"), stop_at_first_failure=False,

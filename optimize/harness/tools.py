@@ -278,7 +278,7 @@ def _request_for(task_dir, task, candidate, config, shapes=None, held_out=0) -> 
     should see) in that dtype. With held-out shapes the worker runs the checks
     list, else the timing list.
     """
-    from optimize.harness.evaluate import build_units, plan_cases
+    from optimize.harness.evaluate import build_baseline, build_units, plan_cases
     from optimize.harness.errors import BaselineError
 
     catalog = list(shapes if shapes is not None else task.shapes)
@@ -290,9 +290,7 @@ def _request_for(task_dir, task, candidate, config, shapes=None, held_out=0) -> 
     plan = plan_cases(task, shapes=catalog, held_out=held_out, profile=True)
     timed = {t.dtype for t in plan.timings}
     checks = [c for c in plan.checks if c.dtype in timed] if held_out else []
-    report, libs = build_units(task_dir, task, plan.units, config=config)
-    if not report.ok:
-        raise BaselineError(f"the baseline of {task.op_id} does not build", fix="check the task", detail=report.stderr)
+    _, libs = build_baseline(task_dir, task, plan.units, config=config)
     cand_libs = None
     if candidate is not None:
         report, cand_libs = build_units(task_dir, task, plan.units, config=config, regions=candidate.regions)

@@ -143,10 +143,10 @@ class Checker:
                 cand_runs = self._run_impl(self.candidate, case, plan, images_x, images_y, decoy, inside)
                 verdict = self._judge(case, plan, images_x, base_runs, cand_runs)
         except CaseFailure as failure:
-            status = "skipped" if failure.kind == "skipped" else "fail"
-            kind = failure.kind if failure.kind in ("incorrect", "crashed") else None
             if failure.kind == "baseline_failed":
                 raise
+            status = "skipped" if failure.kind == "skipped" else "fail"
+            kind = failure.kind if failure.kind in ("incorrect", "crashed") else None
             return CheckResult(
                 **result, status=status, failure=kind, reason=failure.reason, seconds=time.monotonic() - start
             )
@@ -300,14 +300,8 @@ class Checker:
         return out
 
     def _reference_errors(self, case, plan, images_x, base_run, checked_run) -> dict[str, Any]:
-        names = [t.name for t in plan.tensors]
-        roles = [t.role for t in plan.tensors]
-        scalars = {}
-        for arg, value in zip(self.contract.args, plan.args):
-            if arg.kind == "scalar" and arg.scalar is not None:
-                scalars[arg.scalar.name] = value
         views = {t.name: inputs.view_of(images_x[t.name], t) for t in plan.tensors}
-        expected = self.reference.expected(references.RefCall(names, roles, views, scalars))
+        expected = self.reference.expected(_ref_call(self.contract, plan, views))
         worst, worst_base = 0.0, 0.0
         for t in plan.tensors:
             if t.name not in expected:
@@ -342,6 +336,16 @@ class Checker:
         if failed:
             return results, failed[0].failure or "incorrect", failed[0].reason
         return results, "ok", ""
+
+
+def _ref_call(contract: Contract, plan: Any, views: dict[str, Any]) -> references.RefCall:
+    """The reference's view of one call: tensor names and roles in order, ``views``, and the scalar arguments."""
+    scalars = {
+        arg.scalar.name: value
+        for arg, value in zip(contract.args, plan.args)
+        if arg.kind == "scalar" and arg.scalar is not None
+    }
+    return references.RefCall([t.name for t in plan.tensors], [t.role for t in plan.tensors], views, scalars)
 
 
 def case_name(case: CheckCase) -> str:
@@ -380,6 +384,7 @@ class Timer:
         self.stream = stream
         self.info = info
         self.reference = references.get(request.contract.reference)
+        self._compiled_fns: dict[Any, Callable[..., Any]] = {}  # reference function -> torch.compile of it
 
     def time_case(self, case: TimingCase) -> TimingResult:
         import torch
@@ -452,24 +457,14 @@ class Timer:
         """
         import torch
 
-        cache = self.__dict__.setdefault("_compiled_fns", {})
-        if fn not in cache:
-            cache[fn] = torch.compile(fn)
-        return cache[fn]
+        if fn not in self._compiled_fns:
+            self._compiled_fns[fn] = torch.compile(fn)
+        return self._compiled_fns[fn]
 
     def _add_torch(self, plan, bufsets, sets, calls, graphs, counts, notes) -> None:
         import torch
 
-        names = [t.name for t in plan.tensors]
-        roles = [t.role for t in plan.tensors]
-        scalars = {}
-        for arg, value in zip(self.request.contract.args, plan.args):
-            if arg.kind == "scalar" and arg.scalar is not None:
-                scalars[arg.scalar.name] = value
-        per_set = []
-        for bufs in bufsets:
-            fn, args = self.reference.eager(references.RefCall(names, roles, bufs.views, scalars))
-            per_set.append((fn, args))
+        per_set = [self.reference.eager(_ref_call(self.request.contract, plan, bufs.views)) for bufs in bufsets]
         variants = []
         if self.request.torch_eager:
             variants.append(("eager", per_set[0][0]))
