@@ -47,7 +47,7 @@ from pydantic import Field
 
 from extract import pyops, sources, tasks
 from pipeline.config import DEFAULT_OPS, Config
-from extract.errors import ConfigError, ToolchainError, UnknownOpError
+from extract.errors import ToolchainError, UnknownOpError
 from pipeline.errors import KernelsmithError
 from pipeline.records import (
     BuildReport,
@@ -278,21 +278,7 @@ def compile_tasks(
             )
             for op_id, group in unit_list
         ]
-        reports: list[BuildReport] = []
-        # build_many raises a ConfigError for a job it cannot plan; isolate those per job
-        try:
-            return builder.build_many(jobs_list, max_workers=jobs)
-        except ToolchainError:
-            raise
-        except (ConfigError, ValueError):
-            for job in jobs_list:
-                try:
-                    reports.append(builder.build_many([job], max_workers=1)[0])
-                except ToolchainError:
-                    raise
-                except (ConfigError, ValueError) as err:
-                    reports.append(BuildReport(ok=False, key="", seconds=0.0, stderr=str(err)))
-            return reports
+        return builder.build_many(jobs_list, max_workers=jobs, isolate=True)
 
     reports = run(units)
     # A failed unit holding several instantiations: build each alone to learn which

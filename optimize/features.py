@@ -152,6 +152,8 @@ class ProfileFacts(Record):
     stack_bytes: int | None = Field(None, description="largest stack frame of any kernel (ptxas)")
     smem_bytes: int | None = Field(None, description="largest static shared memory of any kernel (ptxas)")
     occupancy: float | None = Field(None, description="achieved or theoretical occupancy, 0..1")
+    dram_pct: float | None = Field(None, description="DRAM throughput, % of peak (Nsight Compute)")
+    top_stall: str | None = Field(None, description="warp-stall reason with most warps stalled per issue (Nsight Compute)")
     memory_bound: bool | None = Field(None, description="the roofline puts the op under the bandwidth roof")
     small_batch: bool | None = Field(None, description="the shapes include a small batch (tokens <= 16)")
     min_tokens: int | None = Field(None, description="smallest token count among the measured shapes")
@@ -165,6 +167,7 @@ class ProfileFacts(Record):
         resources: Sequence[KernelResources] | None = None,
         memory_bound: bool | None = None,
         occupancy: float | None = None,
+        ncu: Mapping[str, float] | None = None,
         token_symbol: str = "num_tokens",
         small_batch_tokens: int = 16,
     ) -> "ProfileFacts":
@@ -172,8 +175,15 @@ class ProfileFacts(Record):
 
         Worst shapes are used (highest time over floor, lowest % of copy
         bandwidth): the planner looks for where time is lost. ``memory_bound``
-        is not derivable from timings alone and stays as given.
+        is not derivable from timings alone and stays as given. ``ncu`` is
+        :meth:`optimize.harness.tools.NcuResult.metrics` of the same code: it
+        gives the achieved occupancy (unless ``occupancy`` is given), the DRAM
+        throughput and the top warp-stall reason.
         """
+        ncu = ncu or {}
+        if occupancy is None and "achieved_occupancy_pct" in ncu:
+            occupancy = ncu["achieved_occupancy_pct"] / 100.0
+        stalls = {k.removeprefix("stall_"): v for k, v in ncu.items() if k.startswith("stall_")}
         timings = evaluation.timings
         res = list(resources if resources is not None else (evaluation.build.resources if evaluation.build else []))
         tokens = [t.sizes[token_symbol] for t in timings if token_symbol in t.sizes]
@@ -186,6 +196,8 @@ class ProfileFacts(Record):
             stack_bytes=max((r.stack_bytes for r in res), default=None),
             smem_bytes=max((r.smem_bytes for r in res), default=None),
             occupancy=occupancy,
+            dram_pct=ncu.get("dram_throughput_pct"),
+            top_stall=max(stalls, key=lambda k: stalls[k]) if stalls else None,
             memory_bound=memory_bound,
             small_batch=(min(tokens) <= small_batch_tokens) if tokens else None,
             min_tokens=min(tokens) if tokens else None,

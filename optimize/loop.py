@@ -182,10 +182,19 @@ def policy_plan(features: Any, skills: Mapping[str, Any], history: Sequence[Any]
     return policy.plan(features, list(skills.values()), history, llm_available=llm_available, limit=limit)
 
 
-def region_features(regions: Mapping[str, str], evaluation: Evaluation | None, build_flags: Sequence[str] | None = None) -> Any:
-    from optimize.features import features_of_regions
+def region_features(
+    regions: Mapping[str, str],
+    evaluation: Evaluation | None,
+    build_flags: Sequence[str] | None = None,
+    *,
+    ncu: Mapping[str, float] | None = None,
+) -> Any:
+    from optimize.features import ProfileFacts, features_of_regions
 
-    return features_of_regions(dict(regions), profile=evaluation, build_flags=build_flags)
+    profile: Any = evaluation
+    if evaluation is not None and ncu:
+        profile = ProfileFacts.from_evaluation(evaluation, ncu=ncu)
+    return features_of_regions(dict(regions), profile=profile, build_flags=build_flags)
 
 
 def skill_transform(skill: Any, features: Any) -> Callable[[dict[str, str], dict[str, Any]], dict[str, str]] | None:
@@ -211,7 +220,7 @@ class Hooks:
 
     load_skills: Callable[[], dict[str, Any]] = load_skills
     policy_plan: Callable[..., list[Any]] = policy_plan
-    features: Callable[..., Any] = region_features  # (regions, evaluation, build_flags)
+    features: Callable[..., Any] = region_features  # (regions, evaluation, build_flags, *, ncu)
     transform: Callable[[Any, Any], Any] = skill_transform
 
 
@@ -365,6 +374,27 @@ class Loop:
         self.budget.charge_gpu(self.backend.gpu_s - before)
         write_record(evaluation, op.eval_path(candidate.id, stage))
         return evaluation
+
+    def _profile(self, op: OpState, candidate: Candidate) -> dict[str, float]:
+        """Nsight Compute figures of ``candidate`` (once per candidate, stored beside its evaluations).
+
+        Only backends with a ``profile`` method measure anything (the GPU backend, where
+        ncu is installed and ``harness.ncu_profile`` is on); the result is stored whatever
+        its status, so an unavailable or failing profiler costs one attempt per candidate.
+        """
+        profile = getattr(self.backend, "profile", None)
+        if profile is None or not self.config.harness.ncu_profile:
+            return {}
+        from optimize.harness.tools import NcuResult
+
+        path = op.dir / "profiles" / f"{candidate.id}.ncu.json"
+        if path.exists():
+            return read_record(NcuResult, path).metrics()
+        before = self.backend.gpu_s
+        result = profile(op.task_dir, op.task, None if candidate.is_baseline else candidate)
+        self.budget.charge_gpu(self.backend.gpu_s - before)
+        write_record(result, path)  # an unavailable/failed profile says why there
+        return result.metrics()
 
     def _meter(self) -> tuple[float, int, float, float]:
         model = self._model
@@ -548,8 +578,9 @@ class Loop:
         assert best is not None and best.candidate is not None
         base = op.candidate(best.candidate)
         base_eval = self._evaluate(op, base, "round")  # stored for every accepted best: no GPU time
-        summary = profiling.summarize(base_eval)
-        features = self.hooks.features(base.regions, base_eval, op.task.build.cuda_cflags)
+        ncu = self._profile(op, base)
+        summary = profiling.summarize(base_eval, ncu=ncu)
+        features = self.hooks.features(base.regions, base_eval, op.task.build.cuda_cflags, ncu=ncu)
         model = self._model
         decisions = self.hooks.policy_plan(
             features, self.skills, traj.history(), llm_available=model is not None, limit=POLICY_LIMIT

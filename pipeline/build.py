@@ -570,27 +570,40 @@ class BuildJob:
     editable: tuple[Span, ...] | None = None
 
 
-def build_many(jobs: Sequence[BuildJob], max_workers: int | None = None) -> list[BuildReport]:
+def build_many(jobs: Sequence[BuildJob], max_workers: int | None = None, *, isolate: bool = False) -> list[BuildReport]:
     """Build independent modules in parallel threads (each thread waits on an nvcc
     subprocess); reports come back in job order. ``max_workers`` defaults to the CPU
     count: nvcc is single-threaded, more jobs than cores only add contention.
-    A ToolchainError/ConfigError from any job is raised (it would hit every job)."""
+
+    A ToolchainError (no nvcc, no host compiler) is always raised: it would hit
+    every job. A job that cannot even be planned (ConfigError/ValueError: a region
+    that does not splice, an instantiation the wrapper cannot express) is raised
+    too, unless ``isolate``: then it becomes that job's failed report and the other
+    jobs still build, which is what a sweep over many unrelated tasks needs.
+    """
     if not jobs:
         return []
     workers = max(1, min(len(jobs), max_workers or os.cpu_count() or 1))
 
     def one(job: BuildJob) -> BuildReport:
-        return build(
-            job.task_dir,
-            job.task,
-            job.instantiations,
-            overrides=job.overrides,
-            link=job.link,
-            cache_root=job.cache_root,
-            extra_cuda_cflags=job.extra_cuda_cflags,
-            timeout_s=job.timeout_s,
-            editable=job.editable,
-        )
+        try:
+            return build(
+                job.task_dir,
+                job.task,
+                job.instantiations,
+                overrides=job.overrides,
+                link=job.link,
+                cache_root=job.cache_root,
+                extra_cuda_cflags=job.extra_cuda_cflags,
+                timeout_s=job.timeout_s,
+                editable=job.editable,
+            )
+        except ToolchainError:
+            raise
+        except (ConfigError, ValueError) as err:
+            if not isolate:
+                raise
+            return BuildReport(ok=False, key="", seconds=0.0, stderr=str(err))
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvcc") as pool:
         return list(pool.map(one, jobs))

@@ -90,6 +90,11 @@ class HarnessConfig(Section):
     graph_calls: int = 20
     repeats: int = 15
     held_out_shapes: int = 6
+    # `bench --all`: baseline checks (correctness only, never timed) running at once on one GPU
+    health_workers: int = Field(default=4, ge=1)
+    # optimize: profile the baseline and each new best with Nsight Compute (where ncu is
+    # installed) and give its DRAM throughput, occupancy and warp stalls to the planner
+    ncu_profile: bool = True
 
 
 class Config(Section):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import pathlib
 
-from optimize.harness import bench
+from optimize.harness import bench, health
 from optimize.harness.protocol import DeviceInfo, TimingResult
 
 DEVICE = DeviceInfo(
@@ -69,12 +70,12 @@ def test_timing_section_has_header_and_raw_rows():
 
 def test_health_section_counts_and_reasons():
     rows = [
-        bench.Health(op_id="a", built=True, ran=True, passed=True, checks=6),
-        bench.Health(op_id="b", built=False, reason="nvcc: error: x | y", unresolved=["index range of ids"]),
+        health.HealthRow(op_id="a", built=True, ran=True, passed=True, checks=6),
+        health.HealthRow(op_id="b", built=False, reason="nvcc: error: x | y", unresolved=["index range of ids"]),
     ]
-    text = bench.health_section("kernelsmith bench --all", rows, "2026-11-29", "NVIDIA H200")
+    text = health.health_section("kernelsmith bench --all", rows, "2026-11-29", "NVIDIA H200")
     assert "2 tasks: 1 baselines build, 1 run, 1 pass" in text
-    assert "| b | no | — | — | 0 | nvcc: error: x \\| y |" in text
+    assert "| b | catalog | no | — | — | 0 | nvcc: error: x \\| y |" in text
     assert "- b: index range of ids" in text
 
 
@@ -119,11 +120,12 @@ def test_main_writes_its_section_and_a_results_batch(tmp_path, monkeypatch):
     batch = ResultsStore(work).get(key)
     assert batch.device == "NVIDIA H200" and {r.variant for r in batch.rows} == {"baseline", "torch_eager"}
 
-    monkeypatch.setattr(bench, "health", lambda path, cfg: bench.Health(op_id=path.name, built=True, ran=True, passed=False, reason="x[0] never written"))
+    _fake_build(monkeypatch, ok=True)
+    monkeypatch.setattr(health, "check", lambda prep, libs, cfg: prep.row.model_copy(update={"ran": True, "passed": False, "reason": "x[0] never written"}))
     args = argparse.Namespace(ops=None, all=True, output=str(out))
     assert bench.main(args, config) == 1  # a task that does not pass makes the run fail
     text = out.read_text()
-    assert "| a.op | yes | yes | no | 0 | x[0] never written |" in text and "| a.op | bf16 |" in text
+    assert "| a.op | catalog | yes | yes | no | 0 | x[0] never written |" in text and "| a.op | bf16 |" in text
 
 
 def test_main_refuses_missing_tasks_with_the_fix(tmp_path):
@@ -135,3 +137,78 @@ def test_main_refuses_missing_tasks_with_the_fix(tmp_path):
     config = load_config(overrides={"work_dir": str(tmp_path)}, environ={})
     with pytest.raises(TaskMissing, match="kernelsmith extract --ops b.op"):
         bench.main(argparse.Namespace(ops=["b.op"], all=False, output=str(tmp_path / "B.md")), config)
+
+
+# ---------------------------------------------------------------------------- bench --all (health sweep)
+
+
+def _fake_build(monkeypatch, *, ok, calls=None):
+    from pipeline.records import BuildReport
+
+    def build_all(preps, config):
+        if calls is not None:
+            calls.append([p.row.op_id for p in preps])
+        report = BuildReport(ok=ok, key="k", seconds=1.5, stderr="" if ok else "a.cuh(3): error: boom\nmore")
+        return {i: (report, ["lib.so"]) for i in range(len(preps))}
+
+    monkeypatch.setattr(health, "build_all", build_all)
+
+
+def test_health_sweep_builds_once_checks_every_task_and_resumes(tmp_path, monkeypatch):
+    from pipeline.config import load_config
+
+    work = tmp_path / "work"
+    for op in ("a.op", "b.op", "c.op"):
+        _write_task(work, op)
+    (work / "tasks" / "broken.op").mkdir()
+    (work / "tasks" / "broken.op" / "task.json").write_text("{not json")
+    config = load_config(overrides={"work_dir": str(work), "harness": {"health_workers": 3}}, environ={})
+    builds: list[list[str]] = []
+    _fake_build(monkeypatch, ok=True, calls=builds)
+    checked: list[str] = []
+
+    def check(prep, libs, cfg):
+        checked.append(prep.row.op_id)
+        if prep.row.op_id == "b.op":
+            return prep.row.model_copy(update={"ran": False, "reason": "crashed: illegal memory access"})
+        return prep.row.model_copy(update={"ran": True, "passed": True, "checks": 3})
+
+    monkeypatch.setattr(health, "check", check)
+    dirs = sorted(p for p in (work / "tasks").iterdir())
+    lines: list[str] = []
+    rows = health.health_all(dirs, config, progress=lines.append)
+    assert [r.op_id for r in rows] == ["a.op", "b.op", "broken.op", "c.op"]  # input order, whatever finished first
+    assert builds == [["a.op", "b.op", "c.op"]]  # one pool for every task
+    assert sorted(checked) == ["a.op", "b.op", "c.op"]
+    assert rows[0].passed and rows[0].built and rows[0].build_s == 1.5 and rows[0].unresolved == ["index range of ids"]
+    assert rows[1].ran is False and "illegal memory access" in rows[1].reason
+    assert rows[2].built is None and rows[2].reason.startswith("task does not load")
+    assert any(line.startswith("[4/4]") for line in lines)
+
+    # A rerun with the same tasks and harness judges nothing again ...
+    builds.clear(), checked.clear()
+    again = health.health_all(dirs, config, progress=lines.append)
+    assert again == rows and builds == [] and checked == []
+    # ... but a changed task is judged again, alone.
+    task_json = work / "tasks" / "c.op" / "task.json"
+    task_json.write_text(task_json.read_text().replace('"tokens": 8', '"tokens": 9'))
+    health.health_all(dirs, config, progress=lines.append)
+    assert builds == [["c.op"]] and checked == ["c.op"]
+
+
+def test_health_sweep_reports_the_first_nvcc_error(tmp_path, monkeypatch):
+    from pipeline.config import load_config
+
+    work = tmp_path / "work"
+    _write_task(work, "a.op")
+    config = load_config(overrides={"work_dir": str(work)}, environ={})
+    _fake_build(monkeypatch, ok=False)
+    monkeypatch.setattr(health, "check", lambda *a: (_ for _ in ()).throw(AssertionError("a failed build is never run")))
+    (row,) = health.health_all([work / "tasks" / "a.op"], config, progress=lambda line: None)
+    assert row.built is False and row.ran is None and row.reason == "nvcc: a.cuh(3): error: boom"
+
+
+def test_harness_fingerprint_covers_the_worker():
+    root = pathlib.Path(health.__file__).resolve().parents[2]
+    covered = {p.relative_to(root).as_posix() for g in health._FINGERPRINT_GLOBS for p in root.glob(g)}
+    assert {"optimize/harness/worker.py", "optimize/harness/compare.py", "pipeline/build.py"} <= covered

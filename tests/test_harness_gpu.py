@@ -137,3 +137,25 @@ def test_worker_checks_and_times_a_real_baseline(tmp_path):
     assert ev.outcome.value == "ok", ev.detail
     assert len(ev.timings) == len(small) and all(x.time_us > 0 and x.gbps > 0 for x in ev.timings)
     assert set(ev.seconds) >= {"build", "test", "profile"}
+
+
+def test_ncu_profiles_a_real_baseline(tmp_path):
+    """Nsight Compute through the worker's single mode: DRAM throughput, occupancy, stalls of silu_and_mul."""
+    from extract.tasks import load_task
+    from optimize.harness.tools import find_tool, profile_ncu
+    from pipeline.config import load_config
+
+    if find_tool("ncu") is None:
+        pytest.skip("ncu is not installed on this GPU machine")
+    task_dir = ROOT / "work" / "tasks" / "activation.silu_and_mul"
+    if not (task_dir / "task.json").is_file():
+        pytest.skip("run `kernelsmith extract --ops activation.silu_and_mul` first")
+    task = load_task(task_dir)
+    big = max(task.shapes, key=lambda s: s.sizes.get("num_tokens", 0) * s.sizes.get("hidden_size", 0))
+    config = load_config(overrides={"work_dir": str(ROOT / "work")})
+    result = profile_ncu(task_dir, task, None, config=config, shapes=[big])
+    assert result.status == "ok", result.detail
+    metrics = result.metrics()
+    assert metrics["duration_us"] > 1 and 0 < metrics["dram_throughput_pct"] <= 100
+    assert 0 < metrics["achieved_occupancy_pct"] <= 100
+    assert any(key.startswith("stall_") for key in metrics), metrics

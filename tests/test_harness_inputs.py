@@ -292,3 +292,22 @@ def test_poison_bits_are_quiet_nans_with_payload_and_fit_the_width():
     assert (fp16 & 0x7C00) == 0x7C00 and fp16 & 0x0200 and fp16 != 0x7E00 and fp16 != 0x7FFF
     assert inputs.poison_value("bf16") == bf16 and inputs.poison_value("uint8") == 0xA5
     assert inputs.poison_value("fp32") == struct.unpack("<i", struct.pack("<I", inputs.POISON_BITS["fp32"]))[0]
+
+
+def test_synthetic_shape_sizes_what_no_model_config_names():
+    contract = Contract(
+        entry="store",
+        args=[tensor("kv", ["num_tokens", "num_slots", "page_size"], "input"), tensor("cache", ["pages", "D"], "inout")],
+        symbols=["num_tokens", "num_slots", "page_size", "pages", "D"],
+        divisibility={"page_size": 48}, allowed_values={"pages": [3, 5]}, max_values={"num_slots": 64},
+    )  # fmt: skip
+    pinned = Instantiation(dtype="bf16", module_args=[], template_args=["bf16_t", "512"], wrappers=[("store", "S")])
+    case = inputs.synthetic_shape(contract, [pinned])
+    assert case.model == inputs.SYNTHETIC_MODEL and case.source.startswith("synthetic")
+    assert case.tokens == case.sizes["num_tokens"] == inputs.SYNTHETIC_TOKENS
+    assert case.sizes["D"] == 512  # the width the only instantiation is specialised on (first width symbol)
+    assert case.sizes["page_size"] == 144  # 128 rounded up to the divisibility
+    assert case.sizes["pages"] == 3  # an allowed value
+    assert case.sizes["num_slots"] == 64  # the generic 128 is over the maximum
+    assert inputs.select_instantiation(contract, [pinned], "bf16", case.sizes) == pinned
+    assert inputs.synthetic_shape(Contract(entry="e", args=[], symbols=[])) is None

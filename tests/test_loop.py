@@ -692,3 +692,59 @@ def test_an_edit_that_reproduces_measured_code_is_not_evaluated_again(tmp_path):
     assert second.outcome == RoundOutcome.no_change and not second.accepted
     assert "already evaluated" in second.attempts[-1].detail
     assert [stage for _, stage in backend.calls].count("round") == 2  # baseline + round 1 only
+
+
+# --------------------------------------------------------------------------- Nsight Compute in the loop
+
+
+def test_ncu_profile_of_the_best_reaches_the_planner_once_per_candidate(tmp_path):
+    """A replayed ncu profile (SYNTHETIC rows) feeds the profile text, the features and is stored."""
+    data = json.loads(REPLAY.read_text())
+    data["ops"]["demo.scale"]["ncu"] = {"baseline": [{
+        "kernel": "scale_kernel", "duration_us": 40.0, "dram_throughput_pct": 42.0, "achieved_occupancy_pct": 31.0,
+        "top_stalls": [["lg_throttle", 1.5], ["long_scoreboard", 6.25]],
+    }]}  # fmt: skip
+    replay = tmp_path / "ncu.replay.json"
+    replay.write_text(json.dumps(data))
+    prompts: list[str] = []
+    seen: list = []
+
+    class Profiled(CountingBackend):
+        profiled: list = []
+
+        def profile(self, task_dir, task, candidate):
+            self.profiled.append(None if candidate is None else candidate.id)
+            return super().profile(task_dir, task, candidate)
+
+    def features(regions, evaluation, build_flags=None, *, ncu=None):
+        found = region_features(regions, evaluation, build_flags, ncu=ncu)
+        seen.append(found.profile)
+        return found
+
+    def reply(messages):  # planner: the first option; every other agent: nothing usable
+        prompts.append(messages[-1]["content"])
+        return "CHOICE: 1\nPLAN: whatever the first option is\n" if "Options" in messages[-1]["content"] else "no edit"
+
+    backend = Profiled(replay)
+    task_dir, task = write_task(tmp_path)
+    model = ScriptedModel([reply] * 40)
+    loop = Loop(config(tmp_path, rounds=2), LoopOptions(run="r1", coder="llm"), backend, model=model,
+                hooks=Hooks(features=features))  # fmt: skip
+    loop.run([(task_dir, task)])
+    planned = [p for p in prompts if "Options" in p]
+    assert "ncu: top warp stall long_scoreboard (6.25 warps per issue)" in planned[0]
+    assert "ncu: DRAM throughput 42% of peak" in planned[0] and "achieved occupancy 31%" in planned[0]
+    assert seen[0].occupancy == pytest.approx(0.31) and seen[0].dram_pct == 42.0 and seen[0].top_stall == "long_scoreboard"
+    assert backend.profiled == [None]  # the baseline, once: round 2 read the stored profile
+    stored = list((tmp_path / "runs/r1/demo.scale/profiles").glob("*.ncu.json"))
+    assert len(stored) == 1 and '"status": "ok"' in stored[0].read_text()
+
+
+def test_ncu_profile_can_be_switched_off(tmp_path):
+    class Profiled(CountingBackend):
+        def profile(self, *args):
+            raise AssertionError("harness.ncu_profile = false must not profile")
+
+    task_dir, task = write_task(tmp_path)
+    cfg = Config.model_validate({"work_dir": str(tmp_path), "budget": {"rounds": 1}, "harness": {"ncu_profile": False}})
+    Loop(cfg, LoopOptions(run="r1", coder="offline"), Profiled(), hooks=hooks()).run([(task_dir, task)])

@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# Issue #3's coverage run, in one device call (carry .whl and .dev/wheels; see README):
-#   bash tools/gpu-coverage.sh
-# Extracts every op on the GPU machine (16 cores compile the ~250 build units far
-# faster than the 2-core CPU machine's 22 minutes), then `kernelsmith bench --all`:
-# how many baselines build, run and pass their own generated tests, with the reason
-# for each failure. Outputs land in $OUT (BENCHMARKS.md, coverage.json, logs).
+# Issue #3's coverage sweep in one device call (carry .whl, and .dev/wheels or the tarball):
+#   bash tools/gpu-coverage.sh [TASKS_TARBALL]
+# With TASKS_TARBALL (a .tar.gz of work/tasks from `kernelsmith extract --all` on the CPU
+# machine: same nvcc, same tasks), the GPU machine spends no time extracting; without
+# it, `extract --all` runs here first (16 cores). Then `kernelsmith bench --all`: how many
+# baselines build, run and pass their own generated tests, with the reason for each
+# failure. The sweep resumes from work/bench/health/ when run again on a warm machine.
+# Outputs land in $OUT: BENCHMARKS.md (with the new section), health.tar.gz, logs.
 set -o pipefail
 source "$(dirname "$0")/device-setup.sh" || exit 1
-python3 -m pipeline.cli extract --all 2>&1 | tee "${OUT:-.}/extract-all.log" | tail -5
-cp work/coverage.json "${OUT:-.}/" 2>/dev/null
-python3 -m pipeline.cli bench --all --no-torch-compile 2>&1 | tee "${OUT:-.}/bench-all.log" | tail -40
-cp BENCHMARKS.md "${OUT:-.}/" 2>/dev/null
+OUT="${OUT:-.}"
+if [ -n "${1:-}" ]; then
+  mkdir -p work && tar -xzf "$1" -C work || exit 1
+else
+  python3 -m pipeline.cli extract --all 2>&1 | tee "$OUT/extract-all.log" | tail -5
+  cp work/coverage.json "$OUT/" 2>/dev/null
+fi
+export KERNELSMITH_HARNESS__HEALTH_WORKERS="${KERNELSMITH_HARNESS__HEALTH_WORKERS:-8}"
+timeout "${SWEEP_TIMEOUT_S:-520}" python3 -m pipeline.cli bench --all 2>&1 | tee "$OUT/bench-all.log" | grep -v '^\[' | tail -20
+status=$?
+cp BENCHMARKS.md "$OUT/" 2>/dev/null
+tar -czf "$OUT/health.tar.gz" -C work bench 2>/dev/null
+exit $status

@@ -24,6 +24,23 @@ from optimize.trajectory import geomean
 LAUNCH_BOUND_US = 4.0  # below this a kernel is dominated by launch and tail latency
 LOW_BW_PCT = 60.0  # a memory-bound kernel under this share of copy bandwidth has headroom
 HIGH_REGISTERS = 128  # above this, occupancy drops on Hopper (64K registers per SM)
+LOW_DRAM_PCT = 60.0  # ncu DRAM throughput under this (of peak) on a kernel long enough to matter
+LOW_OCCUPANCY_PCT = 40.0  # ncu achieved occupancy under this leaves too few warps to hide memory latency
+# What each top warp-stall reason usually means for these kernels (ncu's own wording is terse).
+STALL_MEANING = {
+    "long_scoreboard": "waiting on global/local memory loads: more loads in flight per thread, or prefetch",
+    "lg_throttle": "the load/store queue is full: wider (vectorized) accesses, fewer instructions per byte",
+    "barrier": "waiting at __syncthreads: fewer block-wide barriers, or warp-level reductions",
+    "short_scoreboard": "waiting on shared memory or special-function results",
+    "mio_throttle": "shared-memory / special-function instruction queue full",
+    "math_pipe_throttle": "a math pipe is saturated: compute-bound there",
+    "wait": "fixed-latency dependencies: more independent work per thread",
+    "no_instruction": "instruction cache misses or too little work per warp",
+    "membar": "memory fences",
+    "branch_resolving": "divergent or frequent branches",
+    "drain": "waiting for stores to drain at exit",
+    "sleeping": "warps asleep (nanosleep / barriers of other warps)",
+}
 
 
 class ShapeProfile(Record):
@@ -123,6 +140,7 @@ def summarize(evaluation: Evaluation, *, ncu: Mapping[str, Any] | None = None) -
             notes.append(f"{k.kernel} spills registers ({k.spill_stores} B stored, {k.spill_loads} B loaded)")
         if k.registers > HIGH_REGISTERS:
             notes.append(f"{k.kernel} uses {k.registers} registers (> {HIGH_REGISTERS}): occupancy is limited")
+    notes += ncu_notes(metrics)
     slower = [s for s in shapes if s.speedup is not None and s.speedup < 1.0]
     if slower:
         notes.append(f"slower than the baseline at {len(slower)} shape(s), e.g. {slower[0].label} {slower[0].dtype}")
@@ -132,3 +150,23 @@ def summarize(evaluation: Evaluation, *, ncu: Mapping[str, Any] | None = None) -
         geomean_time_over_floor=geomean(s.time_over_floor for s in shapes),
         worst_shape=f"{worst.label} {worst.dtype}" if worst else None, notes=notes,
     )  # fmt: skip
+
+
+def ncu_notes(metrics: Mapping[str, float]) -> list[str]:
+    """Observations from Nsight Compute figures (of the longest profiled kernel), each with its threshold."""
+    notes: list[str] = []
+    if not metrics:
+        return notes
+    long_enough = metrics.get("duration_us", 0.0) >= LAUNCH_BOUND_US
+    dram = metrics.get("dram_throughput_pct")
+    if dram is not None and long_enough and dram < LOW_DRAM_PCT:
+        notes.append(f"ncu: DRAM throughput {dram:.0f}% of peak (< {LOW_DRAM_PCT:g}%) on a {metrics['duration_us']:.1f} us kernel")
+    occ = metrics.get("achieved_occupancy_pct")
+    if occ is not None and occ < LOW_OCCUPANCY_PCT:
+        notes.append(f"ncu: achieved occupancy {occ:.0f}% (< {LOW_OCCUPANCY_PCT:g}%): few warps to hide latency")
+    stalls = sorted(((k.removeprefix("stall_"), v) for k, v in metrics.items() if k.startswith("stall_")), key=lambda kv: -kv[1])
+    if stalls:
+        reason, value = stalls[0]
+        meaning = STALL_MEANING.get(reason, "see Nsight Compute's warp-state docs")
+        notes.append(f"ncu: top warp stall {reason} ({value:.2f} warps per issue): {meaning}")
+    return notes

@@ -113,6 +113,25 @@ class GpuBackend:
             replay.record(self.record_to, evaluation, baseline=baseline, stage=stage, device=self.device or "unknown GPU")
         return evaluation
 
+    def profile(self, task_dir: Any, task: Task, candidate: Candidate | None) -> Any:
+        """Nsight Compute figures of ``candidate`` (None: the baseline); an ``NcuResult`` whatever happened."""
+        from optimize.harness.errors import BaselineError, HarnessError
+        from optimize.harness.tools import NcuResult, profile_ncu
+
+        start = time.monotonic()
+        try:
+            result = profile_ncu(task_dir, task, candidate, config=self.config)
+        except (BaselineError, HarnessError) as err:  # no profile, not a failed run
+            result = NcuResult(status="failed", detail=str(err))
+        finally:
+            self.gpu_s += time.monotonic() - start
+        if self.record_to is not None and result.status == "ok":
+            replay.record_ncu(
+                self.record_to, task.op_id, "baseline" if candidate is None else candidate.id,
+                [k.model_dump(mode="json") for k in result.kernels], device=self.device or "unknown GPU",
+            )  # fmt: skip
+        return result
+
     def validate_cases(self, task_dir: Any, task: Task, cases: Any) -> list[tuple[bool, str]]:
         """Run the testing agent's proposals on the baseline alone (kept only if clean)."""
         from optimize.harness.evaluate import validate_cases

@@ -29,7 +29,8 @@ File format (``"format": "kernelsmith-replay/1"``)::
           "baseline_seconds": {"build": .., "test": .., "profile": ..},  # optional
           "candidates": {"<candidate id>": ENTRY},   # exact candidates (recorded runs)
           "rules": [RULE, ...],                      # first match wins
-          "unmatched": ENTRY | null                  # null/absent: an unknown candidate is an error
+          "unmatched": ENTRY | null,                 # null/absent: an unknown candidate is an error
+          "ncu": {"baseline" | "<candidate id>": [NCU_KERNEL, ...]}   # optional Nsight Compute rows
         }
       }
     }
@@ -46,6 +47,9 @@ File format (``"format": "kernelsmith-replay/1"``)::
       "seconds": {"build": .., "test": .., "profile": ..}
     }
     RULE = ENTRY + {"skill": "<skill id>", "params": {...}, "contains": "<text>"}
+    NCU_KERNEL = optimize.harness.tools.NcuKernel as JSON: {"kernel": "...",
+      "duration_us": .., "dram_throughput_pct": .., "achieved_occupancy_pct": ..,
+      "top_stalls": [["long_scoreboard", 3.2], ...]}
 
 A rule matches a candidate when each key it gives matches: ``skill`` equals the
 candidate's skill, ``params`` equals its params, ``contains`` is a substring of
@@ -151,6 +155,21 @@ class ReplayBackend:
             fix="add a rule for this skill (or an 'unmatched' entry) to the replay file",
         )
 
+    # ------------------------------------------------------------------ profile
+
+    def profile(self, task_dir: Any, task: Task, candidate: Candidate | None) -> Any:
+        """The recorded Nsight Compute rows of ``candidate`` (None: the baseline), else ``unavailable``."""
+        from optimize.harness.tools import NcuKernel, NcuResult
+
+        key = "baseline" if candidate is None else candidate.id
+        rows = self._op(task.op_id).get("ncu", {}).get(key)
+        if not rows:
+            return NcuResult(status="unavailable", detail=f"replay file {self.path.name} has no ncu rows for {key}")
+        try:
+            return NcuResult(status="ok", detail="SIMULATED: replayed", kernels=[NcuKernel.model_validate(r) for r in rows])
+        except ValueError as err:
+            raise ReplayError(f"replay file {self.path}: bad ncu row for {task.op_id}", fix="see the format", detail=str(err)) from err
+
     # ------------------------------------------------------------------ evaluate
 
     def evaluate(
@@ -237,6 +256,35 @@ class ReplayBackend:
 # --------------------------------------------------------------------------- recording
 
 
+def record_ncu(path: str | os.PathLike[str], op_id: str, key: str, kernels: list[dict[str, Any]], *, device: str) -> None:
+    """Add one Nsight Compute profile (``key``: "baseline" or a candidate id) to a replay file."""
+    data = _load_for_update(path, device)
+    op = data["ops"].setdefault(op_id, {"baseline": [], "candidates": {}})
+    op.setdefault("ncu", {})[key] = kernels
+    _publish(path, data)
+
+
+def _load_for_update(path: str | os.PathLike[str], device: str) -> dict[str, Any]:
+    path = pathlib.Path(path)
+    if path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))
+    return {"format": FORMAT, "source": "recorded", "device": device, "note": "written by a GPU run", "ops": {}}
+
+
+def _publish(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def record(
     path: str | os.PathLike[str],
     evaluation: Evaluation,
@@ -250,11 +298,7 @@ def record(
     Called by the GPU backend after each measured evaluation, so every real run
     leaves a file that reproduces its measurements in a replayed run.
     """
-    path = pathlib.Path(path)
-    if path.exists():
-        data = json.loads(path.read_text(encoding="utf-8"))
-    else:
-        data = {"format": FORMAT, "source": "recorded", "device": device, "note": "written by a GPU run", "ops": {}}
+    data = _load_for_update(path, device)
     op = data["ops"].setdefault(evaluation.op_id, {"baseline": [], "candidates": {}})
     seconds = dict(evaluation.seconds)
     if baseline and evaluation.outcome == Outcome.ok:
@@ -277,13 +321,4 @@ def record(
             if "final" in previous:
                 entry["final"] = previous["final"]
             op["candidates"][evaluation.candidate] = entry
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1, sort_keys=True)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+    _publish(path, data)

@@ -10,10 +10,10 @@ Two modes:
   dtype, shape, µs, spread, GB/s, % of copy bandwidth, time/floor, eager µs,
   compile µs.
 - ``--all``: every task under ``work/tasks``: does its baseline build, run and
-  pass its own generated tests (the harness's checks on its smallest catalog
-  shape and two held-out shapes, every dtype)? One line per task with the
-  reason for each failure, and the contracts static inference could not fully
-  determine (``contract.unresolved``).
+  pass its own generated tests? One line per task with the reason for each
+  failure, and the contracts static inference could not fully determine
+  (``contract.unresolved``). The sweep itself lives in
+  :mod:`optimize.harness.health` (parallel builds, concurrent checks, resumable).
 
 Every run replaces its own section of BENCHMARKS.md (sections are keyed by the
 exact command) and keeps every other section; it also adds a batch to the
@@ -40,7 +40,6 @@ from pipeline.config import DEFAULT_OPS, Config
 SECTION_MARKER = "<!-- kernelsmith-bench: {command} -->"
 _MARKER_RE = re.compile(r"^<!-- kernelsmith-bench: (?P<command>.*) -->$")
 BENCH_WORKER_TIMEOUT_S = 590.0  # one op's baseline + eager + compile at every catalog shape
-HEALTH_HELD_OUT = 2
 
 
 # ---------------------------------------------------------------------------- BENCHMARKS.md
@@ -154,46 +153,6 @@ def timing_section(command: str, results: Sequence[OpBench], when: str, environm
     return "\n".join(lines) + "\n"
 
 
-@dataclass
-class Health:
-    op_id: str
-    built: bool | None = None
-    ran: bool | None = None
-    passed: bool | None = None
-    reason: str = ""
-    checks: int = 0
-    unresolved: list[str] = field(default_factory=list)
-
-
-def health_section(command: str, rows: Sequence[Health], when: str, device: str) -> str:
-    built = sum(1 for r in rows if r.built)
-    ran = sum(1 for r in rows if r.ran)
-    passed = sum(1 for r in rows if r.passed)
-    lines = [
-        f"## Baseline health — {when}, {device}",
-        "",
-        f"Command: `{command}`",
-        "",
-        f"{len(rows)} tasks: {built} baselines build, {ran} run, {passed} pass their own generated tests "
-        "(smallest catalog shape + held-out shapes, every dtype; outputs fully written, inputs untouched, "
-        "graph-capturable, float64 reference where the contract names one).",
-        "",
-        "| op | builds | runs | passes | checks | reason |",
-        "| --- | --- | --- | --- | ---: | --- |",
-    ]
-
-    def yes(value: bool | None) -> str:
-        return "—" if value is None else ("yes" if value else "no")
-
-    for r in rows:
-        reason = r.reason.replace("|", "\\|").replace("\n", " ")[:300]
-        lines.append(f"| {r.op_id} | {yes(r.built)} | {yes(r.ran)} | {yes(r.passed)} | {r.checks} | {reason} |")
-    unresolved = [r for r in rows if r.unresolved]
-    lines += ["", f"Contracts static inference could not fully determine ({len(unresolved)}):", ""]
-    lines += [f"- {r.op_id}: {'; '.join(r.unresolved)}" for r in unresolved] or ["- none"]
-    return "\n".join(lines) + "\n"
-
-
 # ---------------------------------------------------------------------------- running
 
 
@@ -244,71 +203,6 @@ def bench_op(task_dir: pathlib.Path, task: Any, config: Config, *, dtypes: Seque
     return result
 
 
-def health(task_dir: pathlib.Path, config: Config) -> Health:
-    """Does the task's baseline build, run and pass the harness's checks on its own?"""
-    from extract.tasks import load_task
-    from optimize.harness.evaluate import _workdir, build_units, plan_cases, run_request
-    from optimize.harness.protocol import WorkerRequest
-
-    row = Health(op_id=task_dir.name)
-    try:
-        task = load_task(task_dir)
-    except Exception as err:  # noqa: BLE001 - every failure is one table row
-        row.reason = f"task does not load: {err}"
-        return row
-    row.op_id = task.op_id
-    row.unresolved = list(task.contract.unresolved)
-    try:
-        smallest = min(task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1)) if task.shapes else None
-        plan = plan_cases(task, shapes=[smallest] if smallest else [], held_out=HEALTH_HELD_OUT, profile=False)
-    except Exception as err:  # noqa: BLE001
-        row.reason = f"no test cases can be planned from the contract: {err}"
-        return row
-    if not plan.checks:
-        row.reason = "the task has no catalog shapes to test"
-        return row
-    try:
-        report, libs = build_units(task_dir, task, plan.units, config=config)
-    except Exception as err:  # noqa: BLE001
-        row.built, row.reason = False, f"build error: {err}"
-        return row
-    row.built = report.ok
-    if not report.ok:
-        row.reason = f"nvcc: {_first_error(report.stderr)}"
-        return row
-    request = WorkerRequest(
-        mode="evaluate", op_id=task.op_id, contract=task.contract, baseline_libraries=libs, checks=plan.checks,
-        harness=config.harness, device_cache_dir=str(config.cache / "device"), stop_at_first_failure=True,
-    )  # fmt: skip
-    try:
-        run = run_request(request, config, _workdir(config, task.op_id, "health"))
-    except Exception as err:  # noqa: BLE001 - a harness/contract error is this task's reason
-        row.ran, row.reason = False, f"{type(err).__name__}: {str(err).splitlines()[0]}"
-        return row
-    if run.result is None:
-        row.ran, row.reason = False, f"{run.summary}: {run.stderr_tail.strip().splitlines()[-1] if run.stderr_tail.strip() else ''}"
-        return row
-    res = run.result
-    row.checks = sum(1 for c in res.checks if c.status == "pass")
-    if res.status in ("baseline_failed", "crashed"):
-        row.ran, row.passed, row.reason = False, False, res.detail
-    else:
-        row.ran = True
-        row.passed = res.status == "ok"
-        row.reason = res.detail if res.status != "ok" else ""
-        skipped = [c for c in res.checks if c.status == "skipped"]
-        if skipped and not row.reason:
-            row.reason = f"{len(skipped)} held-out case(s) skipped: {skipped[0].reason}"
-    return row
-
-
-def _first_error(stderr: str) -> str:
-    for line in stderr.splitlines():
-        if "error" in line.lower():
-            return line.strip()[:300]
-    return stderr.strip()[-300:]
-
-
 def _store(config: Config, command: str, results: Sequence[OpBench], sglang: str) -> None:
     from pipeline.store import Measurement, ResultsStore, Row, now_iso
 
@@ -338,14 +232,14 @@ def main(args: Any, config: Config) -> int:
     output = pathlib.Path(getattr(args, "output", None) or "BENCHMARKS.md")
     start = time.monotonic()
     if getattr(args, "all", False):
-        rows = []
-        for op, path in _task_dirs(config, None):
-            print(f"bench --all: {op} ...", flush=True)
-            row = health(path, config)
-            print(f"  built={row.built} ran={row.ran} passed={row.passed} {row.reason[:160]}", flush=True)
-            rows.append(row)
-        device = _device_name(config)
-        section = health_section(command, rows, when, device)
+        from optimize.harness.health import health_all, health_section
+
+        rows = health_all([path for _, path in _task_dirs(config, None)], config)
+        env = (
+            f"Wall time {time.monotonic() - start:.0f} s; {config.harness.health_workers} check worker(s) at once; "
+            f"nvcc time summed over tasks {sum(r.build_s for r in rows):.0f} s (cached builds count 0)."
+        )
+        section = health_section(command, rows, when, _device_name(config), env)
         failed = any(not r.passed for r in rows)
     else:
         ops = list(getattr(args, "ops", None) or DEFAULT_OPS)

@@ -311,6 +311,49 @@ def select_instantiation(
     return fitting[0]
 
 
+SYNTHETIC_MODEL = "synthetic"
+SYNTHETIC_TOKENS = 8
+SYNTHETIC_WIDTH = 128  # a multiple of every vector width (8/16 bytes of bf16/fp32) the kernels use
+
+
+def synthetic_shape(contract: Contract, instantiations: Sequence[Instantiation] = ()) -> ShapeCase | None:
+    """One small shape for a contract the model catalog cannot size, for ``bench --all`` only.
+
+    About two thirds of SGLang's ops size tensors by symbols no model config names
+    (``num_slots``, ``page_size``, ``draft_token_num``): without a shape their
+    baselines could not be tested at all. Each symbol gets a small generic value:
+    the token symbol :data:`SYNTHETIC_TOKENS`, a width an instantiation is
+    specialised on that width, an ``allowed_values`` entry, else
+    :data:`SYNTHETIC_WIDTH` rounded up to ``divisibility``. Relations the contract
+    does not state (``hidden_size_times_2``) may be broken by such a shape; the
+    kernel's own checks then refuse it, and the sweep reports that refusal.
+
+    What must stay true: these shapes are labelled ``synthetic`` and never become
+    catalog shapes, timings or speedups: no model runs them.
+    """
+    symbols = shape_symbols(contract)
+    if not symbols:
+        return None
+    token = token_symbol(contract)
+    pool = instantiations_for(contract, instantiations)
+    pinned = sorted(template_ints(pool[0])) if pool else []
+    widths = sorted(width_symbols(contract) & symbols - {token})
+    pinned_for = dict(zip(widths, pinned))
+    sizes: dict[str, int] = {}
+    for sym in sorted(symbols):
+        if sym == token:
+            candidates = [SYNTHETIC_TOKENS]
+        else:
+            candidates = [*([pinned_for[sym]] if sym in pinned_for else []), *sorted(contract.allowed_values.get(sym, [])), SYNTHETIC_WIDTH]
+        step = contract.divisibility.get(sym, 1)
+        candidates = [step * -(-c // step) for c in candidates]
+        if sym in contract.max_values:  # the largest accepted value, when the generic one is too big
+            candidates.append(contract.max_values[sym] // step * step)
+        sizes[sym] = next((c for c in candidates if contract.accepts(sym, c)), candidates[0])
+    source = "synthetic: no model config sizes this contract; generic values for the baseline's own tests only"
+    return ShapeCase(model=SYNTHETIC_MODEL, tokens=sizes.get(token, SYNTHETIC_TOKENS) if token else SYNTHETIC_TOKENS, sizes=sizes, source=source)
+
+
 def _odd_token_count(rng: random.Random, index: int) -> int:
     bands = [(3, 63), (65, 1023), (1025, 8191)]
     lo, hi = bands[index % len(bands)]

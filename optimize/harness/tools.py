@@ -102,7 +102,7 @@ def find_tool(name: str) -> str | None:
         return found
     roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
     for root in filter(None, roots):
-        for sub in ("bin", f"compute-sanitizer", "nsight-compute"):
+        for sub in ("bin", "compute-sanitizer", "nsight-compute"):
             path = pathlib.Path(root) / sub / name
             if path.is_file() and os.access(path, os.X_OK):
                 return str(path)

@@ -1,0 +1,263 @@
+"""``kernelsmith bench --all``: does every extracted baseline build, run and pass its own tests?
+
+Over every task under ``work/tasks``: plan the harness's checks on the task's
+smallest catalog shape plus :data:`HELD_OUT` fresh held-out shapes in every
+dtype, build the units they need, and run them through the evaluation worker
+with the baseline checked on its own (outputs poisoned and fully written,
+inputs untouched, graph-capturable, float64 reference where the contract names
+one). One :class:`HealthRow` per task, with the reason when it stops short.
+
+Three phases, because the GPU machine has many cores and one GPU:
+
+1. **plan** every task (pure Python; a task that does not load or plan is a row
+   with its reason);
+2. **build** every unit of every task in one parallel nvcc pool (one task at a
+   time left all but one core idle: the sweep is ~250 modules);
+3. **check** with up to ``harness.health_workers`` worker processes at once. The
+   checks are correctness only, nothing is timed, so sharing the GPU changes no
+   verdict; each worker is its own process and CUDA context, so one that faults
+   or hangs takes down only its own row (``crashed``/``timeout``).
+
+Every finished row is written at once to ``work/bench/health/<key>.json``, the
+key hashing the task record and the harness's own sources: a rerun (after an
+interruption, or the device tool's per-call time limit) skips every task already
+judged by the same code, and re-judges all of them after the harness changed.
+
+What must stay true: a task is counted as passing only when the worker ran its
+checks in this sweep's code on a GPU and every check passed; nothing is inferred.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import hashlib
+import pathlib
+import time
+from dataclasses import dataclass
+from typing import Callable, Literal, Sequence
+
+from pipeline.records import BuildReport, VersionedRecord, content_hash, read_record, write_record
+
+HELD_OUT = 2
+# Sources whose change can change a verdict (the worker, inputs, comparison, builder).
+_FINGERPRINT_GLOBS = ("optimize/harness/*.py", "pipeline/build.py", "pipeline/toolchain.py", "pipeline/records.py")
+
+
+class HealthRow(VersionedRecord):
+    op_id: str
+    built: bool | None = None  # None: not reached
+    ran: bool | None = None
+    passed: bool | None = None
+    reason: str = ""
+    checks: int = 0  # checks that passed
+    shapes: Literal["catalog", "synthetic"] = "catalog"  # synthetic: no model sizes the op (inputs.synthetic_shape)
+    unresolved: list[str] = []  # contract entries static inference left open (contract.unresolved)
+    build_s: float = 0.0
+    check_s: float = 0.0
+
+
+@dataclass
+class _Prepared:
+    task_dir: pathlib.Path
+    row: HealthRow
+    key: str = ""
+    task: object = None  # extract.records Task when it loaded
+    plan: object = None  # evaluate.CasePlan when the checks could be planned
+
+
+@functools.lru_cache(maxsize=1)
+def harness_fingerprint() -> str:
+    root = pathlib.Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    for pattern in _FINGERPRINT_GLOBS:
+        for path in sorted(root.glob(pattern)):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def row_path(work: pathlib.Path, key: str) -> pathlib.Path:
+    return work / "bench" / "health" / f"{key}.json"
+
+
+def prepare(task_dir: pathlib.Path) -> _Prepared:
+    """Load the task and plan its checks; a failure is the row's reason."""
+    from extract.tasks import load_task
+    from optimize.harness.evaluate import plan_cases
+    from optimize.harness.inputs import synthetic_shape
+
+    prep = _Prepared(task_dir=task_dir, row=HealthRow(op_id=task_dir.name))
+    task_json = task_dir / "task.json"
+    prep.key = content_hash(task_json.read_bytes() if task_json.is_file() else b"", harness_fingerprint())[:32]
+    try:
+        task = load_task(task_dir)
+    except Exception as err:  # noqa: BLE001 - every failure is one table row
+        prep.row = prep.row.model_copy(update={"reason": f"task does not load: {err}"})
+        return prep
+    prep.task = task
+    prep.row = prep.row.model_copy(update={"op_id": task.op_id, "unresolved": list(task.contract.unresolved)})
+    try:
+        if task.shapes:
+            shape = min(task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
+        else:  # no model sizes this op: a small generic shape, so its baseline is still tested
+            shape = synthetic_shape(task.contract, task.instantiations)
+            if shape is not None:
+                task = task.model_copy(update={"shapes": [shape]})
+                prep.task = task
+                prep.row = prep.row.model_copy(update={"shapes": "synthetic"})
+        plan = plan_cases(task, shapes=[shape] if shape else [], held_out=HELD_OUT, profile=False)
+    except Exception as err:  # noqa: BLE001
+        prep.row = prep.row.model_copy(update={"reason": f"no test cases can be planned from the contract: {err}"})
+        return prep
+    if not plan.checks:
+        prep.row = prep.row.model_copy(update={"reason": "no shape to test: the contract sizes no tensor"})
+        return prep
+    prep.plan = plan
+    return prep
+
+
+def build_all(preps: Sequence[_Prepared], config) -> dict[int, tuple[BuildReport, list[str]]]:
+    """Every unit of every planned task in one nvcc pool; index into ``preps`` -> (merged report, libraries)."""
+    from optimize.harness.evaluate import _merge_reports
+    from pipeline.build import BuildJob, build_many
+
+    jobs: list[BuildJob] = []
+    owner: list[int] = []
+    for i, prep in enumerate(preps):
+        for unit in prep.plan.units:
+            jobs.append(BuildJob(
+                task_dir=prep.task_dir, task=prep.task, instantiations=tuple(unit),
+                cache_root=config.cache / "builds", editable=tuple(prep.task.editable),
+            ))  # fmt: skip
+            owner.append(i)
+    reports = build_many(jobs, isolate=True)
+    grouped: dict[int, list[BuildReport]] = {}
+    for i, report in zip(owner, reports):
+        grouped.setdefault(i, []).append(report)
+    return {i: (_merge_reports(reps), [r.library or "" for r in reps]) for i, reps in grouped.items()}
+
+
+def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
+    """Run the baseline's checks in one isolated worker; the verdict becomes the row."""
+    from optimize.harness.evaluate import _workdir, run_request
+    from optimize.harness.protocol import WorkerRequest
+
+    task, row = prep.task, prep.row
+    request = WorkerRequest(
+        mode="evaluate", op_id=task.op_id, contract=task.contract, baseline_libraries=libraries,
+        checks=prep.plan.checks, harness=config.harness, device_cache_dir=str(config.cache / "device"),
+        stop_at_first_failure=True,
+    )  # fmt: skip
+    start = time.monotonic()
+    try:
+        run = run_request(request, config, _workdir(config, task.op_id, "health"))
+    except Exception as err:  # noqa: BLE001 - a harness/contract error is this task's reason
+        return row.model_copy(update={"ran": False, "reason": f"{type(err).__name__}: {str(err).splitlines()[0]}"})
+    seconds = time.monotonic() - start
+    if run.result is None:
+        last = run.stderr_tail.strip().splitlines()[-1] if run.stderr_tail.strip() else ""
+        return row.model_copy(update={"ran": False, "reason": f"{run.summary}: {last}", "check_s": seconds})
+    res = run.result
+    update: dict[str, object] = {"checks": sum(1 for c in res.checks if c.status == "pass"), "check_s": seconds}
+    if res.status in ("baseline_failed", "crashed"):
+        update.update(ran=False, passed=False, reason=res.detail)
+    else:
+        update.update(ran=True, passed=res.status == "ok", reason=res.detail if res.status != "ok" else "")
+        skipped = [c for c in res.checks if c.status == "skipped"]
+        if skipped and not update["reason"]:
+            update["reason"] = f"{len(skipped)} held-out case(s) skipped: {skipped[0].reason}"
+    return row.model_copy(update=update)
+
+
+def health_all(
+    task_dirs: Sequence[pathlib.Path], config, *, progress: Callable[[str], None] = lambda line: print(line, flush=True)
+) -> list[HealthRow]:
+    """The three phases (module doc); rows in ``task_dirs`` order, each saved as soon as it is final."""
+    total = len(task_dirs)
+    rows: list[HealthRow | None] = [None] * total
+    preps = [prepare(d) for d in task_dirs]
+    done = 0
+
+    def finish(i: int, row: HealthRow, *, save: bool = True) -> None:
+        nonlocal done
+        rows[i] = row
+        done += 1
+        if save:
+            write_record(row, row_path(config.work, preps[i].key))
+        verdict = "passed" if row.passed else ("built" if row.built else "stopped")
+        progress(f"[{done}/{total}] {row.op_id}: {verdict}{': ' + row.reason[:160] if row.reason else ''}")
+
+    todo: list[int] = []
+    for i, prep in enumerate(preps):
+        saved = row_path(config.work, prep.key)
+        if saved.is_file():
+            finish(i, read_record(HealthRow, saved), save=False)
+        elif prep.plan is None:
+            finish(i, prep.row)
+        else:
+            todo.append(i)
+    if todo:
+        progress(f"building {sum(len(preps[i].plan.units) for i in todo)} module(s) for {len(todo)} task(s) ...")
+        start = time.monotonic()
+        built = build_all([preps[i] for i in todo], config)
+        progress(f"built in {time.monotonic() - start:.0f} s")
+        runnable: list[tuple[int, list[str]]] = []
+        for j, i in enumerate(todo):
+            report, libraries = built[j]
+            row = preps[i].row.model_copy(update={"built": report.ok, "build_s": report.seconds})
+            preps[i].row = row
+            if report.ok:
+                runnable.append((i, libraries))
+            else:
+                finish(i, row.model_copy(update={"reason": f"nvcc: {first_error(report.stderr)}"}))
+        if runnable:
+            # Alone first: a worker measures and caches the device's ceilings on its first
+            # run, and several doing that at once would measure each other's load.
+            i, libs = runnable.pop(0)
+            finish(i, check(preps[i], libs, config))
+        workers = max(1, config.harness.health_workers)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="health") as pool:
+            futures = {pool.submit(check, preps[i], libs, config): i for i, libs in runnable}
+            for future in concurrent.futures.as_completed(futures):
+                finish(futures[future], future.result())
+    return [r for r in rows if r is not None]
+
+
+def first_error(stderr: str) -> str:
+    for line in stderr.splitlines():
+        if "error" in line.lower():
+            return line.strip()[:300]
+    return stderr.strip()[-300:]
+
+
+def health_section(command: str, rows: Sequence[HealthRow], when: str, device: str, environment: str = "") -> str:
+    built = sum(1 for r in rows if r.built)
+    ran = sum(1 for r in rows if r.ran)
+    passed = sum(1 for r in rows if r.passed)
+    synthetic = sum(1 for r in rows if r.shapes == "synthetic")
+    passed_synthetic = sum(1 for r in rows if r.passed and r.shapes == "synthetic")
+    lines = [
+        f"## Baseline health — {when}, {device}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"{len(rows)} tasks: {built} baselines build, {ran} run, {passed} pass their own generated tests "
+        f"({passed_synthetic} of those on a synthetic shape). Tests: the smallest catalog shape (or, for the "
+        f"{synthetic} tasks no model config sizes, one small synthetic shape) + {HELD_OUT} held-out shapes, every "
+        "dtype; outputs fully written, inputs untouched, graph-capturable, float64 reference where the contract "
+        "names one." + (f" {environment}" if environment else ""),
+        "",
+        "| op | shapes | builds | runs | passes | checks | reason |",
+        "| --- | --- | --- | --- | --- | ---: | --- |",
+    ]
+
+    def yes(value: bool | None) -> str:
+        return "—" if value is None else ("yes" if value else "no")
+
+    for r in rows:
+        reason = r.reason.replace("|", "\\|").replace("\n", " ")[:300]
+        lines.append(f"| {r.op_id} | {r.shapes} | {yes(r.built)} | {yes(r.ran)} | {yes(r.passed)} | {r.checks} | {reason} |")
+    unresolved = [r for r in rows if r.unresolved]
+    lines += ["", f"Contracts static inference could not fully determine ({len(unresolved)}):", ""]
+    lines += [f"- {r.op_id}: {'; '.join(r.unresolved)}" for r in unresolved] or ["- none"]
+    return "\n".join(lines) + "\n"
