@@ -1954,6 +1954,7 @@ def instantiate(
     dtype: str,
     sizes: dict[str, int],
     entry: str | None = None,
+    fallbacks: dict[str, tuple[Any, str]] | None = None,
 ) -> Instance:
     """Run ``call``'s loader for one dtype and one set of sizes, as SGLang would on sm_90a.
 
@@ -1965,7 +1966,9 @@ def instantiate(
     (``hidden_size``, ``head_dim``); the instantiation dtype for a dtype
     parameter; its own default. Raises :class:`Unresolvable` naming the
     parameter when none applies, or when the loader refuses these values (a
-    ``raise``/``assert`` on its path).
+    ``raise``/``assert`` on its path). ``fallbacks`` (name -> (value, why)) are the
+    last resort, for a parameter with no default that the op's caller chooses at
+    run time; each one used is named in the instance's notes with its reason.
     """
     loader = program.function(call.module, call.function)
     if loader is None:
@@ -2025,6 +2028,10 @@ def instantiate(
             if isinstance(passed, Unresolvable):
                 notes.append(f"loader parameter `{name}`: call site value unknown ({passed}); default used")
             continue  # bind_params evaluates the default
+        if fallbacks and name in fallbacks:
+            kwargs[name], why = fallbacks[name]
+            notes.append(f"loader parameter `{name}` = {kwargs[name]!r}, chosen at run time by SGLang's caller: {why}")
+            continue
         reason = f" ({passed})" if isinstance(passed, Unresolvable) else ""
         raise Unresolvable(f"loader parameter `{name}` of {loader.qualname} has no known value{reason}")
     ev = Evaluator(program.sets.resolve, strict=True)

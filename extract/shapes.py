@@ -110,7 +110,7 @@ def load_catalog(directory: pathlib.Path = CATALOG_DIR) -> list[Model]:
     return models
 
 
-def _eval(expr: str | int, dims: dict[str, int]) -> int | None:
+def evaluate_dim(expr: str | int, dims: dict[str, int]) -> int | None:
     """``"tokens*num_experts_per_tok"`` over dims; None when a name is missing."""
     if isinstance(expr, int):
         return expr
@@ -177,7 +177,7 @@ def shape_cases(
                 sizes: dict[str, int] = {}
                 ok = True
                 for sym in symbols:
-                    value = _eval(fam[sym], dims)
+                    value = evaluate_dim(fam[sym], dims)
                     if value is None:
                         ok = False
                         break

@@ -41,6 +41,7 @@ import os
 import pathlib
 import re
 import shutil
+import tomllib
 import uuid
 from typing import Any, Iterable
 
@@ -69,7 +70,7 @@ SRC_DIR = "src"
 KEY_FILE = ".extract-key"
 INCLUDE_DIR = "kernels/jit/include"
 DEFAULT_TOKEN_COUNTS = (1, 8, 64, 512, 4096, 16384)
-_OWN_CODE = ("pyops.py", "contract.py", "shapes.py", "tasks.py")
+_OWN_CODE = ("pyops.py", "contract.py", "shapes.py", "tasks.py", "curated/loader_values.toml")
 
 
 def task_dir(work_dir: str | os.PathLike[str], op_id: str) -> pathlib.Path:
@@ -201,9 +202,10 @@ def plan_instantiations(
         passes = [(None, dict(m.dims)) for m in models.values()] or [(None, {})]
     for case, sizes in passes:
         served = False
+        fallbacks = loader_fallbacks(sizes)
         for dtype in dtypes:
             try:
-                inst = pyops.instantiate(program, op, call, dtype=dtype, sizes=sizes, entry=entry)
+                inst = pyops.instantiate(program, op, call, dtype=dtype, sizes=sizes, entry=entry, fallbacks=fallbacks)
             except pyops.Unresolvable as err:
                 failures.setdefault(f"{dtype}: {err}", case.label if case else "no shape")
                 continue
@@ -226,6 +228,26 @@ def plan_instantiations(
         notes.append(f"instantiation failed ({where}): {reason}")
     out.sort(key=lambda i: (DTYPES.index(i.dtype) if i.dtype in DTYPES else 9, _numeric_key(i.template_args)))
     return out, kept_cases, first, notes
+
+
+LOADER_VALUES = pathlib.Path(__file__).with_name("curated") / "loader_values.toml"
+
+
+def loader_fallbacks(dims: dict[str, int]) -> dict[str, tuple[Any, str]]:
+    """Last-resort loader values (see :func:`extract.pyops.instantiate`): the curated
+    ``curated/loader_values.toml``, plus each alias of a model dimension in
+    :data:`extract.shapes.DEFAULT_FAMILIES` (``rope_dim`` -> ``qk_rope_head_dim``)
+    that ``dims`` (one model's, for one pass) can evaluate."""
+    out: dict[str, tuple[Any, str]] = {}
+    for family in shapes.DEFAULT_FAMILIES:
+        for alias, expr in family.items():
+            value = shapes.evaluate_dim(expr, dims)
+            if value is not None and "tokens" not in str(expr):
+                out.setdefault(alias, (value, f"the model's {expr} (extract/shapes catalog)"))
+    with LOADER_VALUES.open("rb") as handle:
+        for name, entry in tomllib.load(handle).items():
+            out[name] = (entry["value"], entry["why"])
+    return out
 
 
 def _numeric_key(args: list[str]) -> list[Any]:

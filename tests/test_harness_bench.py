@@ -79,20 +79,20 @@ def test_health_section_counts_and_reasons():
     assert "- b: index range of ids" in text
 
 
-def _write_task(work, op):
+def _write_task(work, op, *, shape=("num_tokens",), catalog=True):
     from pipeline.records import (
         ArgSpec, BuildRecipe, Contract, Instantiation, ShapeCase, SourceInfo, Task, TensorSpec, write_record,
     )  # fmt: skip
 
     contract = Contract(
-        entry="e", args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=["num_tokens"], dtype="T", role="inout"))],
+        entry="e", args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=list(shape), dtype="T", role="inout"))],
         symbols=["num_tokens"], unresolved=["index range of ids"],
     )  # fmt: skip
     task = Task(
         op_id=op, module="m.py", public_functions=["f"], entry_points=["e"], source=SourceInfo(kind="wheel", root="/x", version="0.5.23"),
         files=[], instantiations=[Instantiation(dtype="bf16", module_args=[], template_args=["bf16_t"], wrappers=[("e", "E")])],
         build=BuildRecipe(cuda_files=["a.cuh"], include_dirs=[], cuda_cflags=[]), editable=[], contract=contract,
-        shapes=[ShapeCase(model="M", tokens=8, sizes={"num_tokens": 8})],
+        shapes=[ShapeCase(model="M", tokens=8, sizes={"num_tokens": 8})] if catalog else [],
     )  # fmt: skip
     write_record(task, work / "tasks" / op / "task.json")
 
@@ -212,3 +212,14 @@ def test_harness_fingerprint_covers_the_worker():
     root = pathlib.Path(health.__file__).resolve().parents[2]
     covered = {p.relative_to(root).as_posix() for g in health._FINGERPRINT_GLOBS for p in root.glob(g)}
     assert {"optimize/harness/worker.py", "optimize/harness/compare.py", "pipeline/build.py"} <= covered
+
+
+def test_health_plans_a_synthetic_shape_where_no_model_sizes_the_op(tmp_path):
+    work = tmp_path / "work"
+    _write_task(work, "s.op", shape=("num_tokens", "num_slots"), catalog=False)
+    _write_task(work, "bad.op", shape=("Trait1::K",), catalog=False)
+    prep = health.prepare(work / "tasks" / "s.op")
+    assert prep.row.shapes == "synthetic" and prep.plan is not None and prep.plan.checks
+    assert prep.task.shapes[0].model == "synthetic" and prep.task.shapes[0].sizes["num_slots"] == 128
+    bad = health.prepare(work / "tasks" / "bad.op")
+    assert bad.plan is None and "'Trait1::K' is not an arithmetic expression" in bad.row.reason

@@ -96,18 +96,33 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
         return prep
     prep.task = task
     prep.row = prep.row.model_copy(update={"op_id": task.op_id, "unresolved": list(task.contract.unresolved)})
+    def plan_on(the_task):
+        shape = min(the_task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
+        return plan_cases(the_task, shapes=[shape], held_out=HELD_OUT, profile=False)
+
+    # The smallest catalog shape; where no model sizes the op, or the catalog's widths fit
+    # none of the instantiations the extract kept, one small synthetic shape instead, so
+    # the baseline is still tested (and the row says so).
+    plan = first = None
     try:
-        if task.shapes:
-            shape = min(task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
-        else:  # no model sizes this op: a small generic shape, so its baseline is still tested
-            shape = synthetic_shape(task.contract, task.instantiations)
-            if shape is not None:
-                task = task.model_copy(update={"shapes": [shape]})
-                prep.task = task
-                prep.row = prep.row.model_copy(update={"shapes": "synthetic"})
-        plan = plan_cases(task, shapes=[shape] if shape else [], held_out=HELD_OUT, profile=False)
-    except Exception as err:  # noqa: BLE001
-        prep.row = prep.row.model_copy(update={"reason": f"no test cases can be planned from the contract: {err}"})
+        synthetic = synthetic_shape(task.contract, task.instantiations)
+    except Exception as err:  # noqa: BLE001 - a shape entry that is no expression: the row's reason
+        synthetic, first = None, err
+    as_synthetic = task.model_copy(update={"shapes": [synthetic]}) if synthetic is not None else None
+    for candidate, kind in ((task if task.shapes else None, "catalog"), (as_synthetic, "synthetic")):
+        if candidate is None:
+            continue
+        try:
+            plan = plan_on(candidate)
+        except Exception as err:  # noqa: BLE001 - the first error is the row's reason
+            first = first or err
+            continue
+        prep.task = candidate
+        prep.row = prep.row.model_copy(update={"shapes": kind})
+        break
+    if plan is None:
+        reason = f"no test cases can be planned from the contract: {first}" if first else "no shape to test: the contract sizes no tensor"
+        prep.row = prep.row.model_copy(update={"reason": reason})
         return prep
     if not plan.checks:
         prep.row = prep.row.model_copy(update={"reason": "no shape to test: the contract sizes no tensor"})
