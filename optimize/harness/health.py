@@ -96,6 +96,11 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
         return prep
     prep.task = task
     prep.row = prep.row.model_copy(update={"op_id": task.op_id, "unresolved": list(task.contract.unresolved)})
+    recorded = task.baseline_build
+    if recorded is not None and not recorded.ok:  # extract's compile check, same nvcc: not built again
+        reason = f"nvcc (extract's compile check): {first_error(recorded.stderr)}"
+        prep.row = prep.row.model_copy(update={"built": False, "reason": reason})
+        return prep
     def plan_on(the_task):
         shape = min(the_task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
         return plan_cases(the_task, shapes=[shape], held_out=HELD_OUT, profile=False)
