@@ -570,6 +570,23 @@ class BuildJob:
     editable: tuple[Span, ...] | None = None
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on: the affinity mask, capped by a cgroup v2 CPU quota.
+
+    ``os.cpu_count()`` counts the host's CPUs, which in a container or VM can be
+    far more than the process gets; one nvcc per counted CPU then only adds
+    contention and memory (a cicc process holds ~1 GB).
+    """
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = pathlib.Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            count = min(count, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, count)
+
+
 def build_many(jobs: Sequence[BuildJob], max_workers: int | None = None, *, isolate: bool = False) -> list[BuildReport]:
     """Build independent modules in parallel threads (each thread waits on an nvcc
     subprocess); reports come back in job order. ``max_workers`` defaults to the CPU
@@ -583,7 +600,7 @@ def build_many(jobs: Sequence[BuildJob], max_workers: int | None = None, *, isol
     """
     if not jobs:
         return []
-    workers = max(1, min(len(jobs), max_workers or os.cpu_count() or 1))
+    workers = max(1, min(len(jobs), max_workers or usable_cpus()))
 
     def one(job: BuildJob) -> BuildReport:
         try:

@@ -92,6 +92,8 @@ class HarnessConfig(Section):
     held_out_shapes: int = 6
     # `bench --all`: baseline checks (correctness only, never timed) running at once on one GPU
     health_workers: int = Field(default=4, ge=1)
+    # `bench --all`: start no build or check after this many seconds (None: no limit); a rerun resumes
+    sweep_budget_s: float | None = Field(default=None, gt=0)
     # optimize: profile the baseline and each new best with Nsight Compute (where ncu is
     # installed) and give its DRAM throughput, occupancy and warp stalls to the planner
     ncu_profile: bool = True

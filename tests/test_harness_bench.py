@@ -145,13 +145,13 @@ def test_main_refuses_missing_tasks_with_the_fix(tmp_path):
 def _fake_build(monkeypatch, *, ok, calls=None):
     from pipeline.records import BuildReport
 
-    def build_all(preps, config):
+    def build_one(prep, config):
         if calls is not None:
-            calls.append([p.row.op_id for p in preps])
+            calls.append(prep.row.op_id)
         report = BuildReport(ok=ok, key="k", seconds=1.5, stderr="" if ok else "a.cuh(3): error: boom\nmore")
-        return {i: (report, ["lib.so"]) for i in range(len(preps))}
+        return report, ["lib.so"]
 
-    monkeypatch.setattr(health, "build_all", build_all)
+    monkeypatch.setattr(health, "build_one", build_one)
 
 
 def test_health_sweep_builds_once_checks_every_task_and_resumes(tmp_path, monkeypatch):
@@ -163,7 +163,7 @@ def test_health_sweep_builds_once_checks_every_task_and_resumes(tmp_path, monkey
     (work / "tasks" / "broken.op").mkdir()
     (work / "tasks" / "broken.op" / "task.json").write_text("{not json")
     config = load_config(overrides={"work_dir": str(work), "harness": {"health_workers": 3}}, environ={})
-    builds: list[list[str]] = []
+    builds: list[str] = []
     _fake_build(monkeypatch, ok=True, calls=builds)
     checked: list[str] = []
 
@@ -178,7 +178,7 @@ def test_health_sweep_builds_once_checks_every_task_and_resumes(tmp_path, monkey
     lines: list[str] = []
     rows = health.health_all(dirs, config, progress=lines.append)
     assert [r.op_id for r in rows] == ["a.op", "b.op", "broken.op", "c.op"]  # input order, whatever finished first
-    assert builds == [["a.op", "b.op", "c.op"]]  # one pool for every task
+    assert sorted(builds) == ["a.op", "b.op", "c.op"]
     assert sorted(checked) == ["a.op", "b.op", "c.op"]
     assert rows[0].passed and rows[0].built and rows[0].build_s == 1.5 and rows[0].unresolved == ["index range of ids"]
     assert rows[1].ran is False and "illegal memory access" in rows[1].reason
@@ -193,7 +193,7 @@ def test_health_sweep_builds_once_checks_every_task_and_resumes(tmp_path, monkey
     task_json = work / "tasks" / "c.op" / "task.json"
     task_json.write_text(task_json.read_text().replace('"tokens": 8', '"tokens": 9'))
     health.health_all(dirs, config, progress=lines.append)
-    assert builds == [["c.op"]] and checked == ["c.op"]
+    assert builds == ["c.op"] and checked == ["c.op"]
 
 
 def test_health_sweep_reports_the_first_nvcc_error(tmp_path, monkeypatch):
@@ -223,3 +223,43 @@ def test_health_plans_a_synthetic_shape_where_no_model_sizes_the_op(tmp_path):
     assert prep.task.shapes[0].model == "synthetic" and prep.task.shapes[0].sizes["num_slots"] == 128
     bad = health.prepare(work / "tasks" / "bad.op")
     assert bad.plan is None and "'Trait1::K' is not an arithmetic expression" in bad.row.reason
+
+
+def test_health_sweep_budget_leaves_unreached_tasks_for_the_next_run(tmp_path, monkeypatch):
+    from pipeline.config import load_config
+
+    work = tmp_path / "work"
+    for op in ("a.op", "b.op"):
+        _write_task(work, op)
+    config = load_config(overrides={"work_dir": str(work)}, environ={})
+    builds: list[str] = []
+    _fake_build(monkeypatch, ok=True, calls=builds)
+    monkeypatch.setattr(health, "check", lambda prep, libs, cfg: prep.row.model_copy(update={"ran": True, "passed": True}))
+    dirs = sorted((work / "tasks").iterdir())
+    rows = health.health_all(dirs, config, progress=lambda line: None, budget_s=1e-9)
+    assert builds == [] and [r.passed for r in rows] == [None, None]
+    assert all("budget ran out before its build" in r.reason for r in rows)
+    assert not (work / "bench" / "health").exists()  # nothing unjudged is saved
+    rows = health.health_all(dirs, config, progress=lambda line: None)
+    assert sorted(builds) == ["a.op", "b.op"] and all(r.passed for r in rows)
+
+
+def test_health_sweep_without_a_gpu_stops_with_the_fix_and_saves_nothing(tmp_path, monkeypatch):
+    import pytest
+
+    from optimize.errors import GpuRequired
+    from pipeline.config import load_config
+
+    work = tmp_path / "work"
+    for op in ("a.op", "b.op"):
+        _write_task(work, op)
+    config = load_config(overrides={"work_dir": str(work)}, environ={})
+    _fake_build(monkeypatch, ok=True)
+
+    def no_gpu(*args, **kwargs):
+        raise GpuRequired("the evaluation worker found no CUDA device", fix="run on the GPU machine")
+
+    monkeypatch.setattr("optimize.harness.evaluate.run_request", no_gpu)
+    with pytest.raises(GpuRequired, match="run on the GPU machine"):
+        health.health_all(sorted((work / "tasks").iterdir()), config, progress=lambda line: None)
+    assert not (work / "bench" / "health").exists()

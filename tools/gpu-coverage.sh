@@ -5,7 +5,9 @@
 # machine: same nvcc, same tasks), the GPU machine spends no time extracting; without
 # it, `extract --all` runs here first (16 cores). Then `kernelsmith bench --all`: how many
 # baselines build, run and pass their own generated tests, with the reason for each
-# failure. The sweep resumes from work/bench/health/ when run again on a warm machine.
+# failure. The sweep resumes from work/bench/health/ when run again on a warm machine;
+# KERNELSMITH_HARNESS__SWEEP_BUDGET_S=300 makes it stop starting work after 300 s and
+# still write its table (set SWEEP_TIMEOUT_S, the hard stop, about 100 s above it).
 # Outputs land in $OUT: BENCHMARKS.md (with the new section), health.tar.gz, logs.
 set -o pipefail
 source "$(dirname "$0")/device-setup.sh" || exit 1
@@ -17,7 +19,7 @@ else
   cp work/coverage.json "$OUT/" 2>/dev/null
 fi
 export KERNELSMITH_HARNESS__HEALTH_WORKERS="${KERNELSMITH_HARNESS__HEALTH_WORKERS:-8}"
-timeout "${SWEEP_TIMEOUT_S:-520}" python3 -m pipeline.cli bench --all 2>&1 | tee "$OUT/bench-all.log" | grep -v '^\[' | tail -20
+timeout "${SWEEP_TIMEOUT_S:-560}" python3 -m pipeline.cli bench --all 2>&1 | tee "$OUT/bench-all.log" | grep -v '^\[' | tail -20
 status=$?
 cp BENCHMARKS.md "$OUT/" 2>/dev/null
 tar -czf "$OUT/health.tar.gz" -C work bench 2>/dev/null

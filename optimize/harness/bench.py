@@ -234,9 +234,10 @@ def main(args: Any, config: Config) -> int:
     if getattr(args, "all", False):
         from optimize.harness.health import health_all, health_section
 
-        rows = health_all([path for _, path in _task_dirs(config, None)], config)
+        rows = health_all([path for _, path in _task_dirs(config, None)], config, budget_s=config.harness.sweep_budget_s)
         env = (
-            f"Wall time {time.monotonic() - start:.0f} s; {config.harness.health_workers} check worker(s) at once; "
+            f"Wall time {time.monotonic() - start:.0f} s (this run; verdicts of earlier runs of the same code are reused); "
+            f"{config.harness.health_workers} check worker(s) at once; "
             f"nvcc time summed over tasks {sum(r.build_s for r in rows):.0f} s (cached builds count 0)."
         )
         section = health_section(command, rows, when, _device_name(config), env)

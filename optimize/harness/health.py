@@ -11,14 +11,18 @@ Three phases, because the GPU machine has many cores and one GPU:
 
 1. **plan** every task (pure Python; a task that does not load or plan is a row
    with its reason);
-2. **build** every unit of every task in one parallel nvcc pool (one task at a
-   time left all but one core idle: the sweep is ~250 modules);
-3. **check** with up to ``harness.health_workers`` worker processes at once. The
+2. **build** the tasks' modules in one nvcc pool, one task per usable CPU,
+   cheapest first (one task at a time left all but one core idle: the sweep is
+   over a hundred modules, some of them minutes of nvcc each);
+3. **check** each task as soon as its modules are built, with up to
+   ``harness.health_workers`` worker processes at once. The
    checks are correctness only, nothing is timed, so sharing the GPU changes no
    verdict; each worker is its own process and CUDA context, so one that faults
    or hangs takes down only its own row (``crashed``/``timeout``).
 
-Every finished row is written at once to ``work/bench/health/<key>.json``, the
+With ``harness.sweep_budget_s`` set, nothing new starts once that many seconds
+have passed; the rows not reached say so. Every finished row is written at once
+to ``work/bench/health/<key>.json``, the
 key hashing the task record and the harness's own sources: a rerun (after an
 interruption, or the device tool's per-call time limit) skips every task already
 judged by the same code, and re-judges all of them after the harness changed.
@@ -33,13 +37,16 @@ import concurrent.futures
 import functools
 import hashlib
 import pathlib
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
 
+from pipeline.build import usable_cpus
 from pipeline.records import BuildReport, VersionedRecord, content_hash, read_record, write_record
 
 HELD_OUT = 2
+CHECK_GRACE_S = 60.0  # with a budget: how long checks already running may take past it
 # Sources whose change can change a verdict (the worker, inputs, comparison, builder).
 _FINGERPRINT_GLOBS = ("optimize/harness/*.py", "pipeline/build.py", "pipeline/toolchain.py", "pipeline/records.py")
 
@@ -136,29 +143,30 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
     return prep
 
 
-def build_all(preps: Sequence[_Prepared], config) -> dict[int, tuple[BuildReport, list[str]]]:
-    """Every unit of every planned task in one nvcc pool; index into ``preps`` -> (merged report, libraries)."""
+def build_one(prep: _Prepared, config) -> tuple[BuildReport, list[str]]:
+    """Every unit one task's checks need (merged report, one library per unit)."""
     from optimize.harness.evaluate import _merge_reports
     from pipeline.build import BuildJob, build_many
 
-    jobs: list[BuildJob] = []
-    owner: list[int] = []
-    for i, prep in enumerate(preps):
-        for unit in prep.plan.units:
-            jobs.append(BuildJob(
-                task_dir=prep.task_dir, task=prep.task, instantiations=tuple(unit),
-                cache_root=config.cache / "builds", editable=tuple(prep.task.editable),
-            ))  # fmt: skip
-            owner.append(i)
-    reports = build_many(jobs, isolate=True)
-    grouped: dict[int, list[BuildReport]] = {}
-    for i, report in zip(owner, reports):
-        grouped.setdefault(i, []).append(report)
-    return {i: (_merge_reports(reps), [r.library or "" for r in reps]) for i, reps in grouped.items()}
+    jobs = [
+        BuildJob(
+            task_dir=prep.task_dir, task=prep.task, instantiations=tuple(unit),
+            cache_root=config.cache / "builds", editable=tuple(prep.task.editable),
+        )
+        for unit in prep.plan.units
+    ]  # fmt: skip
+    reports = build_many(jobs, max_workers=1, isolate=True)  # the sweep runs one task per CPU
+    return _merge_reports(reports), [r.library or "" for r in reports]
+
+
+def _build_cost(prep: _Prepared) -> float:
+    recorded = prep.task.baseline_build
+    return recorded.seconds if recorded is not None and recorded.ok else float("inf")
 
 
 def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
     """Run the baseline's checks in one isolated worker; the verdict becomes the row."""
+    from optimize.errors import GpuRequired
     from optimize.harness.evaluate import _workdir, run_request
     from optimize.harness.protocol import WorkerRequest
 
@@ -171,6 +179,8 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
     start = time.monotonic()
     try:
         run = run_request(request, config, _workdir(config, task.op_id, "health"))
+    except GpuRequired:
+        raise  # the machine's problem, not the task's: no verdict, the sweep stops with the fix
     except Exception as err:  # noqa: BLE001 - a harness/contract error is this task's reason
         return row.model_copy(update={"ran": False, "reason": f"{type(err).__name__}: {str(err).splitlines()[0]}"})
     seconds = time.monotonic() - start
@@ -190,22 +200,54 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
 
 
 def health_all(
-    task_dirs: Sequence[pathlib.Path], config, *, progress: Callable[[str], None] = lambda line: print(line, flush=True)
+    task_dirs: Sequence[pathlib.Path],
+    config,
+    *,
+    progress: Callable[[str], None] = lambda line: print(line, flush=True),
+    budget_s: float | None = None,
 ) -> list[HealthRow]:
-    """The three phases (module doc); rows in ``task_dirs`` order, each saved as soon as it is final."""
+    """Plan, build, check (module doc); rows in ``task_dirs`` order, each saved as soon as it is final.
+
+    Builds and checks overlap: a task's check starts as soon as its modules are
+    built. Builds start cheapest first (the seconds extract's compile check took),
+    so a time-limited sweep judges as many tasks as it can. With ``budget_s``, no
+    build or check starts after that many seconds; what was not reached is a row
+    saying so, and is not saved: the next sweep judges it.
+    """
+    start = time.monotonic()
     total = len(task_dirs)
     rows: list[HealthRow | None] = [None] * total
     preps = [prepare(d) for d in task_dirs]
     done = 0
+    lock = threading.Lock()
+
+    closed = threading.Event()
+
+    def out_of_time() -> bool:
+        return budget_s is not None and time.monotonic() - start > budget_s
+
+    def left(grace_s: float) -> float | None:
+        return None if budget_s is None else max(0.0, start + budget_s + grace_s - time.monotonic())
 
     def finish(i: int, row: HealthRow, *, save: bool = True) -> None:
         nonlocal done
-        rows[i] = row
-        done += 1
-        if save:
-            write_record(row, row_path(config.work, preps[i].key))
-        verdict = "passed" if row.passed else ("built" if row.built else "stopped")
-        progress(f"[{done}/{total}] {row.op_id}: {verdict}{': ' + row.reason[:160] if row.reason else ''}")
+        with lock:
+            if closed.is_set():
+                if save:
+                    write_record(row, row_path(config.work, preps[i].key))
+                return
+            if rows[i] is not None:
+                return  # already reported (not reached) while its work was still running
+            rows[i] = row
+            done += 1
+            if save:
+                write_record(row, row_path(config.work, preps[i].key))
+            verdict = "passed" if row.passed else ("built" if row.built else "stopped")
+            progress(f"[{done}/{total}] {row.op_id}: {verdict}{': ' + row.reason[:160] if row.reason else ''}")
+
+    def not_reached(i: int, stage: str) -> None:
+        reason = f"not judged: the sweep's {budget_s:g} s budget ran out before its {stage}; run the sweep again to resume"
+        finish(i, preps[i].row.model_copy(update={"reason": reason}), save=False)
 
     todo: list[int] = []
     for i, prep in enumerate(preps):
@@ -216,30 +258,55 @@ def health_all(
             finish(i, prep.row)
         else:
             todo.append(i)
-    if todo:
-        progress(f"building {sum(len(preps[i].plan.units) for i in todo)} module(s) for {len(todo)} task(s) ...")
-        start = time.monotonic()
-        built = build_all([preps[i] for i in todo], config)
-        progress(f"built in {time.monotonic() - start:.0f} s")
-        runnable: list[tuple[int, list[str]]] = []
-        for j, i in enumerate(todo):
-            report, libraries = built[j]
-            row = preps[i].row.model_copy(update={"built": report.ok, "build_s": report.seconds})
-            preps[i].row = row
-            if report.ok:
-                runnable.append((i, libraries))
-            else:
-                finish(i, row.model_copy(update={"reason": f"nvcc: {first_error(report.stderr)}"}))
-        if runnable:
-            # Alone first: a worker measures and caches the device's ceilings on its first
-            # run, and several doing that at once would measure each other's load.
-            i, libs = runnable.pop(0)
-            finish(i, check(preps[i], libs, config))
-        workers = max(1, config.harness.health_workers)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="health") as pool:
-            futures = {pool.submit(check, preps[i], libs, config): i for i, libs in runnable}
-            for future in concurrent.futures.as_completed(futures):
-                finish(futures[future], future.result())
+    todo.sort(key=lambda i: _build_cost(preps[i]))
+    if not todo:
+        return [r for r in rows if r is not None]
+    progress(f"building {sum(len(preps[i].plan.units) for i in todo)} module(s) for {len(todo)} task(s), checking each when built ...")
+
+    def build_task(i: int) -> tuple[BuildReport, list[str]] | None:
+        return None if out_of_time() else build_one(preps[i], config)
+
+    def check_task(i: int, libraries: list[str]) -> None:
+        if out_of_time():
+            not_reached(i, "check")
+        else:
+            finish(i, check(preps[i], libraries, config))
+
+    measured = False
+    checks: dict[concurrent.futures.Future, int] = {}
+    builders = concurrent.futures.ThreadPoolExecutor(max_workers=usable_cpus(), thread_name_prefix="build")
+    checkers = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, config.harness.health_workers), thread_name_prefix="check")
+    try:
+        builds = {builders.submit(build_task, i): i for i in todo}
+        try:
+            for future in concurrent.futures.as_completed(builds, timeout=left(0.0)):
+                i = builds[future]
+                built = future.result()
+                if built is None:
+                    not_reached(i, "build")
+                    continue
+                report, libraries = built
+                preps[i].row = preps[i].row.model_copy(update={"built": report.ok, "build_s": report.seconds})
+                if not report.ok:
+                    finish(i, preps[i].row.model_copy(update={"reason": f"nvcc: {first_error(report.stderr)}"}))
+                elif not measured:
+                    # Alone first: a worker measures and caches the device's ceilings on its first
+                    # run, and several doing that at once would measure each other's load.
+                    check_task(i, libraries)
+                    measured = True
+                else:
+                    checks[checkers.submit(check_task, i, libraries)] = i
+        except concurrent.futures.TimeoutError:  # budget spent with builds still running: not waited for
+            for future, i in builds.items():
+                if not future.done() or future.result() is None:
+                    not_reached(i, "build")
+        _, running = concurrent.futures.wait(checks, timeout=left(CHECK_GRACE_S))
+        for future in running:
+            not_reached(checks[future], "check")
+    finally:
+        closed.set()  # a verdict that arrives later is still saved for the next sweep, not returned
+        builders.shutdown(wait=budget_s is None, cancel_futures=True)
+        checkers.shutdown(wait=budget_s is None, cancel_futures=True)
     return [r for r in rows if r is not None]
 
 
