@@ -263,3 +263,18 @@ def test_health_sweep_without_a_gpu_stops_with_the_fix_and_saves_nothing(tmp_pat
     with pytest.raises(GpuRequired, match="run on the GPU machine"):
         health.health_all(sorted((work / "tasks").iterdir()), config, progress=lambda line: None)
     assert not (work / "bench" / "health").exists()
+
+
+def test_a_harness_failure_reason_names_the_exception_the_worker_raised():
+    from optimize.harness.errors import HarnessError
+
+    err = HarnessError(
+        "the evaluation worker failed in harness code (not in a kernel)", fix="report it",
+        detail="request: /x/request.json\nTraceback (most recent call last):\n  File \"w.py\", line 3\n"
+        "optimize.harness.errors.ContractError: scalar 'type' of run has no value to call with\n",
+    )  # fmt: skip
+    assert health._cause(err) == (
+        "the evaluation worker failed in harness code (not in a kernel): "
+        "optimize.harness.errors.ContractError: scalar 'type' of run has no value to call with"
+    )
+    assert health._cause(ValueError("plain\nsecond line")) == "plain"

@@ -274,11 +274,38 @@ def test_concrete_dtypes_and_value_ranges():
 
 
 def test_scalar_without_value_is_a_contract_error():
-    c = Contract(entry="e", args=[scalar("eps", "float", None)], symbols=[])
-    with pytest.raises(ContractError, match="eps.*no value"):
+    c = Contract(entry="e", args=[scalar("alpha", "float", None)], symbols=[])
+    with pytest.raises(ContractError, match="alpha.*no value"):
         inputs.plan_call(c, {}, "bf16")
+    kind = Contract(entry="e", args=[scalar("type", "str", None)], symbols=[])
+    with pytest.raises(ContractError, match="type.*no value"):
+        inputs.plan_call(kind, {}, "bf16")
     flag = Contract(entry="e", args=[scalar("enable", "bool", None)], symbols=[])
     assert inputs.plan_call(flag, {}, "bf16").args == (False,)
+
+
+def test_open_scalars_that_their_name_and_type_settle():
+    c = Contract(
+        entry="route",
+        args=[tensor("out", ["num_tokens", "topk"], "output"), scalar("topk", "int", None), scalar("eps", "float", None),
+              scalar("img_eps", "float", None), scalar("routed_scaling_factor", "float", None), scalar("sm_scale", "float", None)],
+        symbols=["num_tokens", "topk"],
+    )  # fmt: skip
+    plan = inputs.plan_call(c, {"num_tokens": 4, "topk": 8}, "bf16")
+    assert plan.args[1:] == (8, 1e-6, 1e-6, 1.0, 1.0)
+
+
+def test_wildcard_dims_and_dtype_unions():
+    c = Contract(
+        entry="e", args=[tensor("cache", [-1, "d"], "input", dtype="bfloat16|float32"), tensor("ids", ["-1"], "input", dtype="int32")],
+        symbols=["d"],
+    )  # fmt: skip
+    plan = inputs.plan_call(c, {"d": 64}, "fp32")
+    assert plan.tensors[0].shape == (inputs.ANY_SIZE, 64) and plan.tensors[0].dtype == "fp32"
+    assert plan.tensors[1].shape == (inputs.ANY_SIZE,)
+    assert inputs.plan_call(c, {"d": 64}, "fp16").tensors[0].dtype == "bf16"  # not among them: the first
+    with pytest.raises(ContractError, match="not one the harness can fill"):
+        inputs.canonical_dtype("fp4_e2m1|nvfp4", "bf16")
 
 
 def test_poison_bits_are_quiet_nans_with_payload_and_fit_the_width():

@@ -37,6 +37,7 @@ import concurrent.futures
 import functools
 import hashlib
 import pathlib
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -91,6 +92,8 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
     """Load the task and plan its checks; a failure is the row's reason."""
     from extract.tasks import load_task
     from optimize.harness.evaluate import plan_cases
+    from optimize.harness import inputs
+    from optimize.harness.errors import ContractError
     from optimize.harness.inputs import synthetic_shape
 
     prep = _Prepared(task_dir=task_dir, row=HealthRow(op_id=task_dir.name))
@@ -135,6 +138,15 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
     if plan is None:
         reason = f"no test cases can be planned from the contract: {first}" if first else "no shape to test: the contract sizes no tensor"
         prep.row = prep.row.model_copy(update={"reason": reason})
+        return prep
+    # Every call the worker will make, planned here first (pure Python): a contract that
+    # cannot be called (an open scalar, a dtype the harness cannot fill) is the task's
+    # reason, found without a build or a GPU.
+    try:
+        for case in plan.checks:
+            inputs.plan_call(prep.task.contract, case.sizes, case.dtype, case.layout)
+    except ContractError as err:
+        prep.row = prep.row.model_copy(update={"reason": f"contract: {err.message}"})
         return prep
     if not plan.checks:
         prep.row = prep.row.model_copy(update={"reason": "no shape to test: the contract sizes no tensor"})
@@ -182,7 +194,7 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
     except GpuRequired:
         raise  # the machine's problem, not the task's: no verdict, the sweep stops with the fix
     except Exception as err:  # noqa: BLE001 - a harness/contract error is this task's reason
-        return row.model_copy(update={"ran": False, "reason": f"{type(err).__name__}: {str(err).splitlines()[0]}"})
+        return row.model_copy(update={"ran": False, "reason": f"{type(err).__name__}: {_cause(err)}"})
     seconds = time.monotonic() - start
     if run.result is None:
         last = run.stderr_tail.strip().splitlines()[-1] if run.stderr_tail.strip() else ""
@@ -308,6 +320,15 @@ def health_all(
         builders.shutdown(wait=budget_s is None, cancel_futures=True)
         checkers.shutdown(wait=budget_s is None, cancel_futures=True)
     return [r for r in rows if r is not None]
+
+
+def _cause(err: Exception) -> str:
+    """One line: the error's message, plus the exception line its detail ends with (a
+    worker's traceback), which is where the reason is."""
+    message = str(getattr(err, "message", "") or err).splitlines()[0]
+    lines = [line.strip() for line in str(getattr(err, "detail", "")).splitlines() if line.strip()]
+    raised = next((line for line in reversed(lines) if re.match(r"^[\w.]+(Error|Exception|Exit)\b.*:", line)), "")
+    return f"{message}: {raised}" if raised else message
 
 
 def first_error(stderr: str) -> str:

@@ -443,11 +443,18 @@ def _numel(spec: TensorSpec, sizes: dict[str, int]) -> int:
 
 
 def canonical_dtype(name: str, case_dtype: str) -> str:
-    """A TensorSpec dtype ("T" = the instantiation's) in the harness's short spelling."""
+    """A TensorSpec dtype ("T" = the instantiation's) in the harness's short spelling.
+
+    A union (``bfloat16|float32``: the kernel accepts either) is the instantiation's
+    dtype when it is one of them, else the first the harness can fill.
+    """
     if name == "T":
         return case_dtype
-    short = _DTYPE_ALIASES.get(name, name)
-    if short not in ITEMSIZE:
+    options = [_DTYPE_ALIASES.get(part.strip(), part.strip()) for part in str(name).split("|")]
+    if case_dtype in options:
+        return case_dtype
+    short = next((o for o in options if o in ITEMSIZE), None)
+    if short is None:
         raise ContractError(f"tensor dtype {name!r} is not one the harness can fill", fix="fix the contract")
     return short
 
@@ -511,7 +518,18 @@ class CallPlan:
         raise KeyError(name)
 
 
-def scalar_value(contract: Contract, index: int) -> Any:
+# A tensor dimension declared as -1 (SGLang's TensorMatcher wildcard: any size) gets this size.
+ANY_SIZE = 128
+# Float scalars the contract leaves open whose name says what they are.
+_EPS_NAMES = ("eps", "epsilon", "variance_epsilon", "norm_eps", "rms_eps")
+
+
+def scalar_value(contract: Contract, index: int, sizes: dict[str, int] | None = None) -> Any:
+    """The value of scalar argument ``index``: the contract's; else, for an open one, what
+    its name and type fix: an ``int`` named after a size symbol takes that size (``topk``
+    beside ``out[num_tokens, topk]``), a ``bool`` is False, an epsilon (``eps``,
+    ``*_eps``) 1e-6, a scale (``scale``, ``*_scale``, ``*scaling_factor``) 1.0. Any
+    other open scalar is a ContractError naming it (the testing agent's to fill in)."""
     arg = contract.args[index]
     spec = arg.scalar
     if spec is None:
@@ -519,6 +537,13 @@ def scalar_value(contract: Contract, index: int) -> Any:
     if spec.value is None:
         if spec.type == "bool":
             return False
+        if spec.type == "int" and sizes and spec.name in sizes:
+            return int(sizes[spec.name])
+        name = spec.name.lower()
+        if spec.type == "float" and (name in _EPS_NAMES or name.endswith("_eps")):
+            return 1e-6
+        if spec.type == "float" and (name == "scale" or name.endswith(("_scale", "scaling_factor"))):
+            return 1.0  # a neutral multiplier: the kernel's arithmetic is exercised, not skewed
         raise ContractError(
             f"scalar {spec.name!r} of {contract.entry} has no value to call with",
             fix="give it a value in the curated contract (extract/curated/*.toml)",
@@ -542,13 +567,13 @@ def plan_call(
     args: list[TensorPlan | Any] = []
     for index, arg in enumerate(contract.args):
         if arg.kind == "scalar":
-            args.append(scalar_value(contract, index))
+            args.append(scalar_value(contract, index, sizes))
             continue
         spec = arg.tensor
         assert spec is not None
         tdtype = canonical_dtype(spec.dtype, dtype)
         itemsize = ITEMSIZE[tdtype]
-        shape = tuple(eval_expr(d, sizes) for d in spec.shape)
+        shape = tuple(ANY_SIZE if d in (-1, "-1") else eval_expr(d, sizes) for d in spec.shape)
         if any(s < 0 for s in shape):
             raise ContractError(f"tensor {spec.name} has a negative size {shape}", fix="check the shape catalog")
         strides = [0] * len(shape)
