@@ -643,6 +643,63 @@ def _root_name(expr: cst.BaseExpression, assigned: dict[str, cst.BaseExpression]
             return None
 
 
+def constant_strings(program: pyops.Program, nodes: frozenset[tuple[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
+    """Parameters that hold one known string on every path from the op's public function.
+
+    ``gelu_and_mul`` calls ``run_activation("gelu", ...)``, which passes its ``op_name``
+    down to ``module.run_activation(..., op_name)``: the export's ``type`` argument is
+    ``"gelu"``, but only following the string through the callers says so. Among the
+    functions ``nodes`` (what the op reaches), a parameter is constant when every call
+    to its function there passes the same literal, or a caller's constant parameter.
+    Calls are matched by simple name (a name two reached functions share is skipped).
+    """
+    funcs = {n: f for n in nodes if (f := program.function(*n)) is not None}
+    names: dict[str, list[tuple[str, str]]] = {}
+    for node, fn in funcs.items():
+        names.setdefault(fn.name, []).append(node)
+    edges: list[tuple[tuple[str, str], tuple[str, str], cst.Call]] = []
+    for node, fn in funcs.items():
+        found: list[cst.Call] = []
+
+        class Calls(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                if isinstance(call.func, cst.Name):
+                    found.append(call)
+
+        fn.node.visit(Calls())
+        for call in found:
+            local = call.func.value
+            target = fn.module.imports.get(local, (None, local))[1] if local in fn.module.imports else local
+            callees = [c for c in names.get(target, []) if c != node]
+            if len(callees) == 1:
+                edges.append((node, callees[0], call))
+    consts: dict[tuple[str, str], dict[str, str]] = {n: {} for n in funcs}
+    for _ in range(6):  # call chains in these wrappers are a few levels deep
+        seen: dict[tuple[tuple[str, str], str], set[str | None]] = {}
+        for caller, callee, call in edges:
+            params = [p.name.value for p in [*funcs[callee].node.params.posonly_params, *funcs[callee].node.params.params]]
+            for i, arg in enumerate(call.args):
+                if arg.star:
+                    continue
+                name = arg.keyword.value if arg.keyword is not None else (params[i] if i < len(params) else None)
+                if name is None:
+                    continue
+                value: str | None = None
+                if isinstance(arg.value, cst.SimpleString):
+                    value = str(arg.value.evaluated_value)
+                elif isinstance(arg.value, cst.Name):
+                    value = consts[caller].get(arg.value.value)
+                seen.setdefault((callee, name), set()).add(value)
+        updated = {n: {} for n in funcs}
+        for (callee, name), values in seen.items():
+            if len(values) == 1 and None not in values:
+                updated[callee][name] = next(iter(values))  # type: ignore[assignment]
+        if updated == consts:
+            break
+        consts = updated
+    return consts
+
+
 def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
     public = op.public_functions[0]
     target = program.public_target(op.module, public)
@@ -677,7 +734,9 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
     visitor = Returns()
     fn.node.visit(visitor)
     returns_value = visitor.values > 0
-    for rel, qual in sorted(program.reach((op.module, target))):
+    reached = program.reach((op.module, target))
+    consts = constant_strings(program, reached)
+    for rel, qual in sorted(reached):
         caller = program.function(rel, qual)
         if caller is None:
             continue
@@ -705,6 +764,8 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
             for i, arg in enumerate(call.args):
                 if isinstance(arg.value, cst.SimpleString):
                     strings.setdefault(i, str(arg.value.evaluated_value))
+                elif isinstance(arg.value, cst.Name) and arg.value.value in consts.get((rel, qual), {}):
+                    strings.setdefault(i, consts[(rel, qual)][arg.value.value])
                 root = _root_name(arg.value, assigned)
                 if root is not None and root in mutated:
                     written.add(i)

@@ -50,7 +50,8 @@ def test_inferred_silu_and_mul(index, program, sglang_source):
     # kVecSize = kMaxVecBytes / sizeof(T) = 16 / 2 for the strictest dtype
     assert c.divisibility == {"output_width": 8}
     assert any("kVecSize" in check for check in c.checks)
-    assert any("string argument `type`" in u for u in c.unresolved)
+    # silu_and_mul -> _run_activation_inplace("silu", ...) -> module.run_activation(..., op_name)
+    assert c.args[2].scalar.value == "silu" and not any("string argument `type`" in u for u in c.unresolved)
 
 
 @pytest.mark.wheel
@@ -185,3 +186,18 @@ def test_cpp_facts_on_a_synthetic_launcher():
     assert facts.divisibility == {"width": 8}  # 16 / sizeof(bf16), the strictest of bf16/fp32
     assert facts.max_values == {"width": 2048}
     assert "false" not in facts.checks
+
+
+@pytest.mark.wheel
+@pytest.mark.parametrize(
+    ("op_id", "entry", "value"),
+    [("activation.gelu_and_mul", "run_activation", "gelu"), ("activation.gelu_tanh_and_mul", "run_activation", "gelu_tanh"),
+     ("activation.relu2", "run_unary_activation", "relu2"), ("activation.run_unary_activation", "run_unary_activation", None)],
+)  # fmt: skip
+def test_string_arguments_followed_through_the_callers(index, program, sglang_source, op_id, entry, value):
+    """`gelu_and_mul` -> run_activation("gelu", ...) -> module.run_activation(..., op_name): type is "gelu".
+    A public function that takes the name itself (run_unary_activation) leaves it open."""
+    c = C.infer_contract(_op(index, op_id), index, pathlib.Path(sglang_source.root), program=program, entry=entry)
+    (scalar,) = [a.scalar for a in c.args if a.scalar is not None and a.scalar.name == "type"]
+    assert scalar.value == value
+    assert ("string argument `type`: value not known" in c.unresolved) == (value is None)
