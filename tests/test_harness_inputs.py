@@ -338,3 +338,14 @@ def test_synthetic_shape_sizes_what_no_model_config_names():
     assert case.sizes["num_slots"] == 64  # the generic 128 is over the maximum
     assert inputs.select_instantiation(contract, [pinned], "bf16", case.sizes) == pinned
     assert inputs.synthetic_shape(Contract(entry="e", args=[], symbols=[])) is None
+
+
+def test_without_width_dimensions_a_dtypes_only_instantiation_serves():
+    """mark_pending<128>: 128 is a block size, no tensor has a width dimension to match it."""
+    c = Contract(entry="mark", args=[tensor("flags", ["num_tokens"], "inout", dtype="int32")], symbols=["num_tokens"])
+    only = Instantiation(dtype="bf16", module_args=[], template_args=["128"], wrappers=[("mark", "M")])
+    assert inputs.select_instantiation(c, [only], "bf16", {"num_tokens": 5}) == only
+    # with a width dimension, a mismatched width still refuses (rmsnorm's fp16 @4096 vs 128)
+    with pytest.raises(ContractError, match="fits"):
+        inputs.select_instantiation(rmsnorm_contract(), [inst("fp16", "4096", "true", "fp16_t")], "fp16",
+                                    {"num_tokens": 3, "hidden_size": 128})  # fmt: skip

@@ -292,7 +292,8 @@ def select_instantiation(
     An instantiation specialised on a width (an integer template argument, like
     rmsnorm's hidden size) serves only shapes that have that width. Among several
     that fit, the first in task order wins: the extractor lists SGLang's default
-    variant first.
+    variant first. Where the contract has no width dimension at all, a dtype's
+    single instantiation serves whatever its integer arguments are.
     """
     pool = [i for i in instantiations_for(contract, instantiations) if i.dtype == dtype]
     if not pool:
@@ -302,6 +303,11 @@ def select_instantiation(
         )
     values = {sizes[name] for name in width_symbols(contract) if name in sizes}
     fitting = [i for i in pool if template_ints(i) <= values]
+    if not fitting and not values and len(pool) == 1:
+        # No tensor of the contract has a width dimension, so the integer template
+        # arguments cannot be widths (a block count, a page size): the only
+        # instantiation of this dtype serves the call.
+        return pool[0]
     if not fitting:
         raise ContractError(
             f"no {dtype} instantiation of {contract.entry} fits sizes {sizes} "
@@ -309,6 +315,30 @@ def select_instantiation(
             fix="add the width to the shape catalog and re-run `kernelsmith extract`",
         )
     return fitting[0]
+
+
+def _pinned_widths(contract: Contract, pool: Sequence[Instantiation], widths: list[str], pinned: list[int]) -> dict[str, int]:
+    """Which width symbol takes which integer the first instantiation is specialised on:
+    the first assignment (widths in name order, at most 5040 tried) under which that
+    instantiation is the one :func:`select_instantiation` picks; else widths and
+    integers paired in sorted order."""
+    import itertools
+
+    fallback = dict(zip(widths, pinned))
+    if not pool or not pinned or not widths:
+        return fallback
+    first = pool[0]
+    for count in range(min(len(widths), len(pinned)), 0, -1):
+        for chosen in itertools.islice(itertools.permutations(pinned, count), 5040):
+            for names in itertools.islice(itertools.combinations(widths, count), 64):
+                trial = dict(zip(names, chosen))
+                sizes = {w: trial.get(w, SYNTHETIC_WIDTH) for w in widths}
+                try:
+                    if select_instantiation(contract, pool, first.dtype, sizes) == first:
+                        return trial
+                except ContractError:
+                    continue
+    return fallback
 
 
 SYNTHETIC_MODEL = "synthetic"
@@ -338,7 +368,7 @@ def synthetic_shape(contract: Contract, instantiations: Sequence[Instantiation] 
     pool = instantiations_for(contract, instantiations)
     pinned = sorted(template_ints(pool[0])) if pool else []
     widths = sorted(width_symbols(contract) & symbols - {token})
-    pinned_for = dict(zip(widths, pinned))
+    pinned_for = _pinned_widths(contract, pool, widths, pinned)
     sizes: dict[str, int] = {}
     for sym in sorted(symbols):
         if sym == token:
