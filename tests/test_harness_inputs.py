@@ -342,7 +342,7 @@ def test_synthetic_shape_sizes_what_no_model_config_names():
 
 def test_without_width_dimensions_a_dtypes_only_instantiation_serves():
     """mark_pending<128>: 128 is a block size, no tensor has a width dimension to match it."""
-    c = Contract(entry="mark", args=[tensor("flags", ["num_tokens"], "inout", dtype="int32")], symbols=["num_tokens"])
+    c = Contract(entry="mark", args=[tensor("flags", ["num_tokens", 4], "inout", dtype="int32")], symbols=["num_tokens"])
     only = Instantiation(dtype="bf16", module_args=[], template_args=["128"], wrappers=[("mark", "M")])
     assert inputs.select_instantiation(c, [only], "bf16", {"num_tokens": 5}) == only
     # with a width dimension, a mismatched width still refuses (rmsnorm's fp16 @4096 vs 128)
