@@ -30,9 +30,13 @@ integrate: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# On the GPU machine (through the device tool): the GPU-marked tests only.
+# On the GPU machine (through the device tool): the GPU-marked tests only. The whole
+# set takes over the device tool's 10 minutes a call; GPU_TESTS picks files, e.g.
+#   make test-gpu GPU_TESTS=tests/test_harness_adversarial.py
+#   make test-gpu GPU_TESTS="tests/test_harness_gpu.py tests/test_integrate_e2e.py tests/test_integrate_runner.py tests/test_loop.py"
+GPU_TESTS ?=
 test-gpu:
-	$(PY) -m pytest -q -m gpu -p no:cacheprovider
+	$(PY) -m pytest -q -m gpu -p no:cacheprovider -rs $(GPU_TESTS)
 
 bench: $(STAMP)
 	$(KS) bench --ops $(OPS)
