@@ -349,3 +349,16 @@ def test_without_width_dimensions_a_dtypes_only_instantiation_serves():
     with pytest.raises(ContractError, match="fits"):
         inputs.select_instantiation(rmsnorm_contract(), [inst("fp16", "4096", "true", "fp16_t")], "fp16",
                                     {"num_tokens": 3, "hidden_size": 128})  # fmt: skip
+
+
+def test_index_tensors_without_a_range_are_refused_before_any_gpu_work():
+    c = Contract(
+        entry="gather", args=[tensor("ids", ["n"], "input", dtype="int32"), tensor("out_ids", ["n"], "output", dtype="int32"),
+                              tensor("mask", ["n"], "input", dtype="bool")],
+        symbols=["n"],
+    )  # fmt: skip
+    ids, out_ids, mask = inputs.plan_call(c, {"n": 4}, "bf16").tensors
+    with pytest.raises(ContractError, match="integer tensor ids has no value_range"):
+        inputs.require_fillable(ids)
+    inputs.require_fillable(out_ids)  # outputs are poisoned, not filled
+    inputs.require_fillable(mask)

@@ -140,11 +140,12 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
         prep.row = prep.row.model_copy(update={"reason": reason})
         return prep
     # Every call the worker will make, planned here first (pure Python): a contract that
-    # cannot be called (an open scalar, a dtype the harness cannot fill) is the task's
-    # reason, found without a build or a GPU.
+    # cannot be called (an open scalar, a dtype the harness cannot fill, an index tensor
+    # with no value range) is the task's reason, found without a build or a GPU.
     try:
         for case in plan.checks:
-            inputs.plan_call(prep.task.contract, case.sizes, case.dtype, case.layout)
+            for tensor in inputs.plan_call(prep.task.contract, case.sizes, case.dtype, case.layout).tensors:
+                inputs.require_fillable(tensor)
     except ContractError as err:
         prep.row = prep.row.model_copy(update={"reason": f"contract: {err.message}"})
         return prep

@@ -700,6 +700,17 @@ def _row_split(shape: tuple[int, ...]) -> tuple[int, int]:
     return rows, shape[-1]
 
 
+def require_fillable(plan: TensorPlan) -> None:
+    """Raise ContractError when the harness cannot draw values for this input: an
+    integer tensor (indices, metadata) without a ``value_range``. Pure, so a sweep
+    can ask before it builds or starts a GPU worker."""
+    if plan.role != "output" and not plan.is_float and plan.dtype != "bool" and plan.value_range is None:
+        raise ContractError(
+            f"integer tensor {plan.name} has no value_range: the harness cannot invent valid indices",
+            fix="give it a value_range in the curated contract",
+        )
+
+
 def logical_values(plan: TensorPlan, distribution: Distribution, gen, device):
     """Values for one input tensor, contiguous, in the plan's dtype."""
     import torch
@@ -708,11 +719,7 @@ def logical_values(plan: TensorPlan, distribution: Distribution, gen, device):
     if not plan.is_float:
         if plan.dtype == "bool":
             return torch.randint(0, 2, shape, generator=gen, device=device).to(torch.bool)
-        if plan.value_range is None:
-            raise ContractError(
-                f"integer tensor {plan.name} has no value_range: the harness cannot invent valid indices",
-                fix="give it a value_range in the curated contract",
-            )
+        require_fillable(plan)
         lo, hi = int(plan.value_range[0]), int(plan.value_range[1])
         return torch.randint(lo, hi + 1, shape, generator=gen, device=device, dtype=torch_dtype(plan.dtype))
     out_dtype = torch_dtype(plan.dtype)
