@@ -91,10 +91,9 @@ def row_path(work: pathlib.Path, key: str) -> pathlib.Path:
 def prepare(task_dir: pathlib.Path) -> _Prepared:
     """Load the task and plan its checks; a failure is the row's reason."""
     from extract.tasks import load_task
-    from optimize.harness.evaluate import plan_cases
     from optimize.harness import inputs
     from optimize.harness.errors import ContractError
-    from optimize.harness.inputs import synthetic_shape
+    from optimize.harness.evaluate import plan_cases
 
     prep = _Prepared(task_dir=task_dir, row=HealthRow(op_id=task_dir.name))
     task_json = task_dir / "task.json"
@@ -111,6 +110,7 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
         reason = f"nvcc (extract's compile check): {first_error(recorded.stderr)}"
         prep.row = prep.row.model_copy(update={"built": False, "reason": reason})
         return prep
+
     def plan_on(the_task):
         shape = min(the_task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
         return plan_cases(the_task, shapes=[shape], held_out=HELD_OUT, profile=False)
@@ -120,7 +120,7 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
     # the baseline is still tested (and the row says so).
     plan = first = None
     try:
-        synthetic = synthetic_shape(task.contract, task.instantiations)
+        synthetic = inputs.synthetic_shape(task.contract, task.instantiations)
     except Exception as err:  # noqa: BLE001 - a shape entry that is no expression: the row's reason
         synthetic, first = None, err
     as_synthetic = task.model_copy(update={"shapes": [synthetic]}) if synthetic is not None else None
