@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     _ops(p)
     p.add_argument("--output", default="BENCHMARKS.md")
     p.add_argument("--no-torch-compile", action="store_true")
+    p.add_argument(
+        "--budget-s", type=float, metavar="S",
+        help="--all: start no build or check after S seconds, still write the table (harness.sweep_budget_s); a rerun resumes",
+    )  # fmt: skip
 
     p = sub.add_parser("track", help="measurement history and regressions (nightly tracking)")
     _common(p)
@@ -101,6 +105,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         over["extract"] = {"jobs": args.jobs}
     if getattr(args, "rounds", None) is not None:
         over["budget"] = {"rounds": args.rounds}
+    if getattr(args, "budget_s", None) is not None:
+        over["harness"] = {"sweep_budget_s": args.budget_s}
     return over
 
 

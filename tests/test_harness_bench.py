@@ -278,3 +278,12 @@ def test_a_harness_failure_reason_names_the_exception_the_worker_raised():
         "optimize.harness.errors.ContractError: scalar 'type' of run has no value to call with"
     )
     assert health._cause(ValueError("plain\nsecond line")) == "plain"
+
+
+def test_bench_budget_flag_sets_the_sweep_budget():
+    from pipeline.cli import _overrides, build_parser
+    from pipeline.config import load_config
+
+    args = build_parser().parse_args(["bench", "--all", "--budget-s", "280"])
+    assert load_config(overrides=_overrides(args), environ={}).harness.sweep_budget_s == 280.0
+    assert bench.canonical_command(args) == "kernelsmith bench --all"  # the section key ignores the budget
