@@ -88,6 +88,36 @@ def test_compare_on_torch_tensors_matches_the_rules(torch):
     assert not v.ok and "out[2] was never written" in v.reason
 
 
+def test_fp8_images_decoys_and_comparison(torch):
+    """float8_e4m3fn tensors (quantizer outputs and inputs): finite values and noise,
+    NaN poison, a decoy through float32, comparison widened to float32."""
+    c = Contract(
+        entry="q", args=[t("x", ["n", "d"], "input"), t("q", ["n", "d"], "output")], symbols=["n", "d"],
+    )  # fmt: skip
+    c = c.model_copy(update={"args": [
+        c.args[0].model_copy(update={"tensor": c.args[0].tensor.model_copy(update={"dtype": "float8_e4m3fn"})}),
+        c.args[1].model_copy(update={"tensor": c.args[1].tensor.model_copy(update={"dtype": "float8_e4m3fn"})}),
+    ]})  # fmt: skip
+    plan = inputs.plan_call(c, {"n": 16, "d": 128}, "bf16")
+    x, q = plan.tensors
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(5)
+    for distribution in ("normal", "uniform", "edge"):
+        images = inputs.make_images(plan, distribution, gen, "cuda", outputs="poison")
+        assert images["x"].dtype == torch.float8_e4m3fn and images["x"].float().isfinite().all()
+        assert bool((images["q"].view(torch.uint8) == 0x7F).all()) and images["q"].float().isnan().all()
+        decoy = inputs.decoy_image(images["x"], x)
+        assert torch.equal(decoy.float(), -images["x"].float())
+    garbage = inputs.garbage_image(q, gen, "cuda")
+    assert garbage.float().isfinite().all()
+    e = inputs.view_of(images["x"], x).clone()
+    assert compare.compare_tensor("q", e, e.clone(), "fp8e4m3", shape=x.shape).ok
+    g = e.clone()
+    g.view(torch.uint8)[0, 0] = 0x7F
+    v = compare.compare_tensor("q", e, g, "fp8e4m3", shape=x.shape, not_written=g.view(torch.uint8) == 0x7F)
+    assert not v.ok and "q[0, 0] was never written" in v.reason
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_references_agree_with_native_forms(torch, dtype):
     tdt = inputs.torch_dtype(dtype)

@@ -268,9 +268,13 @@ def test_concrete_dtypes_and_value_ranges():
     ids, scale = plan.tensors
     assert ids.dtype == "int32" and ids.value_range == (-1, 7) and not ids.is_float
     assert scale.dtype == "fp32" and scale.itemsize == 4
-    bad = Contract(entry="e", args=[tensor("q", ["n"], "input", dtype="float8_e4m3fn")], symbols=["n"])
-    with pytest.raises(ContractError, match="float8_e4m3fn"):
-        inputs.plan_call(bad, {"n": 2}, "bf16")
+    fp8 = Contract(entry="e", args=[tensor("q", ["n"], "output", dtype="float8_e4m3fn")], symbols=["n"])
+    (q,) = inputs.plan_call(fp8, {"n": 10}, "bf16").tensors
+    assert q.dtype == "fp8e4m3" and q.itemsize == 1 and q.is_float
+    assert inputs.POISON_BITS["fp8e4m3"] == 0x7F  # e4m3fn's NaN: exponent and mantissa all ones
+    bad = Contract(entry="e", args=[tensor("q", ["n"], "input", dtype="float4_e2m1fn_x2")], symbols=["n"])
+    with pytest.raises(ContractError, match="float4_e2m1fn_x2"):
+        inputs.plan_call(bad, {"n": 10}, "bf16")
 
 
 def test_scalar_without_value_is_a_contract_error():

@@ -33,6 +33,9 @@ Tolerances (:data:`TOLERANCES`), per output dtype, and why:
   narrow type at the end, so reordered sums over up to 16384 elements and
   fast-math intrinsics (a few ulps each) show; 3e-5 is two orders of magnitude
   above that and still far below any real bug. atol 1e-37 as for bf16.
+- ``fp8e4m3`` (quantized outputs): rtol 2**-3, one ulp at the bottom of a binade
+  (4 significant bits): a quantizer whose scale is computed in another order may
+  land one step away; atol 2**-9, the smallest subnormal.
 
 Bitwise equality is reported separately (``bitwise_equal``), never required.
 
@@ -67,6 +70,7 @@ TOLERANCES: dict[str, Tolerance] = {
     "fp16": Tolerance(rtol=2.0**-9, atol=1.2e-7, ref_rel=2e-3),
     "fp32": Tolerance(rtol=2.0**-15, atol=1e-37, ref_rel=2e-5),
     "fp64": Tolerance(rtol=1e-12, atol=1e-300, ref_rel=1e-12),
+    "fp8e4m3": Tolerance(rtol=2.0**-3, atol=2.0**-9, ref_rel=1e-1),
 }
 # Integer outputs (indices, counts) must match exactly.
 EXACT = Tolerance(rtol=0.0, atol=0.0, ref_rel=0.0)
@@ -152,8 +156,8 @@ def compare_tensor(
         numel *= int(size)
     if numel == 0:
         return TensorVerdict(name=name, ok=True, numel=0, bitwise_equal=True)
-    # bf16/fp16/fp32 widen exactly to float32; fp64 and integers go to float64
-    wide = (lambda t: t.float()) if dtype in ("bf16", "fp16", "fp32") else (lambda t: t.double())
+    # bf16/fp16/fp32/fp8 widen exactly to float32; fp64 and integers go to float64
+    wide = (lambda t: t.float()) if dtype in ("bf16", "fp16", "fp32", "fp8e4m3") else (lambda t: t.double())
     e, g = wide(expected), wide(got)
     e_fin, g_fin = e.isfinite(), g.isfinite()
     e_nan, g_nan = e.isnan(), g.isnan()

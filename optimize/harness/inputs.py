@@ -55,7 +55,7 @@ STRIDE_PAD_BYTES = 64
 MAX_HELD_OUT_ELEMENTS = 1 << 26
 
 ITEMSIZE: dict[str, int] = {
-    "bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8,
+    "bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8, "fp8e4m3": 1,
     "int8": 1, "uint8": 1, "bool": 1, "int16": 2, "int32": 4, "int64": 8,
 }  # fmt: skip
 _DTYPE_ALIASES = {
@@ -63,22 +63,26 @@ _DTYPE_ALIASES = {
     "float32": "fp32", "float": "fp32", "fp32_t": "fp32", "float64": "fp64", "double": "fp64",
     "int": "int32", "int32_t": "int32", "int64_t": "int64", "long": "int64", "uint8_t": "uint8",
     "int8_t": "int8", "int16_t": "int16",
+    "float8_e4m3fn": "fp8e4m3", "fp8_e4m3_t": "fp8e4m3", "__nv_fp8_e4m3": "fp8e4m3", "fp8_e4m3": "fp8e4m3",
 }  # fmt: skip
-FLOAT_DTYPES = ("bf16", "fp16", "fp32", "fp64")
+FLOAT_DTYPES = ("bf16", "fp16", "fp32", "fp64", "fp8e4m3")
+# Largest finite magnitude of the formats whose conversion from float32 is not saturating
+# (torch's float8_e4m3fn turns anything beyond 448 into NaN): noise is clamped to it.
+FINITE_MAX: dict[str, float] = {"fp8e4m3": 448.0}
 
 # Edge-distribution magnitudes per dtype. LARGE is the largest magnitude for which
 # the default ops' baselines stay finite: fp16 silu(x)*y <= 65504 needs |x|,|y| <~ 250
 # and residual+input must not overflow; bf16/fp32 share fp32's exponent range, and
 # an fp32 sum of squares over 16384 elements of 1e16 is 1.6e36 < 3.4e38.
-LARGE: dict[str, float] = {"fp16": 192.0, "bf16": 1e16, "fp32": 1e16, "fp64": 1e16}
+LARGE: dict[str, float] = {"fp16": 192.0, "bf16": 1e16, "fp32": 1e16, "fp64": 1e16, "fp8e4m3": 224.0}
 # TINY stays a normal number (no subnormal inputs: flush-to-zero differences between
 # a fast-math and a precise build would otherwise dominate the comparison).
-TINY: dict[str, float] = {"fp16": 1e-4, "bf16": 1e-20, "fp32": 1e-20, "fp64": 1e-20}
+TINY: dict[str, float] = {"fp16": 1e-4, "bf16": 1e-20, "fp32": 1e-20, "fp64": 1e-20, "fp8e4m3": 2.0**-6}
 
 # Bit patterns written into outputs before every run: a NaN with a recognisable
 # payload for floats (so "never written" is told apart from "computed NaN").
 POISON_BITS: dict[str, int] = {
-    "bf16": 0x7FE5, "fp16": 0x7E5A, "fp32": 0x7FC5A5A5, "fp64": 0x7FF8A5A5A5A5A5A5,
+    "bf16": 0x7FE5, "fp16": 0x7E5A, "fp32": 0x7FC5A5A5, "fp64": 0x7FF8A5A5A5A5A5A5, "fp8e4m3": 0x7F,
     "int8": 0x5A, "uint8": 0xA5, "bool": 0xA5, "int16": 0x5A5A, "int32": 0x5A5A5A5A, "int64": 0x5A5A5A5A5A5A5A5A,
 }  # fmt: skip
 
@@ -666,6 +670,7 @@ def torch_dtype(short: str):
 
     return {
         "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64,
+        "fp8e4m3": torch.float8_e4m3fn,
         "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool, "int16": torch.int16,
         "int32": torch.int32, "int64": torch.int64,
     }[short]  # fmt: skip
@@ -711,6 +716,12 @@ def require_fillable(plan: TensorPlan) -> None:
         )
 
 
+def _finite(values, dtype: str):
+    """float32 values clamped into ``dtype``'s finite range where its conversion would make NaN."""
+    limit = FINITE_MAX.get(dtype)
+    return values if limit is None else values.clamp(-limit, limit)
+
+
 def logical_values(plan: TensorPlan, distribution: Distribution, gen, device):
     """Values for one input tensor, contiguous, in the plan's dtype."""
     import torch
@@ -735,7 +746,7 @@ def logical_values(plan: TensorPlan, distribution: Distribution, gen, device):
         raise ValueError(distribution)
     if plan.value_range is not None:
         values = values.clamp(float(plan.value_range[0]), float(plan.value_range[1]))
-    return values.to(out_dtype)
+    return _finite(values, plan.dtype).to(out_dtype)
 
 
 def _edge_values(plan: TensorPlan, gen, device):
@@ -774,7 +785,7 @@ def input_image(plan: TensorPlan, distribution: Distribution, gen, device):
 
     dtype = torch_dtype(plan.dtype)
     if plan.is_float:
-        image = (torch.randn(plan.storage_numel, generator=gen, device=device, dtype=torch.float32) * 1e3).to(dtype)
+        image = _finite(torch.randn(plan.storage_numel, generator=gen, device=device, dtype=torch.float32) * 1e3, plan.dtype).to(dtype)
     elif plan.dtype == "bool":
         image = torch.zeros(plan.storage_numel, device=device, dtype=dtype)
     else:
@@ -802,7 +813,7 @@ def garbage_image(plan: TensorPlan, gen, device):
 
     dtype = torch_dtype(plan.dtype)
     if plan.is_float:
-        return (torch.randn(plan.storage_numel, generator=gen, device=device, dtype=torch.float32) * 777.0).to(dtype)
+        return _finite(torch.randn(plan.storage_numel, generator=gen, device=device, dtype=torch.float32) * 777.0, plan.dtype).to(dtype)
     if plan.dtype == "bool":
         return torch.ones(plan.storage_numel, device=device, dtype=dtype)
     return torch.randint(-999, 999, (plan.storage_numel,), generator=gen, device=device).to(dtype)
@@ -815,7 +826,11 @@ def decoy_image(image, plan: TensorPlan):
     interest gives a different result on -x than on x for non-zero rows. Integer
     (index) tensors keep their values, a wrong index being no test of ordering.
     """
-    return -image if plan.is_float else image.clone()
+    if not plan.is_float:
+        return image.clone()
+    if plan.dtype in FINITE_MAX:  # torch has no negation for float8: through float32, exactly
+        return (-image.float()).to(image.dtype)
+    return -image
 
 
 class Buffers:
