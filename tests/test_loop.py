@@ -671,6 +671,13 @@ def test_offline_round_on_the_gpu_records_a_replayable_run(tmp_path, sglang_sour
     base = read_record(Candidate, run_dir / op / "candidates" / f"{baseline.candidate}.json")
     again = replayed.evaluate(None, task, base)
     assert [t.time_us for t in again.timings] == [t.time_us for t in baseline.timings]
+    # the baseline was profiled once with Nsight Compute, and the profile was recorded for replay
+    from optimize.harness.tools import NcuResult, find_tool
+
+    if find_tool("ncu") is not None:
+        profile = read_record(NcuResult, run_dir / op / "profiles" / f"{baseline.candidate}.ncu.json")
+        assert profile.status == "ok", profile.detail
+        assert replayed.profile(None, task, None).metrics() == profile.metrics()
 
 
 def test_an_edit_that_reproduces_measured_code_is_not_evaluated_again(tmp_path):
