@@ -397,8 +397,23 @@ def _body_symbols(body: str) -> dict[str, str]:
     return symbols
 
 
+_CAST = re.compile(r"^static_cast\s*<[^<>]*>\s*\((.*)\)$")
+_UNWRAP = re.compile(r"\b(\w+)\.unwrap\(\)")
+_SIMPLE_CAST = re.compile(r"static_cast\s*<[^<>]*>\s*\(\s*(\w+)\s*\)")
+
+
 def _dim(item: str, symbols: dict[str, str]) -> str | int:
+    """One TensorMatcher dimension: an integer, a symbol's name, or the C++ text.
+
+    Value-preserving C++ around a size is removed first: ``static_cast<int64_t>(n)``
+    is ``n`` and ``D.unwrap()`` is ``D``, so the contract holds an expression the
+    harness can evaluate instead of C++ it must refuse.
+    """
     item = item.strip()
+    while (cast := _CAST.match(item)) is not None and balanced_end(item, item.index("(")) == len(item):
+        item = cast.group(1).strip()
+    item = _SIMPLE_CAST.sub(r"\1", item)
+    item = _UNWRAP.sub(lambda m: symbols.get(m.group(1), m.group(1)), item)
     if re.fullmatch(r"-?\d+[uUlL]*", item):
         return int(item.rstrip("uUlL"))
     if item in symbols:

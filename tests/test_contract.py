@@ -201,3 +201,11 @@ def test_string_arguments_followed_through_the_callers(index, program, sglang_so
     (scalar,) = [a.scalar for a in c.args if a.scalar is not None and a.scalar.name == "type"]
     assert scalar.value == value
     assert ("string argument `type`: value not known" in c.unresolved) == (value is None)
+
+
+def test_dimensions_lose_value_preserving_cpp():
+    assert C._dim("static_cast<int64_t>(num_layers)", {}) == "num_layers"
+    assert C._dim("static_cast<int64_t>(n)", {"n": "num_items"}) == "num_items"
+    assert C._dim("batch_size.unwrap() * draft_tokens.unwrap()", {"batch_size": "B"}) == "B * draft_tokens"
+    assert C._dim("static_cast<int>(a) + static_cast<int>(b)", {}) == "a + b"
+    assert C._dim("128u", {}) == 128 and C._dim("-1", {}) == -1
