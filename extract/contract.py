@@ -639,7 +639,7 @@ class PyFacts:
     written: set[int]  # positions of export arguments the Python marks as mutated
     defaults: dict[str, Any]  # public function parameter -> default (concrete values only)
     returns_value: bool
-    string_args: dict[int, str]  # export argument positions given a constant string
+    literal_args: dict[int, Any]  # export argument positions given a literal (str/int/float/bool)
 
 
 def _root_name(expr: cst.BaseExpression, assigned: dict[str, cst.BaseExpression], depth: int = 0) -> str | None:
@@ -658,14 +658,35 @@ def _root_name(expr: cst.BaseExpression, assigned: dict[str, cst.BaseExpression]
             return None
 
 
-def constant_strings(program: pyops.Program, nodes: frozenset[tuple[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
-    """Parameters that hold one known string on every path from the op's public function.
+def _literal(node: cst.BaseExpression) -> Any:
+    """The value of a literal argument (str, int, float, bool), else :data:`_NOT_LITERAL`."""
+    if isinstance(node, cst.SimpleString):
+        return str(node.evaluated_value)
+    if isinstance(node, cst.Integer):
+        return int(node.evaluated_value)
+    if isinstance(node, cst.Float):
+        return float(node.evaluated_value)
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = _literal(node.expression)
+        if isinstance(inner, (int, float)) and not isinstance(inner, bool):
+            return -inner
+    return _NOT_LITERAL
+
+
+_NOT_LITERAL = object()
+
+
+def constant_args(program: pyops.Program, nodes: frozenset[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Parameters that hold one known literal on every path from the op's public function.
 
     ``gelu_and_mul`` calls ``run_activation("gelu", ...)``, which passes its ``op_name``
     down to ``module.run_activation(..., op_name)``: the export's ``type`` argument is
-    ``"gelu"``, but only following the string through the callers says so. Among the
-    functions ``nodes`` (what the op reaches), a parameter is constant when every call
-    to its function there passes the same literal, or a caller's constant parameter.
+    ``"gelu"``, but only following the string through the callers says so; likewise an
+    int or float a wrapper passes down (``page_size=64``). Among the functions
+    ``nodes`` (what the op reaches), a parameter is constant when every call to its
+    function there passes the same literal, or a caller's constant parameter.
     Calls are matched by simple name (a name two reached functions share is skipped).
     """
     funcs = {n: f for n in nodes if (f := program.function(*n)) is not None}
@@ -688,9 +709,9 @@ def constant_strings(program: pyops.Program, nodes: frozenset[tuple[str, str]]) 
             callees = [c for c in names.get(target, []) if c != node]
             if len(callees) == 1:
                 edges.append((node, callees[0], call))
-    consts: dict[tuple[str, str], dict[str, str]] = {n: {} for n in funcs}
+    consts: dict[tuple[str, str], dict[str, Any]] = {n: {} for n in funcs}
     for _ in range(6):  # call chains in these wrappers are a few levels deep
-        seen: dict[tuple[tuple[str, str], str], set[str | None]] = {}
+        seen: dict[tuple[tuple[str, str], str], set[Any]] = {}
         for caller, callee, call in edges:
             params = [p.name.value for p in [*funcs[callee].node.params.posonly_params, *funcs[callee].node.params.params]]
             for i, arg in enumerate(call.args):
@@ -699,16 +720,14 @@ def constant_strings(program: pyops.Program, nodes: frozenset[tuple[str, str]]) 
                 name = arg.keyword.value if arg.keyword is not None else (params[i] if i < len(params) else None)
                 if name is None:
                     continue
-                value: str | None = None
-                if isinstance(arg.value, cst.SimpleString):
-                    value = str(arg.value.evaluated_value)
-                elif isinstance(arg.value, cst.Name):
-                    value = consts[caller].get(arg.value.value)
-                seen.setdefault((callee, name), set()).add(value)
-        updated = {n: {} for n in funcs}
+                value = _literal(arg.value)
+                if value is _NOT_LITERAL and isinstance(arg.value, cst.Name):
+                    value = consts[caller].get(arg.value.value, _NOT_LITERAL)
+                seen.setdefault((callee, name), set()).add((type(value).__name__, value) if value is not _NOT_LITERAL else None)
+        updated: dict[tuple[str, str], dict[str, Any]] = {n: {} for n in funcs}
         for (callee, name), values in seen.items():
             if len(values) == 1 and None not in values:
-                updated[callee][name] = next(iter(values))  # type: ignore[assignment]
+                updated[callee][name] = next(iter(values))[1]
         if updated == consts:
             break
         consts = updated
@@ -721,9 +740,9 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
     defaults: dict[str, Any] = {}
     returns_value = True
     written: set[int] = set()
-    strings: dict[int, str] = {}
+    literals: dict[int, Any] = {}
     if target is None:
-        return PyFacts(written, defaults, returns_value, strings)
+        return PyFacts(written, defaults, returns_value, literals)
     fn = program.function(op.module, target)
     ev = pyops.Evaluator(program.sets.resolve, strict=True)
     for param in fn.params():
@@ -750,7 +769,7 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
     fn.node.visit(visitor)
     returns_value = visitor.values > 0
     reached = program.reach((op.module, target))
-    consts = constant_strings(program, reached)
+    consts = constant_args(program, reached)
     for rel, qual in sorted(reached):
         caller = program.function(rel, qual)
         if caller is None:
@@ -777,17 +796,30 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
         for call in found:
             assigned = pyops._assignments_before(caller, call)
             for i, arg in enumerate(call.args):
-                if isinstance(arg.value, cst.SimpleString):
-                    strings.setdefault(i, str(arg.value.evaluated_value))
+                value = _literal(arg.value)
+                if value is not _NOT_LITERAL:
+                    literals.setdefault(i, value)
                 elif isinstance(arg.value, cst.Name) and arg.value.value in consts.get((rel, qual), {}):
-                    strings.setdefault(i, consts[(rel, qual)][arg.value.value])
+                    literals.setdefault(i, consts[(rel, qual)][arg.value.value])
                 root = _root_name(arg.value, assigned)
                 if root is not None and root in mutated:
                     written.add(i)
-    return PyFacts(written, defaults, returns_value, strings)
+    return PyFacts(written, defaults, returns_value, literals)
 
 
 # =========================================================================== assembly
+
+
+def _fits_scalar(kind: str, value: Any) -> bool:
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return False
 
 
 def _scalar_type(cpp_type: str) -> str | None:
@@ -923,8 +955,11 @@ def infer_contract(
                 unresolved.append(f"parameter `{name}` of type `{ptype}` is neither a tensor nor a scalar")
                 kind = "int"
             value = py.defaults.get(name)
+            literal = py.literal_args.get(position)
+            if _fits_scalar(kind, literal):  # what the wrapper passes on this path beats a default
+                value = float(literal) if kind == "float" else literal
             if kind == "str":
-                value = py.string_args.get(position, value if isinstance(value, str) else None)
+                value = value if isinstance(value, str) else None
                 if value is None:
                     unresolved.append(f"string argument `{name}`: value not known")
             if value is not None and not isinstance(value, (int, float, str, bool)):

@@ -209,3 +209,12 @@ def test_dimensions_lose_value_preserving_cpp():
     assert C._dim("batch_size.unwrap() * draft_tokens.unwrap()", {"batch_size": "B"}) == "B * draft_tokens"
     assert C._dim("static_cast<int>(a) + static_cast<int>(b)", {}) == "a + b"
     assert C._dim("128u", {}) == 128 and C._dim("-1", {}) == -1
+
+
+def test_literals_of_every_scalar_kind():
+    import libcst as cst
+
+    lit = lambda text: C._literal(cst.parse_expression(text))  # noqa: E731
+    assert (lit('"gelu"'), lit("64"), lit("-2"), lit("1e-6"), lit("True"), lit("False")) == ("gelu", 64, -2, 1e-6, True, False)
+    assert lit("x") is C._NOT_LITERAL and lit("x.shape[1]") is C._NOT_LITERAL
+    assert C._fits_scalar("float", 64) and not C._fits_scalar("int", True) and not C._fits_scalar("str", 3)
