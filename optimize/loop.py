@@ -2,7 +2,9 @@
 
 One round (``--mode multi``, the Astra-style four agents):
 1. profiling: the best correct candidate so far (the baseline at first) and its
-   evaluation become a compact summary; static features are read from its regions;
+   evaluation become a compact summary, with its Nsight Compute figures where the
+   backend can profile (once per candidate, stored); static features are read
+   from its regions;
 2. planning: the deterministic policy ranks the applicable skills, never
    offering a (skill, params) that failed or came out slower before; with an LLM
    the planner picks one and writes the plan;
