@@ -229,11 +229,14 @@ def build_units(
     *,
     config: Config,
     regions: dict[str, str] | None = None,
+    max_workers: int | None = None,
+    isolate: bool = False,
 ) -> tuple[BuildReport, list[str]]:
     """Build every unit (in parallel); returns the merged report and one library path per unit.
 
     Raises whatever the splice raises for bad regions (the caller turns it into
-    ``compile_failed``) and ToolchainError for a broken machine.
+    ``compile_failed``) and ToolchainError for a broken machine. ``max_workers`` and
+    ``isolate`` are :func:`pipeline.build.build_many`'s.
     """
     from pipeline.build import BuildJob, build_many, relocate_spans
 
@@ -246,7 +249,7 @@ def build_units(
         )
         for unit in units
     ]  # fmt: skip
-    reports = build_many(jobs)
+    reports = build_many(jobs, max_workers=max_workers, isolate=isolate)
     merged = _merge_reports(reports)
     return merged, [r.library or "" for r in reports]
 

@@ -158,18 +158,10 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
 
 def build_one(prep: _Prepared, config) -> tuple[BuildReport, list[str]]:
     """Every unit one task's checks need (merged report, one library per unit)."""
-    from optimize.harness.evaluate import _merge_reports
-    from pipeline.build import BuildJob, build_many
+    from optimize.harness.evaluate import build_units
 
-    jobs = [
-        BuildJob(
-            task_dir=prep.task_dir, task=prep.task, instantiations=tuple(unit),
-            cache_root=config.cache / "builds", editable=tuple(prep.task.editable),
-        )
-        for unit in prep.plan.units
-    ]  # fmt: skip
-    reports = build_many(jobs, max_workers=1, isolate=True)  # the sweep runs one task per CPU
-    return _merge_reports(reports), [r.library or "" for r in reports]
+    # the sweep runs one task per CPU, so a task's own units build one after another
+    return build_units(prep.task_dir, prep.task, prep.plan.units, config=config, max_workers=1, isolate=True)
 
 
 def _build_cost(prep: _Prepared) -> float:
