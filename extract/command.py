@@ -48,6 +48,7 @@ from pydantic import Field
 from extract import pyops, sources, tasks
 from pipeline.config import DEFAULT_OPS, Config
 from extract.errors import ToolchainError, UnknownOpError
+from pipeline.build import first_error
 from pipeline.errors import KernelsmithError
 from pipeline.records import (
     BuildReport,
@@ -215,15 +216,6 @@ class Coverage(VersionedRecord):
     module_failures: dict[str, str] = Field(default_factory=dict)  # module -> reason (no compiling task)
 
 
-def _first_error(text: str) -> str:
-    for line in text.splitlines():
-        low = line.lower()
-        if "error" in low and "errors detected" not in low:
-            return line.strip()[:300]
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return (lines[0] if lines else "failed")[:300]
-
-
 def unit_groups(instantiations: list[Instantiation]) -> list[list[Instantiation]]:
     """Split instantiations into build units with at most one per dtype (k-th of each dtype together)."""
     per_dtype: dict[str, list[Instantiation]] = {}
@@ -300,7 +292,7 @@ def compile_tasks(
         if all(rep.ok for _, rep in results):
             out[op_id] = (task.model_copy(update={"baseline_build": merge_reports([r for _, r in results])}), "")
             continue
-        reason = _first_error(next(rep.stderr for _, rep in results if not rep.ok))
+        reason = first_error(next(rep.stderr for _, rep in results if not rep.ok))
         good: list[BuildReport] = []
         kept: list[Instantiation] = []
         bad: list[Instantiation] = []
@@ -393,7 +385,7 @@ def main(args: Any, config: Config) -> int:
             continue
         if task.baseline_build is not None:
             status = "ok" if task.baseline_build.ok else "failed"
-            reason = "" if task.baseline_build.ok else _first_error(task.baseline_build.stderr)
+            reason = "" if task.baseline_build.ok else first_error(task.baseline_build.stderr)
         else:
             status, reason = ("not_run", "") if compile_check else ("skipped", "")
         results[op.id] = OpResult(op_id=op.id, module=op.module, task=state, compile=status, reason=reason, seconds=time.perf_counter() - t0)

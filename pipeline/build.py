@@ -639,6 +639,23 @@ _PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
 _PTXAS_CMEM0 = re.compile(r"(\d+) bytes cmem\[0\]")
 
 
+def first_error(stderr: str) -> str:
+    """The line of a failed build's output that says why (300 characters at most).
+
+    nvcc's first ``error`` line (not its closing "N errors detected" count), else its
+    first ``fatal`` line (an unknown option, a missing host compiler), else the first
+    line there is. One function, so extract's compile check and the coverage sweep
+    quote the same line of the same failure.
+    """
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for word in ("error", "fatal"):
+        for line in lines:
+            low = line.lower()
+            if word in low and "errors detected" not in low:
+                return line[:300]
+    return (lines[0] if lines else "failed")[:300]
+
+
 def parse_ptxas(text: str) -> list[KernelResources]:
     """Per-kernel resources from a ``-Xptxas=-v`` report, in report order.
 

@@ -403,3 +403,15 @@ def test_build_raises_toolchain_error_not_a_failed_report(monkeypatch, tmp_path,
     with pytest.raises(ToolchainError, match="no bin/nvcc"):
         B.build(tmp_path / "task", task, [BF16], cache_root=tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
+
+
+def test_first_error_quotes_the_line_that_says_why():
+    from pipeline.build import first_error
+
+    nvcc = "a.cuh(3): warning: x\na.cuh(9): error: identifier \"y\" is undefined\n1 error detected\n"
+    assert first_error(nvcc) == 'a.cuh(9): error: identifier "y" is undefined'
+    assert first_error("2 errors detected in the compilation of cuda.cu\n") == "2 errors detected in the compilation of cuda.cu"
+    assert first_error("nvcc failed (exit 1)\nnvcc fatal   : Unknown option '-ffp-contract=off'\n") == (
+        "nvcc fatal   : Unknown option '-ffp-contract=off'"
+    )
+    assert first_error("") == "failed" and len(first_error("error " * 100)) == 300

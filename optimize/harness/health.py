@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
 
-from pipeline.build import usable_cpus
+from pipeline.build import first_error, usable_cpus
 from pipeline.records import BuildReport, VersionedRecord, content_hash, read_record, write_record
 
 HELD_OUT = 2
@@ -322,13 +322,6 @@ def _cause(err: Exception) -> str:
     lines = [line.strip() for line in str(getattr(err, "detail", "")).splitlines() if line.strip()]
     raised = next((line for line in reversed(lines) if re.match(r"^[\w.]+(Error|Exception|Exit)\b.*:", line)), "")
     return f"{message}: {raised}" if raised else message
-
-
-def first_error(stderr: str) -> str:
-    for line in stderr.splitlines():
-        if "error" in line.lower():
-            return line.strip()[:300]
-    return stderr.strip()[-300:]
 
 
 def health_section(command: str, rows: Sequence[HealthRow], when: str, device: str, environment: str = "") -> str:
