@@ -687,12 +687,10 @@ def constant_args(program: pyops.Program, nodes: frozenset[tuple[str, str]]) -> 
     int or float a wrapper passes down (``page_size=64``). Among the functions
     ``nodes`` (what the op reaches), a parameter is constant when every call to its
     function there passes the same literal, or a caller's constant parameter.
-    Calls are matched by simple name (a name two reached functions share is skipped).
+    Calls are resolved as the program's call graph resolves them
+    (:meth:`extract.pyops.Program.resolve`); only calls of plain functions count.
     """
     funcs = {n: f for n in nodes if (f := program.function(*n)) is not None}
-    names: dict[str, list[tuple[str, str]]] = {}
-    for node, fn in funcs.items():
-        names.setdefault(fn.name, []).append(node)
     edges: list[tuple[tuple[str, str], tuple[str, str], cst.Call]] = []
     for node, fn in funcs.items():
         found: list[cst.Call] = []
@@ -704,9 +702,7 @@ def constant_args(program: pyops.Program, nodes: frozenset[tuple[str, str]]) -> 
 
         fn.node.visit(Calls())
         for call in found:
-            local = call.func.value
-            target = fn.module.imports.get(local, (None, local))[1] if local in fn.module.imports else local
-            callees = [c for c in names.get(target, []) if c != node]
+            callees = [c for c in program.resolve(node[0], call.func.value) if c in funcs and c != node and "." not in c[1]]
             if len(callees) == 1:
                 edges.append((node, callees[0], call))
     consts: dict[tuple[str, str], dict[str, Any]] = {n: {} for n in funcs}

@@ -1561,22 +1561,8 @@ class Program:
         if facts is None:
             return set()
         out: set[tuple[str, str]] = set()
-
-        def add_callable(target_rel: str | None, name: str) -> None:
-            target = self.scan(target_rel) if target_rel else None
-            if target is None:
-                return
-            if name in target.module.functions:
-                out.add((target_rel, name))
-            elif name in target.module.classes:
-                out.update((target_rel, f"{name}.{m}") for m in target.module.methods.get(name, {}))
-
         for name in facts.names:
-            if name in module.functions or name in module.classes:
-                add_callable(rel, name)
-            elif name in module.imports:
-                source, original = module.imports[name]
-                add_callable(self.rel_for(source), original)
+            out |= self.resolve(rel, name)
         cls = qual.split(".")[0] if "." in qual else None
         for receiver, attr in facts.attr_of:
             if cls and receiver in ("self", "cls") and attr in module.methods.get(cls, {}):
@@ -1589,9 +1575,33 @@ class Program:
                 source, original = module.imports[receiver]
                 dotted = f"{source}.{original}"
             if dotted:
-                add_callable(self.rel_for(dotted), attr)
+                out |= self._callables(self.rel_for(dotted), attr)
         out.discard(node)
         return out
+
+    def resolve(self, rel: str, name: str) -> set[tuple[str, str]]:
+        """What a bare ``name`` used in module ``rel`` calls: a function of that module
+        or one it imports (``{(rel, name)}``), a class's methods, or nothing known."""
+        scan = self.scan(rel)
+        if scan is None:
+            return set()
+        module = scan.module
+        if name in module.functions or name in module.classes:
+            return self._callables(rel, name)
+        if name in module.imports:
+            source, original = module.imports[name]
+            return self._callables(self.rel_for(source), original)
+        return set()
+
+    def _callables(self, target_rel: str | None, name: str) -> set[tuple[str, str]]:
+        target = self.scan(target_rel) if target_rel else None
+        if target is None:
+            return set()
+        if name in target.module.functions:
+            return {(target_rel, name)}
+        if name in target.module.classes:
+            return {(target_rel, f"{name}.{m}") for m in target.module.methods.get(name, {})}
+        return set()
 
     def reach(self, start: tuple[str, str]) -> frozenset[tuple[str, str]]:
         """Every function ``start`` refers to, transitively (itself included)."""
