@@ -183,7 +183,9 @@ class ProfileFacts(Record):
         ncu = ncu or {}
         if occupancy is None and "achieved_occupancy_pct" in ncu:
             occupancy = ncu["achieved_occupancy_pct"] / 100.0
-        stalls = {k.removeprefix("stall_"): v for k, v in ncu.items() if k.startswith("stall_")}
+        from optimize.harness.tools import top_stall
+
+        stall = top_stall(ncu)
         timings = evaluation.timings
         res = list(resources if resources is not None else (evaluation.build.resources if evaluation.build else []))
         tokens = [t.sizes[token_symbol] for t in timings if token_symbol in t.sizes]
@@ -197,7 +199,7 @@ class ProfileFacts(Record):
             smem_bytes=max((r.smem_bytes for r in res), default=None),
             occupancy=occupancy,
             dram_pct=ncu.get("dram_throughput_pct"),
-            top_stall=max(stalls, key=lambda k: stalls[k]) if stalls else None,
+            top_stall=stall[0] if stall else None,
             memory_bound=memory_bound,
             small_batch=(min(tokens) <= small_batch_tokens) if tokens else None,
             min_tokens=min(tokens) if tokens else None,

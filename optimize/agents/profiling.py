@@ -19,6 +19,7 @@ from pydantic import Field
 
 from pipeline.records import Evaluation, Record
 
+from optimize.harness.tools import top_stall
 from optimize.trajectory import geomean
 
 LAUNCH_BOUND_US = 4.0  # below this a kernel is dominated by launch and tail latency
@@ -164,9 +165,9 @@ def ncu_notes(metrics: Mapping[str, float]) -> list[str]:
     occ = metrics.get("achieved_occupancy_pct")
     if occ is not None and occ < LOW_OCCUPANCY_PCT:
         notes.append(f"ncu: achieved occupancy {occ:.0f}% (< {LOW_OCCUPANCY_PCT:g}%): few warps to hide latency")
-    stalls = sorted(((k.removeprefix("stall_"), v) for k, v in metrics.items() if k.startswith("stall_")), key=lambda kv: -kv[1])
-    if stalls:
-        reason, value = stalls[0]
+    stall = top_stall(metrics)
+    if stall is not None:
+        reason, value = stall
         meaning = STALL_MEANING.get(reason, "see Nsight Compute's warp-state docs")
         notes.append(f"ncu: top warp stall {reason} ({value:.2f} warps per issue): {meaning}")
     return notes

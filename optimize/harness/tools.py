@@ -28,7 +28,7 @@ import pathlib
 import re
 import shutil
 import sys
-from typing import Literal, Sequence
+from typing import Literal, Mapping, Sequence
 
 from pydantic import Field
 
@@ -82,6 +82,13 @@ class NcuResult(Record):
         }
         out.update({f"stall_{reason}": value for reason, value in k.top_stalls})
         return {key: float(v) for key, v in out.items() if v is not None}
+
+
+def top_stall(metrics: Mapping[str, float]) -> tuple[str, float] | None:
+    """The warp-stall reason with the most warps stalled per issue in :meth:`NcuResult.metrics`
+    (its ``stall_<reason>`` entries), or None when the profile has none."""
+    stalls = [(key.removeprefix("stall_"), value) for key, value in metrics.items() if key.startswith("stall_")]
+    return max(stalls, key=lambda kv: kv[1]) if stalls else None
 
 
 class SanitizerResult(Record):
