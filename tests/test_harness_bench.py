@@ -79,13 +79,14 @@ def test_health_section_counts_and_reasons():
     assert "- b: index range of ids" in text
 
 
-def _write_task(work, op, *, shape=("num_tokens",), catalog=True):
+def _write_task(work, op, *, shape=("num_tokens",), catalog=True, extra_args=()):
     from pipeline.records import (
         ArgSpec, BuildRecipe, Contract, Instantiation, ShapeCase, SourceInfo, Task, TensorSpec, write_record,
     )  # fmt: skip
 
     contract = Contract(
-        entry="e", args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=list(shape), dtype="T", role="inout"))],
+        entry="e",
+        args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=list(shape), dtype="T", role="inout")), *extra_args],
         symbols=["num_tokens"], unresolved=["index range of ids"],
     )  # fmt: skip
     task = Task(
@@ -287,3 +288,16 @@ def test_bench_budget_flag_sets_the_sweep_budget():
     args = build_parser().parse_args(["bench", "--all", "--budget-s", "280"])
     assert load_config(overrides=_overrides(args), environ={}).harness.sweep_budget_s == 280.0
     assert bench.canonical_command(args) == "kernelsmith bench --all"  # the section key ignores the budget
+
+
+def test_health_names_a_contract_the_worker_cannot_call_before_any_build(tmp_path):
+    from pipeline.records import ArgSpec, ScalarSpec, TensorSpec
+
+    work = tmp_path / "work"
+    _write_task(work, "s.op", extra_args=[ArgSpec(kind="scalar", scalar=ScalarSpec(name="page_size", type="int", value=None))])
+    _write_task(work, "i.op", extra_args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="ids", shape=["num_tokens"], dtype="int32", role="input"))])
+    scalar = health.prepare(work / "tasks" / "s.op")
+    assert scalar.plan is None and scalar.row.built is None
+    assert scalar.row.reason.startswith("contract: scalar 'page_size' of e has no value to call with")
+    index = health.prepare(work / "tasks" / "i.op")
+    assert index.plan is None and index.row.reason.startswith("contract: integer tensor ids has no value_range")
