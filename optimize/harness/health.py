@@ -111,28 +111,30 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
         prep.row = prep.row.model_copy(update={"built": False, "reason": reason})
         return prep
 
-    def plan_on(the_task):
-        shape = min(the_task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
-        return plan_cases(the_task, shapes=[shape], held_out=HELD_OUT, profile=False)
+    def on_catalog():
+        if not task.shapes:
+            return None
+        return task, min(task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
+
+    def on_synthetic():
+        shape = inputs.synthetic_shape(task.contract, task.instantiations)
+        return None if shape is None else (task.model_copy(update={"shapes": [shape]}), shape)
 
     # The smallest catalog shape; where no model sizes the op, or the catalog's widths fit
     # none of the instantiations the extract kept, one small synthetic shape instead, so
-    # the baseline is still tested (and the row says so).
+    # the baseline is still tested (and the row says so). The first error is the reason.
     plan = first = None
-    try:
-        synthetic = inputs.synthetic_shape(task.contract, task.instantiations)
-    except Exception as err:  # noqa: BLE001 - a shape entry that is no expression: the row's reason
-        synthetic, first = None, err
-    as_synthetic = task.model_copy(update={"shapes": [synthetic]}) if synthetic is not None else None
-    for candidate, kind in ((task if task.shapes else None, "catalog"), (as_synthetic, "synthetic")):
-        if candidate is None:
-            continue
+    for choose, kind in ((on_catalog, "catalog"), (on_synthetic, "synthetic")):
         try:
-            plan = plan_on(candidate)
-        except Exception as err:  # noqa: BLE001 - the first error is the row's reason
+            chosen = choose()
+            if chosen is None:
+                continue
+            planned_task, shape = chosen
+            plan = plan_cases(planned_task, shapes=[shape], held_out=HELD_OUT, profile=False)
+        except Exception as err:  # noqa: BLE001 - a contract that cannot be planned is the row's reason
             first = first or err
             continue
-        prep.task = candidate
+        prep.task = planned_task
         prep.row = prep.row.model_copy(update={"shapes": kind})
         break
     if plan is None:
