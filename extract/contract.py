@@ -38,13 +38,13 @@ import dataclasses
 import pathlib
 import re
 import tomllib
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import libcst as cst
 
 from extract import pyops
 from pipeline.errors import ConfigError
-from pipeline.records import DTYPES, ArgSpec, Contract, OpEntry, ScalarSpec, TensorSpec
+from pipeline.records import CPP_DTYPE, DTYPES, ArgSpec, Contract, Instantiation, OpEntry, ScalarSpec, TensorSpec
 
 CURATED_DIR = pathlib.Path(__file__).with_name("curated")
 
@@ -894,6 +894,8 @@ def infer_contract(
     text, method, file = found
     context = (root / file).read_text(encoding="utf-8", errors="replace")
     facts = cpp_facts(text, method, dtypes, context)
+    positions = {name: i for i, (_kind, name) in enumerate(template_params(strip_comments(text)))}
+    type_params: dict[str, int] = {}
     unresolved += facts.unresolved
     py = python_facts(program, op, entry)
     args: list[ArgSpec] = []
@@ -922,6 +924,8 @@ def infer_contract(
                     if _is_contiguous(shape, strides):
                         strides = None
                 dtype = best.dtype or "T"
+                if dtype.startswith("?") and dtype[1:] in positions:
+                    type_params[dtype[1:]] = positions[dtype[1:]]
                 if dtype.startswith("?") or "|" in dtype:
                     unresolved.append(f"tensor `{name}`: element type `{dtype.lstrip('?')}` is not the instantiation dtype")
                 role = "input"
@@ -974,7 +978,34 @@ def infer_contract(
         checks=checks,
         unresolved=list(dict.fromkeys(unresolved)),
         origin="inferred",
+        type_params=type_params,
     )
+
+
+def settle_type_params(contract: Contract, instantiations: Sequence[Instantiation]) -> Contract:
+    """Tensors whose dtype is a launcher template type parameter (``?QDType``), settled by
+    what the instantiations pass at its position: the instantiation's own dtype in every
+    one -> ``T``; one fixed C++ type in all -> that type. Anything else stays open."""
+    if not contract.type_params or not instantiations:
+        return contract
+    args: list[ArgSpec] = []
+    unresolved = list(contract.unresolved)
+    for arg in contract.args:
+        spec = arg.tensor
+        name = spec.dtype[1:] if spec is not None and spec.dtype.startswith("?") else ""
+        position = contract.type_params.get(name)
+        if spec is not None and position is not None:
+            given = [inst.template_args[position] if position < len(inst.template_args) else None for inst in instantiations]
+            settled = None
+            if all(g == CPP_DTYPE.get(inst.dtype) for g, inst in zip(given, instantiations)):
+                settled = "T"
+            elif len(set(given)) == 1 and given[0] in CPP_TYPES:
+                settled = CPP_TYPES[given[0]][0]
+            if settled is not None:
+                arg = arg.model_copy(update={"tensor": spec.model_copy(update={"dtype": settled})})
+                unresolved = [u for u in unresolved if u != f"tensor `{spec.name}`: element type `{name}` is not the instantiation dtype"]
+        args.append(arg)
+    return contract.model_copy(update={"args": args, "unresolved": unresolved})
 
 
 def _is_contiguous(shape: list[str | int], strides: list[str | int]) -> bool:

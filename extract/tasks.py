@@ -326,6 +326,7 @@ def write_task(
         program, op, call, contract.entry, dtypes, cases, models
     )
     notes += inst_notes
+    contract = contract_mod.settle_type_params(contract, instantiations)
     if not instantiations or instance is None:
         first = next((n.split(": ", 2)[-1] for n in notes if n.startswith("instantiation failed")), "")
         raise ConfigError(

@@ -467,6 +467,7 @@ class Loop:
     def run_op(self, task_dir: pathlib.Path, task: Task) -> OpSummary:
         op = OpState(self.run_dir, task_dir, task)
         self._model = self._metered(op)
+        op.task = self._completed(op)
         traj = op.trajectory
         recorded = traj.baseline()
         if recorded is not None and recorded.regions_hash != regions_hash(op.baseline_regions):
@@ -539,6 +540,20 @@ class Loop:
             coder=self.options.coder, outcome=RoundOutcome.budget_exhausted if reason not in ("no_options",) else RoundOutcome.ok,
             stop_reason=reason, detail=self.budget.message(reason), best=op.trajectory.best_id(), **self._spent_since(mark),
         )  # fmt: skip
+
+    def _completed(self, op: OpState) -> Task:
+        """The task with what its contract left open filled (rules, then the testing
+        agent's model), decided once per run and kept in ``contract_completion.json``
+        so a resumed run calls the kernel exactly as before."""
+        from optimize.harness.completion import Completion, apply
+
+        path = op.dir / "contract_completion.json"
+        if path.exists():
+            record = read_record(Completion, path)
+            return op.task.model_copy(update={"contract": apply(op.task.contract, record.filled)})
+        task, record = testing.complete_contract(op.task, op.task_dir, model=self._model)
+        write_record(record, path)
+        return task
 
     # ------------------------------------------------------------------ baseline
 

@@ -202,7 +202,9 @@ class TensorSpec(Record):
     dtype: str  # "T" = the instantiation dtype, else a concrete torch dtype name ("int32")
     role: Literal["input", "output", "inout"]
     strides: list[str | int] | None = None  # None = contiguous
-    value_range: tuple[float, float] | None = None  # for index tensors
+    # For index tensors: [low, high], inclusive; an entry may be an expression of size
+    # symbols and integer scalars ("num_experts - 1", "min(capacity, 128) - 1").
+    value_range: tuple[float | str, float | str] | None = None
 
 
 class ScalarSpec(Record):
@@ -231,6 +233,9 @@ class Contract(Record):
     origin: Literal["inferred", "curated"] = "inferred"
     reference: str | None = None  # name of a PyTorch reference in optimize.harness.references
     extra_bytes: dict[str, str] = Field(default_factory=dict)  # notes for byte counting
+    # Launcher template type parameters a tensor's dtype names ("?QDType") -> their position
+    # in the template argument list, so extract can settle them per instantiation.
+    type_params: dict[str, int] = Field(default_factory=dict)
 
     def accepts(self, symbol: str, value: int) -> bool:
         """Whether ``value`` for the width ``symbol`` passes the declared limits:

@@ -218,3 +218,25 @@ def test_literals_of_every_scalar_kind():
     assert (lit('"gelu"'), lit("64"), lit("-2"), lit("1e-6"), lit("True"), lit("False")) == ("gelu", 64, -2, 1e-6, True, False)
     assert lit("x") is C._NOT_LITERAL and lit("x.shape[1]") is C._NOT_LITERAL
     assert C._fits_scalar("float", 64) and not C._fits_scalar("int", True) and not C._fits_scalar("str", 3)
+
+
+def test_a_template_type_parameter_dtype_is_settled_by_what_the_instantiations_pass():
+    from pipeline.records import ArgSpec, Contract, Instantiation, TensorSpec
+
+    def t(name, dtype):
+        return ArgSpec(kind="tensor", tensor=TensorSpec(name=name, shape=["n"], dtype=dtype, role="input"))
+
+    # template <bool kNeox, int64_t kDim, bool kPDL, typename DType, typename QDType, typename OutT, typename W>
+    contract = Contract(
+        entry="run", args=[t("q", "?QDType"), t("out", "?OutT"), t("w", "?W"), t("k", "T")], symbols=["n"],
+        unresolved=[f"tensor `{n}`: element type `{p}` is not the instantiation dtype" for n, p in (("q", "QDType"), ("out", "OutT"), ("w", "W"))],
+        type_params={"QDType": 4, "OutT": 5, "W": 6},
+    )  # fmt: skip
+    insts = [
+        Instantiation(dtype=d, module_args=[], template_args=["true", "64", "true", cpp, cpp, "fp32_t", "fp32_t" if d == "bf16" else "bf16_t"], wrappers=[])
+        for d, cpp in (("bf16", "bf16_t"), ("fp16", "fp16_t"))
+    ]
+    settled = C.settle_type_params(contract, insts)
+    assert [a.tensor.dtype for a in settled.args] == ["T", "float32", "?W", "T"]  # W differs per instantiation: open
+    assert settled.unresolved == ["tensor `w`: element type `W` is not the instantiation dtype"]
+    assert C.settle_type_params(contract, []) == contract

@@ -79,7 +79,7 @@ def test_health_section_counts_and_reasons():
     assert "- b: index range of ids" in text
 
 
-def _write_task(work, op, *, shape=("num_tokens",), catalog=True, extra_args=()):
+def _write_task(work, op, *, shape=("num_tokens",), catalog=True, extra_args=(), sizes=None):
     from pipeline.records import (
         ArgSpec, BuildRecipe, Contract, Instantiation, ShapeCase, SourceInfo, Task, TensorSpec, write_record,
     )  # fmt: skip
@@ -87,13 +87,13 @@ def _write_task(work, op, *, shape=("num_tokens",), catalog=True, extra_args=())
     contract = Contract(
         entry="e",
         args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=list(shape), dtype="T", role="inout")), *extra_args],
-        symbols=["num_tokens"], unresolved=["index range of ids"],
+        symbols=sorted(sizes or {"num_tokens": 8}), unresolved=["index range of ids"],
     )  # fmt: skip
     task = Task(
         op_id=op, module="m.py", public_functions=["f"], entry_points=["e"], source=SourceInfo(kind="wheel", root="/x", version="0.5.23"),
         files=[], instantiations=[Instantiation(dtype="bf16", module_args=[], template_args=["bf16_t"], wrappers=[("e", "E")])],
         build=BuildRecipe(cuda_files=["a.cuh"], include_dirs=[], cuda_cflags=[]), editable=[], contract=contract,
-        shapes=[ShapeCase(model="M", tokens=8, sizes={"num_tokens": 8})] if catalog else [],
+        shapes=[ShapeCase(model="M", tokens=8, sizes=sizes or {"num_tokens": 8})] if catalog else [],
     )  # fmt: skip
     write_record(task, work / "tasks" / op / "task.json")
 
@@ -294,10 +294,31 @@ def test_health_names_a_contract_the_worker_cannot_call_before_any_build(tmp_pat
     from pipeline.records import ArgSpec, ScalarSpec, TensorSpec
 
     work = tmp_path / "work"
-    _write_task(work, "s.op", extra_args=[ArgSpec(kind="scalar", scalar=ScalarSpec(name="page_size", type="int", value=None))])
+    # names no completion rule covers (optimize/harness/completion.toml)
+    _write_task(work, "s.op", extra_args=[ArgSpec(kind="scalar", scalar=ScalarSpec(name="chunk_rows", type="int", value=None))])
     _write_task(work, "i.op", extra_args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="ids", shape=["num_tokens"], dtype="int32", role="input"))])
     scalar = health.prepare(work / "tasks" / "s.op")
     assert scalar.plan is None and scalar.row.built is None
-    assert scalar.row.reason.startswith("contract: scalar 'page_size' of e has no value to call with")
+    assert scalar.row.reason.startswith("contract: scalar 'chunk_rows' of e has no value to call with")
+    assert scalar.row.still_open == ["scalar chunk_rows (int): no value to call with"]
     index = health.prepare(work / "tasks" / "i.op")
     assert index.plan is None and index.row.reason.startswith("contract: integer tensor ids has no value_range")
+
+
+def test_health_fills_what_a_completion_rule_covers_and_names_the_rule(tmp_path):
+    from pipeline.records import ArgSpec, ScalarSpec, TensorSpec
+
+    work = tmp_path / "work"
+    table = ArgSpec(kind="tensor", tensor=TensorSpec(name="cache", shape=["slots", "hidden_size"], dtype="T", role="input"))
+    loc = ArgSpec(kind="tensor", tensor=TensorSpec(name="cache_loc", shape=["num_tokens"], dtype="int64", role="input"))
+    page = ArgSpec(kind="scalar", scalar=ScalarSpec(name="page_size", type="int", value=None))
+    _write_task(work, "f.op", extra_args=[table, loc, page], sizes={"num_tokens": 8, "hidden_size": 64, "slots": 32})
+    prep = health.prepare(work / "tasks" / "f.op")
+    assert prep.plan is not None, prep.row.reason
+    assert prep.row.filled == [
+        "cache_loc = [0, slots - 1] (completion.toml: gather *_loc)",
+        "page_size = 64 (completion.toml: page_size)",
+    ]
+    assert prep.row.still_open == []
+    section = health.health_section("kernelsmith bench --all", [prep.row], "2026-11-29", "cpu")
+    assert "- f.op: cache_loc = [0, slots - 1]" in section

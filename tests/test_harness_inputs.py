@@ -77,7 +77,13 @@ def test_eval_expr_refuses_unknown_symbols_inexact_division_and_calls():
     with pytest.raises(ContractError, match="inexactly"):
         inputs.eval_expr("hidden_size / 3", {"hidden_size": 8})
     with pytest.raises(ContractError, match="Call"):
-        inputs.eval_expr("max(hidden_size, 2)", {"hidden_size": 8})
+        inputs.eval_expr("pow(hidden_size, 2)", {"hidden_size": 8})
+    with pytest.raises(ContractError, match="Attribute"):
+        inputs.eval_expr("x.size", {"x": 8})
+    # min/max are the only calls (an index range's smallest table), and their names are not symbols
+    assert inputs.eval_expr("min(hidden_size, 128) - 1", {"hidden_size": 8}) == 7
+    assert inputs.eval_expr("max(hidden_size, 2)", {"hidden_size": 8}) == 8
+    assert inputs.expr_symbols("min(capacity, 128) - 1") == {"capacity"}
 
 
 # ---------------------------------------------------------------------------- symbols

@@ -201,6 +201,8 @@ def test_llm_loop_plan_code_compile_error_repair_accept(tmp_path):
     assert patched == SOURCE.replace(KERNEL, VEC_KERNEL)
     plan = json.loads((op_dir / "test_plan.json").read_text())
     assert plan["extra"][0]["label"] == "odd-tail" and plan["extra"][0]["kept"] is False  # no GPU to validate it
+    completed = json.loads((op_dir / "contract_completion.json").read_text())  # nothing open: no model call for it
+    assert (completed["op_id"], completed["filled"], completed["open"]) == ("demo.scale", [], [])
     assert len((op_dir / "llm.jsonl").read_text().splitlines()) == 4
 
     report = (op_dir / "report.md").read_text()

@@ -17,11 +17,19 @@ extra cases: odd sizes, limits, value ranges. A proposal is kept only if
 
 Rejected proposals are kept in the plan with the reason, so the report can show
 what the model asked for and why it was not used.
+
+Before any of that, :func:`complete_contract` fills what extract left open (open
+scalars, integer tensors without a value range): the stated rules of
+:mod:`optimize.harness.completion` first, then, for what they do not cover, the
+model (:file:`testing_contract.md`). A model's answer is kept only where it has the
+argument's type and its range bounds name known symbols; the baseline then judges
+it like any other input (a wrong range makes the baseline fail its evaluation).
 """
 
 from __future__ import annotations
 
 import json
+import pathlib
 import random
 import re
 from typing import Any, Callable, Literal, Sequence
@@ -30,6 +38,8 @@ from pydantic import Field
 
 from pipeline.errors import ModelError
 from pipeline.records import Record, ShapeCase, Task, VersionedRecord
+
+from optimize.harness.completion import Completion, Filled
 
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
@@ -185,3 +195,96 @@ def parse_proposals(text: str, max_cases: int) -> tuple[list[ProposedCase], str]
         if len(out) >= max_cases:
             break
     return out, "" if out else "the testing agent proposed no usable case"
+
+
+# ---------------------------------------------------------------- contract completion
+
+JSON_OBJECT = re.compile(r"\{.*\}", re.S)
+SOURCE_CHARS = 12000  # of region text sent with the prompt
+
+
+def complete_contract(task: Task, task_dir=None, *, model: Model | None = None) -> tuple[Task, Completion]:
+    """The task with its open contract items filled: rules first, then the model for
+    what the rules leave open (see the module docstring). Never raises for a model
+    failure: the record's ``open`` keeps what is still missing, with the reason."""
+    from optimize.harness import completion, inputs
+
+    task, record = completion.complete(task, task_dir)
+    if model is None or not record.open or any(item.startswith("not completed") for item in record.open):
+        return task, record
+    contract = task.contract
+    symbols = sorted(inputs.shape_symbols(contract))
+    int_scalars = sorted(a.scalar.name for a in contract.args if a.kind == "scalar" and a.scalar and a.scalar.type == "int")
+    messages = render(
+        "testing_contract", op_id=task.op_id, contract=contract.model_dump_json(indent=1, exclude_defaults=True),
+        symbols=", ".join(symbols) or "(none)", int_scalars=", ".join(int_scalars) or "(none)",
+        open="\n".join(f"- {item}" for item in record.open), source=_source_excerpt(task, task_dir),
+    )  # fmt: skip
+    try:
+        reply = model.complete("testing", messages)
+    except ModelError as err:
+        return task, record.model_copy(update={"open": record.open + [f"no LLM completion: {err.message}"]})
+    answers, problem = parse_completion(reply.text, contract, set(symbols) | set(int_scalars), getattr(model, "name", "llm"))
+    task = task.model_copy(update={"contract": completion.apply(contract, answers)})
+    still = completion.open_items(task.contract) + ([problem] if problem else [])
+    return task, record.model_copy(update={"filled": record.filled + answers, "open": still})
+
+
+def _source_excerpt(task: Task, task_dir) -> str:
+    if task_dir is None:
+        return "(not available)"
+    from optimize.loop import baseline_regions, read_task_files
+
+    try:
+        regions = baseline_regions(read_task_files(pathlib.Path(task_dir), task), task)
+    except Exception as err:  # noqa: BLE001 - the prompt says the source is missing
+        return f"(not readable: {err})"
+    text = "\n\n".join(f"// region {name}\n{body}" for name, body in regions.items())
+    return text[:SOURCE_CHARS]
+
+
+_TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str}
+
+
+def parse_completion(text: str, contract, known: set[str], model_name: str) -> tuple[list[Filled], str]:
+    """Filled entries from the model's JSON object; a problem line for what was unusable."""
+    from optimize.harness import completion, inputs
+    from optimize.harness.errors import ContractError
+
+    match = JSON_OBJECT.search(text)
+    if match is None:
+        return [], "the testing agent's completion reply has no JSON object"
+    try:
+        data = json.loads(match.group(0))
+    except ValueError as err:
+        return [], f"the testing agent's completion JSON does not parse: {err}"
+    if not isinstance(data, dict):
+        return [], "the testing agent's completion reply is not a JSON object"
+    why = data.get("why") if isinstance(data.get("why"), dict) else {}
+    rule = f"llm:{model_name}"
+    scalars = {a.scalar.name: a.scalar for i, a in enumerate(contract.args) if a.kind == "scalar" and a.scalar and completion.open_scalar(contract, i)}
+    tensors = {a.tensor.name: a.tensor for a in contract.args if a.kind == "tensor" and a.tensor and completion.open_tensor(a.tensor)}
+    out: list[Filled] = []
+    rejected: list[str] = []
+    for name, value in (data.get("scalars") or {}).items() if isinstance(data.get("scalars"), dict) else ():
+        spec = scalars.get(name)
+        if spec is None or isinstance(value, bool) != (spec.type == "bool") or not isinstance(value, _TYPES.get(spec.type, str)):
+            rejected.append(f"scalar {name}={value!r}")
+            continue
+        out.append(Filled(name=name, kind="value", value=value, rule=rule, why=str(why.get(name, ""))[:200]))
+    for name, bounds in (data.get("ranges") or {}).items() if isinstance(data.get("ranges"), dict) else ():
+        spec = tensors.get(name)
+        ok = spec is not None and isinstance(bounds, list) and len(bounds) == 2
+        try:
+            ok = ok and all(
+                not isinstance(b, bool) and (isinstance(b, int) or (isinstance(b, str) and inputs.expr_symbols(b) <= known))
+                for b in bounds
+            )
+        except ContractError:
+            ok = False
+        if not ok:
+            rejected.append(f"range {name}={bounds!r}")
+            continue
+        out.append(Filled(name=name, kind="range", value_range=(bounds[0], bounds[1]), rule=rule, why=str(why.get(name, ""))[:200]))
+    problem = f"the testing agent's completion had unusable entries: {', '.join(rejected)}" if rejected else ""
+    return out, problem

@@ -49,7 +49,7 @@ from pipeline.records import BuildReport, VersionedRecord, content_hash, read_re
 HELD_OUT = 2
 CHECK_GRACE_S = 60.0  # with a budget: how long checks already running may take past it
 # Sources whose change can change a verdict (the worker, inputs, comparison, builder).
-_FINGERPRINT_GLOBS = ("optimize/harness/*.py", "pipeline/build.py", "pipeline/toolchain.py", "pipeline/records.py")
+_FINGERPRINT_GLOBS = ("optimize/harness/*.py", "optimize/harness/*.toml", "pipeline/build.py", "pipeline/toolchain.py", "pipeline/records.py")
 
 
 class HealthRow(VersionedRecord):
@@ -61,6 +61,8 @@ class HealthRow(VersionedRecord):
     checks: int = 0  # checks that passed
     shapes: Literal["catalog", "synthetic"] = "catalog"  # synthetic: no model sizes the op (inputs.synthetic_shape)
     unresolved: list[str] = []  # contract entries static inference left open (contract.unresolved)
+    filled: list[str] = []  # what the completion rules filled in (completion.Filled.describe)
+    still_open: list[str] = []  # what no rule covers: the LLM testing agent's to fill
     build_s: float = 0.0
     check_s: float = 0.0
 
@@ -92,6 +94,7 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
     """Load the task and plan its checks; a failure is the row's reason."""
     from extract.tasks import load_task
     from optimize.harness import inputs
+    from optimize.harness.completion import complete
     from optimize.harness.errors import ContractError
     from optimize.harness.evaluate import plan_cases
 
@@ -103,8 +106,16 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
     except Exception as err:  # noqa: BLE001 - every failure is one table row
         prep.row = prep.row.model_copy(update={"reason": f"task does not load: {err}"})
         return prep
+    # What static inference left open and a completion rule covers is filled in first
+    # (and named in the row), so a guessed value shows up as the baseline failing.
+    task, completion = complete(task, task_dir)
     prep.task = task
-    prep.row = prep.row.model_copy(update={"op_id": task.op_id, "unresolved": list(task.contract.unresolved)})
+    prep.row = prep.row.model_copy(
+        update={
+            "op_id": task.op_id, "unresolved": list(task.contract.unresolved),
+            "filled": [f.describe() for f in completion.filled], "still_open": list(completion.open),
+        }
+    )  # fmt: skip
     recorded = task.baseline_build
     if recorded is not None and not recorded.ok:  # extract's compile check, same nvcc: not built again
         reason = f"nvcc (extract's compile check): {first_error(recorded.stderr)}"
@@ -356,4 +367,10 @@ def health_section(command: str, rows: Sequence[HealthRow], when: str, device: s
     unresolved = [r for r in rows if r.unresolved]
     lines += ["", f"Contracts static inference could not fully determine ({len(unresolved)}):", ""]
     lines += [f"- {r.op_id}: {'; '.join(r.unresolved)}" for r in unresolved] or ["- none"]
+    filled = [r for r in rows if r.filled]
+    lines += ["", f"Filled in by the completion rules (optimize/harness/completion.toml; guesses, named) ({len(filled)}):", ""]
+    lines += [f"- {r.op_id}: {'; '.join(r.filled)}" for r in filled] or ["- none"]
+    still = [r for r in rows if r.still_open]
+    lines += ["", f"Still open after the rules, for the LLM testing agent ({len(still)}):", ""]
+    lines += [f"- {r.op_id}: {'; '.join(r.still_open)}" for r in still] or ["- none"]
     return "\n".join(lines) + "\n"

@@ -89,6 +89,7 @@ POISON_BITS: dict[str, int] = {
 # ---------------------------------------------------------------------------- expressions
 
 _ALLOWED_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Div, ast.Mod)
+_CALLS = {"min": min, "max": max}  # the only calls an entry may make (an index range's "smallest table")
 
 
 def expr_symbols(expr: str | int) -> set[str]:
@@ -96,7 +97,8 @@ def expr_symbols(expr: str | int) -> set[str]:
     if isinstance(expr, int):
         return set()
     tree = _parse(expr)
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in called}
 
 
 def _parse(expr: str) -> ast.Expression:
@@ -107,9 +109,10 @@ def _parse(expr: str) -> ast.Expression:
     for node in ast.walk(tree):
         ok = isinstance(node, (ast.Expression, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.USub, ast.UAdd))
         ok = ok or isinstance(node, _ALLOWED_BINOPS) or (isinstance(node, ast.Constant) and type(node.value) is int)
+        ok = ok or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS and not node.keywords)
         if not ok:
             raise ContractError(
-                f"shape entry {expr!r} uses {type(node).__name__}; only integers, symbols and + - * // / % are allowed",
+                f"shape entry {expr!r} uses {type(node).__name__}; only integers, symbols, + - * // / % and min/max are allowed",
                 fix="rewrite the entry in the contract",
             )
     return tree
@@ -136,6 +139,8 @@ def eval_expr(expr: str | int, sizes: dict[str, int]) -> int:
                     fix="add the symbol to the contract's symbols and the shape catalog",
                 )
             return int(sizes[node.id])
+        if isinstance(node, ast.Call):
+            return _CALLS[node.func.id](*(walk(arg) for arg in node.args))  # type: ignore[union-attr]
         if isinstance(node, ast.UnaryOp):
             value = walk(node.operand)
             return -value if isinstance(node.op, ast.USub) else value
@@ -580,7 +585,7 @@ def scalar_value(contract: Contract, index: int, sizes: dict[str, int] | None = 
             return 1.0  # a neutral multiplier: the kernel's arithmetic is exercised, not skewed
         raise ContractError(
             f"scalar {spec.name!r} of {contract.entry} has no value to call with",
-            fix="give it a value in the curated contract (extract/curated/*.toml)",
+            fix="add a rule to optimize/harness/completion.toml, or a value to the curated contract (extract/curated/*.toml)",
         )
     if spec.type == "float":
         return float(spec.value)
@@ -598,10 +603,17 @@ def plan_call(
     rng = rng or random.Random(0)
     free = free_stride_symbols(contract)
     chosen: dict[str, int] = {}
+    scalars = {i: scalar_value(contract, i, sizes) for i, arg in enumerate(contract.args) if arg.kind == "scalar"}
+    # An index tensor's range may name sizes and integer scalars ("num_experts - 1").
+    known = dict(sizes)
+    for i, value in scalars.items():
+        spec = contract.args[i].scalar
+        if spec is not None and spec.type == "int" and spec.name not in known:
+            known[spec.name] = int(value)
     args: list[TensorPlan | Any] = []
     for index, arg in enumerate(contract.args):
         if arg.kind == "scalar":
-            args.append(scalar_value(contract, index, sizes))
+            args.append(scalars[index])
             continue
         spec = arg.tensor
         assert spec is not None
@@ -651,10 +663,24 @@ def plan_call(
                 strides=tuple(strides),
                 offset=guard,
                 storage_numel=guard + span + guard,
-                value_range=tuple(spec.value_range) if spec.value_range is not None else None,
+                value_range=_resolved_range(spec, known),
             )
         )
     return CallPlan(args=tuple(args), sizes=dict(sizes), strides_chosen=chosen)
+
+
+def _resolved_range(spec: TensorSpec, known: dict[str, int]) -> tuple[float, float] | None:
+    """The tensor's value range in numbers: an entry may be an expression of sizes and
+    integer scalars (``["0", "min(capacity, 128) - 1"]``); an empty range is an error."""
+    if spec.value_range is None:
+        return None
+    low, high = (float(eval_expr(v, known)) if isinstance(v, str) else float(v) for v in spec.value_range)
+    if high < low:
+        raise ContractError(
+            f"value range of {spec.name} is empty at sizes {known}: {list(spec.value_range)} -> [{low:g}, {high:g}]",
+            fix="widen the range or the sizes it depends on",
+        )
+    return low, high
 
 
 def layouts_for(contract: Contract) -> list[Layout]:
@@ -712,7 +738,7 @@ def require_fillable(plan: TensorPlan) -> None:
     if plan.role != "output" and not plan.is_float and plan.dtype != "bool" and plan.value_range is None:
         raise ContractError(
             f"integer tensor {plan.name} has no value_range: the harness cannot invent valid indices",
-            fix="give it a value_range in the curated contract",
+            fix="add a rule to optimize/harness/completion.toml, or a value_range to the curated contract",
         )
 
 

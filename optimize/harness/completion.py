@@ -1,0 +1,263 @@
+"""Filling what a contract leaves open: the testing agent's deterministic core.
+
+Extract's static inference cannot know every argument: a scalar the op's callers
+pass at run time (``page_size``, ``num_bits``, an activation's ``type``), or the
+values an integer tensor may hold (positions, cache slots, expert ids, packed
+weights). Without them the harness cannot call the baseline at all. This module
+fills them by stated rules, in order:
+
+1. a ``str`` scalar the kernel compares with string literals (``type == "silu"``)
+   takes the first such literal from the task's own sources;
+2. the rules of :file:`completion.toml`, matched by argument name and type/role.
+
+What must stay true:
+- Nothing is filled silently: every value is a :class:`Filled` entry with the rule
+  and its reason, kept in the :class:`Completion` record beside the run and named
+  in ``bench --all``'s table; a wrong guess shows as the *baseline* failing there.
+- Only what the harness would otherwise refuse is filled: a scalar the harness
+  settles itself (bools, epsilons, scales, a size symbol; :func:`inputs.scalar_value`)
+  and a tensor that already has a range are left alone.
+- What no rule covers stays open and is listed (``Completion.open``): that is the
+  LLM testing agent's work (:func:`optimize.agents.testing.complete_contract`).
+- Pure Python, no torch: the sweep asks on the CPU before any build.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import pathlib
+import re
+import tomllib
+from typing import Literal, Sequence
+
+from pydantic import Field
+
+from optimize.harness import inputs
+from optimize.harness.errors import ContractError
+from pipeline.records import ArgSpec, Contract, Record, Task, TensorSpec, VersionedRecord
+
+RULES_PATH = pathlib.Path(__file__).with_name("completion.toml")
+SOURCE_SUFFIXES = (".cuh", ".cu", ".h", ".hpp", ".cpp")
+# Range of "full" packed data, capped to 32 bits so an int64 draw stays representable.
+_FULL_BITS = 32
+
+
+class Filled(Record):
+    """One value the static contract did not have."""
+
+    name: str  # argument name
+    kind: Literal["value", "range"]
+    value: float | int | bool | str | None = None
+    value_range: tuple[float | str, float | str] | None = None
+    rule: str  # "source-literal", "completion.toml: <pattern>", "llm:<model>"
+    why: str = ""
+
+    def describe(self) -> str:
+        shown = repr(self.value) if self.kind == "value" else f"[{', '.join(map(str, self.value_range or ()))}]"
+        return f"{self.name} = {shown} ({self.rule})"
+
+
+class Completion(VersionedRecord):
+    op_id: str
+    filled: list[Filled] = Field(default_factory=list)
+    open: list[str] = Field(default_factory=list)  # still open, in the harness's own words
+
+
+@functools.lru_cache(maxsize=4)
+def load_rules(path: pathlib.Path = RULES_PATH) -> dict[str, list[dict]]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ContractError(f"completion rules {path} do not load: {err}", fix="fix the TOML file") from err
+    return {"scalar": list(data.get("scalar", [])), "index": list(data.get("index", []))}
+
+
+# ------------------------------------------------------------------ what is open
+
+
+def open_scalar(contract: Contract, index: int) -> bool:
+    """Whether the harness would refuse to call with this scalar."""
+    arg = contract.args[index]
+    if arg.kind != "scalar" or arg.scalar is None or arg.scalar.value is not None:
+        return False
+    if arg.scalar.type == "int" and arg.scalar.name in inputs.shape_symbols(contract):
+        return False  # settled per case from the sizes
+    try:
+        inputs.scalar_value(contract, index, {})
+    except ContractError:
+        return True
+    return False
+
+
+def open_tensor(spec: TensorSpec) -> bool:
+    """An integer, non-bool tensor the kernel reads, with no value range (what
+    :func:`inputs.require_fillable` refuses)."""
+    if spec.role == "output" or spec.value_range is not None or spec.dtype == "T":
+        return False
+    try:
+        short = inputs.canonical_dtype(spec.dtype, "")
+    except ContractError:
+        return False  # a dtype the harness cannot fill is reported as such, not here
+    return short not in inputs.FLOAT_DTYPES and short != "bool"
+
+
+def open_items(contract: Contract) -> list[str]:
+    out = []
+    for index, arg in enumerate(contract.args):
+        if arg.kind == "scalar" and open_scalar(contract, index):
+            out.append(f"scalar {arg.scalar.name} ({arg.scalar.type}): no value to call with")  # type: ignore[union-attr]
+        elif arg.kind == "tensor" and arg.tensor is not None and open_tensor(arg.tensor):
+            out.append(f"tensor {arg.tensor.name} ({arg.tensor.dtype}, {arg.tensor.role}): no value range")
+    return out
+
+
+# ------------------------------------------------------------------ rules
+
+
+def _matches(name: str, patterns: Sequence[str]) -> str | None:
+    return next((p for p in patterns if fnmatch.fnmatchcase(name, p)), None)
+
+
+def _source_texts(task_dir: pathlib.Path | None) -> list[str]:
+    if task_dir is None:
+        return []
+    src = pathlib.Path(task_dir) / "src"
+    return [p.read_text(encoding="utf-8", errors="replace") for p in sorted(src.rglob("*")) if p.suffix in SOURCE_SUFFIXES]
+
+
+def compared_literal(name: str, texts: Sequence[str]) -> str | None:
+    """The first string literal the sources compare ``name`` with (``type == "silu"``)."""
+    pattern = re.compile(rf'\b{re.escape(name)}\s*==\s*"([^"\\]+)"|"([^"\\]+)"\s*==\s*{re.escape(name)}\b')
+    for text in texts:
+        match = pattern.search(text)
+        if match:
+            return match.group(1) or match.group(2)
+    return None
+
+
+def _scalar_rule(name: str, type_: str, rules: list[dict]) -> Filled | None:
+    for rule in rules:
+        pattern = _matches(name, rule.get("names", []))
+        if pattern is not None and rule.get("type") == type_:
+            return Filled(name=name, kind="value", value=rule["value"], rule=f"completion.toml: {pattern}", why=rule.get("why", ""))
+    return None
+
+
+def _leading(spec: TensorSpec) -> str:
+    dim = spec.shape[0]
+    if dim in (-1, "-1"):
+        return str(inputs.ANY_SIZE)
+    text = str(dim).strip()
+    return text if isinstance(dim, int) or text.isidentifier() else f"({text})"
+
+
+def _gather_high(contract: Contract, spec: TensorSpec) -> str | None:
+    """``min(<leading size of every other multi-row tensor>) - 1``, or None without one."""
+    own = spec.shape[0] if spec.shape else None
+    tables = sorted(
+        {
+            _leading(t)
+            for t in inputs.tensor_specs(contract)
+            if t.name != spec.name and len(t.shape) >= 2 and t.shape[0] != own
+        }
+    )
+    if not tables:
+        return None
+    return f"{tables[0]} - 1" if len(tables) == 1 else f"min({', '.join(tables)}) - 1"
+
+
+def _known_names(contract: Contract) -> set[str]:
+    names = inputs.shape_symbols(contract)
+    names |= {a.scalar.name for a in contract.args if a.kind == "scalar" and a.scalar is not None and a.scalar.type == "int"}
+    return names
+
+
+def _full_range(spec: TensorSpec) -> tuple[int, int]:
+    bits = min(8 * inputs.ITEMSIZE[inputs.canonical_dtype(spec.dtype, "")], _FULL_BITS)
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+def _index_rule(contract: Contract, spec: TensorSpec, rules: list[dict], known: set[str]) -> Filled | None:
+    for rule in rules:
+        pattern = _matches(spec.name, rule.get("names", []))
+        if pattern is None or spec.role not in rule.get("roles", ["input"]):
+            continue
+        kind = rule.get("kind")
+        bounds: tuple[float | str, float | str] | None = None
+        if kind == "open":
+            return None
+        if kind == "bounded":
+            low, high = str(rule["low"]), str(rule["high"])
+            if (inputs.expr_symbols(low) | inputs.expr_symbols(high)) <= known:
+                bounds = (low, high)
+        elif kind == "gather":
+            high = _gather_high(contract, spec)
+            bounds = None if high is None else ("0", high)
+        elif kind == "zeros":
+            bounds = (0, 0)
+        elif kind == "full":
+            bounds = _full_range(spec)
+        else:
+            raise ContractError(f"completion rule for {pattern!r} has an unknown kind {kind!r}", fix=f"fix {RULES_PATH.name}")
+        if bounds is not None:
+            return Filled(
+                name=spec.name, kind="range", value_range=bounds, rule=f"completion.toml: {kind} {pattern}", why=rule.get("why", "")
+            )  # fmt: skip
+    return None
+
+
+# ------------------------------------------------------------------ applying
+
+
+def apply(contract: Contract, filled: Sequence[Filled]) -> Contract:
+    """The contract with ``filled`` written in (by argument name)."""
+    by_name = {f.name: f for f in filled}
+    args: list[ArgSpec] = []
+    for arg in contract.args:
+        if arg.kind == "scalar" and arg.scalar is not None and arg.scalar.name in by_name:
+            f = by_name[arg.scalar.name]
+            arg = arg.model_copy(update={"scalar": arg.scalar.model_copy(update={"value": f.value})})
+        elif arg.kind == "tensor" and arg.tensor is not None and arg.tensor.name in by_name:
+            f = by_name[arg.tensor.name]
+            arg = arg.model_copy(update={"tensor": arg.tensor.model_copy(update={"value_range": f.value_range})})
+        args.append(arg)
+    return contract.model_copy(update={"args": args})
+
+
+def complete(task: Task, task_dir: pathlib.Path | None = None, *, rules_path: pathlib.Path = RULES_PATH) -> tuple[Task, Completion]:
+    """The task with every open item a rule covers filled in, and the record of it. A
+    contract the harness cannot read at all is returned as it is (planning reports it)."""
+    rules = load_rules(rules_path)
+    try:
+        return _complete(task, task_dir, rules)
+    except ContractError as err:
+        return task, Completion(op_id=task.op_id, open=[f"not completed: {err.message}"])
+
+
+def _complete(task: Task, task_dir: pathlib.Path | None, rules: dict[str, list[dict]]) -> tuple[Task, Completion]:
+    contract = task.contract
+    texts: list[str] | None = None
+    known = _known_names(contract)
+    filled: list[Filled] = []
+    for index, arg in enumerate(contract.args):
+        if arg.kind == "scalar" and arg.scalar is not None and open_scalar(contract, index):
+            entry = None
+            if arg.scalar.type == "str":
+                texts = _source_texts(task_dir) if texts is None else texts
+                literal = compared_literal(arg.scalar.name, texts)
+                if literal is not None:
+                    entry = Filled(
+                        name=arg.scalar.name, kind="value", value=literal, rule="source-literal",
+                        why=f'the kernel compares {arg.scalar.name} with "{literal}" (the first such literal)',
+                    )  # fmt: skip
+            entry = entry or _scalar_rule(arg.scalar.name, arg.scalar.type, rules["scalar"])
+            if entry is not None:
+                filled.append(entry)
+        elif arg.kind == "tensor" and arg.tensor is not None and open_tensor(arg.tensor):
+            entry = _index_rule(contract, arg.tensor, rules["index"], known)
+            if entry is not None:
+                filled.append(entry)
+    completed = apply(contract, filled)
+    record = Completion(op_id=task.op_id, filled=filled, open=open_items(completed))
+    return task.model_copy(update={"contract": completed}), record

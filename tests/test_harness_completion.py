@@ -1,0 +1,188 @@
+"""Filling open contract items: the rules (optimize/harness/completion.toml), the
+source-literal rule, range expressions in plan_call, and the testing agent's model
+path (scripted replies only)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optimize.agents import testing
+from optimize.harness import completion, inputs
+from optimize.harness.errors import ContractError
+from optimize.llm.fakes import ScriptedModel
+from pipeline.errors import ModelError
+from pipeline.records import (
+    ArgSpec, BuildRecipe, Contract, Instantiation, ScalarSpec, ShapeCase, SourceInfo, Task, TensorSpec,
+)  # fmt: skip
+
+
+def tensor(name, shape, dtype="T", role="input", value_range=None):
+    return ArgSpec(kind="tensor", tensor=TensorSpec(name=name, shape=shape, dtype=dtype, role=role, value_range=value_range))
+
+
+def scalar(name, type_, value=None):
+    return ArgSpec(kind="scalar", scalar=ScalarSpec(name=name, type=type_, value=value))
+
+
+def task_of(*args, symbols=("tokens", "hidden", "slots")) -> Task:
+    return Task(
+        op_id="t.op", module="m.py", public_functions=["f"], entry_points=["e"], source=SourceInfo(kind="wheel", root="/x"),
+        files=[], instantiations=[Instantiation(dtype="bf16", module_args=[], template_args=[], wrappers=[("e", "E")])],
+        build=BuildRecipe(cuda_files=["a.cuh"], include_dirs=[], cuda_cflags=[]), editable=[],
+        contract=Contract(entry="e", args=list(args), symbols=list(symbols)),
+        shapes=[ShapeCase(model="M", tokens=4, sizes={"tokens": 4, "hidden": 64, "slots": 32})],
+    )  # fmt: skip
+
+
+SIZES = {"tokens": 4, "hidden": 64, "slots": 32}
+
+
+def ranges(task: Task) -> dict[str, tuple]:
+    plan = inputs.plan_call(task.contract, SIZES, "bf16")
+    return {t.name: t.value_range for t in plan.tensors if t.value_range is not None}
+
+
+def test_gather_indices_stay_inside_every_table_and_plan_call_evaluates_the_bound():
+    task = task_of(
+        tensor("x", ["tokens", "hidden"]),
+        tensor("kv_cache", ["slots", "hidden"], role="inout"),
+        tensor("cos_sin", [-1, "hidden"]),
+        tensor("positions", ["tokens"], dtype="int64"),
+        tensor("out_cache_loc", ["tokens"], dtype="int32|int64"),
+    )
+    done, record = completion.complete(task)
+    assert [f.describe() for f in record.filled] == [
+        "positions = [0, min(128, slots) - 1] (completion.toml: gather positions)",
+        "out_cache_loc = [0, min(128, slots) - 1] (completion.toml: gather *_loc)",
+    ]
+    assert record.open == []
+    # the unfilled task is refused by the harness; the filled one is planned with numbers
+    with pytest.raises(ContractError, match="positions has no value_range"):
+        for t in inputs.plan_call(task.contract, SIZES, "bf16").tensors:
+            inputs.require_fillable(t)
+    assert ranges(done) == {"positions": (0.0, 31.0), "out_cache_loc": (0.0, 31.0)}
+
+
+def test_scalar_rules_and_a_range_over_a_filled_scalar():
+    task = task_of(
+        tensor("topk_ids", ["tokens", 8], dtype="int32"),
+        scalar("num_experts", "int"),
+        scalar("page_size", "int"),
+        scalar("eps", "float"),  # the harness settles epsilons itself: not filled here
+    )
+    done, record = completion.complete(task)
+    assert {f.name: (f.value, f.value_range) for f in record.filled} == {
+        "topk_ids": (None, ("0", "num_experts - 1")), "num_experts": (64, None), "page_size": (64, None),
+    }  # fmt: skip
+    assert ranges(done) == {"topk_ids": (0.0, 63.0)}
+    # without num_experts the bounded rule does not apply and the next one (ids below 8) does
+    _, alone = completion.complete(task_of(tensor("topk_ids", ["tokens", 8], dtype="int32")))
+    assert alone.filled[0].value_range == ("0", "7")
+
+
+def test_inout_counters_packed_data_and_what_no_rule_may_guess():
+    task = task_of(
+        tensor("slot_state", ["slots"], dtype="int32", role="inout"),
+        tensor("qweight", ["hidden", 8], dtype="int32"),
+        tensor("q_fp4", ["tokens", 8], dtype="int8"),
+        tensor("seq_lens", ["tokens"], dtype="int32"),
+        tensor("cu_seqlens_q", ["tokens"], dtype="int32"),
+        scalar("chunk_rows", "int"),
+    )
+    done, record = completion.complete(task)
+    got = {f.name: tuple(f.value_range) for f in record.filled}
+    assert got == {"slot_state": (0, 0), "qweight": (-(2**31), 2**31 - 1), "q_fp4": (-128, 127)}
+    assert record.open == [
+        "tensor seq_lens (int32, input): no value range",
+        "tensor cu_seqlens_q (int32, input): no value range",
+        "scalar chunk_rows (int): no value to call with",
+    ]
+    assert completion.open_items(done.contract) == record.open
+
+
+def test_a_string_scalar_takes_the_literal_the_kernel_compares_it_with(tmp_path):
+    src = tmp_path / "src" / "kernels" / "act.cuh"
+    src.parent.mkdir(parents=True)
+    src.write_text('void run(std::string type) {\n  if (type == "gelu") {} else if ("silu" == type) {}\n}\n')
+    task = task_of(tensor("x", ["tokens", "hidden"]), scalar("type", "str"))
+    done, record = completion.complete(task, tmp_path)
+    (filled,) = record.filled
+    assert (filled.value, filled.rule) == ("gelu", "source-literal")
+    assert inputs.plan_call(done.contract, SIZES, "bf16").args[1] == "gelu"
+    _, nothing = completion.complete(task, None)  # no sources: stays open
+    assert nothing.open == ["scalar type (str): no value to call with"]
+
+
+def test_an_empty_range_and_an_unreadable_contract_are_reported():
+    bad = task_of(tensor("ids", ["tokens"], dtype="int32", value_range=("0", "slots - 64")))
+    with pytest.raises(ContractError, match="value range of ids is empty"):
+        inputs.plan_call(bad.contract, SIZES, "bf16")
+    unreadable = task_of(tensor("x", ["hidden x 2"]), tensor("ids", ["tokens"], dtype="int32"))
+    same, record = completion.complete(unreadable)
+    assert same == unreadable and record.open[0].startswith("not completed: shape entry 'hidden x 2'")
+
+
+def test_every_rule_in_the_shipped_file_is_well_formed():
+    rules = completion.load_rules()
+    assert rules["scalar"] and rules["index"]
+    for rule in rules["scalar"]:
+        assert rule["names"] and rule["type"] in ("int", "float", "str", "bool") and "value" in rule and rule["why"]
+    for rule in rules["index"]:
+        assert rule["names"] and rule["kind"] in ("bounded", "gather", "zeros", "full", "open") and rule["why"]
+        if rule["kind"] == "bounded":
+            inputs.expr_symbols(rule["low"]) | inputs.expr_symbols(rule["high"])  # parses
+
+
+# ------------------------------------------------------------------ the model path
+
+
+def open_task() -> Task:
+    return task_of(
+        tensor("x", ["tokens", "hidden"]),
+        tensor("block_table", ["tokens", 4], dtype="int32"),
+        tensor("seq_lens", ["tokens"], dtype="int32"),
+        scalar("chunk_rows", "int"),
+        scalar("mode", "str"),
+    )
+
+
+def test_the_model_fills_what_the_rules_leave_open_and_wrong_types_are_refused():
+    reply = {
+        "scalars": {"chunk_rows": 16, "mode": 3},  # mode must be a string
+        "ranges": {"seq_lens": [1, "hidden"], "block_table": [0, "pages - 1"]},  # `pages` is not a symbol
+        "why": {"chunk_rows": "rows per CTA chunk", "seq_lens": "at most the cache width"},
+    }
+    model = ScriptedModel(["Here:\n```json\n" + json.dumps(reply) + "\n```"], name="m1")
+    done, record = testing.complete_contract(open_task(), None, model=model)
+    assert model.agents() == ["testing"]
+    prompt = model.prompts[0][1][1]["content"]
+    assert "scalar chunk_rows (int): no value to call with" in prompt and "Size symbols: hidden, tokens" in prompt
+    assert {f.name: (f.value, f.value_range, f.rule) for f in record.filled} == {
+        "chunk_rows": (16, None, "llm:m1"), "seq_lens": (None, (1, "hidden"), "llm:m1"),
+    }  # fmt: skip
+    assert record.open[:2] == ["tensor block_table (int32, input): no value range", "scalar mode (str): no value to call with"]
+    assert "unusable entries: scalar mode=3, range block_table=[0, 'pages - 1']" in record.open[-1]
+    seq_lens = next(a.tensor for a in done.contract.args if a.tensor is not None and a.tensor.name == "seq_lens")
+    assert seq_lens.value_range == (1, "hidden")
+
+
+@pytest.mark.parametrize(
+    "reply, problem",
+    [
+        ("no json at all", "has no JSON object"),
+        ("{not json}", "does not parse"),
+        (ModelError("endpoint down"), "no LLM completion: endpoint down"),
+    ],
+)
+def test_a_model_failure_keeps_the_rules_result_and_says_why(reply, problem):
+    done, record = testing.complete_contract(open_task(), None, model=ScriptedModel([reply]))
+    assert record.filled == [] and problem in record.open[-1]
+    assert done.contract == open_task().contract
+
+
+def test_no_model_call_when_the_rules_leave_nothing_open():
+    model = ScriptedModel([])
+    _, record = testing.complete_contract(task_of(tensor("x", ["tokens"]), scalar("page_size", "int")), None, model=model)
+    assert model.prompts == [] and record.open == [] and record.filled[0].value == 64
