@@ -141,6 +141,7 @@ def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accep
     replaces at least one span) and its evaluation says ``ok``.
     """
     from extract.tasks import load_task
+    from optimize.harness.completion import completed_in_run
 
     if not run_dir.is_dir():
         raise ConfigError(f"no optimize run at {run_dir}", fix="run `kernelsmith optimize` first, or pass an existing --run")
@@ -182,6 +183,7 @@ def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accep
                 fix=f"re-run `kernelsmith extract --ops {op_id}` with the same SGLang sources",
             )
         task = load_task(task_dir)
+        task = completed_in_run(task, op_dir) or task  # the values the run's evaluations called it with
         src = op_dir / BEST_SRC
         best_files = {p.relative_to(src).as_posix(): p.read_bytes() for p in src.rglob("*") if p.is_file()} if src.is_dir() else {}
         accepted.append(Accepted(op_id, candidate, evaluation, task, task_dir, best_files))

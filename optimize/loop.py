@@ -545,14 +545,13 @@ class Loop:
         """The task with what its contract left open filled (rules, then the testing
         agent's model), decided once per run and kept in ``contract_completion.json``
         so a resumed run calls the kernel exactly as before."""
-        from optimize.harness.completion import Completion, apply
+        from optimize.harness.completion import RECORD_FILE, completed_in_run
 
-        path = op.dir / "contract_completion.json"
-        if path.exists():
-            record = read_record(Completion, path)
-            return op.task.model_copy(update={"contract": apply(op.task.contract, record.filled)})
+        recorded = completed_in_run(op.task, op.dir)
+        if recorded is not None:
+            return recorded
         task, record = testing.complete_contract(op.task, op.task_dir, model=self._model)
-        write_record(record, path)
+        write_record(record, op.dir / RECORD_FILE)
         return task
 
     # ------------------------------------------------------------------ baseline

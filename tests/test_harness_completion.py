@@ -186,3 +186,14 @@ def test_no_model_call_when_the_rules_leave_nothing_open():
     model = ScriptedModel([])
     _, record = testing.complete_contract(task_of(tensor("x", ["tokens"]), scalar("page_size", "int")), None, model=model)
     assert model.prompts == [] and record.open == [] and record.filled[0].value == 64
+
+
+def test_a_run_keeps_its_completion_and_later_stages_call_the_kernel_the_same_way(tmp_path):
+    from pipeline.records import write_record
+
+    task = task_of(tensor("x", ["tokens", "hidden"]), scalar("page_size", "int"))
+    assert completion.completed_in_run(task, tmp_path) is None
+    _, record = completion.complete(task)
+    write_record(record.model_copy(update={"filled": [record.filled[0].model_copy(update={"value": 16})]}), tmp_path / completion.RECORD_FILE)
+    again = completion.completed_in_run(task, tmp_path)  # the recorded value, not today's rule
+    assert inputs.plan_call(again.contract, SIZES, "bf16").args[1] == 16

@@ -38,6 +38,7 @@ from optimize.harness.errors import ContractError
 from pipeline.records import ArgSpec, Contract, Record, Task, TensorSpec, VersionedRecord
 
 RULES_PATH = pathlib.Path(__file__).with_name("completion.toml")
+RECORD_FILE = "contract_completion.json"  # beside an op's trajectory in a run folder
 SOURCE_SUFFIXES = (".cuh", ".cu", ".h", ".hpp", ".cpp")
 # Range of "full" packed data, capped to 32 bits so an int64 draw stays representable.
 _FULL_BITS = 32
@@ -261,3 +262,16 @@ def _complete(task: Task, task_dir: pathlib.Path | None, rules: dict[str, list[d
     completed = apply(contract, filled)
     record = Completion(op_id=task.op_id, filled=filled, open=open_items(completed))
     return task.model_copy(update={"contract": completed}), record
+
+
+def completed_in_run(task: Task, op_dir: pathlib.Path) -> Task | None:
+    """The task as a run called it (its ``contract_completion.json`` applied); None when
+    the run has no such record yet. Integrate and a resumed loop both read it, so
+    every later call of the kernel uses the values its evaluations used."""
+    from pipeline.records import read_record
+
+    path = pathlib.Path(op_dir) / RECORD_FILE
+    if not path.exists():
+        return None
+    record = read_record(Completion, path)
+    return task.model_copy(update={"contract": apply(task.contract, record.filled)})
