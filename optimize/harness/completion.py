@@ -120,11 +120,15 @@ def _matches(name: str, patterns: Sequence[str]) -> str | None:
     return next((p for p in patterns if fnmatch.fnmatchcase(name, p)), None)
 
 
-def _source_texts(task_dir: pathlib.Path | None) -> list[str]:
+def _source_texts(task: Task, task_dir: pathlib.Path | None) -> list[str]:
+    """The task's sources, its own files (the module's cuda_files) first: a name like
+    ``type`` is compared with literals in shared headers too."""
     if task_dir is None:
         return []
     src = pathlib.Path(task_dir) / "src"
-    return [p.read_text(encoding="utf-8", errors="replace") for p in sorted(src.rglob("*")) if p.suffix in SOURCE_SUFFIXES]
+    own = [src / f for f in task.build.cuda_files]
+    rest = [p for p in sorted(src.rglob("*")) if p.suffix in SOURCE_SUFFIXES and p not in own]
+    return [p.read_text(encoding="utf-8", errors="replace") for p in [*own, *rest] if p.is_file()]
 
 
 def compared_literal(name: str, texts: Sequence[str]) -> str | None:
@@ -245,7 +249,7 @@ def _complete(task: Task, task_dir: pathlib.Path | None, rules: dict[str, list[d
         if arg.kind == "scalar" and arg.scalar is not None and open_scalar(contract, index):
             entry = None
             if arg.scalar.type == "str":
-                texts = _source_texts(task_dir) if texts is None else texts
+                texts = _source_texts(task, task_dir) if texts is None else texts
                 literal = compared_literal(arg.scalar.name, texts)
                 if literal is not None:
                     entry = Filled(
