@@ -320,5 +320,7 @@ def test_health_fills_what_a_completion_rule_covers_and_names_the_rule(tmp_path)
         "page_size = 64 (completion.toml: page_size)",
     ]
     assert prep.row.still_open == []
-    section = health.health_section("kernelsmith bench --all", [prep.row], "2026-11-29", "cpu")
-    assert "- f.op: cache_loc = [0, slots - 1]" in section
+    passed = [prep.row.model_copy(update={"op_id": f"f.op{i}", "passed": i == 1}) for i in range(3)]  # one module, three ops
+    section = health.health_section("kernelsmith bench --all", [*passed, health.HealthRow(op_id="g.op", module="g.py")], "2026-11-29", "cpu")
+    assert "- f.op0: cache_loc = [0, slots - 1]" in section
+    assert "by op module: 2 modules have a task, 1 of them at least one passing baseline" in section

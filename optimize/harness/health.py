@@ -54,6 +54,7 @@ _FINGERPRINT_GLOBS = ("optimize/harness/*.py", "optimize/harness/*.toml", "pipel
 
 class HealthRow(VersionedRecord):
     op_id: str
+    module: str = ""  # the op module (kernels/ops/...py) whose load_jit builds it
     built: bool | None = None  # None: not reached
     ran: bool | None = None
     passed: bool | None = None
@@ -112,7 +113,7 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
     prep.task = task
     prep.row = prep.row.model_copy(
         update={
-            "op_id": task.op_id, "unresolved": list(task.contract.unresolved),
+            "op_id": task.op_id, "module": task.module, "unresolved": list(task.contract.unresolved),
             "filled": [f.describe() for f in completion.filled], "still_open": list(completion.open),
         }
     )  # fmt: skip
@@ -337,6 +338,16 @@ def _cause(err: Exception) -> str:
     return f"{message}: {raised}" if raised else message
 
 
+def _modules(rows: Sequence[HealthRow]) -> str:
+    """'M modules have a task, K of them a passing baseline' (rows from before the module
+    was recorded count by op id)."""
+    by_module: dict[str, bool] = {}
+    for r in rows:
+        key = r.module or r.op_id
+        by_module[key] = by_module.get(key, False) or bool(r.passed)
+    return f"{len(by_module)} modules have a task, {sum(by_module.values())} of them at least one passing baseline"
+
+
 def health_section(command: str, rows: Sequence[HealthRow], when: str, device: str, environment: str = "") -> str:
     built = sum(1 for r in rows if r.built)
     ran = sum(1 for r in rows if r.ran)
@@ -349,7 +360,8 @@ def health_section(command: str, rows: Sequence[HealthRow], when: str, device: s
         f"Command: `{command}`",
         "",
         f"{len(rows)} tasks: {built} baselines build, {ran} run, {passed} pass their own generated tests "
-        f"({passed_synthetic} of those on a synthetic shape). Tests: the smallest catalog shape (or, for the "
+        f"({passed_synthetic} of those on a synthetic shape); by op module: {_modules(rows)}. "
+        "Tests: the smallest catalog shape (or, for the "
         f"{synthetic} tasks no model config sizes, one small synthetic shape) + {HELD_OUT} held-out shapes, every "
         "dtype; outputs fully written, inputs untouched, graph-capturable, float64 reference where the contract "
         "names one." + (f" {environment}" if environment else ""),
