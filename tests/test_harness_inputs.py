@@ -261,6 +261,14 @@ def test_stride_expressions_of_sizes_are_evaluated_not_padded():
     assert plan.tensors[0].strides == (64, 1)
 
 
+def test_a_wildcard_stride_is_laid_out_dense():
+    """Found on the H200 (2026-11-29): TensorMatcher's -1 ("any") in with_strides was
+    taken as a stride of -1 and torch refused the view in nine tasks."""
+    c = Contract(entry="e", args=[tensor("x", ["n", 3, "d"], "input", strides=[-1, "-1", 1])], symbols=["n", "d"])
+    plan = inputs.plan_call(c, {"n": 4, "d": 64}, "bf16", "strided", random.Random(0))
+    assert plan.tensors[0].strides == (192, 64, 1)
+
+
 def test_concrete_dtypes_and_value_ranges():
     c = Contract(
         entry="e",

@@ -627,7 +627,7 @@ def plan_call(
         for dim in reversed(range(len(shape))):
             contiguous = inner
             entry = spec.strides[dim] if spec.strides is not None and dim < len(spec.strides) else None
-            if entry is None:
+            if entry is None or entry in (-1, "-1"):  # -1: a TensorMatcher wildcard, any stride; dense is one
                 stride = contiguous
             else:
                 names = expr_symbols(entry)
