@@ -135,3 +135,39 @@ def test_unmodified_baseline_passes(op):
     as_candidate = evaluate(task_dir, task, adversarial.baseline_candidate(task_dir, task), config=config, profile=False)
     assert as_candidate.outcome == Outcome.ok, as_candidate.detail
     assert as_candidate.bitwise_equal is True  # the same module: bit-identical on every input
+
+
+@pytest.mark.gpu
+def test_the_sweep_learns_a_wrong_role_from_the_baseline_itself():
+    """A baseline that writes a tensor its contract calls an input (here the adversarial
+    kernel that mutates `input`, standing in as the oracle), or never writes one its
+    contract calls an output: the worker reports it as role evidence, the sweep re-checks
+    with the tensor inout and says so in the row."""
+    from optimize.harness import health
+    from optimize.harness.evaluate import build_units
+
+    task_dir, task = _task("activation.silu_and_mul")
+    config = _config()
+
+    def prepared(contract):
+        prep = health.prepare(task_dir)
+        prep.task = prep.task.model_copy(update={"contract": contract})
+        return prep
+
+    def with_role(name, role):
+        args = [a.model_copy(update={"tensor": a.tensor.model_copy(update={"role": role})}) if a.tensor is not None and a.tensor.name == name else a for a in task.contract.args]  # fmt: skip
+        return task.contract.model_copy(update={"args": args})
+
+    prep = prepared(task.contract)
+    mutating = next(c for c in CASES if c.name == "act_mutate_input")
+    report, libs = build_units(task_dir, task, prep.plan.units, config=config, regions=adversarial.candidate_for(mutating, task).regions)
+    assert report.ok, report.stderr[-2000:]
+    row = health.check(prep, libs, config)
+    assert row.passed, row.reason
+    assert "input: role inout (baseline: written)" in row.filled
+
+    prep = prepared(with_role("input", "output"))  # what extract would write for a tensor named `*_output`
+    _, libs = build_units(task_dir, task, prep.plan.units, config=config)
+    row = health.check(prep, libs, config)
+    assert row.passed, row.reason
+    assert "input: role inout (baseline: never written)" in row.filled

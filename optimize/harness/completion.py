@@ -48,13 +48,15 @@ class Filled(Record):
     """One value the static contract did not have."""
 
     name: str  # argument name
-    kind: Literal["value", "range"]
-    value: float | int | bool | str | None = None
+    kind: Literal["value", "range", "role"]
+    value: float | int | bool | str | None = None  # for "role": the new role
     value_range: tuple[float | str, float | str] | None = None
     rule: str  # "source-literal", "completion.toml: <pattern>", "llm:<model>"
     why: str = ""
 
     def describe(self) -> str:
+        if self.kind == "role":
+            return f"{self.name}: role {self.value} ({self.rule})"
         shown = repr(self.value) if self.kind == "value" else f"[{', '.join(map(str, self.value_range or ()))}]"
         return f"{self.name} = {shown} ({self.rule})"
 
@@ -225,9 +227,29 @@ def apply(contract: Contract, filled: Sequence[Filled]) -> Contract:
             arg = arg.model_copy(update={"scalar": arg.scalar.model_copy(update={"value": f.value})})
         elif arg.kind == "tensor" and arg.tensor is not None and arg.tensor.name in by_name:
             f = by_name[arg.tensor.name]
-            arg = arg.model_copy(update={"tensor": arg.tensor.model_copy(update={"value_range": f.value_range})})
+            field = {"role": f.value} if f.kind == "role" else {"value_range": f.value_range}
+            arg = arg.model_copy(update={"tensor": arg.tensor.model_copy(update=field)})
         args.append(arg)
     return contract.model_copy(update={"args": args})
+
+
+_EVIDENCE_WHY = {
+    "written": "the baseline modifies it, so it is updated in place, not read only",
+    "never_written": "the baseline never writes any of it, so it is read (or accumulated into), not produced",
+}
+
+
+def roles_from_baseline(contract: Contract, evidence: dict[str, str]) -> list[Filled]:
+    """Role fixes the baseline's own behaviour proves (WorkerResult.role_evidence): the
+    oracle defines what the op does, so an input it writes or an output it never
+    writes was a wrong guess of extract's. Both become ``inout``: its values are then
+    drawn like an input's and compared after the call like an output's."""
+    roles = {a.tensor.name: a.tensor.role for a in contract.args if a.kind == "tensor" and a.tensor is not None}
+    return [
+        Filled(name=name, kind="role", value="inout", rule=f"baseline: {what.replace('_', ' ')}", why=_EVIDENCE_WHY[what])
+        for name, what in evidence.items()
+        if what in _EVIDENCE_WHY and roles.get(name) in ("input", "output")
+    ]
 
 
 def complete(task: Task, task_dir: pathlib.Path | None = None, *, rules_path: pathlib.Path = RULES_PATH) -> tuple[Task, Completion]:

@@ -183,30 +183,46 @@ def _build_cost(prep: _Prepared) -> float:
     return recorded.seconds if recorded is not None and recorded.ok else float("inf")
 
 
+ROLE_REPAIRS = 2  # re-checks after the baseline showed a tensor's role was guessed wrong
+
+
 def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
-    """Run the baseline's checks in one isolated worker; the verdict becomes the row."""
+    """Run the baseline's checks in one isolated worker; the verdict becomes the row.
+
+    When the baseline itself writes an "input" or never writes an "output"
+    (``WorkerResult.role_evidence``), extract guessed that tensor's role wrong: the
+    row names the fix (``completion.roles_from_baseline``) and the checks run again
+    with it, at most :data:`ROLE_REPAIRS` times."""
     from optimize.errors import GpuRequired
+    from optimize.harness.completion import apply, roles_from_baseline
     from optimize.harness.evaluate import _workdir, run_request
     from optimize.harness.protocol import WorkerRequest
 
     task, row = prep.task, prep.row
-    request = WorkerRequest(
-        mode="evaluate", op_id=task.op_id, contract=task.contract, baseline_libraries=libraries,
-        checks=prep.plan.checks, harness=config.harness, device_cache_dir=str(config.cache / "device"),
-        stop_at_first_failure=True,
-    )  # fmt: skip
+    contract = task.contract
     start = time.monotonic()
-    try:
-        run = run_request(request, config, _workdir(config, task.op_id, "health"))
-    except GpuRequired:
-        raise  # the machine's problem, not the task's: no verdict, the sweep stops with the fix
-    except Exception as err:  # noqa: BLE001 - a harness/contract error is this task's reason
-        return row.model_copy(update={"ran": False, "reason": f"{type(err).__name__}: {_cause(err)}"})
+    for attempt in range(ROLE_REPAIRS + 1):
+        request = WorkerRequest(
+            mode="evaluate", op_id=task.op_id, contract=contract, baseline_libraries=libraries,
+            checks=prep.plan.checks, harness=config.harness, device_cache_dir=str(config.cache / "device"),
+            stop_at_first_failure=True,
+        )  # fmt: skip
+        try:
+            run = run_request(request, config, _workdir(config, task.op_id, "health"))
+        except GpuRequired:
+            raise  # the machine's problem, not the task's: no verdict, the sweep stops with the fix
+        except Exception as err:  # noqa: BLE001 - a harness/contract error is this task's reason
+            return row.model_copy(update={"ran": False, "reason": f"{type(err).__name__}: {_cause(err)}"})
+        res = run.result
+        fixes = roles_from_baseline(contract, res.role_evidence) if res is not None and res.status != "ok" else []
+        if not fixes or attempt == ROLE_REPAIRS:
+            break
+        contract = apply(contract, fixes)
+        row = row.model_copy(update={"filled": [*row.filled, *(f.describe() for f in fixes)]})
     seconds = time.monotonic() - start
-    if run.result is None:
+    if res is None:
         last = run.stderr_tail.strip().splitlines()[-1] if run.stderr_tail.strip() else ""
         return row.model_copy(update={"ran": False, "reason": f"{run.summary}: {last}", "check_s": seconds})
-    res = run.result
     update: dict[str, object] = {"checks": sum(1 for c in res.checks if c.status == "pass"), "check_s": seconds}
     if res.status in ("baseline_failed", "crashed"):
         update.update(ran=False, passed=False, reason=res.detail)

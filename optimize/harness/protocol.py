@@ -129,3 +129,7 @@ class WorkerResult(VersionedRecord):
     device: DeviceInfo | None = None
     seconds: dict[str, float] = Field(default_factory=dict)  # test / profile inside the worker
     notes: list[str] = Field(default_factory=list)
+    # What the *baseline* did that its contract did not say (baseline-only checks):
+    # "written" = an input it modifies; "never_written" = an output it leaves whole.
+    # The contract was wrong, not the kernel: the sweep re-checks it with the role inout.
+    role_evidence: dict[str, Literal["written", "never_written"]] = Field(default_factory=dict)

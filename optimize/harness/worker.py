@@ -112,6 +112,7 @@ class Checker:
         self.reference = references.get(self.contract.reference)
         self.baseline = Impl("baseline", request.baseline_libraries)
         self.candidate = Impl("candidate", request.candidate_libraries) if request.candidate_libraries else None
+        self.role_evidence: dict[str, str] = {}  # see WorkerResult.role_evidence
 
     # ------------------------------------------------------------------ one case
 
@@ -233,6 +234,8 @@ class Checker:
             changed = before != after
             if t.role == "input":
                 if bool(changed.any().item()):
+                    if impl.name == "baseline":
+                        self.role_evidence[t.name] = "written"
                     reason = compare.changed_reason(t, changed, before, after, what=f"{label}: input {t.name} was modified")
                     self._fail(impl, "incorrect", reason, case)
             else:
@@ -269,6 +272,8 @@ class Checker:
                 if cand_runs is None:
                     # baseline on its own: it must write every output element in run 1
                     if first_run and bool(exp_unwritten.any().item()):
+                        if bool(exp_unwritten.all().item()):
+                            self.role_evidence[t.name] = "never_written"
                         index = compare.first_index(exp_unwritten)
                         raise CaseFailure(
                             "incorrect",
@@ -522,7 +527,10 @@ def run(request: WorkerRequest) -> WorkerResult:
                 status, detail = "crashed", f"CUDA error while timing {case.label} {case.dtype}: {err}"
                 break
     seconds["profile"] = time.monotonic() - start
-    return WorkerResult(status=status, detail=detail, checks=checks, timings=timings, device=info, seconds=seconds)
+    return WorkerResult(
+        status=status, detail=detail, checks=checks, timings=timings, device=info, seconds=seconds,
+        role_evidence=checker.role_evidence if checker.candidate is None else {},
+    )  # fmt: skip
 
 
 def _single(request: WorkerRequest, device, stream, info) -> WorkerResult:
