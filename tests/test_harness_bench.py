@@ -372,3 +372,23 @@ def test_a_role_the_baseline_disproves_is_fixed_named_and_checked_again(tmp_path
     )  # fmt: skip
     row = health.check(prep, ["lib.so"], config)
     assert len(seen) == 2 and row.passed is False and row.reason == "input k was modified"
+
+
+def test_a_crashed_baseline_row_quotes_the_cuda_error_not_torchs_hint(tmp_path, monkeypatch):
+    from optimize.harness.isolate import WorkerRun
+    from pipeline.config import load_config
+
+    work = tmp_path / "work"
+    _write_task(work, "c.op")
+    config = load_config(overrides={"work_dir": str(work)}, environ={})
+    tail = (
+        "[worker 18:40:01] checking\ntorch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call.\n"
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+    )  # fmt: skip
+    monkeypatch.setattr(
+        "optimize.harness.evaluate.run_request",
+        lambda request, config, workdir: WorkerRun(status="crashed", returncode=1, seconds=0.5, stderr_tail=tail, result=None),
+    )  # fmt: skip
+    row = health.check(health.prepare(work / "tasks" / "c.op"), ["lib.so"], config)
+    assert row.ran is False and row.reason.endswith("torch.AcceleratorError: CUDA error: an illegal memory access was encountered")

@@ -220,8 +220,9 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
         contract = apply(contract, fixes)
         row = row.model_copy(update={"filled": [*row.filled, *(f.describe() for f in fixes)]})
     seconds = time.monotonic() - start
-    if res is None:
-        last = run.stderr_tail.strip().splitlines()[-1] if run.stderr_tail.strip() else ""
+    if res is None:  # crashed or killed: the CUDA error line says more than the last line (torch's hint)
+        lines = [line.strip() for line in run.stderr_tail.splitlines() if line.strip()]
+        last = next((line for line in reversed(lines) if re.search(r"\b\w*(Error|error)\b.*:", line)), lines[-1] if lines else "")
         return row.model_copy(update={"ran": False, "reason": f"{run.summary}: {last}", "check_s": seconds})
     update: dict[str, object] = {"checks": sum(1 for c in res.checks if c.status == "pass"), "check_s": seconds}
     if res.status in ("baseline_failed", "crashed"):
