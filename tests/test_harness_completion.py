@@ -197,3 +197,16 @@ def test_a_run_keeps_its_completion_and_later_stages_call_the_kernel_the_same_wa
     write_record(record.model_copy(update={"filled": [record.filled[0].model_copy(update={"value": 16})]}), tmp_path / completion.RECORD_FILE)
     again = completion.completed_in_run(task, tmp_path)  # the recorded value, not today's rule
     assert inputs.plan_call(again.contract, SIZES, "bf16").args[1] == 16
+
+
+def test_a_role_fix_from_the_baseline_makes_the_tensor_inout_and_drops_the_reference():
+    task = task_of(tensor("x", ["tokens"]), tensor("gating_output", ["tokens"], role="output"), tensor("y", ["tokens"], role="output"))
+    contract = task.contract.model_copy(update={"reference": "silu_and_mul"})
+    fixes = completion.roles_from_baseline(contract, {"x": "written", "gating_output": "never_written", "nope": "written"})
+    assert [f.describe() for f in fixes] == [
+        "x: role inout (baseline: written)", "gating_output: role inout (baseline: never written)",
+    ]  # fmt: skip
+    fixed = completion.apply(contract, fixes)
+    assert [a.tensor.role for a in fixed.args] == ["inout", "inout", "output"] and fixed.reference is None
+    assert completion.apply(contract, []).reference == "silu_and_mul"
+    assert completion.roles_from_baseline(fixed, {"x": "written"}) == []  # already inout: nothing more to learn

@@ -218,7 +218,9 @@ def _index_rule(contract: Contract, spec: TensorSpec, rules: list[dict], known: 
 
 
 def apply(contract: Contract, filled: Sequence[Filled]) -> Contract:
-    """The contract with ``filled`` written in (by argument name)."""
+    """The contract with ``filled`` written in (by argument name). A role change drops
+    the contract's PyTorch reference: references read tensors by role, so one written
+    for the old roles would check the wrong arguments."""
     by_name = {f.name: f for f in filled}
     args: list[ArgSpec] = []
     for arg in contract.args:
@@ -230,7 +232,10 @@ def apply(contract: Contract, filled: Sequence[Filled]) -> Contract:
             field = {"role": f.value} if f.kind == "role" else {"value_range": f.value_range}
             arg = arg.model_copy(update={"tensor": arg.tensor.model_copy(update=field)})
         args.append(arg)
-    return contract.model_copy(update={"args": args})
+    update: dict = {"args": args}
+    if any(f.kind == "role" for f in filled):
+        update["reference"] = None
+    return contract.model_copy(update=update)
 
 
 _EVIDENCE_WHY = {
