@@ -392,3 +392,47 @@ def test_a_crashed_baseline_row_quotes_the_cuda_error_not_torchs_hint(tmp_path, 
     )  # fmt: skip
     row = health.check(health.prepare(work / "tasks" / "c.op"), ["lib.so"], config)
     assert row.ran is False and row.reason.endswith("torch.AcceleratorError: CUDA error: an illegal memory access was encountered")
+
+
+def test_a_synthetic_size_the_baseline_rejects_is_replaced_by_the_one_it_expects(tmp_path, monkeypatch):
+    """Found on the H200 (2026-11-29): fifteen synthetic shapes were rejected with the
+    size the kernel wanted ("Size mismatch for shape#1: expected 6144 but got 128")."""
+    from optimize.harness.isolate import WorkerRun
+    from optimize.harness.protocol import CheckResult, WorkerResult
+    from pipeline.config import load_config
+    from pipeline.records import ArgSpec, TensorSpec
+
+    work = tmp_path / "work"
+    w = ArgSpec(kind="tensor", tensor=TensorSpec(name="w", shape=["num_tokens", "width"], dtype="T", role="input"))
+    _write_task(work, "s.op", catalog=False, extra_args=[w], sizes={"num_tokens": 8, "width": 64})
+    config = load_config(overrides={"work_dir": str(work)}, environ={})
+    prep = health.prepare(work / "tasks" / "s.op")
+    assert prep.row.shapes == "synthetic"
+    widths = []
+
+    def worker(request, config, workdir):
+        # like the real worker: a held-out shape the baseline rejects is skipped, the
+        # (synthetic) catalog shape rejected ends the checks
+        done = []
+        for case in request.checks:
+            if case.sizes["width"] == 6144:
+                continue
+            if case.held_out:
+                done.append(CheckResult(label=case.label, sizes=case.sizes, dtype=case.dtype, distribution=case.distribution,
+                                        layout=case.layout, held_out=True, status="skipped", reason="rejected"))  # fmt: skip
+                continue
+            widths.append(case.sizes["width"])
+            n, got = case.sizes["num_tokens"], case.sizes["width"]
+            detail = (
+                f"the baseline rejects catalog shape {case.label}: Tensor match failed for Tensor<{n}, {got}>[strides=<{got}, 1>, "
+                f"dtype=bfloat16, device=cuda:0] at k.cuh:9 - Root cause: Size mismatch for shape#1: expected 6144 but got {got}"
+            )  # fmt: skip
+            result = WorkerResult(status="baseline_failed", detail=detail, checks=done)
+            return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=result)
+        widths.append(6144)
+        return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=WorkerResult(status="ok", checks=done))
+
+    monkeypatch.setattr("optimize.harness.evaluate.run_request", worker)
+    row = health.check(prep, ["lib.so"], config)
+    assert widths[-1] == 6144 and len(widths) == 2 and row.passed, row.reason
+    assert row.filled == ["width = 6144 (baseline: the synthetic shape's width was rejected, the kernel expects 6144)"]

@@ -210,3 +210,23 @@ def test_a_role_fix_from_the_baseline_makes_the_tensor_inout_and_drops_the_refer
     assert [a.tensor.role for a in fixed.args] == ["inout", "inout", "output"] and fixed.reference is None
     assert completion.apply(contract, []).reference == "silu_and_mul"
     assert completion.roles_from_baseline(fixed, {"x": "written"}) == []  # already inout: nothing more to learn
+
+
+MISMATCH = (
+    "the baseline rejects catalog shape synthetic[hidden=128,tokens=8]: Tensor match failed for "
+    "Tensor<8, {got}>[strides=<{got}, 1>, dtype={dtype}, device=cuda:0] at src/k.cuh:204 - Root cause: "
+    "Size mismatch for shape#1: expected {want} but got {got}"
+)
+
+
+def test_the_size_a_baseline_rejection_asks_for():
+    task = task_of(tensor("x", ["tokens", "hidden"]), tensor("y", ["tokens", "2*half"]), tensor("w", ["hidden"], dtype="float32"), symbols=("tokens", "hidden", "half"))
+    sizes = {"tokens": 8, "hidden": 128, "half": 64}
+    ask = lambda want, got=128, dtype="bfloat16": completion.size_from_rejection(task.contract, sizes, "bf16", MISMATCH.format(want=want, got=got, dtype=dtype))  # noqa: E731
+    assert ask(6144) == ("hidden", 6144)  # x is the first bf16 Tensor<8, 128>: its dim 1 is `hidden`
+    assert completion.size_from_rejection(
+        task.contract.model_copy(update={"args": task.contract.args[1:]}), sizes, "bf16", MISMATCH.format(want=96, got=128, dtype="bfloat16")
+    ) == ("half", 48)  # `2*half` solved for half
+    assert ask(6144, dtype="float32") is None  # no float32 tensor of that shape
+    assert ask(6144, got=256) is None  # no tensor of that shape at all
+    assert completion.size_from_rejection(task.contract, sizes, "bf16", "gelu_tanh_cat: expected at least two dimensions") is None

@@ -257,6 +257,61 @@ def roles_from_baseline(contract: Contract, evidence: dict[str, str]) -> list[Fi
     ]
 
 
+_REJECTION = re.compile(
+    r"Tensor match failed for Tensor<([\d,\s]*)>\[.*?dtype=(\w+).*?"
+    r"Size mismatch for shape#(\d+)(?:\('[^']*'\))?: expected (\d+) but got (\d+)",
+    re.S,
+)
+
+
+def size_from_rejection(contract: Contract, sizes: dict[str, int], dtype: str, message: str) -> tuple[str, int] | None:
+    """(symbol, value) a baseline's TensorMatcher rejection asks for, or None.
+
+    SGLang's matcher says which tensor (its shape and dtype), which dimension and
+    what it expected: "Tensor<8, 128>[..dtype=bfloat16..] .. Size mismatch for
+    shape#1: expected 6144 but got 128". The tensor is found among this call's
+    tensors by shape and dtype; the symbol is the one that dimension's entry names
+    (``s``, or ``c*s`` with the value divisible by ``c``). Only for sizes the harness
+    invented (a synthetic shape): a rejected *catalog* shape is a real mismatch."""
+    match = _REJECTION.search(message)
+    if match is None:
+        return None
+    dims = tuple(int(x) for x in match.group(1).replace(" ", "").split(",") if x)
+    got_dtype, dim, expected = match.group(2), int(match.group(3)), int(match.group(4))
+    try:
+        plan = inputs.plan_call(contract, sizes, dtype)
+        wanted = inputs.canonical_dtype(got_dtype, dtype)
+    except ContractError:
+        return None
+    specs = {s.name: s for s in inputs.tensor_specs(contract)}
+    for tensor in plan.tensors:
+        if tensor.shape != dims or tensor.dtype != wanted or dim >= len(dims):
+            continue
+        entry = specs[tensor.name].shape[dim]
+        solved = _solve(entry, expected)
+        if solved is not None and solved[0] in sizes and solved[1] > 0:
+            return solved
+    return None
+
+
+def _solve(entry: str | int, value: int) -> tuple[str, int] | None:
+    """``s`` -> (s, value); ``c*s`` / ``s*c`` -> (s, value // c) when exact; else None."""
+    import ast
+
+    text = str(entry).strip()
+    if text.isidentifier():
+        return text, value
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        for const, name in ((node.left, node.right), (node.right, node.left)):
+            if isinstance(const, ast.Constant) and type(const.value) is int and isinstance(name, ast.Name):
+                return (name.id, value // const.value) if const.value and value % const.value == 0 else None
+    return None
+
+
 def complete(task: Task, task_dir: pathlib.Path | None = None, *, rules_path: pathlib.Path = RULES_PATH) -> tuple[Task, Completion]:
     """The task with every open item a rule covers filled in, and the record of it. A
     contract the harness cannot read at all is returned as it is (planning reports it)."""

@@ -183,30 +183,30 @@ def _build_cost(prep: _Prepared) -> float:
     return recorded.seconds if recorded is not None and recorded.ok else float("inf")
 
 
-ROLE_REPAIRS = 2  # re-checks after the baseline showed a tensor's role was guessed wrong
+REPAIRS = 3  # re-checks after the baseline showed what the contract or the invented shape got wrong
 
 
 def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
     """Run the baseline's checks in one isolated worker; the verdict becomes the row.
 
-    When the baseline itself writes an "input" or never writes an "output"
-    (``WorkerResult.role_evidence``), extract guessed that tensor's role wrong: the
-    row names the fix (``completion.roles_from_baseline``) and the checks run again
-    with it, at most :data:`ROLE_REPAIRS` times."""
+    The baseline is the oracle, so where it contradicts what was guessed, the guess
+    is fixed, named in the row (``filled``) and the checks run again, at most
+    :data:`REPAIRS` times:
+
+    - it writes an "input" or never writes an "output" (``WorkerResult.role_evidence``):
+      extract guessed that tensor's role wrong (``completion.roles_from_baseline``);
+    - it rejects a *synthetic* shape with a TensorMatcher message that says what it
+      expected (``completion.size_from_rejection``): the invented size is replaced,
+      if the same modules still serve the new shape."""
     from optimize.errors import GpuRequired
     from optimize.harness.completion import apply, roles_from_baseline
     from optimize.harness.evaluate import _workdir, run_request
-    from optimize.harness.protocol import WorkerRequest
 
-    task, row = prep.task, prep.row
+    task, row, plan = prep.task, prep.row, prep.plan
     contract = task.contract
     start = time.monotonic()
-    for attempt in range(ROLE_REPAIRS + 1):
-        request = WorkerRequest(
-            mode="evaluate", op_id=task.op_id, contract=contract, baseline_libraries=libraries,
-            checks=prep.plan.checks, harness=config.harness, device_cache_dir=str(config.cache / "device"),
-            stop_at_first_failure=True,
-        )  # fmt: skip
+    for attempt in range(REPAIRS + 1):
+        request = _request(task, contract, plan, libraries, config)
         try:
             run = run_request(request, config, _workdir(config, task.op_id, "health"))
         except GpuRequired:
@@ -214,11 +214,18 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
         except Exception as err:  # noqa: BLE001 - a harness/contract error is this task's reason
             return row.model_copy(update={"ran": False, "reason": f"{type(err).__name__}: {_cause(err)}"})
         res = run.result
-        fixes = roles_from_baseline(contract, res.role_evidence) if res is not None and res.status != "ok" else []
-        if not fixes or attempt == ROLE_REPAIRS:
+        if res is None or res.status == "ok" or attempt == REPAIRS:
             break
-        contract = apply(contract, fixes)
-        row = row.model_copy(update={"filled": [*row.filled, *(f.describe() for f in fixes)]})
+        fixes = roles_from_baseline(contract, res.role_evidence)
+        if fixes:
+            contract = apply(contract, fixes)
+            row = row.model_copy(update={"filled": [*row.filled, *(f.describe() for f in fixes)]})
+            continue
+        resized = _resized(task, contract, plan, res) if row.shapes == "synthetic" else None
+        if resized is None:
+            break
+        task, plan, note = resized
+        row = row.model_copy(update={"filled": [*row.filled, note]})
     seconds = time.monotonic() - start
     if res is None:  # crashed or killed: the CUDA error line says more than the last line (torch's hint)
         lines = [line.strip() for line in run.stderr_tail.splitlines() if line.strip()]
@@ -233,6 +240,46 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
         if skipped and not update["reason"]:
             update["reason"] = f"{len(skipped)} held-out case(s) skipped: {skipped[0].reason}"
     return row.model_copy(update=update)
+
+
+def _request(task, contract, plan, libraries: list[str], config):
+    from optimize.harness.protocol import WorkerRequest
+
+    return WorkerRequest(
+        mode="evaluate", op_id=task.op_id, contract=contract, baseline_libraries=libraries,
+        checks=plan.checks, harness=config.harness, device_cache_dir=str(config.cache / "device"),
+        stop_at_first_failure=True,
+    )  # fmt: skip
+
+
+def _resized(task, contract, plan, res):
+    """(task, plan, note) with the synthetic shape's size the baseline asked for, or None
+    when its message names none or the new shape needs modules not built."""
+    from optimize.harness.completion import size_from_rejection
+    from optimize.harness.evaluate import plan_cases
+
+    if len(res.checks) >= len(plan.checks):
+        return None
+    failed = plan.checks[len(res.checks)]  # the case the worker stopped at
+    if failed.held_out:
+        return None
+    asked = size_from_rejection(contract, failed.sizes, failed.dtype, res.detail)
+    if asked is None:
+        return None
+    symbol, value = asked
+    (shape,) = task.shapes
+    sizes = {**shape.sizes, symbol: value}
+    if sizes == shape.sizes or not contract.accepts(symbol, value):
+        return None
+    new_shape = shape.model_copy(update={"sizes": sizes})
+    new_task = task.model_copy(update={"shapes": [new_shape], "contract": contract})
+    try:
+        new_plan = plan_cases(new_task, shapes=[new_shape], held_out=HELD_OUT, profile=False)
+    except Exception:  # noqa: BLE001 - a shape the contract cannot plan is no repair
+        return None
+    if new_plan.units != plan.units:
+        return None
+    return new_task, new_plan, f"{symbol} = {value} (baseline: the synthetic shape's {symbol} was rejected, the kernel expects {value})"
 
 
 def health_all(
