@@ -444,7 +444,10 @@ def health_section(command: str, rows: Sequence[HealthRow], when: str, device: s
     lines += ["", f"Contracts static inference could not fully determine ({len(unresolved)}):", ""]
     lines += [f"- {r.op_id}: {'; '.join(r.unresolved)}" for r in unresolved] or ["- none"]
     filled = [r for r in rows if r.filled]
-    lines += ["", f"Filled in by the completion rules (optimize/harness/completion.toml; guesses, named) ({len(filled)}):", ""]
+    lines += [
+        "", f"Filled in: completion rules (optimize/harness/completion.toml; guesses) and what the baseline itself "
+        f"showed (roles, sizes), each named ({len(filled)}):", "",
+    ]  # fmt: skip
     lines += [f"- {r.op_id}: {'; '.join(r.filled)}" for r in filled] or ["- none"]
     still = [r for r in rows if r.still_open]
     lines += ["", f"Still open after the rules, for the LLM testing agent ({len(still)}):", ""]

@@ -227,7 +227,11 @@ class Checker:
         raise CaseFailure(kind, f"{case_name(case)}: {reason}")
 
     def _check_untouched(self, impl: Impl, plan, images, storages, inside, label: str, case) -> None:
-        """Inputs bit-identical; guard bands and stride gaps of every tensor unchanged."""
+        """Inputs bit-identical; guard bands and stride gaps of every tensor unchanged.
+
+        The baseline's written "inputs" are all noted as role evidence before the first
+        one fails the case, so the sweep can fix every one of them in one re-check."""
+        first_written: str | None = None
         for t in plan.tensors:
             bits_t = inputs.bits_dtype(t.dtype)
             before = images[t.name].view(bits_t)
@@ -235,10 +239,12 @@ class Checker:
             changed = before != after
             if t.role == "input":
                 if bool(changed.any().item()):
-                    if impl.name == "baseline":
-                        self.role_evidence[t.name] = "written"
-                    reason = compare.changed_reason(t, changed, before, after, what=f"{label}: input {t.name} was modified")
-                    self._fail(impl, "incorrect", reason, case)
+                    if impl.name != "baseline":
+                        reason = compare.changed_reason(t, changed, before, after, what=f"{label}: input {t.name} was modified")
+                        self._fail(impl, "incorrect", reason, case)
+                    self.role_evidence[t.name] = "written"
+                    if first_written is None:
+                        first_written = compare.changed_reason(t, changed, before, after, what=f"{label}: input {t.name} was modified")
             else:
                 outside = changed & ~inside[t.name]
                 if bool(outside.any().item()):
@@ -246,6 +252,8 @@ class Checker:
                         t, outside, before, after, what=f"{label}: wrote outside tensor {t.name}"
                     )
                     self._fail(impl, "incorrect", reason, case)
+        if first_written is not None:
+            self._fail(impl, "incorrect", first_written, case)
 
     # ------------------------------------------------------------------ judging
 
