@@ -230,3 +230,24 @@ def test_the_size_a_baseline_rejection_asks_for():
     assert ask(6144, dtype="float32") is None  # no float32 tensor of that shape
     assert ask(6144, got=256) is None  # no tensor of that shape at all
     assert completion.size_from_rejection(task.contract, sizes, "bf16", "gelu_tanh_cat: expected at least two dimensions") is None
+
+
+def test_the_dtype_a_baseline_check_demands():
+    task = task_of(tensor("gating", ["tokens", 8]), tensor("correction_bias", [8]), tensor("n_pad", [1], dtype="int64"))
+    msg = "the baseline rejects catalog shape M[]: Failed at k.cuh:662: correction_bias must be float32"
+    fix = completion.dtype_from_rejection(task.contract, msg)
+    assert fix.describe() == "correction_bias: dtype float32 (baseline: check)"
+    fixed = completion.apply(task.contract, [fix])
+    assert [a.tensor.dtype for a in fixed.args] == ["T", "float32", "int64"] and fixed.reference == task.contract.reference
+    on_cuda = completion.dtype_from_rejection(task.contract, "Failed at h.cuh:187: n_pad on CUDA must be int32")
+    assert (on_cuda.name, on_cuda.value) == ("n_pad", "int32")
+    assert completion.dtype_from_rejection(task.contract, "scale must be float32") is None  # no such tensor
+    assert completion.dtype_from_rejection(fixed, msg) is None  # already so
+
+
+def test_a_check_that_names_the_symbol_gives_its_size():
+    task = task_of(tensor("x", ["tokens", "freq_dim"]), symbols=("tokens", "freq_dim"))
+    sizes = {"tokens": 8, "freq_dim": 128}
+    msg = "Failed at helios_qk_rope.cuh:101: Helios QK RoPE expects freq_dim=256, got 128"
+    assert completion.size_from_rejection(task.contract, sizes, "bf16", msg) == ("freq_dim", 256)
+    assert completion.size_from_rejection(task.contract, sizes, "bf16", msg.replace("freq_dim", "rope_dim")) is None

@@ -48,15 +48,15 @@ class Filled(Record):
     """One value the static contract did not have."""
 
     name: str  # argument name
-    kind: Literal["value", "range", "role"]
-    value: float | int | bool | str | None = None  # for "role": the new role
+    kind: Literal["value", "range", "role", "dtype"]
+    value: float | int | bool | str | None = None  # for "role"/"dtype": the new role / dtype
     value_range: tuple[float | str, float | str] | None = None
     rule: str  # "source-literal", "completion.toml: <pattern>", "llm:<model>"
     why: str = ""
 
     def describe(self) -> str:
-        if self.kind == "role":
-            return f"{self.name}: role {self.value} ({self.rule})"
+        if self.kind in ("role", "dtype"):
+            return f"{self.name}: {self.kind} {self.value} ({self.rule})"
         shown = repr(self.value) if self.kind == "value" else f"[{', '.join(map(str, self.value_range or ()))}]"
         return f"{self.name} = {shown} ({self.rule})"
 
@@ -229,7 +229,7 @@ def apply(contract: Contract, filled: Sequence[Filled]) -> Contract:
             arg = arg.model_copy(update={"scalar": arg.scalar.model_copy(update={"value": f.value})})
         elif arg.kind == "tensor" and arg.tensor is not None and arg.tensor.name in by_name:
             f = by_name[arg.tensor.name]
-            field = {"role": f.value} if f.kind == "role" else {"value_range": f.value_range}
+            field = {f.kind: f.value} if f.kind in ("role", "dtype") else {"value_range": f.value_range}
             arg = arg.model_copy(update={"tensor": arg.tensor.model_copy(update=field)})
         args.append(arg)
     update: dict = {"args": args}
@@ -264,6 +264,9 @@ _REJECTION = re.compile(
 )
 
 
+_NAMED_DEMAND = re.compile(r"\bexpects (\w+)\s*=\s*(\d+), got \d+")
+
+
 def size_from_rejection(contract: Contract, sizes: dict[str, int], dtype: str, message: str) -> tuple[str, int] | None:
     """(symbol, value) a baseline's TensorMatcher rejection asks for, or None.
 
@@ -272,7 +275,12 @@ def size_from_rejection(contract: Contract, sizes: dict[str, int], dtype: str, m
     shape#1: expected 6144 but got 128". The tensor is found among this call's
     tensors by shape and dtype; the symbol is the one that dimension's entry names
     (``s``, or ``c*s`` with the value divisible by ``c``). Only for sizes the harness
-    invented (a synthetic shape): a rejected *catalog* shape is a real mismatch."""
+    invented (a synthetic shape): a rejected *catalog* shape is a real mismatch.
+    A check that names one of the contract's symbols ("expects freq_dim=256, got
+    128") is read the same way."""
+    named = _NAMED_DEMAND.search(message)
+    if named is not None and named.group(1) in sizes and int(named.group(2)) != sizes[named.group(1)]:
+        return named.group(1), int(named.group(2))  # "expects freq_dim=256, got 128": our symbol by name
     match = _REJECTION.search(message)
     if match is None:
         return None
@@ -309,6 +317,21 @@ def _solve(entry: str | int, value: int) -> tuple[str, int] | None:
         for const, name in ((node.left, node.right), (node.right, node.left)):
             if isinstance(const, ast.Constant) and type(const.value) is int and isinstance(name, ast.Name):
                 return (name.id, value // const.value) if const.value and value % const.value == 0 else None
+    return None
+
+
+_DTYPE_DEMAND = re.compile(r"\b(\w+) (?:on CUDA )?must be (float32|float16|bfloat16|int32|int64|int8|uint8)\b")
+
+
+def dtype_from_rejection(contract: Contract, message: str) -> Filled | None:
+    """The dtype a baseline's check demands of one of the contract's tensors
+    ("correction_bias must be float32"), when the contract says otherwise."""
+    specs = {s.name: s for s in inputs.tensor_specs(contract)}
+    for match in _DTYPE_DEMAND.finditer(message):
+        name, dtype = match.group(1), match.group(2)
+        spec = specs.get(name)
+        if spec is not None and spec.dtype != dtype:
+            return Filled(name=name, kind="dtype", value=dtype, rule="baseline: check", why=match.group(0))
     return None
 
 

@@ -195,11 +195,13 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
 
     - it writes an "input" or never writes an "output" (``WorkerResult.role_evidence``):
       extract guessed that tensor's role wrong (``completion.roles_from_baseline``);
+    - its own check demands a dtype of a tensor ("correction_bias must be float32":
+      ``completion.dtype_from_rejection``);
     - it rejects a *synthetic* shape with a TensorMatcher message that says what it
       expected (``completion.size_from_rejection``): the invented size is replaced,
       if the same modules still serve the new shape."""
     from optimize.errors import GpuRequired
-    from optimize.harness.completion import apply, roles_from_baseline
+    from optimize.harness.completion import apply, dtype_from_rejection, roles_from_baseline
     from optimize.harness.evaluate import _workdir, run_request
 
     task, row, plan = prep.task, prep.row, prep.plan
@@ -217,6 +219,8 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
         if res is None or res.status == "ok" or attempt == REPAIRS:
             break
         fixes = roles_from_baseline(contract, res.role_evidence)
+        demanded = dtype_from_rejection(contract, res.detail) if res.status == "baseline_failed" else None
+        fixes += [demanded] if demanded is not None else []
         if fixes:
             contract = apply(contract, fixes)
             row = row.model_copy(update={"filled": [*row.filled, *(f.describe() for f in fixes)]})
