@@ -568,15 +568,7 @@ class Loop:
             write_record(plan, plan_path)
         candidate = op.baseline_candidate()
         op.save_candidate(candidate)
-        evaluation = self._evaluate(op, candidate, "round")
-        if evaluation.outcome != Outcome.ok:
-            from optimize.harness.errors import BaselineError
-
-            raise BaselineError(
-                f"the baseline of {op.task.op_id} did not pass its own evaluation ({evaluation.outcome.value})",
-                fix="check the task (`kernelsmith extract`) and the harness on this machine",
-                detail=evaluation.detail,
-            )
+        evaluation = self._baseline_evaluation(op, candidate)
         op.trajectory.append(
             RoundRecord(
                 kind="baseline", op_id=op.task.op_id, round=0, mode=self.options.mode, coder=self.options.coder,
@@ -585,6 +577,42 @@ class Loop:
                 detail=evaluation.detail, **self._spent_since(mark),
             )  # fmt: skip
         )
+
+    def _baseline_evaluation(self, op: OpState, candidate: Candidate) -> Evaluation:
+        """The baseline's own evaluation. The baseline is the oracle: where it contradicts
+        its contract (writes an input, never writes an output, its check demands another
+        dtype), the contract is fixed (``completion.baseline_fixes``), the fix appended to
+        the run's ``contract_completion.json`` and the baseline evaluated again, at most
+        ``BASELINE_REPAIRS`` times; the stale evaluation is kept as ``*.superseded.json``."""
+        from optimize.harness.completion import BASELINE_REPAIRS, RECORD_FILE, Completion, apply, baseline_fixes
+        from optimize.harness.errors import BaselineError
+
+        for attempt in range(BASELINE_REPAIRS + 1):
+            failure: BaselineError | None = None
+            try:
+                evaluation = self._evaluate(op, candidate, "round")
+                if evaluation.outcome == Outcome.ok:
+                    return evaluation
+                evidence, detail = evaluation.role_evidence, evaluation.detail
+            except BaselineError as err:
+                failure, evidence, detail = err, err.evidence, err.detail
+            fixes = baseline_fixes(op.task.contract, evidence, detail) if attempt < BASELINE_REPAIRS else []
+            if not fixes:
+                if failure is not None:
+                    raise failure
+                raise BaselineError(
+                    f"the baseline of {op.task.op_id} did not pass its own evaluation ({evaluation.outcome.value})",
+                    fix="check the task (`kernelsmith extract`) and the harness on this machine",
+                    detail=evaluation.detail,
+                )
+            op.task = op.task.model_copy(update={"contract": apply(op.task.contract, fixes)})
+            path = op.dir / RECORD_FILE
+            record = read_record(Completion, path)
+            write_record(record.model_copy(update={"filled": [*record.filled, *fixes]}), path)
+            stale = op.eval_path(candidate.id, "round")
+            if stale.exists():
+                stale.rename(stale.with_name(f"{stale.stem}.superseded-{attempt}.json"))
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     # ------------------------------------------------------------------ one round
 

@@ -363,6 +363,9 @@ class Evaluation(VersionedRecord):
     max_abs_err: float | None = None
     timings: list[ShapeTiming] = Field(default_factory=list)
     seconds: dict[str, float] = Field(default_factory=dict)  # build / test / profile split
+    # Baseline-only evaluations: tensors whose role the baseline contradicted
+    # ("written" input, "never_written" output); see optimize.harness.completion.
+    role_evidence: dict[str, str] = Field(default_factory=dict)
 
 
 class OpSummary(Record):

@@ -30,6 +30,7 @@ from pipeline.records import (
     Evaluation,
     FileDigest,
     Instantiation,
+    Outcome,
     RunSummary,
     ShapeCase,
     SourceInfo,
@@ -757,3 +758,36 @@ def test_ncu_profile_can_be_switched_off(tmp_path):
     task_dir, task = write_task(tmp_path)
     cfg = Config.model_validate({"work_dir": str(tmp_path), "budget": {"rounds": 1}, "harness": {"ncu_profile": False}})
     Loop(cfg, LoopOptions(run="r1", coder="offline"), Profiled(), hooks=hooks()).run([(task_dir, task)])
+
+
+class ContractLearningBackend(CountingBackend):
+    """A baseline that contradicts its contract twice: it writes `in` (an "input"),
+    then never writes `out` (an "output"); it passes once both are inout."""
+
+    def evaluate(self, task_dir, task, candidate, *, stage="round"):
+        from optimize.harness.errors import BaselineError
+
+        roles = {a.tensor.name: a.tensor.role for a in task.contract.args if a.tensor is not None}
+        if candidate.is_baseline and roles["in"] == "input":
+            self.calls.append((candidate.id, "refused"))
+            raise BaselineError("the baseline of demo.scale failed its checks", detail="input in was modified", evidence={"in": "written"})
+        if candidate.is_baseline and roles["out"] == "output":
+            self.calls.append((candidate.id, "never_written"))
+            return Evaluation(op_id=task.op_id, candidate=candidate.id, outcome=Outcome.incorrect,
+                              detail="the baseline leaves out[0] unwritten", role_evidence={"out": "never_written"})  # fmt: skip
+        return super().evaluate(task_dir, task, candidate, stage=stage)
+
+
+def test_the_loop_learns_roles_the_baseline_contradicts_and_keeps_them_for_the_run(tmp_path):
+    backend = ContractLearningBackend()
+    summary, traj, _ = run_loop(tmp_path, None, rounds=1, coder="offline", backend=backend)
+    base = traj.baseline().candidate
+    assert [stage for cid, stage in backend.calls if cid == base][:3] == ["refused", "never_written", "round"]
+    op = tmp_path / "runs/r1/demo.scale"
+    completed = json.loads((op / "contract_completion.json").read_text())
+    assert [(f["name"], f["kind"], f["value"], f["rule"]) for f in completed["filled"]] == [
+        ("in", "role", "inout", "baseline: written"), ("out", "role", "inout", "baseline: never written"),
+    ]  # fmt: skip
+    assert (op / "evaluations" / f"{base}.round.superseded-1.json").exists()  # the stale verdict is kept, renamed
+    assert read_record(Evaluation, op / "evaluations" / f"{base}.round.json").outcome == Outcome.ok
+    assert summary.ops[0].status in ("improved", "no_improvement")

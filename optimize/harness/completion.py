@@ -39,6 +39,7 @@ from pipeline.records import ArgSpec, Contract, Record, Task, TensorSpec, Versio
 
 RULES_PATH = pathlib.Path(__file__).with_name("completion.toml")
 RECORD_FILE = "contract_completion.json"  # beside an op's trajectory in a run folder
+BASELINE_REPAIRS = 3  # re-evaluations of a baseline after it contradicted its contract
 SOURCE_SUFFIXES = (".cuh", ".cu", ".h", ".hpp", ".cpp")
 # Range of "full" packed data, capped to 32 bits so an int64 draw stays representable.
 _FULL_BITS = 32
@@ -333,6 +334,14 @@ def dtype_from_rejection(contract: Contract, message: str) -> Filled | None:
         if spec is not None and spec.dtype != dtype:
             return Filled(name=name, kind="dtype", value=dtype, rule="baseline: check", why=match.group(0))
     return None
+
+
+def baseline_fixes(contract: Contract, evidence: dict[str, str], detail: str) -> list[Filled]:
+    """Every contract fix one failed baseline run proves: roles from its evidence, and
+    a dtype its own check demands. The sweep and the loop both learn through this."""
+    fixes = roles_from_baseline(contract, evidence)
+    demanded = dtype_from_rejection(contract, detail)
+    return fixes + ([demanded] if demanded is not None and demanded.name not in {f.name for f in fixes} else [])
 
 
 def complete(task: Task, task_dir: pathlib.Path | None = None, *, rules_path: pathlib.Path = RULES_PATH) -> tuple[Task, Completion]:

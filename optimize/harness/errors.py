@@ -21,8 +21,13 @@ class BaselineError(KernelsmithError):
     """The baseline kernel itself failed (build, crash, or rejecting a catalog shape).
 
     Not the candidate's fault, so it is raised rather than recorded as the
-    candidate's outcome. The message carries the tool output.
+    candidate's outcome. The message carries the tool output; ``evidence`` what the
+    baseline showed about its contract (``WorkerResult.role_evidence``).
     """
+
+    def __init__(self, message: str, *, evidence: dict[str, str] | None = None, **kwargs: str) -> None:
+        super().__init__(message, **kwargs)
+        self.evidence = dict(evidence or {})
 
 
 class HarnessError(KernelsmithError):

@@ -375,7 +375,10 @@ def to_evaluation(
     seconds |= {k: round(v, 3) for k, v in result.seconds.items()}
     seconds["worker_overhead"] = round(max(0.0, run.seconds - sum(result.seconds.values())), 3)
     if result.status == "baseline_failed":
-        raise BaselineError(f"the baseline of {op_id} failed its checks", fix="check the task", detail=result.detail)
+        raise BaselineError(
+            f"the baseline of {op_id} failed its checks", fix="check the task", detail=result.detail,
+            evidence=result.role_evidence,
+        )  # fmt: skip
     passed = sum(1 for c in result.checks if c.status == "pass")
     failed = sum(1 for c in result.checks if c.status == "fail")
     skipped = [c for c in result.checks if c.status == "skipped"]
@@ -384,7 +387,7 @@ def to_evaluation(
     common = dict(
         op_id=op_id, candidate=cid, build=build, checks_passed=passed, checks_failed=failed,
         bitwise_equal=all(bitwise) if bitwise else None, max_abs_err=max(errors) if errors else None,
-        seconds=seconds,
+        seconds=seconds, role_evidence=dict(result.role_evidence),
     )  # fmt: skip
     if result.status in ("incorrect", "crashed"):
         outcome = Outcome.incorrect if result.status == "incorrect" else Outcome.crashed

@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
 
+from optimize.harness.completion import BASELINE_REPAIRS
 from pipeline.build import first_error, usable_cpus
 from pipeline.records import BuildReport, VersionedRecord, content_hash, read_record, write_record
 
@@ -183,7 +184,9 @@ def _build_cost(prep: _Prepared) -> float:
     return recorded.seconds if recorded is not None and recorded.ok else float("inf")
 
 
-REPAIRS = 3  # re-checks after the baseline showed what the contract or the invented shape got wrong
+# Re-checks after the baseline showed what the contract or the invented shape got wrong
+# (the loop allows the same number).
+REPAIRS = BASELINE_REPAIRS
 
 
 def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
@@ -201,7 +204,7 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
       expected (``completion.size_from_rejection``): the invented size is replaced,
       if the same modules still serve the new shape."""
     from optimize.errors import GpuRequired
-    from optimize.harness.completion import apply, dtype_from_rejection, roles_from_baseline
+    from optimize.harness.completion import apply, baseline_fixes
     from optimize.harness.evaluate import _workdir, run_request
 
     task, row, plan = prep.task, prep.row, prep.plan
@@ -218,9 +221,7 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
         res = run.result
         if res is None or res.status == "ok" or attempt == REPAIRS:
             break
-        fixes = roles_from_baseline(contract, res.role_evidence)
-        demanded = dtype_from_rejection(contract, res.detail) if res.status == "baseline_failed" else None
-        fixes += [demanded] if demanded is not None else []
+        fixes = baseline_fixes(contract, res.role_evidence, res.detail if res.status == "baseline_failed" else "")
         if fixes:
             contract = apply(contract, fixes)
             row = row.model_copy(update={"filled": [*row.filled, *(f.describe() for f in fixes)]})
