@@ -89,11 +89,12 @@ def test_inout_counters_packed_data_and_what_no_rule_may_guess():
         tensor("q_fp4", ["tokens", 8], dtype="int8"),
         tensor("seq_lens", ["tokens"], dtype="int32"),
         tensor("cu_seqlens_q", ["tokens"], dtype="int32"),
+        tensor("k_payload", ["tokens", 64], dtype="uint8"),
         scalar("chunk_rows", "int"),
     )
     done, record = completion.complete(task)
     got = {f.name: tuple(f.value_range) for f in record.filled}
-    assert got == {"slot_state": (0, 0), "qweight": (-(2**31), 2**31 - 1), "q_fp4": (-128, 127)}
+    assert got == {"slot_state": (0, 0), "qweight": (-(2**31), 2**31 - 1), "q_fp4": (-128, 127), "k_payload": (0, 255)}
     assert record.open == [
         "tensor seq_lens (int32, input): no value range",
         "tensor cu_seqlens_q (int32, input): no value range",

@@ -182,7 +182,10 @@ def _known_names(contract: Contract) -> set[str]:
 
 
 def _full_range(spec: TensorSpec) -> tuple[int, int]:
-    bits = min(8 * inputs.ITEMSIZE[inputs.canonical_dtype(spec.dtype, "")], _FULL_BITS)
+    short = inputs.canonical_dtype(spec.dtype, "")
+    bits = min(8 * inputs.ITEMSIZE[short], _FULL_BITS)
+    if short.startswith("uint"):
+        return 0, (1 << bits) - 1
     return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
 
@@ -190,6 +193,8 @@ def _index_rule(contract: Contract, spec: TensorSpec, rules: list[dict], known: 
     for rule in rules:
         pattern = _matches(spec.name, rule.get("names", []))
         if pattern is None or spec.role not in rule.get("roles", ["input"]):
+            continue
+        if "dtypes" in rule and inputs.canonical_dtype(spec.dtype, "") not in rule["dtypes"]:
             continue
         kind = rule.get("kind")
         bounds: tuple[float | str, float | str] | None = None
