@@ -436,3 +436,40 @@ def test_a_synthetic_size_the_baseline_rejects_is_replaced_by_the_one_it_expects
     row = health.check(prep, ["lib.so"], config)
     assert widths[-1] == 6144 and len(widths) == 2 and row.passed, row.reason
     assert row.filled == ["width = 6144 (baseline: the synthetic shape's width was rejected, the kernel expects 6144)"]
+
+
+def test_a_dtype_the_baseline_demands_is_taken_and_what_it_then_needs_is_checked_on_the_cpu(tmp_path, monkeypatch):
+    """Found on the H200 (2026-11-29): mask_topk_ids' baseline said "num_token_non_padded
+    on CUDA must be int32"; fixed, the tensor is an integer input, which the rules then
+    range (or, with no rule, the row says so instead of a worker failure)."""
+    from optimize.harness.isolate import WorkerRun
+    from optimize.harness.protocol import WorkerResult
+    from pipeline.config import load_config
+    from pipeline.records import ArgSpec, TensorSpec
+
+    work = tmp_path / "work"
+    for op, name in (("d.op", "num_token_non_padded"), ("e.op", "n_pad")):
+        _write_task(work, op, extra_args=[ArgSpec(kind="tensor", tensor=TensorSpec(name=name, shape=[1], dtype="T", role="input"))])
+    config = load_config(overrides={"work_dir": str(work)}, environ={})
+    calls = []
+
+    def worker(request, config, workdir):
+        spec = request.contract.args[1].tensor
+        calls.append((spec.name, spec.dtype))
+        if spec.dtype == "T":
+            result = WorkerResult(status="baseline_failed", detail=f"Failed at hash_topk.cuh:187: {spec.name} on CUDA must be int32")
+        else:
+            result = WorkerResult(status="ok")
+        return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=result)
+
+    monkeypatch.setattr("optimize.harness.evaluate.run_request", worker)
+    row = health.check(health.prepare(work / "tasks" / "d.op"), ["lib.so"], config)
+    assert row.passed and calls == [("num_token_non_padded", "T"), ("num_token_non_padded", "int32")]
+    assert row.filled == [
+        "num_token_non_padded: dtype int32 (baseline: check)",
+        "num_token_non_padded = [0, num_tokens] (completion.toml: bounded num_token_non_padded)",
+    ]  # fmt: skip
+    calls.clear()
+    row = health.check(health.prepare(work / "tasks" / "e.op"), ["lib.so"], config)
+    assert calls == [("n_pad", "T")] and row.ran is False
+    assert row.reason.startswith("contract (after the baseline's fix): integer tensor n_pad has no value_range")

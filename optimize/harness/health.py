@@ -97,7 +97,6 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
     from extract.tasks import load_task
     from optimize.harness import inputs
     from optimize.harness.completion import complete
-    from optimize.harness.errors import ContractError
     from optimize.harness.evaluate import plan_cases
 
     prep = _Prepared(task_dir=task_dir, row=HealthRow(op_id=task_dir.name))
@@ -157,18 +156,29 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
     # Every call the worker will make, planned here first (pure Python): a contract that
     # cannot be called (an open scalar, a dtype the harness cannot fill, an index tensor
     # with no value range) is the task's reason, found without a build or a GPU.
-    try:
-        for case in plan.checks:
-            for tensor in inputs.plan_call(prep.task.contract, case.sizes, case.dtype, case.layout).tensors:
-                inputs.require_fillable(tensor)
-    except ContractError as err:
-        prep.row = prep.row.model_copy(update={"reason": f"contract: {err.message}"})
+    problem = uncallable(prep.task.contract, plan.checks)
+    if problem:
+        prep.row = prep.row.model_copy(update={"reason": f"contract: {problem}"})
         return prep
     if not plan.checks:
         prep.row = prep.row.model_copy(update={"reason": "no shape to test: the contract sizes no tensor"})
         return prep
     prep.plan = plan
     return prep
+
+
+def uncallable(contract, checks) -> str:
+    """Why the worker could not make one of these calls ("" when it can): pure Python."""
+    from optimize.harness import inputs
+    from optimize.harness.errors import ContractError
+
+    try:
+        for case in checks:
+            for tensor in inputs.plan_call(contract, case.sizes, case.dtype, case.layout).tensors:
+                inputs.require_fillable(tensor)
+    except ContractError as err:
+        return err.message
+    return ""
 
 
 def build_one(prep: _Prepared, config) -> tuple[BuildReport, list[str]]:
@@ -204,7 +214,7 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
       expected (``completion.size_from_rejection``): the invented size is replaced,
       if the same modules still serve the new shape."""
     from optimize.errors import GpuRequired
-    from optimize.harness.completion import apply, baseline_fixes
+    from optimize.harness.completion import apply, baseline_fixes, complete
     from optimize.harness.evaluate import _workdir, run_request
 
     task, row, plan = prep.task, prep.row, prep.plan
@@ -223,8 +233,13 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
             break
         fixes = baseline_fixes(contract, res.role_evidence, res.detail if res.status == "baseline_failed" else "")
         if fixes:
-            contract = apply(contract, fixes)
-            row = row.model_copy(update={"filled": [*row.filled, *(f.describe() for f in fixes)]})
+            # a fixed tensor may now need what the rules fill (a dtype turned integer)
+            fixed, more = complete(task.model_copy(update={"contract": apply(contract, fixes)}), prep.task_dir)
+            contract = fixed.contract
+            row = row.model_copy(update={"filled": [*row.filled, *(f.describe() for f in [*fixes, *more.filled])]})
+            problem = uncallable(contract, plan.checks)
+            if problem:
+                return row.model_copy(update={"ran": False, "reason": f"contract (after the baseline's fix): {problem}"})
             continue
         resized = _resized(task, contract, plan, res) if row.shapes == "synthetic" else None
         if resized is None:
