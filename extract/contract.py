@@ -386,12 +386,19 @@ class CppFacts:
     unresolved: list[str]
 
 
+def _symbol_name(display: str, var: str) -> str:
+    """A SymbolicSize's display name as a contract symbol: an identifier, so shape entries
+    stay arithmetic ("hidden_dim x 2" -> ``hidden_dim_x_2``; the C++ variable if nothing is left)."""
+    name = re.sub(r"\W+", "_", display).strip("_")
+    return name if name and not name[0].isdigit() else var
+
+
 def _body_symbols(body: str) -> dict[str, str]:
     symbols: dict[str, str] = {}
     for match in re.finditer(r"(?:auto\s+|SymbolicSize\s*&?\s*)?(\w+)\s*=\s*SymbolicSize\s*[{(]\s*\"([^\"]*)\"", body):
-        symbols[match.group(1)] = match.group(2)
+        symbols[match.group(1)] = _symbol_name(match.group(2), match.group(1))
     for match in re.finditer(r"SymbolicSize\s+(\w+)\s*[{(]\s*\"([^\"]*)\"", body):
-        symbols[match.group(1)] = match.group(2)
+        symbols[match.group(1)] = _symbol_name(match.group(2), match.group(1))
     for match in re.finditer(r"(?:auto\s+)?(\w+)\s*=\s*SymbolicSize\s*[{(]\s*[})]", body):
         symbols.setdefault(match.group(1), match.group(1))
     return symbols

@@ -240,3 +240,10 @@ def test_a_template_type_parameter_dtype_is_settled_by_what_the_instantiations_p
     assert [a.tensor.dtype for a in settled.args] == ["T", "float32", "?W", "T"]  # W differs per instantiation: open
     assert settled.unresolved == ["tensor `w`: element type `W` is not the instantiation dtype"]
     assert C.settle_type_params(contract, []) == contract
+
+
+def test_a_symbolic_size_display_name_becomes_an_identifier():
+    """Found in the coverage sweep (2026-11-29): SymbolicSize{"hidden_dim x 2"} made a
+    shape entry no harness can evaluate; three tasks could not be planned."""
+    body = 'auto D = SymbolicSize{"hidden_dim x 2"};\nauto M = SymbolicSize{"num tokens"};\nSymbolicSize K{"2k"};\nauto N = SymbolicSize{"n"};'
+    assert C._body_symbols(body) == {"D": "hidden_dim_x_2", "M": "num_tokens", "K": "K", "N": "n"}
