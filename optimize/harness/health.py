@@ -63,7 +63,7 @@ class HealthRow(VersionedRecord):
     checks: int = 0  # checks that passed
     shapes: Literal["catalog", "synthetic"] = "catalog"  # synthetic: no model sizes the op (inputs.synthetic_shape)
     unresolved: list[str] = []  # contract entries static inference left open (contract.unresolved)
-    filled: list[str] = []  # what the completion rules filled in (completion.Filled.describe)
+    filled: list[str] = []  # what the completion rules filled in and the baseline fixed (completion.Filled.describe)
     still_open: list[str] = []  # what no rule covers: the LLM testing agent's to fill
     build_s: float = 0.0
     check_s: float = 0.0
