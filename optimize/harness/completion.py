@@ -10,6 +10,12 @@ fills them by stated rules, in order:
    takes the first such literal from the task's own sources;
 2. the rules of :file:`completion.toml`, matched by argument name and type/role.
 
+Then, on the GPU, the baseline corrects what was guessed about it (it is the
+oracle): :func:`baseline_fixes` turns what a failed baseline run showed (an input
+it writes, an output it never writes, a dtype its check demands) into fixes, and
+:func:`size_from_rejection` reads the size a TensorMatcher rejection expects (for
+shapes the harness invented). The sweep and the loop apply them and run again.
+
 What must stay true:
 - Nothing is filled silently: every value is a :class:`Filled` entry with the rule
   and its reason, kept in the :class:`Completion` record beside the run and named
@@ -24,6 +30,7 @@ What must stay true:
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import functools
 import pathlib
@@ -268,8 +275,6 @@ _REJECTION = re.compile(
     r"Size mismatch for shape#(\d+)(?:\('[^']*'\))?: expected (\d+) but got (\d+)",
     re.S,
 )
-
-
 _NAMED_DEMAND = re.compile(r"\bexpects (\w+)\s*=\s*(\d+), got \d+")
 
 
@@ -310,8 +315,6 @@ def size_from_rejection(contract: Contract, sizes: dict[str, int], dtype: str, m
 
 def _solve(entry: str | int, value: int) -> tuple[str, int] | None:
     """``s`` -> (s, value); ``c*s`` / ``s*c`` -> (s, value // c) when exact; else None."""
-    import ast
-
     text = str(entry).strip()
     if text.isidentifier():
         return text, value
