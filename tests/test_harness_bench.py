@@ -473,3 +473,20 @@ def test_a_dtype_the_baseline_demands_is_taken_and_what_it_then_needs_is_checked
     row = health.check(health.prepare(work / "tasks" / "e.op"), ["lib.so"], config)
     assert calls == [("n_pad", "T")] and row.ran is False
     assert row.reason.startswith("contract (after the baseline's fix): integer tensor n_pad has no value_range")
+
+
+def test_with_an_llm_the_sweep_asks_the_testing_agent_for_what_the_rules_leave_open(tmp_path):
+    import json
+
+    from optimize.llm.fakes import ScriptedModel
+    from pipeline.records import ArgSpec, ScalarSpec
+
+    work = tmp_path / "work"
+    _write_task(work, "m.op", extra_args=[ArgSpec(kind="scalar", scalar=ScalarSpec(name="chunk_rows", type="int", value=None))])
+    offline = health.prepare(work / "tasks" / "m.op")
+    assert offline.plan is None and offline.row.still_open == ["scalar chunk_rows (int): no value to call with"]
+    model = ScriptedModel([json.dumps({"scalars": {"chunk_rows": 4}, "why": {"chunk_rows": "rows per CTA"}})], name="m1")
+    asked = health.prepare(work / "tasks" / "m.op", model)
+    assert model.agents() == ["testing"]
+    assert asked.plan is not None and asked.row.filled == ["chunk_rows = 4 (llm:m1)"] and asked.row.still_open == []
+    assert asked.key != offline.key  # the verdict is keyed on the model's answer too

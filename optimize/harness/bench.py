@@ -234,7 +234,15 @@ def main(args: Any, config: Config) -> int:
     if getattr(args, "all", False):
         from optimize.harness.health import health_all, health_section
 
-        rows = health_all([path for _, path in _task_dirs(config, None)], config, budget_s=config.harness.sweep_budget_s)
+        model = None
+        if config.llm.configured:  # the testing agent fills what the completion rules leave open
+            from optimize.llm.client import LlmClient
+
+            model = LlmClient(config.llm, cache_dir=config.cache / "llm")
+            print(f"bench --all: open contract items go to the testing agent ({config.llm.model})", flush=True)
+        rows = health_all(
+            [path for _, path in _task_dirs(config, None)], config, budget_s=config.harness.sweep_budget_s, model=model
+        )  # fmt: skip
         env = (
             f"Wall time {time.monotonic() - start:.0f} s (this run; verdicts of earlier runs of the same code are reused); "
             f"{config.harness.health_workers} check worker(s) at once; "

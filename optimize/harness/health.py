@@ -92,11 +92,15 @@ def row_path(work: pathlib.Path, key: str) -> pathlib.Path:
     return work / "bench" / "health" / f"{key}.json"
 
 
-def prepare(task_dir: pathlib.Path) -> _Prepared:
-    """Load the task and plan its checks; a failure is the row's reason."""
+def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
+    """Load the task and plan its checks; a failure is the row's reason.
+
+    With ``model`` (an LLM endpoint is configured), the testing agent fills what the
+    completion rules leave open (:func:`optimize.agents.testing.complete_contract`);
+    the verdict's key then covers its answers too."""
     from extract.tasks import load_task
+    from optimize.agents.testing import complete_contract
     from optimize.harness import inputs
-    from optimize.harness.completion import complete
     from optimize.harness.evaluate import plan_cases
 
     prep = _Prepared(task_dir=task_dir, row=HealthRow(op_id=task_dir.name))
@@ -109,7 +113,9 @@ def prepare(task_dir: pathlib.Path) -> _Prepared:
         return prep
     # What static inference left open and a completion rule covers is filled in first
     # (and named in the row), so a guessed value shows up as the baseline failing.
-    task, completion = complete(task, task_dir)
+    task, completion = complete_contract(task, task_dir, model=model)
+    if any(f.rule.startswith("llm:") for f in completion.filled):
+        prep.key = content_hash(task_json.read_bytes(), harness_fingerprint(), completion.model_dump_json())[:32]
     prep.task = task
     prep.row = prep.row.model_copy(
         update={
@@ -308,8 +314,10 @@ def health_all(
     *,
     progress: Callable[[str], None] = lambda line: print(line, flush=True),
     budget_s: float | None = None,
+    model=None,
 ) -> list[HealthRow]:
     """Plan, build, check (module doc); rows in ``task_dirs`` order, each saved as soon as it is final.
+    ``model``: the testing agent's LLM for what the completion rules leave open (see :func:`prepare`).
 
     Builds and checks overlap: a task's check starts as soon as its modules are
     built. Builds start cheapest first (the seconds extract's compile check took),
@@ -320,7 +328,7 @@ def health_all(
     start = time.monotonic()
     total = len(task_dirs)
     rows: list[HealthRow | None] = [None] * total
-    preps = [prepare(d) for d in task_dirs]
+    preps = [prepare(d, model) for d in task_dirs]
     done = 0
     lock = threading.Lock()
 
