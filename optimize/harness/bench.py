@@ -226,6 +226,7 @@ def _store(config: Config, command: str, results: Sequence[OpBench], sglang: str
 def main(args: Any, config: Config) -> int:
     """Entry point of ``kernelsmith bench`` (see the module doc). Exit 1 when any op was not measured."""
     from extract.tasks import load_task
+    from optimize.harness.completion import complete
 
     command = canonical_command(args)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
@@ -255,7 +256,7 @@ def main(args: Any, config: Config) -> int:
         results = []
         sglang = config.sglang.version
         for op, path in _task_dirs(config, ops):
-            task = load_task(path)
+            task, _ = complete(load_task(path), path)  # open contract items filled as the sweep fills them
             sglang = task.source.version or task.source.commit or sglang
             print(f"bench: {op} ...", flush=True)
             result = bench_op(
