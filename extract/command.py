@@ -48,7 +48,7 @@ from pydantic import Field
 from extract import pyops, sources, tasks
 from pipeline.config import DEFAULT_OPS, Config
 from extract.errors import ToolchainError, UnknownOpError
-from pipeline.build import first_error
+from pipeline.build import first_error, merge_reports
 from pipeline.errors import KernelsmithError
 from pipeline.records import (
     BuildReport,
@@ -223,20 +223,6 @@ def unit_groups(instantiations: list[Instantiation]) -> list[list[Instantiation]
         per_dtype.setdefault(inst.dtype, []).append(inst)
     depth = max((len(v) for v in per_dtype.values()), default=0)
     return [[v[i] for v in per_dtype.values() if i < len(v)] for i in range(depth)]
-
-
-def merge_reports(reports: list[BuildReport]) -> BuildReport:
-    if len(reports) == 1:
-        return reports[0]
-    failed = [r for r in reports if not r.ok]
-    return BuildReport(
-        ok=not failed,
-        key=content_hash(*[r.key for r in reports]),
-        seconds=sum(r.seconds for r in reports),
-        library=None,
-        stderr="\n".join(r.stderr for r in failed)[-20000:],
-        resources=[res for r in reports for res in r.resources],
-    )
 
 
 def compile_tasks(

@@ -639,6 +639,26 @@ _PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
 _PTXAS_CMEM0 = re.compile(r"(\d+) bytes cmem\[0\]")
 
 
+def merge_reports(reports: Sequence[BuildReport]) -> BuildReport:
+    """One report for a task built as several units (one module each): ok only when
+    every unit built; seconds summed; every unit's ptxas resources; the stderr of the
+    first unit that failed (what a repair or a table row needs; the others fail the
+    same way or later); ``key`` the hash of the unit keys; ``library`` only for a single
+    unit (callers keep the per-unit libraries); ``cached`` when every unit was."""
+    if len(reports) == 1:
+        return reports[0]
+    failed = next((r for r in reports if not r.ok), None)
+    return BuildReport(
+        ok=failed is None,
+        key=content_hash(*[r.key for r in reports]),
+        seconds=sum(r.seconds for r in reports),
+        library=None,
+        stderr=failed.stderr if failed is not None else "",
+        resources=[res for r in reports for res in r.resources],
+        cached=all(r.cached for r in reports),
+    )
+
+
 def first_error(stderr: str) -> str:
     """The line of a failed build's output that says why (300 characters at most).
 

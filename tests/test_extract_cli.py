@@ -8,7 +8,8 @@ import pathlib
 import pytest
 
 from extract import command
-from extract.command import OpResult, build_index, merge_reports, select_ops, unit_groups
+from extract.command import OpResult, build_index, select_ops, unit_groups
+from pipeline.build import merge_reports
 from pipeline.cli import main
 from pipeline.errors import UnknownOpError
 from pipeline.records import BuildReport, Instantiation, KernelResources
@@ -110,8 +111,11 @@ def test_unit_groups_keep_one_instantiation_per_dtype():
     bad = BuildReport(ok=False, key="b", seconds=2.0, stderr="cuda.cu(3): error: boom")
     merged = merge_reports([ok, bad])
     assert not merged.ok and merged.seconds == 3.0 and merged.library is None
-    assert merged.resources == ok.resources and "boom" in merged.stderr
+    assert merged.resources == ok.resources and merged.stderr == bad.stderr and not merged.cached
+    assert merged.key not in ("a", "b")  # the hash of the unit keys
     assert merge_reports([ok]) == ok
+    both = merge_reports([ok.model_copy(update={"cached": True}), ok.model_copy(update={"cached": True, "key": "c"})])
+    assert both.ok and both.cached and both.stderr == ""
 
 
 def test_coverage_counts_modules(sglang_source):

@@ -206,22 +206,6 @@ def candidate_overrides(task_dir: str | os.PathLike[str], task: Task, regions: d
     return apply_regions(files, list(task.editable), dict(regions))
 
 
-def _merge_reports(reports: Sequence[BuildReport]) -> BuildReport:
-    first = reports[0]
-    if len(reports) == 1:
-        return first
-    failed = next((r for r in reports if not r.ok), None)
-    return first.model_copy(
-        update={
-            "ok": failed is None,
-            "seconds": sum(r.seconds for r in reports),
-            "stderr": (failed or first).stderr,
-            "resources": [res for r in reports for res in r.resources],
-            "cached": all(r.cached for r in reports),
-        }
-    )
-
-
 def build_units(
     task_dir: str | os.PathLike[str],
     task: Task,
@@ -238,7 +222,7 @@ def build_units(
     ``compile_failed``) and ToolchainError for a broken machine. ``max_workers`` and
     ``isolate`` are :func:`pipeline.build.build_many`'s.
     """
-    from pipeline.build import BuildJob, build_many, relocate_spans
+    from pipeline.build import BuildJob, build_many, merge_reports, relocate_spans
 
     overrides = candidate_overrides(task_dir, task, regions) if regions is not None else None
     editable = tuple(relocate_spans(task.editable, regions)) if regions else tuple(task.editable)
@@ -250,7 +234,7 @@ def build_units(
         for unit in units
     ]  # fmt: skip
     reports = build_many(jobs, max_workers=max_workers, isolate=isolate)
-    merged = _merge_reports(reports)
+    merged = merge_reports(reports)
     return merged, [r.library or "" for r in reports]
 
 
