@@ -125,3 +125,9 @@ def test_candidate_ids_hash_region_texts_not_dict_order():
     assert candidate_id(a) == candidate_id(b) == regions_hash(a)[:16]
     assert candidate_id({"k1": "xy", "k2": ""}) != candidate_id({"k1": "x", "k2": "y"})
     assert geomean([2.0, 0.5]) == pytest.approx(1.0) and geomean([]) is None
+
+
+def test_every_evaluation_outcome_is_a_round_outcome():
+    """RoundOutcome re-lists records.Outcome (enums cannot extend one another): a value
+    added to Outcome and not here would break RoundOutcome.of at run time."""
+    assert [RoundOutcome.of(o).value for o in Outcome] == [o.value for o in Outcome]
