@@ -519,6 +519,12 @@ class Evaluator:
                 if base.dtype is None:
                     return self.unknown(env, node, f"dtype of `{base.name}` is not bound")
                 return base.dtype
+            # What every call the harness makes has: tensors on the GPU, dense (a padded row
+            # stride is a layout the contract declares, not one the loader branches on here).
+            if attr == "is_cuda":
+                return True
+            if attr == "is_contiguous":  # asked with a memory_format, it stays unanswered
+                return ("bound", lambda: True)
             return self.unknown(env, node, f"tensor attribute `{env.module.code(node)}` is runtime data")
         if isinstance(base, Facts) and attr in base:
             return base[attr]

@@ -264,3 +264,35 @@ def test_entry_parts():
 def test_kernels_through_a_using_alias(ops):
     # QKNormKernel is `using QKNormKernel = std::conditional_t<..., QKNormKernelWarp<...>, ...>`
     assert {"fused_qknorm_warp", "fused_qknorm_cta"} <= set(ops["layernorm.fused_inplace_qknorm"].kernels)
+
+
+LAYOUT_LOADER = '''
+import torch
+from sglang.kernels.jit.utils import cache_once, load_jit, make_cpp_args
+
+@cache_once
+def _module(channels_last, on_gpu, dtype):
+    args = make_cpp_args(channels_last, on_gpu, dtype)
+    return load_jit("norm", *args, cuda_files=["x/norm.cuh"], cuda_wrappers=[("run", f"Norm<{args}>::run")])
+
+def norm(x: torch.Tensor, out: torch.Tensor) -> None:
+    _module(not x.is_contiguous(), x.is_cuda, x.dtype).run(x, out)
+
+def norm_cl(x: torch.Tensor, out: torch.Tensor) -> None:
+    _module(x.is_contiguous(memory_format=torch.channels_last), x.is_cuda, x.dtype).run(x, out)
+'''
+
+
+def test_tensor_layout_attributes_are_those_of_the_harness_tensors(tmp_path):
+    """Found in the coverage sweep (2026-11-29): wan_norm_silu_post picks a template
+    argument with `not x.is_contiguous()`; the harness calls with dense CUDA tensors."""
+    source = _tree(tmp_path, {"kernels/ops/grp/norm.py": LAYOUT_LOADER})
+    ops, _ = pyops.scan_ops(source, None)
+    program = pyops.Program(tmp_path)
+    by_id = {op.id: op for op in ops}
+    op = by_id["grp.norm"]
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="run")
+    assert inst.wrappers == [("run", "Norm<false, true, bf16_t>::run")]
+    other = by_id["grp.norm_cl"]
+    with pytest.raises(pyops.Unresolvable, match="channels_last"):  # another memory format: not known
+        pyops.instantiate(program, other, other.load_jit[0], dtype="bf16", sizes={}, entry="run")
