@@ -267,6 +267,8 @@ def test_kernels_through_a_using_alias(ops):
 
 
 LAYOUT_LOADER = '''
+from typing import Optional
+
 import torch
 from sglang.kernels.jit.utils import cache_once, load_jit, make_cpp_args
 
@@ -280,18 +282,25 @@ def norm(x: torch.Tensor, out: torch.Tensor) -> None:
 
 def norm_cl(x: torch.Tensor, out: torch.Tensor) -> None:
     _module(x.is_contiguous(memory_format=torch.channels_last), x.is_cuda, x.dtype).run(x, out)
+
+def norm_opt(x: torch.Tensor, out: torch.Tensor, scale: Optional[torch.Tensor]) -> None:
+    _module(scale is None, scale is not None, x.dtype).run(x, out)
 '''
 
 
 def test_tensor_layout_attributes_are_those_of_the_harness_tensors(tmp_path):
     """Found in the coverage sweep (2026-11-29): wan_norm_silu_post picks a template
-    argument with `not x.is_contiguous()`; the harness calls with dense CUDA tensors."""
+    argument with `not x.is_contiguous()`, fused_metadata_copy_multi with `src is not
+    None`; the harness calls with dense CUDA tensors and passes every tensor."""
     source = _tree(tmp_path, {"kernels/ops/grp/norm.py": LAYOUT_LOADER})
     ops, _ = pyops.scan_ops(source, None)
     program = pyops.Program(tmp_path)
     by_id = {op.id: op for op in ops}
     op = by_id["grp.norm"]
     inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="run")
+    assert inst.wrappers == [("run", "Norm<false, true, bf16_t>::run")]
+    optional = by_id["grp.norm_opt"]  # an optional tensor is passed: `is None` is False
+    inst = pyops.instantiate(program, optional, optional.load_jit[0], dtype="bf16", sizes={}, entry="run")
     assert inst.wrappers == [("run", "Norm<false, true, bf16_t>::run")]
     other = by_id["grp.norm_cl"]
     with pytest.raises(pyops.Unresolvable, match="channels_last"):  # another memory format: not known
