@@ -490,3 +490,27 @@ def test_with_an_llm_the_sweep_asks_the_testing_agent_for_what_the_rules_leave_o
     assert model.agents() == ["testing"]
     assert asked.plan is not None and asked.row.filled == ["chunk_rows = 4 (llm:m1)"] and asked.row.still_open == []
     assert asked.key != offline.key  # the verdict is keyed on the model's answer too
+
+
+def test_bench_all_hands_the_testing_agent_to_the_sweep_only_with_an_endpoint(tmp_path, monkeypatch):
+    import json
+
+    from optimize.llm.fakes import ScriptedModel
+    from pipeline.config import load_config
+    from pipeline.records import ArgSpec, ScalarSpec
+
+    work = tmp_path / "work"
+    _write_task(work, "m.op", extra_args=[ArgSpec(kind="scalar", scalar=ScalarSpec(name="chunk_rows", type="int", value=None))])
+    _fake_build(monkeypatch, ok=True)
+    monkeypatch.setattr(health, "check", lambda prep, libs, cfg: prep.row.model_copy(update={"ran": True, "passed": True}))
+    scripted = ScriptedModel([json.dumps({"scalars": {"chunk_rows": 4}})], name="m1")
+    monkeypatch.setattr("optimize.llm.client.LlmClient", lambda llm, cache_dir: scripted)
+    out = tmp_path / "B.md"
+    args = argparse.Namespace(ops=None, all=True, output=str(out))
+
+    offline = load_config(overrides={"work_dir": str(work)}, environ={})
+    assert bench.main(args, offline) == 1 and scripted.prompts == []  # no endpoint: the scalar stays open
+    assert "scalar 'chunk_rows' of e has no value to call with" in out.read_text()
+    online = load_config(overrides={"work_dir": str(work), "llm": {"base_url": "http://127.0.0.1:9/v1"}}, environ={})
+    assert bench.main(args, online) == 0 and scripted.agents() == ["testing"]
+    assert "- m.op: chunk_rows = 4 (llm:m1)" in out.read_text()
