@@ -583,8 +583,8 @@ class Loop:
         its contract (writes an input, never writes an output, its check demands another
         dtype), the contract is fixed (``completion.baseline_fixes``), the fix appended to
         the run's ``contract_completion.json`` and the baseline evaluated again, at most
-        ``BASELINE_REPAIRS`` times; the stale evaluation is kept as ``*.superseded.json``."""
-        from optimize.harness.completion import BASELINE_REPAIRS, RECORD_FILE, Completion, apply, baseline_fixes, complete
+        ``BASELINE_REPAIRS`` times; the stale evaluation is kept as ``*.superseded-<attempt>.json``."""
+        from optimize.harness.completion import BASELINE_REPAIRS, RECORD_FILE, Completion, baseline_fixes, refixed
         from optimize.harness.errors import BaselineError
 
         for attempt in range(BASELINE_REPAIRS + 1):
@@ -605,11 +605,10 @@ class Loop:
                     fix="check the task (`kernelsmith extract`) and the harness on this machine",
                     detail=evaluation.detail,
                 )
-            # a fixed tensor may now need what the rules fill (a dtype turned integer)
-            op.task, more = complete(op.task.model_copy(update={"contract": apply(op.task.contract, fixes)}), op.task_dir)
+            op.task, more = refixed(op.task, fixes, op.task_dir)
             path = op.dir / RECORD_FILE
             record = read_record(Completion, path)
-            write_record(record.model_copy(update={"filled": [*record.filled, *fixes, *more.filled], "open": more.open}), path)
+            write_record(record.model_copy(update={"filled": [*record.filled, *more.filled], "open": more.open}), path)
             stale = op.eval_path(candidate.id, "round")
             if stale.exists():
                 stale.rename(stale.with_name(f"{stale.stem}.superseded-{attempt}.json"))

@@ -104,13 +104,13 @@ def open_scalar(contract: Contract, index: int) -> bool:
 def open_tensor(spec: TensorSpec) -> bool:
     """An integer, non-bool tensor the kernel reads, with no value range (what
     :func:`inputs.require_fillable` refuses)."""
-    if spec.role == "output" or spec.value_range is not None or spec.dtype == "T":
-        return False
+    if spec.dtype == "T":
+        return False  # the instantiation's (float) dtype
     try:
         short = inputs.canonical_dtype(spec.dtype, "")
     except ContractError:
         return False  # a dtype the harness cannot fill is reported as such, not here
-    return short not in inputs.FLOAT_DTYPES and short != "bool"
+    return inputs.needs_value_range(spec.role, short, spec.value_range)
 
 
 def open_items(contract: Contract) -> list[str]:
@@ -350,6 +350,15 @@ def baseline_fixes(contract: Contract, evidence: dict[str, str], detail: str) ->
     fixes = roles_from_baseline(contract, evidence)
     demanded = dtype_from_rejection(contract, detail)
     return fixes + ([demanded] if demanded is not None and demanded.name not in {f.name for f in fixes} else [])
+
+
+def refixed(task: Task, fixes: Sequence[Filled], task_dir: pathlib.Path | None) -> tuple[Task, Completion]:
+    """The task with the baseline's ``fixes`` applied and the rules run again (a fixed
+    tensor may now need what they fill: a dtype turned integer); the record's
+    ``filled`` is the fixes, then what the rules added. The sweep and the loop both
+    take a fix through here."""
+    fixed, more = complete(task.model_copy(update={"contract": apply(task.contract, fixes)}), task_dir)
+    return fixed, more.model_copy(update={"filled": [*fixes, *more.filled]})
 
 
 def complete(task: Task, task_dir: pathlib.Path | None = None, *, rules_path: pathlib.Path = RULES_PATH) -> tuple[Task, Completion]:

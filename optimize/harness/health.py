@@ -220,7 +220,7 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
       expected (``completion.size_from_rejection``): the invented size is replaced,
       if the same modules still serve the new shape."""
     from optimize.errors import GpuRequired
-    from optimize.harness.completion import apply, baseline_fixes, complete
+    from optimize.harness.completion import baseline_fixes, refixed
     from optimize.harness.evaluate import _workdir, run_request
 
     task, row, plan = prep.task, prep.row, prep.plan
@@ -239,10 +239,9 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
             break
         fixes = baseline_fixes(contract, res.role_evidence, res.detail if res.status == "baseline_failed" else "")
         if fixes:
-            # a fixed tensor may now need what the rules fill (a dtype turned integer)
-            fixed, more = complete(task.model_copy(update={"contract": apply(contract, fixes)}), prep.task_dir)
+            fixed, record = refixed(task.model_copy(update={"contract": contract}), fixes, prep.task_dir)
             contract = fixed.contract
-            row = row.model_copy(update={"filled": [*row.filled, *(f.describe() for f in [*fixes, *more.filled])]})
+            row = row.model_copy(update={"filled": [*row.filled, *(f.describe() for f in record.filled)]})
             problem = uncallable(contract, plan.checks)
             if problem:
                 return row.model_copy(update={"ran": False, "reason": f"contract (after the baseline's fix): {problem}"})

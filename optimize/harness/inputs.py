@@ -731,11 +731,18 @@ def _row_split(shape: tuple[int, ...]) -> tuple[int, int]:
     return rows, shape[-1]
 
 
+def needs_value_range(role: str, short_dtype: str, value_range: object) -> bool:
+    """Whether the harness must be told a tensor's values: an integer (not bool)
+    tensor the kernel reads (indices, metadata) with no ``value_range``. The one
+    rule behind :func:`require_fillable` and the completion step's "open" tensors."""
+    return role != "output" and short_dtype not in FLOAT_DTYPES and short_dtype != "bool" and value_range is None
+
+
 def require_fillable(plan: TensorPlan) -> None:
     """Raise ContractError when the harness cannot draw values for this input: an
     integer tensor (indices, metadata) without a ``value_range``. Pure, so a sweep
     can ask before it builds or starts a GPU worker."""
-    if plan.role != "output" and not plan.is_float and plan.dtype != "bool" and plan.value_range is None:
+    if needs_value_range(plan.role, plan.dtype, plan.value_range):
         raise ContractError(
             f"integer tensor {plan.name} has no value_range: the harness cannot invent valid indices",
             fix="add a rule to optimize/harness/completion.toml, or a value_range to the curated contract",
