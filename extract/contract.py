@@ -230,21 +230,24 @@ def find_function(text: str, name: str) -> CppFunction | None:
 
 
 class _CExpr:
-    """A tiny evaluator for the integer expressions contract checks use.
+    """A tiny parser for the integer expressions contract checks use.
 
-    Supports literals (with u/l suffixes), identifiers from ``env``,
-    ``sizeof(Type)``, ``static_cast<...>(x)``, ``device::``/``host::`` prefixes,
-    ``+ - * / %``, comparisons, ``&& || !`` and ``?:``. Anything else raises
-    ValueError: the caller then records the check as text only.
+    Supports literals (with u/l suffixes), identifiers, ``sizeof(Type)``,
+    ``static_cast<...>(x)``, ``device::``/``host::`` prefixes, ``+ - * / %``,
+    shifts, comparisons, ``&& || !`` and ``?:``, into a tuple tree:
+    ``("num", v)``, ``("name", n)``, ``("sizeof", type)``, ``("un", op, x)``,
+    ``("bin", op, a, b)``, ``("if", cond, a, b)``. Anything else raises
+    ValueError: the caller then keeps the check as text only. One parser serves
+    both uses, evaluating (:func:`eval_c`) and translating to Python
+    (:func:`c_to_python`), so the two cannot read a check differently.
     """
 
     _TOKEN = re.compile(r"\s*(0[xX][0-9a-fA-F]+|\d+[uUlL]*|[A-Za-z_][\w:]*|<=|>=|==|!=|&&|\|\||<<|>>|[-+*/%()<>!?:])")
+    _LEVELS = [["||"], ["&&"], ["==", "!="], ["<", "<=", ">", ">="], ["<<", ">>"], ["+", "-"], ["*", "/", "%"]]
 
-    def __init__(self, text: str, env: dict[str, int], sizes: dict[str, int]) -> None:
+    def __init__(self, text: str) -> None:
         self.tokens = self._tokenize(text)
         self.pos = 0
-        self.env = env
-        self.sizes = sizes
 
     def _tokenize(self, text: str) -> list[str]:
         text = re.sub(r"static_cast\s*<[^<>]*(<[^<>]*>)?[^<>]*>", "", text)
@@ -259,7 +262,7 @@ class _CExpr:
             pos = match.end()
         return tokens
 
-    def value(self) -> int:
+    def tree(self) -> tuple:
         result = self.ternary()
         if self.pos != len(self.tokens):
             raise ValueError("trailing tokens")
@@ -275,51 +278,34 @@ class _CExpr:
         self.pos += 1
         return tok
 
-    def ternary(self) -> int:
+    def ternary(self) -> tuple:
         cond = self.binary(0)
         if self.peek() == "?":
             self.take()
             a = self.ternary()
             if self.take() != ":":
                 raise ValueError("expected :")
-            b = self.ternary()
-            return a if cond else b
+            return ("if", cond, a, self.ternary())
         return cond
 
-    _LEVELS = [["||"], ["&&"], ["==", "!="], ["<", "<=", ">", ">="], ["<<", ">>"], ["+", "-"], ["*", "/", "%"]]
-
-    def binary(self, level: int) -> int:
+    def binary(self, level: int) -> tuple:
         if level == len(self._LEVELS):
             return self.unary()
         left = self.binary(level + 1)
         while self.peek() in self._LEVELS[level]:
             op = self.take()
-            right = self.binary(level + 1)
-            left = {
-                "||": lambda a, b: int(bool(a) or bool(b)), "&&": lambda a, b: int(bool(a) and bool(b)),
-                "==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b),
-                "<": lambda a, b: int(a < b), "<=": lambda a, b: int(a <= b),
-                ">": lambda a, b: int(a > b), ">=": lambda a, b: int(a >= b),
-                "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b,
-                "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-                "/": lambda a, b: int(a / b), "%": lambda a, b: a % b,
-            }[op](left, right)  # fmt: skip
+            left = ("bin", op, left, self.binary(level + 1))
         return left
 
-    def unary(self) -> int:
+    def unary(self) -> tuple:
         tok = self.peek()
-        if tok == "!":
+        if tok in ("!", "-", "+"):
             self.take()
-            return int(not self.unary())
-        if tok == "-":
-            self.take()
-            return -self.unary()
-        if tok == "+":
-            self.take()
-            return self.unary()
+            operand = self.unary()
+            return operand if tok == "+" else ("un", tok, operand)
         return self.atom()
 
-    def atom(self) -> int:
+    def atom(self) -> tuple:
         tok = self.take()
         if tok == "(":
             value = self.ternary()
@@ -327,9 +313,9 @@ class _CExpr:
                 raise ValueError("expected )")
             return value
         if re.match(r"0[xX]", tok):
-            return int(tok, 16)
+            return ("num", int(tok, 16))
         if tok[0].isdigit():
-            return int(tok.rstrip("uUlL"))
+            return ("num", int(tok.rstrip("uUlL")))
         name = tok.split("::")[-1]
         if name == "sizeof":
             if self.take() != "(":
@@ -337,23 +323,90 @@ class _CExpr:
             type_name = self.take().split("::")[-1]
             if self.take() != ")":
                 raise ValueError("expected )")
-            if type_name in self.sizes:
-                return self.sizes[type_name]
-            if type_name in CPP_TYPES:
-                return CPP_TYPES[type_name][1]
-            raise ValueError(f"sizeof({type_name})")
+            return ("sizeof", type_name)
         if name in ("true", "false"):
-            return int(name == "true")
-        if name in self.env:
-            return self.env[name]
-        raise ValueError(f"unknown name {tok}")
+            return ("num", int(name == "true"))
+        return ("name", name)
+
+
+_C_OPS: dict[str, Any] = {
+    "||": lambda a, b: int(bool(a) or bool(b)), "&&": lambda a, b: int(bool(a) and bool(b)),
+    "==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b),
+    "<": lambda a, b: int(a < b), "<=": lambda a, b: int(a <= b),
+    ">": lambda a, b: int(a > b), ">=": lambda a, b: int(a >= b),
+    "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b,
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+    "/": lambda a, b: int(a / b), "%": lambda a, b: a % b,
+}  # fmt: skip
+
+
+def _sizeof(type_name: str, sizes: dict[str, int]) -> int:
+    if type_name in sizes:
+        return sizes[type_name]
+    if type_name in CPP_TYPES:
+        return CPP_TYPES[type_name][1]
+    raise ValueError(f"sizeof({type_name})")
+
+
+def _c_value(node: tuple, env: dict[str, int], sizes: dict[str, int]) -> int:
+    kind = node[0]
+    if kind == "num":
+        return node[1]
+    if kind == "sizeof":
+        return _sizeof(node[1], sizes)
+    if kind == "name":
+        if node[1] in env:
+            return env[node[1]]
+        raise ValueError(f"unknown name {node[1]}")
+    if kind == "un":
+        value = _c_value(node[2], env, sizes)
+        return int(not value) if node[1] == "!" else -value
+    if kind == "if":
+        return _c_value(node[2], env, sizes) if _c_value(node[1], env, sizes) else _c_value(node[3], env, sizes)
+    return _C_OPS[node[1]](_c_value(node[2], env, sizes), _c_value(node[3], env, sizes))
 
 
 def eval_c(text: str, env: dict[str, int], sizes: dict[str, int] | None = None) -> int | None:
     """Evaluate a C++ integer expression, or None when it uses anything unknown."""
     try:
-        return _CExpr(text, env, sizes or {}).value()
+        return _c_value(_CExpr(text).tree(), env, sizes or {})
     except (ValueError, ZeroDivisionError, IndexError):
+        return None
+
+
+_PY_OPS = {"||": "or", "&&": "and", "/": "//"}
+
+
+def c_to_python(text: str, name_of: Any, sizes: dict[str, int] | None = None) -> str | None:
+    """A C++ condition as a Python expression with its names renamed, or None.
+
+    ``name_of(name)`` gives a name's replacement (a contract symbol or scalar name,
+    or an integer constant) or None when the name means nothing outside the C++
+    (a local, a pointer, a method call): the condition is then not translated.
+    ``D.unwrap()`` is read as ``D``; integer division becomes ``//``.
+    """
+    text = re.sub(r"\b(\w+)\.unwrap\(\)", r"\1", text)
+
+    def emit(node: tuple) -> str:
+        kind = node[0]
+        if kind == "num":
+            return str(node[1])
+        if kind == "sizeof":
+            return str(_sizeof(node[1], sizes or {}))
+        if kind == "name":
+            value = name_of(node[1])
+            if value is None:
+                raise ValueError(f"unknown name {node[1]}")
+            return str(value)
+        if kind == "un":
+            return f"(not {emit(node[2])})" if node[1] == "!" else f"(-{emit(node[2])})"
+        if kind == "if":
+            return f"({emit(node[2])} if {emit(node[1])} else {emit(node[3])})"
+        return f"({emit(node[2])} {_PY_OPS.get(node[1], node[1])} {emit(node[3])})"
+
+    try:
+        return emit(_CExpr(text).tree())
+    except (ValueError, IndexError):
         return None
 
 
@@ -384,6 +437,7 @@ class CppFacts:
     relations: dict[str, str]  # symbol -> expression over other symbols ("2*output_width")
     fixed_by_template: dict[str, str]  # symbol -> template parameter that sets it
     unresolved: list[str]
+    constraints: list[str] = dataclasses.field(default_factory=list)  # checks as Python over symbols/scalars
 
 
 def _symbol_name(display: str, var: str) -> str:
@@ -542,6 +596,7 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
     relations: dict[str, str] = {}
     fixed: dict[str, str] = {}
     struct_consts = _constants(re.sub(r"\{[^{}]*\}", "", text))
+    pending: list[tuple[str, dict[str, str], dict[str, str], dict[str, str], dict[str, list[_Matcher]]]] = []
     for fn, alias in bodies:
         body_symbols = _body_symbols(fn.body)
         symbols.update(body_symbols)
@@ -556,6 +611,7 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
         consts = {**struct_consts, **_constants(fn.body)}
         conds = _check_conditions(fn.body)
         checks += conds
+        pending += [(cond, {**body_symbols, **unwrap}, alias, consts, found) for cond in conds]
         for cond in conds:
             for part in split_top(cond, "&&"):
                 _read_condition(part, unwrap, body_symbols, consts, dtypes, divisibility, relations)
@@ -567,6 +623,11 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
                 value = _eval_per_dtype(limit, consts, dtypes, min)
                 if value is not None:
                     max_values[unwrap[var]] = value
+    scalars = {name for ptype, name in entry.params if "TensorView" not in ptype and _scalar_type(ptype) in ("int", "bool")}
+    constraints = [
+        c for cond, names, alias, consts, found in pending
+        if (c := _constraint(cond, names, alias, consts, found, scalars, {t: s for s, t in fixed.items()}, relations, dtypes)) is not None
+    ]  # fmt: skip
     return CppFacts(
         struct=None,
         params=entry.params,
@@ -578,7 +639,80 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
         relations=relations,
         fixed_by_template=fixed,
         unresolved=unresolved,
+        constraints=list(dict.fromkeys(constraints)),
     )
+
+
+_SIZE_CALL = re.compile(r"\b(\w+)(?:\.value\(\))?(?:\.size\(\s*(-?\d+)\s*\)|\.shape\(\)\s*\[\s*(\d+)\s*\])")
+
+
+def _constraint(
+    cond: str,
+    names: dict[str, str],
+    alias: dict[str, str],
+    consts: dict[str, str],
+    found: dict[str, list[_Matcher]],
+    scalars: set[str],
+    by_tparam: dict[str, str],
+    relations: dict[str, str],
+    dtypes: Iterable[str],
+) -> str | None:
+    """One RuntimeCheck condition as a Python expression over the contract's own names,
+    or None when it reads anything else (a pointer, a stride, a value read from data,
+    a constant that differs by dtype).
+
+    Why: the harness invents sizes for ops no model config sizes, and fills scalars
+    the callers pass at run time; the kernel's own checks say which values it
+    accepts (``kH == 3 || kH == 6 || kH == 12``, ``numel % hidden_size == 0``), so
+    the harness can choose values the baseline will not reject. Names map to: a
+    SymbolicSize (``D.unwrap()``) or a local holding one -> its symbol (or the
+    relation extract folded it into: ``input_width`` -> ``(2*output_width)``); a
+    template parameter that fixes a width -> that width's symbol; a scalar
+    parameter of the entry -> itself; ``x.size(i)`` / ``x.shape()[i]`` -> the
+    dimension its TensorMatcher names; a ``constexpr`` with one value for every
+    dtype -> the number; any other local -> its own definition, translated the same way.
+    """
+    dtypes = list(dtypes)
+    sizes: dict[str, str | int] = {}
+
+    def size_token(match: re.Match) -> str:
+        matched = found.get(match.group(1))
+        if not matched:
+            return match.group(0)
+        shape = min(matched, key=lambda m: (m.depth, m.strides is not None)).shape
+        index = int(match.group(2) if match.group(2) is not None else match.group(3))
+        if not -len(shape) <= index < len(shape) or shape[index] in (-1, "-1"):
+            return match.group(0)
+        token = f"__size_{len(sizes)}"
+        sizes[token] = shape[index]
+        return token
+
+    def symbol(sym: str) -> str:
+        return f"({relations[sym]})" if sym in relations else sym
+
+    def name_of(name: str, depth: int = 0) -> str | int | None:
+        if name in sizes:
+            dim = sizes[name]
+            return dim if isinstance(dim, int) else symbol(dim) if re.fullmatch(r"\w+", dim) else f"({dim})"
+        if name in names:
+            return symbol(names[name])
+        if name in by_tparam:
+            return symbol(by_tparam[name])
+        own = alias.get(name, name)
+        if own in scalars:
+            return own
+        low, high = _eval_per_dtype(name, consts, dtypes, min), _eval_per_dtype(name, consts, dtypes, max)
+        if low is not None:
+            return low if low == high else None
+        if name in consts and depth < 4:  # a local defined from sizes: `const int64_t kH = A_log.shape()[0];`
+            inner = c_to_python(_SIZE_CALL.sub(size_token, consts[name]), lambda n: name_of(n, depth + 1))
+            return None if inner is None else f"({inner})"
+        return None
+
+    translated = c_to_python(_SIZE_CALL.sub(size_token, cond), name_of)
+    if translated is None or not set(re.findall(r"[A-Za-z_]\w*", translated)) - {"and", "or", "not", "if", "else"}:
+        return None  # untranslatable, or only constants: nothing for the harness to choose
+    return translated
 
 
 def _eval_per_dtype(expr: str, consts: dict[str, str], dtypes: Iterable[str], pick: Any) -> int | None:
@@ -973,6 +1107,8 @@ def infer_contract(
                 value = None
             args.append(ArgSpec(kind="scalar", scalar=ScalarSpec(name=name, type=kind, value=value)))
     checks = list(facts.checks)
+    scalar_names = {a.scalar.name for a in args if a.scalar is not None}
+    constraints = [c for c in facts.constraints if set(re.findall(r"[A-Za-z_]\w*", c)) & (set(symbols) | scalar_names)]
     for sym, tparam in facts.fixed_by_template.items():
         checks.append(f"{sym} == {tparam} (template argument: one instantiation per value)")
     shape_syms = {s for a in args if a.tensor for d in a.tensor.shape if isinstance(d, str) for s in re.findall(r"[A-Za-z_]\w*", d)}
@@ -983,6 +1119,7 @@ def infer_contract(
         divisibility={k: v for k, v in facts.divisibility.items() if k in symbols},
         max_values={k: v for k, v in facts.max_values.items() if k in symbols},
         checks=checks,
+        constraints=constraints,
         unresolved=list(dict.fromkeys(unresolved)),
         origin="inferred",
         type_params=type_params,
@@ -1044,7 +1181,7 @@ def load_curated(op_id: str) -> dict[str, Any] | None:
         raise ConfigError(f"curated contract {path} is not valid TOML: {err}", fix="fix the TOML syntax") from err
 
 
-_CONTRACT_KEYS = {"entry", "symbols", "divisibility", "max_values", "checks", "unresolved", "reference", "extra_bytes"}
+_CONTRACT_KEYS = {"entry", "symbols", "divisibility", "max_values", "checks", "constraints", "unresolved", "reference", "extra_bytes"}
 
 
 def allowed_from_python(program: pyops.Program, module: str, spec: dict[str, Any]) -> list[int]:

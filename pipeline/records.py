@@ -229,6 +229,9 @@ class Contract(Record):
     allowed_values: dict[str, list[int]] = Field(default_factory=dict)  # symbol -> the only widths accepted
     max_values: dict[str, int] = Field(default_factory=dict)
     checks: list[str] = Field(default_factory=list)  # RuntimeCheck condition texts
+    # The checks extract could translate into Python over the contract's symbols and
+    # scalar names ("(kH == 3) or ..."): what the harness solves when it invents sizes.
+    constraints: list[str] = Field(default_factory=list)
     unresolved: list[str] = Field(default_factory=list)  # what static inference could not determine
     origin: Literal["inferred", "curated"] = "inferred"
     reference: str | None = None  # name of a PyTorch reference in optimize.harness.references

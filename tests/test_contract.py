@@ -144,6 +144,36 @@ def test_c_expressions():
     assert C.split_top("a, f(b, c), std::pair<int, int> x, n <= m") == ["a", "f(b, c)", "std::pair<int, int> x", "n <= m"]
 
 
+def test_c_conditions_translate_to_python_over_the_contracts_names():
+    names = {"D": "hidden_dim", "kH": "heads", "flag": "use_gate"}
+    assert C.c_to_python("D.unwrap() % 8 == 0 && !flag", names.get) == "(((hidden_dim % 8) == 0) and (not use_gate))"
+    assert C.c_to_python("kH == 3 || kH / 2 == 6", names.get) == "((heads == 3) or ((heads // 2) == 6))"
+    assert C.c_to_python("flag ? D.unwrap() : 2 * kH", names.get) == "(hidden_dim if use_gate else (2 * heads))"
+    assert C.c_to_python("static_cast<int>(D.unwrap()) >= sizeof(float)", names.get) == "(hidden_dim >= 4)"
+    # a name that means nothing outside the C++ (a local pointer, a method call) -> not translated
+    assert C.c_to_python("ptr != nullptr", names.get) is None
+    assert C.c_to_python("x.stride(0) == 1", names.get) is None
+
+
+@pytest.mark.wheel
+def test_checks_become_constraints_over_symbols_and_scalars(index, program, sglang_source):
+    root = pathlib.Path(sglang_source.root)
+
+    def constraints(op_id, entry=None):
+        return C.infer_contract(_op(index, op_id), index, root, program=program, entry=entry).constraints
+
+    # `const int64_t kH = A_log.shape()[0]; RuntimeCheck(kH == 3 || kH == 6 || kH == 12, ...)`: a local
+    # defined from a tensor's matched dimension is read through its definition
+    assert "((((kH) == 3) or ((kH) == 6)) or ((kH) == 12))" in constraints("attention.kda_fused_decode")
+    # a scalar parameter and a bool in a ternary; the pointer-aliasing check is not translatable
+    gate = constraints("diffusion.residual_gate_add2")
+    assert gate == ["((hidden_size > 0) and ((numel % hidden_size) == 0))", "(gate_numel == (hidden_size if broadcast_gate else numel))"]
+    # `const auto H = static_cast<uint32_t>(num_q_heads)`: a local holding a scalar
+    assert "(mixed_dim == (((2 * (num_q_heads)) * 128) + (num_v_heads * 128)))" in constraints("attention.kda_packed_decode")
+    # a symbol extract folded into a relation is written as that relation (input_width -> 2*output_width)
+    assert constraints("activation.silu_and_mul", "run_activation") == ["((output_width * 2) == (2*output_width))"]
+
+
 SYNTHETIC = r'''
 template <typename DType, int kWidth>
 struct DemoKernel {

@@ -40,7 +40,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from optimize.harness import inputs
+from optimize.harness import constraints, inputs
 from optimize.harness.errors import ContractError
 from pipeline.records import ArgSpec, Contract, Record, Task, TensorSpec, VersionedRecord
 
@@ -94,6 +94,8 @@ def open_scalar(contract: Contract, index: int) -> bool:
         return False
     if arg.scalar.type == "int" and arg.scalar.name in inputs.shape_symbols(contract):
         return False  # settled per case from the sizes
+    if arg.scalar.type == "int" and arg.scalar.name in constraints.open_ints(contract):
+        return False  # settled per case by the kernel's own checks (constraints.settle_scalars)
     try:
         inputs.scalar_value(contract, index, {})
     except ContractError:

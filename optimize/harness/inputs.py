@@ -40,6 +40,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from optimize.harness import constraints
 from optimize.harness.errors import ContractError
 from optimize.harness.protocol import Distribution, Layout
 from pipeline.records import Contract, Instantiation, ShapeCase, TensorSpec
@@ -227,6 +228,7 @@ def resolve_sizes(contract: Contract, case: ShapeCase, catalog: Sequence[ShapeCa
             f"shape {case.label} gives no value for {', '.join(sorted(missing))}",
             fix="add the symbols to the shape catalog entry (extract/shapes/*.toml) or the contract",
         )
+    sizes.update(constraints.settle_scalars(contract, sizes))  # open int scalars the kernel's checks relate to sizes
     return sizes
 
 
@@ -389,6 +391,10 @@ def synthetic_shape(contract: Contract, instantiations: Sequence[Instantiation] 
         if sym in contract.max_values:  # the largest accepted value, when the generic one is too big
             candidates.append(contract.max_values[sym] // step * step)
         sizes[sym] = next((c for c in candidates if contract.accepts(sym, c)), candidates[0])
+    # The kernel's own checks, where extract could translate them, move the generic
+    # values (and settle the open int scalars they mention): `kH in {3, 6, 12}`.
+    free = (set(sizes) - set(pinned_for)) | constraints.open_ints(contract)
+    sizes, _broken = constraints.solve(contract, sizes, sorted(free), accepts=contract.accepts)
     source = "synthetic: no model config sizes this contract; generic values for the baseline's own tests only"
     return ShapeCase(model=SYNTHETIC_MODEL, tokens=sizes.get(token, SYNTHETIC_TOKENS) if token else SYNTHETIC_TOKENS, sizes=sizes, source=source)
 
@@ -465,6 +471,11 @@ def draw_held_out(
         if token is not None and biggest > MAX_HELD_OUT_ELEMENTS and base[token] > 1:
             per_token = max(1, biggest // base[token])
             base[token] = max(1, (MAX_HELD_OUT_ELEMENTS // per_token) | 1)
+        for name in constraints.open_ints(contract):  # settled again at the drawn sizes
+            base.pop(name, None)
+        base.update(constraints.settle_scalars(contract, base))
+        if constraints.violated(contract, base):  # a shape the kernel's own checks refuse tests nothing
+            continue
         tokens = base.get(token, 1) if token is not None else 1
         dims = ",".join(f"{k}={v}" for k, v in sorted(base.items()))
         out.append(ShapeCase(model="held-out", tokens=tokens, sizes=base, source=f"held-out draw {index}: {dims}"))
