@@ -163,6 +163,7 @@ class CppFunction:
     params: list[tuple[str, str]]  # (type, name)
     body: str
     template: str = ""
+    bound: dict[str, int] = dataclasses.field(default_factory=dict)  # template parameters a call fixed (_bound)
 
 
 def template_params(struct_text: str) -> list[tuple[str, str]]:
@@ -546,6 +547,82 @@ def _unwrap_vars(body: str, symbols: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _bound(fn: CppFunction, targs: str | None) -> CppFunction:
+    """``fn`` as called with explicit template arguments (``run_hadamard<12, DType>(...)``):
+    each integer argument bound to its template parameter, and every ``if constexpr``
+    chain whose conditions those decide cut to the arm taken. Without it, the checks of
+    every arm (``dim % 48`` for the 12N kernel, ``dim % 80`` for the 20N one) would all
+    be read as the caller's."""
+    if not targs or not fn.template:
+        return fn
+    env = dict(ARCH_CONSTANTS)
+    for (_kind, name), arg in zip(template_params(fn.template), split_top(targs)):
+        value = eval_c(arg.strip(), env)
+        if value is not None:
+            env[name] = value
+    if len(env) == len(ARCH_CONSTANTS):
+        return fn
+    bound = {k: v for k, v in env.items() if k not in ARCH_CONSTANTS}
+    return dataclasses.replace(fn, body=prune_constexpr(fn.body, env), bound=bound)
+
+
+_IF_CONSTEXPR = re.compile(r"\bif\s+constexpr\s*\(")
+
+
+def prune_constexpr(body: str, env: dict[str, int]) -> str:
+    """``body`` with each ``if constexpr (c) {..} else if constexpr (..) {..} else {..}``
+    chain whose conditions ``env`` decides replaced by the block of the arm taken
+    (nothing when no arm is). A chain with an undecidable condition before the taken
+    arm is left whole."""
+    out, pos = [], 0
+    while (match := _IF_CONSTEXPR.search(body, pos)) is not None:
+        arms: list[tuple[str | None, int, int]] = []  # (condition or None for else, block start, block end)
+        at = match.start()
+        cursor = match.end() - 1
+        while True:
+            close = balanced_end(body, cursor)
+            cond = body[cursor + 1 : close - 1]
+            brace = re.match(r"\s*\{", body[close:])
+            if brace is None:
+                arms = []
+                break
+            start = close + brace.end() - 1
+            end = balanced_end(body, start)
+            arms.append((cond, start, end))
+            tail = re.match(r"\s*else\s+if\s+constexpr\s*\(", body[end:])
+            if tail is not None:
+                cursor = end + tail.end() - 1
+                continue
+            tail = re.match(r"\s*else\s*\{", body[end:])
+            if tail is not None:
+                start = end + tail.end() - 1
+                arms.append((None, start, balanced_end(body, start)))
+            break
+        if not arms:
+            out.append(body[pos : match.end()])
+            pos = match.end()
+            continue
+        chosen: tuple[int, int] | None = None
+        decided = True
+        for cond, start, end in arms:
+            value = 1 if cond is None else eval_c(cond, env)
+            if value is None:
+                decided = False
+                break
+            if value:
+                chosen = (start, end)
+                break
+        stop = arms[-1][2]
+        out.append(body[pos:at])
+        if not decided:
+            out.append(body[at:stop])
+        elif chosen is not None:
+            out.append(body[chosen[0] : chosen[1]])
+        pos = stop
+    out.append(body[pos:])
+    return "".join(out)
+
+
 def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str = "") -> CppFacts:
     """Read an entry ``method`` of a launcher struct (or a free function when ``method`` is in ``struct_text`` alone).
 
@@ -571,7 +648,7 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
         caller, caller_alias, level = queue.pop(0)
         if level >= 3:
             continue
-        for callee_match in re.finditer(r"\b(\w+)\s*(?:<[^;(){}]*>)?\s*\(", caller.body):
+        for callee_match in re.finditer(r"\b(\w+)\s*(?:<([^;(){}]*)>)?\s*\(", caller.body):
             callee = callee_match.group(1)
             if callee in seen or callee in ("RuntimeCheck", "CHECK_HOST", "TensorMatcher", "static_cast", "LaunchKernel", "Panic", "if", "for", "while", "switch", "return", "sizeof"):
                 continue
@@ -586,6 +663,7 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
                 arg = arg.strip()
                 if re.fullmatch(r"\w+", arg):
                     alias[pname] = caller_alias.get(arg, arg)
+            target = _bound(target, callee_match.group(2))
             bodies.append((target, alias))
             queue.append((target, alias, level + 1))
     symbols: dict[str, str] = {}
@@ -608,7 +686,7 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
             if var in body_symbols:
                 fixed[body_symbols[var]] = tparam
         unwrap = _unwrap_vars(fn.body, body_symbols)
-        consts = {**struct_consts, **_constants(fn.body)}
+        consts = {**struct_consts, **{k: str(v) for k, v in fn.bound.items()}, **_constants(fn.body)}
         conds = _check_conditions(fn.body)
         checks += conds
         pending += [(cond, {**body_symbols, **unwrap}, alias, consts, found) for cond in conds]

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import math
 import pathlib
 import re
 from typing import Any, Callable, Iterable
@@ -81,6 +82,17 @@ PLATFORM_CALLS: dict[str, Any] = {
     "get_device_capability": (9, 0),
     "get_device_sm": 90,
 }
+
+# Package paths SGLang's loaders build include directories from
+# (``(KERNEL_PATH / "csrc" / "fast-hadamard-transform").resolve()``), relative to the
+# package root: SGLang computes KERNEL_PATH with importlib at import time, which no
+# static reading can follow, and extract maps such a path back into the package.
+PACKAGE_PATHS: dict[str, pathlib.PurePosixPath] = {"KERNEL_PATH": pathlib.PurePosixPath("kernels/jit")}
+# Pure functions of the standard library a loader may compute a template argument with.
+STDLIB_CALLS: dict[str, Callable[..., Any]] = {
+    "math.gcd": math.gcd, "math.lcm": math.lcm, "math.ceil": math.ceil, "math.floor": math.floor,
+    "math.log2": math.log2, "math.isqrt": math.isqrt, "math.prod": math.prod,
+}  # fmt: skip
 
 # torch dtype attribute -> our short name (kept for every dtype make_cpp_args maps).
 TORCH_DTYPES: dict[str, str] = {
@@ -435,6 +447,8 @@ class Evaluator:
 
     def lookup_global(self, module: PyModule, name: str) -> tuple[bool, Any]:
         """A module-level name: constant, function, class, import, platform probe."""
+        if name in PACKAGE_PATHS and name not in module.functions and name not in module.classes:
+            return True, PACKAGE_PATHS[name]
         if name in module.functions:
             return True, module.functions[name]
         if name in module.classes:
@@ -563,6 +577,10 @@ class Evaluator:
             return self.unknown(env, node)
         if isinstance(base, str) and attr in _STR_METHODS:
             return ("bound", getattr(base, attr))
+        if isinstance(base, pathlib.PurePosixPath) and attr in ("resolve", "absolute"):
+            return ("bound", lambda: base)  # a package-relative path stays what it is
+        if isinstance(base, pathlib.PurePosixPath) and attr in ("parent", "name"):
+            return getattr(base, attr)
         if isinstance(base, list) and attr in ("append", "extend"):
             return ("mutate", base, attr)
         if isinstance(base, CppArgs) and attr in ("append", "extend"):
@@ -852,7 +870,10 @@ class Evaluator:
             return PLATFORM[short]
         if func_text in PLATFORM_CALLS or (short in PLATFORM_CALLS and not func_text.startswith("torch.")):
             return PLATFORM_CALLS.get(func_text, PLATFORM_CALLS.get(short))
-        callee = self.eval(node.func, env)
+        if func_text in STDLIB_CALLS:
+            callee = ("bound", STDLIB_CALLS[func_text])
+        else:
+            callee = self.eval(node.func, env)
         if isinstance(callee, tuple) and callee and callee[0] == "probe":
             return PLATFORM[callee[1]]
         args, kwargs = self.call_args(node, env)

@@ -394,8 +394,11 @@ def write_task(
 
 
 def _package_relative(root: pathlib.Path, path: str) -> str | None:
+    """``path`` relative to the package root, or None outside it; a relative path is
+    already package-relative (pyops.PACKAGE_PATHS)."""
+    full = pathlib.Path(path) if pathlib.Path(path).is_absolute() else root / path
     try:
-        rel = pathlib.Path(path).resolve().relative_to(root.resolve())
+        rel = full.resolve().relative_to(root.resolve())
     except ValueError:
         return None
     return rel.as_posix()

@@ -155,6 +155,36 @@ def test_c_conditions_translate_to_python_over_the_contracts_names():
     assert C.c_to_python("x.stride(0) == 1", names.get) is None
 
 
+def test_if_constexpr_chains_are_cut_to_the_arm_a_call_takes():
+    body = """
+  RuntimeCheck(dim % kMultiple == 0);
+  if constexpr (kMultiple == 1) {
+    RuntimeCheck(dim % 8 == 0);
+  } else if constexpr (kMultiple == 12) {
+    RuntimeCheck(dim % 48 == 0);
+  } else {
+    Panic("no");
+  }
+  if constexpr (kUnknown) { RuntimeCheck(a); } else { RuntimeCheck(b); }
+"""
+    twelve = C.prune_constexpr(body, {"kMultiple": 12})
+    assert "dim % 48" in twelve and "dim % 8 " not in twelve and "Panic" not in twelve
+    assert "RuntimeCheck(a)" in twelve and "RuntimeCheck(b)" in twelve  # undecidable: kept whole
+    other = C.prune_constexpr(body, {"kMultiple": 5})
+    assert "Panic" in other and "dim % 48" not in other and "dim % 8 " not in other
+    assert C.prune_constexpr(body, {}) == body
+
+
+@pytest.mark.wheel
+def test_a_forwarded_call_binds_template_arguments(index, program, sglang_source):
+    """run_hadamard<12, DType>(...) checks `dim % (4 * 12)` only in the 12N arm of its
+    `if constexpr` chain: the 12N op must not inherit the 20N/28N/40N arms' checks."""
+    root = pathlib.Path(sglang_source.root)
+    c = C.infer_contract(_op(index, "quantization.hadamard_transform_12n"), index, root, program=program)
+    assert c.constraints == ["((dim % 12) == 0)", "((dim % (4 * 12)) == 0)", "(dim <= (12 * 1024))"]
+    assert c.divisibility == {"dim": 48}
+
+
 @pytest.mark.wheel
 def test_checks_become_constraints_over_symbols_and_scalars(index, program, sglang_source):
     root = pathlib.Path(sglang_source.root)

@@ -305,3 +305,34 @@ def test_tensor_layout_attributes_are_those_of_the_harness_tensors(tmp_path):
     other = by_id["grp.norm_cl"]
     with pytest.raises(pyops.Unresolvable, match="channels_last"):  # another memory format: not known
         pyops.instantiate(program, other, other.load_jit[0], dtype="bf16", sizes={}, entry="run")
+
+
+PATH_LOADER = '''
+import math
+
+import torch
+from sglang.kernels.jit.utils import KERNEL_PATH, cache_once, load_jit, make_cpp_args
+
+@cache_once
+def _module(width, dtype):
+    args = make_cpp_args(math.gcd(width, 16), dtype)
+    include = (KERNEL_PATH / "csrc" / "extra").resolve()
+    return load_jit("fht", *args, cuda_files=["x/fht.cuh"], cuda_wrappers=[("run", f"Fht<{args}>::run")],
+                    extra_include_paths=[str(include)])
+
+def fht(x: torch.Tensor, width: int = 24) -> None:
+    _module(width, x.dtype).run(x)
+'''
+
+
+def test_kernel_path_and_math_are_followed_statically(tmp_path):
+    """Found in the coverage sweep (2026-11-29): hadamard's loader adds an include directory
+    under KERNEL_PATH (which SGLang finds with importlib), the sampling loader picks a vector
+    width with math.gcd; both were 'not known statically'."""
+    source = _tree(tmp_path, {"kernels/ops/grp/fht.py": PATH_LOADER})
+    ops, _ = pyops.scan_ops(source, None)
+    program = pyops.Program(tmp_path)
+    (op,) = ops
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="run")
+    assert inst.wrappers == [("run", "Fht<8, bf16_t>::run")]
+    assert inst.strings("extra_include_paths") == ["kernels/jit/csrc/extra"]
