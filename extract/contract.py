@@ -701,6 +701,27 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
                 value = _eval_per_dtype(limit, consts, dtypes, min)
                 if value is not None:
                     max_values[unwrap[var]] = value
+    # Launchers written without TensorMatcher read shapes by hand (`x.dim() == 2`,
+    # `const int64_t num_tokens = x.shape()[0]`): those uses give the tensor a shape.
+    read: dict[str, tuple[list[str | int], bool]] = {}
+    for pname in [n for t, n in entry.params if "TensorView" in t and n not in matchers]:
+        found_shape = _shape_from_uses([(fn.body, local) for fn, alias in bodies if (local := _reverse(alias, pname))])
+        if found_shape is not None:
+            read[pname] = found_shape
+    # A tensor read only from the end (`mlp.size(-1)`) has the rank of those whose rank
+    # is checked, and their leading dimensions (the rows every such kernel shares).
+    ranked = [shape for shape, explicit in read.values() if explicit]
+    for pname, (shape, explicit) in read.items():
+        if not explicit and ranked and len(ranked[0]) > len(shape):
+            read[pname] = (list(ranked[0][: len(ranked[0]) - len(shape)]) + shape, False)
+    for pname, (shape, _explicit) in read.items():
+        uses = [(fn.body, _reverse(alias, pname)) for fn, alias in bodies]
+        item = _Matcher(shape, None, None, [pname], 99, "(shape read from its uses: no TensorMatcher)")
+        matchers[pname] = [item]
+        for (body, local), (_fn, alias) in zip(uses, bodies):
+            for _cond, _names, body_alias, _consts, found in pending:
+                if body_alias is alias and local:
+                    found.setdefault(local, [item])
     scalars = {name for ptype, name in entry.params if "TensorView" not in ptype and _scalar_type(ptype) in ("int", "bool")}
     constraints = [
         c for cond, names, alias, consts, found in pending
@@ -719,6 +740,56 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
         unresolved=unresolved,
         constraints=list(dict.fromkeys(constraints)),
     )
+
+
+def _reverse(alias: dict[str, str], name: str) -> str | None:
+    """A body's own name for the entry's ``name`` (the entry body: the name itself)."""
+    if not alias:
+        return name
+    return next((local for local, entry_name in alias.items() if entry_name == name), None)
+
+
+_DIM_USE = r"(?:\.value\(\))?(?:\.shape\(\)\s*\[\s*(-?\d+)\s*\]|\.size\(\s*(-?\d+)\s*\))"
+
+
+def _shape_from_uses(bodies: list[tuple[str, str]]) -> tuple[list[str | int], bool] | None:
+    """A tensor's shape from how a launcher without TensorMatcher reads it, and whether
+    a check states its rank; None when nothing reads it.
+
+    Rank: a check ``x.dim() == N`` / ``x.ndim() >= N``, else one more than the highest
+    dimension read. Dimension names: the local it is read into (``const int64_t
+    num_tokens = x.shape()[0];``), or the name a check equates it with
+    (``y.shape()[0] == num_tokens``, ``out.size(-1) == a + m``); else
+    ``<tensor>_dim<i>``. Extract does not guess beyond that: the baseline judges.
+    """
+    rank: int | None = None
+    used: set[int] = set()
+    named: dict[int, str] = {}
+    for body, name in bodies:
+        refs = [name] + re.findall(rf"(?:const\s+)?auto\s*&?\s*(\w+)\s*=\s*{re.escape(name)}(?:\.value\(\))?\s*;", body)
+        for ref in refs:
+            who = re.escape(ref)
+            for m in re.finditer(rf"\b{who}\.n?dim\(\)\s*(==|>=)\s*(\d+)", body):
+                rank = int(m.group(2)) if rank is None else max(rank, int(m.group(2)))
+            for m in re.finditer(rf"\b{who}{_DIM_USE}", body):
+                used.add(int(m.group(1) if m.group(1) is not None else m.group(2)))
+            for m in re.finditer(rf"(?:int64_t|int|auto|int32_t|uint32_t|size_t)\s+(\w+)\s*=\s*(?:static_cast<[^<>]*>\s*\()?\s*{who}{_DIM_USE}", body):
+                named.setdefault(int(m.group(2) if m.group(2) is not None else m.group(3)), m.group(1))
+            for cond in _check_conditions(body):
+                for part in split_top(cond, "&&"):
+                    m = re.fullmatch(rf"\s*{who}{_DIM_USE}\s*==\s*([\w\s+*]+?)\s*", part)
+                    if m is not None:
+                        named.setdefault(int(m.group(1) if m.group(1) is not None else m.group(2)), " ".join(m.group(3).split()))
+    if rank is None and not used:
+        return None
+    explicit = rank is not None or any(i >= 0 for i in used)
+    if rank is None:
+        rank = max([i + 1 for i in used if i >= 0] + [-i for i in used if i < 0])
+    shape: list[str | int] = []
+    for i in range(rank):
+        dim = named.get(i, named.get(i - rank))
+        shape.append(dim if dim is not None else f"{bodies[0][1]}_dim{i}")
+    return shape, explicit
 
 
 _SIZE_CALL = re.compile(r"\b(\w+)(?:\.value\(\))?(?:\.size\(\s*(-?\d+)\s*\)|\.shape\(\)\s*\[\s*(\d+)\s*\])")
@@ -1131,6 +1202,8 @@ def infer_contract(
                 # Several matchers verify one tensor in ``if constexpr`` arms; the
                 # outermost, then the least constrained (no strides), is the plain path.
                 best = min(candidates, key=lambda m: (m.depth, m.strides is not None))
+                if best.text.startswith("(shape read from its uses"):
+                    unresolved.append(f"tensor `{name}`: no TensorMatcher; shape {best.shape} read from how the launcher uses it")
                 if len({(tuple(m.shape), tuple(m.strides or ()), m.dtype) for m in candidates}) > 1:
                     unresolved.append(
                         f"tensor `{name}`: {len(candidates)} different matchers verify it (constexpr branches?); "

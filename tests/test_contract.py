@@ -307,3 +307,20 @@ def test_a_symbolic_size_display_name_becomes_an_identifier():
     shape entry no harness can evaluate; three tasks could not be planned."""
     body = 'auto D = SymbolicSize{"hidden_dim x 2"};\nauto M = SymbolicSize{"num tokens"};\nSymbolicSize K{"2k"};\nauto N = SymbolicSize{"n"};'
     assert C._body_symbols(body) == {"D": "hidden_dim_x_2", "M": "num_tokens", "K": "K", "N": "n"}
+
+
+@pytest.mark.wheel
+def test_a_launcher_without_tensor_matchers_gives_shapes_by_its_uses(index, program, sglang_source):
+    """moe_topk_sigmoid checks `gating_output.dim() == 2` and reads `num_tokens =
+    gating_output.shape()[0]`; gelu_tanh_cat checks `attn.ndim() >= 2` and reads the
+    other tensors only from the end (`mlp.size(-1)`, `output.size(-1) == a + m`).
+    Before, every such tensor was 0-d and the baseline refused the call."""
+    root = pathlib.Path(sglang_source.root)
+    sig = _tensors(C.infer_contract(_op(index, "moe.topk_sigmoid"), index, root, program=program))
+    assert sig["gating_output"].shape == ["num_tokens", "num_experts"]
+    assert sig["topk_weights"].shape == sig["topk_ids"].shape == ["num_tokens", "topk"]  # from `== num_tokens` checks
+    assert sig["correction_bias"].shape == ["num_experts"]  # through `const auto& bias = correction_bias.value()`
+    gelu = C.infer_contract(_op(index, "diffusion.fused_gelu_tanh_cat"), index, root, program=program)
+    t = _tensors(gelu)
+    assert t["attn"].shape == ["attn_dim0", "a"] and t["mlp"].shape == ["attn_dim0", "m"] and t["output"].shape == ["attn_dim0", "a + m"]
+    assert any("no TensorMatcher; shape" in u for u in gelu.unresolved)
