@@ -226,6 +226,20 @@ def test_health_plans_a_synthetic_shape_where_no_model_sizes_the_op(tmp_path):
     assert bad.plan is None and "'Trait1::K' is not an arithmetic expression" in bad.row.reason
 
 
+def test_health_tests_the_smallest_catalog_shape_the_kernels_checks_accept(tmp_path):
+    from pipeline.records import ShapeCase, read_record, write_record, Task
+
+    work = tmp_path / "work"
+    _write_task(work, "p.op")
+    path = work / "tasks" / "p.op" / "task.json"
+    task = read_record(Task, path)
+    shapes = [ShapeCase(model="M", tokens=n, sizes={"num_tokens": n}) for n in (1, 8192, 4096)]
+    contract = task.contract.model_copy(update={"constraints": ["(num_tokens >= 4096)"]})
+    write_record(task.model_copy(update={"shapes": shapes, "contract": contract}), path)
+    prep = health.prepare(work / "tasks" / "p.op")
+    assert prep.row.shapes == "catalog" and {c.sizes["num_tokens"] for c in prep.plan.checks if not c.held_out} == {4096}
+
+
 def test_health_sweep_budget_leaves_unreached_tasks_for_the_next_run(tmp_path, monkeypatch):
     from pipeline.config import load_config
 

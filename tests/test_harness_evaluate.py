@@ -91,6 +91,19 @@ def test_plan_times_bf16_catalog_only_by_default():
     assert len(both.timings) == 8
 
 
+def test_plan_drops_catalog_shapes_the_kernels_own_checks_refuse():
+    """mhc_post_combine_norm_prefill: "prefill rows must be in [4096, 65536]" refuses T=1
+    of every model; SGLang never calls the kernel there, so it is no test case."""
+    task = rms_task()
+    task = task.model_copy(update={"contract": task.contract.model_copy(update={"constraints": ["(num_tokens >= 64)"]})})
+    plan = ev.plan_cases(task, held_out=2, rng=random.Random(1))
+    assert {c.sizes["num_tokens"] for c in plan.checks if not c.held_out} == {64}
+    assert all(c.sizes["num_tokens"] >= 64 for c in plan.checks)  # held-out draws too
+    refusing = task.model_copy(update={"contract": task.contract.model_copy(update={"constraints": ["(num_tokens > 9999)"]})})
+    with pytest.raises(Exception, match="refuse every shape given"):
+        ev.plan_cases(refusing)
+
+
 def test_plan_refuses_a_task_without_the_entry():
     task = make_task(RMS.model_copy(update={"entry": "other"}), [], [rms_inst("bf16", 128)])
     with pytest.raises(Exception, match="no instantiation exports"):

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from optimize.harness import inputs, isolate, timing
+from optimize.harness import constraints, inputs, isolate, timing
 from optimize.harness.errors import BaselineError, GpuRequired, HarnessError
 from optimize.harness.protocol import DISTRIBUTIONS, CheckCase, TimingCase, WorkerRequest, WorkerResult
 from pipeline.config import Config
@@ -92,6 +92,16 @@ def plan_cases(
     rng = rng or random.Random(int.from_bytes(os.urandom(8), "little"))
     contract = task.contract
     catalog = list(shapes if shapes is not None else task.shapes)
+    # A model shape the kernel's own checks refuse is one SGLang never calls it with
+    # ("prefill rows must be in [4096, 65536]" at T=1): it is not a test case.
+    refused = {s.label: why for s in catalog if (why := constraints.violated(contract, inputs.resolve_sizes(contract, s, task.shapes or catalog)))}
+    if refused and len(refused) == len(catalog):
+        label, why = next(iter(refused.items()))
+        raise HarnessError(
+            f"{task.op_id}: the kernel's own checks refuse every shape given ({label}: {why[0]})",
+            fix="test it at shapes it accepts (bench --all falls back to a synthetic shape)",
+        )
+    catalog = [s for s in catalog if s.label not in refused]
     dtypes = task_dtypes(task)
     if not dtypes:
         raise HarnessError(

@@ -100,7 +100,7 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
     the verdict's key then covers its answers too."""
     from extract.tasks import load_task
     from optimize.agents.testing import complete_contract
-    from optimize.harness import inputs
+    from optimize.harness import constraints, inputs
     from optimize.harness.evaluate import plan_cases
 
     prep = _Prepared(task_dir=task_dir, row=HealthRow(op_id=task_dir.name))
@@ -132,7 +132,9 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
     def on_catalog():
         if not task.shapes:
             return None
-        return task, min(task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
+        by_size = sorted(task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
+        accepted = [s for s in by_size if not constraints.violated(task.contract, inputs.resolve_sizes(task.contract, s, task.shapes))]
+        return task, (accepted or by_size)[0]  # the smallest the kernel's own checks accept
 
     def on_synthetic():
         shape = inputs.synthetic_shape(task.contract, task.instantiations)
