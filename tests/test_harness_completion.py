@@ -82,6 +82,12 @@ def test_scalar_rules_and_a_range_over_a_filled_scalar():
     assert alone.filled[0].value_range == ("0", "7")
 
 
+def test_masked_counts_stay_within_the_padded_rows():
+    task = task_of(tensor("x", ["num_experts", "num_tokens_padded", 16]), tensor("masked_m", ["num_experts"], dtype="int32"))
+    _done, record = completion.complete(task)
+    assert [(f.name, tuple(f.value_range)) for f in record.filled] == [("masked_m", ("0", "num_tokens_padded"))]
+
+
 def test_inout_counters_packed_data_and_what_no_rule_may_guess():
     task = task_of(
         tensor("slot_state", ["slots"], dtype="int32", role="inout"),
