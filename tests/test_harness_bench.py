@@ -226,6 +226,21 @@ def test_health_plans_a_synthetic_shape_where_no_model_sizes_the_op(tmp_path):
     assert bad.plan is None and "'Trait1::K' is not an arithmetic expression" in bad.row.reason
 
 
+def test_a_contract_without_arguments_is_not_called(tmp_path):
+    """compress_norm_rope_store: extract found no C++ entry for the export, so the contract
+    had no arguments, and the sweep called the baseline with none ("Expected 5 but got 0")."""
+    from pipeline.records import Task, read_record, write_record
+
+    work = tmp_path / "work"
+    _write_task(work, "n.op")
+    path = work / "tasks" / "n.op" / "task.json"
+    task = read_record(Task, path)
+    empty = task.contract.model_copy(update={"args": [], "symbols": [], "unresolved": ["C++ entry `plan_x` not found in ['a.cuh']"]})
+    write_record(task.model_copy(update={"contract": empty}), path)
+    prep = health.prepare(work / "tasks" / "n.op")
+    assert prep.plan is None and "lists no arguments (C++ entry `plan_x` not found" in prep.row.reason
+
+
 def test_health_tests_the_smallest_catalog_shape_the_kernels_checks_accept(tmp_path):
     from pipeline.records import ShapeCase, read_record, write_record, Task
 

@@ -180,6 +180,9 @@ def uncallable(contract, checks) -> str:
     from optimize.harness import inputs
     from optimize.harness.errors import ContractError
 
+    if not contract.args:  # extract found no C++ entry to read: a call would pass nothing
+        why = next((u for u in contract.unresolved if "not found" in u or "no C++ entry" in u), "no arguments inferred")
+        return f"the contract lists no arguments ({why})"
     try:
         for case in checks:
             for tensor in inputs.plan_call(contract, case.sizes, case.dtype, case.layout).tensors:
