@@ -88,6 +88,19 @@ def test_an_open_int_scalar_is_settled_per_case_from_that_cases_sizes():
     assert call.args[2] == sizes["hidden_size"] and 96 % sizes["hidden_size"] == 0
 
 
+def test_a_count_scalar_starts_at_none():
+    """moe_topk_sigmoid_out: `num_fused_shared_experts <= 1`; settling it at 1 made the kernel
+    write a shared-expert column past topk (the sweep caught the write outside the tensor)."""
+    c = Contract(
+        entry="topk", args=[tensor("w", ["num_tokens", "topk"], "output"), scalar("num_fused_shared_experts", "int")],
+        symbols=["num_tokens", "topk"], constraints=["(num_fused_shared_experts <= 1)"],
+    )  # fmt: skip
+    assert constraints.settle_scalars(c, {"num_tokens": 4, "topk": 8}) == {"num_fused_shared_experts": 0}
+    # a size is never 0
+    sizes, broken = constraints.solve(kda_like(), {"batch": 8, "kH": 128, "kSeg": 128}, ["kH"])
+    assert sizes["kH"] > 0 and not broken
+
+
 def test_the_synthetic_shape_satisfies_the_kernels_checks():
     case = inputs.synthetic_shape(kda_like())
     assert case.sizes["kH"] in (3, 6, 12)

@@ -135,26 +135,28 @@ def value_at(expression: str, env: Mapping[str, int | bool]) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def _candidates(contract: Contract, constraint: str, name: str, env: Mapping[str, int | bool]) -> list[int]:
+def _candidates(contract: Contract, constraint: str, name: str, env: Mapping[str, int | bool], *, scalar: bool = False) -> list[int]:
+    """Values to try for ``name``; a scalar may be 0 (a count of shared experts), a size not."""
     literals = {v for c in contract.constraints if (k := _compiled(c)) for v in k[2]}
     others = {int(v) for k, v in env.items() if k != name and not isinstance(v, bool) and isinstance(v, int)}
     scaled = {v * f for v in others for f in (2, 3, 4)} | {v // f for v in others for f in (2, 4) if v % f == 0}
     ordered = [*_direct(constraint, name, env), *sorted(literals), *POOL, *sorted(others), *sorted(scaled)]
-    return [v for v in dict.fromkeys(ordered) if 0 < v <= MAX_VALUE]
+    return [v for v in dict.fromkeys(ordered) if (0 if scalar else 1) <= v <= MAX_VALUE]
 
 
 def _starts(contract: Contract, mine: list[str], name: str, env: Mapping[str, int | bool]) -> list[int]:
     """First values for an open scalar: what an equality states, then the size of a
     name sharing a word with it (``hidden_size`` ~ ``hidden_dim``), then the other
-    sizes, largest first, then the usual candidates: a scalar that sizes something
-    is more often one of the op's widths than 1."""
+    sizes, largest first, then 0 (a count that can be none: ``num_fused_shared_experts
+    <= 1``), then the usual candidates: a scalar that sizes something is more often
+    one of the op's widths than 1."""
     words = set(name.lower().split("_")) - {"num", "size", "dim"}
     sized = {k: int(v) for k, v in env.items() if not isinstance(v, bool) and isinstance(v, int) and k != name}
     similar = [v for k, v in sorted(sized.items()) if words & set(k.lower().split("_"))]
     direct = [v for c in mine for v in _direct(c, name, env)]
-    rest = [v for c in mine for v in _candidates(contract, c, name, env)]
-    ordered = [*direct, *similar, *sorted(sized.values(), reverse=True), *rest]
-    return [v for v in dict.fromkeys(ordered) if 0 < v <= MAX_VALUE]
+    rest = [v for c in mine for v in _candidates(contract, c, name, env, scalar=True)]
+    ordered = [*direct, *similar, *sorted(sized.values(), reverse=True), 0, *rest]
+    return [v for v in dict.fromkeys(ordered) if 0 <= v <= MAX_VALUE]
 
 
 def solve(
@@ -176,6 +178,7 @@ def solve(
     accepts = accepts or (lambda _name, _value: True)
     env: dict[str, int | bool] = {**scalar_env(contract), **sizes}
     free = [n for n in dict.fromkeys(free)]
+    scalars = {n for n in free if n not in sizes}  # open scalars: 0 is a value, not an empty size
     constraints = list(contract.constraints)
     for name in free:
         if name not in env:
@@ -193,7 +196,7 @@ def solve(
         best: tuple[dict[str, int | bool], list[str]] | None = None
         for constraint in now:
             for name in sorted(names_of(constraint) & set(free)):
-                for value in _candidates(contract, constraint, name, env):
+                for value in _candidates(contract, constraint, name, env, scalar=name in scalars):
                     if value == env.get(name) or not accepts(name, value):
                         continue
                     trial = {**env, name: value}

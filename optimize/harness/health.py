@@ -101,6 +101,7 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
     from extract.tasks import load_task
     from optimize.agents.testing import complete_contract
     from optimize.harness import constraints, inputs
+    from optimize.harness.errors import ContractError
     from optimize.harness.evaluate import plan_cases
 
     prep = _Prepared(task_dir=task_dir, row=HealthRow(op_id=task_dir.name))
@@ -129,12 +130,20 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
         prep.row = prep.row.model_copy(update={"built": False, "reason": reason})
         return prep
 
-    def on_catalog():
-        if not task.shapes:
-            return None
-        by_size = sorted(task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
-        accepted = [s for s in by_size if not constraints.violated(task.contract, inputs.resolve_sizes(task.contract, s, task.shapes))]
-        return task, (accepted or by_size)[0]  # the smallest the kernel's own checks accept
+    def refused(shape) -> bool:
+        try:
+            return bool(constraints.violated(task.contract, inputs.resolve_sizes(task.contract, shape, task.shapes)))
+        except ContractError:
+            return False  # planning says what is wrong with it
+
+    by_size = sorted(task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
+    accepted = [s for s in by_size if not refused(s)]
+
+    def on_catalog():  # the smallest catalog shape the kernel's own checks accept
+        return (task, accepted[0]) if accepted else None
+
+    def on_any_catalog():  # none accepted, nor a synthetic shape: the baseline judges the smallest
+        return (task, by_size[0]) if by_size else None
 
     def on_synthetic():
         shape = inputs.synthetic_shape(task.contract, task.instantiations)
@@ -144,7 +153,7 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
     # none of the instantiations the extract kept, one small synthetic shape instead, so
     # the baseline is still tested (and the row says so). The first error is the reason.
     plan = first = None
-    for choose, kind in ((on_catalog, "catalog"), (on_synthetic, "synthetic")):
+    for choose, kind in ((on_catalog, "catalog"), (on_synthetic, "synthetic"), (on_any_catalog, "catalog")):
         try:
             chosen = choose()
             if chosen is None:
