@@ -504,6 +504,47 @@ def test_a_dtype_the_baseline_demands_is_taken_and_what_it_then_needs_is_checked
     assert row.reason.startswith("contract (after the baseline's fix): integer tensor n_pad has no value_range")
 
 
+def test_a_dtype_the_baseline_refuses_outright_is_not_tested(tmp_path, monkeypatch):
+    """Found on the H200 (2026-11-29): gelu_tanh_cat's loader instantiates fp16 too, its
+    launcher takes bf16 only ("Dtype value [float16] not in the allowed options: [bfloat16]")."""
+    from optimize.harness.isolate import WorkerRun
+    from optimize.harness.protocol import CheckResult, WorkerResult
+    from pipeline.config import load_config
+    from pipeline.records import Instantiation, Task, read_record, write_record
+
+    work = tmp_path / "work"
+    _write_task(work, "g.op")
+    path = work / "tasks" / "g.op" / "task.json"
+    task = read_record(Task, path)
+    fp16 = Instantiation(dtype="fp16", module_args=[], template_args=["fp16_t"], wrappers=[("e", "E")])
+    write_record(task.model_copy(update={"instantiations": [*task.instantiations, fp16]}), path)
+    config = load_config(overrides={"work_dir": str(work)}, environ={})
+    prep = health.prepare(work / "tasks" / "g.op")
+    dtypes_seen = []
+
+    def worker(request, config, workdir):
+        done = []
+        for case in request.checks:
+            dtypes_seen.append(case.dtype)
+            result = CheckResult(label=case.label, sizes=case.sizes, dtype=case.dtype, distribution=case.distribution,
+                                 layout=case.layout, held_out=case.held_out, status="pass")  # fmt: skip
+            if case.dtype == "fp16":
+                if case.held_out:  # the real worker skips a held-out case the baseline rejects
+                    done.append(result.model_copy(update={"status": "skipped", "reason": "rejected"}))
+                    continue
+                detail = "the baseline rejects catalog shape M: Dtype value [float16] not in the allowed options: [bfloat16]"
+                return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="",
+                                 result=WorkerResult(status="baseline_failed", detail=detail, checks=done))  # fmt: skip
+            done.append(result)
+        return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=WorkerResult(status="ok", checks=done))
+
+    monkeypatch.setattr("optimize.harness.evaluate.run_request", worker)
+    row = health.check(prep, ["lib.so"], config)
+    assert row.passed, row.reason
+    assert row.filled == ["dtype fp16 not tested (baseline: Dtype value [float16] not in the allowed options: [bfloat16])"]
+    assert "fp16" in dtypes_seen and row.checks == sum(1 for c in prep.plan.checks if c.dtype == "bf16")
+
+
 def test_with_an_llm_the_sweep_asks_the_testing_agent_for_what_the_rules_leave_open(tmp_path):
     import json
 

@@ -40,7 +40,7 @@ import pathlib
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Literal, Sequence
 
 from optimize.harness.completion import BASELINE_REPAIRS
@@ -260,6 +260,11 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
             if problem:
                 return row.model_copy(update={"ran": False, "reason": f"contract (after the baseline's fix): {problem}"})
             continue
+        narrowed = _without_refused_dtype(plan, res)
+        if narrowed is not None:
+            plan, note = narrowed
+            row = row.model_copy(update={"filled": [*row.filled, note]})
+            continue
         resized = _resized(task, contract, plan, res) if row.shapes == "synthetic" else None
         if resized is None:
             break
@@ -289,6 +294,33 @@ def _request(task, contract, plan, libraries: list[str], config):
         checks=plan.checks, harness=config.harness, device_cache_dir=str(config.cache / "device"),
         stop_at_first_failure=True,
     )  # fmt: skip
+
+
+_DTYPE_REFUSED = re.compile(r"Dtype value \[(\w+)\] not in the allowed options: \[([\w, ]*)\]")
+
+
+def _without_refused_dtype(plan, res):
+    """(plan, note) without the cases of a dtype the baseline refuses outright ("Dtype
+    value [float16] not in the allowed options: [bfloat16]": a bf16-only launcher the
+    loader also instantiates for fp16), or None. Only the dtype of the failed case
+    itself, and only while other cases remain: the baseline defines which dtypes the
+    op has."""
+    from optimize.harness import inputs
+    from optimize.harness.errors import ContractError
+
+    match = _DTYPE_REFUSED.search(res.detail or "")
+    if match is None or len(res.checks) >= len(plan.checks):
+        return None
+    failed = plan.checks[len(res.checks)]
+    try:
+        refused = inputs.canonical_dtype(match.group(1), "")
+    except ContractError:
+        return None
+    kept = [c for c in plan.checks if c.dtype != refused]
+    if refused != failed.dtype or not kept:
+        return None
+    note = f"dtype {refused} not tested (baseline: {match.group(0)})"
+    return replace(plan, checks=kept), note
 
 
 def _resized(task, contract, plan, res):
