@@ -348,8 +348,13 @@ def _resized(task, contract, plan, res):
         new_plan = plan_cases(new_task, shapes=[new_shape], held_out=HELD_OUT, profile=False)
     except Exception:  # noqa: BLE001 - a shape the contract cannot plan is no repair
         return None
-    if new_plan.units != plan.units:
+    # Held-out draws at the new shape may pick instantiations not built for this sweep:
+    # those cases are left out (the built modules still serve the rest).
+    built = {i: plan.units.index(u) for i, u in enumerate(new_plan.units) if u in plan.units}
+    checks = [c.model_copy(update={"unit": built[c.unit]}) for c in new_plan.checks if c.unit in built]
+    if not any(not c.held_out for c in checks):
         return None
+    new_plan = replace(new_plan, units=plan.units, checks=checks)
     return new_task, new_plan, f"{symbol} = {value} (baseline: the synthetic shape's {symbol} was rejected, the kernel expects {value})"
 
 
