@@ -120,3 +120,14 @@ def test_held_out_draws_the_kernels_checks_refuse_are_drawn_again():
     assert drawn and all(case.sizes["num_tokens"] % 2 == 1 for case in drawn)
     refusing = c.model_copy(update={"constraints": ["(num_tokens > 100000)"]})
     assert inputs.draw_held_out(refusing, catalog, 3, random.Random(5)) == []
+
+
+def test_a_multiple_of_a_product_of_sizes_is_found():
+    """wan_norm_silu_post: `elements % (channels * spatial) == 0` and `pixels == elements // channels`."""
+    c = Contract(
+        entry="post", args=[tensor("x", ["elements"]), tensor("d", ["pixels"]), tensor("g", ["channels"])],
+        symbols=["elements", "pixels", "channels", "spatial"],
+        constraints=["((elements > 0) and ((elements % (channels * spatial)) == 0))", "(pixels == (elements // channels))"],
+    )  # fmt: skip
+    sizes, broken = constraints.solve(c, {"elements": 8, "pixels": 128, "channels": 128, "spatial": 128}, ["elements", "pixels"])
+    assert not broken and sizes["elements"] == 128 * 128 and sizes["pixels"] == 128

@@ -136,11 +136,14 @@ def value_at(expression: str, env: Mapping[str, int | bool]) -> int | None:
 
 
 def _candidates(contract: Contract, constraint: str, name: str, env: Mapping[str, int | bool], *, scalar: bool = False) -> list[int]:
-    """Values to try for ``name``; a scalar may be 0 (a count of shared experts), a size not."""
+    """Values to try for ``name``: what an equality states, the constraints' constants,
+    :data:`POOL`, the other names' values, small multiples and pairwise products of them.
+    A scalar may be 0 (a count of shared experts), a size not."""
     literals = {v for c in contract.constraints if (k := _compiled(c)) for v in k[2]}
     others = {int(v) for k, v in env.items() if k != name and not isinstance(v, bool) and isinstance(v, int)}
     scaled = {v * f for v in others for f in (2, 3, 4)} | {v // f for v in others for f in (2, 4) if v % f == 0}
-    ordered = [*_direct(constraint, name, env), *sorted(literals), *POOL, *sorted(others), *sorted(scaled)]
+    products = {a * b for a in others for b in others if a * b <= MAX_VALUE}  # `elements % (channels * spatial)`
+    ordered = [*_direct(constraint, name, env), *sorted(literals), *POOL, *sorted(others), *sorted(scaled), *sorted(products)]
     return [v for v in dict.fromkeys(ordered) if (0 if scalar else 1) <= v <= MAX_VALUE]
 
 
