@@ -88,6 +88,24 @@ def test_masked_counts_stay_within_the_padded_rows():
     assert [(f.name, tuple(f.value_range)) for f in record.filled] == [("masked_m", ("0", "num_tokens_padded"))]
 
 
+def test_lengths_stay_inside_the_rows_they_index():
+    task = task_of(
+        tensor("scores", ["batch", "max_seq_len"], dtype="float32"), tensor("page_table", ["batch", -1], dtype="int32"),
+        tensor("seq_lens", ["batch"], dtype="int32"),
+    )  # fmt: skip
+    _done, record = completion.complete(task)
+    got = {f.name: tuple(f.value_range) for f in record.filled}
+    assert got["seq_lens"] == ("1", "max_seq_len")  # the float rows, not the int page table
+    assert got["page_table"] == ("0", "1023")  # no page pool in the call: any id is one
+    pooled = task_of(tensor("kv", ["pages", 64]), tensor("page_table", ["batch", 4], dtype="int32"), tensor("topk_idx", ["batch", 8], dtype="int32"))
+    got = {f.name: tuple(f.value_range) for f in completion.complete(pooled)[1].filled}
+    assert got == {"page_table": ("0", "pages - 1"), "topk_idx": ("0", "pages - 1")}  # a pool: ids stay inside it
+    alone = task_of(tensor("score", ["batch", 64]), tensor("topk_idx", ["batch", 8], dtype="int32"))
+    assert [tuple(f.value_range) for f in completion.complete(alone)[1].filled] == [(0, 0)]  # no table: 0 is valid anywhere
+    wide = task_of(tensor("score", ["H", "B", "S"], dtype="float32"), tensor("q", ["B", -1]), tensor("seq_lens", ["B"], dtype="int32"))
+    assert {f.name: tuple(f.value_range) for f in completion.complete(wide)[1].filled}["seq_lens"] == ("1", "min(128, S)")
+
+
 def test_inout_counters_packed_data_and_what_no_rule_may_guess():
     task = task_of(
         tensor("slot_state", ["slots"], dtype="int32", role="inout"),
@@ -137,7 +155,7 @@ def test_every_rule_in_the_shipped_file_is_well_formed():
     for rule in rules["scalar"]:
         assert rule["names"] and rule["type"] in ("int", "float", "str", "bool") and "value" in rule and rule["why"]
     for rule in rules["index"]:
-        assert rule["names"] and rule["kind"] in ("bounded", "gather", "zeros", "full", "open") and rule["why"]
+        assert rule["names"] and rule["kind"] in ("bounded", "gather", "zeros", "full", "lengths", "open") and rule["why"]
         if rule["kind"] == "bounded":
             inputs.expr_symbols(rule["low"]) | inputs.expr_symbols(rule["high"])  # parses
 
@@ -148,8 +166,8 @@ def test_every_rule_in_the_shipped_file_is_well_formed():
 def open_task() -> Task:
     return task_of(
         tensor("x", ["tokens", "hidden"]),
-        tensor("block_table", ["tokens", 4], dtype="int32"),
-        tensor("seq_lens", ["tokens"], dtype="int32"),
+        tensor("token_map", ["tokens", 4], dtype="int32"),
+        tensor("cu_seqlens", ["tokens"], dtype="int32"),
         scalar("chunk_rows", "int"),
         scalar("mode", "str"),
     )
@@ -158,8 +176,8 @@ def open_task() -> Task:
 def test_the_model_fills_what_the_rules_leave_open_and_wrong_types_are_refused():
     reply = {
         "scalars": {"chunk_rows": 16, "mode": 3},  # mode must be a string
-        "ranges": {"seq_lens": [1, "hidden"], "block_table": [0, "pages - 1"]},  # `pages` is not a symbol
-        "why": {"chunk_rows": "rows per CTA chunk", "seq_lens": "at most the cache width"},
+        "ranges": {"cu_seqlens": [1, "hidden"], "token_map": [0, "pages - 1"]},  # `pages` is not a symbol
+        "why": {"chunk_rows": "rows per CTA chunk", "cu_seqlens": "at most the cache width"},
     }
     model = ScriptedModel(["Here:\n```json\n" + json.dumps(reply) + "\n```"], name="m1")
     done, record = testing.complete_contract(open_task(), None, model=model)
@@ -167,12 +185,12 @@ def test_the_model_fills_what_the_rules_leave_open_and_wrong_types_are_refused()
     prompt = model.prompts[0][1][1]["content"]
     assert "scalar chunk_rows (int): no value to call with" in prompt and "Size symbols: hidden, tokens" in prompt
     assert {f.name: (f.value, f.value_range, f.rule) for f in record.filled} == {
-        "chunk_rows": (16, None, "llm:m1"), "seq_lens": (None, (1, "hidden"), "llm:m1"),
+        "chunk_rows": (16, None, "llm:m1"), "cu_seqlens": (None, (1, "hidden"), "llm:m1"),
     }  # fmt: skip
-    assert record.open[:2] == ["tensor block_table (int32, input): no value range", "scalar mode (str): no value to call with"]
-    assert "unusable entries: scalar mode=3, range block_table=[0, 'pages - 1']" in record.open[-1]
-    seq_lens = next(a.tensor for a in done.contract.args if a.tensor is not None and a.tensor.name == "seq_lens")
-    assert seq_lens.value_range == (1, "hidden")
+    assert record.open[:2] == ["tensor token_map (int32, input): no value range", "scalar mode (str): no value to call with"]
+    assert "unusable entries: scalar mode=3, range token_map=[0, 'pages - 1']" in record.open[-1]
+    cu_seqlens = next(a.tensor for a in done.contract.args if a.tensor is not None and a.tensor.name == "cu_seqlens")
+    assert cu_seqlens.value_range == (1, "hidden")
 
 
 @pytest.mark.parametrize(

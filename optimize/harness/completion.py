@@ -184,6 +184,27 @@ def _gather_high(contract: Contract, spec: TensorSpec) -> str | None:
     return f"{tables[0]} - 1" if len(tables) == 1 else f"min({', '.join(tables)}) - 1"
 
 
+def _length_high(contract: Contract, spec: TensorSpec) -> str | None:
+    """For a 1-D lengths tensor (``seq_lens[batch]``): the smallest last dimension of the
+    floating-point tensors that share its dimension (``scores[batch, max_seq_len]``):
+    a length that indexes their rows stays inside them. None without one."""
+    if len(spec.shape) != 1 or not isinstance(spec.shape[0], str):
+        return None
+    own = spec.shape[0]
+    rows = set()
+    for t in inputs.tensor_specs(contract):
+        if t.name == spec.name or len(t.shape) < 2 or own not in t.shape[:-1]:
+            continue
+        if t.dtype != "T" and inputs.canonical_dtype(t.dtype, "bf16") not in inputs.FLOAT_DTYPES:
+            continue
+        last = t.shape[-1]
+        rows.add(str(inputs.ANY_SIZE) if last in (-1, "-1") else str(last) if isinstance(last, int) or str(last).isidentifier() else f"({last})")
+    if not rows:
+        return None
+    ordered = sorted(rows)
+    return ordered[0] if len(ordered) == 1 else f"min({', '.join(ordered)})"
+
+
 def _known_names(contract: Contract) -> set[str]:
     names = inputs.shape_symbols(contract)
     names |= {a.scalar.name for a in contract.args if a.kind == "scalar" and a.scalar is not None and a.scalar.type == "int"}
@@ -216,6 +237,9 @@ def _index_rule(contract: Contract, spec: TensorSpec, rules: list[dict], known: 
         elif kind == "gather":
             high = _gather_high(contract, spec)
             bounds = None if high is None else ("0", high)
+        elif kind == "lengths":
+            high = _length_high(contract, spec)
+            bounds = None if high is None else ("1", high)
         elif kind == "zeros":
             bounds = (0, 0)
         elif kind == "full":
