@@ -96,6 +96,8 @@ def test_a_count_scalar_starts_at_none():
         symbols=["num_tokens", "topk"], constraints=["(num_fused_shared_experts <= 1)"],
     )  # fmt: skip
     assert constraints.settle_scalars(c, {"num_tokens": 4, "topk": 8}) == {"num_fused_shared_experts": 0}
+    # also where a size of 1 would satisfy the check (a held-out draw at T=1)
+    assert constraints.settle_scalars(c, {"num_tokens": 1, "topk": 8}) == {"num_fused_shared_experts": 0}
     # a size is never 0
     sizes, broken = constraints.solve(kda_like(), {"batch": 8, "kH": 128, "kSeg": 128}, ["kH"])
     assert sizes["kH"] > 0 and not broken

@@ -149,16 +149,16 @@ def _candidates(contract: Contract, constraint: str, name: str, env: Mapping[str
 
 def _starts(contract: Contract, mine: list[str], name: str, env: Mapping[str, int | bool]) -> list[int]:
     """First values for an open scalar: what an equality states, then the size of a
-    name sharing a word with it (``hidden_size`` ~ ``hidden_dim``), then the other
-    sizes, largest first, then 0 (a count that can be none: ``num_fused_shared_experts
-    <= 1``), then the usual candidates: a scalar that sizes something is more often
-    one of the op's widths than 1."""
+    name sharing a word with it (``hidden_size`` ~ ``hidden_dim``), then 0 (a count
+    that can be none: ``num_fused_shared_experts <= 1``), then the other sizes,
+    largest first, then the usual candidates: a scalar that sizes something is more
+    often one of the op's widths than 1."""
     words = set(name.lower().split("_")) - {"num", "size", "dim"}
     sized = {k: int(v) for k, v in env.items() if not isinstance(v, bool) and isinstance(v, int) and k != name}
     similar = [v for k, v in sorted(sized.items()) if words & set(k.lower().split("_"))]
     direct = [v for c in mine for v in _direct(c, name, env)]
     rest = [v for c in mine for v in _candidates(contract, c, name, env, scalar=True)]
-    ordered = [*direct, *similar, *sorted(sized.values(), reverse=True), 0, *rest]
+    ordered = [*direct, *similar, 0, *sorted(sized.values(), reverse=True), *rest]
     return [v for v in dict.fromkeys(ordered) if 0 <= v <= MAX_VALUE]
 
 
