@@ -439,6 +439,7 @@ class CppFacts:
     fixed_by_template: dict[str, str]  # symbol -> template parameter that sets it
     unresolved: list[str]
     constraints: list[str] = dataclasses.field(default_factory=list)  # checks as Python over symbols/scalars
+    allowed: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # symbol -> the cases of a refusing switch
 
 
 def _symbol_name(display: str, var: str) -> str:
@@ -671,6 +672,7 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
     checks: list[str] = []
     divisibility: dict[str, int] = {}
     max_values: dict[str, int] = {}
+    allowed: dict[str, list[int]] = {}
     relations: dict[str, str] = {}
     fixed: dict[str, str] = {}
     struct_consts = _constants(re.sub(r"\{[^{}]*\}", "", text))
@@ -701,6 +703,15 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
                 value = _eval_per_dtype(limit, consts, dtypes, min)
                 if value is not None:
                     max_values[unwrap[var]] = value
+        # `switch (num_experts) { case 256: ... case 384: ... default: Panic(...) }`:
+        # the cases are the only values the launcher accepts.
+        for match in re.finditer(r"\bswitch\s*\(\s*(\w+)\s*\)\s*\{", fn.body):
+            var = match.group(1)
+            block = fn.body[match.end() - 1 : balanced_end(fn.body, match.end() - 1)]
+            refused = re.search(r"\bdefault\s*:\s*(?:\{\s*)?(?:Panic\s*\(|RuntimeCheck\s*\(\s*false)", block)
+            cases = [int(v) for v in re.findall(r"\bcase\s+(\d+)\s*:", block)]
+            if var in unwrap and refused is not None and cases:
+                allowed[unwrap[var]] = sorted(set(cases))
     # Launchers written without TensorMatcher read shapes by hand (`x.dim() == 2`,
     # `const int64_t num_tokens = x.shape()[0]`): those uses give the tensor a shape.
     read: dict[str, tuple[list[str | int], bool]] = {}
@@ -739,6 +750,7 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
         fixed_by_template=fixed,
         unresolved=unresolved,
         constraints=list(dict.fromkeys(constraints)),
+        allowed=allowed,
     )
 
 
@@ -1269,6 +1281,7 @@ def infer_contract(
         symbols=[s for s in symbols if s in shape_syms] + [s for s in symbols if s not in shape_syms],
         divisibility={k: v for k, v in facts.divisibility.items() if k in symbols},
         max_values={k: v for k, v in facts.max_values.items() if k in symbols},
+        allowed_values={k: v for k, v in facts.allowed.items() if k in symbols},
         checks=checks,
         constraints=constraints,
         unresolved=list(dict.fromkeys(unresolved)),

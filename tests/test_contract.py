@@ -324,3 +324,13 @@ def test_a_launcher_without_tensor_matchers_gives_shapes_by_its_uses(index, prog
     t = _tensors(gelu)
     assert t["attn"].shape == ["attn_dim0", "a"] and t["mlp"].shape == ["attn_dim0", "m"] and t["output"].shape == ["attn_dim0", "a + m"]
     assert any("no TensorMatcher; shape" in u for u in gelu.unresolved)
+
+
+@pytest.mark.wheel
+def test_a_refusing_switch_gives_the_allowed_values(index, program, sglang_source):
+    """kimi_k2_moe_fused_gate: `switch (num_experts) { case 256: ... case 384: ... default: Panic(...) }`;
+    the sweep had tested it at Mixtral's 8 experts and the baseline refused."""
+    root = pathlib.Path(sglang_source.root)
+    c = C.infer_contract(_op(index, "lora.kimi_k2_moe_fused_gate"), index, root, program=program)
+    assert c.allowed_values == {"num_experts": [256, 384]}
+    assert c.accepts("num_experts", 256) and not c.accepts("num_experts", 8)
