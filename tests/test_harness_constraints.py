@@ -88,6 +88,18 @@ def test_an_open_int_scalar_is_settled_per_case_from_that_cases_sizes():
     assert call.args[2] == sizes["hidden_size"] and 96 % sizes["hidden_size"] == 0
 
 
+def test_a_scalar_named_after_a_size_is_that_size_never_settled_apart():
+    """Found on the H200 (2026-11-29): timestep_embedding's `dim` is a scalar and the width
+    of its output; re-settled on its own at a held-out draw, it became 0 (SIGFPE)."""
+    c = Contract(
+        entry="emb", args=[tensor("out", ["batch_size", "dim"], "output"), scalar("dim", "int")],
+        symbols=["batch_size", "dim"], constraints=["((dim % 8) == 0)"],
+    )  # fmt: skip
+    assert constraints.open_ints(c) == set()
+    drawn = inputs.draw_held_out(c, [ShapeCase(model="m", tokens=2, sizes={"batch_size": 2, "dim": 64})], 4, random.Random(0))
+    assert drawn and all(case.sizes["dim"] > 0 and case.sizes["dim"] % 8 == 0 for case in drawn)
+
+
 def test_a_count_scalar_starts_at_none():
     """moe_topk_sigmoid_out: `num_fused_shared_experts <= 1`; settling it at 1 made the kernel
     write a shared-expert column past topk (the sweep caught the write outside the tensor)."""

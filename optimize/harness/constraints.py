@@ -94,13 +94,16 @@ def scalar_env(contract: Contract) -> dict[str, int | bool]:
 
 
 def open_ints(contract: Contract) -> set[str]:
-    """Int scalars with no value that some constraint mentions: settled per case here."""
+    """Int scalars with no value that some constraint mentions: settled per case here.
+    A scalar named after a size symbol (``timestep_embedding(..., dim)`` beside
+    ``out[batch_size, dim]``) is not one: it takes that size."""
     mentioned = set().union(*(names_of(c) for c in contract.constraints)) if contract.constraints else set()
     return {
         a.scalar.name
         for a in contract.args
-        if a.scalar is not None and a.scalar.type == "int" and a.scalar.value is None and a.scalar.name in mentioned
-    }
+        if a.scalar is not None and a.scalar.type == "int" and a.scalar.value is None
+        and a.scalar.name in mentioned and a.scalar.name not in contract.symbols
+    }  # fmt: skip
 
 
 def violated(contract: Contract, sizes: Mapping[str, int]) -> list[str]:
