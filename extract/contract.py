@@ -677,10 +677,12 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
     fixed: dict[str, str] = {}
     struct_consts = _constants(re.sub(r"\{[^{}]*\}", "", text))
     pending: list[tuple[str, dict[str, str], dict[str, str], dict[str, str], dict[str, list[_Matcher]]]] = []
+    body_matchers: list[dict[str, list[_Matcher]]] = []  # per body, its own names (pending holds the same dicts)
     for fn, alias in bodies:
         body_symbols = _body_symbols(fn.body)
         symbols.update(body_symbols)
         found, notes = _matchers(fn.body, body_symbols, tparams)
+        body_matchers.append(found)
         unresolved += notes
         for name, items in found.items():
             matchers.setdefault(alias.get(name, name), []).extend(items)
@@ -726,13 +728,11 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
         if not explicit and ranked and len(ranked[0]) > len(shape):
             read[pname] = (list(ranked[0][: len(ranked[0]) - len(shape)]) + shape, False)
     for pname, (shape, _explicit) in read.items():
-        uses = [(fn.body, _reverse(alias, pname)) for fn, alias in bodies]
         item = _Matcher(shape, None, None, [pname], 99, "(shape read from its uses: no TensorMatcher)")
         matchers[pname] = [item]
-        for (body, local), (_fn, alias) in zip(uses, bodies):
-            for _cond, _names, body_alias, _consts, found in pending:
-                if body_alias is alias and local:
-                    found.setdefault(local, [item])
+        for (_fn, alias), found in zip(bodies, body_matchers):  # so each body's checks can read x.size(i)
+            if (local := _reverse(alias, pname)) is not None:
+                found.setdefault(local, [item])
     scalars = {name for ptype, name in entry.params if "TensorView" not in ptype and _scalar_type(ptype) in ("int", "bool")}
     constraints = [
         c for cond, names, alias, consts, found in pending

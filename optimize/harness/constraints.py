@@ -68,15 +68,31 @@ def names_of(constraint: str) -> frozenset[str]:
     return compiled[1] if compiled else frozenset()
 
 
+_UNKNOWN = object()
+
+
+def _evaluate(expression: str, env: Mapping[str, int | bool]) -> object:
+    """The value of a validated expression at ``env``, or ``_UNKNOWN`` (a name with no
+    value, a division by zero, text that is not the restricted Python extract writes)."""
+    compiled = _compiled(expression)
+    if compiled is None or not compiled[1] <= env.keys():
+        return _UNKNOWN
+    try:
+        return eval(compiled[0], {"__builtins__": {}}, dict(env))  # noqa: S307 - validated AST, names only
+    except (ArithmeticError, TypeError, ValueError):
+        return _UNKNOWN
+
+
 def holds(constraint: str, env: Mapping[str, int | bool]) -> bool | None:
     """Whether ``constraint`` holds at ``env``; None when it cannot be evaluated there."""
-    compiled = _compiled(constraint)
-    if compiled is None or not compiled[1] <= env.keys():
-        return None
-    try:
-        return bool(eval(compiled[0], {"__builtins__": {}}, dict(env)))  # noqa: S307 - validated AST, names only
-    except (ArithmeticError, TypeError, ValueError):
-        return None
+    value = _evaluate(constraint, env)
+    return None if value is _UNKNOWN else bool(value)
+
+
+def value_at(expression: str, env: Mapping[str, int | bool]) -> int | None:
+    """An integer expression's value at ``env`` (None when it cannot be evaluated)."""
+    value = _evaluate(expression, env)
+    return int(value) if isinstance(value, int) else None
 
 
 def scalar_env(contract: Contract) -> dict[str, int | bool]:
@@ -115,7 +131,9 @@ def violated(contract: Contract, sizes: Mapping[str, int]) -> list[str]:
 def _direct(constraint: str, name: str, env: Mapping[str, int | bool]) -> list[int]:
     """Values of ``name`` that an equality in ``constraint`` states outright
     (``input_width == query_width + ...`` with ``name`` alone on one side)."""
-    out = []
+    out: list[int] = []
+    if _compiled(constraint) is None:
+        return out
     for node in ast.walk(ast.parse(constraint, mode="eval")):
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq):
             for mine, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
@@ -124,18 +142,6 @@ def _direct(constraint: str, name: str, env: Mapping[str, int | bool]) -> list[i
                     if value is not None:
                         out.append(value)
     return out
-
-
-def value_at(expression: str, env: Mapping[str, int | bool]) -> int | None:
-    """An integer expression's value at ``env`` (None when it cannot be evaluated)."""
-    compiled = _compiled(expression)
-    if compiled is None or not compiled[1] <= env.keys():
-        return None
-    try:
-        value = eval(compiled[0], {"__builtins__": {}}, dict(env))  # noqa: S307 - validated AST, names only
-    except (ArithmeticError, TypeError, ValueError):
-        return None
-    return int(value) if isinstance(value, int) else None
 
 
 def _candidates(contract: Contract, constraint: str, name: str, env: Mapping[str, int | bool], *, scalar: bool = False) -> list[int]:
