@@ -2075,6 +2075,13 @@ def instantiate(
             kwargs[name], why = fallbacks[name]
             notes.append(f"loader parameter `{name}` = {kwargs[name]!r}, chosen at run time by SGLang's caller: {why}")
             continue
+        if param.annotation is not None and loader.module.code(param.annotation.annotation) == "bool":
+            # a flag the caller decides at run time: the plain path (False), as the
+            # harness calls an open bool scalar; the task's notes say so
+            kwargs[name] = False
+            reason = f" ({passed})" if isinstance(passed, Unresolvable) else ""
+            notes.append(f"loader parameter `{name}` (bool) = False, the plain path: its value is chosen at run time{reason}")
+            continue
         reason = f" ({passed})" if isinstance(passed, Unresolvable) else ""
         raise Unresolvable(f"loader parameter `{name}` of {loader.qualname} has no known value{reason}")
     ev = Evaluator(program.sets.resolve, strict=True)

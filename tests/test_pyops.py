@@ -336,3 +336,42 @@ def test_kernel_path_and_math_are_followed_statically(tmp_path):
     inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="run")
     assert inst.wrappers == [("run", "Fht<8, bf16_t>::run")]
     assert inst.strings("extra_include_paths") == ["kernels/jit/csrc/extra"]
+
+
+FLAG_LOADER = '''
+import torch
+from sglang.kernels.jit.utils import cache_once, load_jit, make_cpp_args
+
+@cache_once
+def _module(is_ep: bool, dtype):
+    args = make_cpp_args(is_ep, dtype)
+    return load_jit("flag", *args, cuda_files=["x/flag.cuh"], cuda_wrappers=[("run", f"Flag<{args}>::run")])
+
+@cache_once
+def _sized(width: int, dtype):
+    args = make_cpp_args(width, dtype)
+    return load_jit("sized", *args, cuda_files=["x/sized.cuh"], cuda_wrappers=[("go", f"Sized<{args}>::go")])
+
+def flag(x: torch.Tensor, is_ep: bool) -> None:
+    _module(is_ep, x.dtype).run(x)
+
+def sized(x: torch.Tensor, width: int) -> None:
+    _sized(width, x.dtype).go(x)
+'''
+
+
+def test_an_open_bool_loader_parameter_takes_the_plain_path(tmp_path):
+    """Found in extract --all (2026-11-29): seven modules' loaders take a bool the caller
+    decides at run time (moe_wna16_marlin's is_ep, deep_select's sorted_value); an int
+    with no known value still stops the instantiation."""
+    source = _tree(tmp_path, {"kernels/ops/grp/flag.py": FLAG_LOADER})
+    ops, _ = pyops.scan_ops(source, None)
+    program = pyops.Program(tmp_path)
+    by_id = {op.id: op for op in ops}
+    op = by_id["grp.flag"]
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="run")
+    assert inst.wrappers == [("run", "Flag<false, bf16_t>::run")]
+    assert any("`is_ep` (bool) = False, the plain path" in n for n in inst.notes)
+    sized = by_id["grp.sized"]
+    with pytest.raises(pyops.Unresolvable, match="width"):
+        pyops.instantiate(program, sized, sized.load_jit[0], dtype="bf16", sizes={}, entry="go")
