@@ -288,14 +288,17 @@ def norm_opt(x: torch.Tensor, out: torch.Tensor, scale: Optional[torch.Tensor]) 
 '''
 
 
+def _synthetic_ops(tmp_path, files):
+    """Ops of a synthetic package (``files``: path -> text), by id, and its program."""
+    ops, _ = pyops.scan_ops(_tree(tmp_path, files), None)
+    return {op.id: op for op in ops}, pyops.Program(tmp_path)
+
+
 def test_tensor_layout_attributes_are_those_of_the_harness_tensors(tmp_path):
     """Found in the coverage sweep (2026-11-29): wan_norm_silu_post picks a template
     argument with `not x.is_contiguous()`, fused_metadata_copy_multi with `src is not
     None`; the harness calls with dense CUDA tensors and passes every tensor."""
-    source = _tree(tmp_path, {"kernels/ops/grp/norm.py": LAYOUT_LOADER})
-    ops, _ = pyops.scan_ops(source, None)
-    program = pyops.Program(tmp_path)
-    by_id = {op.id: op for op in ops}
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/norm.py": LAYOUT_LOADER})
     op = by_id["grp.norm"]
     inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="run")
     assert inst.wrappers == [("run", "Norm<false, true, bf16_t>::run")]
@@ -329,10 +332,8 @@ def test_kernel_path_and_math_are_followed_statically(tmp_path):
     """Found in the coverage sweep (2026-11-29): hadamard's loader adds an include directory
     under KERNEL_PATH (which SGLang finds with importlib), the sampling loader picks a vector
     width with math.gcd; both were 'not known statically'."""
-    source = _tree(tmp_path, {"kernels/ops/grp/fht.py": PATH_LOADER})
-    ops, _ = pyops.scan_ops(source, None)
-    program = pyops.Program(tmp_path)
-    (op,) = ops
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/fht.py": PATH_LOADER})
+    (op,) = by_id.values()
     inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="run")
     assert inst.wrappers == [("run", "Fht<8, bf16_t>::run")]
     assert inst.strings("extra_include_paths") == ["kernels/jit/csrc/extra"]
@@ -364,10 +365,7 @@ def test_an_open_bool_loader_parameter_takes_the_plain_path(tmp_path):
     """Found in extract --all (2026-11-29): seven modules' loaders take a bool the caller
     decides at run time (moe_wna16_marlin's is_ep, deep_select's sorted_value); an int
     with no known value still stops the instantiation."""
-    source = _tree(tmp_path, {"kernels/ops/grp/flag.py": FLAG_LOADER})
-    ops, _ = pyops.scan_ops(source, None)
-    program = pyops.Program(tmp_path)
-    by_id = {op.id: op for op in ops}
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/flag.py": FLAG_LOADER})
     op = by_id["grp.flag"]
     inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="run")
     assert inst.wrappers == [("run", "Flag<false, bf16_t>::run")]
