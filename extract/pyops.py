@@ -392,6 +392,14 @@ _BUILTINS: dict[str, Callable[..., Any]] = {
 _STR_METHODS = {"join", "format", "upper", "lower", "replace", "startswith", "endswith", "split", "strip"}
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Python's ``is``, where a torch dtype is the singleton it is in torch
+    (``dtype is not torch.bfloat16``): two DtypeValues of one dtype are the same."""
+    if isinstance(a, DtypeValue) and isinstance(b, DtypeValue):
+        return a == b
+    return a is b
+
+
 def _concrete(value: Any) -> bool:
     if isinstance(value, (Unknown, Alts, TensorValue, ModuleHandle, ParamRef)):
         return False
@@ -781,8 +789,8 @@ class Evaluator:
                     "GreaterThanEqual": lambda a, b: a >= b,
                     "In": lambda a, b: a in b,
                     "NotIn": lambda a, b: a not in b,
-                    "Is": lambda a, b: a is b,
-                    "IsNot": lambda a, b: a is not b,
+                    "Is": _same,
+                    "IsNot": lambda a, b: not _same(a, b),
                 }[op](left, right)
             except Exception as err:  # noqa: BLE001
                 if self.strict:

@@ -373,3 +373,31 @@ def test_an_open_bool_loader_parameter_takes_the_plain_path(tmp_path):
     sized = by_id["grp.sized"]
     with pytest.raises(pyops.Unresolvable, match="width"):
         pyops.instantiate(program, sized, sized.load_jit[0], dtype="bf16", sizes={}, entry="go")
+
+
+ONLY_BF16_LOADER = '''
+import torch
+from sglang.kernels.jit.utils import cache_once, load_jit, make_cpp_args
+
+@cache_once
+def _module(dtype: torch.dtype):
+    if dtype is not torch.bfloat16:
+        raise RuntimeError(f"Unsupported dtype: {dtype}")
+    args = make_cpp_args(dtype)
+    return load_jit("rope64", *args, cuda_files=["x/rope64.cuh"], cuda_wrappers=[("run", f"Rope<{args}>::run")])
+
+def rope64(q: torch.Tensor) -> None:
+    _module(q.dtype).run(q)
+'''
+
+
+def test_a_dtype_is_the_same_dtype_under_is(tmp_path):
+    """Found in extract --all (2026-11-29): interleaved_rope_fp64's loader refuses `dtype is
+    not torch.bfloat16`; two readings of one torch dtype were different objects to `is`,
+    so even bf16 was refused and the module yielded no task."""
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/rope64.py": ONLY_BF16_LOADER})
+    op = by_id["grp.rope64"]
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="run")
+    assert inst.wrappers == [("run", "Rope<bf16_t>::run")]
+    with pytest.raises(pyops.Unresolvable, match="raises"):
+        pyops.instantiate(program, op, op.load_jit[0], dtype="fp16", sizes={}, entry="run")
