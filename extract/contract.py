@@ -378,7 +378,7 @@ def eval_c(text: str, env: dict[str, int], sizes: dict[str, int] | None = None) 
 _PY_OPS = {"||": "or", "&&": "and", "/": "//"}
 
 
-def c_to_python(text: str, name_of: Any, sizes: dict[str, int] | None = None) -> str | None:
+def c_to_python(text: str, name_of: Any) -> str | None:
     """A C++ condition as a Python expression with its names renamed, or None.
 
     ``name_of(name)`` gives a name's replacement (a contract symbol or scalar name,
@@ -393,7 +393,7 @@ def c_to_python(text: str, name_of: Any, sizes: dict[str, int] | None = None) ->
         if kind == "num":
             return str(node[1])
         if kind == "sizeof":
-            return str(_sizeof(node[1], sizes or {}))
+            return str(_sizeof(node[1], {}))  # a built-in type; a template's T stays unknown
         if kind == "name":
             value = name_of(node[1])
             if value is None:
@@ -414,6 +414,9 @@ def c_to_python(text: str, name_of: Any, sizes: dict[str, int] | None = None) ->
 # =========================================================================== C++ side
 
 
+_READ_FROM_USES = "(shape read from its uses: no TensorMatcher)"  # a _Matcher's text when no TensorMatcher declared it
+
+
 @dataclasses.dataclass
 class _Matcher:
     shape: list[str | int]
@@ -422,6 +425,12 @@ class _Matcher:
     verified: list[str]
     depth: int
     text: str
+
+
+def _plain(matchers: Sequence[_Matcher]) -> _Matcher:
+    """Of the matchers verifying one tensor (``if constexpr`` arms), the plain path's:
+    the outermost, then the least constrained (no strides)."""
+    return min(matchers, key=lambda m: (m.depth, m.strides is not None))
 
 
 @dataclasses.dataclass
@@ -728,7 +737,7 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
         if not explicit and ranked and len(ranked[0]) > len(shape):
             read[pname] = (list(ranked[0][: len(ranked[0]) - len(shape)]) + shape, False)
     for pname, (shape, _explicit) in read.items():
-        item = _Matcher(shape, None, None, [pname], 99, "(shape read from its uses: no TensorMatcher)")
+        item = _Matcher(shape, None, None, [pname], 99, _READ_FROM_USES)
         matchers[pname] = [item]
         for (_fn, alias), found in zip(bodies, body_matchers):  # so each body's checks can read x.size(i)
             if (local := _reverse(alias, pname)) is not None:
@@ -761,7 +770,14 @@ def _reverse(alias: dict[str, str], name: str) -> str | None:
     return next((local for local, entry_name in alias.items() if entry_name == name), None)
 
 
+# `.shape()[i]` or `.size(i)` after a tensor (or its `.value()`): two groups, one set.
 _DIM_USE = r"(?:\.value\(\))?(?:\.shape\(\)\s*\[\s*(-?\d+)\s*\]|\.size\(\s*(-?\d+)\s*\))"
+
+
+def _dim_index(match: re.Match, first: int) -> int:
+    """The dimension a `_DIM_USE` match reads, its groups starting at ``first``."""
+    shape_index, size_index = match.group(first), match.group(first + 1)
+    return int(shape_index if shape_index is not None else size_index)
 
 
 def _shape_from_uses(bodies: list[tuple[str, str]]) -> tuple[list[str | int], bool] | None:
@@ -778,20 +794,21 @@ def _shape_from_uses(bodies: list[tuple[str, str]]) -> tuple[list[str | int], bo
     used: set[int] = set()
     named: dict[int, str] = {}
     for body, name in bodies:
+        conds = _check_conditions(body)
         refs = [name] + re.findall(rf"(?:const\s+)?auto\s*&?\s*(\w+)\s*=\s*{re.escape(name)}(?:\.value\(\))?\s*;", body)
         for ref in refs:
             who = re.escape(ref)
             for m in re.finditer(rf"\b{who}\.n?dim\(\)\s*(==|>=)\s*(\d+)", body):
                 rank = int(m.group(2)) if rank is None else max(rank, int(m.group(2)))
             for m in re.finditer(rf"\b{who}{_DIM_USE}", body):
-                used.add(int(m.group(1) if m.group(1) is not None else m.group(2)))
+                used.add(_dim_index(m, 1))
             for m in re.finditer(rf"(?:int64_t|int|auto|int32_t|uint32_t|size_t)\s+(\w+)\s*=\s*(?:static_cast<[^<>]*>\s*\()?\s*{who}{_DIM_USE}", body):
-                named.setdefault(int(m.group(2) if m.group(2) is not None else m.group(3)), m.group(1))
-            for cond in _check_conditions(body):
+                named.setdefault(_dim_index(m, 2), m.group(1))
+            for cond in conds:
                 for part in split_top(cond, "&&"):
                     m = re.fullmatch(rf"\s*{who}{_DIM_USE}\s*==\s*([\w\s+*]+?)\s*", part)
                     if m is not None:
-                        named.setdefault(int(m.group(1) if m.group(1) is not None else m.group(2)), " ".join(m.group(3).split()))
+                        named.setdefault(_dim_index(m, 1), " ".join(m.group(3).split()))
     if rank is None and not used:
         return None
     explicit = rank is not None or any(i >= 0 for i in used)
@@ -804,7 +821,7 @@ def _shape_from_uses(bodies: list[tuple[str, str]]) -> tuple[list[str | int], bo
     return shape, explicit
 
 
-_SIZE_CALL = re.compile(r"\b(\w+)(?:\.value\(\))?(?:\.size\(\s*(-?\d+)\s*\)|\.shape\(\)\s*\[\s*(\d+)\s*\])")
+_SIZE_CALL = re.compile(rf"\b(\w+){_DIM_USE}")
 
 
 def _constraint(
@@ -840,8 +857,8 @@ def _constraint(
         matched = found.get(match.group(1))
         if not matched:
             return match.group(0)
-        shape = min(matched, key=lambda m: (m.depth, m.strides is not None)).shape
-        index = int(match.group(2) if match.group(2) is not None else match.group(3))
+        shape = _plain(matched).shape
+        index = _dim_index(match, 2)
         if not -len(shape) <= index < len(shape) or shape[index] in (-1, "-1"):
             return match.group(0)
         token = f"__size_{len(sizes)}"
@@ -862,9 +879,9 @@ def _constraint(
         own = alias.get(name, name)
         if own in scalars:
             return own
-        low, high = _eval_per_dtype(name, consts, dtypes, min), _eval_per_dtype(name, consts, dtypes, max)
-        if low is not None:
-            return low if low == high else None
+        values = _eval_per_dtype(name, consts, dtypes, set)  # one value for every dtype, or no number
+        if values is not None:
+            return next(iter(values)) if len(values) == 1 else None
         if name in consts and depth < 4:  # a local defined from sizes: `const int64_t kH = A_log.shape()[0];`
             inner = c_to_python(_SIZE_CALL.sub(size_token, consts[name]), lambda n: name_of(n, depth + 1))
             return None if inner is None else f"({inner})"
@@ -1211,10 +1228,8 @@ def infer_contract(
                 unresolved.append(f"tensor `{name}`: no TensorMatcher declares its shape")
                 spec = TensorSpec(name=name, shape=[], dtype="T", role="input")
             else:
-                # Several matchers verify one tensor in ``if constexpr`` arms; the
-                # outermost, then the least constrained (no strides), is the plain path.
-                best = min(candidates, key=lambda m: (m.depth, m.strides is not None))
-                if best.text.startswith("(shape read from its uses"):
+                best = _plain(candidates)  # several verify it in ``if constexpr`` arms
+                if best.text == _READ_FROM_USES:
                     unresolved.append(f"tensor `{name}`: no TensorMatcher; shape {best.shape} read from how the launcher uses it")
                 if len({(tuple(m.shape), tuple(m.strides or ()), m.dtype) for m in candidates}) > 1:
                     unresolved.append(

@@ -161,27 +161,33 @@ def _scalar_rule(name: str, type_: str, rules: list[dict]) -> Filled | None:
     return None
 
 
-def _leading(spec: TensorSpec) -> str:
-    dim = spec.shape[0]
+def _dim_text(dim: str | int) -> str:
+    """A shape entry as a bound's term: a wildcard (-1) is the size the harness gives it,
+    an expression is parenthesised."""
     if dim in (-1, "-1"):
         return str(inputs.ANY_SIZE)
     text = str(dim).strip()
     return text if isinstance(dim, int) or text.isidentifier() else f"({text})"
 
 
+def _smallest(terms: set[str]) -> str | None:
+    """``a`` or ``min(a, b, ...)`` over ``terms`` (sorted, so the text is stable); None for none."""
+    ordered = sorted(terms)
+    if not ordered:
+        return None
+    return ordered[0] if len(ordered) == 1 else f"min({', '.join(ordered)})"
+
+
 def _gather_high(contract: Contract, spec: TensorSpec) -> str | None:
     """``min(<leading size of every other multi-row tensor>) - 1``, or None without one."""
     own = spec.shape[0] if spec.shape else None
-    tables = sorted(
-        {
-            _leading(t)
-            for t in inputs.tensor_specs(contract)
-            if t.name != spec.name and len(t.shape) >= 2 and t.shape[0] != own
-        }
-    )
-    if not tables:
-        return None
-    return f"{tables[0]} - 1" if len(tables) == 1 else f"min({', '.join(tables)}) - 1"
+    tables = {
+        _dim_text(t.shape[0])
+        for t in inputs.tensor_specs(contract)
+        if t.name != spec.name and len(t.shape) >= 2 and t.shape[0] != own
+    }
+    smallest = _smallest(tables)
+    return None if smallest is None else f"{smallest} - 1"
 
 
 def _length_high(contract: Contract, spec: TensorSpec) -> str | None:
@@ -197,12 +203,8 @@ def _length_high(contract: Contract, spec: TensorSpec) -> str | None:
             continue
         if t.dtype != "T" and inputs.canonical_dtype(t.dtype, "bf16") not in inputs.FLOAT_DTYPES:
             continue
-        last = t.shape[-1]
-        rows.add(str(inputs.ANY_SIZE) if last in (-1, "-1") else str(last) if isinstance(last, int) or str(last).isidentifier() else f"({last})")
-    if not rows:
-        return None
-    ordered = sorted(rows)
-    return ordered[0] if len(ordered) == 1 else f"min({', '.join(ordered)})"
+        rows.add(_dim_text(t.shape[-1]))
+    return _smallest(rows)
 
 
 def _known_names(contract: Contract) -> set[str]:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from optimize.harness import constraints, inputs, isolate, timing
+from optimize.harness import inputs, isolate, timing
 from optimize.harness.errors import BaselineError, GpuRequired, HarnessError
 from optimize.harness.protocol import DISTRIBUTIONS, CheckCase, TimingCase, WorkerRequest, WorkerResult
 from pipeline.config import Config
@@ -96,7 +96,7 @@ def plan_cases(
     # ("prefill rows must be in [4096, 65536]" at T=1): it is not a test case. When the
     # checks refuse every shape given, they are kept: a check extract translated wrongly
     # must not hide the op, and the baseline itself then says what it refuses.
-    refused = {s.label for s in catalog if constraints.violated(contract, inputs.resolve_sizes(contract, s, task.shapes or catalog))}
+    refused = {s.label for s in catalog if inputs.refused_by_checks(contract, s, task.shapes or catalog)}
     if len(refused) < len(catalog):
         catalog = [s for s in catalog if s.label not in refused]
     dtypes = task_dtypes(task)

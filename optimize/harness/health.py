@@ -100,8 +100,7 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
     the verdict's key then covers its answers too."""
     from extract.tasks import load_task
     from optimize.agents.testing import complete_contract
-    from optimize.harness import constraints, inputs
-    from optimize.harness.errors import ContractError
+    from optimize.harness import inputs
     from optimize.harness.evaluate import plan_cases
 
     prep = _Prepared(task_dir=task_dir, row=HealthRow(op_id=task_dir.name))
@@ -130,14 +129,8 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
         prep.row = prep.row.model_copy(update={"built": False, "reason": reason})
         return prep
 
-    def refused(shape) -> bool:
-        try:
-            return bool(constraints.violated(task.contract, inputs.resolve_sizes(task.contract, shape, task.shapes)))
-        except ContractError:
-            return False  # planning says what is wrong with it
-
     by_size = sorted(task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
-    accepted = [s for s in by_size if not refused(s)]
+    accepted = [s for s in by_size if not inputs.refused_by_checks(task.contract, s, task.shapes)]
 
     def on_catalog():  # the smallest catalog shape the kernel's own checks accept
         return (task, accepted[0]) if accepted else None
@@ -230,6 +223,8 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
       extract guessed that tensor's role wrong (``completion.roles_from_baseline``);
     - its own check demands a dtype of a tensor ("correction_bias must be float32":
       ``completion.dtype_from_rejection``);
+    - it refuses the dtype of the case outright ("Dtype value [float16] not in the
+      allowed options: [bfloat16]"): that dtype's cases are left out;
     - it rejects a *synthetic* shape with a TensorMatcher message that says what it
       expected (``completion.size_from_rejection``): the invented size is replaced,
       if the same modules still serve the new shape."""
@@ -296,6 +291,11 @@ def _request(task, contract, plan, libraries: list[str], config):
     )  # fmt: skip
 
 
+def _failed_case(plan, res):
+    """The case the worker stopped at (it reports every case before it), or None."""
+    return plan.checks[len(res.checks)] if len(res.checks) < len(plan.checks) else None
+
+
 _DTYPE_REFUSED = re.compile(r"Dtype value \[(\w+)\] not in the allowed options: \[([\w, ]*)\]")
 
 
@@ -309,9 +309,9 @@ def _without_refused_dtype(plan, res):
     from optimize.harness.errors import ContractError
 
     match = _DTYPE_REFUSED.search(res.detail or "")
-    if match is None or len(res.checks) >= len(plan.checks):
+    failed = _failed_case(plan, res)
+    if match is None or failed is None:
         return None
-    failed = plan.checks[len(res.checks)]
     try:
         refused = inputs.canonical_dtype(match.group(1), "")
     except ContractError:
@@ -329,10 +329,8 @@ def _resized(task, contract, plan, res):
     from optimize.harness.completion import size_from_rejection
     from optimize.harness.evaluate import plan_cases
 
-    if len(res.checks) >= len(plan.checks):
-        return None
-    failed = plan.checks[len(res.checks)]  # the case the worker stopped at
-    if failed.held_out:
+    failed = _failed_case(plan, res)
+    if failed is None or failed.held_out:
         return None
     asked = size_from_rejection(contract, failed.sizes, failed.dtype, res.detail)
     if asked is None:

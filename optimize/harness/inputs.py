@@ -232,6 +232,15 @@ def resolve_sizes(contract: Contract, case: ShapeCase, catalog: Sequence[ShapeCa
     return sizes
 
 
+def refused_by_checks(contract: Contract, case: ShapeCase, catalog: Sequence[ShapeCase] = ()) -> bool:
+    """Whether the kernel's own checks (``Contract.constraints``) refuse ``case``; a case
+    the contract cannot size is not refused here (planning it says what is wrong)."""
+    try:
+        return bool(constraints.violated(contract, resolve_sizes(contract, case, catalog)))
+    except ContractError:
+        return False
+
+
 def derived_symbols(contract: Contract, catalog: Sequence[ShapeCase], token: str | None) -> dict[str, tuple[str, int]]:
     """Width symbols that are a fixed integer multiple of another in every catalog case.
 
