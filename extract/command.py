@@ -319,7 +319,11 @@ def _hopeless(stderr: str) -> bool:
 
 
 def _fits(inst: Instantiation, case: Any) -> bool:
-    """Whether ``inst`` can serve ``case``: its integer template arguments are among the case's sizes."""
+    """Whether ``inst`` can serve ``case``: the sizes it was made for, else its integer
+    template arguments, are among the case's sizes."""
+    served = inst.serves(case.sizes)
+    if served is not None:
+        return served
     ints = {int(a) for a in inst.template_args if a.strip().isdigit()}
     return ints <= {*case.sizes.values(), case.tokens}
 

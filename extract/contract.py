@@ -518,7 +518,7 @@ def _matchers(body: str, symbols: dict[str, str], tparams: dict[str, str]) -> tu
         if dmatch:
             options = [t.strip().split("::")[-1] for t in split_top(dmatch.group(1))]
             if len(options) == 1 and options[0] in tparams:
-                dtype = "T" if tparams[options[0]] == "dtype" else f"?{options[0]}"
+                dtype = f"?{options[0]}"  # settle_type_params: "T" where every instantiation passes its dtype
             elif len(options) == 1 and options[0] in CPP_TYPES:
                 dtype = CPP_TYPES[options[0]][0]
             else:
@@ -1214,6 +1214,7 @@ def infer_contract(
     context = (root / file).read_text(encoding="utf-8", errors="replace")
     facts = cpp_facts(text, method, dtypes, context)
     positions = {name: i for i, (_kind, name) in enumerate(template_params(strip_comments(text)))}
+    first_typename = next((name for kind, name in template_params(strip_comments(text)) if kind in ("typename", "class")), None)
     type_params: dict[str, int] = {}
     unresolved += facts.unresolved
     py = python_facts(program, op, entry)
@@ -1243,6 +1244,8 @@ def infer_contract(
                     if _is_contiguous(shape, strides):
                         strides = None
                 dtype = best.dtype or "T"
+                if dtype.startswith("?") and dtype[1:] not in positions and dtype[1:] == first_typename:
+                    dtype = "T"  # a helper's own first type parameter: the element type, as ever
                 if dtype.startswith("?") and dtype[1:] in positions:
                     type_params[dtype[1:]] = positions[dtype[1:]]
                 if dtype.startswith("?") or "|" in dtype:

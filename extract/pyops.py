@@ -186,10 +186,17 @@ class DtypeValue:
 
 @dataclasses.dataclass(frozen=True)
 class TensorValue:
-    """A tensor argument: only its dtype is known (``x.dtype`` is the instantiation dtype)."""
+    """A tensor argument: its dtype, and where the contract sizes it, its shape.
+
+    ``dims`` holds, per dimension, the contract symbol it is (None for a literal)
+    and the value this instantiation is planned at. A loader parameter read from
+    it (``w.shape[0]``) makes the instantiation serve that value only: the
+    evaluator records the symbol in :attr:`Evaluator.pins`.
+    """
 
     name: str
     dtype: DtypeValue | None = None
+    dims: tuple[tuple[str | None, int], ...] | None = None
 
 
 class CppArgs(list):
@@ -437,6 +444,9 @@ class Evaluator:
         self.notes: list[str] = []
         self.depth = 0
         self.assume_defaults = False
+        # contract symbol -> value, for each tensor dimension a value was read from
+        # (``w.shape[0]``); see TensorValue
+        self.pins: dict[str, int] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -547,6 +557,11 @@ class Evaluator:
                 return True
             if attr == "is_contiguous":  # asked with a memory_format, it stays unanswered
                 return ("bound", lambda: True)
+            if attr == "contiguous":  # the harness's tensors are dense already: the same tensor
+                return ("bound", lambda: base)
+            shaped = self._shape_attribute(base, attr)
+            if shaped is not None:
+                return shaped
             return self.unknown(env, node, f"tensor attribute `{env.module.code(node)}` is runtime data")
         if isinstance(base, Facts) and attr in base:
             return base[attr]
@@ -594,6 +609,36 @@ class Evaluator:
         if isinstance(base, CppArgs) and attr in ("append", "extend"):
             return ("mutate", base, attr)
         return self.unknown(env, node)
+
+    def _dim(self, tensor: TensorValue, index: int) -> int:
+        """One dimension's planned value, pinning its symbol (IndexError out of rank)."""
+        assert tensor.dims is not None
+        symbol, value = tensor.dims[index]
+        if value < 0:
+            raise Unresolvable(f"dimension {index} of `{tensor.name}` is open in the contract")
+        if symbol is not None:
+            self.pins[symbol] = value
+        return value
+
+    def _shape_attribute(self, tensor: TensorValue, attr: str) -> Any:
+        """``x.shape``, ``x.size(i)``, ``x.numel()``, ``x.dim()``, ``x.element_size()`` of a
+        tensor the contract sizes; None when it does not (the caller says runtime data)."""
+        if attr == "element_size" and tensor.dtype is not None:
+            return ("bound", lambda: ITEMSIZE[tensor.dtype.name])
+        if tensor.dims is None:
+            return None
+        rank = len(tensor.dims)
+        if attr == "ndim":
+            return rank
+        if attr == "dim":
+            return ("bound", lambda: rank)
+        if attr == "shape":
+            return tuple(self._dim(tensor, i) for i in range(rank))
+        if attr == "size":
+            return ("bound", lambda *index: self._dim(tensor, index[0]) if index else tuple(self._dim(tensor, i) for i in range(rank)))
+        if attr == "numel":
+            return ("bound", lambda: math.prod(self._dim(tensor, i) for i in range(rank)))
+        return None
 
     def _eval_List(self, node: cst.List, env: Env) -> Any:
         return self._elements(node.elements, env)
@@ -802,10 +847,17 @@ class Evaluator:
         return True
 
     def _eval_Subscript(self, node: cst.Subscript, env: Env) -> Any:
-        base = self.eval(node.value, env)
         if len(node.slice) != 1:
             return self.unknown(env, node)
         item = node.slice[0].slice
+        if isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape" and isinstance(item, cst.Index):
+            # x.shape[i] pins dimension i alone (x.shape as a whole pins them all)
+            tensor = self.eval(node.value.value, env)
+            if isinstance(tensor, TensorValue) and tensor.dims is not None:
+                key = self.eval(item.value, env)
+                if isinstance(key, int) and -len(tensor.dims) <= key < len(tensor.dims):
+                    return self._dim(tensor, key)
+        base = self.eval(node.value, env)
         if isinstance(item, cst.Index):
             key = self.eval(item.value, env)
             if isinstance(base, (list, tuple, dict, str)) and _concrete(key):
@@ -1057,6 +1109,17 @@ class Evaluator:
                 if i > MAX_LOOP:
                     raise Unresolvable("loop too long")
                 self.bind_target(stmt.target, item, env)
+                self.run_block(stmt.body, env)
+        elif isinstance(stmt, cst.While) and stmt.orelse is None:
+            # a heuristic search (`while lanes < 32 and ...: lanes *= 2`), bounded like a for loop
+            for i in range(MAX_LOOP + 2):
+                test = self.condition(stmt.test, env)
+                if test is None:
+                    raise Unresolvable(f"loop condition `{env.module.code(stmt.test)}` is not known statically")
+                if not test:
+                    break
+                if i > MAX_LOOP:
+                    raise Unresolvable("loop too long")
                 self.run_block(stmt.body, env)
         elif isinstance(stmt, (cst.With, cst.Try)):
             self.run_block(stmt.body, env)
@@ -1923,6 +1986,12 @@ def _assignments_before(fn: PyFunction, site: cst.CSTNode) -> dict[str, cst.Base
                 return False
             if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
                 out[node.targets[0].target.value] = node.value
+            elif isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, (cst.Tuple, cst.List)):
+                # `m, k = x.shape`: each name is the right-hand side's item at its position
+                for i, element in enumerate(node.targets[0].target.elements):
+                    if isinstance(element.value, cst.Name) and not isinstance(element, cst.StarredElement):
+                        index = cst.SubscriptElement(cst.Index(cst.Integer(str(i))))
+                        out[element.value.value] = cst.Subscript(value=node.value, slice=[index])
             elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) and node.value is not None:
                 out[node.target.value] = node.value
             return True
@@ -1989,12 +2058,71 @@ class Instance:
     wrappers: list[tuple[str, str]]
     kwargs: dict[str, Any]  # every other load_jit keyword, evaluated
     notes: list[str]
+    pins: dict[str, int] = dataclasses.field(default_factory=dict)  # sizes read from tensor shapes
 
     def strings(self, key: str) -> list[str]:
         value = self.kwargs.get(key) or []
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise Unresolvable(f"load_jit {key}={value!r} is not a list of strings")
         return list(value)
+
+
+# What a contract symbol no shape case sizes is planned at when a loader reads it from a
+# tensor (``w.shape[0]``): the harness's synthetic width (optimize.harness.inputs), so the
+# one small shape it invents for such an op is the shape the instantiation was made for.
+PLANNED_SIZE = 128
+# Tensor parameters SGLang's wrappers pass integer positions or indices in, when neither
+# the wrapper nor the contract names their dtype (torch's index dtype is int64).
+_INDEX_TENSOR = re.compile(r"(pos|positions|position_ids|\w*_?loc|\w*indices|\w*_idx|idx|\w*_ids|ids)")
+
+
+def _asserted_dtypes(name: str, code: str) -> set[str]:
+    """The dtypes a wrapper's ``assert name.dtype == torch.X`` / ``in (torch.X, ...)`` allows."""
+    found = re.search(rf"\bassert\s+{re.escape(name)}\.dtype\s*(==|is|in)\s*([^\n,]*(?:,\s*torch\.\w+)*)", code)
+    if not found:
+        return set()
+    text = found.group(2) if found.group(1) == "in" else found.group(2).split()[0] if found.group(2).split() else ""
+    return {TORCH_DTYPES[t] for t in re.findall(r"torch\.(\w+)", text) if t in TORCH_DTYPES}
+
+
+def tensor_value(
+    name: str, caller: PyFunction, the_dtype: DtypeValue, spec: Any | None, sizes: dict[str, int]
+) -> TensorValue:
+    """A caller's tensor parameter as the loader sees it.
+
+    Dtype, first that applies: the wrapper's own ``assert name.dtype == torch.X``; the
+    contract's concrete dtype for the tensor of that name; int64 for a name that holds
+    positions or indices (``positions``, ``out_cache_loc``); else the instantiation
+    dtype. Shape: the contract's, each symbol at its size in ``sizes`` (else
+    :data:`PLANNED_SIZE`); a dimension the contract leaves open stays unknown.
+    """
+    code = caller.module.code(caller.node)
+    asserted = _asserted_dtypes(name, code)
+    contract_dtype = TORCH_DTYPES.get(getattr(spec, "dtype", "") or "")
+    if asserted and the_dtype.name in asserted:
+        dtype = the_dtype
+    elif asserted and any(d.startswith(("fp", "bf")) for d in asserted) and the_dtype.name.startswith(("fp", "bf")):
+        raise Unresolvable(f"the wrapper asserts `{name}.dtype` is one of {sorted(asserted)}, not {the_dtype.name}")
+    elif asserted:
+        dtype = DtypeValue(sorted(asserted)[0])
+    elif contract_dtype is not None:
+        dtype = DtypeValue(contract_dtype)
+    elif _INDEX_TENSOR.fullmatch(name):
+        dtype = DtypeValue("int64")
+    else:
+        dtype = the_dtype
+    dims: tuple[tuple[str | None, int], ...] | None = None
+    if spec is not None:
+        planned = []
+        for dim in spec.shape:
+            if isinstance(dim, int) and dim >= 0:
+                planned.append((None, dim))
+            elif isinstance(dim, str) and re.fullmatch(r"[A-Za-z_]\w*", dim):
+                planned.append((dim, int(sizes.get(dim, PLANNED_SIZE))))
+            else:
+                planned.append((None, -1))  # open (-1) or an expression: unknown
+        dims = tuple(planned)
+    return TensorValue(name, dtype, dims)
 
 
 def instantiate(
@@ -2006,6 +2134,8 @@ def instantiate(
     sizes: dict[str, int],
     entry: str | None = None,
     fallbacks: dict[str, tuple[Any, str]] | None = None,
+    tensors: dict[str, Any] | None = None,
+    planned: dict[str, int] | None = None,
 ) -> Instance:
     """Run ``call``'s loader for one dtype and one set of sizes, as SGLang would on sm_90a.
 
@@ -2020,6 +2150,10 @@ def instantiate(
     ``raise``/``assert`` on its path). ``fallbacks`` (name -> (value, why)) are the
     last resort, for a parameter with no default that the op's caller chooses at
     run time; each one used is named in the instance's notes with its reason.
+    ``tensors`` (name -> the contract's TensorSpec) gives the caller's tensor
+    parameters their dtypes and shapes (:func:`tensor_value`), each symbol at its
+    size in ``sizes``, else in ``planned`` (the shape the harness invents for the
+    contract); the sizes a loader parameter reads from them are the instance's ``pins``.
     """
     loader = program.function(call.module, call.function)
     if loader is None:
@@ -2028,14 +2162,15 @@ def instantiate(
     the_dtype = DtypeValue(dtype)
     site_values: dict[str, Any] = {}
     sites = find_call_sites(program, op, loader, entry)
+    site_ev: Evaluator | None = None
     if sites:
         caller, site = sites[0]
-        ev = Evaluator(program.sets.resolve, strict=True)
+        ev = site_ev = Evaluator(program.sets.resolve, strict=True)
         values: dict[str, Any] = {}
         for param in caller.params():
             name = param.name.value
             if _is_tensor_param(param, caller.module):
-                values[name] = TensorValue(name, the_dtype)
+                values[name] = tensor_value(name, caller, the_dtype, (tensors or {}).get(name), {**(planned or {}), **sizes})
             elif param.default is not None:
                 try:
                     values[name] = ev.eval(param.default, Env(caller.module))
@@ -2054,7 +2189,15 @@ def instantiate(
             else:
                 continue
             try:
+                before = dict(ev.pins)
                 site_values[name] = ev.eval(arg.value, frame)
+                read = {k: v for k, v in ev.pins.items() if k not in before and k not in sizes}
+                if fallbacks and name in fallbacks and len(read) == 1 and site_values[name] == next(iter(read.values())):
+                    # a size no shape case gives, read as is (`weight.shape[-1]`): the curated
+                    # value for the parameter (the conv width 4) beats the planned one
+                    (symbol,) = read
+                    site_values[name] = ev.pins[symbol] = fallbacks[name][0]
+                    notes.append(f"loader parameter `{name}` = {fallbacks[name][0]!r} ({symbol}): {fallbacks[name][1]}")
             except Unresolvable as err:
                 used = [n for n in runtime_args if re.search(rf"\b{re.escape(n)}\b", caller.module.code(arg.value))]
                 if used:  # say what it is: a value the caller of the op chooses at run time
@@ -2100,4 +2243,8 @@ def instantiate(
         if not (isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
             raise Unresolvable(f"wrapper {item!r} is not a pair of strings")
         wrappers.append((item[0], item[1]))
-    return Instance(list(capture.args), list(capture.template_args), wrappers, dict(capture.kwargs), notes)
+    pins = dict(sorted(site_ev.pins.items())) if site_ev is not None else {}
+    if pins:
+        read = ", ".join(f"{k}={v}" for k, v in pins.items())
+        notes.append(f"loader parameters read tensor sizes ({read}): each instantiation serves those sizes only")
+    return Instance(list(capture.args), list(capture.template_args), wrappers, dict(capture.kwargs), notes, pins)

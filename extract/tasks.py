@@ -51,6 +51,7 @@ from pipeline.errors import ConfigError, StaleRecordError
 from pipeline.records import (
     DTYPES,
     BuildRecipe,
+    Contract,
     FileDigest,
     Index,
     Instantiation,
@@ -71,6 +72,8 @@ KEY_FILE = ".extract-key"
 INCLUDE_DIR = "kernels/jit/include"
 DEFAULT_TOKEN_COUNTS = (1, 8, 64, 512, 4096, 16384)
 _OWN_CODE = ("pyops.py", "contract.py", "shapes.py", "tasks.py", "curated/loader_values.toml")
+# planned_sizes runs the harness's shape invention: its code is an input of every task too
+_HARNESS_CODE = ("inputs.py", "constraints.py")
 
 
 def task_dir(work_dir: str | os.PathLike[str], op_id: str) -> pathlib.Path:
@@ -183,8 +186,15 @@ def plan_instantiations(
     dtypes: Iterable[str],
     cases: list[ShapeCase],
     models: dict[str, shapes.Model],
+    tensors: dict[str, Any] | None = None,
+    planned: dict[str, int] | None = None,
 ) -> tuple[list[Instantiation], list[ShapeCase], pyops.Instance | None, list[str]]:
-    """Run the loader per (dtype, shape); returns (instantiations, shapes kept, one instance, notes)."""
+    """Run the loader per (dtype, shape); returns (instantiations, shapes kept, one instance, notes).
+
+    ``tensors`` (name -> the contract's TensorSpec) sizes the wrapper's tensors, so a
+    loader parameter read from one (``w.shape[0]``) has a value (see pyops.tensor_value):
+    a shape case's size, else the ``planned`` one.
+    """
     notes: list[str] = []
     out: list[Instantiation] = []
     seen: set[tuple[Any, ...]] = set()
@@ -200,34 +210,77 @@ def plan_instantiations(
             passes.append((case, {**(model.dims if model else {}), **case.sizes}))
     else:
         passes = [(None, dict(m.dims)) for m in models.values()] or [(None, {})]
-    for case, sizes in passes:
-        served = False
-        fallbacks = loader_fallbacks(sizes)
-        for dtype in dtypes:
-            try:
-                inst = pyops.instantiate(program, op, call, dtype=dtype, sizes=sizes, entry=entry, fallbacks=fallbacks)
-            except pyops.Unresolvable as err:
-                failures.setdefault(f"{dtype}: {err}", case.label if case else "no shape")
-                continue
-            served = True
-            first = first or inst
-            notes += [n for n in inst.notes if n not in notes]
-            key = (dtype, tuple(inst.template_args), tuple(inst.module_args), tuple(inst.wrappers))
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(
-                Instantiation(dtype=dtype, module_args=inst.module_args, template_args=inst.template_args, wrappers=inst.wrappers)
-            )
-        if case is not None:
-            if served:
-                kept_cases.append(case)
-            else:
-                notes.append(f"shape {case.label} dropped: no dtype instantiates")
+    dtypes = list(dtypes)
+
+    def run_passes(planned: dict[str, int] | None) -> None:
+        nonlocal first
+        for case, sizes in passes:
+            served = False
+            fallbacks = loader_fallbacks(sizes)
+            for dtype in dtypes:
+                try:
+                    inst = pyops.instantiate(
+                        program, op, call, dtype=dtype, sizes=sizes, entry=entry, fallbacks=fallbacks, tensors=tensors, planned=planned
+                    )
+                except pyops.Unresolvable as err:
+                    failures.setdefault(f"{dtype}: {err}", case.label if case else "no shape")
+                    continue
+                served = True
+                first = first or inst
+                notes.extend(n for n in inst.notes if n not in notes)
+                key = (dtype, tuple(inst.template_args), tuple(inst.module_args), tuple(inst.wrappers), tuple(inst.pins.items()))
+                if key in seen:
+                    continue
+                seen.add(key)
+                out.append(
+                    Instantiation(
+                        dtype=dtype,
+                        module_args=inst.module_args,
+                        template_args=inst.template_args,
+                        wrappers=inst.wrappers,
+                        sizes=inst.pins,
+                    )
+                )
+            if case is not None:
+                if served:
+                    kept_cases.append(case)
+                else:
+                    notes.append(f"shape {case.label} dropped: no dtype instantiates")
+
+    run_passes(planned)
+    if not out and not cases and planned:
+        # The loader refused the planned sizes (`topk not in (1, 2, 4, 8)`): try others,
+        # every symbol at one value, until one instantiates.
+        for value in PLANNED_RETRIES:
+            run_passes({name: value for name in planned})
+            if out:
+                notes.append(f"the loader refused the sizes planned first; planned at {value} instead")
+                break
     for reason, where in failures.items():
         notes.append(f"instantiation failed ({where}): {reason}")
     out.sort(key=lambda i: (DTYPES.index(i.dtype) if i.dtype in DTYPES else 9, _numeric_key(i.template_args)))
     return out, kept_cases, first, notes
+
+
+# Sizes tried, in order, when a loader refuses the first planned ones (powers of two
+# from SGLang's usual widths and counts, the small ones last).
+PLANNED_RETRIES = (8, 64, 256, 512, 1024, 2048, 4096, 16, 32, 4, 2, 1)
+
+
+def planned_sizes(contract: Contract) -> dict[str, int]:
+    """The sizes a loader reading a tensor's shape is planned at, where no shape case
+    gives one: the small shape the harness invents for the contract
+    (``optimize.harness.inputs.synthetic_shape``: the kernel's own checks hold there,
+    ``2 <= W <= 4``). What must stay true: it is the very shape the harness then tests,
+    so an instantiation specialised on these sizes is the one it selects. Pure Python
+    (no torch); {} when the contract has no shape to invent."""
+    from optimize.harness import inputs as harness_inputs  # pure Python; imported here to keep extract's import light
+
+    try:
+        case = harness_inputs.synthetic_shape(contract)
+    except Exception:  # noqa: BLE001 - a contract the harness cannot size: planned at PLANNED_SIZE
+        return {}
+    return dict(case.sizes) if case is not None else {}
 
 
 LOADER_VALUES = pathlib.Path(__file__).with_name("curated") / "loader_values.toml"
@@ -280,6 +333,8 @@ def task_key(index: Index, op: OpEntry, arch: str, token_counts: Iterable[int], 
         parts += [path.name, path.read_bytes()]
     for name in _OWN_CODE:
         parts.append((here / name).read_bytes())
+    for name in _HARNESS_CODE:
+        parts.append((here.parent / "optimize" / "harness" / name).read_bytes())
     return content_hash(*parts)
 
 
@@ -322,8 +377,9 @@ def write_task(
     cases, shape_notes = shapes.shape_cases(contract, curated.get("shapes"), token_counts, list(models.values()))
     notes += shape_notes
     call = _entry_call(op, contract.entry, root)
+    tensors = {a.tensor.name: a.tensor for a in contract.args if a.tensor is not None}
     instantiations, cases, instance, inst_notes = plan_instantiations(
-        program, op, call, contract.entry, dtypes, cases, models
+        program, op, call, contract.entry, dtypes, cases, models, tensors, planned_sizes(contract)
     )
     notes += inst_notes
     contract = contract_mod.settle_type_params(contract, instantiations)

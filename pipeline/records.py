@@ -27,7 +27,7 @@ import pathlib
 import shutil
 import tempfile
 import uuid
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Mapping, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -177,6 +177,16 @@ class Instantiation(Record):
     module_args: list[str]
     template_args: list[str]  # C++ spelling, e.g. ["bf16_t", "true"]
     wrappers: list[tuple[str, str]]  # (export name, resolved C++ entry)
+    # Contract sizes the loader read from a tensor to make this instantiation
+    # (SGLang's `_jit_gemv_module(w.shape[0], w.shape[1])`): it serves those sizes only.
+    # Empty: its integer template arguments, if any, are the widths it serves.
+    sizes: dict[str, int] = Field(default_factory=dict)
+
+    def serves(self, sizes: Mapping[str, int]) -> bool | None:
+        """Whether this instantiation was made for ``sizes``; None when it records no sizes."""
+        if not self.sizes:
+            return None
+        return all(sizes.get(name) == value for name, value in self.sizes.items())
 
 
 class BuildRecipe(Record):
@@ -205,6 +215,10 @@ class TensorSpec(Record):
     # For index tensors: [low, high], inclusive; an entry may be an expression of size
     # symbols and integer scalars ("num_experts - 1", "min(capacity, 128) - 1").
     value_range: tuple[float | str, float | str] | None = None
+    # How the values relate to each other (None: each drawn alone within value_range).
+    # "offsets": a prefix sum over a batch of sequences (cu_seqlens, query_start_loc):
+    # non-decreasing, the first element value_range's low, the last its high.
+    structure: Literal["offsets"] | None = None
 
 
 class ScalarSpec(Record):

@@ -106,6 +106,34 @@ def test_lengths_stay_inside_the_rows_they_index():
     assert {f.name: tuple(f.value_range) for f in completion.complete(wide)[1].filled}["seq_lens"] == ("1", "min(128, S)")
 
 
+def test_sequence_offsets_are_a_prefix_sum_over_the_tokens():
+    """Found in the coverage sweep (2026-11-29): inkling_sconv's causal_conv1d (`cu`) and
+    update_sconv_cache (`qsl`) read cumulative sequence starts; no independent range is
+    valid for them, so they were left open."""
+    task = task_of(
+        tensor("x", ["T", "D"]), tensor("cache_indices", ["B"], dtype="int32"), tensor("qsl", [-1], dtype="int32"),
+        symbols=("T", "D", "B"),
+    )  # fmt: skip
+    done, record = completion.complete(task)
+    assert [f.describe() for f in record.filled][-1] == "qsl = offsets [0, T], shape ['B + 1'] (completion.toml: offsets qsl)"
+    plan = {t.name: t for t in inputs.plan_call(done.contract, {"T": 7, "D": 8, "B": 3}, "bf16").tensors}
+    assert plan["qsl"].shape == (4,) and plan["qsl"].value_range == (0.0, 7.0) and plan["qsl"].structure == "offsets"
+    tied = task_of(tensor("x", ["T", "D"]), tensor("cu", ["B1"], dtype="int64"), tensor("w", ["B1", 2]), symbols=("T", "D", "B1"))
+    assert completion.complete(tied)[1].filled[0].shape is None  # its length is another tensor's already
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 5, 40])
+def test_offsets_start_at_low_end_at_high_and_never_decrease(count):
+    import random
+
+    for seed in range(20):
+        values = inputs.offsets(count, 0, 9, random.Random(seed))
+        assert len(values) == count
+        if count:
+            assert values[0] == 0 and all(a <= b for a, b in zip(values, values[1:]))
+            assert count == 1 or values[-1] == 9
+
+
 def test_inout_counters_packed_data_and_what_no_rule_may_guess():
     task = task_of(
         tensor("slot_state", ["slots"], dtype="int32", role="inout"),
@@ -155,7 +183,7 @@ def test_every_rule_in_the_shipped_file_is_well_formed():
     for rule in rules["scalar"]:
         assert rule["names"] and rule["type"] in ("int", "float", "str", "bool") and "value" in rule and rule["why"]
     for rule in rules["index"]:
-        assert rule["names"] and rule["kind"] in ("bounded", "gather", "zeros", "full", "lengths", "open") and rule["why"]
+        assert rule["names"] and rule["kind"] in ("bounded", "gather", "zeros", "full", "lengths", "offsets", "open") and rule["why"]
         if rule["kind"] == "bounded":
             inputs.expr_symbols(rule["low"]) | inputs.expr_symbols(rule["high"])  # parses
 

@@ -75,6 +75,23 @@ def test_edge_distribution_has_zeros_tiny_large_and_negative_rows(torch):
     assert (vals.amax(dim=1) < 0).any()
 
 
+def test_sequence_offsets_are_filled_as_a_prefix_sum_on_the_device(torch):
+    varlen = Contract(
+        entry="conv",
+        args=[t("x", ["T", "D"], "input"),
+              ArgSpec(kind="tensor", tensor=TensorSpec(name="qsl", shape=["B + 1"], dtype="int32", role="input",
+                                                       value_range=("0", "T"), structure="offsets"))],
+        symbols=["T", "D", "B"],
+    )  # fmt: skip
+    plan = inputs.plan_call(varlen, {"T": 37, "D": 8, "B": 5}, "bf16")
+    gen = torch.Generator(device="cuda")
+    for seed in range(5):
+        gen.manual_seed(seed)
+        vals = inputs.logical_values(plan.tensors[1], "normal", gen, "cuda")
+        assert vals.dtype == torch.int32 and vals.shape == (6,) and vals.device.type == "cuda"
+        assert vals[0] == 0 and vals[-1] == 37 and bool((vals[1:] >= vals[:-1]).all())
+
+
 def test_compare_on_torch_tensors_matches_the_rules(torch):
     e = torch.tensor([1.0, 2.0, 3.0, float("inf")], dtype=torch.bfloat16, device="cuda")
     g = e.clone()

@@ -380,3 +380,40 @@ def test_index_tensors_without_a_range_are_refused_before_any_gpu_work():
         inputs.require_fillable(ids)
     inputs.require_fillable(out_ids)  # outputs are poisoned, not filled
     inputs.require_fillable(mask)
+
+
+def gemv_contract():
+    return Contract(
+        entry="gemv",
+        args=[tensor("x", [1, "K"], "input"), tensor("w", ["N", "K"], "input"), tensor("out", [1, "N"], "output")],
+        symbols=["N", "K"],
+    )
+
+
+def pinned(dtype, n, k):
+    """An instantiation a loader made from `w.shape` (extract records the sizes it read)."""
+    return Instantiation(dtype=dtype, module_args=[], template_args=[str(n), str(k)], wrappers=[("gemv", "E")], sizes={"N": n, "K": k})
+
+
+def test_an_instantiation_made_for_sizes_serves_those_sizes_only():
+    """A loader that read `w.shape[0]` made Gemv<4096, 128>: it serves N=4096, K=128 and
+    nothing else, whether or not the numbers look like widths."""
+    c = gemv_contract()
+    pool = [pinned("bf16", 4096, 128), pinned("bf16", 256, 512)]
+    assert inputs.select_instantiation(c, pool, "bf16", {"N": 256, "K": 512}) == pool[1]
+    with pytest.raises(ContractError, match="N=4096, K=128"):
+        inputs.select_instantiation(c, pool, "bf16", {"N": 4096, "K": 512})
+    only = [pinned("bf16", 4096, 128)]  # one instantiation, no width in common: still refused
+    with pytest.raises(ContractError, match="fits"):
+        inputs.select_instantiation(c, only, "bf16", {"N": 128, "K": 128})
+
+
+def test_synthetic_and_held_out_shapes_keep_the_sizes_instantiations_were_made_for():
+    c = gemv_contract()
+    pool = [pinned(d, 4096, 128) for d in ("bf16", "fp16")] + [pinned("bf16", 256, 512)]
+    case = inputs.synthetic_shape(c, pool)
+    assert case.sizes == {"N": 4096, "K": 128}
+    assert inputs.select_instantiation(c, pool, "fp16", case.sizes) == pool[1]
+    drawn = inputs.draw_held_out(c, [case], 6, random.Random(3), instantiations=pool, dtypes=["bf16", "fp16"])
+    assert drawn and all(s.sizes["N"] == 4096 and s.sizes["K"] == 128 for s in drawn)  # 256x512: bf16 only
+    assert inputs.pinned_sizes(pool, ["bf16"]) == {"K": [128, 512], "N": [256, 4096]}

@@ -401,3 +401,167 @@ def test_a_dtype_is_the_same_dtype_under_is(tmp_path):
     assert inst.wrappers == [("run", "Rope<bf16_t>::run")]
     with pytest.raises(pyops.Unresolvable, match="raises"):
         pyops.instantiate(program, op, op.load_jit[0], dtype="fp16", sizes={}, entry="run")
+
+
+SHAPED_LOADER = '''
+import torch
+from sglang.kernels.jit.utils import cache_once, load_jit, make_cpp_args
+
+@cache_once
+def _gemv(n: int, k: int):
+    args = make_cpp_args(n, k)
+    return load_jit("gemv", *args, cuda_files=["x/gemv.cuh"], cuda_wrappers=[("gemv", f"Gemv<{args}>::run")])
+
+@cache_once
+def _rows(row_bytes: int, dtype):
+    args = make_cpp_args(row_bytes, dtype)
+    return load_jit("rows", *args, cuda_files=["x/rows.cuh"], cuda_wrappers=[("rows", f"Rows<{args}>::run")])
+
+@cache_once
+def _rope(pos_dtype, dim: int):
+    args = make_cpp_args(pos_dtype, dim)
+    return load_jit("rope", *args, cuda_files=["x/rope.cuh"], cuda_wrappers=[("rope", f"Rope<{args}>::run")])
+
+def gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return _gemv(w.shape[0], w.shape[1]).gemv(x, w)
+
+def rows(k: torch.Tensor, cache: torch.Tensor) -> None:
+    tokens, width = k.shape
+    _rows(width * k.element_size(), k.dtype).rows(k, cache)
+
+def rope(q: torch.Tensor, positions: torch.Tensor, loc: torch.Tensor) -> None:
+    assert loc.dtype == torch.int32
+    _rope(positions.dtype, q.size(-1)).rope(q, positions)
+    _rope(loc.dtype, q.size(-1)).rope(q, loc)
+
+def bf16_only(x: torch.Tensor) -> None:
+    assert x.dtype == torch.bfloat16, f"{x.dtype=}"
+    _rope(x.dtype, 64).rope(x, x)
+
+def _split(row_bytes):
+    threads = 32
+    per = row_bytes // threads
+    while per % 8 == 0 and per >= 64:
+        threads *= 2
+        per //= 2
+    return threads
+
+@cache_once
+def _threads(dtype, threads: int):
+    args = make_cpp_args(dtype, threads)
+    return load_jit("split", *args, cuda_files=["x/split.cuh"], cuda_wrappers=[("split", f"Split<{args}>::run")])
+
+def split(k: torch.Tensor) -> None:
+    _threads(k.dtype, _split(k.contiguous().shape[-1] * k.element_size())).split(k)
+
+@cache_once
+def _topk(topk: int):
+    if topk not in (2, 8):
+        raise RuntimeError(f"unsupported topk {topk}")
+    return load_jit("topk", str(topk), cuda_files=["x/topk.cuh"], cuda_wrappers=[("weighted", f"Weighted<{topk}>::run")])
+
+def weighted(x: torch.Tensor, weights: torch.Tensor) -> None:
+    _topk(weights.shape[1]).weighted(x, weights)
+
+def conv(x: torch.Tensor, weight: torch.Tensor) -> None:
+    _rope(x.dtype, weight.shape[-1]).rope(x, weight)
+'''
+
+
+def _spec(name, shape, dtype="T"):
+    from pipeline.records import TensorSpec
+
+    return TensorSpec(name=name, shape=shape, dtype=dtype, role="input")
+
+
+def test_a_loader_parameter_read_from_a_tensor_shape_pins_that_size(tmp_path):
+    """Found in extract --all (2026-11-29): 15 modules had no task because their loader
+    takes a tensor's size (hopper_bf16_gemv's `w.shape[0]`, store_cache's row bytes
+    `k.shape[-1] * k.element_size()`). The contract sizes the tensor, so the value is
+    the planned size, and the instantiation records the symbols it was made for."""
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
+    gemv = by_id["grp.gemv"]
+    tensors = {"x": _spec("x", [1, "K"]), "w": _spec("w", ["N", "K"])}
+    inst = pyops.instantiate(program, gemv, gemv.load_jit[0], dtype="bf16", sizes={"N": 4096}, entry="gemv", tensors=tensors)
+    assert inst.wrappers == [("gemv", f"Gemv<4096, {pyops.PLANNED_SIZE}>::run")]
+    assert inst.pins == {"N": 4096, "K": pyops.PLANNED_SIZE}
+    with pytest.raises(pyops.Unresolvable, match="runtime data"):  # no contract shape: unknown, as before
+        pyops.instantiate(program, gemv, gemv.load_jit[0], dtype="bf16", sizes={}, entry="gemv")
+    rows = by_id["grp.rows"]  # tuple unpacking, element_size, and only the dimension read is pinned
+    tensors = {"k": _spec("k", ["T", "D"]), "cache": _spec("cache", [-1, "D"])}
+    inst = pyops.instantiate(program, rows, rows.load_jit[0], dtype="fp32", sizes={"D": 64}, entry="rows", tensors=tensors)
+    assert inst.wrappers == [("rows", "Rows<256, fp32_t>::run")]
+    assert inst.pins == {"D": 64}
+    open_dim = {"k": _spec("k", ["T", -1])}
+    with pytest.raises(pyops.Unresolvable, match="open in the contract"):
+        pyops.instantiate(program, rows, rows.load_jit[0], dtype="fp32", sizes={}, entry="rows", tensors=open_dim)
+
+
+def test_position_and_index_tensors_are_not_the_instantiation_dtype(tmp_path):
+    """Found in extract --all (2026-11-29): minimax_qknorm_rope instantiated its position
+    type as bf16_t (`_jit_module(positions.dtype, ...)`) and did not compile; a wrapper's
+    own `assert loc.dtype == torch.int32` and the contract's dtype come first."""
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
+    rope = by_id["grp.rope"]
+    tensors = {"q": _spec("q", ["T", 128])}
+    inst = pyops.instantiate(program, rope, rope.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors=tensors)
+    assert inst.template_args == ["int64_t", "128"]
+    assert inst.pins == {}  # a literal dimension pins nothing
+    value = pyops.tensor_value("loc", program.function(rope.module, "rope"), pyops.DtypeValue("bf16"), None, {})
+    assert value.dtype == pyops.DtypeValue("int32")
+    spec = _spec("positions", ["T"], dtype="int32")
+    value = pyops.tensor_value("positions", program.function(rope.module, "rope"), pyops.DtypeValue("bf16"), spec, {})
+    assert value.dtype == pyops.DtypeValue("int32")
+    value = pyops.tensor_value("q", program.function(rope.module, "rope"), pyops.DtypeValue("bf16"), None, {})
+    assert value.dtype == pyops.DtypeValue("bf16")
+
+
+def test_a_wrapper_dtype_assertion_refuses_other_float_dtypes(tmp_path):
+    """fused_q_norm_rope's wrapper asserts bf16 input: an fp16 "instantiation" would be the
+    bf16 module tested under another name."""
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
+    op = by_id["grp.bf16_only"]
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope")
+    assert inst.template_args == ["bf16_t", "64"]
+    with pytest.raises(pyops.Unresolvable, match="asserts `x.dtype`"):
+        pyops.instantiate(program, op, op.load_jit[0], dtype="fp16", sizes={}, entry="rope")
+
+
+def test_a_curated_loader_value_beats_a_planned_size(tmp_path):
+    """Found in extract --all (2026-11-29): causal_conv1d's loader takes `weight.shape[-1]`;
+    no shape case sizes W, and the planned 128 is no conv width. The curated w = 4 is used
+    and pinned instead; a size a shape case gives is still read as is."""
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
+    op = by_id["grp.conv"]
+    tensors = {"x": _spec("x", ["T", "D"]), "weight": _spec("weight", ["D", "W"])}
+    fallbacks = {"dim": (4, "the conv width")}
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors=tensors, fallbacks=fallbacks)
+    assert inst.template_args == ["bf16_t", "4"] and inst.pins == {"W": 4}
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={"W": 3}, entry="rope", tensors=tensors, fallbacks=fallbacks)
+    assert inst.template_args == ["bf16_t", "3"] and inst.pins == {"W": 3}
+
+
+def test_a_while_loop_heuristic_is_run(tmp_path):
+    """Found in extract --all (2026-11-29): store_cache's loader doubles its thread count
+    in a `while` loop, channel_rmsnorm_silu_nhwc its lanes; both stopped at the loop."""
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
+    op = by_id["grp.split"]
+    tensors = {"k": _spec("k", ["T", "D"])}
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={"D": 2048}, entry="split", tensors=tensors)
+    assert inst.template_args == ["bf16_t", "128"]  # 4096 bytes: 128 a thread at 32, 64 at 64, 32 at 128
+    assert inst.pins == {"D": 2048}
+
+
+def test_sizes_the_loader_refuses_are_planned_again(tmp_path):
+    """Found in extract --all (2026-11-29): shuffle_weighted_sum's loader takes
+    `weights.shape[1]` (the top-k) and serves a few values only; the planned 128 was
+    refused and the op had no task."""
+    from extract import tasks
+
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
+    op = by_id["grp.weighted"]
+    tensors = {"x": _spec("x", ["T", "D"]), "weights": _spec("weights", ["T", "K"])}
+    planned = {"T": 8, "D": 128, "K": 128}
+    insts, _cases, _first, notes = tasks.plan_instantiations(program, op, op.load_jit[0], "weighted", ["bf16"], [], {}, tensors, planned)
+    assert [(i.wrappers, i.sizes) for i in insts] == [([("weighted", "Weighted<8>::run")], {"K": 8})]
+    assert any("planned at 8 instead" in n for n in notes)

@@ -56,9 +56,10 @@ class Filled(Record):
     """One value the static contract did not have."""
 
     name: str  # argument name
-    kind: Literal["value", "range", "role", "dtype"]
+    kind: Literal["value", "range", "role", "dtype", "offsets"]
     value: float | int | bool | str | None = None  # for "role"/"dtype": the new role / dtype
     value_range: tuple[float | str, float | str] | None = None
+    shape: list[str | int] | None = None  # "offsets": the length it takes (batch + 1), if it had none
     rule: str  # "source-literal", "completion.toml: <pattern>", "llm:<model>"
     why: str = ""
 
@@ -66,6 +67,8 @@ class Filled(Record):
         if self.kind in ("role", "dtype"):
             return f"{self.name}: {self.kind} {self.value} ({self.rule})"
         shown = repr(self.value) if self.kind == "value" else f"[{', '.join(map(str, self.value_range or ()))}]"
+        if self.kind == "offsets":
+            shown = f"offsets {shown}" + (f", shape {self.shape}" if self.shape else "")
         return f"{self.name} = {shown} ({self.rule})"
 
 
@@ -207,6 +210,31 @@ def _length_high(contract: Contract, spec: TensorSpec) -> str | None:
     return _smallest(rows)
 
 
+def _offsets(contract: Contract, spec: TensorSpec) -> tuple[str, list[str | int] | None] | None:
+    """For a 1-D prefix sum over the token dimension (``cu_seqlens[batch + 1]``): the total
+    it ends at (the token symbol) and, where its own length says nothing (``-1``, or a
+    symbol no other tensor has), ``[batch + 1]`` with ``batch`` the size of the other 1-D
+    per-sequence tensors (``cache_indices[B]``). None without a token dimension."""
+    if len(spec.shape) != 1:
+        return None
+    token = inputs.token_symbol(contract)
+    if token is None:
+        return None
+    own = spec.shape[0]
+    if own == token:
+        return None  # one entry per token is no batch of sequences
+    others = [t for t in inputs.tensor_specs(contract) if t.name != spec.name]
+    if isinstance(own, int) and own != -1:
+        return token, None
+    if isinstance(own, str) and own != "-1" and any(own in map(str, t.shape) for t in others):
+        return token, None  # its length is tied to other tensors already
+    batches = [
+        t.shape[0] for t in others
+        if t.shape and isinstance(t.shape[0], str) and t.shape[0] != token and (len(t.shape) == 1 or all(d == 1 for d in t.shape[1:]))
+    ]  # fmt: skip
+    return token, ([f"{batches[0]} + 1"] if batches else None)
+
+
 def _known_names(contract: Contract) -> set[str]:
     names = inputs.shape_symbols(contract)
     names |= {a.scalar.name for a in contract.args if a.kind == "scalar" and a.scalar is not None and a.scalar.type == "int"}
@@ -242,6 +270,14 @@ def _index_rule(contract: Contract, spec: TensorSpec, rules: list[dict], known: 
         elif kind == "lengths":
             high = _length_high(contract, spec)
             bounds = None if high is None else ("1", high)
+        elif kind == "offsets":
+            found = _offsets(contract, spec)
+            if found is not None:
+                total, shape = found
+                return Filled(
+                    name=spec.name, kind="offsets", value_range=("0", total), shape=shape,
+                    rule=f"completion.toml: offsets {pattern}", why=rule.get("why", ""),
+                )  # fmt: skip
         elif kind == "zeros":
             bounds = (0, 0)
         elif kind == "full":
@@ -271,6 +307,8 @@ def apply(contract: Contract, filled: Sequence[Filled]) -> Contract:
         elif arg.kind == "tensor" and arg.tensor is not None and arg.tensor.name in by_name:
             f = by_name[arg.tensor.name]
             field = {f.kind: f.value} if f.kind in ("role", "dtype") else {"value_range": f.value_range}
+            if f.kind == "offsets":
+                field.update(structure="offsets", **({"shape": f.shape} if f.shape else {}))
             arg = arg.model_copy(update={"tensor": arg.tensor.model_copy(update=field)})
         args.append(arg)
     update: dict = {"args": args}

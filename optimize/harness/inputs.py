@@ -322,8 +322,8 @@ def select_instantiation(
             fix="re-run `kernelsmith extract` or drop that dtype",
         )
     values = {sizes[name] for name in width_symbols(contract) if name in sizes}
-    fitting = [i for i in pool if template_ints(i) <= values]
-    if not fitting and not values and len(pool) == 1:
+    fitting = [i for i in pool if (i.serves(sizes) if i.sizes else template_ints(i) <= values)]
+    if not fitting and not values and len(pool) == 1 and not pool[0].sizes:
         # No tensor of the contract has a width dimension, so the integer template
         # arguments cannot be widths (a block count, a page size): the only
         # instantiation of this dtype serves the call.
@@ -331,10 +331,36 @@ def select_instantiation(
     if not fitting:
         raise ContractError(
             f"no {dtype} instantiation of {contract.entry} fits sizes {sizes} "
-            f"(specialised on {sorted({n for i in pool for n in template_ints(i)})})",
+            f"(specialised on {_specialisations(pool)})",
             fix="add the width to the shape catalog and re-run `kernelsmith extract`",
         )
     return fitting[0]
+
+
+def _specialisations(pool: Sequence[Instantiation]) -> str:
+    recorded = sorted({", ".join(f"{k}={v}" for k, v in i.sizes.items()) for i in pool if i.sizes})
+    return "; ".join(recorded) if recorded else str(sorted({n for i in pool for n in template_ints(i)}))
+
+
+def pinned_sizes(pool: Sequence[Instantiation], dtypes: Iterable[str]) -> dict[str, list[int]]:
+    """Sizes instantiations were made for (``Instantiation.sizes``): symbol -> the values
+    every one of ``dtypes`` has an instantiation for. A symbol some instantiation of a
+    dtype leaves free is not pinned."""
+    dtypes = list(dtypes) or sorted({i.dtype for i in pool})
+    out: dict[str, list[int]] = {}
+    names = {k for i in pool for k in i.sizes}
+    for name in sorted(names):
+        per_dtype = []
+        for dtype in dtypes:
+            mine = [i for i in pool if i.dtype == dtype]
+            if not mine or any(name not in i.sizes for i in mine):
+                break
+            per_dtype.append({i.sizes[name] for i in mine})
+        else:
+            common = set.intersection(*per_dtype) if per_dtype else set()
+            if common:
+                out[name] = sorted(common)
+    return out
 
 
 def _pinned_widths(contract: Contract, pool: Sequence[Instantiation], widths: list[str], pinned: list[int]) -> dict[str, int]:
@@ -386,13 +412,16 @@ def synthetic_shape(contract: Contract, instantiations: Sequence[Instantiation] 
         return None
     token = token_symbol(contract)
     pool = instantiations_for(contract, instantiations)
-    pinned = sorted(template_ints(pool[0])) if pool else []
     widths = sorted(width_symbols(contract) & symbols - {token})
-    pinned_for = _pinned_widths(contract, pool, widths, pinned)
+    if pool and pool[0].sizes:  # made for these sizes (a loader read them from a tensor)
+        pinned_for = {k: v for k, v in pool[0].sizes.items() if k in symbols}
+    else:
+        pinned = sorted(template_ints(pool[0])) if pool else []
+        pinned_for = _pinned_widths(contract, pool, widths, pinned)
     sizes: dict[str, int] = {}
     for sym in sorted(symbols):
         if sym == token:
-            candidates = [SYNTHETIC_TOKENS]
+            candidates = [*([pinned_for[sym]] if sym in pinned_for else []), SYNTHETIC_TOKENS]
         else:
             candidates = [*([pinned_for[sym]] if sym in pinned_for else []), *sorted(contract.allowed_values.get(sym, [])), SYNTHETIC_WIDTH]
         step = contract.divisibility.get(sym, 1)
@@ -449,6 +478,10 @@ def draw_held_out(
         if per_dtype and all(ints and catalog_values <= ints for ints in per_dtype):
             common = set.intersection(*per_dtype)
             bound[w] = {v for v in common if contract.accepts(w, v)}
+    recorded = pinned_sizes(pool, dtypes)  # sizes the instantiations were made for
+    for w in widths:
+        if w in recorded:
+            bound[w] = {v for v in recorded[w] if contract.accepts(w, v)}
     cycles: dict[str, list[int]] = {}
     for w in widths:
         if w in bound:
@@ -472,7 +505,9 @@ def draw_held_out(
                 base[w] = step * rng.randint(1, max(1, top // step))
         for sym, (src, factor) in derived.items():
             base[sym] = base[src] * factor
-        if token is not None:
+        if token is not None and token in recorded:  # a token count the loader specialised on
+            base[token] = recorded[token][index % len(recorded[token])]
+        elif token is not None:
             base[token] = 1 if index == 0 else _odd_token_count(rng, index)
         if not all(contract.accepts(s, v) for s, v in base.items() if s != token):
             continue
@@ -530,6 +565,7 @@ class TensorPlan:
     offset: int  # elements before the first one (the leading guard band)
     storage_numel: int
     value_range: tuple[float, float] | None = None
+    structure: str | None = None  # TensorSpec.structure
 
     @property
     def itemsize(self) -> int:
@@ -684,6 +720,7 @@ def plan_call(
                 offset=guard,
                 storage_numel=guard + span + guard,
                 value_range=_resolved_range(spec, known),
+                structure=spec.structure,
             )
         )
     return CallPlan(args=tuple(args), sizes=dict(sizes), strides_chosen=chosen)
@@ -769,6 +806,18 @@ def require_fillable(plan: TensorPlan) -> None:
         )
 
 
+def offsets(count: int, low: int, high: int, rng: random.Random) -> list[int]:
+    """``count`` prefix-sum entries from ``low`` to ``high``: the first is ``low``, the last
+    ``high``, each at least the one before (``cu_seqlens`` of ``count - 1`` sequences whose
+    lengths add up to ``high - low``; some may be empty). One entry is ``[low]``."""
+    if count <= 0:
+        return []
+    if count == 1:
+        return [low]
+    cuts = sorted(rng.randint(low, high) for _ in range(count - 2))
+    return [low, *cuts, high]
+
+
 def _finite(values, dtype: str):
     """float32 values clamped into ``dtype``'s finite range where its conversion would make NaN."""
     limit = FINITE_MAX.get(dtype)
@@ -785,6 +834,10 @@ def logical_values(plan: TensorPlan, distribution: Distribution, gen, device):
             return torch.randint(0, 2, shape, generator=gen, device=device).to(torch.bool)
         require_fillable(plan)
         lo, hi = int(plan.value_range[0]), int(plan.value_range[1])
+        if plan.structure == "offsets":
+            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+            values = offsets(plan.numel, lo, hi, random.Random(seed))
+            return torch.tensor(values, device=device, dtype=torch_dtype(plan.dtype)).reshape(shape)
         return torch.randint(lo, hi + 1, shape, generator=gen, device=device, dtype=torch_dtype(plan.dtype))
     out_dtype = torch_dtype(plan.dtype)
     if plan.numel == 0:
