@@ -737,7 +737,8 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
         if not explicit and ranked and len(ranked[0]) > len(shape):
             read[pname] = (list(ranked[0][: len(ranked[0]) - len(shape)]) + shape, False)
     for pname, (shape, _explicit) in read.items():
-        item = _Matcher(shape, None, None, [pname], 99, _READ_FROM_USES)
+        cast = _cast_dtype([(fn.body, local) for fn, alias in bodies if (local := _reverse(alias, pname))])
+        item = _Matcher(shape, None, cast, [pname], 99, _READ_FROM_USES)
         matchers[pname] = [item]
         for (_fn, alias), found in zip(bodies, body_matchers):  # so each body's checks can read x.size(i)
             if (local := _reverse(alias, pname)) is not None:
@@ -778,6 +779,26 @@ def _dim_index(match: re.Match, first: int) -> int:
     """The dimension a `_DIM_USE` match reads, its groups starting at ``first``."""
     shape_index, size_index = match.group(first), match.group(first + 1)
     return int(shape_index if shape_index is not None else size_index)
+
+
+def _cast_dtype(bodies: list[tuple[str, str]]) -> str | None:
+    """The dtype a launcher without TensorMatcher reads a tensor's data as: the one
+    concrete type its ``data_ptr()`` is cast to (``static_cast<float*>(w.data_ptr())``,
+    ``w.data_ptr<int32_t>()``); None when it is never cast, or cast to two types or a
+    template parameter (the element type)."""
+    found: set[str] = set()
+    for body, name in bodies:
+        who = re.escape(name)
+        for m in re.finditer(
+            rf"(?:static_cast|reinterpret_cast)\s*<\s*(?:const\s+)?([\w:]+)\s*(?:const\s*)?\*\s*>\s*\(\s*{who}(?:\.value\(\))?\.data_ptr\(\)\s*\)"
+            rf"|\b{who}(?:\.value\(\))?\.data_ptr\s*<\s*(?:const\s+)?([\w:]+)\s*>\s*\(\)",
+            body,
+        ):
+            found.add((m.group(1) or m.group(2)).split("::")[-1])
+    if len(found) != 1:
+        return None
+    (cpp,) = found
+    return CPP_TYPES[cpp][0] if cpp in CPP_TYPES else None
 
 
 def _shape_from_uses(bodies: list[tuple[str, str]]) -> tuple[list[str | int], bool] | None:

@@ -2073,7 +2073,7 @@ class Instance:
 PLANNED_SIZE = 128
 # Tensor parameters SGLang's wrappers pass integer positions or indices in, when neither
 # the wrapper nor the contract names their dtype (torch's index dtype is int64).
-_INDEX_TENSOR = re.compile(r"(pos|positions|position_ids|\w*_?loc|\w*indices|\w*_idx|idx|\w*_ids|ids)")
+_INDEX_TENSOR = re.compile(r"(pos|positions|position_ids|\w*_?loc|\w*indices|\w*_idx|idx|\w*_ids|ids|perm\w*|\w*_perm)")
 
 
 def _asserted_dtypes(name: str, code: str) -> set[str]:
@@ -2090,7 +2090,8 @@ def tensor_value(
 ) -> TensorValue:
     """A caller's tensor parameter as the loader sees it.
 
-    Dtype, first that applies: the wrapper's own ``assert name.dtype == torch.X``; the
+    Dtype, first that applies: the wrapper's own ``assert name.dtype == torch.X`` (which
+    refuses the instantiation dtype for a tensor of the element type); the
     contract's concrete dtype for the tensor of that name; int64 for a name that holds
     positions or indices (``positions``, ``out_cache_loc``); else the instantiation
     dtype. Shape: the contract's, each symbol at its size in ``sizes`` (else
@@ -2098,10 +2099,13 @@ def tensor_value(
     """
     code = caller.module.code(caller.node)
     asserted = _asserted_dtypes(name, code)
-    contract_dtype = TORCH_DTYPES.get(getattr(spec, "dtype", "") or "")
+    # a union (`int32|int64`: the kernel takes either) is its first option
+    contract_dtype = next((TORCH_DTYPES[o] for o in (getattr(spec, "dtype", "") or "").split("|") if o in TORCH_DTYPES), None)
+    element_typed = spec is not None and (spec.dtype == "T" or spec.dtype.startswith("?"))
     if asserted and the_dtype.name in asserted:
         dtype = the_dtype
-    elif asserted and any(d.startswith(("fp", "bf")) for d in asserted) and the_dtype.name.startswith(("fp", "bf")):
+    elif asserted and element_typed and the_dtype.name.startswith(("fp", "bf")) and any(d.startswith(("fp", "bf")) for d in asserted):
+        # the tensor holds the instantiation's element type, which the wrapper refuses
         raise Unresolvable(f"the wrapper asserts `{name}.dtype` is one of {sorted(asserted)}, not {the_dtype.name}")
     elif asserted:
         dtype = DtypeValue(sorted(asserted)[0])

@@ -304,6 +304,13 @@ def test_a_template_type_parameter_dtype_is_settled_by_what_the_instantiations_p
     assert C.settle_type_params(contract, []) == contract
 
 
+def test_the_type_a_launcher_casts_data_to_is_the_dtype():
+    body = "float* w = static_cast<float*>(weights.data_ptr()); auto i = ids.data_ptr<int64_t>(); auto* t = static_cast<T*>(x.data_ptr());"
+    assert [C._cast_dtype([(body, n)]) for n in ("weights", "ids", "x", "y")] == ["float32", "int64", None, None]
+    mixed = "static_cast<float*>(y.data_ptr()); static_cast<int32_t*>(y.data_ptr());"
+    assert C._cast_dtype([(mixed, "y")]) is None  # read as two types: not guessed
+
+
 def test_a_symbolic_size_display_name_becomes_an_identifier():
     """Found in the coverage sweep (2026-11-29): SymbolicSize{"hidden_dim x 2"} made a
     shape entry no harness can evaluate; three tasks could not be planned."""
@@ -322,6 +329,9 @@ def test_a_launcher_without_tensor_matchers_gives_shapes_by_its_uses(index, prog
     assert sig["gating_output"].shape == ["num_tokens", "num_experts"]
     assert sig["topk_weights"].shape == sig["topk_ids"].shape == ["num_tokens", "topk"]  # from `== num_tokens` checks
     assert sig["correction_bias"].shape == ["num_experts"]  # through `const auto& bias = correction_bias.value()`
+    # `static_cast<float*>(topk_weights.data_ptr())`: the data is float32, whatever the dtype
+    # of the instantiation (bf16 there made the kernel write past the tensor's end)
+    assert sig["topk_weights"].dtype == "float32" and sig["topk_ids"].dtype == "int32"
     gelu = C.infer_contract(_op(index, "diffusion.fused_gelu_tanh_cat"), index, root, program=program)
     t = _tensors(gelu)
     assert t["attn"].shape == ["attn_dim0", "a"] and t["mlp"].shape == ["attn_dim0", "m"] and t["output"].shape == ["attn_dim0", "a + m"]

@@ -514,6 +514,10 @@ def test_position_and_index_tensors_are_not_the_instantiation_dtype(tmp_path):
     assert value.dtype == pyops.DtypeValue("int32")
     value = pyops.tensor_value("q", program.function(rope.module, "rope"), pyops.DtypeValue("bf16"), None, {})
     assert value.dtype == pyops.DtypeValue("bf16")
+    caller = program.function(rope.module, "rope")
+    assert pyops.tensor_value("permutation", caller, pyops.DtypeValue("bf16"), None, {}).dtype == pyops.DtypeValue("int64")
+    union = _spec("order", ["T"], dtype="int32|int64")  # the kernel takes either: the first
+    assert pyops.tensor_value("order", caller, pyops.DtypeValue("bf16"), union, {}).dtype == pyops.DtypeValue("int32")
 
 
 def test_a_wrapper_dtype_assertion_refuses_other_float_dtypes(tmp_path):
@@ -521,10 +525,15 @@ def test_a_wrapper_dtype_assertion_refuses_other_float_dtypes(tmp_path):
     bf16 module tested under another name."""
     by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
     op = by_id["grp.bf16_only"]
-    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope")
+    element = {"x": _spec("x", ["T", 64])}
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors=element)
     assert inst.template_args == ["bf16_t", "64"]
     with pytest.raises(pyops.Unresolvable, match="asserts `x.dtype`"):
-        pyops.instantiate(program, op, op.load_jit[0], dtype="fp16", sizes={}, entry="rope")
+        pyops.instantiate(program, op, op.load_jit[0], dtype="fp16", sizes={}, entry="rope", tensors=element)
+    # a side tensor of its own dtype (fused_norm_fp4_quant's fp32 global_scale) refuses nothing
+    side = {"x": _spec("x", ["T", 64], dtype="float32")}
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="fp16", sizes={}, entry="rope", tensors=side)
+    assert inst.template_args == ["bf16_t", "64"]
 
 
 def test_a_curated_loader_value_beats_a_planned_size(tmp_path):
