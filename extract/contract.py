@@ -980,6 +980,9 @@ class PyFacts:
     defaults: dict[str, Any]  # public function parameter -> default (concrete values only)
     returns_value: bool
     literal_args: dict[int, Any]  # export argument positions given a literal (str/int/float/bool)
+    # export argument position -> (position of the tensor argument, dimension) the wrapper
+    # reads it from (`size_limit = k_cache.shape[0]` before `module.store_cache(..., size_limit)`)
+    sized_args: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
 
 def _root_name(expr: cst.BaseExpression, assigned: dict[str, cst.BaseExpression], depth: int = 0) -> str | None:
@@ -1077,8 +1080,9 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
     returns_value = True
     written: set[int] = set()
     literals: dict[int, Any] = {}
+    sized: dict[int, tuple[int, int]] = {}
     if target is None:
-        return PyFacts(written, defaults, returns_value, literals)
+        return PyFacts(written, defaults, returns_value, literals, sized)
     fn = program.function(op.module, target)
     ev = pyops.Evaluator(program.sets.resolve, strict=True)
     for param in fn.params():
@@ -1131,6 +1135,7 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
         caller.node.visit(Calls())
         for call in found:
             assigned = pyops._assignments_before(caller, call)
+            passed = {arg.value.value: i for i, arg in enumerate(call.args) if isinstance(arg.value, cst.Name)}
             for i, arg in enumerate(call.args):
                 value = _literal(arg.value)
                 if value is not _NOT_LITERAL:
@@ -1140,7 +1145,15 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
                 root = _root_name(arg.value, assigned)
                 if root is not None and root in mutated:
                     written.add(i)
-    return PyFacts(written, defaults, returns_value, literals)
+                if isinstance(arg.value, cst.Name) and arg.value.value in assigned:
+                    read = _SIZE_READ.fullmatch(caller.module.code(assigned[arg.value.value]).strip())
+                    if read and read.group(1) in passed:
+                        sized.setdefault(i, (passed[read.group(1)], int(read.group(2) or read.group(3))))
+    return PyFacts(written, defaults, returns_value, literals, sized)
+
+
+# `t.shape[i]` / `t.size(i)`: a scalar a wrapper reads from a tensor it passes along
+_SIZE_READ = re.compile(r"(\w+)\s*\.\s*(?:shape\s*\[\s*(-?\d+)\s*\]|size\s*\(\s*(-?\d+)\s*\))")
 
 
 # =========================================================================== assembly
@@ -1307,10 +1320,15 @@ def infer_contract(
                     unresolved.append(f"string argument `{name}`: value not known")
             if value is not None and not isinstance(value, (int, float, str, bool)):
                 value = None
+            if kind == "int" and position in py.sized_args and literal is None:
+                value = None  # the wrapper passes a tensor's size: tied to it below
             args.append(ArgSpec(kind="scalar", scalar=ScalarSpec(name=name, type=kind, value=value)))
+    args, tied = _tie_sized_scalars(args, py.sized_args)
+    symbols += [s for s, constraint in tied.items() if not constraint and s not in symbols]
     checks = list(facts.checks)
     scalar_names = {a.scalar.name for a in args if a.scalar is not None}
     constraints = [c for c in facts.constraints if set(re.findall(r"[A-Za-z_]\w*", c)) & (set(symbols) | scalar_names)]
+    constraints += [c for c in tied.values() if c]
     for sym, tparam in facts.fixed_by_template.items():
         checks.append(f"{sym} == {tparam} (template argument: one instantiation per value)")
     shape_syms = {s for a in args if a.tensor for d in a.tensor.shape if isinstance(d, str) for s in re.findall(r"[A-Za-z_]\w*", d)}
@@ -1327,6 +1345,33 @@ def infer_contract(
         origin="inferred",
         type_params=type_params,
     )
+
+
+def _tie_sized_scalars(args: list[ArgSpec], sized: dict[int, tuple[int, int]]) -> tuple[list[ArgSpec], dict[str, str]]:
+    """Int scalars the wrapper reads from a tensor it passes along (``size_limit =
+    k_cache.shape[0]``): where that dimension is open (``-1``) it becomes a symbol of
+    the scalar's name (an int named after a size takes that size in the harness); where
+    it is a symbol, the scalar is settled equal to it (a constraint). Returns the
+    arguments and, per new symbol or tied scalar, the constraint to add ("" for none)."""
+    tied: dict[str, str] = {}
+    out = list(args)
+    for position, (tensor_at, dim) in sized.items():
+        if not (position < len(out) and tensor_at < len(out)):
+            continue
+        scalar, tensor = out[position].scalar, out[tensor_at].tensor
+        if scalar is None or tensor is None or scalar.type != "int" or scalar.value is not None:
+            continue
+        if not -len(tensor.shape) <= dim < len(tensor.shape):
+            continue
+        entry = tensor.shape[dim]
+        if entry in (-1, "-1"):
+            shape = list(tensor.shape)
+            shape[dim] = scalar.name
+            out[tensor_at] = out[tensor_at].model_copy(update={"tensor": tensor.model_copy(update={"shape": shape})})
+            tied[scalar.name] = ""
+        elif isinstance(entry, str) and re.fullmatch(r"[A-Za-z_]\w*", entry) and entry != scalar.name:
+            tied[scalar.name] = f"({scalar.name} == {entry})"
+    return out, tied
 
 
 def settle_type_params(contract: Contract, instantiations: Sequence[Instantiation]) -> Contract:

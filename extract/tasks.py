@@ -248,7 +248,8 @@ def plan_instantiations(
                     notes.append(f"shape {case.label} dropped: no dtype instantiates")
 
     run_passes(planned)
-    if not out and not cases and planned:
+    refused = any(any(why in reason for why in _REFUSALS) for reason in failures)
+    if not out and not cases and planned and refused:
         # The loader refused the planned sizes (`topk not in (1, 2, 4, 8)`): try others,
         # every symbol at one value, until one instantiates.
         for value in PLANNED_RETRIES:
@@ -265,6 +266,9 @@ def plan_instantiations(
 # Sizes tried, in order, when a loader refuses the first planned ones (powers of two
 # from SGLang's usual widths and counts, the small ones last).
 PLANNED_RETRIES = (8, 64, 256, 512, 1024, 2048, 4096, 16, 32, 4, 2, 1)
+# How a loader refuses values (pyops' messages), as opposed to not knowing one: only a
+# refusal can be answered by planning other sizes.
+_REFUSALS = ("the function raises here", "assertion fails", "returned without calling load_jit", "failed:")
 
 
 def planned_sizes(contract: Contract) -> dict[str, int]:

@@ -9,6 +9,7 @@ import pytest
 from extract import contract as C
 from extract import pyops
 from extract.command import build_index
+from pipeline.records import ArgSpec, ScalarSpec, TensorSpec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -346,3 +347,22 @@ def test_a_refusing_switch_gives_the_allowed_values(index, program, sglang_sourc
     c = C.infer_contract(_op(index, "lora.kimi_k2_moe_fused_gate"), index, root, program=program)
     assert c.allowed_values == {"num_experts": [256, 384]}
     assert c.accepts("num_experts", 256) and not c.accepts("num_experts", 8)
+
+
+@pytest.mark.wheel
+def test_a_scalar_the_wrapper_reads_from_a_tensor_size_is_tied_to_it(index, program, sglang_source):
+    """Found in the coverage sweep (2026-11-29): store_cache's wrapper passes `size_limit =
+    k_cache.shape[0]` when the caller gives 0; the contract took the default 0 and the
+    kernel's `assert(index < size_limit)` fired on the GPU. The cache's open row count
+    is now the symbol `size_limit`, which the harness passes for the scalar."""
+    root = pathlib.Path(sglang_source.root)
+    c = C.infer_contract(_op(index, "kvcache.store_cache"), index, root, program=program)
+    t = _tensors(c)
+    assert t["k_cache"].shape == ["size_limit", "k_element_size"] and "size_limit" in c.symbols
+    scalars = {a.scalar.name: a.scalar.value for a in c.args if a.scalar is not None}
+    assert scalars == {"size_limit": None, "reserved_skip_index": 0}
+    tied = C._tie_sized_scalars(
+        [ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=["T", "D"], dtype="T", role="input")),
+         ArgSpec(kind="scalar", scalar=ScalarSpec(name="width", type="int"))], {1: (0, -1)},
+    )  # fmt: skip
+    assert tied[1] == {"width": "(width == D)"}  # a named dimension: the scalar is settled equal to it

@@ -115,6 +115,19 @@ def test_a_count_scalar_starts_at_none():
     assert sizes["kH"] > 0 and not broken
 
 
+def test_each_side_of_a_conjunction_is_mended_on_its_own():
+    """Found in the coverage sweep (2026-11-29): moe_align_block_size checks `num_experts > 0
+    && block_size > 0`; both scalars started at 0 and no single change mended the whole
+    conjunction, so the baseline ran with 0 experts and hit an illegal instruction."""
+    c = Contract(
+        entry="align", args=[tensor("ids", ["n"]), scalar("num_experts", "int"), scalar("block_size", "int")],
+        symbols=["n"], constraints=["(num_experts <= 8192)", "((num_experts > 0) and (block_size > 0))"],
+    )  # fmt: skip
+    settled = constraints.settle_scalars(c, {"n": 8})
+    assert settled["num_experts"] > 0 and settled["block_size"] > 0
+    assert not constraints.violated(c, {"n": 8, **settled})
+
+
 def test_the_synthetic_shape_satisfies_the_kernels_checks():
     case = inputs.synthetic_shape(kda_like())
     assert case.sizes["kH"] in (3, 6, 12)

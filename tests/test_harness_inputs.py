@@ -417,3 +417,28 @@ def test_synthetic_and_held_out_shapes_keep_the_sizes_instantiations_were_made_f
     drawn = inputs.draw_held_out(c, [case], 6, random.Random(3), instantiations=pool, dtypes=["bf16", "fp16"])
     assert drawn and all(s.sizes["N"] == 4096 and s.sizes["K"] == 128 for s in drawn)  # 256x512: bf16 only
     assert inputs.pinned_sizes(pool, ["bf16"]) == {"K": [128, 512], "N": [256, 4096]}
+
+
+def test_a_token_count_is_no_specialised_width_even_in_a_1d_tensor():
+    """Found in the coverage sweep (2026-11-29): fused_store_index_k_cache has
+    `indices[num_tokens]` beside `input[num_tokens, 128]`; its one instantiation is
+    specialised on the page size 64, and T=8 "did not fit" it."""
+    c = Contract(
+        entry="store", args=[tensor("input", ["num_tokens", 128], "input"), tensor("indices", ["num_tokens"], "input", dtype="int64")],
+        symbols=["num_tokens"],
+    )  # fmt: skip
+    only = inst("bf16", "bf16_t", "64", export="store")
+    assert inputs.select_instantiation(c, [only], "bf16", {"num_tokens": 8}) == only
+
+
+def test_a_synthetic_shape_stays_small_enough_to_allocate():
+    """Found in the coverage sweep (2026-11-29): ltx25_decoder_rope's six-dimensional q at
+    128 a dimension asked for 256 GiB."""
+    dims = ["batch", "frames", "height", "width", "heads", "head_dim"]
+    c = Contract(
+        entry="rope", args=[tensor("q", dims, "input"), tensor("q_out", dims, "output")], symbols=dims,
+        divisibility={"head_dim": 64}, constraints=["(head_dim >= 256)"],
+    )  # fmt: skip
+    case = inputs.synthetic_shape(c)
+    assert inputs._numel(inputs.tensor_specs(c)[0], case.sizes) <= inputs.MAX_HELD_OUT_ELEMENTS
+    assert case.sizes["head_dim"] % 64 == 0 and case.sizes["head_dim"] >= 256  # the checks still hold

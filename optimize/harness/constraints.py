@@ -171,6 +171,16 @@ def _starts(contract: Contract, mine: list[str], name: str, env: Mapping[str, in
     return [v for v in dict.fromkeys(ordered) if 0 <= v <= MAX_VALUE]
 
 
+def _conjuncts(constraint: str) -> list[str]:
+    """The operands of a top-level ``and`` (nested ones flattened), else the constraint."""
+    if _compiled(constraint) is None:
+        return [constraint]
+    tree = ast.parse(constraint, mode="eval").body
+    if not (isinstance(tree, ast.BoolOp) and isinstance(tree.op, ast.And)):
+        return [constraint]
+    return [part for value in tree.values for part in _conjuncts(ast.unparse(value))]
+
+
 def solve(
     contract: Contract,
     sizes: Mapping[str, int],
@@ -191,7 +201,9 @@ def solve(
     env: dict[str, int | bool] = {**scalar_env(contract), **sizes}
     free = [n for n in dict.fromkeys(free)]
     scalars = {n for n in free if n not in sizes}  # open scalars: 0 is a value, not an empty size
-    constraints = list(contract.constraints)
+    # each side of a top-level `and` on its own: one name moved can mend one side
+    # (`(num_experts > 0) and (block_size > 0)` with both at 0)
+    constraints = [part for c in contract.constraints for part in _conjuncts(c)]
     for name in free:
         if name not in env:
             mine = [c for c in constraints if name in names_of(c)]

@@ -321,7 +321,7 @@ def select_instantiation(
             f"no instantiation of {contract.entry} for dtype {dtype}",
             fix="re-run `kernelsmith extract` or drop that dtype",
         )
-    values = {sizes[name] for name in width_symbols(contract) if name in sizes}
+    values = {sizes[name] for name in width_symbols(contract) - _row_counts(contract) if name in sizes}
     fitting = [i for i in pool if (i.serves(sizes) if i.sizes else template_ints(i) <= values)]
     if not fitting and not values and len(pool) == 1 and not pool[0].sizes:
         # No tensor of the contract has a width dimension, so the integer template
@@ -335,6 +335,15 @@ def select_instantiation(
             fix="add the width to the shape catalog and re-run `kernelsmith extract`",
         )
     return fitting[0]
+
+
+def _row_counts(contract: Contract) -> set[str]:
+    """The token symbol where it counts the rows of a multi-dimensional tensor: never a
+    specialised width, even where a 1-D tensor (``indices[num_tokens]``) has it as its
+    only dimension (fused_store_index_k_cache's page size 64 is no token count)."""
+    token = token_symbol(contract)
+    rows = any(spec.shape and spec.shape[0] == token and len(spec.shape) > 1 for spec in tensor_specs(contract))
+    return {token} if token is not None and rows else set()
 
 
 def _specialisations(pool: Sequence[Instantiation]) -> str:
@@ -433,8 +442,33 @@ def synthetic_shape(contract: Contract, instantiations: Sequence[Instantiation] 
     # values (and settle the open int scalars they mention): `kH in {3, 6, 12}`.
     free = (set(sizes) - set(pinned_for)) | constraints.open_ints(contract)
     sizes, _broken = constraints.solve(contract, sizes, sorted(free), accepts=contract.accepts)
+    sizes = _bounded(contract, sizes, [s for s in sorted(free) if s in symbols])
     source = "synthetic: no model config sizes this contract; generic values for the baseline's own tests only"
     return ShapeCase(model=SYNTHETIC_MODEL, tokens=sizes.get(token, SYNTHETIC_TOKENS) if token else SYNTHETIC_TOKENS, sizes=sizes, source=source)
+
+
+def _bounded(contract: Contract, sizes: dict[str, int], free: list[str]) -> dict[str, int]:
+    """``sizes`` with free sizes halved, largest first, until no tensor holds more than
+    :data:`MAX_HELD_OUT_ELEMENTS` (a six-dimensional video tensor at 128 a dimension is
+    256 GiB) and no more of the kernel's checks break than before."""
+    sizes = dict(sizes)
+    before = len(constraints.violated(contract, sizes))
+    for _ in range(256):
+        specs = tensor_specs(contract)
+        biggest = max(specs, key=lambda spec: _numel(spec, sizes), default=None)
+        if biggest is None or _numel(biggest, sizes) <= MAX_HELD_OUT_ELEMENTS:
+            break
+        mine = {name for dim in biggest.shape if isinstance(dim, str) for name in expr_symbols(dim)}
+        for name in sorted((n for n in free if n in mine and sizes.get(n, 0) > 1), key=lambda n: -sizes[n]):
+            step = contract.divisibility.get(name, 1)
+            smaller = sizes[name] // 2 // step * step
+            trial = {**sizes, name: smaller}
+            if smaller >= 1 and contract.accepts(name, smaller) and len(constraints.violated(contract, trial)) <= before:
+                sizes = trial
+                break
+        else:
+            break
+    return sizes
 
 
 def _odd_token_count(rng: random.Random, index: int) -> int:
@@ -835,7 +869,7 @@ def logical_values(plan: TensorPlan, distribution: Distribution, gen, device):
         require_fillable(plan)
         lo, hi = int(plan.value_range[0]), int(plan.value_range[1])
         if plan.structure == "offsets":
-            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen, device=device))
             values = offsets(plan.numel, lo, hi, random.Random(seed))
             return torch.tensor(values, device=device, dtype=torch_dtype(plan.dtype)).reshape(shape)
         return torch.randint(lo, hi + 1, shape, generator=gen, device=device, dtype=torch_dtype(plan.dtype))
