@@ -1136,12 +1136,23 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
         for call in found:
             assigned = pyops._assignments_before(caller, call)
             passed = {arg.value.value: i for i, arg in enumerate(call.args) if isinstance(arg.value, cst.Name)}
+            frame = None
             for i, arg in enumerate(call.args):
                 value = _literal(arg.value)
                 if value is not _NOT_LITERAL:
                     literals.setdefault(i, value)
                 elif isinstance(arg.value, cst.Name) and arg.value.value in consts.get((rel, qual), {}):
                     literals.setdefault(i, consts[(rel, qual)][arg.value.value])
+                elif i not in literals:
+                    # what the wrapper computes from its own defaults (`multiplier if
+                    # multiplier is not None else 1.0`): the value a caller passing nothing gets
+                    frame = frame or _defaults_frame(ev, caller, call)
+                    try:
+                        computed = ev.eval(arg.value, frame)
+                    except pyops.Unresolvable:
+                        computed = None
+                    if isinstance(computed, (int, float, bool)):
+                        literals[i] = computed
                 root = _root_name(arg.value, assigned)
                 if root is not None and root in mutated:
                     written.add(i)
@@ -1150,6 +1161,19 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
                     if read and read.group(1) in passed:
                         sized.setdefault(i, (passed[read.group(1)], int(read.group(2) or read.group(3))))
     return PyFacts(written, defaults, returns_value, literals, sized)
+
+
+def _defaults_frame(ev: pyops.Evaluator, fn: pyops.PyFunction, site: cst.CSTNode) -> pyops.Env:
+    """``fn``'s frame at ``site`` with each parameter at its default (none bound without
+    one) and its locals evaluated on first use (pyops' call-site frame)."""
+    values: dict[str, Any] = {}
+    for param in fn.params():
+        if param.default is not None:
+            try:
+                values[param.name.value] = ev.eval(param.default, pyops.Env(fn.module))
+            except pyops.Unresolvable:
+                pass
+    return pyops._LazyEnv(fn.module, values, pyops._assignments_before(fn, site), ev)
 
 
 # `t.shape[i]` / `t.size(i)`: a scalar a wrapper reads from a tensor it passes along

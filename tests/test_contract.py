@@ -366,3 +366,15 @@ def test_a_scalar_the_wrapper_reads_from_a_tensor_size_is_tied_to_it(index, prog
          ArgSpec(kind="scalar", scalar=ScalarSpec(name="width", type="int"))], {1: (0, -1)},
     )  # fmt: skip
     assert tied[1] == {"width": "(width == D)"}  # a named dimension: the scalar is settled equal to it
+
+
+@pytest.mark.wheel
+def test_a_scalar_the_wrapper_computes_from_its_defaults_takes_that_value(index, program, sglang_source):
+    """Found in the coverage sweep (2026-11-29): fused_muse_spark_routing passes
+    `router_output_multiplier if router_output_multiplier is not None else 1.0`; the
+    contract left it open. A caller passing nothing gets 1.0, and so does the harness;
+    a required argument (`route_scale`) stays open."""
+    root = pathlib.Path(sglang_source.root)
+    c = C.infer_contract(_op(index, "moe.fused_muse_spark_routing_jit"), index, root, program=program)
+    scalars = {a.scalar.name: a.scalar.value for a in c.args if a.scalar is not None}
+    assert scalars == {"router_output_multiplier": 1.0, "route_scale": None, "division_eps": 0.0}

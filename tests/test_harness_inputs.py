@@ -442,3 +442,19 @@ def test_a_synthetic_shape_stays_small_enough_to_allocate():
     case = inputs.synthetic_shape(c)
     assert inputs._numel(inputs.tensor_specs(c)[0], case.sizes) <= inputs.MAX_HELD_OUT_ELEMENTS
     assert case.sizes["head_dim"] % 64 == 0 and case.sizes["head_dim"] >= 256  # the checks still hold
+
+
+def test_held_out_draws_no_instantiation_serves_are_drawn_again():
+    """Found in the coverage sweep (2026-11-29): minimax_qknorm_rope is built for head 128
+    and rope 64 only; a draw pairing them the other way round failed the whole plan."""
+    c = Contract(
+        entry="qk", args=[tensor("w", ["D"], "input"), tensor("cache", [-1, "R"], "input"), tensor("q", ["num_tokens", 512], "inout")],
+        symbols=["num_tokens", "D", "R"],
+    )  # fmt: skip
+    pool = [inst(d, "int64_t", "128", "64", export="qk") for d in ("bf16", "fp16")]
+    case = inputs.synthetic_shape(c, pool)
+    drawn = inputs.draw_held_out(c, [case], 4, random.Random(2), instantiations=pool, dtypes=["bf16", "fp16"])
+    assert drawn
+    for shape in drawn:
+        for dtype in ("bf16", "fp16"):
+            inputs.select_instantiation(c, pool, dtype, shape.sizes)  # raises if none serves it

@@ -526,13 +526,15 @@ def draw_held_out(
             rng.shuffle(cycles[w])
     out: list[ShapeCase] = []
     attempts = 0
+    accepted_at = 0  # the attempt that gave the last draw; one refused since: cycled widths at random
     while len(out) < count and attempts < count * 50:
         attempts += 1
+        missed = attempts - 1 - accepted_at
         index = len(out)
         base = dict(rng.choice(base_sizes))
         for w in widths:
             if cycles.get(w):
-                base[w] = cycles[w][index % len(cycles[w])]
+                base[w] = cycles[w][index % len(cycles[w])] if not missed else rng.choice(cycles[w])
             elif w in contract.divisibility:
                 step = contract.divisibility[w]
                 top = contract.max_values.get(w, max(s[w] for s in base_sizes))
@@ -554,10 +556,21 @@ def draw_held_out(
         base.update(constraints.settle_scalars(contract, base))
         if constraints.violated(contract, base):  # a shape the kernel's own checks refuse tests nothing
             continue
+        if pool and not all(_servable(contract, pool, dtype, base) for dtype in dtypes):
+            continue  # no instantiation was made for it (minimax_qknorm_rope's head 128, rope 64)
         tokens = base.get(token, 1) if token is not None else 1
         dims = ",".join(f"{k}={v}" for k, v in sorted(base.items()))
         out.append(ShapeCase(model="held-out", tokens=tokens, sizes=base, source=f"held-out draw {index}: {dims}"))
+        accepted_at = attempts
     return out
+
+
+def _servable(contract: Contract, pool: Sequence[Instantiation], dtype: str, sizes: dict[str, int]) -> bool:
+    try:
+        select_instantiation(contract, pool, dtype, sizes)
+    except ContractError:
+        return False
+    return True
 
 
 def _numel(spec: TensorSpec, sizes: dict[str, int]) -> int:
