@@ -419,6 +419,18 @@ def _concrete(value: Any) -> bool:
     return True
 
 
+_LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log", "warning_once", "info_once"})
+
+
+def _is_logging(call: cst.Call) -> bool:
+    """A statement that only logs (``logger.debug(f"{num_threads = }")``, ``print(...)``):
+    it changes nothing a loader returns, so it is not run."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value == "print"
+    return isinstance(func, cst.Attribute) and func.attr.value in _LOG_METHODS
+
+
 class _Return(Exception):
     def __init__(self, value: Any) -> None:
         self.value = value
@@ -1145,7 +1157,7 @@ class Evaluator:
                 )
                 env.values[small.target.value] = self.eval(fake, env)
         elif isinstance(small, cst.Expr):
-            if isinstance(small.value, cst.Call):
+            if isinstance(small.value, cst.Call) and not _is_logging(small.value):
                 self.eval(small.value, env)
         elif isinstance(small, cst.Raise):
             raise Unresolvable(f"the function raises here: `{env.module.code(small)}`")

@@ -404,6 +404,8 @@ def test_a_dtype_is_the_same_dtype_under_is(tmp_path):
 
 
 SHAPED_LOADER = '''
+import logging
+
 import torch
 from sglang.kernels.jit.utils import cache_once, load_jit, make_cpp_args
 
@@ -438,12 +440,15 @@ def bf16_only(x: torch.Tensor) -> None:
     assert x.dtype == torch.bfloat16, f"{x.dtype=}"
     _rope(x.dtype, 64).rope(x, x)
 
+logger = logging.getLogger(__name__)
+
 def _split(row_bytes):
     threads = 32
     per = row_bytes // threads
     while per % 8 == 0 and per >= 64:
         threads *= 2
         per //= 2
+    logger.debug(f"{threads = } for {row_bytes = }")
     return threads
 
 @cache_once
@@ -552,7 +557,9 @@ def test_a_curated_loader_value_beats_a_planned_size(tmp_path):
 
 def test_a_while_loop_heuristic_is_run(tmp_path):
     """Found in extract --all (2026-11-29): store_cache's loader doubles its thread count
-    in a `while` loop, channel_rmsnorm_silu_nhwc its lanes; both stopped at the loop."""
+    in a `while` loop, channel_rmsnorm_silu_nhwc its lanes; both stopped at the loop.
+    store_cache then logs the count it chose (`logger.debug`): a statement that only
+    logs is not run."""
     by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
     op = by_id["grp.split"]
     tensors = {"k": _spec("k", ["T", "D"])}
