@@ -521,6 +521,11 @@ def _matchers(body: str, symbols: dict[str, str], tparams: dict[str, str]) -> tu
                 dtype = f"?{options[0]}"  # settle_type_params: "T" where every instantiation passes its dtype
             elif len(options) == 1 and options[0] in CPP_TYPES:
                 dtype = CPP_TYPES[options[0]][0]
+            elif len(options) == 1 and re.fullmatch(r"[A-Za-z_]\w*", options[0]):
+                # an alias extract does not follow (`typename C::DType`, `using DType = InT`):
+                # the element type, as launchers name it; a wrong guess is the baseline's to
+                # refuse ("DType mismatch: expected float32"), which the sweep repairs
+                dtype = "T"
             else:
                 dtype = "|".join(CPP_TYPES.get(o, (o, 0))[0] for o in options)
         verified = re.findall(r"\.verify\s*\(\s*(\w+)(?:\.value\(\))?\s*\)", stmt)

@@ -378,3 +378,12 @@ def test_a_scalar_the_wrapper_computes_from_its_defaults_takes_that_value(index,
     c = C.infer_contract(_op(index, "moe.fused_muse_spark_routing_jit"), index, root, program=program)
     scalars = {a.scalar.name: a.scalar.value for a in c.args if a.scalar is not None}
     assert scalars == {"router_output_multiplier": 1.0, "route_scale": None, "division_eps": 0.0}
+
+
+def test_a_type_alias_extract_does_not_follow_is_the_element_type():
+    """Found in the coverage sweep (2026-11-29): block_amax checks
+    `.with_dtype<typename C::DType>()` (`using DType = InT` in a config struct); the
+    contract's dtype was the name `DType`, which no harness can fill."""
+    body = "TensorMatcher({N, D}).with_dtype<typename C::DType>().with_device(device).verify(scores);"
+    matchers, _notes = C._matchers(body, {"N": "N", "D": "D"}, {})
+    assert matchers["scores"][0].dtype == "T"
