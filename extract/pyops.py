@@ -2079,9 +2079,9 @@ class Instance:
         return list(value)
 
 
-# What a contract symbol no shape case sizes is planned at when a loader reads it from a
-# tensor (``w.shape[0]``): the harness's synthetic width (optimize.harness.inputs), so the
-# one small shape it invents for such an op is the shape the instantiation was made for.
+# What a contract symbol is planned at when a loader reads it from a tensor
+# (``w.shape[0]``) and neither a shape case nor the harness's invented shape
+# (extract.tasks.planned_sizes) sizes it: the harness's synthetic width.
 PLANNED_SIZE = 128
 # Tensor parameters SGLang's wrappers pass integer positions or indices in, when neither
 # the wrapper nor the contract names their dtype (torch's index dtype is int64).
@@ -2090,11 +2090,11 @@ _INDEX_TENSOR = re.compile(r"(pos|positions|position_ids|\w*_?loc|\w*indices|\w*
 
 def _asserted_dtypes(name: str, code: str) -> set[str]:
     """The dtypes a wrapper's ``assert name.dtype == torch.X`` / ``in (torch.X, ...)`` allows."""
-    found = re.search(rf"\bassert\s+{re.escape(name)}\.dtype\s*(==|is|in)\s*([^\n,]*(?:,\s*torch\.\w+)*)", code)
+    found = re.search(rf"\bassert\s+{re.escape(name)}\.dtype\s*(==|is|in)\s*([^\n]*)", code)
     if not found:
         return set()
-    text = found.group(2) if found.group(1) == "in" else found.group(2).split()[0] if found.group(2).split() else ""
-    return {TORCH_DTYPES[t] for t in re.findall(r"torch\.(\w+)", text) if t in TORCH_DTYPES}
+    named = re.findall(r"torch\.(\w+)", found.group(2))
+    return {TORCH_DTYPES[t] for t in (named if found.group(1) == "in" else named[:1]) if t in TORCH_DTYPES}
 
 
 def tensor_value(
