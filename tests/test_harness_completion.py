@@ -285,6 +285,18 @@ def test_the_size_a_baseline_rejection_asks_for():
     assert completion.size_from_rejection(task.contract, sizes, "bf16", "gelu_tanh_cat: expected at least two dimensions") is None
 
 
+def test_a_rejected_quotient_moves_its_divisor():
+    """Found in the coverage sweep (2026-11-29): awq_marlin_repack's `b_q_weight[size_k,
+    size_n / pack_factor]` at pack_factor 128 was one column wide; the matcher expects 16
+    (4-bit values packed 8 to an int32). The divisor moves where it divides exactly."""
+    task = task_of(tensor("b_q_weight", ["size_k", "size_n / pack_factor"], dtype="int32"), symbols=("size_k", "size_n", "pack_factor"))
+    sizes = {"size_k": 128, "size_n": 128, "pack_factor": 128}
+    message = MISMATCH.format(want=16, got=1, dtype="int32").replace("Tensor<8, 1>", "Tensor<128, 1>")
+    assert completion.size_from_rejection(task.contract, sizes, "bf16", message) == ("pack_factor", 8)
+    odd = MISMATCH.format(want=3, got=1, dtype="int32").replace("Tensor<8, 1>", "Tensor<128, 1>")
+    assert completion.size_from_rejection(task.contract, sizes, "bf16", odd) == ("size_n", 384)  # 128 / 3 is no size
+
+
 def test_the_dtype_a_baseline_check_demands():
     task = task_of(tensor("gating", ["tokens", 8]), tensor("correction_bias", [8]), tensor("n_pad", [1], dtype="int64"))
     msg = "the baseline rejects catalog shape M[]: Failed at k.cuh:662: correction_bias must be float32"

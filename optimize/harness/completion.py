@@ -373,14 +373,17 @@ def size_from_rejection(contract: Contract, sizes: dict[str, int], dtype: str, m
         if tensor.shape != dims or tensor.dtype != wanted or dim >= len(dims):
             continue
         entry = specs[tensor.name].shape[dim]
-        solved = _solve(entry, expected)
+        solved = _solve(entry, expected, sizes)
         if solved is not None and solved[0] in sizes and solved[1] > 0:
             return solved
     return None
 
 
-def _solve(entry: str | int, value: int) -> tuple[str, int] | None:
-    """``s`` -> (s, value); ``c*s`` / ``s*c`` -> (s, value // c) when exact; else None."""
+def _solve(entry: str | int, value: int, sizes: dict[str, int] | None = None) -> tuple[str, int] | None:
+    """``s`` -> (s, value); ``c*s`` / ``s*c`` -> (s, value // c) when exact; ``n / d``
+    with both at known sizes -> (d, n // value) when exact (awq_marlin_repack's
+    ``size_n / pack_factor``: the divisor is the packing, the numerator the width),
+    else (n, value * d); else None."""
     text = str(entry).strip()
     if text.isidentifier():
         return text, value
@@ -392,6 +395,18 @@ def _solve(entry: str | int, value: int) -> tuple[str, int] | None:
         for const, name in ((node.left, node.right), (node.right, node.left)):
             if isinstance(const, ast.Constant) and type(const.value) is int and isinstance(name, ast.Name):
                 return (name.id, value // const.value) if const.value and value % const.value == 0 else None
+    known = sizes or {}
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv)) and value > 0:
+        num, den = node.left, node.right
+        if isinstance(den, ast.Name) and den.id in known:
+            try:
+                numerator: int | None = inputs.eval_expr(ast.unparse(num), known)
+            except ContractError:
+                numerator = None
+            if numerator is not None and numerator % value == 0 and numerator // value > 0:
+                return den.id, numerator // value
+            if isinstance(num, ast.Name):
+                return num.id, value * known[den.id]
     return None
 
 
