@@ -458,3 +458,21 @@ def test_held_out_draws_no_instantiation_serves_are_drawn_again():
     for shape in drawn:
         for dtype in ("bf16", "fp16"):
             inputs.select_instantiation(c, pool, dtype, shape.sizes)  # raises if none serves it
+
+
+def test_a_width_equal_to_the_synthetic_token_count_is_not_taken_for_it():
+    """Found in the coverage sweep (2026-11-29): awq_marlin_repack has no token symbol; the
+    baseline's rejection moved pack_factor to 8, the synthetic shape's placeholder token
+    count, and the held-out draws then varied pack_factor as if it counted tokens
+    (903, 741: `size_n * tile_size / pack_factor` no longer divided)."""
+    c = Contract(
+        entry="repack",
+        args=[tensor("out", ["size_k / tile_size", "size_n * tile_size / pack_factor"], "output", dtype="int32"),
+              tensor("b_q_weight", ["size_k", "size_n / pack_factor"], "input", dtype="int32")],
+        symbols=["size_k", "tile_size", "size_n", "pack_factor"],
+    )  # fmt: skip
+    case = ShapeCase(model="synthetic", tokens=8, sizes={"size_k": 128, "tile_size": 16, "size_n": 128, "pack_factor": 8})
+    assert inputs.token_symbol(c, [case]) is None
+    drawn = inputs.draw_held_out(c, [case], 4, random.Random(7))
+    assert drawn and all(s.sizes["pack_factor"] == 8 for s in drawn)
+    assert inputs._exact(c, case.sizes) and not inputs._exact(c, {**case.sizes, "pack_factor": 903})

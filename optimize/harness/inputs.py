@@ -199,7 +199,10 @@ def token_symbol(contract: Contract, catalog: Sequence[ShapeCase] = ()) -> str |
     """
     syms = shape_symbols(contract)
     ordered = [s for s in contract.symbols if s in syms] + sorted(syms - set(contract.symbols))
-    with_values = [c for c in catalog if c.sizes]
+    # A synthetic shape's token count is a placeholder where the contract has no token
+    # symbol: matching it would take any width of that value for the token count
+    # (awq_marlin_repack's pack_factor repaired to 8, then drawn as odd token counts).
+    with_values = [c for c in catalog if c.sizes and c.model != SYNTHETIC_MODEL]
     if with_values:
         matches = [s for s in ordered if all(c.sizes.get(s) == c.tokens for c in with_values)]
         if len(matches) == 1:
@@ -556,6 +559,8 @@ def draw_held_out(
         base.update(constraints.settle_scalars(contract, base))
         if constraints.violated(contract, base):  # a shape the kernel's own checks refuse tests nothing
             continue
+        if not _exact(contract, base):  # `size_n * tile_size / pack_factor` must divide exactly
+            continue
         if pool and not all(_servable(contract, pool, dtype, base) for dtype in dtypes):
             continue  # no instantiation was made for it (minimax_qknorm_rope's head 128, rope 64)
         tokens = base.get(token, 1) if token is not None else 1
@@ -563,6 +568,18 @@ def draw_held_out(
         out.append(ShapeCase(model="held-out", tokens=tokens, sizes=base, source=f"held-out draw {index}: {dims}"))
         accepted_at = attempts
     return out
+
+
+def _exact(contract: Contract, sizes: dict[str, int]) -> bool:
+    """Whether every tensor's shape evaluates at ``sizes`` (each division exact)."""
+    try:
+        for spec in tensor_specs(contract):
+            for dim in spec.shape:
+                if dim not in (-1, "-1"):
+                    eval_expr(dim, sizes)
+    except ContractError:
+        return False
+    return True
 
 
 def _servable(contract: Contract, pool: Sequence[Instantiation], dtype: str, sizes: dict[str, int]) -> bool:
