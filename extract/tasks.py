@@ -216,7 +216,7 @@ def plan_instantiations(
         nonlocal first
         for case, sizes in passes:
             served = False
-            fallbacks = loader_fallbacks(sizes)
+            fallbacks = loader_fallbacks(sizes, op.module)
             for dtype in dtypes:
                 try:
                     inst = pyops.instantiate(
@@ -290,11 +290,12 @@ def planned_sizes(contract: Contract) -> dict[str, int]:
 LOADER_VALUES = pathlib.Path(__file__).with_name("curated") / "loader_values.toml"
 
 
-def loader_fallbacks(dims: dict[str, int]) -> dict[str, tuple[Any, str]]:
+def loader_fallbacks(dims: dict[str, int], module: str | None = None) -> dict[str, tuple[Any, str]]:
     """Last-resort loader values (see :func:`extract.pyops.instantiate`): the curated
-    ``curated/loader_values.toml``, plus each alias of a model dimension in
-    :data:`extract.shapes.DEFAULT_FAMILIES` (``rope_dim`` -> ``qk_rope_head_dim``)
-    that ``dims`` (one model's, for one pass) can evaluate."""
+    ``curated/loader_values.toml`` (an entry with ``modules`` only for the op modules it
+    names: `topk` is 2048 for fast_topk, not for a MoE router), plus each alias of a
+    model dimension in :data:`extract.shapes.DEFAULT_FAMILIES` (``rope_dim`` ->
+    ``qk_rope_head_dim``) that ``dims`` (one model's, for one pass) can evaluate."""
     out: dict[str, tuple[Any, str]] = {}
     for family in shapes.DEFAULT_FAMILIES:
         for alias, expr in family.items():
@@ -303,7 +304,9 @@ def loader_fallbacks(dims: dict[str, int]) -> dict[str, tuple[Any, str]]:
                 out.setdefault(alias, (value, f"the model's {expr} (extract/shapes catalog)"))
     with LOADER_VALUES.open("rb") as handle:
         for name, entry in tomllib.load(handle).items():
-            out[name] = (entry["value"], entry["why"])
+            if "modules" in entry and module not in entry["modules"]:
+                continue
+            out[entry.get("name", name)] = (entry["value"], entry["why"])
     return out
 
 

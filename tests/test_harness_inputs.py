@@ -476,3 +476,19 @@ def test_a_width_equal_to_the_synthetic_token_count_is_not_taken_for_it():
     drawn = inputs.draw_held_out(c, [case], 4, random.Random(7))
     assert drawn and all(s.sizes["pack_factor"] == 8 for s in drawn)
     assert inputs._exact(c, case.sizes) and not inputs._exact(c, {**case.sizes, "pack_factor": 903})
+
+
+def test_a_width_inside_an_expression_is_specialised_on_too():
+    """hc_combine's rows are `kHcCount * kHiddenSize` wide and its module is Hc<4, 4096>;
+    the synthetic shape had put 4 into kHiddenSize and left kHcCount at 128."""
+    c = Contract(
+        entry="hc", args=[tensor("block", ["num_tokens", "kHiddenSize"], "output"),
+                          tensor("residual", ["num_tokens", "kHcCount * kHiddenSize"], "inout"),
+                          tensor("weight", ["kHcCount", "kHcCount * kHiddenSize"], "input")],
+        symbols=["num_tokens", "kHiddenSize", "kHcCount"],
+    )  # fmt: skip
+    assert {"kHcCount", "kHiddenSize"} <= inputs.width_symbols(c)
+    pool = [inst("bf16", "4", "4096", "true", "bf16_t", export="hc"), inst("bf16", "4", "5120", "true", "bf16_t", export="hc")]
+    case = inputs.synthetic_shape(c, pool)
+    assert (case.sizes["kHcCount"], case.sizes["kHiddenSize"]) == (4, 4096)
+    assert inputs.select_instantiation(c, pool, "bf16", case.sizes) == pool[0]

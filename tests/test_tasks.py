@@ -145,3 +145,14 @@ def test_include_closure_fallback_without_index(sglang_source):
     closure = tasks.include_closure(root, ["kernels/jit/csrc/elementwise/rmsnorm.cuh"], {})
     assert "kernels/jit/include/sgl_kernel/impl/norm.cuh" in closure
     assert "kernels/jit/include/sgl_kernel/warp.cuh" in closure
+
+
+def test_a_curated_loader_value_naming_modules_applies_to_those_only():
+    """`topk` is fast_topk's index top-k (2048) but a MoE router's experts per token: the
+    curated value names the module it is for."""
+    from extract.tasks import loader_fallbacks
+
+    fast = loader_fallbacks({}, "kernels/ops/attention/fast_topk.py")
+    assert fast["topk"][0] == 2048 and "index_topk" in fast["topk"][1]
+    assert "topk" not in loader_fallbacks({}, "kernels/ops/moe/other.py")
+    assert loader_fallbacks({}, None)["hc_count"][0] == 4  # an entry naming no module applies everywhere

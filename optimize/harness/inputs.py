@@ -295,11 +295,22 @@ def width_symbols(contract: Contract) -> set[str]:
             continue
         shape = arg.tensor.shape
         for position, dim in enumerate(shape):
-            if not isinstance(dim, str):
+            if not isinstance(dim, str) or dim.strip() == "-1":
                 continue
             if not (position == 0 and len(shape) > 1):
-                inner.add(dim)
+                # the symbols of an expression too: hc_combine's `kHcCount * kHiddenSize`
+                # row is specialised on both (Hc<4, 4096>)
+                inner |= _symbols_of(dim)
     return inner
+
+
+def _symbols_of(dim: str) -> set[str]:
+    if dim.isidentifier():
+        return {dim}
+    try:
+        return expr_symbols(dim)
+    except ContractError:  # not arithmetic (`Trait1::K`): planning says so where it matters
+        return set()
 
 
 def instantiations_for(contract: Contract, instantiations: Sequence[Instantiation]) -> list[Instantiation]:
