@@ -305,6 +305,7 @@ def width_symbols(contract: Contract) -> set[str]:
 
 
 def _symbols_of(dim: str) -> set[str]:
+    """The symbols a shape entry names; none for an entry that is not arithmetic."""
     if dim.isidentifier():
         return {dim}
     try:
@@ -472,7 +473,7 @@ def _bounded(contract: Contract, sizes: dict[str, int], free: list[str]) -> dict
         biggest = max(specs, key=lambda spec: _numel(spec, sizes), default=None)
         if biggest is None or _numel(biggest, sizes) <= MAX_HELD_OUT_ELEMENTS:
             break
-        mine = {name for dim in biggest.shape if isinstance(dim, str) for name in expr_symbols(dim)}
+        mine = {name for dim in biggest.shape if isinstance(dim, str) for name in _symbols_of(dim)}
         for name in sorted((n for n in free if n in mine and sizes.get(n, 0) > 1), key=lambda n: -sizes[n]):
             step = contract.divisibility.get(name, 1)
             smaller = sizes[name] // 2 // step * step
