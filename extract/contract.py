@@ -1090,14 +1090,7 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
         return PyFacts(written, defaults, returns_value, literals, sized)
     fn = program.function(op.module, target)
     ev = pyops.Evaluator(program.sets.resolve, strict=True)
-    for param in fn.params():
-        if param.default is not None:
-            try:
-                value = ev.eval(param.default, pyops.Env(fn.module))
-                if value is None or isinstance(value, (int, float, str, bool)):
-                    defaults[param.name.value] = value
-            except pyops.Unresolvable:
-                pass
+    defaults = {k: v for k, v in pyops.parameter_defaults(ev, fn).items() if v is None or isinstance(v, (int, float, str, bool))}
 
     class Returns(cst.CSTVisitor):
         def __init__(self) -> None:
@@ -1171,14 +1164,7 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
 def _defaults_frame(ev: pyops.Evaluator, fn: pyops.PyFunction, site: cst.CSTNode) -> pyops.Env:
     """``fn``'s frame at ``site`` with each parameter at its default (none bound without
     one) and its locals evaluated on first use (pyops' call-site frame)."""
-    values: dict[str, Any] = {}
-    for param in fn.params():
-        if param.default is not None:
-            try:
-                values[param.name.value] = ev.eval(param.default, pyops.Env(fn.module))
-            except pyops.Unresolvable:
-                pass
-    return pyops._LazyEnv(fn.module, values, pyops._assignments_before(fn, site), ev)
+    return pyops._LazyEnv(fn.module, pyops.parameter_defaults(ev, fn), pyops._assignments_before(fn, site), ev)
 
 
 # `t.shape[i]` / `t.size(i)`: a scalar a wrapper reads from a tensor it passes along

@@ -2097,10 +2097,21 @@ def _asserted_dtypes(name: str, code: str) -> set[str]:
     return {TORCH_DTYPES[t] for t in (named if found.group(1) == "in" else named[:1]) if t in TORCH_DTYPES}
 
 
-def tensor_value(
-    name: str, caller: PyFunction, the_dtype: DtypeValue, spec: Any | None, sizes: dict[str, int]
-) -> TensorValue:
-    """A caller's tensor parameter as the loader sees it.
+def parameter_defaults(ev: Evaluator, fn: PyFunction) -> dict[str, Any]:
+    """``fn``'s parameters whose default evaluates, at that default (what a caller
+    passing nothing gets)."""
+    out: dict[str, Any] = {}
+    for param in fn.params():
+        if param.default is not None:
+            try:
+                out[param.name.value] = ev.eval(param.default, Env(fn.module))
+            except Unresolvable:
+                pass
+    return out
+
+
+def tensor_value(name: str, code: str, the_dtype: DtypeValue, spec: Any | None, sizes: dict[str, int]) -> TensorValue:
+    """A tensor parameter of the wrapper whose source is ``code``, as the loader sees it.
 
     Dtype, first that applies: the wrapper's own ``assert name.dtype == torch.X`` (which
     refuses the instantiation dtype for a tensor of the element type); the
@@ -2109,7 +2120,6 @@ def tensor_value(
     dtype. Shape: the contract's, each symbol at its size in ``sizes`` (else
     :data:`PLANNED_SIZE`); a dimension the contract leaves open stays unknown.
     """
-    code = caller.module.code(caller.node)
     asserted = _asserted_dtypes(name, code)
     # a union (`int32|int64`: the kernel takes either) is its first option
     contract_dtype = next((TORCH_DTYPES[o] for o in (getattr(spec, "dtype", "") or "").split("|") if o in TORCH_DTYPES), None)
@@ -2182,16 +2192,14 @@ def instantiate(
     if sites:
         caller, site = sites[0]
         ev = site_ev = Evaluator(program.sets.resolve, strict=True)
-        values: dict[str, Any] = {}
-        for param in caller.params():
-            name = param.name.value
-            if _is_tensor_param(param, caller.module):
-                values[name] = tensor_value(name, caller, the_dtype, (tensors or {}).get(name), {**(planned or {}), **sizes})
-            elif param.default is not None:
-                try:
-                    values[name] = ev.eval(param.default, Env(caller.module))
-                except Unresolvable:
-                    pass
+        code = caller.module.code(caller.node)
+        dims = {**(planned or {}), **sizes}
+        values: dict[str, Any] = {
+            param.name.value: tensor_value(param.name.value, code, the_dtype, (tensors or {}).get(param.name.value), dims)
+            for param in caller.params()
+            if _is_tensor_param(param, caller.module)
+        }
+        values.update({k: v for k, v in parameter_defaults(ev, caller).items() if k not in values})
         runtime_args = {p.name.value for p in caller.params()} - set(values)
         frame = _LazyEnv(caller.module, values, _assignments_before(caller, site), ev)
         positional = [p for p in [*loader.node.params.posonly_params, *loader.node.params.params]]

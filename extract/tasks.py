@@ -36,6 +36,7 @@ whose key matches is current and a rerun skips it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pathlib
@@ -302,12 +303,18 @@ def loader_fallbacks(dims: dict[str, int], module: str | None = None) -> dict[st
             value = shapes.evaluate_dim(expr, dims)
             if value is not None and "tokens" not in str(expr):
                 out.setdefault(alias, (value, f"the model's {expr} (extract/shapes catalog)"))
-    with LOADER_VALUES.open("rb") as handle:
-        for name, entry in tomllib.load(handle).items():
-            if "modules" in entry and module not in entry["modules"]:
-                continue
-            out[entry.get("name", name)] = (entry["value"], entry["why"])
+    for name, entry in _curated_loader_values().items():
+        if "modules" in entry and module not in entry["modules"]:
+            continue
+        out[entry.get("name", name)] = (entry["value"], entry["why"])
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _curated_loader_values() -> dict[str, dict[str, Any]]:
+    """``curated/loader_values.toml``, read once (plan_instantiations asks per dtype pass)."""
+    with LOADER_VALUES.open("rb") as handle:
+        return tomllib.load(handle)
 
 
 def _numeric_key(args: list[str]) -> list[Any]:

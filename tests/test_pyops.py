@@ -512,17 +512,18 @@ def test_position_and_index_tensors_are_not_the_instantiation_dtype(tmp_path):
     inst = pyops.instantiate(program, rope, rope.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors=tensors)
     assert inst.template_args == ["int64_t", "128"]
     assert inst.pins == {}  # a literal dimension pins nothing
-    value = pyops.tensor_value("loc", program.function(rope.module, "rope"), pyops.DtypeValue("bf16"), None, {})
+    caller = program.function(rope.module, "rope")
+    code = caller.module.code(caller.node)
+    value = pyops.tensor_value("loc", code, pyops.DtypeValue("bf16"), None, {})
     assert value.dtype == pyops.DtypeValue("int32")
     spec = _spec("positions", ["T"], dtype="int32")
-    value = pyops.tensor_value("positions", program.function(rope.module, "rope"), pyops.DtypeValue("bf16"), spec, {})
+    value = pyops.tensor_value("positions", code, pyops.DtypeValue("bf16"), spec, {})
     assert value.dtype == pyops.DtypeValue("int32")
-    value = pyops.tensor_value("q", program.function(rope.module, "rope"), pyops.DtypeValue("bf16"), None, {})
+    value = pyops.tensor_value("q", code, pyops.DtypeValue("bf16"), None, {})
     assert value.dtype == pyops.DtypeValue("bf16")
-    caller = program.function(rope.module, "rope")
-    assert pyops.tensor_value("permutation", caller, pyops.DtypeValue("bf16"), None, {}).dtype == pyops.DtypeValue("int64")
+    assert pyops.tensor_value("permutation", code, pyops.DtypeValue("bf16"), None, {}).dtype == pyops.DtypeValue("int64")
     union = _spec("order", ["T"], dtype="int32|int64")  # the kernel takes either: the first
-    assert pyops.tensor_value("order", caller, pyops.DtypeValue("bf16"), union, {}).dtype == pyops.DtypeValue("int32")
+    assert pyops.tensor_value("order", code, pyops.DtypeValue("bf16"), union, {}).dtype == pyops.DtypeValue("int32")
 
 
 def test_a_wrapper_dtype_assertion_refuses_other_float_dtypes(tmp_path):
