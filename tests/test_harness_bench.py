@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import pathlib
 
+import pytest
+
 from optimize.harness import bench, health
 from optimize.harness.protocol import DeviceInfo, TimingResult
 
@@ -547,20 +549,39 @@ def test_a_dtype_the_baseline_demands_is_taken_and_what_it_then_needs_is_checked
     assert row.reason.startswith("contract (after the baseline's fix): integer tensor n_pad has no value_range")
 
 
-def test_a_dtype_the_baseline_refuses_outright_is_not_tested(tmp_path, monkeypatch):
-    """Found on the H200 (2026-11-29): gelu_tanh_cat's loader instantiates fp16 too, its
-    launcher takes bf16 only ("Dtype value [float16] not in the allowed options: [bfloat16]")."""
+_REFUSALS = {
+    # found on the H200 (2026-11-29): gelu_tanh_cat's loader instantiates fp16 too, its
+    # launcher takes bf16 only
+    "allowed options": ("fp16", "Dtype value [float16] not in the allowed options: [bfloat16]", True),
+    # inkling's causal_conv1d / update_sconv_cache at fp32 (2026-11-29)
+    "16-bit kernel": ("fp32", "Failed at causal_conv1d.cuh:186: causal_conv1d: bf16x2 kernel requires a 16-bit dtype", True),
+    # a shape check: its TensorMatcher description names a dtype, the check is not about it
+    "size mismatch": (
+        "fp16",
+        "Tensor match failed for Tensor<8, 64>[strides=<64, 1>, dtype=float16, device=cuda:0] at x.cuh:1 - "
+        "Root cause: Size mismatch for shape#1: expected 128 but got 64",
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(_REFUSALS))
+def test_a_dtype_the_baseline_refuses_outright_is_not_tested(tmp_path, monkeypatch, form):
+    """A refusal of the case's dtype by the baseline's own checks drops that dtype's
+    cases (the baseline defines the op's dtypes); a refusal about anything else is the
+    row's reason, even where the message shows a dtype."""
     from optimize.harness.isolate import WorkerRun
     from optimize.harness.protocol import CheckResult, WorkerResult
     from pipeline.config import load_config
     from pipeline.records import Instantiation, Task, read_record, write_record
 
+    refused, message, dropped = _REFUSALS[form]
     work = tmp_path / "work"
     _write_task(work, "g.op")
     path = work / "tasks" / "g.op" / "task.json"
     task = read_record(Task, path)
-    fp16 = Instantiation(dtype="fp16", module_args=[], template_args=["fp16_t"], wrappers=[("e", "E")])
-    write_record(task.model_copy(update={"instantiations": [*task.instantiations, fp16]}), path)
+    other = Instantiation(dtype=refused, module_args=[], template_args=[f"{refused}_t"], wrappers=[("e", "E")])
+    write_record(task.model_copy(update={"instantiations": [*task.instantiations, other]}), path)
     config = load_config(overrides={"work_dir": str(work)}, environ={})
     prep = health.prepare(work / "tasks" / "g.op")
     dtypes_seen = []
@@ -571,11 +592,11 @@ def test_a_dtype_the_baseline_refuses_outright_is_not_tested(tmp_path, monkeypat
             dtypes_seen.append(case.dtype)
             result = CheckResult(label=case.label, sizes=case.sizes, dtype=case.dtype, distribution=case.distribution,
                                  layout=case.layout, held_out=case.held_out, status="pass")  # fmt: skip
-            if case.dtype == "fp16":
+            if case.dtype == refused:
                 if case.held_out:  # the real worker skips a held-out case the baseline rejects
                     done.append(result.model_copy(update={"status": "skipped", "reason": "rejected"}))
                     continue
-                detail = "the baseline rejects catalog shape M: Dtype value [float16] not in the allowed options: [bfloat16]"
+                detail = f"the baseline rejects catalog shape M[num_tokens=8]: {message}"
                 return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="",
                                  result=WorkerResult(status="baseline_failed", detail=detail, checks=done))  # fmt: skip
             done.append(result)
@@ -583,9 +604,14 @@ def test_a_dtype_the_baseline_refuses_outright_is_not_tested(tmp_path, monkeypat
 
     monkeypatch.setattr("optimize.harness.evaluate.run_request", worker)
     row = health.check(prep, ["lib.so"], config)
+    assert refused in dtypes_seen
+    if not dropped:
+        assert not row.passed and row.filled == [] and message in row.reason
+        return
     assert row.passed, row.reason
-    assert row.filled == ["dtype fp16 not tested (baseline: Dtype value [float16] not in the allowed options: [bfloat16])"]
-    assert "fp16" in dtypes_seen and row.checks == sum(1 for c in prep.plan.checks if c.dtype == "bf16")
+    cause = message if form != "allowed options" else "Dtype value [float16] not in the allowed options: [bfloat16]"
+    assert row.filled == [f"dtype {refused} not tested (baseline: {cause})"]
+    assert row.checks == sum(1 for c in prep.plan.checks if c.dtype == "bf16")
 
 
 def test_with_an_llm_the_sweep_asks_the_testing_agent_for_what_the_rules_leave_open(tmp_path):

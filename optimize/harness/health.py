@@ -297,29 +297,49 @@ def _failed_case(plan, res):
 
 
 _DTYPE_REFUSED = re.compile(r"Dtype value \[(\w+)\] not in the allowed options: \[([\w, ]*)\]")
+# A baseline's own check refusing the case (worker.py words it so); not a CUDA error.
+_REFUSAL = "the baseline rejects catalog shape"
+# What a check that is about the element type says ("bf16x2 kernel requires a 16-bit dtype",
+# "DType mismatch: expected float32 but got bfloat16"), read outside a TensorMatcher's
+# description of the tensor, which always names its dtype ("Tensor<8, 64>[..., dtype=...]").
+_DTYPE_WORDS = re.compile(r"dtype|\b(8|16|32)-bit\b|\b(bf16|fp16|fp32|half|float\d*|bfloat16)\b", re.IGNORECASE)
+_MATCHER_DESCRIPTION = re.compile(r"Tensor<[^>]*>\[[^\]]*\]")
 
 
 def _without_refused_dtype(plan, res):
-    """(plan, note) without the cases of a dtype the baseline refuses outright ("Dtype
-    value [float16] not in the allowed options: [bfloat16]": a bf16-only launcher the
-    loader also instantiates for fp16), or None. Only the dtype of the failed case
-    itself, and only while other cases remain: the baseline defines which dtypes the
-    op has."""
+    """(plan, note) without the cases of a dtype the baseline refuses outright, or None.
+
+    Two forms: "Dtype value [float16] not in the allowed options: [bfloat16]" (a
+    bf16-only launcher the loader also instantiates for fp16: that dtype), and any other
+    refusal of the case by the baseline's own checks whose words are about the element
+    type ("bf16x2 kernel requires a 16-bit dtype" at fp32: the failed case's dtype).
+    Only the dtype of the failed case itself, and only while other cases remain: the
+    baseline defines which dtypes the op has, and a dtype is never dropped for a CUDA
+    error or a wrong result. Where every dtype is refused, the last refusal is the row's
+    reason."""
     from optimize.harness import inputs
     from optimize.harness.errors import ContractError
 
-    match = _DTYPE_REFUSED.search(res.detail or "")
+    detail = res.detail or ""
     failed = _failed_case(plan, res)
-    if match is None or failed is None:
+    if failed is None or res.status != "baseline_failed" or _REFUSAL not in detail:
         return None
-    try:
-        refused = inputs.canonical_dtype(match.group(1), "")
-    except ContractError:
-        return None
+    match = _DTYPE_REFUSED.search(detail)
+    if match is not None:
+        try:
+            refused = inputs.canonical_dtype(match.group(1), "")
+        except ContractError:
+            return None
+        cause = match.group(0)
+    else:
+        cause = detail.split(_REFUSAL, 1)[1].split(": ", 1)[-1]  # after the case's label
+        if not _DTYPE_WORDS.search(_MATCHER_DESCRIPTION.sub("", cause)):
+            return None
+        refused, cause = failed.dtype, cause[:200]
     kept = [c for c in plan.checks if c.dtype != refused]
     if refused != failed.dtype or not kept:
         return None
-    note = f"dtype {refused} not tested (baseline: {match.group(0)})"
+    note = f"dtype {refused} not tested (baseline: {cause})"
     return replace(plan, checks=kept), note
 
 
