@@ -218,7 +218,9 @@ class TensorSpec(Record):
     # How the values relate to each other (None: each drawn alone within value_range).
     # "offsets": a prefix sum over a batch of sequences (cu_seqlens, query_start_loc):
     # non-decreasing, the first element value_range's low, the last its high.
-    structure: Literal["offsets"] | None = None
+    # "distinct": no value twice (KV slots out_cache_loc, request pool rows: two threads
+    # writing one slot would race); the range must hold at least numel values.
+    structure: Literal["offsets", "distinct"] | None = None
 
 
 class ScalarSpec(Record):

@@ -92,6 +92,23 @@ def test_sequence_offsets_are_filled_as_a_prefix_sum_on_the_device(torch):
         assert vals[0] == 0 and vals[-1] == 37 and bool((vals[1:] >= vals[:-1]).all())
 
 
+def test_distinct_slots_are_filled_without_repeats_on_the_device(torch):
+    store = Contract(
+        entry="store",
+        args=[t("x", ["T", "D"], "input"),
+              ArgSpec(kind="tensor", tensor=TensorSpec(name="loc", shape=["T"], dtype="int64", role="input",
+                                                       value_range=(0, "P - 1"), structure="distinct"))],
+        symbols=["T", "D", "P"],
+    )  # fmt: skip
+    plan = inputs.plan_call(store, {"T": 40, "D": 8, "P": 41}, "bf16")
+    gen = torch.Generator(device="cuda")
+    for seed in range(5):
+        gen.manual_seed(seed)
+        vals = inputs.logical_values(plan.tensors[1], "normal", gen, "cuda")
+        assert vals.dtype == torch.int64 and vals.device.type == "cuda"
+        assert len(set(vals.tolist())) == 40 and int(vals.min()) >= 0 and int(vals.max()) <= 40
+
+
 def test_compare_on_torch_tensors_matches_the_rules(torch):
     e = torch.tensor([1.0, 2.0, 3.0, float("inf")], dtype=torch.bfloat16, device="cuda")
     g = e.clone()

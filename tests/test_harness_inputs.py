@@ -186,6 +186,39 @@ def test_held_out_keeps_tensors_bounded():
         assert s.sizes["num_tokens"] * 2 * s.sizes["hidden_size"] <= inputs.MAX_HELD_OUT_ELEMENTS or s.sizes["num_tokens"] == 1
 
 
+def test_held_out_token_counts_stay_within_the_contracts_max_value():
+    c = silu_contract(max_values={"num_tokens": 32})
+    drawn = inputs.draw_held_out(c, [shape(8, 4096)], 12, random.Random(3))
+    assert len(drawn) == 12 and drawn[0].sizes["num_tokens"] == 1
+    assert all(1 <= s.sizes["num_tokens"] <= 31 and s.sizes["num_tokens"] % 2 for s in drawn)
+    assert any(s.sizes["num_tokens"] == 31 for s in drawn)  # the 65..8191 bands are capped, not skipped
+
+
+def test_held_out_redraws_where_distinct_slots_outnumber_their_range():
+    """A KV-slot tensor of T distinct values in [0, pages - 1]: a draw with more tokens
+    than pages is drawn again (a repeated slot would make the kernel race)."""
+    c = Contract(
+        entry="store",
+        args=[tensor("x", ["num_tokens", "hidden_size"], "input"),
+              ArgSpec(kind="tensor", tensor=TensorSpec(name="loc", shape=["num_tokens"], dtype="int64", role="input",
+                                                       value_range=(0, "pages - 1"), structure="distinct")),
+              tensor("cache", ["pages", "hidden_size"], "inout")],
+        symbols=["num_tokens", "hidden_size", "pages"], allowed_values={"pages": [16, 64]},
+    )  # fmt: skip
+    drawn = inputs.draw_held_out(c, [ShapeCase(model="M", tokens=8, sizes={"num_tokens": 8, "hidden_size": 64, "pages": 64})], 6, random.Random(2))
+    assert drawn and all(s.sizes["num_tokens"] <= s.sizes["pages"] for s in drawn)
+    assert len({s.sizes["num_tokens"] for s in drawn}) > 1
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 100])
+def test_distinct_values_never_repeat_and_stay_in_range(count):
+    for seed in range(10):
+        values = inputs.distinct(count, 5, 104, random.Random(seed))
+        assert len(values) == len(set(values)) == count and all(5 <= v <= 104 for v in values)
+    with pytest.raises(ContractError, match="101 distinct values do not fit"):
+        inputs.distinct(101, 5, 104, random.Random(0))
+
+
 def test_held_out_empty_without_catalog_or_count():
     assert inputs.draw_held_out(silu_contract(), [], 5, random.Random(0)) == []
     assert inputs.draw_held_out(silu_contract(), [shape(8, 64)], 0, random.Random(0)) == []

@@ -487,6 +487,7 @@ def _bounded(contract: Contract, sizes: dict[str, int], free: list[str]) -> dict
 
 
 def _odd_token_count(rng: random.Random, index: int) -> int:
+    """An odd count in the band of draw ``index`` (band 0: 3..63 is the smallest)."""
     bands = [(3, 63), (65, 1023), (1025, 8191)]
     lo, hi = bands[index % len(bands)]
     value = rng.randrange(lo, hi + 1)
@@ -559,7 +560,12 @@ def draw_held_out(
         if token is not None and token in recorded:  # a token count the loader specialised on
             base[token] = recorded[token][index % len(recorded[token])]
         elif token is not None:
-            base[token] = 1 if index == 0 else _odd_token_count(rng, index)
+            # after a refused draw, a smaller band may do (slots distinct within a pool)
+            band = index if not missed else rng.choice([index, 0])
+            base[token] = 1 if index == 0 else _odd_token_count(rng, band)
+            cap = contract.max_values.get(token)
+            if cap is not None and base[token] > cap:  # the most rows the op is called with
+                base[token] = max(1, cap if cap % 2 else cap - 1)
         if not all(contract.accepts(s, v) for s, v in base.items() if s != token):
             continue
         biggest = max((_numel(spec, base) for spec in tensor_specs(contract)), default=0)
@@ -573,6 +579,8 @@ def draw_held_out(
             continue
         if not _exact(contract, base):  # `size_n * tile_size / pack_factor` must divide exactly
             continue
+        if not _distinct_fit(contract, base):  # more slots than the range has
+            continue
         if pool and not all(_servable(contract, pool, dtype, base) for dtype in dtypes):
             continue  # no instantiation was made for it (minimax_qknorm_rope's head 128, rope 64)
         tokens = base.get(token, 1) if token is not None else 1
@@ -580,6 +588,22 @@ def draw_held_out(
         out.append(ShapeCase(model="held-out", tokens=tokens, sizes=base, source=f"held-out draw {index}: {dims}"))
         accepted_at = attempts
     return out
+
+
+def _distinct_fit(contract: Contract, sizes: dict[str, int]) -> bool:
+    """Whether every ``distinct`` tensor's range holds as many values as it has elements."""
+    fixed = [a.scalar for a in contract.args if a.kind == "scalar" and a.scalar is not None]
+    known = {**sizes, **{s.name: int(s.value) for s in fixed if s.type == "int" and s.value is not None}}
+    for spec in tensor_specs(contract):
+        if spec.structure != "distinct":
+            continue
+        try:
+            low, high = _resolved_range(spec, known) or (0, -1)
+        except ContractError:
+            return False
+        if _numel(spec, sizes) > high - low + 1:
+            return False
+    return True
 
 
 def _exact(contract: Contract, sizes: dict[str, int]) -> bool:
@@ -894,6 +918,18 @@ def offsets(count: int, low: int, high: int, rng: random.Random) -> list[int]:
     return [low, *cuts, high]
 
 
+def distinct(count: int, low: int, high: int, rng: random.Random) -> list[int]:
+    """``count`` different values in ``[low, high]``, in random order (slots that two
+    threads must never share). A range holding fewer than ``count`` values is a
+    ContractError: repeating one would make the kernel race, not test it."""
+    if count > high - low + 1:
+        raise ContractError(
+            f"{count} distinct values do not fit in [{low}, {high}]",
+            fix="widen the value_range (or bound the tensor's size) in the contract",
+        )
+    return rng.sample(range(low, high + 1), count)
+
+
 def _finite(values, dtype: str):
     """float32 values clamped into ``dtype``'s finite range where its conversion would make NaN."""
     limit = FINITE_MAX.get(dtype)
@@ -910,9 +946,10 @@ def logical_values(plan: TensorPlan, distribution: Distribution, gen, device):
             return torch.randint(0, 2, shape, generator=gen, device=device).to(torch.bool)
         require_fillable(plan)
         lo, hi = int(plan.value_range[0]), int(plan.value_range[1])
-        if plan.structure == "offsets":
+        if plan.structure in ("offsets", "distinct"):
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen, device=device))
-            values = offsets(plan.numel, lo, hi, random.Random(seed))
+            draw = offsets if plan.structure == "offsets" else distinct
+            values = draw(plan.numel, lo, hi, random.Random(seed))
             return torch.tensor(values, device=device, dtype=torch_dtype(plan.dtype)).reshape(shape)
         return torch.randint(lo, hi + 1, shape, generator=gen, device=device, dtype=torch_dtype(plan.dtype))
     out_dtype = torch_dtype(plan.dtype)
