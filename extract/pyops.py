@@ -199,6 +199,11 @@ class TensorValue:
     dims: tuple[tuple[str | None, int], ...] | None = None
 
 
+# Tensor methods that keep a tensor's elements and dtype and change only its shape
+# (moe_lora_merged_align's loader reads `topk_ids.reshape(-1).dtype`).
+_RESHAPES = frozenset({"reshape", "view", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "expand", "t"})
+
+
 class CppArgs(list):
     """The result of ``make_cpp_args``: rendered C++ template arguments.
 
@@ -571,6 +576,14 @@ class Evaluator:
                 return ("bound", lambda: True)
             if attr == "contiguous":  # the harness's tensors are dense already: the same tensor
                 return ("bound", lambda: base)
+            if attr in _RESHAPES:  # the same elements, so the same dtype (`view(torch.uint8)`
+                # reinterprets: that dtype); the new shape is not read
+
+                def reshaped(*args: Any, **kwargs: Any) -> TensorValue:
+                    dtype = args[0] if attr == "view" and len(args) == 1 and isinstance(args[0], DtypeValue) else base.dtype
+                    return TensorValue(f"{base.name}.{attr}(...)", dtype, None)
+
+                return ("bound", reshaped)
             shaped = self._shape_attribute(base, attr)
             if shaped is not None:
                 return shaped

@@ -470,6 +470,10 @@ def weighted(x: torch.Tensor, weights: torch.Tensor) -> None:
 
 def conv(x: torch.Tensor, weight: torch.Tensor) -> None:
     _rope(x.dtype, weight.shape[-1]).rope(x, weight)
+
+def flat(x: torch.Tensor, topk_ids: torch.Tensor) -> None:
+    flat_ids = topk_ids.reshape(-1)
+    _rope(flat_ids.dtype, x.view(torch.uint8).element_size()).rope(x, flat_ids)
 '''
 
 
@@ -540,6 +544,17 @@ def test_a_wrapper_dtype_assertion_refuses_other_float_dtypes(tmp_path):
     side = {"x": _spec("x", ["T", 64], dtype="float32")}
     inst = pyops.instantiate(program, op, op.load_jit[0], dtype="fp16", sizes={}, entry="rope", tensors=side)
     assert inst.template_args == ["bf16_t", "64"]
+
+
+def test_a_reshaped_tensor_keeps_its_dtype_and_a_dtype_view_takes_the_new_one(tmp_path):
+    """Helper review of moe_lora_merged_align (2026-12-01): its loader reads
+    `topk_ids.reshape(-1).dtype`; extract fell back to the instantiation dtype and built
+    `<bf16_t, ...>` where SGLang builds `<int32_t, ...>`, which does not compile."""
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
+    op = by_id["grp.flat"]
+    tensors = {"x": _spec("x", ["T", 64]), "topk_ids": _spec("topk_ids", ["T", 8], dtype="int32")}
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors=tensors)
+    assert inst.template_args == ["int32_t", "1"]
 
 
 def test_a_curated_loader_value_beats_a_planned_size(tmp_path):
