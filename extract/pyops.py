@@ -1970,36 +1970,75 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
 
 class _LazyEnv(Env):
     """A caller's frame for evaluating one call site: parameters are bound up front,
-    locals are evaluated on first use from their last assignment before the site."""
+    locals are evaluated on first use from their last assignment before the site
+    whose enclosing ``if`` tests hold (``if activation == "swish": activation = "silu"``
+    applies only when the test is true; a test that cannot be evaluated counts as
+    holding, as before tests were read)."""
 
     def __init__(self, module: PyModule, values: dict[str, Any], assigned: dict[str, cst.BaseExpression], ev: Evaluator) -> None:
         super().__init__(module, values)
         self.assigned = assigned
+        self.guarded: dict[str, list[tuple[cst.BaseExpression, tuple[tuple[cst.BaseExpression, bool], ...]]]] = getattr(
+            assigned, "guarded", {name: [(expr, ())] for name, expr in assigned.items()}
+        )
         self.ev = ev
-        self.busy: set[str] = set()
+        self.limits: dict[str, int] = {}  # name -> how many of its assignments are visible now
         self.locals: dict[str, Any] = {}
 
     def lookup(self, name: str) -> tuple[bool, Any]:
         # A local assignment shadows the parameter of the same name
-        # (``head_dim = head_dim or q.size(-1)``); inside its own right-hand side
-        # the name still means the parameter.
-        if name in self.assigned and name not in self.busy:
-            if name not in self.locals:
-                self.busy.add(name)
-                try:
-                    self.locals[name] = self.ev.eval(self.assigned[name], self)
-                finally:
-                    self.busy.discard(name)
+        # (``head_dim = head_dim or q.size(-1)``); inside its own right-hand side and its
+        # guards, the name means what it was before: an earlier assignment, else the parameter.
+        entries = self.guarded.get(name, [])
+        limit = self.limits.get(name, len(entries))
+        if limit == len(entries) and name in self.locals:
             return True, self.locals[name]
+        for i in reversed(range(limit)):
+            expr, guards = entries[i]
+            self.limits[name] = i
+            try:
+                if all(self._holds(test, expected) for test, expected in guards):
+                    value = self.ev.eval(expr, self)
+                    if limit == len(entries):
+                        self.locals[name] = value
+                    return True, value
+            finally:
+                if limit == len(entries):
+                    self.limits.pop(name, None)
+                else:
+                    self.limits[name] = limit
         if name in self.values:
             return True, self.values[name]
         return False, None
 
+    def _holds(self, test: cst.BaseExpression, expected: bool) -> bool:
+        try:
+            value = self.ev.eval(test, self)
+        except Unresolvable:
+            return True
+        if not isinstance(value, (bool, int, float, str, type(None))):
+            return True  # not a plain value (a tensor, an unknown): as if it held
+        return bool(value) == expected
+
+
+class _Assignments(dict):
+    """name -> the last ``name = expr`` before a site (what callers read as before), plus
+    ``guarded``: every such assignment in order, with the ``if`` tests around it."""
+
+    guarded: dict[str, list[tuple[cst.BaseExpression, tuple[tuple[cst.BaseExpression, bool], ...]]]]
+
 
 def _assignments_before(fn: PyFunction, site: cst.CSTNode) -> dict[str, cst.BaseExpression]:
-    """Simple ``name = expr`` assignments of ``fn`` that come before ``site`` in source order."""
-    out: dict[str, cst.BaseExpression] = {}
+    """Simple ``name = expr`` assignments of ``fn`` that come before ``site`` in source
+    order (see :class:`_Assignments`)."""
+    out = _Assignments()
+    out.guarded = {}
     stop = [False]
+    guards: list[tuple[cst.BaseExpression, bool]] = []
+
+    def record(name: str, expr: cst.BaseExpression) -> None:
+        out[name] = expr
+        out.guarded.setdefault(name, []).append((expr, tuple(guards)))
 
     class Walk(cst.CSTVisitor):
         def on_visit(self, node: cst.CSTNode) -> bool:
@@ -2010,16 +2049,24 @@ def _assignments_before(fn: PyFunction, site: cst.CSTNode) -> dict[str, cst.Base
             if isinstance(node, cst.FunctionDef) and node is not fn.node:
                 return False
             if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-                out[node.targets[0].target.value] = node.value
+                record(node.targets[0].target.value, node.value)
             elif isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, (cst.Tuple, cst.List)):
                 # `m, k = x.shape`: each name is the right-hand side's item at its position
                 for i, element in enumerate(node.targets[0].target.elements):
                     if isinstance(element.value, cst.Name) and not isinstance(element, cst.StarredElement):
                         index = cst.SubscriptElement(cst.Index(cst.Integer(str(i))))
-                        out[element.value.value] = cst.Subscript(value=node.value, slice=[index])
+                        record(element.value.value, cst.Subscript(value=node.value, slice=[index]))
             elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) and node.value is not None:
-                out[node.target.value] = node.value
+                record(node.target.value, node.value)
             return True
+
+        def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+            if isinstance(node, cst.If) and attribute in ("body", "orelse"):
+                guards.append((node.test, attribute == "body"))
+
+        def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+            if isinstance(original_node, cst.If) and attribute in ("body", "orelse"):
+                guards.pop()
 
     fn.node.visit(Walk())
     return out

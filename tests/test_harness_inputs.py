@@ -129,6 +129,18 @@ def test_derived_symbols_found_from_catalog_ratios():
     assert all(s.sizes["d_in"] == 2 * s.sizes["d_out"] for s in drawn)
 
 
+def test_one_synthetic_case_ties_two_sizes_only_where_a_constraint_names_both():
+    """Helper review (2026-12-01): with one invented shape, any two sizes in an exact
+    ratio (num_sm_parts 128 and max_len 128; heads 8 and 16) had been held together in
+    every held-out draw. One pair of values proves nothing; a constraint does."""
+    args = [tensor("a", ["n", "heads"], "input"), tensor("b", ["n", "parts"], "output")]
+    one = [ShapeCase(model="synthetic", tokens=8, sizes={"n": 8, "heads": 16, "parts": 128})]
+    loose = Contract(entry="e", args=args, symbols=["n", "heads", "parts"])
+    assert inputs.derived_symbols(loose, one, "n") == {}
+    tied = Contract(entry="e", args=args, symbols=["n", "heads", "parts"], constraints=["parts == 8 * heads"])
+    assert inputs.derived_symbols(tied, one, "n") == {"parts": ("heads", 8)}
+
+
 def test_accepted_limits():
     c = Contract(
         entry="e", args=[], symbols=["h"], divisibility={"h": 8}, max_values={"h": 8192}, allowed_values={}

@@ -471,6 +471,18 @@ def weighted(x: torch.Tensor, weights: torch.Tensor) -> None:
 def conv(x: torch.Tensor, weight: torch.Tensor) -> None:
     _rope(x.dtype, weight.shape[-1]).rope(x, weight)
 
+def guarded(x: torch.Tensor, activation=None) -> None:
+    width = 64
+    if activation == "swish":
+        activation = "silu"
+    if activation == "silu":
+        width = 128
+    elif activation == "gelu":
+        width = 256
+    else:
+        width = width * 2 if activation == "relu" else width
+    _rope(x.dtype, width).rope(x, x)
+
 def flat(x: torch.Tensor, topk_ids: torch.Tensor) -> None:
     flat_ids = topk_ids.reshape(-1)
     _rope(flat_ids.dtype, x.view(torch.uint8).element_size()).rope(x, flat_ids)
@@ -555,6 +567,16 @@ def test_a_reshaped_tensor_keeps_its_dtype_and_a_dtype_view_takes_the_new_one(tm
     tensors = {"x": _spec("x", ["T", 64]), "topk_ids": _spec("topk_ids", ["T", 8], dtype="int32")}
     inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors=tensors)
     assert inst.template_args == ["int32_t", "1"]
+
+
+def test_an_assignment_under_an_if_applies_only_where_its_test_holds(tmp_path):
+    """Helper review of the Inkling sconv ops (2026-12-01): `if activation == "swish":
+    activation = "silu"` had been read as always run, so extract built the SiLU variant
+    where SGLang (activation=None) builds the plain one."""
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
+    op = by_id["grp.guarded"]
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors={"x": _spec("x", ["T", 64])})
+    assert inst.template_args == ["bf16_t", "64"]
 
 
 def test_a_curated_loader_value_beats_a_planned_size(tmp_path):

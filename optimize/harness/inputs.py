@@ -37,6 +37,7 @@ from __future__ import annotations
 import ast
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -256,10 +257,15 @@ def derived_symbols(contract: Contract, catalog: Sequence[ShapeCase], token: str
     cases = [resolve_sizes(contract, c, catalog) for c in catalog]
     if not cases:
         return {}
+    related = [set(re.findall(r"[A-Za-z_]\w*", text)) for text in contract.constraints]
     out: dict[str, tuple[str, int]] = {}
     for a in syms:
         for b in syms:
             if a == b or b in out:
+                continue
+            if len({(sizes[a], sizes[b]) for sizes in cases}) < 2 and not any({a, b} <= names for names in related):
+                # One pair of values proves no relation (two synthetic sizes of 128 and 256, or
+                # a head count equal to a batch): only a constraint naming both says they are tied.
                 continue
             ratios = {sizes[a] / sizes[b] if sizes[b] else math.nan for sizes in cases}
             if len(ratios) == 1:
