@@ -1972,8 +1972,9 @@ class _LazyEnv(Env):
     """A caller's frame for evaluating one call site: parameters are bound up front,
     locals are evaluated on first use from their last assignment before the site
     whose enclosing ``if`` tests hold (``if activation == "swish": activation = "silu"``
-    applies only when the test is true; a test that cannot be evaluated counts as
-    holding, as before tests were read)."""
+    applies only when the test is true). Under a test that cannot be evaluated the
+    assignment counts as run when its value can be evaluated, else as not run (the
+    name keeps its earlier value: ``if key.dim() != 2: key = key.view(...)``)."""
 
     def __init__(self, module: PyModule, values: dict[str, Any], assigned: dict[str, cst.BaseExpression], ev: Evaluator) -> None:
         super().__init__(module, values)
@@ -1997,11 +1998,18 @@ class _LazyEnv(Env):
             expr, guards = entries[i]
             self.limits[name] = i
             try:
-                if all(self._holds(test, expected) for test, expected in guards):
+                held = [self._holds(test, expected) for test, expected in guards]
+                if False in held:
+                    continue
+                try:
                     value = self.ev.eval(expr, self)
-                    if limit == len(entries):
-                        self.locals[name] = value
-                    return True, value
+                except Unresolvable:
+                    if None in held:  # it may not have run (`if x.dim() != 2: x = x.view(...)`)
+                        continue
+                    raise
+                if limit == len(entries):
+                    self.locals[name] = value
+                return True, value
             finally:
                 if limit == len(entries):
                     self.limits.pop(name, None)
@@ -2011,13 +2019,14 @@ class _LazyEnv(Env):
             return True, self.values[name]
         return False, None
 
-    def _holds(self, test: cst.BaseExpression, expected: bool) -> bool:
+    def _holds(self, test: cst.BaseExpression, expected: bool) -> bool | None:
+        """Whether the ``if`` test has the branch's value; None when it cannot be told."""
         try:
             value = self.ev.eval(test, self)
         except Unresolvable:
-            return True
+            return None
         if not isinstance(value, (bool, int, float, str, type(None))):
-            return True  # not a plain value (a tensor, an unknown): as if it held
+            return None  # not a plain value (a tensor, an unknown)
         return bool(value) == expected
 
 

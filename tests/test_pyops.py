@@ -483,6 +483,14 @@ def guarded(x: torch.Tensor, activation=None) -> None:
         width = width * 2 if activation == "relu" else width
     _rope(x.dtype, width).rope(x, x)
 
+def normalised(key: torch.Tensor) -> None:
+    if key.dim() != 2:
+        key = key.view(-1, key.shape[-1])
+    assert key.dtype == torch.bfloat16
+    if not key.is_contiguous():
+        key = key.contiguous()
+    _rope(key.dtype, 64).rope(key, key)
+
 def flat(x: torch.Tensor, topk_ids: torch.Tensor) -> None:
     flat_ids = topk_ids.reshape(-1)
     _rope(flat_ids.dtype, x.view(torch.uint8).element_size()).rope(x, flat_ids)
@@ -577,6 +585,13 @@ def test_an_assignment_under_an_if_applies_only_where_its_test_holds(tmp_path):
     op = by_id["grp.guarded"]
     inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors={"x": _spec("x", ["T", 64])})
     assert inst.template_args == ["bf16_t", "64"]
+    # under a test it cannot evaluate (the contract does not size `key`), an assignment
+    # whose value it cannot evaluate either counts as not run: `key` stays the parameter,
+    # whose asserted dtype the loader gets (fused_store_index_k_cache, 2026-12-01)
+    op = by_id["grp.normalised"]
+    for dtype in ("bf16", "fp16"):
+        inst = pyops.instantiate(program, op, op.load_jit[0], dtype=dtype, sizes={}, entry="rope", tensors={})
+        assert inst.template_args == ["bf16_t", "64"]
 
 
 def test_a_curated_loader_value_beats_a_planned_size(tmp_path):
