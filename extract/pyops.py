@@ -2140,6 +2140,7 @@ class Instance:
     kwargs: dict[str, Any]  # every other load_jit keyword, evaluated
     notes: list[str]
     pins: dict[str, int] = dataclasses.field(default_factory=dict)  # sizes read from tensor shapes
+    size_free: bool = False  # no loader parameter took a size (see records.Instantiation.size_free)
 
     def strings(self, key: str) -> list[str]:
         value = self.kwargs.get(key) or []
@@ -2340,4 +2341,6 @@ def instantiate(
     if pins:
         read = ", ".join(f"{k}={v}" for k, v in pins.items())
         notes.append(f"loader parameters read tensor sizes ({read}): each instantiation serves those sizes only")
-    return Instance(list(capture.args), list(capture.template_args), wrappers, dict(capture.kwargs), notes, pins)
+    # Only dtypes and flags reached the loader: nothing it made can depend on a size.
+    size_free = not pins and all(isinstance(v, (DtypeValue, bool)) for v in kwargs.values())
+    return Instance(list(capture.args), list(capture.template_args), wrappers, dict(capture.kwargs), notes, pins, size_free)

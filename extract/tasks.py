@@ -240,6 +240,7 @@ def plan_instantiations(
                         template_args=inst.template_args,
                         wrappers=inst.wrappers,
                         sizes=inst.pins,
+                        size_free=inst.size_free,
                     )
                 )
             if case is not None:

@@ -181,6 +181,10 @@ class Instantiation(Record):
     # (SGLang's `_jit_gemv_module(w.shape[0], w.shape[1])`): it serves those sizes only.
     # Empty: its integer template arguments, if any, are the widths it serves.
     sizes: dict[str, int] = Field(default_factory=dict)
+    # True when no size reached the loader (it takes no parameters, or only dtypes and
+    # flags): its integer template arguments are constants (a thread count, kimi's
+    # MlaOutputGateKernel<256>), never widths, and it serves every shape.
+    size_free: bool = False
 
     def serves(self, sizes: Mapping[str, int]) -> bool | None:
         """Whether this instantiation was made for ``sizes``; None when it records no sizes."""

@@ -141,6 +141,16 @@ def test_one_synthetic_case_ties_two_sizes_only_where_a_constraint_names_both():
     assert inputs.derived_symbols(tied, one, "n") == {"parts": ("heads", 8)}
 
 
+def test_a_size_free_instantiation_serves_every_width():
+    c = Contract(entry="run", args=[tensor("x", ["N"], "input"), tensor("out", ["N"], "output")], symbols=["N"])
+    threads = Instantiation(dtype="bf16", module_args=[], template_args=["256", "true"], wrappers=[("run", "K<256, true>::run")])
+    with pytest.raises(ContractError, match="specialised on"):
+        inputs.select_instantiation(c, [threads], "bf16", {"N": 8})
+    free = threads.model_copy(update={"size_free": True})
+    assert inputs.select_instantiation(c, [free], "bf16", {"N": 8}) is free
+    assert inputs.synthetic_shape(c, [free]) is not None
+
+
 def test_accepted_limits():
     c = Contract(
         entry="e", args=[], symbols=["h"], divisibility={"h": 8}, max_values={"h": 8192}, allowed_values={}

@@ -491,6 +491,16 @@ def normalised(key: torch.Tensor) -> None:
         key = key.contiguous()
     _rope(key.dtype, 64).rope(key, key)
 
+_THREADS = 256
+
+@cache_once
+def _fixed():
+    args = make_cpp_args(_THREADS, True)
+    return load_jit("fixed", *args, cuda_files=["x/fixed.cuh"], cuda_wrappers=[("fixed", f"Fixed<{args}>::run")])
+
+def fixed(x: torch.Tensor) -> None:
+    _fixed().fixed(x.view(-1))
+
 def flat(x: torch.Tensor, topk_ids: torch.Tensor) -> None:
     flat_ids = topk_ids.reshape(-1)
     _rope(flat_ids.dtype, x.view(torch.uint8).element_size()).rope(x, flat_ids)
@@ -592,6 +602,20 @@ def test_an_assignment_under_an_if_applies_only_where_its_test_holds(tmp_path):
     for dtype in ("bf16", "fp16"):
         inst = pyops.instantiate(program, op, op.load_jit[0], dtype=dtype, sizes={}, entry="rope", tensors={})
         assert inst.template_args == ["bf16_t", "64"]
+
+
+def test_a_loader_no_size_reaches_is_size_free(tmp_path):
+    """kimi_k3_mla_output_gate (2026-12-01): its loader takes no parameters and passes a
+    module constant (256 threads); the harness had taken 256 for a width no shape has."""
+    by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
+    op = by_id["grp.fixed"]
+    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="fixed", tensors={"x": _spec("x", ["N"])})
+    assert inst.template_args == ["256", "true"] and inst.size_free
+    gemv = by_id["grp.gemv"]
+    tensors = {"x": _spec("x", [1, "K"]), "w": _spec("w", ["N", "K"])}
+    assert not pyops.instantiate(program, gemv, gemv.load_jit[0], dtype="bf16", sizes={"N": 64}, entry="gemv", tensors=tensors).size_free
+    rope = by_id["grp.rope"]  # an int literal at the call site: not size-free (it may be a width)
+    assert not pyops.instantiate(program, rope, rope.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors={"q": _spec("q", ["T", 128])}).size_free
 
 
 def test_a_curated_loader_value_beats_a_planned_size(tmp_path):

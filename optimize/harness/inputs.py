@@ -280,8 +280,11 @@ def derived_symbols(contract: Contract, catalog: Sequence[ShapeCase], token: str
 
 
 def template_ints(inst: Instantiation) -> set[int]:
-    """Integer literals among an instantiation's template arguments (a specialised width)."""
-    out = set()
+    """Integer literals among an instantiation's template arguments (a specialised width);
+    none for a size-free instantiation (its integers are constants: a thread count)."""
+    out: set[int] = set()
+    if inst.size_free:
+        return out
     for arg in inst.template_args:
         text = str(arg).strip()
         if text.isdigit():
