@@ -1994,8 +1994,11 @@ class _LazyEnv(Env):
         limit = self.limits.get(name, len(entries))
         if limit == len(entries) and name in self.locals:
             return True, self.locals[name]
+        undecided: list[cst.BaseExpression] = []  # tests of ifs whose branches are all unknown now
         for i in reversed(range(limit)):
             expr, guards = entries[i]
+            if any(test is seen for test, _ in guards for seen in undecided):
+                continue  # the other branch of an if already undecided: not "the value before"
             self.limits[name] = i
             try:
                 held = [self._holds(test, expected) for test, expected in guards]
@@ -2005,6 +2008,7 @@ class _LazyEnv(Env):
                     value = self.ev.eval(expr, self)
                 except Unresolvable:
                     if None in held:  # it may not have run (`if x.dim() != 2: x = x.view(...)`)
+                        undecided += [test for (test, _), h in zip(guards, held) if h is None]
                         continue
                     raise
                 if limit == len(entries):

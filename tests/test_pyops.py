@@ -501,6 +501,13 @@ def _fixed():
 def fixed(x: torch.Tensor) -> None:
     _fixed().fixed(x.view(-1))
 
+def branches(x: torch.Tensor, layout: str) -> None:
+    if layout == "inner":
+        width = 1
+    else:
+        width = x.numel() // 8
+    _rope(x.dtype, width).rope(x, x)
+
 def flat(x: torch.Tensor, topk_ids: torch.Tensor) -> None:
     flat_ids = topk_ids.reshape(-1)
     _rope(flat_ids.dtype, x.view(torch.uint8).element_size()).rope(x, flat_ids)
@@ -598,6 +605,10 @@ def test_an_assignment_under_an_if_applies_only_where_its_test_holds(tmp_path):
     # under a test it cannot evaluate (the contract does not size `key`), an assignment
     # whose value it cannot evaluate either counts as not run: `key` stays the parameter,
     # whose asserted dtype the loader gets (fused_store_index_k_cache, 2026-12-01)
+    # ... but never the other branch of that if instead (bias_residual_add's `spatial`)
+    op = by_id["grp.branches"]
+    with pytest.raises(pyops.Unresolvable, match="width"):
+        pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors={})
     op = by_id["grp.normalised"]
     for dtype in ("bf16", "fp16"):
         inst = pyops.instantiate(program, op, op.load_jit[0], dtype=dtype, sizes={}, entry="rope", tensors={})
