@@ -10,8 +10,8 @@
 # still write its table (set SWEEP_TIMEOUT_S, the hard stop, about 100 s above it).
 # A tarball made with `extract --all --no-compile` (the CPU machine's 2 cores take half an
 # hour over the compile check) needs COMPILE_CHECK=1: `extract --all` then runs here over
-# the unpacked tasks, which are current (same task keys), so it only compile-checks them
-# on this machine's cores (carry .dev/wheels too: it reads the sglang wheel). Without the
+# the unpacked tasks (`--ops` of exactly those), which are current (same task keys), so
+# it only compile-checks them on this machine's cores (carry .dev/wheels too: it reads the sglang wheel). Without the
 # check, an instantiation nvcc rejects fails its whole task in the sweep instead of being
 # dropped with a note.
 # Outputs land in $OUT: BENCHMARKS.md (with the new section), health.tar.gz, logs.
@@ -20,9 +20,8 @@ source "$(dirname "$0")/device-setup.sh" || exit 1
 OUT="${OUT:-.}"
 if [ -n "${1:-}" ]; then
   mkdir -p work && tar -xzf "$1" -C work || exit 1
-  if [ "${COMPILE_CHECK:-0}" = 1 ]; then
-    python3 -m pipeline.cli extract --all 2>&1 | tee "$OUT/extract-all.log" | tail -5
-    cp work/coverage.json "$OUT/" 2>/dev/null
+  if [ "${COMPILE_CHECK:-0}" = 1 ]; then  # exactly the tarball's tasks, nothing extracted anew
+    python3 -m pipeline.cli extract --ops $(ls work/tasks) 2>&1 | tee "$OUT/extract-check.log" | grep -c 'baseline compiles'
   fi
 else
   python3 -m pipeline.cli extract --all 2>&1 | tee "$OUT/extract-all.log" | tail -5
