@@ -76,6 +76,7 @@ class _Prepared:
     key: str = ""
     task: object = None  # extract.records Task when it loaded
     plan: object = None  # evaluate.CasePlan when the checks could be planned
+    shape: object = None  # the catalog or synthetic ShapeCase the plan tests
 
 
 @functools.lru_cache(maxsize=1)
@@ -156,7 +157,7 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
         except Exception as err:  # noqa: BLE001 - a contract that cannot be planned is the row's reason
             first = first or err
             continue
-        prep.task = planned_task
+        prep.task, prep.shape = planned_task, shape
         prep.row = prep.row.model_copy(update={"shapes": kind})
         break
     if plan is None:
@@ -195,11 +196,50 @@ def uncallable(contract, checks) -> str:
 
 
 def build_one(prep: _Prepared, config) -> tuple[BuildReport, list[str]]:
-    """Every unit one task's checks need (merged report, one library per unit)."""
+    """Every unit one task's checks need (merged report, one library per unit).
+
+    Where they do not build and the checks span several dtypes, each dtype is built on
+    its own, and a dtype nvcc refuses is left out (its cases dropped, named in the
+    row): a template that static_asserts "only fp16/bf16 supported" at fp32 is an op
+    without fp32, as extract's compile check would have recorded (a task extracted
+    with ``--no-compile`` comes here unchecked). Never all of them: with no dtype
+    building, the first failure is the row's."""
     from optimize.harness.evaluate import build_units
 
-    # the sweep runs one task per CPU, so a task's own units build one after another
-    return build_units(prep.task_dir, prep.task, prep.plan.units, config=config, max_workers=1, isolate=True)
+    def build(plan) -> tuple[BuildReport, list[str]]:
+        # the sweep runs one task per CPU, so a task's own units build one after another
+        return build_units(prep.task_dir, prep.task, plan.units, config=config, max_workers=1, isolate=True)
+
+    report, libraries = build(prep.plan)
+    dtypes = sorted({c.dtype for c in prep.plan.checks})
+    if report.ok or len(dtypes) < 2 or prep.shape is None:
+        return report, libraries
+    building = [d for d in dtypes if (alone := _plan_for(prep, [d])) is not None and build(alone)[0].ok]
+    if not building or len(building) == len(dtypes):
+        return report, libraries
+    narrowed = _plan_for(prep, building)
+    if narrowed is None:
+        return report, libraries
+    kept, kept_libraries = build(narrowed)
+    if not kept.ok:
+        return report, libraries
+    prep.plan = narrowed
+    dropped = ", ".join(d for d in dtypes if d not in building)
+    note = f"dtype {dropped} not tested (nvcc: {first_error(report.stderr)[:160]})"
+    prep.row = prep.row.model_copy(update={"filled": [*prep.row.filled, note]})
+    return kept, kept_libraries
+
+
+def _plan_for(prep: _Prepared, dtypes: Sequence[str]):
+    """The task's checks planned again with only ``dtypes``' instantiations (fresh held-out
+    draws, as every sweep's are), or None when that cannot be planned."""
+    from optimize.harness.evaluate import plan_cases
+
+    task = prep.task.model_copy(update={"instantiations": [i for i in prep.task.instantiations if i.dtype in dtypes]})
+    try:
+        return plan_cases(task, shapes=[prep.shape], held_out=HELD_OUT, profile=False)
+    except Exception:  # noqa: BLE001 - a narrowing that cannot be planned is no narrowing
+        return None
 
 
 def _build_cost(prep: _Prepared) -> float:
