@@ -387,3 +387,34 @@ def test_a_type_alias_extract_does_not_follow_is_the_element_type():
     body = "TensorMatcher({N, D}).with_dtype<typename C::DType>().with_device(device).verify(scores);"
     matchers, _notes = C._matchers(body, {"N": "N", "D": "D"}, {})
     assert matchers["scores"][0].dtype == "T"
+
+
+# Every key a curated contract may have: Contract fields it replaces (C._CONTRACT_KEYS),
+# the argument list, and what extract.tasks / extract.shapes read. A misspelt key would
+# otherwise be ignored without a word.
+_CURATED_KEYS = {"args", "dtypes", "shapes", "allowed_values"}
+
+
+@pytest.mark.parametrize("path", sorted(C.CURATED_DIR.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_curated_contract_is_well_formed(path):
+    """Each file says where its facts come from (a comment block first), uses only known
+    keys and dtypes, and its arguments are valid records (roles, structures, ranges)."""
+    import tomllib
+
+    from pipeline.records import DTYPES
+
+    if path.name == "loader_values.toml":
+        return
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("#"), f"{path.name}: start with the comment block that cites the evidence"
+    data = tomllib.loads(text)
+    unknown = set(data) - C._CONTRACT_KEYS - _CURATED_KEYS
+    assert not unknown, f"{path.name}: unknown keys {sorted(unknown)}"
+    assert set(data.get("dtypes", [])) <= set(DTYPES), path.name
+    for item in data.get("args", []):
+        item = dict(item)
+        kind = item.pop("kind")
+        spec = TensorSpec.model_validate(item) if kind == "tensor" else ScalarSpec.model_validate(item)
+        ArgSpec(kind=kind, **{kind: spec})
+    for sym, spec in (data.get("allowed_values") or {}).items():
+        assert isinstance(spec, (list, dict)), f"{path.name}: allowed_values.{sym}"
