@@ -615,11 +615,12 @@ def test_a_dtype_the_baseline_refuses_outright_is_not_tested(tmp_path, monkeypat
     assert row.checks == sum(1 for c in prep.plan.checks if c.dtype == "bf16")
 
 
-def test_a_dtype_nvcc_refuses_is_left_out_of_the_sweep_where_others_build(tmp_path, monkeypatch):
+def test_an_instantiation_nvcc_refuses_is_left_out_of_the_sweep_where_others_build(tmp_path, monkeypatch):
     """Found on the H200 (2026-12-01): tasks extracted with --no-compile reach the sweep
     unchecked; silu_and_mul_clamp's fp32 static_asserts "only fp16/bf16 supported", which
-    had failed the whole task. Each dtype is then built alone and the refused one dropped;
-    with none building, nvcc's error is the reason."""
+    had failed the whole task. Each instantiation is then built alone and the refused ones
+    dropped from the task too (fused_eh_norm's later size repair had re-planned with its
+    fp32 again and found it unbuilt); with none building, nvcc's error is the reason."""
     from pipeline.config import load_config
     from pipeline.records import BuildReport, Instantiation, Task, read_record, write_record
 
@@ -631,21 +632,29 @@ def test_a_dtype_nvcc_refuses_is_left_out_of_the_sweep_where_others_build(tmp_pa
     write_record(task.model_copy(update={"instantiations": [*task.instantiations, *more]}), path)
     config = load_config(overrides={"work_dir": str(work)}, environ={})
     refused = {"fp32"}
+    built = []
 
     def build_units(task_dir, task, units, **kw):
+        built.append([i.dtype for unit in units for i in unit])
         bad = any(i.dtype in refused for unit in units for i in unit)
         stderr = "x.cuh(9): error: static assertion failed with \"only fp16/bf16 supported\"" if bad else ""
         return BuildReport(ok=not bad, key="k", seconds=1.0, stderr=stderr), ["lib.so"] * len(units)
 
     monkeypatch.setattr("optimize.harness.evaluate.build_units", build_units)
     prep = health.prepare(work / "tasks" / "c.op")
-    report, _ = health.build_one(prep, config)
+    report, libraries = health.build_one(prep, config)
     assert report.ok and {c.dtype for c in prep.plan.checks} == {"bf16", "fp16"}
-    assert prep.row.filled[-1].startswith('dtype fp32 not tested (nvcc: x.cuh(9): error: static assertion failed')
+    assert len(libraries) == len(prep.plan.units) and {i.dtype for i in prep.task.instantiations} == {"bf16", "fp16"}
+    assert prep.row.filled[-1].startswith("not tested, nvcc refuses fp32 <fp32_t> (x.cuh(9): error: static assertion failed")
+    assert [d for b in built[1:4] for d in b] == ["bf16", "fp16", "fp32"]  # each alone, then what is kept
     refused = {"bf16", "fp16", "fp32"}
     prep = health.prepare(work / "tasks" / "c.op")
     report, _ = health.build_one(prep, config)
     assert not report.ok and {c.dtype for c in prep.plan.checks} == {"bf16", "fp16", "fp32"}
+    refused = {"bf16"}  # whichever dtype it is
+    prep = health.prepare(work / "tasks" / "c.op")
+    report, _ = health.build_one(prep, config)
+    assert report.ok and {c.dtype for c in prep.plan.checks} == {"fp16", "fp32"}
 
 
 def test_with_an_llm_the_sweep_asks_the_testing_agent_for_what_the_rules_leave_open(tmp_path):

@@ -198,46 +198,48 @@ def uncallable(contract, checks) -> str:
 def build_one(prep: _Prepared, config) -> tuple[BuildReport, list[str]]:
     """Every unit one task's checks need (merged report, one library per unit).
 
-    Where they do not build and the checks span several dtypes, each dtype is built on
-    its own, and a dtype nvcc refuses is left out (its cases dropped, named in the
-    row): a template that static_asserts "only fp16/bf16 supported" at fp32 is an op
-    without fp32, as extract's compile check would have recorded (a task extracted
-    with ``--no-compile`` comes here unchecked). Never all of them: with no dtype
-    building, the first failure is the row's."""
+    Where they do not build, each instantiation is built on its own and one nvcc
+    refuses is left out (its cases dropped, named in the row; the task's other
+    instantiations with it): a template that static_asserts "only fp16/bf16 supported"
+    at fp32, or "Unsupported norm configuration" at one width, is an op without that
+    variant, as extract's compile check would have recorded (a task extracted with
+    ``--no-compile`` comes here unchecked). The checks are then planned again from
+    what built, which must still serve the task's main shape; else the first failure
+    is the row's reason."""
     from optimize.harness.evaluate import build_units
 
-    def build(plan) -> tuple[BuildReport, list[str]]:
+    def build(units) -> tuple[BuildReport, list[str]]:
         # the sweep runs one task per CPU, so a task's own units build one after another
-        return build_units(prep.task_dir, prep.task, plan.units, config=config, max_workers=1, isolate=True)
+        return build_units(prep.task_dir, prep.task, units, config=config, max_workers=1, isolate=True)
 
-    report, libraries = build(prep.plan)
-    dtypes = sorted({c.dtype for c in prep.plan.checks})
-    if report.ok or len(dtypes) < 2 or prep.shape is None:
+    report, libraries = build(prep.plan.units)
+    singles = [inst for unit in prep.plan.units for inst in unit]
+    if report.ok or len(singles) < 2 or prep.shape is None:
         return report, libraries
-    building = [d for d in dtypes if (alone := _plan_for(prep, [d])) is not None and build(alone)[0].ok]
-    if not building or len(building) == len(dtypes):
+    refused = [inst for inst in singles if not build([[inst]])[0].ok]
+    if not refused or len(refused) == len(singles):
         return report, libraries
-    narrowed = _plan_for(prep, building)
+    task = prep.task.model_copy(update={"instantiations": [i for i in prep.task.instantiations if i not in refused]})
+    narrowed = _plan_for(task, prep.shape)
     if narrowed is None:
         return report, libraries
-    kept, kept_libraries = build(narrowed)
+    kept, kept_libraries = build(narrowed.units)
     if not kept.ok:
         return report, libraries
-    prep.plan = narrowed
-    dropped = ", ".join(d for d in dtypes if d not in building)
-    note = f"dtype {dropped} not tested (nvcc: {first_error(report.stderr)[:160]})"
+    prep.task, prep.plan = task, narrowed
+    which = ", ".join(f"{i.dtype} <{', '.join(i.template_args)}>" for i in refused)
+    note = f"not tested, nvcc refuses {which} ({first_error(report.stderr)[:160]})"
     prep.row = prep.row.model_copy(update={"filled": [*prep.row.filled, note]})
     return kept, kept_libraries
 
 
-def _plan_for(prep: _Prepared, dtypes: Sequence[str]):
-    """The task's checks planned again with only ``dtypes``' instantiations (fresh held-out
-    draws, as every sweep's are), or None when that cannot be planned."""
+def _plan_for(task, shape):
+    """``task``'s checks planned again at ``shape`` (fresh held-out draws, as every
+    sweep's are), or None when that cannot be planned."""
     from optimize.harness.evaluate import plan_cases
 
-    task = prep.task.model_copy(update={"instantiations": [i for i in prep.task.instantiations if i.dtype in dtypes]})
     try:
-        return plan_cases(task, shapes=[prep.shape], held_out=HELD_OUT, profile=False)
+        return plan_cases(task, shapes=[shape], held_out=HELD_OUT, profile=False)
     except Exception:  # noqa: BLE001 - a narrowing that cannot be planned is no narrowing
         return None
 
