@@ -696,3 +696,14 @@ def test_bench_all_hands_the_testing_agent_to_the_sweep_only_with_an_endpoint(tm
     online = load_config(overrides={"work_dir": str(work), "llm": {"base_url": "http://127.0.0.1:9/v1"}}, environ={})
     assert bench.main(args, online) == 0 and scripted.agents() == ["testing"]
     assert "- m.op: chunk_rows = 4 (llm:m1)" in out.read_text()
+
+
+def test_a_contract_naming_an_unknown_reference_stops_on_the_cpu():
+    """Found on the H200 (2026-12-01): seven curated contracts named a PyTorch reference
+    that does not exist, and every check failed in the worker; planning says so first."""
+    from pipeline.records import ArgSpec, Contract, TensorSpec
+
+    x = ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=["n"], dtype="T", role="inout"))
+    assert health.uncallable(Contract(entry="e", args=[x], symbols=["n"]), []) == ""
+    named = Contract(entry="e", args=[x], symbols=["n"], reference="hopper_bf16_gemv")
+    assert health.uncallable(named, []).startswith("contract names reference 'hopper_bf16_gemv', known:")

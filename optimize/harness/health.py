@@ -180,13 +180,14 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
 
 def uncallable(contract, checks) -> str:
     """Why the worker could not make one of these calls ("" when it can): pure Python."""
-    from optimize.harness import inputs
+    from optimize.harness import inputs, references
     from optimize.harness.errors import ContractError
 
     if not contract.args:  # extract found no C++ entry to read: a call would pass nothing
         why = next((u for u in contract.unresolved if "not found" in u or "no C++ entry" in u), "no arguments inferred")
         return f"the contract lists no arguments ({why})"
     try:
+        references.get(contract.reference)  # a PyTorch reference it names must exist
         for case in checks:
             for tensor in inputs.plan_call(contract, case.sizes, case.dtype, case.layout).tensors:
                 inputs.require_fillable(tensor)
