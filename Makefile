@@ -6,7 +6,7 @@ KS      := $(BIN)/kernelsmith
 STAMP   := $(VENV)/.installed
 OPS     ?= activation.silu_and_mul layernorm.fused_add_rmsnorm layernorm.rmsnorm
 
-.PHONY: install run extract optimize integrate test test-gpu bench clean device-wheels
+.PHONY: install run extract optimize integrate test test-gpu bench clean device-wheels deps
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -51,6 +51,13 @@ device-wheels: $(STAMP)
 	  openai==3.57.0 httpx2==2.16.2 httpcore2==2.16.2 truststore jiter distro sniffio
 	$(KS) extract --no-compile --ops $(OPS)
 	mkdir -p .dev/wheels && cp work/cache/wheels/sglang-*.whl .dev/wheels/
+
+# Header-only dependencies SGLang's JIT ops name (extra_dependencies: cutlass, flashinfer):
+# flashinfer's bundled headers, unpacked to .dev/deps (pipeline/deps.py reads them from
+# HEADER_DEPS_DIR) and packed as .dev/deps.tar.gz (4 MB) for carrying to the GPU machine.
+deps: $(STAMP)
+	$(BIN)/python tools/fetch-deps.py .dev/deps
+	tar -czf .dev/deps.tar.gz -C .dev deps
 
 clean:
 	rm -rf work .pytest_cache build *.egg-info

@@ -48,6 +48,7 @@ from typing import Any, Iterable
 
 from extract import contract as contract_mod
 from extract import pyops, shapes
+from pipeline import deps as build_deps
 from pipeline.errors import ConfigError, StaleRecordError
 from pipeline.records import (
     DTYPES,
@@ -429,8 +430,9 @@ def write_task(
             notes.append(f"extra include path {path} is outside the package; not carried into the task")
         else:
             include_dirs.append(rel)
-    for dep in deps:
-        notes.append(f"needs registered dependency `{dep}` (headers outside the package, not carried)")
+    for dep in deps:  # resolved by the builder (pipeline.deps), as SGLang's load_jit does
+        include_dirs.append(build_deps.token(dep))
+        notes.append(f"needs header dependency `{dep}` (outside the package: `make deps`, see pipeline/deps.py)")
     recipe = BuildRecipe(
         cuda_files=[f"{pyops.CSRC_DIR}/{f}" for f in cuda_files],
         cpp_files=[f"{pyops.CSRC_DIR}/{f}" for f in cpp_files],

@@ -71,7 +71,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
-from pipeline import toolchain
+from pipeline import deps, toolchain
 from pipeline.toolchain import find_nvcc, toolchain_fingerprint  # noqa: F401  (re-exported: the build API)
 from pipeline.errors import ConfigError, ToolchainError
 from pipeline.records import BuildRecipe, BuildReport, Instantiation, KernelResources, Span, Task, content_hash
@@ -161,6 +161,7 @@ class BuildPlan:
     nvcc: toolchain.Nvcc
     host_cc: str
     tvm_ffi: toolchain.TvmFfi
+    dependencies: Mapping[str, str] = dataclasses.field(default_factory=dict)  # "@dep:x#0" -> folder
 
     @property
     def output_name(self) -> str:
@@ -173,6 +174,7 @@ class BuildPlan:
             DLPACK_TOKEN: str(self.tvm_ffi.dlpack_include_dir),
             _TVM_FFI_LIB_TOKEN: str(self.tvm_ffi.lib_dir),
             _CUDA_LIB_TOKEN: str(self.nvcc.lib_dir),
+            **self.dependencies,
         }
         out: list[str] = []
         seen_includes: set[str] = set()
@@ -268,9 +270,17 @@ def plan(
     for token in (TVM_FFI_TOKEN, DLPACK_TOKEN):  # the wrapper needs them even if a recipe forgot
         if token not in recipe.include_dirs:
             includes.append(f"-I{token}")
+    dependencies: dict[str, str] = {}  # location token -> this machine's folder
+    dependency_digests: dict[str, str] = {}
     for entry in recipe.include_dirs:
         if entry in (TVM_FFI_TOKEN, DLPACK_TOKEN):
             includes.append(f"-I{entry}")
+        elif (name := deps.name_of(entry)) is not None:
+            found = deps.find(name)  # ConfigError with the fix when absent
+            dependency_digests[name] = found.digest
+            for i, folder in enumerate(found.include_dirs):
+                dependencies[f"{entry}#{i}"] = str(folder)
+                includes.append(f"-I{entry}#{i}")
         else:
             rel = _norm_rel(entry, "include dir") if entry not in ("", ".") else ""
             includes.append(f"-I{SRC_DIR}/{rel}".rstrip("/"))
@@ -304,6 +314,8 @@ def plan(
         else None
     )
     fingerprint = toolchain.toolchain_fingerprint()
+    if dependency_digests:  # a header dependency is an input too (by contents, not place)
+        fingerprint = {**fingerprint, **{f"dep:{k}": v for k, v in sorted(dependency_digests.items())}}
     parts: list[str | bytes] = [
         KEY_SCHEMA,
         wrapper,
@@ -327,6 +339,7 @@ def plan(
         nvcc=nvcc,
         host_cc=host_cc,
         tvm_ffi=tvm,
+        dependencies=dependencies,
     )
 
 

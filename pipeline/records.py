@@ -198,7 +198,9 @@ class BuildRecipe(Record):
 
     Include dirs are relative to the task's ``src/`` folder (which mirrors the
     package root), except the tokens ``@tvm_ffi`` and ``@dlpack`` that the builder
-    resolves from the installed tvm-ffi.
+    resolves from the installed tvm-ffi, and ``@dep:<name>`` (SGLang's
+    ``extra_dependencies``: ``cutlass``, ``flashinfer``) that it resolves through
+    :mod:`pipeline.deps`.
     """
 
     cuda_files: list[str]  # relative to package root

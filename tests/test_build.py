@@ -274,6 +274,42 @@ def test_cache_key_covers_flags_sources_overrides_and_is_location_free(task_setu
     assert B.build_key(moved, task, [BF16]) != base
 
 
+def _fake_flashinfer(root: pathlib.Path, header: bytes = b"#pragma once\n") -> pathlib.Path:
+    for rel in ("data/cutlass/include/cute", "data/cutlass/tools/util/include"):
+        (root / "flashinfer" / rel).mkdir(parents=True, exist_ok=True)
+    (root / "flashinfer/data/cutlass/include/cute/tensor.hpp").write_bytes(header)
+    return root
+
+
+@pytest.mark.nvcc
+def test_a_header_dependency_is_resolved_keyed_by_contents_and_named_when_missing(task_setup, tmp_path, monkeypatch):
+    """SGLang's `extra_dependencies=["cutlass"]` (qprep_bf16_fp8_sm90, convrot_int8):
+    extract records `@dep:cutlass`; the builder adds flashinfer's bundled CUTLASS
+    folders, and the key takes their contents, not their place."""
+    from pipeline import deps
+    from pipeline.errors import ConfigError
+
+    task_dir, task, _ = task_setup
+    needs = task.model_copy(update={"build": task.build.model_copy(update={"include_dirs": [*task.build.include_dirs, "@dep:cutlass"]})})
+    monkeypatch.setattr(deps.importlib.util, "find_spec", lambda name: None)  # no installed flashinfer here
+    monkeypatch.delenv(deps.DEPS_DIR_ENV, raising=False)
+    with pytest.raises(ConfigError, match="make deps"):
+        B.plan(task_dir, needs, [BF16])
+    one = _fake_flashinfer(tmp_path / "one")
+    monkeypatch.setenv(deps.DEPS_DIR_ENV, str(one))
+    the_plan = B.plan(task_dir, needs, [BF16])
+    assert "-I@dep:cutlass#0" in the_plan.compile_args and "-I@dep:cutlass#1" in the_plan.compile_args
+    resolved = the_plan.resolve(the_plan.compile_args)
+    assert f"-I{one}/flashinfer/data/cutlass/include" in resolved
+    assert the_plan.key != B.plan(task_dir, task, [BF16]).key
+    monkeypatch.setenv(deps.DEPS_DIR_ENV, str(_fake_flashinfer(tmp_path / "two")))
+    assert B.plan(task_dir, needs, [BF16]).key == the_plan.key  # the same headers elsewhere
+    monkeypatch.setenv(deps.DEPS_DIR_ENV, str(_fake_flashinfer(tmp_path / "three", b"#pragma once // v2\n")))
+    assert B.plan(task_dir, needs, [BF16]).key != the_plan.key  # a changed header
+    with pytest.raises(ConfigError, match="not one kernelsmith can provide"):
+        deps.find("mathdx")
+
+
 @pytest.mark.nvcc
 def test_override_paths_must_stay_inside_the_tree(task_setup):
     task_dir, task, _ = task_setup

@@ -11,4 +11,7 @@ export PYTHONPATH=/tmp/site:$PWD
 export PYTHONUNBUFFERED=1
 mkdir -p work/cache/wheels
 cp -n .dev/wheels/sglang-*.whl work/cache/wheels/ 2>/dev/null || true
+# header-only build dependencies (`make deps`), carried as .dev/deps.tar.gz
+if [ ! -d .dev/deps ] && [ -f .dev/deps.tar.gz ]; then tar -xzf .dev/deps.tar.gz -C .dev; fi
+if [ -d .dev/deps ]; then export HEADER_DEPS_DIR=$PWD/.dev/deps; fi
 ks() { python3 -m pipeline.cli "$@"; }
