@@ -11,9 +11,10 @@
 # A tarball made with `extract --all --no-compile` (the CPU machine's 2 cores take half an
 # hour over the compile check) needs COMPILE_CHECK=1: `extract --all` then runs here over
 # the unpacked tasks (`--ops` of exactly those), which are current (same task keys), so
-# it only compile-checks them on this machine's cores (carry .dev/wheels too: it reads the sglang wheel). Without the
-# check, an instantiation nvcc rejects fails its whole task in the sweep instead of being
-# dropped with a note.
+# it only compile-checks them on this machine's cores (carry .dev/wheels too: it reads the
+# sglang wheel). It builds every instantiation, so over all 210 tasks it did not finish
+# within one 600 s call (2026-12-01); without it the sweep builds only what its checks
+# need and, where a module does not build, leaves out the instantiations nvcc refuses.
 # Outputs land in $OUT: BENCHMARKS.md (with the new section), health.tar.gz, logs.
 set -o pipefail
 source "$(dirname "$0")/device-setup.sh" || exit 1
