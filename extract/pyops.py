@@ -204,6 +204,12 @@ class TensorValue:
 _RESHAPES = frozenset({"reshape", "view", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "expand", "t"})
 
 
+class Constant(int):
+    """An int loader value that is no size (a mode number, a compile-time constant): a
+    curated loader value marked ``constant = true``. It renders as the int it is; an
+    instantiation made only from dtypes, flags and these is size-free."""
+
+
 class CppArgs(list):
     """The result of ``make_cpp_args``: rendered C++ template arguments.
 
@@ -2346,5 +2352,5 @@ def instantiate(
         read = ", ".join(f"{k}={v}" for k, v in pins.items())
         notes.append(f"loader parameters read tensor sizes ({read}): each instantiation serves those sizes only")
     # Only dtypes and flags reached the loader: nothing it made can depend on a size.
-    size_free = not pins and all(isinstance(v, (DtypeValue, bool)) for v in kwargs.values())
+    size_free = not pins and all(isinstance(v, (DtypeValue, bool, Constant)) for v in kwargs.values())
     return Instance(list(capture.args), list(capture.template_args), wrappers, dict(capture.kwargs), notes, pins, size_free)

@@ -308,7 +308,10 @@ def loader_fallbacks(dims: dict[str, int], module: str | None = None) -> dict[st
     for name, entry in _curated_loader_values().items():
         if "modules" in entry and module not in entry["modules"]:
             continue
-        out[entry.get("name", name)] = (entry["value"], entry["why"])
+        value = entry["value"]
+        if entry.get("constant") and isinstance(value, int) and not isinstance(value, bool):
+            value = pyops.Constant(value)  # a mode number, never a width the harness must match
+        out[entry.get("name", name)] = (value, entry["why"])
     return out
 
 

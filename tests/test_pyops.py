@@ -508,6 +508,14 @@ def branches(x: torch.Tensor, layout: str) -> None:
         width = x.numel() // 8
     _rope(x.dtype, width).rope(x, x)
 
+@cache_once
+def _mode(mode: int):
+    args = make_cpp_args(mode)
+    return load_jit("mode", *args, cuda_files=["x/mode.cuh"], cuda_wrappers=[("mode", f"Mode<{args}>::run")])
+
+def moded(x: torch.Tensor, mode: int) -> None:
+    _mode(mode).mode(x)
+
 def flat(x: torch.Tensor, topk_ids: torch.Tensor) -> None:
     flat_ids = topk_ids.reshape(-1)
     _rope(flat_ids.dtype, x.view(torch.uint8).element_size()).rope(x, flat_ids)
@@ -625,6 +633,16 @@ def test_a_loader_no_size_reaches_is_size_free(tmp_path):
     gemv = by_id["grp.gemv"]
     tensors = {"x": _spec("x", [1, "K"]), "w": _spec("w", ["N", "K"])}
     assert not pyops.instantiate(program, gemv, gemv.load_jit[0], dtype="bf16", sizes={"N": 64}, entry="gemv", tensors=tensors).size_free
+    # a run-time int from a curated loader value: size-free only where it is marked a constant
+    moded = by_id["grp.moded"]
+    for value, free in ((pyops.Constant(0), True), (0, False)):
+        inst = pyops.instantiate(program, moded, moded.load_jit[0], dtype="bf16", sizes={}, entry="mode",
+                                 tensors={"x": _spec("x", ["N"])}, fallbacks={"mode": (value, "decode")})  # fmt: skip
+        assert inst.template_args == ["0"] and inst.size_free is free
+    from extract.tasks import loader_fallbacks  # fused_metadata_copy's forward_mode, add_constant's constant
+
+    assert isinstance(loader_fallbacks({}, "kernels/ops/elementwise/add_constant.py")["constant"][0], pyops.Constant)
+    assert not isinstance(loader_fallbacks({}, "kernels/ops/layernorm/grouped_gemma_rmsnorm.py")["group_size"][0], pyops.Constant)
     rope = by_id["grp.rope"]  # an int literal at the call site: not size-free (it may be a width)
     assert not pyops.instantiate(program, rope, rope.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors={"q": _spec("q", ["T", 128])}).size_free
 
