@@ -1982,12 +1982,9 @@ class _LazyEnv(Env):
     assignment counts as run when its value can be evaluated, else as not run (the
     name keeps its earlier value: ``if key.dim() != 2: key = key.view(...)``)."""
 
-    def __init__(self, module: PyModule, values: dict[str, Any], assigned: dict[str, cst.BaseExpression], ev: Evaluator) -> None:
+    def __init__(self, module: PyModule, values: dict[str, Any], assigned: _Assignments, ev: Evaluator) -> None:
         super().__init__(module, values)
-        self.assigned = assigned
-        self.guarded: dict[str, list[tuple[cst.BaseExpression, tuple[tuple[cst.BaseExpression, bool], ...]]]] = getattr(
-            assigned, "guarded", {name: [(expr, ())] for name, expr in assigned.items()}
-        )
+        self.guarded = assigned.guarded
         self.ev = ev
         self.limits: dict[str, int] = {}  # name -> how many of its assignments are visible now
         self.locals: dict[str, Any] = {}
@@ -2001,6 +1998,7 @@ class _LazyEnv(Env):
         if limit == len(entries) and name in self.locals:
             return True, self.locals[name]
         undecided: list[cst.BaseExpression] = []  # tests of ifs whose branches are all unknown now
+        outer = self.limits.get(name)  # set while this name's own value or guard is evaluated
         for i in reversed(range(limit)):
             expr, guards = entries[i]
             if any(test is seen for test, _ in guards for seen in undecided):
@@ -2021,10 +2019,10 @@ class _LazyEnv(Env):
                     self.locals[name] = value
                 return True, value
             finally:
-                if limit == len(entries):
+                if outer is None:
                     self.limits.pop(name, None)
                 else:
-                    self.limits[name] = limit
+                    self.limits[name] = outer
         if name in self.values:
             return True, self.values[name]
         return False, None
@@ -2047,7 +2045,7 @@ class _Assignments(dict):
     guarded: dict[str, list[tuple[cst.BaseExpression, tuple[tuple[cst.BaseExpression, bool], ...]]]]
 
 
-def _assignments_before(fn: PyFunction, site: cst.CSTNode) -> dict[str, cst.BaseExpression]:
+def _assignments_before(fn: PyFunction, site: cst.CSTNode) -> _Assignments:
     """Simple ``name = expr`` assignments of ``fn`` that come before ``site`` in source
     order (see :class:`_Assignments`)."""
     out = _Assignments()

@@ -99,8 +99,8 @@ def find(name: str) -> Dependency:
 @functools.lru_cache(maxsize=16)
 def _digest(root: pathlib.Path, dirs: tuple[pathlib.Path, ...]) -> str:
     """Every header's path and size under ``dirs``, plus ``root/VERSION`` (what `make
-    deps` records) where present: cheap to take on every build, and it changes with
-    the headers."""
+    deps` records) where present: it changes with the headers, and is taken once per
+    process per folder (every build of a sweep asks)."""
     digest = hashlib.sha256()
     for base in dirs:
         digest.update(base.relative_to(root).as_posix().encode() + b"\0")
