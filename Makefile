@@ -6,7 +6,7 @@ KS      := $(BIN)/kernelsmith
 STAMP   := $(VENV)/.installed
 OPS     ?= activation.silu_and_mul layernorm.fused_add_rmsnorm layernorm.rmsnorm
 
-.PHONY: install run extract optimize integrate test test-gpu bench clean device-wheels deps
+.PHONY: install run extract optimize integrate test lint test-gpu bench clean device-wheels deps
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,8 +27,16 @@ optimize: $(STAMP)
 integrate: $(STAMP)
 	$(KS) integrate
 
+# CI runs exactly this: lint, format check, types, then the tests.
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 # On the GPU machine (through the device tool): the GPU-marked tests only. The whole
 # set takes over the device tool's 10 minutes a call; GPU_TESTS picks files, e.g.

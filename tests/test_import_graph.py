@@ -1,0 +1,178 @@
+"""The import graph: floors, no cycles, no arrows that run back up.
+
+The floors are pipeline -> contract -> extract -> optimize -> integrate: a
+module may import its own floor and the floors below it, never one above, and
+the project's modules form no import cycle. Imports inside function bodies and
+under ``TYPE_CHECKING`` count too: a lazy import hides an arrow, it does not
+remove it. The graph is read with :mod:`ast`, so nothing is imported here.
+
+What must stay true: every project module is read (a file the walk misses is
+a file the rule does not cover), and each floor imports in order on its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FLOORS = ("pipeline", "contract", "extract", "optimize", "integrate")
+MAX_LINES = 800
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_modules() -> dict[str, pathlib.Path]:
+    """Every module of the five floors, by dotted name."""
+    found: dict[str, pathlib.Path] = {}
+    for floor in FLOORS:
+        for path in sorted((ROOT / floor).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports_of(name: str, path: pathlib.Path, known: dict[str, pathlib.Path]) -> set[str]:
+    """The project modules ``name`` imports anywhere in its source (function bodies included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    is_package = path.name == "__init__.py"
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(name, is_package, node)
+            # `from pkg import mod` names the submodule when there is one, else a name of pkg
+            candidates = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        for target in candidates:
+            # `import a.b.c` imports a, a.b and a.b.c; the deepest known one is the arrow that matters
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                targets.add(target)
+    return targets
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = project_modules()
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def _floor(module: str) -> int:
+    return FLOORS.index(module.split(".")[0])
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{src} -> {dst}" for src, dsts in graph.items() for dst in dsts if _floor(dst) > _floor(src))
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, list[str]]] = [(root, sorted(graph[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, pending = work[-1]
+            if pending:
+                nxt = pending.pop()
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, sorted(graph.get(nxt, ()))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_walk_reads_every_floor() -> None:
+    modules = project_modules()
+    for floor in FLOORS:
+        assert floor in modules, f"{floor}/__init__.py is missing"
+    assert len(modules) > 50
+
+
+def test_no_import_cycles() -> None:
+    found = cycles(import_graph())
+    assert found == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_arrow_runs_back_up() -> None:
+    found = upward_arrows(import_graph())
+    assert found == [], "imports of a higher floor:\n" + "\n".join(found)
+
+
+def test_no_module_is_too_big() -> None:
+    big = {
+        name: n
+        for name, path in project_modules().items()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert big == {}, f"modules over {MAX_LINES} lines: {big}"
+
+
+def test_the_checks_see_what_they_guard() -> None:
+    """The detectors themselves: a planted cycle and an upward arrow are found."""
+    graph = {"pipeline.a": {"extract.b"}, "extract.b": {"extract.c"}, "extract.c": {"extract.b"}}
+    assert upward_arrows(graph) == ["pipeline.a -> extract.b"]
+    assert cycles(graph) == [["extract.b", "extract.c"]]
+
+
+@pytest.mark.parametrize("floor", FLOORS)
+def test_each_floor_imports_alone_in_order(floor: str) -> None:
+    """Each floor, with only the floors below it, imports in a fresh interpreter (no torch needed below optimize)."""
+    below = FLOORS[: FLOORS.index(floor) + 1]
+    code = "import importlib\n" + "".join(f"importlib.import_module({f!r})\n" for f in below)
+    if floor in ("pipeline", "contract", "extract"):
+        code += "import sys\nassert 'torch' not in sys.modules, 'torch imported by ' + " + repr(floor) + "\n"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert importlib.util.find_spec(floor) is not None
