@@ -225,8 +225,8 @@ def _store(config: Config, command: str, results: Sequence[OpBench], sglang: str
 
 def main(args: Any, config: Config) -> int:
     """Entry point of ``kernelsmith bench`` (see the module doc). Exit 1 when any op was not measured."""
-    from extract.tasks import load_task
-    from optimize.harness.completion import complete
+    from contract.completion import complete
+    from contract.layout import load_task
 
     command = canonical_command(args)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")

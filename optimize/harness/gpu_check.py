@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-adversarial", action="store_true")
     args = parser.parse_args(argv)
 
-    from extract.tasks import load_task
+    from contract.layout import load_task
     from optimize.harness import adversarial, roofline
     from optimize.harness.evaluate import evaluate
     from pipeline.config import DEFAULT_OPS, load_config
