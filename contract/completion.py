@@ -41,9 +41,9 @@ from typing import Literal, Sequence
 from pydantic import Field
 
 from contract import constraints, dtypes
+from contract.errors import ContractError
 from contract.plan import ANY_SIZE, canonical_dtype, needs_value_range, plan_call, scalar_value
 from contract.sizes import eval_expr, expr_symbols, shape_symbols, tensor_specs, token_symbol
-from contract.errors import ContractError
 from pipeline.records import ArgSpec, Contract, Record, Task, TensorSpec, VersionedRecord
 
 RULES_PATH = pathlib.Path(__file__).with_name("completion.toml")

@@ -69,19 +69,21 @@ _TABLE: tuple[DType, ...] = (
 #: short spelling -> its record, in table order
 TABLE: dict[str, DType] = {d.short: d for d in _TABLE}
 
-# Other spellings of a dtype, accepted as input only (contracts, C++ text, torch names).
-# Derived from the table (torch attribute, C++ spelling), plus the spellings the table
-# cannot derive. ``fp8_e4m3`` is SGLang's own short name (and extract's interpreter's).
-_EXTRA_ALIASES: dict[str, str] = {
-    "float": "fp32", "half": "fp16", "double": "fp64", "int": "int32", "long": "int64",
-    "__half": "fp16", "nv_bfloat16": "bf16", "__nv_bfloat16": "bf16", "__nv_fp8_e4m3": "fp8e4m3",
-    "fp8_e4m3": "fp8e4m3", "fp8_e5m2": "fp8e5m2",
+#: C++ element types -> short spelling: make_cpp_args' spellings, plus CUDA's and C's own
+#: names of the same types (what a kernel's source may write for its element type)
+CPP_TYPES: dict[str, str] = {
+    **{d.cpp: d.short for d in _TABLE},
+    "float": "fp32", "half": "fp16", "__half": "fp16", "nv_bfloat16": "bf16", "__nv_bfloat16": "bf16", "int": "int32",
 }  # fmt: skip
+
+# Other spellings of a dtype, accepted as input only (contracts, C++ text, torch names):
+# the torch attributes, the C++ types, and the rest. ``fp8_e4m3`` is SGLang's own short
+# name (and extract's interpreter's); the project spells it ``fp8e4m3``.
 ALIASES: dict[str, str] = {
     **{d.torch: d.short for d in _TABLE},
-    **{d.cpp: d.short for d in _TABLE},
-    **_EXTRA_ALIASES,
-}
+    **CPP_TYPES,
+    "long": "int64", "__nv_fp8_e4m3": "fp8e4m3", "fp8_e4m3": "fp8e4m3", "fp8_e5m2": "fp8e5m2",
+}  # fmt: skip
 
 #: the harness's fillable dtypes -> bytes (what it can allocate and poison)
 ITEMSIZE: dict[str, int] = {d.short: d.nbytes for d in _TABLE if d.fillable}

@@ -34,9 +34,14 @@ KEY_FILE = ".extract-key"
 COMPLETION_FILE = "contract_completion.json"  # beside an op's trajectory in a run folder
 
 
+def tasks_root(work_dir: str | os.PathLike[str]) -> pathlib.Path:
+    """``<work>/tasks``: every extracted task, one folder per op."""
+    return pathlib.Path(work_dir) / TASKS_DIR
+
+
 def task_dir(work_dir: str | os.PathLike[str], op_id: str) -> pathlib.Path:
     """``<work>/tasks/<op_id>``."""
-    return pathlib.Path(work_dir) / TASKS_DIR / op_id
+    return tasks_root(work_dir) / op_id
 
 
 def run_dir(work_dir: str | os.PathLike[str], run: str) -> pathlib.Path:

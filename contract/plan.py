@@ -31,7 +31,7 @@ from contract import dtypes
 from contract.dtypes import FLOAT_DTYPES, ITEMSIZE
 from contract.errors import ContractError
 from contract.sizes import eval_expr, expr_symbols, free_stride_symbols, resolved_range
-from pipeline.records import Contract, TensorSpec
+from pipeline.records import Contract
 
 Layout = Literal["contiguous", "strided"]
 ScalarValue = int | float | bool | str

@@ -26,7 +26,6 @@ from contract import constraints
 from contract.errors import ContractError
 from contract.sizes import (
     SYNTHETIC_MODEL,
-    symbols_of,
     derived_symbols,
     eval_expr,
     instantiations_for,
@@ -36,6 +35,7 @@ from contract.sizes import (
     resolved_range,
     select_instantiation,
     shape_symbols,
+    symbols_of,
     template_ints,
     tensor_specs,
     token_symbol,

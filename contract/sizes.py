@@ -17,6 +17,7 @@ What must stay true:
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from typing import Iterable, Mapping, Sequence

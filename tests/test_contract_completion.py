@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from optimize.agents import testing
 from contract import completion, layout
 from contract.errors import ContractError
 from contract.plan import offsets, plan_call, require_fillable
 from contract.sizes import expr_symbols
+from optimize.agents import testing
 from optimize.llm.fakes import ScriptedModel
 from pipeline.errors import ModelError
 from pipeline.records import (

@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from typing import Any, Sequence
 
 from contract.dtypes import cpp_spelling
+from contract.layout import SRC_DIR
 from contract.plan import layouts_for
 from contract.shapes import draw_held_out
 from contract.sizes import instantiations_for, refused_by_checks, resolve_sizes, select_instantiation
@@ -209,7 +210,7 @@ def candidate_overrides(task_dir: str | os.PathLike[str], task: Task, regions: d
     """The candidate's versions of the files its regions live in (task sources spliced)."""
     from extract.splice import apply_regions
 
-    src = pathlib.Path(task_dir) / "src"
+    src = pathlib.Path(task_dir) / SRC_DIR
     files = {}
     for span in task.editable:
         if span.file not in files:
