@@ -42,7 +42,7 @@ from typing import Any, Iterable, Sequence
 
 import libcst as cst
 
-from contract import dtypes
+from contract import dtypes as dtype_table
 from extract import pyops
 from pipeline.errors import ConfigError
 from pipeline.records import CPP_DTYPE, DTYPES, ArgSpec, Contract, Instantiation, OpEntry, ScalarSpec, TensorSpec
@@ -59,8 +59,8 @@ ARCH_CONSTANTS: dict[str, int] = {
     "SGL_CUDA_ARCH": 900,
 }
 # C++ element types -> (torch dtype name, bytes), from the one dtype table.
-CPP_TYPES: dict[str, tuple[str, int]] = {cpp: (dtypes.torch_name(s), dtypes.TABLE[s].nbytes) for cpp, s in dtypes.CPP_TYPES.items()}
-DTYPE_BYTES = {d: dtypes.TABLE[d].nbytes for d in DTYPES}
+CPP_TYPES: dict[str, tuple[str, int]] = {cpp: (dtype_table.torch_name(s), dtype_table.TABLE[s].nbytes) for cpp, s in dtype_table.CPP_TYPES.items()}
+DTYPE_BYTES = {d: dtype_table.TABLE[d].nbytes for d in DTYPES}
 
 _OUTPUT_NAMES = re.compile(r"^(out|output|outputs|dst|result|out_\w+|output_\w+|\w+_out|\w+_output)$")
 _INOUT_NAMES = re.compile(r"^(residual|\w+_inplace)$")
