@@ -45,6 +45,7 @@ from typing import Any, Iterable
 
 from pydantic import Field
 
+from contract import layout
 from extract import pyops, sources, tasks
 from pipeline.config import DEFAULT_OPS, Config
 from extract.errors import ToolchainError, UnknownOpError
@@ -355,12 +356,12 @@ def main(args: Any, config: Config) -> int:
     folders: dict[str, pathlib.Path] = {}
     for op in selected:
         t0 = time.perf_counter()
-        folder = tasks.task_dir(work, op.id)
+        folder = layout.task_dir(work, op.id)
         folders[op.id] = folder
         try:
             key = tasks.task_key(index, op, config.extract.arch, token_counts)
             if tasks.is_current(work, op.id, key):
-                task = tasks.load_task(folder)
+                task = layout.load_task(folder)
                 state = "current"
             else:
                 task = tasks.write_task(index, op, work, arch=config.extract.arch, token_counts=token_counts, program=program, key=key)
@@ -392,7 +393,7 @@ def main(args: Any, config: Config) -> int:
             toolchain_error = err
             built = {}
         for op_id, (task, reason) in built.items():
-            tasks.save_task(task, work)
+            layout.save_task(task, work)
             report = task.baseline_build
             result = results[op_id]
             results[op_id] = result.model_copy(

@@ -42,6 +42,7 @@ from typing import Any, Iterable, Sequence
 
 import libcst as cst
 
+from contract import dtypes as dtype_table
 from extract import pyops
 from pipeline.errors import ConfigError
 from pipeline.records import CPP_DTYPE, DTYPES, ArgSpec, Contract, Instantiation, OpEntry, ScalarSpec, TensorSpec
@@ -57,17 +58,9 @@ ARCH_CONSTANTS: dict[str, int] = {
     "SGL_ARCH_HOPPER_OR_GREATER": 1,
     "SGL_CUDA_ARCH": 900,
 }
-# C++ element types -> (torch dtype name, bytes).
-CPP_TYPES: dict[str, tuple[str, int]] = {
-    "fp32_t": ("float32", 4), "float": ("float32", 4), "double": ("float64", 8),
-    "fp16_t": ("float16", 2), "half": ("float16", 2), "__half": ("float16", 2),
-    "bf16_t": ("bfloat16", 2), "nv_bfloat16": ("bfloat16", 2), "__nv_bfloat16": ("bfloat16", 2),
-    "fp8_e4m3_t": ("float8_e4m3fn", 1), "fp8_e5m2_t": ("float8_e5m2", 1),
-    "int8_t": ("int8", 1), "uint8_t": ("uint8", 1), "int16_t": ("int16", 2), "uint16_t": ("uint16", 2),
-    "int32_t": ("int32", 4), "int": ("int32", 4), "uint32_t": ("uint32", 4),
-    "int64_t": ("int64", 8), "uint64_t": ("uint64", 8), "bool": ("bool", 1),
-}  # fmt: skip
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+# C++ element types -> (torch dtype name, bytes), from the one dtype table.
+CPP_TYPES: dict[str, tuple[str, int]] = {cpp: (dtype_table.torch_name(s), dtype_table.TABLE[s].nbytes) for cpp, s in dtype_table.CPP_TYPES.items()}
+DTYPE_BYTES = {d: dtype_table.TABLE[d].nbytes for d in DTYPES}
 
 _OUTPUT_NAMES = re.compile(r"^(out|output|outputs|dst|result|out_\w+|output_\w+|\w+_out|\w+_output)$")
 _INOUT_NAMES = re.compile(r"^(residual|\w+_inplace)$")

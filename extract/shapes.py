@@ -30,12 +30,15 @@ What must stay true:
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import pathlib
 import re
 import tomllib
 from typing import Any, Iterable
 
+from contract import expr
+from contract.errors import ExprError
 from pipeline.errors import ConfigError
 from pipeline.records import Contract, ShapeCase
 
@@ -110,20 +113,24 @@ def load_catalog(directory: pathlib.Path = CATALOG_DIR) -> list[Model]:
     return models
 
 
-def evaluate_dim(expr: str | int, dims: dict[str, int]) -> int | None:
-    """``"tokens*num_experts_per_tok"`` over dims; None when a name is missing."""
-    if isinstance(expr, int):
-        return expr
-    value = 1
-    for factor in str(expr).split("*"):
-        factor = factor.strip()
-        if re.fullmatch(r"\d+", factor):
-            value *= int(factor)
-        elif factor in dims and dims[factor] > 0:
-            value *= dims[factor]
-        else:
-            return None
-    return value
+def evaluate_dim(entry: str | int, dims: dict[str, int]) -> int | None:
+    """``"tokens*num_experts_per_tok"`` over dims; None when a name is missing or not
+    positive, or the entry is not a product of names and integers (the only form a
+    model family writes). Read by :mod:`contract.expr`'s arithmetic grammar."""
+    if isinstance(entry, int):
+        return entry
+    try:
+        tree = expr.parse(str(entry), expr.ARITHMETIC)
+    except ExprError:
+        return None
+    product = all(
+        isinstance(node, (ast.Expression, ast.Name, ast.Load, ast.Constant, ast.Mult))
+        or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult))
+        for node in ast.walk(tree)
+    )
+    if not product or any(dims.get(name, 0) <= 0 for name in expr.names(tree)):
+        return None
+    return int(expr.evaluate(tree, dims))
 
 
 def _names(expr: str | int) -> list[str]:

@@ -46,10 +46,13 @@ import tomllib
 import uuid
 from typing import Any, Iterable
 
+from contract.layout import KEY_FILE, SRC_DIR, task_dir
+from contract.shapes import synthetic_shape
 from extract import contract as contract_mod
 from extract import pyops, shapes
 from pipeline import deps as build_deps
-from pipeline.errors import ConfigError, StaleRecordError
+from pipeline.digest import source_digest
+from pipeline.errors import ConfigError
 from pipeline.records import (
     DTYPES,
     BuildRecipe,
@@ -63,23 +66,18 @@ from pipeline.records import (
     Span,
     Task,
     content_hash,
-    read_record,
     replace_dir,
     write_record,
 )
 
-TASKS_DIR = "tasks"
-SRC_DIR = "src"
-KEY_FILE = ".extract-key"
 INCLUDE_DIR = "kernels/jit/include"
 DEFAULT_TOKEN_COUNTS = (1, 8, 64, 512, 4096, 16384)
-_OWN_CODE = ("pyops.py", "contract.py", "shapes.py", "tasks.py", "curated/loader_values.toml")
-# planned_sizes runs the harness's shape invention: its code is an input of every task too
-_HARNESS_CODE = ("inputs.py", "constraints.py")
-
-
-def task_dir(work_dir: str | os.PathLike[str], op_id: str) -> pathlib.Path:
-    return pathlib.Path(work_dir) / TASKS_DIR / op_id
+# Extract's own code, and the contract package whose shape invention planned_sizes runs:
+# both are inputs of every task (globs over the repository root; pipeline.digest).
+_OWN_CODE = (
+    "extract/pyops.py", "extract/pyops/*.py", "extract/contract.py", "extract/shapes.py", "extract/tasks.py",
+    "extract/curated/loader_values.toml", "contract/*.py",
+)  # fmt: skip
 
 
 def arch_number(arch: str) -> int:
@@ -277,14 +275,12 @@ _REFUSALS = ("the function raises here", "assertion fails", "returned without ca
 def planned_sizes(contract: Contract) -> dict[str, int]:
     """The sizes a loader reading a tensor's shape is planned at, where no shape case
     gives one: the small shape the harness invents for the contract
-    (``optimize.harness.inputs.synthetic_shape``: the kernel's own checks hold there,
+    (``contract.shapes.synthetic_shape``: the kernel's own checks hold there,
     ``2 <= W <= 4``). What must stay true: it is the very shape the harness then tests,
     so an instantiation specialised on these sizes is the one it selects. Pure Python
     (no torch); {} when the contract has no shape to invent."""
-    from optimize.harness import inputs as harness_inputs  # pure Python; imported here to keep extract's import light
-
     try:
-        case = harness_inputs.synthetic_shape(contract)
+        case = synthetic_shape(contract)
     except Exception:  # noqa: BLE001 - a contract the harness cannot size: planned at PLANNED_SIZE
         return {}
     return dict(case.sizes) if case is not None else {}
@@ -336,7 +332,6 @@ def task_key(index: Index, op: OpEntry, arch: str, token_counts: Iterable[int], 
     :func:`write_task` and the one ``extract`` checks with :func:`is_current` must
     be taken over the same files, or a rerun never finds the task current.
     """
-    here = pathlib.Path(__file__).parent
     digests = {d.path: d.sha256 for d in index.files}
     root = pathlib.Path(index.source.root)
     closure = files or include_closure(root, op.files, index.includes)
@@ -350,10 +345,7 @@ def task_key(index: Index, op: OpEntry, arch: str, token_counts: Iterable[int], 
     parts.append(curated.read_bytes() if curated.is_file() else b"")
     for path in sorted(shapes.CATALOG_DIR.glob("*.toml")):
         parts += [path.name, path.read_bytes()]
-    for name in _OWN_CODE:
-        parts.append((here / name).read_bytes())
-    for name in _HARNESS_CODE:
-        parts.append((here.parent / "optimize" / "harness" / name).read_bytes())
+    parts.append(source_digest(_OWN_CODE))
     return content_hash(*parts)
 
 
@@ -501,35 +493,3 @@ def _publish(task: Task, root: pathlib.Path, closure: list[str], work_dir: pathl
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-
-
-def save_task(task: Task, work_dir: str | os.PathLike[str]) -> pathlib.Path:
-    """Rewrite ``task.json`` of an existing task folder (e.g. with its baseline build)."""
-    return write_record(task, task_dir(work_dir, task.op_id) / "task.json")
-
-
-def load_task(folder: str | os.PathLike[str]) -> Task:
-    """Read ``<folder>/task.json`` and check ``src/`` still holds exactly the recorded files.
-
-    Raises StaleRecordError (another schema version, or ``src/`` out of step with
-    the record) with the fix: re-run ``kernelsmith extract --ops <op>``.
-    """
-    folder = pathlib.Path(folder)
-    path = folder / "task.json"
-    if not path.is_file():
-        raise ConfigError(f"no task at {folder} (task.json missing)", fix="run `kernelsmith extract --ops <op>` first")
-    task = read_record(Task, path)
-    for digest in task.files:
-        file = folder / SRC_DIR / digest.path
-        if not file.is_file():
-            raise StaleRecordError(
-                f"{folder}: {SRC_DIR}/{digest.path} is missing",
-                fix=f"re-run `kernelsmith extract --ops {task.op_id}`",
-            )
-        data = file.read_bytes()
-        if len(data) != digest.size or hashlib.sha256(data).hexdigest() != digest.sha256:
-            raise StaleRecordError(
-                f"{folder}: {SRC_DIR}/{digest.path} differs from the bytes task.json records",
-                fix=f"re-run `kernelsmith extract --ops {task.op_id}` (the task's sources are never edited in place)",
-            )
-    return task

@@ -59,7 +59,7 @@ def _packages(patch: Patch) -> tuple[pathlib.Path, pathlib.Path]:
 
 
 def _tasks(patch: Patch) -> list[Any]:
-    from extract.tasks import load_task
+    from contract.layout import load_task
 
     return [load_task(pathlib.Path(op.task_dir)) for op in patch.ops]
 

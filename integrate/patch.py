@@ -140,8 +140,7 @@ def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accep
     A candidate is accepted when it is not the baseline (it has a parent and
     replaces at least one span) and its evaluation says ``ok``.
     """
-    from extract.tasks import load_task
-    from optimize.harness.completion import completed_in_run
+    from contract.layout import completed_in_run, load_task
 
     if not run_dir.is_dir():
         raise ConfigError(f"no optimize run at {run_dir}", fix="run `kernelsmith optimize` first, or pass an existing --run")

@@ -243,7 +243,7 @@ def case_dims(task: Task, index: int) -> tuple[dict[str, int], int, int]:
     (``input`` of run_activation / rmsnorm / fused_add_rmsnorm); rows are its
     leading dimensions multiplied, width its last one.
     """
-    from optimize.harness.inputs import eval_expr, resolve_sizes, tensor_specs
+    from contract.sizes import eval_expr, resolve_sizes, tensor_specs
 
     case = task.shapes[index]
     sizes = resolve_sizes(task.contract, case, task.shapes)

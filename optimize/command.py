@@ -27,6 +27,7 @@ import datetime
 import sys
 from typing import Any
 
+from contract import layout
 from pipeline.config import DEFAULT_OPS, Config
 
 from optimize import report
@@ -38,8 +39,8 @@ def _ops(args: Any, config: Config) -> list[str]:
     if getattr(args, "ops", None):
         return list(dict.fromkeys(args.ops))
     if getattr(args, "all", False):
-        root = config.work / "tasks"
-        found = sorted(p.parent.name for p in root.glob("*/task.json")) if root.is_dir() else []
+        root = layout.tasks_root(config.work)
+        found = sorted(p.parent.name for p in root.glob(f"*/{layout.TASK_FILE}")) if root.is_dir() else []
         if not found:
             from optimize.errors import TaskMissing
 
@@ -77,7 +78,7 @@ def main(args: Any, config: Config) -> int:
     tasks = [load_op_task(config, op) for op in ops]
 
     run = getattr(args, "run", None) or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = config.work / "runs" / run
+    run_dir = layout.run_dir(config.work, run)
     meta = {"run": run, "mode": mode, "coder": coder, "backend": "replay" if replay_file else "gpu",
             "replay": str(replay_file) if replay_file else None, "started_at": now_iso()}  # fmt: skip
 

@@ -8,6 +8,7 @@ message names the file or endpoint involved and carries the fix.
 
 from __future__ import annotations
 
+from contract.errors import TaskMissing
 from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError, ModelError
 
 
@@ -25,10 +26,6 @@ class ReplayError(ConfigError):
 
 class TrajectoryError(ConfigError):
     """A trajectory file on disk cannot be read as this version writes it."""
-
-
-class TaskMissing(ConfigError):
-    """No extracted task folder for an op."""
 
 
 class MalformedReply(ModelError):

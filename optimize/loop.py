@@ -74,6 +74,7 @@ from pipeline.records import (
     write_record,
 )
 
+from contract.layout import baseline_regions, read_task_files
 from optimize import report
 from optimize.agents import coding, planning, profiling, repair, single, testing
 from optimize.agents.edits import CodeResult
@@ -265,30 +266,6 @@ class OpState:
         return read_record(Evaluation, path) if path.exists() else None
 
 
-def read_task_files(task_dir: pathlib.Path, task: Task) -> dict[str, bytes]:
-    files = {}
-    for digest in task.files:
-        path = task_dir / "src" / digest.path
-        try:
-            files[digest.path] = path.read_bytes()
-        except FileNotFoundError as err:
-            raise TaskMissing(
-                f"task file {path} is missing",
-                fix=f"re-run `kernelsmith extract --ops {task.op_id}`",
-            ) from err
-    return files
-
-
-def baseline_regions(files: Mapping[str, bytes], task: Task) -> dict[str, str]:
-    regions = {}
-    for span in task.editable:
-        data = files.get(span.file)
-        if data is None:
-            raise TaskMissing(f"editable span {span.name} points at {span.file}, not in the task", fix="re-run `kernelsmith extract`")
-        regions[span.name] = data[span.start_byte : span.end_byte].decode("utf-8")
-    return regions
-
-
 def load_op_task(config: Config, op_id: str) -> tuple[pathlib.Path, Task]:
     task_dir = config.work / "tasks" / op_id
     if not (task_dir / "task.json").is_file():
@@ -296,7 +273,7 @@ def load_op_task(config: Config, op_id: str) -> tuple[pathlib.Path, Task]:
             f"no extracted task for {op_id} at {task_dir}",
             fix=f"run `kernelsmith extract --ops {op_id}` first",
         )
-    from extract.tasks import load_task
+    from contract.layout import load_task
 
     return task_dir, load_task(task_dir)
 
@@ -545,7 +522,8 @@ class Loop:
         """The task with what its contract left open filled (rules, then the testing
         agent's model), decided once per run and kept in ``contract_completion.json``
         so a resumed run calls the kernel exactly as before."""
-        from optimize.harness.completion import RECORD_FILE, completed_in_run
+        from contract.layout import COMPLETION_FILE as RECORD_FILE
+        from contract.layout import completed_in_run
 
         recorded = completed_in_run(op.task, op.dir)
         if recorded is not None:
@@ -584,7 +562,8 @@ class Loop:
         dtype), the contract is fixed (``completion.baseline_fixes``), the fix appended to
         the run's ``contract_completion.json`` and the baseline evaluated again, at most
         ``BASELINE_REPAIRS`` times; the stale evaluation is kept as ``*.superseded-<attempt>.json``."""
-        from optimize.harness.completion import BASELINE_REPAIRS, RECORD_FILE, Completion, baseline_fixes, refixed
+        from contract.completion import BASELINE_REPAIRS, Completion, baseline_fixes, refixed
+        from contract.layout import COMPLETION_FILE as RECORD_FILE
         from optimize.harness.errors import BaselineError
 
         for attempt in range(BASELINE_REPAIRS + 1):

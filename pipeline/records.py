@@ -389,7 +389,7 @@ class Evaluation(VersionedRecord):
     timings: list[ShapeTiming] = Field(default_factory=list)
     seconds: dict[str, float] = Field(default_factory=dict)  # build / test / profile split
     # Baseline-only evaluations: tensors whose role the baseline contradicted
-    # ("written" input, "never_written" output); see optimize.harness.completion.
+    # ("written" input, "never_written" output); see contract.completion.
     role_evidence: dict[str, str] = Field(default_factory=dict)
 
 

@@ -7,6 +7,7 @@ import pathlib
 
 import pytest
 
+from contract import layout
 from extract import command
 from extract.command import OpResult, build_index, select_ops, unit_groups
 from pipeline.build import merge_reports
@@ -154,7 +155,7 @@ def test_compile_check_drops_an_instantiation_the_baseline_cannot_compile(sglang
         }
     )
     widened = task.model_copy(update={"instantiations": [*task.instantiations, fp32]})
-    folder = tasks.task_dir(tmp_path, op.id)
+    folder = layout.task_dir(tmp_path, op.id)
     built = command.compile_tasks({op.id: folder}, {op.id: widened}, tmp_path / "builds", jobs=2)
     result, reason = built[op.id]
     assert reason == ""

@@ -22,7 +22,7 @@ OPS = sorted({c.op for c in CASES})
 
 
 def _task(op):
-    from extract.tasks import load_task
+    from contract.layout import load_task
 
     from tests.conftest import ensure_default_tasks
 

@@ -325,7 +325,7 @@ def test_health_names_a_contract_the_worker_cannot_call_before_any_build(tmp_pat
     from pipeline.records import ArgSpec, ScalarSpec, TensorSpec
 
     work = tmp_path / "work"
-    # names no completion rule covers (optimize/harness/completion.toml)
+    # names no completion rule covers (contract/completion.toml)
     _write_task(work, "s.op", extra_args=[ArgSpec(kind="scalar", scalar=ScalarSpec(name="chunk_rows", type="int", value=None))])
     _write_task(work, "i.op", extra_args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="ids", shape=["num_tokens"], dtype="int32", role="input"))])
     scalar = health.prepare(work / "tasks" / "s.op")

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from optimize.harness import compare
-from optimize.harness.inputs import TensorPlan
+from contract.plan import TensorPlan
 
 
 class Fake:

@@ -198,7 +198,7 @@ def test_evaluate_without_a_gpu_builds_then_says_a_gpu_is_required(tmp_path):
     import importlib.util
     import pathlib
 
-    from extract.tasks import load_task
+    from contract.layout import load_task
     from optimize.harness import adversarial
     from optimize.harness.errors import GpuRequired
     from pipeline.config import load_config

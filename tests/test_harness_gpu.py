@@ -13,6 +13,7 @@ import random
 
 import pytest
 
+from contract.plan import plan_call
 from optimize.harness import compare, inputs, references, roofline, timing
 from pipeline.records import ArgSpec, Contract, ScalarSpec, TensorSpec
 
@@ -47,7 +48,7 @@ def torch():
 
 
 def test_images_poison_guards_and_values(torch):
-    plan = inputs.plan_call(RMS, {"num_tokens": 5, "hidden_size": 256}, "bf16", "strided", random.Random(3))
+    plan = plan_call(RMS, {"num_tokens": 5, "hidden_size": 256}, "bf16", "strided", random.Random(3))
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     images = inputs.make_images(plan, "normal", gen, "cuda", outputs="poison")
@@ -65,7 +66,7 @@ def test_images_poison_guards_and_values(torch):
 
 
 def test_edge_distribution_has_zeros_tiny_large_and_negative_rows(torch):
-    plan = inputs.plan_call(SILU, {"num_tokens": 64, "hidden_size": 512}, "bf16")
+    plan = plan_call(SILU, {"num_tokens": 64, "hidden_size": 512}, "bf16")
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1)
     vals = inputs.logical_values(plan.tensors[0], "edge", gen, "cuda").float()
@@ -83,7 +84,7 @@ def test_sequence_offsets_are_filled_as_a_prefix_sum_on_the_device(torch):
                                                        value_range=("0", "T"), structure="offsets"))],
         symbols=["T", "D", "B"],
     )  # fmt: skip
-    plan = inputs.plan_call(varlen, {"T": 37, "D": 8, "B": 5}, "bf16")
+    plan = plan_call(varlen, {"T": 37, "D": 8, "B": 5}, "bf16")
     gen = torch.Generator(device="cuda")
     for seed in range(5):
         gen.manual_seed(seed)
@@ -100,7 +101,7 @@ def test_distinct_slots_are_filled_without_repeats_on_the_device(torch):
                                                        value_range=(0, "P - 1"), structure="distinct"))],
         symbols=["T", "D", "P"],
     )  # fmt: skip
-    plan = inputs.plan_call(store, {"T": 40, "D": 8, "P": 41}, "bf16")
+    plan = plan_call(store, {"T": 40, "D": 8, "P": 41}, "bf16")
     gen = torch.Generator(device="cuda")
     for seed in range(5):
         gen.manual_seed(seed)
@@ -132,7 +133,7 @@ def test_fp8_images_decoys_and_comparison(torch):
         c.args[0].model_copy(update={"tensor": c.args[0].tensor.model_copy(update={"dtype": "float8_e4m3fn"})}),
         c.args[1].model_copy(update={"tensor": c.args[1].tensor.model_copy(update={"dtype": "float8_e4m3fn"})}),
     ]})  # fmt: skip
-    plan = inputs.plan_call(c, {"n": 16, "d": 128}, "bf16")
+    plan = plan_call(c, {"n": 16, "d": 128}, "bf16")
     x, q = plan.tensors
     gen = torch.Generator(device="cuda")
     gen.manual_seed(5)
@@ -187,7 +188,7 @@ def test_graph_timing_and_device_ceilings(torch, tmp_path):
 
 def test_worker_checks_and_times_a_real_baseline(tmp_path):
     """End to end on the silu_and_mul task: build, worker process, checks, timing."""
-    from extract.tasks import load_task
+    from contract.layout import load_task
     from optimize.harness.evaluate import evaluate
     from pipeline.config import load_config
 
@@ -205,7 +206,7 @@ def test_worker_checks_and_times_a_real_baseline(tmp_path):
 
 def test_ncu_profiles_a_real_baseline(tmp_path):
     """Nsight Compute through the worker's single mode: DRAM throughput, occupancy, stalls of silu_and_mul."""
-    from extract.tasks import load_task
+    from contract.layout import load_task
     from optimize.harness.tools import find_tool, profile_ncu
     from pipeline.config import load_config
 

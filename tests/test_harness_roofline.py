@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from optimize.harness import inputs, roofline
+from contract.plan import plan_call
+from optimize.harness import roofline
 from optimize.harness.protocol import DeviceInfo
 from pipeline.records import ArgSpec, Contract, ScalarSpec, TensorSpec
 
@@ -40,25 +41,25 @@ DEVICE = DeviceInfo(
 
 
 def test_silu_bytes_input_read_once_output_written_once():
-    plan = inputs.plan_call(SILU, {"num_tokens": 8192, "hidden_size": 14336}, "bf16")
+    plan = plan_call(SILU, {"num_tokens": 8192, "hidden_size": 14336}, "bf16")
     assert roofline.contract_bytes(plan, SILU) == 8192 * 14336 * 2 * 2 + 8192 * 14336 * 2
 
 
 def test_fused_inout_counted_twice_weight_once():
-    plan = inputs.plan_call(FUSED, {"num_tokens": 8192, "hidden_size": 4096}, "fp16")
+    plan = plan_call(FUSED, {"num_tokens": 8192, "hidden_size": 4096}, "fp16")
     assert roofline.contract_bytes(plan, FUSED) == 2 * (2 * 8192 * 4096 * 2) + 4096 * 2
 
 
 def test_strided_layout_counts_logical_bytes_only():
     import random
 
-    plan = inputs.plan_call(RMS, {"num_tokens": 7, "hidden_size": 256}, "bf16", "strided", random.Random(1))
+    plan = plan_call(RMS, {"num_tokens": 7, "hidden_size": 256}, "bf16", "strided", random.Random(1))
     assert roofline.contract_bytes(plan, RMS) == 7 * 256 * 2 * 2 + 256 * 2
 
 
 def test_extra_bytes_formulas_add_and_notes_do_not():
     extra = SILU.model_copy(update={"extra_bytes": {"scales": "num_tokens * 4", "note": "reads a lookup table once"}})
-    plan = inputs.plan_call(extra, {"num_tokens": 10, "hidden_size": 8}, "bf16")
+    plan = plan_call(extra, {"num_tokens": 10, "hidden_size": 8}, "bf16")
     assert roofline.contract_bytes(plan, extra) == 10 * 16 * 2 + 10 * 8 * 2 + 40
 
 

@@ -2,7 +2,7 @@
 
 The candidate is synthetic (a hand edit of act_and_mul_kernel in the wheel's
 activation.cuh); everything else is real: the task folder read by
-extract.tasks.load_task, the splice, the diff, `git apply` and `patch -p1` on a
+contract.layout.load_task, the splice, the diff, `git apply` and `patch -p1` on a
 fresh unpacked copy of the wheel.
 
 The builders here are imported by the other test_integrate_* modules.

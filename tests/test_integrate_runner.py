@@ -81,7 +81,7 @@ def test_bare_install_refuses_a_folder_without_kernels(tmp_path):
 
 
 def _task(sglang_source, tmp_path, contract=None, shapes=None, dtypes=("bf16", "fp16", "fp32")):
-    from extract.tasks import load_task
+    from contract.layout import load_task
 
     root = pathlib.Path(sglang_source.root)
     return load_task(make_task(tmp_path / "work", sglang_source, OP, [act_span(root)], contract=contract, shapes=shapes, dtypes=dtypes))
@@ -173,7 +173,7 @@ def _patched(sglang_source, tmp_path, new_text: str):
     task_dir = make_task(work, sglang_source, OP, [act_span(root)], shapes=shapes, dtypes=("bf16", "fp16", "fp32"))
     make_best(work, "r1", OP, {"act_and_mul_kernel": new_text})
     patch = build_patch("r1", work / "runs" / "r1", work / "tasks", sglang_source, work / "integrate" / "r1")
-    from extract.tasks import load_task
+    from contract.layout import load_task
 
     return patch, load_task(task_dir), work / "integrate" / "r1"
 

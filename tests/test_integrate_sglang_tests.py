@@ -13,7 +13,7 @@ from test_integrate_patch import OP, act_span, make_task
 
 
 def _task(sglang_source, tmp_path, op_id=OP) -> Task:
-    from extract.tasks import load_task
+    from contract.layout import load_task
 
     return load_task(make_task(tmp_path / "work", sglang_source, op_id, [act_span(pathlib.Path(sglang_source.root))]))
 

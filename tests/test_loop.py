@@ -668,7 +668,7 @@ def test_offline_round_on_the_gpu_records_a_replayable_run(tmp_path, sglang_sour
     baseline = traj.baseline()
     assert baseline.timings and all(t.time_us > 0 and t.time_over_floor > 0 for t in baseline.timings)
     replayed = ReplayBackend(run_dir / "measurements.replay.json")
-    from extract.tasks import load_task
+    from contract.layout import load_task
 
     task = load_task(tmp_path / "tasks" / op)
     base = read_record(Candidate, run_dir / op / "candidates" / f"{baseline.candidate}.json")

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from contract import layout
 from extract import pyops, tasks
 from extract.command import build_index
 from extract.splice import apply_regions
@@ -39,8 +40,8 @@ def written(index, tmp_path_factory):
 @pytest.mark.parametrize("op_id", DEFAULT_OPS)
 def test_task_json_validates_and_src_matches(written, op_id):
     work, made = written
-    folder = tasks.task_dir(work, op_id)
-    loaded = tasks.load_task(folder)
+    folder = layout.task_dir(work, op_id)
+    loaded = layout.load_task(folder)
     assert loaded == made[op_id]
     assert Task.model_validate(json.loads((folder / "task.json").read_text())) == loaded
     on_disk = sorted(p.relative_to(folder / "src").as_posix() for p in (folder / "src").rglob("*") if p.is_file())
@@ -50,7 +51,7 @@ def test_task_json_validates_and_src_matches(written, op_id):
 @pytest.mark.parametrize("op_id", DEFAULT_OPS)
 def test_src_holds_the_whole_include_closure(written, op_id):
     work, made = written
-    src = tasks.task_dir(work, op_id) / "src"
+    src = layout.task_dir(work, op_id) / "src"
     task = made[op_id]
     assert task.build.cuda_files[0] in {f.path for f in task.files}
     assert any(f.path.startswith("kernels/jit/include/sgl_kernel/") for f in task.files)
@@ -128,16 +129,16 @@ def test_rerun_is_current_and_tampering_is_caught(written, index):
     key = tasks.task_key(index, op, "sm_90a", tasks.DEFAULT_TOKEN_COUNTS)
     assert tasks.is_current(work, op.id, key)
     assert not tasks.is_current(work, op.id, key[::-1])
-    folder = tasks.task_dir(work, op.id)
+    folder = layout.task_dir(work, op.id)
     target = folder / "src" / made[op.id].build.cuda_files[0]
     original = target.read_bytes()
     target.write_bytes(original + b"\n// edited\n")
     try:
         with pytest.raises(StaleRecordError, match="differs"):
-            tasks.load_task(folder)
+            layout.load_task(folder)
     finally:
         target.write_bytes(original)
-    tasks.load_task(folder)
+    layout.load_task(folder)
 
 
 def test_include_closure_fallback_without_index(sglang_source):

@@ -2,7 +2,7 @@
 
 The deterministic core is the harness's: every catalog shape of the task, plus
 ``harness.held_out_shapes`` fresh held-out shapes drawn anew for each evaluation
-(:func:`optimize.harness.inputs.draw_held_out`), each in every dtype, across the
+(:func:`contract.shapes.draw_held_out`), each in every dtype, across the
 normal/uniform/edge value distributions and contiguous/strided layouts the
 harness runs. This agent records that plan and checks once that the contract
 can produce held-out shapes at all, so a contract problem shows before round 1.
@@ -20,7 +20,7 @@ what the model asked for and why it was not used.
 
 Before any of that, :func:`complete_contract` fills what extract left open (open
 scalars, integer tensors without a value range): the stated rules of
-:mod:`optimize.harness.completion` first, then, for what they do not cover, the
+:mod:`contract.completion` first, then, for what they do not cover, the
 model (:file:`testing_contract.md`). A model's answer is kept only where it has the
 argument's type and its range bounds name known symbols; the baseline then judges
 it like any other input (a wrong range makes the baseline fail its evaluation).
@@ -39,7 +39,12 @@ from pydantic import Field
 from pipeline.errors import ModelError
 from pipeline.records import Record, ShapeCase, Task, VersionedRecord
 
-from optimize.harness.completion import Completion, Filled
+from contract import completion
+from contract.completion import Completion, Filled
+from contract.errors import ContractError
+from contract.layout import baseline_regions, read_task_files
+from contract.shapes import draw_held_out
+from contract.sizes import expr_symbols, shape_symbols
 
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
@@ -89,12 +94,10 @@ def plan_tests(
     ``validate(cases) -> [(ok, reason)]`` runs cases on the baseline; without it
     (a replayed run) no proposal can be kept, and the plan says so.
     """
-    from optimize.harness import inputs
-
     notes: list[str] = []
     preview: list[ShapeCase] = []
     try:
-        preview = inputs.draw_held_out(
+        preview = draw_held_out(
             task.contract, task.shapes, held_out, random.Random(seed), instantiations=task.instantiations
         )
     except Exception as err:  # noqa: BLE001 - a contract the harness cannot draw from is reported, not fatal here
@@ -116,7 +119,7 @@ def plan_tests(
     proposals, problem = parse_proposals(reply.text, max_cases)
     if problem:
         notes.append(problem)
-    symbols = inputs.shape_symbols(task.contract)
+    symbols = shape_symbols(task.contract)
     checked: list[ProposedCase] = []
     for case in proposals:
         reason = _contract_problem(task, case, symbols)
@@ -207,13 +210,11 @@ def complete_contract(task: Task, task_dir=None, *, model: Model | None = None) 
     """The task with its open contract items filled: rules first, then the model for
     what the rules leave open (see the module docstring). Never raises for a model
     failure: the record's ``open`` keeps what is still missing, with the reason."""
-    from optimize.harness import completion, inputs
-
     task, record = completion.complete(task, task_dir)
     if model is None or not record.open or any(item.startswith("not completed") for item in record.open):
         return task, record
     contract = task.contract
-    symbols = sorted(inputs.shape_symbols(contract))
+    symbols = sorted(shape_symbols(contract))
     int_scalars = sorted(a.scalar.name for a in contract.args if a.kind == "scalar" and a.scalar and a.scalar.type == "int")
     messages = render(
         "testing_contract", op_id=task.op_id, contract=contract.model_dump_json(indent=1, exclude_defaults=True),
@@ -233,8 +234,6 @@ def complete_contract(task: Task, task_dir=None, *, model: Model | None = None) 
 def _source_excerpt(task: Task, task_dir) -> str:
     if task_dir is None:
         return "(not available)"
-    from optimize.loop import baseline_regions, read_task_files
-
     try:
         regions = baseline_regions(read_task_files(pathlib.Path(task_dir), task), task)
     except Exception as err:  # noqa: BLE001 - the prompt says the source is missing
@@ -248,9 +247,6 @@ _TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str}
 
 def parse_completion(text: str, contract, known: set[str], model_name: str) -> tuple[list[Filled], str]:
     """Filled entries from the model's JSON object; a problem line for what was unusable."""
-    from optimize.harness import completion, inputs
-    from optimize.harness.errors import ContractError
-
     match = JSON_OBJECT.search(text)
     if match is None:
         return [], "the testing agent's completion reply has no JSON object"
@@ -277,7 +273,7 @@ def parse_completion(text: str, contract, known: set[str], model_name: str) -> t
         ok = spec is not None and isinstance(bounds, list) and len(bounds) == 2
         try:
             ok = ok and all(
-                not isinstance(b, bool) and (isinstance(b, int) or (isinstance(b, str) and inputs.expr_symbols(b) <= known))
+                not isinstance(b, bool) and (isinstance(b, int) or (isinstance(b, str) and expr_symbols(b) <= known))
                 for b in bounds
             )
         except ContractError:

@@ -11,7 +11,8 @@ Public entry points (imported lazily, so importing the package needs no torch):
 - ``kernelsmith bench`` -> :func:`optimize.harness.bench.main`.
 - ``python -m optimize.harness.gpu_check --out DIR``: the harness's own GPU check.
 
-Modules, one per concern: inputs (argument planning and filling), compare
+Modules, one per concern: inputs (filling argument buffers on the GPU; the planning
+half is the :mod:`contract` package), compare
 (verdicts), references (float64 and eager PyTorch), loader (tvm-ffi), isolate +
 worker (process isolation), timing (graphs, interleaving, spread), roofline
 (bytes, device ceilings), adversarial (the cheat suite).

@@ -24,6 +24,7 @@ import pathlib
 import re
 from dataclasses import dataclass
 
+from contract.layout import baseline_regions, read_task_files
 from pipeline.records import Candidate, Evaluation, Task, content_hash
 
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "tests" / "adversarial"
@@ -89,11 +90,7 @@ def candidate_for(case: AdversarialCase, task: Task) -> Candidate:
 
 def baseline_candidate(task_dir: str | pathlib.Path, task: Task) -> Candidate:
     """The baseline as a candidate: every editable span's original text (builds to the baseline's key)."""
-    src = pathlib.Path(task_dir) / "src"
-    regions = {}
-    for span in task.editable:
-        data = (src / span.file).read_bytes()
-        regions[span.name] = data[span.start_byte : span.end_byte].decode("utf-8")
+    regions = baseline_regions(read_task_files(pathlib.Path(task_dir), task), task)
     return Candidate(op_id=task.op_id, id=f"baseline-{_regions_hash(regions)}", parent=None, regions=regions, coder="baseline")
 
 

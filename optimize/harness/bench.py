@@ -157,17 +157,18 @@ def timing_section(command: str, results: Sequence[OpBench], when: str, environm
 
 
 def _task_dirs(config: Config, ops: Sequence[str] | None) -> list[tuple[str, pathlib.Path]]:
+    from contract import layout
     from optimize.errors import TaskMissing
 
-    root = config.work / "tasks"
+    root = layout.tasks_root(config.work)
     if ops is None:
         if not root.is_dir():
             raise TaskMissing(f"no tasks under {root}", fix="run `kernelsmith extract --all` first")
-        return [(p.name, p) for p in sorted(root.iterdir()) if (p / "task.json").is_file()]
+        return [(p.name, p) for p in sorted(root.iterdir()) if layout.has_task(p)]
     out = []
     for op in ops:
-        path = root / op
-        if not (path / "task.json").is_file():
+        path = layout.task_dir(config.work, op)
+        if not layout.has_task(path):
             raise TaskMissing(f"no extracted task for {op} at {path}", fix=f"run `kernelsmith extract --ops {op}`")
         out.append((op, path))
     return out
@@ -225,8 +226,8 @@ def _store(config: Config, command: str, results: Sequence[OpBench], sglang: str
 
 def main(args: Any, config: Config) -> int:
     """Entry point of ``kernelsmith bench`` (see the module doc). Exit 1 when any op was not measured."""
-    from extract.tasks import load_task
-    from optimize.harness.completion import complete
+    from contract.completion import complete
+    from contract.layout import load_task
 
     command = canonical_command(args)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")

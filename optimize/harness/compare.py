@@ -57,6 +57,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from contract.dtypes import FLOAT_DTYPES
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -157,7 +159,7 @@ def compare_tensor(
     if numel == 0:
         return TensorVerdict(name=name, ok=True, numel=0, bitwise_equal=True)
     # bf16/fp16/fp32/fp8 widen exactly to float32; fp64 and integers go to float64
-    wide = (lambda t: t.float()) if dtype in ("bf16", "fp16", "fp32", "fp8e4m3") else (lambda t: t.double())
+    wide = (lambda t: t.float()) if dtype in FLOAT_DTYPES and dtype != "fp64" else (lambda t: t.double())
     e, g = wide(expected), wide(got)
     e_fin, g_fin = e.isfinite(), g.isfinite()
     e_nan, g_nan = e.isnan(), g.isnan()

@@ -9,12 +9,9 @@ to report a candidate's failure.
 
 from __future__ import annotations
 
+from contract.errors import ContractError
 from optimize.errors import GpuRequired
-from pipeline.errors import ConfigError, KernelsmithError
-
-
-class ContractError(ConfigError):
-    """A contract the harness cannot instantiate (unknown symbol, bad expression, no instantiation)."""
+from pipeline.errors import KernelsmithError
 
 
 class BaselineError(KernelsmithError):

@@ -36,12 +36,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from optimize.harness import inputs, isolate, timing
+from contract.dtypes import cpp_spelling
+from contract.layout import SRC_DIR
+from contract.plan import layouts_for
+from contract.shapes import draw_held_out
+from contract.sizes import instantiations_for, refused_by_checks, resolve_sizes, select_instantiation
+from optimize.harness import isolate, timing
 from optimize.harness.errors import BaselineError, GpuRequired, HarnessError
 from optimize.harness.protocol import DISTRIBUTIONS, CheckCase, TimingCase, WorkerRequest, WorkerResult
 from pipeline.config import Config
 from pipeline.records import (
-    CPP_DTYPE,
+    DTYPES,
     BuildReport,
     Candidate,
     Evaluation,
@@ -66,7 +71,7 @@ class CasePlan:
 
 
 def task_dtypes(task: Task) -> list[str]:
-    return sorted({i.dtype for i in inputs.instantiations_for(task.contract, task.instantiations)})
+    return sorted({i.dtype for i in instantiations_for(task.contract, task.instantiations)})
 
 
 def plan_cases(
@@ -96,7 +101,7 @@ def plan_cases(
     # ("prefill rows must be in [4096, 65536]" at T=1): it is not a test case. When the
     # checks refuse every shape given, they are kept: a check extract translated wrongly
     # must not hide the op, and the baseline itself then says what it refuses.
-    refused = {s.label for s in catalog if inputs.refused_by_checks(contract, s, task.shapes or catalog)}
+    refused = {s.label for s in catalog if refused_by_checks(contract, s, task.shapes or catalog)}
     if len(refused) < len(catalog):
         catalog = [s for s in catalog if s.label not in refused]
     dtypes = task_dtypes(task)
@@ -106,23 +111,23 @@ def plan_cases(
             fix="re-run `kernelsmith extract` for this op",
         )
     drawn = (
-        inputs.draw_held_out(
+        draw_held_out(
             contract, task.shapes or catalog, held_out, rng, instantiations=task.instantiations, dtypes=dtypes
         )
         if held_out
         else []
     )
-    layouts = inputs.layouts_for(contract)
+    layouts = layouts_for(contract)
     units = _UsedUnits(canonical_units(task))
 
     def sizes_of(shape: ShapeCase) -> dict[str, int]:
-        return inputs.resolve_sizes(contract, shape, task.shapes or catalog)
+        return resolve_sizes(contract, shape, task.shapes or catalog)
 
     checks: list[CheckCase] = []
     for index, shape in enumerate(drawn):
         sizes = sizes_of(shape)
         for j, dtype in enumerate(dtypes):
-            inst = inputs.select_instantiation(contract, task.instantiations, dtype, sizes)
+            inst = select_instantiation(contract, task.instantiations, dtype, sizes)
             checks.append(
                 CheckCase(
                     label=shape.label, sizes=sizes, dtype=dtype, export=export_name(contract.entry, inst),
@@ -133,7 +138,7 @@ def plan_cases(
     for shape in catalog:
         sizes = sizes_of(shape)
         for dtype in dtypes:
-            inst = inputs.select_instantiation(contract, task.instantiations, dtype, sizes)
+            inst = select_instantiation(contract, task.instantiations, dtype, sizes)
             checks.append(
                 CheckCase(
                     label=shape.label, sizes=sizes, dtype=dtype, export=export_name(contract.entry, inst),
@@ -149,7 +154,7 @@ def plan_cases(
             for dtype in wanted:
                 if dtype not in dtypes:
                     continue
-                inst = inputs.select_instantiation(contract, task.instantiations, dtype, sizes)
+                inst = select_instantiation(contract, task.instantiations, dtype, sizes)
                 timings.append(
                     TimingCase(
                         label=shape.label, sizes=sizes, dtype=dtype, export=export_name(contract.entry, inst),
@@ -168,9 +173,9 @@ def canonical_units(task: Task) -> list[list[Instantiation]]:
     shapes an evaluation happens to draw, a unit's build key is stable and its
     module is built once and then served from the build cache.
     """
-    dtype_spellings = set(CPP_DTYPE.values()) | set(CPP_DTYPE)
+    dtype_spellings = {cpp_spelling(d) for d in DTYPES} | set(DTYPES)
     groups: dict[tuple[str, ...], list[Instantiation]] = {}
-    for inst in inputs.instantiations_for(task.contract, task.instantiations):
+    for inst in instantiations_for(task.contract, task.instantiations):
         key = tuple(arg for arg in inst.template_args if arg.strip() not in dtype_spellings)
         groups.setdefault(key, [])
         if all(other.dtype != inst.dtype for other in groups[key]):
@@ -205,7 +210,7 @@ def candidate_overrides(task_dir: str | os.PathLike[str], task: Task, regions: d
     """The candidate's versions of the files its regions live in (task sources spliced)."""
     from extract.splice import apply_regions
 
-    src = pathlib.Path(task_dir) / "src"
+    src = pathlib.Path(task_dir) / SRC_DIR
     files = {}
     for span in task.editable:
         if span.file not in files:
@@ -450,7 +455,7 @@ def validate_cases(
         sizes = {k: int(v) for k, v in case.sizes.items()}
         for dtype in dtypes:
             try:
-                inst = inputs.select_instantiation(task.contract, task.instantiations, dtype, sizes)
+                inst = select_instantiation(task.contract, task.instantiations, dtype, sizes)
             except Exception as err:  # noqa: BLE001 - reported per case
                 verdicts[index] = (False, str(err))
                 continue

@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-adversarial", action="store_true")
     args = parser.parse_args(argv)
 
-    from extract.tasks import load_task
+    from contract import layout
+    from contract.layout import load_task
     from optimize.harness import adversarial, roofline
     from optimize.harness.evaluate import evaluate
     from pipeline.config import DEFAULT_OPS, load_config
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tasks = {}
     for op in ops:
-        task_dir = config.work / "tasks" / op
+        task_dir = layout.task_dir(config.work, op)
         try:
             tasks[op] = (task_dir, load_task(task_dir))
         except Exception as err:  # noqa: BLE001

@@ -34,8 +34,6 @@ checks in this sweep's code on a GPU and every check passed; nothing is inferred
 from __future__ import annotations
 
 import concurrent.futures
-import functools
-import hashlib
 import pathlib
 import re
 import threading
@@ -43,14 +41,20 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Literal, Sequence
 
-from optimize.harness.completion import BASELINE_REPAIRS
+from contract.completion import BASELINE_REPAIRS
 from pipeline.build import first_error, usable_cpus
+from pipeline.digest import source_digest
 from pipeline.records import BuildReport, VersionedRecord, content_hash, read_record, write_record
 
 HELD_OUT = 2
 CHECK_GRACE_S = 60.0  # with a budget: how long checks already running may take past it
 # Sources whose change can change a verdict (the worker, inputs, comparison, builder).
-_FINGERPRINT_GLOBS = ("optimize/harness/*.py", "optimize/harness/*.toml", "pipeline/build.py", "pipeline/toolchain.py", "pipeline/records.py")
+# The code a verdict depends on (pipeline.digest): the harness, the contract package it
+# plans and completes contracts with, and the builder.
+_FINGERPRINT_GLOBS = (
+    "optimize/harness/*.py", "optimize/harness/*.toml", "contract/*.py", "contract/*.toml",
+    "pipeline/build.py", "pipeline/toolchain.py", "pipeline/records.py",
+)  # fmt: skip
 
 
 class HealthRow(VersionedRecord):
@@ -61,7 +65,7 @@ class HealthRow(VersionedRecord):
     passed: bool | None = None
     reason: str = ""
     checks: int = 0  # checks that passed
-    shapes: Literal["catalog", "synthetic"] = "catalog"  # synthetic: no model sizes the op (inputs.synthetic_shape)
+    shapes: Literal["catalog", "synthetic"] = "catalog"  # synthetic: no model sizes the op (synthetic_shape)
     unresolved: list[str] = []  # contract entries static inference left open (contract.unresolved)
     filled: list[str] = []  # what the completion rules filled in and the baseline fixed (completion.Filled.describe)
     still_open: list[str] = []  # what no rule covers: the LLM testing agent's to fill
@@ -79,14 +83,8 @@ class _Prepared:
     shape: object = None  # the catalog or synthetic ShapeCase the plan tests
 
 
-@functools.lru_cache(maxsize=1)
 def harness_fingerprint() -> str:
-    root = pathlib.Path(__file__).resolve().parents[2]
-    digest = hashlib.sha256()
-    for pattern in _FINGERPRINT_GLOBS:
-        for path in sorted(root.glob(pattern)):
-            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
+    return source_digest(_FINGERPRINT_GLOBS)[:16]
 
 
 def row_path(work: pathlib.Path, key: str) -> pathlib.Path:
@@ -99,9 +97,10 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
     With ``model`` (an LLM endpoint is configured), the testing agent fills what the
     completion rules leave open (:func:`optimize.agents.testing.complete_contract`);
     the verdict's key then covers its answers too."""
-    from extract.tasks import load_task
+    from contract.layout import load_task
+    from contract.shapes import synthetic_shape
+    from contract.sizes import refused_by_checks
     from optimize.agents.testing import complete_contract
-    from optimize.harness import inputs
     from optimize.harness.evaluate import plan_cases
 
     prep = _Prepared(task_dir=task_dir, row=HealthRow(op_id=task_dir.name))
@@ -131,7 +130,7 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
         return prep
 
     by_size = sorted(task.shapes, key=lambda s: sum(s.sizes.values()) * max(s.tokens, 1))
-    accepted = [s for s in by_size if not inputs.refused_by_checks(task.contract, s, task.shapes)]
+    accepted = [s for s in by_size if not refused_by_checks(task.contract, s, task.shapes)]
 
     def on_catalog():  # the smallest catalog shape the kernel's own checks accept
         return (task, accepted[0]) if accepted else None
@@ -140,7 +139,7 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
         return (task, by_size[0]) if by_size else None
 
     def on_synthetic():
-        shape = inputs.synthetic_shape(task.contract, task.instantiations)
+        shape = synthetic_shape(task.contract, task.instantiations)
         return None if shape is None else (task.model_copy(update={"shapes": [shape]}), shape)
 
     # The smallest catalog shape; where no model sizes the op, or the catalog's widths fit
@@ -180,8 +179,9 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
 
 def uncallable(contract, checks) -> str:
     """Why the worker could not make one of these calls ("" when it can): pure Python."""
-    from optimize.harness import inputs, references
-    from optimize.harness.errors import ContractError
+    from contract.errors import ContractError
+    from contract.plan import plan_call, require_fillable
+    from optimize.harness import references
 
     if not contract.args:  # extract found no C++ entry to read: a call would pass nothing
         why = next((u for u in contract.unresolved if "not found" in u or "no C++ entry" in u), "no arguments inferred")
@@ -189,8 +189,8 @@ def uncallable(contract, checks) -> str:
     try:
         references.get(contract.reference)  # a PyTorch reference it names must exist
         for case in checks:
-            for tensor in inputs.plan_call(contract, case.sizes, case.dtype, case.layout).tensors:
-                inputs.require_fillable(tensor)
+            for tensor in plan_call(contract, case.sizes, case.dtype, case.layout).tensors:
+                require_fillable(tensor)
     except ContractError as err:
         return err.message
     return ""
@@ -272,7 +272,7 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
       expected (``completion.size_from_rejection``): the invented size is replaced,
       if the same modules still serve the new shape."""
     from optimize.errors import GpuRequired
-    from optimize.harness.completion import baseline_fixes, refixed
+    from contract.completion import baseline_fixes, refixed
     from optimize.harness.evaluate import _workdir, run_request
 
     task, row, plan = prep.task, prep.row, prep.plan
@@ -360,8 +360,8 @@ def _without_refused_dtype(plan, res):
     baseline defines which dtypes the op has, and a dtype is never dropped for a CUDA
     error or a wrong result. Where every dtype is refused, the last refusal is the row's
     reason."""
-    from optimize.harness import inputs
-    from optimize.harness.errors import ContractError
+    from contract.errors import ContractError
+    from contract.plan import canonical_dtype
 
     detail = res.detail or ""
     failed = _failed_case(plan, res)
@@ -370,7 +370,7 @@ def _without_refused_dtype(plan, res):
     match = _DTYPE_REFUSED.search(detail)
     if match is not None:
         try:
-            refused = inputs.canonical_dtype(match.group(1), "")
+            refused = canonical_dtype(match.group(1), "")
         except ContractError:
             return None
         cause = match.group(0)
@@ -389,7 +389,7 @@ def _without_refused_dtype(plan, res):
 def _resized(task, contract, plan, res):
     """(task, plan, note) with the synthetic shape's size the baseline asked for, or None
     when its message names none or the new shape needs modules not built."""
-    from optimize.harness.completion import size_from_rejection
+    from contract.completion import size_from_rejection
     from optimize.harness.evaluate import plan_cases
 
     failed = _failed_case(plan, res)
@@ -584,7 +584,7 @@ def health_section(command: str, rows: Sequence[HealthRow], when: str, device: s
     lines += [f"- {r.op_id}: {'; '.join(r.unresolved)}" for r in unresolved] or ["- none"]
     filled = [r for r in rows if r.filled]
     lines += [
-        "", f"Filled in: completion rules (optimize/harness/completion.toml; guesses) and what the baseline itself "
+        "", f"Filled in: completion rules (contract/completion.toml; guesses) and what the baseline itself "
         f"showed (roles, sizes), each named ({len(filled)}):", "",
     ]  # fmt: skip
     lines += [f"- {r.op_id}: {'; '.join(r.filled)}" for r in filled] or ["- none"]

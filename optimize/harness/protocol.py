@@ -25,11 +25,11 @@ from typing import Literal
 
 from pydantic import Field
 
+from contract.plan import Layout
 from pipeline.config import HarnessConfig
 from pipeline.records import Contract, Dtype, Record, VersionedRecord
 
 Distribution = Literal["normal", "uniform", "edge"]
-Layout = Literal["contiguous", "strided"]
 DISTRIBUTIONS: tuple[Distribution, ...] = ("normal", "uniform", "edge")
 
 

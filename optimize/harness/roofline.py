@@ -31,7 +31,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from optimize.harness.errors import ContractError
-from optimize.harness.inputs import CallPlan, eval_expr
+from contract.plan import CallPlan
+from contract.sizes import eval_expr
 from optimize.harness.protocol import DeviceInfo
 from pipeline.records import Contract, ShapeTiming
 

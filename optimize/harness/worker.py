@@ -49,6 +49,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from contract.plan import plan_call
 from optimize.harness import compare, inputs, loader, references, roofline, timing
 from optimize.harness.protocol import (
     CheckCase,
@@ -124,7 +125,7 @@ class Checker:
         rng = random.Random(case.seed)
         gen = torch.Generator(device=self.device)
         gen.manual_seed(case.seed)
-        plan = inputs.plan_call(self.contract, case.sizes, case.dtype, case.layout, rng)
+        plan = plan_call(self.contract, case.sizes, case.dtype, case.layout, rng)
         images_x = inputs.make_images(plan, case.distribution, gen, self.device, outputs="poison")
         images_y = inputs.make_images(plan, case.distribution, gen, self.device, outputs="garbage")
         decoy = {t.name: inputs.decoy_image(images_x[t.name], t) for t in plan.tensors if t.role != "output"}
@@ -407,7 +408,7 @@ class Timer:
 
         req = self.request
         contract = req.contract
-        plan = inputs.plan_call(contract, case.sizes, case.dtype, "contiguous")
+        plan = plan_call(contract, case.sizes, case.dtype, "contiguous")
         gen = torch.Generator(device=self.device)
         gen.manual_seed(random.SystemRandom().randrange(1 << 62))
         per_set = sum(t.storage_numel * t.itemsize for t in plan.tensors)
@@ -557,7 +558,7 @@ def _single(request: WorkerRequest, device, stream, info) -> WorkerResult:
         for case in cases:
             gen = torch.Generator(device=device)
             gen.manual_seed(case.seed)
-            plan = inputs.plan_call(request.contract, case.sizes, case.dtype, case.layout)
+            plan = plan_call(request.contract, case.sizes, case.dtype, case.layout)
             bufs = inputs.Buffers(plan, device)
             bufs.load(inputs.make_images(plan, case.distribution, gen, device))
             fn = loader.function(libraries[case.unit], case.export)

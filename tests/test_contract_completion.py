@@ -1,4 +1,4 @@
-"""Filling open contract items: the rules (optimize/harness/completion.toml), the
+"""Filling open contract items: the rules (contract/completion.toml), the
 source-literal rule, range expressions in plan_call, and the testing agent's model
 path (scripted replies only)."""
 
@@ -8,9 +8,11 @@ import json
 
 import pytest
 
+from contract import completion, layout
+from contract.errors import ContractError
+from contract.plan import offsets, plan_call, require_fillable
+from contract.sizes import expr_symbols
 from optimize.agents import testing
-from optimize.harness import completion, inputs
-from optimize.harness.errors import ContractError
 from optimize.llm.fakes import ScriptedModel
 from pipeline.errors import ModelError
 from pipeline.records import (
@@ -40,7 +42,7 @@ SIZES = {"tokens": 4, "hidden": 64, "slots": 32}
 
 
 def ranges(task: Task) -> dict[str, tuple]:
-    plan = inputs.plan_call(task.contract, SIZES, "bf16")
+    plan = plan_call(task.contract, SIZES, "bf16")
     return {t.name: t.value_range for t in plan.tensors if t.value_range is not None}
 
 
@@ -60,8 +62,8 @@ def test_gather_indices_stay_inside_every_table_and_plan_call_evaluates_the_boun
     assert record.open == []
     # the unfilled task is refused by the harness; the filled one is planned with numbers
     with pytest.raises(ContractError, match="positions has no value_range"):
-        for t in inputs.plan_call(task.contract, SIZES, "bf16").tensors:
-            inputs.require_fillable(t)
+        for t in plan_call(task.contract, SIZES, "bf16").tensors:
+            require_fillable(t)
     assert ranges(done) == {"positions": (0.0, 31.0), "out_cache_loc": (0.0, 31.0)}
 
 
@@ -116,7 +118,7 @@ def test_sequence_offsets_are_a_prefix_sum_over_the_tokens():
     )  # fmt: skip
     done, record = completion.complete(task)
     assert [f.describe() for f in record.filled][-1] == "qsl = offsets [0, T], shape ['B + 1'] (completion.toml: offsets qsl)"
-    plan = {t.name: t for t in inputs.plan_call(done.contract, {"T": 7, "D": 8, "B": 3}, "bf16").tensors}
+    plan = {t.name: t for t in plan_call(done.contract, {"T": 7, "D": 8, "B": 3}, "bf16").tensors}
     assert plan["qsl"].shape == (4,) and plan["qsl"].value_range == (0.0, 7.0) and plan["qsl"].structure == "offsets"
     tied = task_of(tensor("x", ["T", "D"]), tensor("cu", ["B1"], dtype="int64"), tensor("w", ["B1", 2]), symbols=("T", "D", "B1"))
     assert completion.complete(tied)[1].filled[0].shape is None  # its length is another tensor's already
@@ -127,7 +129,7 @@ def test_offsets_start_at_low_end_at_high_and_never_decrease(count):
     import random
 
     for seed in range(20):
-        values = inputs.offsets(count, 0, 9, random.Random(seed))
+        values = offsets(count, 0, 9, random.Random(seed))
         assert len(values) == count
         if count:
             assert values[0] == 0 and all(a <= b for a, b in zip(values, values[1:]))
@@ -163,7 +165,7 @@ def test_a_string_scalar_takes_the_literal_the_kernel_compares_it_with(tmp_path)
     done, record = completion.complete(task, tmp_path)
     (filled,) = record.filled
     assert (filled.value, filled.rule) == ("gelu", "source-literal")
-    assert inputs.plan_call(done.contract, SIZES, "bf16").args[1] == "gelu"
+    assert plan_call(done.contract, SIZES, "bf16").args[1] == "gelu"
     _, nothing = completion.complete(task, None)  # no sources: stays open
     assert nothing.open == ["scalar type (str): no value to call with"]
 
@@ -171,7 +173,7 @@ def test_a_string_scalar_takes_the_literal_the_kernel_compares_it_with(tmp_path)
 def test_an_empty_range_and_an_unreadable_contract_are_reported():
     bad = task_of(tensor("ids", ["tokens"], dtype="int32", value_range=("0", "slots - 64")))
     with pytest.raises(ContractError, match="value range of ids is empty"):
-        inputs.plan_call(bad.contract, SIZES, "bf16")
+        plan_call(bad.contract, SIZES, "bf16")
     unreadable = task_of(tensor("x", ["hidden x 2"]), tensor("ids", ["tokens"], dtype="int32"))
     same, record = completion.complete(unreadable)
     assert same == unreadable and record.open[0].startswith("not completed: shape entry 'hidden x 2'")
@@ -185,7 +187,7 @@ def test_every_rule_in_the_shipped_file_is_well_formed():
     for rule in rules["index"]:
         assert rule["names"] and rule["kind"] in ("bounded", "gather", "zeros", "full", "lengths", "offsets", "open") and rule["why"]
         if rule["kind"] == "bounded":
-            inputs.expr_symbols(rule["low"]) | inputs.expr_symbols(rule["high"])  # parses
+            expr_symbols(rule["low"]) | expr_symbols(rule["high"])  # parses
 
 
 # ------------------------------------------------------------------ the model path
@@ -245,11 +247,11 @@ def test_a_run_keeps_its_completion_and_later_stages_call_the_kernel_the_same_wa
     from pipeline.records import write_record
 
     task = task_of(tensor("x", ["tokens", "hidden"]), scalar("page_size", "int"))
-    assert completion.completed_in_run(task, tmp_path) is None
+    assert layout.completed_in_run(task, tmp_path) is None
     _, record = completion.complete(task)
-    write_record(record.model_copy(update={"filled": [record.filled[0].model_copy(update={"value": 16})]}), tmp_path / completion.RECORD_FILE)
-    again = completion.completed_in_run(task, tmp_path)  # the recorded value, not today's rule
-    assert inputs.plan_call(again.contract, SIZES, "bf16").args[1] == 16
+    write_record(record.model_copy(update={"filled": [record.filled[0].model_copy(update={"value": 16})]}), tmp_path / layout.COMPLETION_FILE)
+    again = layout.completed_in_run(task, tmp_path)  # the recorded value, not today's rule
+    assert plan_call(again.contract, SIZES, "bf16").args[1] == 16
 
 
 def test_a_role_fix_from_the_baseline_makes_the_tensor_inout_and_drops_the_reference():

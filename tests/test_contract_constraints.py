@@ -1,11 +1,14 @@
-"""The kernel's own checks as constraints (optimize.harness.constraints) and where the
+"""The kernel's own checks as constraints (contract.constraints) and where the
 harness uses them: synthetic shapes, open int scalars, held-out draws. Pure Python."""
 
 from __future__ import annotations
 
 import random
 
-from optimize.harness import completion, constraints, inputs
+from contract import completion, constraints
+from contract.plan import plan_call
+from contract.shapes import draw_held_out, synthetic_shape
+from contract.sizes import resolve_sizes
 from pipeline.records import ArgSpec, Contract, ScalarSpec, ShapeCase, TensorSpec
 
 
@@ -83,8 +86,8 @@ def test_an_open_int_scalar_is_settled_per_case_from_that_cases_sizes():
     assert constraints.open_ints(other) == set() and constraints.settle_scalars(other, {"numel": 8}) == {}
     assert completion.open_scalar(other, 2) and not completion.open_scalar(c, 2)
     # the planned call passes the settled value
-    sizes = inputs.resolve_sizes(c, ShapeCase(model="m", tokens=1, sizes={"numel": 96, "gate_numel": 96}))
-    call = inputs.plan_call(c, sizes, "bf16")
+    sizes = resolve_sizes(c, ShapeCase(model="m", tokens=1, sizes={"numel": 96, "gate_numel": 96}))
+    call = plan_call(c, sizes, "bf16")
     assert call.args[2] == sizes["hidden_size"] and 96 % sizes["hidden_size"] == 0
 
 
@@ -96,7 +99,7 @@ def test_a_scalar_named_after_a_size_is_that_size_never_settled_apart():
         symbols=["batch_size", "dim"], constraints=["((dim % 8) == 0)"],
     )  # fmt: skip
     assert constraints.open_ints(c) == set()
-    drawn = inputs.draw_held_out(c, [ShapeCase(model="m", tokens=2, sizes={"batch_size": 2, "dim": 64})], 4, random.Random(0))
+    drawn = draw_held_out(c, [ShapeCase(model="m", tokens=2, sizes={"batch_size": 2, "dim": 64})], 4, random.Random(0))
     assert drawn and all(case.sizes["dim"] > 0 and case.sizes["dim"] % 8 == 0 for case in drawn)
 
 
@@ -129,9 +132,9 @@ def test_each_side_of_a_conjunction_is_mended_on_its_own():
 
 
 def test_the_synthetic_shape_satisfies_the_kernels_checks():
-    case = inputs.synthetic_shape(kda_like())
+    case = synthetic_shape(kda_like())
     assert case.sizes["kH"] in (3, 6, 12)
-    gate = inputs.synthetic_shape(gate_like())
+    gate = synthetic_shape(gate_like())
     assert not constraints.violated(gate_like(), gate.sizes)
     assert gate.sizes["gate_numel"] == gate.sizes["numel"]  # broadcast_gate is an open bool: False
     assert gate.sizes["numel"] % gate.sizes["hidden_size"] == 0
@@ -143,10 +146,10 @@ def test_held_out_draws_the_kernels_checks_refuse_are_drawn_again():
         symbols=["num_tokens", "hidden"], constraints=["((num_tokens % 2) == 1)"],
     )  # fmt: skip
     catalog = [ShapeCase(model="m", tokens=3, sizes={"num_tokens": 3, "hidden": 256})]
-    drawn = inputs.draw_held_out(c, catalog, 6, random.Random(5))
+    drawn = draw_held_out(c, catalog, 6, random.Random(5))
     assert drawn and all(case.sizes["num_tokens"] % 2 == 1 for case in drawn)
     refusing = c.model_copy(update={"constraints": ["(num_tokens > 100000)"]})
-    assert inputs.draw_held_out(refusing, catalog, 3, random.Random(5)) == []
+    assert draw_held_out(refusing, catalog, 3, random.Random(5)) == []
 
 
 def test_a_multiple_of_a_product_of_sizes_is_found():

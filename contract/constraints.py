@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import ast
 import functools
-from typing import Any, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
+from contract import expr
+from contract.errors import ExprError
 from pipeline.records import Contract
 
 # Values tried for a free name, beside the constants the constraints mention and the
@@ -37,30 +39,17 @@ POOL = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 MAX_VALUE = 1 << 16  # a size the harness invents stays small enough to allocate and check fast
 MAX_STEPS = 24  # value changes per solve; each must leave fewer constraints broken
 
-_NODES = (
-    ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
-    ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.LShift, ast.RShift,
-    ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.IfExp, ast.Name, ast.Load,
-)  # fmt: skip
-
 
 @functools.lru_cache(maxsize=4096)
-def _compiled(constraint: str) -> tuple[Any, frozenset[str], tuple[int, ...]] | None:
-    """(code, names, integer literals) of one constraint; None when it is not the
-    restricted Python extract writes (it is then ignored, never evaluated)."""
+def _compiled(constraint: str) -> tuple[ast.Expression, frozenset[str], tuple[int, ...]] | None:
+    """(tree, names, integer literals) of one constraint; None when it is not the
+    restricted Python extract writes (:data:`contract.expr.CONDITION`; it is then
+    ignored, never evaluated)."""
     try:
-        tree = ast.parse(constraint, mode="eval")
-    except SyntaxError:
+        tree = expr.parse(constraint, expr.CONDITION)
+    except ExprError:
         return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant):
-            if type(node.value) not in (int, bool):
-                return None
-        elif not isinstance(node, _NODES):
-            return None
-    names = frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
-    literals = tuple(sorted({n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and type(n.value) is int and n.value > 0}))
-    return compile(tree, "<constraint>", "eval"), names, literals
+    return tree, expr.names(tree), expr.int_literals(tree)
 
 
 def names_of(constraint: str) -> frozenset[str]:
@@ -78,8 +67,8 @@ def _evaluate(expression: str, env: Mapping[str, int | bool]) -> object:
     if compiled is None or not compiled[1] <= env.keys():
         return _UNKNOWN
     try:
-        return eval(compiled[0], {"__builtins__": {}}, dict(env))  # noqa: S307 - validated AST, names only
-    except (ArithmeticError, TypeError, ValueError):
+        return expr.evaluate(compiled[0], env)
+    except (ExprError, ArithmeticError, TypeError):
         return _UNKNOWN
 
 
@@ -134,7 +123,7 @@ def _direct(constraint: str, name: str, env: Mapping[str, int | bool]) -> list[i
     out: list[int] = []
     if _compiled(constraint) is None:
         return out
-    for node in ast.walk(ast.parse(constraint, mode="eval")):
+    for node in ast.walk(expr.parse(constraint, expr.CONDITION)):
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq):
             for mine, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
                 if isinstance(mine, ast.Name) and mine.id == name:
@@ -175,7 +164,7 @@ def _conjuncts(constraint: str) -> list[str]:
     """The operands of a top-level ``and`` (nested ones flattened), else the constraint."""
     if _compiled(constraint) is None:
         return [constraint]
-    tree = ast.parse(constraint, mode="eval").body
+    tree = expr.parse(constraint, expr.CONDITION).body
     if not (isinstance(tree, ast.BoolOp) and isinstance(tree.op, ast.And)):
         return [constraint]
     return [part for value in tree.values for part in _conjuncts(ast.unparse(value))]

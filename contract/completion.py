@@ -21,7 +21,7 @@ What must stay true:
   and its reason, kept in the :class:`Completion` record beside the run and named
   in ``bench --all``'s table; a wrong guess shows as the *baseline* failing there.
 - Only what the harness would otherwise refuse is filled: a scalar the harness
-  settles itself (bools, epsilons, scales, a size symbol; :func:`inputs.scalar_value`)
+  settles itself (bools, epsilons, scales, a size symbol; :func:`contract.plan.scalar_value`)
   and a tensor that already has a range are left alone.
 - What no rule covers stays open and is listed (``Completion.open``): that is the
   LLM testing agent's work (:func:`optimize.agents.testing.complete_contract`).
@@ -40,12 +40,13 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from optimize.harness import constraints, inputs
-from optimize.harness.errors import ContractError
+from contract import constraints, dtypes
+from contract.errors import ContractError
+from contract.plan import ANY_SIZE, canonical_dtype, needs_value_range, plan_call, scalar_value
+from contract.sizes import eval_expr, expr_symbols, shape_symbols, tensor_specs, token_symbol
 from pipeline.records import ArgSpec, Contract, Record, Task, TensorSpec, VersionedRecord
 
 RULES_PATH = pathlib.Path(__file__).with_name("completion.toml")
-RECORD_FILE = "contract_completion.json"  # beside an op's trajectory in a run folder
 BASELINE_REPAIRS = 3  # re-evaluations of a baseline after it contradicted its contract
 SOURCE_SUFFIXES = (".cuh", ".cu", ".h", ".hpp", ".cpp")
 # Range of "full" packed data, capped to 32 bits so an int64 draw stays representable.
@@ -95,12 +96,12 @@ def open_scalar(contract: Contract, index: int) -> bool:
     arg = contract.args[index]
     if arg.kind != "scalar" or arg.scalar is None or arg.scalar.value is not None:
         return False
-    if arg.scalar.type == "int" and arg.scalar.name in inputs.shape_symbols(contract):
+    if arg.scalar.type == "int" and arg.scalar.name in shape_symbols(contract):
         return False  # settled per case from the sizes
     if arg.scalar.type == "int" and arg.scalar.name in constraints.open_ints(contract):
         return False  # settled per case by the kernel's own checks (constraints.settle_scalars)
     try:
-        inputs.scalar_value(contract, index, {})
+        scalar_value(contract, index, {})
     except ContractError:
         return True
     return False
@@ -108,14 +109,14 @@ def open_scalar(contract: Contract, index: int) -> bool:
 
 def open_tensor(spec: TensorSpec) -> bool:
     """An integer, non-bool tensor the kernel reads, with no value range (what
-    :func:`inputs.require_fillable` refuses)."""
+    :func:`contract.plan.require_fillable` refuses)."""
     if spec.dtype == "T":
         return False  # the instantiation's (float) dtype
     try:
-        short = inputs.canonical_dtype(spec.dtype, "")
+        short = canonical_dtype(spec.dtype, "")
     except ContractError:
         return False  # a dtype the harness cannot fill is reported as such, not here
-    return inputs.needs_value_range(spec.role, short, spec.value_range)
+    return needs_value_range(spec.role, short, spec.value_range)
 
 
 def open_items(contract: Contract) -> list[str]:
@@ -168,7 +169,7 @@ def _dim_text(dim: str | int) -> str:
     """A shape entry as a bound's term: a wildcard (-1) is the size the harness gives it,
     an expression is parenthesised."""
     if dim in (-1, "-1"):
-        return str(inputs.ANY_SIZE)
+        return str(ANY_SIZE)
     text = str(dim).strip()
     return text if isinstance(dim, int) or text.isidentifier() else f"({text})"
 
@@ -186,7 +187,7 @@ def _gather_high(contract: Contract, spec: TensorSpec) -> str | None:
     own = spec.shape[0] if spec.shape else None
     tables = {
         _dim_text(t.shape[0])
-        for t in inputs.tensor_specs(contract)
+        for t in tensor_specs(contract)
         if t.name != spec.name and len(t.shape) >= 2 and t.shape[0] != own
     }
     smallest = _smallest(tables)
@@ -201,10 +202,10 @@ def _length_high(contract: Contract, spec: TensorSpec) -> str | None:
         return None
     own = spec.shape[0]
     rows = set()
-    for t in inputs.tensor_specs(contract):
+    for t in tensor_specs(contract):
         if t.name == spec.name or len(t.shape) < 2 or own not in t.shape[:-1]:
             continue
-        if t.dtype != "T" and inputs.canonical_dtype(t.dtype, "bf16") not in inputs.FLOAT_DTYPES:
+        if t.dtype != "T" and canonical_dtype(t.dtype, "bf16") not in dtypes.FLOAT_DTYPES:
             continue
         rows.add(_dim_text(t.shape[-1]))
     return _smallest(rows)
@@ -217,13 +218,13 @@ def _offsets(contract: Contract, spec: TensorSpec) -> tuple[str, list[str | int]
     per-sequence tensors (``cache_indices[B]``). None without a token dimension."""
     if len(spec.shape) != 1:
         return None
-    token = inputs.token_symbol(contract)
+    token = token_symbol(contract)
     if token is None:
         return None
     own = spec.shape[0]
     if own == token:
         return None  # one entry per token is no batch of sequences
-    others = [t for t in inputs.tensor_specs(contract) if t.name != spec.name]
+    others = [t for t in tensor_specs(contract) if t.name != spec.name]
     if isinstance(own, int) and own != -1:
         return token, None
     if isinstance(own, str) and own != "-1" and any(own in map(str, t.shape) for t in others):
@@ -236,14 +237,14 @@ def _offsets(contract: Contract, spec: TensorSpec) -> tuple[str, list[str | int]
 
 
 def _known_names(contract: Contract) -> set[str]:
-    names = inputs.shape_symbols(contract)
+    names = shape_symbols(contract)
     names |= {a.scalar.name for a in contract.args if a.kind == "scalar" and a.scalar is not None and a.scalar.type == "int"}
     return names
 
 
 def _full_range(spec: TensorSpec) -> tuple[int, int]:
-    short = inputs.canonical_dtype(spec.dtype, "")
-    bits = min(8 * inputs.ITEMSIZE[short], _FULL_BITS)
+    short = canonical_dtype(spec.dtype, "")
+    bits = min(8 * dtypes.ITEMSIZE[short], _FULL_BITS)
     if short.startswith("uint"):
         return 0, (1 << bits) - 1
     return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
@@ -254,7 +255,7 @@ def _index_rule(contract: Contract, spec: TensorSpec, rules: list[dict], known: 
         pattern = _matches(spec.name, rule.get("names", []))
         if pattern is None or spec.role not in rule.get("roles", ["input"]):
             continue
-        if "dtypes" in rule and inputs.canonical_dtype(spec.dtype, "") not in rule["dtypes"]:
+        if "dtypes" in rule and canonical_dtype(spec.dtype, "") not in rule["dtypes"]:
             continue
         kind = rule.get("kind")
         bounds: tuple[float | str, float | str] | None = None
@@ -262,7 +263,7 @@ def _index_rule(contract: Contract, spec: TensorSpec, rules: list[dict], known: 
             return None
         if kind == "bounded":
             low, high = str(rule["low"]), str(rule["high"])
-            if (inputs.expr_symbols(low) | inputs.expr_symbols(high)) <= known:
+            if (expr_symbols(low) | expr_symbols(high)) <= known:
                 bounds = (low, high)
         elif kind == "gather":
             high = _gather_high(contract, spec)
@@ -364,11 +365,11 @@ def size_from_rejection(contract: Contract, sizes: dict[str, int], dtype: str, m
     dims = tuple(int(x) for x in match.group(1).replace(" ", "").split(",") if x)
     got_dtype, dim, expected = match.group(2), int(match.group(3)), int(match.group(4))
     try:
-        plan = inputs.plan_call(contract, sizes, dtype)
-        wanted = inputs.canonical_dtype(got_dtype, dtype)
+        plan = plan_call(contract, sizes, dtype)
+        wanted = canonical_dtype(got_dtype, dtype)
     except ContractError:
         return None
-    specs = {s.name: s for s in inputs.tensor_specs(contract)}
+    specs = {s.name: s for s in tensor_specs(contract)}
     for tensor in plan.tensors:
         if tensor.shape != dims or tensor.dtype != wanted or dim >= len(dims):
             continue
@@ -400,7 +401,7 @@ def _solve(entry: str | int, value: int, sizes: dict[str, int] | None = None) ->
         num, den = node.left, node.right
         if isinstance(den, ast.Name) and den.id in known:
             try:
-                numerator: int | None = inputs.eval_expr(ast.unparse(num), known)
+                numerator: int | None = eval_expr(ast.unparse(num), known)
             except ContractError:
                 numerator = None
             if numerator is not None and numerator % value == 0 and numerator // value > 0:
@@ -416,7 +417,7 @@ _DTYPE_DEMAND = re.compile(r"\b(\w+) (?:on CUDA )?must be (float32|float16|bfloa
 def dtype_from_rejection(contract: Contract, message: str) -> Filled | None:
     """The dtype a baseline's check demands of one of the contract's tensors
     ("correction_bias must be float32"), when the contract says otherwise."""
-    specs = {s.name: s for s in inputs.tensor_specs(contract)}
+    specs = {s.name: s for s in tensor_specs(contract)}
     for match in _DTYPE_DEMAND.finditer(message):
         name, dtype = match.group(1), match.group(2)
         spec = specs.get(name)
@@ -478,16 +479,3 @@ def _complete(task: Task, task_dir: pathlib.Path | None, rules: dict[str, list[d
     completed = apply(contract, filled)
     record = Completion(op_id=task.op_id, filled=filled, open=open_items(completed))
     return task.model_copy(update={"contract": completed}), record
-
-
-def completed_in_run(task: Task, op_dir: pathlib.Path) -> Task | None:
-    """The task as a run called it (its ``contract_completion.json`` applied); None when
-    the run has no such record yet. Integrate and a resumed loop both read it, so
-    every later call of the kernel uses the values its evaluations used."""
-    from pipeline.records import read_record
-
-    path = pathlib.Path(op_dir) / RECORD_FILE
-    if not path.exists():
-        return None
-    record = read_record(Completion, path)
-    return task.model_copy(update={"contract": apply(task.contract, record.filled)})

@@ -1,4 +1,4 @@
-"""Argument planning and shape drawing (optimize.harness.inputs), pure Python."""
+"""Argument planning and shape drawing (contract.sizes, contract.shapes, contract.plan), pure Python."""
 
 from __future__ import annotations
 
@@ -6,8 +6,35 @@ import random
 
 import pytest
 
-from optimize.harness import inputs
-from optimize.harness.errors import ContractError
+from contract.dtypes import POISON_BITS, poison_value
+from contract.errors import ContractError
+from contract.plan import (
+    ANY_SIZE,
+    GUARD_BYTES,
+    STRIDE_PAD_BYTES,
+    canonical_dtype,
+    distinct,
+    layouts_for,
+    plan_call,
+    require_fillable,
+)
+from contract.shapes import MAX_HELD_OUT_ELEMENTS, SYNTHETIC_TOKENS, _exact, draw_held_out, synthetic_shape
+from contract.sizes import (
+    SYNTHETIC_MODEL,
+    derived_symbols,
+    eval_expr,
+    expr_symbols,
+    free_stride_symbols,
+    instantiations_for,
+    numel_at,
+    pinned_sizes,
+    resolve_sizes,
+    select_instantiation,
+    shape_symbols,
+    tensor_specs,
+    token_symbol,
+    width_symbols,
+)
 from pipeline.records import ArgSpec, Contract, Instantiation, ScalarSpec, ShapeCase, TensorSpec
 
 
@@ -64,26 +91,26 @@ def inst(dtype, *template, export="rmsnorm"):
 
 def test_eval_expr_arithmetic_over_sizes():
     sizes = {"hidden_size": 4096, "num_tokens": 7}
-    assert inputs.eval_expr("2*hidden_size", sizes) == 8192
-    assert inputs.eval_expr("hidden_size // 8 + num_tokens - 1", sizes) == 518
-    assert inputs.eval_expr(16, sizes) == 16
-    assert inputs.eval_expr("-3", sizes) == -3
-    assert inputs.expr_symbols("2*hidden_size + num_tokens") == {"hidden_size", "num_tokens"}
+    assert eval_expr("2*hidden_size", sizes) == 8192
+    assert eval_expr("hidden_size // 8 + num_tokens - 1", sizes) == 518
+    assert eval_expr(16, sizes) == 16
+    assert eval_expr("-3", sizes) == -3
+    assert expr_symbols("2*hidden_size + num_tokens") == {"hidden_size", "num_tokens"}
 
 
 def test_eval_expr_refuses_unknown_symbols_inexact_division_and_calls():
     with pytest.raises(ContractError, match="'width'.*no value"):
-        inputs.eval_expr("width * 2", {"hidden_size": 1})
+        eval_expr("width * 2", {"hidden_size": 1})
     with pytest.raises(ContractError, match="inexactly"):
-        inputs.eval_expr("hidden_size / 3", {"hidden_size": 8})
+        eval_expr("hidden_size / 3", {"hidden_size": 8})
     with pytest.raises(ContractError, match="Call"):
-        inputs.eval_expr("pow(hidden_size, 2)", {"hidden_size": 8})
+        eval_expr("pow(hidden_size, 2)", {"hidden_size": 8})
     with pytest.raises(ContractError, match="Attribute"):
-        inputs.eval_expr("x.size", {"x": 8})
+        eval_expr("x.size", {"x": 8})
     # min/max are the only calls (an index range's smallest table), and their names are not symbols
-    assert inputs.eval_expr("min(hidden_size, 128) - 1", {"hidden_size": 8}) == 7
-    assert inputs.eval_expr("max(hidden_size, 2)", {"hidden_size": 8}) == 8
-    assert inputs.expr_symbols("min(capacity, 128) - 1") == {"capacity"}
+    assert eval_expr("min(hidden_size, 128) - 1", {"hidden_size": 8}) == 7
+    assert eval_expr("max(hidden_size, 2)", {"hidden_size": 8}) == 8
+    assert expr_symbols("min(capacity, 128) - 1") == {"capacity"}
 
 
 # ---------------------------------------------------------------------------- symbols
@@ -91,27 +118,27 @@ def test_eval_expr_refuses_unknown_symbols_inexact_division_and_calls():
 
 def test_shape_and_free_stride_symbols():
     c = rmsnorm_contract()
-    assert inputs.shape_symbols(c) == {"num_tokens", "hidden_size"}
-    assert inputs.free_stride_symbols(c) == {"input_stride", "output_stride"}
-    assert inputs.layouts_for(c) == ["contiguous", "strided"]
-    assert inputs.layouts_for(silu_contract()) == ["contiguous"]
+    assert shape_symbols(c) == {"num_tokens", "hidden_size"}
+    assert free_stride_symbols(c) == {"input_stride", "output_stride"}
+    assert layouts_for(c) == ["contiguous", "strided"]
+    assert layouts_for(silu_contract()) == ["contiguous"]
 
 
 def test_token_symbol_from_catalog_and_by_name():
     c = silu_contract()
-    assert inputs.token_symbol(c, [shape(8, 4096), shape(64, 1024)]) == "num_tokens"
+    assert token_symbol(c, [shape(8, 4096), shape(64, 1024)]) == "num_tokens"
     # MoE rows (tokens * top_k) do not equal case.tokens: the name decides
     moe = ShapeCase(model="M", tokens=8, sizes={"num_tokens": 64, "hidden_size": 1536})
-    assert inputs.token_symbol(c, [moe]) == "num_tokens"
+    assert token_symbol(c, [moe]) == "num_tokens"
 
 
 def test_resolve_sizes_fills_tokens_and_reports_missing_symbols():
     c = silu_contract()
     case = ShapeCase(model="M", tokens=5, sizes={"hidden_size": 64})
-    assert inputs.resolve_sizes(c, case) == {"hidden_size": 64, "num_tokens": 5}
+    assert resolve_sizes(c, case) == {"hidden_size": 64, "num_tokens": 5}
     bad = ShapeCase(model="M", tokens=5, sizes={"num_tokens": 5})
     with pytest.raises(ContractError, match="hidden_size"):
-        inputs.resolve_sizes(c, bad)
+        resolve_sizes(c, bad)
 
 
 def test_derived_symbols_found_from_catalog_ratios():
@@ -124,8 +151,8 @@ def test_derived_symbols_found_from_catalog_ratios():
         ShapeCase(model="M", tokens=4, sizes={"n": 4, "d_in": 2048, "d_out": 1024}),
         ShapeCase(model="M", tokens=8, sizes={"n": 8, "d_in": 512, "d_out": 256}),
     ]
-    assert inputs.derived_symbols(c, catalog, "n") == {"d_in": ("d_out", 2)}
-    drawn = inputs.draw_held_out(c, catalog, 5, random.Random(3))
+    assert derived_symbols(c, catalog, "n") == {"d_in": ("d_out", 2)}
+    drawn = draw_held_out(c, catalog, 5, random.Random(3))
     assert all(s.sizes["d_in"] == 2 * s.sizes["d_out"] for s in drawn)
 
 
@@ -136,19 +163,19 @@ def test_one_synthetic_case_ties_two_sizes_only_where_a_constraint_names_both():
     args = [tensor("a", ["n", "heads"], "input"), tensor("b", ["n", "parts"], "output")]
     one = [ShapeCase(model="synthetic", tokens=8, sizes={"n": 8, "heads": 16, "parts": 128})]
     loose = Contract(entry="e", args=args, symbols=["n", "heads", "parts"])
-    assert inputs.derived_symbols(loose, one, "n") == {}
+    assert derived_symbols(loose, one, "n") == {}
     tied = Contract(entry="e", args=args, symbols=["n", "heads", "parts"], constraints=["parts == 8 * heads"])
-    assert inputs.derived_symbols(tied, one, "n") == {"parts": ("heads", 8)}
+    assert derived_symbols(tied, one, "n") == {"parts": ("heads", 8)}
 
 
 def test_a_size_free_instantiation_serves_every_width():
     c = Contract(entry="run", args=[tensor("x", ["N"], "input"), tensor("out", ["N"], "output")], symbols=["N"])
     threads = Instantiation(dtype="bf16", module_args=[], template_args=["256", "true"], wrappers=[("run", "K<256, true>::run")])
     with pytest.raises(ContractError, match="specialised on"):
-        inputs.select_instantiation(c, [threads], "bf16", {"N": 8})
+        select_instantiation(c, [threads], "bf16", {"N": 8})
     free = threads.model_copy(update={"size_free": True})
-    assert inputs.select_instantiation(c, [free], "bf16", {"N": 8}) is free
-    assert inputs.synthetic_shape(c, [free]) is not None
+    assert select_instantiation(c, [free], "bf16", {"N": 8}) is free
+    assert synthetic_shape(c, [free]) is not None
 
 
 def test_accepted_limits():
@@ -167,7 +194,7 @@ def test_accepted_limits():
 def test_held_out_starts_at_one_token_then_odd_counts_and_valid_widths():
     c = silu_contract(max_values={"hidden_size": 20000})
     catalog = [shape(t, h) for t in (1, 8, 4096) for h in (14336, 1536)]
-    drawn = inputs.draw_held_out(c, catalog, 8, random.Random(11))
+    drawn = draw_held_out(c, catalog, 8, random.Random(11))
     assert len(drawn) == 8
     assert drawn[0].sizes["num_tokens"] == 1
     assert all(s.sizes["num_tokens"] % 2 == 1 and s.sizes["num_tokens"] >= 3 for s in drawn[1:])
@@ -178,16 +205,16 @@ def test_held_out_starts_at_one_token_then_odd_counts_and_valid_widths():
 def test_held_out_draws_differ_between_seeds_and_repeat_for_one_seed():
     c = silu_contract()
     catalog = [shape(8, 14336), shape(64, 4096)]
-    one = [s.sizes for s in inputs.draw_held_out(c, catalog, 6, random.Random(1))]
-    same = [s.sizes for s in inputs.draw_held_out(c, catalog, 6, random.Random(1))]
-    other = [s.sizes for s in inputs.draw_held_out(c, catalog, 6, random.Random(2))]
+    one = [s.sizes for s in draw_held_out(c, catalog, 6, random.Random(1))]
+    same = [s.sizes for s in draw_held_out(c, catalog, 6, random.Random(1))]
+    other = [s.sizes for s in draw_held_out(c, catalog, 6, random.Random(2))]
     assert one == same and one != other
 
 
 def test_held_out_cycles_through_every_allowed_width():
     c = rmsnorm_contract()
     catalog = [shape(8, 4096), shape(8, 128)]
-    widths = {s.sizes["hidden_size"] for s in inputs.draw_held_out(c, catalog, 7, random.Random(4))}
+    widths = {s.sizes["hidden_size"] for s in draw_held_out(c, catalog, 7, random.Random(4))}
     assert widths == set(c.allowed_values["hidden_size"])
 
 
@@ -196,21 +223,21 @@ def test_held_out_widths_limited_to_instantiated_ones_when_template_bound():
     catalog = [shape(8, 4096), shape(8, 128)]
     insts = [inst(d, w, "true", f"{d}_t") for d in ("bf16", "fp16") for w in ("4096", "128", "512")]
     insts.append(inst("bf16", "768", "true", "bf16_t"))  # only bf16 has 768: not drawn for both dtypes
-    drawn = inputs.draw_held_out(c, catalog, 9, random.Random(5), instantiations=insts)
+    drawn = draw_held_out(c, catalog, 9, random.Random(5), instantiations=insts)
     assert {s.sizes["hidden_size"] for s in drawn} == {4096, 128, 512}
 
 
 def test_held_out_keeps_tensors_bounded():
     c = silu_contract()
     catalog = [shape(8, 1 << 15)]
-    drawn = inputs.draw_held_out(c, catalog, 6, random.Random(9))
+    drawn = draw_held_out(c, catalog, 6, random.Random(9))
     for s in drawn:
-        assert s.sizes["num_tokens"] * 2 * s.sizes["hidden_size"] <= inputs.MAX_HELD_OUT_ELEMENTS or s.sizes["num_tokens"] == 1
+        assert s.sizes["num_tokens"] * 2 * s.sizes["hidden_size"] <= MAX_HELD_OUT_ELEMENTS or s.sizes["num_tokens"] == 1
 
 
 def test_held_out_token_counts_stay_within_the_contracts_max_value():
     c = silu_contract(max_values={"num_tokens": 32})
-    drawn = inputs.draw_held_out(c, [shape(8, 4096)], 12, random.Random(3))
+    drawn = draw_held_out(c, [shape(8, 4096)], 12, random.Random(3))
     assert len(drawn) == 12 and drawn[0].sizes["num_tokens"] == 1
     assert all(1 <= s.sizes["num_tokens"] <= 31 and s.sizes["num_tokens"] % 2 for s in drawn)
     assert any(s.sizes["num_tokens"] == 31 for s in drawn)  # the 65..8191 bands are capped, not skipped
@@ -227,7 +254,7 @@ def test_held_out_redraws_where_distinct_slots_outnumber_their_range():
               tensor("cache", ["pages", "hidden_size"], "inout")],
         symbols=["num_tokens", "hidden_size", "pages"], allowed_values={"pages": [16, 64]},
     )  # fmt: skip
-    drawn = inputs.draw_held_out(c, [ShapeCase(model="M", tokens=8, sizes={"num_tokens": 8, "hidden_size": 64, "pages": 64})], 6, random.Random(2))
+    drawn = draw_held_out(c, [ShapeCase(model="M", tokens=8, sizes={"num_tokens": 8, "hidden_size": 64, "pages": 64})], 6, random.Random(2))
     assert drawn and all(s.sizes["num_tokens"] <= s.sizes["pages"] for s in drawn)
     assert len({s.sizes["num_tokens"] for s in drawn}) > 1
 
@@ -235,15 +262,15 @@ def test_held_out_redraws_where_distinct_slots_outnumber_their_range():
 @pytest.mark.parametrize("count", [0, 1, 7, 100])
 def test_distinct_values_never_repeat_and_stay_in_range(count):
     for seed in range(10):
-        values = inputs.distinct(count, 5, 104, random.Random(seed))
+        values = distinct(count, 5, 104, random.Random(seed))
         assert len(values) == len(set(values)) == count and all(5 <= v <= 104 for v in values)
     with pytest.raises(ContractError, match="101 distinct values do not fit"):
-        inputs.distinct(101, 5, 104, random.Random(0))
+        distinct(101, 5, 104, random.Random(0))
 
 
 def test_held_out_empty_without_catalog_or_count():
-    assert inputs.draw_held_out(silu_contract(), [], 5, random.Random(0)) == []
-    assert inputs.draw_held_out(silu_contract(), [shape(8, 64)], 0, random.Random(0)) == []
+    assert draw_held_out(silu_contract(), [], 5, random.Random(0)) == []
+    assert draw_held_out(silu_contract(), [shape(8, 64)], 0, random.Random(0)) == []
 
 
 # ---------------------------------------------------------------------------- instantiations
@@ -252,12 +279,12 @@ def test_held_out_empty_without_catalog_or_count():
 def test_select_instantiation_by_dtype_and_specialised_width():
     c = rmsnorm_contract()
     insts = [inst("bf16", "4096", "true", "bf16_t"), inst("bf16", "128", "true", "bf16_t"), inst("fp16", "4096", "true", "fp16_t")]
-    got = inputs.select_instantiation(c, insts, "bf16", {"num_tokens": 3, "hidden_size": 128})
+    got = select_instantiation(c, insts, "bf16", {"num_tokens": 3, "hidden_size": 128})
     assert got.template_args[0] == "128"
     with pytest.raises(ContractError, match="no fp16 instantiation.*fits"):
-        inputs.select_instantiation(c, insts, "fp16", {"num_tokens": 3, "hidden_size": 128})
+        select_instantiation(c, insts, "fp16", {"num_tokens": 3, "hidden_size": 128})
     with pytest.raises(ContractError, match="no instantiation of rmsnorm for dtype fp32"):
-        inputs.select_instantiation(c, insts, "fp32", {"num_tokens": 3, "hidden_size": 128})
+        select_instantiation(c, insts, "fp32", {"num_tokens": 3, "hidden_size": 128})
 
 
 def test_token_count_or_stride_equal_to_another_width_does_not_select_it():
@@ -265,26 +292,26 @@ def test_token_count_or_stride_equal_to_another_width_does_not_select_it():
     c = rmsnorm_contract()
     insts = [inst("bf16", "512", "true", "bf16_t"), inst("bf16", "4096", "true", "bf16_t")]
     sizes = {"num_tokens": 512, "hidden_size": 4096, "input_stride": 4096, "output_stride": 512}
-    assert inputs.select_instantiation(c, insts, "bf16", sizes).template_args[0] == "4096"
-    assert inputs.width_symbols(c) == {"hidden_size"}
+    assert select_instantiation(c, insts, "bf16", sizes).template_args[0] == "4096"
+    assert width_symbols(c) == {"hidden_size"}
 
 
 def test_instantiations_without_the_entry_are_ignored():
     c = rmsnorm_contract()
     other = inst("bf16", "128", "true", "bf16_t", export="something_else")
-    assert inputs.instantiations_for(c, [other]) == []
+    assert instantiations_for(c, [other]) == []
 
 
 # ---------------------------------------------------------------------------- call plans
 
 
 def test_contiguous_plan_shapes_strides_guards_and_scalars():
-    plan = inputs.plan_call(silu_contract(), {"num_tokens": 3, "hidden_size": 16}, "bf16")
+    plan = plan_call(silu_contract(), {"num_tokens": 3, "hidden_size": 16}, "bf16")
     x, out, kind = plan.args
     assert kind == "silu"
     assert x.shape == (3, 32) and x.strides == (32, 1) and x.contiguous
     assert out.shape == (3, 16) and out.role == "output" and out.dtype == "bf16"
-    guard = inputs.GUARD_BYTES // 2
+    guard = GUARD_BYTES // 2
     assert x.offset == guard and x.storage_numel == guard + 3 * 32 + guard
     assert x.nbytes == 3 * 32 * 2
     assert [t.name for t in plan.tensors] == ["input", "out"]
@@ -293,16 +320,16 @@ def test_contiguous_plan_shapes_strides_guards_and_scalars():
 
 def test_strided_layout_pads_free_row_strides_with_aligned_gaps():
     c = rmsnorm_contract()
-    plan = inputs.plan_call(c, {"num_tokens": 5, "hidden_size": 128}, "fp16", "strided", random.Random(7))
+    plan = plan_call(c, {"num_tokens": 5, "hidden_size": 128}, "fp16", "strided", random.Random(7))
     x, w, out, eps = plan.args
     assert eps == pytest.approx(1e-6)
     for t in (x, out):
         pad = t.strides[0] - 128
-        assert pad > 0 and (pad * 2) % inputs.STRIDE_PAD_BYTES == 0 and not t.contiguous
+        assert pad > 0 and (pad * 2) % STRIDE_PAD_BYTES == 0 and not t.contiguous
         assert t.storage_numel == t.offset + (5 - 1) * t.strides[0] + 128 + t.offset
     assert w.contiguous and w.strides == (1,)
     assert set(plan.strides_chosen) == {"input_stride", "output_stride"}
-    contiguous = inputs.plan_call(c, {"num_tokens": 5, "hidden_size": 128}, "fp16", "contiguous")
+    contiguous = plan_call(c, {"num_tokens": 5, "hidden_size": 128}, "fp16", "contiguous")
     assert all(t.contiguous for t in contiguous.tensors)
 
 
@@ -312,7 +339,7 @@ def test_stride_expressions_of_sizes_are_evaluated_not_padded():
         args=[tensor("x", ["n", "d"], "inout", strides=["d", 1])],
         symbols=["n", "d"],
     )
-    plan = inputs.plan_call(c, {"n": 4, "d": 64}, "bf16", "strided", random.Random(0))
+    plan = plan_call(c, {"n": 4, "d": 64}, "bf16", "strided", random.Random(0))
     assert plan.tensors[0].strides == (64, 1)
 
 
@@ -320,7 +347,7 @@ def test_a_wildcard_stride_is_laid_out_dense():
     """Found on the H200 (2026-11-29): TensorMatcher's -1 ("any") in with_strides was
     taken as a stride of -1 and torch refused the view in nine tasks."""
     c = Contract(entry="e", args=[tensor("x", ["n", 3, "d"], "input", strides=[-1, "-1", 1])], symbols=["n", "d"])
-    plan = inputs.plan_call(c, {"n": 4, "d": 64}, "bf16", "strided", random.Random(0))
+    plan = plan_call(c, {"n": 4, "d": 64}, "bf16", "strided", random.Random(0))
     assert plan.tensors[0].strides == (192, 64, 1)
 
 
@@ -333,28 +360,28 @@ def test_concrete_dtypes_and_value_ranges():
         ],
         symbols=["n"],
     )
-    plan = inputs.plan_call(c, {"n": 10}, "bf16")
+    plan = plan_call(c, {"n": 10}, "bf16")
     ids, scale = plan.tensors
     assert ids.dtype == "int32" and ids.value_range == (-1, 7) and not ids.is_float
     assert scale.dtype == "fp32" and scale.itemsize == 4
     fp8 = Contract(entry="e", args=[tensor("q", ["n"], "output", dtype="float8_e4m3fn")], symbols=["n"])
-    (q,) = inputs.plan_call(fp8, {"n": 10}, "bf16").tensors
+    (q,) = plan_call(fp8, {"n": 10}, "bf16").tensors
     assert q.dtype == "fp8e4m3" and q.itemsize == 1 and q.is_float
-    assert inputs.POISON_BITS["fp8e4m3"] == 0x7F  # e4m3fn's NaN: exponent and mantissa all ones
+    assert POISON_BITS["fp8e4m3"] == 0x7F  # e4m3fn's NaN: exponent and mantissa all ones
     bad = Contract(entry="e", args=[tensor("q", ["n"], "input", dtype="float4_e2m1fn_x2")], symbols=["n"])
     with pytest.raises(ContractError, match="float4_e2m1fn_x2"):
-        inputs.plan_call(bad, {"n": 10}, "bf16")
+        plan_call(bad, {"n": 10}, "bf16")
 
 
 def test_scalar_without_value_is_a_contract_error():
     c = Contract(entry="e", args=[scalar("alpha", "float", None)], symbols=[])
     with pytest.raises(ContractError, match="alpha.*no value"):
-        inputs.plan_call(c, {}, "bf16")
+        plan_call(c, {}, "bf16")
     kind = Contract(entry="e", args=[scalar("type", "str", None)], symbols=[])
     with pytest.raises(ContractError, match="type.*no value"):
-        inputs.plan_call(kind, {}, "bf16")
+        plan_call(kind, {}, "bf16")
     flag = Contract(entry="e", args=[scalar("enable", "bool", None)], symbols=[])
-    assert inputs.plan_call(flag, {}, "bf16").args == (False,)
+    assert plan_call(flag, {}, "bf16").args == (False,)
 
 
 def test_open_scalars_that_their_name_and_type_settle():
@@ -364,7 +391,7 @@ def test_open_scalars_that_their_name_and_type_settle():
               scalar("img_eps", "float", None), scalar("routed_scaling_factor", "float", None), scalar("sm_scale", "float", None)],
         symbols=["num_tokens", "topk"],
     )  # fmt: skip
-    plan = inputs.plan_call(c, {"num_tokens": 4, "topk": 8}, "bf16")
+    plan = plan_call(c, {"num_tokens": 4, "topk": 8}, "bf16")
     assert plan.args[1:] == (8, 1e-6, 1e-6, 1.0, 1.0)
 
 
@@ -373,25 +400,25 @@ def test_wildcard_dims_and_dtype_unions():
         entry="e", args=[tensor("cache", [-1, "d"], "input", dtype="bfloat16|float32"), tensor("ids", ["-1"], "input", dtype="int32")],
         symbols=["d"],
     )  # fmt: skip
-    plan = inputs.plan_call(c, {"d": 64}, "fp32")
-    assert plan.tensors[0].shape == (inputs.ANY_SIZE, 64) and plan.tensors[0].dtype == "fp32"
-    assert plan.tensors[1].shape == (inputs.ANY_SIZE,)
-    assert inputs.plan_call(c, {"d": 64}, "fp16").tensors[0].dtype == "bf16"  # not among them: the first
+    plan = plan_call(c, {"d": 64}, "fp32")
+    assert plan.tensors[0].shape == (ANY_SIZE, 64) and plan.tensors[0].dtype == "fp32"
+    assert plan.tensors[1].shape == (ANY_SIZE,)
+    assert plan_call(c, {"d": 64}, "fp16").tensors[0].dtype == "bf16"  # not among them: the first
     with pytest.raises(ContractError, match="not one the harness can fill"):
-        inputs.canonical_dtype("fp4_e2m1|nvfp4", "bf16")
+        canonical_dtype("fp4_e2m1|nvfp4", "bf16")
 
 
 def test_poison_bits_are_quiet_nans_with_payload_and_fit_the_width():
     import struct
 
-    bf16 = inputs.POISON_BITS["bf16"]
+    bf16 = POISON_BITS["bf16"]
     as_float = struct.unpack(">f", struct.pack(">I", bf16 << 16))[0]
     assert as_float != as_float  # NaN
     assert bf16 & 0x0040 and bf16 != 0x7FC0 and bf16 != 0x7FFF  # quiet, not the canonical NaN a kernel makes
-    fp16 = inputs.POISON_BITS["fp16"]
+    fp16 = POISON_BITS["fp16"]
     assert (fp16 & 0x7C00) == 0x7C00 and fp16 & 0x0200 and fp16 != 0x7E00 and fp16 != 0x7FFF
-    assert inputs.poison_value("bf16") == bf16 and inputs.poison_value("uint8") == 0xA5
-    assert inputs.poison_value("fp32") == struct.unpack("<i", struct.pack("<I", inputs.POISON_BITS["fp32"]))[0]
+    assert poison_value("bf16") == bf16 and poison_value("uint8") == 0xA5
+    assert poison_value("fp32") == struct.unpack("<i", struct.pack("<I", POISON_BITS["fp32"]))[0]
 
 
 def test_synthetic_shape_sizes_what_no_model_config_names():
@@ -402,25 +429,25 @@ def test_synthetic_shape_sizes_what_no_model_config_names():
         divisibility={"page_size": 48}, allowed_values={"pages": [3, 5]}, max_values={"num_slots": 64},
     )  # fmt: skip
     pinned = Instantiation(dtype="bf16", module_args=[], template_args=["bf16_t", "512"], wrappers=[("store", "S")])
-    case = inputs.synthetic_shape(contract, [pinned])
-    assert case.model == inputs.SYNTHETIC_MODEL and case.source.startswith("synthetic")
-    assert case.tokens == case.sizes["num_tokens"] == inputs.SYNTHETIC_TOKENS
+    case = synthetic_shape(contract, [pinned])
+    assert case.model == SYNTHETIC_MODEL and case.source.startswith("synthetic")
+    assert case.tokens == case.sizes["num_tokens"] == SYNTHETIC_TOKENS
     assert case.sizes["D"] == 512  # the width the only instantiation is specialised on (first width symbol)
     assert case.sizes["page_size"] == 144  # 128 rounded up to the divisibility
     assert case.sizes["pages"] == 3  # an allowed value
     assert case.sizes["num_slots"] == 64  # the generic 128 is over the maximum
-    assert inputs.select_instantiation(contract, [pinned], "bf16", case.sizes) == pinned
-    assert inputs.synthetic_shape(Contract(entry="e", args=[], symbols=[])) is None
+    assert select_instantiation(contract, [pinned], "bf16", case.sizes) == pinned
+    assert synthetic_shape(Contract(entry="e", args=[], symbols=[])) is None
 
 
 def test_without_width_dimensions_a_dtypes_only_instantiation_serves():
     """mark_pending<128>: 128 is a block size, no tensor has a width dimension to match it."""
     c = Contract(entry="mark", args=[tensor("flags", ["num_tokens", 4], "inout", dtype="int32")], symbols=["num_tokens"])
     only = Instantiation(dtype="bf16", module_args=[], template_args=["128"], wrappers=[("mark", "M")])
-    assert inputs.select_instantiation(c, [only], "bf16", {"num_tokens": 5}) == only
+    assert select_instantiation(c, [only], "bf16", {"num_tokens": 5}) == only
     # with a width dimension, a mismatched width still refuses (rmsnorm's fp16 @4096 vs 128)
     with pytest.raises(ContractError, match="fits"):
-        inputs.select_instantiation(rmsnorm_contract(), [inst("fp16", "4096", "true", "fp16_t")], "fp16",
+        select_instantiation(rmsnorm_contract(), [inst("fp16", "4096", "true", "fp16_t")], "fp16",
                                     {"num_tokens": 3, "hidden_size": 128})  # fmt: skip
 
 
@@ -430,11 +457,11 @@ def test_index_tensors_without_a_range_are_refused_before_any_gpu_work():
                               tensor("mask", ["n"], "input", dtype="bool")],
         symbols=["n"],
     )  # fmt: skip
-    ids, out_ids, mask = inputs.plan_call(c, {"n": 4}, "bf16").tensors
+    ids, out_ids, mask = plan_call(c, {"n": 4}, "bf16").tensors
     with pytest.raises(ContractError, match="integer tensor ids has no value_range"):
-        inputs.require_fillable(ids)
-    inputs.require_fillable(out_ids)  # outputs are poisoned, not filled
-    inputs.require_fillable(mask)
+        require_fillable(ids)
+    require_fillable(out_ids)  # outputs are poisoned, not filled
+    require_fillable(mask)
 
 
 def gemv_contract():
@@ -455,23 +482,23 @@ def test_an_instantiation_made_for_sizes_serves_those_sizes_only():
     nothing else, whether or not the numbers look like widths."""
     c = gemv_contract()
     pool = [pinned("bf16", 4096, 128), pinned("bf16", 256, 512)]
-    assert inputs.select_instantiation(c, pool, "bf16", {"N": 256, "K": 512}) == pool[1]
+    assert select_instantiation(c, pool, "bf16", {"N": 256, "K": 512}) == pool[1]
     with pytest.raises(ContractError, match="N=4096, K=128"):
-        inputs.select_instantiation(c, pool, "bf16", {"N": 4096, "K": 512})
+        select_instantiation(c, pool, "bf16", {"N": 4096, "K": 512})
     only = [pinned("bf16", 4096, 128)]  # one instantiation, no width in common: still refused
     with pytest.raises(ContractError, match="fits"):
-        inputs.select_instantiation(c, only, "bf16", {"N": 128, "K": 128})
+        select_instantiation(c, only, "bf16", {"N": 128, "K": 128})
 
 
 def test_synthetic_and_held_out_shapes_keep_the_sizes_instantiations_were_made_for():
     c = gemv_contract()
     pool = [pinned(d, 4096, 128) for d in ("bf16", "fp16")] + [pinned("bf16", 256, 512)]
-    case = inputs.synthetic_shape(c, pool)
+    case = synthetic_shape(c, pool)
     assert case.sizes == {"N": 4096, "K": 128}
-    assert inputs.select_instantiation(c, pool, "fp16", case.sizes) == pool[1]
-    drawn = inputs.draw_held_out(c, [case], 6, random.Random(3), instantiations=pool, dtypes=["bf16", "fp16"])
+    assert select_instantiation(c, pool, "fp16", case.sizes) == pool[1]
+    drawn = draw_held_out(c, [case], 6, random.Random(3), instantiations=pool, dtypes=["bf16", "fp16"])
     assert drawn and all(s.sizes["N"] == 4096 and s.sizes["K"] == 128 for s in drawn)  # 256x512: bf16 only
-    assert inputs.pinned_sizes(pool, ["bf16"]) == {"K": [128, 512], "N": [256, 4096]}
+    assert pinned_sizes(pool, ["bf16"]) == {"K": [128, 512], "N": [256, 4096]}
 
 
 def test_a_token_count_is_no_specialised_width_even_in_a_1d_tensor():
@@ -483,7 +510,7 @@ def test_a_token_count_is_no_specialised_width_even_in_a_1d_tensor():
         symbols=["num_tokens"],
     )  # fmt: skip
     only = inst("bf16", "bf16_t", "64", export="store")
-    assert inputs.select_instantiation(c, [only], "bf16", {"num_tokens": 8}) == only
+    assert select_instantiation(c, [only], "bf16", {"num_tokens": 8}) == only
 
 
 def test_a_synthetic_shape_stays_small_enough_to_allocate():
@@ -494,8 +521,8 @@ def test_a_synthetic_shape_stays_small_enough_to_allocate():
         entry="rope", args=[tensor("q", dims, "input"), tensor("q_out", dims, "output")], symbols=dims,
         divisibility={"head_dim": 64}, constraints=["(head_dim >= 256)"],
     )  # fmt: skip
-    case = inputs.synthetic_shape(c)
-    assert inputs._numel(inputs.tensor_specs(c)[0], case.sizes) <= inputs.MAX_HELD_OUT_ELEMENTS
+    case = synthetic_shape(c)
+    assert numel_at(tensor_specs(c)[0], case.sizes) <= MAX_HELD_OUT_ELEMENTS
     assert case.sizes["head_dim"] % 64 == 0 and case.sizes["head_dim"] >= 256  # the checks still hold
 
 
@@ -507,12 +534,12 @@ def test_held_out_draws_no_instantiation_serves_are_drawn_again():
         symbols=["num_tokens", "D", "R"],
     )  # fmt: skip
     pool = [inst(d, "int64_t", "128", "64", export="qk") for d in ("bf16", "fp16")]
-    case = inputs.synthetic_shape(c, pool)
-    drawn = inputs.draw_held_out(c, [case], 4, random.Random(2), instantiations=pool, dtypes=["bf16", "fp16"])
+    case = synthetic_shape(c, pool)
+    drawn = draw_held_out(c, [case], 4, random.Random(2), instantiations=pool, dtypes=["bf16", "fp16"])
     assert drawn
     for shape in drawn:
         for dtype in ("bf16", "fp16"):
-            inputs.select_instantiation(c, pool, dtype, shape.sizes)  # raises if none serves it
+            select_instantiation(c, pool, dtype, shape.sizes)  # raises if none serves it
 
 
 def test_a_width_equal_to_the_synthetic_token_count_is_not_taken_for_it():
@@ -527,10 +554,10 @@ def test_a_width_equal_to_the_synthetic_token_count_is_not_taken_for_it():
         symbols=["size_k", "tile_size", "size_n", "pack_factor"],
     )  # fmt: skip
     case = ShapeCase(model="synthetic", tokens=8, sizes={"size_k": 128, "tile_size": 16, "size_n": 128, "pack_factor": 8})
-    assert inputs.token_symbol(c, [case]) is None
-    drawn = inputs.draw_held_out(c, [case], 4, random.Random(7))
+    assert token_symbol(c, [case]) is None
+    drawn = draw_held_out(c, [case], 4, random.Random(7))
     assert drawn and all(s.sizes["pack_factor"] == 8 for s in drawn)
-    assert inputs._exact(c, case.sizes) and not inputs._exact(c, {**case.sizes, "pack_factor": 903})
+    assert _exact(c, case.sizes) and not _exact(c, {**case.sizes, "pack_factor": 903})
 
 
 def test_a_width_inside_an_expression_is_specialised_on_too():
@@ -542,8 +569,8 @@ def test_a_width_inside_an_expression_is_specialised_on_too():
                           tensor("weight", ["kHcCount", "kHcCount * kHiddenSize"], "input")],
         symbols=["num_tokens", "kHiddenSize", "kHcCount"],
     )  # fmt: skip
-    assert {"kHcCount", "kHiddenSize"} <= inputs.width_symbols(c)
+    assert {"kHcCount", "kHiddenSize"} <= width_symbols(c)
     pool = [inst("bf16", "4", "4096", "true", "bf16_t", export="hc"), inst("bf16", "4", "5120", "true", "bf16_t", export="hc")]
-    case = inputs.synthetic_shape(c, pool)
+    case = synthetic_shape(c, pool)
     assert (case.sizes["kHcCount"], case.sizes["kHiddenSize"]) == (4, 4096)
-    assert inputs.select_instantiation(c, pool, "bf16", case.sizes) == pool[0]
+    assert select_instantiation(c, pool, "bf16", case.sizes) == pool[0]

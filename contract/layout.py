@@ -1,0 +1,128 @@
+"""Where a task and a run keep their files: the one place these paths are spelled.
+
+``work/tasks/<op>/`` is one extracted task: ``task.json`` (:class:`pipeline.records.Task`),
+``src/<package-relative path>`` (the op's sources and their include closure, byte for
+byte) and ``.extract-key`` (the content key of every input of the task).
+``work/runs/<run>/<op>/`` is one op of an optimize run; its
+``contract_completion.json`` records how the run completed the op's contract, and
+every later stage (a resumed loop, integrate) calls the kernel that way
+(:func:`completed_in_run`), never with today's rules.
+
+What must stay true:
+- A task's ``src/`` holds exactly the bytes ``task.json`` records: :func:`load_task`
+  refuses anything else with the fix (re-extract), since a build compiles ``src/`` alone.
+- ``task.json`` is rewritten only through :func:`save_task` (staging file + rename).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+from typing import Mapping
+
+from contract.completion import Completion, apply
+from contract.errors import TaskMissing
+from pipeline.errors import ConfigError, StaleRecordError
+from pipeline.records import Task, read_record, write_record
+
+TASKS_DIR = "tasks"  # under the work dir: one folder per op
+RUNS_DIR = "runs"  # under the work dir: one folder per optimize run
+TASK_FILE = "task.json"
+SRC_DIR = "src"
+KEY_FILE = ".extract-key"
+COMPLETION_FILE = "contract_completion.json"  # beside an op's trajectory in a run folder
+
+
+def tasks_root(work_dir: str | os.PathLike[str]) -> pathlib.Path:
+    """``<work>/tasks``: every extracted task, one folder per op."""
+    return pathlib.Path(work_dir) / TASKS_DIR
+
+
+def task_dir(work_dir: str | os.PathLike[str], op_id: str) -> pathlib.Path:
+    """``<work>/tasks/<op_id>``."""
+    return tasks_root(work_dir) / op_id
+
+
+def run_dir(work_dir: str | os.PathLike[str], run: str) -> pathlib.Path:
+    """``<work>/runs/<run>``."""
+    return pathlib.Path(work_dir) / RUNS_DIR / run
+
+
+def run_op_dir(work_dir: str | os.PathLike[str], run: str, op_id: str) -> pathlib.Path:
+    """``<work>/runs/<run>/<op_id>``: one op's folder in a run."""
+    return run_dir(work_dir, run) / op_id
+
+
+def has_task(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder`` holds a task (its ``task.json``)."""
+    return (pathlib.Path(folder) / TASK_FILE).is_file()
+
+
+def save_task(task: Task, work_dir: str | os.PathLike[str]) -> pathlib.Path:
+    """Rewrite ``task.json`` of an existing task folder (e.g. with its baseline build)."""
+    return write_record(task, task_dir(work_dir, task.op_id) / TASK_FILE)
+
+
+def load_task(folder: str | os.PathLike[str]) -> Task:
+    """Read ``<folder>/task.json`` and check ``src/`` still holds exactly the recorded files.
+
+    Raises StaleRecordError (another schema version, or ``src/`` out of step with
+    the record) with the fix: re-run ``kernelsmith extract --ops <op>``.
+    """
+    folder = pathlib.Path(folder)
+    path = folder / TASK_FILE
+    if not path.is_file():
+        raise ConfigError(f"no task at {folder} (task.json missing)", fix="run `kernelsmith extract --ops <op>` first")
+    task = read_record(Task, path)
+    for digest in task.files:
+        file = folder / SRC_DIR / digest.path
+        if not file.is_file():
+            raise StaleRecordError(
+                f"{folder}: {SRC_DIR}/{digest.path} is missing",
+                fix=f"re-run `kernelsmith extract --ops {task.op_id}`",
+            )
+        data = file.read_bytes()
+        if len(data) != digest.size or hashlib.sha256(data).hexdigest() != digest.sha256:
+            raise StaleRecordError(
+                f"{folder}: {SRC_DIR}/{digest.path} differs from the bytes task.json records",
+                fix=f"re-run `kernelsmith extract --ops {task.op_id}` (the task's sources are never edited in place)",
+            )
+    return task
+
+
+def read_task_files(folder: pathlib.Path, task: Task) -> dict[str, bytes]:
+    """Every recorded source file of a task, by package-relative path."""
+    files = {}
+    for digest in task.files:
+        path = folder / SRC_DIR / digest.path
+        try:
+            files[digest.path] = path.read_bytes()
+        except FileNotFoundError as err:
+            raise TaskMissing(
+                f"task file {path} is missing",
+                fix=f"re-run `kernelsmith extract --ops {task.op_id}`",
+            ) from err
+    return files
+
+
+def baseline_regions(files: Mapping[str, bytes], task: Task) -> dict[str, str]:
+    """The text of every editable region of the task, as extracted (the baseline)."""
+    regions = {}
+    for span in task.editable:
+        data = files.get(span.file)
+        if data is None:
+            raise TaskMissing(f"editable span {span.name} points at {span.file}, not in the task", fix="re-run `kernelsmith extract`")
+        regions[span.name] = data[span.start_byte : span.end_byte].decode("utf-8")
+    return regions
+
+
+def completed_in_run(task: Task, op_dir: pathlib.Path) -> Task | None:
+    """The task as a run called it (its ``contract_completion.json`` applied); None when
+    the run has no such record yet. Integrate and a resumed loop both read it, so
+    every later call of the kernel uses the values its evaluations used."""
+    path = pathlib.Path(op_dir) / COMPLETION_FILE
+    if not path.exists():
+        return None
+    record = read_record(Completion, path)
+    return task.model_copy(update={"contract": apply(task.contract, record.filled)})

@@ -1,0 +1,31 @@
+"""The content of kernelsmith's own sources, as one digest: the one way a cache key
+covers the code that computed what it caches.
+
+Each content-addressed cache whose value depends on our code (a task's
+``.extract-key``, the sweep's verdict key) names the sources it depends on as glob
+patterns relative to the repository root, and hashes them with :func:`source_digest`.
+
+What must stay true: a pattern that matches nothing adds nothing (a module split into
+a package is named by both spellings while it moves), and each file enters the digest
+with its root-relative path, so a file moved between covered folders changes the key.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository (or site-packages) root
+
+
+@functools.lru_cache(maxsize=64)
+def source_digest(patterns: tuple[str, ...]) -> str:
+    """SHA-256 (hex) over every file matching ``patterns`` (globs relative to
+    :data:`ROOT`), in pattern order then path order. Taken once per process per tuple."""
+    digest = hashlib.sha256()
+    for pattern in patterns:
+        for path in sorted(ROOT.glob(pattern)):
+            if path.is_file():
+                digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()

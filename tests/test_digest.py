@@ -1,0 +1,32 @@
+"""pipeline.digest.source_digest: the one way a cache key covers our own code."""
+
+from __future__ import annotations
+
+from pipeline import digest
+
+
+def test_digest_covers_content_and_place_and_ignores_patterns_that_match_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(digest, "ROOT", tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.py").write_text("one")
+
+    def key(*patterns: str) -> str:
+        digest.source_digest.cache_clear()
+        return digest.source_digest(patterns)
+
+    first = key("a/*.py")
+    assert key("a/*.py", "missing/*.py") == first  # a module becoming a package: both spellings listed
+    (tmp_path / "a" / "x.py").write_text("two")
+    changed = key("a/*.py")
+    assert changed != first
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "x.py").rename(tmp_path / "b" / "x.py")
+    assert key("a/*.py", "b/*.py") != changed  # the same bytes in another place: another key
+
+
+def test_the_task_key_and_the_verdict_key_cover_the_contract_package():
+    from extract import tasks
+    from optimize.harness import health
+
+    assert "contract/*.py" in tasks._OWN_CODE
+    assert {"contract/*.py", "contract/*.toml"} <= set(health._FINGERPRINT_GLOBS)
