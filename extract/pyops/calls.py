@@ -97,7 +97,7 @@ class _StaticWalk:
         for param in self.fn.params():
             default = None
             has_default = param.default is not None
-            if has_default:
+            if param.default is not None:
                 try:
                     default = self.ev.eval(param.default, Env(self.fn.module))
                 except Unresolvable:
@@ -165,8 +165,8 @@ class _StaticWalk:
                     if depth and isinstance(func.value, cst.Name):
                         self.conditional.add(func.value.value)
         except Unresolvable:
-            for target in _assigned_names(small):
-                env.values[target] = Unknown(target)
+            for name in _assigned_names(small):
+                env.values[name] = Unknown(name)
 
 
 def _assigned_names(small: cst.BaseSmallStatement) -> list[str]:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 import pathlib
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import libcst as cst
 
@@ -284,7 +285,8 @@ class Expressions:
         """``x.shape``, ``x.size(i)``, ``x.numel()``, ``x.dim()``, ``x.element_size()`` of a
         tensor the contract sizes; None when it does not (the caller says runtime data)."""
         if attr == "element_size" and tensor.dtype is not None:
-            return Bound(lambda: ITEMSIZE[tensor.dtype.name])
+            dtype = tensor.dtype
+            return Bound(lambda: ITEMSIZE[dtype.name])
         if tensor.dims is None:
             return None
         rank = len(tensor.dims)
@@ -340,6 +342,7 @@ class Expressions:
             if isinstance(part, cst.FormattedStringText):
                 options: tuple[str, ...] = (part.value.replace("{{", "{").replace("}}", "}"),)
             else:
+                assert isinstance(part, cst.FormattedStringExpression)  # libcst's only other part
                 value = self.eval(part.expression, env)
                 if part.format_spec is not None or part.conversion is not None:
                     if not concrete(value):
@@ -348,7 +351,8 @@ class Expressions:
                         spec = "".join(
                             p.value if isinstance(p, cst.FormattedStringText) else "" for p in (part.format_spec or [])
                         )
-                        conv = {"r": repr, "s": str, "a": ascii}.get(part.conversion or "s", str)
+                        conversions: dict[str, Callable[[object], str]] = {"r": repr, "s": str, "a": ascii}
+                        conv = conversions.get(part.conversion or "s", str)
                         options = (format(conv(value) if part.conversion else value, spec),)
                 else:
                     options = self._render(value, env, part.expression)

@@ -62,12 +62,13 @@ def find_call_sites(program: Program, op: OpEntry, loader: PyFunction, entry: st
             if original == loader.name and source == loader.module.dotted:
                 names.add(local)
         found: list[cst.Call] = []
+        caller_module = caller.module
 
         class Calls(cst.CSTVisitor):
             def visit_Call(self, node: cst.Call) -> None:
                 func = node.func
                 if isinstance(func, cst.Name) and func.value in names and (
-                    caller.module is loader.module or func.value in caller.module.imports
+                    caller_module is loader.module or func.value in caller_module.imports
                 ):
                     found.append(node)
 
@@ -158,7 +159,7 @@ def tensor_value(name: str, code: str, the_dtype: DtypeValue, spec: Any | None, 
         dtype = the_dtype
     dims: tuple[tuple[str | None, int], ...] | None = None
     if spec is not None:
-        planned = []
+        planned: list[tuple[str | None, int]] = []
         for dim in spec.shape:
             if isinstance(dim, int) and dim >= 0:
                 planned.append((None, dim))
@@ -244,8 +245,8 @@ def instantiate(
             except Unresolvable as err:
                 used = [n for n in runtime_args if re.search(rf"\b{re.escape(n)}\b", caller.module.code(arg.value))]
                 # say what it is when it is a value the caller of the op chooses at run time
-                why = Unresolvable(f"`{used[0]}` is a run-time argument of {caller.qualname} without a default") if used else err
-                site_values[name] = why
+                refusal = Unresolvable(f"`{used[0]}` is a run-time argument of {caller.qualname} without a default") if used else err
+                site_values[name] = refusal
     kwargs: dict[str, Any] = {}
     for param in loader.params():
         name = param.name.value
@@ -288,8 +289,8 @@ def instantiate(
         wrappers.append((item[0], item[1]))
     pins = dict(sorted(site_ev.pins.items())) if site_ev is not None else {}
     if pins:
-        read = ", ".join(f"{k}={v}" for k, v in pins.items())
-        notes.append(f"loader parameters read tensor sizes ({read}): each instantiation serves those sizes only")
+        pinned = ", ".join(f"{k}={v}" for k, v in pins.items())
+        notes.append(f"loader parameters read tensor sizes ({pinned}): each instantiation serves those sizes only")
     # Only dtypes and flags reached the loader: nothing it made can depend on a size.
     size_free = not pins and all(isinstance(v, (DtypeValue, bool, Constant)) for v in kwargs.values())
     return Instance(list(capture.args), list(capture.template_args), wrappers, dict(capture.kwargs), notes, pins, size_free)

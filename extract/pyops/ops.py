@@ -212,8 +212,8 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
         if len(cands) > 1:
             if group not in reexports:
                 reexports[group] = _group_reexports(root, group)
-            source = reexports[group].get(op_id.split(".", 1)[1])
-            cands = sorted(cands, key=lambda c: (scans[c[0]].module.dotted != source, c[0]))
+            reexported = reexports[group].get(op_id.split(".", 1)[1])
+            cands = sorted(cands, key=lambda c: (scans[c[0]].module.dotted != reexported, c[0]))
         for i, (rel, public, names, calls, used) in enumerate(cands):
             _, sub = _group_and_sub(rel)
             oid = op_id if i == 0 else f"{group}.{sub}.{public}"

@@ -125,7 +125,7 @@ class Program:
 
     def _callables(self, target_rel: str | None, name: str) -> set[tuple[str, str]]:
         target = self.scan(target_rel) if target_rel else None
-        if target is None:
+        if target is None or target_rel is None:
             return set()
         if name in target.module.functions:
             return {(target_rel, name)}

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 import pathlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # Platform probes SGLang's helpers consult, answered for CUDA on sm_90a.
 PLATFORM: dict[str, Any] = {

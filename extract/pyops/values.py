@@ -16,7 +16,8 @@ expression using it unknown (static mode) or :class:`Unresolvable` (strict mode)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from extract.pyops.modules import PyModule
 from extract.pyops.target import CPP_SPELLING
