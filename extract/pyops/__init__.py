@@ -63,7 +63,13 @@ import pathlib
 
 from extract.pyops.calls import FunctionFacts, ModuleScan, read_load_jit, scan_module
 from extract.pyops.expressions import MAX_DEPTH, MAX_LOOP, Expressions
-from extract.pyops.frames import Assignments, LazyEnv, assignments_before
+from extract.pyops.frames import (
+    Assignments,
+    Guard,
+    GuardedAssignment,
+    LazyEnv,
+    assignments_before,
+)
 from extract.pyops.instantiate import (
     PLANNED_SIZE,
     Instance,
@@ -165,6 +171,8 @@ __all__ = [
     "Expressions",
     "Facts",
     "FunctionFacts",
+    "Guard",
+    "GuardedAssignment",
     "ImportRef",
     "Instance",
     "JitCapture",

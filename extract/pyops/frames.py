@@ -14,6 +14,7 @@ be evaluated.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import libcst as cst
@@ -21,6 +22,32 @@ import libcst as cst
 from extract.pyops.interpreter import Evaluator
 from extract.pyops.modules import Env, PyFunction, PyModule
 from extract.pyops.values import Unresolvable
+
+
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    """An ``if`` around an assignment: its test, and whether the assignment is in the
+    body (runs when the test is true) or in the ``else`` (runs when it is false)."""
+
+    test: cst.BaseExpression
+    expected: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardedAssignment:
+    """One ``name = value`` before a site, with the ``if`` tests around it, outermost first."""
+
+    value: cst.BaseExpression
+    guards: tuple[Guard, ...]
+
+
+class Assignments(dict[str, cst.BaseExpression]):
+    """name -> the last ``name = expr`` before a site (what callers read as before), plus
+    ``guarded``: every such assignment of each name in order, with its guards."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.guarded: dict[str, list[GuardedAssignment]] = {}
 
 
 class LazyEnv(Env):
@@ -49,19 +76,19 @@ class LazyEnv(Env):
         undecided: list[cst.BaseExpression] = []  # tests of ifs whose branches are all unknown now
         outer = self.limits.get(name)  # set while this name's own value or guard is evaluated
         for i in reversed(range(limit)):
-            expr, guards = entries[i]
-            if any(test is seen for test, _ in guards for seen in undecided):
+            expr, guards = entries[i].value, entries[i].guards
+            if any(guard.test is seen for guard in guards for seen in undecided):
                 continue  # the other branch of an if already undecided: not "the value before"
             self.limits[name] = i
             try:
-                held = [self._holds(test, expected) for test, expected in guards]
+                held = [self._holds(guard.test, guard.expected) for guard in guards]
                 if False in held:
                     continue
                 try:
                     value = self.ev.eval(expr, self)
                 except Unresolvable:
                     if None in held:  # it may not have run (`if x.dim() != 2: x = x.view(...)`)
-                        undecided += [test for (test, _), h in zip(guards, held) if h is None]
+                        undecided += [guard.test for guard, h in zip(guards, held) if h is None]
                         continue
                     raise
                 if limit == len(entries):
@@ -87,24 +114,16 @@ class LazyEnv(Env):
         return bool(value) == expected
 
 
-class Assignments(dict):
-    """name -> the last ``name = expr`` before a site (what callers read as before), plus
-    ``guarded``: every such assignment in order, with the ``if`` tests around it."""
-
-    guarded: dict[str, list[tuple[cst.BaseExpression, tuple[tuple[cst.BaseExpression, bool], ...]]]]
-
-
 def assignments_before(fn: PyFunction, site: cst.CSTNode) -> Assignments:
     """Simple ``name = expr`` assignments of ``fn`` that come before ``site`` in source
     order (see :class:`Assignments`)."""
     out = Assignments()
-    out.guarded = {}
     stop = [False]
-    guards: list[tuple[cst.BaseExpression, bool]] = []
+    guards: list[Guard] = []
 
     def record(name: str, expr: cst.BaseExpression) -> None:
         out[name] = expr
-        out.guarded.setdefault(name, []).append((expr, tuple(guards)))
+        out.guarded.setdefault(name, []).append(GuardedAssignment(expr, tuple(guards)))
 
     class Walk(cst.CSTVisitor):
         def on_visit(self, node: cst.CSTNode) -> bool:
@@ -128,7 +147,7 @@ def assignments_before(fn: PyFunction, site: cst.CSTNode) -> Assignments:
 
         def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
             if isinstance(node, cst.If) and attribute in ("body", "orelse"):
-                guards.append((node.test, attribute == "body"))
+                guards.append(Guard(node.test, attribute == "body"))
 
         def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
             if isinstance(original_node, cst.If) and attribute in ("body", "orelse"):

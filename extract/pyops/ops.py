@@ -13,6 +13,7 @@ What must stay true: op ids are unique and deterministic for a given tree (see
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import re
 from typing import Any
@@ -22,6 +23,21 @@ import libcst as cst
 from extract.pyops.modules import CSRC_DIR, OPS_DIR, find_op_modules, parse_module
 from extract.pyops.program import Program
 from pipeline.records import LoadJitCall, OpEntry, SourceInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+    """A public function of an op module that reaches ``load_jit``: an op before ids are settled.
+
+    ``names``: the public names it goes by (itself first, then module aliases);
+    ``calls``: the ``load_jit`` calls it reaches; ``used``: the exports it calls.
+    """
+
+    rel: str
+    public: str
+    names: list[str]
+    calls: list[LoadJitCall]
+    used: list[str]
 
 
 def _group_and_sub(rel: str) -> tuple[str, str]:
@@ -156,7 +172,7 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
     op_modules = sorted(rel for rel, sc in scans.items() if any(sc.calls.values()))
     reach = program.reach
 
-    candidates: list[tuple[str, str, list[str], list[LoadJitCall], list[str]]] = []
+    candidates: list[_Candidate] = []
     for rel in sorted(scans):
         if rel not in op_modules:
             continue
@@ -169,8 +185,8 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
         for private, names in aliases.items():
             if private.startswith("_"):
                 publics.extend(n for n in names if n not in publics)
-        naming: list[tuple[str, list[str], list[LoadJitCall], list[str]]] = []  # ops that call an export
-        silent: list[tuple[str, list[str], list[LoadJitCall], list[str]]] = []  # reach load_jit, call none
+        naming: list[_Candidate] = []  # ops that call an export
+        silent: list[_Candidate] = []  # reach load_jit, call none
         for public in publics:
             target = public if public in module.functions else next(p for p, ns in aliases.items() if public in ns)
             nodes = reach((rel, target))
@@ -188,22 +204,21 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
             names = [public] + [a for a in aliases.get(public, []) if a != public]
             if used:
                 calls = [c for c in calls if any(e in used for e in exports[id(c)])]
-                naming.append((public, names, calls, used))
+                naming.append(_Candidate(rel, public, names, calls, used))
             else:
                 note = "no public function of the module names an export; all are listed as entry points"
                 calls = [c.model_copy(update={"unresolved": [*c.unresolved, note]}) for c in calls]
-                silent.append((public, names, calls, all_exports))
+                silent.append(_Candidate(rel, public, names, calls, all_exports))
         # Public helpers that only build or probe the module (can_use_*, *_module,
         # prewarm_*) are not ops when another public function of the module calls
         # the kernels; they are kept only when none does (the module object is
         # handed to code outside kernels/ops).
-        for public, names, calls, used in naming or silent:
-            candidates.append((rel, public, names, calls, used))
+        candidates += naming or silent
 
-    by_id: dict[str, list[tuple[str, str, list[str], list[LoadJitCall], list[str]]]] = {}
+    by_id: dict[str, list[_Candidate]] = {}
     for cand in candidates:
-        group, _ = _group_and_sub(cand[0])
-        by_id.setdefault(f"{group}.{cand[1]}", []).append(cand)
+        group, _ = _group_and_sub(cand.rel)
+        by_id.setdefault(f"{group}.{cand.public}", []).append(cand)
 
     reexports: dict[str, dict[str, str]] = {}
     ops: list[OpEntry] = []
@@ -213,8 +228,9 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
             if group not in reexports:
                 reexports[group] = _group_reexports(root, group)
             reexported = reexports[group].get(op_id.split(".", 1)[1])
-            cands = sorted(cands, key=lambda c: (scans[c[0]].module.dotted != reexported, c[0]))
-        for i, (rel, public, names, calls, used) in enumerate(cands):
+            cands = sorted(cands, key=lambda c: (scans[c.rel].module.dotted != reexported, c.rel))
+        for i, cand in enumerate(cands):
+            rel, public, names, calls, used = cand.rel, cand.public, cand.names, cand.calls, cand.used
             _, sub = _group_and_sub(rel)
             oid = op_id if i == 0 else f"{group}.{sub}.{public}"
             files = []
