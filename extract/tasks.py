@@ -72,12 +72,10 @@ from pipeline.records import (
 
 INCLUDE_DIR = "kernels/jit/include"
 DEFAULT_TOKEN_COUNTS = (1, 8, 64, 512, 4096, 16384)
-# Extract's own code, and the contract package whose shape invention planned_sizes runs:
-# both are inputs of every task (globs over the repository root; pipeline.digest).
-_OWN_CODE = (
-    "extract/pyops.py", "extract/pyops/*.py", "extract/contract.py", "extract/shapes.py", "extract/tasks.py",
-    "extract/curated/loader_values.toml", "contract/*.py",
-)  # fmt: skip
+# Extract's own code (every module, query and curated value: a task is what they compute)
+# and the contract package whose shape invention planned_sizes runs: inputs of every task
+# (globs over the repository root; pipeline.digest).
+_OWN_CODE = ("extract/**/*.py", "extract/queries/**/*.scm", "extract/curated/*.toml", "contract/*.py")
 
 
 def arch_number(arch: str) -> int:

@@ -13,6 +13,7 @@ import json
 import os
 import pathlib
 
+import libcst as cst
 import pytest
 
 from extract import pyops
@@ -687,3 +688,42 @@ def test_sizes_the_loader_refuses_are_planned_again(tmp_path):
     insts, _cases, _first, notes = tasks.plan_instantiations(program, op, op.load_jit[0], "weighted", ["bf16"], [], {}, tensors, planned)
     assert [(i.wrappers, i.sizes) for i in insts] == [([("weighted", "Weighted<8>::run")], {"K": 8})]
     assert any("planned at 8 instead" in n for n in notes)
+
+
+_REFS_MODULE = """
+import os.path as osp
+import torch
+from sglang.srt.utils import some_helper
+
+class Config:
+    WIDTH = 64
+
+NAMES = ["a"]
+"""
+
+
+def test_names_resolve_to_typed_references():
+    """What a name or attribute is before it is called or read: a frozen reference
+    (ModuleRef, ImportRef, ClassRef, Builtin, Probe, Bound, Mutator), never a tuple."""
+    module = pyops.parse_module("kernels/ops/refs/refs.py", _REFS_MODULE)
+    ev = pyops.Evaluator(lambda dotted: None, strict=False)
+    env = pyops.Env(module)
+
+    def value(text: str, frame: pyops.Env = env) -> object:
+        return ev.eval(cst.parse_expression(text), frame)
+
+    assert value("osp") == pyops.ModuleRef("os.path")
+    assert value("some_helper") == pyops.ImportRef("sglang.srt.utils", "some_helper")
+    assert value("Config") == pyops.ClassRef(module, "Config")
+    assert value("Config.WIDTH") == 64
+    assert value("len") == pyops.Builtin("len")
+    assert value("is_hip") == pyops.Probe("is_hip")
+    assert value("osp.is_cuda") == pyops.Probe("is_cuda")  # a probe through an unfollowed module
+    assert value("is_hip()") is False
+    assert isinstance(value("','.join"), pyops.Bound) and value("','.join(['a', 'b'])") == "a,b"
+    assert value("len(NAMES)") == 1
+    names = value("NAMES")
+    appender = value("names.append", pyops.Env(module, {"names": names}))
+    assert appender == pyops.Mutator(names, "append") and pyops.concrete(appender)
+    assert not pyops.concrete(pyops.Mutator([pyops.Unknown("x")], "append"))
+    assert isinstance(value("torch.bfloat16"), pyops.DtypeValue) and value("torch.bfloat16.itemsize") == 2

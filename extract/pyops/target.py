@@ -1,0 +1,112 @@
+"""What the target machine answers, and how its dtypes are spelled.
+
+Tasks are built for one target, CUDA on sm_90a (an H200, 132 SMs): every platform
+probe and GPU query a loader makes is answered for it here, so a loader takes the
+branch SGLang takes on that machine. The dtype tables map torch's attribute names to
+our short names and those to ``make_cpp_args``' C++ spellings.
+
+What must stay true: these are plain data (no torch, no SGLang); a probe missing here
+is not known statically, never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+# Platform probes SGLang's helpers consult, answered for CUDA on sm_90a.
+PLATFORM: dict[str, Any] = {
+    "is_arch_support_pdl": True,
+    "is_cuda": True,
+    "is_cuda_alike": True,
+    "is_hip": False,
+    "is_hip_runtime": False,
+    "is_musa_runtime": False,
+    "is_sail_runtime": False,
+    "is_musa": False,
+    "is_xpu": False,
+    "is_npu": False,
+    "is_cpu": False,
+    "is_gfx95_supported": False,
+    "is_blackwell": False,
+    "is_sm100_supported": False,
+    "is_sm120_supported": False,
+    "is_sm90_supported": True,
+}
+
+
+class Facts(dict[str, Any]):
+    """A platform object answered statically (``get_jit_cuda_arch()``): attributes are its keys."""
+
+
+# Calls that probe the GPU, answered for one H200 (sm_90a, 132 SMs): the machine tasks target.
+PLATFORM_CALLS: dict[str, Any] = {
+    "get_jit_cuda_arch": Facts(major=9, minor=0, suffix="a", target_name="9.0a", jit_flag="-DSGL_CUDA_ARCH=900"),
+    "torch.cuda.get_device_capability": (9, 0),
+    "torch.cuda.current_device": 0,
+    "torch.cuda.is_available": True,
+    "torch.cuda.device_count": 1,
+    "torch.cuda.get_device_properties": Facts(major=9, minor=0, multi_processor_count=132, name="NVIDIA H200"),
+    "get_device_capability": (9, 0),
+    "get_device_sm": 90,
+}
+
+# Package paths SGLang's loaders build include directories from
+# (``(KERNEL_PATH / "csrc" / "fast-hadamard-transform").resolve()``), relative to the
+# package root: SGLang computes KERNEL_PATH with importlib at import time, which no
+# static reading can follow, and extract maps such a path back into the package.
+PACKAGE_PATHS: dict[str, pathlib.PurePosixPath] = {"KERNEL_PATH": pathlib.PurePosixPath("kernels/jit")}
+# Pure functions of the standard library a loader may compute a template argument with.
+STDLIB_CALLS: dict[str, Callable[..., Any]] = {
+    "math.gcd": math.gcd, "math.lcm": math.lcm, "math.ceil": math.ceil, "math.floor": math.floor,
+    "math.log2": math.log2, "math.isqrt": math.isqrt, "math.prod": math.prod,
+}  # fmt: skip
+
+# torch dtype attribute -> our short name (kept for every dtype make_cpp_args maps).
+TORCH_DTYPES: dict[str, str] = {
+    "float64": "fp64",
+    "double": "fp64",
+    "float32": "fp32",
+    "float": "fp32",
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "float8_e4m3fn": "fp8_e4m3",
+    "float8_e4m3fnuz": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2",
+    "float8_e5m2fnuz": "fp8_e5m2",
+    "int8": "int8",
+    "int16": "int16",
+    "int32": "int32",
+    "int64": "int64",
+    "uint8": "uint8",
+    "uint16": "uint16",
+    "uint32": "uint32",
+    "uint64": "uint64",
+    "bool": "bool",
+}
+# Spelling make_cpp_args gives each dtype (kernels/jit/utils/compile/cpp_args.py).
+CPP_SPELLING: dict[str, str] = {
+    "fp64": "double",
+    "fp32": "fp32_t",
+    "fp16": "fp16_t",
+    "bf16": "bf16_t",
+    "fp8_e4m3": "fp8_e4m3_t",
+    "fp8_e5m2": "fp8_e5m2_t",
+    "int8": "int8_t",
+    "int16": "int16_t",
+    "int32": "int32_t",
+    "int64": "int64_t",
+    "uint8": "uint8_t",
+    "uint16": "uint16_t",
+    "uint32": "uint32_t",
+    "uint64": "uint64_t",
+    "bool": "bool",
+}
+ITEMSIZE: dict[str, int] = {
+    "fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1,
+    "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "uint16": 2,
+    "uint32": 4, "uint64": 8, "bool": 1,
+}  # fmt: skip
