@@ -184,7 +184,7 @@ def loops_of(region: Region, f: RegionFunction) -> list[LoopInfo]:
             invariant = 0 if compile_time or loop_var is None else _invariant_loads(src, m["body"][0], loop_var)
             out.append(LoopInfo(node, compile_time, has_unroll_pragma(src, node), grid_stride, invariant))
         else:
-            node = m.get("while", m.get("do"))[0]
+            node = (m.get("while") or m["do"])[0]
             out.append(LoopInfo(node, False, has_unroll_pragma(src, node), False, 0))
     return out
 
@@ -285,11 +285,12 @@ def shared_declarations(region: Region, f: RegionFunction) -> tuple[int | None, 
             if len(dims) >= 2:
                 two_d += 1
             values = [region.evaluate(f.doc, s) for s in dims]
-            if total is None or elem is None or any(not isinstance(v, int) for v in values):
+            counts = [v for v in values if isinstance(v, int)]
+            if total is None or elem is None or len(counts) != len(values):
                 total = None
                 continue
             n = elem
-            for v in values:
+            for v in counts:
                 n *= v
             total += n
     return total, two_d, dynamic
@@ -397,8 +398,8 @@ def pdl_mode(region: Region, launch: LaunchExpr) -> PdlMode:
             text = text_of(src, args)
             hit = re.search(r"\.use_pdl\s*=\s*([^,}]+)", text)
             if hit:
-                value = hit.group(1).strip()
-                return "on" if value == "true" else "off" if value == "false" else "flag"
+                flag = hit.group(1).strip()
+                return "on" if flag == "true" else "off" if flag == "false" else "flag"
     return "absent"
 
 

@@ -155,6 +155,7 @@ class Region:
 
     def _func(self, doc: RegionDoc, node: Node, body: Node, declarator: Node) -> RegionFunction:
         head = doc.src[node.start_byte : body.start_byte]
+        kind: Literal["kernel", "device", "host"]
         if re.search(rb"\b__global__\b", head):
             kind = "kernel"
         elif re.search(rb"\b(__device__|SGL_DEVICE|SGL_DEVICE_HOST)\b", head):
@@ -632,13 +633,18 @@ def definition_spans(file: str, data: bytes) -> list[Span]:
             if not any(id(g) in launch_funcs for g in region_like.funcs if g.owner is not None and g.owner == f.owner):
                 continue
             node = f.owner
-            kind = "launcher"
+            kind: Literal["kernel", "device_function", "launcher"] = "launcher"
             name_node = node.child_by_field_name("name")
             name = text_of(doc.src, name_node) if name_node is not None else f.owner_name or "?"
         else:
             node = f.node
-            kind = {"kernel": "kernel", "device": "device_function"}.get(f.kind, "launcher" if id(f) in launch_funcs else "other")
-            if kind == "other":
+            if f.kind == "kernel":
+                kind = "kernel"
+            elif f.kind == "device":
+                kind = "device_function"
+            elif id(f) in launch_funcs:
+                kind = "launcher"
+            else:
                 continue
             name = f.name
         end = node.end_byte  # a struct's span stops at its closing brace, before the ';'

@@ -364,13 +364,13 @@ def _features_of_regions(
         runtime_block = launch.block is not None and block_size is None and not region.is_compile_time(launch.doc, launch.block)
         runtime_blocks = runtime_blocks or runtime_block
         grid_blob = region.expand(launch.doc, launch.grid) if launch.grid is not None else ""
-        kernels = region.launched_kernels(launch)
-        launched.update(kernels)
-        for k in kernels:
+        names = region.launched_kernels(launch)
+        launched.update(names)
+        for name in names:
             if block_size is not None:
-                kernel_blocks.setdefault(k, []).append(block_size)
+                kernel_blocks.setdefault(name, []).append(block_size)
             elif runtime_block:
-                kernel_runtime_block[k] = True
+                kernel_runtime_block[name] = True
         launches.append(
             LaunchSite(
                 span=launch.doc.span,
@@ -380,7 +380,7 @@ def _features_of_regions(
                 block_size=block_size,
                 grid_kind=classify_grid(grid_blob) if launch.grid is not None else "unknown",
                 pdl=pdl_mode(region, launch),
-                kernels=kernels,
+                kernels=names,
             )
         )
 
@@ -500,6 +500,7 @@ def _features_of_regions(
     grid_kind: GridKind = "none" if not launches else (kinds.pop() if len(kinds) == 1 else "mixed")
     pdl_modes = [l.pdl for l in launches]
     smem_sizes = [k.smem_bytes for k in kernels]
+    known_smem = [s for s in smem_sizes if s is not None]
     launchers = {(l.span, l.function.split("::")[0]) for l in launches}
     per_entry = max(
         (launches_on_path(region, h, launch_site_keys(region, h), h.body, {h.qualname}) for h in region.hosts), default=0
@@ -550,7 +551,7 @@ def _features_of_regions(
         reciprocal_divisions=math_sites.get("rcp", 0) + math_sites.get("rsqrt", 0),
         uses_expf=uses_expf,
         shared_memory=smem_any,
-        smem_static_bytes=None if any(s is None for s in smem_sizes) else max(smem_sizes, default=0),
+        smem_static_bytes=None if len(known_smem) < len(smem_sizes) else max(known_smem, default=0),
         smem_2d_arrays=two_d_total,
         dynamic_smem=dynamic,
         syncthreads=max((k.syncthreads for k in kernels), default=0),
