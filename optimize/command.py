@@ -30,7 +30,8 @@ from typing import Any
 from pipeline.config import DEFAULT_OPS, Config
 
 from optimize import report
-from optimize.loop import Loop, LoopOptions, load_op_task, run_meta_check
+from optimize.loop import Loop, LoopOptions, load_op_task
+from optimize.run_folder import run_meta_check
 from optimize.trajectory import now_iso
 
 

@@ -52,10 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
-import shutil
-import tempfile
 import time
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -70,15 +67,23 @@ from pipeline.records import (
     ShapeTiming,
     Task,
     read_record,
-    replace_dir,
     write_record,
 )
 
 from optimize import report
 from optimize.agents import coding, planning, profiling, repair, single, testing
 from optimize.agents.edits import CodeResult
+from optimize.backends import Backend
+from optimize.budget import Budget
 from optimize.errors import TaskMissing, TrajectoryError
+from optimize.harness.baseline_repair import BaselineRun, repair_baseline
+from optimize.harness.completion import RECORD_FILE, Completion, completed_in_run
+from optimize.harness.errors import BaselineError
+from optimize.harness.tools import NcuResult
+from optimize.hooks import CaseValidator, Hooks, Profiler
 from optimize.llm.client import MeteredModel, Model
+from optimize.policy import Decision
+from optimize.run_folder import clip, why, write_best
 from optimize.trajectory import (
     Attempt,
     RoundOutcome,
@@ -95,135 +100,10 @@ FINAL_TRIES = 3  # candidates tried in final validation before keeping the basel
 POLICY_LIMIT = 8  # options the planner sees (mechanical ones rank below LLM rewrites; keep some in view)
 REPAIRABLE = {Outcome.compile_failed, Outcome.incorrect, Outcome.crashed, Outcome.timeout}
 
-StopReason = Literal["rounds", "tokens", "dollars", "wall_time", "gpu_time", "no_options"]
-
-
-# --------------------------------------------------------------------------- budget
-
-
-class Budget:
-    """Run-wide budgets (tokens, dollars, wall, GPU) and the per-op round budget.
-
-    Implements :class:`optimize.llm.client.SpendGate`. ``spent`` restores what
-    earlier sessions of the same run recorded on disk.
-    """
-
-    def __init__(self, config: Config, *, spent: Mapping[str, float] | None = None, clock: Callable[[], float] = time.monotonic):
-        self.limits = config.budget
-        spent = dict(spent or {})
-        self.tokens = int(spent.get("tokens", 0))
-        self.cost_usd = float(spent.get("cost_usd", 0.0))
-        self.gpu_s = float(spent.get("gpu_s", 0.0))
-        self.wall_before_s = float(spent.get("wall_s", 0.0))
-        self.clock = clock
-        self.start = clock()
-
-    @property
-    def wall_s(self) -> float:
-        return self.wall_before_s + (self.clock() - self.start)
-
-    def exhausted(self) -> StopReason | None:
-        """The first run-wide budget that is spent, if any."""
-        if self.tokens >= self.limits.tokens:
-            return "tokens"
-        if self.cost_usd >= self.limits.dollars_usd:
-            return "dollars"
-        if self.wall_s >= self.limits.wall_s:
-            return "wall_time"
-        if self.gpu_s >= self.limits.gpu_s:
-            return "gpu_time"
-        return None
-
-    def message(self, reason: str) -> str:
-        return {
-            "tokens": f"token budget spent ({self.tokens} of {self.limits.tokens})",
-            "dollars": f"dollar budget spent (${self.cost_usd:.4f} of ${self.limits.dollars_usd:g})",
-            "wall_time": f"wall-time budget spent ({self.wall_s:.0f} of {self.limits.wall_s:g} s)",
-            "gpu_time": f"GPU-time budget spent ({self.gpu_s:.0f} of {self.limits.gpu_s:g} s)",
-            "rounds": f"round budget reached ({self.limits.rounds} rounds per op)",
-            "no_options": "the policy has no untried applicable skill left",
-        }.get(reason, reason)
-
-    def fix(self, reason: str) -> str:
-        return {
-            "tokens": "raise budget.tokens (KERNELSMITH_BUDGET__TOKENS) and rerun the same --run to continue",
-            "dollars": "raise budget.dollars_usd and rerun the same --run to continue",
-            "wall_time": "raise budget.wall_s and rerun the same --run to continue",
-            "gpu_time": "raise budget.gpu_s and rerun the same --run to continue",
-            "rounds": "pass a larger --rounds with the same --run to continue",
-        }.get(reason, "")
-
-    # SpendGate
-    def before_model_call(self) -> None:
-        reason = self.exhausted()
-        if reason is not None:
-            raise BudgetExhausted(self.message(reason), fix=self.fix(reason), where=reason)
-
-    def charge_model(self, tokens: int, cost_usd: float) -> None:
-        self.tokens += int(tokens)
-        self.cost_usd += float(cost_usd)
-
-    def charge_gpu(self, seconds: float) -> None:
-        self.gpu_s += float(seconds)
-
-
-# --------------------------------------------------------------------------- integration points
-
-
-def load_skills() -> dict[str, Any]:
-    """Skill id -> Skill from the long-term skill library."""
-    from optimize.skills import load_skills as _load
-
-    return {s.id: s for s in _load()}
-
-
-def policy_plan(features: Any, skills: Mapping[str, Any], history: Sequence[Any], *, llm_available: bool, limit: int) -> list[Any]:
-    """The deterministic policy's ranked options (never a failed/slower repeat; proposals only)."""
-    from optimize import policy
-
-    return policy.plan(features, list(skills.values()), history, llm_available=llm_available, limit=limit)
-
-
-def region_features(
-    regions: Mapping[str, str],
-    evaluation: Evaluation | None,
-    build_flags: Sequence[str] | None = None,
-    *,
-    ncu: Mapping[str, float] | None = None,
-) -> Any:
-    from optimize.features import ProfileFacts, features_of_regions
-
-    profile: Any = evaluation
-    if evaluation is not None and ncu:
-        profile = ProfileFacts.from_evaluation(evaluation, ncu=ncu)
-    return features_of_regions(dict(regions), profile=profile, build_flags=build_flags)
-
-
-def skill_transform(skill: Any, features: Any) -> Callable[[dict[str, str], dict[str, Any]], dict[str, str]] | None:
-    """The skill's mechanical transform as ``f(regions, params) -> regions``, or None."""
-    name = getattr(skill, "transform", None)
-    if not name:
-        return None
-    from optimize import transforms
-
-    def run(regions: dict[str, str], params: dict[str, Any]) -> dict[str, str]:
-        return transforms.apply(name, regions, params)
-
-    return run
-
-
-@dataclasses.dataclass
-class Hooks:
-    """The loop's integration points (skills, policy, features, transforms), one place to swap.
-
-    Tests wrap them (e.g. to record the history the real policy is given); the
-    defaults are the real modules.
-    """
-
-    load_skills: Callable[[], dict[str, Any]] = load_skills
-    policy_plan: Callable[..., list[Any]] = policy_plan
-    features: Callable[..., Any] = region_features  # (regions, evaluation, build_flags, *, ncu)
-    transform: Callable[[Any, Any], Any] = skill_transform
+#: ``progress(op_id, round number, rounds per op)`` before each round (the command's progress bars).
+Progress = Callable[[str, int, int], None]
+#: What one baseline run gave the repair loop: its evaluation, or the error the backend raised.
+BaselineOutcome = Evaluation | BaselineError
 
 
 # --------------------------------------------------------------------------- per-op state
@@ -245,7 +125,7 @@ class OpState:
         return Candidate(
             op_id=self.task.op_id, id=candidate_id(self.baseline_regions), parent=None,
             regions=dict(self.baseline_regions), coder="baseline", rationale="the SGLang kernel as extracted",
-        )  # fmt: skip
+        )
 
     def save_candidate(self, candidate: Candidate) -> None:
         path = self.dir / "candidates" / f"{candidate.id}.json"
@@ -318,11 +198,11 @@ class Loop:
         self,
         config: Config,
         options: LoopOptions,
-        backend: Any,
+        backend: Backend,
         *,
         model: Model | None = None,
         hooks: Hooks | None = None,
-        progress: Any = None,
+        progress: Progress | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if options.mode == "single" and (model is None or options.coder != "llm"):
@@ -384,11 +264,9 @@ class Loop:
         ncu is installed and ``harness.ncu_profile`` is on); the result is stored whatever
         its status, so an unavailable or failing profiler costs one attempt per candidate.
         """
-        profile = getattr(self.backend, "profile", None)
+        profile: Profiler | None = getattr(self.backend, "profile", None)
         if profile is None or not self.config.harness.ncu_profile:
             return {}
-        from optimize.harness.tools import NcuResult
-
         path = op.dir / "profiles" / f"{candidate.id}.ncu.json"
         if path.exists():
             return read_record(NcuResult, path).metrics()
@@ -457,10 +335,10 @@ class Loop:
             started = json.loads(meta.read_text(encoding="utf-8")).get("started_at", started)
         result = RunSummary(
             run=self.options.run, mode=self.options.mode, coder=self.options.coder, backend=self.backend.describe(),
-            simulated=bool(getattr(self.backend, "simulated", False)), device=getattr(self.backend, "device", None),
+            simulated=self.backend.simulated, device=getattr(self.backend, "device", None),
             started_at=started, finished_at=now_iso(), tokens=self.budget.tokens, cost_usd=round(self.budget.cost_usd, 6),
             wall_s=round(self.budget.wall_s, 3), gpu_s=round(self.budget.gpu_s, 3), ops=summaries,
-        )  # fmt: skip
+        )
         report.write_summary(self.run_dir, result)
         return result
 
@@ -482,8 +360,8 @@ class Loop:
             try:
                 self._baseline(op)
             except BudgetExhausted as err:
-                reason = err.where or "budget"
-                return OpSummary(op_id=task.op_id, status="skipped", stop_reason=reason, detail=err.message)
+                spent = err.where or "budget"
+                return OpSummary(op_id=task.op_id, status="skipped", stop_reason=spent, detail=err.message)
         stop: str | None = None
         while stop is None:
             stop = self._stop_reason(op)
@@ -511,8 +389,8 @@ class Loop:
         final = op.stored_evaluation(best.candidate, "final") if best is not None and best.candidate else None
         text = report.op_report(
             op.task.op_id, traj, summary, final=final, backend=self.backend.describe(),
-            simulated=bool(getattr(self.backend, "simulated", False)),
-        )  # fmt: skip
+            simulated=self.backend.simulated,
+        )
         report.write_op_report(op.dir / "report.md", text)
         return summary
 
@@ -539,14 +417,12 @@ class Loop:
             kind="stop", op_id=op.task.op_id, round=op.trajectory.last_round(), mode=self.options.mode,
             coder=self.options.coder, outcome=RoundOutcome.budget_exhausted if reason not in ("no_options",) else RoundOutcome.ok,
             stop_reason=reason, detail=self.budget.message(reason), best=op.trajectory.best_id(), **self._spent_since(mark),
-        )  # fmt: skip
+        )
 
     def _completed(self, op: OpState) -> Task:
         """The task with what its contract left open filled (rules, then the testing
         agent's model), decided once per run and kept in ``contract_completion.json``
         so a resumed run calls the kernel exactly as before."""
-        from optimize.harness.completion import RECORD_FILE, completed_in_run
-
         recorded = completed_in_run(op.task, op.dir)
         if recorded is not None:
             return recorded
@@ -560,11 +436,11 @@ class Loop:
         mark = self._meter()
         plan_path = op.dir / "test_plan.json"
         if not plan_path.exists():
-            validate = getattr(self.backend, "validate_cases", None)
+            validate: CaseValidator | None = getattr(self.backend, "validate_cases", None)
             plan = testing.plan_tests(
                 op.task, held_out=self.config.harness.held_out_shapes, model=self._model,
                 validate=(lambda cases: validate(op.task_dir, op.task, cases)) if validate else None,
-            )  # fmt: skip
+            )
             write_record(plan, plan_path)
         candidate = op.baseline_candidate()
         op.save_candidate(candidate)
@@ -575,7 +451,7 @@ class Loop:
                 candidate=candidate.id, regions_hash=regions_hash(candidate.regions), outcome=RoundOutcome.ok,
                 timings=evaluation.timings, speedup_geomean=1.0, speedup_min=1.0, best=candidate.id,
                 detail=evaluation.detail, **self._spent_since(mark),
-            )  # fmt: skip
+            )
         )
 
     def _baseline_evaluation(self, op: OpState, candidate: Candidate) -> Evaluation:
@@ -583,36 +459,39 @@ class Loop:
         its contract (writes an input, never writes an output, its check demands another
         dtype), the contract is fixed (``completion.baseline_fixes``), the fix appended to
         the run's ``contract_completion.json`` and the baseline evaluated again, at most
-        ``BASELINE_REPAIRS`` times; the stale evaluation is kept as ``*.superseded-<attempt>.json``."""
-        from optimize.harness.completion import BASELINE_REPAIRS, RECORD_FILE, Completion, baseline_fixes, refixed
-        from optimize.harness.errors import BaselineError
+        ``completion.BASELINE_REPAIRS`` times (:func:`optimize.harness.baseline_repair.repair_baseline`,
+        the loop the sweep uses too); the stale evaluation is kept as ``*.superseded-<attempt>.json``."""
 
-        for attempt in range(BASELINE_REPAIRS + 1):
-            failure: BaselineError | None = None
+        def run_once(task: Task, attempt: int) -> BaselineRun[BaselineOutcome]:
+            op.task = task
             try:
                 evaluation = self._evaluate(op, candidate, "round")
-                if evaluation.outcome == Outcome.ok:
-                    return evaluation
-                evidence, detail = evaluation.role_evidence, evaluation.detail
             except BaselineError as err:
-                failure, evidence, detail = err, err.evidence, err.detail
-            fixes = baseline_fixes(op.task.contract, evidence, detail) if attempt < BASELINE_REPAIRS else []
-            if not fixes:
-                if failure is not None:
-                    raise failure
-                raise BaselineError(
-                    f"the baseline of {op.task.op_id} did not pass its own evaluation ({evaluation.outcome.value})",
-                    fix="check the task (`kernelsmith extract`) and the harness on this machine",
-                    detail=evaluation.detail,
-                )
-            op.task, more = refixed(op.task, fixes, op.task_dir)
+                return BaselineRun(err, passed=False, evidence=err.evidence, detail=err.detail)
+            passed = evaluation.outcome == Outcome.ok
+            return BaselineRun(evaluation, passed=passed, evidence=evaluation.role_evidence, detail=evaluation.detail)
+
+        def on_fixed(task: Task, more: Completion, attempt: int) -> str:
             path = op.dir / RECORD_FILE
             record = read_record(Completion, path)
             write_record(record.model_copy(update={"filled": [*record.filled, *more.filled], "open": more.open}), path)
             stale = op.eval_path(candidate.id, "round")
             if stale.exists():
                 stale.rename(stale.with_name(f"{stale.stem}.superseded-{attempt}.json"))
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+            return ""
+
+        repaired = repair_baseline(op.task, op.task_dir, run_once, on_fixed=on_fixed)
+        op.task = repaired.task
+        outcome = repaired.last.result
+        if isinstance(outcome, BaselineError):
+            raise outcome
+        if outcome.outcome != Outcome.ok:
+            raise BaselineError(
+                f"the baseline of {op.task.op_id} did not pass its own evaluation ({outcome.outcome.value})",
+                fix="check the task (`kernelsmith extract`) and the harness on this machine",
+                detail=outcome.detail,
+            )
+        return outcome
 
     # ------------------------------------------------------------------ one round
 
@@ -631,21 +510,21 @@ class Loop:
         )
         profile_text = summary.text()
         trajectory_text = traj.summary()
-        common = dict(op_id=op.task.op_id, kinds=op.kinds)
         if self.options.mode == "single":
             assert model is not None
             step = single.step(
                 decisions, self.skills, base.regions, profile_text=profile_text,
-                trajectory_text=trajectory_text, model=model, **common,
-            )  # fmt: skip
+                trajectory_text=trajectory_text, model=model, op_id=op.task.op_id, kinds=op.kinds,
+            )
             plan, result = step.plan, step.result
         else:
-            plan = planning.plan(
+            planned = planning.plan(
                 decisions, self.skills, op_id=op.task.op_id, region_names=list(base.regions),
                 profile_text=profile_text, trajectory_text=trajectory_text, model=model,
-            )  # fmt: skip
-            if plan is None:
+            )
+            if planned is None:
                 return None
+            plan = planned
             skill = self.skills.get(plan.skill)
             # A mechanical option is applied by its transform even when an LLM is at hand:
             # exact, reproducible, and it keeps the model's budget for rewrites that need judgement.
@@ -653,8 +532,8 @@ class Loop:
             transform = self.hooks.transform(skill, features) if mechanical else None
             result = coding.code(
                 plan, skill, base.regions, profile_text=profile_text, trajectory_text=trajectory_text,
-                model=None if mechanical else model, transform=transform, **common,
-            )  # fmt: skip
+                model=None if mechanical else model, transform=transform, op_id=op.task.op_id, kinds=op.kinds,
+            )
 
         attempts: list[Attempt] = []
         candidate: Candidate | None = None
@@ -663,7 +542,7 @@ class Loop:
         max_fixes = self.config.budget.repair_attempts if model is not None else 0
         while True:
             if not result.edited:
-                attempts.append(Attempt(agent=result.agent, status=result.status, detail=_clip(result.detail)))
+                attempts.append(Attempt(agent=result.agent, status=result.status, detail=clip(result.detail)))
                 break
             assert result.regions is not None
             candidate = self._candidate(op, base, plan, result)
@@ -675,12 +554,12 @@ class Loop:
                 attempts.append(
                     Attempt(agent=result.agent, status="no_change", candidate=candidate.id,
                             detail=f"the edit reproduces candidate {candidate.id}, already evaluated")
-                )  # fmt: skip
+                )
                 candidate, evaluation = None, None
                 break
             evaluation = self._evaluate(op, candidate, "round")
             attempts.append(
-                Attempt(agent=result.agent, status="edited", candidate=candidate.id, outcome=evaluation.outcome, detail=_clip(_why(evaluation)))
+                Attempt(agent=result.agent, status="edited", candidate=candidate.id, outcome=evaluation.outcome, detail=clip(why(evaluation)))
             )
             if evaluation.outcome not in REPAIRABLE or fixes >= max_fixes:
                 break
@@ -698,13 +577,13 @@ class Loop:
                     attempts.append(
                         Attempt(
                             agent=guard.agent, status="edited", candidate=guarded_candidate.id,
-                            outcome=guarded_eval.outcome, detail=_clip(_why(guarded_eval)),
-                        )  # fmt: skip
+                            outcome=guarded_eval.outcome, detail=clip(why(guarded_eval)),
+                        )
                     )
                     if guarded_eval.outcome == Outcome.ok and not self.regressed(guarded_eval.timings):
                         candidate, evaluation, guarded = guarded_candidate, guarded_eval, True
                 else:
-                    attempts.append(Attempt(agent=guard.agent, status=guard.status, detail=_clip(guard.detail)))
+                    attempts.append(Attempt(agent=guard.agent, status=guard.status, detail=clip(guard.detail)))
         return self._record(op, number, plan, base.id, best, attempts, candidate, evaluation, guarded)
 
     def _candidate(self, op: OpState, base: Candidate, plan: planning.Plan, result: CodeResult) -> Candidate:
@@ -713,14 +592,14 @@ class Loop:
             op_id=op.task.op_id, id=candidate_id(result.regions), parent=base.id, regions=result.regions,
             skill=plan.skill, params=plan.params, coder=f"{self.options.coder}:{result.agent}",
             rationale=plan.text,
-        )  # fmt: skip
+        )
         op.save_candidate(candidate)
         return candidate
 
     def _fix(
         self, op: OpState, plan: planning.Plan, candidate: Candidate, evaluation: Evaluation,
-        attempt: int, max_attempts: int, decisions: Sequence[Any],
-    ) -> CodeResult:  # fmt: skip
+        attempt: int, max_attempts: int, decisions: Sequence[Decision],
+    ) -> CodeResult:
         model = self._model
         assert model is not None
         if self.options.mode == "single":
@@ -728,12 +607,12 @@ class Loop:
         return repair.repair(
             plan, candidate.regions, evaluation, op_id=op.task.op_id, attempt=attempt, max_attempts=max_attempts,
             trajectory_text=op.trajectory.summary(), model=model, kinds=op.kinds,
-        )  # fmt: skip
+        )
 
     def _guard(
         self, op: OpState, plan: planning.Plan, candidate: Candidate, evaluation: Evaluation,
-        slow: Sequence[ShapeTiming], decisions: Sequence[Any],
-    ) -> CodeResult:  # fmt: skip
+        slow: Sequence[ShapeTiming], decisions: Sequence[Decision],
+    ) -> CodeResult:
         model = self._model
         assert model is not None
         if self.options.mode == "single":
@@ -742,26 +621,26 @@ class Loop:
             plan, candidate.regions, evaluation, op_id=op.task.op_id, attempt=1, max_attempts=1,
             trajectory_text=op.trajectory.summary(), model=model, kinds=op.kinds, slower=slow,
             baseline_regions=op.baseline_regions,
-        )  # fmt: skip
+        )
 
     def _single_retry(
-        self, op: OpState, plan: planning.Plan, candidate: Candidate, decisions: Sequence[Any], feedback: str,
-    ) -> CodeResult:  # fmt: skip
+        self, op: OpState, plan: planning.Plan, candidate: Candidate, decisions: Sequence[Decision], feedback: str,
+    ) -> CodeResult:
         """The single agent asked again about its own candidate (its fix and its guard); the plan stays."""
         assert self._model is not None
         return single.step(
             decisions, self.skills, candidate.regions, op_id=op.task.op_id, profile_text="(unchanged)",
             trajectory_text=op.trajectory.summary(), model=self._model, feedback=feedback, previous=plan, kinds=op.kinds,
-        ).result  # fmt: skip
+        ).result
 
     def _record(
         self, op: OpState, number: int, plan: planning.Plan, base_id: str, best: RoundRecord,
         attempts: list[Attempt], candidate: Candidate | None, evaluation: Evaluation | None, guarded: bool,
-    ) -> RoundRecord:  # fmt: skip
+    ) -> RoundRecord:
         fields: dict[str, Any] = dict(
             kind="round", op_id=op.task.op_id, round=number, mode=self.options.mode, coder=self.options.coder,
             skill=plan.skill, params=plan.params, plan=plan.text, base=base_id, attempts=attempts,
-        )  # fmt: skip
+        )
         if evaluation is None or candidate is None:
             last = attempts[-1] if attempts else None
             outcome = RoundOutcome(last.status) if last and last.status != "edited" else RoundOutcome.malformed_reply
@@ -771,13 +650,13 @@ class Loop:
         low = min(speedups) if speedups else None
         slow = self.regressed(evaluation.timings) if evaluation.outcome in (Outcome.ok, Outcome.slower) else []
         outcome = RoundOutcome.of(evaluation.outcome)
-        detail = _why(evaluation)
+        detail = why(evaluation)
         if outcome == RoundOutcome.ok and (slow or (geo is not None and geo < 1.0)):
             outcome = RoundOutcome.slower
             detail = (
                 f"slower than the baseline at {len(slow)} shape(s) beyond the {self.config.harness.noise_pct:g}% noise band"
                 if slow else f"geomean speedup {geo:.3f}x < 1"
-            )  # fmt: skip
+            )
         best_geo = best.speedup_geomean or 1.0
         accepted = (
             outcome == RoundOutcome.ok and geo is not None and geo > best_geo * (1.0 + self.min_gain_pct() / 100.0)
@@ -786,13 +665,13 @@ class Loop:
             detail = (
                 f"correct, geomean {geo:.3f}x does not beat the best ({best_geo:.3f}x) by {self.min_gain_pct():g}%"
                 if geo is not None else "correct, but the evaluation carries no speedups to compare"
-            )  # fmt: skip
+            )
         return RoundRecord(
             **fields, candidate=candidate.id, regions_hash=regions_hash(candidate.regions), outcome=outcome,
-            detail=_clip(detail), timings=evaluation.timings, speedup_geomean=geo, speedup_min=low,
+            detail=clip(detail), timings=evaluation.timings, speedup_geomean=geo, speedup_min=low,
             regressed_shapes=[f"{t.label} {t.dtype}" for t in slow], guarded=guarded, accepted=accepted,
             best=candidate.id if accepted else best.candidate,
-        )  # fmt: skip
+        )
 
     # ------------------------------------------------------------------ final validation
 
@@ -816,7 +695,7 @@ class Loop:
             evaluation = self._evaluate(op, candidate, "final")
             outcome = RoundOutcome.of(evaluation.outcome)
             slow = self.regressed(evaluation.timings) if evaluation.outcome == Outcome.ok else []
-            detail = _why(evaluation)
+            detail = why(evaluation)
             if outcome == RoundOutcome.ok and slow:
                 outcome = RoundOutcome.slower
                 detail = f"final validation: slower than the baseline at {', '.join(f'{t.label} {t.dtype}' for t in slow[:4])}"
@@ -825,11 +704,11 @@ class Loop:
                 RoundRecord(
                     kind="final", op_id=op.task.op_id, round=top.round, mode=self.options.mode, coder=self.options.coder,
                     skill=top.skill, params=top.params, candidate=top.candidate, regions_hash=top.regions_hash,
-                    outcome=outcome, detail=_clip(detail), timings=evaluation.timings, speedup_geomean=geomean(speedups),
+                    outcome=outcome, detail=clip(detail), timings=evaluation.timings, speedup_geomean=geomean(speedups),
                     speedup_min=min(speedups) if speedups else None, guarded=top.guarded,
                     accepted=outcome == RoundOutcome.ok, best=top.candidate if outcome == RoundOutcome.ok else None,
                     **self._spent_since(mark),
-                )  # fmt: skip
+                )
             )
             if outcome == RoundOutcome.ok:
                 self._write_best(op, top)
@@ -837,31 +716,11 @@ class Loop:
         return None
 
     def _write_best(self, op: OpState, top: RoundRecord) -> None:
-        """``best/``: candidate.json, evaluation.json, regions/<name>.txt, src/<patched files>; published by rename."""
-        from extract.splice import apply_regions
-
+        """``best/`` of the op (see :func:`optimize.run_folder.write_best`)."""
         assert top.candidate is not None
         candidate = op.candidate(top.candidate)
         evaluation = op.stored_evaluation(candidate.id, "final") or op.stored_evaluation(candidate.id, "round")
-        patched = apply_regions(op.files, list(op.task.editable), candidate.regions)
-        staging = pathlib.Path(tempfile.mkdtemp(prefix=".best.", dir=op.dir))
-        staging.chmod(0o755)  # mkdtemp makes it private; best/ is for people and `integrate` to read
-        try:
-            write_record(candidate, staging / "candidate.json")
-            if evaluation is not None:
-                write_record(evaluation, staging / "evaluation.json")
-            for name, text in candidate.regions.items():
-                (staging / "regions").mkdir(exist_ok=True)
-                (staging / "regions" / f"{name}.txt").write_text(text, encoding="utf-8")
-            for rel, data in patched.items():
-                if data != op.files.get(rel):
-                    target = staging / "src" / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(data)
-            replace_dir(staging, op.dir / "best")
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+        write_best(op.dir, op.files, op.task.editable, candidate, evaluation)
 
     # ------------------------------------------------------------------ summary
 
@@ -872,14 +731,14 @@ class Loop:
             return OpSummary(
                 op_id=op.task.op_id, status="no_improvement", stop_reason=stop, rounds=rounds,
                 detail="no candidate passed final validation faster than the baseline; the baseline stays",
-            )  # fmt: skip
+            )
         final = [r for r in traj.finals() if r.candidate == best.candidate and r.outcome == RoundOutcome.ok][-1]
         return OpSummary(
             op_id=op.task.op_id, status="improved", stop_reason=stop, rounds=rounds, best=best.candidate,
             best_dir=f"{op.task.op_id}/best", speedup_geomean=final.speedup_geomean or best.speedup_geomean,
             speedup_min=final.speedup_min if final.speedup_min is not None else best.speedup_min,
             guarded=best.guarded, skills=self.path_skills(op, best.candidate or ""),
-        )  # fmt: skip
+        )
 
     def path_skills(self, op: OpState, cid: str) -> list[str]:
         """Skills applied from the baseline to candidate ``cid``, oldest first."""
@@ -895,35 +754,3 @@ class Loop:
                 skills.append(cand.skill)
             cid = cand.parent or ""
         return list(reversed(skills))
-
-
-def _why(evaluation: Evaluation) -> str:
-    if evaluation.outcome == Outcome.compile_failed and evaluation.build is not None and evaluation.build.stderr:
-        return evaluation.build.stderr
-    return evaluation.detail
-
-
-def _clip(text: str, limit: int = 2000) -> str:
-    text = text or ""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def run_meta_check(run_dir: pathlib.Path, meta: dict[str, Any], *, write: bool = True) -> None:
-    """Refuse to resume a run with another mode/coder/backend (its rounds would mix); record a new run's."""
-    path = run_dir / "run.json"
-    if path.exists():
-        old = json.loads(path.read_text(encoding="utf-8"))
-        for key in ("mode", "coder", "backend"):
-            if old.get(key) != meta.get(key):
-                raise ConfigError(
-                    f"run {run_dir.name} was started with {key}={old.get(key)!r}, this command asks for {meta.get(key)!r}",
-                    fix="use a new --run name, or repeat the original options to resume",
-                )
-        return
-    if not write:
-        return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".run.", dir=run_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(meta, handle, indent=2)
-    os.replace(tmp, path)
