@@ -54,7 +54,7 @@ import dataclasses
 import json
 import pathlib
 import time
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
@@ -102,6 +102,17 @@ REPAIRABLE = {Outcome.compile_failed, Outcome.incorrect, Outcome.crashed, Outcom
 
 #: ``progress(op_id, round number, rounds per op)`` before each round (the command's progress bars).
 Progress = Callable[[str, int, int], None]
+
+
+class Spent(TypedDict):
+    """What a stretch of the loop spent, as a round record carries it."""
+
+    wall_s: float
+    tokens: int
+    cost_usd: float
+    gpu_s: float
+
+
 #: What one baseline run gave the repair loop: its evaluation, or the error the backend raised.
 BaselineOutcome = Evaluation | BaselineError
 
@@ -285,7 +296,7 @@ class Loop:
             self.backend.gpu_s,
         )
 
-    def _spent_since(self, mark: tuple[float, int, float, float]) -> dict[str, Any]:
+    def _spent_since(self, mark: tuple[float, int, float, float]) -> Spent:
         now = self._meter()
         return {
             "wall_s": round(now[0] - mark[0], 3),

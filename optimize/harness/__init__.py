@@ -14,7 +14,9 @@ Public entry points (imported lazily, so importing the package needs no torch):
 Modules, one per concern: inputs (argument planning and filling), compare
 (verdicts), references (float64 and eager PyTorch), loader (tvm-ffi), isolate +
 worker (process isolation), timing (graphs, interleaving, spread), roofline
-(bytes, device ceilings), adversarial (the cheat suite).
+(bytes, device ceilings), adversarial (the cheat suite), baseline_repair (the one
+"baseline contradicts its contract -> fix -> run again" loop of the sweep and the
+optimize loop), health (the ``bench --all`` sweep).
 """
 
 from __future__ import annotations
