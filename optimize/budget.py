@@ -31,7 +31,9 @@ class Budget:
     earlier sessions of the same run recorded on disk.
     """
 
-    def __init__(self, config: Config, *, spent: Mapping[str, float] | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, config: Config, *, spent: Mapping[str, float] | None = None, clock: Callable[[], float] = time.monotonic
+    ):
         self.limits = config.budget
         spent = dict(spent or {})
         self.tokens = int(spent.get("tokens", 0))

@@ -5,7 +5,7 @@ transforms (:mod:`optimize.transforms`) ask the same questions of CUDA code: is
 this a float expression, which loops have a compile-time trip count, where are
 the PDL wait and trigger, how wide are the vectors a kernel moves, how much
 static shared memory it declares, how a launch's grid is shaped and whether it
-turns PDL on. The answers are here, one function per question, over
+turns PDL on, which integer constants have a literal value. The answers are here, one function per question, over
 :class:`optimize.cuda_regions.Region`.
 
 What must stay true:
@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Iterator, Literal
 
 from extract import treesitter as ts
-from optimize.cuda_regions import ALIGNED_VECTOR_TYPES, LaunchExpr, Region, RegionFunction
+from optimize.cuda_regions import ALIGNED_VECTOR_TYPES, LaunchExpr, Region, RegionDoc, RegionFunction
 from optimize.cuda_text import (
     Node,
     contains_double,
@@ -31,6 +31,7 @@ from optimize.cuda_text import (
     last_name,
     matches,
     named_children,
+    parse_number,
     prev_named_sibling,
     strip_parens,
     text_of,
@@ -39,19 +40,56 @@ from optimize.cuda_text import (
 #: precise libm calls -> the fast intrinsic that replaces them (None: no direct intrinsic).
 #: precise libm calls -> the fast intrinsic that replaces them (None: no direct intrinsic).
 SLOW_MATH: dict[str, str | None] = {
-    "expf": "__expf", "exp10f": "__exp10f", "logf": "__logf", "log2f": "__log2f", "log10f": "__log10f",
-    "sinf": "__sinf", "cosf": "__cosf", "tanf": "__tanf", "powf": "__powf",
-    "tanhf": None, "erff": None, "exp": None, "log": None, "pow": None, "sqrt": None, "tanh": None,
+    "expf": "__expf",
+    "exp10f": "__exp10f",
+    "logf": "__logf",
+    "log2f": "__log2f",
+    "log10f": "__log10f",
+    "sinf": "__sinf",
+    "cosf": "__cosf",
+    "tanf": "__tanf",
+    "powf": "__powf",
+    "tanhf": None,
+    "erff": None,
+    "exp": None,
+    "log": None,
+    "pow": None,
+    "sqrt": None,
+    "tanh": None,
 }
 FAST_INTRINSICS = {
-    "__expf", "__exp10f", "__logf", "__log2f", "__log10f", "__sinf", "__cosf", "__tanf", "__powf",
-    "__fdividef", "__frcp_rn", "__frsqrt_rn", "__fsqrt_rn", "rsqrtf", "rsqrt", "__saturatef",
+    "__expf",
+    "__exp10f",
+    "__logf",
+    "__log2f",
+    "__log10f",
+    "__sinf",
+    "__cosf",
+    "__tanf",
+    "__powf",
+    "__fdividef",
+    "__frcp_rn",
+    "__frsqrt_rn",
+    "__fsqrt_rn",
+    "rsqrtf",
+    "rsqrt",
+    "__saturatef",
 }
 _FLOAT_FUNCS = set(SLOW_MATH) | FAST_INTRINSICS | {"sqrtf", "fabsf", "fmaxf", "fminf", "fmaf", "erff", "tanhf"}
 _FLOAT_TYPES = {"float", "fp32_t"}
 _FLOAT_PAIR_TYPES = {"float2", "fp32x2_t", "float4", "fp32x4_t"}
 _LOAD_NAMES = {
-    "load", "load_as", "__ldg", "ldg", "SGLANG_LDG", "load_bytes", "__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv",
+    "load",
+    "load_as",
+    "__ldg",
+    "ldg",
+    "SGLANG_LDG",
+    "load_bytes",
+    "__ldcs",
+    "__ldcg",
+    "__ldca",
+    "__ldlu",
+    "__ldcv",
 }
 CACHE_HINT_NAMES = {"__ldg", "SGLANG_LDG", "__ldcs", "__ldcg", "__ldlu", "__ldcv", "__stcs", "__stwt", "__stcg"}
 _WAIT_NAMES = {"PDLWaitPrimary", "cudaGridDependencySynchronize"}
@@ -132,13 +170,13 @@ def is_float_expr(src: bytes, node: Node, scalars: set[str], pairs: set[str], de
         return any(is_float_expr(src, c, scalars, pairs, depth + 1) for c in named_children(node))
     if t == "conditional_expression":
         return any(
-            is_float_expr(src, node.child_by_field_name(k), scalars, pairs, depth + 1) for k in ("consequence", "alternative")
+            is_float_expr(src, node.child_by_field_name(k), scalars, pairs, depth + 1)
+            for k in ("consequence", "alternative")
         )
     return False
 
 
 # --------------------------------------------------------------------------- per-kernel analyses
-
 
 
 def has_unroll_pragma(src: bytes, loop: Node) -> bool:
@@ -254,7 +292,9 @@ def asm_texts(src: bytes, node: Node) -> list[str]:
     return [text_of(src, n) for n in ts.walk(node) if n.type == "gnu_asm_expression"]
 
 
-WARP_REDUCE_RE = re.compile(r"(__shfl_\w*sync|__reduce_\w+_sync|\bwarp::|cooperative_groups::reduce|\bcg::reduce|_warp$|WarpReduce)")
+WARP_REDUCE_RE = re.compile(
+    r"(__shfl_\w*sync|__reduce_\w+_sync|\bwarp::|cooperative_groups::reduce|\bcg::reduce|_warp$|WarpReduce)"
+)
 CTA_REDUCE_RE = re.compile(r"(\bcta::|_cta$|BlockReduce|block_reduce|blockReduce)")
 
 
@@ -324,8 +364,19 @@ def declares_int64(src: bytes, f: RegionFunction) -> bool:
     for node in ts.walk(f.body):
         if node.type == "declaration":
             type_node = node.child_by_field_name("type")
-            if type_node is not None and last_name(text_of(src, type_node)) in ("int64_t", "uint64_t", "size_t", "long"):
-                if not any(d.type == "pointer_declarator" or (d.type == "init_declarator" and d.child_by_field_name("declarator").type == "pointer_declarator") for d in node.children_by_field_name("declarator")):
+            if type_node is not None and last_name(text_of(src, type_node)) in (
+                "int64_t",
+                "uint64_t",
+                "size_t",
+                "long",
+            ):
+                if not any(
+                    d.type == "pointer_declarator"
+                    or (
+                        d.type == "init_declarator" and d.child_by_field_name("declarator").type == "pointer_declarator"
+                    )
+                    for d in node.children_by_field_name("declarator")
+                ):
                     return True
     return False
 
@@ -344,7 +395,10 @@ def division_counts(region: Region, f: RegionFunction) -> dict[str, int]:
                 continue
             if _is_one(src, left):
                 inner = strip_parens(right)
-                if inner.type == "call_expression" and last_name(text_of(src, inner.child_by_field_name("function"))) == "sqrtf":
+                if (
+                    inner.type == "call_expression"
+                    and last_name(text_of(src, inner.child_by_field_name("function"))) == "sqrtf"
+                ):
                     counts["rsqrt"] += 1
                 else:
                     counts["rcp"] += 1
@@ -353,7 +407,6 @@ def division_counts(region: Region, f: RegionFunction) -> dict[str, int]:
         elif not floaty and not region.is_compile_time(f.doc, right):
             counts["int_runtime"] += 1
     return counts
-
 
 
 def _is_one(src: bytes, node: Node) -> bool:
@@ -365,7 +418,9 @@ def _is_one(src: bytes, node: Node) -> bool:
 
 
 def classify_grid(blob: str) -> GridKind:
-    if re.search(r"\bmin\b", blob) and re.search(r"(sm_count|num_?sm|kNumSM|multiProcessorCount|occupancy)", blob, re.I):
+    if re.search(r"\bmin\b", blob) and re.search(
+        r"(sm_count|num_?sm|kNumSM|multiProcessorCount|occupancy)", blob, re.I
+    ):
         return "persistent"
     if re.search(r"(div_ceil|ceil_div|cdiv|DIV_UP|\+\s*\w+\s*-\s*1\s*\)\s*/)", blob):
         return "per_item"
@@ -380,7 +435,11 @@ def pdl_mode(region: Region, launch: LaunchExpr) -> PdlMode:
     src = launch.doc.src
     if launch.runtime:
         scope = launch.func.node if launch.func is not None else launch.doc.root
-        return "on" if b"cudaLaunchAttributeProgrammaticStreamSerialization" in src[scope.start_byte : scope.end_byte] else "absent"
+        return (
+            "on"
+            if b"cudaLaunchAttributeProgrammaticStreamSerialization" in src[scope.start_byte : scope.end_byte]
+            else "absent"
+        )
     for method, args in launch.pdl_args or []:
         if method == "enable_pdl":
             named = named_children(args)
@@ -421,10 +480,60 @@ def launches_on_path(region: Region, f: RegionFunction, sites: set, node: Node, 
         inner = sum(launches_on_path(region, f, sites, c, visiting) for c in node.children)
         target = next((h for h in region.hosts if h.name == name and h.owner_name == f.owner_name), None)
         if target is not None and target.qualname not in visiting:
-            inner += launches_on_path(region, target, launch_site_keys(region, target), target.body, visiting | {target.qualname})
+            inner += launches_on_path(
+                region, target, launch_site_keys(region, target), target.body, visiting | {target.qualname}
+            )
         return inner
     return sum(launches_on_path(region, f, sites, c, visiting) for c in node.children)
 
 
 def launch_site_keys(region: Region, f: RegionFunction) -> set:
     return {(l.outer.start_byte, l.outer.end_byte) for l in region.launches if l.func is f}
+
+
+# --------------------------------------------------------------------------- literal constants
+
+
+def owner_name(doc: RegionDoc, node: Node) -> str | None:
+    cursor = node.parent
+    while cursor is not None:
+        if cursor.type == "function_definition":
+            return None
+        if cursor.type in ("struct_specifier", "class_specifier"):
+            name = cursor.child_by_field_name("name")
+            return text_of(doc.src, name) if name is not None else None
+        cursor = cursor.parent
+    return None
+
+
+def iter_literal_constants(region: Region) -> Iterator[tuple[RegionDoc, Node, str, Node]]:
+    """(doc, declaration, name, integer literal node) of every constexpr/const integer with a literal value.
+
+    The literal may sit inside ``static_cast<...>(...)`` or parentheses; the node
+    yielded is the literal itself, so an edit touches only its digits.
+    """
+    for doc in region.docs:
+        for m in matches("declarations", doc.root):
+            decl = m["decl"][0]
+            if decl.type == "alias_declaration":
+                continue
+            quals = {
+                text_of(doc.src, c) for c in decl.children if c.type in ("type_qualifier", "storage_class_specifier")
+            }
+            if not quals & {"constexpr", "const"}:
+                continue
+            literal = strip_parens(m["value"][0])
+            while literal.type == "call_expression":
+                callee = literal.child_by_field_name("function")
+                args = literal.child_by_field_name("arguments")
+                if (
+                    callee is None
+                    or last_name(text_of(doc.src, callee)) != "static_cast"
+                    or args is None
+                    or args.named_child_count != 1
+                ):
+                    break
+                literal = strip_parens(args.named_children[0])
+            if literal.type != "number_literal" or not isinstance(parse_number(text_of(doc.src, literal)), int):
+                continue
+            yield doc, decl, text_of(doc.src, m["name"][0]).strip(), literal

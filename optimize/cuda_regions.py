@@ -22,16 +22,13 @@ What must stay true:
 - Sizes assume a template type parameter is ``dtype_bytes`` wide (2: bf16/fp16,
   the dtypes SGLang's hot paths run).
 - A launch in a preprocessor branch the Hopper build leaves out launches nothing.
-- :func:`definition_spans` cuts the same spans as ``extract.tasks.editable_spans``.
 """
 
 from __future__ import annotations
 
-import os
-import pathlib
 import re
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Literal, Mapping
+from typing import Literal, Mapping
 
 from extract import treesitter as ts
 from optimize.cuda_text import (
@@ -44,12 +41,9 @@ from optimize.cuda_text import (
     named_children,
     parse_number,
     parse_region,
-    strip_parens,
     text_of,
 )
-from pipeline.records import Span
 
-#: SGLang constants a region uses for sizes, as they are on Hopper (sm_90a).
 #: SGLang constants a region uses for sizes, as they are on Hopper (sm_90a).
 KNOWN_CONSTANTS: dict[str, int] = {
     "kMaxVecBytes": 16,  # sgl_kernel/utils.cuh: 32 only on Blackwell or newer
@@ -64,13 +58,47 @@ KNOWN_CONSTANTS: dict[str, int] = {
 
 
 _TYPE_BYTES: dict[str, int] = {
-    "float": 4, "fp32_t": 4, "int": 4, "unsigned": 4, "uint": 4, "int32_t": 4, "uint32_t": 4,
-    "double": 8, "int64_t": 8, "uint64_t": 8, "long": 8, "size_t": 8,
-    "half": 2, "__half": 2, "fp16_t": 2, "bf16_t": 2, "__nv_bfloat16": 2, "int16_t": 2, "uint16_t": 2,
-    "char": 1, "int8_t": 1, "uint8_t": 1, "fp8_e4m3_t": 1, "fp8_e5m2_t": 1, "bool": 1,
-    "float2": 8, "fp32x2_t": 8, "int2": 8, "uint2": 8,
-    "half2": 4, "__half2": 4, "fp16x2_t": 4, "bf16x2_t": 4, "__nv_bfloat162": 4,
-    "float4": 16, "fp32x4_t": 16, "int4": 16, "uint4": 16, "double2": 16, "longlong2": 16, "ulonglong2": 16,
+    "float": 4,
+    "fp32_t": 4,
+    "int": 4,
+    "unsigned": 4,
+    "uint": 4,
+    "int32_t": 4,
+    "uint32_t": 4,
+    "double": 8,
+    "int64_t": 8,
+    "uint64_t": 8,
+    "long": 8,
+    "size_t": 8,
+    "half": 2,
+    "__half": 2,
+    "fp16_t": 2,
+    "bf16_t": 2,
+    "__nv_bfloat16": 2,
+    "int16_t": 2,
+    "uint16_t": 2,
+    "char": 1,
+    "int8_t": 1,
+    "uint8_t": 1,
+    "fp8_e4m3_t": 1,
+    "fp8_e5m2_t": 1,
+    "bool": 1,
+    "float2": 8,
+    "fp32x2_t": 8,
+    "int2": 8,
+    "uint2": 8,
+    "half2": 4,
+    "__half2": 4,
+    "fp16x2_t": 4,
+    "bf16x2_t": 4,
+    "__nv_bfloat162": 4,
+    "float4": 16,
+    "fp32x4_t": 16,
+    "int4": 16,
+    "uint4": 16,
+    "double2": 16,
+    "longlong2": 16,
+    "ulonglong2": 16,
 }
 
 
@@ -114,7 +142,11 @@ def template_parameters(template: Node, src: bytes) -> list[tuple[str, str]]:
     if params is None:
         return out
     for p in named_children(params):
-        if p.type in ("type_parameter_declaration", "optional_type_parameter_declaration", "variadic_type_parameter_declaration"):
+        if p.type in (
+            "type_parameter_declaration",
+            "optional_type_parameter_declaration",
+            "variadic_type_parameter_declaration",
+        ):
             ident = next((c for c in p.children if c.type == "type_identifier"), None)
             if ident is not None:
                 out.append((text_of(src, ident), "type"))
@@ -135,9 +167,7 @@ class Region:
 
     def __init__(self, regions: Mapping[str, str], *, dtype_bytes: int = 2) -> None:
         self.dtype_bytes = dtype_bytes
-        self.docs = [
-            RegionDoc(name, text.encode("utf-8"), parse_region(text)) for name, text in regions.items()
-        ]
+        self.docs = [RegionDoc(name, text.encode("utf-8"), parse_region(text)) for name, text in regions.items()]
         self.funcs: list[RegionFunction] = []
         for doc in self.docs:
             for m in matches("functions", doc.root):
@@ -289,7 +319,10 @@ class Region:
             return parse_number(text_of(src, node))
         if t in ("true", "false"):
             return t == "true"
-        if t in ("parenthesized_expression", "type_descriptor", "template_argument", "argument_list") and node.named_child_count == 1:
+        if (
+            t in ("parenthesized_expression", "type_descriptor", "template_argument", "argument_list")
+            and node.named_child_count == 1
+        ):
             return self.evaluate(doc, named_children(node)[0], depth + 1)
         if t in ("identifier", "type_identifier", "qualified_identifier", "field_identifier", "namespace_identifier"):
             name = last_name(text_of(src, node))
@@ -315,7 +348,11 @@ class Region:
             callee = node.child_by_field_name("function")
             args = node.child_by_field_name("arguments")
             name = last_name(text_of(src, callee)) if callee is not None else ""
-            if name in ("static_cast", "int", "uint32_t", "int64_t", "size_t") and args is not None and args.named_child_count == 1:
+            if (
+                name in ("static_cast", "int", "uint32_t", "int64_t", "size_t")
+                and args is not None
+                and args.named_child_count == 1
+            ):
                 return self.evaluate(doc, args.named_children[0], depth + 1)
             return None
         if t == "unary_expression":
@@ -324,7 +361,9 @@ class Region:
             value = self.evaluate(doc, operand, depth + 1)
             if value is None:
                 return None
-            return {"-": lambda v: -v, "+": lambda v: v, "!": lambda v: not v, "~": lambda v: ~int(v)}.get(op, lambda v: None)(value)
+            return {"-": lambda v: -v, "+": lambda v: v, "!": lambda v: not v, "~": lambda v: ~int(v)}.get(
+                op, lambda v: None
+            )(value)
         if t == "binary_expression":
             left = self.evaluate(doc, node.child_by_field_name("left"), depth + 1)
             right = self.evaluate(doc, node.child_by_field_name("right"), depth + 1)
@@ -371,7 +410,12 @@ class Region:
             if is_param:
                 return self.dtype_bytes
             found = self.lookup(doc, node, name)
-            if found is not None and found.type in ("type_descriptor", "template_type", "type_identifier", "primitive_type"):
+            if found is not None and found.type in (
+                "type_descriptor",
+                "template_type",
+                "type_identifier",
+                "primitive_type",
+            ):
                 return self.type_bytes(self.doc_of(found), found, depth + 1)
             return None
         return None
@@ -398,12 +442,18 @@ class Region:
             # SGLang (and common CUDA) convention: kCamelCase names are compile-time constants
             return bool(re.fullmatch(r"k[A-Z]\w*", name))
         if t in ("parenthesized_expression", "binary_expression", "unary_expression", "conditional_expression"):
-            return all(self.is_compile_time(doc, c, depth + 1) for c in named_children(node) if c.type not in ("comment",))
+            return all(
+                self.is_compile_time(doc, c, depth + 1) for c in named_children(node) if c.type not in ("comment",)
+            )
         if t == "call_expression":
             callee = node.child_by_field_name("function")
             args = node.child_by_field_name("arguments")
             name = last_name(text_of(doc.src, callee)) if callee is not None else ""
-            return name == "static_cast" and args is not None and all(self.is_compile_time(doc, a, depth + 1) for a in named_children(args))
+            return (
+                name == "static_cast"
+                and args is not None
+                and all(self.is_compile_time(doc, a, depth + 1) for a in named_children(args))
+            )
         return False
 
     # -------------------------------------------------------------- expansion (host code)
@@ -467,19 +517,44 @@ class Region:
                     args = named_children(m["args"][0])
                     outer, pdl_args, final_args = _launch_chain(ctor)
                     f = self.func_of(doc, ctor)
-                    out.append(LaunchExpr(doc, f, outer, ctor, args[0] if args else None, args[1] if len(args) > 1 else None,
-                                       pdl_args, final_args[0] if final_args else None))
+                    out.append(
+                        LaunchExpr(
+                            doc,
+                            f,
+                            outer,
+                            ctor,
+                            args[0] if args else None,
+                            args[1] if len(args) > 1 else None,
+                            pdl_args,
+                            final_args[0] if final_args else None,
+                        )
+                    )
                 elif "chevron" in m:
                     call = m["chevron"][0]
                     cfg = named_children(m["config"][0])
                     f = self.func_of(doc, call)
-                    out.append(LaunchExpr(doc, f, call, call, cfg[0] if cfg else None, cfg[1] if len(cfg) > 1 else None,
-                                       None, m["kernel"][0], chevron=True))
+                    out.append(
+                        LaunchExpr(
+                            doc,
+                            f,
+                            call,
+                            call,
+                            cfg[0] if cfg else None,
+                            cfg[1] if len(cfg) > 1 else None,
+                            None,
+                            m["kernel"][0],
+                            chevron=True,
+                        )
+                    )
                 elif "runtime" in m:
                     call = m["runtime"][0]
                     args = named_children(m["args"][0])
                     f = self.func_of(doc, call)
-                    kernel = args[1] if text_of(doc.src, m["raw"][0]).endswith("Ex") and len(args) > 1 else (args[0] if args else None)
+                    kernel = (
+                        args[1]
+                        if text_of(doc.src, m["raw"][0]).endswith("Ex") and len(args) > 1
+                        else (args[0] if args else None)
+                    )
                     out.append(LaunchExpr(doc, f, call, call, None, None, None, kernel, runtime=True))
         # a launch in a branch the Hopper build compiles out launches nothing here
         return [l for l in out if is_active(l.doc.src, l.outer)]
@@ -492,8 +567,11 @@ class Region:
             if found:
                 return found
         # fall back to every kernel the launching struct / function mentions
-        scope = launch.func.owner if launch.func is not None and launch.func.owner is not None else (
-            launch.func.node if launch.func is not None else launch.doc.root)
+        scope = (
+            launch.func.owner
+            if launch.func is not None and launch.func.owner is not None
+            else (launch.func.node if launch.func is not None else launch.doc.root)
+        )
         mentioned = {
             text_of(launch.doc.src, n)
             for n in ts.walk(scope)
@@ -556,103 +634,3 @@ def _launch_chain(ctor: Node) -> tuple[Node, list[tuple[str, Node]], list[Node]]
             break
         break
     return current, methods, final_args
-
-
-def region_texts(files: Mapping[str, bytes | str] | os.PathLike[str] | str, spans: Iterable[Span]) -> dict[str, str]:
-    """Span name -> its text, cut from ``files`` (path -> contents) or a task's ``src/`` folder."""
-    out: dict[str, str] = {}
-    for span in spans:
-        if isinstance(files, Mapping):
-            data = files[span.file]
-            data = data.encode("utf-8") if isinstance(data, str) else data
-        else:
-            data = (pathlib.Path(files) / span.file).read_bytes()
-        if span.name in out:
-            raise ValueError(f"two editable spans are named {span.name!r}; span names must be unique")
-        out[span.name] = data[span.start_byte : span.end_byte].decode("utf-8")
-    return out
-
-
-def owner_name(doc: RegionDoc, node: Node) -> str | None:
-    cursor = node.parent
-    while cursor is not None:
-        if cursor.type == "function_definition":
-            return None
-        if cursor.type in ("struct_specifier", "class_specifier"):
-            name = cursor.child_by_field_name("name")
-            return text_of(doc.src, name) if name is not None else None
-        cursor = cursor.parent
-    return None
-
-
-def iter_literal_constants(region: Region) -> Iterator[tuple[RegionDoc, Node, str, Node]]:
-    """(doc, declaration, name, integer literal node) of every constexpr/const integer with a literal value.
-
-    The literal may sit inside ``static_cast<...>(...)`` or parentheses; the node
-    yielded is the literal itself, so an edit touches only its digits.
-    """
-    for doc in region.docs:
-        for m in matches("declarations", doc.root):
-            decl = m["decl"][0]
-            if decl.type == "alias_declaration":
-                continue
-            quals = {text_of(doc.src, c) for c in decl.children if c.type in ("type_qualifier", "storage_class_specifier")}
-            if not quals & {"constexpr", "const"}:
-                continue
-            literal = strip_parens(m["value"][0])
-            while literal.type == "call_expression":
-                callee = literal.child_by_field_name("function")
-                args = literal.child_by_field_name("arguments")
-                if callee is None or last_name(text_of(doc.src, callee)) != "static_cast" or args is None or args.named_child_count != 1:
-                    break
-                literal = strip_parens(args.named_children[0])
-            if literal.type != "number_literal" or not isinstance(parse_number(text_of(doc.src, literal)), int):
-                continue
-            yield doc, decl, text_of(doc.src, m["name"][0]).strip(), literal
-
-
-# --------------------------------------------------------------------------- spans without an index
-
-
-def definition_spans(file: str, data: bytes) -> list[Span]:
-    """Every kernel, device function and launcher definition of a file, as Spans.
-
-    For callers without an extract index (tests, ad-hoc runs); it cuts the same
-    spans as ``extract.tasks.editable_spans`` on these files (a test checks it). A
-    span covers the ``template<...>`` header when there is one and, for a struct,
-    stops at its closing brace; a launcher is a struct or host function that
-    launches kernels. Names are the kernel / function / struct names.
-    """
-    region_like = Region({"_": data.decode("utf-8")})
-    doc = region_like.docs[0]
-    spans: list[Span] = []
-    seen: set[tuple[int, int]] = set()
-    launch_funcs = {id(l.func) for l in region_like.launches if l.func is not None}
-    for f in region_like.funcs:
-        if f.owner is not None:
-            if not any(id(g) in launch_funcs for g in region_like.funcs if g.owner is not None and g.owner == f.owner):
-                continue
-            node = f.owner
-            kind: Literal["kernel", "device_function", "launcher"] = "launcher"
-            name_node = node.child_by_field_name("name")
-            name = text_of(doc.src, name_node) if name_node is not None else f.owner_name or "?"
-        else:
-            node = f.node
-            if f.kind == "kernel":
-                kind = "kernel"
-            elif f.kind == "device":
-                kind = "device_function"
-            elif id(f) in launch_funcs:
-                kind = "launcher"
-            else:
-                continue
-            name = f.name
-        end = node.end_byte  # a struct's span stops at its closing brace, before the ';'
-        while node.parent is not None and node.parent.type == "template_declaration":
-            node = node.parent
-        key = (node.start_byte, end)
-        if key in seen:
-            continue
-        seen.add(key)
-        spans.append(Span(file=file, start_byte=node.start_byte, end_byte=end, name=name, kind=kind))
-    return spans

@@ -48,15 +48,18 @@ from optimize.cuda_facts import (
     classify_grid,
     declares_int64,
     division_counts,
+    iter_literal_constants,
     launch_site_keys,
     launches_on_path,
     loops_of,
+    owner_name,
     pdl_mode,
     pdl_statements,
     shared_declarations,
     widest_vector_bytes,
 )
-from optimize.cuda_regions import Region, iter_literal_constants, owner_name, region_texts
+from optimize.cuda_regions import Region
+from optimize.cuda_spans import region_texts
 from optimize.cuda_text import named_children, parse_number, text_of
 from optimize.harness.tools import top_stall
 from pipeline.records import Evaluation, KernelResources, Record, Span

@@ -20,7 +20,7 @@ One round (``--mode multi``, the Astra-style four agents):
    launcher that keeps the baseline code at those shapes (a *guard*); only a
    guarded candidate that no longer regresses can be accepted.
 7. acceptance: correct, no regression, geometric-mean speedup over the catalog
-   shapes above the current best's by at least :data:`MIN_GAIN_PCT`. The best
+   shapes above the current best's by at least the minimum gain (:mod:`optimize.acceptance`). The best
    correct candidate is the base of the next round.
 
 ``--mode single`` replaces steps 2, 3 and 5 with the single agent, which plans,
@@ -71,6 +71,7 @@ from pipeline.records import (
 )
 
 from optimize import report
+from optimize.acceptance import judge_final, judge_round, regressed
 from optimize.agents import coding, planning, profiling, repair, single, testing
 from optimize.agents.edits import CodeResult
 from optimize.backends import Backend
@@ -79,23 +80,21 @@ from optimize.errors import TaskMissing, TrajectoryError
 from optimize.harness.baseline_repair import BaselineRun, repair_baseline
 from optimize.harness.completion import RECORD_FILE, Completion, completed_in_run
 from optimize.harness.errors import BaselineError
-from optimize.harness.tools import NcuResult
-from optimize.hooks import CaseValidator, Hooks, Profiler
+from optimize.hooks import CaseValidator, Hooks
 from optimize.llm.client import MeteredModel, Model
+from optimize.measure import evaluate_once, profile_once
 from optimize.policy import Decision
-from optimize.run_folder import clip, why, write_best
+from optimize.run_folder import OpState, clip, op_summary, why
 from optimize.trajectory import (
     Attempt,
     RoundOutcome,
     RoundRecord,
     Trajectory,
     candidate_id,
-    geomean,
     now_iso,
     regions_hash,
 )
 
-MIN_GAIN_PCT = 1.0  # a new best must beat the current best's geomean by this much
 FINAL_TRIES = 3  # candidates tried in final validation before keeping the baseline
 POLICY_LIMIT = 8  # options the planner sees (mechanical ones rank below LLM rewrites; keep some in view)
 REPAIRABLE = {Outcome.compile_failed, Outcome.incorrect, Outcome.crashed, Outcome.timeout}
@@ -117,43 +116,7 @@ class Spent(TypedDict):
 BaselineOutcome = Evaluation | BaselineError
 
 
-# --------------------------------------------------------------------------- per-op state
-
-
-class OpState:
-    """One op's folder under the run: trajectory, candidates, evaluations, best/."""
-
-    def __init__(self, run_dir: pathlib.Path, task_dir: pathlib.Path, task: Task) -> None:
-        self.task_dir = task_dir
-        self.task = task
-        self.dir = run_dir / task.op_id
-        self.trajectory = Trajectory(self.dir / "trajectory.jsonl")
-        self.files = read_task_files(task_dir, task)
-        self.baseline_regions = baseline_regions(self.files, task)
-        self.kinds = {span.name: span.kind for span in task.editable}
-
-    def baseline_candidate(self) -> Candidate:
-        return Candidate(
-            op_id=self.task.op_id, id=candidate_id(self.baseline_regions), parent=None,
-            regions=dict(self.baseline_regions), coder="baseline", rationale="the SGLang kernel as extracted",
-        )
-
-    def save_candidate(self, candidate: Candidate) -> None:
-        path = self.dir / "candidates" / f"{candidate.id}.json"
-        if not path.exists():
-            write_record(candidate, path)
-
-    def candidate(self, cid: str) -> Candidate:
-        if cid == candidate_id(self.baseline_regions):
-            return self.baseline_candidate()
-        return read_record(Candidate, self.dir / "candidates" / f"{cid}.json")
-
-    def eval_path(self, cid: str, stage: str) -> pathlib.Path:
-        return self.dir / "evaluations" / f"{cid}.{stage}.json"
-
-    def stored_evaluation(self, cid: str, stage: str) -> Evaluation | None:
-        path = self.eval_path(cid, stage)
-        return read_record(Evaluation, path) if path.exists() else None
+# --------------------------------------------------------------------------- the task folder
 
 
 def read_task_files(task_dir: pathlib.Path, task: Task) -> dict[str, bytes]:
@@ -247,45 +210,13 @@ class Loop:
             return None
         return MeteredModel(self.raw_model, self.budget, log_path=op.dir / "llm.jsonl")
 
-    def min_gain_pct(self) -> float:
-        """How much a new best must beat the current best's geomean by.
-
-        At least the harness's noise band: a geomean gain smaller than what two runs
-        of the same kernel differ by is "no change", not a win (the H200 run of
-        2026-11-29 accepted rmsnorm at 1.015x while the harness called it no change).
-        """
-        return max(MIN_GAIN_PCT, self.config.harness.noise_pct)
-
     def _evaluate(self, op: OpState, candidate: Candidate, stage: Literal["round", "final"]) -> Evaluation:
-        """Evaluate once per (candidate, stage): a stored evaluation is never redone."""
-        stored = op.stored_evaluation(candidate.id, stage)
-        if stored is not None:
-            return stored
-        op.save_candidate(candidate)
-        before = self.backend.gpu_s
-        evaluation = self.backend.evaluate(op.task_dir, op.task, candidate, stage=stage)
-        self.budget.charge_gpu(self.backend.gpu_s - before)
-        write_record(evaluation, op.eval_path(candidate.id, stage))
-        return evaluation
+        """Evaluated once per (candidate, stage) (:func:`optimize.measure.evaluate_once`)."""
+        return evaluate_once(op, candidate, stage, self.backend, self.budget)
 
     def _profile(self, op: OpState, candidate: Candidate) -> dict[str, float]:
-        """Nsight Compute figures of ``candidate`` (once per candidate, stored beside its evaluations).
-
-        Only backends with a ``profile`` method measure anything (the GPU backend, where
-        ncu is installed and ``harness.ncu_profile`` is on); the result is stored whatever
-        its status, so an unavailable or failing profiler costs one attempt per candidate.
-        """
-        profile: Profiler | None = getattr(self.backend, "profile", None)
-        if profile is None or not self.config.harness.ncu_profile:
-            return {}
-        path = op.dir / "profiles" / f"{candidate.id}.ncu.json"
-        if path.exists():
-            return read_record(NcuResult, path).metrics()
-        before = self.backend.gpu_s
-        result = profile(op.task_dir, op.task, None if candidate.is_baseline else candidate)
-        self.budget.charge_gpu(self.backend.gpu_s - before)
-        write_record(result, path)  # an unavailable/failed profile says why there
-        return result.metrics()
+        """Nsight Compute figures, once per candidate (:func:`optimize.measure.profile_once`)."""
+        return profile_once(op, candidate, self.backend, self.budget, enabled=self.config.harness.ncu_profile)
 
     def _meter(self) -> tuple[float, int, float, float]:
         model = self._model
@@ -305,19 +236,9 @@ class Loop:
             "gpu_s": round(now[3] - mark[3], 3),
         }
 
-    def _noise(self) -> float:
-        return self.config.harness.noise_pct / 100.0
-
     def regressed(self, timings: Sequence[ShapeTiming]) -> list[ShapeTiming]:
-        """Shapes slower than the baseline beyond the noise band (their own spread if larger)."""
-        out = []
-        for t in timings:
-            if t.speedup is None:
-                continue
-            band = max(self._noise(), t.spread_pct / 100.0)
-            if t.speedup < 1.0 - band:
-                out.append(t)
-        return out
+        """Shapes slower than the baseline beyond the noise band (:func:`optimize.acceptance.regressed`)."""
+        return regressed(timings, self.config.harness.noise_pct)
 
     # ------------------------------------------------------------------ run
 
@@ -354,7 +275,8 @@ class Loop:
         return result
 
     def run_op(self, task_dir: pathlib.Path, task: Task) -> OpSummary:
-        op = OpState(self.run_dir, task_dir, task)
+        files = read_task_files(task_dir, task)
+        op = OpState(self.run_dir, task_dir, task, files, baseline_regions(files, task))
         self._model = self._metered(op)
         op.task = self._completed(op)
         traj = op.trajectory
@@ -396,7 +318,7 @@ class Loop:
         if stop in ("rounds", "tokens", "dollars", "wall_time", "gpu_time") and not self._has_stop(op, stop):
             traj.append(self._stop_record(op, stop, self._meter()))
         best = self._finalize(op)
-        summary = self._summary(op, stop, best)
+        summary = op_summary(op, stop, best)
         final = op.stored_evaluation(best.candidate, "final") if best is not None and best.candidate else None
         text = report.op_report(
             op.task.op_id, traj, summary, final=final, backend=self.backend.describe(),
@@ -656,32 +578,13 @@ class Loop:
             last = attempts[-1] if attempts else None
             outcome = RoundOutcome(last.status) if last and last.status != "edited" else RoundOutcome.malformed_reply
             return RoundRecord(**fields, outcome=outcome, detail=last.detail if last else "", best=best.candidate)
-        speedups = [t.speedup for t in evaluation.timings if t.speedup is not None]
-        geo = geomean(speedups)
-        low = min(speedups) if speedups else None
-        slow = self.regressed(evaluation.timings) if evaluation.outcome in (Outcome.ok, Outcome.slower) else []
-        outcome = RoundOutcome.of(evaluation.outcome)
-        detail = why(evaluation)
-        if outcome == RoundOutcome.ok and (slow or (geo is not None and geo < 1.0)):
-            outcome = RoundOutcome.slower
-            detail = (
-                f"slower than the baseline at {len(slow)} shape(s) beyond the {self.config.harness.noise_pct:g}% noise band"
-                if slow else f"geomean speedup {geo:.3f}x < 1"
-            )
-        best_geo = best.speedup_geomean or 1.0
-        accepted = (
-            outcome == RoundOutcome.ok and geo is not None and geo > best_geo * (1.0 + self.min_gain_pct() / 100.0)
-        )
-        if outcome == RoundOutcome.ok and not accepted:
-            detail = (
-                f"correct, geomean {geo:.3f}x does not beat the best ({best_geo:.3f}x) by {self.min_gain_pct():g}%"
-                if geo is not None else "correct, but the evaluation carries no speedups to compare"
-            )
+        verdict = judge_round(evaluation, best.speedup_geomean, self.config.harness.noise_pct)
+        slow = verdict.slow
         return RoundRecord(
-            **fields, candidate=candidate.id, regions_hash=regions_hash(candidate.regions), outcome=outcome,
-            detail=clip(detail), timings=evaluation.timings, speedup_geomean=geo, speedup_min=low,
-            regressed_shapes=[f"{t.label} {t.dtype}" for t in slow], guarded=guarded, accepted=accepted,
-            best=candidate.id if accepted else best.candidate,
+            **fields, candidate=candidate.id, regions_hash=regions_hash(candidate.regions), outcome=verdict.outcome,
+            detail=clip(verdict.detail), timings=evaluation.timings, speedup_geomean=verdict.speedup_geomean,
+            speedup_min=verdict.speedup_min, regressed_shapes=[f"{t.label} {t.dtype}" for t in slow], guarded=guarded,
+            accepted=verdict.accepted, best=candidate.id if verdict.accepted else best.candidate,
         )
 
     # ------------------------------------------------------------------ final validation
@@ -698,70 +601,24 @@ class Loop:
             done = [r for r in traj.finals() if r.candidate == top.candidate]
             if done:
                 if done[-1].outcome == RoundOutcome.ok:
-                    self._write_best(op, top)
+                    op.write_best(top)
                     return top
                 continue  # pragma: no cover - ranked() already leaves disqualified ones out
             mark = self._meter()
             candidate = op.candidate(top.candidate)
             evaluation = self._evaluate(op, candidate, "final")
-            outcome = RoundOutcome.of(evaluation.outcome)
-            slow = self.regressed(evaluation.timings) if evaluation.outcome == Outcome.ok else []
-            detail = why(evaluation)
-            if outcome == RoundOutcome.ok and slow:
-                outcome = RoundOutcome.slower
-                detail = f"final validation: slower than the baseline at {', '.join(f'{t.label} {t.dtype}' for t in slow[:4])}"
-            speedups = [t.speedup for t in evaluation.timings if t.speedup is not None]
+            verdict = judge_final(evaluation, self.config.harness.noise_pct)
             traj.append(
                 RoundRecord(
                     kind="final", op_id=op.task.op_id, round=top.round, mode=self.options.mode, coder=self.options.coder,
                     skill=top.skill, params=top.params, candidate=top.candidate, regions_hash=top.regions_hash,
-                    outcome=outcome, detail=clip(detail), timings=evaluation.timings, speedup_geomean=geomean(speedups),
-                    speedup_min=min(speedups) if speedups else None, guarded=top.guarded,
-                    accepted=outcome == RoundOutcome.ok, best=top.candidate if outcome == RoundOutcome.ok else None,
+                    outcome=verdict.outcome, detail=clip(verdict.detail), timings=evaluation.timings,
+                    speedup_geomean=verdict.speedup_geomean, speedup_min=verdict.speedup_min, guarded=top.guarded,
+                    accepted=verdict.accepted, best=top.candidate if verdict.accepted else None,
                     **self._spent_since(mark),
                 )
             )
-            if outcome == RoundOutcome.ok:
-                self._write_best(op, top)
+            if verdict.accepted:
+                op.write_best(top)
                 return top
         return None
-
-    def _write_best(self, op: OpState, top: RoundRecord) -> None:
-        """``best/`` of the op (see :func:`optimize.run_folder.write_best`)."""
-        assert top.candidate is not None
-        candidate = op.candidate(top.candidate)
-        evaluation = op.stored_evaluation(candidate.id, "final") or op.stored_evaluation(candidate.id, "round")
-        write_best(op.dir, op.files, op.task.editable, candidate, evaluation)
-
-    # ------------------------------------------------------------------ summary
-
-    def _summary(self, op: OpState, stop: str | None, best: RoundRecord | None) -> OpSummary:
-        traj = op.trajectory
-        rounds = len(traj.rounds())
-        if best is None:
-            return OpSummary(
-                op_id=op.task.op_id, status="no_improvement", stop_reason=stop, rounds=rounds,
-                detail="no candidate passed final validation faster than the baseline; the baseline stays",
-            )
-        final = [r for r in traj.finals() if r.candidate == best.candidate and r.outcome == RoundOutcome.ok][-1]
-        return OpSummary(
-            op_id=op.task.op_id, status="improved", stop_reason=stop, rounds=rounds, best=best.candidate,
-            best_dir=f"{op.task.op_id}/best", speedup_geomean=final.speedup_geomean or best.speedup_geomean,
-            speedup_min=final.speedup_min if final.speedup_min is not None else best.speedup_min,
-            guarded=best.guarded, skills=self.path_skills(op, best.candidate or ""),
-        )
-
-    def path_skills(self, op: OpState, cid: str) -> list[str]:
-        """Skills applied from the baseline to candidate ``cid``, oldest first."""
-        skills: list[str] = []
-        seen: set[str] = set()
-        while cid and cid not in seen:
-            seen.add(cid)
-            try:
-                cand = op.candidate(cid)
-            except (OSError, KernelsmithError, ValueError):
-                break
-            if cand.skill:
-                skills.append(cand.skill)
-            cid = cand.parent or ""
-        return list(reversed(skills))

@@ -32,8 +32,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from extract import treesitter as ts
-from optimize.cuda_facts import SLOW_MATH, float_names, is_float_expr, loops_of, pdl_statements
-from optimize.cuda_regions import Region, iter_literal_constants, owner_name
+from optimize.cuda_facts import (
+    SLOW_MATH,
+    float_names,
+    is_float_expr,
+    iter_literal_constants,
+    loops_of,
+    owner_name,
+    pdl_statements,
+)
+from optimize.cuda_regions import Region
 from optimize.cuda_text import (
     Node,
     contains_double,

@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from optimize.cuda_regions import definition_spans, region_texts
+from optimize.cuda_spans import definition_spans, region_texts
 from optimize.features import (
     FEATURE_NAMES,
     Features,

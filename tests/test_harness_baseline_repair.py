@@ -83,15 +83,20 @@ def test_at_most_baseline_repairs_re_runs_and_a_final_run_ends_it_at_once():
 
     calls: list[int] = []
     final = repair_baseline(
-        make_task(), None, lambda task, attempt: calls.append(attempt) or BaselineRun("crashed", passed=False, final=True),
-        on_fixed=lambda *a: "", otherwise=otherwise,
+        make_task(),
+        None,
+        lambda task, attempt: calls.append(attempt) or BaselineRun("crashed", passed=False, final=True),
+        on_fixed=lambda *a: "",
+        otherwise=otherwise,
     )
     assert calls == [0] and final.last.result == "crashed"
 
 
 def test_on_fixed_can_stop_and_no_fix_without_otherwise_ends_the_loop():
     stopped = repair_baseline(
-        make_task(), None, lambda task, attempt: BaselineRun(attempt, passed=False, evidence={"in": "written"}),
+        make_task(),
+        None,
+        lambda task, attempt: BaselineRun(attempt, passed=False, evidence={"in": "written"}),
         on_fixed=lambda task, record, attempt: "contract: uncallable after the fix",
     )
     assert stopped.stopped == "contract: uncallable after the fix" and stopped.last.result == 0
@@ -99,7 +104,9 @@ def test_on_fixed_can_stop_and_no_fix_without_otherwise_ends_the_loop():
 
     runs: list[int] = []
     plain = repair_baseline(
-        make_task(), None, lambda task, attempt: runs.append(attempt) or BaselineRun(attempt, passed=False, detail="boom"),
+        make_task(),
+        None,
+        lambda task, attempt: runs.append(attempt) or BaselineRun(attempt, passed=False, detail="boom"),
         on_fixed=lambda *a: "",
     )
     assert runs == [0] and plain.stopped == "" and plain.task == make_task()

@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from optimize.cuda_regions import definition_spans, region_texts
+from optimize.cuda_spans import definition_spans, region_texts
 from optimize.features import ProfileFacts, features_of_regions
 from optimize.policy import GIVE_UP_AFTER, Decision, decide, plan
 from optimize.skills import load_skills

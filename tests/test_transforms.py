@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from optimize import transforms as T
-from optimize.cuda_regions import definition_spans, region_texts
+from optimize.cuda_spans import definition_spans, region_texts
 from optimize.features import features_of_regions
 from optimize.transforms import Edit, NotApplicable, TransformError
 
