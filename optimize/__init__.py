@@ -5,13 +5,14 @@ fakes), ``agents`` (testing, profiling, planning, coding, repair, single),
 ``backends`` (gpu, replay). Top-level modules in dependency order:
 
 - errors: the stage's error types;
-- cuda_text -> cuda_regions -> cuda_facts: the CUDA-region toolkit (tree-sitter
-  text and preprocessor; the Region model of the editable spans; what their code
-  does);
+- cuda_text -> cuda_regions -> cuda_spans, cuda_facts: the CUDA-region toolkit
+  (tree-sitter text and preprocessor; the Region model of the editable spans;
+  span texts and definition spans; what their code does);
 - features (static features + profile facts), transforms (mechanical edits),
   skills (library + rule language), trajectory (round records), policy (the
   deterministic planner);
-- budget, hooks (the loop's typed integration points), run_folder (best/, run.json),
-  report;
+- budget, hooks (the loop's typed integration points), run_folder (one op's folder,
+  best/, run.json, summary lines), acceptance (regressions, minimum gain, round
+  verdicts), measure (evaluations and profiles once each, GPU time charged), report;
 - loop (the rounds), command (``kernelsmith optimize``).
 """
