@@ -20,8 +20,9 @@ One round (``--mode multi``, the Astra-style four agents):
    launcher that keeps the baseline code at those shapes (a *guard*); only a
    guarded candidate that no longer regresses can be accepted.
 7. acceptance: correct, no regression, geometric-mean speedup over the catalog
-   shapes above the current best's by at least the minimum gain (:mod:`optimize.acceptance`). The best
-   correct candidate is the base of the next round.
+   shapes above the current best's by at least the minimum gain (the rules are
+   :mod:`optimize.acceptance`). The best correct candidate is the base of the next
+   round.
 
 ``--mode single`` replaces steps 2, 3 and 5 with the single agent, which plans,
 codes and fixes its own candidate.
@@ -56,6 +57,7 @@ import pathlib
 import time
 from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
+from extract.tasks import load_task
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
 from pipeline.records import (
@@ -150,8 +152,6 @@ def load_op_task(config: Config, op_id: str) -> tuple[pathlib.Path, Task]:
             f"no extracted task for {op_id} at {task_dir}",
             fix=f"run `kernelsmith extract --ops {op_id}` first",
         )
-    from extract.tasks import load_task
-
     return task_dir, load_task(task_dir)
 
 
