@@ -1,1 +1,18 @@
-"""Kernelsmith optimize stage."""
+"""Kernelsmith optimize stage: rounds of plan -> code -> evaluate -> accept per op.
+
+Sub-packages: ``harness`` (testing + profiling core), ``llm`` (clients, cache,
+fakes), ``agents`` (testing, profiling, planning, coding, repair, single),
+``backends`` (gpu, replay). Top-level modules in dependency order:
+
+- errors: the stage's error types;
+- cuda_text -> cuda_regions -> cuda_spans, cuda_facts: the CUDA-region toolkit
+  (tree-sitter text and preprocessor; the Region model of the editable spans;
+  span texts and definition spans; what their code does);
+- features (static features + profile facts), transforms (mechanical edits),
+  skills (library + rule language), trajectory (round records), policy (the
+  deterministic planner);
+- budget, hooks (the loop's typed integration points), run_folder (one op's folder,
+  best/, run.json, summary lines), acceptance (regressions, minimum gain, round
+  verdicts), measure (evaluations and profiles once each, GPU time charged), report;
+- loop (the rounds), command (``kernelsmith optimize``).
+"""

@@ -31,7 +31,8 @@ from contract import layout
 from pipeline.config import DEFAULT_OPS, Config
 
 from optimize import report
-from optimize.loop import Loop, LoopOptions, load_op_task, run_meta_check
+from optimize.loop import Loop, LoopOptions, load_op_task
+from optimize.run_folder import run_meta_check
 from optimize.trajectory import now_iso
 
 

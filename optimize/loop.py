@@ -20,8 +20,9 @@ One round (``--mode multi``, the Astra-style four agents):
    launcher that keeps the baseline code at those shapes (a *guard*); only a
    guarded candidate that no longer regresses can be accepted.
 7. acceptance: correct, no regression, geometric-mean speedup over the catalog
-   shapes above the current best's by at least :data:`MIN_GAIN_PCT`. The best
-   correct candidate is the base of the next round.
+   shapes above the current best's by at least the minimum gain (the rules are
+   :mod:`optimize.acceptance`). The best correct candidate is the base of the next
+   round.
 
 ``--mode single`` replaces steps 2, 3 and 5 with the single agent, which plans,
 codes and fixes its own candidate.
@@ -52,12 +53,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
-import shutil
-import tempfile
 import time
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
@@ -70,200 +68,58 @@ from pipeline.records import (
     ShapeTiming,
     Task,
     read_record,
-    replace_dir,
     write_record,
 )
 
-from contract.layout import baseline_regions, read_task_files
 from optimize import report
+from optimize.acceptance import judge_final, judge_round, regressed
 from optimize.agents import coding, planning, profiling, repair, single, testing
 from optimize.agents.edits import CodeResult
+from optimize.backends import Backend
+from optimize.budget import Budget
 from optimize.errors import TaskMissing, TrajectoryError
+from optimize.harness.baseline_repair import BaselineRun, repair_baseline
+from contract.completion import Completion
+from contract.layout import COMPLETION_FILE as RECORD_FILE
+from contract.layout import baseline_regions, completed_in_run, load_task, read_task_files
+from optimize.harness.errors import BaselineError
+from optimize.hooks import CaseValidator, Hooks
 from optimize.llm.client import MeteredModel, Model
+from optimize.measure import evaluate_once, profile_once
+from optimize.policy import Decision
+from optimize.run_folder import OpState, clip, op_summary, why
 from optimize.trajectory import (
     Attempt,
     RoundOutcome,
     RoundRecord,
     Trajectory,
     candidate_id,
-    geomean,
     now_iso,
     regions_hash,
 )
 
-MIN_GAIN_PCT = 1.0  # a new best must beat the current best's geomean by this much
 FINAL_TRIES = 3  # candidates tried in final validation before keeping the baseline
 POLICY_LIMIT = 8  # options the planner sees (mechanical ones rank below LLM rewrites; keep some in view)
 REPAIRABLE = {Outcome.compile_failed, Outcome.incorrect, Outcome.crashed, Outcome.timeout}
 
-StopReason = Literal["rounds", "tokens", "dollars", "wall_time", "gpu_time", "no_options"]
+#: ``progress(op_id, round number, rounds per op)`` before each round (the command's progress bars).
+Progress = Callable[[str, int, int], None]
 
 
-# --------------------------------------------------------------------------- budget
+class Spent(TypedDict):
+    """What a stretch of the loop spent, as a round record carries it."""
+
+    wall_s: float
+    tokens: int
+    cost_usd: float
+    gpu_s: float
 
 
-class Budget:
-    """Run-wide budgets (tokens, dollars, wall, GPU) and the per-op round budget.
-
-    Implements :class:`optimize.llm.client.SpendGate`. ``spent`` restores what
-    earlier sessions of the same run recorded on disk.
-    """
-
-    def __init__(self, config: Config, *, spent: Mapping[str, float] | None = None, clock: Callable[[], float] = time.monotonic):
-        self.limits = config.budget
-        spent = dict(spent or {})
-        self.tokens = int(spent.get("tokens", 0))
-        self.cost_usd = float(spent.get("cost_usd", 0.0))
-        self.gpu_s = float(spent.get("gpu_s", 0.0))
-        self.wall_before_s = float(spent.get("wall_s", 0.0))
-        self.clock = clock
-        self.start = clock()
-
-    @property
-    def wall_s(self) -> float:
-        return self.wall_before_s + (self.clock() - self.start)
-
-    def exhausted(self) -> StopReason | None:
-        """The first run-wide budget that is spent, if any."""
-        if self.tokens >= self.limits.tokens:
-            return "tokens"
-        if self.cost_usd >= self.limits.dollars_usd:
-            return "dollars"
-        if self.wall_s >= self.limits.wall_s:
-            return "wall_time"
-        if self.gpu_s >= self.limits.gpu_s:
-            return "gpu_time"
-        return None
-
-    def message(self, reason: str) -> str:
-        return {
-            "tokens": f"token budget spent ({self.tokens} of {self.limits.tokens})",
-            "dollars": f"dollar budget spent (${self.cost_usd:.4f} of ${self.limits.dollars_usd:g})",
-            "wall_time": f"wall-time budget spent ({self.wall_s:.0f} of {self.limits.wall_s:g} s)",
-            "gpu_time": f"GPU-time budget spent ({self.gpu_s:.0f} of {self.limits.gpu_s:g} s)",
-            "rounds": f"round budget reached ({self.limits.rounds} rounds per op)",
-            "no_options": "the policy has no untried applicable skill left",
-        }.get(reason, reason)
-
-    def fix(self, reason: str) -> str:
-        return {
-            "tokens": "raise budget.tokens (KERNELSMITH_BUDGET__TOKENS) and rerun the same --run to continue",
-            "dollars": "raise budget.dollars_usd and rerun the same --run to continue",
-            "wall_time": "raise budget.wall_s and rerun the same --run to continue",
-            "gpu_time": "raise budget.gpu_s and rerun the same --run to continue",
-            "rounds": "pass a larger --rounds with the same --run to continue",
-        }.get(reason, "")
-
-    # SpendGate
-    def before_model_call(self) -> None:
-        reason = self.exhausted()
-        if reason is not None:
-            raise BudgetExhausted(self.message(reason), fix=self.fix(reason), where=reason)
-
-    def charge_model(self, tokens: int, cost_usd: float) -> None:
-        self.tokens += int(tokens)
-        self.cost_usd += float(cost_usd)
-
-    def charge_gpu(self, seconds: float) -> None:
-        self.gpu_s += float(seconds)
+#: What one baseline run gave the repair loop: its evaluation, or the error the backend raised.
+BaselineOutcome = Evaluation | BaselineError
 
 
-# --------------------------------------------------------------------------- integration points
-
-
-def load_skills() -> dict[str, Any]:
-    """Skill id -> Skill from the long-term skill library."""
-    from optimize.skills import load_skills as _load
-
-    return {s.id: s for s in _load()}
-
-
-def policy_plan(features: Any, skills: Mapping[str, Any], history: Sequence[Any], *, llm_available: bool, limit: int) -> list[Any]:
-    """The deterministic policy's ranked options (never a failed/slower repeat; proposals only)."""
-    from optimize import policy
-
-    return policy.plan(features, list(skills.values()), history, llm_available=llm_available, limit=limit)
-
-
-def region_features(
-    regions: Mapping[str, str],
-    evaluation: Evaluation | None,
-    build_flags: Sequence[str] | None = None,
-    *,
-    ncu: Mapping[str, float] | None = None,
-) -> Any:
-    from optimize.features import ProfileFacts, features_of_regions
-
-    profile: Any = evaluation
-    if evaluation is not None and ncu:
-        profile = ProfileFacts.from_evaluation(evaluation, ncu=ncu)
-    return features_of_regions(dict(regions), profile=profile, build_flags=build_flags)
-
-
-def skill_transform(skill: Any, features: Any) -> Callable[[dict[str, str], dict[str, Any]], dict[str, str]] | None:
-    """The skill's mechanical transform as ``f(regions, params) -> regions``, or None."""
-    name = getattr(skill, "transform", None)
-    if not name:
-        return None
-    from optimize import transforms
-
-    def run(regions: dict[str, str], params: dict[str, Any]) -> dict[str, str]:
-        return transforms.apply(name, regions, params)
-
-    return run
-
-
-@dataclasses.dataclass
-class Hooks:
-    """The loop's integration points (skills, policy, features, transforms), one place to swap.
-
-    Tests wrap them (e.g. to record the history the real policy is given); the
-    defaults are the real modules.
-    """
-
-    load_skills: Callable[[], dict[str, Any]] = load_skills
-    policy_plan: Callable[..., list[Any]] = policy_plan
-    features: Callable[..., Any] = region_features  # (regions, evaluation, build_flags, *, ncu)
-    transform: Callable[[Any, Any], Any] = skill_transform
-
-
-# --------------------------------------------------------------------------- per-op state
-
-
-class OpState:
-    """One op's folder under the run: trajectory, candidates, evaluations, best/."""
-
-    def __init__(self, run_dir: pathlib.Path, task_dir: pathlib.Path, task: Task) -> None:
-        self.task_dir = task_dir
-        self.task = task
-        self.dir = run_dir / task.op_id
-        self.trajectory = Trajectory(self.dir / "trajectory.jsonl")
-        self.files = read_task_files(task_dir, task)
-        self.baseline_regions = baseline_regions(self.files, task)
-        self.kinds = {span.name: span.kind for span in task.editable}
-
-    def baseline_candidate(self) -> Candidate:
-        return Candidate(
-            op_id=self.task.op_id, id=candidate_id(self.baseline_regions), parent=None,
-            regions=dict(self.baseline_regions), coder="baseline", rationale="the SGLang kernel as extracted",
-        )  # fmt: skip
-
-    def save_candidate(self, candidate: Candidate) -> None:
-        path = self.dir / "candidates" / f"{candidate.id}.json"
-        if not path.exists():
-            write_record(candidate, path)
-
-    def candidate(self, cid: str) -> Candidate:
-        if cid == candidate_id(self.baseline_regions):
-            return self.baseline_candidate()
-        return read_record(Candidate, self.dir / "candidates" / f"{cid}.json")
-
-    def eval_path(self, cid: str, stage: str) -> pathlib.Path:
-        return self.dir / "evaluations" / f"{cid}.{stage}.json"
-
-    def stored_evaluation(self, cid: str, stage: str) -> Evaluation | None:
-        path = self.eval_path(cid, stage)
-        return read_record(Evaluation, path) if path.exists() else None
+# --------------------------------------------------------------------------- the task folder
 
 
 def load_op_task(config: Config, op_id: str) -> tuple[pathlib.Path, Task]:
@@ -273,8 +129,6 @@ def load_op_task(config: Config, op_id: str) -> tuple[pathlib.Path, Task]:
             f"no extracted task for {op_id} at {task_dir}",
             fix=f"run `kernelsmith extract --ops {op_id}` first",
         )
-    from contract.layout import load_task
-
     return task_dir, load_task(task_dir)
 
 
@@ -295,11 +149,11 @@ class Loop:
         self,
         config: Config,
         options: LoopOptions,
-        backend: Any,
+        backend: Backend,
         *,
         model: Model | None = None,
         hooks: Hooks | None = None,
-        progress: Any = None,
+        progress: Progress | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if options.mode == "single" and (model is None or options.coder != "llm"):
@@ -333,47 +187,13 @@ class Loop:
             return None
         return MeteredModel(self.raw_model, self.budget, log_path=op.dir / "llm.jsonl")
 
-    def min_gain_pct(self) -> float:
-        """How much a new best must beat the current best's geomean by.
-
-        At least the harness's noise band: a geomean gain smaller than what two runs
-        of the same kernel differ by is "no change", not a win (the H200 run of
-        2026-11-29 accepted rmsnorm at 1.015x while the harness called it no change).
-        """
-        return max(MIN_GAIN_PCT, self.config.harness.noise_pct)
-
     def _evaluate(self, op: OpState, candidate: Candidate, stage: Literal["round", "final"]) -> Evaluation:
-        """Evaluate once per (candidate, stage): a stored evaluation is never redone."""
-        stored = op.stored_evaluation(candidate.id, stage)
-        if stored is not None:
-            return stored
-        op.save_candidate(candidate)
-        before = self.backend.gpu_s
-        evaluation = self.backend.evaluate(op.task_dir, op.task, candidate, stage=stage)
-        self.budget.charge_gpu(self.backend.gpu_s - before)
-        write_record(evaluation, op.eval_path(candidate.id, stage))
-        return evaluation
+        """Evaluated once per (candidate, stage) (:func:`optimize.measure.evaluate_once`)."""
+        return evaluate_once(op, candidate, stage, self.backend, self.budget)
 
     def _profile(self, op: OpState, candidate: Candidate) -> dict[str, float]:
-        """Nsight Compute figures of ``candidate`` (once per candidate, stored beside its evaluations).
-
-        Only backends with a ``profile`` method measure anything (the GPU backend, where
-        ncu is installed and ``harness.ncu_profile`` is on); the result is stored whatever
-        its status, so an unavailable or failing profiler costs one attempt per candidate.
-        """
-        profile = getattr(self.backend, "profile", None)
-        if profile is None or not self.config.harness.ncu_profile:
-            return {}
-        from optimize.harness.tools import NcuResult
-
-        path = op.dir / "profiles" / f"{candidate.id}.ncu.json"
-        if path.exists():
-            return read_record(NcuResult, path).metrics()
-        before = self.backend.gpu_s
-        result = profile(op.task_dir, op.task, None if candidate.is_baseline else candidate)
-        self.budget.charge_gpu(self.backend.gpu_s - before)
-        write_record(result, path)  # an unavailable/failed profile says why there
-        return result.metrics()
+        """Nsight Compute figures, once per candidate (:func:`optimize.measure.profile_once`)."""
+        return profile_once(op, candidate, self.backend, self.budget, enabled=self.config.harness.ncu_profile)
 
     def _meter(self) -> tuple[float, int, float, float]:
         model = self._model
@@ -384,7 +204,7 @@ class Loop:
             self.backend.gpu_s,
         )
 
-    def _spent_since(self, mark: tuple[float, int, float, float]) -> dict[str, Any]:
+    def _spent_since(self, mark: tuple[float, int, float, float]) -> Spent:
         now = self._meter()
         return {
             "wall_s": round(now[0] - mark[0], 3),
@@ -393,19 +213,9 @@ class Loop:
             "gpu_s": round(now[3] - mark[3], 3),
         }
 
-    def _noise(self) -> float:
-        return self.config.harness.noise_pct / 100.0
-
     def regressed(self, timings: Sequence[ShapeTiming]) -> list[ShapeTiming]:
-        """Shapes slower than the baseline beyond the noise band (their own spread if larger)."""
-        out = []
-        for t in timings:
-            if t.speedup is None:
-                continue
-            band = max(self._noise(), t.spread_pct / 100.0)
-            if t.speedup < 1.0 - band:
-                out.append(t)
-        return out
+        """Shapes slower than the baseline beyond the noise band (:func:`optimize.acceptance.regressed`)."""
+        return regressed(timings, self.config.harness.noise_pct)
 
     # ------------------------------------------------------------------ run
 
@@ -434,15 +244,16 @@ class Loop:
             started = json.loads(meta.read_text(encoding="utf-8")).get("started_at", started)
         result = RunSummary(
             run=self.options.run, mode=self.options.mode, coder=self.options.coder, backend=self.backend.describe(),
-            simulated=bool(getattr(self.backend, "simulated", False)), device=getattr(self.backend, "device", None),
+            simulated=self.backend.simulated, device=getattr(self.backend, "device", None),
             started_at=started, finished_at=now_iso(), tokens=self.budget.tokens, cost_usd=round(self.budget.cost_usd, 6),
             wall_s=round(self.budget.wall_s, 3), gpu_s=round(self.budget.gpu_s, 3), ops=summaries,
-        )  # fmt: skip
+        )
         report.write_summary(self.run_dir, result)
         return result
 
     def run_op(self, task_dir: pathlib.Path, task: Task) -> OpSummary:
-        op = OpState(self.run_dir, task_dir, task)
+        files = read_task_files(task_dir, task)
+        op = OpState(self.run_dir, task_dir, task, files, baseline_regions(files, task))
         self._model = self._metered(op)
         op.task = self._completed(op)
         traj = op.trajectory
@@ -459,8 +270,8 @@ class Loop:
             try:
                 self._baseline(op)
             except BudgetExhausted as err:
-                reason = err.where or "budget"
-                return OpSummary(op_id=task.op_id, status="skipped", stop_reason=reason, detail=err.message)
+                spent = err.where or "budget"
+                return OpSummary(op_id=task.op_id, status="skipped", stop_reason=spent, detail=err.message)
         stop: str | None = None
         while stop is None:
             stop = self._stop_reason(op)
@@ -484,12 +295,12 @@ class Loop:
         if stop in ("rounds", "tokens", "dollars", "wall_time", "gpu_time") and not self._has_stop(op, stop):
             traj.append(self._stop_record(op, stop, self._meter()))
         best = self._finalize(op)
-        summary = self._summary(op, stop, best)
+        summary = op_summary(op, stop, best)
         final = op.stored_evaluation(best.candidate, "final") if best is not None and best.candidate else None
         text = report.op_report(
             op.task.op_id, traj, summary, final=final, backend=self.backend.describe(),
-            simulated=bool(getattr(self.backend, "simulated", False)),
-        )  # fmt: skip
+            simulated=self.backend.simulated,
+        )
         report.write_op_report(op.dir / "report.md", text)
         return summary
 
@@ -516,15 +327,12 @@ class Loop:
             kind="stop", op_id=op.task.op_id, round=op.trajectory.last_round(), mode=self.options.mode,
             coder=self.options.coder, outcome=RoundOutcome.budget_exhausted if reason not in ("no_options",) else RoundOutcome.ok,
             stop_reason=reason, detail=self.budget.message(reason), best=op.trajectory.best_id(), **self._spent_since(mark),
-        )  # fmt: skip
+        )
 
     def _completed(self, op: OpState) -> Task:
         """The task with what its contract left open filled (rules, then the testing
         agent's model), decided once per run and kept in ``contract_completion.json``
         so a resumed run calls the kernel exactly as before."""
-        from contract.layout import COMPLETION_FILE as RECORD_FILE
-        from contract.layout import completed_in_run
-
         recorded = completed_in_run(op.task, op.dir)
         if recorded is not None:
             return recorded
@@ -538,11 +346,11 @@ class Loop:
         mark = self._meter()
         plan_path = op.dir / "test_plan.json"
         if not plan_path.exists():
-            validate = getattr(self.backend, "validate_cases", None)
+            validate: CaseValidator | None = getattr(self.backend, "validate_cases", None)
             plan = testing.plan_tests(
                 op.task, held_out=self.config.harness.held_out_shapes, model=self._model,
                 validate=(lambda cases: validate(op.task_dir, op.task, cases)) if validate else None,
-            )  # fmt: skip
+            )
             write_record(plan, plan_path)
         candidate = op.baseline_candidate()
         op.save_candidate(candidate)
@@ -553,7 +361,7 @@ class Loop:
                 candidate=candidate.id, regions_hash=regions_hash(candidate.regions), outcome=RoundOutcome.ok,
                 timings=evaluation.timings, speedup_geomean=1.0, speedup_min=1.0, best=candidate.id,
                 detail=evaluation.detail, **self._spent_since(mark),
-            )  # fmt: skip
+            )
         )
 
     def _baseline_evaluation(self, op: OpState, candidate: Candidate) -> Evaluation:
@@ -561,37 +369,39 @@ class Loop:
         its contract (writes an input, never writes an output, its check demands another
         dtype), the contract is fixed (``completion.baseline_fixes``), the fix appended to
         the run's ``contract_completion.json`` and the baseline evaluated again, at most
-        ``BASELINE_REPAIRS`` times; the stale evaluation is kept as ``*.superseded-<attempt>.json``."""
-        from contract.completion import BASELINE_REPAIRS, Completion, baseline_fixes, refixed
-        from contract.layout import COMPLETION_FILE as RECORD_FILE
-        from optimize.harness.errors import BaselineError
+        ``completion.BASELINE_REPAIRS`` times (:func:`optimize.harness.baseline_repair.repair_baseline`,
+        the loop the sweep uses too); the stale evaluation is kept as ``*.superseded-<attempt>.json``."""
 
-        for attempt in range(BASELINE_REPAIRS + 1):
-            failure: BaselineError | None = None
+        def run_once(task: Task, attempt: int) -> BaselineRun[BaselineOutcome]:
+            op.task = task
             try:
                 evaluation = self._evaluate(op, candidate, "round")
-                if evaluation.outcome == Outcome.ok:
-                    return evaluation
-                evidence, detail = evaluation.role_evidence, evaluation.detail
             except BaselineError as err:
-                failure, evidence, detail = err, err.evidence, err.detail
-            fixes = baseline_fixes(op.task.contract, evidence, detail) if attempt < BASELINE_REPAIRS else []
-            if not fixes:
-                if failure is not None:
-                    raise failure
-                raise BaselineError(
-                    f"the baseline of {op.task.op_id} did not pass its own evaluation ({evaluation.outcome.value})",
-                    fix="check the task (`kernelsmith extract`) and the harness on this machine",
-                    detail=evaluation.detail,
-                )
-            op.task, more = refixed(op.task, fixes, op.task_dir)
+                return BaselineRun(err, passed=False, evidence=err.evidence, detail=err.detail)
+            passed = evaluation.outcome == Outcome.ok
+            return BaselineRun(evaluation, passed=passed, evidence=evaluation.role_evidence, detail=evaluation.detail)
+
+        def on_fixed(task: Task, more: Completion, attempt: int) -> str:
             path = op.dir / RECORD_FILE
             record = read_record(Completion, path)
             write_record(record.model_copy(update={"filled": [*record.filled, *more.filled], "open": more.open}), path)
             stale = op.eval_path(candidate.id, "round")
             if stale.exists():
                 stale.rename(stale.with_name(f"{stale.stem}.superseded-{attempt}.json"))
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+            return ""
+
+        repaired = repair_baseline(op.task, op.task_dir, run_once, on_fixed=on_fixed)
+        op.task = repaired.task
+        outcome = repaired.last.result
+        if isinstance(outcome, BaselineError):
+            raise outcome
+        if outcome.outcome != Outcome.ok:
+            raise BaselineError(
+                f"the baseline of {op.task.op_id} did not pass its own evaluation ({outcome.outcome.value})",
+                fix="check the task (`kernelsmith extract`) and the harness on this machine",
+                detail=outcome.detail,
+            )
+        return outcome
 
     # ------------------------------------------------------------------ one round
 
@@ -610,21 +420,21 @@ class Loop:
         )
         profile_text = summary.text()
         trajectory_text = traj.summary()
-        common = dict(op_id=op.task.op_id, kinds=op.kinds)
         if self.options.mode == "single":
             assert model is not None
             step = single.step(
                 decisions, self.skills, base.regions, profile_text=profile_text,
-                trajectory_text=trajectory_text, model=model, **common,
-            )  # fmt: skip
+                trajectory_text=trajectory_text, model=model, op_id=op.task.op_id, kinds=op.kinds,
+            )
             plan, result = step.plan, step.result
         else:
-            plan = planning.plan(
+            planned = planning.plan(
                 decisions, self.skills, op_id=op.task.op_id, region_names=list(base.regions),
                 profile_text=profile_text, trajectory_text=trajectory_text, model=model,
-            )  # fmt: skip
-            if plan is None:
+            )
+            if planned is None:
                 return None
+            plan = planned
             skill = self.skills.get(plan.skill)
             # A mechanical option is applied by its transform even when an LLM is at hand:
             # exact, reproducible, and it keeps the model's budget for rewrites that need judgement.
@@ -632,8 +442,8 @@ class Loop:
             transform = self.hooks.transform(skill, features) if mechanical else None
             result = coding.code(
                 plan, skill, base.regions, profile_text=profile_text, trajectory_text=trajectory_text,
-                model=None if mechanical else model, transform=transform, **common,
-            )  # fmt: skip
+                model=None if mechanical else model, transform=transform, op_id=op.task.op_id, kinds=op.kinds,
+            )
 
         attempts: list[Attempt] = []
         candidate: Candidate | None = None
@@ -642,7 +452,7 @@ class Loop:
         max_fixes = self.config.budget.repair_attempts if model is not None else 0
         while True:
             if not result.edited:
-                attempts.append(Attempt(agent=result.agent, status=result.status, detail=_clip(result.detail)))
+                attempts.append(Attempt(agent=result.agent, status=result.status, detail=clip(result.detail)))
                 break
             assert result.regions is not None
             candidate = self._candidate(op, base, plan, result)
@@ -654,12 +464,12 @@ class Loop:
                 attempts.append(
                     Attempt(agent=result.agent, status="no_change", candidate=candidate.id,
                             detail=f"the edit reproduces candidate {candidate.id}, already evaluated")
-                )  # fmt: skip
+                )
                 candidate, evaluation = None, None
                 break
             evaluation = self._evaluate(op, candidate, "round")
             attempts.append(
-                Attempt(agent=result.agent, status="edited", candidate=candidate.id, outcome=evaluation.outcome, detail=_clip(_why(evaluation)))
+                Attempt(agent=result.agent, status="edited", candidate=candidate.id, outcome=evaluation.outcome, detail=clip(why(evaluation)))
             )
             if evaluation.outcome not in REPAIRABLE or fixes >= max_fixes:
                 break
@@ -677,13 +487,13 @@ class Loop:
                     attempts.append(
                         Attempt(
                             agent=guard.agent, status="edited", candidate=guarded_candidate.id,
-                            outcome=guarded_eval.outcome, detail=_clip(_why(guarded_eval)),
-                        )  # fmt: skip
+                            outcome=guarded_eval.outcome, detail=clip(why(guarded_eval)),
+                        )
                     )
                     if guarded_eval.outcome == Outcome.ok and not self.regressed(guarded_eval.timings):
                         candidate, evaluation, guarded = guarded_candidate, guarded_eval, True
                 else:
-                    attempts.append(Attempt(agent=guard.agent, status=guard.status, detail=_clip(guard.detail)))
+                    attempts.append(Attempt(agent=guard.agent, status=guard.status, detail=clip(guard.detail)))
         return self._record(op, number, plan, base.id, best, attempts, candidate, evaluation, guarded)
 
     def _candidate(self, op: OpState, base: Candidate, plan: planning.Plan, result: CodeResult) -> Candidate:
@@ -692,14 +502,14 @@ class Loop:
             op_id=op.task.op_id, id=candidate_id(result.regions), parent=base.id, regions=result.regions,
             skill=plan.skill, params=plan.params, coder=f"{self.options.coder}:{result.agent}",
             rationale=plan.text,
-        )  # fmt: skip
+        )
         op.save_candidate(candidate)
         return candidate
 
     def _fix(
         self, op: OpState, plan: planning.Plan, candidate: Candidate, evaluation: Evaluation,
-        attempt: int, max_attempts: int, decisions: Sequence[Any],
-    ) -> CodeResult:  # fmt: skip
+        attempt: int, max_attempts: int, decisions: Sequence[Decision],
+    ) -> CodeResult:
         model = self._model
         assert model is not None
         if self.options.mode == "single":
@@ -707,12 +517,12 @@ class Loop:
         return repair.repair(
             plan, candidate.regions, evaluation, op_id=op.task.op_id, attempt=attempt, max_attempts=max_attempts,
             trajectory_text=op.trajectory.summary(), model=model, kinds=op.kinds,
-        )  # fmt: skip
+        )
 
     def _guard(
         self, op: OpState, plan: planning.Plan, candidate: Candidate, evaluation: Evaluation,
-        slow: Sequence[ShapeTiming], decisions: Sequence[Any],
-    ) -> CodeResult:  # fmt: skip
+        slow: Sequence[ShapeTiming], decisions: Sequence[Decision],
+    ) -> CodeResult:
         model = self._model
         assert model is not None
         if self.options.mode == "single":
@@ -721,57 +531,38 @@ class Loop:
             plan, candidate.regions, evaluation, op_id=op.task.op_id, attempt=1, max_attempts=1,
             trajectory_text=op.trajectory.summary(), model=model, kinds=op.kinds, slower=slow,
             baseline_regions=op.baseline_regions,
-        )  # fmt: skip
+        )
 
     def _single_retry(
-        self, op: OpState, plan: planning.Plan, candidate: Candidate, decisions: Sequence[Any], feedback: str,
-    ) -> CodeResult:  # fmt: skip
+        self, op: OpState, plan: planning.Plan, candidate: Candidate, decisions: Sequence[Decision], feedback: str,
+    ) -> CodeResult:
         """The single agent asked again about its own candidate (its fix and its guard); the plan stays."""
         assert self._model is not None
         return single.step(
             decisions, self.skills, candidate.regions, op_id=op.task.op_id, profile_text="(unchanged)",
             trajectory_text=op.trajectory.summary(), model=self._model, feedback=feedback, previous=plan, kinds=op.kinds,
-        ).result  # fmt: skip
+        ).result
 
     def _record(
         self, op: OpState, number: int, plan: planning.Plan, base_id: str, best: RoundRecord,
         attempts: list[Attempt], candidate: Candidate | None, evaluation: Evaluation | None, guarded: bool,
-    ) -> RoundRecord:  # fmt: skip
+    ) -> RoundRecord:
         fields: dict[str, Any] = dict(
             kind="round", op_id=op.task.op_id, round=number, mode=self.options.mode, coder=self.options.coder,
             skill=plan.skill, params=plan.params, plan=plan.text, base=base_id, attempts=attempts,
-        )  # fmt: skip
+        )
         if evaluation is None or candidate is None:
             last = attempts[-1] if attempts else None
             outcome = RoundOutcome(last.status) if last and last.status != "edited" else RoundOutcome.malformed_reply
             return RoundRecord(**fields, outcome=outcome, detail=last.detail if last else "", best=best.candidate)
-        speedups = [t.speedup for t in evaluation.timings if t.speedup is not None]
-        geo = geomean(speedups)
-        low = min(speedups) if speedups else None
-        slow = self.regressed(evaluation.timings) if evaluation.outcome in (Outcome.ok, Outcome.slower) else []
-        outcome = RoundOutcome.of(evaluation.outcome)
-        detail = _why(evaluation)
-        if outcome == RoundOutcome.ok and (slow or (geo is not None and geo < 1.0)):
-            outcome = RoundOutcome.slower
-            detail = (
-                f"slower than the baseline at {len(slow)} shape(s) beyond the {self.config.harness.noise_pct:g}% noise band"
-                if slow else f"geomean speedup {geo:.3f}x < 1"
-            )  # fmt: skip
-        best_geo = best.speedup_geomean or 1.0
-        accepted = (
-            outcome == RoundOutcome.ok and geo is not None and geo > best_geo * (1.0 + self.min_gain_pct() / 100.0)
-        )
-        if outcome == RoundOutcome.ok and not accepted:
-            detail = (
-                f"correct, geomean {geo:.3f}x does not beat the best ({best_geo:.3f}x) by {self.min_gain_pct():g}%"
-                if geo is not None else "correct, but the evaluation carries no speedups to compare"
-            )  # fmt: skip
+        verdict = judge_round(evaluation, best.speedup_geomean, self.config.harness.noise_pct)
+        slow = verdict.slow
         return RoundRecord(
-            **fields, candidate=candidate.id, regions_hash=regions_hash(candidate.regions), outcome=outcome,
-            detail=_clip(detail), timings=evaluation.timings, speedup_geomean=geo, speedup_min=low,
-            regressed_shapes=[f"{t.label} {t.dtype}" for t in slow], guarded=guarded, accepted=accepted,
-            best=candidate.id if accepted else best.candidate,
-        )  # fmt: skip
+            **fields, candidate=candidate.id, regions_hash=regions_hash(candidate.regions), outcome=verdict.outcome,
+            detail=clip(verdict.detail), timings=evaluation.timings, speedup_geomean=verdict.speedup_geomean,
+            speedup_min=verdict.speedup_min, regressed_shapes=[f"{t.label} {t.dtype}" for t in slow], guarded=guarded,
+            accepted=verdict.accepted, best=candidate.id if verdict.accepted else best.candidate,
+        )
 
     # ------------------------------------------------------------------ final validation
 
@@ -787,122 +578,24 @@ class Loop:
             done = [r for r in traj.finals() if r.candidate == top.candidate]
             if done:
                 if done[-1].outcome == RoundOutcome.ok:
-                    self._write_best(op, top)
+                    op.write_best(top)
                     return top
                 continue  # pragma: no cover - ranked() already leaves disqualified ones out
             mark = self._meter()
             candidate = op.candidate(top.candidate)
             evaluation = self._evaluate(op, candidate, "final")
-            outcome = RoundOutcome.of(evaluation.outcome)
-            slow = self.regressed(evaluation.timings) if evaluation.outcome == Outcome.ok else []
-            detail = _why(evaluation)
-            if outcome == RoundOutcome.ok and slow:
-                outcome = RoundOutcome.slower
-                detail = f"final validation: slower than the baseline at {', '.join(f'{t.label} {t.dtype}' for t in slow[:4])}"
-            speedups = [t.speedup for t in evaluation.timings if t.speedup is not None]
+            verdict = judge_final(evaluation, self.config.harness.noise_pct)
             traj.append(
                 RoundRecord(
                     kind="final", op_id=op.task.op_id, round=top.round, mode=self.options.mode, coder=self.options.coder,
                     skill=top.skill, params=top.params, candidate=top.candidate, regions_hash=top.regions_hash,
-                    outcome=outcome, detail=_clip(detail), timings=evaluation.timings, speedup_geomean=geomean(speedups),
-                    speedup_min=min(speedups) if speedups else None, guarded=top.guarded,
-                    accepted=outcome == RoundOutcome.ok, best=top.candidate if outcome == RoundOutcome.ok else None,
+                    outcome=verdict.outcome, detail=clip(verdict.detail), timings=evaluation.timings,
+                    speedup_geomean=verdict.speedup_geomean, speedup_min=verdict.speedup_min, guarded=top.guarded,
+                    accepted=verdict.accepted, best=top.candidate if verdict.accepted else None,
                     **self._spent_since(mark),
-                )  # fmt: skip
+                )
             )
-            if outcome == RoundOutcome.ok:
-                self._write_best(op, top)
+            if verdict.accepted:
+                op.write_best(top)
                 return top
         return None
-
-    def _write_best(self, op: OpState, top: RoundRecord) -> None:
-        """``best/``: candidate.json, evaluation.json, regions/<name>.txt, src/<patched files>; published by rename."""
-        from extract.splice import apply_regions
-
-        assert top.candidate is not None
-        candidate = op.candidate(top.candidate)
-        evaluation = op.stored_evaluation(candidate.id, "final") or op.stored_evaluation(candidate.id, "round")
-        patched = apply_regions(op.files, list(op.task.editable), candidate.regions)
-        staging = pathlib.Path(tempfile.mkdtemp(prefix=".best.", dir=op.dir))
-        staging.chmod(0o755)  # mkdtemp makes it private; best/ is for people and `integrate` to read
-        try:
-            write_record(candidate, staging / "candidate.json")
-            if evaluation is not None:
-                write_record(evaluation, staging / "evaluation.json")
-            for name, text in candidate.regions.items():
-                (staging / "regions").mkdir(exist_ok=True)
-                (staging / "regions" / f"{name}.txt").write_text(text, encoding="utf-8")
-            for rel, data in patched.items():
-                if data != op.files.get(rel):
-                    target = staging / "src" / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(data)
-            replace_dir(staging, op.dir / "best")
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
-
-    # ------------------------------------------------------------------ summary
-
-    def _summary(self, op: OpState, stop: str | None, best: RoundRecord | None) -> OpSummary:
-        traj = op.trajectory
-        rounds = len(traj.rounds())
-        if best is None:
-            return OpSummary(
-                op_id=op.task.op_id, status="no_improvement", stop_reason=stop, rounds=rounds,
-                detail="no candidate passed final validation faster than the baseline; the baseline stays",
-            )  # fmt: skip
-        final = [r for r in traj.finals() if r.candidate == best.candidate and r.outcome == RoundOutcome.ok][-1]
-        return OpSummary(
-            op_id=op.task.op_id, status="improved", stop_reason=stop, rounds=rounds, best=best.candidate,
-            best_dir=f"{op.task.op_id}/best", speedup_geomean=final.speedup_geomean or best.speedup_geomean,
-            speedup_min=final.speedup_min if final.speedup_min is not None else best.speedup_min,
-            guarded=best.guarded, skills=self.path_skills(op, best.candidate or ""),
-        )  # fmt: skip
-
-    def path_skills(self, op: OpState, cid: str) -> list[str]:
-        """Skills applied from the baseline to candidate ``cid``, oldest first."""
-        skills: list[str] = []
-        seen: set[str] = set()
-        while cid and cid not in seen:
-            seen.add(cid)
-            try:
-                cand = op.candidate(cid)
-            except (OSError, KernelsmithError, ValueError):
-                break
-            if cand.skill:
-                skills.append(cand.skill)
-            cid = cand.parent or ""
-        return list(reversed(skills))
-
-
-def _why(evaluation: Evaluation) -> str:
-    if evaluation.outcome == Outcome.compile_failed and evaluation.build is not None and evaluation.build.stderr:
-        return evaluation.build.stderr
-    return evaluation.detail
-
-
-def _clip(text: str, limit: int = 2000) -> str:
-    text = text or ""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def run_meta_check(run_dir: pathlib.Path, meta: dict[str, Any], *, write: bool = True) -> None:
-    """Refuse to resume a run with another mode/coder/backend (its rounds would mix); record a new run's."""
-    path = run_dir / "run.json"
-    if path.exists():
-        old = json.loads(path.read_text(encoding="utf-8"))
-        for key in ("mode", "coder", "backend"):
-            if old.get(key) != meta.get(key):
-                raise ConfigError(
-                    f"run {run_dir.name} was started with {key}={old.get(key)!r}, this command asks for {meta.get(key)!r}",
-                    fix="use a new --run name, or repeat the original options to resume",
-                )
-        return
-    if not write:
-        return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".run.", dir=run_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(meta, handle, indent=2)
-    os.replace(tmp, path)

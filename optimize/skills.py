@@ -54,7 +54,8 @@ from typing import Any, Iterator, Literal, Mapping
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from optimize.features import FEATURE_NAMES, Features, GridKind, ProfileFacts, StaticFeatures
+from optimize.cuda_facts import GridKind
+from optimize.features import FEATURE_NAMES, Features, ProfileFacts, StaticFeatures
 from pipeline.errors import ConfigError
 from pipeline.records import Record
 

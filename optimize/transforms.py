@@ -16,7 +16,7 @@ Contract of every transform function ``fn(regions, **params) -> dict[str, str]``
   candidate).
 - Nothing to do is :class:`NotApplicable` with the reason (the loop records the
   round as ``not_applicable``); bad parameters are :class:`TransformError`.
-- Transforms locate code with tree-sitter through :class:`optimize.features.Region`,
+- Transforms locate code with tree-sitter through :class:`optimize.cuda_regions.Region`,
   so they agree with the features the policy planned from.
 
 :data:`TRANSFORMS` is the registry the skill files name; each entry also knows how
@@ -32,25 +32,27 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from extract import treesitter as ts
-from optimize.features import (
+from optimize.cuda_facts import (
     SLOW_MATH,
-    Features,
-    Node,
-    Region,
-    _last_name,
-    _named,
-    _owner_name,
-    _strip_parens,
-    contains_double,
     float_names,
     is_float_expr,
     iter_literal_constants,
     loops_of,
-    matches,
-    parse_region,
+    owner_name,
     pdl_statements,
+)
+from optimize.cuda_regions import Region
+from optimize.cuda_text import (
+    Node,
+    contains_double,
+    last_name,
+    matches,
+    named_children,
+    parse_region,
+    strip_parens,
     text_of,
 )
+from optimize.features import Features
 
 
 class NotApplicable(Exception):
@@ -139,7 +141,7 @@ def tune_constant(regions: Mapping[str, str], *, name: str, value: int, owner: s
         if const_name != name:
             continue
         f = region.func_of(doc, decl)
-        where = _owner_name(doc, decl) or (f.qualname if f is not None else None)
+        where = owner_name(doc, decl) or (f.qualname if f is not None else None)
         if owner is not None and where != owner:
             continue
         found.append((doc, literal, where))
@@ -258,7 +260,7 @@ def fast_math(regions: Mapping[str, str], *, ops: Sequence[str] = tuple(FAST_MAT
         for m in matches("calls", f.body):
             callee = m["callee"][0]
             raw = text_of(src, callee).strip()
-            name = _last_name(raw)
+            name = last_name(raw)
             if name in wanted and SLOW_MATH.get(name) and raw in (name, f"::{name}", f"std::{name}"):
                 fast = SLOW_MATH[name]
                 rules[(callee.start_byte, callee.end_byte)] = lambda _n, fast=fast: fast.encode()
@@ -273,9 +275,9 @@ def fast_math(regions: Mapping[str, str], *, ops: Sequence[str] = tuple(FAST_MAT
                 continue
             if region.is_compile_time(f.doc, left) and region.is_compile_time(f.doc, right):
                 continue
-            inner = _strip_parens(right)
-            one = _strip_parens(left).type == "number_literal" and text_of(src, _strip_parens(left)).strip() in ("1.0f", "1.f", "1.0F", "1.F", "1.00f")
-            is_sqrt = inner.type == "call_expression" and _last_name(text_of(src, inner.child_by_field_name("function"))) == "sqrtf"
+            inner = strip_parens(right)
+            one = strip_parens(left).type == "number_literal" and text_of(src, strip_parens(left)).strip() in ("1.0f", "1.f", "1.0F", "1.F", "1.00f")
+            is_sqrt = inner.type == "call_expression" and last_name(text_of(src, inner.child_by_field_name("function"))) == "sqrtf"
             if one and is_sqrt and "rsqrt" in wanted:
                 arg = inner.child_by_field_name("arguments")
                 rules[(expr.start_byte, expr.end_byte)] = lambda _n, arg=arg: b"rsqrtf" + render(arg)
@@ -359,7 +361,7 @@ def enable_pdl(regions: Mapping[str, str]) -> dict[str, str]:
         for method, args in launch.pdl_args or []:
             if method == "enable_pdl":
                 handled = True
-                named = _named(args)
+                named = named_children(args)
                 if named and text_of(src, named[0]).strip() == "false":
                     edits.append(Edit(launch.doc.span, named[0].start_byte, named[0].end_byte, b"true"))
                     changed = True
@@ -387,7 +389,7 @@ def enable_pdl(regions: Mapping[str, str]) -> dict[str, str]:
         src = k.doc.src
         wait, trigger, _ = pdl_statements(src, k.body)
         asm = b" ".join(src[n.start_byte : n.end_byte] for n in ts.walk(k.body) if n.type == "gnu_asm_expression")
-        stmts = _named(k.body)
+        stmts = named_children(k.body)
         indent = _indent_of(src, stmts[0]) if stmts else b""
         if not indent:  # the body does not start on a line of its own: one level below the function's line
             line = src[_line_start(src, k.node.start_byte) : k.node.start_byte]
@@ -423,7 +425,7 @@ def pdl_early_trigger(regions: Mapping[str, str], *, kernel: str | None = None) 
             continue
         src = k.doc.src
         wait, trigger, at_end = pdl_statements(src, k.body)
-        stmts = _named(k.body)
+        stmts = named_children(k.body)
         if wait is None or trigger is None or not at_end or stmts.index(trigger) - stmts.index(wait) < 2:
             continue
         t_start, t_end = _line_start(src, trigger.start_byte), _line_end(src, trigger.end_byte)

@@ -11,15 +11,14 @@ import pathlib
 
 import pytest
 
+from optimize.cuda_spans import definition_spans, region_texts
 from optimize.features import (
     FEATURE_NAMES,
     Features,
     ProfileFacts,
     StaticFeatures,
-    definition_spans,
     features,
     features_of_regions,
-    region_texts,
 )
 from pipeline.records import BuildReport, Evaluation, KernelResources, Outcome, ShapeTiming
 

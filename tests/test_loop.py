@@ -17,9 +17,10 @@ import re
 import pytest
 
 from optimize.backends.replay import ReplayBackend
+from optimize.hooks import Hooks, load_skills, policy_plan, region_features
 from optimize.llm.client import Completion, LlmClient
 from optimize.llm.fakes import ScriptedModel
-from optimize.loop import Hooks, Loop, LoopOptions, load_skills, policy_plan, region_features
+from optimize.loop import Loop, LoopOptions
 from optimize.trajectory import RoundOutcome, Trajectory, params_key
 from pipeline.config import Config
 from pipeline.records import (
@@ -94,7 +95,7 @@ def write_task(work: pathlib.Path, op_id: str = "demo.scale") -> tuple[pathlib.P
 
 
 def recording_policy(calls: list):
-    """The real policy (:func:`optimize.loop.policy_plan`), recording the history it was given."""
+    """The real policy (:func:`optimize.hooks.policy_plan`), recording the history it was given."""
 
     def plan(features, skills, history, *, llm_available, limit):
         calls.append([(h.skill, params_key(h.params), h.outcome.value) for h in history])

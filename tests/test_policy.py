@@ -6,7 +6,8 @@ import pathlib
 
 import pytest
 
-from optimize.features import ProfileFacts, definition_spans, features_of_regions, region_texts
+from optimize.cuda_spans import definition_spans, region_texts
+from optimize.features import ProfileFacts, features_of_regions
 from optimize.policy import GIVE_UP_AFTER, Decision, decide, plan
 from optimize.skills import load_skills
 from optimize.trajectory import HistoryEntry, RoundOutcome, params_key

@@ -14,7 +14,8 @@ import subprocess
 import pytest
 
 from optimize import transforms as T
-from optimize.features import definition_spans, features_of_regions, region_texts
+from optimize.cuda_spans import definition_spans, region_texts
+from optimize.features import features_of_regions
 from optimize.transforms import Edit, NotApplicable, TransformError
 
 ELEMENTWISE = "kernels/jit/csrc/elementwise"

@@ -15,7 +15,9 @@ Modules, one per concern: inputs (filling argument buffers on the GPU; the plann
 half is the :mod:`contract` package), compare
 (verdicts), references (float64 and eager PyTorch), loader (tvm-ffi), isolate +
 worker (process isolation), timing (graphs, interleaving, spread), roofline
-(bytes, device ceilings), adversarial (the cheat suite).
+(bytes, device ceilings), adversarial (the cheat suite), baseline_repair (the one
+"baseline contradicts its contract -> fix -> run again" loop of the sweep and the
+optimize loop), health (the ``bench --all`` sweep).
 """
 
 from __future__ import annotations

@@ -34,27 +34,30 @@ checks in this sweep's code on a GPU and every check passed; nothing is inferred
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import hashlib
 import pathlib
 import re
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
-from contract.completion import BASELINE_REPAIRS
+from contract.completion import BASELINE_REPAIRS, Completion
+from optimize.harness.baseline_repair import BaselineRun, repair_baseline
+from optimize.harness.isolate import WorkerRun
 from pipeline.build import first_error, usable_cpus
 from pipeline.digest import source_digest
-from pipeline.records import BuildReport, VersionedRecord, content_hash, read_record, write_record
+from pipeline.records import BuildReport, ShapeCase, Task, VersionedRecord, content_hash, read_record, write_record
+
+if TYPE_CHECKING:
+    from optimize.harness.evaluate import CasePlan
 
 HELD_OUT = 2
 CHECK_GRACE_S = 60.0  # with a budget: how long checks already running may take past it
-# Sources whose change can change a verdict (the worker, inputs, comparison, builder).
 # The code a verdict depends on (pipeline.digest): the harness, the contract package it
-# plans and completes contracts with, and the builder.
-_FINGERPRINT_GLOBS = (
-    "optimize/harness/*.py", "optimize/harness/*.toml", "contract/*.py", "contract/*.toml",
-    "pipeline/build.py", "pipeline/toolchain.py", "pipeline/records.py",
-)  # fmt: skip
+# plans and completes contracts with, and the pipeline floor (builder, records, toolchain).
+_FINGERPRINT_GLOBS = ("optimize/harness/*.py", "optimize/harness/*.toml", "contract/*.py", "contract/*.toml", "pipeline/*.py")
 
 
 class HealthRow(VersionedRecord):
@@ -78,11 +81,20 @@ class _Prepared:
     task_dir: pathlib.Path
     row: HealthRow
     key: str = ""
-    task: object = None  # extract.records Task when it loaded
-    plan: object = None  # evaluate.CasePlan when the checks could be planned
-    shape: object = None  # the catalog or synthetic ShapeCase the plan tests
+    task: Task | None = None  # when it loaded
+    plan: CasePlan | None = None  # when the checks could be planned
+    shape: ShapeCase | None = None  # the catalog or synthetic shape the plan tests
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """One worker run of :func:`check`: its result, or the harness error it raised."""
+
+    run: WorkerRun | None = None
+    error: Exception | None = None
+
+
+@functools.lru_cache(maxsize=1)
 def harness_fingerprint() -> str:
     return source_digest(_FINGERPRINT_GLOBS)[:16]
 
@@ -122,7 +134,7 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
             "op_id": task.op_id, "module": task.module, "unresolved": list(task.contract.unresolved),
             "filled": [f.describe() for f in completion.filled], "still_open": list(completion.open),
         }
-    )  # fmt: skip
+    )
     recorded = task.baseline_build
     if recorded is not None and not recorded.ok:  # extract's compile check, same nvcc: not built again
         reason = f"nvcc (extract's compile check): {first_error(recorded.stderr)}"
@@ -166,6 +178,7 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
     # Every call the worker will make, planned here first (pure Python): a contract that
     # cannot be called (an open scalar, a dtype the harness cannot fill, an index tensor
     # with no value range) is the task's reason, found without a build or a GPU.
+    assert prep.task is not None
     problem = uncallable(prep.task.contract, plan.checks)
     if problem:
         prep.row = prep.row.model_copy(update={"reason": f"contract: {problem}"})
@@ -209,9 +222,12 @@ def build_one(prep: _Prepared, config) -> tuple[BuildReport, list[str]]:
     is the row's reason."""
     from optimize.harness.evaluate import build_units
 
+    assert prep.task is not None and prep.plan is not None  # only planned tasks are built
+    task_now = prep.task
+
     def build(units) -> tuple[BuildReport, list[str]]:
         # the sweep runs one task per CPU, so a task's own units build one after another
-        return build_units(prep.task_dir, prep.task, units, config=config, max_workers=1, isolate=True)
+        return build_units(prep.task_dir, task_now, units, config=config, max_workers=1, isolate=True)
 
     report, libraries = build(prep.plan.units)
     singles = [inst for unit in prep.plan.units for inst in unit]
@@ -220,7 +236,7 @@ def build_one(prep: _Prepared, config) -> tuple[BuildReport, list[str]]:
     refused = [inst for inst in singles if not build([[inst]])[0].ok]
     if not refused or len(refused) == len(singles):
         return report, libraries
-    task = prep.task.model_copy(update={"instantiations": [i for i in prep.task.instantiations if i not in refused]})
+    task = task_now.model_copy(update={"instantiations": [i for i in task_now.instantiations if i not in refused]})
     narrowed = _plan_for(task, prep.shape)
     if narrowed is None:
         return report, libraries
@@ -246,6 +262,7 @@ def _plan_for(task, shape):
 
 
 def _build_cost(prep: _Prepared) -> float:
+    assert prep.task is not None
     recorded = prep.task.baseline_build
     return recorded.seconds if recorded is not None and recorded.ok else float("inf")
 
@@ -272,42 +289,58 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
       expected (``completion.size_from_rejection``): the invented size is replaced,
       if the same modules still serve the new shape."""
     from optimize.errors import GpuRequired
-    from contract.completion import baseline_fixes, refixed
     from optimize.harness.evaluate import _workdir, run_request
 
-    task, row, plan = prep.task, prep.row, prep.plan
-    contract = task.contract
+    assert prep.task is not None and prep.plan is not None  # only planned tasks are checked
+    row, plan = prep.row, prep.plan
     start = time.monotonic()
-    for attempt in range(REPAIRS + 1):
-        request = _request(task, contract, plan, libraries, config)
+
+    def run_once(task: Task, attempt: int) -> BaselineRun[_Checked]:
+        request = _request(task, task.contract, plan, libraries, config)
         try:
-            run = run_request(request, config, _workdir(config, task.op_id, "health"))
+            done = run_request(request, config, _workdir(config, task.op_id, "health"))
         except GpuRequired:
             raise  # the machine's problem, not the task's: no verdict, the sweep stops with the fix
         except Exception as err:  # noqa: BLE001 - a harness/contract error is this task's reason
-            return row.model_copy(update={"ran": False, "reason": f"{type(err).__name__}: {_cause(err)}"})
-        res = run.result
-        if res is None or res.status == "ok" or attempt == REPAIRS:
-            break
-        fixes = baseline_fixes(contract, res.role_evidence, res.detail if res.status == "baseline_failed" else "")
-        if fixes:
-            fixed, record = refixed(task.model_copy(update={"contract": contract}), fixes, prep.task_dir)
-            contract = fixed.contract
-            row = row.model_copy(update={"filled": [*row.filled, *(f.describe() for f in record.filled)]})
-            problem = uncallable(contract, plan.checks)
-            if problem:
-                return row.model_copy(update={"ran": False, "reason": f"contract (after the baseline's fix): {problem}"})
-            continue
+            return BaselineRun(_Checked(error=err), passed=False, final=True)
+        res = done.result
+        if res is None:  # crashed or killed: nothing to learn from
+            return BaselineRun(_Checked(run=done), passed=False, final=True)
+        detail = res.detail if res.status == "baseline_failed" else ""
+        return BaselineRun(_Checked(run=done), passed=res.status == "ok", evidence=res.role_evidence, detail=detail)
+
+    def on_fixed(task: Task, record: Completion, attempt: int) -> str:
+        nonlocal row
+        row = row.model_copy(update={"filled": [*row.filled, *(f.describe() for f in record.filled)]})
+        problem = uncallable(task.contract, plan.checks)
+        return f"contract (after the baseline's fix): {problem}" if problem else ""
+
+    def otherwise(task: Task, seen: BaselineRun[_Checked]) -> Task | None:
+        nonlocal row, plan
+        assert seen.result.run is not None and seen.result.run.result is not None  # else the run was final
+        res = seen.result.run.result
         narrowed = _without_refused_dtype(plan, res)
         if narrowed is not None:
             plan, note = narrowed
             row = row.model_copy(update={"filled": [*row.filled, note]})
-            continue
-        resized = _resized(task, contract, plan, res) if row.shapes == "synthetic" else None
+            return task
+        resized = _resized(task, task.contract, plan, res) if row.shapes == "synthetic" else None
         if resized is None:
-            break
+            return None
         task, plan, note = resized
         row = row.model_copy(update={"filled": [*row.filled, note]})
+        return task
+
+    repaired = repair_baseline(prep.task, prep.task_dir, run_once, on_fixed=on_fixed, otherwise=otherwise, repairs=REPAIRS)
+    if repaired.stopped:
+        return row.model_copy(update={"ran": False, "reason": repaired.stopped})
+    checked = repaired.last.result
+    if checked.error is not None:
+        err = checked.error
+        return row.model_copy(update={"ran": False, "reason": f"{type(err).__name__}: {_cause(err)}"})
+    run = checked.run
+    assert run is not None
+    res = run.result
     seconds = time.monotonic() - start
     if res is None:  # crashed or killed: the CUDA error line says more than the last line (torch's hint)
         lines = [line.strip() for line in run.stderr_tail.splitlines() if line.strip()]
@@ -331,7 +364,7 @@ def _request(task, contract, plan, libraries: list[str], config):
         mode="evaluate", op_id=task.op_id, contract=contract, baseline_libraries=libraries,
         checks=plan.checks, harness=config.harness, device_cache_dir=str(config.cache / "device"),
         stop_at_first_failure=True,
-    )  # fmt: skip
+    )
 
 
 def _failed_case(plan, res):
@@ -483,7 +516,7 @@ def health_all(
     todo.sort(key=lambda i: _build_cost(preps[i]))
     if not todo:
         return [r for r in rows if r is not None]
-    progress(f"building {sum(len(preps[i].plan.units) for i in todo)} module(s) for {len(todo)} task(s), checking each when built ...")
+    progress(f"building {sum(len(p.units) for i in todo if (p := preps[i].plan) is not None)} module(s) for {len(todo)} task(s), checking each when built ...")
 
     def build_task(i: int) -> tuple[BuildReport, list[str]] | None:
         return None if out_of_time() else build_one(preps[i], config)
@@ -586,7 +619,7 @@ def health_section(command: str, rows: Sequence[HealthRow], when: str, device: s
     lines += [
         "", f"Filled in: completion rules (contract/completion.toml; guesses) and what the baseline itself "
         f"showed (roles, sizes), each named ({len(filled)}):", "",
-    ]  # fmt: skip
+    ]
     lines += [f"- {r.op_id}: {'; '.join(r.filled)}" for r in filled] or ["- none"]
     still = [r for r in rows if r.still_open]
     lines += ["", f"Still open after the rules, for the LLM testing agent ({len(still)}):", ""]

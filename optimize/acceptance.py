@@ -1,0 +1,100 @@
+"""When a correct candidate counts as better: regressions, the minimum gain, the verdict of a round.
+
+Why: the optimize loop (:mod:`optimize.loop`) accepts a candidate only when it is
+correct, slower than the baseline at no catalog shape beyond the noise band, and
+its geometric-mean speedup beats the current best's by at least the minimum
+gain. Those rules are numbers over an :class:`~pipeline.records.Evaluation`, so
+they live here as plain functions, apart from the loop's bookkeeping.
+
+What must stay true:
+- A shape regresses only beyond the harness's noise band (``harness.noise_pct``),
+  or beyond that shape's own measured spread when larger: noise is "no change".
+- The minimum gain is at least the noise band (:func:`min_gain_pct`): a geomean
+  gain smaller than what two runs of the same kernel differ by is not a win.
+- A verdict's ``detail`` says why a correct candidate was not accepted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from optimize.run_folder import why
+from optimize.trajectory import RoundOutcome, geomean
+from pipeline.records import Evaluation, Outcome, ShapeTiming
+
+MIN_GAIN_PCT = 1.0  # a new best must beat the current best's geomean by this much (or the noise band)
+
+
+def min_gain_pct(noise_pct: float) -> float:
+    """How much a new best must beat the current best's geomean by, in percent.
+
+    At least the harness's noise band: a geomean gain smaller than what two runs
+    of the same kernel differ by is "no change", not a win (the H200 run of
+    2026-11-29 accepted rmsnorm at 1.015x while the harness called it no change).
+    """
+    return max(MIN_GAIN_PCT, noise_pct)
+
+
+def regressed(timings: Sequence[ShapeTiming], noise_pct: float) -> list[ShapeTiming]:
+    """Shapes slower than the baseline beyond the noise band (their own spread if larger)."""
+    out = []
+    for t in timings:
+        if t.speedup is None:
+            continue
+        band = max(noise_pct / 100.0, t.spread_pct / 100.0)
+        if t.speedup < 1.0 - band:
+            out.append(t)
+    return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What an evaluation means for its candidate: the round's outcome and why."""
+
+    outcome: RoundOutcome
+    detail: str
+    speedup_geomean: float | None
+    speedup_min: float | None
+    slow: list[ShapeTiming] = field(default_factory=list)  # regressed shapes
+    accepted: bool = False
+
+
+def judge_round(evaluation: Evaluation, best_geomean: float | None, noise_pct: float) -> Verdict:
+    """The verdict of a round's evaluation against the current best (geomean ``best_geomean``,
+    None or 0 for the baseline's 1.0): slower, correct but not better enough, or accepted."""
+    speedups = [t.speedup for t in evaluation.timings if t.speedup is not None]
+    geo = geomean(speedups)
+    low = min(speedups) if speedups else None
+    slow = regressed(evaluation.timings, noise_pct) if evaluation.outcome in (Outcome.ok, Outcome.slower) else []
+    outcome = RoundOutcome.of(evaluation.outcome)
+    detail = why(evaluation)
+    if outcome == RoundOutcome.ok and (slow or (geo is not None and geo < 1.0)):
+        outcome = RoundOutcome.slower
+        if slow:
+            detail = f"slower than the baseline at {len(slow)} shape(s) beyond the {noise_pct:g}% noise band"
+        else:
+            detail = f"geomean speedup {geo:.3f}x < 1"
+    best_geo = best_geomean or 1.0
+    gain = min_gain_pct(noise_pct)
+    accepted = outcome == RoundOutcome.ok and geo is not None and geo > best_geo * (1.0 + gain / 100.0)
+    if outcome == RoundOutcome.ok and not accepted:
+        if geo is not None:
+            detail = f"correct, geomean {geo:.3f}x does not beat the best ({best_geo:.3f}x) by {gain:g}%"
+        else:
+            detail = "correct, but the evaluation carries no speedups to compare"
+    return Verdict(outcome, detail, geo, low, slow, accepted)
+
+
+def judge_final(evaluation: Evaluation, noise_pct: float) -> Verdict:
+    """The verdict of final validation: correct on fresh shapes and slower at none of them."""
+    outcome = RoundOutcome.of(evaluation.outcome)
+    slow = regressed(evaluation.timings, noise_pct) if evaluation.outcome == Outcome.ok else []
+    detail = why(evaluation)
+    if outcome == RoundOutcome.ok and slow:
+        outcome = RoundOutcome.slower
+        shapes = ", ".join(f"{t.label} {t.dtype}" for t in slow[:4])
+        detail = f"final validation: slower than the baseline at {shapes}"
+    speedups = [t.speedup for t in evaluation.timings if t.speedup is not None]
+    low = min(speedups) if speedups else None
+    return Verdict(outcome, detail, geomean(speedups), low, slow, accepted=outcome == RoundOutcome.ok)

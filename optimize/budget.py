@@ -1,0 +1,92 @@
+"""Run-wide budgets of the optimize loop (tokens, dollars, wall and GPU seconds) and its round budget.
+
+Why: a run may be stopped by any of its budgets, and a rerun of the same run must
+resume from what earlier sessions spent, not from zero. :class:`Budget` is the
+one place that knows the limits, what was spent, which limit ran out first and
+how the user lifts it.
+
+What must stay true:
+- ``spent`` restores what the run's trajectories on disk recorded (a round killed
+  halfway has no line, so its spend is not counted; its cached replies and stored
+  evaluations replay free).
+- A spent budget is a :class:`~pipeline.errors.BudgetExhausted` raised *before* a
+  model call (the loop records the stop reason), never a half-written record.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Literal, Mapping
+
+from pipeline.config import Config
+from pipeline.errors import BudgetExhausted
+
+StopReason = Literal["rounds", "tokens", "dollars", "wall_time", "gpu_time", "no_options"]
+
+
+class Budget:
+    """Run-wide budgets (tokens, dollars, wall, GPU) and the per-op round budget.
+
+    Implements :class:`optimize.llm.client.SpendGate`. ``spent`` restores what
+    earlier sessions of the same run recorded on disk.
+    """
+
+    def __init__(
+        self, config: Config, *, spent: Mapping[str, float] | None = None, clock: Callable[[], float] = time.monotonic
+    ):
+        self.limits = config.budget
+        spent = dict(spent or {})
+        self.tokens = int(spent.get("tokens", 0))
+        self.cost_usd = float(spent.get("cost_usd", 0.0))
+        self.gpu_s = float(spent.get("gpu_s", 0.0))
+        self.wall_before_s = float(spent.get("wall_s", 0.0))
+        self.clock = clock
+        self.start = clock()
+
+    @property
+    def wall_s(self) -> float:
+        return self.wall_before_s + (self.clock() - self.start)
+
+    def exhausted(self) -> StopReason | None:
+        """The first run-wide budget that is spent, if any."""
+        if self.tokens >= self.limits.tokens:
+            return "tokens"
+        if self.cost_usd >= self.limits.dollars_usd:
+            return "dollars"
+        if self.wall_s >= self.limits.wall_s:
+            return "wall_time"
+        if self.gpu_s >= self.limits.gpu_s:
+            return "gpu_time"
+        return None
+
+    def message(self, reason: str) -> str:
+        return {
+            "tokens": f"token budget spent ({self.tokens} of {self.limits.tokens})",
+            "dollars": f"dollar budget spent (${self.cost_usd:.4f} of ${self.limits.dollars_usd:g})",
+            "wall_time": f"wall-time budget spent ({self.wall_s:.0f} of {self.limits.wall_s:g} s)",
+            "gpu_time": f"GPU-time budget spent ({self.gpu_s:.0f} of {self.limits.gpu_s:g} s)",
+            "rounds": f"round budget reached ({self.limits.rounds} rounds per op)",
+            "no_options": "the policy has no untried applicable skill left",
+        }.get(reason, reason)
+
+    def fix(self, reason: str) -> str:
+        return {
+            "tokens": "raise budget.tokens (KERNELSMITH_BUDGET__TOKENS) and rerun the same --run to continue",
+            "dollars": "raise budget.dollars_usd and rerun the same --run to continue",
+            "wall_time": "raise budget.wall_s and rerun the same --run to continue",
+            "gpu_time": "raise budget.gpu_s and rerun the same --run to continue",
+            "rounds": "pass a larger --rounds with the same --run to continue",
+        }.get(reason, "")
+
+    # SpendGate
+    def before_model_call(self) -> None:
+        reason = self.exhausted()
+        if reason is not None:
+            raise BudgetExhausted(self.message(reason), fix=self.fix(reason), where=reason)
+
+    def charge_model(self, tokens: int, cost_usd: float) -> None:
+        self.tokens += int(tokens)
+        self.cost_usd += float(cost_usd)
+
+    def charge_gpu(self, seconds: float) -> None:
+        self.gpu_s += float(seconds)

@@ -1,0 +1,58 @@
+"""The loop's measurements: each candidate evaluated once per stage and profiled once, stored, GPU time charged.
+
+Why: GPU time is the scarcest budget and a run must resume without measuring
+again. Every evaluation and Nsight Compute profile the loop asks for goes
+through here: a stored one is read back, a new one is measured through the
+backend, its GPU seconds are charged to the run's :class:`~optimize.budget.Budget`
+and the result is written beside the op's candidates before it is used.
+
+What must stay true:
+- One evaluation per (candidate, stage) and one profile per candidate, ever, in a
+  run: a stored result is never redone (a profile is stored whatever its status,
+  so an unavailable or failing profiler costs one attempt per candidate).
+- Only backends with a ``profile`` method profile anything (the GPU backend where
+  ncu is installed), and only with ``harness.ncu_profile`` on.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from optimize.backends import Backend
+from optimize.budget import Budget
+from optimize.harness.tools import NcuResult
+from optimize.hooks import Profiler
+from optimize.run_folder import OpState
+from pipeline.records import Candidate, Evaluation, read_record, write_record
+
+
+def evaluate_once(
+    op: OpState, candidate: Candidate, stage: Literal["round", "final"], backend: Backend, budget: Budget
+) -> Evaluation:
+    """``candidate``'s evaluation at ``stage``: the stored one, else measured, charged and stored."""
+    stored = op.stored_evaluation(candidate.id, stage)
+    if stored is not None:
+        return stored
+    op.save_candidate(candidate)
+    before = backend.gpu_s
+    evaluation = backend.evaluate(op.task_dir, op.task, candidate, stage=stage)
+    budget.charge_gpu(backend.gpu_s - before)
+    write_record(evaluation, op.eval_path(candidate.id, stage))
+    return evaluation
+
+
+def profile_once(
+    op: OpState, candidate: Candidate, backend: Backend, budget: Budget, *, enabled: bool
+) -> dict[str, float]:
+    """Nsight Compute figures of ``candidate`` (stored beside its evaluations); {} where none are measured."""
+    profile: Profiler | None = getattr(backend, "profile", None)
+    if profile is None or not enabled:
+        return {}
+    path = op.dir / "profiles" / f"{candidate.id}.ncu.json"
+    if path.exists():
+        return read_record(NcuResult, path).metrics()
+    before = backend.gpu_s
+    result = profile(op.task_dir, op.task, None if candidate.is_baseline else candidate)
+    budget.charge_gpu(backend.gpu_s - before)
+    write_record(result, path)  # an unavailable/failed profile says why there
+    return result.metrics()
