@@ -171,10 +171,15 @@ def launch_facts(diff: str) -> list[str]:
             f"launch without the attribute is not programmatic; the patch adds it (`{turned_on[0]}`)."
         )
     lines = diff.splitlines()
-    body = [(i, line[1:].strip()) for i, line in enumerate(lines) if line[:1] in ("+", " ") and not line.startswith("+++")]
+    # the new side of each hunk; a hunk header is a barrier (what lies beyond it is not adjacent)
+    body = [
+        (i, "@@" if line.startswith("@@") else line[1:].strip())
+        for i, line in enumerate(lines)
+        if (line[:1] in ("+", " ") and not line.startswith("+++")) or line.startswith("@@")
+    ]
 
     def neighbour(index: int, step: int) -> str:
-        """The nearest non-blank new-side line before (step -1) or after (+1) diff line ``index``."""
+        """The nearest non-blank new-side line before (step -1) or after (+1) diff line ``index`` in its hunk."""
         pos = next(k for k, (i, _) in enumerate(body) if i == index) + step
         while 0 <= pos < len(body) and not body[pos][1]:
             pos += step

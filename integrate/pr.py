@@ -129,7 +129,7 @@ def _layout_apply(patch: Patch) -> str:
 # --------------------------------------------------------------------------- reviewer sections
 
 _DIFF_SLOT = "\0the diff\0"  # the diff goes in after relative(): its own lines are never rewritten
-_ABSOLUTE = re.compile(r"(?<![\w.~])/(?:[\w.+-]+/)*[\w.+-]+")
+_ABSOLUTE = re.compile(r"(?<![^\s\"'=(`:])/(?:[\w.+-]+/)+[\w.+-]*")  # /a/b... after a blank, quote, =, (, `, :
 
 
 def relative(text: str, report: IntegrateReport) -> str:
@@ -147,8 +147,8 @@ def relative(text: str, report: IntegrateReport) -> str:
         pairs.insert(0, (str(pathlib.Path(patch.patched_tree)), f"{rel}/tree"))
     if patch.baseline_tree:
         pairs.insert(0, (str(pathlib.Path(patch.baseline_tree)), f"{rel}/baseline"))
-    work = out_dir.parent.parent
-    pairs.append((str(work), "work"))
+    if out_dir.name == report.run and out_dir.parent.name == "integrate":  # work/integrate/<run>/sglang.patch
+        pairs.append((str(out_dir.parent.parent), "work"))
     for old, new in sorted(pairs, key=lambda kv: -len(kv[0])):
         text = text.replace(old, new)
     return _ABSOLUTE.sub(lambda m: pathlib.PurePosixPath(m.group(0)).name, text)
