@@ -76,7 +76,7 @@ def refuse_simulated(patch: Patch, run_dir: pathlib.Path | None = None) -> None:
         raise SimulatedRunError(
             f"run {patch.run} was made with the replay backend ({backend}): its timings were replayed, not measured, "
             "so its patch is not committed",
-            fix=f"run `kernelsmith optimize --ops ... --run NAME` on a GPU machine (no --replay), then `kernelsmith integrate --run NAME --git-branch ...`",
+            fix="run `kernelsmith optimize --ops ... --run NAME` on a GPU machine (no --replay), then `kernelsmith integrate --run NAME --git-branch ...`",
         )
 
 

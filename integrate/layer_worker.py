@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -38,7 +39,7 @@ JsonDict = dict[str, Any]  # one JSON request or answer of the worker protocol
 Call = Callable[[], object]
 
 
-def _torch_dtype(name: str, model: str) -> "torch.dtype":
+def _torch_dtype(name: str, model: str) -> torch.dtype:
     import torch
 
     table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int64": torch.int64}
@@ -50,7 +51,7 @@ def _public(path: str) -> Callable[..., object]:
     return getattr(importlib.import_module(module), name)
 
 
-def _tensor(spec: JsonDict, model_dtype: str, gen: "torch.Generator") -> "torch.Tensor":
+def _tensor(spec: JsonDict, model_dtype: str, gen: torch.Generator) -> torch.Tensor:
     """One tensor of the plan, filled as its init says (values only keep magnitudes sane)."""
     import torch
 
@@ -75,7 +76,7 @@ def _tensor(spec: JsonDict, model_dtype: str, gen: "torch.Generator") -> "torch.
     return values.to(dtype)
 
 
-def _torch_part(part: str, args: Sequence["torch.Tensor"]) -> Call:
+def _torch_part(part: str, args: Sequence[torch.Tensor]) -> Call:
     import torch
     import torch.nn.functional as F
 
@@ -132,10 +133,10 @@ def cmd_layer(req: JsonDict) -> JsonDict:
     sets = timing.buffer_sets(per_set, l2, float(req.get("l2_multiple", 3.0)), max_sets=int(req.get("max_sets", 64)))
     bufs = [{**shared, **{n: _tensor(s, model_dtype, gen) for n, s in specs.items() if not s.get("shared")}} for _ in range(sets)]
 
-    def resolve(entry: JsonDict, buf: Mapping[str, "torch.Tensor"]) -> Any:
+    def resolve(entry: JsonDict, buf: Mapping[str, torch.Tensor]) -> Any:
         return buf[entry["tensor"]] if "tensor" in entry else entry["value"]
 
-    def step_call(step: JsonDict, buf: Mapping[str, "torch.Tensor"]) -> Call:
+    def step_call(step: JsonDict, buf: Mapping[str, torch.Tensor]) -> Call:
         args = [resolve(a, buf) for a in step["args"]]
         if step.get("op") is None:
             return _torch_part(str(step["torch"]), args)
@@ -151,7 +152,7 @@ def cmd_layer(req: JsonDict) -> JsonDict:
                 continue
             try:
                 per_buf[name]()
-            except Exception as err:  # noqa: BLE001 - an optional op this tree cannot run is reported, not fatal
+            except Exception as err:
                 if not step.get("optional"):
                     raise
                 skipped[name] = f"{step['function']} failed at these shapes: {type(err).__name__}: {err}"

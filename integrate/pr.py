@@ -116,13 +116,14 @@ def _timings(op: OpChange) -> list[ShapeTiming]:
 
 
 def _layout_apply(patch: Patch) -> str:
-    name = pathlib.Path(patch.patch_file).name
+    """Apply commands, run from the kernelsmith repository root (where ``work/`` is)."""
+    name = f"$PWD/work/integrate/{patch.run}/{pathlib.Path(patch.patch_file).name}"
     if patch.layout == "checkout":
-        return f"cd <sglang checkout at {patch.source.commit or 'the same commit'}> && git apply {name}"
+        return f'P="{name}" && cd <sglang checkout at {patch.source.commit or "the same commit"}> && git apply "$P"'
     version = patch.source.version or "?"
     return (
-        f"pip download --no-deps sglang=={version} && unzip -q sglang-{version}-*.whl 'sglang/*' -d sglang-{version} "
-        f"&& cd sglang-{version} && git apply {name}   # or: patch -p1 < {name}"
+        f'P="{name}" && pip download --no-deps sglang=={version} && unzip -q sglang-{version}-*.whl \'sglang/*\' -d sglang-{version} '
+        f'&& cd sglang-{version} && git apply "$P"   # or: patch -p1 < "$P"'
     )
 
 
@@ -252,16 +253,39 @@ def _buckets(op: OpChange, facts: OpFacts, sim: str) -> list[str]:
     return out
 
 
+def _legacy_e2e_table(e2e: E2EResult) -> list[str]:
+    """A record from before the whole-layer proxy: its rows are the non-GEMM ops alone, and are labelled so."""
+    out = [
+        (
+            f"Recorded by the older layer proxy: one {e2e.model} decoder layer's **non-GEMM ops only** ({' → '.join(e2e.ops)}), "
+            "no GEMM and no attention, so the change below is NOT a share of a whole layer. Re-run integrate for the whole-layer figure."
+        ),
+        "",
+        "| phase | tokens | baseline µs (non-GEMM) | patched µs (non-GEMM) | change of the non-GEMM ops |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in e2e.rows:
+        out.append(
+            f"| {row.phase} | {row.tokens} | {row.baseline_us:.2f} (±{row.baseline_spread_pct:.1f}%) | "
+            f"{row.patched_us:.2f} (±{row.patched_spread_pct:.1f}%) | {row.change_pct:+.1f}% |"
+        )
+    return [*out, "", f"Assumption: {e2e.assumption}", ""]
+
+
 def _e2e_tables(e2e: E2EResult) -> list[str]:
     """The whole-layer table (share of the layer, spread, "no change" inside the noise band) and the non-GEMM one."""
+    if not e2e.recipe:
+        return _legacy_e2e_table(e2e)
     steps = " → ".join(f"{name} ({e2e.parts.get(name, '?')})" for name in e2e.ops)
     kv = f" Decode: each of the B sequences attends with 1 new token over a KV cache of {e2e.kv_len} tokens; prefill is causal over its T tokens." if e2e.kv_len else ""
     out = [
-        f"One whole {e2e.model} decoder layer ({e2e.dtype}) from the recipe `{e2e.recipe or '?'}`: {steps}. "
-        f"Attention: {e2e.attention or 'torch SDPA'}.{kv} Many layers back to back in one CUDA graph, buffer sets rotated "
-        "over at least 3x L2, pristine and patched trees alternating over rounds; medians of the pooled replays, spread = "
-        "(p90 − p10) / median. The noise band is half the wider of the two trees' p10–p90 spreads; a change inside it is "
-        "reported as **no change**.",
+        (
+            f"One whole {e2e.model} decoder layer ({e2e.dtype}) from the recipe `{e2e.recipe or '?'}`: {steps}. "
+            f"Attention: {e2e.attention or 'torch SDPA'}.{kv} Many layers back to back in one CUDA graph, buffer sets rotated "
+            "over at least 3x L2, pristine and patched trees alternating over rounds; medians of the pooled replays, spread = "
+            "(p90 − p10) / median. The noise band is half the wider of the two trees' p10–p90 spreads; a change inside it is "
+            "reported as **no change**."
+        ),
     ]
     for op, why in e2e.skipped_ops.items():
         out.append(f"- `{op}` is not in the layer: {why}")
@@ -275,15 +299,17 @@ def _e2e_tables(e2e: E2EResult) -> list[str]:
     for row in e2e.rows:
         out.append(
             f"| {row.phase} | {row.tokens} | {row.kv_len if row.kv_len else '—'} | {row.baseline_us:.2f} (±{row.baseline_spread_pct:.1f}%) | "
-            f"{row.patched_us:.2f} (±{row.patched_spread_pct:.1f}%) | {row.change_pct:+.2f}% | ±{row.noise_band_pct:.2f}% | "
-            f"{row.verdict} | {row.baseline_tokens_per_s:,.0f} → {row.patched_tokens_per_s:,.0f} |"
+            f"{row.patched_us:.2f} (±{row.patched_spread_pct:.1f}%) | {row.change_pct:+.2f}% | ±{_fmt(row.noise_band_pct)}% | "
+            f"{row.verdict or '—'} | {row.baseline_tokens_per_s:,.0f} → {row.patched_tokens_per_s:,.0f} |"
         )
     rows = [r for r in e2e.rows if r.non_gemm is not None]
     if rows:
         out += [
             "",
-            "**Non-GEMM part only** (SGLang's ops alone, back to back, NOT the whole layer; the change is given on its own "
-            "and as a share of the whole layer's time):",
+            (
+                "**Non-GEMM part only** (SGLang's ops alone, back to back, NOT the whole layer; the change is given on its own "
+                "and as a share of the whole layer's time):"
+            ),
             "",
             "| phase | tokens | baseline µs | patched µs | change of the part | share of the layer | verdict |",
             "|---|---:|---:|---:|---:|---:|---|",
@@ -345,9 +371,11 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     out: list[str] = [f"# {'[SIMULATED] ' if facts.simulated else ''}{title(report)}", ""]
     if facts.simulated:
         out += [
-            f"> **SIMULATED.** The optimize run `{report.run}` replayed recorded timings ({facts.backend}); nothing in its "
-            "per-shape figures was measured in that run, and every such figure below is labelled SIMULATED. Do not submit "
-            "this as a measurement; `--git-branch` refuses to commit it.",
+            (
+                f"> **SIMULATED.** The optimize run `{report.run}` replayed recorded timings ({facts.backend}); nothing in its "
+                "per-shape figures was measured in that run, and every such figure below is labelled SIMULATED. Do not submit "
+                "this as a measurement; `--git-branch` refuses to commit it."
+            ),
             "",
         ]
     banner = {"ready": "Ready for review", "draft": "DRAFT: not everything that proves this patch has run", "failing": "FAILING: do not submit"}

@@ -112,7 +112,7 @@ class Step(Record):
     optional: bool = False
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "Step":
+    def _one_kind(self) -> Step:
         if (self.op is None) == (self.torch is None):
             raise ValueError("give exactly one of `op` (an SGLang op) or `torch` (a reference part)")
         if self.op is not None and not self.function:
@@ -262,7 +262,7 @@ def plan(recipe: LayerRecipe, phase: Phase, tokens: int) -> dict[str, object]:
             raise RecipeError(f"layer recipe {recipe.path}: tensors.{name} at {phase} T={tokens} has shape {shape}", fix="every size must be positive")
         tensors[name] = {"shape": shape, "init": tensor.init, "params": params, "dtype": tensor.dtype, "shared": tensor.shared}
 
-    def arg(value: str | bool | int | float) -> dict[str, object]:
+    def arg(value: str | bool | float) -> dict[str, object]:
         if isinstance(value, str):
             return {"tensor": value} if value in recipe.tensors else {"value": values[value]}
         return {"value": value}

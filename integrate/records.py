@@ -177,8 +177,8 @@ class LayerTiming(Record):
     baseline_spread_pct: float  # (p90 - p10) / median of the pooled replays
     patched_spread_pct: float
     change_pct: float  # (patched - baseline) / baseline * 100 of the whole layer; negative = faster
-    noise_band_pct: float = 0.0  # integrate.e2e.noise_band_pct; |change| inside it is "no change"
-    verdict: Change = "no change"
+    noise_band_pct: float | None = None  # integrate.e2e.noise_band_pct; |change| inside it is "no change" (None: an older record)
+    verdict: Change | None = None  # None: a record from before the whole-layer proxy (not judged)
     baseline_tokens_per_s: float  # tokens / (layers x whole-layer time): an upper bound (no embedding, head, sampling)
     patched_tokens_per_s: float
     non_gemm: PartTiming | None = None  # the SGLang ops alone, back to back (NOT the whole layer)

@@ -19,6 +19,7 @@ from integrate.records import (
     OneBatchResult,
     OpChange,
     OpCheck,
+    PartTiming,
     Patch,
     SanitizerRun,
     TestRun,
@@ -79,12 +80,18 @@ def full_report(tmp_path: pathlib.Path, *, failing: bool = False) -> IntegrateRe
         command="python -m integrate.sglang_runner --run r1",
     )  # fmt: skip
     e2e = E2EResult(
-        ran=True, model="Llama-3.1-8B", layers=32, ops=["input_norm", "rope", "post_attention_norm", "silu_and_mul"],
+        ran=True, model="Llama-3.1-8B", layers=32, recipe="integrate/layers/llama-3.1-8b.toml", kv_len=2048,
+        attention="torch 2.11.0 scaled_dot_product_attention",
+        ops=["input_norm", "qkv_proj", "attention", "silu_and_mul"],
+        parts={"input_norm": "SGLang layernorm.fused_add_rmsnorm", "qkv_proj": "torch linear", "attention": "torch attention_decode",
+               "silu_and_mul": "SGLang activation.silu_and_mul"},
         rows=[
-            LayerTiming(phase="decode", tokens=1, baseline_us=10.0, patched_us=9.5, baseline_spread_pct=1.0, patched_spread_pct=1.1,
-                        change_pct=-5.0, baseline_tokens_per_s=3125.0, patched_tokens_per_s=3289.5),
-            LayerTiming(phase="prefill", tokens=4096, baseline_us=400.0, patched_us=380.0, baseline_spread_pct=0.5, patched_spread_pct=0.6,
-                        change_pct=-5.0, baseline_tokens_per_s=320000.0, patched_tokens_per_s=336842.1),
+            LayerTiming(phase="decode", tokens=1, kv_len=2048, baseline_us=10.0, patched_us=9.5, baseline_spread_pct=1.0, patched_spread_pct=1.1,
+                        change_pct=-5.0, noise_band_pct=0.55, verdict="faster", baseline_tokens_per_s=3125.0, patched_tokens_per_s=3289.5,
+                        non_gemm=PartTiming(baseline_us=3.0, patched_us=2.5, baseline_spread_pct=20.0, patched_spread_pct=18.0,
+                                            change_pct=-16.7, share_of_layer_pct=-5.0, verdict="faster")),
+            LayerTiming(phase="prefill", tokens=4096, baseline_us=400.0, patched_us=399.0, baseline_spread_pct=0.5, patched_spread_pct=0.6,
+                        change_pct=-0.25, noise_band_pct=0.3, verdict="no change", baseline_tokens_per_s=320000.0, patched_tokens_per_s=320802.0),
         ],
         assumption="non-GEMM time only", command="python -m integrate.e2e --run r1",
         one_batch=OneBatchResult(ran=False, reason="the full SGLang runtime does not import here (No module named 'IPython')"),
@@ -109,7 +116,11 @@ def test_pr_has_every_section_and_the_figures(tmp_path):
     assert "40 checks passed, 0 failed" in text
     assert "not run: the sources are the sglang 0.5.23 wheel" in text
     # end-to-end with the assumption and the skipped adapter
-    assert "| decode | 1 | — | 10.00 (±1.0%) | 9.50 (±1.1%) | -5.00% | ±0.00% | no change | 3,125 → 3,290 |" in text
+    assert "| decode | 1 | 2048 | 10.00 (±1.0%) | 9.50 (±1.1%) | -5.00% | ±0.55% | faster | 3,125 → 3,290 |" in text
+    assert "| prefill | 4096 | — | 400.00 (±0.5%) | 399.00 (±0.6%) | -0.25% | ±0.30% | no change |" in text
+    assert "**Non-GEMM part only** (SGLang's ops alone, back to back, NOT the whole layer" in text
+    assert "| decode | 1 | 3.00 (±20.0%) | 2.50 (±18.0%) | -16.7% | -5.00% | faster |" in text
+    assert "over a KV cache of 2048 tokens" in text and "qkv_proj (torch linear)" in text
     assert "Assumption: non-GEMM time only" in text
     assert "`sglang.benchmark.one_batch`: not run: the full SGLang runtime does not import here" in text
     # reproduce commands for each figure
@@ -118,7 +129,7 @@ def test_pr_has_every_section_and_the_figures(tmp_path):
         "kernelsmith integrate --run r1",
         "python -m integrate.sglang_runner --run r1",
         "python -m integrate.e2e --run r1",
-        "git apply sglang.patch",
+        "git apply \"$P\"",
     ):
         assert command in text
     # the skipped op is listed, and SGLang's tests not having run keeps the PR a draft
@@ -339,3 +350,12 @@ def test_git_branch_refuses_a_replay_run(tmp_path, checkout):
         commit_branch(patch, "kernelsmith/sim", "t", "b")
     assert "no --replay" in err.value.fix
     assert "kernelsmith/sim" not in _git(repo, "branch", "--list")
+
+
+def test_an_older_e2e_record_is_labelled_non_gemm_only(tmp_path):
+    report = full_report(tmp_path)
+    old = report.e2e.model_copy(update={"recipe": "", "rows": [r.model_copy(update={"non_gemm": None, "verdict": None, "noise_band_pct": None}) for r in report.e2e.rows]})
+    text = render(report.model_copy(update={"e2e": old}), facts=_facts())
+    assert "**non-GEMM ops only**" in text and "NOT a share of a whole layer" in text
+    assert "| decode | 1 | 10.00 (±1.0%) | 9.50 (±1.1%) | -5.0% |" in text
+    assert "Whole layer" not in text
