@@ -215,7 +215,7 @@ def run_layers(
                     for name, values in answer["samples_us"].items():
                         samples[who].setdefault(name, []).extend(float(v) for v in values)
             rows.append(layer_timing(phase, tokens, samples, layers=recipe.layers, kv_len=recipe.proxy.kv_len, steps=ops))
-    parts = {s.name: s.part for s in recipe.steps}
+    parts = recipe.parts()
     return E2EResult(
         ran=True,
         model=recipe.model,

@@ -144,6 +144,14 @@ class LayerRecipe(Record):
     def steps_in(self, phase: Phase) -> list[Step]:
         return [s for s in self.steps if s.phase in (None, phase)]
 
+    def parts(self) -> dict[str, str]:
+        """Step name -> what runs it; a step that differs per phase says both ("torch attention_decode (decode) / ...")."""
+        out: dict[str, str] = {}
+        for step in self.steps:
+            label = step.part + (f" ({step.phase})" if step.phase else "")
+            out[step.name] = f"{out[step.name]} / {label}" if step.name in out else label
+        return out
+
     def points(self) -> list[tuple[Phase, int]]:
         return [("decode", b) for b in self.proxy.decode] + [("prefill", t) for t in self.proxy.prefill]
 

@@ -25,8 +25,9 @@ def test_recipe_ties_every_figure_to_its_config_key():
     for name, figure in r.figures.items():
         assert "config.json" in figure.source, name
     assert points(r) == [("decode", b) for b in (1, 8, 32, 64, 128, 256)] + [("prefill", 4096)]
-    parts = {s.name: s.part for s in r.steps}
+    parts = r.parts()
     assert parts["qkv_proj"] == "torch linear" and parts["input_norm"] == "SGLang layernorm.fused_add_rmsnorm"
+    assert parts["attention"] == "torch attention_decode (decode) / torch attention_causal (prefill)"
     assert [s.name for s in r.steps_in("decode")] == [
         "input_norm", "qkv_proj", "rope", "attention", "o_proj", "post_attention_norm", "gate_up_proj", "silu_and_mul", "down_proj",
     ]  # fmt: skip
