@@ -342,7 +342,7 @@ def _reproduce(report: IntegrateReport, e2e: E2EResult | None) -> list[str]:
     commands = [c.command for c in report.checks if c.command]
     if commands:
         out += ["", "# correctness through SGLang's public ops only", relative(commands[0], report)]
-    if e2e is not None and e2e.command:
+    if e2e is not None and e2e.command and e2e.command != f"kernelsmith integrate --run {run}":
         out += ["", "# the whole-layer end-to-end proxy only", relative(e2e.command, report)]
     tested = False
     for test in report.tests:

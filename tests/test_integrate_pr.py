@@ -93,7 +93,7 @@ def full_report(tmp_path: pathlib.Path, *, failing: bool = False) -> IntegrateRe
             LayerTiming(phase="prefill", tokens=4096, baseline_us=400.0, patched_us=399.0, baseline_spread_pct=0.5, patched_spread_pct=0.6,
                         change_pct=-0.25, noise_band_pct=0.3, verdict="no change", baseline_tokens_per_s=320000.0, patched_tokens_per_s=320802.0),
         ],
-        assumption="non-GEMM time only", command="python -m integrate.e2e --run r1",
+        assumption="non-GEMM time only", command="kernelsmith integrate --run r1",
         one_batch=OneBatchResult(ran=False, reason="the full SGLang runtime does not import here (No module named 'IPython')"),
     )  # fmt: skip
     tests = [TestRun(op_id=OP, ran=False, reason="the sources are the sglang 0.5.23 wheel, which has no test/registered/ folder")]
@@ -128,7 +128,6 @@ def test_pr_has_every_section_and_the_figures(tmp_path):
         "kernelsmith optimize --ops activation.silu_and_mul --run r1",
         "kernelsmith integrate --run r1",
         "python -m integrate.sglang_runner --run r1",
-        "python -m integrate.e2e --run r1",
         "git apply \"$P\"",
     ):
         assert command in text
