@@ -44,6 +44,7 @@ class OpFacts:
 class RunFacts:
     simulated: bool = False
     backend: str = ""  # RunSummary.backend (or run.json's backend)
+    coder: str = ""  # "llm" | "offline" (run.json / RunSummary), for the reproduce command
     device: str | None = None
     diff: str = ""  # sglang.patch's text
     ops: dict[str, OpFacts] = field(default_factory=dict)
@@ -119,10 +120,13 @@ def gather(report: IntegrateReport, run_dir: pathlib.Path | None = None) -> RunF
     run_dir = run_dir or default_run_dir(patch)
     simulated, backend = simulated_run(run_dir)
     device = None
+    coder = ""
     guarded: dict[str, bool] = {}
+    if (run_dir / "run.json").is_file():
+        coder = str(json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("coder", ""))
     if (run_dir / "summary.json").is_file():
         summary = read_record(RunSummary, run_dir / "summary.json")
-        device = summary.device
+        device, coder = summary.device, summary.coder
         guarded = {op.op_id: op.guarded for op in summary.ops}
     diff_path = pathlib.Path(patch.patch_file)
     diff = diff_path.read_text(encoding="utf-8", errors="replace") if diff_path.is_file() else ""
@@ -143,7 +147,7 @@ def gather(report: IntegrateReport, run_dir: pathlib.Path | None = None) -> RunF
             profile_note=note,
             guarded=guarded.get(op.op_id, False),
         )
-    return RunFacts(simulated=simulated, backend=backend, device=device, diff=diff, ops=ops)
+    return RunFacts(simulated=simulated, backend=backend, coder=coder, device=device, diff=diff, ops=ops)
 
 
 # --------------------------------------------------------------------------- what the diff changes

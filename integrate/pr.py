@@ -325,7 +325,7 @@ def _e2e_tables(e2e: E2EResult) -> list[str]:
     return out
 
 
-def _reproduce(report: IntegrateReport, e2e: E2EResult | None) -> list[str]:
+def _reproduce(report: IntegrateReport, e2e: E2EResult | None, facts: RunFacts) -> list[str]:
     """Commands a reviewer can paste from the kernelsmith repository root: no path of the machine it ran on."""
     patch = report.patch
     run = report.run
@@ -337,7 +337,8 @@ def _reproduce(report: IntegrateReport, e2e: E2EResult | None) -> list[str]:
     out += ["# the tasks, extracted from the same SGLang sources", f"kernelsmith extract --ops {ops}", ""]
     for op in patch.ops:
         out.append(f"# per-shape table of {op.op_id}: the optimize run's final validation (work/runs/{run}/{op.op_id}/best/evaluation.json)")
-        out.append(f"kernelsmith optimize --ops {op.op_id} --run {run}")
+        coder = f" --coder {facts.coder}" if facts.coder else ""
+        out.append(f"kernelsmith optimize --ops {op.op_id}{coder} --run {run}")
     out += ["", "# patch, correctness through SGLang, SGLang's tests, end-to-end, this file", f"kernelsmith integrate --run {run}"]
     commands = [c.command for c in report.checks if c.command]
     if commands:
@@ -531,7 +532,7 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
             out += [f"`sglang.benchmark.one_batch`: not run: {ob.reason}.", ""]
 
     # ---- reproduce
-    out += _reproduce(report, e2e)
+    out += _reproduce(report, e2e, facts)
     return relative("\n".join(out), report).replace(_DIFF_SLOT, facts.diff.rstrip("\n"))
 
 

@@ -330,7 +330,9 @@ def test_gather_reads_the_run_folder(tmp_path):
     assert facts.simulated and facts.diff == PDL_DIFF
     assert [s.id for s in facts.ops[OP].skills] == ["pdl_enable"]
     assert "no Nsight Compute profile of the baseline" in facts.ops[OP].profile_note
-    assert "SIMULATED" in render(report, run_dir=str(run_dir))
+    assert facts.coder == "offline"
+    text = render(report, run_dir=str(run_dir))
+    assert "SIMULATED" in text and "kernelsmith optimize --ops activation.silu_and_mul --coder offline --run r1" in text
 
 
 def test_git_branch_refuses_a_replay_run(tmp_path, checkout):
