@@ -49,7 +49,7 @@ import pathlib
 import re
 import subprocess
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from integrate.recipe import DEFAULT_RECIPE, LayerRecipe, Phase, load_recipe, plan
 from integrate.records import Change, E2EResult, LayerTiming, OneBatchResult, PartTiming

@@ -239,10 +239,10 @@ def _validate(recipe: LayerRecipe, path: pathlib.Path) -> None:
                 raise _fail(path, f"steps.{step.name}", f"the name is used twice in the {phase} layer (or is reserved)", "give each step its own name")
             seen.add(step.name)
             for arg in [*step.args, *(v for v in step.kwargs.values() if isinstance(v, str))]:
-                tensor = recipe.tensors.get(arg)
-                if tensor is not None:
-                    if tensor.phase not in (None, phase):
-                        raise _fail(path, f"steps.{step.name}", f"tensor {arg} exists only at {tensor.phase}, the step runs at {phase}", "give the step a phase")
+                used = recipe.tensors.get(arg)
+                if used is not None:
+                    if used.phase not in (None, phase):
+                        raise _fail(path, f"steps.{step.name}", f"tensor {arg} exists only at {used.phase}, the step runs at {phase}", "give the step a phase")
                 elif arg not in recipe.figures:
                     raise _fail(path, f"steps.{step.name}", f"argument {arg!r} is neither a tensor nor a figure", "declare it under [tensors] or [figures]")
             if step.torch is not None and any(a not in recipe.tensors for a in step.args):
