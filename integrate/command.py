@@ -129,7 +129,7 @@ def gpu_steps(
         update["not_run"].pop("e2e", None)
         update["failed_steps"].pop("e2e", None)
         try:
-            update["e2e"] = e2e_mod.run(baseline_pkg, patched_pkg, out_dir, command=f"python -m integrate.e2e --run {run}")
+            update["e2e"] = e2e_mod.run(baseline_pkg, patched_pkg, out_dir, command=f"kernelsmith integrate --run {run}")
         except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
             good = False
             message = _message(err)

@@ -1,35 +1,45 @@
-"""End-to-end evidence: a decoder layer's non-GEMM ops through SGLang, pristine vs patched.
+"""End-to-end evidence: one whole decoder layer through SGLang, pristine vs patched.
 
-The model-step proxy. One Llama-3.1-8B decoder layer runs, outside attention
-and the GEMMs, this sequence of SGLang ops (what ``LlamaDecoderLayer`` calls
-for a middle layer):
+The model-step proxy. The layer comes from a recipe (:mod:`integrate.recipe`,
+``integrate/layers/<model>.toml``): the model's figures, its steps in order and
+their shapes. Today's recipe is a Llama-3.1-8B middle layer: SGLang's input
+fused_add_rmsnorm, the qkv GEMM, SGLang's RoPE, attention, the o GEMM, SGLang's
+post-attention fused_add_rmsnorm, the gate/up GEMM, SGLang's silu_and_mul and the
+down GEMM. GEMMs run through torch (cuBLAS) on bf16 weights of the model's sizes;
+attention through torch's ``scaled_dot_product_attention``: at decode, B sequences
+x 1 query token over a KV cache of ``proxy.kv_len`` tokens each (stated in the
+record and the PR), at prefill causal over the T tokens. This module holds no op
+name: what runs is the recipe's.
 
-1. ``input_norm``: ``fused_add_rmsnorm(hidden, residual, w, eps)`` (the first
-   layer uses ``rmsnorm`` instead; every other layer adds the residual),
-2. ``rope``: ``apply_rope_with_cos_sin_cache_inplace(q, k, cos_sin, positions,
-   is_neox=True)``, when the tree has that JIT op (skipped, and said so, if not),
-3. ``post_attention_norm``: ``fused_add_rmsnorm``,
-4. ``silu_and_mul`` on the gate/up projection's output.
+METHOD. Each worker (:mod:`integrate.sglang_worker` -> :mod:`integrate.layer_worker`)
+imports one tree, builds its ops with SGLang's own ``load_jit``, captures many
+layers back to back in one CUDA graph (buffer sets rotated so the working set is
+at least 3x L2, as a real model streams different weights and activations per
+layer) and times replays with CUDA events (:mod:`optimize.harness.timing`); it
+also times the SGLang ops alone (the *non-GEMM* part) and every step alone. The
+two trees are measured in alternating order over several rounds, and the pooled
+samples give a median and a p10-p90 spread per tree.
 
-Each worker (:mod:`integrate.sglang_worker`) imports one tree, builds the ops
-with SGLang's own ``load_jit``, captures many back-to-back layers in one CUDA
-graph (buffer sets rotated so the working set is at least 3x L2, as a real
-model streams different weights and activations per layer) and times replays
-with CUDA events (:mod:`optimize.harness.timing`). Decode at batch 1-256 and a
-4096-token prefill; the two trees are measured in alternating order over
-several rounds, and the pooled samples give a median and a p10-p90 spread.
+The change is reported as a share of the WHOLE layer's time: ``(patched -
+baseline) / baseline layer``, for the whole layer and for the non-GEMM part
+(labelled so: its share of the whole layer, and its change on its own). The noise
+band is defined once, in :func:`noise_band_pct`: half the wider of the two trees'
+p10-p90 spreads. A change whose size is inside it is reported as "no change"
+(:func:`judge`): the patched median then lies inside the band over which the
+replays of one tree scatter.
 
-The implied tokens/s is ``tokens / (layer time x layers)``: it counts the
-non-GEMM ops above and nothing else (no attention, GEMMs, sampling,
-scheduling), so it is an upper bound on what these ops allow, not a model's
-throughput; what carries over to a real model is the absolute time saved per
-layer (:data:`ASSUMPTION`).
+The implied tokens/s is ``tokens / (layer time x layers)``: the whole layer, but
+no embedding, LM head, sampling or scheduling, so an upper bound
+(:data:`ASSUMPTION`).
 
 SGLang adapter: when the full SGLang runtime imports from the patched tree and
 a local model folder is named in ``ONE_BATCH_MODEL_PATH``, it also runs
 ``python -m sglang.benchmark.one_batch --load-format dummy`` on both trees and
 parses the prefill / median decode / total throughput lines. Otherwise the
 result says precisely why it did not run.
+
+Partial re-runs are the top's business (:mod:`integrate.command` calls
+:func:`run`); this module never imports it.
 """
 
 from __future__ import annotations
@@ -39,52 +49,117 @@ import pathlib
 import re
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from collections.abc import Sequence
 
-from integrate.records import E2EResult, LayerTiming, OneBatchResult
+from integrate.recipe import DEFAULT_RECIPE, LayerRecipe, Phase, load_recipe, plan
+from integrate.records import Change, E2EResult, LayerTiming, OneBatchResult, PartTiming
+from optimize.harness.timing import Stats, summarize
+from pipeline.records import Dtype
 
 ENV_MODEL = "ONE_BATCH_MODEL_PATH"
 ONE_BATCH_MODULE = "sglang.benchmark.one_batch"
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    name: str
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    layers: int
-    eps: float
-    rope_theta: float
-    max_position: int = 8192  # size of the cos/sin cache the proxy allocates (positions are drawn below it)
-
-
-# Llama-3.1-8B's config.json values.
-LLAMA_3_1_8B = ModelShape(
-    name="Llama-3.1-8B", hidden=4096, intermediate=14336, heads=32, kv_heads=8, head_dim=128, layers=32, eps=1e-5, rope_theta=500000.0
-)
-DECODE_BATCHES: tuple[int, ...] = (1, 8, 32, 64, 128, 256)
-PREFILL_TOKENS: tuple[int, ...] = (4096,)
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 ASSUMPTION = (
-    "Implied tokens/s = tokens per step / (one layer's non-GEMM time x {layers} layers). It counts only the "
-    "ops in the layer proxy (RMSNorms, RoPE, SiLU-and-mul); attention, every GEMM, sampling and scheduling "
-    "are left out, so it is an upper bound set by these ops, not a model throughput. The time saved per "
-    "layer is what carries over to a real model step."
+    "Implied tokens/s = tokens per step / (one whole decoder layer's time x {layers} layers). The layer is "
+    "GEMMs (torch, cuBLAS), attention (torch SDPA; decode over a KV cache of {kv_len} tokens per sequence, "
+    "prefill causal) and SGLang's ops; the embedding, LM head, sampling and scheduling are left out, so it is "
+    "an upper bound, not a served throughput."
 )
 
 
 def implied_tokens_per_s(tokens: int, layer_us: float, layers: int) -> float:
-    """Tokens per second if a step cost only ``layers`` x this layer's non-GEMM time."""
+    """Tokens per second if a step cost only ``layers`` x this layer's time."""
     if layer_us <= 0:
         return float("nan")
     return tokens / (layer_us * layers * 1e-6)
 
 
-def points(decode: Sequence[int] = DECODE_BATCHES, prefill: Sequence[int] = PREFILL_TOKENS) -> list[tuple[str, int]]:
-    return [("decode", b) for b in decode] + [("prefill", t) for t in prefill]
+def points(recipe: LayerRecipe | None = None) -> list[tuple[Phase, int]]:
+    """The (phase, tokens) points the recipe asks for."""
+    return (recipe or load_recipe()).points()
+
+
+# --------------------------------------------------------------------------- noise band
+
+
+def noise_band_pct(baseline: Stats, patched: Stats, layer_baseline_us: float | None = None) -> float:
+    """THE noise band of a comparison, in percent of ``layer_baseline_us`` (default: this part's baseline).
+
+    Half the wider of the two trees' p10-p90 spreads, in microseconds: a patched
+    median closer than that to the baseline median lies inside the band the
+    replays of one tree scatter over, so the difference is not shown to be real.
+    """
+    reference = layer_baseline_us if layer_baseline_us is not None else baseline.median
+    if reference <= 0:
+        return float("inf")
+    half_us = max(baseline.p90 - baseline.p10, patched.p90 - patched.p10) / 2.0
+    return half_us / reference * 100.0
+
+
+def judge(change_pct: float, band_pct: float) -> Change:
+    """faster / slower / "no change" (a change no larger than the noise band)."""
+    if abs(change_pct) <= band_pct:
+        return "no change"
+    return "faster" if change_pct < 0 else "slower"
+
+
+def part_timing(baseline: Stats, patched: Stats, layer_baseline_us: float) -> PartTiming:
+    """One part of the layer: its own change and its change as a share of the whole layer."""
+    share = (patched.median - baseline.median) / layer_baseline_us * 100.0
+    return PartTiming(
+        baseline_us=baseline.median,
+        patched_us=patched.median,
+        baseline_spread_pct=baseline.spread_pct,
+        patched_spread_pct=patched.spread_pct,
+        change_pct=(patched.median - baseline.median) / baseline.median * 100.0,
+        share_of_layer_pct=share,
+        verdict=judge(share, noise_band_pct(baseline, patched, layer_baseline_us)),
+    )
+
+
+def layer_timing(
+    phase: Phase,
+    tokens: int,
+    samples: dict[str, dict[str, list[float]]],
+    *,
+    layers: int,
+    kv_len: int | None,
+    steps: Sequence[str],
+) -> LayerTiming:
+    """The record of one point from the pooled samples of both trees (``samples[tree][graph]``)."""
+    b, p = summarize(samples["baseline"]["layer"]), summarize(samples["patched"]["layer"])
+    change = (p.median - b.median) / b.median * 100.0
+    band = noise_band_pct(b, p)
+    non_gemm = None
+    if samples["baseline"].get("non_gemm") and samples["patched"].get("non_gemm"):
+        non_gemm = part_timing(summarize(samples["baseline"]["non_gemm"]), summarize(samples["patched"]["non_gemm"]), b.median)
+    return LayerTiming(
+        phase=phase,
+        tokens=tokens,
+        kv_len=kv_len if phase == "decode" else None,
+        baseline_us=b.median,
+        patched_us=p.median,
+        baseline_spread_pct=b.spread_pct,
+        patched_spread_pct=p.spread_pct,
+        change_pct=change,
+        noise_band_pct=band,
+        verdict=judge(change, band),
+        baseline_tokens_per_s=implied_tokens_per_s(tokens, b.median, layers),
+        patched_tokens_per_s=implied_tokens_per_s(tokens, p.median, layers),
+        non_gemm=non_gemm,
+        ops_us={
+            name: {who: summarize(samples[who][name]).median for who in ("baseline", "patched")}
+            for name in steps
+            if samples["baseline"].get(name) and samples["patched"].get(name)
+        },
+    )
+
+
+def _relative(path: pathlib.Path) -> str:
+    try:
+        return path.resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return path.name
 
 
 def run_layers(
@@ -92,34 +167,38 @@ def run_layers(
     patched_pkg: pathlib.Path,
     out_dir: pathlib.Path,
     *,
-    model: ModelShape = LLAMA_3_1_8B,
-    dtype: str = "bf16",
+    recipe: LayerRecipe | None = None,
+    dtype: Dtype = "bf16",
     rounds: int = 3,
     repeats: int = 15,
     graph_calls: int = 20,
     l2_multiple: float = 3.0,
     timeout_s: float = 900.0,
-    decode: Sequence[int] = DECODE_BATCHES,
-    prefill: Sequence[int] = PREFILL_TOKENS,
+    decode: Sequence[int] | None = None,
+    prefill: Sequence[int] | None = None,
     command: str = "",
 ) -> E2EResult:
-    """Layer-proxy timings for every point, both trees, alternating order per round."""
+    """Whole-layer timings for every point of the recipe, both trees, alternating order per round."""
     from integrate.sglang_runner import TreeWorker
-    from optimize.harness.timing import summarize
 
+    recipe = recipe or load_recipe(DEFAULT_RECIPE)
+    todo: list[tuple[Phase, int]] = [
+        *(("decode", b) for b in (recipe.proxy.decode if decode is None else decode)),
+        *(("prefill", t) for t in (recipe.proxy.prefill if prefill is None else prefill)),
+    ]
     logs = out_dir / "logs"
     rows: list[LayerTiming] = []
     skipped: dict[str, str] = {}
     ops: list[str] = []
+    attention = ""
     with TreeWorker("baseline", baseline_pkg, out_dir / "cache" / "baseline", logs / "e2e-baseline.log") as base, TreeWorker(
         "patched", patched_pkg, out_dir / "cache" / "patched", logs / "e2e-patched.log"
     ) as new:
         workers = {"baseline": base, "patched": new}
-        for phase, tokens in points(decode, prefill):
+        for phase, tokens in todo:
             req = {
                 "cmd": "layer",
-                "model": asdict(model),
-                "tokens": tokens,
+                "plan": plan(recipe, phase, tokens),
                 "dtype": dtype,
                 "repeats": repeats,
                 "graph_calls": graph_calls,
@@ -130,40 +209,26 @@ def run_layers(
                 order = ["baseline", "patched"] if r % 2 == 0 else ["patched", "baseline"]
                 for who in order:
                     answer = workers[who].request({**req, "seed": r}, timeout_s=timeout_s)
-                    skipped.update(answer.get("skipped", {}))
+                    skipped.update({f"{name} ({phase})": why for name, why in answer.get("skipped", {}).items()})
                     ops = list(answer["ops"])
+                    attention = str(answer.get("attention", attention))
                     for name, values in answer["samples_us"].items():
                         samples[who].setdefault(name, []).extend(float(v) for v in values)
-            b, p = summarize(samples["baseline"]["layer"]), summarize(samples["patched"]["layer"])
-            rows.append(
-                LayerTiming(
-                    phase=phase,
-                    tokens=tokens,
-                    baseline_us=b.median,
-                    patched_us=p.median,
-                    baseline_spread_pct=b.spread_pct,
-                    patched_spread_pct=p.spread_pct,
-                    change_pct=(p.median - b.median) / b.median * 100.0,
-                    baseline_tokens_per_s=implied_tokens_per_s(tokens, b.median, model.layers),
-                    patched_tokens_per_s=implied_tokens_per_s(tokens, p.median, model.layers),
-                    ops_us={
-                        name: {
-                            "baseline": summarize(samples["baseline"][name]).median,
-                            "patched": summarize(samples["patched"][name]).median,
-                        }
-                        for name in ops
-                    },
-                )
-            )
+            rows.append(layer_timing(phase, tokens, samples, layers=recipe.layers, kv_len=recipe.proxy.kv_len, steps=ops))
+    parts = recipe.parts()
     return E2EResult(
         ran=True,
-        model=model.name,
-        layers=model.layers,
+        model=recipe.model,
+        layers=recipe.layers,
         dtype=dtype,
+        recipe=_relative(pathlib.Path(recipe.path)),
+        kv_len=recipe.proxy.kv_len,
+        attention=attention,
         ops=ops,
+        parts={name: parts[name] for name in ops if name in parts},
         skipped_ops=skipped,
         rows=rows,
-        assumption=ASSUMPTION.format(layers=model.layers),
+        assumption=ASSUMPTION.format(layers=recipe.layers, kv_len=recipe.proxy.kv_len),
         command=command,
     )
 
@@ -265,25 +330,8 @@ def run(
     out_dir: pathlib.Path,
     *,
     command: str = "",
-    **kwargs: Any,
+    recipe: LayerRecipe | None = None,
 ) -> E2EResult:
-    """The layer proxy, then the one_batch adapter."""
-    result = run_layers(baseline_pkg, patched_pkg, out_dir, command=command, **kwargs)
+    """The layer proxy, then the one_batch adapter: what :mod:`integrate.command` calls for its e2e step."""
+    result = run_layers(baseline_pkg, patched_pkg, out_dir, command=command, recipe=recipe)
     return result.model_copy(update={"one_batch": one_batch(baseline_pkg, patched_pkg, out_dir)})
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m integrate.e2e --run RUN``: re-measure only the end-to-end proxy of a run's patch."""
-    import argparse
-
-    from integrate.command import e2e_only
-
-    parser = argparse.ArgumentParser(prog="python -m integrate.e2e", description=main.__doc__)
-    parser.add_argument("--run", required=True)
-    parser.add_argument("--work-dir", default=None)
-    args = parser.parse_args(argv)
-    return e2e_only(args.run, work_dir=args.work_dir)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -9,6 +9,10 @@
   the message carries the tail of its stderr.
 - :class:`GitError`: ``--git-branch`` could not commit (not a checkout, branch
   exists, dirty files); the checkout is left untouched.
+  :class:`SimulatedRunError` is the one raised for a run whose timings were
+  replayed (nothing measured): such a patch is never committed.
+- :class:`RecipeError`: a layer recipe (``integrate/layers/*.toml``) is invalid;
+  the message names the file, the entry and the fix.
 """
 
 from __future__ import annotations
@@ -28,4 +32,22 @@ class GitError(ConfigError):
     """A git operation for --git-branch was refused or failed."""
 
 
-__all__ = ["ConfigError", "GitError", "KernelsmithError", "PatchError", "SourceError", "StaleRecordError", "WorkerError"]
+class SimulatedRunError(GitError):
+    """--git-branch on a run whose figures were replayed, not measured: refused, nothing committed."""
+
+
+class RecipeError(ConfigError):
+    """A layer recipe file is invalid (fixed by editing the file)."""
+
+
+__all__ = [
+    "ConfigError",
+    "GitError",
+    "KernelsmithError",
+    "PatchError",
+    "RecipeError",
+    "SimulatedRunError",
+    "SourceError",
+    "StaleRecordError",
+    "WorkerError",
+]

@@ -9,10 +9,17 @@ reproduces it. Its status line is computed, never asserted:
   adapter for an op); the list says what;
 - **failing**: a correctness check or an SGLang test failed.
 
+For the reviewer, beyond the figures (facts from :mod:`integrate.evidence`): why
+the change (the baseline's profile, the skill's reviewer text, what the diff does
+to launches), which token counts the candidate serves and what falls back, the
+diff itself folded, and reproduce commands with no path of the machine it ran on
+(:func:`relative`). A run whose timings were replayed gets a SIMULATED banner and
+every figure is labelled so; ``--git-branch`` refuses it.
+
 ``--git-branch NAME`` commits ``sglang.patch`` on a new branch of the SGLang
 checkout, in a temporary worktree (the user's working tree, index and HEAD are
-never touched) and never pushes. It refuses, changing nothing, when the tree is
-not a git checkout, the branch exists, or a touched file's committed version is
+never touched) and never pushes. It refuses, changing nothing, when the run is a
+replay (simulated), the tree is not a git checkout, the branch exists, or a touched file's committed version is
 not the one the patch was taken against.
 """
 
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,7 +36,8 @@ from typing import Iterable
 
 from integrate.diffs import sha256
 from integrate.errors import GitError
-from integrate.records import IntegrateReport, OpChange, Patch
+from integrate.evidence import OpFacts, RunFacts, gather, launch_facts, refuse_simulated
+from integrate.records import E2EResult, IntegrateReport, OpChange, Patch
 from pipeline.records import ShapeTiming
 
 SECTIONS = ("## Summary", "## Performance", "## Correctness", "## End-to-end", "## Reproduce")
@@ -107,23 +116,269 @@ def _timings(op: OpChange) -> list[ShapeTiming]:
 
 
 def _layout_apply(patch: Patch) -> str:
-    name = patch.patch_file
+    """Apply commands, run from the kernelsmith repository root (where ``work/`` is)."""
+    name = f"$PWD/work/integrate/{patch.run}/{pathlib.Path(patch.patch_file).name}"
     if patch.layout == "checkout":
-        return f"cd <sglang checkout at {patch.source.commit or 'the same commit'}> && git apply {name}"
+        return f'P="{name}" && cd <sglang checkout at {patch.source.commit or "the same commit"}> && git apply "$P"'
     version = patch.source.version or "?"
     return (
-        f"pip download --no-deps sglang=={version} && unzip -q sglang-{version}-*.whl 'sglang/*' -d sglang-{version} "
-        f"&& cd sglang-{version} && git apply {name}   # or: patch -p1 < {name}"
+        f'P="{name}" && pip download --no-deps sglang=={version} && unzip -q sglang-{version}-*.whl \'sglang/*\' -d sglang-{version} '
+        f'&& cd sglang-{version} && git apply "$P"   # or: patch -p1 < "$P"'
     )
+
+
+# --------------------------------------------------------------------------- reviewer sections
+
+_DIFF_SLOT = "\0the diff\0"  # the diff goes in after relative(): its own lines are never rewritten
+_ABSOLUTE = re.compile(r"(?<![^\s\"'=(`:])/(?:[\w.+-]+/)+[\w.+-]*")  # /a/b... after a blank, quote, =, (, `, :
+
+
+def relative(text: str, report: IntegrateReport) -> str:
+    """``text`` with the paths of the machine it ran on replaced by the run's relative folders.
+
+    The integrate folder becomes ``work/integrate/<run>``, its trees ``.../tree`` and
+    ``.../baseline``, the pristine tree ``<sglang tree>``, and any other absolute
+    path its last component, so a reviewer can paste the command from the repository root.
+    """
+    patch = report.patch
+    out_dir = pathlib.Path(patch.patch_file).parent
+    rel = f"work/integrate/{report.run}"
+    pairs = [(str(out_dir), rel), (str(pathlib.Path(patch.tree_root)), "<sglang tree>")]
+    if patch.patched_tree:
+        pairs.insert(0, (str(pathlib.Path(patch.patched_tree)), f"{rel}/tree"))
+    if patch.baseline_tree:
+        pairs.insert(0, (str(pathlib.Path(patch.baseline_tree)), f"{rel}/baseline"))
+    if out_dir.name == report.run and out_dir.parent.name == "integrate":  # work/integrate/<run>/sglang.patch
+        pairs.append((str(out_dir.parent.parent), "work"))
+    for old, new in sorted(pairs, key=lambda kv: -len(kv[0])):
+        text = text.replace(old, new)
+    return _ABSOLUTE.sub(lambda m: pathlib.PurePosixPath(m.group(0)).name, text)
+
+
+def _diff_block(diff: str, files: int) -> list[str]:
+    if not diff:
+        return ["The diff (`sglang.patch`) was not found beside the report.", ""]
+    plus = sum(1 for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
+    minus = sum(1 for line in diff.splitlines() if line.startswith("-") and not line.startswith("---"))
+    return [
+        "<details><summary>The diff: <code>sglang.patch</code>, " + f"{files} file(s), +{plus} −{minus} lines</summary>",
+        "",
+        "```diff",
+        _DIFF_SLOT,
+        "```",
+        "",
+        "</details>",
+        "",
+    ]
+
+
+def _bottleneck(op: OpChange, facts: OpFacts, sim: str) -> str:
+    """The baseline's profile facts, in words."""
+    parts: list[str] = []
+    floors = [t.time_over_floor * t.time_us / t.baseline_us for t in _timings(op) if t.baseline_us and t.time_us]
+    if floors:
+        parts.append(f"the baseline ran at {min(floors):.2f}–{max(floors):.2f}x its floor{sim} (time ÷ floor over the catalog shapes)")
+    prof = facts.baseline_profile
+    if prof:
+        from optimize.harness.tools import top_stall
+
+        if "dram_throughput_pct" in prof:
+            parts.append(f"DRAM throughput {prof['dram_throughput_pct']:.0f} % of peak")
+        if "achieved_occupancy_pct" in prof:
+            parts.append(f"achieved occupancy {prof['achieved_occupancy_pct']:.0f} %")
+        stall = top_stall(prof)
+        if stall is not None:
+            parts.append(f"top warp stall `{stall[0]}` ({stall[1]:.1f} warps per issue)")
+    elif facts.profile_note:
+        parts.append(facts.profile_note)
+    return "; ".join(parts)
+
+
+def _why(op: OpChange, facts: OpFacts, diff: str, report: IntegrateReport, sim: str) -> list[str]:
+    """What the bottleneck was, what changed, and why it is correct: for a reviewer, not a log line."""
+    out = [f"### Why this change: `{op.op_id}`", ""]
+    bottleneck = _bottleneck(op, facts, sim)
+    if bottleneck:
+        out.append(f"- **Bottleneck.** {bottleneck[0].upper() + bottleneck[1:]}.")
+    launch = launch_facts(diff)
+    out.append(f"- **PDL.** {launch[0]}" if launch else "- **PDL.** The patch does not change how the kernel is launched.")
+    if facts.skills:
+        for skill in facts.skills:
+            what = (skill.rationale or skill.effect.summary).strip().replace("\n", " ")
+            out.append(f"- **What changed** ({skill.title}, skill `{skill.id}`). {what}")
+    else:
+        out.append(f"- **What changed.** {', '.join(op.spans)} rewritten" + (f" (skills not in the library: {', '.join(facts.unknown_skills)})" if facts.unknown_skills else "") + ".")
+    out += [f"  - {line}" for line in launch[1:]]
+    safety = [s.safety.strip().replace("\n", " ") for s in facts.skills if s.safety]
+    assumes = [s.assumes.strip() for s in facts.skills if s.assumes]
+    checked: list[str] = []
+    ev = op.evaluation
+    if ev is not None:
+        checked.append(
+            f"{ev.checks_passed} checks passed and {ev.checks_failed} failed in the optimize stage (catalog and held-out shapes, "
+            f"outputs poisoned first, each check also run as a CUDA-graph replay on fresh inputs), bitwise equal to the baseline: "
+            f"{'yes' if ev.bitwise_equal else 'no'}"
+        )
+    for check in report.checks:
+        if check.op_id == op.op_id and check.ran:
+            checked.append(f"{check.passed} of {len(check.cases)} cases pass through SGLang's own op, {sum(bool(c.bitwise_equal) for c in check.cases)} bitwise equal")
+            for san in check.sanitizer:
+                checked.append(f"compute-sanitizer {san.tool}: {san.errors} errors" if san.ran else f"compute-sanitizer {san.tool} not run ({san.reason})")
+    text = " ".join(safety) or "The skill file gives no safety argument; the checks below are the evidence."
+    out.append(f"- **Why it is correct.** {text}" + (f" It assumes: {' '.join(assumes)}" if assumes else ""))
+    if checked:
+        out.append("- **Checked.** " + "; ".join(checked) + ".")
+    out.append("")
+    return out
+
+
+def _buckets(op: OpChange, facts: OpFacts, sim: str) -> list[str]:
+    """Which token counts the candidate serves with which configuration, and what falls back."""
+    out = [f"Buckets and fallbacks (`{op.op_id}`):", ""]
+    timings = _timings(op)
+    tokens = sorted({t.sizes.get("num_tokens", 0) for t in timings if "num_tokens" in t.sizes})
+    config = ", ".join(f"{k}={v}" for k, v in sorted(facts.params.items())) or "no parameters"
+    served = f"token counts {', '.join(map(str, tokens))} measured" if tokens else "every shape"
+    if facts.guarded:
+        out.append(
+            f"- a shape dispatch in the diff keeps the baseline code at the shapes where the candidate was slower; every other "
+            f"shape runs the candidate ({config}); {served}."
+        )
+    else:
+        out.append(f"- one configuration ({config}) serves every token count ({served}); nothing falls back to the baseline.")
+    slower = [t for t in timings if (_speedup(t) or 1.0) < 1.0]
+    for t in slower:
+        out.append(f"- slower at {t.label} {t.dtype}: {_fmt(_speedup(t), '.3f')}x{sim}")
+    out.append("")
+    return out
+
+
+def _legacy_e2e_table(e2e: E2EResult) -> list[str]:
+    """A record from before the whole-layer proxy: its rows are the non-GEMM ops alone, and are labelled so."""
+    out = [
+        (
+            f"Recorded by the older layer proxy: one {e2e.model} decoder layer's **non-GEMM ops only** ({' → '.join(e2e.ops)}), "
+            "no GEMM and no attention, so the change below is NOT a share of a whole layer. Re-run integrate for the whole-layer figure."
+        ),
+        "",
+        "| phase | tokens | baseline µs (non-GEMM) | patched µs (non-GEMM) | change of the non-GEMM ops |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in e2e.rows:
+        out.append(
+            f"| {row.phase} | {row.tokens} | {row.baseline_us:.2f} (±{row.baseline_spread_pct:.1f}%) | "
+            f"{row.patched_us:.2f} (±{row.patched_spread_pct:.1f}%) | {row.change_pct:+.1f}% |"
+        )
+    return [*out, "", f"Assumption: {e2e.assumption}", ""]
+
+
+def _e2e_tables(e2e: E2EResult) -> list[str]:
+    """The whole-layer table (share of the layer, spread, "no change" inside the noise band) and the non-GEMM one."""
+    if not e2e.recipe:
+        return _legacy_e2e_table(e2e)
+    steps = " → ".join(f"{name} ({e2e.parts.get(name, '?')})" for name in e2e.ops)
+    kv = f" Decode: each of the B sequences attends with 1 new token over a KV cache of {e2e.kv_len} tokens; prefill is causal over its T tokens." if e2e.kv_len else ""
+    out = [
+        (
+            f"One whole {e2e.model} decoder layer ({e2e.dtype}) from the recipe `{e2e.recipe or '?'}`: {steps}. "
+            f"Attention: {e2e.attention or 'torch SDPA'}.{kv} Many layers back to back in one CUDA graph, buffer sets rotated "
+            "over at least 3x L2, pristine and patched trees alternating over rounds; medians of the pooled replays, spread = "
+            "(p90 − p10) / median. The noise band is half the wider of the two trees' p10–p90 spreads; a change inside it is "
+            "reported as **no change**."
+        ),
+    ]
+    for op, why in e2e.skipped_ops.items():
+        out.append(f"- `{op}` is not in the layer: {why}")
+    out += [
+        "",
+        "**Whole layer** (change as a share of the whole layer's time):",
+        "",
+        "| phase | tokens | KV len | baseline µs/layer | patched µs/layer | change | noise band | verdict | implied tok/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for row in e2e.rows:
+        out.append(
+            f"| {row.phase} | {row.tokens} | {row.kv_len if row.kv_len else '—'} | {row.baseline_us:.2f} (±{row.baseline_spread_pct:.1f}%) | "
+            f"{row.patched_us:.2f} (±{row.patched_spread_pct:.1f}%) | {row.change_pct:+.2f}% | ±{_fmt(row.noise_band_pct)}% | "
+            f"{row.verdict or '—'} | {row.baseline_tokens_per_s:,.0f} → {row.patched_tokens_per_s:,.0f} |"
+        )
+    rows = [r for r in e2e.rows if r.non_gemm is not None]
+    if rows:
+        out += [
+            "",
+            (
+                "**Non-GEMM part only** (SGLang's ops alone, back to back, NOT the whole layer; the change is given on its own "
+                "and as a share of the whole layer's time):"
+            ),
+            "",
+            "| phase | tokens | baseline µs | patched µs | change of the part | share of the layer | verdict |",
+            "|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for row in rows:
+            ng = row.non_gemm
+            assert ng is not None
+            out.append(
+                f"| {row.phase} | {row.tokens} | {ng.baseline_us:.2f} (±{ng.baseline_spread_pct:.1f}%) | "
+                f"{ng.patched_us:.2f} (±{ng.patched_spread_pct:.1f}%) | {ng.change_pct:+.1f}% | {ng.share_of_layer_pct:+.2f}% | {ng.verdict} |"
+            )
+    out += ["", f"Assumption: {e2e.assumption}", ""]
+    return out
+
+
+def _reproduce(report: IntegrateReport, e2e: E2EResult | None, facts: RunFacts) -> list[str]:
+    """Commands a reviewer can paste from the kernelsmith repository root: no path of the machine it ran on."""
+    patch = report.patch
+    run = report.run
+    ops = " ".join(op.op_id for op in patch.ops)
+    out = ["## Reproduce", ""]
+    out.append(f"Environment: {report.gpu or 'no GPU (the GPU steps did not run)'}, torch {report.torch or '—'}.")
+    out.append("")
+    out += ["```sh", "# apply the patch (sglang.patch, beside this file) to a fresh copy of the sources", _layout_apply(patch), ""]
+    out += ["# the tasks, extracted from the same SGLang sources", f"kernelsmith extract --ops {ops}", ""]
+    for op in patch.ops:
+        out.append(f"# per-shape table of {op.op_id}: the optimize run's final validation (work/runs/{run}/{op.op_id}/best/evaluation.json)")
+        coder = f" --coder {facts.coder}" if facts.coder else ""
+        out.append(f"kernelsmith optimize --ops {op.op_id}{coder} --run {run}")
+    out += ["", "# patch, correctness through SGLang, SGLang's tests, end-to-end, this file", f"kernelsmith integrate --run {run}"]
+    commands = [c.command for c in report.checks if c.command]
+    if commands:
+        out += ["", "# correctness through SGLang's public ops only", relative(commands[0], report)]
+    if e2e is not None and e2e.command and e2e.command != f"kernelsmith integrate --run {run}":
+        out += ["", "# the whole-layer end-to-end proxy only", relative(e2e.command, report)]
+    tested = False
+    for test in report.tests:
+        if test.command:
+            tested = True
+            out += ["", f"# SGLang's tests of {test.op_id} against the patched tree", relative(test.command, report)]
+    if not tested:
+        groups = sorted({op.op_id.partition(".")[0] for op in patch.ops})
+        out += ["", "# SGLang's own tests, in a checkout with the patch applied"]
+        out += [f"python -m pytest -q test/registered/kernels/ops/{group}/" for group in groups]
+    if e2e is not None and e2e.one_batch is not None and e2e.one_batch.command:
+        out += ["", "# SGLang's one-batch benchmark (patched tree; the baseline run uses the pristine tree's path)", relative(e2e.one_batch.command, report)]
+    out += ["```", ""]
+    return out
 
 
 # --------------------------------------------------------------------------- PR.md
 
 
-def render(report: IntegrateReport, *, run_dir: str = "") -> str:
+def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None = None) -> str:
+    """PR.md's text; ``facts`` defaults to :func:`integrate.evidence.gather` of the run."""
     patch = report.patch
+    facts = facts if facts is not None else gather(report, pathlib.Path(run_dir) if run_dir else None)
     state, reasons = status(report)
-    out: list[str] = [f"# {title(report)}", ""]
+    sim = " (SIMULATED)" if facts.simulated else ""
+    out: list[str] = [f"# {'[SIMULATED] ' if facts.simulated else ''}{title(report)}", ""]
+    if facts.simulated:
+        out += [
+            (
+                f"> **SIMULATED.** The optimize run `{report.run}` replayed recorded timings ({facts.backend}); nothing in its "
+                "per-shape figures was measured in that run, and every such figure below is labelled SIMULATED. Do not submit "
+                "this as a measurement; `--git-branch` refuses to commit it."
+            ),
+            "",
+        ]
     banner = {"ready": "Ready for review", "draft": "DRAFT: not everything that proves this patch has run", "failing": "FAILING: do not submit"}
     out.append(f"**Status: {banner[state]}.**")
     out += [f"- {r}" for r in reasons]
@@ -145,9 +400,10 @@ def render(report: IntegrateReport, *, run_dir: str = "") -> str:
         spans = ", ".join(f"`{s.name}`" for s in f.spans)
         out.append(f"| `{f.diff_path}` | {spans} | {f.size_before} → {f.size_after} |")
     out.append("")
+    out += _diff_block(facts.diff, len(patch.files))
     for op in patch.ops:
-        if op.rationale:
-            out.append(f"- `{op.op_id}` (candidate `{op.candidate[:12]}`): {op.rationale.strip()}")
+        out += _why(op, facts.ops.get(op.op_id, OpFacts(op_id=op.op_id)), facts.diff, report, sim)
+        out += _buckets(op, facts.ops.get(op.op_id, OpFacts(op_id=op.op_id)), sim)
     if patch.skipped:
         out.append("")
         out.append("Not in this patch:")
@@ -159,6 +415,8 @@ def render(report: IntegrateReport, *, run_dir: str = "") -> str:
 
     # ---- performance
     out += ["## Performance", ""]
+    if facts.simulated:
+        out += ["**SIMULATED: every per-shape time below was replayed from a file, not measured.**", ""]
     out.append(
         "Per-shape kernel times from the optimize stage's final validation: each figure is the median of CUDA-graph "
         "replays with CUDA events, inputs rotated over buffer sets larger than 3x L2, baseline and candidate "
@@ -175,7 +433,7 @@ def render(report: IntegrateReport, *, run_dir: str = "") -> str:
             out += ["No per-shape timings were recorded for this candidate.", ""]
             continue
         out += [
-            "| shape | dtype | baseline µs | new µs | speedup | % of BW | time ÷ floor |",
+            f"| shape | dtype | baseline µs{sim} | new µs{sim} | speedup{sim} | % of BW | time ÷ floor |",
             "|---|---|---:|---:|---:|---:|---:|",
         ]
         for t in timings:
@@ -184,7 +442,7 @@ def render(report: IntegrateReport, *, run_dir: str = "") -> str:
                 f"| {_fmt(t.pct_of_copy_bw, '.1f')} | {_fmt(t.time_over_floor, '.2f')} |"
             )
         gm = _geomean(s for s in (_speedup(t) for t in timings) if s)
-        out += ["", f"Geomean speedup {_fmt(gm, '.3f')}x over {len(timings)} shape x dtype points.", ""]
+        out += ["", f"Geomean speedup{sim} {_fmt(gm, '.3f')}x over {len(timings)} shape x dtype points.", ""]
 
     # ---- correctness
     out += ["## Correctness", ""]
@@ -263,24 +521,7 @@ def render(report: IntegrateReport, *, run_dir: str = "") -> str:
     if e2e is None or not e2e.ran:
         out += ["Not run: " + (e2e.reason if e2e else report.not_run.get("e2e", "no GPU step ran")) + ".", ""]
     else:
-        out.append(
-            f"One {e2e.model} decoder layer's non-GEMM ops ({' → '.join(e2e.ops)}) through SGLang's ops, {e2e.dtype}, "
-            f"in a CUDA graph, pristine vs patched tree."
-        )
-        for op, why in e2e.skipped_ops.items():
-            out.append(f"- `{op}` is not in the proxy: {why}")
-        out += [
-            "",
-            "| phase | tokens | baseline µs/layer | patched µs/layer | change | implied tok/s (non-GEMM only) |",
-            "|---|---:|---:|---:|---:|---|",
-        ]
-        for row in e2e.rows:
-            out.append(
-                f"| {row.phase} | {row.tokens} | {row.baseline_us:.2f} (±{row.baseline_spread_pct:.1f}%) | "
-                f"{row.patched_us:.2f} (±{row.patched_spread_pct:.1f}%) | {row.change_pct:+.1f}% | "
-                f"{row.baseline_tokens_per_s:,.0f} → {row.patched_tokens_per_s:,.0f} |"
-            )
-        out += ["", f"Assumption: {e2e.assumption}", ""]
+        out += _e2e_tables(e2e)
         ob = e2e.one_batch
         if ob is not None and ob.ran:
             out += ["`sglang.benchmark.one_batch --load-format dummy`:", "", "| throughput token/s | baseline | patched |", "|---|---:|---:|"]
@@ -291,24 +532,8 @@ def render(report: IntegrateReport, *, run_dir: str = "") -> str:
             out += [f"`sglang.benchmark.one_batch`: not run: {ob.reason}.", ""]
 
     # ---- reproduce
-    out += ["## Reproduce", ""]
-    out.append(f"Environment: {report.gpu or 'no GPU (the GPU steps did not run)'}, torch {report.torch or '—'}.")
-    out.append("")
-    out += ["```sh", "# apply the patch to a fresh copy of the sources", _layout_apply(patch), ""]
-    run = report.run
-    for op in patch.ops:
-        out.append(f"# per-shape table of {op.op_id}: the optimize run's final validation ({run_dir or 'work/runs/' + run}/{op.op_id}/best/evaluation.json)")
-        out.append(f"kernelsmith optimize --ops {op.op_id} --run {run}")
-    out += ["", "# patch, correctness through SGLang, SGLang's tests, end-to-end, this file", f"kernelsmith integrate --run {run}"]
-    out += ["", "# correctness through SGLang's public ops only", f"python -m integrate.sglang_runner --run {run}"]
-    for test in report.tests:
-        if test.command:
-            out += ["", f"# SGLang's tests of {test.op_id} against the patched tree", test.command]
-    out += ["", "# end-to-end layer proxy only", f"python -m integrate.e2e --run {run}"]
-    if e2e is not None and e2e.one_batch is not None and e2e.one_batch.command:
-        out += ["", "# SGLang's one-batch benchmark (patched tree; the baseline run uses the pristine tree's path)", e2e.one_batch.command]
-    out += ["```", ""]
-    return "\n".join(out)
+    out += _reproduce(report, e2e, facts)
+    return relative("\n".join(out), report).replace(_DIFF_SLOT, facts.diff.rstrip("\n"))
 
 
 def write_pr(report: IntegrateReport, path: pathlib.Path, *, run_dir: str = "") -> pathlib.Path:
@@ -332,8 +557,12 @@ def _git(checkout: pathlib.Path, *args: str, check: bool = True, input_: bytes |
     return done
 
 
-def commit_branch(patch: Patch, branch: str, message_title: str, message_body: str) -> str:
-    """Commit the patch on a new branch ``branch`` of the checkout; return the commit id. Never pushes."""
+def commit_branch(patch: Patch, branch: str, message_title: str, message_body: str, *, run_dir: pathlib.Path | None = None) -> str:
+    """Commit the patch on a new branch ``branch`` of the checkout; return the commit id. Never pushes.
+
+    A patch from a replayed (simulated) run is refused first (:func:`integrate.evidence.refuse_simulated`).
+    """
+    refuse_simulated(patch, run_dir)
     if shutil.which("git") is None:
         raise GitError("--git-branch needs git, which is not on PATH", fix="install git")
     if patch.layout != "checkout":

@@ -151,19 +151,38 @@ class TestRun(Record):
 # --------------------------------------------------------------------------- end to end
 
 
-class LayerTiming(Record):
-    """One decoder layer's non-GEMM ops at one token count, both trees."""
+Change = Literal["faster", "slower", "no change"]
 
-    phase: Literal["decode", "prefill"]
-    tokens: int
+
+class PartTiming(Record):
+    """One part of the decoder layer (the SGLang ops alone, or one step), both trees."""
+
     baseline_us: float
     patched_us: float
     baseline_spread_pct: float
     patched_spread_pct: float
-    change_pct: float  # (patched - baseline) / baseline * 100; negative = faster
-    baseline_tokens_per_s: float  # implied by non-GEMM time only (see E2EResult.assumption)
+    change_pct: float  # (patched - baseline) / this part's baseline * 100
+    share_of_layer_pct: float  # (patched - baseline) / the WHOLE layer's baseline * 100
+    verdict: Change  # integrate.e2e.judge: "no change" inside the noise band
+
+
+class LayerTiming(Record):
+    """One whole decoder layer at one token count, both trees (integrate.e2e's METHOD)."""
+
+    phase: Literal["decode", "prefill"]
+    tokens: int
+    kv_len: int | None = None  # decode: KV-cache tokens each sequence attends to; prefill: causal over `tokens`
+    baseline_us: float  # the whole layer (GEMMs, attention and SGLang's ops)
+    patched_us: float
+    baseline_spread_pct: float  # (p90 - p10) / median of the pooled replays
+    patched_spread_pct: float
+    change_pct: float  # (patched - baseline) / baseline * 100 of the whole layer; negative = faster
+    noise_band_pct: float | None = None  # integrate.e2e.noise_band_pct; |change| inside it is "no change" (None: an older record)
+    verdict: Change | None = None  # None: a record from before the whole-layer proxy (not judged)
+    baseline_tokens_per_s: float  # tokens / (layers x whole-layer time): an upper bound (no embedding, head, sampling)
     patched_tokens_per_s: float
-    ops_us: dict[str, dict[str, float]] = Field(default_factory=dict)  # op -> {"baseline": us, "patched": us}
+    non_gemm: PartTiming | None = None  # the SGLang ops alone, back to back (NOT the whole layer)
+    ops_us: dict[str, dict[str, float]] = Field(default_factory=dict)  # step -> {"baseline": us, "patched": us}
 
 
 class OneBatchResult(Record):
@@ -180,8 +199,12 @@ class E2EResult(Record):
     model: str = ""
     layers: int = 0
     dtype: Dtype = "bf16"
-    ops: list[str] = Field(default_factory=list)  # op sequence of one layer, in order
-    skipped_ops: dict[str, str] = Field(default_factory=dict)  # op -> why it is not in the proxy
+    recipe: str = ""  # the layer recipe, relative to the kernelsmith repository (integrate/layers/<model>.toml)
+    kv_len: int | None = None  # decode points: KV-cache tokens each sequence attends to
+    attention: str = ""  # what computed attention (torch SDPA and its version)
+    ops: list[str] = Field(default_factory=list)  # step sequence of one layer, in order
+    parts: dict[str, str] = Field(default_factory=dict)  # step -> "SGLang <op id>" or "torch <part>"
+    skipped_ops: dict[str, str] = Field(default_factory=dict)  # step -> why it is not in the proxy
     rows: list[LayerTiming] = Field(default_factory=list)
     assumption: str = ""
     command: str = ""

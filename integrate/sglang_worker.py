@@ -23,7 +23,8 @@ to stderr: fd 1 is pointed at fd 2 before anything is imported. Commands:
   them with the optimize stage's comparison rules
   (:func:`optimize.harness.compare.compare_tensor`); ``mode=run`` only runs
   (for compute-sanitizer).
-- ``layer``: CUDA-graph timing of one decoder layer's non-GEMM ops (e2e proxy).
+- ``layer``: CUDA-graph timing of one whole decoder layer from its recipe's plan
+  (:mod:`integrate.layer_worker`, the e2e proxy).
 - ``exit``.
 
 ``--oneshot FILE`` runs a JSON list of requests and prints the answers: the
@@ -54,7 +55,6 @@ PUBLIC_OPS: dict[str, tuple[str, str]] = {
     "layernorm.fused_add_rmsnorm": ("sglang.kernels.ops.layernorm.norm", "fused_add_rmsnorm"),
 }
 FUSED_OPS = {"activation.silu_and_mul"}
-ROPE = ("sglang.kernels.ops.attention.rope", "apply_rope_with_cos_sin_cache_inplace")
 
 # Poison bit patterns: NaNs with a payload no arithmetic produces (canonical NaNs are 0x7FC0 / 0x7FC00000).
 POISON_BITS = {"bf16": 0x7FA5, "fp16": 0x7DA5, "fp32": 0x7FA5A5A5}
@@ -275,118 +275,6 @@ def cmd_warm(req: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "seconds": time.perf_counter() - start, "modules": len(keys), "errors": errors}
 
 
-# --------------------------------------------------------------------------- e2e layer
-
-
-def cmd_layer(req: dict[str, Any]) -> dict[str, Any]:
-    """Time one decoder layer's non-GEMM ops (and each op alone) in CUDA graphs."""
-    import importlib
-
-    import torch
-
-    from optimize.harness import timing
-
-    m = req["model"]
-    tokens, dtype = int(req["tokens"]), req["dtype"]
-    tdt = _torch_dtype(dtype)
-    hidden, inter = int(m["hidden"]), int(m["intermediate"])
-    heads, kv_heads, head_dim = int(m["heads"]), int(m["kv_heads"]), int(m["head_dim"])
-    eps = float(m["eps"])
-    skipped: dict[str, str] = {}
-
-    far = _public("layernorm.fused_add_rmsnorm")
-    silu = _public("activation.silu_and_mul")
-    rope = None
-    try:
-        rope = getattr(importlib.import_module(ROPE[0]), ROPE[1])
-    except (ImportError, AttributeError) as err:
-        skipped["rope"] = f"no JIT RoPE op in this tree ({ROPE[0]}.{ROPE[1]}: {err})"
-
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(int(req.get("seed", 0)))
-
-    def randn(*shape, scale=1.0, shift=0.0, dt=tdt):
-        return (torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32) * scale + shift).to(dt)
-
-    max_pos = int(m.get("max_position", 8192))
-    inv_freq = 1.0 / (float(m["rope_theta"]) ** (torch.arange(0, head_dim, 2, device="cuda", dtype=torch.float32) / head_dim))
-    freqs = torch.outer(torch.arange(max_pos, device="cuda", dtype=torch.float32), inv_freq)
-    cos_sin = torch.cat([freqs.cos(), freqs.sin()], dim=-1).contiguous()
-    positions = torch.randint(0, max_pos, (tokens,), generator=gen, device="cuda", dtype=torch.int64)
-
-    esize = torch.tensor([], dtype=tdt).element_size()
-    per_set = esize * (tokens * hidden * 2 + hidden * 2 + tokens * (heads + kv_heads) * head_dim + tokens * inter * 3)
-    props = torch.cuda.get_device_properties(0)
-    l2 = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
-    sets = timing.buffer_sets(per_set, l2, float(req.get("l2_multiple", 3.0)), max_sets=int(req.get("max_sets", 512)))
-    bufs = []
-    for _ in range(sets):
-        bufs.append(
-            {
-                "x": randn(tokens, hidden),
-                "res": randn(tokens, hidden),
-                "w_in": randn(hidden, scale=0.1, shift=1.0),
-                "w_post": randn(hidden, scale=0.1, shift=1.0),
-                "q": randn(tokens, heads, head_dim),
-                "k": randn(tokens, kv_heads, head_dim),
-                "gate_up": randn(tokens, 2 * inter),
-                "act": torch.empty(tokens, inter, dtype=tdt, device="cuda"),
-            }
-        )
-
-    def op_calls(b: dict[str, Any]) -> dict[str, Callable[[], Any]]:
-        calls: dict[str, Callable[[], Any]] = {
-            "input_norm": lambda: far(b["x"], b["res"], b["w_in"], eps),
-        }
-        if rope is not None:
-            calls["rope"] = lambda: rope(b["q"], b["k"], cos_sin, positions, is_neox=True)
-        calls["post_attention_norm"] = lambda: far(b["x"], b["res"], b["w_post"], eps)
-        calls["silu_and_mul"] = lambda: silu(b["gate_up"], b["act"])
-        return calls
-
-    per_set_calls = [op_calls(b) for b in bufs]
-    # warm up eagerly: JIT builds and loads happen here, never inside a capture
-    for calls in per_set_calls:
-        for name, call in list(calls.items()):
-            try:
-                call()
-            except Exception as err:  # noqa: BLE001 - an op this tree cannot run is reported, not fatal
-                if name == "rope":
-                    skipped["rope"] = f"the JIT RoPE op failed at these shapes: {type(err).__name__}: {err}"
-                    for c in per_set_calls:
-                        c.pop("rope", None)
-                else:
-                    raise
-    torch.cuda.synchronize()
-    names = list(per_set_calls[0])
-    n = timing.calls_per_graph(int(req.get("graph_calls", 20)), sets)
-    stream = torch.cuda.Stream()
-    graphs, counts = {}, {}
-
-    def layer(calls):
-        def run():
-            for name in names:
-                calls[name]()
-
-        return run
-
-    with torch.cuda.stream(stream):
-        graphs["layer"] = timing.capture([layer(per_set_calls[i % sets]) for i in range(n)], stream)
-        counts["layer"] = n
-        for name in names:
-            graphs[name] = timing.capture([per_set_calls[i % sets][name] for i in range(n)], stream)
-            counts[name] = n
-    samples = timing.time_graphs(graphs, counts, int(req.get("repeats", 15)), stream)
-    return {
-        "ok": True,
-        "ops": names,
-        "samples_us": samples,
-        "skipped": skipped,
-        "sets": sets,
-        "calls_per_graph": n,
-    }
-
-
 # --------------------------------------------------------------------------- main
 
 
@@ -415,6 +303,8 @@ def handle(req: dict[str, Any], package: str) -> dict[str, Any]:
         if cmd == "warm":
             return cmd_warm(req)
         if cmd == "layer":
+            from integrate.layer_worker import cmd_layer  # the script's path is set in main()
+
             return cmd_layer(req)
         return {"ok": False, "error": f"unknown command {cmd!r}"}
     except Exception as err:  # noqa: BLE001 - every failure goes back to the parent as data

@@ -16,6 +16,9 @@ Skill file (TOML)::
     applies_when = "kernels_without_launch_bounds > 0"
     method = "..."                       # our words, for the LLM coder
     risks = ["...", "..."]
+    rationale = "..."                    # optional, for a reviewer: why it helps (the PR's "what changed")
+    safety = "..."                       # optional, for a reviewer: why the edit keeps the results
+    assumes = "..."                      # optional: what must hold for the safety argument
     transform = "set_launch_bounds"      # optional: a name in transforms.TRANSFORMS
     llm_variants = ["...", "..."]        # optional: distinct LLM attempts (params {"variant": ...})
     [effect]
@@ -391,6 +394,9 @@ class Skill(Record):
     effect: Effect
     method: str
     risks: list[str]
+    rationale: str = ""  # reviewer-facing: why it helps (integrate.pr puts it in the PR, not `method`)
+    safety: str = ""  # reviewer-facing: why the edited kernel still computes the same results
+    assumes: str = ""  # reviewer-facing: what the safety argument relies on
     transform: str | None = None
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     llm_variants: list[str] = Field(default_factory=list)

@@ -8,24 +8,103 @@ import sys
 import pytest
 
 from integrate import e2e
-from integrate.e2e import LLAMA_3_1_8B, implied_tokens_per_s, one_batch, parse_one_batch, points, runtime_importable
+from integrate.e2e import implied_tokens_per_s, judge, layer_timing, noise_band_pct, one_batch, parse_one_batch, points, runtime_importable
+from integrate.errors import RecipeError
+from integrate.recipe import DEFAULT_RECIPE, load_recipe, plan
+from optimize.harness.timing import summarize
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def test_llama_shapes_and_points():
-    m = LLAMA_3_1_8B
-    assert (m.hidden, m.intermediate, m.heads, m.kv_heads, m.head_dim, m.layers) == (4096, 14336, 32, 8, 128, 32)
-    assert m.heads * m.head_dim == m.hidden
-    assert points() == [("decode", b) for b in (1, 8, 32, 64, 128, 256)] + [("prefill", 4096)]
+def test_recipe_ties_every_figure_to_its_config_key():
+    r = load_recipe()
+    assert r.model == "Llama-3.1-8B" and r.layers == 32
+    assert r.figures["hidden_size"].value == 4096 and '"hidden_size"' in r.figures["hidden_size"].source
+    assert r.figures["rms_norm_eps"].value == 1e-5 and '"rms_norm_eps"' in r.figures["rms_norm_eps"].source
+    assert "derived" in r.figures["head_dim"].source or "/" in r.figures["head_dim"].source
+    for name, figure in r.figures.items():
+        assert "config.json" in figure.source, name
+    assert points(r) == [("decode", b) for b in (1, 8, 32, 64, 128, 256)] + [("prefill", 4096)]
+    parts = r.parts()
+    assert parts["qkv_proj"] == "torch linear" and parts["input_norm"] == "SGLang layernorm.fused_add_rmsnorm"
+    assert parts["attention"] == "torch attention_decode (decode) / torch attention_causal (prefill)"
+    assert [s.name for s in r.steps_in("decode")] == [
+        "input_norm", "qkv_proj", "rope", "attention", "o_proj", "post_attention_norm", "gate_up_proj", "silu_and_mul", "down_proj",
+    ]  # fmt: skip
 
 
-def test_implied_tokens_per_s_counts_only_the_layer_ops():
+def test_shape_expressions_follow_the_model_and_the_point():
+    r = load_recipe()
+    decode = plan(r, "decode", 8)
+    shapes = {name: spec["shape"] for name, spec in decode["tensors"].items()}
+    assert shapes["w_qkv"] == [(32 + 2 * 8) * 128, 4096] and shapes["w_gate_up"] == [2 * 14336, 4096]
+    assert shapes["k_cache"] == [8, 8, 2048, 128] and "v" not in shapes  # the prefill-only tensor is left out
+    prefill = plan(r, "prefill", 4096)
+    assert prefill["tensors"]["v"]["shape"] == [4096, 8, 128] and "k_cache" not in prefill["tensors"]
+    steps = {s["name"]: s for s in prefill["steps"]}
+    assert steps["attention"]["torch"] == "attention_causal"
+    assert steps["input_norm"]["args"][-1] == {"value": 1e-5}
+    assert steps["rope"]["kwargs"] == {"is_neox": {"value": True}}
+
+
+def _bad(tmp_path, old: str, new: str) -> pathlib.Path:
+    path = tmp_path / "bad.toml"
+    text = DEFAULT_RECIPE.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "match"),
+    [
+        ('rms_norm_eps = { value = 1e-5, key = "rms_norm_eps" }', "rms_norm_eps = { value = 1e-5 }", "needs a number and its source"),
+        ('rope_theta = { value', 'hidden_size = { value = 1, key = "hidden_size" }\nrope_theta = { value', "already has this figure"),
+        ('x = { shape = ["T", "hidden_size"] }', 'x = { shape = ["T", "hidden"] }', "unknown names"),
+        ('args = ["gate_up", "act"]', 'args = ["gate_up", "nothing"]', "neither a tensor nor a figure"),
+        ('torch = "linear"\nargs = ["x", "w_qkv", "qkv"]', 'torch = "matmul"\nargs = ["x", "w_qkv", "qkv"]', "unknown torch part"),
+        ('model = "Llama-3.1-8B"', 'model = "Llama-9"', "not in the shape catalog"),
+    ],
+)
+def test_a_bad_recipe_is_a_clear_error(tmp_path, old, new, match):
+    with pytest.raises(RecipeError, match=match) as err:
+        load_recipe(_bad(tmp_path, old, new))
+    assert "bad.toml" in err.value.message and err.value.fix
+
+
+def test_noise_band_and_share_of_layer():
+    base = summarize([100.0, 101.0, 99.0, 100.0, 102.0, 98.0])
+    same = summarize([100.2, 101.1, 99.3, 100.1, 101.9, 98.2])
+    band = noise_band_pct(base, same)
+    assert band == pytest.approx((max(base.p90 - base.p10, same.p90 - same.p10) / 2) / base.median * 100)
+    assert judge(-0.5, band) == "no change" and judge(-band - 0.01, band) == "faster" and judge(band + 0.01, band) == "slower"
+    fast = {"baseline": {"layer": [100.0, 101.0, 99.0] * 4, "non_gemm": [10.0, 10.2, 9.8] * 4, "qkv_proj": [30.0] * 12},
+            "patched": {"layer": [98.0, 98.5, 97.5] * 4, "non_gemm": [8.0, 8.1, 7.9] * 4, "qkv_proj": [30.0] * 12}}  # fmt: skip
+    row = layer_timing("decode", 8, fast, layers=32, kv_len=2048, steps=["qkv_proj"])
+    assert row.change_pct == pytest.approx(-2.0) and row.verdict == "faster" and row.kv_len == 2048
+    assert row.non_gemm is not None
+    assert row.non_gemm.change_pct == pytest.approx(-20.0)  # the part alone
+    assert row.non_gemm.share_of_layer_pct == pytest.approx(-2.0)  # the same microseconds, as a share of the whole layer
+    assert row.ops_us == {"qkv_proj": {"baseline": 30.0, "patched": 30.0}}
+    noisy = {"baseline": {"layer": [90.0, 100.0, 110.0] * 4}, "patched": {"layer": [88.0, 99.0, 108.0] * 4}}
+    row = layer_timing("prefill", 4096, noisy, layers=32, kv_len=2048, steps=[])
+    assert row.verdict == "no change" and row.kv_len is None and row.non_gemm is None
+
+
+def test_implied_tokens_per_s_counts_the_whole_layer():
     # 256 decode tokens, 20 us per layer, 32 layers: one step = 640 us -> 400,000 tokens/s
     assert implied_tokens_per_s(256, 20.0, 32) == pytest.approx(400_000.0)
     assert implied_tokens_per_s(1, 10.0, 32) == pytest.approx(3125.0)
     assert implied_tokens_per_s(1, 0.0, 32) != implied_tokens_per_s(1, 0.0, 32)  # nan, never inf
-    assert "non-GEMM" in e2e.ASSUMPTION and "upper bound" in e2e.ASSUMPTION
+    assert "whole decoder layer" in e2e.ASSUMPTION and "upper bound" in e2e.ASSUMPTION
+
+
+def test_e2e_does_not_import_the_command_module():
+    import ast
+
+    tree = ast.parse((ROOT / "integrate" / "e2e.py").read_text(encoding="utf-8"))
+    names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert "integrate.command" not in names
 
 
 def test_parse_one_batch_takes_the_measured_run_not_the_warmup():
@@ -67,8 +146,9 @@ def test_layer_proxy_on_the_gpu(sglang_source, tmp_path):
     package = pathlib.Path(sglang_source.root)
     result = e2e.run_layers(package, package, tmp_path, decode=(1, 64), prefill=(4096,), rounds=2, repeats=5)
     assert result.ran and [r.tokens for r in result.rows] == [1, 64, 4096]
-    assert result.ops[0] == "input_norm" and result.ops[-1] == "silu_and_mul"
+    assert result.ops[0] == "input_norm" and result.ops[-1] == "down_proj" and result.kv_len == 2048
     for row in result.rows:
-        assert row.baseline_us > 0 and row.patched_us > 0
-        assert abs(row.change_pct) < 25, "the same tree on both sides must time alike"
+        assert row.baseline_us > 0 and row.patched_us > 0 and row.non_gemm is not None
+        assert row.non_gemm.baseline_us < row.baseline_us, "the SGLang ops alone take less than the whole layer"
+        assert abs(row.change_pct) < 5, "the same tree on both sides must time alike"
         assert set(row.ops_us) == set(result.ops)

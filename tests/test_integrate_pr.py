@@ -19,6 +19,7 @@ from integrate.records import (
     OneBatchResult,
     OpChange,
     OpCheck,
+    PartTiming,
     Patch,
     SanitizerRun,
     TestRun,
@@ -79,14 +80,20 @@ def full_report(tmp_path: pathlib.Path, *, failing: bool = False) -> IntegrateRe
         command="python -m integrate.sglang_runner --run r1",
     )  # fmt: skip
     e2e = E2EResult(
-        ran=True, model="Llama-3.1-8B", layers=32, ops=["input_norm", "rope", "post_attention_norm", "silu_and_mul"],
+        ran=True, model="Llama-3.1-8B", layers=32, recipe="integrate/layers/llama-3.1-8b.toml", kv_len=2048,
+        attention="torch 2.11.0 scaled_dot_product_attention",
+        ops=["input_norm", "qkv_proj", "attention", "silu_and_mul"],
+        parts={"input_norm": "SGLang layernorm.fused_add_rmsnorm", "qkv_proj": "torch linear", "attention": "torch attention_decode",
+               "silu_and_mul": "SGLang activation.silu_and_mul"},
         rows=[
-            LayerTiming(phase="decode", tokens=1, baseline_us=10.0, patched_us=9.5, baseline_spread_pct=1.0, patched_spread_pct=1.1,
-                        change_pct=-5.0, baseline_tokens_per_s=3125.0, patched_tokens_per_s=3289.5),
-            LayerTiming(phase="prefill", tokens=4096, baseline_us=400.0, patched_us=380.0, baseline_spread_pct=0.5, patched_spread_pct=0.6,
-                        change_pct=-5.0, baseline_tokens_per_s=320000.0, patched_tokens_per_s=336842.1),
+            LayerTiming(phase="decode", tokens=1, kv_len=2048, baseline_us=10.0, patched_us=9.5, baseline_spread_pct=1.0, patched_spread_pct=1.1,
+                        change_pct=-5.0, noise_band_pct=0.55, verdict="faster", baseline_tokens_per_s=3125.0, patched_tokens_per_s=3289.5,
+                        non_gemm=PartTiming(baseline_us=3.0, patched_us=2.5, baseline_spread_pct=20.0, patched_spread_pct=18.0,
+                                            change_pct=-16.7, share_of_layer_pct=-5.0, verdict="faster")),
+            LayerTiming(phase="prefill", tokens=4096, baseline_us=400.0, patched_us=399.0, baseline_spread_pct=0.5, patched_spread_pct=0.6,
+                        change_pct=-0.25, noise_band_pct=0.3, verdict="no change", baseline_tokens_per_s=320000.0, patched_tokens_per_s=320802.0),
         ],
-        assumption="non-GEMM time only", command="python -m integrate.e2e --run r1",
+        assumption="non-GEMM time only", command="kernelsmith integrate --run r1",
         one_batch=OneBatchResult(ran=False, reason="the full SGLang runtime does not import here (No module named 'IPython')"),
     )  # fmt: skip
     tests = [TestRun(op_id=OP, ran=False, reason="the sources are the sglang 0.5.23 wheel, which has no test/registered/ folder")]
@@ -109,7 +116,11 @@ def test_pr_has_every_section_and_the_figures(tmp_path):
     assert "40 checks passed, 0 failed" in text
     assert "not run: the sources are the sglang 0.5.23 wheel" in text
     # end-to-end with the assumption and the skipped adapter
-    assert "| decode | 1 | 10.00 (±1.0%) | 9.50 (±1.1%) | -5.0% | 3,125 → 3,290 |" in text
+    assert "| decode | 1 | 2048 | 10.00 (±1.0%) | 9.50 (±1.1%) | -5.00% | ±0.55% | faster | 3,125 → 3,290 |" in text
+    assert "| prefill | 4096 | — | 400.00 (±0.5%) | 399.00 (±0.6%) | -0.25% | ±0.30% | no change |" in text
+    assert "**Non-GEMM part only** (SGLang's ops alone, back to back, NOT the whole layer" in text
+    assert "| decode | 1 | 3.00 (±20.0%) | 2.50 (±18.0%) | -16.7% | -5.00% | faster |" in text
+    assert "over a KV cache of 2048 tokens" in text and "qkv_proj (torch linear)" in text
     assert "Assumption: non-GEMM time only" in text
     assert "`sglang.benchmark.one_batch`: not run: the full SGLang runtime does not import here" in text
     # reproduce commands for each figure
@@ -117,8 +128,7 @@ def test_pr_has_every_section_and_the_figures(tmp_path):
         "kernelsmith optimize --ops activation.silu_and_mul --run r1",
         "kernelsmith integrate --run r1",
         "python -m integrate.sglang_runner --run r1",
-        "python -m integrate.e2e --run r1",
-        f"git apply {tmp_path / 'sglang.patch'}",
+        "git apply \"$P\"",
     ):
         assert command in text
     # the skipped op is listed, and SGLang's tests not having run keeps the PR a draft
@@ -226,3 +236,127 @@ def test_git_branch_refuses_when_head_differs_from_the_patched_file(tmp_path, ch
     with pytest.raises(GitError, match="not the file the patch was taken against"):
         commit_branch(patch, "kernelsmith/y", "t", "b")
     assert "kernelsmith/y" not in _git(repo, "branch", "--list")
+
+
+# --------------------------------------------------------------------------- for a reviewer
+
+PDL_DIFF = """diff --git a/sglang/kernels/jit/csrc/elementwise/fused_add_rmsnorm.cuh b/sglang/kernels/jit/csrc/elementwise/fused_add_rmsnorm.cuh
+--- a/sglang/kernels/jit/csrc/elementwise/fused_add_rmsnorm.cuh
++++ b/sglang/kernels/jit/csrc/elementwise/fused_add_rmsnorm.cuh
+@@ -9,6 +9,7 @@ namespace {
+ __global__ void fused_add_rmsnorm_kernel(const Params params) {
++  device::PDLWaitPrimary<true>();
+   const auto row = blockIdx.x;
+   store(params.out, row);
++  device::PDLTriggerSecondary<true>();
+ }
+@@ -40,3 +41,3 @@ void run(...) {
+-  LaunchKernel(grid, block, stream).enable_pdl(false)(kernel, params);
++  LaunchKernel(grid, block, stream).enable_pdl(true)(kernel, params);
+"""
+
+
+def _facts(*, simulated: bool = False, guarded: bool = False):
+    from integrate.evidence import OpFacts, RunFacts
+    from optimize.skills import load_skills
+
+    pdl = next(s for s in load_skills() if s.id == "pdl_enable")
+    profile = {"dram_throughput_pct": 11.0, "achieved_occupancy_pct": 48.0, "stall_long_scoreboard": 3.2, "stall_barrier": 1.1}
+    op = OpFacts(op_id=OP, skills=(pdl,), params={}, baseline_profile=profile, guarded=guarded)
+    return RunFacts(simulated=simulated, backend="replay:h200.json" if simulated else "gpu", diff=PDL_DIFF, ops={OP: op})
+
+
+_ABS = __import__("re").compile(r"(?<![\w.~])/(?:tmp|root|home|work|usr|opt|var)/")
+
+
+def test_pr_is_written_for_a_reviewer(tmp_path):
+    report = full_report(tmp_path)
+    report = report.model_copy(
+        update={"tests": [TestRun(op_id=OP, ran=True, files=["test/registered/kernels/ops/activation/test_act.py"], passed=3,
+                                  command=f"cd {tmp_path}/sglang && PYTHONPATH={tmp_path}/tree/python python -m pytest test/registered/kernels/ops/activation/test_act.py")]}
+    )  # fmt: skip
+    text = render(report, facts=_facts())
+    # no path of the machine it ran on, anywhere but inside the diff (which has none either)
+    assert not _ABS.search(text), _ABS.search(text)
+    assert str(tmp_path) not in text
+    assert "kernelsmith extract --ops activation.silu_and_mul" in text and "kernelsmith integrate --run r1" in text
+    assert "python -m pytest test/registered/kernels/ops/activation/test_act.py" in text
+    # the diff, inline and folded
+    assert "<details><summary>The diff: <code>sglang.patch</code>, 1 file(s), +3 −1 lines</summary>" in text
+    assert "```diff\n" + PDL_DIFF.rstrip("\n") + "\n```" in text
+    # the rationale: profile facts, the skill's reviewer text, what the diff does to the launch; not the planner's log line
+    assert "DRAM throughput 11 % of peak" in text and "achieved occupancy 48 %" in text and "`long_scoreboard`" in text
+    assert "x its floor" in text
+    assert "PDL was off because SGLang's launcher asks for it explicitly (`LaunchKernel(grid, block, stream).enable_pdl(false)" in text
+    assert "`device::PDLWaitPrimary<true>();`) as the first statement of the kernel body, before any read" in text
+    assert "`device::PDLTriggerSecondary<true>();`) as the last statement of the kernel body, after its last store" in text
+    assert "griddepcontrol.wait (PDLWaitPrimary) blocks" in text  # the skill's safety text
+    assert "It assumes:" in text
+    assert "two rows per warp" not in text and "score priority" not in text  # Candidate.rationale stays in the trajectory
+    assert "40 checks passed and 0 failed" in text and "compute-sanitizer memcheck: 0 errors" in text
+    # buckets and fallbacks
+    assert "one configuration (no parameters) serves every token count (token counts 1, 4096 measured); nothing falls back" in text
+    guarded = render(report, facts=_facts(guarded=True))
+    assert "a shape dispatch in the diff keeps the baseline code" in guarded
+    assert "SIMULATED" not in text
+
+
+def test_a_replay_run_is_labelled_simulated(tmp_path):
+    text = render(full_report(tmp_path), facts=_facts(simulated=True))
+    assert text.startswith("# [SIMULATED] [Kernel] Faster JIT silu_and_mul")
+    assert "> **SIMULATED.** The optimize run `r1` replayed recorded timings (replay:h200.json)" in text
+    assert "| shape | dtype | baseline µs (SIMULATED) | new µs (SIMULATED) | speedup (SIMULATED) |" in text
+    assert "Geomean speedup (SIMULATED)" in text
+
+
+def test_gather_reads_the_run_folder(tmp_path):
+    from integrate.evidence import gather, simulated_run
+    from pipeline.records import Candidate, RunSummary, write_record
+
+    run_dir = tmp_path / "runs" / "r1"
+    report = full_report(tmp_path)
+    (tmp_path / "sglang.patch").write_text(PDL_DIFF)
+    op_dir = run_dir / OP
+    base = Candidate(op_id=OP, id="base0", parent=None, regions={})
+    best = Candidate(op_id=OP, id=report.patch.ops[0].candidate, parent="base0", regions={}, skill="pdl_enable", coder="offline")
+    write_record(base, op_dir / "candidates" / "base0.json")
+    write_record(best, op_dir / "best" / "candidate.json")
+    assert simulated_run(run_dir) == (False, "")
+    write_record(
+        RunSummary(run="r1", mode="multi", coder="offline", backend="SIMULATED: replayed", simulated=True, started_at="a", finished_at="b"),
+        run_dir / "summary.json",
+    )
+    facts = gather(report, run_dir)
+    assert facts.simulated and facts.diff == PDL_DIFF
+    assert [s.id for s in facts.ops[OP].skills] == ["pdl_enable"]
+    assert "no Nsight Compute profile of the baseline" in facts.ops[OP].profile_note
+    assert facts.coder == "offline"
+    text = render(report, run_dir=str(run_dir))
+    assert "SIMULATED" in text and "kernelsmith optimize --ops activation.silu_and_mul --coder offline --run r1" in text
+
+
+def test_git_branch_refuses_a_replay_run(tmp_path, checkout):
+    import json
+
+    from integrate.errors import SimulatedRunError
+
+    work = tmp_path / "work"
+    root = pathlib.Path(checkout.root)
+    make_task(work, checkout, OP, [act_span(root)])
+    make_best(work, "r1", OP, {"act_and_mul_kernel": edited_kernel(root)})
+    (work / "runs" / "r1" / "run.json").write_text(json.dumps({"run": "r1", "backend": "replay", "replay": "h200.json"}))
+    patch = build_patch("r1", work / "runs" / "r1", work / "tasks", checkout, work / "integrate" / "r1")
+    repo = pathlib.Path(patch.tree_root)
+    with pytest.raises(SimulatedRunError, match="replay backend") as err:
+        commit_branch(patch, "kernelsmith/sim", "t", "b")
+    assert "no --replay" in err.value.fix
+    assert "kernelsmith/sim" not in _git(repo, "branch", "--list")
+
+
+def test_an_older_e2e_record_is_labelled_non_gemm_only(tmp_path):
+    report = full_report(tmp_path)
+    old = report.e2e.model_copy(update={"recipe": "", "rows": [r.model_copy(update={"non_gemm": None, "verdict": None, "noise_band_pct": None}) for r in report.e2e.rows]})
+    text = render(report.model_copy(update={"e2e": old}), facts=_facts())
+    assert "**non-GEMM ops only**" in text and "NOT a share of a whole layer" in text
+    assert "| decode | 1 | 10.00 (±1.0%) | 9.50 (±1.1%) | -5.0% |" in text
+    assert "Whole layer" not in text

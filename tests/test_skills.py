@@ -249,3 +249,12 @@ def test_bad_toml_and_empty_folders(tmp_path):
     speed.write_text(speed.read_text().replace("[1.0, 1.2]", "[1.5, 1.2]"))
     with pytest.raises(SkillError, match="low <= high"):
         load_skill(speed)
+
+
+def test_every_skill_carries_reviewer_text():
+    """The PR quotes these (integrate.pr), never the planner's score line: why it helps, why it is safe, what it assumes."""
+    from optimize.skills import load_skills
+
+    for skill in load_skills():
+        assert skill.rationale.strip() and skill.safety.strip() and skill.assumes.strip(), skill.id
+        assert "priority" not in skill.rationale and "score" not in skill.rationale, skill.id

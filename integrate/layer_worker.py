@@ -1,0 +1,190 @@
+"""The ``layer`` command of the SGLang worker: time one decoder layer from its plan.
+
+Runs inside :mod:`integrate.sglang_worker` (one process per SGLang tree; that
+module dispatches ``{"cmd": "layer"}`` here). The request carries a plan made by
+:func:`integrate.recipe.plan`: tensors (concrete shapes, an init, a dtype) and the
+layer's steps in order. A step is either an SGLang op, called through the tree's
+public function (imported from the tree the worker loaded, so each tree runs its
+own kernels), or a torch reference part (:data:`integrate.recipe.TORCH_PARTS`:
+``linear`` = ``torch.mm`` on the weights (cuBLAS); ``attention_decode`` /
+``attention_causal`` = ``scaled_dot_product_attention``). This module knows
+inits and torch parts, never an op name.
+
+Method (:mod:`optimize.harness.timing`): every step runs once eagerly first (JIT
+builds and loads happen there, never inside a capture); buffer sets are rotated
+so the footprint is at least ``l2_multiple`` x L2 (a layer's weights alone
+usually are, so one set is common); then CUDA graphs of ``graph_calls`` layers
+back to back are captured for the whole layer (``layer``), for the SGLang steps
+alone (``non_gemm``: everything but the torch parts) and for every step alone,
+and their replays are timed with CUDA events, interleaved. One sample = replay
+time / calls.
+
+What must stay true: an optional step this tree cannot run (no such function, or
+it fails at these shapes) is dropped from every graph and reported in
+``skipped``; any other failure is an error, never a silent gap in the layer.
+Imports: stdlib, torch, ``optimize.harness.timing`` (pure Python); no pydantic.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+JsonDict = dict[str, Any]  # one JSON request or answer of the worker protocol
+Call = Callable[[], object]
+
+
+def _torch_dtype(name: str, model: str) -> torch.dtype:
+    import torch
+
+    table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int64": torch.int64}
+    return table[model if name == "model" else name]
+
+
+def _public(path: str) -> Callable[..., object]:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def _tensor(spec: JsonDict, model_dtype: str, gen: torch.Generator) -> torch.Tensor:
+    """One tensor of the plan, filled as its init says (values only keep magnitudes sane)."""
+    import torch
+
+    shape = [int(d) for d in spec["shape"]]
+    dtype = _torch_dtype(str(spec["dtype"]), model_dtype)
+    init = spec["init"]
+    params = spec.get("params") or {}
+    if init == "empty":
+        return torch.empty(shape, dtype=dtype, device="cuda")
+    if init == "positions":
+        return torch.randint(0, int(params["high"]), shape, generator=gen, device="cuda", dtype=dtype)
+    if init == "rope_cos_sin":
+        rows, dim = shape
+        inv_freq = 1.0 / (float(params["theta"]) ** (torch.arange(0, dim, 2, device="cuda", dtype=torch.float32) / dim))
+        freqs = torch.outer(torch.arange(rows, device="cuda", dtype=torch.float32), inv_freq)
+        return torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(dtype).contiguous()
+    values = torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32)
+    if init == "norm_weight":
+        values = values * 0.1 + 1.0
+    elif init == "weight":
+        values = values / math.sqrt(shape[-1])  # keeps a projection's output near unit scale
+    return values.to(dtype)
+
+
+def _torch_part(part: str, args: Sequence[torch.Tensor]) -> Call:
+    import torch
+    import torch.nn.functional as F
+
+    if part == "linear":
+        inp, weight, out = args
+        return lambda: torch.mm(inp, weight.t(), out=out)
+    if part == "attention_decode":
+        q, k_cache, v_cache, out = args
+        b, h, d = q.shape
+        q4, out4 = q.view(b, h, 1, d), out.view(b, h, 1, d)
+        return lambda: out4.copy_(F.scaled_dot_product_attention(q4, k_cache, v_cache, enable_gqa=True))
+    if part == "attention_causal":
+        q, k, v, out = args
+        t, h, d = q.shape
+        q4, k4, v4 = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
+        out3 = out.view(t, h, d)
+        return lambda: out3.copy_(F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, enable_gqa=True)[0].transpose(0, 1))
+    raise KeyError(f"unknown torch part {part!r}")
+
+
+def cmd_layer(req: JsonDict) -> JsonDict:
+    """Time the planned layer, the SGLang steps alone, and each step alone, in CUDA graphs."""
+    import torch
+
+    from optimize.harness import timing
+
+    plan: JsonDict = req["plan"]
+    model_dtype = str(req["dtype"])
+    steps: list[JsonDict] = list(plan["steps"])
+    specs: dict[str, JsonDict] = dict(plan["tensors"])
+    skipped: dict[str, str] = {}
+    functions: dict[str, Callable[..., object]] = {}
+    for step in steps:
+        if step.get("op") is None:
+            continue
+        try:
+            functions[str(step["name"])] = _public(str(step["function"]))
+        except (ImportError, AttributeError) as err:
+            if not step.get("optional"):
+                raise
+            skipped[str(step["name"])] = f"this tree has no {step['function']} ({type(err).__name__}: {err})"
+    steps = [s for s in steps if str(s["name"]) not in skipped]
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(int(req.get("seed", 0)))
+    shared = {n: _tensor(s, model_dtype, gen) for n, s in specs.items() if s.get("shared")}
+    per_set = sum(
+        math.prod(int(d) for d in s["shape"]) * torch.empty((), dtype=_torch_dtype(str(s["dtype"]), model_dtype)).element_size()
+        for s in specs.values()
+        if not s.get("shared")
+    )
+    props = torch.cuda.get_device_properties(0)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
+    sets = timing.buffer_sets(per_set, l2, float(req.get("l2_multiple", 3.0)), max_sets=int(req.get("max_sets", 64)))
+    bufs = [{**shared, **{n: _tensor(s, model_dtype, gen) for n, s in specs.items() if not s.get("shared")}} for _ in range(sets)]
+
+    def resolve(entry: JsonDict, buf: Mapping[str, torch.Tensor]) -> Any:
+        return buf[entry["tensor"]] if "tensor" in entry else entry["value"]
+
+    def step_call(step: JsonDict, buf: Mapping[str, torch.Tensor]) -> Call:
+        args = [resolve(a, buf) for a in step["args"]]
+        if step.get("op") is None:
+            return _torch_part(str(step["torch"]), args)
+        fn = functions[str(step["name"])]
+        kwargs = {k: resolve(v, buf) for k, v in dict(step.get("kwargs") or {}).items()}
+        return lambda: fn(*args, **kwargs)
+
+    calls = [{str(s["name"]): step_call(s, buf) for s in steps} for buf in bufs]
+    for per_buf in calls:  # warm up eagerly: JIT builds and loads happen here, never inside a capture
+        for step in steps:
+            name = str(step["name"])
+            if name not in per_buf:
+                continue
+            try:
+                per_buf[name]()
+            except Exception as err:
+                if not step.get("optional"):
+                    raise
+                skipped[name] = f"{step['function']} failed at these shapes: {type(err).__name__}: {err}"
+                for other in calls:
+                    other.pop(name, None)
+    torch.cuda.synchronize()
+    names = [str(s["name"]) for s in steps if str(s["name"]) not in skipped]
+    sglang = [str(s["name"]) for s in steps if s.get("op") is not None and str(s["name"]) not in skipped]
+    n = timing.calls_per_graph(int(req.get("graph_calls", 20)), sets)
+    stream = torch.cuda.Stream()
+
+    def sequence(per_buf: Mapping[str, Call], which: Sequence[str]) -> Call:
+        def run() -> None:
+            for name in which:
+                per_buf[name]()
+
+        return run
+
+    groups: dict[str, Sequence[str]] = {"layer": names, "non_gemm": sglang, **{name: [name] for name in names}}
+    graphs = {}
+    with torch.cuda.stream(stream):
+        for label, which in groups.items():
+            if which:
+                graphs[label] = timing.capture([sequence(calls[i % sets], which) for i in range(n)], stream)
+    samples = timing.time_graphs(graphs, {label: n for label in graphs}, int(req.get("repeats", 15)), stream)
+    return {
+        "ok": True,
+        "ops": names,
+        "sglang_ops": sglang,
+        "samples_us": samples,
+        "skipped": skipped,
+        "sets": sets,
+        "calls_per_graph": n,
+        "attention": f"torch {torch.__version__} scaled_dot_product_attention",
+    }

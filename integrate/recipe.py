@@ -1,0 +1,289 @@
+"""Layer recipes: one model's decoder layer as data (``integrate/layers/<model>.toml``).
+
+Why: the end-to-end proxy (:mod:`integrate.e2e`) must time a *whole* decoder layer
+at a real model's shapes, and which ops a layer runs, in what order and at what
+sizes, is a fact about the model, not about our code. So the layer is written
+once, here as data, and e2e's Python holds no op name.
+
+Recipe file (TOML)::
+
+    model = "Llama-3.1-8B"       # the shape-catalog entry (extract/shapes/<model>.toml)
+                                 # whose integer figures (hidden_size, ...) the recipe uses
+    [figures]                    # figures the catalog does not carry (floats), each with
+    rms_norm_eps = { value = 1e-5, key = "rms_norm_eps" }   # its config.json key
+    [proxy]
+    kv_len = 2048                # decode: KV-cache tokens each sequence attends to
+    rope_positions = 8192        # rows of the cos/sin cache
+    decode = [1, 8, 32]          # sequences per decode step (one token each)
+    prefill = [4096]             # tokens of one prefill step
+    [tensors]                    # name -> shape (expressions), init, dtype, phase, shared
+    x = { shape = ["T", "hidden_size"] }
+    [[steps]]                    # in the layer's order
+    name = "input_norm"
+    op = "layernorm.fused_add_rmsnorm"                          # an SGLang op: op id and the
+    function = "sglang.kernels.ops.layernorm.norm.fused_add_rmsnorm"   # tree's public function
+    args = ["x", "residual", "w", "rms_norm_eps"]               # tensor or figure names
+    kwargs = { is_neox = true }  # literal keyword arguments (optional)
+    optional = false             # true: a tree without the function is timed without the step
+    [[steps]]
+    name = "qkv_proj"
+    torch = "linear"             # a torch reference part: see TORCH_PARTS
+    args = ["x", "w_qkv", "qkv"]
+
+Shape entries are integer expressions (``"2 * intermediate_size"``) over the
+figures, ``T`` (the step's tokens; at decode one per sequence), ``kv_len`` and
+``rope_positions``, evaluated by the harness's one restricted evaluator
+(:func:`optimize.harness.inputs.eval_expr`). A tensor or step with ``phase`` exists
+only in that phase ("decode" or "prefill").
+
+What must stay true: every figure is tied to its config key (the catalog's, or
+``key`` here; a ``derived`` note where it follows from keys); a recipe that does
+not validate (unknown key, unknown name in a shape or an argument, a step with both
+or neither of ``op``/``torch``, a name used twice in one phase) fails
+:func:`load_recipe` with the file, the entry and the fix, before any GPU time is
+spent. :func:`plan` turns a recipe into the plain JSON the worker
+(:mod:`integrate.layer_worker`) runs; the worker knows tensor inits and torch parts,
+never op names.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tomllib
+from typing import Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from extract.shapes import load_catalog
+from integrate.errors import RecipeError
+from optimize.harness.errors import ContractError
+from optimize.harness.inputs import eval_expr, expr_symbols
+from pipeline.records import Record
+
+LAYER_DIR = pathlib.Path(__file__).resolve().parent / "layers"
+DEFAULT_RECIPE = LAYER_DIR / "llama-3.1-8b.toml"
+
+Phase = Literal["decode", "prefill"]
+PHASES: tuple[Phase, ...] = ("decode", "prefill")
+#: Torch reference parts the worker knows (name -> its tensor arguments, in order).
+TORCH_PARTS: dict[str, tuple[str, ...]] = {
+    "linear": ("input", "weight", "out"),  # out = input @ weight.T (torch.mm, cuBLAS); weight [out, in]
+    "attention_decode": ("q", "k_cache", "v_cache", "out"),  # q [B, H, D]; caches [B, KV, L, D]; out [B, H*D]
+    "attention_causal": ("q", "k", "v", "out"),  # q [T, H, D]; k, v [T, KV, D], causal; out [T, H*D]
+}
+Init = Literal["randn", "norm_weight", "weight", "empty", "rope_cos_sin", "positions"]
+#: the params each init needs (figure names or integer expressions)
+INIT_PARAMS: dict[str, frozenset[str]] = {"rope_cos_sin": frozenset({"theta"}), "positions": frozenset({"high"})}
+STEP_SYMBOLS = ("T",)  # symbols a shape may use besides the figures and the proxy settings
+RESERVED = frozenset({"layer", "non_gemm"})  # sample names the worker uses for whole graphs
+
+
+class Figure(Record):
+    """One model figure and where it comes from."""
+
+    value: float
+    source: str  # e.g. 'meta-llama/Llama-3.1-8B config.json "hidden_size"'
+
+
+class Proxy(Record):
+    kv_len: int = Field(gt=0)
+    rope_positions: int = Field(gt=0)
+    decode: list[int] = Field(default_factory=list)
+    prefill: list[int] = Field(default_factory=list)
+
+
+class TensorDef(Record):
+    shape: list[str | int]
+    init: Init = "randn"
+    params: dict[str, str] = Field(default_factory=dict)
+    dtype: Literal["model", "fp32", "int64"] = "model"
+    phase: Phase | None = None
+    shared: bool = False  # one copy for every buffer set (read-only tables)
+
+
+class Step(Record):
+    name: str
+    op: str | None = None  # SGLang op id
+    function: str | None = None  # dotted path of the tree's public function
+    torch: str | None = None  # a name in TORCH_PARTS
+    args: list[str]
+    kwargs: dict[str, bool | int | float | str] = Field(default_factory=dict)
+    phase: Phase | None = None
+    optional: bool = False
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Step:
+        if (self.op is None) == (self.torch is None):
+            raise ValueError("give exactly one of `op` (an SGLang op) or `torch` (a reference part)")
+        if self.op is not None and not self.function:
+            raise ValueError("an SGLang step needs `function`, the dotted path of the tree's public function")
+        if self.torch is not None and self.torch not in TORCH_PARTS:
+            raise ValueError(f"unknown torch part {self.torch!r}; known: {', '.join(TORCH_PARTS)}")
+        if self.torch is not None and len(self.args) != len(TORCH_PARTS[self.torch]):
+            raise ValueError(f"torch part {self.torch} takes {len(TORCH_PARTS[self.torch])} arguments ({', '.join(TORCH_PARTS[self.torch])})")
+        return self
+
+    @property
+    def part(self) -> str:
+        """What runs this step, for records: 'SGLang <op id>' or 'torch <part>'."""
+        return f"SGLang {self.op}" if self.op is not None else f"torch {self.torch}"
+
+
+class LayerRecipe(Record):
+    model: str
+    path: str  # the file it was read from
+    layers: int  # the model's decoder layers (num_hidden_layers)
+    figures: dict[str, Figure]
+    proxy: Proxy
+    tensors: dict[str, TensorDef]
+    steps: list[Step]
+
+    def values(self) -> dict[str, float]:
+        return {name: f.value for name, f in self.figures.items()}
+
+    def steps_in(self, phase: Phase) -> list[Step]:
+        return [s for s in self.steps if s.phase in (None, phase)]
+
+    def parts(self) -> dict[str, str]:
+        """Step name -> what runs it; a step that differs per phase says both ("torch attention_decode (decode) / ...")."""
+        out: dict[str, str] = {}
+        for step in self.steps:
+            label = step.part + (f" ({step.phase})" if step.phase else "")
+            out[step.name] = f"{out[step.name]} / {label}" if step.name in out else label
+        return out
+
+    def points(self) -> list[tuple[Phase, int]]:
+        return [("decode", b) for b in self.proxy.decode] + [("prefill", t) for t in self.proxy.prefill]
+
+
+def _fail(path: pathlib.Path, where: str, message: str, fix: str) -> RecipeError:
+    return RecipeError(f"layer recipe {path}: {where}: {message}", fix=fix)
+
+
+def load_recipe(path: pathlib.Path = DEFAULT_RECIPE, *, catalog_dir: pathlib.Path | None = None) -> LayerRecipe:
+    """Read and validate a recipe; every figure comes with its config key."""
+    path = pathlib.Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise RecipeError(f"layer recipe {path} not found", fix=f"pass one of {', '.join(p.name for p in LAYER_DIR.glob('*.toml'))}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise _fail(path, "TOML", str(err), "fix the TOML syntax") from err
+    unknown = sorted(set(data) - {"model", "figures", "proxy", "tensors", "steps"})
+    if unknown:
+        raise _fail(path, "top level", f"unknown keys {unknown}", "use model, figures, proxy, tensors, steps")
+    model = data.get("model")
+    catalog = {m.name: m for m in (load_catalog(catalog_dir) if catalog_dir else load_catalog())}
+    if model not in catalog:
+        raise _fail(path, "model", f"{model!r} is not in the shape catalog (has: {', '.join(sorted(catalog))})", "name a model of extract/shapes/")
+    entry = catalog[model]
+    figures = {name: Figure(value=value, source=entry.sources[name]) for name, value in entry.dims.items()}
+    repo = entry.repo or model
+    for name, raw in (data.get("figures") or {}).items():
+        if name in figures:
+            raise _fail(path, f"figures.{name}", "the shape catalog already has this figure", f"remove it here (one fact, written once in extract/shapes/{model}.toml)")
+        if not isinstance(raw, dict) or not isinstance(raw.get("value"), (int, float)) or not (raw.get("key") or raw.get("derived")):
+            raise _fail(path, f"figures.{name}", "needs a number and its source", 'write `{ value = N, key = "<config.json key>" }` (or `derived = "<how>"`)')
+        extra = sorted(set(raw) - {"value", "key", "derived"})
+        if extra:
+            raise _fail(path, f"figures.{name}", f"unknown keys {extra}", "use value, key or derived")
+        source = f'{repo} config.json "{raw["key"]}"' if raw.get("key") else f"{repo} config.json: {raw['derived']}"
+        figures[name] = Figure(value=float(raw["value"]), source=source)
+    if "num_hidden_layers" not in figures:
+        raise _fail(path, "model", f"the catalog entry {model} has no num_hidden_layers", "add it to the catalog")
+    try:
+        proxy = Proxy.model_validate(data.get("proxy") or {})
+        tensors = {name: TensorDef.model_validate(raw) for name, raw in (data.get("tensors") or {}).items()}
+        steps = [Step.model_validate(raw) for raw in data.get("steps") or []]
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise _fail(path, where or "entry", first.get("msg", str(err)), "see integrate/recipe.py for the format") from err
+    recipe = LayerRecipe(
+        model=model, path=str(path), layers=int(figures["num_hidden_layers"].value), figures=figures,
+        proxy=proxy, tensors=tensors, steps=steps,
+    )  # fmt: skip
+    _validate(recipe, path)
+    return recipe
+
+
+def _sizes(recipe: LayerRecipe, tokens: int) -> dict[str, int]:
+    sizes = {name: int(f.value) for name, f in recipe.figures.items() if float(f.value).is_integer()}
+    sizes.update(T=tokens, kv_len=recipe.proxy.kv_len, rope_positions=recipe.proxy.rope_positions)
+    return sizes
+
+
+def _validate(recipe: LayerRecipe, path: pathlib.Path) -> None:
+    if not recipe.steps:
+        raise _fail(path, "steps", "the layer has no step", "list the layer's ops in order under [[steps]]")
+    if not recipe.points():
+        raise _fail(path, "proxy", "no decode or prefill point", "give proxy.decode and/or proxy.prefill token counts")
+    known = set(_sizes(recipe, 1))
+    for name, tensor in recipe.tensors.items():
+        if name in RESERVED or name in recipe.figures:
+            raise _fail(path, f"tensors.{name}", "the name is taken (a figure or a reserved sample name)", "rename the tensor")
+        for entry in [*tensor.shape, *tensor.params.values()]:
+            try:
+                missing = expr_symbols(entry) - known
+            except ContractError as err:
+                raise _fail(path, f"tensors.{name}", err.message, "write an integer expression over the figures, T, kv_len, rope_positions") from err
+            if missing:
+                raise _fail(path, f"tensors.{name}", f"{entry!r} uses unknown names {sorted(missing)} (known: {', '.join(sorted(known))})", "fix the shape")
+        needs = INIT_PARAMS.get(tensor.init, frozenset())
+        if set(tensor.params) != needs:
+            raise _fail(path, f"tensors.{name}", f"init {tensor.init} takes params {sorted(needs)}, got {sorted(tensor.params)}", "fix params")
+    for phase in PHASES:
+        seen: set[str] = set()
+        for step in recipe.steps_in(phase):
+            if step.name in seen or step.name in RESERVED:
+                raise _fail(path, f"steps.{step.name}", f"the name is used twice in the {phase} layer (or is reserved)", "give each step its own name")
+            seen.add(step.name)
+            for arg in [*step.args, *(v for v in step.kwargs.values() if isinstance(v, str))]:
+                used = recipe.tensors.get(arg)
+                if used is not None:
+                    if used.phase not in (None, phase):
+                        raise _fail(path, f"steps.{step.name}", f"tensor {arg} exists only at {used.phase}, the step runs at {phase}", "give the step a phase")
+                elif arg not in recipe.figures:
+                    raise _fail(path, f"steps.{step.name}", f"argument {arg!r} is neither a tensor nor a figure", "declare it under [tensors] or [figures]")
+            if step.torch is not None and any(a not in recipe.tensors for a in step.args):
+                raise _fail(path, f"steps.{step.name}", "a torch part takes tensors only", "pass tensor names")
+    for phase, tokens in recipe.points():
+        plan(recipe, phase, tokens)  # every shape evaluates (exact division, positive sizes)
+
+
+def plan(recipe: LayerRecipe, phase: Phase, tokens: int) -> dict[str, object]:
+    """The concrete layer at one point, as the plain JSON the worker runs."""
+    sizes = _sizes(recipe, tokens)
+    values = recipe.values()
+    steps = recipe.steps_in(phase)
+    used = {a for s in steps for a in [*s.args, *(v for v in s.kwargs.values() if isinstance(v, str))]}
+    tensors: dict[str, object] = {}
+    for name, tensor in recipe.tensors.items():
+        if tensor.phase not in (None, phase) or name not in used:
+            continue
+        try:
+            shape = [eval_expr(entry, sizes) for entry in tensor.shape]
+            params = {k: (values[v] if v in values else eval_expr(v, sizes)) for k, v in tensor.params.items()}
+        except ContractError as err:
+            raise RecipeError(f"layer recipe {recipe.path}: tensors.{name} at {phase} T={tokens}: {err.message}", fix="fix the shape") from err
+        if any(d <= 0 for d in shape):
+            raise RecipeError(f"layer recipe {recipe.path}: tensors.{name} at {phase} T={tokens} has shape {shape}", fix="every size must be positive")
+        tensors[name] = {"shape": shape, "init": tensor.init, "params": params, "dtype": tensor.dtype, "shared": tensor.shared}
+
+    def arg(value: str | bool | float) -> dict[str, object]:
+        if isinstance(value, str):
+            return {"tensor": value} if value in recipe.tensors else {"value": values[value]}
+        return {"value": value}
+
+    return {
+        "phase": phase,
+        "tokens": tokens,
+        "tensors": tensors,
+        "steps": [
+            {
+                "name": s.name, "op": s.op, "function": s.function, "torch": s.torch, "optional": s.optional,
+                "args": [arg(a) for a in s.args], "kwargs": {k: arg(v) for k, v in s.kwargs.items()},
+            }
+            for s in steps
+        ],
+    }  # fmt: skip
