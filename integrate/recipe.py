@@ -56,8 +56,8 @@ from pydantic import Field, ValidationError, model_validator
 
 from extract.shapes import load_catalog
 from integrate.errors import RecipeError
-from optimize.harness.errors import ContractError
-from optimize.harness.inputs import eval_expr, expr_symbols
+from contract.errors import ContractError
+from contract.sizes import eval_expr, expr_symbols
 from pipeline.records import Record
 
 LAYER_DIR = pathlib.Path(__file__).resolve().parent / "layers"
