@@ -47,7 +47,7 @@ import uuid
 from typing import Any, Iterable
 
 from extract import contract as contract_mod
-from extract import pyops, shapes
+from extract import entry, pyops, shapes
 from pipeline import deps as build_deps
 from pipeline.errors import ConfigError, StaleRecordError
 from pipeline.records import (
@@ -73,7 +73,7 @@ SRC_DIR = "src"
 KEY_FILE = ".extract-key"
 INCLUDE_DIR = "kernels/jit/include"
 DEFAULT_TOKEN_COUNTS = (1, 8, 64, 512, 4096, 16384)
-_OWN_CODE = ("pyops.py", "contract.py", "shapes.py", "tasks.py", "curated/loader_values.toml")
+_OWN_CODE = ("pyops.py", "entry.py", "contract.py", "shapes.py", "tasks.py", "curated/loader_values.toml")
 # planned_sizes runs the harness's shape invention: its code is an input of every task too
 _HARNESS_CODE = ("inputs.py", "constraints.py")
 
@@ -464,6 +464,7 @@ def write_task(
         contract=contract,
         shapes=cases,
         notes=list(dict.fromkeys(notes)),
+        entry_signature=entry.read_signature(root, op.module, entry.public_function(op.id, op.public_functions), contract, op.entry_points),
     )
     _publish(task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts))
     return task
