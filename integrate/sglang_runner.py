@@ -441,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--no-sanitizer", action="store_true")
     args = parser.parse_args(argv)
-    return check_only(args.run, work_dir=args.work_dir, sanitizer=not args.no_sanitizer)
+    return check_only(args.run, check_ops, work_dir=args.work_dir, sanitizer=not args.no_sanitizer)
 
 
 if __name__ == "__main__":  # pragma: no cover

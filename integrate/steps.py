@@ -8,7 +8,9 @@ which is the top of the stage (no import circle).
 - :func:`gpu_steps`: correctness through SGLang, SGLang's tests, end-to-end; each
   recorded as run, failed or not run (and why) in the report;
 - :func:`check_only` / :func:`e2e_only`: re-run one step of a run's patch and
-  refresh ``report.json`` and ``PR.md``.
+  refresh ``report.json`` and ``PR.md``;
+- :class:`Runners`: the steps' implementations, handed in by the caller, so this
+  module imports none of the modules whose mains import it.
 
 What must stay true: a task is checked with the contract its run called it with
 (:func:`optimize.harness.completion.completed_in_run`), never today's rules.
@@ -19,7 +21,8 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
 
 from integrate.errors import ConfigError, KernelsmithError
 from integrate.records import E2EResult, IntegrateReport, OpCheck, Patch, TestRun
@@ -28,6 +31,44 @@ from pipeline.records import Task, read_record, write_record
 
 REPORT = "report.json"
 PR_FILE = "PR.md"
+
+
+class CheckOps(Protocol):
+    """:func:`integrate.sglang_runner.check_ops`."""
+
+    def __call__(
+        self, tasks: Sequence[Task], baseline_pkg: pathlib.Path, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, sanitizer: bool, command: str
+    ) -> list[OpCheck]: ...
+
+
+class OpTests(Protocol):
+    """:func:`integrate.sglang_tests.op_tests`."""
+
+    def __call__(
+        self, task: Task, checkout: pathlib.Path | None, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, why_no_checkout: str
+    ) -> TestRun: ...
+
+
+class E2ERun(Protocol):
+    """:func:`integrate.e2e.run`."""
+
+    def __call__(self, baseline_pkg: pathlib.Path, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, command: str) -> E2EResult: ...
+
+
+@dataclass(frozen=True)
+class Runners:
+    """The GPU steps' implementations, handed in by the entry point that runs them.
+
+    Why: the steps' modules (:mod:`integrate.sglang_runner`, :mod:`integrate.sglang_tests`,
+    :mod:`integrate.e2e`) have ``python -m`` mains that call :func:`check_only` /
+    :func:`e2e_only`, so they import this module; this module therefore imports none of
+    them (no circle). :mod:`integrate.command`, the top, gives all three; a main gives
+    its own. A step asked for without its runner is a programming error.
+    """
+
+    check: CheckOps | None = None
+    tests: OpTests | None = None
+    e2e: E2ERun | None = None
 
 
 def say(text: str) -> None:
@@ -63,12 +104,12 @@ def gpu_steps(
     tests: bool = True,
     e2e: bool = True,
     sanitizer: bool = True,
+    runners: Runners,
 ) -> tuple[IntegrateReport, bool]:
     """Run the GPU steps; returns the updated report and whether every step that ran succeeded."""
-    from integrate import e2e as e2e_mod
-    from integrate.sglang_runner import check_ops
-    from integrate.sglang_tests import op_tests
-
+    for wanted, given, name in ((checks, runners.check, "check"), (tests, runners.tests, "tests"), (e2e, runners.e2e, "e2e")):
+        if wanted and given is None:
+            raise ValueError(f"gpu_steps: the {name} step is asked for but Runners.{name} is not given")
     patch = report.patch
     run = report.run
     ok, device = gpu_available()
@@ -86,7 +127,8 @@ def gpu_steps(
         update["not_run"].pop("correctness", None)
         update["failed_steps"].pop("correctness", None)
         try:
-            update["checks"] = check_ops(
+            assert runners.check is not None
+            update["checks"] = runners.check(
                 tasks, baseline_pkg, patched_pkg, out_dir, sanitizer=sanitizer, command=f"python -m integrate.sglang_runner --run {run}"
             )
         except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
@@ -108,7 +150,8 @@ def gpu_steps(
         runs: list[TestRun] = []
         for task in tasks:
             try:
-                runs.append(op_tests(task, checkout, patched_pkg, out_dir, why_no_checkout=why))
+                assert runners.tests is not None
+                runs.append(runners.tests(task, checkout, patched_pkg, out_dir, why_no_checkout=why))
             except (OSError, KernelsmithError, subprocess.SubprocessError) as err:
                 good = False
                 runs.append(TestRun(op_id=task.op_id, ran=False, reason=f"could not run pytest: {err}"))
@@ -119,7 +162,8 @@ def gpu_steps(
         update["not_run"].pop("e2e", None)
         update["failed_steps"].pop("e2e", None)
         try:
-            update["e2e"] = e2e_mod.run(baseline_pkg, patched_pkg, out_dir, command=f"python -m integrate.e2e --run {run}")
+            assert runners.e2e is not None
+            update["e2e"] = runners.e2e(baseline_pkg, patched_pkg, out_dir, command=f"python -m integrate.e2e --run {run}")
         except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
             good = False
             message = _message(err)
@@ -193,17 +237,19 @@ def _state(run: str, work_dir: str | None) -> tuple[IntegrateReport, pathlib.Pat
     return report, out_dir, config.work / "runs" / run
 
 
-def check_only(run: str, *, work_dir: str | None = None, sanitizer: bool = True) -> int:
+def check_only(run: str, check: CheckOps, *, work_dir: str | None = None, sanitizer: bool = True) -> int:
     """Re-run the correctness step of a run's patch and refresh report.json and PR.md."""
     report, out_dir, run_dir = _state(run, work_dir)
-    report, good = gpu_steps(report, _tasks(report.patch, run_dir), out_dir, tests=False, e2e=False, sanitizer=sanitizer)
+    report, good = gpu_steps(
+        report, _tasks(report.patch, run_dir), out_dir, tests=False, e2e=False, sanitizer=sanitizer, runners=Runners(check=check)
+    )
     print_summary(report, publish(report, out_dir, run_dir))
     return 0 if good else 1
 
 
-def e2e_only(run: str, *, work_dir: str | None = None) -> int:
+def e2e_only(run: str, e2e: E2ERun, *, work_dir: str | None = None) -> int:
     """Re-run the end-to-end step of a run's patch and refresh report.json and PR.md."""
     report, out_dir, run_dir = _state(run, work_dir)
-    report, good = gpu_steps(report, _tasks(report.patch, run_dir), out_dir, checks=False, tests=False, e2e=True)
+    report, good = gpu_steps(report, _tasks(report.patch, run_dir), out_dir, checks=False, tests=False, e2e=True, runners=Runners(e2e=e2e))
     print_summary(report, publish(report, out_dir, run_dir))
     return 0 if good else 1
