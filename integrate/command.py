@@ -29,12 +29,12 @@ from __future__ import annotations
 import argparse
 import pathlib
 
+from integrate import e2e as e2e_mod
 from integrate.errors import ConfigError
 from integrate.records import IntegrateReport
-from integrate import e2e as e2e_mod
 from integrate.sglang_runner import check_ops
 from integrate.sglang_tests import op_tests
-from integrate.steps import PR_FILE, REPORT, Runners, gpu_steps, print_summary, publish, say
+from integrate.steps import Runners, gpu_steps, print_summary, publish, say
 from pipeline.config import Config
 
 

@@ -36,7 +36,6 @@ import os
 import pathlib
 import queue
 import re
-import secrets
 import shutil
 import subprocess
 import sys

@@ -104,10 +104,10 @@ def fused_op_of(op_id: str, module_name: str) -> Any:
     except ImportError:
         return None
     parts = module_name.split(".")
-    for depth in range(len(parts), 2, -1):
+    for depth in range(len(parts), 3, -1):  # down to the op's group package, sglang.kernels.ops.<group>
         try:
             module = importlib.import_module(".".join(parts[:depth]))
-        except ImportError:
+        except Exception:  # noqa: BLE001 - a package that does not import here holds no op we can call
             continue
         for value in vars(module).values():
             if isinstance(value, BaseFusedOp) and getattr(value, "op", None) == op_id:
@@ -147,6 +147,18 @@ def bind(params: list[dict[str, Any]], tensors: dict[str, Any], scalars: dict[st
     return args, kwargs
 
 
+def _accepts(method: Callable[..., Any] | None, args: list[Any], kwargs: dict[str, Any]) -> bool:
+    import inspect
+
+    if method is None:
+        return False
+    try:
+        inspect.signature(method).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 class Call:
     """One planned call of a public op: seeded storages from the plan, the bound arguments,
     and everything the call can change (the tensors it is given, what it returns)."""
@@ -181,6 +193,9 @@ class Call:
         }
         self.poisoned = {t.name for t in plans if t.role == "output"}
         self.args, self.kwargs = bind(req["params"], self.buffers.views, req["scalars"], req["sizes"])
+        if self.fused is not None and not _accepts(getattr(self.fused, "forward_jit", None), self.args, self.kwargs):
+            self.fused = None  # its JIT backend takes other parameters: call the JIT function itself
+            self.fn = getattr(module, req["function"])
         self.returned: Any = None
 
     def __call__(self) -> None:
