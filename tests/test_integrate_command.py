@@ -119,6 +119,7 @@ def test_self_check_without_gpu_records_every_plan_and_exits_1(one_op_run, monke
     record = read_record(SelfCheck, out / "self-check.json")
     assert record.gpu is None and [c.op_id for c in record.checks] == [OP]
     assert record.checks[0].ran is False and "no GPU here" in record.checks[0].reason
+    assert record.checks[0].planned and record.checks[0].reason.endswith("cases planned"), "the CPU still plans every case"
     assert "kernelsmith extract --ops nope.missing" in record.not_loaded["nope.missing"]
     table = (out / "self-check.md").read_text()
     assert f"| {OP} | 0 |" in table and "| nope.missing |" in table
