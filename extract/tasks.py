@@ -49,7 +49,7 @@ from typing import Any, Iterable
 from contract.layout import KEY_FILE, SRC_DIR, task_dir
 from contract.shapes import synthetic_shape
 from extract import contract as contract_mod
-from extract import pyops, shapes
+from extract import entry, pyops, shapes
 from pipeline import deps as build_deps
 from pipeline.digest import source_digest
 from pipeline.errors import ConfigError
@@ -454,6 +454,7 @@ def write_task(
         contract=contract,
         shapes=cases,
         notes=list(dict.fromkeys(notes)),
+        entry_signature=entry.read_signature(root, op.module, entry.public_function(op.id, op.public_functions), contract, op.entry_points),
     )
     _publish(task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts))
     return task

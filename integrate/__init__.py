@@ -1,7 +1,10 @@
 """Kernelsmith integrate stage: from an optimize run's accepted candidates to a patch SGLang can take.
 
-``command`` runs the stage; ``patch`` makes and verifies ``sglang.patch`` and the
-patched copy; ``sglang_runner`` / ``sglang_worker`` prove it through SGLang's own
-ops on the GPU; ``sglang_tests`` runs SGLang's tests; ``e2e`` measures a model
-layer; ``pr`` writes PR.md. See integrate/README.md.
+Modules, in dependency order (each imports only those before it, and the floors below):
+``errors``, ``records``, ``diffs``, ``patch`` (makes and verifies ``sglang.patch`` and the
+patched copy), ``sglang_bare``, ``calls`` (each op's calls planned from its contract),
+``sglang_worker`` (run in a subprocess per tree), ``sglang_runner`` (proves it through SGLang's
+own ops on the GPU), ``sglang_tests`` (SGLang's tests), ``e2e`` (measures a model layer),
+``pr`` (writes PR.md), ``steps`` (the GPU steps the entry points share), ``selfcheck``
+(``--self-check``), ``command`` (the top: nothing imports it). See integrate/README.md.
 """

@@ -335,3 +335,20 @@ def run(
     """The layer proxy, then the one_batch adapter: what :mod:`integrate.command` calls for its e2e step."""
     result = run_layers(baseline_pkg, patched_pkg, out_dir, command=command, recipe=recipe)
     return result.model_copy(update={"one_batch": one_batch(baseline_pkg, patched_pkg, out_dir)})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m integrate.e2e --run RUN``: re-run only the end-to-end step of a run's patch."""
+    import argparse
+
+    from integrate.steps import e2e_only
+
+    parser = argparse.ArgumentParser(prog="python -m integrate.e2e", description=main.__doc__)
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--work-dir", default=None)
+    args = parser.parse_args(argv)
+    return e2e_only(args.run, run, work_dir=args.work_dir)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

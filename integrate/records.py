@@ -14,6 +14,8 @@ Files of one integrate run:
   about it on the GPU (correctness through SGLang's own ops, SGLang's tests,
   end-to-end proxy), and what was *not* run and why.
 - ``PR.md``: the pull-request text written from ``report.json``.
+- ``self-check/self-check.json`` (:class:`SelfCheck`): ``--self-check``, the baseline
+  checked against a pristine copy of itself through SGLang.
 
 What must stay true: a check that did not run is recorded as not run
 (``ran=False`` with the reason), never as passed; counts come from parsed tool
@@ -100,6 +102,8 @@ class CheckCase(Record):
     atol: float
     outputs: list[str] = Field(default_factory=list)  # names of the tensors compared
     poisoned: bool = False  # outputs were NaN-filled before the call (unwritten elements are caught)
+    held_out: bool = False  # a fresh shape drawn for this check, not a catalog one
+    first_call_s: float | None = None  # the patched call's wall time when it was the first of its JIT module
 
 
 class SanitizerRun(Record):
@@ -123,6 +127,10 @@ class OpCheck(Record):
     failed: int = 0  # fail + error
     skipped: int = 0
     jit_build_s: dict[str, float] = Field(default_factory=dict)  # "baseline"/"patched" -> wall seconds SGLang's load_jit took to build every module of the checks (all ops, in parallel)
+    planned: bool = True  # False: the op could not be called from its contract (``reason`` says why)
+    first_call_s: float | None = None  # patched tree: first call of each of the op's JIT modules (build + load + run), summed
+    modules: int = 0  # JIT modules the op's cases need
+    unplanned: dict[str, str] = Field(default_factory=dict)  # "<case> <dtype>" -> why that case has no plan
     sanitizer: list[SanitizerRun] = Field(default_factory=list)
     command: str = ""  # reproduces this check
 
@@ -226,3 +234,19 @@ class IntegrateReport(VersionedRecord):
     failed_steps: dict[str, str] = Field(default_factory=dict)  # step -> the error that broke it
     branch: str | None = None  # --git-branch result
     commit: str | None = None
+
+
+# --------------------------------------------------------------------------- self-check
+
+
+class SelfCheck(VersionedRecord):
+    """The baseline checked against itself through SGLang, per op."""
+
+    date: str
+    command: str
+    gpu: str | None = None  # None: no GPU here, nothing ran
+    source: SourceInfo
+    baseline_tree: str
+    copy_tree: str
+    checks: list[OpCheck] = Field(default_factory=list)
+    not_loaded: dict[str, str] = Field(default_factory=dict)  # op id -> why its task could not be read

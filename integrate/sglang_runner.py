@@ -5,20 +5,20 @@ from ONE tree: the pristine one and the patched copy. Each points SGLang's JIT
 cache (and every third-party cache) at its own private folder, so the patched
 worker really compiles the patched sources with SGLang's nvcc/ninja/tvm-ffi path
 and the pristine worker really compiles the originals; nothing is shared with
-``~/.cache/sglang``. First both workers build every module the checks need at
-once (SGLang's ``parallel_compile`` over 1-row calls of the public op: rmsnorm
-alone has one module per width and dtype). Then, for every catalog shape of the
-task (``Task.shapes``) and
-every dtype SGLang instantiates (``Task.instantiations``), both workers build
-the same seeded inputs, call the public op (``sglang.kernels.ops.activation.
-silu_and_mul`` with the JIT backend forced and traced,
-``sglang.kernels.ops.layernorm.norm.rmsnorm`` / ``fused_add_rmsnorm``), the
-pristine worker hands its outputs over through a file, and the patched worker
-judges its own with the optimize stage's rules (poisoned outputs, NaN rules,
-per-dtype tolerances, bitwise equality reported). A case the pristine op
-itself rejects is ``skipped`` (it tests nothing of the patch); a patched call
-that raises or kills its worker is an ``error`` (a failure), and the worker is
-restarted, since CUDA errors are sticky.
+``~/.cache/sglang``. The calls are planned from each task's contract
+(:mod:`integrate.calls`): every catalog shape (or the contract's synthetic shape
+when no model sizes it) and a few held-out draws, x every dtype SGLang
+instantiates. First both workers build every module the checks need at once
+(SGLang's ``parallel_compile`` over one planned call per module). Then, case by
+case, both workers fill the same seeded inputs, call the op's public function by
+parameter name (through its ``BaseFusedOp`` with the JIT backend forced and
+traced, where SGLang registered one), the pristine worker hands everything it
+observed (every tensor argument after the call, every returned value) over
+through a file, and the patched worker judges its own with the optimize stage's
+rules (poisoned outputs, NaN rules, per-dtype tolerances, bitwise equality
+reported). A case the pristine op itself rejects is ``skipped`` (it tests
+nothing of the patch); a patched call that raises or kills its worker is an
+``error`` (a failure), and the worker is restarted, since CUDA errors are sticky.
 
 Optionally the patched worker then runs a few cases under compute-sanitizer
 (memcheck), where the tool exists and the GPU allows it.
@@ -36,15 +36,15 @@ import os
 import pathlib
 import queue
 import re
-import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from integrate.calls import HELD_OUT, OpPlan, PlannedCase, plan_op, sanitizer_picks, warm_cases
 from integrate.errors import WorkerError
 from integrate.records import CheckCase, OpCheck, SanitizerRun
 from pipeline.records import Task
@@ -67,22 +67,8 @@ GPU_WHEELS: tuple[str, ...] = (
 
 WORKER = pathlib.Path(__file__).with_name("sglang_worker.py")
 KERNELSMITH_ROOT = pathlib.Path(__file__).resolve().parent.parent
-DEFAULT_EPS = 1e-6
 START_TIMEOUT_S = 300.0  # importing sglang.kernels (torch, triton) on a cold machine
 SANITIZER_CASES = 2  # per op: the smallest and one mid-size catalog shape, first dtype
-
-
-def gpu_available() -> tuple[bool, str]:
-    """(True, device name) when torch sees a CUDA device here, else (False, why not)."""
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        return False, "torch is not installed"
-    import torch
-
-    if not torch.cuda.is_available():
-        return False, "torch sees no CUDA device"
-    return True, torch.cuda.get_device_name(0)
 
 
 def worker_env(cache_dir: pathlib.Path) -> dict[str, str]:
@@ -223,55 +209,6 @@ class TreeWorker:
 # --------------------------------------------------------------------------- cases
 
 
-def public_function(op_id: str) -> str:
-    from integrate.sglang_worker import PUBLIC_OPS
-
-    module, name = PUBLIC_OPS[op_id]
-    return f"{module}.{name}"
-
-
-def supported(op_id: str) -> bool:
-    from integrate.sglang_worker import PUBLIC_OPS
-
-    return op_id in PUBLIC_OPS
-
-
-def case_dims(task: Task, index: int) -> tuple[dict[str, int], int, int]:
-    """(sizes, rows, width) of catalog case ``index``: from the contract's first tensor argument.
-
-    The first tensor of every supported entry point is the op's main input
-    (``input`` of run_activation / rmsnorm / fused_add_rmsnorm); rows are its
-    leading dimensions multiplied, width its last one.
-    """
-    from contract.sizes import eval_expr, resolve_sizes, tensor_specs
-
-    case = task.shapes[index]
-    sizes = resolve_sizes(task.contract, case, task.shapes)
-    specs = [s for s in tensor_specs(task.contract) if s.role in ("input", "inout")]
-    if not specs:
-        raise WorkerError(f"the contract of {task.op_id} has no input tensor to size the public op from")
-    dims = [eval_expr(d, sizes) for d in specs[0].shape]
-    rows = 1
-    for d in dims[:-1]:
-        rows *= d
-    return sizes, rows, dims[-1]
-
-
-def eps_of(task: Task) -> float:
-    for arg in task.contract.args:
-        if arg.kind == "scalar" and arg.scalar is not None and arg.scalar.name == "eps" and arg.scalar.value is not None:
-            return float(arg.scalar.value)
-    return DEFAULT_EPS
-
-
-def task_dtypes(task: Task) -> list[str]:
-    seen: list[str] = []
-    for inst in task.instantiations:
-        if inst.dtype not in seen:
-            seen.append(inst.dtype)
-    return seen
-
-
 EXCHANGE_MIN_FREE = 8 << 30  # the largest catalog output is about 1 GiB; keep room
 
 
@@ -285,6 +222,60 @@ def _exchange_dir(out_dir: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def rows_width(case: PlannedCase) -> tuple[int, int]:
+    """(rows, width) of the case's first tensor: its leading dimensions multiplied, its last one."""
+    tensors = case.request.get("tensors")
+    if not isinstance(tensors, list) or not tensors or not isinstance(tensors[0], dict):
+        return 0, 0
+    shape = tensors[0].get("shape")
+    dims = [int(d) for d in shape] if isinstance(shape, list) else []  # type: ignore[arg-type]
+    if not dims:
+        return 1, 1
+    rows = 1
+    for d in dims[:-1]:
+        rows *= d
+    return rows, dims[-1]
+
+
+def _check_case(
+    case: PlannedCase, base: TreeWorker, new: TreeWorker, exchange: pathlib.Path, index: int, *, timeout_s: float
+) -> CheckCase:
+    """One case: the pristine worker saves what it observes, the patched one judges its own against it."""
+    from optimize.harness.compare import tolerance
+
+    tol = tolerance(case.dtype)
+    rows, width = rows_width(case)
+    common: dict[str, Any] = dict(
+        label=case.label, sizes=case.sizes, rows=rows, width=width, dtype=case.dtype, rtol=tol.rtol, atol=tol.atol, seed=case.seed, held_out=case.held_out
+    )
+    path = exchange / f"{index}-{case.dtype}.pt"
+    try:
+        try:
+            a = base.request({**case.request, "mode": "save", "path": str(path)}, timeout_s=timeout_s)
+        except WorkerError as err:
+            base.restart()
+            return CheckCase(**common, status="skipped", reason=f"the pristine op fails here too: {err.message}")
+        if a.get("status") == "error":
+            return CheckCase(**common, status="skipped", reason=f"pristine tree: {a['reason']}")
+        try:
+            b = new.request({**case.request, "mode": "compare", "path": str(path)}, timeout_s=timeout_s)
+        except WorkerError as err:
+            new.restart()
+            return CheckCase(**common, status="error", reason=f"the patched op failed: {err.message}; {err.detail[-600:]}")
+    finally:
+        path.unlink(missing_ok=True)
+    return CheckCase(
+        **common,
+        status=b.get("status", "error"),
+        reason=b.get("reason", ""),
+        bitwise_equal=b.get("bitwise_equal"),
+        max_abs_err=b.get("max_abs_err"),
+        outputs=list(b.get("outputs", [])),
+        poisoned=bool(b.get("poisoned")),
+        first_call_s=b.get("first_call_s"),
+    )
+
+
 def check_ops(
     tasks: Sequence[Task],
     baseline_pkg: pathlib.Path,
@@ -295,23 +286,25 @@ def check_ops(
     sanitizer: bool = True,
     command: str = "",
     python: str = sys.executable,
+    held_out: int = HELD_OUT,
+    progress: Callable[[OpCheck], None] | None = None,
 ) -> list[OpCheck]:
-    """Correctness of every task's op, patched tree against pristine tree, through SGLang's public ops."""
-    from optimize.harness.compare import tolerance
+    """Correctness of every task's op, patched tree against pristine tree, through SGLang's public ops.
 
+    Each task must already carry the contract its run called it with
+    (:func:`contract.layout.completed_in_run`). One worker per tree serves
+    every op; both build every module at once first. An op that cannot be called from
+    its contract, or whose every case the pristine tree rejects, is recorded with the
+    reason and the others go on.
+    """
+    plans = [plan_op(t, held_out=held_out) for t in tasks]
     results: list[OpCheck] = []
-    runnable = [t for t in tasks if supported(t.op_id)]
-    for task in tasks:
-        if not supported(task.op_id):
-            results.append(
-                OpCheck(
-                    op_id=task.op_id,
-                    function="",
-                    ran=False,
-                    reason=f"integrate has no public-op adapter for {task.op_id} (only {', '.join(sorted(_ops()))})",
-                    command=command,
-                )
-            )
+    for plan in plans:
+        if not plan.cases:
+            results.append(OpCheck(op_id=plan.op_id, function=plan.function, ran=False, planned=False, reason=plan.reason, command=command))
+            if progress is not None:
+                progress(results[-1])
+    runnable = [p for p in plans if p.cases]
     if not runnable:
         return results
     exchange = _exchange_dir(out_dir)
@@ -320,83 +313,55 @@ def check_ops(
         with TreeWorker("baseline", baseline_pkg, out_dir / "cache" / "baseline", logs / "worker-baseline.log", python=python) as base, TreeWorker(
             "patched", patched_pkg, out_dir / "cache" / "patched", logs / "worker-patched.log", python=python
         ) as new:
-            build_s: dict[str, dict[str, float]] = {}
-            warm = [
-                {"op": t.op_id, "dtype": d, "width": case_dims(t, i)[2]} for t in runnable for i in range(len(t.shapes)) for d in task_dtypes(t)
-            ]
+            build_s: dict[str, float] = {}
+            warm = warm_cases(runnable)
             for worker in (base, new):  # both trees build at once
                 worker.send({"cmd": "warm", "cases": warm})
+            first_build: dict[str, dict[str, float | None]] = {}
             for worker in (base, new):
-                answer = worker.receive({"cmd": "warm"}, timeout_s=timeout_s)
-                build_s[worker.name] = {"seconds": float(answer["seconds"]), "modules": float(answer["modules"])}
-            for task in runnable:
-                eps = eps_of(task)
+                try:
+                    answer = worker.receive({"cmd": "warm"}, timeout_s=timeout_s)
+                except WorkerError as err:  # a build that kills its worker: the cases build on first call instead
+                    worker.restart()
+                    first_build[worker.name] = {}
+                    (logs / f"warm-{worker.name}.error").write_text(f"{err.message}\n{err.detail}", encoding="utf-8")
+                    continue
+                build_s[worker.name] = float(answer["seconds"])
+                first_build[worker.name] = dict(answer.get("first_call_s") or {})
+            for plan in runnable:
                 cases: list[CheckCase] = []
-                for index, shape in enumerate(task.shapes):
-                    sizes, rows, width = case_dims(task, index)
-                    for dtype in task_dtypes(task):
-                        tol = tolerance(dtype)
-                        seed = secrets.randbits(31)
-                        path = exchange / f"{task.op_id}-{index}-{dtype}.pt"
-                        req = {"cmd": "check", "op": task.op_id, "rows": rows, "width": width, "dtype": dtype, "seed": seed, "eps": eps}
-                        common = dict(label=shape.label, sizes=sizes, rows=rows, width=width, dtype=dtype, rtol=tol.rtol, atol=tol.atol, seed=seed)
-                        try:
-                            try:
-                                a = base.request({**req, "mode": "save", "path": str(path)}, timeout_s=timeout_s)
-                            except WorkerError as err:
-                                base.restart()
-                                cases.append(CheckCase(**common, status="skipped", reason=f"the pristine op fails here too: {err.message}"))
-                                continue
-                            if a.get("status") == "error":
-                                cases.append(CheckCase(**common, status="skipped", reason=f"pristine tree: {a['reason']}"))
-                                continue
-                            try:
-                                b = new.request({**req, "mode": "compare", "path": str(path), "rtol": tol.rtol, "atol": tol.atol}, timeout_s=timeout_s)
-                            except WorkerError as err:
-                                new.restart()
-                                cases.append(CheckCase(**common, status="error", reason=f"the patched op failed: {err.message}; {err.detail[-600:]}"))
-                                continue
-                        finally:
-                            path.unlink(missing_ok=True)
-                        cases.append(
-                            CheckCase(
-                                **common,
-                                status=b.get("status", "error"),
-                                reason=b.get("reason", ""),
-                                bitwise_equal=b.get("bitwise_equal"),
-                                max_abs_err=b.get("max_abs_err"),
-                                outputs=list(b.get("outputs", [])),
-                                poisoned=bool(b.get("poisoned")),
-                            )
-                        )
+                for index, case in enumerate(plan.cases):
+                    cases.append(_check_case(case, base, new, exchange, index, timeout_s=timeout_s))
                 passed = sum(c.status == "pass" for c in cases)
                 skipped = sum(c.status == "skipped" for c in cases)
+                keys = sorted({c.key for c in plan.cases})
+                module_s = [first_build.get("patched", {}).get(k) for k in keys]
                 results.append(
                     OpCheck(
-                        op_id=task.op_id,
-                        function=public_function(task.op_id),
+                        op_id=plan.op_id,
+                        function=plan.function,
                         ran=len(cases) > skipped,
-                        reason="" if len(cases) > skipped else "the pristine op rejected every case",
+                        reason="" if len(cases) > skipped else "the pristine op rejected every case: " + cases[0].reason,
                         cases=cases,
                         passed=passed,
                         failed=len(cases) - passed - skipped,
                         skipped=skipped,
-                        jit_build_s={who: v["seconds"] for who, v in build_s.items()},
+                        jit_build_s=dict(build_s),
+                        first_call_s=sum(s for s in module_s if s is not None) if any(s is not None for s in module_s) else None,
+                        modules=len(keys),
+                        unplanned=dict(plan.unplanned),
                         command=command,
                     )
                 )
+                if progress is not None:
+                    progress(results[-1])
     finally:
         shutil.rmtree(exchange, ignore_errors=True)
     if sanitizer:
-        run = run_sanitizer(runnable, patched_pkg, out_dir)
+        run = run_sanitizer([p for p in runnable if any(r.ran and r.op_id == p.op_id for r in results)], patched_pkg, out_dir)
         results = [r.model_copy(update={"sanitizer": [run]}) if r.ran else r for r in results]
-    return results
-
-
-def _ops() -> set[str]:
-    from integrate.sglang_worker import PUBLIC_OPS
-
-    return set(PUBLIC_OPS)
+    order = {t.op_id: i for i, t in enumerate(tasks)}
+    return sorted(results, key=lambda r: order.get(r.op_id, len(order)))
 
 
 # --------------------------------------------------------------------------- sanitizer
@@ -404,20 +369,7 @@ def _ops() -> set[str]:
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
 
 
-def sanitizer_cases(task: Task) -> list[int]:
-    """Catalog indices to run under the sanitizer: the smallest case and a mid-size one."""
-    if not task.shapes:
-        return []
-    sizes = []
-    for index in range(len(task.shapes)):
-        _, rows, width = case_dims(task, index)
-        sizes.append((rows * width, index))
-    sizes.sort()
-    picks = [sizes[0][1], sizes[len(sizes) // 2][1]]
-    return sorted(set(picks))[:SANITIZER_CASES]
-
-
-def run_sanitizer(tasks: Sequence[Task], patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, tool: str = "memcheck", timeout_s: float = 600.0) -> SanitizerRun:
+def run_sanitizer(plans: Sequence[OpPlan], patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, tool: str = "memcheck", timeout_s: float = 600.0) -> SanitizerRun:
     """Run a few cases of every patched op under compute-sanitizer, in one process; parse its error summary.
 
     One process for all ops (the tool's start-up on a torch process is the slow
@@ -428,13 +380,12 @@ def run_sanitizer(tasks: Sequence[Task], patched_pkg: pathlib.Path, out_dir: pat
     exe = shutil.which("compute-sanitizer")
     if exe is None:
         return SanitizerRun(tool=tool, ran=False, reason="compute-sanitizer is not on PATH")
-    requests, labels = [], []
-    for task in tasks:
-        dtype = task_dtypes(task)[0]
-        for index in sanitizer_cases(task):
-            _, rows, width = case_dims(task, index)
-            requests.append({"cmd": "check", "op": task.op_id, "rows": rows, "width": width, "dtype": dtype, "seed": 1234 + index, "eps": eps_of(task), "mode": "run"})
-            labels.append(f"{task.op_id} {task.shapes[index].label} {dtype}")
+    requests: list[dict[str, Any]] = []
+    labels: list[str] = []
+    for plan in plans:
+        for case in sanitizer_picks(plan, SANITIZER_CASES):
+            requests.append({**case.request, "mode": "run"})
+            labels.append(f"{plan.op_id} {case.label} {case.dtype}")
     logs = out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     req_file = logs / f"sanitizer-{tool}.json"
@@ -471,9 +422,10 @@ def _oneshot_answers(stdout: str) -> list[dict[str, Any]] | None:
     for line in reversed(stdout.splitlines()):
         if line.startswith("["):
             try:
-                return json.loads(line)
+                answers: list[dict[str, Any]] = json.loads(line)
             except ValueError:
                 return None
+            return answers
     return None
 
 
@@ -481,14 +433,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m integrate.sglang_runner --run RUN``: re-run only the correctness check of a run's patch."""
     import argparse
 
-    from integrate.command import check_only
+    from integrate.steps import check_only
 
     parser = argparse.ArgumentParser(prog="python -m integrate.sglang_runner", description=main.__doc__)
     parser.add_argument("--run", required=True)
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--no-sanitizer", action="store_true")
     args = parser.parse_args(argv)
-    return check_only(args.run, work_dir=args.work_dir, sanitizer=not args.no_sanitizer)
+    return check_only(args.run, check_ops, work_dir=args.work_dir, sanitizer=not args.no_sanitizer)
 
 
 if __name__ == "__main__":  # pragma: no cover

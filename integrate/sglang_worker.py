@@ -16,13 +16,21 @@ original stdout. Everything else (SGLang's and nvcc's output, ``print``) goes
 to stderr: fd 1 is pointed at fd 2 before anything is imported. Commands:
 
 - ``ping``: device, torch version, the tree's kernel path.
-- ``warm``: build, concurrently, every JIT module a list of cases needs.
-- ``check``: build seeded inputs for one op at (rows, width, dtype), poison the
-  outputs, call the public op; ``mode=save`` writes the outputs to ``path``,
-  ``mode=compare`` loads the other tree's outputs from ``path`` and judges
-  them with the optimize stage's comparison rules
-  (:func:`optimize.harness.compare.compare_tensor`); ``mode=run`` only runs
-  (for compute-sanitizer).
+- ``warm``: build, concurrently, every JIT module a list of planned calls needs
+  (one call per module).
+- ``check``: one planned call (:mod:`integrate.calls`: the public function's
+  module and name, the harness's TensorPlans of the tensors it is given, the
+  scalars, and which parameter feeds which contract argument). The worker fills
+  seeded storages with the harness's own filling rules
+  (:func:`optimize.harness.inputs.make_images`: values, value ranges, offsets and
+  distinct draws, NaN-poisoned outputs), calls the function by parameter name and
+  observes everything it can change: every tensor it was given, after the call,
+  and what it returned. ``mode=save`` writes them to ``path``; ``mode=compare``
+  loads the other tree's from ``path`` and judges them with the optimize stage's
+  rules (:func:`optimize.harness.compare.compare_tensor`); ``mode=run`` only runs
+  (for compute-sanitizer). A public function backed by a ``BaseFusedOp`` (found
+  by its ``op`` attribute, not by name) is called through it with every call
+  traced, so the check proves the JIT backend ran.
 - ``layer``: CUDA-graph timing of one whole decoder layer from its recipe's plan
   (:mod:`integrate.layer_worker`, the e2e proxy).
 - ``exit``.
@@ -30,118 +38,179 @@ to stderr: fd 1 is pointed at fd 2 before anything is imported. Commands:
 ``--oneshot FILE`` runs a JSON list of requests and prints the answers: the
 form compute-sanitizer launches.
 
-Imports: stdlib, torch, the tree, and (for the comparison and timing rules)
-``optimize.harness.compare`` / ``optimize.harness.timing``, which are pure
-Python. No pydantic here.
+Imports: stdlib, torch, the tree, and the harness's rules:
+``optimize.harness.compare`` and ``optimize.harness.timing`` (pure Python) and
+``optimize.harness.inputs`` for filling tensors, which still imports
+:mod:`pipeline.records` (pydantic) until its torch half has a module of its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
 import traceback
 from typing import Any, Callable
 
-# op id -> (module, function) of SGLang's public op. silu_and_mul is a BaseFusedOp
-# (one entry point, several backends): the parent sets SGLANG_FORCE_FUSED_OP_BACKEND=jit
-# and every call is traced to prove the JIT backend (the patched source) ran.
-PUBLIC_OPS: dict[str, tuple[str, str]] = {
-    "activation.silu_and_mul": ("sglang.kernels.ops.activation", "silu_and_mul"),
-    "layernorm.rmsnorm": ("sglang.kernels.ops.layernorm.norm", "rmsnorm"),
-    "layernorm.fused_add_rmsnorm": ("sglang.kernels.ops.layernorm.norm", "fused_add_rmsnorm"),
-}
-FUSED_OPS = {"activation.silu_and_mul"}
+def _torch_dtype(name: str) -> Any:
+    from optimize.harness.inputs import torch_dtype
 
-# Poison bit patterns: NaNs with a payload no arithmetic produces (canonical NaNs are 0x7FC0 / 0x7FC00000).
-POISON_BITS = {"bf16": 0x7FA5, "fp16": 0x7DA5, "fp32": 0x7FA5A5A5}
+    return torch_dtype(name)
 
 
-def _torch_dtype(name: str):
-    import torch
-
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+# --------------------------------------------------------------------------- checks
 
 
-def _bits(tensor):
-    import torch
+def _short_dtype(dtype: Any) -> str:
+    """torch dtype -> the harness's short spelling (bf16, int32, ...)."""
+    from optimize.harness.inputs import ITEMSIZE, torch_dtype
 
-    return tensor.view(torch.int32 if tensor.dtype == torch.float32 else torch.int16)
-
-
-def _poisoned(shape, dtype: str):
-    import torch
-
-    out = torch.empty(shape, dtype=_torch_dtype(dtype), device="cuda")
-    pattern = POISON_BITS[dtype]
-    if dtype != "fp32" and pattern >= 0x8000:
-        pattern -= 0x10000
-    _bits(out).fill_(pattern)
-    return out
+    for short in ITEMSIZE:
+        if torch_dtype(short) == dtype:
+            return short
+    raise KeyError(f"no harness spelling for torch dtype {dtype}")
 
 
-def _public(op_id: str) -> Callable:
+def fused_op_of(op_id: str, module_name: str) -> Any:
+    """The BaseFusedOp instance SGLang registered for ``op_id`` (its ``op`` attribute), looked
+    for in the public function's module and its parent packages; None when there is none.
+
+    Such an op has several backends behind one entry point: the parent forces the JIT one
+    (``SGLANG_FORCE_FUSED_OP_BACKEND=jit``) and every call through it is traced, so a check
+    proves the JIT backend (the patched source) ran.
+    """
     import importlib
 
-    if op_id not in PUBLIC_OPS:
-        raise KeyError(f"no public-op adapter for {op_id}; known: {', '.join(sorted(PUBLIC_OPS))}")
-    module, name = PUBLIC_OPS[op_id]
-    return getattr(importlib.import_module(module), name)
+    try:
+        from sglang.kernels.fused_op import BaseFusedOp
+    except ImportError:
+        return None
+    parts = module_name.split(".")
+    for depth in range(len(parts), 3, -1):  # down to the op's group package, sglang.kernels.ops.<group>
+        try:
+            module = importlib.import_module(".".join(parts[:depth]))
+        except Exception:  # noqa: BLE001 - a package that does not import here holds no op we can call
+            continue
+        for value in vars(module).values():
+            if isinstance(value, BaseFusedOp) and getattr(value, "op", None) == op_id:
+                return value
+    return None
 
 
-class Case:
-    """Seeded inputs of one op call and the tensors it writes."""
+def bind(params: list[dict[str, Any]], tensors: dict[str, Any], scalars: dict[str, Any], sizes: dict[str, int]) -> tuple[list[Any], dict[str, Any]]:
+    """(positional, keyword) arguments of the public function: each parameter that feeds a
+    contract argument gets that tensor or scalar (a ``via="size"`` one the size), by name;
+    positional-only ones by position. A parameter that feeds nothing keeps its default."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    skipped = None
+    for param in params:
+        feeds = param.get("feeds")
+        if feeds is None:
+            if param["kind"] == "positional_only":
+                skipped = param["name"]
+            continue
+        if param["via"] == "size":
+            value = int(sizes[feeds])
+        elif feeds in tensors:
+            value = tensors[feeds]
+        elif feeds in scalars:
+            value = scalars[feeds]
+        else:
+            raise KeyError(f"parameter {param['name']} feeds {feeds}, which the plan does not hold")
+        if param["kind"] == "positional_only":
+            if skipped is not None:
+                raise ValueError(f"positional-only parameter {param['name']} follows {skipped}, which the plan leaves out")
+            args.append(value)
+        elif param["kind"] in ("var_positional", "var_keyword"):
+            raise ValueError(f"parameter *{param['name']} cannot be bound to one contract argument")
+        else:
+            kwargs[param["name"]] = value
+    return args, kwargs
 
-    def __init__(self, op_id: str, rows: int, width: int, dtype: str, seed: int, eps: float) -> None:
+
+def _accepts(method: Callable[..., Any] | None, args: list[Any], kwargs: dict[str, Any]) -> bool:
+    import inspect
+
+    if method is None:
+        return False
+    try:
+        inspect.signature(method).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+class Call:
+    """One planned call of a public op: seeded storages from the plan, the bound arguments,
+    and everything the call can change (the tensors it is given, what it returns)."""
+
+    def __init__(self, req: dict[str, Any]) -> None:
+        import importlib
+
         import torch
 
-        self.op_id, self.dtype = op_id, dtype
+        from optimize.harness import inputs
+
+        self.req = req
+        module = importlib.import_module(req["module"])
+        self.fused = fused_op_of(req["op"], req["module"])
+        self.fn: Callable[..., Any] = self.fused if self.fused is not None else getattr(module, req["function"])
+        plans = []
+        for t in req["tensors"]:
+            vr = t.get("value_range")
+            plans.append(
+                inputs.TensorPlan(
+                    **{**t, "shape": tuple(t["shape"]), "strides": tuple(t["strides"]), "value_range": tuple(vr) if vr is not None else None}
+                )
+            )
+        self.plan = inputs.CallPlan(args=tuple(plans), sizes=dict(req["sizes"]))
         gen = torch.Generator(device="cuda")
-        gen.manual_seed(seed)
-        tdt = _torch_dtype(dtype)
+        gen.manual_seed(int(req["seed"]))
+        images = inputs.make_images(self.plan, "normal", gen, "cuda")
+        self.buffers = inputs.Buffers(self.plan, "cuda")
+        self.buffers.load(images)
+        self.checksum = {
+            t.name: int(images[t.name].view(inputs.bits_dtype(t.dtype)).to(torch.int64).sum().item()) for t in plans if t.role != "output"
+        }
+        self.poisoned = {t.name for t in plans if t.role == "output"}
+        self.args, self.kwargs = bind(req["params"], self.buffers.views, req["scalars"], req["sizes"])
+        if self.fused is not None and not _accepts(getattr(self.fused, "forward_jit", None), self.args, self.kwargs):
+            self.fused = None  # its JIT backend takes other parameters: call the JIT function itself
+            self.fn = getattr(module, req["function"])
+        self.returned: Any = None
 
-        def randn(*shape, scale: float = 1.0, shift: float = 0.0):
-            return (torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32) * scale + shift).to(tdt)
+    def __call__(self) -> None:
+        self.returned = self.fn(*self.args, **self.kwargs)
 
-        fn = _public(op_id)
-        if op_id == "activation.silu_and_mul":
-            if width % 2:
-                raise ValueError(f"silu_and_mul needs an even input width, got {width}")
-            x = randn(rows, width)
-            out = _poisoned((rows, width // 2), dtype)
-            self.inputs = {"input": x}
-            self.outputs = {"out": out}
-            self.poisoned = True
-            self.call = lambda: fn(x, out)
-        elif op_id == "layernorm.rmsnorm":
-            x, w = randn(rows, width), randn(width, scale=0.1, shift=1.0)
-            out = _poisoned((rows, width), dtype)
-            self.inputs = {"input": x, "weight": w}
-            self.outputs = {"out": out}
-            self.poisoned = True
-            self.call = lambda: fn(x, w, out, eps)
-        elif op_id == "layernorm.fused_add_rmsnorm":
-            x, res, w = randn(rows, width), randn(rows, width), randn(width, scale=0.1, shift=1.0)
-            self.inputs = {"input": x, "residual": res, "weight": w}
-            self.outputs = {"input": x, "residual": res}  # written in place
-            self.poisoned = False
-            self.call = lambda: fn(x, res, w, eps)
-        else:  # pragma: no cover - guarded by _public
-            raise KeyError(op_id)
-        self.checksum = {k: float(v.double().abs().sum().item()) for k, v in self.inputs.items()}
+    def observed(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """(tensors, other values): every tensor argument after the call ("arg:<name>") and
+        what the call returned ("return", "return[i]"); values that are no tensor by repr."""
+        import torch
+
+        tensors = {f"arg:{name}": view for name, view in self.buffers.views.items()}
+        other: dict[str, str] = {}
+        returned = self.returned
+        items = list(enumerate(returned)) if isinstance(returned, (tuple, list)) else [(None, returned)]
+        for index, value in items:
+            key = "return" if index is None else f"return[{index}]"
+            if isinstance(value, torch.Tensor):
+                tensors[key] = value
+            else:
+                other[key] = repr(value)
+        return tensors, other
 
 
-_first_calls: dict[tuple[str, str, int], float] = {}
+_first_calls: dict[str, float] = {}
 
 
 class _dispatch_trace:
-    """Collect the backends SGLang's fused-op dispatch used during the block (fused ops only)."""
+    """Collect the backends SGLang's fused-op dispatch used during the block (BaseFusedOp ops only)."""
 
-    def __init__(self, op_id: str) -> None:
-        self.active = op_id in FUSED_OPS
+    def __init__(self, active: bool) -> None:
+        self.active = active
         self.backends: list[str] = []
 
     def __enter__(self) -> list[str]:
@@ -152,7 +221,7 @@ class _dispatch_trace:
             fused_op.enable_fused_op_trace()
         return self.backends
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.active:
             from sglang.kernels import fused_op
 
@@ -162,120 +231,122 @@ class _dispatch_trace:
 
 
 def cmd_check(req: dict[str, Any]) -> dict[str, Any]:
+    """Build the planned call, run it once; ``mode`` save / compare / run (see the module docstring)."""
     import torch
 
-    case = Case(req["op"], int(req["rows"]), int(req["width"]), req["dtype"], int(req["seed"]), float(req["eps"]))
-    # the JIT module depends on (op, dtype) and, for rmsnorm, the width
-    key = (req["op"], req["dtype"], int(req["width"]) if req["op"] == "layernorm.rmsnorm" else 0)
+    call = Call(req)
     torch.cuda.synchronize()
     start = time.perf_counter()
-    with _dispatch_trace(req["op"]) as backends:
-        case.call()
+    with _dispatch_trace(call.fused is not None) as backends:
+        call()
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
     first_call_s = None
-    if key not in _first_calls:
-        _first_calls[key] = first_call_s = elapsed
+    if req["key"] not in _first_calls:
+        _first_calls[req["key"]] = first_call_s = elapsed
+    tensors, other = call.observed()
     answer: dict[str, Any] = {
         "ok": True,
         "first_call_s": first_call_s,
-        "outputs": sorted(case.outputs),
-        "poisoned": case.poisoned,
+        "outputs": sorted(tensors),
+        "poisoned": bool(call.poisoned),
         "backends": backends,
+        "fused_op": call.fused is not None,
     }
-    if req["op"] in FUSED_OPS and backends != ["jit"]:
+    if call.fused is not None and backends != ["jit"]:
         answer.update(status="error", reason=f"SGLang dispatched {req['op']} to {backends}, not the JIT backend")
         return answer
     mode = req.get("mode", "run")
     if mode == "save":
-        torch.save(
-            {"outputs": {k: v.cpu() for k, v in case.outputs.items()}, "checksum": case.checksum},
-            req["path"],
-        )
+        torch.save({"tensors": {k: v.detach().cpu() for k, v in tensors.items()}, "other": other, "checksum": call.checksum}, req["path"])
     elif mode == "compare":
-        answer.update(_compare(case, req))
+        answer.update(_compare(call, tensors, other, req))
     return answer
 
 
-def _compare(case: Case, req: dict[str, Any]) -> dict[str, Any]:
+def _compare(call: Call, tensors: dict[str, Any], other: dict[str, str], req: dict[str, Any]) -> dict[str, Any]:
+    """Judge everything observable against the other tree's (the pristine one's) with the harness's rules."""
     import torch
 
-    from optimize.harness.compare import Tolerance, compare_tensor
+    from optimize.harness.compare import compare_tensor, tolerance
+    from optimize.harness.inputs import bits_dtype, poison_value
 
-    other = torch.load(req["path"], map_location="cuda", weights_only=True)
-    for name, value in case.checksum.items():
-        theirs = other["checksum"].get(name)
-        if theirs is None or not math.isclose(value, theirs, rel_tol=0.0, abs_tol=0.0):
-            return {"status": "error", "reason": f"input {name} differs between the two workers ({value} vs {theirs}): seeded generation is not reproducible here"}
-    tol = Tolerance(rtol=float(req["rtol"]), atol=float(req["atol"]), ref_rel=0.0)
-    pattern = POISON_BITS[case.dtype]
-    if case.dtype != "fp32" and pattern >= 0x8000:
-        pattern -= 0x10000
-    bitwise, max_abs, reasons = True, None, []
-    for name, got in case.outputs.items():
-        expected = other["outputs"][name]
+    theirs = torch.load(req["path"], map_location="cuda", weights_only=True)
+    for name, value in call.checksum.items():
+        if theirs["checksum"].get(name) != value:
+            return {
+                "status": "error",
+                "reason": f"input {name} differs between the two workers ({value} vs {theirs['checksum'].get(name)}): seeded generation is not reproducible here",
+            }
+    if set(theirs["tensors"]) != set(tensors):
+        return {"status": "fail", "reason": f"observed tensors {sorted(tensors)} vs baseline {sorted(theirs['tensors'])}"}
+    reasons: list[str] = []
+    for key, value in sorted(other.items()):
+        if theirs["other"].get(key) != value:
+            reasons.append(f"{key} = {value} vs baseline {theirs['other'].get(key)}")
+    bitwise, max_abs = not reasons, None
+    for name, got in sorted(tensors.items()):
+        expected = theirs["tensors"][name]
         if tuple(expected.shape) != tuple(got.shape) or expected.dtype != got.dtype:
             return {"status": "fail", "reason": f"{name}: shape/dtype {tuple(got.shape)}/{got.dtype} vs baseline {tuple(expected.shape)}/{expected.dtype}"}
-        gb, eb = _bits(got), _bits(expected)
+        short = _short_dtype(got.dtype)
+        gb, eb = got.contiguous().view(bits_dtype(short)), expected.contiguous().view(bits_dtype(short))
+        poisoned = name.startswith("arg:") and name[4:] in call.poisoned
+        pattern = poison_value(short)
         verdict = compare_tensor(
             name,
             expected,
             got,
-            case.dtype,
+            short,
             shape=tuple(got.shape),
-            not_written=(gb == pattern) if case.poisoned else None,
-            expected_not_written=(eb == pattern) if case.poisoned else None,
+            not_written=(gb == pattern) if poisoned else None,
+            expected_not_written=(eb == pattern) if poisoned else None,
             expected_bits=eb,
             got_bits=gb,
-            tol=tol,
+            tol=tolerance(short),
         )
         bitwise = bitwise and bool(verdict.bitwise_equal)
         if verdict.max_abs_err is not None:
             max_abs = verdict.max_abs_err if max_abs is None else max(max_abs, verdict.max_abs_err)
         if not verdict.ok:
             reasons.append(verdict.reason)
-    return {
-        "status": "fail" if reasons else "pass",
-        "reason": "; ".join(reasons),
-        "bitwise_equal": bitwise,
-        "max_abs_err": max_abs,
-    }
+    return {"status": "fail" if reasons else "pass", "reason": "; ".join(reasons), "bitwise_equal": bitwise, "max_abs_err": max_abs}
 
 
 def cmd_warm(req: dict[str, Any]) -> dict[str, Any]:
     """Build every JIT module the coming checks need, concurrently, with SGLang's own parallel_compile.
 
-    One 1-row call of the public op per distinct module (op, dtype, and the
-    width for rmsnorm, whose kernel is specialised on it). A build that fails is
-    reported, not raised: the check of that case will say what happened.
+    ``cases``: one planned call per module (the parent's :func:`integrate.calls.warm_cases`),
+    each run once. A build or call that fails is reported per module, not raised: the
+    check of that case will say what happened.
     """
     import torch
 
     from sglang.kernels.jit.utils import parallel_compile
 
-    keys: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for case in req["cases"]:
-        key = (case["op"], case["dtype"], int(case["width"]) if case["op"] == "layernorm.rmsnorm" else 0)
-        keys.setdefault(key, case)
     errors: dict[str, str] = {}
 
-    def builder(key: tuple[str, str, int], case: dict[str, Any]) -> Callable[[], None]:
+    def builder(case: dict[str, Any]) -> Callable[[], None]:
         def build() -> None:
             try:
-                Case(case["op"], 1, int(case["width"]), case["dtype"], 0, float(req.get("eps", 1e-6))).call()
-                _first_calls.setdefault(key, 0.0)
+                start = time.perf_counter()
+                Call(case)()
+                _first_calls.setdefault(case["key"], time.perf_counter() - start)
             except Exception as err:  # noqa: BLE001 - reported per module
-                errors[f"{key[0]} {key[1]} width={case['width']}"] = f"{type(err).__name__}: {err}"
+                errors[case["key"]] = f"{type(err).__name__}: {err}"
 
         return build
 
     start = time.perf_counter()
-    parallel_compile([builder(k, c) for k, c in keys.items()])
+    parallel_compile([builder(c) for c in req["cases"]])
     torch.cuda.synchronize()
-    return {"ok": True, "seconds": time.perf_counter() - start, "modules": len(keys), "errors": errors}
-
-
-# --------------------------------------------------------------------------- main
+    return {
+        "ok": True,
+        "seconds": time.perf_counter() - start,
+        "modules": len(req["cases"]),
+        "errors": errors,
+        "first_call_s": {c["key"]: _first_calls.get(c["key"]) for c in req["cases"]},
+    }
 
 
 def _ping(package: str) -> dict[str, Any]:

@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--in-place", action="store_true", help="patch the sglang tree given by --sglang/SGLANG_SRC itself")
     p.add_argument("--git-branch", metavar="NAME", help="commit the patch on a new branch of the checkout (never pushes)")
     p.add_argument("--skip-e2e", action="store_true", help="skip end-to-end measurements")
+    p.add_argument(
+        "--self-check", nargs="*", metavar="OP", default=None,
+        help="GPU: check these tasks' unmodified baselines through SGLang, pristine vs a pristine copy "
+        "(no OP: every task under <work-dir>/tasks); writes work/integrate/self-check/",
+    )
 
     p = sub.add_parser("bench", help="measure baselines on the GPU and write BENCHMARKS.md")
     _common(p)

@@ -314,6 +314,39 @@ class BuildReport(Record):
     cached: bool = False  # True when served from the build cache without compiling
 
 
+ParamKind = Literal["positional_only", "positional_or_keyword", "keyword_only", "var_positional", "var_keyword"]
+
+
+class EntryParam(Record):
+    """One parameter of an op's public Python function, and the contract argument it feeds."""
+
+    name: str
+    kind: ParamKind
+    has_default: bool
+    default: str | None = None  # the default's source text ("None", "1e-6")
+    # name of the contract argument (Contract.args[i].tensor/scalar.name) this parameter's
+    # value reaches the JIT entry as; None: it feeds none (a mode flag, an optional extra)
+    feeds: str | None = None
+    # how it was found: traced through the wrapper's call, same name, or a size symbol's name
+    # (then ``feeds`` names the size symbol, Contract.symbols, not an argument)
+    via: Literal["name", "call", "size", ""] = ""
+
+
+class EntrySignature(Record):
+    """How to call an op's public Python function from its contract (read with libcst at
+    extraction, :mod:`extract.entry`). What must stay true: a parameter is bound to a
+    contract argument only when the wrapper's source shows it (same name, or passed into
+    the JIT module's entry call, directly or through local helpers); ``reason`` is set
+    whenever the function cannot be called from the contract alone, and then nothing
+    may call it by guessing."""
+
+    module: str  # dotted import path, e.g. sglang.kernels.ops.layernorm.norm
+    function: str
+    params: list[EntryParam] = Field(default_factory=list)
+    returns: str | None = None  # the return annotation's source text
+    reason: str = ""  # why it cannot be called from the contract; "" when it can
+
+
 class Task(VersionedRecord):
     op_id: str
     module: str
@@ -328,6 +361,7 @@ class Task(VersionedRecord):
     shapes: list[ShapeCase]
     baseline_build: BuildReport | None = None
     notes: list[str] = Field(default_factory=list)  # what extract could not settle (unmapped symbols, dropped dtypes)
+    entry_signature: EntrySignature | None = None  # the public function's parameters -> contract arguments (extract.entry)
 
 
 # --------------------------------------------------------------------------- optimize

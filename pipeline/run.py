@@ -73,7 +73,7 @@ def stage_args(stage: str, args: argparse.Namespace, run: str) -> argparse.Names
 
 def has_gpu() -> tuple[bool, str]:
     """(True, device) when torch sees a CUDA device; torch is imported only if installed."""
-    from integrate.sglang_runner import gpu_available
+    from pipeline.gpu import gpu_available
 
     return gpu_available()
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from integrate import sglang_runner
+from integrate import steps
 from integrate.command import latest_run, main
 from integrate.errors import ConfigError, GitError
 from pipeline.cli import build_parser
@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(sglang_runner, "gpu_available", lambda: (False, "torch sees no CUDA device"))
+    monkeypatch.setattr(steps, "gpu_available", lambda: (False, "torch sees no CUDA device"))
 
 
 def _config(work: pathlib.Path):
@@ -88,7 +88,7 @@ def test_latest_run_is_the_newest_with_a_best_candidate(tmp_path):
 def test_a_broken_gpu_step_fails_the_command_and_the_pr(one_op_run, monkeypatch, capsys):
     """GPU 'present', but the worker cannot import SGLang here (this venv lacks its packages): real worker
     processes die, and integrate says so, exits 1 and marks the PR failing."""
-    monkeypatch.setattr(sglang_runner, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
+    monkeypatch.setattr(steps, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
     work = one_op_run
     code = main(build_parser().parse_args(["integrate", "--run", "r1"]), _config(work))
     assert code == 1
@@ -102,3 +102,44 @@ def test_a_broken_gpu_step_fails_the_command_and_the_pr(one_op_run, monkeypatch,
     assert test["ran"] is False and "no test/registered/ folder" in test["reason"]
     assert "**Status: FAILING" in (work / "integrate" / "r1" / "PR.md").read_text()
     assert "error: correctness through SGLang" in capsys.readouterr().err
+
+
+def test_self_check_without_gpu_records_every_plan_and_exits_1(one_op_run, monkeypatch, capsys):
+    """--self-check on a CPU machine checks nothing (exit 1) but writes the record and the table,
+    with the op's task loaded and a task that does not exist reported with the fix."""
+    from integrate import selfcheck
+    from integrate.records import SelfCheck
+    from pipeline.records import read_record
+
+    monkeypatch.setattr(selfcheck, "gpu_available", lambda: (False, "torch sees no CUDA device"))
+    work = one_op_run
+    code = main(build_parser().parse_args(["integrate", "--self-check", OP, "nope.missing"]), _config(work))
+    assert code == 1
+    out = work / "integrate" / "self-check"
+    record = read_record(SelfCheck, out / "self-check.json")
+    assert record.gpu is None and [c.op_id for c in record.checks] == [OP]
+    assert record.checks[0].ran is False and "no GPU here" in record.checks[0].reason
+    assert record.checks[0].planned and record.checks[0].reason.endswith("cases planned"), "the CPU still plans every case"
+    assert "kernelsmith extract --ops nope.missing" in record.not_loaded["nope.missing"]
+    table = (out / "self-check.md").read_text()
+    assert f"| {OP} | 0 |" in table and "| nope.missing |" in table
+    assert "nothing was checked" in capsys.readouterr().err
+
+
+def test_self_check_keeps_a_worker_failure_as_data(one_op_run, monkeypatch, capsys):
+    """GPU 'present', but the workers cannot import SGLang here: the record says why, exit 1."""
+    from integrate import selfcheck
+    from integrate.records import SelfCheck
+    from pipeline.records import read_record
+
+    monkeypatch.setattr(selfcheck, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
+    work = one_op_run
+    code = main(build_parser().parse_args(["integrate", "--self-check", OP]), _config(work))
+    assert code == 1
+    out = work / "integrate" / "self-check"
+    record = read_record(SelfCheck, out / "self-check.json")
+    (check,) = record.checks
+    assert check.ran is False and check.reason.startswith("a worker failed") and "ping" in check.reason
+    copy = pathlib.Path(record.copy_tree)
+    assert (copy / "kernels" / "__init__.py").is_file(), "the pristine copy is a whole package"
+    assert (copy / ACT).read_bytes() == (pathlib.Path(record.baseline_tree) / ACT).read_bytes()

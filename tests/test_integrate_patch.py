@@ -18,6 +18,7 @@ import zipfile
 
 import pytest
 
+from extract.entry import read_signature
 from integrate import patch as patch_mod
 from integrate.diffs import Segment, file_diff, outside_segments, patched_paths, sha256, verify_spans
 from integrate.errors import ConfigError, PatchError
@@ -105,6 +106,8 @@ def make_task(
     """A task folder (task.json + src/) as extract writes it, for the files the spans live in."""
     root = pathlib.Path(source.root)
     task_dir = work / "tasks" / op_id
+    contract = contract or silu_contract()
+    entry, module = contract.entry, "kernels/ops/activation/activation.py"
     files = sorted({s.file for s in spans})
     digests = []
     for rel in files:
@@ -115,16 +118,20 @@ def make_task(
         digests.append(FileDigest(path=rel, sha256=sha256(data), size=len(data)))
     task = Task(
         op_id=op_id,
-        module="kernels/ops/activation/activation.py",
+        module=module,
         public_functions=[op_id.partition(".")[2]],
         entry_points=["run_activation"],
         source=source,
         files=digests,
-        instantiations=[Instantiation(dtype=d, module_args=[], template_args=[d + "_t", "true"], wrappers=[]) for d in dtypes],
+        instantiations=[
+            Instantiation(dtype=d, module_args=[d + "_t"], template_args=[d + "_t", "true"], wrappers=[[entry, f"ActivationKernel<{d}_t>::{entry}"]])
+            for d in dtypes
+        ],
         build=BuildRecipe(cuda_files=files, include_dirs=["kernels/jit/include"], cuda_cflags=[]),
         editable=spans,
-        contract=contract or silu_contract(),
+        contract=contract,
         shapes=shapes or [ShapeCase(model="Llama-3.1-8B", tokens=8, sizes={"num_tokens": 8, "hidden_size": 14336})],
+        entry_signature=read_signature(root, module, op_id.partition(".")[2], contract, [entry]),
     )
     write_record(task, task_dir / "task.json")
     return task_dir

@@ -1,8 +1,8 @@
 """integrate.sglang_runner, sglang_worker and sglang_bare.
 
-CPU: the bare-package import against the real wheel tree, case sizing from
+CPU: the bare-package import against the real wheel tree, case planning from
 contracts, the wheel set kept in one place, the worker pipe protocol's failure
-handling. GPU (@pytest.mark.gpu): the real check through SGLang's ops, a
+handling, the worker's argument binding. GPU (@pytest.mark.gpu): the real check through SGLang's ops, a
 correct patch passing and a wrong one caught.
 """
 
@@ -20,7 +20,9 @@ import pytest
 from integrate import sglang_runner
 from integrate.errors import WorkerError
 from integrate.patch import build_patch, package_dir
-from integrate.sglang_runner import GPU_WHEELS, TreeWorker, case_dims, eps_of, sanitizer_cases, task_dtypes
+from integrate.calls import plan_op, sanitizer_picks, task_dtypes
+from integrate.sglang_runner import GPU_WHEELS, TreeWorker, rows_width
+from integrate.sglang_worker import bind
 from pipeline.records import ArgSpec, Contract, ScalarSpec, ShapeCase, TensorSpec
 from test_integrate_patch import OP, act_span, edited_kernel, make_best, make_task
 
@@ -87,33 +89,60 @@ def _task(sglang_source, tmp_path, contract=None, shapes=None, dtypes=("bf16", "
     return load_task(make_task(tmp_path / "work", sglang_source, OP, [act_span(root)], contract=contract, shapes=shapes, dtypes=dtypes))
 
 
-def test_case_dims_follow_the_contract(sglang_source, tmp_path):
+def test_cases_are_planned_from_the_contract(sglang_source, tmp_path):
     shapes = [
         ShapeCase(model="Llama-3.1-8B", tokens=4096, sizes={"num_tokens": 4096, "hidden_size": 14336}),
         ShapeCase(model="Mixtral-8x7B", tokens=1, sizes={"num_tokens": 2, "hidden_size": 14336}),
         ShapeCase(model="Llama-3.1-70B", tokens=64, sizes={"num_tokens": 64, "hidden_size": 28672}),
     ]
     task = _task(sglang_source, tmp_path, shapes=shapes)
-    assert case_dims(task, 0) == ({"num_tokens": 4096, "hidden_size": 14336}, 4096, 28672)  # input is [N, 2*H]
-    assert case_dims(task, 1)[1:] == (2, 28672)
+    plan = plan_op(task, held_out=0)
+    assert not plan.reason and plan.function == "sglang.kernels.ops.activation.activation.silu_and_mul"
+    first = plan.cases[0]
+    assert first.sizes == {"num_tokens": 4096, "hidden_size": 14336} and rows_width(first) == (4096, 28672)  # input is [N, 2*H]
+    assert rows_width(plan.cases[3])[:2] == (2, 28672)
     assert task_dtypes(task) == ["bf16", "fp16", "fp32"]
-    assert eps_of(task) == sglang_runner.DEFAULT_EPS
+    assert [c.dtype for c in plan.cases[:3]] == ["bf16", "fp16", "fp32"] and len(plan.cases) == 9
     # the smallest case and the middle one go under the sanitizer
-    assert sanitizer_cases(task) == [1, 2]
+    assert [c.label for c in sanitizer_picks(plan)] == [shapes[1].label, shapes[2].label]
 
     norm = Contract(
-        entry="fused_add_rmsnorm",
+        entry="run_activation",
         args=[
             ArgSpec(kind="tensor", tensor=TensorSpec(name="input", shape=["num_tokens", "hidden_size"], dtype="T", role="inout")),
-            ArgSpec(kind="tensor", tensor=TensorSpec(name="residual", shape=["num_tokens", "hidden_size"], dtype="T", role="inout")),
-            ArgSpec(kind="tensor", tensor=TensorSpec(name="weight", shape=["hidden_size"], dtype="T", role="input")),
+            ArgSpec(kind="tensor", tensor=TensorSpec(name="out", shape=["num_tokens", "hidden_size"], dtype="T", role="inout")),
             ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-5)),
         ],
         symbols=["num_tokens", "hidden_size"],
     )
     task = _task(sglang_source, tmp_path / "n", contract=norm, shapes=[ShapeCase(model="m", tokens=8, sizes={"num_tokens": 8, "hidden_size": 4096})])
-    assert case_dims(task, 0)[1:] == (8, 4096)
-    assert eps_of(task) == 1e-5
+    (case,) = plan_op(task, held_out=0).cases[:1]
+    assert rows_width(case) == (8, 4096)
+    assert case.request["scalars"] == {} and [t["name"] for t in case.request["tensors"]] == ["input", "out"]  # eps feeds no parameter
+
+
+def test_the_worker_binds_parameters_by_name_and_keeps_defaults():
+    params = [
+        {"name": "x", "kind": "positional_only", "feeds": "input", "via": "call"},
+        {"name": "out", "kind": "positional_or_keyword", "feeds": "output", "via": "call"},
+        {"name": "expert_ids", "kind": "positional_or_keyword", "feeds": None, "via": ""},
+        {"name": "eps", "kind": "keyword_only", "feeds": "eps", "via": "name"},
+        {"name": "topk", "kind": "keyword_only", "feeds": "topk", "via": "size"},
+    ]
+    args, kwargs = bind(params, {"input": "X", "output": "O"}, {"eps": 1e-6}, {"topk": 8})
+    assert args == ["X"] and kwargs == {"out": "O", "eps": 1e-6, "topk": 8}
+    with pytest.raises(ValueError, match="follows skipped"):
+        bind([{"name": "skipped", "kind": "positional_only", "feeds": None, "via": ""}, params[0]], {"input": "X"}, {}, {})
+    with pytest.raises(KeyError, match="does not hold"):
+        bind(params[:2], {"input": "X"}, {}, {})
+
+
+def test_the_worker_answers_a_bad_request_as_data():
+    from integrate.sglang_worker import handle
+
+    assert handle({"cmd": "nope"}, "/x") == {"ok": False, "error": "unknown command 'nope'"}
+    answer = handle({"cmd": "check"}, "/x")  # no plan: the failure comes back, the worker lives on
+    assert answer["ok"] is False and answer["error"] and "Traceback" in answer["traceback"]
 
 
 def _stand_in(tmp_path: pathlib.Path, body: str) -> str:
@@ -181,7 +210,7 @@ def _patched(sglang_source, tmp_path, new_text: str):
 @pytest.mark.gpu
 def test_a_correct_patch_passes_through_sglang(sglang_source, tmp_path):
     patch, task, out = _patched(sglang_source, tmp_path, edited_kernel(pathlib.Path(sglang_source.root)))
-    (check,) = sglang_runner.check_ops([task], package_dir(patch, patched=False), package_dir(patch, patched=True), out, sanitizer=False)
+    (check,) = sglang_runner.check_ops([task], package_dir(patch, patched=False), package_dir(patch, patched=True), out, sanitizer=False, held_out=0)
     assert check.ran and check.failed == 0 and check.passed == 9
     assert all(c.bitwise_equal for c in check.cases), "a comment-only edit must be bit-identical"
     assert all(c.poisoned for c in check.cases)
@@ -196,7 +225,7 @@ def test_a_wrong_patch_is_caught_through_sglang(sglang_source, tmp_path):
     wrong = edited_kernel(root).replace("* up_f32);", "* up_f32 * 1.0625f);")  # both rounding paths
     assert wrong != edited_kernel(root)
     patch, task, out = _patched(sglang_source, tmp_path, wrong)
-    (check,) = sglang_runner.check_ops([task], package_dir(patch, patched=False), package_dir(patch, patched=True), out, sanitizer=False)
+    (check,) = sglang_runner.check_ops([task], package_dir(patch, patched=False), package_dir(patch, patched=True), out, sanitizer=False, held_out=0)
     assert check.ran and check.failed == len(check.cases) == 9
     assert all("tolerance" in c.reason or "expected" in c.reason for c in check.cases)
 
@@ -208,15 +237,16 @@ out = sys.stdout
 for line in sys.stdin:
     req = json.loads(line)
     if req["cmd"] == "warm":
-        assert sorted(c["width"] for c in req["cases"]) == [128, 128, 128, 128]
-        out.write(json.dumps({"ok": True, "seconds": 2.5 if role == "patched" else 2.0, "modules": 1}) + "\\n"); out.flush()
+        assert [c["tensors"][0]["shape"] for c in req["cases"]] == [[1, 128]]  # one module: its smallest case
+        out.write(json.dumps({"ok": True, "seconds": 2.5 if role == "patched" else 2.0, "modules": 1, "first_call_s": {req["cases"][0]["key"]: 1.5}}) + "\\n"); out.flush()
         continue
     if req["cmd"] in ("ping", "exit"):
         out.write(json.dumps({"ok": True}) + "\\n"); out.flush()
         if req["cmd"] == "exit":
             break
         continue
-    rows = req["rows"]
+    assert req["function"] == "silu_and_mul" and [p["name"] for p in req["params"] if p["feeds"]] == ["input", "out"]
+    rows = req["tensors"][0]["shape"][0]
     if role == "baseline" and rows == 3:  # the pristine op rejects this shape
         out.write(json.dumps({"ok": False, "error": "RuntimeError: unsupported"}) + "\\n")
     elif role == "baseline":
@@ -240,11 +270,12 @@ def test_check_ops_records_rejected_and_crashing_cases_and_goes_on(sglang_source
     shapes = [ShapeCase(model="m", tokens=n, sizes={"num_tokens": n, "hidden_size": 64}) for n in (1, 3, 5, 7)]
     task = _task(sglang_source, tmp_path, shapes=shapes, dtypes=("bf16",))
     (check,) = sglang_runner.check_ops(
-        [task], tmp_path / "baseline" / "sglang", tmp_path / "patched" / "sglang", tmp_path / "out", sanitizer=False, python=python
+        [task], tmp_path / "baseline" / "sglang", tmp_path / "patched" / "sglang", tmp_path / "out", sanitizer=False, python=python, held_out=0
     )
     assert [c.status for c in check.cases] == ["pass", "skipped", "error", "pass"]
     assert (check.passed, check.failed, check.skipped) == (2, 1, 1) and check.ran
     assert "illegal memory access" in check.cases[2].reason
     assert check.cases[1].reason.startswith("the pristine op fails here too")
     assert check.jit_build_s == {"baseline": 2.0, "patched": 2.5}
+    assert check.first_call_s == 1.5 and check.modules == 1
     assert not list((tmp_path / "out").glob(".exchange/*")), "exchanged outputs are removed"

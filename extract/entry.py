@@ -1,0 +1,200 @@
+"""How an op's public Python function is called from its contract: read with libcst.
+
+The contract (:class:`pipeline.records.Contract`) describes the C++ entry the
+JIT module exports; SGLang's users call a Python wrapper instead, whose
+parameters need not match it: the wrapper may allocate an output and return
+it, take ``out=None``, reshape ``input`` into ``input_2d`` before the JIT call,
+pass a literal (``"silu"``) for a contract scalar, or go through local helpers
+(``silu_and_mul`` -> ``run_activation`` -> ``_run_activation_inplace`` ->
+``module.run_activation``). :func:`read_signature` records, for every
+parameter of the public function, its kind, whether it has a default, and which
+contract argument it feeds:
+
+- ``via="call"``: the parameter (or a local derived from it by method calls,
+  attribute access, indexing or a conditional expression) is passed, at
+  position *i*, to a call of one of the task's entry points (``module.<entry>``),
+  so it feeds contract argument *i*; calls of other top-level functions of the
+  same module are followed, binding their parameters to the caller's arguments;
+- ``via="name"``: no call shows it, but the parameter has the name of a contract
+  argument nothing else feeds;
+- ``via="size"``: it feeds no argument but is named after one of the contract's
+  size symbols (``topk``, ``head_dim``): it is passed that size.
+
+What must stay true: nothing is guessed. A parameter without a default that
+feeds no contract argument makes the function uncallable from the contract,
+and :attr:`EntrySignature.reason` says so; the integrate stage then reports the
+op as not checked with that reason. Reading never raises for an unreadable
+wrapper: the reason records it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Sequence
+
+import libcst as cst
+
+from pipeline.records import Contract, EntryParam, EntrySignature, ParamKind
+
+MAX_DEPTH = 6  # helper calls followed from the public function (silu_and_mul needs 2)
+
+
+def python_module(module_path: str) -> str:
+    """``kernels/ops/layernorm/norm.py`` -> ``sglang.kernels.ops.layernorm.norm`` (package-relative path)."""
+    dotted = module_path.removesuffix(".py").replace("/", ".")
+    dotted = dotted.removesuffix(".__init__")
+    return f"sglang.{dotted}"
+
+
+def _arg_names(contract: Contract) -> list[str]:
+    names: list[str] = []
+    for arg in contract.args:
+        spec = arg.tensor if arg.kind == "tensor" else arg.scalar
+        names.append(spec.name if spec is not None else "")
+    return names
+
+
+def _params_of(fn: cst.FunctionDef) -> list[tuple[cst.Param, ParamKind]]:
+    params = fn.params
+    out: list[tuple[cst.Param, ParamKind]] = [(p, "positional_only") for p in params.posonly_params]
+    out += [(p, "positional_or_keyword") for p in params.params]
+    if isinstance(params.star_arg, cst.Param):
+        out.append((params.star_arg, "var_positional"))
+    out += [(p, "keyword_only") for p in params.kwonly_params]
+    if params.star_kwarg is not None:
+        out.append((params.star_kwarg, "var_keyword"))
+    return out
+
+
+class _Body(cst.CSTVisitor):
+    """The simple assignments and the calls inside one function body (nested defs excluded)."""
+
+    def __init__(self) -> None:
+        self.assigned: dict[str, cst.BaseExpression] = {}
+        self.calls: list[cst.Call] = []
+        self._depth = 0
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self._depth += 1
+        return self._depth == 1
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._depth -= 1
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                self.assigned.setdefault(target.target.value, node.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+
+class _Tracer:
+    """Which contract argument each parameter of a module-level function feeds."""
+
+    def __init__(self, functions: dict[str, cst.FunctionDef], entry_points: Sequence[str], arg_names: Sequence[str]) -> None:
+        self.functions = functions
+        self.entry_points = set(entry_points)
+        self.arg_names = list(arg_names)
+        self._memo: dict[str, dict[str, str]] = {}
+
+    def feeds(self, name: str, stack: tuple[str, ...] = ()) -> dict[str, str]:
+        if name in self._memo:
+            return self._memo[name]
+        if name in stack or len(stack) > MAX_DEPTH:
+            return {}
+        fn = self.functions[name]
+        params = {p.name.value for p, _ in _params_of(fn)}
+        body = _Body()
+        fn.visit(body)
+        out: dict[str, str] = {}
+
+        def root(expr: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> str | None:
+            if isinstance(expr, cst.Name):
+                if expr.value in params:
+                    return expr.value
+                value = body.assigned.get(expr.value)
+                return root(value, seen | {expr.value}) if value is not None and expr.value not in seen else None
+            if isinstance(expr, cst.Attribute):
+                return root(expr.value, seen)
+            if isinstance(expr, cst.Subscript):
+                return root(expr.value, seen)
+            if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+                return root(expr.func.value, seen)  # a method of the tensor: input.view(-1, d)
+            if isinstance(expr, cst.IfExp):
+                return root(expr.body, seen) or root(expr.orelse, seen)
+            return None
+
+        for call in body.calls:
+            func = call.func
+            positional = [a for a in call.args if a.keyword is None and not a.star]
+            if isinstance(func, cst.Attribute) and func.attr.value in self.entry_points:
+                for index, arg in enumerate(positional[: len(self.arg_names)]):
+                    param = root(arg.value)
+                    if param is not None and self.arg_names[index]:
+                        out.setdefault(param, self.arg_names[index])
+            elif isinstance(func, cst.Name) and func.value in self.functions and func.value != name:
+                callee = self.functions[func.value]
+                inner = self.feeds(func.value, (*stack, name))
+                order = [p.name.value for p, kind in _params_of(callee) if kind in ("positional_only", "positional_or_keyword")]
+                bound: list[tuple[str, cst.BaseExpression]] = list(zip(order, (a.value for a in positional)))
+                bound += [(a.keyword.value, a.value) for a in call.args if a.keyword is not None]
+                for callee_param, expr in bound:
+                    if callee_param in inner:
+                        param = root(expr)
+                        if param is not None:
+                            out.setdefault(param, inner[callee_param])
+        self._memo[name] = out
+        return out
+
+
+def read_signature(root: pathlib.Path, module_path: str, function: str, contract: Contract, entry_points: Sequence[str]) -> EntrySignature:
+    """The public function ``function`` of ``root/module_path`` and the contract argument each parameter feeds."""
+    dotted = python_module(module_path)
+    path = root / module_path
+    try:
+        module = cst.parse_module(path.read_bytes())
+    except (OSError, cst.ParserSyntaxError) as err:
+        return EntrySignature(module=dotted, function=function, reason=f"cannot read {module_path}: {err}")
+    functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+    fn = functions.get(function)
+    if fn is None:
+        return EntrySignature(
+            module=dotted, function=function, reason=f"{function} is not a top-level def of {module_path}: its parameters cannot be read"
+        )
+    arg_names = _arg_names(contract)
+    traced = _Tracer(functions, [contract.entry] if contract.entry in entry_points else entry_points, arg_names).feeds(function)
+    fed: set[str] = set()
+    symbols = set(contract.symbols)
+    params: list[EntryParam] = []
+    missing: list[str] = []
+    for param, kind in _params_of(fn):
+        name = param.name.value
+        feeds, via = traced.get(name), "call" if name in traced else ""
+        if feeds is not None and feeds in fed:  # one parameter per contract argument: the first that reaches it
+            feeds, via = None, ""
+        if feeds is None and name in arg_names and name not in fed and name not in traced.values():
+            feeds, via = name, "name"
+        if feeds is None and name in symbols and kind not in ("var_positional", "var_keyword"):
+            feeds, via = name, "size"  # the wrapper is told a size the tensors' shapes also state (topk, head_dim)
+        if feeds is not None:
+            fed.add(feeds)
+        default = module.code_for_node(param.default) if param.default is not None else None
+        params.append(EntryParam(name=name, kind=kind, has_default=default is not None, default=default, feeds=feeds, via=via))
+        if feeds is None and default is None and kind not in ("var_positional", "var_keyword"):
+            missing.append(name)
+    returns = module.code_for_node(fn.returns.annotation) if fn.returns is not None else None
+    reason = ""
+    if missing:
+        reason = (
+            f"parameter(s) {', '.join(missing)} of {dotted}.{function} have no default and feed no argument of the contract "
+            f"({contract.entry}({', '.join(a for a in arg_names)})): no planned value can be passed for them"
+        )
+    return EntrySignature(module=dotted, function=function, params=params, returns=returns, reason=reason)
+
+
+def public_function(op_id: str, public_functions: Sequence[str]) -> str:
+    """The function an op id names (``<group>.<function>``), else the op's first public function."""
+    name = op_id.partition(".")[2]
+    return name if name in public_functions or not public_functions else public_functions[0]

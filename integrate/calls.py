@@ -1,0 +1,201 @@
+"""The calls integrate makes of SGLang's public ops, planned from each task's contract.
+
+Pure Python (no torch): the parent plans, the worker (:mod:`integrate.sglang_worker`)
+fills and calls. For every case (each catalog shape, or the contract's one
+synthetic shape when no model sizes it, plus a few held-out draws) x every dtype
+the task instantiates, :func:`plan_op` asks the harness's own planner
+(:func:`optimize.harness.inputs.plan_call`, the one ``evaluate`` uses) for every
+argument of the C++ entry, and binds the public Python function's parameters to
+them through the signature extract recorded (:class:`pipeline.records.EntrySignature`,
+:mod:`extract.entry`). The result is a JSON request the worker can run without
+knowing anything about the op:
+
+``{"cmd": "check", "op", "module", "function", "tensors": [TensorPlan fields],
+"scalars": {name: value}, "sizes": {...}, "params": [{"name", "kind", "feeds", "via"}],
+"dtype", "seed", "key"}``
+
+``key`` names the JIT module the case needs (the op and the instantiation's
+``module_args``), so the worker builds each module once, and all of them at once.
+
+What must stay true: an op is planned from its contract as the run completed it
+(:func:`contract.layout.completed_in_run`, applied by the caller) or,
+with no run, by today's completion rules; nothing here names an op; an op whose
+public function cannot be bound is reported with the reason, never guessed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import secrets
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from optimize.harness import inputs
+from optimize.harness.errors import ContractError
+from pipeline.records import EntrySignature, ShapeCase, Task
+
+HELD_OUT = 2  # held-out draws per op, on top of the catalog shapes
+JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
+
+
+@dataclass(frozen=True)
+class PlannedCase:
+    """One shape x dtype, as the worker will call it."""
+
+    label: str
+    sizes: dict[str, int]
+    dtype: str
+    seed: int
+    key: str  # the JIT module this case needs: "<op>|<module args>"
+    held_out: bool
+    request: dict[str, JsonValue]
+    numel: int  # elements of every tensor the public function is given (picks the cheap warm-up case)
+
+
+@dataclass(frozen=True)
+class OpPlan:
+    """Every case of one op, or why the op cannot be called through its public function."""
+
+    op_id: str
+    function: str  # dotted path of the public function
+    cases: list[PlannedCase] = field(default_factory=list)
+    reason: str = ""  # why no case can run; "" when some can
+    unplanned: dict[str, str] = field(default_factory=dict)  # "<label> <dtype>" -> why that case has no plan
+
+
+def task_dtypes(task: Task) -> list[str]:
+    """The dtypes SGLang instantiates for the task, in task order."""
+    seen: list[str] = []
+    for inst in inputs.instantiations_for(task.contract, task.instantiations) or task.instantiations:
+        if inst.dtype not in seen:
+            seen.append(inst.dtype)
+    return seen
+
+
+def why_uncallable(signature: EntrySignature | None) -> str:
+    """Why the public function cannot be called from the contract; "" when it can."""
+    if signature is None:
+        return "the task records no entry signature (extracted before extract.entry existed): re-run `kernelsmith extract` for it"
+    if signature.reason:
+        return signature.reason
+    if not any(p.feeds for p in signature.params):
+        return f"no parameter of {signature.module}.{signature.function} feeds an argument of the contract"
+    return ""
+
+
+def catalog(task: Task) -> tuple[list[ShapeCase], str]:
+    """The task's shapes and where they come from: its catalog, else its one synthetic shape."""
+    if task.shapes:
+        return list(task.shapes), "catalog"
+    synthetic = inputs.synthetic_shape(task.contract, task.instantiations)
+    return ([synthetic] if synthetic is not None else []), inputs.SYNTHETIC_MODEL
+
+
+def _tensor_json(plan: inputs.TensorPlan) -> dict[str, JsonValue]:
+    out: dict[str, JsonValue] = {}
+    for f in dataclasses.fields(plan):
+        value = getattr(plan, f.name)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def plan_case(task: Task, signature: EntrySignature, sizes: dict[str, int], dtype: str) -> tuple[str, dict[str, JsonValue], int]:
+    """(module key, worker request without label/seed, elements passed) of one call; ContractError when unplannable."""
+    pool = inputs.instantiations_for(task.contract, task.instantiations)
+    inst = inputs.select_instantiation(task.contract, pool, dtype, sizes)
+    plan = inputs.plan_call(task.contract, sizes, dtype)
+    fed = {p.feeds for p in signature.params if p.feeds and p.via != "size"}
+    tensors = [t for t in plan.tensors if t.name in fed]
+    for tensor in tensors:
+        inputs.require_fillable(tensor)
+    scalars: dict[str, JsonValue] = {}
+    for arg, value in zip(task.contract.args, plan.args):
+        if arg.kind == "scalar" and arg.scalar is not None and arg.scalar.name in fed:
+            scalars[arg.scalar.name] = value
+    missing = [p.feeds for p in signature.params if p.via == "size" and p.feeds not in sizes]
+    if missing:
+        raise ContractError(f"sizes {missing} are not resolved at this shape", fix="add them to the shape catalog")
+    request: dict[str, JsonValue] = {
+        "cmd": "check",
+        "op": task.op_id,
+        "module": signature.module,
+        "function": signature.function,
+        "tensors": [_tensor_json(t) for t in tensors],
+        "scalars": scalars,
+        "sizes": {k: int(v) for k, v in sizes.items()},
+        "params": [{"name": p.name, "kind": p.kind, "feeds": p.feeds, "via": p.via} for p in signature.params],
+        "dtype": dtype,
+    }
+    key = "|".join([task.op_id, *inst.module_args])
+    return key, request, sum(t.numel for t in tensors)
+
+
+def plan_op(task: Task, *, held_out: int = HELD_OUT, rng: random.Random | None = None) -> OpPlan:
+    """Every case of ``task`` through its public function (``task`` already completed by the caller)."""
+    signature = task.entry_signature
+    function = f"{signature.module}.{signature.function}" if signature is not None else ""
+    why = why_uncallable(signature)
+    if why or signature is None:
+        return OpPlan(op_id=task.op_id, function=function, reason=why)
+    rng = rng or random.Random(secrets.randbits(64))
+    try:
+        shapes, origin = catalog(task)
+    except ContractError as err:
+        return OpPlan(op_id=task.op_id, function=function, reason=f"the contract cannot be sized: {err.message}")
+    if not shapes:
+        return OpPlan(op_id=task.op_id, function=function, reason="no shape: the model catalog sizes no case and no synthetic shape exists")
+    dtypes = task_dtypes(task)
+    labelled: list[tuple[str, bool, dict[str, int]]] = []
+    unplanned: dict[str, str] = {}
+    for shape in shapes:
+        try:
+            labelled.append((shape.label, False, inputs.resolve_sizes(task.contract, shape, shapes)))
+        except ContractError as err:
+            unplanned[shape.label] = err.message
+    if held_out and origin == "catalog":
+        pool = inputs.instantiations_for(task.contract, task.instantiations)
+        try:
+            drawn = inputs.draw_held_out(task.contract, shapes, held_out, rng, instantiations=pool, dtypes=dtypes)
+        except ContractError as err:
+            drawn = []
+            unplanned["held-out"] = err.message
+        for index, shape in enumerate(drawn):
+            try:
+                labelled.append((f"held-out-{index}", True, inputs.resolve_sizes(task.contract, shape, shapes)))
+            except ContractError as err:
+                unplanned[f"held-out-{index}"] = err.message
+    cases: list[PlannedCase] = []
+    for label, is_held_out, sizes in labelled:
+        for dtype in dtypes:
+            try:
+                key, request, numel = plan_case(task, signature, sizes, dtype)
+            except ContractError as err:
+                unplanned[f"{label} {dtype}"] = err.message
+                continue
+            seed = secrets.randbits(31)
+            request = {**request, "label": label, "seed": seed, "key": key}
+            cases.append(PlannedCase(label, sizes, dtype, seed, key, is_held_out, request, numel))
+    reason = "" if cases else "no case could be planned: " + "; ".join(f"{k}: {v}" for k, v in sorted(unplanned.items()))
+    return OpPlan(op_id=task.op_id, function=function, cases=cases, reason=reason, unplanned=unplanned)
+
+
+def warm_cases(plans: Sequence[OpPlan]) -> list[dict[str, JsonValue]]:
+    """One request per JIT module the plans need: its smallest case (builds run concurrently in the worker)."""
+    best: dict[str, PlannedCase] = {}
+    for plan in plans:
+        for case in plan.cases:
+            if case.key not in best or case.numel < best[case.key].numel:
+                best[case.key] = case
+    return [best[k].request for k in sorted(best)]
+
+
+def sanitizer_picks(plan: OpPlan, count: int = 2) -> list[PlannedCase]:
+    """Catalog cases to run under compute-sanitizer: the smallest and a mid-size one, first dtype."""
+    first = [c for c in plan.cases if not c.held_out and c.dtype == plan.cases[0].dtype] if plan.cases else []
+    ordered = sorted(first, key=lambda c: c.numel)
+    if not ordered:
+        return []
+    picks = [ordered[0], ordered[len(ordered) // 2]]
+    unique = list({id(c): c for c in picks}.values())
+    return unique[:count]

@@ -1,0 +1,189 @@
+"""``kernelsmith integrate --self-check [OP ...]``: integrate's SGLang check with the baseline as the candidate.
+
+Why: before integrate's verdict on a patch can be trusted for an op, the check
+itself must be shown to call that op correctly: the unmodified sources checked
+against themselves, through SGLang's own public function and ``load_jit``, must
+be **bitwise equal** in every case. The "patched" tree here is a byte-for-byte
+copy of the pristine package (``work/integrate/self-check/tree/sglang``), so
+the two workers really build and load two trees, exactly as for a patch.
+
+For the tasks named (every task under ``<work-dir>/tasks`` when none is), each
+completed by today's rules (:func:`contract.completion.complete`: there
+is no run), :func:`integrate.sglang_runner.check_ops` plans and runs every case;
+one worker per tree serves all ops and builds every module at once first. An op
+that cannot be called from its contract, or fails, is recorded with the reason
+and the others go on.
+
+Writes ``work/integrate/self-check/self-check.json``
+(:class:`integrate.records.SelfCheck`, after every op, so an interrupted sweep
+keeps what it proved) and ``self-check.md`` (the table: op, cases, passed,
+bitwise equal, max abs err, first-call build s, reason). Exit 0 when every op that ran is bitwise equal in every case; 1 when
+one is not, or when there is no GPU here (nothing was checked).
+"""
+
+from __future__ import annotations
+
+import datetime
+import pathlib
+import shutil
+import subprocess
+import sys
+import uuid
+
+from integrate.errors import KernelsmithError
+from integrate.records import OpCheck, SelfCheck
+from pipeline.config import Config
+from pipeline.gpu import gpu_available
+from pipeline.records import Task, write_record
+
+OUT = "self-check"
+RECORD = "self-check.json"
+TABLE = "self-check.md"
+COPY_MARK = ".kernelsmith-copy-of"
+
+
+def bitwise(check: OpCheck) -> bool | None:
+    """Whether every case that ran was bitwise equal (None: none ran)."""
+    ran = [c for c in check.cases if c.status != "skipped"]
+    if not ran:
+        return None
+    return all(c.bitwise_equal is True for c in ran)
+
+
+def table(record: SelfCheck) -> str:
+    """The markdown table of a self-check record."""
+    lines = [
+        f"Self-check of integrate's SGLang check, {record.date}, GPU: {record.gpu or 'none'}; `{record.command}`",
+        "",
+        "| op | cases | passed | skipped | bitwise equal | max abs err | first-call build s | reason |",
+        "|---|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for check in record.checks:
+        equal = bitwise(check)
+        errs = [c.max_abs_err for c in check.cases if c.max_abs_err is not None]
+        reason = check.reason or "; ".join(sorted({c.reason for c in check.cases if c.status != "pass" and c.reason}))[:300]
+        lines.append(
+            f"| {check.op_id} | {len(check.cases)} | {check.passed} | {check.skipped} | "
+            f"{'-' if equal is None else ('yes' if equal else 'NO')} | {max(errs) if errs else '-'} | "
+            f"{'-' if check.first_call_s is None else f'{check.first_call_s:.1f}'} | {reason.replace('|', '/')} |"
+        )
+    for op, why in sorted(record.not_loaded.items()):
+        lines.append(f"| {op} | 0 | 0 | 0 | - | - | - | {why.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def pristine_copy(package: pathlib.Path, dest: pathlib.Path) -> pathlib.Path:
+    """A byte-for-byte copy of the package folder at ``dest`` (reused when it is a copy of the same folder)."""
+    mark = dest / COPY_MARK
+    if mark.is_file() and mark.read_text(encoding="utf-8").strip() == str(package.resolve()):
+        return dest
+    staging = dest.parent / f".staging-{uuid.uuid4().hex[:8]}"
+    try:
+        shutil.copytree(package, staging, ignore=shutil.ignore_patterns("__pycache__"))
+        (staging / COPY_MARK).write_text(str(package.resolve()) + "\n", encoding="utf-8")
+        if dest.exists():
+            shutil.rmtree(dest)
+        staging.rename(dest)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return dest
+
+
+def load_tasks(tasks_dir: pathlib.Path, ops: list[str]) -> tuple[list[Task], dict[str, str]]:
+    """The named tasks (all under ``tasks_dir`` when none is named), completed by today's rules."""
+    from contract.layout import load_task
+    from contract.completion import complete
+
+    if ops:
+        names = list(ops)
+    else:
+        names = sorted(p.name for p in tasks_dir.iterdir() if (p / "task.json").is_file()) if tasks_dir.is_dir() else []
+    tasks: list[Task] = []
+    failed: dict[str, str] = {}
+    for op in names:
+        folder = tasks_dir / op
+        if not (folder / "task.json").is_file():
+            failed[op] = f"no task at {folder}: run `kernelsmith extract --ops {op}` first"
+            continue
+        try:
+            task, _ = complete(load_task(folder), folder)
+        except Exception as err:  # noqa: BLE001 - one unreadable task is recorded, the others go on
+            failed[op] = f"{type(err).__name__}: {err}"
+            continue
+        tasks.append(task)
+    return tasks, failed
+
+
+def self_check(ops: list[str], config: Config) -> int:
+    """Run the self-check over ``ops`` (all tasks when empty); see the module docstring."""
+    from extract.sources import acquire
+    from integrate.sglang_runner import check_ops
+
+    out_dir = config.work / "integrate" / OUT
+    out_dir.mkdir(parents=True, exist_ok=True)
+    command = "kernelsmith integrate --self-check " + " ".join(ops)
+    source = acquire(config.sglang.version, config.cache, config.sglang.src)
+    baseline = pathlib.Path(source.root)
+    tasks, not_loaded = load_tasks(config.work / "tasks", ops)
+    ok, device = gpu_available()
+    record = SelfCheck(
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        command=command.strip(),
+        gpu=device if ok else None,
+        source=source,
+        baseline_tree=str(baseline),
+        copy_tree="",
+        not_loaded=not_loaded,
+    )
+    if not ok:  # plan anyway: the table says which ops a GPU run would call, and why the others cannot be
+        record = record.model_copy(update={"checks": [_planned_only(t, device) for t in tasks]})
+        _write(record, out_dir)
+        print(f"no GPU here ({device}): nothing was checked; run `{record.command}` on a GPU machine", file=sys.stderr)
+        return 1
+    copy = pristine_copy(baseline, out_dir / "tree" / "sglang")
+    record = record.model_copy(update={"copy_tree": str(copy)})
+    done: list[OpCheck] = []
+
+    def progress(check: OpCheck) -> None:
+        done.append(check)
+        _write(record.model_copy(update={"checks": list(done)}), out_dir)
+        equal = bitwise(check)
+        state = f"{check.passed}/{len(check.cases)} pass, bitwise equal: {equal}" if check.ran else f"not run: {check.reason}"
+        print(f"  {check.op_id}: {state}", file=sys.stderr)
+
+    try:
+        checks = check_ops(tasks, baseline, copy, out_dir, sanitizer=False, command=record.command, progress=progress)
+    except (KernelsmithError, OSError, subprocess.SubprocessError) as err:  # a worker that cannot start or run at all
+        message = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
+        seen = {c.op_id for c in done}
+        checks = [*done, *(OpCheck(op_id=t.op_id, function="", ran=False, reason=f"a worker failed: {message}") for t in tasks if t.op_id not in seen)]
+        _write(record.model_copy(update={"checks": checks}), out_dir)
+        print(f"error: self-check through SGLang: {err}", file=sys.stderr)
+        return 1
+    record = record.model_copy(update={"checks": checks})
+    _write(record, out_dir)
+    print(f"self-check: {out_dir / TABLE}", file=sys.stderr)
+    return 0 if all(bitwise(c) is not False and not c.failed for c in checks if c.ran) else 1
+
+
+def _planned_only(task: Task, device: str) -> OpCheck:
+    """What a GPU run would do for ``task``: its planned cases' count and modules, or why it cannot call it."""
+    from integrate.calls import plan_op
+
+    plan = plan_op(task)
+    if not plan.cases:
+        return OpCheck(op_id=task.op_id, function=plan.function, ran=False, planned=False, reason=plan.reason)
+    return OpCheck(
+        op_id=task.op_id,
+        function=plan.function,
+        ran=False,
+        reason=f"not run: no GPU here ({device}); {len(plan.cases)} cases planned",
+        modules=len({c.key for c in plan.cases}),
+        unplanned=dict(plan.unplanned),
+    )
+
+
+def _write(record: SelfCheck, out_dir: pathlib.Path) -> None:
+    write_record(record, out_dir / RECORD)
+    (out_dir / TABLE).write_text(table(record), encoding="utf-8")

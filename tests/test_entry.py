@@ -1,0 +1,109 @@
+"""extract.entry: the public functions' signatures on real SGLang wrappers, bound to their contracts.
+
+Golden file ``golden/entry_signatures.json``: for each op below, every parameter
+of its public function with its kind, default and the contract argument it feeds
+(and how that was found). Regenerate after a deliberate change with
+``KS_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_entry.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import pytest
+
+from extract import entry, tasks
+from pipeline.records import ArgSpec, Contract, ScalarSpec, Task, TensorSpec
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "golden" / "entry_signatures.json"
+OPS = (
+    "activation.silu_and_mul",
+    "layernorm.fused_add_rmsnorm",
+    "layernorm.rmsnorm",
+    "activation.relu2",
+    "moe.shuffle_weighted_sum",
+    "quantization.per_token_quant_fp8",
+    "attention.fused_qk_norm_rope",
+    "attention.apply_rope_with_cos_sin_cache_inplace",  # is_neox: required, feeds no argument
+)
+UNMAPPABLE = "attention.apply_rope_with_cos_sin_cache_inplace"
+
+pytestmark = pytest.mark.wheel
+
+
+def extract_tasks(ops: tuple[str, ...]) -> pathlib.Path:
+    """``work/tasks`` holding real task folders for ``ops`` (``kernelsmith extract --no-compile`` on
+    the pinned wheel; a rerun finds them current and is quick)."""
+    from pipeline.cli import main
+
+    code = main(["extract", "--no-compile", "--work-dir", str(ROOT / "work"), "--ops", *ops])
+    assert code == 0, f"kernelsmith extract of {ops} failed"
+    return ROOT / "work" / "tasks"
+
+
+@pytest.fixture(scope="module")
+def extracted() -> dict[str, tuple[pathlib.Path, Task]]:
+    root = extract_tasks(OPS)
+    return {op: (root / op, tasks.load_task(root / op)) for op in OPS}
+
+
+def test_signatures_match_the_golden_file(extracted):
+    got = {op: task.entry_signature.model_dump(mode="json") for op, (_, task) in extracted.items()}
+    if os.environ.get("KS_REGEN_GOLDEN"):
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    assert got == json.loads(GOLDEN.read_text(encoding="utf-8"))
+
+
+def test_the_default_ops_feed_their_contract_by_the_wrappers_calls(extracted):
+    feeds = {op: {p.name: (p.feeds, p.via) for p in task.entry_signature.params} for op, (_, task) in extracted.items()}
+    # rmsnorm's `out` reaches the entry's `output` (out = out if out is not None else input)
+    assert feeds["layernorm.rmsnorm"]["out"] == ("output", "call")
+    # silu_and_mul -> run_activation -> _run_activation_inplace -> module.run_activation(input_2d, out_2d, op_name)
+    assert feeds["activation.silu_and_mul"]["input"] == ("input", "call") and feeds["activation.silu_and_mul"]["out"] == ("out", "call")
+    assert feeds["activation.silu_and_mul"]["expert_ids"] == (None, ""), "a parameter of another entry feeds nothing here"
+    assert feeds["layernorm.fused_add_rmsnorm"]["cast_x_before_out_mul"] == (None, "")
+    for op, (_, task) in extracted.items():
+        assert task.entry_signature.module == entry.python_module(task.module)
+        assert (task.entry_signature.reason == "") == (op != UNMAPPABLE), op
+
+
+def test_an_unmappable_function_says_which_parameter_and_why(extracted):
+    signature = extracted[UNMAPPABLE][1].entry_signature
+    assert "is_neox" in signature.reason and "no default and feed no argument" in signature.reason
+    (is_neox,) = [p for p in signature.params if p.name == "is_neox"]
+    assert is_neox.kind == "keyword_only" and not is_neox.has_default and is_neox.feeds is None
+
+
+def test_a_missing_function_is_a_reason_not_an_error(sglang_source):
+    contract = Contract(
+        entry="run", args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=["n"], dtype="T", role="input"))], symbols=["n"]
+    )
+    root = pathlib.Path(sglang_source.root)
+    signature = entry.read_signature(root, "kernels/ops/layernorm/norm.py", "no_such_function", contract, ["run"])
+    assert signature.params == [] and "not a top-level def" in signature.reason
+    signature = entry.read_signature(root, "kernels/ops/nope.py", "f", contract, ["run"])
+    assert "cannot read kernels/ops/nope.py" in signature.reason
+
+
+def test_a_size_parameter_and_a_name_match(tmp_path):
+    (tmp_path / "m.py").write_text(
+        "def f(x, topk, eps, *, flag):\n    mod.run(x.view(-1), eps)\n\n"
+        "def g(y, scale=1.0):\n    h(y)\n\ndef h(z):\n    w = z[0]\n    mod.run(w)\n"
+    )
+    contract = Contract(
+        entry="run",
+        args=[
+            ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=["n", "topk"], dtype="T", role="input")),
+            ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6)),
+            ArgSpec(kind="scalar", scalar=ScalarSpec(name="flag", type="bool")),
+        ],
+        symbols=["n", "topk"],
+    )
+    sig = entry.read_signature(tmp_path, "m.py", "f", contract, ["run"])
+    assert [(p.name, p.feeds, p.via) for p in sig.params] == [("x", "x", "call"), ("topk", "topk", "size"), ("eps", "eps", "call"), ("flag", "flag", "name")]
+    assert sig.reason == "" and sig.module == "sglang.m"
+    sig = entry.read_signature(tmp_path, "m.py", "g", contract, ["run"])  # through helper h and a local
+    assert [(p.name, p.feeds, p.via) for p in sig.params] == [("y", "x", "call"), ("scale", None, "")]
