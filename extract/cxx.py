@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import overload
 
 # The lexemes whose content is not code. A character literal is not a digit
 # separator (``1'000``); neither kind of literal crosses a line.
@@ -52,10 +53,17 @@ def code_only(data: bytes) -> bytes:
     return _NOISE.sub(lambda m: _blank_bytes(m.group()), data)
 
 
-def strip_comments(text: str) -> str:
+@overload
+def strip_comments(text: str) -> str: ...
+@overload
+def strip_comments(text: bytes) -> bytes: ...
+def strip_comments(text: str | bytes) -> str | bytes:
     """Comments replaced by spaces (newlines kept); string and character literals kept
-    (they hold symbol names), and a ``//`` inside one is no comment."""
-    return _LEXEMES.sub(lambda m: _blank(m.group()) if m.group("comment") is not None else m.group(), text)
+    (they hold symbol names), and a ``//`` inside one is no comment. Bytes are read
+    as Latin-1 (one character per byte) and given back as bytes."""
+    chars = text if isinstance(text, str) else text.decode("latin-1")
+    out = _LEXEMES.sub(lambda m: _blank(m.group()) if m.group("comment") is not None else m.group(), chars)
+    return out if isinstance(text, str) else out.encode("latin-1")
 
 
 def normalise(text: str) -> str:

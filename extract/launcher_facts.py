@@ -24,7 +24,6 @@ from typing import Callable, Iterable, Sequence, TypeVar
 from extract.cexpr import ARCH_CONSTANTS, CPP_TYPES, DTYPE_BYTES, c_to_python, eval_c
 from extract.cxx import CppFunction, balanced_end, find_function, split_top, strip_comments, template_params
 
-
 READ_FROM_USES = "(shape read from its uses: no TensorMatcher)"  # a Matcher's text when no TensorMatcher declared it
 
 
