@@ -50,7 +50,7 @@ from pipeline.records import BuildReport, VersionedRecord, content_hash, read_re
 HELD_OUT = 2
 CHECK_GRACE_S = 60.0  # with a budget: how long checks already running may take past it
 # Sources whose change can change a verdict (the worker, inputs, comparison, builder).
-_FINGERPRINT_GLOBS = ("optimize/harness/*.py", "optimize/harness/*.toml", "pipeline/build.py", "pipeline/toolchain.py", "pipeline/records.py")
+_FINGERPRINT_GLOBS = ("optimize/harness/*.py", "optimize/harness/*.toml", "pipeline/build.py", "pipeline/compiler_output.py", "pipeline/toolchain.py", "pipeline/records.py")
 
 
 class HealthRow(VersionedRecord):
