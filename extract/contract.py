@@ -42,7 +42,8 @@ from typing import Any, Iterable, Sequence
 
 from extract import pyops
 from extract.cexpr import CPP_TYPES
-from extract.cxx import balanced_end, find_function, strip_comments, template_params
+from extract.cxx import balanced_end, strip_comments, template_params
+from extract.cxx_nodes import find_definition
 from extract.launcher_facts import READ_FROM_USES, cpp_facts, plain_matcher, scalar_type
 from extract.wrapper_facts import python_facts
 from pipeline.errors import ConfigError
@@ -100,7 +101,7 @@ def launcher_source(root: pathlib.Path, scan: Any, entry_text: str, files: list[
                     if found is not None:
                         return found
         # a namespace-qualified free function (``ipc_a2a::spin_wait``)
-        if find_function(strip_comments(text), method) is not None:
+        if find_definition(strip_comments(text), method) is not None:
             return text, method, file
     return None
 

@@ -11,10 +11,19 @@ What must stay true: names and types are spelled as records spell C++ text
 
 from __future__ import annotations
 
+import functools
 import re
 
 from extract import treesitter as ts
-from extract.cxx import normalise, split_top, strip_template_args
+from extract.cxx import (
+    CppFunction,
+    find_function,
+    function_params,
+    normalise,
+    split_top,
+    strip_template_args,
+    template_header_before,
+)
 from pipeline.records import Param
 
 SCOPE_TYPES = {"namespace_definition", "struct_specifier", "class_specifier", "union_specifier"}
@@ -189,3 +198,45 @@ def enclosing_class(node: ts.Node) -> bool:
 
 
 
+
+
+# --------------------------------------------------------------------------- definitions by name
+
+
+@functools.lru_cache(maxsize=32)
+def _definitions(text: str) -> dict[str, CppFunction]:
+    """Every function definition tree-sitter reads in ``text``, first of each simple name,
+    with its parameter list and body cut from ``text`` at the nodes' spans."""
+    data = text.encode("utf-8")
+    root = ts.parse(data, "cuda").root_node
+    query = ts.load_query("cuda", "definitions")
+    found: dict[str, CppFunction] = {}
+    for node in ts.captures(query, root).get("function", []):
+        body = node.child_by_field_name("body")
+        func_decl = function_declarator(node)
+        if body is None or body.type != "compound_statement" or func_decl is None:
+            continue
+        params = func_decl.child_by_field_name("parameters")
+        name_node = func_decl.child_by_field_name("declarator")
+        name, _written = declarator_name(func_decl, data)
+        if not name or name in found or params is None or name_node is None:
+            continue
+
+        def at(offset: int) -> int:  # a byte offset of ``data`` as an index of ``text``
+            return len(data[:offset].decode("utf-8", "replace"))
+
+        found[name] = CppFunction(
+            name=name,
+            params=function_params(text[at(params.start_byte) + 1 : at(params.end_byte) - 1]),
+            body=text[at(body.start_byte) + 1 : at(body.end_byte) - 1],
+            template=template_header_before(text, at(name_node.start_byte) + node_text(data, name_node).rfind(name)),
+        )
+    return found
+
+
+def find_definition(text: str, name: str) -> CppFunction | None:
+    """The first definition of member/free function ``name`` in ``text`` as tree-sitter
+    reads it (the node spans give parameters and body); the text reading
+    (:func:`extract.cxx.find_function`) where the grammar finds none (a definition it
+    garbles: an unmasked attribute macro, a macro statement)."""
+    return _definitions(text).get(name) or find_function(text, name)

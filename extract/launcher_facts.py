@@ -22,7 +22,8 @@ import re
 from typing import Callable, Iterable, Sequence, TypeVar
 
 from extract.cexpr import ARCH_CONSTANTS, CPP_TYPES, DTYPE_BYTES, c_to_python, eval_c
-from extract.cxx import CppFunction, balanced_end, find_function, split_top, strip_comments, template_params
+from extract.cxx import CppFunction, balanced_end, split_top, strip_comments, template_params
+from extract.cxx_nodes import find_definition
 
 READ_FROM_USES = "(shape read from its uses: no TensorMatcher)"  # a Matcher's text when no TensorMatcher declared it
 
@@ -261,7 +262,7 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
     # the first type parameter is the element type make_cpp_args fills with the dtype
     tparams = {name: ("dtype" if i == 0 else "type") for i, name in enumerate(typenames)}
     unresolved: list[str] = []
-    entry = find_function(text, method)
+    entry = find_definition(text, method)
     if entry is None:
         return CppFacts(None, [], {}, {}, [], {}, {}, {}, {}, [f"entry `{method}` not found in the launcher source"])
     bodies: list[tuple[CppFunction, dict[str, str]]] = [(entry, {})]  # (function, its name -> entry's name)
@@ -277,7 +278,7 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
             callee = callee_match.group(1)
             if callee in seen or callee in ("RuntimeCheck", "CHECK_HOST", "TensorMatcher", "static_cast", "LaunchKernel", "Panic", "if", "for", "while", "switch", "return", "sizeof"):
                 continue
-            target = find_function(text, callee) or (find_function(whole, callee) if whole is not text else None)
+            target = find_definition(text, callee) or (find_definition(whole, callee) if whole is not text else None)
             if target is None or not any("TensorView" in t for t, _ in target.params):
                 continue
             seen.add(callee)
