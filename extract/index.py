@@ -21,7 +21,9 @@ What must stay true:
   sorted by (file, start byte); the same tree gives the same JSON.
 - Paths are relative to the package root (``kernels/jit/csrc/...``).
 
-How it works, per file (:func:`scan_file`):
+How it works, per file (:func:`extract.file_scan.scan_file`; the macro table and masking
+in :mod:`extract.macros`, the syntax-tree helpers in :mod:`extract.cxx_nodes`, the C++
+text scans in :mod:`extract.cxx`):
 
 1. *Masking.* Attribute macros that the grammar cannot know (SGLang's
    ``SGL_DEVICE`` = ``__forceinline__ __device__``, per-file kernel macros like
@@ -30,7 +32,7 @@ How it works, per file (:func:`scan_file`):
    replaced by spaces of the same length before parsing. Offsets do not move, so
    every span still indexes the original bytes; the masked positions remember
    whether they meant "kernel" or "device". The macro table comes from a
-   pre-pass over every ``#define`` in the tree (:func:`collect_macros`) plus a
+   pre-pass over every ``#define`` in the tree (:func:`extract.macros.collect_macros`) plus a
    short list of well-known CUTLASS/CuTe macros.
 2. *Definitions.* ``queries/cuda/definitions.scm`` finds function definitions; a
    definition is a kernel when its head holds ``__global__`` or a masked kernel

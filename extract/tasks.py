@@ -73,7 +73,21 @@ SRC_DIR = "src"
 KEY_FILE = ".extract-key"
 INCLUDE_DIR = "kernels/jit/include"
 DEFAULT_TOKEN_COUNTS = (1, 8, 64, 512, 4096, 16384)
-_OWN_CODE = ("pyops.py", "contract.py", "cxx.py", "cexpr.py", "launcher_facts.py", "wrapper_facts.py", "shapes.py", "tasks.py", "curated/loader_values.toml")
+# extract's code and queries a task's contract and shapes come from (the index has its own key)
+_OWN_CODE = (
+    "pyops.py",
+    "contract.py",
+    "cxx.py",
+    "cexpr.py",
+    "cxx_nodes.py",
+    "treesitter.py",
+    "queries/cuda/definitions.scm",
+    "launcher_facts.py",
+    "wrapper_facts.py",
+    "shapes.py",
+    "tasks.py",
+    "curated/loader_values.toml",
+)
 # planned_sizes runs the harness's shape invention: its code is an input of every task too
 _HARNESS_CODE = ("inputs.py", "constraints.py")
 
