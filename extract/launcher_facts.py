@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Sequence, TypeVar
 
 from extract.cexpr import ARCH_CONSTANTS, CPP_TYPES, DTYPE_BYTES, c_to_python, eval_c
 from extract.cxx import CppFunction, balanced_end, split_top, strip_comments, template_params
-from extract.cxx_nodes import find_definition
+from extract.cxx_nodes import calls_in, find_definition
 
 READ_FROM_USES = "(shape read from its uses: no TensorMatcher)"  # a Matcher's text when no TensorMatcher declared it
 
@@ -267,29 +267,29 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
         return CppFacts(None, [], {}, {}, [], {}, {}, {}, {}, [f"entry `{method}` not found in the launcher source"])
     bodies: list[tuple[CppFunction, dict[str, str]]] = [(entry, {})]  # (function, its name -> entry's name)
     seen = {method}
-    # Follow forwarding calls (to depth 3): run_activation(...) -> launch(input, out, ...),
+    # Follow forwarding calls (tree-sitter reads the calls, to depth 3): run_activation(...) -> launch(input, out, ...),
     # run_norm(...) -> run_impl(...), fused_x(...) -> details::x_impl<...>(...).
     queue = [(entry, {}, 0)]
     while queue:
         caller, caller_alias, level = queue.pop(0)
         if level >= 3:
             continue
-        for callee_match in re.finditer(r"\b(\w+)\s*(?:<([^;(){}]*)>)?\s*\(", caller.body):
-            callee = callee_match.group(1)
+        for call in calls_in(caller.body):
+            callee = call.name
             if callee in seen or callee in ("RuntimeCheck", "CHECK_HOST", "TensorMatcher", "static_cast", "LaunchKernel", "Panic", "if", "for", "while", "switch", "return", "sizeof"):
                 continue
             target = find_definition(text, callee) or (find_definition(whole, callee) if whole is not text else None)
             if target is None or not any("TensorView" in t for t, _ in target.params):
                 continue
             seen.add(callee)
-            open_at = callee_match.end() - 1
+            open_at = call.open_paren
             args = split_top(caller.body[open_at + 1 : balanced_end(caller.body, open_at) - 1])
             alias = {}
             for (_ptype, pname), arg in zip(target.params, args):
                 arg = arg.strip()
                 if re.fullmatch(r"\w+", arg):
                     alias[pname] = caller_alias.get(arg, arg)
-            target = bound(target, callee_match.group(2))
+            target = bound(target, call.template_args)
             bodies.append((target, alias))
             queue.append((target, alias, level + 1))
     symbols: dict[str, str] = {}

@@ -82,6 +82,7 @@ _OWN_CODE = (
     "cxx_nodes.py",
     "treesitter.py",
     "queries/cuda/definitions.scm",
+    "queries/cuda/forwarding_calls.scm",
     "launcher_facts.py",
     "wrapper_facts.py",
     "shapes.py",

@@ -61,3 +61,15 @@ def test_template_header_of_a_definition():
     found = find_definition(text, "launch")
     assert found is not None and found == cxx.find_function(text, "launch")
     assert cxx.template_params(found.template) == [("typename", "T"), ("int", "kN")]
+
+
+def test_calls_in_a_body_through_tree_sitter():
+    from extract.cxx_nodes import calls_in
+
+    body = '  RuntimeCheck(n > 0, "launch(x) is no call");\n  details::impl<T, 4>(x, out);\n  self.run(x);\n'
+    calls = calls_in(body)
+    assert [c.name for c in calls] == ["RuntimeCheck", "impl", "run"]  # text order; nothing inside a string
+    impl = calls[1]
+    assert impl.template_args == "T, 4"
+    assert body[impl.open_paren] == "(" and body[impl.open_paren : cxx.balanced_end(body, impl.open_paren)] == "(x, out)"
+    assert calls[0].template_args is None
