@@ -1,6 +1,9 @@
 """The tensor contract of an op's entry point: what the harness must feed it.
 
-Inference reads two sources and says what it could not settle:
+Inference reads two sources and says what it could not settle; this module
+finds the launcher and assembles the ``records.Contract`` (arguments, roles,
+symbols, curated overrides), the reading itself is done by
+:mod:`extract.launcher_facts` (C++) and :mod:`extract.wrapper_facts` (Python):
 
 - **C++** (the launcher struct the export wraps, located through the index's
   spans): the entry's parameters in call order (``tvm::ffi::TensorView`` ->
@@ -31,7 +34,6 @@ settle is listed in ``Contract.unresolved`` (index ranges, metadata tensors, raw
 pointers, unknown string values), so a contract without ``unresolved`` entries
 is one the harness can trust as is. Nothing here imports torch.
 """
-
 
 from __future__ import annotations
 
