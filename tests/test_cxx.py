@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from extract import cxx
-from extract.cxx_nodes import find_definition
+from extract.cxx_nodes import calls_in, find_definition
 
 SNIPPET = """\
 // a "quoted" comment with a ( bracket
@@ -64,8 +64,6 @@ def test_template_header_of_a_definition():
 
 
 def test_calls_in_a_body_through_tree_sitter():
-    from extract.cxx_nodes import calls_in
-
     body = '  RuntimeCheck(n > 0, "launch(x) is no call");\n  details::impl<T, 4>(x, out);\n  self.run(x);\n'
     calls = calls_in(body)
     assert [c.name for c in calls] == ["RuntimeCheck", "impl", "run"]  # text order; nothing inside a string
