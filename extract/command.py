@@ -90,7 +90,7 @@ def index_key(source: SourceInfo) -> str:
     for path in _index_inputs(source):
         parts += [path.relative_to(root).as_posix(), path.read_bytes()]
     # the code the two scans run (not contract/tasks/shapes: they do not shape the index)
-    code = [*(here / name for name in ("index.py", "treesitter.py")), *pyops.SOURCE_FILES]
+    code = [*(here / name for name in ("index.py", "file_scan.py", "cxx_nodes.py", "macros.py", "cxx.py", "treesitter.py")), *pyops.SOURCE_FILES]
     for path in sorted([*(p for p in code if p.is_file()), *here.glob("queries/**/*.scm")]):
         parts += [path.relative_to(here).as_posix(), path.read_bytes()]
     return content_hash(*parts)

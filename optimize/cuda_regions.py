@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Literal, Mapping
 
 from extract import treesitter as ts
+from extract.cexpr import ARCH_CONSTANTS
 from optimize.cuda_text import (
     Node,
     active_children,
@@ -44,10 +45,10 @@ from optimize.cuda_text import (
     text_of,
 )
 
+
 #: SGLang constants a region uses for sizes, as they are on Hopper (sm_90a).
 KNOWN_CONSTANTS: dict[str, int] = {
-    "kMaxVecBytes": 16,  # sgl_kernel/utils.cuh: 32 only on Blackwell or newer
-    "kWarpThreads": 32,
+    **{k: v for k, v in ARCH_CONSTANTS.items() if k.startswith("k")},  # extract.cexpr: utils.cuh on sm_90a
     "kWarpSize": 32,
     "warpSize": 32,
     "kFullWidth": 32,

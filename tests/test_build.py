@@ -19,6 +19,7 @@ import time
 import pytest
 
 from pipeline import build as B
+from pipeline import compiler_output as CO
 from pipeline.records import (
     BuildRecipe,
     BuildReport,
@@ -112,7 +113,7 @@ def built(task_setup):
 
 def test_parse_ptxas_activation_report_captured_from_nvcc13():
     """Captured with nvcc 13.0 (`-Xptxas=-v`, sm_90a) on ActivationKernel<bf16_t, true>::run_activation."""
-    resources = B.parse_ptxas((GOLDEN / "activation_bf16_sm90a_nvcc13.txt").read_text())
+    resources = CO.parse_ptxas((GOLDEN / "activation_bf16_sm90a_nvcc13.txt").read_text())
     assert len(resources) == 9
     first = resources[0]
     assert first.kernel == (
@@ -126,7 +127,7 @@ def test_parse_ptxas_activation_report_captured_from_nvcc13():
 def test_parse_ptxas_spills_smem_and_device_functions():
     """Captured with nvcc 13.0 -maxrregcount=32 on golden/ptxas/spill_smem_devfn.cu: an extern "C"
     kernel, a spilling template kernel, a kernel with shared memory calling a noinline device function."""
-    resources = {r.kernel: r for r in B.parse_ptxas((GOLDEN / "spill_smem_devfn_sm90a_nvcc13.txt").read_text())}
+    resources = {r.kernel: r for r in CO.parse_ptxas((GOLDEN / "spill_smem_devfn_sm90a_nvcc13.txt").read_text())}
     assert set(resources) == {"plain_c", "_Z12spill_kernelILi96EEvPfPKf", "_Z11smem_kernelPfPKfi"}  # not _Z6helperfi
     spill = resources["_Z12spill_kernelILi96EEvPfPKf"]
     assert (spill.registers, spill.stack_bytes, spill.spill_stores, spill.spill_loads) == (32, 616, 868, 928)
@@ -143,23 +144,23 @@ def test_parse_ptxas_older_used_line_with_cmem():
         "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
         "ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 360 bytes cmem[0], 8 bytes cmem[2]\n"
     )
-    (r,) = B.parse_ptxas(text)
+    (r,) = CO.parse_ptxas(text)
     assert (r.registers, r.barriers, r.smem_bytes, r.cmem_bytes, r.stack_bytes, r.spill_stores, r.spill_loads) == (
         40, 1, 2048, 360, 8, 4, 4,
     )
 
 
 def test_parse_ptxas_ignores_other_text_and_truncation():
-    assert B.parse_ptxas("") == []
-    assert B.parse_ptxas("cuda.cu(3): warning: unused\nptxas info    : 0 bytes gmem\n") == []
+    assert CO.parse_ptxas("") == []
+    assert CO.parse_ptxas("cuda.cu(3): warning: unused\nptxas info    : 0 bytes gmem\n") == []
     truncated = "ptxas info    : Compiling entry function '_Z1kv' for 'sm_90a'\nptxas info    : Function properties for _Z1kv\n"
-    assert B.parse_ptxas(truncated) == []
+    assert CO.parse_ptxas(truncated) == []
 
 
 def test_strip_ptxas_keeps_warnings_only():
     text = (GOLDEN / "activation_bf16_sm90a_nvcc13.txt").read_text()
-    assert B.strip_ptxas(text) == ""
-    assert B.strip_ptxas("x.cuh(3): warning #177-D: unused\n" + text) == "x.cuh(3): warning #177-D: unused\n"
+    assert CO.strip_ptxas(text) == ""
+    assert CO.strip_ptxas("x.cuh(3): warning #177-D: unused\n" + text) == "x.cuh(3): warning #177-D: unused\n"
 
 
 # --------------------------------------------------------------------------- wrapper, spans, diagnostics
@@ -190,7 +191,7 @@ def test_relocate_spans_follows_region_growth():
         Span(file="a.cuh", start_byte=10, end_byte=20, name="first"),
         Span(file="b.cuh", start_byte=5, end_byte=9, name="other"),
     ]
-    moved = B.relocate_spans(spans, {"first": "x" * 25, "other": "é"})  # +15 bytes in a.cuh; é is 2 bytes
+    moved = CO.relocate_spans(spans, {"first": "x" * 25, "other": "é"})  # +15 bytes in a.cuh; é is 2 bytes
     assert [(s.name, s.start_byte, s.end_byte) for s in moved] == [
         ("second", 65, 75),
         ("first", 10, 35),
@@ -213,7 +214,7 @@ def test_annotate_diagnostics_maps_to_region_lines():
         '          detected during instantiation of "k" at line 4 of k/x.cuh\n'
         "k/x.cuh:3:1: error: gcc style\n"
     )
-    out = B.annotate_diagnostics(text, {"k/x.cuh": content}, [span], overridden={"k/x.cuh"}).splitlines()
+    out = CO.annotate_diagnostics(text, {"k/x.cuh": content}, [span], overridden={"k/x.cuh"}).splitlines()
     assert out[0].endswith("[region k line 3]")
     assert out[1] == "      b;"
     assert out[2].endswith("[k/x.cuh line 7: outside editable regions]")
@@ -389,7 +390,7 @@ def test_build_many_reports_in_order_and_maps_errors_to_the_region(built, task_s
     span = task.editable[0]
     region_line = broken[span.start_byte : broken.index(b"const int broken")].count(b"\n") + 1
     bad_region = broken[span.start_byte : span.end_byte - len(original) + len(broken)].decode()
-    editable = B.relocate_spans(task.editable, {span.name: bad_region})
+    editable = CO.relocate_spans(task.editable, {span.name: bad_region})
     jobs = [
         B.BuildJob(task_dir, task, (BF16,), cache),
         B.BuildJob(task_dir, task, (BF16,), cache, overrides={ACTIVATION: broken}, editable=tuple(editable)),
@@ -442,7 +443,7 @@ def test_build_raises_toolchain_error_not_a_failed_report(monkeypatch, tmp_path,
 
 
 def test_first_error_quotes_the_line_that_says_why():
-    from pipeline.build import first_error
+    from pipeline.compiler_output import first_error
 
     nvcc = "a.cuh(3): warning: x\na.cuh(9): error: identifier \"y\" is undefined\n1 error detected\n"
     assert first_error(nvcc) == 'a.cuh(9): error: identifier "y" is undefined'

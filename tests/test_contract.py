@@ -6,6 +6,7 @@ import pathlib
 
 import pytest
 
+from extract import cexpr, cxx, launcher_facts, wrapper_facts
 from extract import contract as C
 from extract import pyops
 from extract.command import build_index
@@ -136,24 +137,24 @@ def test_rmsnorm_allowed_widths_come_from_norm_py(index, program, sglang_source)
 
 
 def test_c_expressions():
-    env = dict(C.ARCH_CONSTANTS)
-    assert C.eval_c("device::kMaxVecBytes / sizeof(T)", env, {"T": 2}) == 8
-    assert C.eval_c("(kMaxVecBytes == 32 ? 12288 : 8192)", env) == 8192
-    assert C.eval_c("static_cast<uint32_t>(3) * 4 + 1", env) == 13
-    assert C.eval_c("a && !b || 0", {"a": 1, "b": 0}) == 1
-    assert C.eval_c("unknown_name + 1", env) is None
-    assert C.split_top("a, f(b, c), std::pair<int, int> x, n <= m") == ["a", "f(b, c)", "std::pair<int, int> x", "n <= m"]
+    env = dict(cexpr.ARCH_CONSTANTS)
+    assert cexpr.eval_c("device::kMaxVecBytes / sizeof(T)", env, {"T": 2}) == 8
+    assert cexpr.eval_c("(kMaxVecBytes == 32 ? 12288 : 8192)", env) == 8192
+    assert cexpr.eval_c("static_cast<uint32_t>(3) * 4 + 1", env) == 13
+    assert cexpr.eval_c("a && !b || 0", {"a": 1, "b": 0}) == 1
+    assert cexpr.eval_c("unknown_name + 1", env) is None
+    assert cxx.split_top("a, f(b, c), std::pair<int, int> x, n <= m") == ["a", "f(b, c)", "std::pair<int, int> x", "n <= m"]
 
 
 def test_c_conditions_translate_to_python_over_the_contracts_names():
     names = {"D": "hidden_dim", "kH": "heads", "flag": "use_gate"}
-    assert C.c_to_python("D.unwrap() % 8 == 0 && !flag", names.get) == "(((hidden_dim % 8) == 0) and (not use_gate))"
-    assert C.c_to_python("kH == 3 || kH / 2 == 6", names.get) == "((heads == 3) or ((heads // 2) == 6))"
-    assert C.c_to_python("flag ? D.unwrap() : 2 * kH", names.get) == "(hidden_dim if use_gate else (2 * heads))"
-    assert C.c_to_python("static_cast<int>(D.unwrap()) >= sizeof(float)", names.get) == "(hidden_dim >= 4)"
+    assert cexpr.c_to_python("D.unwrap() % 8 == 0 && !flag", names.get) == "(((hidden_dim % 8) == 0) and (not use_gate))"
+    assert cexpr.c_to_python("kH == 3 || kH / 2 == 6", names.get) == "((heads == 3) or ((heads // 2) == 6))"
+    assert cexpr.c_to_python("flag ? D.unwrap() : 2 * kH", names.get) == "(hidden_dim if use_gate else (2 * heads))"
+    assert cexpr.c_to_python("static_cast<int>(D.unwrap()) >= sizeof(float)", names.get) == "(hidden_dim >= 4)"
     # a name that means nothing outside the C++ (a local pointer, a method call) -> not translated
-    assert C.c_to_python("ptr != nullptr", names.get) is None
-    assert C.c_to_python("x.stride(0) == 1", names.get) is None
+    assert cexpr.c_to_python("ptr != nullptr", names.get) is None
+    assert cexpr.c_to_python("x.stride(0) == 1", names.get) is None
 
 
 def test_if_constexpr_chains_are_cut_to_the_arm_a_call_takes():
@@ -168,12 +169,12 @@ def test_if_constexpr_chains_are_cut_to_the_arm_a_call_takes():
   }
   if constexpr (kUnknown) { RuntimeCheck(a); } else { RuntimeCheck(b); }
 """
-    twelve = C.prune_constexpr(body, {"kMultiple": 12})
+    twelve = launcher_facts.prune_constexpr(body, {"kMultiple": 12})
     assert "dim % 48" in twelve and "dim % 8 " not in twelve and "Panic" not in twelve
     assert "RuntimeCheck(a)" in twelve and "RuntimeCheck(b)" in twelve  # undecidable: kept whole
-    other = C.prune_constexpr(body, {"kMultiple": 5})
+    other = launcher_facts.prune_constexpr(body, {"kMultiple": 5})
     assert "Panic" in other and "dim % 48" not in other and "dim % 8 " not in other
-    assert C.prune_constexpr(body, {}) == body
+    assert launcher_facts.prune_constexpr(body, {}) == body
 
 
 @pytest.mark.wheel
@@ -237,7 +238,7 @@ struct DemoKernel {
 
 
 def test_cpp_facts_on_a_synthetic_launcher():
-    facts = C.cpp_facts(SYNTHETIC, "run", ["bf16", "fp32"])
+    facts = launcher_facts.cpp_facts(SYNTHETIC, "run", ["bf16", "fp32"])
     assert [name for _, name in facts.params] == ["x", "ids", "out", "scale", "flag"]
     # forwarded through impl(): matchers found under the callee's names, mapped back
     assert set(facts.matchers) == {"x", "ids", "out"}
@@ -267,19 +268,19 @@ def test_string_arguments_followed_through_the_callers(index, program, sglang_so
 
 
 def test_dimensions_lose_value_preserving_cpp():
-    assert C._dim("static_cast<int64_t>(num_layers)", {}) == "num_layers"
-    assert C._dim("static_cast<int64_t>(n)", {"n": "num_items"}) == "num_items"
-    assert C._dim("batch_size.unwrap() * draft_tokens.unwrap()", {"batch_size": "B"}) == "B * draft_tokens"
-    assert C._dim("static_cast<int>(a) + static_cast<int>(b)", {}) == "a + b"
-    assert C._dim("128u", {}) == 128 and C._dim("-1", {}) == -1
+    assert launcher_facts._dim("static_cast<int64_t>(num_layers)", {}) == "num_layers"
+    assert launcher_facts._dim("static_cast<int64_t>(n)", {"n": "num_items"}) == "num_items"
+    assert launcher_facts._dim("batch_size.unwrap() * draft_tokens.unwrap()", {"batch_size": "B"}) == "B * draft_tokens"
+    assert launcher_facts._dim("static_cast<int>(a) + static_cast<int>(b)", {}) == "a + b"
+    assert launcher_facts._dim("128u", {}) == 128 and launcher_facts._dim("-1", {}) == -1
 
 
 def test_literals_of_every_scalar_kind():
     import libcst as cst
 
-    lit = lambda text: C._literal(cst.parse_expression(text))  # noqa: E731
+    lit = lambda text: wrapper_facts._literal(cst.parse_expression(text))  # noqa: E731
     assert (lit('"gelu"'), lit("64"), lit("-2"), lit("1e-6"), lit("True"), lit("False")) == ("gelu", 64, -2, 1e-6, True, False)
-    assert lit("x") is C._NOT_LITERAL and lit("x.shape[1]") is C._NOT_LITERAL
+    assert lit("x") is wrapper_facts._NOT_LITERAL and lit("x.shape[1]") is wrapper_facts._NOT_LITERAL
     assert C._fits_scalar("float", 64) and not C._fits_scalar("int", True) and not C._fits_scalar("str", 3)
 
 
@@ -307,16 +308,16 @@ def test_a_template_type_parameter_dtype_is_settled_by_what_the_instantiations_p
 
 def test_the_type_a_launcher_casts_data_to_is_the_dtype():
     body = "float* w = static_cast<float*>(weights.data_ptr()); auto i = ids.data_ptr<int64_t>(); auto* t = static_cast<T*>(x.data_ptr());"
-    assert [C._cast_dtype([(body, n)]) for n in ("weights", "ids", "x", "y")] == ["float32", "int64", None, None]
+    assert [launcher_facts._cast_dtype([(body, n)]) for n in ("weights", "ids", "x", "y")] == ["float32", "int64", None, None]
     mixed = "static_cast<float*>(y.data_ptr()); static_cast<int32_t*>(y.data_ptr());"
-    assert C._cast_dtype([(mixed, "y")]) is None  # read as two types: not guessed
+    assert launcher_facts._cast_dtype([(mixed, "y")]) is None  # read as two types: not guessed
 
 
 def test_a_symbolic_size_display_name_becomes_an_identifier():
     """Found in the coverage sweep (2026-11-29): SymbolicSize{"hidden_dim x 2"} made a
     shape entry no harness can evaluate; three tasks could not be planned."""
     body = 'auto D = SymbolicSize{"hidden_dim x 2"};\nauto M = SymbolicSize{"num tokens"};\nSymbolicSize K{"2k"};\nauto N = SymbolicSize{"n"};'
-    assert C._body_symbols(body) == {"D": "hidden_dim_x_2", "M": "num_tokens", "K": "K", "N": "n"}
+    assert launcher_facts._body_symbols(body) == {"D": "hidden_dim_x_2", "M": "num_tokens", "K": "K", "N": "n"}
 
 
 @pytest.mark.wheel
@@ -385,7 +386,7 @@ def test_a_type_alias_extract_does_not_follow_is_the_element_type():
     `.with_dtype<typename C::DType>()` (`using DType = InT` in a config struct); the
     contract's dtype was the name `DType`, which no harness can fill."""
     body = "TensorMatcher({N, D}).with_dtype<typename C::DType>().with_device(device).verify(scores);"
-    matchers, _notes = C._matchers(body, {"N": "N", "D": "D"}, {})
+    matchers, _notes = launcher_facts._matchers(body, {"N": "N", "D": "D"}, {})
     assert matchers["scores"][0].dtype == "T"
 
 

@@ -14,7 +14,10 @@ import re
 
 import pytest
 
-from extract.index import ScanResult, code_only, collect_macros, index_texts, scan_file, scan_tree
+from extract.cxx import code_only
+from extract.file_scan import scan_file
+from extract.index import ScanResult, index_texts, scan_tree
+from extract.macros import collect_macros
 from pipeline.records import SourceInfo
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "index"

@@ -1,5 +1,5 @@
 ; Kernel launch sites. Each pattern captures @kernel: the expression that names
-; the launched kernel (extract/index.py follows simple aliases from there).
+; the launched kernel (extract/file_scan.py follows simple aliases from there).
 
 ; kernel<<<grid, block, smem, stream>>>(args...)
 (call_expression
