@@ -36,7 +36,8 @@ import functools
 import pathlib
 import re
 import tomllib
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import Field
 
@@ -161,7 +162,13 @@ def _scalar_rule(name: str, type_: str, rules: list[dict]) -> Filled | None:
     for rule in rules:
         pattern = _matches(name, rule.get("names", []))
         if pattern is not None and rule.get("type") == type_:
-            return Filled(name=name, kind="value", value=rule["value"], rule=f"completion.toml: {pattern}", why=rule.get("why", ""))
+            return Filled(
+                name=name,
+                kind="value",
+                value=rule["value"],
+                rule=f"completion.toml: {pattern}",
+                why=rule.get("why", ""),
+            )
     return None
 
 
@@ -238,7 +245,9 @@ def _offsets(contract: Contract, spec: TensorSpec) -> tuple[str, list[str | int]
 
 def _known_names(contract: Contract) -> set[str]:
     names = shape_symbols(contract)
-    names |= {a.scalar.name for a in contract.args if a.kind == "scalar" and a.scalar is not None and a.scalar.type == "int"}
+    names |= {
+        a.scalar.name for a in contract.args if a.kind == "scalar" and a.scalar is not None and a.scalar.type == "int"
+    }
     return names
 
 
@@ -284,7 +293,9 @@ def _index_rule(contract: Contract, spec: TensorSpec, rules: list[dict], known: 
         elif kind == "full":
             bounds = _full_range(spec)
         else:
-            raise ContractError(f"completion rule for {pattern!r} has an unknown kind {kind!r}", fix=f"fix {RULES_PATH.name}")
+            raise ContractError(
+                f"completion rule for {pattern!r} has an unknown kind {kind!r}", fix=f"fix {RULES_PATH.name}"
+            )
         if bounds is not None:
             return Filled(
                 name=spec.name, kind="range", value_range=bounds, rule=f"completion.toml: {kind} {pattern}", why=rule.get("why", "")
@@ -331,7 +342,9 @@ def roles_from_baseline(contract: Contract, evidence: dict[str, str]) -> list[Fi
     drawn like an input's and compared after the call like an output's."""
     roles = {a.tensor.name: a.tensor.role for a in contract.args if a.kind == "tensor" and a.tensor is not None}
     return [
-        Filled(name=name, kind="role", value="inout", rule=f"baseline: {what.replace('_', ' ')}", why=_EVIDENCE_WHY[what])
+        Filled(
+            name=name, kind="role", value="inout", rule=f"baseline: {what.replace('_', ' ')}", why=_EVIDENCE_WHY[what]
+        )
         for name, what in evidence.items()
         if what in _EVIDENCE_WHY and roles.get(name) in ("input", "output")
     ]
@@ -443,7 +456,9 @@ def refixed(task: Task, fixes: Sequence[Filled], task_dir: pathlib.Path | None) 
     return fixed, more.model_copy(update={"filled": [*fixes, *more.filled]})
 
 
-def complete(task: Task, task_dir: pathlib.Path | None = None, *, rules_path: pathlib.Path = RULES_PATH) -> tuple[Task, Completion]:
+def complete(
+    task: Task, task_dir: pathlib.Path | None = None, *, rules_path: pathlib.Path = RULES_PATH
+) -> tuple[Task, Completion]:
     """The task with every open item a rule covers filled in, and the record of it. A
     contract the harness cannot read at all is returned as it is (planning reports it)."""
     rules = load_rules(rules_path)

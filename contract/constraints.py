@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ast
 import functools
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from contract import expr
 from contract.errors import ExprError
@@ -133,7 +133,9 @@ def _direct(constraint: str, name: str, env: Mapping[str, int | bool]) -> list[i
     return out
 
 
-def _candidates(contract: Contract, constraint: str, name: str, env: Mapping[str, int | bool], *, scalar: bool = False) -> list[int]:
+def _candidates(
+    contract: Contract, constraint: str, name: str, env: Mapping[str, int | bool], *, scalar: bool = False
+) -> list[int]:
     """Values to try for ``name``: what an equality states, the constraints' constants,
     :data:`POOL`, the other names' values, small multiples and pairwise products of them.
     A scalar may be 0 (a count of shared experts), a size not."""
@@ -141,7 +143,14 @@ def _candidates(contract: Contract, constraint: str, name: str, env: Mapping[str
     others = {int(v) for k, v in env.items() if k != name and not isinstance(v, bool) and isinstance(v, int)}
     scaled = {v * f for v in others for f in (2, 3, 4)} | {v // f for v in others for f in (2, 4) if v % f == 0}
     products = {a * b for a in others for b in others if a * b <= MAX_VALUE}  # `elements % (channels * spatial)`
-    ordered = [*_direct(constraint, name, env), *sorted(literals), *POOL, *sorted(others), *sorted(scaled), *sorted(products)]
+    ordered = [
+        *_direct(constraint, name, env),
+        *sorted(literals),
+        *POOL,
+        *sorted(others),
+        *sorted(scaled),
+        *sorted(products),
+    ]
     return [v for v in dict.fromkeys(ordered) if (0 if scalar else 1) <= v <= MAX_VALUE]
 
 
@@ -197,7 +206,9 @@ def solve(
         if name not in env:
             mine = [c for c in constraints if name in names_of(c)]
             starts = _starts(contract, mine, name, env) or [1]
-            env[name] = min(starts, key=lambda v: sum(holds(m, {**env, name: v}) is False for m in mine))  # first of the best
+            env[name] = min(
+                starts, key=lambda v: sum(holds(m, {**env, name: v}) is False for m in mine)
+            )  # first of the best
 
     def broken(at: Mapping[str, int | bool]) -> list[str]:
         return [c for c in constraints if holds(c, at) is False]

@@ -26,8 +26,8 @@ from __future__ import annotations
 import ast
 import functools
 import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from contract.errors import ExprError
 

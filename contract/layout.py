@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
-from typing import Mapping
+from collections.abc import Mapping
 
 from contract.completion import Completion, apply
 from contract.errors import TaskMissing
@@ -112,7 +112,9 @@ def baseline_regions(files: Mapping[str, bytes], task: Task) -> dict[str, str]:
     for span in task.editable:
         data = files.get(span.file)
         if data is None:
-            raise TaskMissing(f"editable span {span.name} points at {span.file}, not in the task", fix="re-run `kernelsmith extract`")
+            raise TaskMissing(
+                f"editable span {span.name} points at {span.file}, not in the task", fix="re-run `kernelsmith extract`"
+            )
         regions[span.name] = data[span.start_byte : span.end_byte].decode("utf-8")
     return regions
 

@@ -163,7 +163,11 @@ def scalar_value(contract: Contract, index: int, sizes: dict[str, int] | None = 
 
 
 def plan_call(
-    contract: Contract, sizes: dict[str, int], dtype: str, layout: Layout = "contiguous", rng: random.Random | None = None
+    contract: Contract,
+    sizes: dict[str, int],
+    dtype: str,
+    layout: Layout = "contiguous",
+    rng: random.Random | None = None,
 ) -> CallPlan:
     """Shapes, strides and storage of every argument for one call."""
     rng = rng or random.Random(0)

@@ -20,7 +20,7 @@ What must stay true:
 from __future__ import annotations
 
 import random
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from contract import constraints
 from contract.errors import ContractError
@@ -49,7 +49,9 @@ SYNTHETIC_TOKENS = 8
 SYNTHETIC_WIDTH = 128  # a multiple of every vector width (8/16 bytes of bf16/fp32) the kernels use
 
 
-def _pinned_widths(contract: Contract, pool: Sequence[Instantiation], widths: list[str], pinned: list[int]) -> dict[str, int]:
+def _pinned_widths(
+    contract: Contract, pool: Sequence[Instantiation], widths: list[str], pinned: list[int]
+) -> dict[str, int]:
     """Which width symbol takes which integer the first instantiation is specialised on:
     the first assignment (widths in name order, at most 5040 tried) under which that
     instantiation is the one :func:`select_instantiation` picks; else widths and
@@ -104,7 +106,11 @@ def synthetic_shape(contract: Contract, instantiations: Sequence[Instantiation] 
         if sym == token:
             candidates = [*([pinned_for[sym]] if sym in pinned_for else []), SYNTHETIC_TOKENS]
         else:
-            candidates = [*([pinned_for[sym]] if sym in pinned_for else []), *sorted(contract.allowed_values.get(sym, [])), SYNTHETIC_WIDTH]
+            candidates = [
+                *([pinned_for[sym]] if sym in pinned_for else []),
+                *sorted(contract.allowed_values.get(sym, [])),
+                SYNTHETIC_WIDTH,
+            ]
         step = contract.divisibility.get(sym, 1)
         candidates = [step * -(-c // step) for c in candidates]
         if sym in contract.max_values:  # the largest accepted value, when the generic one is too big
@@ -116,7 +122,12 @@ def synthetic_shape(contract: Contract, instantiations: Sequence[Instantiation] 
     sizes, _broken = constraints.solve(contract, sizes, sorted(free), accepts=contract.accepts)
     sizes = _bounded(contract, sizes, [s for s in sorted(free) if s in symbols])
     source = "synthetic: no model config sizes this contract; generic values for the baseline's own tests only"
-    return ShapeCase(model=SYNTHETIC_MODEL, tokens=sizes.get(token, SYNTHETIC_TOKENS) if token else SYNTHETIC_TOKENS, sizes=sizes, source=source)
+    return ShapeCase(
+        model=SYNTHETIC_MODEL,
+        tokens=sizes.get(token, SYNTHETIC_TOKENS) if token else SYNTHETIC_TOKENS,
+        sizes=sizes,
+        source=source,
+    )
 
 
 def _bounded(contract: Contract, sizes: dict[str, int], free: list[str]) -> dict[str, int]:
@@ -135,7 +146,11 @@ def _bounded(contract: Contract, sizes: dict[str, int], free: list[str]) -> dict
             step = contract.divisibility.get(name, 1)
             smaller = sizes[name] // 2 // step * step
             trial = {**sizes, name: smaller}
-            if smaller >= 1 and contract.accepts(name, smaller) and len(constraints.violated(contract, trial)) <= before:
+            if (
+                smaller >= 1
+                and contract.accepts(name, smaller)
+                and len(constraints.violated(contract, trial)) <= before
+            ):
                 sizes = trial
                 break
         else:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import math
 import re
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from contract import constraints, expr
 from contract.errors import ContractError, ExprError

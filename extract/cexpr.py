@@ -13,7 +13,7 @@ text (None instead); nothing here reads files or imports torch.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from contract import dtypes as dtype_table
 from pipeline.records import DTYPES
@@ -29,11 +29,11 @@ ARCH_CONSTANTS: dict[str, int] = {
 }
 # C++ element types -> (torch dtype name, bytes), from the one dtype table.
 CPP_TYPES: dict[str, tuple[str, int]] = {
-    cpp: (dtype_table.torch_name(short), dtype_table.TABLE[short].nbytes) for cpp, short in dtype_table.CPP_TYPES.items()
+    cpp: (dtype_table.torch_name(short), dtype_table.TABLE[short].nbytes)
+    for cpp, short in dtype_table.CPP_TYPES.items()
 }
 # Contract dtypes -> element bytes (``sizeof(T)`` per instantiation).
 DTYPE_BYTES: dict[str, int] = {d: dtype_table.TABLE[d].nbytes for d in DTYPES}
-
 
 
 class _CExpr:

@@ -41,15 +41,16 @@ import difflib
 import pathlib
 import sys
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from pydantic import Field
 
 from contract import layout
 from extract import pyops, sources, tasks
-from pipeline.config import DEFAULT_OPS, Config
 from extract.errors import ToolchainError, UnknownOpError
 from pipeline.build import first_error, merge_reports
+from pipeline.config import DEFAULT_OPS, Config
 from pipeline.errors import KernelsmithError
 from pipeline.records import (
     BuildReport,
@@ -77,7 +78,11 @@ def _index_inputs(source: SourceInfo) -> list[pathlib.Path]:
     for folder in [*source.jit_dirs, *source.aot_dirs, pyops.OPS_DIR]:
         base = root / folder
         if base.is_dir():
-            out += [p for p in base.rglob("*") if p.is_file() and p.suffix in (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc")]
+            out += [
+                p
+                for p in base.rglob("*")
+                if p.is_file() and p.suffix in (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc")
+            ]
     return sorted(set(out))
 
 
@@ -90,7 +95,10 @@ def index_key(source: SourceInfo) -> str:
     for path in _index_inputs(source):
         parts += [path.relative_to(root).as_posix(), path.read_bytes()]
     # the code the two scans run (not contract/tasks/shapes: they do not shape the index)
-    code = [*(here / name for name in ("index.py", "file_scan.py", "cxx_nodes.py", "macros.py", "cxx.py", "treesitter.py")), *pyops.SOURCE_FILES]
+    code = [
+        *(here / name for name in ("index.py", "file_scan.py", "cxx_nodes.py", "macros.py", "cxx.py", "treesitter.py")),
+        *pyops.SOURCE_FILES,
+    ]
     for path in sorted([*(p for p in code if p.is_file()), *here.glob("queries/**/*.scm")]):
         parts += [path.relative_to(here).as_posix(), path.read_bytes()]
     return content_hash(*parts)
@@ -240,7 +248,9 @@ def compile_tasks(
     units: list[tuple[str, list[Instantiation]]] = []
     for op_id, task in task_objs.items():
         if not task.build.header_only or task.build.cpp_files:
-            reason = "not header-only (the module exports from its own C++ sources); kernelsmith builds header-only modules"
+            reason = (
+                "not header-only (the module exports from its own C++ sources); kernelsmith builds header-only modules"
+            )
             report = BuildReport(ok=False, key="", seconds=0.0, stderr=reason)
             out[op_id] = (task.model_copy(update={"baseline_build": report}), reason)
             continue
@@ -364,14 +374,30 @@ def main(args: Any, config: Config) -> int:
                 task = layout.load_task(folder)
                 state = "current"
             else:
-                task = tasks.write_task(index, op, work, arch=config.extract.arch, token_counts=token_counts, program=program, key=key)
+                task = tasks.write_task(
+                    index, op, work, arch=config.extract.arch, token_counts=token_counts, program=program, key=key
+                )
                 state = "written"
         except KernelsmithError as err:
-            results[op.id] = OpResult(op_id=op.id, module=op.module, task="failed", compile="not_run", reason=err.message, seconds=time.perf_counter() - t0)
+            results[op.id] = OpResult(
+                op_id=op.id,
+                module=op.module,
+                task="failed",
+                compile="not_run",
+                reason=err.message,
+                seconds=time.perf_counter() - t0,
+            )
             print(f"  {op.id}: no task: {err.message}")
             continue
         except Exception as err:  # noqa: BLE001 - one op's surprise must not stop the others
-            results[op.id] = OpResult(op_id=op.id, module=op.module, task="failed", compile="not_run", reason=f"{type(err).__name__}: {err}", seconds=time.perf_counter() - t0)
+            results[op.id] = OpResult(
+                op_id=op.id,
+                module=op.module,
+                task="failed",
+                compile="not_run",
+                reason=f"{type(err).__name__}: {err}",
+                seconds=time.perf_counter() - t0,
+            )
             print(f"  {op.id}: no task: {type(err).__name__}: {err}")
             continue
         if task.baseline_build is not None:
@@ -379,11 +405,15 @@ def main(args: Any, config: Config) -> int:
             reason = "" if task.baseline_build.ok else first_error(task.baseline_build.stderr)
         else:
             status, reason = ("not_run", "") if compile_check else ("skipped", "")
-        results[op.id] = OpResult(op_id=op.id, module=op.module, task=state, compile=status, reason=reason, seconds=time.perf_counter() - t0)
+        results[op.id] = OpResult(
+            op_id=op.id, module=op.module, task=state, compile=status, reason=reason, seconds=time.perf_counter() - t0
+        )
         if compile_check and task.baseline_build is None:
             to_compile[op.id] = task
         if not all_ops:
-            print(f"  {op.id}: task {state} ({len(task.instantiations)} instantiations, {len(task.shapes)} shapes) -> {folder}")
+            print(
+                f"  {op.id}: task {state} ({len(task.instantiations)} instantiations, {len(task.shapes)} shapes) -> {folder}"
+            )
     toolchain_error: ToolchainError | None = None
     if to_compile:
         print(f"compile check: {len(to_compile)} task(s), {config.extract.jobs} parallel job(s)")
@@ -400,14 +430,22 @@ def main(args: Any, config: Config) -> int:
                 update={"compile": "ok" if report and report.ok else "failed", "reason": reason}
             )
             if not all_ops:
-                line = f"{report.seconds:.1f} s, {len(report.resources)} kernels in ptxas report" if report and report.ok else reason
+                line = (
+                    f"{report.seconds:.1f} s, {len(report.resources)} kernels in ptxas report"
+                    if report and report.ok
+                    else reason
+                )
                 print(f"  {op_id}: baseline {'compiles' if report and report.ok else 'FAILED'}: {line}")
     if all_ops:
         coverage = _coverage(index, selected, results, compile_check and toolchain_error is None)
         write_record(coverage, work / "coverage.json")
         print(
             f"coverage: {coverage.op_modules} op modules call load_jit -> {coverage.modules_with_task} yielded a task"
-            + (f" -> {coverage.modules_compiled} of those compiled" if compile_check and toolchain_error is None else " (compile check not run)")
+            + (
+                f" -> {coverage.modules_compiled} of those compiled"
+                if compile_check and toolchain_error is None
+                else " (compile check not run)"
+            )
             + f"; {coverage.ops_with_task}/{coverage.ops} ops have tasks, {coverage.ops_compiled} compiled"
         )
         for module, reason in sorted(coverage.module_failures.items()):
@@ -421,7 +459,9 @@ def main(args: Any, config: Config) -> int:
     return 1 if failed else 0
 
 
-def _coverage(index: Index, selected: list[OpEntry], results: dict[str, OpResult], compiled_checked: bool = True) -> Coverage:
+def _coverage(
+    index: Index, selected: list[OpEntry], results: dict[str, OpResult], compiled_checked: bool = True
+) -> Coverage:
     per_module: dict[str, list[OpResult]] = {m: [] for m in index.op_modules}
     for op in selected:
         if op.id in results:

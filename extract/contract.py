@@ -40,7 +40,8 @@ from __future__ import annotations
 import pathlib
 import re
 import tomllib
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from extract import pyops
 from extract.cexpr import CPP_TYPES
@@ -58,7 +59,6 @@ _INOUT_NAMES = re.compile(r"^(residual|\w+_inplace)$")
 _INDEX_NAMES = re.compile(r"(ids?|indices|index|indptr|loc|locs|offsets?|lens?|table|mask|seq_?lens?|positions?|pos)$")
 
 
-
 def _fits_scalar(kind: str, value: Any) -> bool:
     if kind == "str":
         return isinstance(value, str)
@@ -69,8 +69,6 @@ def _fits_scalar(kind: str, value: Any) -> bool:
     if kind == "float":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     return False
-
-
 
 
 def launcher_source(root: pathlib.Path, scan: Any, entry_text: str, files: list[str]) -> tuple[str, str, str] | None:
@@ -131,13 +129,18 @@ def infer_contract(
     found = launcher_source(root, scan, entries[0], op.files)
     if found is None:
         return Contract(
-            entry=entry, args=[], symbols=[], unresolved=[*unresolved, f"C++ entry `{entries[0]}` not found in {op.files}"]
+            entry=entry,
+            args=[],
+            symbols=[],
+            unresolved=[*unresolved, f"C++ entry `{entries[0]}` not found in {op.files}"],
         )
     text, method, file = found
     context = (root / file).read_text(encoding="utf-8", errors="replace")
     facts = cpp_facts(text, method, dtypes, context)
     positions = {name: i for i, (_kind, name) in enumerate(template_params(strip_comments(text)))}
-    first_typename = next((name for kind, name in template_params(strip_comments(text)) if kind in ("typename", "class")), None)
+    first_typename = next(
+        (name for kind, name in template_params(strip_comments(text)) if kind in ("typename", "class")), None
+    )
     type_params: dict[str, int] = {}
     unresolved += facts.unresolved
     py = python_facts(program, op, entry)
@@ -154,7 +157,9 @@ def infer_contract(
             else:
                 best = plain_matcher(candidates)  # several verify it in ``if constexpr`` arms
                 if best.text == READ_FROM_USES:
-                    unresolved.append(f"tensor `{name}`: no TensorMatcher; shape {best.shape} read from how the launcher uses it")
+                    unresolved.append(
+                        f"tensor `{name}`: no TensorMatcher; shape {best.shape} read from how the launcher uses it"
+                    )
                 if len({(tuple(m.shape), tuple(m.strides or ()), m.dtype) for m in candidates}) > 1:
                     unresolved.append(
                         f"tensor `{name}`: {len(candidates)} different matchers verify it (constexpr branches?); "
@@ -172,7 +177,9 @@ def infer_contract(
                 if dtype.startswith("?") and dtype[1:] in positions:
                     type_params[dtype[1:]] = positions[dtype[1:]]
                 if dtype.startswith("?") or "|" in dtype:
-                    unresolved.append(f"tensor `{name}`: element type `{dtype.lstrip('?')}` is not the instantiation dtype")
+                    unresolved.append(
+                        f"tensor `{name}`: element type `{dtype.lstrip('?')}` is not the instantiation dtype"
+                    )
                 role = "input"
                 if _OUTPUT_NAMES.match(name):
                     role = "output"
@@ -180,7 +187,9 @@ def infer_contract(
                     role = "inout"
                 elif not py.returns_value and not any_output and name == tensor_names[0]:
                     role = "inout"
-                    unresolved.append(f"tensor `{name}`: assumed updated in place (the public function returns nothing)")
+                    unresolved.append(
+                        f"tensor `{name}`: assumed updated in place (the public function returns nothing)"
+                    )
                 if position in py.written and role == "input":
                     role = "inout"
                 if dtype in ("int32", "int64", "uint8", "uint32", "uint64", "int8") or _INDEX_NAMES.search(name):
@@ -220,7 +229,14 @@ def infer_contract(
     constraints += [c for c in tied.values() if c]
     for sym, tparam in facts.fixed_by_template.items():
         checks.append(f"{sym} == {tparam} (template argument: one instantiation per value)")
-    shape_syms = {s for a in args if a.tensor for d in a.tensor.shape if isinstance(d, str) for s in re.findall(r"[A-Za-z_]\w*", d)}
+    shape_syms = {
+        s
+        for a in args
+        if a.tensor
+        for d in a.tensor.shape
+        if isinstance(d, str)
+        for s in re.findall(r"[A-Za-z_]\w*", d)
+    }
     return Contract(
         entry=entry,
         args=args,
@@ -276,7 +292,9 @@ def settle_type_params(contract: Contract, instantiations: Sequence[Instantiatio
         name = spec.dtype[1:] if spec is not None and spec.dtype.startswith("?") else ""
         position = contract.type_params.get(name)
         if spec is not None and position is not None:
-            given = [inst.template_args[position] if position < len(inst.template_args) else None for inst in instantiations]
+            given = [
+                inst.template_args[position] if position < len(inst.template_args) else None for inst in instantiations
+            ]
             settled = None
             if all(g == CPP_DTYPE.get(inst.dtype) for g, inst in zip(given, instantiations)):
                 settled = "T"
@@ -284,7 +302,11 @@ def settle_type_params(contract: Contract, instantiations: Sequence[Instantiatio
                 settled = CPP_TYPES[given[0]][0]
             if settled is not None:
                 arg = arg.model_copy(update={"tensor": spec.model_copy(update={"dtype": settled})})
-                unresolved = [u for u in unresolved if u != f"tensor `{spec.name}`: element type `{name}` is not the instantiation dtype"]
+                unresolved = [
+                    u
+                    for u in unresolved
+                    if u != f"tensor `{spec.name}`: element type `{name}` is not the instantiation dtype"
+                ]
         args.append(arg)
     return contract.model_copy(update={"args": args, "unresolved": unresolved})
 
@@ -318,7 +340,17 @@ def load_curated(op_id: str) -> dict[str, Any] | None:
         raise ConfigError(f"curated contract {path} is not valid TOML: {err}", fix="fix the TOML syntax") from err
 
 
-_CONTRACT_KEYS = {"entry", "symbols", "divisibility", "max_values", "checks", "constraints", "unresolved", "reference", "extra_bytes"}
+_CONTRACT_KEYS = {
+    "entry",
+    "symbols",
+    "divisibility",
+    "max_values",
+    "checks",
+    "constraints",
+    "unresolved",
+    "reference",
+    "extra_bytes",
+}
 
 
 def allowed_from_python(program: pyops.Program, module: str, spec: dict[str, Any]) -> list[int]:
@@ -338,7 +370,9 @@ def allowed_from_python(program: pyops.Program, module: str, spec: dict[str, Any
     return out
 
 
-def apply_curated(inferred: Contract, curated: dict[str, Any], *, program: pyops.Program | None = None, module: str = "") -> Contract:
+def apply_curated(
+    inferred: Contract, curated: dict[str, Any], *, program: pyops.Program | None = None, module: str = ""
+) -> Contract:
     """Curated keys replace inferred ones; ``args`` replace as a whole; origin becomes ``curated``."""
     data = inferred.model_dump()
     for key in _CONTRACT_KEYS:
@@ -372,7 +406,9 @@ def apply_curated(inferred: Contract, curated: dict[str, Any], *, program: pyops
     return Contract.model_validate(data)
 
 
-def contract_for(op: OpEntry, scan: Any, root: pathlib.Path, *, program: pyops.Program | None = None) -> tuple[Contract, dict[str, Any] | None]:
+def contract_for(
+    op: OpEntry, scan: Any, root: pathlib.Path, *, program: pyops.Program | None = None
+) -> tuple[Contract, dict[str, Any] | None]:
     """The op's contract (inferred, then curated when ``extract/curated/<op_id>.toml`` exists) and the curated table."""
     program = program or pyops.Program(pathlib.Path(root))
     curated = load_curated(op.id)

@@ -39,7 +39,6 @@ CLASS_TYPES = {"struct_specifier", "class_specifier", "union_specifier"}
 IDENT_TYPES = {"identifier", "field_identifier", "type_identifier"}
 
 
-
 def node_text(data: bytes, node: ts.Node) -> str:
     return data[node.start_byte : node.end_byte].decode("utf-8", "replace")
 
@@ -79,8 +78,6 @@ def function_declarator(node: ts.Node) -> ts.Node:
     while declarator is not None and declarator.type != "function_declarator":
         declarator = inner_declarator(declarator)
     return declarator
-
-
 
 
 def declarator_name(func_decl: ts.Node, data: bytes) -> tuple[str, str]:
@@ -203,9 +200,6 @@ def enclosing_class(node: ts.Node) -> bool:
             return True
         current = current.parent
     return False
-
-
-
 
 
 # --------------------------------------------------------------------------- definitions by name

@@ -30,7 +30,7 @@ wrapper: the reason records it.
 from __future__ import annotations
 
 import pathlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import libcst as cst
 
@@ -93,7 +93,9 @@ class _Body(cst.CSTVisitor):
 class _Tracer:
     """Which contract argument each parameter of a module-level function feeds."""
 
-    def __init__(self, functions: dict[str, cst.FunctionDef], entry_points: Sequence[str], arg_names: Sequence[str]) -> None:
+    def __init__(
+        self, functions: dict[str, cst.FunctionDef], entry_points: Sequence[str], arg_names: Sequence[str]
+    ) -> None:
         self.functions = functions
         self.entry_points = set(entry_points)
         self.arg_names = list(arg_names)
@@ -137,7 +139,11 @@ class _Tracer:
             elif isinstance(func, cst.Name) and func.value in self.functions and func.value != name:
                 callee = self.functions[func.value]
                 inner = self.feeds(func.value, (*stack, name))
-                order = [p.name.value for p, kind in _params_of(callee) if kind in ("positional_only", "positional_or_keyword")]
+                order = [
+                    p.name.value
+                    for p, kind in _params_of(callee)
+                    if kind in ("positional_only", "positional_or_keyword")
+                ]
                 bound: list[tuple[str, cst.BaseExpression]] = list(zip(order, (a.value for a in positional)))
                 bound += [(a.keyword.value, a.value) for a in call.args if a.keyword is not None]
                 for callee_param, expr in bound:
@@ -149,7 +155,9 @@ class _Tracer:
         return out
 
 
-def read_signature(root: pathlib.Path, module_path: str, function: str, contract: Contract, entry_points: Sequence[str]) -> EntrySignature:
+def read_signature(
+    root: pathlib.Path, module_path: str, function: str, contract: Contract, entry_points: Sequence[str]
+) -> EntrySignature:
     """The public function ``function`` of ``root/module_path`` and the contract argument each parameter feeds."""
     dotted = python_module(module_path)
     path = root / module_path
@@ -161,10 +169,14 @@ def read_signature(root: pathlib.Path, module_path: str, function: str, contract
     fn = functions.get(function)
     if fn is None:
         return EntrySignature(
-            module=dotted, function=function, reason=f"{function} is not a top-level def of {module_path}: its parameters cannot be read"
+            module=dotted,
+            function=function,
+            reason=f"{function} is not a top-level def of {module_path}: its parameters cannot be read",
         )
     arg_names = _arg_names(contract)
-    traced = _Tracer(functions, [contract.entry] if contract.entry in entry_points else entry_points, arg_names).feeds(function)
+    traced = _Tracer(functions, [contract.entry] if contract.entry in entry_points else entry_points, arg_names).feeds(
+        function
+    )
     fed: set[str] = set()
     symbols = set(contract.symbols)
     params: list[EntryParam] = []
@@ -181,7 +193,9 @@ def read_signature(root: pathlib.Path, module_path: str, function: str, contract
         if feeds is not None:
             fed.add(feeds)
         default = module.code_for_node(param.default) if param.default is not None else None
-        params.append(EntryParam(name=name, kind=kind, has_default=default is not None, default=default, feeds=feeds, via=via))
+        params.append(
+            EntryParam(name=name, kind=kind, has_default=default is not None, default=default, feeds=feeds, via=via)
+        )
         if feeds is None and default is None and kind not in ("var_positional", "var_keyword"):
             missing.append(name)
     returns = module.code_for_node(fn.returns.annotation) if fn.returns is not None else None

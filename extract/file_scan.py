@@ -94,8 +94,6 @@ class _Lines:
         return bisect.bisect_right(self.starts, offset)
 
 
-
-
 @dataclasses.dataclass
 class _Binding:
     """``name`` bound to ``value``; where it is visible from depends on where it is bound."""
@@ -106,7 +104,6 @@ class _Binding:
     function: tuple[int, int] | None  # byte range of the function it is local to, if any
     in_class: bool  # bound inside a struct/class body (a member)
     is_return: bool = False  # a function's return value, bound to the function's name
-
 
 
 # Launch syntax inside a macro body (kept as text by the grammar).
@@ -262,9 +259,8 @@ class _FileScanner:
         span_start = self._specifiers_start(start)
         template_params: list[Param] = []
         base = max(0, span_start - 4000)
-        header = None
-        for header in re.finditer(rb"\btemplate\s*<", code[base:span_start]):
-            pass  # keep the last one before the definition
+        headers = list(re.finditer(rb"\btemplate\s*<", code[base:span_start]))
+        header = headers[-1] if headers else None  # the last one before the definition
         if header is not None:
             open_angle = base + header.end() - 1
             close_angle = balanced_end(code, open_angle, strings=False, unbalanced=-1)
@@ -425,7 +421,9 @@ class _FileScanner:
                 function = enclosing_function(name_node)
                 owner = (function.start_byte, function.end_byte) if function is not None else None
                 out.append(
-                    _Binding(node_text(self.data, inner), value, name_node.start_byte, owner, enclosing_class(name_node))
+                    _Binding(
+                        node_text(self.data, inner), value, name_node.start_byte, owner, enclosing_class(name_node)
+                    )
                 )
         return out
 
@@ -675,5 +673,3 @@ def scan_file(path: str, data: bytes, macros: dict[str, str] | None = None) -> F
 def scan_job(job: tuple[str, bytes, dict[str, str]]) -> FileScan:
     path, data, macros = job
     return scan_file(path, data, macros)
-
-

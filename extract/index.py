@@ -86,7 +86,8 @@ import os
 import pathlib
 import posixpath
 import time
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from pydantic import Field
 
@@ -112,9 +113,6 @@ class ScanResult(Record):
     includes: dict[str, list[str]]  # file -> resolved relative paths, or "<name>" when unresolved
     parse_issues: list[ParseIssue] = Field(default_factory=list)
     elapsed_s: float = 0.0
-
-
-
 
 
 def source_files(source: SourceInfo) -> list[str]:
@@ -302,4 +300,3 @@ def scan_tree(source: SourceInfo, *, workers: int | None = None) -> ScanResult:
             unreadable.append(ParseIssue(file=path, message=f"could not read: {err}"))
     result = index_texts(texts, search=include_dirs(source), root=root, workers=workers, issues=unreadable)
     return result.model_copy(update={"elapsed_s": round(time.perf_counter() - started, 3)})
-

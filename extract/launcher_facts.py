@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Callable, Iterable, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from extract.cexpr import ARCH_CONSTANTS, CPP_TYPES, DTYPE_BYTES, c_to_python, eval_c
 from extract.cxx import CppFunction, balanced_end, split_top, strip_comments, template_params
@@ -104,7 +105,9 @@ def _dim(item: str, symbols: dict[str, str]) -> str | int:
     return item
 
 
-def _matchers(body: str, symbols: dict[str, str], tparams: dict[str, str]) -> tuple[dict[str, list[Matcher]], list[str]]:
+def _matchers(
+    body: str, symbols: dict[str, str], tparams: dict[str, str]
+) -> tuple[dict[str, list[Matcher]], list[str]]:
     out: dict[str, list[Matcher]] = {}
     notes: list[str] = []
     for match in re.finditer(r"\bTensorMatcher\s*\(", body):
@@ -123,7 +126,10 @@ def _matchers(body: str, symbols: dict[str, str], tparams: dict[str, str]) -> tu
         smatch = re.search(r"\.with_strides\s*\(\s*\{", stmt)
         if smatch:
             s_open = stmt.find("(", smatch.start())
-            strides = [_dim(x, symbols) for x in split_top(stmt[s_open + 1 : balanced_end(stmt, s_open) - 1].strip().strip("{}"))]
+            strides = [
+                _dim(x, symbols)
+                for x in split_top(stmt[s_open + 1 : balanced_end(stmt, s_open) - 1].strip().strip("{}"))
+            ]
         dtype = None
         dmatch = re.search(r"\.with_dtype\s*<([^()]*?)>\s*\(", stmt)
         if dmatch:
@@ -159,7 +165,10 @@ def _check_conditions(body: str) -> list[str]:
 def _constants(text: str) -> dict[str, str]:
     """``constexpr auto kVecSize = ...;`` / ``int elements_in_vec = ...;`` -> name: expression text."""
     out = {}
-    for match in re.finditer(r"(?:static\s+)?(?:constexpr\s+|const\s+)?(?:auto|int|int64_t|uint32_t|uint|size_t|std::size_t|int32_t)\s+(\w+)\s*=\s*([^;{}]+);", text):
+    for match in re.finditer(
+        r"(?:static\s+)?(?:constexpr\s+|const\s+)?(?:auto|int|int64_t|uint32_t|uint|size_t|std::size_t|int32_t)\s+(\w+)\s*=\s*([^;{}]+);",
+        text,
+    ):
         out.setdefault(match.group(1), " ".join(match.group(2).split()))
     return out
 
@@ -276,7 +285,20 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
             continue
         for call in calls_in(caller.body):
             callee = call.name
-            if callee in seen or callee in ("RuntimeCheck", "CHECK_HOST", "TensorMatcher", "static_cast", "LaunchKernel", "Panic", "if", "for", "while", "switch", "return", "sizeof"):
+            if callee in seen or callee in (
+                "RuntimeCheck",
+                "CHECK_HOST",
+                "TensorMatcher",
+                "static_cast",
+                "LaunchKernel",
+                "Panic",
+                "if",
+                "for",
+                "while",
+                "switch",
+                "return",
+                "sizeof",
+            ):
                 continue
             target = find_definition(text, callee) or (find_definition(whole, callee) if whole is not text else None)
             if target is None or not any("TensorView" in t for t, _ in target.params):
@@ -359,7 +381,9 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
         for (_fn, alias), found in zip(bodies, body_matchers):  # so each body's checks can read x.size(i)
             if (local := _reverse(alias, pname)) is not None:
                 found.setdefault(local, [item])
-    scalars = {name for ptype, name in entry.params if "TensorView" not in ptype and scalar_type(ptype) in ("int", "bool")}
+    scalars = {
+        name for ptype, name in entry.params if "TensorView" not in ptype and scalar_type(ptype) in ("int", "bool")
+    }
     constraints = [
         c for cond, names, alias, consts, found in pending
         if (c := _constraint(cond, names, alias, consts, found, scalars, {t: s for s, t in fixed.items()}, relations, dtypes)) is not None
@@ -439,7 +463,10 @@ def _shape_from_uses(bodies: list[tuple[str, str]]) -> tuple[list[str | int], bo
                 rank = int(m.group(2)) if rank is None else max(rank, int(m.group(2)))
             for m in re.finditer(rf"\b{who}{_DIM_USE}", body):
                 used.add(_dim_index(m, 1))
-            for m in re.finditer(rf"(?:int64_t|int|auto|int32_t|uint32_t|size_t)\s+(\w+)\s*=\s*(?:static_cast<[^<>]*>\s*\()?\s*{who}{_DIM_USE}", body):
+            for m in re.finditer(
+                rf"(?:int64_t|int|auto|int32_t|uint32_t|size_t)\s+(\w+)\s*=\s*(?:static_cast<[^<>]*>\s*\()?\s*{who}{_DIM_USE}",
+                body,
+            ):
                 named.setdefault(_dim_index(m, 2), m.group(1))
             for cond in conds:
                 for part in split_top(cond, "&&"):
@@ -533,11 +560,18 @@ def _constraint(
 _Picked = TypeVar("_Picked")
 
 
-def _eval_per_dtype(expr: str, consts: dict[str, str], dtypes: Iterable[str], pick: Callable[[list[int]], _Picked]) -> _Picked | None:
+def _eval_per_dtype(
+    expr: str, consts: dict[str, str], dtypes: Iterable[str], pick: Callable[[list[int]], _Picked]
+) -> _Picked | None:
     values = []
     for dtype in dtypes:
         env = dict(ARCH_CONSTANTS)
-        sizes = {"T": DTYPE_BYTES[dtype], "DType": DTYPE_BYTES[dtype], "Float": DTYPE_BYTES[dtype], "scalar_t": DTYPE_BYTES[dtype]}
+        sizes = {
+            "T": DTYPE_BYTES[dtype],
+            "DType": DTYPE_BYTES[dtype],
+            "Float": DTYPE_BYTES[dtype],
+            "scalar_t": DTYPE_BYTES[dtype],
+        }
         for _ in range(3):  # constants defined from constants
             for name, text in consts.items():
                 if name not in env:
@@ -580,7 +614,9 @@ def _read_condition(
             if value and value > 1:
                 divisibility[sym] = max(value, divisibility.get(sym, 1))
         return
-    m = re.fullmatch(r"\s*(\w+)\s*\*\s*(\d+)\s*==\s*(.+?)\s*", cond) or re.fullmatch(r"\s*(\d+)\s*\*\s*(\w+)\s*==\s*(.+?)\s*", cond)
+    m = re.fullmatch(r"\s*(\w+)\s*\*\s*(\d+)\s*==\s*(.+?)\s*", cond) or re.fullmatch(
+        r"\s*(\d+)\s*\*\s*(\w+)\s*==\s*(.+?)\s*", cond
+    )
     if m:
         a, k = (m.group(1), m.group(2)) if not m.group(1).isdigit() else (m.group(2), m.group(1))
         left, right = symbol_of(a), symbol_of(m.group(3))

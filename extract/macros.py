@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from extract.cxx import balanced_end, strip_comments
 
@@ -159,5 +159,3 @@ def mask_macros(data: bytes, code: bytes, macros: dict[str, str]) -> tuple[bytes
     for m in masks:
         buffer[m.start : m.end] = re.sub(rb"[^\n]", b" ", data[m.start : m.end])
     return bytes(buffer), masks
-
-

@@ -35,7 +35,8 @@ import dataclasses
 import pathlib
 import re
 import tomllib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from contract import expr
 from contract.errors import ExprError
@@ -89,9 +90,9 @@ def load_catalog(directory: pathlib.Path = CATALOG_DIR) -> list[Model]:
         dims, sources, flags = {}, {}, {}
         for dim, entry in (data.get("dims") or {}).items():
             if not isinstance(entry, dict) or "value" not in entry:
-                raise ConfigError(f"{path}: dims.{dim} needs a value", fix="write `{ value = N, key = \"config key\" }`")
+                raise ConfigError(f"{path}: dims.{dim} needs a value", fix='write `{ value = N, key = "config key" }`')
             if "key" in entry:
-                sources[dim] = f"{data.get('repo', name)} config.json \"{entry['key']}\""
+                sources[dim] = f'{data.get("repo", name)} config.json "{entry["key"]}"'
                 if entry.get("note"):
                     sources[dim] += f" ({entry['note']})"
             elif "derived" in entry:
@@ -99,12 +100,14 @@ def load_catalog(directory: pathlib.Path = CATALOG_DIR) -> list[Model]:
             else:
                 raise ConfigError(
                     f"{path}: dims.{dim} has no source",
-                    fix="add `key = \"<config.json key>\"` or `derived = \"<how>\"` to the figure",
+                    fix='add `key = "<config.json key>"` or `derived = "<how>"` to the figure',
                 )
             dims[dim] = int(entry["value"])
         for flag, entry in (data.get("flags") or {}).items():
             if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
-                raise ConfigError(f"{path}: flags.{flag} needs value and source", fix="write `{ value = true, source = \"why\" }`")
+                raise ConfigError(
+                    f"{path}: flags.{flag} needs value and source", fix='write `{ value = true, source = "why" }`'
+                )
             flags[flag] = bool(entry["value"])
             sources[f"flag:{flag}"] = entry["source"]
         models.append(Model(name, data.get("repo", ""), data.get("config", ""), dims, sources, flags))
@@ -197,7 +200,12 @@ def shape_cases(
                     continue
                 rows = sizes.get(token_symbol, int(tokens)) if token_symbol else int(tokens)
                 used = [n for sym in symbols for n in _names(fam[sym]) if n != "tokens"]
-                where = "; ".join(f"{sym}={fam[sym]}: {model.sources.get(n, n)}" for sym in symbols for n in _names(fam[sym]) if n != "tokens")
+                where = "; ".join(
+                    f"{sym}={fam[sym]}: {model.sources.get(n, n)}"
+                    for sym in symbols
+                    for n in _names(fam[sym])
+                    if n != "tokens"
+                )
                 if need:
                     where += f"; requires {need}: {model.sources.get('flag:' + need, need)}"
                 label = f"{model.name} at {tokens} tokens" + (f" ({rows} rows)" if rows != tokens else "")

@@ -94,7 +94,9 @@ def _wheel(version: str, cache_dir: pathlib.Path) -> SourceInfo:
         _unpack(wheel, unpacked)
     wheel_name = next((p.name for p in (cache_dir / "wheels").glob(f"sglang-{version}-*.whl")), None)
     jit, aot = _layout(root)
-    return SourceInfo(kind="wheel", root=str(root.resolve()), version=version, wheel=wheel_name, jit_dirs=jit, aot_dirs=aot)
+    return SourceInfo(
+        kind="wheel", root=str(root.resolve()), version=version, wheel=wheel_name, jit_dirs=jit, aot_dirs=aot
+    )
 
 
 def _download(version: str, dest: pathlib.Path) -> pathlib.Path:

@@ -20,7 +20,7 @@ What must stay true:
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from pipeline.errors import KernelsmithError
 from pipeline.records import Span

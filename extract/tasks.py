@@ -44,12 +44,14 @@ import re
 import shutil
 import tomllib
 import uuid
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from contract.layout import KEY_FILE, SRC_DIR, task_dir
 from contract.shapes import synthetic_shape
 from extract import contract as contract_mod
-from extract import entry, pyops, shapes
+from extract import entry as entry_signature
+from extract import pyops, shapes
 from pipeline import deps as build_deps
 from pipeline.digest import source_digest
 from pipeline.errors import ConfigError
@@ -146,11 +148,18 @@ def editable_spans(index: Any, own_files: Iterable[str]) -> list[Span]:
     ):
         for item in items:
             if item.file in own and item.end_byte > item.start_byte:
-                raw.append(Span(file=item.file, start_byte=item.start_byte, end_byte=item.end_byte, name=item.name, kind=kind))
+                raw.append(
+                    Span(file=item.file, start_byte=item.start_byte, end_byte=item.end_byte, name=item.name, kind=kind)
+                )
     raw.sort(key=lambda s: (s.file, s.start_byte, -s.end_byte))
     kept: list[Span] = []
     for span in raw:
-        if kept and kept[-1].file == span.file and span.start_byte >= kept[-1].start_byte and span.end_byte <= kept[-1].end_byte:
+        if (
+            kept
+            and kept[-1].file == span.file
+            and span.start_byte >= kept[-1].start_byte
+            and span.end_byte <= kept[-1].end_byte
+        ):
             continue  # nested in (or equal to) the previous outer span
         if kept and kept[-1].file == span.file and span.start_byte < kept[-1].end_byte:
             continue  # partial overlap: keep the earlier span, splice refuses overlaps
@@ -218,7 +227,15 @@ def plan_instantiations(
             for dtype in dtypes:
                 try:
                     inst = pyops.instantiate(
-                        program, op, call, dtype=dtype, sizes=sizes, entry=entry, fallbacks=fallbacks, tensors=tensors, planned=planned
+                        program,
+                        op,
+                        call,
+                        dtype=dtype,
+                        sizes=sizes,
+                        entry=entry,
+                        fallbacks=fallbacks,
+                        tensors=tensors,
+                        planned=planned,
                     )
                 except pyops.Unresolvable as err:
                     failures.setdefault(f"{dtype}: {err}", case.label if case else "no shape")
@@ -226,7 +243,13 @@ def plan_instantiations(
                 served = True
                 first = first or inst
                 notes.extend(n for n in inst.notes if n not in notes)
-                key = (dtype, tuple(inst.template_args), tuple(inst.module_args), tuple(inst.wrappers), tuple(inst.pins.items()))
+                key = (
+                    dtype,
+                    tuple(inst.template_args),
+                    tuple(inst.module_args),
+                    tuple(inst.wrappers),
+                    tuple(inst.pins.items()),
+                )
                 if key in seen:
                     continue
                 seen.add(key)
@@ -381,7 +404,9 @@ def write_task(
     curated = curated or {}
     dtypes = [d for d in curated.get("dtypes", list(DTYPES)) if d in DTYPES]
     if curated.get("dtypes") and len(dtypes) < len(DTYPES):
-        notes.append(f"dtypes {', '.join(d for d in DTYPES if d not in dtypes)} excluded by the curated contract (see its comments)")
+        notes.append(
+            f"dtypes {', '.join(d for d in DTYPES if d not in dtypes)} excluded by the curated contract (see its comments)"
+        )
     models = {m.name: m for m in shapes.load_catalog()}
     cases, shape_notes = shapes.shape_cases(contract, curated.get("shapes"), token_counts, list(models.values()))
     notes += shape_notes
@@ -407,7 +432,9 @@ def write_task(
         extra_inc = instance.strings("extra_include_paths")
         deps = instance.strings("extra_dependencies")
     except pyops.Unresolvable as err:
-        raise ConfigError(f"{op.id}: {err}", fix="the loader builds its arguments in a way extract cannot follow") from err
+        raise ConfigError(
+            f"{op.id}: {err}", fix="the loader builds its arguments in a way extract cannot follow"
+        ) from err
     header_only = instance.kwargs.get("header_only", True)
     own = [f"{pyops.CSRC_DIR}/{f}" for f in [*cuda_files, *cpp_files] if not f.startswith("/")]
     missing = [f for f in own if not (root / f).is_file()]
@@ -454,7 +481,9 @@ def write_task(
         contract=contract,
         shapes=cases,
         notes=list(dict.fromkeys(notes)),
-        entry_signature=entry.read_signature(root, op.module, entry.public_function(op.id, op.public_functions), contract, op.entry_points),
+        entry_signature=entry_signature.read_signature(
+            root, op.module, entry_signature.public_function(op.id, op.public_functions), contract, op.entry_points
+        ),
     )
     _publish(task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts))
     return task

@@ -64,7 +64,8 @@ import functools
 import pathlib
 import re
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import tree_sitter
 
@@ -94,7 +95,7 @@ def grammar_for(path: str | pathlib.PurePath) -> str:
     return GRAMMAR_BY_SUFFIX.get(pathlib.PurePath(path).suffix.lower(), "cuda")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def language(name: str) -> Any:
     """The tree-sitter ``Language`` for ``"cuda"`` or ``"cpp"``."""
     if name == "cuda":
@@ -112,7 +113,7 @@ def language(name: str) -> Any:
         return tree_sitter.Language(pointer, name)  # 0.21 wanted a name as well
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def parser(name: str) -> Any:
     """A cached ``Parser`` for grammar ``name`` (one per process)."""
     lang = language(name)
@@ -132,7 +133,7 @@ def parse(data: bytes, name: str) -> Any:
     return parser(name).parse(data)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_query(name: str, scm_file: str, directory: str | pathlib.Path | None = None) -> Any:
     """Compile ``extract/queries/<name>/<scm_file>.scm`` for grammar ``name`` (cached).
 

@@ -41,7 +41,9 @@ def _root_name(expr: cst.BaseExpression, assigned: dict[str, cst.BaseExpression]
     while True:
         if isinstance(expr, cst.Name):
             if expr.value in assigned and depth < 8:
-                inner = _root_name(assigned[expr.value], {k: v for k, v in assigned.items() if k != expr.value}, depth + 1)
+                inner = _root_name(
+                    assigned[expr.value], {k: v for k, v in assigned.items() if k != expr.value}, depth + 1
+                )
                 return inner or expr.value
             return expr.value
         if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
@@ -96,14 +98,18 @@ def constant_args(program: pyops.Program, nodes: frozenset[tuple[str, str]]) -> 
 
         fn.node.visit(Calls())
         for call in found:
-            callees = [c for c in program.resolve(node[0], call.func.value) if c in funcs and c != node and "." not in c[1]]
+            callees = [
+                c for c in program.resolve(node[0], call.func.value) if c in funcs and c != node and "." not in c[1]
+            ]
             if len(callees) == 1:
                 edges.append((node, callees[0], call))
     consts: dict[tuple[str, str], dict[str, Any]] = {n: {} for n in funcs}
     for _ in range(6):  # call chains in these wrappers are a few levels deep
         seen: dict[tuple[tuple[str, str], str], set[Any]] = {}
         for caller, callee, call in edges:
-            params = [p.name.value for p in [*funcs[callee].node.params.posonly_params, *funcs[callee].node.params.params]]
+            params = [
+                p.name.value for p in [*funcs[callee].node.params.posonly_params, *funcs[callee].node.params.params]
+            ]
             for i, arg in enumerate(call.args):
                 if arg.star:
                     continue
@@ -113,7 +119,9 @@ def constant_args(program: pyops.Program, nodes: frozenset[tuple[str, str]]) -> 
                 value = _literal(arg.value)
                 if value is _NOT_LITERAL and isinstance(arg.value, cst.Name):
                     value = consts[caller].get(arg.value.value, _NOT_LITERAL)
-                seen.setdefault((callee, name), set()).add((type(value).__name__, value) if value is not _NOT_LITERAL else None)
+                seen.setdefault((callee, name), set()).add(
+                    (type(value).__name__, value) if value is not _NOT_LITERAL else None
+                )
         updated: dict[tuple[str, str], dict[str, Any]] = {n: {} for n in funcs}
         for (callee, name), values in seen.items():
             if len(values) == 1 and None not in values:
@@ -136,7 +144,9 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
         return PyFacts(written, defaults, returns_value, literals, sized)
     fn = program.function(op.module, target)
     ev = pyops.Evaluator(program.sets.resolve, strict=True)
-    defaults = {k: v for k, v in pyops.parameter_defaults(ev, fn).items() if v is None or isinstance(v, (int, float, str, bool))}
+    defaults = {
+        k: v for k, v in pyops.parameter_defaults(ev, fn).items() if v is None or isinstance(v, (int, float, str, bool))
+    }
 
     class Returns(cst.CSTVisitor):
         def __init__(self) -> None:

@@ -28,8 +28,8 @@ from __future__ import annotations
 import dataclasses
 import random
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from optimize.harness import inputs
 from optimize.harness.errors import ContractError
@@ -100,7 +100,9 @@ def _tensor_json(plan: inputs.TensorPlan) -> dict[str, JsonValue]:
     return out
 
 
-def plan_case(task: Task, signature: EntrySignature, sizes: dict[str, int], dtype: str) -> tuple[str, dict[str, JsonValue], int]:
+def plan_case(
+    task: Task, signature: EntrySignature, sizes: dict[str, int], dtype: str
+) -> tuple[str, dict[str, JsonValue], int]:
     """(module key, worker request without label/seed, elements passed) of one call; ContractError when unplannable."""
     pool = inputs.instantiations_for(task.contract, task.instantiations)
     inst = inputs.select_instantiation(task.contract, pool, dtype, sizes)
@@ -144,7 +146,11 @@ def plan_op(task: Task, *, held_out: int = HELD_OUT, rng: random.Random | None =
     except ContractError as err:
         return OpPlan(op_id=task.op_id, function=function, reason=f"the contract cannot be sized: {err.message}")
     if not shapes:
-        return OpPlan(op_id=task.op_id, function=function, reason="no shape: the model catalog sizes no case and no synthetic shape exists")
+        return OpPlan(
+            op_id=task.op_id,
+            function=function,
+            reason="no shape: the model catalog sizes no case and no synthetic shape exists",
+        )
     dtypes = task_dtypes(task)
     labelled: list[tuple[str, bool, dict[str, int]]] = []
     unplanned: dict[str, str] = {}
@@ -176,7 +182,9 @@ def plan_op(task: Task, *, held_out: int = HELD_OUT, rng: random.Random | None =
             seed = secrets.randbits(31)
             request = {**request, "label": label, "seed": seed, "key": key}
             cases.append(PlannedCase(label, sizes, dtype, seed, key, is_held_out, request, numel))
-    reason = "" if cases else "no case could be planned: " + "; ".join(f"{k}: {v}" for k, v in sorted(unplanned.items()))
+    reason = (
+        "" if cases else "no case could be planned: " + "; ".join(f"{k}: {v}" for k, v in sorted(unplanned.items()))
+    )
     return OpPlan(op_id=task.op_id, function=function, cases=cases, reason=reason, unplanned=unplanned)
 
 

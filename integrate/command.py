@@ -69,9 +69,13 @@ def main(args: argparse.Namespace, config: Config) -> int:
         reasons = "; ".join(f"{op}: {why}" for op, why in sorted(skipped.items())) or "the run has no op folders"
         say(f"nothing to integrate from run {run}: {reasons}")
         return 0
-    patch = build_patch(run, run_dir, work / "tasks", source, out_dir, in_place=bool(args.in_place), accepted=accepted, skipped=skipped)
+    patch = build_patch(
+        run, run_dir, work / "tasks", source, out_dir, in_place=bool(args.in_place), accepted=accepted, skipped=skipped
+    )
     report = IntegrateReport(run=run, patch=patch)
-    report, good = gpu_steps(report, [a.task for a in accepted], out_dir, e2e=not getattr(args, "skip_e2e", False), runners=RUNNERS)
+    report, good = gpu_steps(
+        report, [a.task for a in accepted], out_dir, e2e=not getattr(args, "skip_e2e", False), runners=RUNNERS
+    )
     if getattr(args, "skip_e2e", False):
         report = report.model_copy(update={"not_run": {**report.not_run, "e2e": "skipped with --skip-e2e"}})
     pr_path = publish(report, out_dir, run_dir)
@@ -89,10 +93,10 @@ def main(args: argparse.Namespace, config: Config) -> int:
         say(f"committed {commit[:12]} on new branch {args.git_branch} of {patch.tree_root} (not pushed)")
     print_summary(report, pr_path)
     if report.gpu is None:
-        say(f"no GPU here: the patch is made and verified; correctness, SGLang's tests and end-to-end need a GPU machine: `kernelsmith integrate --run {run}`")
+        say(
+            f"no GPU here: the patch is made and verified; correctness, SGLang's tests and end-to-end need a GPU machine: `kernelsmith integrate --run {run}`"
+        )
     return 0 if good else 1
-
-
 
 
 RUNNERS = Runners(check=check_ops, tests=op_tests, e2e=e2e_mod.run)

@@ -26,8 +26,8 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from integrate.errors import PatchError
 

@@ -132,7 +132,9 @@ def layer_timing(
     band = noise_band_pct(b, p)
     non_gemm = None
     if samples["baseline"].get("non_gemm") and samples["patched"].get("non_gemm"):
-        non_gemm = part_timing(summarize(samples["baseline"]["non_gemm"]), summarize(samples["patched"]["non_gemm"]), b.median)
+        non_gemm = part_timing(
+            summarize(samples["baseline"]["non_gemm"]), summarize(samples["patched"]["non_gemm"]), b.median
+        )
     return LayerTiming(
         phase=phase,
         tokens=tokens,
@@ -191,9 +193,10 @@ def run_layers(
     skipped: dict[str, str] = {}
     ops: list[str] = []
     attention = ""
-    with TreeWorker("baseline", baseline_pkg, out_dir / "cache" / "baseline", logs / "e2e-baseline.log") as base, TreeWorker(
-        "patched", patched_pkg, out_dir / "cache" / "patched", logs / "e2e-patched.log"
-    ) as new:
+    with (
+        TreeWorker("baseline", baseline_pkg, out_dir / "cache" / "baseline", logs / "e2e-baseline.log") as base,
+        TreeWorker("patched", patched_pkg, out_dir / "cache" / "patched", logs / "e2e-patched.log") as new,
+    ):
         workers = {"baseline": base, "patched": new}
         for phase, tokens in todo:
             req = {
@@ -214,7 +217,9 @@ def run_layers(
                     attention = str(answer.get("attention", attention))
                     for name, values in answer["samples_us"].items():
                         samples[who].setdefault(name, []).extend(float(v) for v in values)
-            rows.append(layer_timing(phase, tokens, samples, layers=recipe.layers, kv_len=recipe.proxy.kv_len, steps=ops))
+            rows.append(
+                layer_timing(phase, tokens, samples, layers=recipe.layers, kv_len=recipe.proxy.kv_len, steps=ops)
+            )
     parts = recipe.parts()
     return E2EResult(
         ran=True,
@@ -255,7 +260,9 @@ def runtime_importable(package: pathlib.Path, python: str = sys.executable) -> t
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package.parent), env.get("PYTHONPATH", "")) if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    done = subprocess.run([python, "-c", f"import {ONE_BATCH_MODULE}"], capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        [python, "-c", f"import {ONE_BATCH_MODULE}"], capture_output=True, text=True, env=env, timeout=600
+    )
     if done.returncode == 0:
         return True, ""
     missing = re.findall(r"No module named '([^']+)'", done.stderr)
@@ -311,7 +318,9 @@ def one_batch(
         try:
             done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            return OneBatchResult(ran=False, reason=f"{who}: one_batch timed out after {timeout_s:.0f} s", command=command)
+            return OneBatchResult(
+                ran=False, reason=f"{who}: one_batch timed out after {timeout_s:.0f} s", command=command
+            )
         (out_dir / "logs" / f"one-batch-{who}.log").write_text(done.stdout + done.stderr, encoding="utf-8")
         parsed = parse_one_batch(done.stdout)
         if done.returncode != 0 or not parsed:

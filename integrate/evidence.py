@@ -168,7 +168,9 @@ def launch_facts(diff: str) -> list[str]:
         return out
     was_off = [line for line in removed if _PDL_OFF.search(line)]
     if was_off:
-        out.append(f"PDL was off because SGLang's launcher asks for it explicitly (`{was_off[0]}`); the patch turns it on (`{turned_on[0]}`).")
+        out.append(
+            f"PDL was off because SGLang's launcher asks for it explicitly (`{was_off[0]}`); the patch turns it on (`{turned_on[0]}`)."
+        )
     else:
         out.append(
             "PDL was off because SGLang's launcher never asks for it (no `enable_pdl` / PDL launch attribute), and a CUDA "
@@ -193,13 +195,23 @@ def launch_facts(diff: str) -> list[str]:
     triggers = [(i, line[1:].strip()) for i, line in enumerate(lines) if line.startswith("+") and _TRIGGER.search(line)]
     if waits:
         first = neighbour(waits[0][0], -1).endswith("{")
-        where = "as the first statement of the kernel body, before any read" if first else "(statements precede it: check they read nothing the previous kernel writes)"
+        where = (
+            "as the first statement of the kernel body, before any read"
+            if first
+            else "(statements precede it: check they read nothing the previous kernel writes)"
+        )
         out.append(f"The kernel now waits for the previous grid (`{waits[0][1]}`) {where}.")
     else:
-        out.append("The diff adds no PDL wait: the kernel already waits in its source, or the reviewer should check it reads nothing a previous kernel writes.")
+        out.append(
+            "The diff adds no PDL wait: the kernel already waits in its source, or the reviewer should check it reads nothing a previous kernel writes."
+        )
     if triggers:
         last = neighbour(triggers[0][0], 1).startswith("}")
-        where = "as the last statement of the kernel body, after its last store" if last else "before the end of the kernel (statements follow it)"
+        where = (
+            "as the last statement of the kernel body, after its last store"
+            if last
+            else "before the end of the kernel (statements follow it)"
+        )
         out.append(f"It triggers dependents (`{triggers[0][1]}`) {where}.")
     else:
         out.append("It never triggers early: dependents are released when the grid exits.")

@@ -93,7 +93,9 @@ def _torch_part(part: str, args: Sequence[torch.Tensor]) -> Call:
         t, h, d = q.shape
         q4, k4, v4 = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
         out3 = out.view(t, h, d)
-        return lambda: out3.copy_(F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, enable_gqa=True)[0].transpose(0, 1))
+        return lambda: out3.copy_(
+            F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
+        )
     raise KeyError(f"unknown torch part {part!r}")
 
 
@@ -124,14 +126,18 @@ def cmd_layer(req: JsonDict) -> JsonDict:
     gen.manual_seed(int(req.get("seed", 0)))
     shared = {n: _tensor(s, model_dtype, gen) for n, s in specs.items() if s.get("shared")}
     per_set = sum(
-        math.prod(int(d) for d in s["shape"]) * torch.empty((), dtype=_torch_dtype(str(s["dtype"]), model_dtype)).element_size()
+        math.prod(int(d) for d in s["shape"])
+        * torch.empty((), dtype=_torch_dtype(str(s["dtype"]), model_dtype)).element_size()
         for s in specs.values()
         if not s.get("shared")
     )
     props = torch.cuda.get_device_properties(0)
     l2 = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
     sets = timing.buffer_sets(per_set, l2, float(req.get("l2_multiple", 3.0)), max_sets=int(req.get("max_sets", 64)))
-    bufs = [{**shared, **{n: _tensor(s, model_dtype, gen) for n, s in specs.items() if not s.get("shared")}} for _ in range(sets)]
+    bufs = [
+        {**shared, **{n: _tensor(s, model_dtype, gen) for n, s in specs.items() if not s.get("shared")}}
+        for _ in range(sets)
+    ]
 
     def resolve(entry: JsonDict, buf: Mapping[str, torch.Tensor]) -> Any:
         return buf[entry["tensor"]] if "tensor" in entry else entry["value"]

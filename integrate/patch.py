@@ -143,7 +143,9 @@ def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accep
     from contract.layout import completed_in_run, load_task
 
     if not run_dir.is_dir():
-        raise ConfigError(f"no optimize run at {run_dir}", fix="run `kernelsmith optimize` first, or pass an existing --run")
+        raise ConfigError(
+            f"no optimize run at {run_dir}", fix="run `kernelsmith optimize` first, or pass an existing --run"
+        )
     accepted: list[Accepted] = []
     skipped: dict[str, str] = {}
     statuses = _op_statuses(run_dir)
@@ -184,7 +186,11 @@ def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accep
         task = load_task(task_dir)
         task = completed_in_run(task, op_dir) or task  # the values the run's evaluations called it with
         src = op_dir / BEST_SRC
-        best_files = {p.relative_to(src).as_posix(): p.read_bytes() for p in src.rglob("*") if p.is_file()} if src.is_dir() else {}
+        best_files = (
+            {p.relative_to(src).as_posix(): p.read_bytes() for p in src.rglob("*") if p.is_file()}
+            if src.is_dir()
+            else {}
+        )
         accepted.append(Accepted(op_id, candidate, evaluation, task, task_dir, best_files))
     return accepted, skipped
 
@@ -249,13 +255,18 @@ def compose(accepted: list[Accepted], package_root: pathlib.Path) -> tuple[list[
         file_edits = edits[path]
         target = package_root / path
         if not target.is_file():
-            raise PatchError(f"{target} does not exist in the SGLang tree", fix="point --sglang at the tree the tasks came from")
+            raise PatchError(
+                f"{target} does not exist in the SGLang tree", fix="point --sglang at the tree the tasks came from"
+            )
         old = target.read_bytes()
         ops = sorted({e.op_id for e in file_edits})
         for op_id in ops:
             want = digests.get((op_id, path))
             if want is None:
-                raise PatchError(f"task {op_id} edits {path} but does not record its digest", fix=f"re-run `kernelsmith extract --ops {op_id}`")
+                raise PatchError(
+                    f"task {op_id} edits {path} but does not record its digest",
+                    fix=f"re-run `kernelsmith extract --ops {op_id}`",
+                )
             if sha256(old) != want:
                 raise StaleRecordError(
                     f"{target} differs from the file task {op_id} was extracted from "
@@ -279,7 +290,10 @@ def compose(accepted: list[Accepted], package_root: pathlib.Path) -> tuple[list[
             unique = _disjoint(path, file_edits)
             new = splice(old, [(e.span.start_byte, e.span.end_byte, e.text) for e in unique])
             matched_best = False  # optimize saw each op alone; no best/src copy has both
-        spans = sorted({(e.span.start_byte, e.span.end_byte, e.span.name): e.span for e in file_edits}.values(), key=lambda s: s.start_byte)
+        spans = sorted(
+            {(e.span.start_byte, e.span.end_byte, e.span.name): e.span for e in file_edits}.values(),
+            key=lambda s: s.start_byte,
+        )
         verify_spans(path, old, new, [(s.start_byte, s.end_byte) for s in spans])
         if new == old:
             continue
@@ -330,7 +344,10 @@ def verify_applies(text: bytes, layout: TreeLayout, files: list[NewFile]) -> tup
     if patched_paths(text) != expected_paths:
         raise PatchError(f"the patch touches {patched_paths(text)}, expected exactly {expected_paths}")
     passed, not_run = [], {}
-    tools = {"git apply": ["git", "apply", "--whitespace=nowarn", "-"], "patch -p1": ["patch", "-p1", "--batch", "--silent", "--forward"]}
+    tools = {
+        "git apply": ["git", "apply", "--whitespace=nowarn", "-"],
+        "patch -p1": ["patch", "-p1", "--batch", "--silent", "--forward"],
+    }
     for name, argv in tools.items():
         if shutil.which(argv[0]) is None:
             not_run[name] = f"{argv[0]} is not on PATH"
@@ -350,7 +367,9 @@ def verify_applies(text: bytes, layout: TreeLayout, files: list[NewFile]) -> tup
             for f in files:
                 got = (root / layout.diff_path(f.path)).read_bytes()
                 if got != f.new:
-                    raise PatchError(f"`{name}` applied the patch but {f.path} came out different from the spliced file")
+                    raise PatchError(
+                        f"`{name}` applied the patch but {f.path} came out different from the spliced file"
+                    )
         passed.append(name)
     return passed, not_run
 
@@ -418,7 +437,9 @@ def apply_in_place(layout: TreeLayout, files: list[NewFile], backup_dir: pathlib
     for f in files:
         current = (root / f.path).read_bytes()
         if current != f.old:
-            raise PatchError(f"{root / f.path} changed since the patch was computed; nothing was modified", fix="re-run integrate")
+            raise PatchError(
+                f"{root / f.path} changed since the patch was computed; nothing was modified", fix="re-run integrate"
+            )
     backup_dir.mkdir(parents=True, exist_ok=True)
     for f in files:
         backup = backup_dir / f.path

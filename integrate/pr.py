@@ -32,7 +32,7 @@ import shutil
 import subprocess
 import tempfile
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 from integrate.diffs import sha256
 from integrate.errors import GitError
@@ -122,7 +122,7 @@ def _layout_apply(patch: Patch) -> str:
         return f'P="{name}" && cd <sglang checkout at {patch.source.commit or "the same commit"}> && git apply "$P"'
     version = patch.source.version or "?"
     return (
-        f'P="{name}" && pip download --no-deps sglang=={version} && unzip -q sglang-{version}-*.whl \'sglang/*\' -d sglang-{version} '
+        f"P=\"{name}\" && pip download --no-deps sglang=={version} && unzip -q sglang-{version}-*.whl 'sglang/*' -d sglang-{version} "
         f'&& cd sglang-{version} && git apply "$P"   # or: patch -p1 < "$P"'
     )
 
@@ -161,7 +161,8 @@ def _diff_block(diff: str, files: int) -> list[str]:
     plus = sum(1 for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
     minus = sum(1 for line in diff.splitlines() if line.startswith("-") and not line.startswith("---"))
     return [
-        "<details><summary>The diff: <code>sglang.patch</code>, " + f"{files} file(s), +{plus} −{minus} lines</summary>",
+        "<details><summary>The diff: <code>sglang.patch</code>, "
+        + f"{files} file(s), +{plus} −{minus} lines</summary>",
         "",
         "```diff",
         _DIFF_SLOT,
@@ -177,7 +178,9 @@ def _bottleneck(op: OpChange, facts: OpFacts, sim: str) -> str:
     parts: list[str] = []
     floors = [t.time_over_floor * t.time_us / t.baseline_us for t in _timings(op) if t.baseline_us and t.time_us]
     if floors:
-        parts.append(f"the baseline ran at {min(floors):.2f}–{max(floors):.2f}x its floor{sim} (time ÷ floor over the catalog shapes)")
+        parts.append(
+            f"the baseline ran at {min(floors):.2f}–{max(floors):.2f}x its floor{sim} (time ÷ floor over the catalog shapes)"
+        )
     prof = facts.baseline_profile
     if prof:
         from optimize.harness.tools import top_stall
@@ -201,13 +204,19 @@ def _why(op: OpChange, facts: OpFacts, diff: str, report: IntegrateReport, sim: 
     if bottleneck:
         out.append(f"- **Bottleneck.** {bottleneck[0].upper() + bottleneck[1:]}.")
     launch = launch_facts(diff)
-    out.append(f"- **PDL.** {launch[0]}" if launch else "- **PDL.** The patch does not change how the kernel is launched.")
+    out.append(
+        f"- **PDL.** {launch[0]}" if launch else "- **PDL.** The patch does not change how the kernel is launched."
+    )
     if facts.skills:
         for skill in facts.skills:
             what = (skill.rationale or skill.effect.summary).strip().replace("\n", " ")
             out.append(f"- **What changed** ({skill.title}, skill `{skill.id}`). {what}")
     else:
-        out.append(f"- **What changed.** {', '.join(op.spans)} rewritten" + (f" (skills not in the library: {', '.join(facts.unknown_skills)})" if facts.unknown_skills else "") + ".")
+        out.append(
+            f"- **What changed.** {', '.join(op.spans)} rewritten"
+            + (f" (skills not in the library: {', '.join(facts.unknown_skills)})" if facts.unknown_skills else "")
+            + "."
+        )
     out += [f"  - {line}" for line in launch[1:]]
     safety = [s.safety.strip().replace("\n", " ") for s in facts.skills if s.safety]
     assumes = [s.assumes.strip() for s in facts.skills if s.assumes]
@@ -221,9 +230,15 @@ def _why(op: OpChange, facts: OpFacts, diff: str, report: IntegrateReport, sim: 
         )
     for check in report.checks:
         if check.op_id == op.op_id and check.ran:
-            checked.append(f"{check.passed} of {len(check.cases)} cases pass through SGLang's own op, {sum(bool(c.bitwise_equal) for c in check.cases)} bitwise equal")
+            checked.append(
+                f"{check.passed} of {len(check.cases)} cases pass through SGLang's own op, {sum(bool(c.bitwise_equal) for c in check.cases)} bitwise equal"
+            )
             for san in check.sanitizer:
-                checked.append(f"compute-sanitizer {san.tool}: {san.errors} errors" if san.ran else f"compute-sanitizer {san.tool} not run ({san.reason})")
+                checked.append(
+                    f"compute-sanitizer {san.tool}: {san.errors} errors"
+                    if san.ran
+                    else f"compute-sanitizer {san.tool} not run ({san.reason})"
+                )
     text = " ".join(safety) or "The skill file gives no safety argument; the checks below are the evidence."
     out.append(f"- **Why it is correct.** {text}" + (f" It assumes: {' '.join(assumes)}" if assumes else ""))
     if checked:
@@ -245,7 +260,9 @@ def _buckets(op: OpChange, facts: OpFacts, sim: str) -> list[str]:
             f"shape runs the candidate ({config}); {served}."
         )
     else:
-        out.append(f"- one configuration ({config}) serves every token count ({served}); nothing falls back to the baseline.")
+        out.append(
+            f"- one configuration ({config}) serves every token count ({served}); nothing falls back to the baseline."
+        )
     slower = [t for t in timings if (_speedup(t) or 1.0) < 1.0]
     for t in slower:
         out.append(f"- slower at {t.label} {t.dtype}: {_fmt(_speedup(t), '.3f')}x{sim}")
@@ -277,7 +294,11 @@ def _e2e_tables(e2e: E2EResult) -> list[str]:
     if not e2e.recipe:
         return _legacy_e2e_table(e2e)
     steps = " → ".join(f"{name} ({e2e.parts.get(name, '?')})" for name in e2e.ops)
-    kv = f" Decode: each of the B sequences attends with 1 new token over a KV cache of {e2e.kv_len} tokens; prefill is causal over its T tokens." if e2e.kv_len else ""
+    kv = (
+        f" Decode: each of the B sequences attends with 1 new token over a KV cache of {e2e.kv_len} tokens; prefill is causal over its T tokens."
+        if e2e.kv_len
+        else ""
+    )
     out = [
         (
             f"One whole {e2e.model} decoder layer ({e2e.dtype}) from the recipe `{e2e.recipe or '?'}`: {steps}. "
@@ -333,13 +354,24 @@ def _reproduce(report: IntegrateReport, e2e: E2EResult | None, facts: RunFacts) 
     out = ["## Reproduce", ""]
     out.append(f"Environment: {report.gpu or 'no GPU (the GPU steps did not run)'}, torch {report.torch or '—'}.")
     out.append("")
-    out += ["```sh", "# apply the patch (sglang.patch, beside this file) to a fresh copy of the sources", _layout_apply(patch), ""]
+    out += [
+        "```sh",
+        "# apply the patch (sglang.patch, beside this file) to a fresh copy of the sources",
+        _layout_apply(patch),
+        "",
+    ]
     out += ["# the tasks, extracted from the same SGLang sources", f"kernelsmith extract --ops {ops}", ""]
     for op in patch.ops:
-        out.append(f"# per-shape table of {op.op_id}: the optimize run's final validation (work/runs/{run}/{op.op_id}/best/evaluation.json)")
+        out.append(
+            f"# per-shape table of {op.op_id}: the optimize run's final validation (work/runs/{run}/{op.op_id}/best/evaluation.json)"
+        )
         coder = f" --coder {facts.coder}" if facts.coder else ""
         out.append(f"kernelsmith optimize --ops {op.op_id}{coder} --run {run}")
-    out += ["", "# patch, correctness through SGLang, SGLang's tests, end-to-end, this file", f"kernelsmith integrate --run {run}"]
+    out += [
+        "",
+        "# patch, correctness through SGLang, SGLang's tests, end-to-end, this file",
+        f"kernelsmith integrate --run {run}",
+    ]
     commands = [c.command for c in report.checks if c.command]
     if commands:
         out += ["", "# correctness through SGLang's public ops only", relative(commands[0], report)]
@@ -355,7 +387,11 @@ def _reproduce(report: IntegrateReport, e2e: E2EResult | None, facts: RunFacts) 
         out += ["", "# SGLang's own tests, in a checkout with the patch applied"]
         out += [f"python -m pytest -q test/registered/kernels/ops/{group}/" for group in groups]
     if e2e is not None and e2e.one_batch is not None and e2e.one_batch.command:
-        out += ["", "# SGLang's one-batch benchmark (patched tree; the baseline run uses the pristine tree's path)", relative(e2e.one_batch.command, report)]
+        out += [
+            "",
+            "# SGLang's one-batch benchmark (patched tree; the baseline run uses the pristine tree's path)",
+            relative(e2e.one_batch.command, report),
+        ]
     out += ["```", ""]
     return out
 
@@ -379,7 +415,11 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
             ),
             "",
         ]
-    banner = {"ready": "Ready for review", "draft": "DRAFT: not everything that proves this patch has run", "failing": "FAILING: do not submit"}
+    banner = {
+        "ready": "Ready for review",
+        "draft": "DRAFT: not everything that proves this patch has run",
+        "failing": "FAILING: do not submit",
+    }
     out.append(f"**Status: {banner[state]}.**")
     out += [f"- {r}" for r in reasons]
     out.append("")
@@ -408,7 +448,10 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
         out.append("")
         out.append("Not in this patch:")
         out += [f"- `{op}`: {why}" for op, why in sorted(patch.skipped.items())]
-    out += ["", f"Patch: `{pathlib.Path(patch.patch_file).name}` (sha256 `{patch.patch_sha256[:16]}…`), verified: {', '.join(patch.verified) or 'nothing'}."]
+    out += [
+        "",
+        f"Patch: `{pathlib.Path(patch.patch_file).name}` (sha256 `{patch.patch_sha256[:16]}…`), verified: {', '.join(patch.verified) or 'nothing'}.",
+    ]
     if patch.not_verified:
         out.append("Not verified: " + "; ".join(f"{k} ({v})" for k, v in patch.not_verified.items()) + ".")
     out.append("")
@@ -483,7 +526,9 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
                     + ", all ops, in parallel)."
                 )
             if check.skipped:
-                out.append(f"Skipped cases are ones the pristine op itself rejects; they test nothing of the patch ({check.skipped}).")
+                out.append(
+                    f"Skipped cases are ones the pristine op itself rejects; they test nothing of the patch ({check.skipped})."
+                )
             bad = [c for c in check.cases if c.status != "pass"]
             for c in bad[:10]:
                 out.append(f"- **{c.status}** {c.label} {c.dtype} (seed {c.seed}): {c.reason}")
@@ -524,7 +569,12 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
         out += _e2e_tables(e2e)
         ob = e2e.one_batch
         if ob is not None and ob.ran:
-            out += ["`sglang.benchmark.one_batch --load-format dummy`:", "", "| throughput token/s | baseline | patched |", "|---|---:|---:|"]
+            out += [
+                "`sglang.benchmark.one_batch --load-format dummy`:",
+                "",
+                "| throughput token/s | baseline | patched |",
+                "|---|---:|---:|",
+            ]
             for key in sorted(set(ob.baseline) | set(ob.patched)):
                 out.append(f"| {key} | {_fmt(ob.baseline.get(key), ',.1f')} | {_fmt(ob.patched.get(key), ',.1f')} |")
             out.append("")
@@ -547,7 +597,9 @@ def write_pr(report: IntegrateReport, path: pathlib.Path, *, run_dir: str = "") 
 # --------------------------------------------------------------------------- git
 
 
-def _git(checkout: pathlib.Path, *args: str, check: bool = True, input_: bytes | None = None) -> subprocess.CompletedProcess:
+def _git(
+    checkout: pathlib.Path, *args: str, check: bool = True, input_: bytes | None = None
+) -> subprocess.CompletedProcess:
     done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, input=input_, timeout=300)
     if check and done.returncode != 0:
         raise GitError(
@@ -557,7 +609,9 @@ def _git(checkout: pathlib.Path, *args: str, check: bool = True, input_: bytes |
     return done
 
 
-def commit_branch(patch: Patch, branch: str, message_title: str, message_body: str, *, run_dir: pathlib.Path | None = None) -> str:
+def commit_branch(
+    patch: Patch, branch: str, message_title: str, message_body: str, *, run_dir: pathlib.Path | None = None
+) -> str:
     """Commit the patch on a new branch ``branch`` of the checkout; return the commit id. Never pushes.
 
     A patch from a replayed (simulated) run is refused first (:func:`integrate.evidence.refuse_simulated`).
@@ -571,12 +625,16 @@ def commit_branch(patch: Patch, branch: str, message_title: str, message_body: s
             fix="clone sglang, check out the commit to patch, and pass it with --sglang PATH (or SGLANG_SRC)",
         )
     if not patch.files:
-        raise GitError("the patch changes no file; there is nothing to commit", fix="integrate a run with an accepted candidate")
+        raise GitError(
+            "the patch changes no file; there is nothing to commit", fix="integrate a run with an accepted candidate"
+        )
     checkout = pathlib.Path(patch.tree_root)
     if _git(checkout, "check-ref-format", "--branch", branch, check=False).returncode != 0:
         raise GitError(f"{branch!r} is not a valid branch name", fix="pick a name like kernelsmith/silu-and-mul")
     if _git(checkout, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).returncode == 0:
-        raise GitError(f"branch {branch} already exists in {checkout}", fix="pick another --git-branch name, or delete that branch")
+        raise GitError(
+            f"branch {branch} already exists in {checkout}", fix="pick another --git-branch name, or delete that branch"
+        )
     for f in patch.files:
         shown = _git(checkout, "show", f"HEAD:{f.diff_path}", check=False)
         if shown.returncode != 0 or sha256(shown.stdout) != f.sha256_before:
@@ -594,7 +652,9 @@ def commit_branch(patch: Patch, branch: str, message_title: str, message_body: s
         identity: list[str] = []
         if not _git(worktree, "config", "user.email", check=False).stdout.strip():
             identity = ["-c", "user.name=kernelsmith", "-c", "user.email=kernelsmith@localhost"]
-        _git(worktree, *identity, "commit", "--quiet", "-F", "-", input_=f"{message_title}\n\n{message_body}\n".encode())
+        _git(
+            worktree, *identity, "commit", "--quiet", "-F", "-", input_=f"{message_title}\n\n{message_body}\n".encode()
+        )
         commit = _git(worktree, "rev-parse", "HEAD").stdout.decode().strip()
     except GitError:
         if created:

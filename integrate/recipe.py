@@ -54,10 +54,10 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from extract.shapes import load_catalog
-from integrate.errors import RecipeError
 from contract.errors import ContractError
 from contract.sizes import eval_expr, expr_symbols
+from extract.shapes import load_catalog
+from integrate.errors import RecipeError
 from pipeline.records import Record
 
 LAYER_DIR = pathlib.Path(__file__).resolve().parent / "layers"
@@ -120,7 +120,9 @@ class Step(Record):
         if self.torch is not None and self.torch not in TORCH_PARTS:
             raise ValueError(f"unknown torch part {self.torch!r}; known: {', '.join(TORCH_PARTS)}")
         if self.torch is not None and len(self.args) != len(TORCH_PARTS[self.torch]):
-            raise ValueError(f"torch part {self.torch} takes {len(TORCH_PARTS[self.torch])} arguments ({', '.join(TORCH_PARTS[self.torch])})")
+            raise ValueError(
+                f"torch part {self.torch} takes {len(TORCH_PARTS[self.torch])} arguments ({', '.join(TORCH_PARTS[self.torch])})"
+            )
         return self
 
     @property
@@ -166,7 +168,9 @@ def load_recipe(path: pathlib.Path = DEFAULT_RECIPE, *, catalog_dir: pathlib.Pat
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as err:
-        raise RecipeError(f"layer recipe {path} not found", fix=f"pass one of {', '.join(p.name for p in LAYER_DIR.glob('*.toml'))}") from err
+        raise RecipeError(
+            f"layer recipe {path} not found", fix=f"pass one of {', '.join(p.name for p in LAYER_DIR.glob('*.toml'))}"
+        ) from err
     except tomllib.TOMLDecodeError as err:
         raise _fail(path, "TOML", str(err), "fix the TOML syntax") from err
     unknown = sorted(set(data) - {"model", "figures", "proxy", "tensors", "steps"})
@@ -175,15 +179,34 @@ def load_recipe(path: pathlib.Path = DEFAULT_RECIPE, *, catalog_dir: pathlib.Pat
     model = data.get("model")
     catalog = {m.name: m for m in (load_catalog(catalog_dir) if catalog_dir else load_catalog())}
     if model not in catalog:
-        raise _fail(path, "model", f"{model!r} is not in the shape catalog (has: {', '.join(sorted(catalog))})", "name a model of extract/shapes/")
+        raise _fail(
+            path,
+            "model",
+            f"{model!r} is not in the shape catalog (has: {', '.join(sorted(catalog))})",
+            "name a model of extract/shapes/",
+        )
     entry = catalog[model]
     figures = {name: Figure(value=value, source=entry.sources[name]) for name, value in entry.dims.items()}
     repo = entry.repo or model
     for name, raw in (data.get("figures") or {}).items():
         if name in figures:
-            raise _fail(path, f"figures.{name}", "the shape catalog already has this figure", f"remove it here (one fact, written once in extract/shapes/{model}.toml)")
-        if not isinstance(raw, dict) or not isinstance(raw.get("value"), (int, float)) or not (raw.get("key") or raw.get("derived")):
-            raise _fail(path, f"figures.{name}", "needs a number and its source", 'write `{ value = N, key = "<config.json key>" }` (or `derived = "<how>"`)')
+            raise _fail(
+                path,
+                f"figures.{name}",
+                "the shape catalog already has this figure",
+                f"remove it here (one fact, written once in extract/shapes/{model}.toml)",
+            )
+        if (
+            not isinstance(raw, dict)
+            or not isinstance(raw.get("value"), (int, float))
+            or not (raw.get("key") or raw.get("derived"))
+        ):
+            raise _fail(
+                path,
+                f"figures.{name}",
+                "needs a number and its source",
+                'write `{ value = N, key = "<config.json key>" }` (or `derived = "<how>"`)',
+            )
         extra = sorted(set(raw) - {"value", "key", "derived"})
         if extra:
             raise _fail(path, f"figures.{name}", f"unknown keys {extra}", "use value, key or derived")
@@ -198,7 +221,9 @@ def load_recipe(path: pathlib.Path = DEFAULT_RECIPE, *, catalog_dir: pathlib.Pat
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
-        raise _fail(path, where or "entry", first.get("msg", str(err)), "see integrate/recipe.py for the format") from err
+        raise _fail(
+            path, where or "entry", first.get("msg", str(err)), "see integrate/recipe.py for the format"
+        ) from err
     recipe = LayerRecipe(
         model=model, path=str(path), layers=int(figures["num_hidden_layers"].value), figures=figures,
         proxy=proxy, tensors=tensors, steps=steps,
@@ -221,30 +246,62 @@ def _validate(recipe: LayerRecipe, path: pathlib.Path) -> None:
     known = set(_sizes(recipe, 1))
     for name, tensor in recipe.tensors.items():
         if name in RESERVED or name in recipe.figures:
-            raise _fail(path, f"tensors.{name}", "the name is taken (a figure or a reserved sample name)", "rename the tensor")
+            raise _fail(
+                path, f"tensors.{name}", "the name is taken (a figure or a reserved sample name)", "rename the tensor"
+            )
         for entry in [*tensor.shape, *tensor.params.values()]:
             try:
                 missing = expr_symbols(entry) - known
             except ContractError as err:
-                raise _fail(path, f"tensors.{name}", err.message, "write an integer expression over the figures, T, kv_len, rope_positions") from err
+                raise _fail(
+                    path,
+                    f"tensors.{name}",
+                    err.message,
+                    "write an integer expression over the figures, T, kv_len, rope_positions",
+                ) from err
             if missing:
-                raise _fail(path, f"tensors.{name}", f"{entry!r} uses unknown names {sorted(missing)} (known: {', '.join(sorted(known))})", "fix the shape")
+                raise _fail(
+                    path,
+                    f"tensors.{name}",
+                    f"{entry!r} uses unknown names {sorted(missing)} (known: {', '.join(sorted(known))})",
+                    "fix the shape",
+                )
         needs = INIT_PARAMS.get(tensor.init, frozenset())
         if set(tensor.params) != needs:
-            raise _fail(path, f"tensors.{name}", f"init {tensor.init} takes params {sorted(needs)}, got {sorted(tensor.params)}", "fix params")
+            raise _fail(
+                path,
+                f"tensors.{name}",
+                f"init {tensor.init} takes params {sorted(needs)}, got {sorted(tensor.params)}",
+                "fix params",
+            )
     for phase in PHASES:
         seen: set[str] = set()
         for step in recipe.steps_in(phase):
             if step.name in seen or step.name in RESERVED:
-                raise _fail(path, f"steps.{step.name}", f"the name is used twice in the {phase} layer (or is reserved)", "give each step its own name")
+                raise _fail(
+                    path,
+                    f"steps.{step.name}",
+                    f"the name is used twice in the {phase} layer (or is reserved)",
+                    "give each step its own name",
+                )
             seen.add(step.name)
             for arg in [*step.args, *(v for v in step.kwargs.values() if isinstance(v, str))]:
                 used = recipe.tensors.get(arg)
                 if used is not None:
                     if used.phase not in (None, phase):
-                        raise _fail(path, f"steps.{step.name}", f"tensor {arg} exists only at {used.phase}, the step runs at {phase}", "give the step a phase")
+                        raise _fail(
+                            path,
+                            f"steps.{step.name}",
+                            f"tensor {arg} exists only at {used.phase}, the step runs at {phase}",
+                            "give the step a phase",
+                        )
                 elif arg not in recipe.figures:
-                    raise _fail(path, f"steps.{step.name}", f"argument {arg!r} is neither a tensor nor a figure", "declare it under [tensors] or [figures]")
+                    raise _fail(
+                        path,
+                        f"steps.{step.name}",
+                        f"argument {arg!r} is neither a tensor nor a figure",
+                        "declare it under [tensors] or [figures]",
+                    )
             if step.torch is not None and any(a not in recipe.tensors for a in step.args):
                 raise _fail(path, f"steps.{step.name}", "a torch part takes tensors only", "pass tensor names")
     for phase, tokens in recipe.points():
@@ -265,10 +322,21 @@ def plan(recipe: LayerRecipe, phase: Phase, tokens: int) -> dict[str, object]:
             shape = [eval_expr(entry, sizes) for entry in tensor.shape]
             params = {k: (values[v] if v in values else eval_expr(v, sizes)) for k, v in tensor.params.items()}
         except ContractError as err:
-            raise RecipeError(f"layer recipe {recipe.path}: tensors.{name} at {phase} T={tokens}: {err.message}", fix="fix the shape") from err
+            raise RecipeError(
+                f"layer recipe {recipe.path}: tensors.{name} at {phase} T={tokens}: {err.message}", fix="fix the shape"
+            ) from err
         if any(d <= 0 for d in shape):
-            raise RecipeError(f"layer recipe {recipe.path}: tensors.{name} at {phase} T={tokens} has shape {shape}", fix="every size must be positive")
-        tensors[name] = {"shape": shape, "init": tensor.init, "params": params, "dtype": tensor.dtype, "shared": tensor.shared}
+            raise RecipeError(
+                f"layer recipe {recipe.path}: tensors.{name} at {phase} T={tokens} has shape {shape}",
+                fix="every size must be positive",
+            )
+        tensors[name] = {
+            "shape": shape,
+            "init": tensor.init,
+            "params": params,
+            "dtype": tensor.dtype,
+            "shared": tensor.shared,
+        }
 
     def arg(value: str | bool | float) -> dict[str, object]:
         if isinstance(value, str):

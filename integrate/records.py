@@ -126,9 +126,13 @@ class OpCheck(Record):
     passed: int = 0
     failed: int = 0  # fail + error
     skipped: int = 0
-    jit_build_s: dict[str, float] = Field(default_factory=dict)  # "baseline"/"patched" -> wall seconds SGLang's load_jit took to build every module of the checks (all ops, in parallel)
+    jit_build_s: dict[str, float] = Field(
+        default_factory=dict
+    )  # "baseline"/"patched" -> wall seconds SGLang's load_jit took to build every module of the checks (all ops, in parallel)
     planned: bool = True  # False: the op could not be called from its contract (``reason`` says why)
-    first_call_s: float | None = None  # patched tree: first call of each of the op's JIT modules (build + load + run), summed
+    first_call_s: float | None = (
+        None  # patched tree: first call of each of the op's JIT modules (build + load + run), summed
+    )
     modules: int = 0  # JIT modules the op's cases need
     unplanned: dict[str, str] = Field(default_factory=dict)  # "<case> <dtype>" -> why that case has no plan
     sanitizer: list[SanitizerRun] = Field(default_factory=list)
@@ -185,7 +189,9 @@ class LayerTiming(Record):
     baseline_spread_pct: float  # (p90 - p10) / median of the pooled replays
     patched_spread_pct: float
     change_pct: float  # (patched - baseline) / baseline * 100 of the whole layer; negative = faster
-    noise_band_pct: float | None = None  # integrate.e2e.noise_band_pct; |change| inside it is "no change" (None: an older record)
+    noise_band_pct: float | None = (
+        None  # integrate.e2e.noise_band_pct; |change| inside it is "no change" (None: an older record)
+    )
     verdict: Change | None = None  # None: a record from before the whole-layer proxy (not judged)
     baseline_tokens_per_s: float  # tokens / (layers x whole-layer time): an upper bound (no embedding, head, sampling)
     patched_tokens_per_s: float

@@ -61,7 +61,9 @@ def table(record: SelfCheck) -> str:
     for check in record.checks:
         equal = bitwise(check)
         errs = [c.max_abs_err for c in check.cases if c.max_abs_err is not None]
-        reason = check.reason or "; ".join(sorted({c.reason for c in check.cases if c.status != "pass" and c.reason}))[:300]
+        reason = (
+            check.reason or "; ".join(sorted({c.reason for c in check.cases if c.status != "pass" and c.reason}))[:300]
+        )
         lines.append(
             f"| {check.op_id} | {len(check.cases)} | {check.passed} | {check.skipped} | "
             f"{'-' if equal is None else ('yes' if equal else 'NO')} | {max(errs) if errs else '-'} | "
@@ -92,8 +94,8 @@ def pristine_copy(package: pathlib.Path, dest: pathlib.Path) -> pathlib.Path:
 
 def load_tasks(tasks_dir: pathlib.Path, ops: list[str]) -> tuple[list[Task], dict[str, str]]:
     """The named tasks (all under ``tasks_dir`` when none is named), completed by today's rules."""
-    from contract.layout import load_task
     from contract.completion import complete
+    from contract.layout import load_task
 
     if ops:
         names = list(ops)
@@ -128,7 +130,7 @@ def self_check(ops: list[str], config: Config) -> int:
     tasks, not_loaded = load_tasks(config.work / "tasks", ops)
     ok, device = gpu_available()
     record = SelfCheck(
-        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         command=command.strip(),
         gpu=device if ok else None,
         source=source,
@@ -149,7 +151,11 @@ def self_check(ops: list[str], config: Config) -> int:
         done.append(check)
         _write(record.model_copy(update={"checks": list(done)}), out_dir)
         equal = bitwise(check)
-        state = f"{check.passed}/{len(check.cases)} pass, bitwise equal: {equal}" if check.ran else f"not run: {check.reason}"
+        state = (
+            f"{check.passed}/{len(check.cases)} pass, bitwise equal: {equal}"
+            if check.ran
+            else f"not run: {check.reason}"
+        )
         print(f"  {check.op_id}: {state}", file=sys.stderr)
 
     try:
@@ -157,7 +163,14 @@ def self_check(ops: list[str], config: Config) -> int:
     except (KernelsmithError, OSError, subprocess.SubprocessError) as err:  # a worker that cannot start or run at all
         message = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
         seen = {c.op_id for c in done}
-        checks = [*done, *(OpCheck(op_id=t.op_id, function="", ran=False, reason=f"a worker failed: {message}") for t in tasks if t.op_id not in seen)]
+        checks = [
+            *done,
+            *(
+                OpCheck(op_id=t.op_id, function="", ran=False, reason=f"a worker failed: {message}")
+                for t in tasks
+                if t.op_id not in seen
+            ),
+        ]
         _write(record.model_copy(update={"checks": checks}), out_dir)
         print(f"error: self-check through SGLang: {err}", file=sys.stderr)
         return 1

@@ -42,7 +42,8 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from integrate.calls import HELD_OUT, OpPlan, PlannedCase, plan_op, sanitizer_picks, warm_cases
 from integrate.errors import WorkerError
@@ -102,14 +103,22 @@ def worker_argv(package: pathlib.Path, python: str = sys.executable) -> list[str
 class TreeWorker:
     """One worker process bound to one SGLang tree; JSON lines over its pipes."""
 
-    def __init__(self, name: str, package: pathlib.Path, cache_dir: pathlib.Path, log: pathlib.Path, *, python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        name: str,
+        package: pathlib.Path,
+        cache_dir: pathlib.Path,
+        log: pathlib.Path,
+        *,
+        python: str = sys.executable,
+    ) -> None:
         self.name, self.package, self.cache_dir, self.log = name, package, cache_dir, log
         self.python = python
         self.proc: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._log_handle = None
 
-    def __enter__(self) -> "TreeWorker":
+    def __enter__(self) -> TreeWorker:
         self.start()
         return self
 
@@ -171,7 +180,9 @@ class TreeWorker:
             ) from err
         if line is None:
             code = self.proc.wait()
-            raise WorkerError(f"{self.name} worker exited with code {code} during {req.get('cmd')}", detail=self._tail())
+            raise WorkerError(
+                f"{self.name} worker exited with code {code} during {req.get('cmd')}", detail=self._tail()
+            )
         answer = json.loads(line)
         if not answer.get("ok"):
             raise WorkerError(
@@ -246,7 +257,15 @@ def _check_case(
     tol = tolerance(case.dtype)
     rows, width = rows_width(case)
     common: dict[str, Any] = dict(
-        label=case.label, sizes=case.sizes, rows=rows, width=width, dtype=case.dtype, rtol=tol.rtol, atol=tol.atol, seed=case.seed, held_out=case.held_out
+        label=case.label,
+        sizes=case.sizes,
+        rows=rows,
+        width=width,
+        dtype=case.dtype,
+        rtol=tol.rtol,
+        atol=tol.atol,
+        seed=case.seed,
+        held_out=case.held_out,
     )
     path = exchange / f"{index}-{case.dtype}.pt"
     try:
@@ -261,7 +280,9 @@ def _check_case(
             b = new.request({**case.request, "mode": "compare", "path": str(path)}, timeout_s=timeout_s)
         except WorkerError as err:
             new.restart()
-            return CheckCase(**common, status="error", reason=f"the patched op failed: {err.message}; {err.detail[-600:]}")
+            return CheckCase(
+                **common, status="error", reason=f"the patched op failed: {err.message}; {err.detail[-600:]}"
+            )
     finally:
         path.unlink(missing_ok=True)
     return CheckCase(
@@ -301,7 +322,16 @@ def check_ops(
     results: list[OpCheck] = []
     for plan in plans:
         if not plan.cases:
-            results.append(OpCheck(op_id=plan.op_id, function=plan.function, ran=False, planned=False, reason=plan.reason, command=command))
+            results.append(
+                OpCheck(
+                    op_id=plan.op_id,
+                    function=plan.function,
+                    ran=False,
+                    planned=False,
+                    reason=plan.reason,
+                    command=command,
+                )
+            )
             if progress is not None:
                 progress(results[-1])
     runnable = [p for p in plans if p.cases]
@@ -310,9 +340,14 @@ def check_ops(
     exchange = _exchange_dir(out_dir)
     logs = out_dir / "logs"
     try:
-        with TreeWorker("baseline", baseline_pkg, out_dir / "cache" / "baseline", logs / "worker-baseline.log", python=python) as base, TreeWorker(
-            "patched", patched_pkg, out_dir / "cache" / "patched", logs / "worker-patched.log", python=python
-        ) as new:
+        with (
+            TreeWorker(
+                "baseline", baseline_pkg, out_dir / "cache" / "baseline", logs / "worker-baseline.log", python=python
+            ) as base,
+            TreeWorker(
+                "patched", patched_pkg, out_dir / "cache" / "patched", logs / "worker-patched.log", python=python
+            ) as new,
+        ):
             build_s: dict[str, float] = {}
             warm = warm_cases(runnable)
             for worker in (base, new):  # both trees build at once
@@ -341,13 +376,17 @@ def check_ops(
                         op_id=plan.op_id,
                         function=plan.function,
                         ran=len(cases) > skipped,
-                        reason="" if len(cases) > skipped else "the pristine op rejected every case: " + cases[0].reason,
+                        reason=""
+                        if len(cases) > skipped
+                        else "the pristine op rejected every case: " + cases[0].reason,
                         cases=cases,
                         passed=passed,
                         failed=len(cases) - passed - skipped,
                         skipped=skipped,
                         jit_build_s=dict(build_s),
-                        first_call_s=sum(s for s in module_s if s is not None) if any(s is not None for s in module_s) else None,
+                        first_call_s=sum(s for s in module_s if s is not None)
+                        if any(s is not None for s in module_s)
+                        else None,
                         modules=len(keys),
                         unplanned=dict(plan.unplanned),
                         command=command,
@@ -358,7 +397,9 @@ def check_ops(
     finally:
         shutil.rmtree(exchange, ignore_errors=True)
     if sanitizer:
-        run = run_sanitizer([p for p in runnable if any(r.ran and r.op_id == p.op_id for r in results)], patched_pkg, out_dir)
+        run = run_sanitizer(
+            [p for p in runnable if any(r.ran and r.op_id == p.op_id for r in results)], patched_pkg, out_dir
+        )
         results = [r.model_copy(update={"sanitizer": [run]}) if r.ran else r for r in results]
     order = {t.op_id: i for i, t in enumerate(tasks)}
     return sorted(results, key=lambda r: order.get(r.op_id, len(order)))
@@ -369,7 +410,14 @@ def check_ops(
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
 
 
-def run_sanitizer(plans: Sequence[OpPlan], patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, tool: str = "memcheck", timeout_s: float = 600.0) -> SanitizerRun:
+def run_sanitizer(
+    plans: Sequence[OpPlan],
+    patched_pkg: pathlib.Path,
+    out_dir: pathlib.Path,
+    *,
+    tool: str = "memcheck",
+    timeout_s: float = 600.0,
+) -> SanitizerRun:
     """Run a few cases of every patched op under compute-sanitizer, in one process; parse its error summary.
 
     One process for all ops (the tool's start-up on a torch process is the slow
@@ -399,7 +447,9 @@ def run_sanitizer(plans: Sequence[OpPlan], patched_pkg: pathlib.Path, out_dir: p
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
-        return SanitizerRun(tool=tool, ran=False, reason=f"timed out after {timeout_s:.0f} s", cases=labels, command=command)
+        return SanitizerRun(
+            tool=tool, ran=False, reason=f"timed out after {timeout_s:.0f} s", cases=labels, command=command
+        )
     text = done.stdout + "\n" + done.stderr
     log.write_text(text, encoding="utf-8")
     match = _SUMMARY.search(text)
@@ -414,7 +464,9 @@ def run_sanitizer(plans: Sequence[OpPlan], patched_pkg: pathlib.Path, out_dir: p
     answers = _oneshot_answers(done.stdout)
     if answers is not None and not all(a.get("ok") for a in answers):
         failed = [a.get("error", "") for a in answers if not a.get("ok")]
-        return SanitizerRun(tool=tool, ran=False, reason=f"the ops failed under the tool: {failed[0]}", cases=labels, command=command)
+        return SanitizerRun(
+            tool=tool, ran=False, reason=f"the ops failed under the tool: {failed[0]}", cases=labels, command=command
+        )
     return SanitizerRun(tool=tool, ran=True, errors=int(match.group(1)), cases=labels, command=command)
 
 

@@ -96,10 +96,24 @@ def run_tests(
     rel = [str(f.relative_to(checkout)) for f in files]
     junit = log.with_suffix(".xml")
     log.parent.mkdir(parents=True, exist_ok=True)
-    argv = [python, "-m", "pytest", "-q", "-rfE", "-p", "integrate.sglang_bare", "-p", "no:cacheprovider", f"--junitxml={junit}", *rel]
+    argv = [
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        "-rfE",
+        "-p",
+        "integrate.sglang_bare",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit}",
+        *rel,
+    ]
     env = worker_env(cache_dir)
     env[ENV_PACKAGE] = str(patched_pkg)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(patched_pkg.parent), str(KERNELSMITH_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(patched_pkg.parent), str(KERNELSMITH_ROOT), env.get("PYTHONPATH", "")) if p
+    )
     command = f"cd {checkout} && {ENV_PACKAGE}={patched_pkg} PYTHONPATH={env['PYTHONPATH']} " + " ".join(argv[1:])
     junit.unlink(missing_ok=True)
     start = time.monotonic()
@@ -107,7 +121,14 @@ def run_tests(
         done = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as err:
         log.write_text(_text(err.stdout) + _text(err.stderr), encoding="utf-8")
-        return TestRun(op_id=op_id, ran=False, reason=f"pytest timed out after {timeout_s:.0f} s", files=rel, command=command, log=str(log))
+        return TestRun(
+            op_id=op_id,
+            ran=False,
+            reason=f"pytest timed out after {timeout_s:.0f} s",
+            files=rel,
+            command=command,
+            log=str(log),
+        )
     output = done.stdout + done.stderr
     log.write_text(output, encoding="utf-8")
     summary, counts = parse_summary(done.stdout)
@@ -151,7 +172,14 @@ def _text(data: str | bytes | None) -> str:
     return data if isinstance(data, str) else data.decode(errors="replace")
 
 
-def op_tests(task: Task, checkout: pathlib.Path | None, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, why_no_checkout: str = "") -> TestRun:
+def op_tests(
+    task: Task,
+    checkout: pathlib.Path | None,
+    patched_pkg: pathlib.Path,
+    out_dir: pathlib.Path,
+    *,
+    why_no_checkout: str = "",
+) -> TestRun:
     """SGLang's tests for ``task``'s op, or a not-run record saying why."""
     if checkout is None:
         return TestRun(op_id=task.op_id, ran=False, reason=why_no_checkout or "no SGLang checkout was given")

@@ -52,7 +52,9 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
 
 def _torch_dtype(name: str) -> Any:
     from optimize.harness.inputs import torch_dtype
@@ -99,7 +101,9 @@ def fused_op_of(op_id: str, module_name: str) -> Any:
     return None
 
 
-def bind(params: list[dict[str, Any]], tensors: dict[str, Any], scalars: dict[str, Any], sizes: dict[str, int]) -> tuple[list[Any], dict[str, Any]]:
+def bind(
+    params: list[dict[str, Any]], tensors: dict[str, Any], scalars: dict[str, Any], sizes: dict[str, int]
+) -> tuple[list[Any], dict[str, Any]]:
     """(positional, keyword) arguments of the public function: each parameter that feeds a
     contract argument gets that tensor or scalar (a ``via="size"`` one the size), by name;
     positional-only ones by position. A parameter that feeds nothing keeps its default."""
@@ -122,7 +126,9 @@ def bind(params: list[dict[str, Any]], tensors: dict[str, Any], scalars: dict[st
             raise KeyError(f"parameter {param['name']} feeds {feeds}, which the plan does not hold")
         if param["kind"] == "positional_only":
             if skipped is not None:
-                raise ValueError(f"positional-only parameter {param['name']} follows {skipped}, which the plan leaves out")
+                raise ValueError(
+                    f"positional-only parameter {param['name']} follows {skipped}, which the plan leaves out"
+                )
             args.append(value)
         elif param["kind"] in ("var_positional", "var_keyword"):
             raise ValueError(f"parameter *{param['name']} cannot be bound to one contract argument")
@@ -163,7 +169,12 @@ class Call:
             vr = t.get("value_range")
             plans.append(
                 inputs.TensorPlan(
-                    **{**t, "shape": tuple(t["shape"]), "strides": tuple(t["strides"]), "value_range": tuple(vr) if vr is not None else None}
+                    **{
+                        **t,
+                        "shape": tuple(t["shape"]),
+                        "strides": tuple(t["strides"]),
+                        "value_range": tuple(vr) if vr is not None else None,
+                    }
                 )
             )
         self.plan = inputs.CallPlan(args=tuple(plans), sizes=dict(req["sizes"]))
@@ -173,7 +184,9 @@ class Call:
         self.buffers = inputs.Buffers(self.plan, "cuda")
         self.buffers.load(images)
         self.checksum = {
-            t.name: int(images[t.name].view(inputs.bits_dtype(t.dtype)).to(torch.int64).sum().item()) for t in plans if t.role != "output"
+            t.name: int(images[t.name].view(inputs.bits_dtype(t.dtype)).to(torch.int64).sum().item())
+            for t in plans
+            if t.role != "output"
         }
         self.poisoned = {t.name for t in plans if t.role == "output"}
         self.args, self.kwargs = bind(req["params"], self.buffers.views, req["scalars"], req["sizes"])
@@ -258,7 +271,10 @@ def cmd_check(req: dict[str, Any]) -> dict[str, Any]:
         return answer
     mode = req.get("mode", "run")
     if mode == "save":
-        torch.save({"tensors": {k: v.detach().cpu() for k, v in tensors.items()}, "other": other, "checksum": call.checksum}, req["path"])
+        torch.save(
+            {"tensors": {k: v.detach().cpu() for k, v in tensors.items()}, "other": other, "checksum": call.checksum},
+            req["path"],
+        )
     elif mode == "compare":
         answer.update(_compare(call, tensors, other, req))
     return answer
@@ -279,7 +295,10 @@ def _compare(call: Call, tensors: dict[str, Any], other: dict[str, str], req: di
                 "reason": f"input {name} differs between the two workers ({value} vs {theirs['checksum'].get(name)}): seeded generation is not reproducible here",
             }
     if set(theirs["tensors"]) != set(tensors):
-        return {"status": "fail", "reason": f"observed tensors {sorted(tensors)} vs baseline {sorted(theirs['tensors'])}"}
+        return {
+            "status": "fail",
+            "reason": f"observed tensors {sorted(tensors)} vs baseline {sorted(theirs['tensors'])}",
+        }
     reasons: list[str] = []
     for key, value in sorted(other.items()):
         if theirs["other"].get(key) != value:
@@ -288,7 +307,10 @@ def _compare(call: Call, tensors: dict[str, Any], other: dict[str, str], req: di
     for name, got in sorted(tensors.items()):
         expected = theirs["tensors"][name]
         if tuple(expected.shape) != tuple(got.shape) or expected.dtype != got.dtype:
-            return {"status": "fail", "reason": f"{name}: shape/dtype {tuple(got.shape)}/{got.dtype} vs baseline {tuple(expected.shape)}/{expected.dtype}"}
+            return {
+                "status": "fail",
+                "reason": f"{name}: shape/dtype {tuple(got.shape)}/{got.dtype} vs baseline {tuple(expected.shape)}/{expected.dtype}",
+            }
         short = _short_dtype(got.dtype)
         gb, eb = got.contiguous().view(bits_dtype(short)), expected.contiguous().view(bits_dtype(short))
         poisoned = name.startswith("arg:") and name[4:] in call.poisoned
@@ -310,7 +332,12 @@ def _compare(call: Call, tensors: dict[str, Any], other: dict[str, str], req: di
             max_abs = verdict.max_abs_err if max_abs is None else max(max_abs, verdict.max_abs_err)
         if not verdict.ok:
             reasons.append(verdict.reason)
-    return {"status": "fail" if reasons else "pass", "reason": "; ".join(reasons), "bitwise_equal": bitwise, "max_abs_err": max_abs}
+    return {
+        "status": "fail" if reasons else "pass",
+        "reason": "; ".join(reasons),
+        "bitwise_equal": bitwise,
+        "max_abs_err": max_abs,
+    }
 
 
 def cmd_warm(req: dict[str, Any]) -> dict[str, Any]:
@@ -321,7 +348,6 @@ def cmd_warm(req: dict[str, Any]) -> dict[str, Any]:
     check of that case will say what happened.
     """
     import torch
-
     from sglang.kernels.jit.utils import parallel_compile
 
     errors: dict[str, str] = {}
@@ -351,7 +377,6 @@ def cmd_warm(req: dict[str, Any]) -> dict[str, Any]:
 
 def _ping(package: str) -> dict[str, Any]:
     import torch
-
     from sglang.kernels.jit.utils.compile.paths import KERNEL_PATH
 
     return {

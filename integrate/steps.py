@@ -21,8 +21,9 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from integrate.errors import ConfigError, KernelsmithError
 from integrate.records import E2EResult, IntegrateReport, OpCheck, Patch, TestRun
@@ -37,7 +38,14 @@ class CheckOps(Protocol):
     """:func:`integrate.sglang_runner.check_ops`."""
 
     def __call__(
-        self, tasks: Sequence[Task], baseline_pkg: pathlib.Path, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, sanitizer: bool, command: str
+        self,
+        tasks: Sequence[Task],
+        baseline_pkg: pathlib.Path,
+        patched_pkg: pathlib.Path,
+        out_dir: pathlib.Path,
+        *,
+        sanitizer: bool,
+        command: str,
     ) -> list[OpCheck]: ...
 
 
@@ -45,14 +53,22 @@ class OpTests(Protocol):
     """:func:`integrate.sglang_tests.op_tests`."""
 
     def __call__(
-        self, task: Task, checkout: pathlib.Path | None, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, why_no_checkout: str
+        self,
+        task: Task,
+        checkout: pathlib.Path | None,
+        patched_pkg: pathlib.Path,
+        out_dir: pathlib.Path,
+        *,
+        why_no_checkout: str,
     ) -> TestRun: ...
 
 
 class E2ERun(Protocol):
     """:func:`integrate.e2e.run`."""
 
-    def __call__(self, baseline_pkg: pathlib.Path, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, command: str) -> E2EResult: ...
+    def __call__(
+        self, baseline_pkg: pathlib.Path, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, command: str
+    ) -> E2EResult: ...
 
 
 @dataclass(frozen=True)
@@ -83,8 +99,7 @@ def _packages(patch: Patch) -> tuple[pathlib.Path, pathlib.Path]:
 
 def _tasks(patch: Patch, run_dir: pathlib.Path | None = None) -> list[Task]:
     """The patch's tasks, each with its run's contract completion applied when the run has one."""
-    from contract.layout import load_task
-    from contract.layout import completed_in_run
+    from contract.layout import completed_in_run, load_task
 
     tasks = []
     for op in patch.ops:
@@ -107,7 +122,11 @@ def gpu_steps(
     runners: Runners,
 ) -> tuple[IntegrateReport, bool]:
     """Run the GPU steps; returns the updated report and whether every step that ran succeeded."""
-    for wanted, given, name in ((checks, runners.check, "check"), (tests, runners.tests, "tests"), (e2e, runners.e2e, "e2e")):
+    for wanted, given, name in (
+        (checks, runners.check, "check"),
+        (tests, runners.tests, "tests"),
+        (e2e, runners.e2e, "e2e"),
+    ):
         if wanted and given is None:
             raise ValueError(f"gpu_steps: the {name} step is asked for but Runners.{name} is not given")
     patch = report.patch
@@ -129,12 +148,19 @@ def gpu_steps(
         try:
             assert runners.check is not None
             update["checks"] = runners.check(
-                tasks, baseline_pkg, patched_pkg, out_dir, sanitizer=sanitizer, command=f"python -m integrate.sglang_runner --run {run}"
+                tasks,
+                baseline_pkg,
+                patched_pkg,
+                out_dir,
+                sanitizer=sanitizer,
+                command=f"python -m integrate.sglang_runner --run {run}",
             )
         except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
             good = False
             message = _message(err)
-            update["checks"] = [OpCheck(op_id=t.op_id, function="", ran=False, reason=f"a worker failed: {message}") for t in tasks]
+            update["checks"] = [
+                OpCheck(op_id=t.op_id, function="", ran=False, reason=f"a worker failed: {message}") for t in tasks
+            ]
             update["failed_steps"]["correctness"] = str(err)
             say(f"error: correctness through SGLang: {err}")
         good = good and all(c.ran and not c.failed for c in update["checks"] if c.planned)
@@ -163,7 +189,9 @@ def gpu_steps(
         update["failed_steps"].pop("e2e", None)
         try:
             assert runners.e2e is not None
-            update["e2e"] = runners.e2e(baseline_pkg, patched_pkg, out_dir, command=f"kernelsmith integrate --run {run}")
+            update["e2e"] = runners.e2e(
+                baseline_pkg, patched_pkg, out_dir, command=f"kernelsmith integrate --run {run}"
+            )
         except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
             good = False
             message = _message(err)
@@ -206,12 +234,18 @@ def print_summary(report: IntegrateReport, pr_path: pathlib.Path) -> None:
         state = f"{check.passed}/{len(check.cases)} cases pass" if check.ran else f"not run: {check.reason}"
         say(f"  {check.op_id} through SGLang: {state}")
     for test in report.tests:
-        state = f"{test.passed} passed, {test.failed} failed, {test.skipped} skipped, {test.errors} errors" if test.ran else f"not run: {test.reason}"
+        state = (
+            f"{test.passed} passed, {test.failed} failed, {test.skipped} skipped, {test.errors} errors"
+            if test.ran
+            else f"not run: {test.reason}"
+        )
         say(f"  {test.op_id} SGLang tests: {state}")
     if report.e2e is not None:
         if report.e2e.ran:
             for row in report.e2e.rows:
-                say(f"  e2e {row.phase} tokens={row.tokens}: {row.baseline_us:.2f} -> {row.patched_us:.2f} us/layer ({row.change_pct:+.1f}%)")
+                say(
+                    f"  e2e {row.phase} tokens={row.tokens}: {row.baseline_us:.2f} -> {row.patched_us:.2f} us/layer ({row.change_pct:+.1f}%)"
+                )
         else:
             say(f"  e2e: not run: {report.e2e.reason}")
     state, reasons = status(report)
@@ -233,7 +267,9 @@ def _state(run: str, work_dir: str | None) -> tuple[IntegrateReport, pathlib.Pat
     elif (out_dir / "patch.json").is_file():
         report = IntegrateReport(run=run, patch=read_record(Patch, out_dir / "patch.json"))
     else:
-        raise ConfigError(f"run {run} has no patch yet ({out_dir}/patch.json)", fix=f"run `kernelsmith integrate --run {run}` first")
+        raise ConfigError(
+            f"run {run} has no patch yet ({out_dir}/patch.json)", fix=f"run `kernelsmith integrate --run {run}` first"
+        )
     return report, out_dir, config.work / "runs" / run
 
 
@@ -241,7 +277,13 @@ def check_only(run: str, check: CheckOps, *, work_dir: str | None = None, saniti
     """Re-run the correctness step of a run's patch and refresh report.json and PR.md."""
     report, out_dir, run_dir = _state(run, work_dir)
     report, good = gpu_steps(
-        report, _tasks(report.patch, run_dir), out_dir, tests=False, e2e=False, sanitizer=sanitizer, runners=Runners(check=check)
+        report,
+        _tasks(report.patch, run_dir),
+        out_dir,
+        tests=False,
+        e2e=False,
+        sanitizer=sanitizer,
+        runners=Runners(check=check),
     )
     print_summary(report, publish(report, out_dir, run_dir))
     return 0 if good else 1
@@ -250,6 +292,8 @@ def check_only(run: str, check: CheckOps, *, work_dir: str | None = None, saniti
 def e2e_only(run: str, e2e: E2ERun, *, work_dir: str | None = None) -> int:
     """Re-run the end-to-end step of a run's patch and refresh report.json and PR.md."""
     report, out_dir, run_dir = _state(run, work_dir)
-    report, good = gpu_steps(report, _tasks(report.patch, run_dir), out_dir, checks=False, tests=False, e2e=True, runners=Runners(e2e=e2e))
+    report, good = gpu_steps(
+        report, _tasks(report.patch, run_dir), out_dir, checks=False, tests=False, e2e=True, runners=Runners(e2e=e2e)
+    )
     print_summary(report, publish(report, out_dir, run_dir))
     return 0 if good else 1

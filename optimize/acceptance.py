@@ -16,8 +16,8 @@ What must stay true:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from optimize.run_folder import why
 from optimize.trajectory import RoundOutcome, geomean

@@ -16,7 +16,8 @@ What must stay true:
 from __future__ import annotations
 
 import time
-from typing import Callable, Literal, Mapping
+from collections.abc import Callable, Mapping
+from typing import Literal
 
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted

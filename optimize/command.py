@@ -28,12 +28,11 @@ import sys
 from typing import Any
 
 from contract import layout
-from pipeline.config import DEFAULT_OPS, Config
-
 from optimize import report
 from optimize.loop import Loop, LoopOptions, load_op_task
 from optimize.run_folder import run_meta_check
 from optimize.trajectory import now_iso
+from pipeline.config import DEFAULT_OPS, Config
 
 
 def _ops(args: Any, config: Config) -> list[str]:
@@ -61,7 +60,10 @@ def main(args: Any, config: Config) -> int:
             fix="configure llm.base_url (or pass --coder llm with an endpoint), or use --mode multi",
         )
     if coder == "llm" and not config.llm.configured:
-        raise ConfigError("--coder llm needs an LLM endpoint", fix="set llm.base_url in kernelsmith.toml (or KERNELSMITH_LLM__BASE_URL), or use --coder offline")
+        raise ConfigError(
+            "--coder llm needs an LLM endpoint",
+            fix="set llm.base_url in kernelsmith.toml (or KERNELSMITH_LLM__BASE_URL), or use --coder offline",
+        )
 
     # The measurement backend comes first: no tokens are spent where nothing can be measured.
     replay_file = getattr(args, "replay", None)
@@ -118,7 +120,10 @@ def main(args: Any, config: Config) -> int:
     print(f"run folder: {run_dir}", file=sys.stderr)
     for op in summary.ops:
         if op.stop_reason and op.stop_reason not in ("rounds", "no_options"):
-            print(f"stopped ({op.op_id}): {loop.budget.message(op.stop_reason)}; fix: {loop.budget.fix(op.stop_reason)}", file=sys.stderr)
+            print(
+                f"stopped ({op.op_id}): {loop.budget.message(op.stop_reason)}; fix: {loop.budget.fix(op.stop_reason)}",
+                file=sys.stderr,
+            )
         if op.status == "failed":
             print(f"error ({op.op_id}): {op.detail}", file=sys.stderr)
     return 1 if any(op.status == "failed" for op in summary.ops) else 0

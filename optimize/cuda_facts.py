@@ -19,8 +19,9 @@ What must stay true:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Literal
+from typing import Literal
 
 from extract import treesitter as ts
 from optimize.cuda_regions import ALIGNED_VECTOR_TYPES, LaunchExpr, Region, RegionDoc, RegionFunction

@@ -27,8 +27,9 @@ What must stay true:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Literal
 
 from extract import treesitter as ts
 from extract.cexpr import ARCH_CONSTANTS
@@ -44,7 +45,6 @@ from optimize.cuda_text import (
     parse_region,
     text_of,
 )
-
 
 #: SGLang constants a region uses for sizes, as they are on Hopper (sm_90a).
 KNOWN_CONSTANTS: dict[str, int] = {
@@ -508,7 +508,7 @@ class Region:
 
     # -------------------------------------------------------------- launch sites
 
-    def _launch_sites(self) -> list["LaunchExpr"]:
+    def _launch_sites(self) -> list[LaunchExpr]:
         out: list[LaunchExpr] = []
         for doc in self.docs:
             for m in matches("launches", doc.root):
@@ -560,7 +560,7 @@ class Region:
         # a launch in a branch the Hopper build compiles out launches nothing here
         return [l for l in out if is_active(l.doc.src, l.outer)]
 
-    def launched_kernels(self, launch: "LaunchExpr") -> list[str]:
+    def launched_kernels(self, launch: LaunchExpr) -> list[str]:
         names = [k.name for k in self.kernels]
         if launch.kernel is not None:
             blob = self.expand(launch.doc, launch.kernel)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Iterable, Literal, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Literal
 
 from optimize.cuda_regions import Region
 from optimize.cuda_text import text_of

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Literal, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -89,7 +90,9 @@ class ProfileFacts(Record):
     smem_bytes: int | None = Field(None, description="largest static shared memory of any kernel (ptxas)")
     occupancy: float | None = Field(None, description="achieved or theoretical occupancy, 0..1")
     dram_pct: float | None = Field(None, description="DRAM throughput, % of peak (Nsight Compute)")
-    top_stall: str | None = Field(None, description="warp-stall reason with most warps stalled per issue (Nsight Compute)")
+    top_stall: str | None = Field(
+        None, description="warp-stall reason with most warps stalled per issue (Nsight Compute)"
+    )
     memory_bound: bool | None = Field(None, description="the roofline puts the op under the bandwidth roof")
     small_batch: bool | None = Field(None, description="the shapes include a small batch (tokens <= 16)")
     min_tokens: int | None = Field(None, description="smallest token count among the measured shapes")
@@ -106,7 +109,7 @@ class ProfileFacts(Record):
         ncu: Mapping[str, float] | None = None,
         token_symbol: str = "num_tokens",
         small_batch_tokens: int = 16,
-    ) -> "ProfileFacts":
+    ) -> ProfileFacts:
         """Reduce an :class:`Evaluation` (timings + ptxas resources) to profile facts.
 
         Worst shapes are used (highest time over floor, lowest % of copy
@@ -151,7 +154,8 @@ class StaticFeatures(Record):
     max_load_bytes: int | None = Field(None, description="widest vector width in bytes of any kernel")
     vector_loads: bool = Field(False, description="some kernel moves data through vector types")
     fast_math_flag: bool = Field(
-        False, description="the op is built with --use_fast_math, so nvcc already uses the fast intrinsics (False also when no build flags were given)"
+        False,
+        description="the op is built with --use_fast_math, so nvcc already uses the fast intrinsics (False also when no build flags were given)",
     )
     block_size: int | None = Field(None, description="threads per block when every launch uses the same constant")
     block_size_min: int | None = Field(None, description="smallest compile-time block size of any launch")
@@ -363,8 +367,12 @@ def _features_of_regions(
     for launch in region.launches:
         src = launch.doc.src
         block_size = region.evaluate(launch.doc, launch.block) if launch.block is not None else None
-        block_size = int(block_size) if isinstance(block_size, (int, float)) and not isinstance(block_size, bool) else None
-        runtime_block = launch.block is not None and block_size is None and not region.is_compile_time(launch.doc, launch.block)
+        block_size = (
+            int(block_size) if isinstance(block_size, (int, float)) and not isinstance(block_size, bool) else None
+        )
+        runtime_block = (
+            launch.block is not None and block_size is None and not region.is_compile_time(launch.doc, launch.block)
+        )
         runtime_blocks = runtime_blocks or runtime_block
         grid_blob = region.expand(launch.doc, launch.grid) if launch.grid is not None else ""
         names = region.launched_kernels(launch)
@@ -418,7 +426,9 @@ def _features_of_regions(
                 launched=k.name in launched,
                 pdl_wait=wait is not None or "griddepcontrol.wait" in asm,
                 pdl_trigger=trigger is not None or "launch_dependents" in asm,
-                pdl_trigger_at_end=at_end and wait is not None and named_children(k.body).index(trigger) - named_children(k.body).index(wait) > 1,
+                pdl_trigger_at_end=at_end
+                and wait is not None
+                and named_children(k.body).index(trigger) - named_children(k.body).index(wait) > 1,
                 loops=len(loops),
                 constant_loops=sum(1 for l in loops if l.compile_time),
                 runtime_loops=sum(1 for l in loops if not l.compile_time),
@@ -506,7 +516,8 @@ def _features_of_regions(
     known_smem = [s for s in smem_sizes if s is not None]
     launchers = {(l.span, l.function.split("::")[0]) for l in launches}
     per_entry = max(
-        (launches_on_path(region, h, launch_site_keys(region, h), h.body, {h.qualname}) for h in region.hosts), default=0
+        (launches_on_path(region, h, launch_site_keys(region, h), h.body, {h.qualname}) for h in region.hosts),
+        default=0,
     )
     reduction = any(k.warp_reduce or k.cta_reduce for k in kernels)
     static = StaticFeatures(
@@ -516,7 +527,9 @@ def _features_of_regions(
         load_bytes=min(widths) if widths else None,
         max_load_bytes=max(widths) if widths else None,
         vector_loads=bool(widths),
-        block_size=known_blocks[0] if known_blocks and len(set(known_blocks)) == 1 and len(known_blocks) == len(launches) else None,
+        block_size=known_blocks[0]
+        if known_blocks and len(set(known_blocks)) == 1 and len(known_blocks) == len(launches)
+        else None,
         block_size_min=min(known_blocks) if known_blocks else None,
         block_size_max=max(known_blocks) if known_blocks else None,
         block_size_runtime=runtime_blocks,

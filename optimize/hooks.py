@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from optimize import policy, transforms
 from optimize.agents.testing import ProposedCase

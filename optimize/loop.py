@@ -55,22 +55,12 @@ import dataclasses
 import json
 import pathlib
 import time
-from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypedDict
 
-from pipeline.config import Config
-from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
-from pipeline.records import (
-    Candidate,
-    Evaluation,
-    OpSummary,
-    Outcome,
-    RunSummary,
-    ShapeTiming,
-    Task,
-    read_record,
-    write_record,
-)
-
+from contract.completion import Completion
+from contract.layout import COMPLETION_FILE as RECORD_FILE
+from contract.layout import baseline_regions, completed_in_run, load_task, read_task_files
 from optimize import report
 from optimize.acceptance import judge_final, judge_round, regressed
 from optimize.agents import coding, planning, profiling, repair, single, testing
@@ -79,9 +69,6 @@ from optimize.backends import Backend
 from optimize.budget import Budget
 from optimize.errors import TaskMissing, TrajectoryError
 from optimize.harness.baseline_repair import BaselineRun, repair_baseline
-from contract.completion import Completion
-from contract.layout import COMPLETION_FILE as RECORD_FILE
-from contract.layout import baseline_regions, completed_in_run, load_task, read_task_files
 from optimize.harness.errors import BaselineError
 from optimize.hooks import CaseValidator, Hooks
 from optimize.llm.client import MeteredModel, Model
@@ -96,6 +83,19 @@ from optimize.trajectory import (
     candidate_id,
     now_iso,
     regions_hash,
+)
+from pipeline.config import Config
+from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
+from pipeline.records import (
+    Candidate,
+    Evaluation,
+    OpSummary,
+    Outcome,
+    RunSummary,
+    ShapeTiming,
+    Task,
+    read_record,
+    write_record,
 )
 
 FINAL_TRIES = 3  # candidates tried in final validation before keeping the baseline
@@ -157,7 +157,9 @@ class Loop:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if options.mode == "single" and (model is None or options.coder != "llm"):
-            raise ConfigError("--mode single is an LLM agent and needs an LLM", fix="configure llm.base_url, or use --mode multi")
+            raise ConfigError(
+                "--mode single is an LLM agent and needs an LLM", fix="configure llm.base_url, or use --mode multi"
+            )
         if options.coder == "llm" and model is None:
             raise ConfigError("--coder llm needs an LLM endpoint", fix="configure llm.base_url, or use --coder offline")
         self.config = config
@@ -227,7 +229,11 @@ class Loop:
         stopped: str | None = None
         for task_dir, task in ops:
             if stopped is not None:
-                summaries.append(OpSummary(op_id=task.op_id, status="skipped", stop_reason=stopped, detail=self.budget.message(stopped)))
+                summaries.append(
+                    OpSummary(
+                        op_id=task.op_id, status="skipped", stop_reason=stopped, detail=self.budget.message(stopped)
+                    )
+                )
                 continue
             try:
                 summary = self.run_op(task_dir, task)
@@ -243,10 +249,19 @@ class Loop:
         if meta.exists():
             started = json.loads(meta.read_text(encoding="utf-8")).get("started_at", started)
         result = RunSummary(
-            run=self.options.run, mode=self.options.mode, coder=self.options.coder, backend=self.backend.describe(),
-            simulated=self.backend.simulated, device=getattr(self.backend, "device", None),
-            started_at=started, finished_at=now_iso(), tokens=self.budget.tokens, cost_usd=round(self.budget.cost_usd, 6),
-            wall_s=round(self.budget.wall_s, 3), gpu_s=round(self.budget.gpu_s, 3), ops=summaries,
+            run=self.options.run,
+            mode=self.options.mode,
+            coder=self.options.coder,
+            backend=self.backend.describe(),
+            simulated=self.backend.simulated,
+            device=getattr(self.backend, "device", None),
+            started_at=started,
+            finished_at=now_iso(),
+            tokens=self.budget.tokens,
+            cost_usd=round(self.budget.cost_usd, 6),
+            wall_s=round(self.budget.wall_s, 3),
+            gpu_s=round(self.budget.gpu_s, 3),
+            ops=summaries,
         )
         report.write_summary(self.run_dir, result)
         return result
@@ -266,7 +281,9 @@ class Loop:
         if recorded is None:
             reason = self.budget.exhausted()
             if reason is not None:
-                return OpSummary(op_id=task.op_id, status="skipped", stop_reason=reason, detail=self.budget.message(reason))
+                return OpSummary(
+                    op_id=task.op_id, status="skipped", stop_reason=reason, detail=self.budget.message(reason)
+                )
             try:
                 self._baseline(op)
             except BudgetExhausted as err:
@@ -298,7 +315,11 @@ class Loop:
         summary = op_summary(op, stop, best)
         final = op.stored_evaluation(best.candidate, "final") if best is not None and best.candidate else None
         text = report.op_report(
-            op.task.op_id, traj, summary, final=final, backend=self.backend.describe(),
+            op.task.op_id,
+            traj,
+            summary,
+            final=final,
+            backend=self.backend.describe(),
             simulated=self.backend.simulated,
         )
         report.write_op_report(op.dir / "report.md", text)
@@ -324,9 +345,16 @@ class Loop:
 
     def _stop_record(self, op: OpState, reason: str, mark: tuple[float, int, float, float]) -> RoundRecord:
         return RoundRecord(
-            kind="stop", op_id=op.task.op_id, round=op.trajectory.last_round(), mode=self.options.mode,
-            coder=self.options.coder, outcome=RoundOutcome.budget_exhausted if reason not in ("no_options",) else RoundOutcome.ok,
-            stop_reason=reason, detail=self.budget.message(reason), best=op.trajectory.best_id(), **self._spent_since(mark),
+            kind="stop",
+            op_id=op.task.op_id,
+            round=op.trajectory.last_round(),
+            mode=self.options.mode,
+            coder=self.options.coder,
+            outcome=RoundOutcome.budget_exhausted if reason not in ("no_options",) else RoundOutcome.ok,
+            stop_reason=reason,
+            detail=self.budget.message(reason),
+            best=op.trajectory.best_id(),
+            **self._spent_since(mark),
         )
 
     def _completed(self, op: OpState) -> Task:
@@ -348,7 +376,9 @@ class Loop:
         if not plan_path.exists():
             validate: CaseValidator | None = getattr(self.backend, "validate_cases", None)
             plan = testing.plan_tests(
-                op.task, held_out=self.config.harness.held_out_shapes, model=self._model,
+                op.task,
+                held_out=self.config.harness.held_out_shapes,
+                model=self._model,
                 validate=(lambda cases: validate(op.task_dir, op.task, cases)) if validate else None,
             )
             write_record(plan, plan_path)
@@ -357,10 +387,20 @@ class Loop:
         evaluation = self._baseline_evaluation(op, candidate)
         op.trajectory.append(
             RoundRecord(
-                kind="baseline", op_id=op.task.op_id, round=0, mode=self.options.mode, coder=self.options.coder,
-                candidate=candidate.id, regions_hash=regions_hash(candidate.regions), outcome=RoundOutcome.ok,
-                timings=evaluation.timings, speedup_geomean=1.0, speedup_min=1.0, best=candidate.id,
-                detail=evaluation.detail, **self._spent_since(mark),
+                kind="baseline",
+                op_id=op.task.op_id,
+                round=0,
+                mode=self.options.mode,
+                coder=self.options.coder,
+                candidate=candidate.id,
+                regions_hash=regions_hash(candidate.regions),
+                outcome=RoundOutcome.ok,
+                timings=evaluation.timings,
+                speedup_geomean=1.0,
+                speedup_min=1.0,
+                best=candidate.id,
+                detail=evaluation.detail,
+                **self._spent_since(mark),
             )
         )
 
@@ -423,14 +463,25 @@ class Loop:
         if self.options.mode == "single":
             assert model is not None
             step = single.step(
-                decisions, self.skills, base.regions, profile_text=profile_text,
-                trajectory_text=trajectory_text, model=model, op_id=op.task.op_id, kinds=op.kinds,
+                decisions,
+                self.skills,
+                base.regions,
+                profile_text=profile_text,
+                trajectory_text=trajectory_text,
+                model=model,
+                op_id=op.task.op_id,
+                kinds=op.kinds,
             )
             plan, result = step.plan, step.result
         else:
             planned = planning.plan(
-                decisions, self.skills, op_id=op.task.op_id, region_names=list(base.regions),
-                profile_text=profile_text, trajectory_text=trajectory_text, model=model,
+                decisions,
+                self.skills,
+                op_id=op.task.op_id,
+                region_names=list(base.regions),
+                profile_text=profile_text,
+                trajectory_text=trajectory_text,
+                model=model,
             )
             if planned is None:
                 return None
@@ -441,8 +492,15 @@ class Loop:
             mechanical = model is None or getattr(plan.decision, "mode", None) == "transform"
             transform = self.hooks.transform(skill, features) if mechanical else None
             result = coding.code(
-                plan, skill, base.regions, profile_text=profile_text, trajectory_text=trajectory_text,
-                model=None if mechanical else model, transform=transform, op_id=op.task.op_id, kinds=op.kinds,
+                plan,
+                skill,
+                base.regions,
+                profile_text=profile_text,
+                trajectory_text=trajectory_text,
+                model=None if mechanical else model,
+                transform=transform,
+                op_id=op.task.op_id,
+                kinds=op.kinds,
             )
 
         attempts: list[Attempt] = []
@@ -462,14 +520,24 @@ class Loop:
                 # learn, and its stored evaluation may be the baseline's own, which carries
                 # no speedups. Found on the H200, 2026-11-29.
                 attempts.append(
-                    Attempt(agent=result.agent, status="no_change", candidate=candidate.id,
-                            detail=f"the edit reproduces candidate {candidate.id}, already evaluated")
+                    Attempt(
+                        agent=result.agent,
+                        status="no_change",
+                        candidate=candidate.id,
+                        detail=f"the edit reproduces candidate {candidate.id}, already evaluated",
+                    )
                 )
                 candidate, evaluation = None, None
                 break
             evaluation = self._evaluate(op, candidate, "round")
             attempts.append(
-                Attempt(agent=result.agent, status="edited", candidate=candidate.id, outcome=evaluation.outcome, detail=clip(why(evaluation)))
+                Attempt(
+                    agent=result.agent,
+                    status="edited",
+                    candidate=candidate.id,
+                    outcome=evaluation.outcome,
+                    detail=clip(why(evaluation)),
+                )
             )
             if evaluation.outcome not in REPAIRABLE or fixes >= max_fixes:
                 break
@@ -486,8 +554,11 @@ class Loop:
                     guarded_eval = self._evaluate(op, guarded_candidate, "round")
                     attempts.append(
                         Attempt(
-                            agent=guard.agent, status="edited", candidate=guarded_candidate.id,
-                            outcome=guarded_eval.outcome, detail=clip(why(guarded_eval)),
+                            agent=guard.agent,
+                            status="edited",
+                            candidate=guarded_candidate.id,
+                            outcome=guarded_eval.outcome,
+                            detail=clip(why(guarded_eval)),
                         )
                     )
                     if guarded_eval.outcome == Outcome.ok and not self.regressed(guarded_eval.timings):
@@ -499,57 +570,119 @@ class Loop:
     def _candidate(self, op: OpState, base: Candidate, plan: planning.Plan, result: CodeResult) -> Candidate:
         assert result.regions is not None
         candidate = Candidate(
-            op_id=op.task.op_id, id=candidate_id(result.regions), parent=base.id, regions=result.regions,
-            skill=plan.skill, params=plan.params, coder=f"{self.options.coder}:{result.agent}",
+            op_id=op.task.op_id,
+            id=candidate_id(result.regions),
+            parent=base.id,
+            regions=result.regions,
+            skill=plan.skill,
+            params=plan.params,
+            coder=f"{self.options.coder}:{result.agent}",
             rationale=plan.text,
         )
         op.save_candidate(candidate)
         return candidate
 
     def _fix(
-        self, op: OpState, plan: planning.Plan, candidate: Candidate, evaluation: Evaluation,
-        attempt: int, max_attempts: int, decisions: Sequence[Decision],
+        self,
+        op: OpState,
+        plan: planning.Plan,
+        candidate: Candidate,
+        evaluation: Evaluation,
+        attempt: int,
+        max_attempts: int,
+        decisions: Sequence[Decision],
     ) -> CodeResult:
         model = self._model
         assert model is not None
         if self.options.mode == "single":
-            return self._single_retry(op, plan, candidate, decisions, single.fix_feedback(evaluation, attempt, max_attempts))
+            return self._single_retry(
+                op, plan, candidate, decisions, single.fix_feedback(evaluation, attempt, max_attempts)
+            )
         return repair.repair(
-            plan, candidate.regions, evaluation, op_id=op.task.op_id, attempt=attempt, max_attempts=max_attempts,
-            trajectory_text=op.trajectory.summary(), model=model, kinds=op.kinds,
+            plan,
+            candidate.regions,
+            evaluation,
+            op_id=op.task.op_id,
+            attempt=attempt,
+            max_attempts=max_attempts,
+            trajectory_text=op.trajectory.summary(),
+            model=model,
+            kinds=op.kinds,
         )
 
     def _guard(
-        self, op: OpState, plan: planning.Plan, candidate: Candidate, evaluation: Evaluation,
-        slow: Sequence[ShapeTiming], decisions: Sequence[Decision],
+        self,
+        op: OpState,
+        plan: planning.Plan,
+        candidate: Candidate,
+        evaluation: Evaluation,
+        slow: Sequence[ShapeTiming],
+        decisions: Sequence[Decision],
     ) -> CodeResult:
         model = self._model
         assert model is not None
         if self.options.mode == "single":
             return self._single_retry(op, plan, candidate, decisions, single.guard_feedback(slow))
         return repair.repair(
-            plan, candidate.regions, evaluation, op_id=op.task.op_id, attempt=1, max_attempts=1,
-            trajectory_text=op.trajectory.summary(), model=model, kinds=op.kinds, slower=slow,
+            plan,
+            candidate.regions,
+            evaluation,
+            op_id=op.task.op_id,
+            attempt=1,
+            max_attempts=1,
+            trajectory_text=op.trajectory.summary(),
+            model=model,
+            kinds=op.kinds,
+            slower=slow,
             baseline_regions=op.baseline_regions,
         )
 
     def _single_retry(
-        self, op: OpState, plan: planning.Plan, candidate: Candidate, decisions: Sequence[Decision], feedback: str,
+        self,
+        op: OpState,
+        plan: planning.Plan,
+        candidate: Candidate,
+        decisions: Sequence[Decision],
+        feedback: str,
     ) -> CodeResult:
         """The single agent asked again about its own candidate (its fix and its guard); the plan stays."""
         assert self._model is not None
         return single.step(
-            decisions, self.skills, candidate.regions, op_id=op.task.op_id, profile_text="(unchanged)",
-            trajectory_text=op.trajectory.summary(), model=self._model, feedback=feedback, previous=plan, kinds=op.kinds,
+            decisions,
+            self.skills,
+            candidate.regions,
+            op_id=op.task.op_id,
+            profile_text="(unchanged)",
+            trajectory_text=op.trajectory.summary(),
+            model=self._model,
+            feedback=feedback,
+            previous=plan,
+            kinds=op.kinds,
         ).result
 
     def _record(
-        self, op: OpState, number: int, plan: planning.Plan, base_id: str, best: RoundRecord,
-        attempts: list[Attempt], candidate: Candidate | None, evaluation: Evaluation | None, guarded: bool,
+        self,
+        op: OpState,
+        number: int,
+        plan: planning.Plan,
+        base_id: str,
+        best: RoundRecord,
+        attempts: list[Attempt],
+        candidate: Candidate | None,
+        evaluation: Evaluation | None,
+        guarded: bool,
     ) -> RoundRecord:
         fields: dict[str, Any] = dict(
-            kind="round", op_id=op.task.op_id, round=number, mode=self.options.mode, coder=self.options.coder,
-            skill=plan.skill, params=plan.params, plan=plan.text, base=base_id, attempts=attempts,
+            kind="round",
+            op_id=op.task.op_id,
+            round=number,
+            mode=self.options.mode,
+            coder=self.options.coder,
+            skill=plan.skill,
+            params=plan.params,
+            plan=plan.text,
+            base=base_id,
+            attempts=attempts,
         )
         if evaluation is None or candidate is None:
             last = attempts[-1] if attempts else None
@@ -558,10 +691,18 @@ class Loop:
         verdict = judge_round(evaluation, best.speedup_geomean, self.config.harness.noise_pct)
         slow = verdict.slow
         return RoundRecord(
-            **fields, candidate=candidate.id, regions_hash=regions_hash(candidate.regions), outcome=verdict.outcome,
-            detail=clip(verdict.detail), timings=evaluation.timings, speedup_geomean=verdict.speedup_geomean,
-            speedup_min=verdict.speedup_min, regressed_shapes=[f"{t.label} {t.dtype}" for t in slow], guarded=guarded,
-            accepted=verdict.accepted, best=candidate.id if verdict.accepted else best.candidate,
+            **fields,
+            candidate=candidate.id,
+            regions_hash=regions_hash(candidate.regions),
+            outcome=verdict.outcome,
+            detail=clip(verdict.detail),
+            timings=evaluation.timings,
+            speedup_geomean=verdict.speedup_geomean,
+            speedup_min=verdict.speedup_min,
+            regressed_shapes=[f"{t.label} {t.dtype}" for t in slow],
+            guarded=guarded,
+            accepted=verdict.accepted,
+            best=candidate.id if verdict.accepted else best.candidate,
         )
 
     # ------------------------------------------------------------------ final validation
@@ -587,11 +728,23 @@ class Loop:
             verdict = judge_final(evaluation, self.config.harness.noise_pct)
             traj.append(
                 RoundRecord(
-                    kind="final", op_id=op.task.op_id, round=top.round, mode=self.options.mode, coder=self.options.coder,
-                    skill=top.skill, params=top.params, candidate=top.candidate, regions_hash=top.regions_hash,
-                    outcome=verdict.outcome, detail=clip(verdict.detail), timings=evaluation.timings,
-                    speedup_geomean=verdict.speedup_geomean, speedup_min=verdict.speedup_min, guarded=top.guarded,
-                    accepted=verdict.accepted, best=top.candidate if verdict.accepted else None,
+                    kind="final",
+                    op_id=op.task.op_id,
+                    round=top.round,
+                    mode=self.options.mode,
+                    coder=self.options.coder,
+                    skill=top.skill,
+                    params=top.params,
+                    candidate=top.candidate,
+                    regions_hash=top.regions_hash,
+                    outcome=verdict.outcome,
+                    detail=clip(verdict.detail),
+                    timings=evaluation.timings,
+                    speedup_geomean=verdict.speedup_geomean,
+                    speedup_min=verdict.speedup_min,
+                    guarded=top.guarded,
+                    accepted=verdict.accepted,
+                    best=top.candidate if verdict.accepted else None,
                     **self._spent_since(mark),
                 )
             )

@@ -40,7 +40,8 @@ by skill id.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -87,7 +88,9 @@ class Decision(Record):
         return "; ".join(self.reasons)
 
 
-def _history_index(history: Sequence[HistoryEntry]) -> tuple[dict[tuple[str, str], HistoryEntry], dict[str, int], dict[str, int]]:
+def _history_index(
+    history: Sequence[HistoryEntry],
+) -> tuple[dict[tuple[str, str], HistoryEntry], dict[str, int], dict[str, int]]:
     tried: dict[tuple[str, str], HistoryEntry] = {}
     failures: dict[str, int] = {}
     successes: dict[str, int] = {}
@@ -115,7 +118,9 @@ def _tried_reason(entry: HistoryEntry) -> str:
     return f"already tried in round {entry.round}: {entry.outcome.value}{speed}"
 
 
-def _base_score(skill: Skill, *, mechanical: bool, llm_available: bool, failures: int, successes: int) -> tuple[float, str]:
+def _base_score(
+    skill: Skill, *, mechanical: bool, llm_available: bool, failures: int, successes: int
+) -> tuple[float, str]:
     low, high = skill.effect.speedup
     gain = math.sqrt(low * high) - 1.0
     score = skill.priority * (1.0 + gain)
@@ -176,8 +181,13 @@ def decide(
             continue
         n_fail, n_ok = failures.get(skill.id, 0), successes.get(skill.id, 0)
         if n_fail >= GIVE_UP_AFTER:
-            rejected.append(Decision(**base, verdict="rejected", reasons=[
-                f"rule holds ({values}) but the skill failed {n_fail} times; giving up on it"]))
+            rejected.append(
+                Decision(
+                    **base,
+                    verdict="rejected",
+                    reasons=[f"rule holds ({values}) but the skill failed {n_fail} times; giving up on it"],
+                )
+            )
             continue
         why_rule = f"rule holds: `{skill.applies_when}` with {values}"
         param_sets: list[dict[str, Any]] = []
@@ -193,29 +203,62 @@ def decide(
                 param_sets = [{"variant": v} for v in skill.llm_variants] or [{}]
                 how = f"transform {skill.transform} has no target in this code; the LLM coder applies the method"
             else:
-                rejected.append(Decision(**base, verdict="rejected", transform=skill.transform, reasons=[
-                    why_rule, f"transform {skill.transform} has no target in this code and no LLM coder is available"]))
+                rejected.append(
+                    Decision(
+                        **base,
+                        verdict="rejected",
+                        transform=skill.transform,
+                        reasons=[
+                            why_rule,
+                            f"transform {skill.transform} has no target in this code and no LLM coder is available",
+                        ],
+                    )
+                )
                 continue
         elif llm_available:
             mode = "llm"
             param_sets = [{"variant": v} for v in skill.llm_variants] or [{}]
             how = "the LLM coder applies the method (no mechanical transform)"
         else:
-            rejected.append(Decision(**base, verdict="rejected", reasons=[
-                why_rule, "needs the LLM coder (no mechanical transform) and no LLM is available"]))
+            rejected.append(
+                Decision(
+                    **base,
+                    verdict="rejected",
+                    reasons=[why_rule, "needs the LLM coder (no mechanical transform) and no LLM is available"],
+                )
+            )
             continue
-        score, score_text = _base_score(skill, mechanical=mode == "transform", llm_available=llm_available,
-                                        failures=n_fail, successes=n_ok)
+        score, score_text = _base_score(
+            skill, mechanical=mode == "transform", llm_available=llm_available, failures=n_fail, successes=n_ok
+        )
         fresh: list[Decision] = []
         for params in param_sets:
             entry = tried.get((skill.id, params_key(params)))
             transform = skill.transform if mode == "transform" else None
             if entry is not None:
-                rejected.append(Decision(**base, verdict="rejected", params=params, mode=mode, transform=transform,
-                                         score=score, reasons=[why_rule, _tried_reason(entry)]))
+                rejected.append(
+                    Decision(
+                        **base,
+                        verdict="rejected",
+                        params=params,
+                        mode=mode,
+                        transform=transform,
+                        score=score,
+                        reasons=[why_rule, _tried_reason(entry)],
+                    )
+                )
                 continue
-            fresh.append(Decision(**base, verdict="proposed", params=params, mode=mode, transform=transform,
-                                  score=score, reasons=[why_rule, how, f"score {score_text}"]))
+            fresh.append(
+                Decision(
+                    **base,
+                    verdict="proposed",
+                    params=params,
+                    mode=mode,
+                    transform=transform,
+                    score=score,
+                    reasons=[why_rule, how, f"score {score_text}"],
+                )
+            )
         if fresh:
             options.append((score, skill, fresh))
 
@@ -231,8 +274,14 @@ def decide(
                 proposals.append(decisions[i].model_copy(update={"rank": len(proposals) + 1}))
             else:
                 d = decisions[i]
-                leftovers.append(d.model_copy(update={
-                    "verdict": "rejected", "reasons": [*d.reasons, f"ranked below the limit of {limit} proposals"]}))
+                leftovers.append(
+                    d.model_copy(
+                        update={
+                            "verdict": "rejected",
+                            "reasons": [*d.reasons, f"ranked below the limit of {limit} proposals"],
+                        }
+                    )
+                )
     rejected.extend(leftovers)
     rejected.sort(key=lambda d: (d.skill, params_key(d.params)))
     return proposals + rejected

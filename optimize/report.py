@@ -13,11 +13,10 @@ measurements. Every figure comes from the evaluations stored in the run folder.
 from __future__ import annotations
 
 import pathlib
-from typing import Sequence
-
-from pipeline.records import Evaluation, OpSummary, RunSummary, ShapeTiming, write_record
+from collections.abc import Sequence
 
 from optimize.trajectory import RoundRecord, Trajectory
+from pipeline.records import Evaluation, OpSummary, RunSummary, ShapeTiming, write_record
 
 
 def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
@@ -42,7 +41,10 @@ def shape_table(baseline: Sequence[ShapeTiming], candidate: Sequence[ShapeTiming
 
 
 def round_lines(records: Sequence[RoundRecord]) -> list[str]:
-    rows = ["| round | kind | skill | params | outcome | geomean | min | accepted | attempts |", "|---:|---|---|---|---|---:|---:|---|---|"]
+    rows = [
+        "| round | kind | skill | params | outcome | geomean | min | accepted | attempts |",
+        "|---:|---|---|---|---|---:|---:|---|---|",
+    ]
     for r in records:
         if r.kind == "baseline":
             continue
@@ -70,7 +72,9 @@ def op_report(
         lines += [f"> **{backend}**. These figures are replayed, not measured in this run.", ""]
     else:
         lines += [f"Measured with {backend}.", ""]
-    lines.append(f"Status: **{summary.status}**" + (f" (stopped: {summary.stop_reason})" if summary.stop_reason else ""))
+    lines.append(
+        f"Status: **{summary.status}**" + (f" (stopped: {summary.stop_reason})" if summary.stop_reason else "")
+    )
     lines.append(f"Rounds: {summary.rounds}")
     if summary.best:
         lines.append(

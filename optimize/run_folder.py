@@ -23,7 +23,7 @@ import os
 import pathlib
 import shutil
 import tempfile
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from extract.splice import apply_regions
 from optimize.trajectory import RoundOutcome, RoundRecord, Trajectory, candidate_id

@@ -53,7 +53,8 @@ import re
 import tomllib
 import types
 import typing
-from typing import Any, Iterator, Literal, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
@@ -115,7 +116,11 @@ def _feature_kinds() -> dict[str, Kind]:
     for model in (StaticFeatures, ProfileFacts):
         for name, info in model.model_fields.items():
             annotation = info.annotation
-            args = typing.get_args(annotation) if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union else (annotation,)
+            args = (
+                typing.get_args(annotation)
+                if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+                else (annotation,)
+            )
             base = {a for a in args if a is not type(None)}
             if base == {bool}:
                 kinds[name] = "bool"
@@ -188,7 +193,7 @@ class Rule:
         raise RuleError(
             f"rule {self.text!r}: {message} at column {pos + 1}",
             detail=f"  {self.text}\n  {caret}",
-            fix="rules use feature names, numbers, \"strings\", true/false, + - * /, < <= > >= == !=, and/or/not, ( )",
+            fix='rules use feature names, numbers, "strings", true/false, + - * /, < <= > >= == !=, and/or/not, ( )',
         )
 
     def _expect(self, kind: Kind, node: _Node, what: str) -> None:
@@ -312,8 +317,10 @@ class Rule:
         """True / False, or None when unknown feature values leave it undecided."""
         missing = [n for n in self.names if n not in values]
         if missing:
-            raise RuleError(f"rule {self.text!r}: no value given for {sorted(missing)}",
-                            fix="pass Features.flat(), which has every feature name")
+            raise RuleError(
+                f"rule {self.text!r}: no value given for {sorted(missing)}",
+                fix="pass Features.flat(), which has every feature name",
+            )
         result = self._eval(self.tree, values)
         return None if result is None else bool(result)
 
@@ -418,7 +425,7 @@ class Skill(Record):
         return value
 
     @model_validator(mode="after")
-    def _check(self) -> "Skill":
+    def _check(self) -> Skill:
         from optimize.transforms import TRANSFORMS
 
         self._rule = compile_rule(self.applies_when)
@@ -481,8 +488,10 @@ class SkillLibrary:
             if s.id == skill_id:
                 return s
         close = difflib.get_close_matches(skill_id, self.ids(), n=3)
-        raise SkillError(f"no skill {skill_id!r}" + (f"; did you mean {', '.join(close)}?" if close else ""),
-                         fix=f"skills live in {self.directory or SKILL_DIR}")
+        raise SkillError(
+            f"no skill {skill_id!r}" + (f"; did you mean {', '.join(close)}?" if close else ""),
+            fix=f"skills live in {self.directory or SKILL_DIR}",
+        )
 
     def applicable(self, features: Features) -> list[Skill]:
         flat = features.flat()
@@ -503,7 +512,9 @@ def load_skill(path: str | pathlib.Path) -> Skill:
         err.where = str(path)
         raise
     except ValidationError as err:
-        raise SkillError(f"{path} is not a valid skill", fix="fix the fields named below", detail=str(err), where=str(path)) from err
+        raise SkillError(
+            f"{path} is not a valid skill", fix="fix the fields named below", detail=str(err), where=str(path)
+        ) from err
 
 
 def load_skills(directory: str | pathlib.Path | None = None) -> SkillLibrary:

@@ -31,14 +31,14 @@ import json
 import math
 import os
 import pathlib
-from datetime import datetime, timezone
-from typing import Any, Iterable, Literal
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from pipeline.records import Outcome, Record, ShapeTiming, VersionedRecord, content_hash
-
 from optimize.errors import TrajectoryError
+from pipeline.records import Outcome, Record, ShapeTiming, VersionedRecord, content_hash
 
 
 class RoundOutcome(str, enum.Enum):
@@ -61,7 +61,7 @@ class RoundOutcome(str, enum.Enum):
     not_applicable = "not_applicable"  # the skill's transform does not apply to this code
 
     @classmethod
-    def of(cls, outcome: Outcome) -> "RoundOutcome":
+    def of(cls, outcome: Outcome) -> RoundOutcome:
         return cls(outcome.value)
 
 
@@ -126,7 +126,7 @@ class HistoryEntry(Record):
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
 def regions_hash(regions: dict[str, str]) -> str:
@@ -240,7 +240,9 @@ class Trajectory:
 
     def history(self) -> list[HistoryEntry]:
         return [
-            HistoryEntry(skill=r.skill, params=r.params, outcome=r.outcome, speedup_geomean=r.speedup_geomean, round=r.round)
+            HistoryEntry(
+                skill=r.skill, params=r.params, outcome=r.outcome, speedup_geomean=r.speedup_geomean, round=r.round
+            )
             for r in self.rounds()
             if r.skill
         ]

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from extract import treesitter as ts
 from optimize.cuda_facts import (
@@ -90,7 +91,9 @@ def apply_edits(transform: str, regions: Mapping[str, str], edits: Iterable[Edit
         span_edits.sort(key=lambda e: (e.start, e.end))
         for a, b in zip(span_edits, span_edits[1:]):
             if b.start < a.end:
-                raise TransformError(f"{transform}: overlapping edits in span {span!r} at bytes {a.start}-{a.end} and {b.start}-{b.end}")
+                raise TransformError(
+                    f"{transform}: overlapping edits in span {span!r} at bytes {a.start}-{a.end} and {b.start}-{b.end}"
+                )
         new = bytearray(data)
         for e in reversed(span_edits):
             new[e.start : e.end] = e.text
@@ -146,10 +149,15 @@ def tune_constant(regions: Mapping[str, str], *, name: str, value: int, owner: s
             continue
         found.append((doc, literal, where))
     if not found:
-        raise NotApplicable("tune_constant", f"no compile-time constant {name!r} with an integer literal value"
-                            + (f" in {owner!r}" if owner else ""))
+        raise NotApplicable(
+            "tune_constant",
+            f"no compile-time constant {name!r} with an integer literal value" + (f" in {owner!r}" if owner else ""),
+        )
     if owner is None and len({w for _d, _l, w in found}) > 1:
-        raise NotApplicable("tune_constant", f"{name!r} is defined in several scopes ({sorted(str(w) for _d, _l, w in found)}); pass owner=")
+        raise NotApplicable(
+            "tune_constant",
+            f"{name!r} is defined in several scopes ({sorted(str(w) for _d, _l, w in found)}); pass owner=",
+        )
     edits = []
     for doc, literal, _where in found:
         text = text_of(doc.src, literal)
@@ -157,7 +165,9 @@ def tune_constant(regions: Mapping[str, str], *, name: str, value: int, owner: s
         assert digits is not None
         if int(digits.group(1).replace("'", ""), 0 if digits.group(1).lower().startswith("0x") else 10) == value:
             continue
-        edits.append(Edit(doc.span, literal.start_byte, literal.start_byte + len(digits.group(1).encode()), str(value).encode()))
+        edits.append(
+            Edit(doc.span, literal.start_byte, literal.start_byte + len(digits.group(1).encode()), str(value).encode())
+        )
     if not edits:
         raise NotApplicable("tune_constant", f"{name} is already {value}")
     return apply_edits("tune_constant", regions, edits)
@@ -182,7 +192,9 @@ def set_launch_bounds(
     if isinstance(max_threads, bool) or (isinstance(max_threads, int) and not 1 <= max_threads <= 1024):
         raise TransformError(f"set_launch_bounds: max_threads must be 1..1024, got {max_threads!r}")
     if isinstance(max_threads, str) and (not max_threads.strip() or not _EXPR_OK.match(max_threads)):
-        raise TransformError(f"set_launch_bounds: max_threads expression {max_threads!r} is not a plain constant expression")
+        raise TransformError(
+            f"set_launch_bounds: max_threads expression {max_threads!r} is not a plain constant expression"
+        )
     if isinstance(min_blocks, bool) or not isinstance(min_blocks, int) or min_blocks < 0:
         raise TransformError(f"set_launch_bounds: min_blocks must be an integer >= 0, got {min_blocks!r}")
     region = Region(regions)
@@ -204,10 +216,14 @@ def set_launch_bounds(
             edits.append(Edit(k.doc.span, open_paren.end_byte, close_paren.start_byte, inner.encode()))
         else:
             if max_threads is None:
-                raise NotApplicable("set_launch_bounds", f"{kernel} has no __launch_bounds__ and no max_threads was given")
+                raise NotApplicable(
+                    "set_launch_bounds", f"{kernel} has no __launch_bounds__ and no max_threads was given"
+                )
             glob = next((c for c in k.node.children if c.type == "__global__"), None)
             if glob is None:
-                raise NotApplicable("set_launch_bounds", f"{kernel}: __global__ is spelled through a macro; cannot place the attribute")
+                raise NotApplicable(
+                    "set_launch_bounds", f"{kernel}: __global__ is spelled through a macro; cannot place the attribute"
+                )
             inner = str(max_threads) + (f", {min_blocks}" if min_blocks else "")
             edits.append(Edit(k.doc.span, glob.end_byte, glob.end_byte, f" __launch_bounds__({inner})".encode()))
     if not edits:
@@ -276,16 +292,25 @@ def fast_math(regions: Mapping[str, str], *, ops: Sequence[str] = tuple(FAST_MAT
             if region.is_compile_time(f.doc, left) and region.is_compile_time(f.doc, right):
                 continue
             inner = strip_parens(right)
-            one = strip_parens(left).type == "number_literal" and text_of(src, strip_parens(left)).strip() in ("1.0f", "1.f", "1.0F", "1.F", "1.00f")
-            is_sqrt = inner.type == "call_expression" and last_name(text_of(src, inner.child_by_field_name("function"))) == "sqrtf"
+            one = strip_parens(left).type == "number_literal" and text_of(src, strip_parens(left)).strip() in (
+                "1.0f",
+                "1.f",
+                "1.0F",
+                "1.F",
+                "1.00f",
+            )
+            is_sqrt = (
+                inner.type == "call_expression"
+                and last_name(text_of(src, inner.child_by_field_name("function"))) == "sqrtf"
+            )
             if one and is_sqrt and "rsqrt" in wanted:
                 arg = inner.child_by_field_name("arguments")
                 rules[(expr.start_byte, expr.end_byte)] = lambda _n, arg=arg: b"rsqrtf" + render(arg)
             elif one and not is_sqrt and "rcp" in wanted:
                 rules[(expr.start_byte, expr.end_byte)] = lambda _n, r=right: b"__frcp_rn(" + render(r) + b")"
             elif not one and "fdividef" in wanted:
-                rules[(expr.start_byte, expr.end_byte)] = (
-                    lambda _n, l=left, r=right: b"__fdividef(" + render(l) + b", " + render(r) + b")"
+                rules[(expr.start_byte, expr.end_byte)] = lambda _n, l=left, r=right: (
+                    b"__fdividef(" + render(l) + b", " + render(r) + b")"
                 )
 
         def render(node: Node, src: bytes = src, rules: dict = rules) -> bytes:
@@ -354,7 +379,9 @@ def enable_pdl(regions: Mapping[str, str]) -> dict[str, str]:
         src = launch.doc.src
         where = launch.func.qualname if launch.func is not None else launch.doc.span
         if launch.chevron or launch.runtime:
-            skipped.append(f"{where}: {'<<<>>>' if launch.chevron else 'runtime'} launch (needs a rewrite to add the attribute)")
+            skipped.append(
+                f"{where}: {'<<<>>>' if launch.chevron else 'runtime'} launch (needs a rewrite to add the attribute)"
+            )
             continue
         changed = False
         handled = False
@@ -366,13 +393,17 @@ def enable_pdl(regions: Mapping[str, str]) -> dict[str, str]:
                     edits.append(Edit(launch.doc.span, named[0].start_byte, named[0].end_byte, b"true"))
                     changed = True
                 elif named and text_of(src, named[0]).strip() != "true":
-                    skipped.append(f"{where}: PDL follows {text_of(src, named[0]).strip()} (a template flag SGLang sets)")
+                    skipped.append(
+                        f"{where}: PDL follows {text_of(src, named[0]).strip()} (a template flag SGLang sets)"
+                    )
             elif method == "config":
                 text = src[args.start_byte : args.end_byte]
                 hit = re.search(rb"\.use_pdl\s*=\s*(false)\b", text)
                 if hit:
                     handled = True
-                    edits.append(Edit(launch.doc.span, args.start_byte + hit.start(1), args.start_byte + hit.end(1), b"true"))
+                    edits.append(
+                        Edit(launch.doc.span, args.start_byte + hit.start(1), args.start_byte + hit.end(1), b"true")
+                    )
                     changed = True
                 elif re.search(rb"\.use_pdl\s*=", text):
                     handled = True
@@ -401,7 +432,9 @@ def enable_pdl(regions: Mapping[str, str]) -> dict[str, str]:
             close_brace = k.body.children[-1]
             at = _line_start(src, close_brace.start_byte)
             if src[at : close_brace.start_byte].strip():  # `}` shares its line with code
-                edits.append(Edit(k.doc.span, close_brace.start_byte, close_brace.start_byte, b" " + _TRIGGER_STMT + b" "))
+                edits.append(
+                    Edit(k.doc.span, close_brace.start_byte, close_brace.start_byte, b" " + _TRIGGER_STMT + b" ")
+                )
             else:
                 edits.append(Edit(k.doc.span, at, at, indent + _TRIGGER_STMT + b"\n"))
     return apply_edits("enable_pdl", regions, edits)
@@ -442,7 +475,9 @@ def pdl_early_trigger(regions: Mapping[str, str], *, kernel: str | None = None) 
         edits.append(Edit(k.doc.span, t_start, t_end, b""))
     if not edits:
         what = f"kernel {kernel}" if kernel else "no kernel"
-        raise NotApplicable("pdl_early_trigger", f"{what} has a trailing PDL trigger after a top-level wait with work between")
+        raise NotApplicable(
+            "pdl_early_trigger", f"{what} has a trailing PDL trigger after a top-level wait with work between"
+        )
     return apply_edits("pdl_early_trigger", regions, edits)
 
 
@@ -481,7 +516,9 @@ def add_pragma_unroll(
                 continue
             edits.append(Edit(f.doc.span, start, start, pragma))
     if not edits:
-        raise NotApplicable("add_pragma_unroll", "no " + ("" if runtime_loops else "compile-time ") + "for-loop without a pragma")
+        raise NotApplicable(
+            "add_pragma_unroll", "no " + ("" if runtime_loops else "compile-time ") + "for-loop without a pragma"
+        )
     return apply_edits("add_pragma_unroll", regions, edits)
 
 
@@ -650,4 +687,3 @@ __all__ = [
     "set_launch_bounds",
     "tune_constant",
 ]
-

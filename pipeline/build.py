@@ -72,11 +72,10 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
 from pipeline import deps, toolchain
-from pipeline.compiler_output import annotate_diagnostics, parse_ptxas, strip_ptxas
-from pipeline.compiler_output import first_error, relocate_spans  # noqa: F401  (re-exported: the build API)
-from pipeline.toolchain import find_nvcc, toolchain_fingerprint  # noqa: F401  (re-exported: the build API)
+from pipeline.compiler_output import annotate_diagnostics, first_error, parse_ptxas, relocate_spans, strip_ptxas  # noqa: F401  (re-exported: the build API)
 from pipeline.errors import ConfigError, ToolchainError
 from pipeline.records import BuildRecipe, BuildReport, Instantiation, Span, Task, content_hash
+from pipeline.toolchain import find_nvcc, toolchain_fingerprint  # noqa: F401  (re-exported: the build API)
 
 KEY_SCHEMA = "kernelsmith.build/1"  # bump when the build changes in a way the key does not see
 WRAPPER_NAME = "cuda.cu"
@@ -211,7 +210,7 @@ def _read_tree(root: pathlib.Path) -> dict[str, bytes]:
 def _gencode(arch: str) -> str:
     match = _ARCH.fullmatch(arch)
     if match is None:
-        raise ConfigError(f"build arch {arch!r} is not of the form sm_<N>[a]", fix="use e.g. arch = \"sm_90a\"")
+        raise ConfigError(f"build arch {arch!r} is not of the form sm_<N>[a]", fix='use e.g. arch = "sm_90a"')
     target = match.group(1)
     return f"-gencode=arch=compute_{target},code=sm_{target}"
 
@@ -355,9 +354,7 @@ def build_key(
     extra_cuda_cflags: Sequence[str] = (),
 ) -> str:
     """The cache key :func:`build` would use, without building."""
-    return plan(
-        task_dir, task, instantiations, overrides=overrides, link=link, extra_cuda_cflags=extra_cuda_cflags
-    ).key
+    return plan(task_dir, task, instantiations, overrides=overrides, link=link, extra_cuda_cflags=extra_cuda_cflags).key
 
 
 # --------------------------------------------------------------------------- build
@@ -433,7 +430,8 @@ def _run(argv: list[str], cwd: pathlib.Path, timeout_s: float) -> _Run:
         )
     except FileNotFoundError as error:
         raise ToolchainError(
-            f"{argv[0]} cannot be run: {error}", fix="reinstall the toolchain (CUDA 12.8+, g++) or fix PATH/CUDA_HOME/CXX"
+            f"{argv[0]} cannot be run: {error}",
+            fix="reinstall the toolchain (CUDA 12.8+, g++) or fix PATH/CUDA_HOME/CXX",
         ) from error
     try:
         output, _ = proc.communicate(timeout=timeout_s)
@@ -485,9 +483,7 @@ def build(
     only annotate error messages. ``timeout_s`` bounds compile plus link.
     """
     start = time.monotonic()
-    the_plan = plan(
-        task_dir, task, instantiations, overrides=overrides, link=link, extra_cuda_cflags=extra_cuda_cflags
-    )
+    the_plan = plan(task_dir, task, instantiations, overrides=overrides, link=link, extra_cuda_cflags=extra_cuda_cflags)
     cache_root = pathlib.Path(cache_root)
     entry = cache_root / the_plan.key
     with _lock_for(the_plan.key):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pipeline.config import DEFAULT_OPS, load_config
 from pipeline.errors import BudgetExhausted, KernelsmithError
@@ -31,7 +32,9 @@ HANDLERS = {
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="config file (TOML); default ./kernelsmith.toml if present")
     parser.add_argument("--work-dir", help="where tasks, runs and caches live (default ./work)")
-    parser.add_argument("--sglang", metavar="PATH", help="sglang checkout or package folder (else SGLANG_SRC, else the pinned wheel)")
+    parser.add_argument(
+        "--sglang", metavar="PATH", help="sglang checkout or package folder (else SGLANG_SRC, else the pinned wheel)"
+    )
     parser.add_argument("--sglang-version", help="pinned sglang wheel version (default 0.5.23)")
 
 
@@ -64,10 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--run", help="optimize run to integrate (default: the latest)")
     p.add_argument("--in-place", action="store_true", help="patch the sglang tree given by --sglang/SGLANG_SRC itself")
-    p.add_argument("--git-branch", metavar="NAME", help="commit the patch on a new branch of the checkout (never pushes)")
+    p.add_argument(
+        "--git-branch", metavar="NAME", help="commit the patch on a new branch of the checkout (never pushes)"
+    )
     p.add_argument("--skip-e2e", action="store_true", help="skip end-to-end measurements")
     p.add_argument(
-        "--self-check", nargs="*", metavar="OP", default=None,
+        "--self-check",
+        nargs="*",
+        metavar="OP",
+        default=None,
         help="GPU: check these tasks' unmodified baselines through SGLang, pristine vs a pristine copy "
         "(no OP: every task under <work-dir>/tasks); writes work/integrate/self-check/",
     )

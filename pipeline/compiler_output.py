@@ -106,7 +106,9 @@ def parse_ptxas(text: str) -> list[KernelResources]:
 def strip_ptxas(text: str) -> str:
     """Compiler output without the ``ptxas info`` report (kept as ``resources``): what is left are warnings."""
     kept = [
-        line for line in text.splitlines() if not re.match(r"\s*ptxas\s+info\s*:", line) and not _PTXAS_FRAME.match(line)
+        line
+        for line in text.splitlines()
+        if not re.match(r"\s*ptxas\s+info\s*:", line) and not _PTXAS_FRAME.match(line)
     ]
     return "\n".join(kept).strip() + ("\n" if any(line.strip() for line in kept) else "")
 

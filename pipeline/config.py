@@ -181,9 +181,7 @@ def load_config(
     try:
         return Config.model_validate(data)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False)
-        )
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False))
         raise ConfigError(
             f"invalid configuration: {problems}",
             fix="check the key names and types in kernelsmith.toml / KERNELSMITH_* variables",

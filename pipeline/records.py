@@ -27,7 +27,8 @@ import pathlib
 import shutil
 import tempfile
 import uuid
-from typing import Any, Literal, Mapping, TypeVar
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -361,7 +362,9 @@ class Task(VersionedRecord):
     shapes: list[ShapeCase]
     baseline_build: BuildReport | None = None
     notes: list[str] = Field(default_factory=list)  # what extract could not settle (unmapped symbols, dropped dtypes)
-    entry_signature: EntrySignature | None = None  # the public function's parameters -> contract arguments (extract.entry)
+    entry_signature: EntrySignature | None = (
+        None  # the public function's parameters -> contract arguments (extract.entry)
+    )
 
 
 # --------------------------------------------------------------------------- optimize

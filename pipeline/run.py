@@ -20,7 +20,8 @@ import argparse
 import datetime
 import importlib
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # stage -> "module:function" receiving (args, config); tests may point these elsewhere
 STAGES: dict[str, str] = {
@@ -41,7 +42,12 @@ def _stage(name: str) -> Callable[[argparse.Namespace, Any], int]:
 
 def _common_argv(args: argparse.Namespace) -> list[str]:
     argv: list[str] = []
-    for flag, attr in (("--config", "config"), ("--work-dir", "work_dir"), ("--sglang", "sglang"), ("--sglang-version", "sglang_version")):
+    for flag, attr in (
+        ("--config", "config"),
+        ("--work-dir", "work_dir"),
+        ("--sglang", "sglang"),
+        ("--sglang-version", "sglang_version"),
+    ):
         value = getattr(args, attr, None)
         if value:
             argv += [flag, str(value)]

@@ -22,7 +22,7 @@ import json
 import os
 import pathlib
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pydantic import Field
 
@@ -144,12 +144,18 @@ class ResultsStore:
             if slowdown > band:
                 found.append(
                     Regression(
-                        op_id=row.op_id, dtype=row.dtype, shape=row.shape, variant=row.variant,
-                        best_us=best_us, best_key=best_key, now_us=row.time_us, slowdown_pct=round(slowdown, 2),
+                        op_id=row.op_id,
+                        dtype=row.dtype,
+                        shape=row.shape,
+                        variant=row.variant,
+                        best_us=best_us,
+                        best_key=best_key,
+                        now_us=row.time_us,
+                        slowdown_pct=round(slowdown, 2),
                     )  # fmt: skip
                 )
         return found
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.now(UTC).replace(microsecond=0).isoformat()

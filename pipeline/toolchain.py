@@ -128,7 +128,9 @@ def _find_nvcc(env: tuple[str | None, ...]) -> Nvcc:
         raise ToolchainError(f"{path} does not run: {error}", fix=_NVCC_FIX) from error
     match = re.search(r"release (\d+)\.(\d+)", version_text)
     if match is None:
-        raise ToolchainError(f"cannot read the CUDA release from `{path} --version`", fix=_NVCC_FIX, detail=version_text)
+        raise ToolchainError(
+            f"cannot read the CUDA release from `{path} --version`", fix=_NVCC_FIX, detail=version_text
+        )
     release = (int(match.group(1)), int(match.group(2)))
     if release < MIN_NVCC_RELEASE:
         raise ToolchainError(

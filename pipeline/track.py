@@ -31,7 +31,9 @@ def main(args, config) -> int:
     if found:
         console.print(f"[red]{len(found)} regression(s) in the newest batch:[/red]")
         for reg in found:
-            console.print(f"  {reg.op_id} {reg.dtype} {reg.shape} {reg.variant}: {reg.best_us:.2f} -> {reg.now_us:.2f} us (+{reg.slowdown_pct}%)")
+            console.print(
+                f"  {reg.op_id} {reg.dtype} {reg.shape} {reg.variant}: {reg.best_us:.2f} -> {reg.now_us:.2f} us (+{reg.slowdown_pct}%)"
+            )
         return 1 if getattr(args, "fail_on_regression", False) else 0
     console.print("no regressions in the newest batch")
     return 0

@@ -10,8 +10,8 @@ from optimize.agents import coding, planning, profiling, repair, single, testing
 from optimize.agents.edits import parse_reply, result_from_reply
 from optimize.agents.prompts import placeholders, render
 from optimize.errors import MalformedReply
-from optimize.skills import load_skills
 from optimize.llm.fakes import ScriptedModel
+from optimize.skills import load_skills
 from pipeline.errors import ModelError
 from pipeline.records import (
     BuildReport,
@@ -166,7 +166,13 @@ DECISIONS = [
 
 def plan_with(model):
     return planning.plan(
-        DECISIONS, SKILLS, op_id="demo.scale", region_names=list(REGIONS), profile_text="P", trajectory_text="T", model=model
+        DECISIONS,
+        SKILLS,
+        op_id="demo.scale",
+        region_names=list(REGIONS),
+        profile_text="P",
+        trajectory_text="T",
+        model=model,
     )
 
 
@@ -174,20 +180,29 @@ def test_planning_offline_takes_the_policy_first_option():
     plan = plan_with(None)
     assert (plan.skill, plan.params, plan.source) == ("vector_loads_128", {}, "policy")
     assert SKILLS["vector_loads_128"].title in plan.text and "narrow loads" in plan.text
-    assert planning.plan([], SKILLS, op_id="x", region_names=[], profile_text="", trajectory_text="", model=None) is None
+    assert (
+        planning.plan([], SKILLS, op_id="x", region_names=[], profile_text="", trajectory_text="", model=None) is None
+    )
 
 
 def test_planning_llm_picks_an_option_and_writes_the_plan():
     model = ScriptedModel(["CHOICE: 2\nPLAN:\nTwo float4 per thread in scale_kernel."])
     plan = plan_with(model)
-    assert (plan.skill, plan.params, plan.source, plan.option) == ("items_per_thread", {"variant": "2 vectors per thread"}, "llm", 2)
+    assert (plan.skill, plan.params, plan.source, plan.option) == (
+        "items_per_thread",
+        {"variant": "2 vectors per thread"},
+        "llm",
+        2,
+    )
     assert plan.text == "Two float4 per thread in scale_kernel."
     prompt = model.prompts[0][1][1]["content"]
     assert f"1. vector_loads_128: {SKILLS['vector_loads_128'].title}" in prompt
     assert '2. items_per_thread {"variant": "2 vectors per thread"}' in prompt and "why: short rows" in prompt
 
 
-@pytest.mark.parametrize("reply", ["CHOICE: 7\nPLAN: something else", "I would rather rewrite everything.", ModelError("down")])
+@pytest.mark.parametrize(
+    "reply", ["CHOICE: 7\nPLAN: something else", "I would rather rewrite everything.", ModelError("down")]
+)
 def test_planning_never_leaves_the_policy_options(reply):
     plan = plan_with(ScriptedModel([reply]))
     assert plan.skill == "vector_loads_128" and plan.source == "llm-fallback"
@@ -231,7 +246,9 @@ def test_coding_offline_uses_the_real_transforms():
     def nothing(regions, params):
         return transforms.apply("fast_math", regions, {"ops": ["expf"]})
 
-    loop_kernel = {"k": "__global__ void k(float* o, int n) {\n  for (int i = 0; i < n; ++i) {\n    o[i] = 0.f;\n  }\n}\n"}
+    loop_kernel = {
+        "k": "__global__ void k(float* o, int n) {\n  for (int i = 0; i < n; ++i) {\n    o[i] = 0.f;\n  }\n}\n"
+    }
     plan = plan_with(None)
     edited = coding.code_offline(plan, loop_kernel, pragma)
     assert edited.edited and "#pragma unroll 4" in edited.regions["k"]
@@ -243,7 +260,10 @@ def test_coding_offline_uses_the_real_transforms():
 # --------------------------------------------------------------------------- repair
 
 
-def failed_eval(outcome=Outcome.compile_failed, stderr="scale.cuh(4): error: identifier \"__bad\" is undefined [region scale_kernel line 4]"):
+def failed_eval(
+    outcome=Outcome.compile_failed,
+    stderr='scale.cuh(4): error: identifier "__bad" is undefined [region scale_kernel line 4]',
+):
     return Evaluation(op_id="demo.scale", candidate="c1", outcome=outcome,
                       build=BuildReport(ok=False, key="k", seconds=1.0, stderr=stderr), detail="")  # fmt: skip
 
@@ -254,7 +274,7 @@ def test_repair_prompt_has_the_compiler_error_and_attempt_count():
                            trajectory_text="T", model=model)  # fmt: skip
     assert result.edited and result.agent == "repair"
     user = model.prompts[0][1][1]["content"]
-    assert "identifier \"__bad\" is undefined [region scale_kernel line 4]" in user
+    assert 'identifier "__bad" is undefined [region scale_kernel line 4]' in user
     assert "repair attempt 1 of 2" in user
 
 
@@ -264,8 +284,12 @@ def shape(label, speedup):
 
 
 def test_guard_prompt_lists_slow_shapes_and_the_baseline_regions():
-    model = ScriptedModel(["```cuda region=launch_scale\n" + LAUNCHER.replace("256, 0", "n < 2048 ? 256 : 512, 0") + "```"])
-    evaluation = Evaluation(op_id="demo.scale", candidate="c1", outcome=Outcome.ok, timings=[shape("small", 0.8), shape("big", 1.3)])
+    model = ScriptedModel(
+        ["```cuda region=launch_scale\n" + LAUNCHER.replace("256, 0", "n < 2048 ? 256 : 512, 0") + "```"]
+    )
+    evaluation = Evaluation(
+        op_id="demo.scale", candidate="c1", outcome=Outcome.ok, timings=[shape("small", 0.8), shape("big", 1.3)]
+    )
     result = repair.repair(plan_with(None), REGIONS, evaluation, op_id="demo.scale", attempt=1, max_attempts=1,
                            trajectory_text="T", model=model, slower=[evaluation.timings[0]],
                            baseline_regions=REGIONS)  # fmt: skip
@@ -284,11 +308,18 @@ def test_profile_summary_facts_and_notes():
         ShapeTiming(label="tiny", sizes={"n": 8}, dtype="bf16", time_us=2.0, spread_pct=1, gbps=5, pct_of_copy_bw=0.1, time_over_floor=40.0),
         ShapeTiming(label="big", sizes={"n": 1 << 24}, dtype="bf16", time_us=50.0, spread_pct=1, gbps=2000, pct_of_copy_bw=45.0, time_over_floor=2.2, baseline_us=40.0, speedup=0.8),
     ]  # fmt: skip
-    build = BuildReport(ok=True, key="k", seconds=1, resources=[KernelResources(kernel="_Z5k", registers=168, spill_stores=8, spill_loads=8, demangled="k(float*)")])
+    build = BuildReport(
+        ok=True,
+        key="k",
+        seconds=1,
+        resources=[KernelResources(kernel="_Z5k", registers=168, spill_stores=8, spill_loads=8, demangled="k(float*)")],
+    )
     summary = profiling.summarize(Evaluation(op_id="x", candidate="c", outcome=Outcome.ok, timings=timings, build=build),
                                   ncu={"sm__throughput.avg.pct_of_peak_sustained_elapsed": "12.5", "bad": "n/a"})  # fmt: skip
     assert summary.worst_shape == "tiny bf16"
-    assert summary.kernels[0].kernel == "k(float*)" and summary.ncu == {"sm__throughput.avg.pct_of_peak_sustained_elapsed": 12.5}
+    assert summary.kernels[0].kernel == "k(float*)" and summary.ncu == {
+        "sm__throughput.avg.pct_of_peak_sustained_elapsed": 12.5
+    }
     notes = " | ".join(summary.notes)
     assert "launch/latency bound" in notes and "under 60% of copy bandwidth" in notes
     assert "spills registers" in notes and "168 registers" in notes and "slower than the baseline" in notes
@@ -318,7 +349,9 @@ def test_testing_agent_keeps_only_contract_valid_baseline_clean_proposals():
 
     def validate(cases):
         seen.extend(c.label for c in cases)
-        return [(c.label != "baseline-breaks", "" if c.label != "baseline-breaks" else "baseline wrote NaN") for c in cases]
+        return [
+            (c.label != "baseline-breaks", "" if c.label != "baseline-breaks" else "baseline wrote NaN") for c in cases
+        ]
 
     plan = testing.plan_tests(task, held_out=3, model=model, validate=validate)
     assert seen == ["odd", "baseline-breaks"]  # contract-invalid ones never reach the GPU
@@ -349,7 +382,9 @@ def test_single_agent_plans_and_codes_in_one_reply():
         f"region: scale_kernel\n```cuda region=scale_kernel\n{KERNEL.replace('2.0f', '2.0f /*v4*/')}```"
     )
     model = ScriptedModel([reply])
-    step = single.step(DECISIONS, SKILLS, REGIONS, op_id="demo.scale", profile_text="P", trajectory_text="T", model=model)
+    step = single.step(
+        DECISIONS, SKILLS, REGIONS, op_id="demo.scale", profile_text="P", trajectory_text="T", model=model
+    )
     assert step.plan.skill == "vector_loads_128" and step.plan.params == {}
     assert step.plan.text == "widen the loads to float4 in scale_kernel."
     assert step.result.edited and "/*v4*/" in step.result.regions["scale_kernel"]

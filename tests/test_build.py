@@ -119,7 +119,13 @@ def test_parse_ptxas_activation_report_captured_from_nvcc13():
     assert first.kernel == (
         "_ZN6sglang18act_and_mul_kernelI13__nv_bfloat16LNS_14ActivationKindE2ELb1ELb0ELb0ELb0ELb0ELb0EEEvNS_16ActivationParamsE"
     )
-    assert (first.registers, first.barriers, first.stack_bytes, first.spill_stores, first.smem_bytes) == (26, 0, 0, 0, 0)
+    assert (first.registers, first.barriers, first.stack_bytes, first.spill_stores, first.smem_bytes) == (
+        26,
+        0,
+        0,
+        0,
+        0,
+    )
     assert [r.registers for r in resources] == [26, 32, 26, 32, 27, 26, 32, 27, 27]
     assert all(r.kernel.startswith("_ZN6sglang18act_and_mul_kernel") for r in resources)
 
@@ -132,7 +138,13 @@ def test_parse_ptxas_spills_smem_and_device_functions():
     spill = resources["_Z12spill_kernelILi96EEvPfPKf"]
     assert (spill.registers, spill.stack_bytes, spill.spill_stores, spill.spill_loads) == (32, 616, 868, 928)
     smem = resources["_Z11smem_kernelPfPKfi"]
-    assert (smem.registers, smem.barriers, smem.smem_bytes, smem.stack_bytes, smem.spill_stores) == (32, 1, 4096, 128, 0)
+    assert (smem.registers, smem.barriers, smem.smem_bytes, smem.stack_bytes, smem.spill_stores) == (
+        32,
+        1,
+        4096,
+        128,
+        0,
+    )
     assert resources["plain_c"].registers == 8
 
 
@@ -146,14 +158,22 @@ def test_parse_ptxas_older_used_line_with_cmem():
     )
     (r,) = CO.parse_ptxas(text)
     assert (r.registers, r.barriers, r.smem_bytes, r.cmem_bytes, r.stack_bytes, r.spill_stores, r.spill_loads) == (
-        40, 1, 2048, 360, 8, 4, 4,
+        40,
+        1,
+        2048,
+        360,
+        8,
+        4,
+        4,
     )
 
 
 def test_parse_ptxas_ignores_other_text_and_truncation():
     assert CO.parse_ptxas("") == []
     assert CO.parse_ptxas("cuda.cu(3): warning: unused\nptxas info    : 0 bytes gmem\n") == []
-    truncated = "ptxas info    : Compiling entry function '_Z1kv' for 'sm_90a'\nptxas info    : Function properties for _Z1kv\n"
+    truncated = (
+        "ptxas info    : Compiling entry function '_Z1kv' for 'sm_90a'\nptxas info    : Function properties for _Z1kv\n"
+    )
     assert CO.parse_ptxas(truncated) == []
 
 
@@ -246,7 +266,9 @@ def test_publish_replaces_a_broken_entry(tmp_path):
     staging = tmp_path / ".staging-x"
     staging.mkdir()
     (staging / B.LIBRARY_NAME).write_bytes(b"so")
-    (staging / B.REPORT_NAME).write_text(BuildReport(ok=True, key="key", seconds=1.0, library=B.LIBRARY_NAME).model_dump_json())
+    (staging / B.REPORT_NAME).write_text(
+        BuildReport(ok=True, key="key", seconds=1.0, library=B.LIBRARY_NAME).model_dump_json()
+    )
     assert B._publish(staging, entry) is True
     assert B._read_entry(entry) is not None and not (entry / "junk").exists()
 
@@ -260,7 +282,9 @@ def test_cache_key_covers_flags_sources_overrides_and_is_location_free(task_setu
     base = B.build_key(task_dir, task, [BF16])
     assert base == B.build_key(task_dir, task, [BF16])
     assert base != B.build_key(task_dir, task, [BF16], extra_cuda_cflags=["-lineinfo"])
-    assert base != B.build_key(task_dir, task.model_copy(update={"build": task.build.model_copy(update={"cuda_cflags": CFLAGS[:-1]})}), [BF16])
+    assert base != B.build_key(
+        task_dir, task.model_copy(update={"build": task.build.model_copy(update={"cuda_cflags": CFLAGS[:-1]})}), [BF16]
+    )
     assert base != B.build_key(task_dir, task, [BF16], link=False)
     assert base != B.build_key(task_dir, task, [FP16])
     original = (task_dir / "src" / ACTIVATION).read_bytes()
@@ -291,7 +315,9 @@ def test_a_header_dependency_is_resolved_keyed_by_contents_and_named_when_missin
     from pipeline.errors import ConfigError
 
     task_dir, task, _ = task_setup
-    needs = task.model_copy(update={"build": task.build.model_copy(update={"include_dirs": [*task.build.include_dirs, "@dep:cutlass"]})})
+    needs = task.model_copy(
+        update={"build": task.build.model_copy(update={"include_dirs": [*task.build.include_dirs, "@dep:cutlass"]})}
+    )
     monkeypatch.setattr(deps.importlib.util, "find_spec", lambda name: None)  # no installed flashinfer here
     monkeypatch.delenv(deps.DEPS_DIR_ENV, raising=False)
     with pytest.raises(ConfigError, match="make deps"):
@@ -332,7 +358,13 @@ def test_cold_build_links_a_module_with_resources(built):
     assert all("act_and_mul_kernel" in (r.demangled or "") for r in built.resources)
     assert "ptxas info" not in built.stderr
     entry = library.parent
-    assert {p.name for p in entry.iterdir()} == {B.LIBRARY_NAME, B.REPORT_NAME, B.INPUTS_NAME, B.LOG_NAME, B.WRAPPER_NAME}
+    assert {p.name for p in entry.iterdir()} == {
+        B.LIBRARY_NAME,
+        B.REPORT_NAME,
+        B.INPUTS_NAME,
+        B.LOG_NAME,
+        B.WRAPPER_NAME,
+    }
     assert not list(entry.parent.glob(".staging-*"))
     symbols = subprocess.run(["nm", "-D", str(library)], capture_output=True, text=True, check=True).stdout
     assert "__tvm_ffi_run_activation__bf16" in symbols
@@ -445,9 +477,12 @@ def test_build_raises_toolchain_error_not_a_failed_report(monkeypatch, tmp_path,
 def test_first_error_quotes_the_line_that_says_why():
     from pipeline.compiler_output import first_error
 
-    nvcc = "a.cuh(3): warning: x\na.cuh(9): error: identifier \"y\" is undefined\n1 error detected\n"
+    nvcc = 'a.cuh(3): warning: x\na.cuh(9): error: identifier "y" is undefined\n1 error detected\n'
     assert first_error(nvcc) == 'a.cuh(9): error: identifier "y" is undefined'
-    assert first_error("2 errors detected in the compilation of cuda.cu\n") == "2 errors detected in the compilation of cuda.cu"
+    assert (
+        first_error("2 errors detected in the compilation of cuda.cu\n")
+        == "2 errors detected in the compilation of cuda.cu"
+    )
     assert first_error("nvcc failed (exit 1)\nnvcc fatal   : Unknown option '-ffp-contract=off'\n") == (
         "nvcc fatal   : Unknown option '-ffp-contract=off'"
     )

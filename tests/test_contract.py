@@ -6,9 +6,8 @@ import pathlib
 
 import pytest
 
-from extract import cexpr, cxx, launcher_facts, wrapper_facts
+from extract import cexpr, cxx, launcher_facts, pyops, wrapper_facts
 from extract import contract as C
-from extract import pyops
 from extract.command import build_index
 from pipeline.records import ArgSpec, ScalarSpec, TensorSpec
 
@@ -105,18 +104,24 @@ def test_curated_contracts(index, program, sglang_source, op_id, reference, dtyp
     for arg in c.args:
         if arg.tensor is not None:
             for dim in arg.tensor.shape:
-                assert isinstance(dim, int) or all(part.strip().isdigit() or part.strip() in c.symbols for part in dim.split("*"))
+                assert isinstance(dim, int) or all(
+                    part.strip().isdigit() or part.strip() in c.symbols for part in dim.split("*")
+                )
 
 
 @pytest.mark.wheel
 def test_curated_silu_and_fused_add_details(index, program, sglang_source):
-    c, _ = C.contract_for(_op(index, "activation.silu_and_mul"), index, pathlib.Path(sglang_source.root), program=program)
+    c, _ = C.contract_for(
+        _op(index, "activation.silu_and_mul"), index, pathlib.Path(sglang_source.root), program=program
+    )
     t = _tensors(c)
     assert c.entry == "run_activation"
     assert t["input"].shape == ["num_tokens", "2*hidden_size"] and t["out"].shape == ["num_tokens", "hidden_size"]
     assert c.args[2].scalar.value == "silu"
     assert c.divisibility == {"hidden_size": 8}
-    c, _ = C.contract_for(_op(index, "layernorm.fused_add_rmsnorm"), index, pathlib.Path(sglang_source.root), program=program)
+    c, _ = C.contract_for(
+        _op(index, "layernorm.fused_add_rmsnorm"), index, pathlib.Path(sglang_source.root), program=program
+    )
     t = _tensors(c)
     assert (t["input"].role, t["residual"].role, t["weight"].role) == ("inout", "inout", "input")
     assert c.max_values == {"hidden_size": 8192} and c.divisibility == {"hidden_size": 8}
@@ -143,12 +148,19 @@ def test_c_expressions():
     assert cexpr.eval_c("static_cast<uint32_t>(3) * 4 + 1", env) == 13
     assert cexpr.eval_c("a && !b || 0", {"a": 1, "b": 0}) == 1
     assert cexpr.eval_c("unknown_name + 1", env) is None
-    assert cxx.split_top("a, f(b, c), std::pair<int, int> x, n <= m") == ["a", "f(b, c)", "std::pair<int, int> x", "n <= m"]
+    assert cxx.split_top("a, f(b, c), std::pair<int, int> x, n <= m") == [
+        "a",
+        "f(b, c)",
+        "std::pair<int, int> x",
+        "n <= m",
+    ]
 
 
 def test_c_conditions_translate_to_python_over_the_contracts_names():
     names = {"D": "hidden_dim", "kH": "heads", "flag": "use_gate"}
-    assert cexpr.c_to_python("D.unwrap() % 8 == 0 && !flag", names.get) == "(((hidden_dim % 8) == 0) and (not use_gate))"
+    assert (
+        cexpr.c_to_python("D.unwrap() % 8 == 0 && !flag", names.get) == "(((hidden_dim % 8) == 0) and (not use_gate))"
+    )
     assert cexpr.c_to_python("kH == 3 || kH / 2 == 6", names.get) == "((heads == 3) or ((heads // 2) == 6))"
     assert cexpr.c_to_python("flag ? D.unwrap() : 2 * kH", names.get) == "(hidden_dim if use_gate else (2 * heads))"
     assert cexpr.c_to_python("static_cast<int>(D.unwrap()) >= sizeof(float)", names.get) == "(hidden_dim >= 4)"
@@ -199,14 +211,19 @@ def test_checks_become_constraints_over_symbols_and_scalars(index, program, sgla
     assert "((((kH) == 3) or ((kH) == 6)) or ((kH) == 12))" in constraints("attention.kda_fused_decode")
     # a scalar parameter and a bool in a ternary; the pointer-aliasing check is not translatable
     gate = constraints("diffusion.residual_gate_add2")
-    assert gate == ["((hidden_size > 0) and ((numel % hidden_size) == 0))", "(gate_numel == (hidden_size if broadcast_gate else numel))"]
+    assert gate == [
+        "((hidden_size > 0) and ((numel % hidden_size) == 0))",
+        "(gate_numel == (hidden_size if broadcast_gate else numel))",
+    ]
     # `const auto H = static_cast<uint32_t>(num_q_heads)`: a local holding a scalar
-    assert "(mixed_dim == (((2 * (num_q_heads)) * 128) + (num_v_heads * 128)))" in constraints("attention.kda_packed_decode")
+    assert "(mixed_dim == (((2 * (num_q_heads)) * 128) + (num_v_heads * 128)))" in constraints(
+        "attention.kda_packed_decode"
+    )
     # a symbol extract folded into a relation is written as that relation (input_width -> 2*output_width)
     assert constraints("activation.silu_and_mul", "run_activation") == ["((output_width * 2) == (2*output_width))"]
 
 
-SYNTHETIC = r'''
+SYNTHETIC = r"""
 template <typename DType, int kWidth>
 struct DemoKernel {
   static constexpr auto kVec = device::kMaxVecBytes / sizeof(DType);
@@ -234,7 +251,7 @@ struct DemoKernel {
     }
   }
 };
-'''
+"""
 
 
 def test_cpp_facts_on_a_synthetic_launcher():
@@ -279,7 +296,14 @@ def test_literals_of_every_scalar_kind():
     import libcst as cst
 
     lit = lambda text: wrapper_facts._literal(cst.parse_expression(text))  # noqa: E731
-    assert (lit('"gelu"'), lit("64"), lit("-2"), lit("1e-6"), lit("True"), lit("False")) == ("gelu", 64, -2, 1e-6, True, False)
+    assert (lit('"gelu"'), lit("64"), lit("-2"), lit("1e-6"), lit("True"), lit("False")) == (
+        "gelu",
+        64,
+        -2,
+        1e-6,
+        True,
+        False,
+    )
     assert lit("x") is wrapper_facts._NOT_LITERAL and lit("x.shape[1]") is wrapper_facts._NOT_LITERAL
     assert C._fits_scalar("float", 64) and not C._fits_scalar("int", True) and not C._fits_scalar("str", 3)
 
@@ -297,7 +321,12 @@ def test_a_template_type_parameter_dtype_is_settled_by_what_the_instantiations_p
         type_params={"QDType": 4, "OutT": 5, "W": 6},
     )  # fmt: skip
     insts = [
-        Instantiation(dtype=d, module_args=[], template_args=["true", "64", "true", cpp, cpp, "fp32_t", "fp32_t" if d == "bf16" else "bf16_t"], wrappers=[])
+        Instantiation(
+            dtype=d,
+            module_args=[],
+            template_args=["true", "64", "true", cpp, cpp, "fp32_t", "fp32_t" if d == "bf16" else "bf16_t"],
+            wrappers=[],
+        )
         for d, cpp in (("bf16", "bf16_t"), ("fp16", "fp16_t"))
     ]
     settled = C.settle_type_params(contract, insts)
@@ -308,7 +337,12 @@ def test_a_template_type_parameter_dtype_is_settled_by_what_the_instantiations_p
 
 def test_the_type_a_launcher_casts_data_to_is_the_dtype():
     body = "float* w = static_cast<float*>(weights.data_ptr()); auto i = ids.data_ptr<int64_t>(); auto* t = static_cast<T*>(x.data_ptr());"
-    assert [launcher_facts._cast_dtype([(body, n)]) for n in ("weights", "ids", "x", "y")] == ["float32", "int64", None, None]
+    assert [launcher_facts._cast_dtype([(body, n)]) for n in ("weights", "ids", "x", "y")] == [
+        "float32",
+        "int64",
+        None,
+        None,
+    ]
     mixed = "static_cast<float*>(y.data_ptr()); static_cast<int32_t*>(y.data_ptr());"
     assert launcher_facts._cast_dtype([(mixed, "y")]) is None  # read as two types: not guessed
 
@@ -336,7 +370,11 @@ def test_a_launcher_without_tensor_matchers_gives_shapes_by_its_uses(index, prog
     assert sig["topk_weights"].dtype == "float32" and sig["topk_ids"].dtype == "int32"
     gelu = C.infer_contract(_op(index, "diffusion.fused_gelu_tanh_cat"), index, root, program=program)
     t = _tensors(gelu)
-    assert t["attn"].shape == ["attn_dim0", "a"] and t["mlp"].shape == ["attn_dim0", "m"] and t["output"].shape == ["attn_dim0", "a + m"]
+    assert (
+        t["attn"].shape == ["attn_dim0", "a"]
+        and t["mlp"].shape == ["attn_dim0", "m"]
+        and t["output"].shape == ["attn_dim0", "a + m"]
+    )
     assert any("no TensorMatcher; shape" in u for u in gelu.unresolved)
 
 

@@ -16,12 +16,22 @@ from optimize.agents import testing
 from optimize.llm.fakes import ScriptedModel
 from pipeline.errors import ModelError
 from pipeline.records import (
-    ArgSpec, BuildRecipe, Contract, Instantiation, ScalarSpec, ShapeCase, SourceInfo, Task, TensorSpec,
+    ArgSpec,
+    BuildRecipe,
+    Contract,
+    Instantiation,
+    ScalarSpec,
+    ShapeCase,
+    SourceInfo,
+    Task,
+    TensorSpec,
 )  # fmt: skip
 
 
 def tensor(name, shape, dtype="T", role="input", value_range=None):
-    return ArgSpec(kind="tensor", tensor=TensorSpec(name=name, shape=shape, dtype=dtype, role=role, value_range=value_range))
+    return ArgSpec(
+        kind="tensor", tensor=TensorSpec(name=name, shape=shape, dtype=dtype, role=role, value_range=value_range)
+    )
 
 
 def scalar(name, type_, value=None):
@@ -85,7 +95,9 @@ def test_scalar_rules_and_a_range_over_a_filled_scalar():
 
 
 def test_masked_counts_stay_within_the_padded_rows():
-    task = task_of(tensor("x", ["num_experts", "num_tokens_padded", 16]), tensor("masked_m", ["num_experts"], dtype="int32"))
+    task = task_of(
+        tensor("x", ["num_experts", "num_tokens_padded", 16]), tensor("masked_m", ["num_experts"], dtype="int32")
+    )
     _done, record = completion.complete(task)
     assert [(f.name, tuple(f.value_range)) for f in record.filled] == [("masked_m", ("0", "num_tokens_padded"))]
 
@@ -99,13 +111,26 @@ def test_lengths_stay_inside_the_rows_they_index():
     got = {f.name: tuple(f.value_range) for f in record.filled}
     assert got["seq_lens"] == ("1", "max_seq_len")  # the float rows, not the int page table
     assert got["page_table"] == ("0", "1023")  # no page pool in the call: any id is one
-    pooled = task_of(tensor("kv", ["pages", 64]), tensor("page_table", ["batch", 4], dtype="int32"), tensor("topk_idx", ["batch", 8], dtype="int32"))
+    pooled = task_of(
+        tensor("kv", ["pages", 64]),
+        tensor("page_table", ["batch", 4], dtype="int32"),
+        tensor("topk_idx", ["batch", 8], dtype="int32"),
+    )
     got = {f.name: tuple(f.value_range) for f in completion.complete(pooled)[1].filled}
     assert got == {"page_table": ("0", "pages - 1"), "topk_idx": ("0", "pages - 1")}  # a pool: ids stay inside it
     alone = task_of(tensor("score", ["batch", 64]), tensor("topk_idx", ["batch", 8], dtype="int32"))
-    assert [tuple(f.value_range) for f in completion.complete(alone)[1].filled] == [(0, 0)]  # no table: 0 is valid anywhere
-    wide = task_of(tensor("score", ["H", "B", "S"], dtype="float32"), tensor("q", ["B", -1]), tensor("seq_lens", ["B"], dtype="int32"))
-    assert {f.name: tuple(f.value_range) for f in completion.complete(wide)[1].filled}["seq_lens"] == ("1", "min(128, S)")
+    assert [tuple(f.value_range) for f in completion.complete(alone)[1].filled] == [
+        (0, 0)
+    ]  # no table: 0 is valid anywhere
+    wide = task_of(
+        tensor("score", ["H", "B", "S"], dtype="float32"),
+        tensor("q", ["B", -1]),
+        tensor("seq_lens", ["B"], dtype="int32"),
+    )
+    assert {f.name: tuple(f.value_range) for f in completion.complete(wide)[1].filled}["seq_lens"] == (
+        "1",
+        "min(128, S)",
+    )
 
 
 def test_sequence_offsets_are_a_prefix_sum_over_the_tokens():
@@ -117,10 +142,14 @@ def test_sequence_offsets_are_a_prefix_sum_over_the_tokens():
         symbols=("T", "D", "B"),
     )  # fmt: skip
     done, record = completion.complete(task)
-    assert [f.describe() for f in record.filled][-1] == "qsl = offsets [0, T], shape ['B + 1'] (completion.toml: offsets qsl)"
+    assert [f.describe() for f in record.filled][
+        -1
+    ] == "qsl = offsets [0, T], shape ['B + 1'] (completion.toml: offsets qsl)"
     plan = {t.name: t for t in plan_call(done.contract, {"T": 7, "D": 8, "B": 3}, "bf16").tensors}
     assert plan["qsl"].shape == (4,) and plan["qsl"].value_range == (0.0, 7.0) and plan["qsl"].structure == "offsets"
-    tied = task_of(tensor("x", ["T", "D"]), tensor("cu", ["B1"], dtype="int64"), tensor("w", ["B1", 2]), symbols=("T", "D", "B1"))
+    tied = task_of(
+        tensor("x", ["T", "D"]), tensor("cu", ["B1"], dtype="int64"), tensor("w", ["B1", 2]), symbols=("T", "D", "B1")
+    )
     assert completion.complete(tied)[1].filled[0].shape is None  # its length is another tensor's already
 
 
@@ -185,7 +214,11 @@ def test_every_rule_in_the_shipped_file_is_well_formed():
     for rule in rules["scalar"]:
         assert rule["names"] and rule["type"] in ("int", "float", "str", "bool") and "value" in rule and rule["why"]
     for rule in rules["index"]:
-        assert rule["names"] and rule["kind"] in ("bounded", "gather", "zeros", "full", "lengths", "offsets", "open") and rule["why"]
+        assert (
+            rule["names"]
+            and rule["kind"] in ("bounded", "gather", "zeros", "full", "lengths", "offsets", "open")
+            and rule["why"]
+        )
         if rule["kind"] == "bounded":
             expr_symbols(rule["low"]) | expr_symbols(rule["high"])  # parses
 
@@ -217,7 +250,10 @@ def test_the_model_fills_what_the_rules_leave_open_and_wrong_types_are_refused()
     assert {f.name: (f.value, f.value_range, f.rule) for f in record.filled} == {
         "chunk_rows": (16, None, "llm:m1"), "cu_seqlens": (None, (1, "hidden"), "llm:m1"),
     }  # fmt: skip
-    assert record.open[:2] == ["tensor token_map (int32, input): no value range", "scalar mode (str): no value to call with"]
+    assert record.open[:2] == [
+        "tensor token_map (int32, input): no value range",
+        "scalar mode (str): no value to call with",
+    ]
     assert "unusable entries: scalar mode=3, range token_map=[0, 'pages - 1']" in record.open[-1]
     cu_seqlens = next(a.tensor for a in done.contract.args if a.tensor is not None and a.tensor.name == "cu_seqlens")
     assert cu_seqlens.value_range == (1, "hidden")
@@ -239,7 +275,9 @@ def test_a_model_failure_keeps_the_rules_result_and_says_why(reply, problem):
 
 def test_no_model_call_when_the_rules_leave_nothing_open():
     model = ScriptedModel([])
-    _, record = testing.complete_contract(task_of(tensor("x", ["tokens"]), scalar("page_size", "int")), None, model=model)
+    _, record = testing.complete_contract(
+        task_of(tensor("x", ["tokens"]), scalar("page_size", "int")), None, model=model
+    )
     assert model.prompts == [] and record.open == [] and record.filled[0].value == 64
 
 
@@ -249,15 +287,24 @@ def test_a_run_keeps_its_completion_and_later_stages_call_the_kernel_the_same_wa
     task = task_of(tensor("x", ["tokens", "hidden"]), scalar("page_size", "int"))
     assert layout.completed_in_run(task, tmp_path) is None
     _, record = completion.complete(task)
-    write_record(record.model_copy(update={"filled": [record.filled[0].model_copy(update={"value": 16})]}), tmp_path / layout.COMPLETION_FILE)
+    write_record(
+        record.model_copy(update={"filled": [record.filled[0].model_copy(update={"value": 16})]}),
+        tmp_path / layout.COMPLETION_FILE,
+    )
     again = layout.completed_in_run(task, tmp_path)  # the recorded value, not today's rule
     assert plan_call(again.contract, SIZES, "bf16").args[1] == 16
 
 
 def test_a_role_fix_from_the_baseline_makes_the_tensor_inout_and_drops_the_reference():
-    task = task_of(tensor("x", ["tokens"]), tensor("gating_output", ["tokens"], role="output"), tensor("y", ["tokens"], role="output"))
+    task = task_of(
+        tensor("x", ["tokens"]),
+        tensor("gating_output", ["tokens"], role="output"),
+        tensor("y", ["tokens"], role="output"),
+    )
     contract = task.contract.model_copy(update={"reference": "silu_and_mul"})
-    fixes = completion.roles_from_baseline(contract, {"x": "written", "gating_output": "never_written", "nope": "written"})
+    fixes = completion.roles_from_baseline(
+        contract, {"x": "written", "gating_output": "never_written", "nope": "written"}
+    )
     assert [f.describe() for f in fixes] == [
         "x: role inout (baseline: written)", "gating_output: role inout (baseline: never written)",
     ]  # fmt: skip
@@ -275,23 +322,42 @@ MISMATCH = (
 
 
 def test_the_size_a_baseline_rejection_asks_for():
-    task = task_of(tensor("x", ["tokens", "hidden"]), tensor("y", ["tokens", "2*half"]), tensor("w", ["hidden"], dtype="float32"), symbols=("tokens", "hidden", "half"))
+    task = task_of(
+        tensor("x", ["tokens", "hidden"]),
+        tensor("y", ["tokens", "2*half"]),
+        tensor("w", ["hidden"], dtype="float32"),
+        symbols=("tokens", "hidden", "half"),
+    )
     sizes = {"tokens": 8, "hidden": 128, "half": 64}
-    ask = lambda want, got=128, dtype="bfloat16": completion.size_from_rejection(task.contract, sizes, "bf16", MISMATCH.format(want=want, got=got, dtype=dtype))  # noqa: E731
+
+    def ask(want: int, got: int = 128, dtype: str = "bfloat16") -> tuple[str, int] | None:
+        return completion.size_from_rejection(
+            task.contract, sizes, "bf16", MISMATCH.format(want=want, got=got, dtype=dtype)
+        )
+
     assert ask(6144) == ("hidden", 6144)  # x is the first bf16 Tensor<8, 128>: its dim 1 is `hidden`
     assert completion.size_from_rejection(
-        task.contract.model_copy(update={"args": task.contract.args[1:]}), sizes, "bf16", MISMATCH.format(want=96, got=128, dtype="bfloat16")
+        task.contract.model_copy(update={"args": task.contract.args[1:]}),
+        sizes,
+        "bf16",
+        MISMATCH.format(want=96, got=128, dtype="bfloat16"),
     ) == ("half", 48)  # `2*half` solved for half
     assert ask(6144, dtype="float32") is None  # no float32 tensor of that shape
     assert ask(6144, got=256) is None  # no tensor of that shape at all
-    assert completion.size_from_rejection(task.contract, sizes, "bf16", "gelu_tanh_cat: expected at least two dimensions") is None
+    assert (
+        completion.size_from_rejection(task.contract, sizes, "bf16", "gelu_tanh_cat: expected at least two dimensions")
+        is None
+    )
 
 
 def test_a_rejected_quotient_moves_its_divisor():
     """Found in the coverage sweep (2026-11-29): awq_marlin_repack's `b_q_weight[size_k,
     size_n / pack_factor]` at pack_factor 128 was one column wide; the matcher expects 16
     (4-bit values packed 8 to an int32). The divisor moves where it divides exactly."""
-    task = task_of(tensor("b_q_weight", ["size_k", "size_n / pack_factor"], dtype="int32"), symbols=("size_k", "size_n", "pack_factor"))
+    task = task_of(
+        tensor("b_q_weight", ["size_k", "size_n / pack_factor"], dtype="int32"),
+        symbols=("size_k", "size_n", "pack_factor"),
+    )
     sizes = {"size_k": 128, "size_n": 128, "pack_factor": 128}
     message = MISMATCH.format(want=16, got=1, dtype="int32").replace("Tensor<8, 1>", "Tensor<128, 1>")
     assert completion.size_from_rejection(task.contract, sizes, "bf16", message) == ("pack_factor", 8)
@@ -305,7 +371,11 @@ def test_the_dtype_a_baseline_check_demands():
     fix = completion.dtype_from_rejection(task.contract, msg)
     assert fix.describe() == "correction_bias: dtype float32 (baseline: check)"
     fixed = completion.apply(task.contract, [fix])
-    assert [a.tensor.dtype for a in fixed.args] == ["T", "float32", "int64"] and fixed.reference == task.contract.reference
+    assert [a.tensor.dtype for a in fixed.args] == [
+        "T",
+        "float32",
+        "int64",
+    ] and fixed.reference == task.contract.reference
     on_cuda = completion.dtype_from_rejection(task.contract, "Failed at h.cuh:187: n_pad on CUDA must be int32")
     assert (on_cuda.name, on_cuda.value) == ("n_pad", "int32")
     assert completion.dtype_from_rejection(task.contract, "scale must be float32") is None  # no such tensor

@@ -60,7 +60,9 @@ def test_solve_moves_free_sizes_until_the_checks_hold():
     sizes, broken = constraints.solve(c, {"batch": 8, "kH": 128, "kSeg": 128}, ["kSeg"])
     assert sizes["kH"] == 128 and broken == c.constraints
     # `accepts` (the contract's declared limits) has the last word
-    sizes, broken = constraints.solve(c, {"batch": 8, "kH": 128, "kSeg": 128}, ["kH"], accepts=lambda n, v: v not in (3, 12))
+    sizes, broken = constraints.solve(
+        c, {"batch": 8, "kH": 128, "kSeg": 128}, ["kH"], accepts=lambda n, v: v not in (3, 12)
+    )
     assert sizes["kH"] == 6 and not broken
 
 
@@ -159,5 +161,7 @@ def test_a_multiple_of_a_product_of_sizes_is_found():
         symbols=["elements", "pixels", "channels", "spatial"],
         constraints=["((elements > 0) and ((elements % (channels * spatial)) == 0))", "(pixels == (elements // channels))"],
     )  # fmt: skip
-    sizes, broken = constraints.solve(c, {"elements": 8, "pixels": 128, "channels": 128, "spatial": 128}, ["elements", "pixels"])
+    sizes, broken = constraints.solve(
+        c, {"elements": 8, "pixels": 128, "channels": 128, "spatial": 128}, ["elements", "pixels"]
+    )
     assert not broken and sizes["elements"] == 128 * 128 and sizes["pixels"] == 128

@@ -14,9 +14,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_one_spelling_per_dtype_and_every_alias_resolves_to_it():
-    assert dtypes.short_name("fp8_e4m3") == dtypes.short_name("float8_e4m3fn") == dtypes.short_name("fp8_e4m3_t") == "fp8e4m3"
+    assert (
+        dtypes.short_name("fp8_e4m3")
+        == dtypes.short_name("float8_e4m3fn")
+        == dtypes.short_name("fp8_e4m3_t")
+        == "fp8e4m3"
+    )
     assert dtypes.short_name("bfloat16") == dtypes.short_name("bf16_t") == dtypes.short_name("__nv_bfloat16") == "bf16"
-    assert dtypes.short_name("int") == "int32" and dtypes.short_name("half") == "fp16" and dtypes.short_name("double") == "fp64"
+    assert (
+        dtypes.short_name("int") == "int32"
+        and dtypes.short_name("half") == "fp16"
+        and dtypes.short_name("double") == "fp64"
+    )
     assert dtypes.short_name("complex64") is None
     assert set(dtypes.ALIASES.values()) <= set(dtypes.TABLE)
     assert canonical_dtype("fp8_e4m3", "bf16") == "fp8e4m3"

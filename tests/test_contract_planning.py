@@ -170,7 +170,9 @@ def test_one_synthetic_case_ties_two_sizes_only_where_a_constraint_names_both():
 
 def test_a_size_free_instantiation_serves_every_width():
     c = Contract(entry="run", args=[tensor("x", ["N"], "input"), tensor("out", ["N"], "output")], symbols=["N"])
-    threads = Instantiation(dtype="bf16", module_args=[], template_args=["256", "true"], wrappers=[("run", "K<256, true>::run")])
+    threads = Instantiation(
+        dtype="bf16", module_args=[], template_args=["256", "true"], wrappers=[("run", "K<256, true>::run")]
+    )
     with pytest.raises(ContractError, match="specialised on"):
         select_instantiation(c, [threads], "bf16", {"N": 8})
     free = threads.model_copy(update={"size_free": True})
@@ -179,9 +181,7 @@ def test_a_size_free_instantiation_serves_every_width():
 
 
 def test_accepted_limits():
-    c = Contract(
-        entry="e", args=[], symbols=["h"], divisibility={"h": 8}, max_values={"h": 8192}, allowed_values={}
-    )
+    c = Contract(entry="e", args=[], symbols=["h"], divisibility={"h": 8}, max_values={"h": 8192}, allowed_values={})
     assert c.accepts("h", 8192)
     assert not c.accepts("h", 8200)
     assert not c.accepts("h", 12)
@@ -254,7 +254,12 @@ def test_held_out_redraws_where_distinct_slots_outnumber_their_range():
               tensor("cache", ["pages", "hidden_size"], "inout")],
         symbols=["num_tokens", "hidden_size", "pages"], allowed_values={"pages": [16, 64]},
     )  # fmt: skip
-    drawn = draw_held_out(c, [ShapeCase(model="M", tokens=8, sizes={"num_tokens": 8, "hidden_size": 64, "pages": 64})], 6, random.Random(2))
+    drawn = draw_held_out(
+        c,
+        [ShapeCase(model="M", tokens=8, sizes={"num_tokens": 8, "hidden_size": 64, "pages": 64})],
+        6,
+        random.Random(2),
+    )
     assert drawn and all(s.sizes["num_tokens"] <= s.sizes["pages"] for s in drawn)
     assert len({s.sizes["num_tokens"] for s in drawn}) > 1
 
@@ -278,7 +283,11 @@ def test_held_out_empty_without_catalog_or_count():
 
 def test_select_instantiation_by_dtype_and_specialised_width():
     c = rmsnorm_contract()
-    insts = [inst("bf16", "4096", "true", "bf16_t"), inst("bf16", "128", "true", "bf16_t"), inst("fp16", "4096", "true", "fp16_t")]
+    insts = [
+        inst("bf16", "4096", "true", "bf16_t"),
+        inst("bf16", "128", "true", "bf16_t"),
+        inst("fp16", "4096", "true", "fp16_t"),
+    ]
     got = select_instantiation(c, insts, "bf16", {"num_tokens": 3, "hidden_size": 128})
     assert got.template_args[0] == "128"
     with pytest.raises(ContractError, match="no fp16 instantiation.*fits"):
@@ -442,7 +451,9 @@ def test_synthetic_shape_sizes_what_no_model_config_names():
 
 def test_without_width_dimensions_a_dtypes_only_instantiation_serves():
     """mark_pending<128>: 128 is a block size, no tensor has a width dimension to match it."""
-    c = Contract(entry="mark", args=[tensor("flags", ["num_tokens", 4], "inout", dtype="int32")], symbols=["num_tokens"])
+    c = Contract(
+        entry="mark", args=[tensor("flags", ["num_tokens", 4], "inout", dtype="int32")], symbols=["num_tokens"]
+    )
     only = Instantiation(dtype="bf16", module_args=[], template_args=["128"], wrappers=[("mark", "M")])
     assert select_instantiation(c, [only], "bf16", {"num_tokens": 5}) == only
     # with a width dimension, a mismatched width still refuses (rmsnorm's fp16 @4096 vs 128)
@@ -474,7 +485,9 @@ def gemv_contract():
 
 def pinned(dtype, n, k):
     """An instantiation a loader made from `w.shape` (extract records the sizes it read)."""
-    return Instantiation(dtype=dtype, module_args=[], template_args=[str(n), str(k)], wrappers=[("gemv", "E")], sizes={"N": n, "K": k})
+    return Instantiation(
+        dtype=dtype, module_args=[], template_args=[str(n), str(k)], wrappers=[("gemv", "E")], sizes={"N": n, "K": k}
+    )
 
 
 def test_an_instantiation_made_for_sizes_serves_those_sizes_only():
@@ -553,7 +566,9 @@ def test_a_width_equal_to_the_synthetic_token_count_is_not_taken_for_it():
               tensor("b_q_weight", ["size_k", "size_n / pack_factor"], "input", dtype="int32")],
         symbols=["size_k", "tile_size", "size_n", "pack_factor"],
     )  # fmt: skip
-    case = ShapeCase(model="synthetic", tokens=8, sizes={"size_k": 128, "tile_size": 16, "size_n": 128, "pack_factor": 8})
+    case = ShapeCase(
+        model="synthetic", tokens=8, sizes={"size_k": 128, "tile_size": 16, "size_n": 128, "pack_factor": 8}
+    )
     assert token_symbol(c, [case]) is None
     drawn = draw_held_out(c, [case], 4, random.Random(7))
     assert drawn and all(s.sizes["pack_factor"] == 8 for s in drawn)
@@ -570,7 +585,10 @@ def test_a_width_inside_an_expression_is_specialised_on_too():
         symbols=["num_tokens", "kHiddenSize", "kHcCount"],
     )  # fmt: skip
     assert {"kHcCount", "kHiddenSize"} <= width_symbols(c)
-    pool = [inst("bf16", "4", "4096", "true", "bf16_t", export="hc"), inst("bf16", "4", "5120", "true", "bf16_t", export="hc")]
+    pool = [
+        inst("bf16", "4", "4096", "true", "bf16_t", export="hc"),
+        inst("bf16", "4", "5120", "true", "bf16_t", export="hc"),
+    ]
     case = synthetic_shape(c, pool)
     assert (case.sizes["kHcCount"], case.sizes["kHiddenSize"]) == (4, 4096)
     assert select_instantiation(c, pool, "bf16", case.sizes) == pool[0]

@@ -69,5 +69,7 @@ def test_calls_in_a_body_through_tree_sitter():
     assert [c.name for c in calls] == ["RuntimeCheck", "impl", "run"]  # text order; nothing inside a string
     impl = calls[1]
     assert impl.template_args == "T, 4"
-    assert body[impl.open_paren] == "(" and body[impl.open_paren : cxx.balanced_end(body, impl.open_paren)] == "(x, out)"
+    assert (
+        body[impl.open_paren] == "(" and body[impl.open_paren : cxx.balanced_end(body, impl.open_paren)] == "(x, out)"
+    )
     assert calls[0].template_args is None

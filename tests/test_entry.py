@@ -62,8 +62,12 @@ def test_the_default_ops_feed_their_contract_by_the_wrappers_calls(extracted):
     # rmsnorm's `out` reaches the entry's `output` (out = out if out is not None else input)
     assert feeds["layernorm.rmsnorm"]["out"] == ("output", "call")
     # silu_and_mul -> run_activation -> _run_activation_inplace -> module.run_activation(input_2d, out_2d, op_name)
-    assert feeds["activation.silu_and_mul"]["input"] == ("input", "call") and feeds["activation.silu_and_mul"]["out"] == ("out", "call")
-    assert feeds["activation.silu_and_mul"]["expert_ids"] == (None, ""), "a parameter of another entry feeds nothing here"
+    assert feeds["activation.silu_and_mul"]["input"] == ("input", "call") and feeds["activation.silu_and_mul"][
+        "out"
+    ] == ("out", "call")
+    assert feeds["activation.silu_and_mul"]["expert_ids"] == (None, ""), (
+        "a parameter of another entry feeds nothing here"
+    )
     assert feeds["layernorm.fused_add_rmsnorm"]["cast_x_before_out_mul"] == (None, "")
     for op, (_, task) in extracted.items():
         assert task.entry_signature.module == entry.python_module(task.module)
@@ -79,7 +83,9 @@ def test_an_unmappable_function_says_which_parameter_and_why(extracted):
 
 def test_a_missing_function_is_a_reason_not_an_error(sglang_source):
     contract = Contract(
-        entry="run", args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=["n"], dtype="T", role="input"))], symbols=["n"]
+        entry="run",
+        args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=["n"], dtype="T", role="input"))],
+        symbols=["n"],
     )
     root = pathlib.Path(sglang_source.root)
     signature = entry.read_signature(root, "kernels/ops/layernorm/norm.py", "no_such_function", contract, ["run"])
@@ -103,7 +109,12 @@ def test_a_size_parameter_and_a_name_match(tmp_path):
         symbols=["n", "topk"],
     )
     sig = entry.read_signature(tmp_path, "m.py", "f", contract, ["run"])
-    assert [(p.name, p.feeds, p.via) for p in sig.params] == [("x", "x", "call"), ("topk", "topk", "size"), ("eps", "eps", "call"), ("flag", "flag", "name")]
+    assert [(p.name, p.feeds, p.via) for p in sig.params] == [
+        ("x", "x", "call"),
+        ("topk", "topk", "size"),
+        ("eps", "eps", "call"),
+        ("flag", "flag", "name"),
+    ]
     assert sig.reason == "" and sig.module == "sglang.m"
     sig = entry.read_signature(tmp_path, "m.py", "g", contract, ["run"])  # through helper h and a local
     assert [(p.name, p.feeds, p.via) for p in sig.params] == [("y", "x", "call"), ("scale", None, "")]

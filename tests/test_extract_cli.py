@@ -108,7 +108,9 @@ def test_unit_groups_keep_one_instantiation_per_dtype():
         [("bf16", "128"), ("fp16", "128"), ("fp32", "64")],
         [("bf16", "4096"), ("fp16", "4096")],
     ]
-    ok = BuildReport(ok=True, key="a", seconds=1.0, library="x.so", resources=[KernelResources(kernel="k1", registers=10)])
+    ok = BuildReport(
+        ok=True, key="a", seconds=1.0, library="x.so", resources=[KernelResources(kernel="k1", registers=10)]
+    )
     bad = BuildReport(ok=False, key="b", seconds=2.0, stderr="cuda.cu(3): error: boom")
     merged = merge_reports([ok, bad])
     assert not merged.ok and merged.seconds == 3.0 and merged.library is None

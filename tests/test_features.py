@@ -83,7 +83,9 @@ def test_activation_features(real):
     assert s.launch_sites == 5 and s.launches_per_entry == 1 and s.num_launchers == 1
     assert s.elementwise and not s.reduction and not s.shared_memory
     assert not s.packed_casts and not s.cache_hints and not s.tma and not s.tensor_core_ops
-    assert [(c.name, c.value, c.role, c.owner) for c in f.constants] == [("kBlockSize", 256, "block_size", "ActivationKernel")]
+    assert [(c.name, c.value, c.role, c.owner) for c in f.constants] == [
+        ("kBlockSize", 256, "block_size", "ActivationKernel")
+    ]
     launches = {tuple(l.kernels) for l in f.launches}
     assert launches == {("act_and_mul_kernel",), ("act_kernel",)}
     assert all(l.pdl == "flag" and l.block_size == 256 for l in f.launches)
@@ -92,7 +94,9 @@ def test_activation_features(real):
 @pytest.mark.wheel
 def test_rmsnorm_features(real):
     f = real["rmsnorm.cuh"]
-    cta, double, wide, warp = (f.kernel(n) for n in ("rmsnorm_cta", "rmsnorm_cta_double", "rmsnorm_cta_wide", "rmsnorm_warp"))
+    cta, double, wide, warp = (
+        f.kernel(n) for n in ("rmsnorm_cta", "rmsnorm_cta_double", "rmsnorm_cta_wide", "rmsnorm_warp")
+    )
     # rmsnorm_cta_wide is launched only under SGL_ARCH_BLACKWELL_OR_GREATER, false on sm_90
     assert not wide.launched and wide.vector_bytes == 32
     assert cta.launched and double.launched and warp.launched
@@ -175,7 +179,10 @@ def test_flat_view_has_every_feature_name_and_says_where_memory_bound_came_from(
     assert measured["memory_bound"] is False and measured["memory_bound_from_profile"] is True
     mma = Features(static=StaticFeatures(tensor_core_ops=True)).flat()
     assert mma["memory_bound"] is False
-    assert features_of_regions({"k": SNIPPET_LOADS}, profile=ProfileFacts(pct_of_copy_bw=42.0)).flat()["pct_of_copy_bw"] == 42.0
+    assert (
+        features_of_regions({"k": SNIPPET_LOADS}, profile=ProfileFacts(pct_of_copy_bw=42.0)).flat()["pct_of_copy_bw"]
+        == 42.0
+    )
 
 
 # --------------------------------------------------------------------------- snippets

@@ -23,7 +23,6 @@ OPS = sorted({c.op for c in CASES})
 
 def _task(op):
     from contract.layout import load_task
-
     from tests.conftest import ensure_default_tasks
 
     task_dir = ensure_default_tasks() / op
@@ -132,7 +131,9 @@ def test_unmodified_baseline_passes(op):
     alone = evaluate(task_dir, task, None, config=config, profile=False)
     assert alone.outcome == Outcome.ok, alone.detail
     assert alone.checks_failed == 0 and alone.checks_passed > 0
-    as_candidate = evaluate(task_dir, task, adversarial.baseline_candidate(task_dir, task), config=config, profile=False)
+    as_candidate = evaluate(
+        task_dir, task, adversarial.baseline_candidate(task_dir, task), config=config, profile=False
+    )
     assert as_candidate.outcome == Outcome.ok, as_candidate.detail
     assert as_candidate.bitwise_equal is True  # the same module: bit-identical on every input
 
@@ -160,7 +161,9 @@ def test_the_sweep_learns_a_wrong_role_from_the_baseline_itself():
 
     prep = prepared(task.contract)
     mutating = next(c for c in CASES if c.name == "act_mutate_input")
-    report, libs = build_units(task_dir, task, prep.plan.units, config=config, regions=adversarial.candidate_for(mutating, task).regions)
+    report, libs = build_units(
+        task_dir, task, prep.plan.units, config=config, regions=adversarial.candidate_for(mutating, task).regions
+    )
     assert report.ok, report.stderr[-2000:]
     row = health.check(prep, libs, config)
     assert row.passed, row.reason

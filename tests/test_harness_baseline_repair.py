@@ -7,8 +7,8 @@ it, how often a baseline runs, and what reaches ``on_fixed``.
 
 from __future__ import annotations
 
-from optimize.harness.baseline_repair import BaselineRun, repair_baseline
 from contract.completion import BASELINE_REPAIRS, Completion
+from optimize.harness.baseline_repair import BaselineRun, repair_baseline
 from pipeline.records import (
     ArgSpec,
     BuildRecipe,

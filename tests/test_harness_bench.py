@@ -49,7 +49,10 @@ def test_section_ends_at_the_next_foreign_heading():
 def test_canonical_command():
     args = argparse.Namespace(ops=["a.b", "c.d"], all=False, no_torch_compile=True, output="BENCHMARKS.md")
     assert bench.canonical_command(args) == "kernelsmith bench --ops a.b c.d --no-torch-compile"
-    assert bench.canonical_command(argparse.Namespace(ops=None, all=True, output="X.md")) == "kernelsmith bench --all --output X.md"
+    assert (
+        bench.canonical_command(argparse.Namespace(ops=None, all=True, output="X.md"))
+        == "kernelsmith bench --all --output X.md"
+    )
 
 
 def test_timing_section_has_header_and_raw_rows():
@@ -83,7 +86,15 @@ def test_health_section_counts_and_reasons():
 
 def _write_task(work, op, *, shape=("num_tokens",), catalog=True, extra_args=(), sizes=None):
     from pipeline.records import (
-        ArgSpec, BuildRecipe, Contract, Instantiation, ShapeCase, SourceInfo, Task, TensorSpec, write_record,
+        ArgSpec,
+        BuildRecipe,
+        Contract,
+        Instantiation,
+        ShapeCase,
+        SourceInfo,
+        Task,
+        TensorSpec,
+        write_record,
     )  # fmt: skip
 
     contract = Contract(
@@ -111,7 +122,9 @@ def test_main_writes_its_section_and_a_results_batch(tmp_path, monkeypatch):
         label="M[num_tokens=8]", sizes={"num_tokens": 8}, dtype="bf16", bytes=32, calls_per_graph=20, buffer_sets=9,
         repeats=15, baseline_us=2.5, baseline_spread_pct=0.7, eager_us=6.0, compile_us=None,
     )  # fmt: skip
-    monkeypatch.setattr(bench, "bench_op", lambda path, task, cfg, **kw: bench.OpBench(op_id=task.op_id, rows=[row], device=DEVICE))
+    monkeypatch.setattr(
+        bench, "bench_op", lambda path, task, cfg, **kw: bench.OpBench(op_id=task.op_id, rows=[row], device=DEVICE)
+    )
     out = tmp_path / "BENCH.md"
     out.write_text(EXISTING)
     args = argparse.Namespace(ops=["a.op"], all=False, no_torch_compile=False, output=str(out))
@@ -124,7 +137,13 @@ def test_main_writes_its_section_and_a_results_batch(tmp_path, monkeypatch):
     assert batch.device == "NVIDIA H200" and {r.variant for r in batch.rows} == {"baseline", "torch_eager"}
 
     _fake_build(monkeypatch, ok=True)
-    monkeypatch.setattr(health, "check", lambda prep, libs, cfg: prep.row.model_copy(update={"ran": True, "passed": False, "reason": "x[0] never written"}))
+    monkeypatch.setattr(
+        health,
+        "check",
+        lambda prep, libs, cfg: prep.row.model_copy(
+            update={"ran": True, "passed": False, "reason": "x[0] never written"}
+        ),
+    )
     args = argparse.Namespace(ops=None, all=True, output=str(out))
     assert bench.main(args, config) == 1  # a task that does not pass makes the run fail
     text = out.read_text()
@@ -206,7 +225,9 @@ def test_health_sweep_reports_the_first_nvcc_error(tmp_path, monkeypatch):
     _write_task(work, "a.op")
     config = load_config(overrides={"work_dir": str(work)}, environ={})
     _fake_build(monkeypatch, ok=False)
-    monkeypatch.setattr(health, "check", lambda *a: (_ for _ in ()).throw(AssertionError("a failed build is never run")))
+    monkeypatch.setattr(
+        health, "check", lambda *a: (_ for _ in ()).throw(AssertionError("a failed build is never run"))
+    )
     (row,) = health.health_all([work / "tasks" / "a.op"], config, progress=lambda line: None)
     assert row.built is False and row.ran is None and row.reason == "nvcc: a.cuh(3): error: boom"
 
@@ -237,14 +258,16 @@ def test_a_contract_without_arguments_is_not_called(tmp_path):
     _write_task(work, "n.op")
     path = work / "tasks" / "n.op" / "task.json"
     task = read_record(Task, path)
-    empty = task.contract.model_copy(update={"args": [], "symbols": [], "unresolved": ["C++ entry `plan_x` not found in ['a.cuh']"]})
+    empty = task.contract.model_copy(
+        update={"args": [], "symbols": [], "unresolved": ["C++ entry `plan_x` not found in ['a.cuh']"]}
+    )
     write_record(task.model_copy(update={"contract": empty}), path)
     prep = health.prepare(work / "tasks" / "n.op")
     assert prep.plan is None and "lists no arguments (C++ entry `plan_x` not found" in prep.row.reason
 
 
 def test_health_tests_the_smallest_catalog_shape_the_kernels_checks_accept(tmp_path):
-    from pipeline.records import ShapeCase, read_record, write_record, Task
+    from pipeline.records import ShapeCase, Task, read_record, write_record
 
     work = tmp_path / "work"
     _write_task(work, "p.op")
@@ -254,7 +277,9 @@ def test_health_tests_the_smallest_catalog_shape_the_kernels_checks_accept(tmp_p
     contract = task.contract.model_copy(update={"constraints": ["(num_tokens >= 4096)"]})
     write_record(task.model_copy(update={"shapes": shapes, "contract": contract}), path)
     prep = health.prepare(work / "tasks" / "p.op")
-    assert prep.row.shapes == "catalog" and {c.sizes["num_tokens"] for c in prep.plan.checks if not c.held_out} == {4096}
+    assert prep.row.shapes == "catalog" and {c.sizes["num_tokens"] for c in prep.plan.checks if not c.held_out} == {
+        4096
+    }
 
 
 def test_health_sweep_budget_leaves_unreached_tasks_for_the_next_run(tmp_path, monkeypatch):
@@ -266,7 +291,9 @@ def test_health_sweep_budget_leaves_unreached_tasks_for_the_next_run(tmp_path, m
     config = load_config(overrides={"work_dir": str(work)}, environ={})
     builds: list[str] = []
     _fake_build(monkeypatch, ok=True, calls=builds)
-    monkeypatch.setattr(health, "check", lambda prep, libs, cfg: prep.row.model_copy(update={"ran": True, "passed": True}))
+    monkeypatch.setattr(
+        health, "check", lambda prep, libs, cfg: prep.row.model_copy(update={"ran": True, "passed": True})
+    )
     dirs = sorted((work / "tasks").iterdir())
     rows = health.health_all(dirs, config, progress=lambda line: None, budget_s=1e-9)
     assert builds == [] and [r.passed for r in rows] == [None, None]
@@ -326,8 +353,16 @@ def test_health_names_a_contract_the_worker_cannot_call_before_any_build(tmp_pat
 
     work = tmp_path / "work"
     # names no completion rule covers (contract/completion.toml)
-    _write_task(work, "s.op", extra_args=[ArgSpec(kind="scalar", scalar=ScalarSpec(name="chunk_rows", type="int", value=None))])
-    _write_task(work, "i.op", extra_args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="ids", shape=["num_tokens"], dtype="int32", role="input"))])
+    _write_task(
+        work, "s.op", extra_args=[ArgSpec(kind="scalar", scalar=ScalarSpec(name="chunk_rows", type="int", value=None))]
+    )
+    _write_task(
+        work,
+        "i.op",
+        extra_args=[
+            ArgSpec(kind="tensor", tensor=TensorSpec(name="ids", shape=["num_tokens"], dtype="int32", role="input"))
+        ],
+    )
     scalar = health.prepare(work / "tasks" / "s.op")
     assert scalar.plan is None and scalar.row.built is None
     assert scalar.row.reason.startswith("contract: scalar 'chunk_rows' of e has no value to call with")
@@ -340,7 +375,9 @@ def test_health_fills_what_a_completion_rule_covers_and_names_the_rule(tmp_path)
     from pipeline.records import ArgSpec, ScalarSpec, TensorSpec
 
     work = tmp_path / "work"
-    table = ArgSpec(kind="tensor", tensor=TensorSpec(name="cache", shape=["slots", "hidden_size"], dtype="T", role="input"))
+    table = ArgSpec(
+        kind="tensor", tensor=TensorSpec(name="cache", shape=["slots", "hidden_size"], dtype="T", role="input")
+    )
     loc = ArgSpec(kind="tensor", tensor=TensorSpec(name="cache_loc", shape=["num_tokens"], dtype="int64", role="input"))
     page = ArgSpec(kind="scalar", scalar=ScalarSpec(name="page_size", type="int", value=None))
     _write_task(work, "f.op", extra_args=[table, loc, page], sizes={"num_tokens": 8, "hidden_size": 64, "slots": 32})
@@ -351,8 +388,12 @@ def test_health_fills_what_a_completion_rule_covers_and_names_the_rule(tmp_path)
         "page_size = 64 (completion.toml: page_size)",
     ]
     assert prep.row.still_open == []
-    passed = [prep.row.model_copy(update={"op_id": f"f.op{i}", "passed": i == 1}) for i in range(3)]  # one module, three ops
-    section = health.health_section("kernelsmith bench --all", [*passed, health.HealthRow(op_id="g.op", module="g.py")], "2026-11-29", "cpu")
+    passed = [
+        prep.row.model_copy(update={"op_id": f"f.op{i}", "passed": i == 1}) for i in range(3)
+    ]  # one module, three ops
+    section = health.health_section(
+        "kernelsmith bench --all", [*passed, health.HealthRow(op_id="g.op", module="g.py")], "2026-11-29", "cpu"
+    )
     assert "- f.op0: cache_loc = [0, slots - 1]" in section
     assert "by op module: 2 modules have a task, 1 of them at least one passing baseline" in section
 
@@ -380,9 +421,15 @@ def test_a_role_the_baseline_disproves_is_fixed_named_and_checked_again(tmp_path
         roles = {a.tensor.name: a.tensor.role for a in request.contract.args if a.tensor is not None}
         seen.append(roles)
         if roles["k"] == "input":
-            result = WorkerResult(status="baseline_failed", detail="input k was modified", role_evidence={"k": "written"})
+            result = WorkerResult(
+                status="baseline_failed", detail="input k was modified", role_evidence={"k": "written"}
+            )
         elif roles["gating_output"] == "output":
-            result = WorkerResult(status="incorrect", detail="leaves gating_output unwritten", role_evidence={"gating_output": "never_written"})
+            result = WorkerResult(
+                status="incorrect",
+                detail="leaves gating_output unwritten",
+                role_evidence={"gating_output": "never_written"},
+            )
         else:
             result = WorkerResult(status="ok")
         return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=result)
@@ -422,7 +469,9 @@ def test_a_crashed_baseline_row_quotes_the_cuda_error_not_torchs_hint(tmp_path, 
         lambda request, config, workdir: WorkerRun(status="crashed", returncode=1, seconds=0.5, stderr_tail=tail, result=None),
     )  # fmt: skip
     row = health.check(health.prepare(work / "tasks" / "c.op"), ["lib.so"], config)
-    assert row.ran is False and row.reason.endswith("torch.AcceleratorError: CUDA error: an illegal memory access was encountered")
+    assert row.ran is False and row.reason.endswith(
+        "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+    )
 
 
 def test_a_synthetic_size_the_baseline_rejects_is_replaced_by_the_one_it_expects(tmp_path, monkeypatch):
@@ -461,7 +510,9 @@ def test_a_synthetic_size_the_baseline_rejects_is_replaced_by_the_one_it_expects
             result = WorkerResult(status="baseline_failed", detail=detail, checks=done)
             return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=result)
         widths.append(6144)
-        return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=WorkerResult(status="ok", checks=done))
+        return WorkerRun(
+            status="finished", returncode=0, seconds=0.1, stderr_tail="", result=WorkerResult(status="ok", checks=done)
+        )
 
     monkeypatch.setattr("optimize.harness.evaluate.run_request", worker)
     row = health.check(prep, ["lib.so"], config)
@@ -480,11 +531,18 @@ def test_a_resized_shape_keeps_to_the_modules_built(tmp_path, monkeypatch):
 
     work = tmp_path / "work"
     x = ArgSpec(kind="tensor", tensor=TensorSpec(name="emb", shape=["num_tokens", "hidden"], dtype="T", role="input"))
-    y = ArgSpec(kind="tensor", tensor=TensorSpec(name="out", shape=["num_tokens", "hidden_x2"], dtype="T", role="output"))
-    _write_task(work, "h.op", catalog=False, extra_args=[x, y], sizes={"num_tokens": 8, "hidden": 4096, "hidden_x2": 128})
+    y = ArgSpec(
+        kind="tensor", tensor=TensorSpec(name="out", shape=["num_tokens", "hidden_x2"], dtype="T", role="output")
+    )
+    _write_task(
+        work, "h.op", catalog=False, extra_args=[x, y], sizes={"num_tokens": 8, "hidden": 4096, "hidden_x2": 128}
+    )
     path = work / "tasks" / "h.op" / "task.json"
     task = read_record(Task, path)
-    insts = [Instantiation(dtype="bf16", module_args=[w], template_args=[w, "bf16_t"], wrappers=[("e", f"E<{w}>")]) for w in ("4096", "7168")]
+    insts = [
+        Instantiation(dtype="bf16", module_args=[w], template_args=[w, "bf16_t"], wrappers=[("e", f"E<{w}>")])
+        for w in ("4096", "7168")
+    ]
     write_record(task.model_copy(update={"instantiations": insts}), path)
     config = load_config(overrides={"work_dir": str(work)}, environ={})
     prep = health.prepare(work / "tasks" / "h.op")
@@ -504,12 +562,16 @@ def test_a_resized_shape_keeps_to_the_modules_built(tmp_path, monkeypatch):
                 return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=result)
             done.append(CheckResult(label=case.label, sizes=case.sizes, dtype=case.dtype, distribution=case.distribution,
                                     layout=case.layout, held_out=case.held_out, status="skipped", reason="rejected"))  # fmt: skip
-        return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=WorkerResult(status="ok", checks=done))
+        return WorkerRun(
+            status="finished", returncode=0, seconds=0.1, stderr_tail="", result=WorkerResult(status="ok", checks=done)
+        )
 
     monkeypatch.setattr("optimize.harness.evaluate.run_request", worker)
     row = health.check(prep, ["lib.so"], config)
     assert row.passed, row.reason
-    assert row.filled == ["hidden_x2 = 8192 (baseline: the synthetic shape's hidden_x2 was rejected, the kernel expects 8192)"]
+    assert row.filled == [
+        "hidden_x2 = 8192 (baseline: the synthetic shape's hidden_x2 was rejected, the kernel expects 8192)"
+    ]
     assert len(seen) == 2 and all(unit < built for unit, _ in seen[1]) and (0, 8192) in seen[1]
 
 
@@ -524,7 +586,11 @@ def test_a_dtype_the_baseline_demands_is_taken_and_what_it_then_needs_is_checked
 
     work = tmp_path / "work"
     for op, name in (("d.op", "num_token_non_padded"), ("e.op", "n_pad")):
-        _write_task(work, op, extra_args=[ArgSpec(kind="tensor", tensor=TensorSpec(name=name, shape=[1], dtype="T", role="input"))])
+        _write_task(
+            work,
+            op,
+            extra_args=[ArgSpec(kind="tensor", tensor=TensorSpec(name=name, shape=[1], dtype="T", role="input"))],
+        )
     config = load_config(overrides={"work_dir": str(work)}, environ={})
     calls = []
 
@@ -532,7 +598,9 @@ def test_a_dtype_the_baseline_demands_is_taken_and_what_it_then_needs_is_checked
         spec = request.contract.args[1].tensor
         calls.append((spec.name, spec.dtype))
         if spec.dtype == "T":
-            result = WorkerResult(status="baseline_failed", detail=f"Failed at hash_topk.cuh:187: {spec.name} on CUDA must be int32")
+            result = WorkerResult(
+                status="baseline_failed", detail=f"Failed at hash_topk.cuh:187: {spec.name} on CUDA must be int32"
+            )
         else:
             result = WorkerResult(status="ok")
         return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=result)
@@ -555,7 +623,11 @@ _REFUSALS = {
     # launcher takes bf16 only
     "allowed options": ("fp16", "Dtype value [float16] not in the allowed options: [bfloat16]", True),
     # inkling's causal_conv1d / update_sconv_cache at fp32 (2026-11-29)
-    "16-bit kernel": ("fp32", "Failed at causal_conv1d.cuh:186: causal_conv1d: bf16x2 kernel requires a 16-bit dtype", True),
+    "16-bit kernel": (
+        "fp32",
+        "Failed at causal_conv1d.cuh:186: causal_conv1d: bf16x2 kernel requires a 16-bit dtype",
+        True,
+    ),
     # a shape check: its TensorMatcher description names a dtype, the check is not about it
     "size mismatch": (
         "fp16",
@@ -601,7 +673,9 @@ def test_a_dtype_the_baseline_refuses_outright_is_not_tested(tmp_path, monkeypat
                 return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="",
                                  result=WorkerResult(status="baseline_failed", detail=detail, checks=done))  # fmt: skip
             done.append(result)
-        return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=WorkerResult(status="ok", checks=done))
+        return WorkerRun(
+            status="finished", returncode=0, seconds=0.1, stderr_tail="", result=WorkerResult(status="ok", checks=done)
+        )
 
     monkeypatch.setattr("optimize.harness.evaluate.run_request", worker)
     row = health.check(prep, ["lib.so"], config)
@@ -628,7 +702,10 @@ def test_an_instantiation_nvcc_refuses_is_left_out_of_the_sweep_where_others_bui
     _write_task(work, "c.op")
     path = work / "tasks" / "c.op" / "task.json"
     task = read_record(Task, path)
-    more = [Instantiation(dtype=d, module_args=[], template_args=[f"{d}_t"], wrappers=[("e", "E")]) for d in ("fp16", "fp32")]
+    more = [
+        Instantiation(dtype=d, module_args=[], template_args=[f"{d}_t"], wrappers=[("e", "E")])
+        for d in ("fp16", "fp32")
+    ]
     write_record(task.model_copy(update={"instantiations": [*task.instantiations, *more]}), path)
     config = load_config(overrides={"work_dir": str(work)}, environ={})
     refused = {"fp32"}
@@ -637,7 +714,7 @@ def test_an_instantiation_nvcc_refuses_is_left_out_of_the_sweep_where_others_bui
     def build_units(task_dir, task, units, **kw):
         built.append([i.dtype for unit in units for i in unit])
         bad = any(i.dtype in refused for unit in units for i in unit)
-        stderr = "x.cuh(9): error: static assertion failed with \"only fp16/bf16 supported\"" if bad else ""
+        stderr = 'x.cuh(9): error: static assertion failed with "only fp16/bf16 supported"' if bad else ""
         return BuildReport(ok=not bad, key="k", seconds=1.0, stderr=stderr), ["lib.so"] * len(units)
 
     monkeypatch.setattr("optimize.harness.evaluate.build_units", build_units)
@@ -645,7 +722,9 @@ def test_an_instantiation_nvcc_refuses_is_left_out_of_the_sweep_where_others_bui
     report, libraries = health.build_one(prep, config)
     assert report.ok and {c.dtype for c in prep.plan.checks} == {"bf16", "fp16"}
     assert len(libraries) == len(prep.plan.units) and {i.dtype for i in prep.task.instantiations} == {"bf16", "fp16"}
-    assert prep.row.filled[-1].startswith("not tested, nvcc refuses fp32 <fp32_t> (x.cuh(9): error: static assertion failed")
+    assert prep.row.filled[-1].startswith(
+        "not tested, nvcc refuses fp32 <fp32_t> (x.cuh(9): error: static assertion failed"
+    )
     assert [d for b in built[1:4] for d in b] == ["bf16", "fp16", "fp32"]  # each alone, then what is kept
     refused = {"bf16", "fp16", "fp32"}
     prep = health.prepare(work / "tasks" / "c.op")
@@ -664,10 +743,14 @@ def test_with_an_llm_the_sweep_asks_the_testing_agent_for_what_the_rules_leave_o
     from pipeline.records import ArgSpec, ScalarSpec
 
     work = tmp_path / "work"
-    _write_task(work, "m.op", extra_args=[ArgSpec(kind="scalar", scalar=ScalarSpec(name="chunk_rows", type="int", value=None))])
+    _write_task(
+        work, "m.op", extra_args=[ArgSpec(kind="scalar", scalar=ScalarSpec(name="chunk_rows", type="int", value=None))]
+    )
     offline = health.prepare(work / "tasks" / "m.op")
     assert offline.plan is None and offline.row.still_open == ["scalar chunk_rows (int): no value to call with"]
-    model = ScriptedModel([json.dumps({"scalars": {"chunk_rows": 4}, "why": {"chunk_rows": "rows per CTA"}})], name="m1")
+    model = ScriptedModel(
+        [json.dumps({"scalars": {"chunk_rows": 4}, "why": {"chunk_rows": "rows per CTA"}})], name="m1"
+    )
     asked = health.prepare(work / "tasks" / "m.op", model)
     assert model.agents() == ["testing"]
     assert asked.plan is not None and asked.row.filled == ["chunk_rows = 4 (llm:m1)"] and asked.row.still_open == []
@@ -682,9 +765,13 @@ def test_bench_all_hands_the_testing_agent_to_the_sweep_only_with_an_endpoint(tm
     from pipeline.records import ArgSpec, ScalarSpec
 
     work = tmp_path / "work"
-    _write_task(work, "m.op", extra_args=[ArgSpec(kind="scalar", scalar=ScalarSpec(name="chunk_rows", type="int", value=None))])
+    _write_task(
+        work, "m.op", extra_args=[ArgSpec(kind="scalar", scalar=ScalarSpec(name="chunk_rows", type="int", value=None))]
+    )
     _fake_build(monkeypatch, ok=True)
-    monkeypatch.setattr(health, "check", lambda prep, libs, cfg: prep.row.model_copy(update={"ran": True, "passed": True}))
+    monkeypatch.setattr(
+        health, "check", lambda prep, libs, cfg: prep.row.model_copy(update={"ran": True, "passed": True})
+    )
     scripted = ScriptedModel([json.dumps({"scalars": {"chunk_rows": 4}})], name="m1")
     monkeypatch.setattr("optimize.llm.client.LlmClient", lambda llm, cache_dir: scripted)
     out = tmp_path / "B.md"

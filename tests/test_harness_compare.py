@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from optimize.harness import compare
 from contract.plan import TensorPlan
+from optimize.harness import compare
 
 
 class Fake:
@@ -178,9 +178,7 @@ def test_matching_non_finite_values_pass_and_mismatches_fail():
 
 
 def test_elements_the_baseline_left_unwritten_are_not_judged():
-    v = judge(
-        [1.0, NAN], [1.0, 5.0], not_written=Fake([False, False]), expected_not_written=Fake([False, True])
-    )
+    v = judge([1.0, NAN], [1.0, 5.0], not_written=Fake([False, False]), expected_not_written=Fake([False, True]))
     assert v.ok
 
 
@@ -222,7 +220,9 @@ def test_relative_error_ignores_non_finite_reference_and_handles_zero_reference(
 
 def _strided_plan():
     # 2 rows of 3, row stride 5 (2 gap elements), 4-element guards
-    return TensorPlan(name="x", role="input", dtype="fp32", shape=(2, 3), strides=(5, 1), offset=4, storage_numel=4 + 8 + 4)
+    return TensorPlan(
+        name="x", role="input", dtype="fp32", shape=(2, 3), strides=(5, 1), offset=4, storage_numel=4 + 8 + 4
+    )
 
 
 def test_storage_index_is_located_inside_gap_or_guard():
@@ -248,4 +248,8 @@ def test_changed_reason_counts_and_shows_bits():
 def test_unravel_and_formatting():
     assert compare.unravel(7, (2, 2, 3)) == (1, 0, 1)
     assert compare.fmt_index("out", 5, (2, 3)) == "out[1, 2]"
-    assert compare.fmt_value(NAN) == "nan" and compare.fmt_value(-INF) == "-inf" and compare.fmt_value(0.1234567) == "0.123457"
+    assert (
+        compare.fmt_value(NAN) == "nan"
+        and compare.fmt_value(-INF) == "-inf"
+        and compare.fmt_value(0.1234567) == "0.123457"
+    )

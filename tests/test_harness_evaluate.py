@@ -12,7 +12,17 @@ from optimize.harness.isolate import WorkerRun
 from optimize.harness.protocol import CheckResult, DeviceInfo, TimingResult, WorkerResult
 from pipeline.config import Config
 from pipeline.records import (
-    ArgSpec, BuildRecipe, BuildReport, Contract, Instantiation, Outcome, ScalarSpec, ShapeCase, SourceInfo, Span, Task,
+    ArgSpec,
+    BuildRecipe,
+    BuildReport,
+    Contract,
+    Instantiation,
+    Outcome,
+    ScalarSpec,
+    ShapeCase,
+    SourceInfo,
+    Span,
+    Task,
     TensorSpec,
 )  # fmt: skip
 
@@ -51,7 +61,9 @@ def rms_inst(dtype, width):
 
 def rms_task():
     insts = [rms_inst(d, w) for w in (4096, 128, 512) for d in ("bf16", "fp16")]
-    shapes = [ShapeCase(model="M", tokens=n, sizes={"num_tokens": n, "hidden_size": w}) for n in (1, 64) for w in (4096, 128)]
+    shapes = [
+        ShapeCase(model="M", tokens=n, sizes={"num_tokens": n, "hidden_size": w}) for n in (1, 64) for w in (4096, 128)
+    ]
     return make_task(RMS, shapes, insts)
 
 
@@ -95,12 +107,16 @@ def test_plan_drops_catalog_shapes_the_kernels_own_checks_refuse():
     """mhc_post_combine_norm_prefill: "prefill rows must be in [4096, 65536]" refuses T=1
     of every model; SGLang never calls the kernel there, so it is no test case."""
     task = rms_task()
-    task = task.model_copy(update={"contract": task.contract.model_copy(update={"constraints": ["(num_tokens >= 64)"]})})
+    task = task.model_copy(
+        update={"contract": task.contract.model_copy(update={"constraints": ["(num_tokens >= 64)"]})}
+    )
     plan = ev.plan_cases(task, held_out=2, rng=random.Random(1))
     assert {c.sizes["num_tokens"] for c in plan.checks if not c.held_out} == {64}
     assert all(c.sizes["num_tokens"] >= 64 for c in plan.checks)  # held-out draws too
     # refused everywhere: kept (a mistranslated check must not hide the op; the baseline judges)
-    refusing = task.model_copy(update={"contract": task.contract.model_copy(update={"constraints": ["(num_tokens > 9999)"]})})
+    refusing = task.model_copy(
+        update={"contract": task.contract.model_copy(update={"constraints": ["(num_tokens > 9999)"]})}
+    )
     assert {c.sizes["num_tokens"] for c in ev.plan_cases(refusing).checks} == {1, 64}
 
 
@@ -151,7 +167,9 @@ def test_incorrect_and_crashed_results_pass_the_reason_through():
     assert e.outcome == Outcome.incorrect and e.detail == "out[3, 1] was never written"
     assert e.checks_passed == 1 and e.checks_failed == 1
     crashed = WorkerResult(status="crashed", detail="CUDA error: an illegal memory access")
-    assert ev.to_evaluation("op", "c", run_of(crashed), build=BUILD, build_s=0, config=CONFIG).outcome == Outcome.crashed
+    assert (
+        ev.to_evaluation("op", "c", run_of(crashed), build=BUILD, build_s=0, config=CONFIG).outcome == Outcome.crashed
+    )
 
 
 def test_baseline_failure_is_raised_not_blamed_on_the_candidate():

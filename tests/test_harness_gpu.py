@@ -115,11 +115,15 @@ def test_compare_on_torch_tensors_matches_the_rules(torch):
     g = e.clone()
     assert compare.compare_tensor("out", e, g, "bf16", shape=(4,)).ok
     g[1] = float("nan")
-    v = compare.compare_tensor("out", e, g, "bf16", shape=(4,), not_written=g.view(torch.int16) == inputs.poison_value("bf16"))
+    v = compare.compare_tensor(
+        "out", e, g, "bf16", shape=(4,), not_written=g.view(torch.int16) == inputs.poison_value("bf16")
+    )
     assert not v.ok and "out[1] is nan where the baseline is finite" in v.reason
     g = e.clone()
     g.view(torch.int16)[2] = inputs.poison_value("bf16")
-    v = compare.compare_tensor("out", e, g, "bf16", shape=(4,), not_written=g.view(torch.int16) == inputs.poison_value("bf16"))
+    v = compare.compare_tensor(
+        "out", e, g, "bf16", shape=(4,), not_written=g.view(torch.int16) == inputs.poison_value("bf16")
+    )
     assert not v.ok and "out[2] was never written" in v.reason
 
 
@@ -166,7 +170,12 @@ def test_references_agree_with_native_forms(torch, dtype):
     w = torch.randn(768, device="cuda").to(tdt)
     r = torch.randn(33, 768, device="cuda").to(tdt)
     h = torch.randn(33, 768, device="cuda").to(tdt)
-    call = references.RefCall(["input", "residual", "weight"], ["inout", "inout", "input"], {"input": h, "residual": r, "weight": w}, {"eps": 1e-6})
+    call = references.RefCall(
+        ["input", "residual", "weight"],
+        ["inout", "inout", "input"],
+        {"input": h, "residual": r, "weight": w},
+        {"eps": 1e-6},
+    )
     exp = references.get("fused_add_rmsnorm").expected(call)
     fn, args = references.get("fused_add_rmsnorm").eager(call)
     got_out, got_res = fn(*args)

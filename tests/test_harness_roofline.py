@@ -78,7 +78,9 @@ def test_shape_timing_figures():
     assert row.pct_of_copy_bw == pytest.approx(100 * row.gbps / 4000.0, rel=1e-3)
     assert row.time_over_floor == pytest.approx(200.0 / (nbytes / 4e6), rel=1e-3)
     assert row.speedup == pytest.approx(1.25) and row.baseline_us == 250.0
-    tiny = roofline.shape_timing(label="T", sizes={}, dtype="bf16", time_us=3.0, spread_pct=0, nbytes=100, device=DEVICE)
+    tiny = roofline.shape_timing(
+        label="T", sizes={}, dtype="bf16", time_us=3.0, spread_pct=0, nbytes=100, device=DEVICE
+    )
     assert tiny.time_over_floor == pytest.approx(1.5) and tiny.speedup is None
 
 

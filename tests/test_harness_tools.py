@@ -6,14 +6,14 @@ import pytest
 
 from optimize.harness import tools
 
-NCU_OUT = '''==PROF== Connected to process 123 (/usr/bin/python3.12)
+NCU_OUT = """==PROF== Connected to process 123 (/usr/bin/python3.12)
 [worker 10:00:00] run 1
 ==PROF== Profiling "act_and_mul_kernel" - 0: 0%....50%....100% - 9 passes
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes.sum.per_second","dram__throughput.avg.pct_of_peak_sustained_elapsed","gpu__time_duration.sum","launch__registers_per_thread","sm__warps_active.avg.pct_of_peak_sustained_active","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","smsp__average_warps_issue_stalled_selected_per_issue_active.ratio","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
 "","","","","","","","","","","","byte/second","%","ns","register/thread","%","inst","inst","inst"
 "0","123","python3.12","127.0.0.1","act_and_mul_kernel","1","7","(256, 1, 1)","(57344, 1, 1)","0","9.0","3,912,000,000,000","85.2","161,500","24","78.5","12.5","1.0","0.8"
 ==PROF== Disconnected from process 123
-'''
+"""
 
 
 def test_parse_ncu_raw_csv_with_units():
@@ -31,7 +31,11 @@ def test_parse_ncu_without_rows():
 
 
 def test_parse_sanitizer_summaries():
-    assert tools.parse_sanitizer("memcheck", "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == ("clean", 0, "")
+    assert tools.parse_sanitizer("memcheck", "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == (
+        "clean",
+        0,
+        "",
+    )
     text = (
         "========= COMPUTE-SANITIZER\n========= Invalid __global__ write of size 16 bytes\n"
         "=========     at act_and_mul_kernel+0x1b0\n========= ERROR SUMMARY: 3 errors\n"
@@ -51,7 +55,9 @@ def test_missing_tools_are_unavailable(monkeypatch, tmp_path):
     from optimize.harness.protocol import WorkerRequest
     from pipeline.records import Contract
 
-    request = WorkerRequest(op_id="x", contract=Contract(entry="e", args=[], symbols=[]), baseline_libraries=[], device_cache_dir="/tmp")
+    request = WorkerRequest(
+        op_id="x", contract=Contract(entry="e", args=[], symbols=[]), baseline_libraries=[], device_cache_dir="/tmp"
+    )
     assert tools.run_ncu(request, tmp_path, ["k"]).status == "unavailable"
     assert tools.run_sanitizer(request, tmp_path, "memcheck").status == "unavailable"
 

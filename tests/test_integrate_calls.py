@@ -10,12 +10,12 @@ import json
 import random
 
 import pytest
+from test_entry import UNMAPPABLE, extract_tasks
 
 from extract.tasks import load_task
 from integrate.calls import HELD_OUT, plan_op, task_dtypes, warm_cases, why_uncallable
 from optimize.harness.completion import complete
 from optimize.harness.inputs import POISON_BITS
-from test_entry import UNMAPPABLE, extract_tasks
 
 OPS = (
     "activation.silu_and_mul",
@@ -59,7 +59,10 @@ def test_every_catalog_case_and_dtype_is_planned_plus_held_out_draws(tasks):
 def test_outputs_the_caller_passes_are_planned_for_poison(tasks):
     plan = plan_op(tasks["layernorm.rmsnorm"], held_out=0)
     (output,) = [t for t in plan.cases[0].request["tensors"] if t["role"] == "output"]
-    assert output["name"] == "output" and {p["name"]: p["feeds"] for p in plan.cases[0].request["params"]}["out"] == "output"
+    assert (
+        output["name"] == "output"
+        and {p["name"]: p["feeds"] for p in plan.cases[0].request["params"]}["out"] == "output"
+    )
     assert POISON_BITS["bf16"] == 0x7FE5, "the worker fills with the harness's poison"
     # rmsnorm has one module per width and dtype: warm-up builds each once, from its smallest case
     warm = warm_cases([plan])
@@ -80,6 +83,12 @@ def test_index_tensors_get_their_value_ranges_and_a_synthetic_shape_stands_in(ta
 
 def test_an_unmappable_op_is_reported_with_its_reason(tasks):
     plan = plan_op(tasks[UNMAPPABLE])
-    assert plan.cases == [] and "is_neox" in plan.reason and plan.reason == why_uncallable(tasks[UNMAPPABLE].entry_signature)
-    old = tasks["layernorm.rmsnorm"].model_copy(update={"entry_signature": None})  # a task.json from before extract.entry
+    assert (
+        plan.cases == []
+        and "is_neox" in plan.reason
+        and plan.reason == why_uncallable(tasks[UNMAPPABLE].entry_signature)
+    )
+    old = tasks["layernorm.rmsnorm"].model_copy(
+        update={"entry_signature": None}
+    )  # a task.json from before extract.entry
     assert "re-run `kernelsmith extract`" in plan_op(old).reason

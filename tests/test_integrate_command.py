@@ -8,6 +8,7 @@ import pathlib
 import time
 
 import pytest
+from test_integrate_patch import ACT, OP, make_best, one_op_run, wheel_source  # noqa: F401 (fixtures)
 
 from integrate import steps
 from integrate.command import latest_run, main
@@ -15,7 +16,6 @@ from integrate.errors import ConfigError, GitError
 from pipeline.cli import build_parser
 from pipeline.config import load_config
 from pipeline.records import Outcome
-from test_integrate_patch import ACT, OP, make_best, one_op_run, wheel_source  # noqa: F401 (fixtures)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -26,7 +26,9 @@ def no_gpu(monkeypatch):
 
 
 def _config(work: pathlib.Path):
-    return load_config(overrides={"work_dir": str(work), "sglang": {"cache_dir": str(ROOT / "work" / "cache")}}, environ={})
+    return load_config(
+        overrides={"work_dir": str(work), "sglang": {"cache_dir": str(ROOT / "work" / "cache")}}, environ={}
+    )
 
 
 def test_integrate_without_gpu_makes_the_patch_and_a_draft_pr(one_op_run, no_gpu, capsys):
@@ -119,7 +121,9 @@ def test_self_check_without_gpu_records_every_plan_and_exits_1(one_op_run, monke
     record = read_record(SelfCheck, out / "self-check.json")
     assert record.gpu is None and [c.op_id for c in record.checks] == [OP]
     assert record.checks[0].ran is False and "no GPU here" in record.checks[0].reason
-    assert record.checks[0].planned and record.checks[0].reason.endswith("cases planned"), "the CPU still plans every case"
+    assert record.checks[0].planned and record.checks[0].reason.endswith("cases planned"), (
+        "the CPU still plans every case"
+    )
     assert "kernelsmith extract --ops nope.missing" in record.not_loaded["nope.missing"]
     table = (out / "self-check.md").read_text()
     assert f"| {OP} | 0 |" in table and "| nope.missing |" in table

@@ -8,7 +8,16 @@ import sys
 import pytest
 
 from integrate import e2e
-from integrate.e2e import implied_tokens_per_s, judge, layer_timing, noise_band_pct, one_batch, parse_one_batch, points, runtime_importable
+from integrate.e2e import (
+    implied_tokens_per_s,
+    judge,
+    layer_timing,
+    noise_band_pct,
+    one_batch,
+    parse_one_batch,
+    points,
+    runtime_importable,
+)
 from integrate.errors import RecipeError
 from integrate.recipe import DEFAULT_RECIPE, load_recipe, plan
 from optimize.harness.timing import summarize
@@ -58,11 +67,23 @@ def _bad(tmp_path, old: str, new: str) -> pathlib.Path:
 @pytest.mark.parametrize(
     ("old", "new", "match"),
     [
-        ('rms_norm_eps = { value = 1e-5, key = "rms_norm_eps" }', "rms_norm_eps = { value = 1e-5 }", "needs a number and its source"),
-        ('rope_theta = { value', 'hidden_size = { value = 1, key = "hidden_size" }\nrope_theta = { value', "already has this figure"),
+        (
+            'rms_norm_eps = { value = 1e-5, key = "rms_norm_eps" }',
+            "rms_norm_eps = { value = 1e-5 }",
+            "needs a number and its source",
+        ),
+        (
+            "rope_theta = { value",
+            'hidden_size = { value = 1, key = "hidden_size" }\nrope_theta = { value',
+            "already has this figure",
+        ),
         ('x = { shape = ["T", "hidden_size"] }', 'x = { shape = ["T", "hidden"] }', "unknown names"),
         ('args = ["gate_up", "act"]', 'args = ["gate_up", "nothing"]', "neither a tensor nor a figure"),
-        ('torch = "linear"\nargs = ["x", "w_qkv", "qkv"]', 'torch = "matmul"\nargs = ["x", "w_qkv", "qkv"]', "unknown torch part"),
+        (
+            'torch = "linear"\nargs = ["x", "w_qkv", "qkv"]',
+            'torch = "matmul"\nargs = ["x", "w_qkv", "qkv"]',
+            "unknown torch part",
+        ),
         ('model = "Llama-3.1-8B"', 'model = "Llama-9"', "not in the shape catalog"),
     ],
 )
@@ -77,14 +98,20 @@ def test_noise_band_and_share_of_layer():
     same = summarize([100.2, 101.1, 99.3, 100.1, 101.9, 98.2])
     band = noise_band_pct(base, same)
     assert band == pytest.approx((max(base.p90 - base.p10, same.p90 - same.p10) / 2) / base.median * 100)
-    assert judge(-0.5, band) == "no change" and judge(-band - 0.01, band) == "faster" and judge(band + 0.01, band) == "slower"
+    assert (
+        judge(-0.5, band) == "no change"
+        and judge(-band - 0.01, band) == "faster"
+        and judge(band + 0.01, band) == "slower"
+    )
     fast = {"baseline": {"layer": [100.0, 101.0, 99.0] * 4, "non_gemm": [10.0, 10.2, 9.8] * 4, "qkv_proj": [30.0] * 12},
             "patched": {"layer": [98.0, 98.5, 97.5] * 4, "non_gemm": [8.0, 8.1, 7.9] * 4, "qkv_proj": [30.0] * 12}}  # fmt: skip
     row = layer_timing("decode", 8, fast, layers=32, kv_len=2048, steps=["qkv_proj"])
     assert row.change_pct == pytest.approx(-2.0) and row.verdict == "faster" and row.kv_len == 2048
     assert row.non_gemm is not None
     assert row.non_gemm.change_pct == pytest.approx(-20.0)  # the part alone
-    assert row.non_gemm.share_of_layer_pct == pytest.approx(-2.0)  # the same microseconds, as a share of the whole layer
+    assert row.non_gemm.share_of_layer_pct == pytest.approx(
+        -2.0
+    )  # the same microseconds, as a share of the whole layer
     assert row.ops_us == {"qkv_proj": {"baseline": 30.0, "patched": 30.0}}
     noisy = {"baseline": {"layer": [90.0, 100.0, 110.0] * 4}, "patched": {"layer": [88.0, 99.0, 108.0] * 4}}
     row = layer_timing("prefill", 4096, noisy, layers=32, kv_len=2048, steps=[])
@@ -103,7 +130,9 @@ def test_e2e_does_not_import_the_command_module():
     import ast
 
     tree = ast.parse((ROOT / "integrate" / "e2e.py").read_text(encoding="utf-8"))
-    names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
     assert "integrate.command" not in names
 
 

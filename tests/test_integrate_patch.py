@@ -85,8 +85,14 @@ def silu_contract() -> Contract:
     return Contract(
         entry="run_activation",
         args=[
-            ArgSpec(kind="tensor", tensor=TensorSpec(name="input", shape=["num_tokens", "2*hidden_size"], dtype="T", role="input")),
-            ArgSpec(kind="tensor", tensor=TensorSpec(name="out", shape=["num_tokens", "hidden_size"], dtype="T", role="output")),
+            ArgSpec(
+                kind="tensor",
+                tensor=TensorSpec(name="input", shape=["num_tokens", "2*hidden_size"], dtype="T", role="input"),
+            ),
+            ArgSpec(
+                kind="tensor",
+                tensor=TensorSpec(name="out", shape=["num_tokens", "hidden_size"], dtype="T", role="output"),
+            ),
         ],
         symbols=["num_tokens", "hidden_size"],
         origin="curated",
@@ -124,7 +130,12 @@ def make_task(
         source=source,
         files=digests,
         instantiations=[
-            Instantiation(dtype=d, module_args=[d + "_t"], template_args=[d + "_t", "true"], wrappers=[[entry, f"ActivationKernel<{d}_t>::{entry}"]])
+            Instantiation(
+                dtype=d,
+                module_args=[d + "_t"],
+                template_args=[d + "_t", "true"],
+                wrappers=[[entry, f"ActivationKernel<{d}_t>::{entry}"]],
+            )
             for d in dtypes
         ],
         build=BuildRecipe(cuda_files=files, include_dirs=["kernels/jit/include"], cuda_cflags=[]),
@@ -158,7 +169,15 @@ def make_best(
             (best / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
             (best / "src" / rel).write_bytes(data)
     write_record(
-        Evaluation(op_id=op_id, candidate=cid, outcome=outcome, checks_passed=12, bitwise_equal=True, max_abs_err=0.0, timings=timings or []),
+        Evaluation(
+            op_id=op_id,
+            candidate=cid,
+            outcome=outcome,
+            checks_passed=12,
+            bitwise_equal=True,
+            max_abs_err=0.0,
+            timings=timings or [],
+        ),
         best / "evaluation.json",
     )
     return cand
@@ -219,7 +238,9 @@ def test_patch_applies_with_git_and_patch_to_a_fresh_unpacked_wheel(tmp_path, wh
         # and nothing else in the unpacked tree changed: compare every file with the wheel's bytes
         with zipfile.ZipFile(ROOT / "work" / "cache" / "wheels" / wheel_source.wheel) as archive:
             changed = [
-                m for m in archive.namelist() if m.startswith("sglang/") and not m.endswith("/") and (fresh / m).read_bytes() != archive.read(m)
+                m
+                for m in archive.namelist()
+                if m.startswith("sglang/") and not m.endswith("/") and (fresh / m).read_bytes() != archive.read(m)
             ]
         assert changed == [f"sglang/{ACT}"], tool[0]
 
@@ -432,7 +453,10 @@ def test_two_ops_in_one_file_compose_or_conflict(tmp_path, wheel_source):
         (b"a\nb\nc", b"a\nb\nc\n"),  # newline added at the end
         (b"a\r\nb\r\n", b"a\r\nB\r\n"),  # CRLF kept
         (b"x\ry\nz\n", b"x\rY\nz\n"),  # a lone CR is line content for git and patch
-        (b"".join(b"line %d\n" % i for i in range(200)), b"".join(b"line %d\n" % (i if i % 50 else -i) for i in range(200))),
+        (
+            b"".join(b"line %d\n" % i for i in range(200)),
+            b"".join(b"line %d\n" % (i if i % 50 else -i) for i in range(200)),
+        ),
     ],
 )
 def test_file_diff_applies_with_git_and_patch(tmp_path, old, new):
@@ -441,7 +465,13 @@ def test_file_diff_applies_with_git_and_patch(tmp_path, old, new):
         folder = tmp_path / tool[0]
         (folder / "pkg").mkdir(parents=True)
         (folder / "pkg" / "f.txt").write_bytes(old)
-        done = subprocess.run(tool, input=text, cwd=folder, capture_output=True, env=dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path)))
+        done = subprocess.run(
+            tool,
+            input=text,
+            cwd=folder,
+            capture_output=True,
+            env=dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path)),
+        )
         assert done.returncode == 0, (done.stdout + done.stderr).decode()
         assert (folder / "pkg" / "f.txt").read_bytes() == new, tool[0]
 
@@ -452,7 +482,12 @@ def test_outside_segments_and_verify_spans_rules():
     spans = [(5, 8), (13, 16)]
     verify_spans("f", old, b"HEAD[xxxxxx]MID[]TAIL", spans)  # both spans rewritten, any length
     verify_spans("f", old, old, spans)
-    for bad in (b"HEAd[aaa]MID[bbb]TAIL", b"HEAD[aaa]MId[bbb]TAIL", b"HEAD[aaa]MID[bbb]TAIl", b"HEAD[aaa]MID[bbb]TAIL!"):
+    for bad in (
+        b"HEAd[aaa]MID[bbb]TAIL",
+        b"HEAD[aaa]MId[bbb]TAIL",
+        b"HEAD[aaa]MID[bbb]TAIl",
+        b"HEAD[aaa]MID[bbb]TAIL!",
+    ):
         with pytest.raises(PatchError):
             verify_spans("f", old, bad, spans)
     with pytest.raises(PatchError, match="no editable span"):

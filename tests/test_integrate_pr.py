@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import pytest
+from test_integrate_patch import ACT, OP, act_span, edited_kernel, make_best, make_task
 
 from integrate.errors import GitError
 from integrate.patch import build_patch
@@ -25,7 +26,6 @@ from integrate.records import (
     TestRun,
 )
 from pipeline.records import Evaluation, Outcome, ShapeTiming, SourceInfo, Span
-from test_integrate_patch import ACT, OP, act_span, edited_kernel, make_best, make_task
 
 
 def timings() -> list[ShapeTiming]:
@@ -42,8 +42,19 @@ def timings() -> list[ShapeTiming]:
 
 
 def fake_patch(tmp_path: pathlib.Path) -> Patch:
-    source = SourceInfo(kind="wheel", root=str(tmp_path / "sglang-0.5.23" / "sglang"), version="0.5.23", wheel="sglang-0.5.23-x.whl")
-    evaluation = Evaluation(op_id=OP, candidate="c1", outcome=Outcome.ok, checks_passed=40, checks_failed=0, bitwise_equal=False, max_abs_err=0.0078, timings=timings())
+    source = SourceInfo(
+        kind="wheel", root=str(tmp_path / "sglang-0.5.23" / "sglang"), version="0.5.23", wheel="sglang-0.5.23-x.whl"
+    )
+    evaluation = Evaluation(
+        op_id=OP,
+        candidate="c1",
+        outcome=Outcome.ok,
+        checks_passed=40,
+        checks_failed=0,
+        bitwise_equal=False,
+        max_abs_err=0.0078,
+        timings=timings(),
+    )
     span = Span(file=ACT, start_byte=100, end_byte=900, name="act_and_mul_kernel", kind="kernel")
     return Patch(
         run="r1",
@@ -54,9 +65,28 @@ def fake_patch(tmp_path: pathlib.Path) -> Patch:
         patch_file=str(tmp_path / "sglang.patch"),
         patch_sha256="ab" * 32,
         files=[
-            dict(path=ACT, diff_path=f"sglang/{ACT}", sha256_before="0" * 64, sha256_after="1" * 64, size_before=1000, size_after=1040, spans=[span], ops=[OP])
+            dict(
+                path=ACT,
+                diff_path=f"sglang/{ACT}",
+                sha256_before="0" * 64,
+                sha256_after="1" * 64,
+                size_before=1000,
+                size_after=1040,
+                spans=[span],
+                ops=[OP],
+            )
         ],
-        ops=[OpChange(op_id=OP, candidate="c1" * 8, task_dir="work/tasks/x", spans=[span.name], files=[ACT], evaluation=evaluation, rationale="two rows per warp, 16-byte loads")],
+        ops=[
+            OpChange(
+                op_id=OP,
+                candidate="c1" * 8,
+                task_dir="work/tasks/x",
+                spans=[span.name],
+                files=[ACT],
+                evaluation=evaluation,
+                rationale="two rows per warp, 16-byte loads",
+            )
+        ],
         skipped={"layernorm.rmsnorm": "the best candidate is the baseline: optimize found nothing faster"},
         patched_tree=str(tmp_path / "tree"),
         verified=["spans", "git apply", "patch -p1"],
@@ -96,8 +126,14 @@ def full_report(tmp_path: pathlib.Path, *, failing: bool = False) -> IntegrateRe
         assumption="non-GEMM time only", command="kernelsmith integrate --run r1",
         one_batch=OneBatchResult(ran=False, reason="the full SGLang runtime does not import here (No module named 'IPython')"),
     )  # fmt: skip
-    tests = [TestRun(op_id=OP, ran=False, reason="the sources are the sglang 0.5.23 wheel, which has no test/registered/ folder")]
-    return IntegrateReport(run="r1", patch=fake_patch(tmp_path), gpu="NVIDIA H200", torch="2.11.0", checks=[check], tests=tests, e2e=e2e)
+    tests = [
+        TestRun(
+            op_id=OP, ran=False, reason="the sources are the sglang 0.5.23 wheel, which has no test/registered/ folder"
+        )
+    ]
+    return IntegrateReport(
+        run="r1", patch=fake_patch(tmp_path), gpu="NVIDIA H200", torch="2.11.0", checks=[check], tests=tests, e2e=e2e
+    )
 
 
 def test_pr_has_every_section_and_the_figures(tmp_path):
@@ -128,7 +164,7 @@ def test_pr_has_every_section_and_the_figures(tmp_path):
         "kernelsmith optimize --ops activation.silu_and_mul --run r1",
         "kernelsmith integrate --run r1",
         "python -m integrate.sglang_runner --run r1",
-        "git apply \"$P\"",
+        'git apply "$P"',
     ):
         assert command in text
     # the skipped op is listed, and SGLang's tests not having run keeps the PR a draft
@@ -143,9 +179,13 @@ def test_status_is_computed_from_the_records(tmp_path):
     assert state == "failing" and "3 of 9 cases fail" in reasons[0]
     text = render(failing)
     assert "**Status: FAILING: do not submit.**" in text
-    assert "- **fail** Llama-3.1-8B[hidden_size=14336,num_tokens=8] bf16 (seed 7): out[3, 5] = 1.5, expected 1.25" in text
+    assert (
+        "- **fail** Llama-3.1-8B[hidden_size=14336,num_tokens=8] bf16 (seed 7): out[3, 5] = 1.5, expected 1.25" in text
+    )
 
-    no_gpu = IntegrateReport(run="r1", patch=fake_patch(tmp_path), not_run={"correctness": "no GPU here (torch is not installed)"})
+    no_gpu = IntegrateReport(
+        run="r1", patch=fake_patch(tmp_path), not_run={"correctness": "no GPU here (torch is not installed)"}
+    )
     state, reasons = status(no_gpu)
     assert state == "draft"
     assert any("no GPU here" in r for r in reasons)
@@ -157,12 +197,19 @@ def test_status_is_computed_from_the_records(tmp_path):
     assert "## End-to-end\n\nNot run:" in text
 
     bad_sanitizer = full_report(tmp_path)
-    check = bad_sanitizer.checks[0].model_copy(update={"sanitizer": [SanitizerRun(tool="memcheck", ran=True, errors=2)]})
+    check = bad_sanitizer.checks[0].model_copy(
+        update={"sanitizer": [SanitizerRun(tool="memcheck", ran=True, errors=2)]}
+    )
     assert status(bad_sanitizer.model_copy(update={"checks": [check]}))[0] == "failing"
 
 
 def test_title_without_timings(tmp_path):
-    report = IntegrateReport(run="r1", patch=fake_patch(tmp_path).model_copy(update={"ops": [OpChange(op_id=OP, candidate="c", task_dir="t", spans=[], files=[])]}))
+    report = IntegrateReport(
+        run="r1",
+        patch=fake_patch(tmp_path).model_copy(
+            update={"ops": [OpChange(op_id=OP, candidate="c", task_dir="t", spans=[], files=[])]}
+        ),
+    )
     assert title(report) == "[Kernel] Faster JIT silu_and_mul on H200"
 
 
@@ -209,7 +256,10 @@ def test_git_branch_commits_the_patch_without_touching_the_checkout(tmp_path, ch
     assert _git(repo, "worktree", "list").count("\n") == 1, "the temporary worktree is removed"
     assert _git(repo, "log", "-1", "--format=%s%n%b", commit).startswith("[Kernel] Faster JIT silu_and_mul\nbody text")
     assert _git(repo, "diff", "--name-only", head, commit).split() == [f"python/sglang/{ACT}"]
-    assert _git(repo, "show", f"{commit}:python/sglang/{ACT}").encode() == (pathlib.Path(patch.patched_tree) / patch.prefix / ACT).read_bytes()
+    assert (
+        _git(repo, "show", f"{commit}:python/sglang/{ACT}").encode()
+        == (pathlib.Path(patch.patched_tree) / patch.prefix / ACT).read_bytes()
+    )
     assert _git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() in branches_before
 
     with pytest.raises(GitError, match="already exists"):
@@ -261,9 +311,16 @@ def _facts(*, simulated: bool = False, guarded: bool = False):
     from optimize.skills import load_skills
 
     pdl = next(s for s in load_skills() if s.id == "pdl_enable")
-    profile = {"dram_throughput_pct": 11.0, "achieved_occupancy_pct": 48.0, "stall_long_scoreboard": 3.2, "stall_barrier": 1.1}
+    profile = {
+        "dram_throughput_pct": 11.0,
+        "achieved_occupancy_pct": 48.0,
+        "stall_long_scoreboard": 3.2,
+        "stall_barrier": 1.1,
+    }
     op = OpFacts(op_id=OP, skills=(pdl,), params={}, baseline_profile=profile, guarded=guarded)
-    return RunFacts(simulated=simulated, backend="replay:h200.json" if simulated else "gpu", diff=PDL_DIFF, ops={OP: op})
+    return RunFacts(
+        simulated=simulated, backend="replay:h200.json" if simulated else "gpu", diff=PDL_DIFF, ops={OP: op}
+    )
 
 
 _ABS = __import__("re").compile(r"(?<![\w.~])/(?:tmp|root|home|work|usr|opt|var)/")
@@ -287,15 +344,25 @@ def test_pr_is_written_for_a_reviewer(tmp_path):
     # the rationale: profile facts, the skill's reviewer text, what the diff does to the launch; not the planner's log line
     assert "DRAM throughput 11 % of peak" in text and "achieved occupancy 48 %" in text and "`long_scoreboard`" in text
     assert "x its floor" in text
-    assert "PDL was off because SGLang's launcher asks for it explicitly (`LaunchKernel(grid, block, stream).enable_pdl(false)" in text
+    assert (
+        "PDL was off because SGLang's launcher asks for it explicitly (`LaunchKernel(grid, block, stream).enable_pdl(false)"
+        in text
+    )
     assert "`device::PDLWaitPrimary<true>();`) as the first statement of the kernel body, before any read" in text
-    assert "`device::PDLTriggerSecondary<true>();`) as the last statement of the kernel body, after its last store" in text
+    assert (
+        "`device::PDLTriggerSecondary<true>();`) as the last statement of the kernel body, after its last store" in text
+    )
     assert "griddepcontrol.wait (PDLWaitPrimary) blocks" in text  # the skill's safety text
     assert "It assumes:" in text
-    assert "two rows per warp" not in text and "score priority" not in text  # Candidate.rationale stays in the trajectory
+    assert (
+        "two rows per warp" not in text and "score priority" not in text
+    )  # Candidate.rationale stays in the trajectory
     assert "40 checks passed and 0 failed" in text and "compute-sanitizer memcheck: 0 errors" in text
     # buckets and fallbacks
-    assert "one configuration (no parameters) serves every token count (token counts 1, 4096 measured); nothing falls back" in text
+    assert (
+        "one configuration (no parameters) serves every token count (token counts 1, 4096 measured); nothing falls back"
+        in text
+    )
     guarded = render(report, facts=_facts(guarded=True))
     assert "a shape dispatch in the diff keeps the baseline code" in guarded
     assert "SIMULATED" not in text
@@ -318,12 +385,22 @@ def test_gather_reads_the_run_folder(tmp_path):
     (tmp_path / "sglang.patch").write_text(PDL_DIFF)
     op_dir = run_dir / OP
     base = Candidate(op_id=OP, id="base0", parent=None, regions={})
-    best = Candidate(op_id=OP, id=report.patch.ops[0].candidate, parent="base0", regions={}, skill="pdl_enable", coder="offline")
+    best = Candidate(
+        op_id=OP, id=report.patch.ops[0].candidate, parent="base0", regions={}, skill="pdl_enable", coder="offline"
+    )
     write_record(base, op_dir / "candidates" / "base0.json")
     write_record(best, op_dir / "best" / "candidate.json")
     assert simulated_run(run_dir) == (False, "")
     write_record(
-        RunSummary(run="r1", mode="multi", coder="offline", backend="SIMULATED: replayed", simulated=True, started_at="a", finished_at="b"),
+        RunSummary(
+            run="r1",
+            mode="multi",
+            coder="offline",
+            backend="SIMULATED: replayed",
+            simulated=True,
+            started_at="a",
+            finished_at="b",
+        ),
         run_dir / "summary.json",
     )
     facts = gather(report, run_dir)
@@ -344,7 +421,9 @@ def test_git_branch_refuses_a_replay_run(tmp_path, checkout):
     root = pathlib.Path(checkout.root)
     make_task(work, checkout, OP, [act_span(root)])
     make_best(work, "r1", OP, {"act_and_mul_kernel": edited_kernel(root)})
-    (work / "runs" / "r1" / "run.json").write_text(json.dumps({"run": "r1", "backend": "replay", "replay": "h200.json"}))
+    (work / "runs" / "r1" / "run.json").write_text(
+        json.dumps({"run": "r1", "backend": "replay", "replay": "h200.json"})
+    )
     patch = build_patch("r1", work / "runs" / "r1", work / "tasks", checkout, work / "integrate" / "r1")
     repo = pathlib.Path(patch.tree_root)
     with pytest.raises(SimulatedRunError, match="replay backend") as err:
@@ -355,7 +434,15 @@ def test_git_branch_refuses_a_replay_run(tmp_path, checkout):
 
 def test_an_older_e2e_record_is_labelled_non_gemm_only(tmp_path):
     report = full_report(tmp_path)
-    old = report.e2e.model_copy(update={"recipe": "", "rows": [r.model_copy(update={"non_gemm": None, "verdict": None, "noise_band_pct": None}) for r in report.e2e.rows]})
+    old = report.e2e.model_copy(
+        update={
+            "recipe": "",
+            "rows": [
+                r.model_copy(update={"non_gemm": None, "verdict": None, "noise_band_pct": None})
+                for r in report.e2e.rows
+            ],
+        }
+    )
     text = render(report.model_copy(update={"e2e": old}), facts=_facts())
     assert "**non-GEMM ops only**" in text and "NOT a share of a whole layer" in text
     assert "| decode | 1 | 10.00 (±1.0%) | 9.50 (±1.1%) | -5.0% |" in text

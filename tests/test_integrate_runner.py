@@ -16,15 +16,15 @@ import sys
 import textwrap
 
 import pytest
+from test_integrate_patch import OP, act_span, edited_kernel, make_best, make_task
 
 from integrate import sglang_runner
+from integrate.calls import plan_op, sanitizer_picks, task_dtypes
 from integrate.errors import WorkerError
 from integrate.patch import build_patch, package_dir
-from integrate.calls import plan_op, sanitizer_picks, task_dtypes
 from integrate.sglang_runner import GPU_WHEELS, TreeWorker, rows_width
 from integrate.sglang_worker import bind
 from pipeline.records import ArgSpec, Contract, ScalarSpec, ShapeCase, TensorSpec
-from test_integrate_patch import OP, act_span, edited_kernel, make_best, make_task
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -86,7 +86,11 @@ def _task(sglang_source, tmp_path, contract=None, shapes=None, dtypes=("bf16", "
     from contract.layout import load_task
 
     root = pathlib.Path(sglang_source.root)
-    return load_task(make_task(tmp_path / "work", sglang_source, OP, [act_span(root)], contract=contract, shapes=shapes, dtypes=dtypes))
+    return load_task(
+        make_task(
+            tmp_path / "work", sglang_source, OP, [act_span(root)], contract=contract, shapes=shapes, dtypes=dtypes
+        )
+    )
 
 
 def test_cases_are_planned_from_the_contract(sglang_source, tmp_path):
@@ -99,7 +103,10 @@ def test_cases_are_planned_from_the_contract(sglang_source, tmp_path):
     plan = plan_op(task, held_out=0)
     assert not plan.reason and plan.function == "sglang.kernels.ops.activation.activation.silu_and_mul"
     first = plan.cases[0]
-    assert first.sizes == {"num_tokens": 4096, "hidden_size": 14336} and rows_width(first) == (4096, 28672)  # input is [N, 2*H]
+    assert first.sizes == {"num_tokens": 4096, "hidden_size": 14336} and rows_width(first) == (
+        4096,
+        28672,
+    )  # input is [N, 2*H]
     assert rows_width(plan.cases[3])[:2] == (2, 28672)
     assert task_dtypes(task) == ["bf16", "fp16", "fp32"]
     assert [c.dtype for c in plan.cases[:3]] == ["bf16", "fp16", "fp32"] and len(plan.cases) == 9
@@ -109,16 +116,30 @@ def test_cases_are_planned_from_the_contract(sglang_source, tmp_path):
     norm = Contract(
         entry="run_activation",
         args=[
-            ArgSpec(kind="tensor", tensor=TensorSpec(name="input", shape=["num_tokens", "hidden_size"], dtype="T", role="inout")),
-            ArgSpec(kind="tensor", tensor=TensorSpec(name="out", shape=["num_tokens", "hidden_size"], dtype="T", role="inout")),
+            ArgSpec(
+                kind="tensor",
+                tensor=TensorSpec(name="input", shape=["num_tokens", "hidden_size"], dtype="T", role="inout"),
+            ),
+            ArgSpec(
+                kind="tensor",
+                tensor=TensorSpec(name="out", shape=["num_tokens", "hidden_size"], dtype="T", role="inout"),
+            ),
             ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-5)),
         ],
         symbols=["num_tokens", "hidden_size"],
     )
-    task = _task(sglang_source, tmp_path / "n", contract=norm, shapes=[ShapeCase(model="m", tokens=8, sizes={"num_tokens": 8, "hidden_size": 4096})])
+    task = _task(
+        sglang_source,
+        tmp_path / "n",
+        contract=norm,
+        shapes=[ShapeCase(model="m", tokens=8, sizes={"num_tokens": 8, "hidden_size": 4096})],
+    )
     (case,) = plan_op(task, held_out=0).cases[:1]
     assert rows_width(case) == (8, 4096)
-    assert case.request["scalars"] == {} and [t["name"] for t in case.request["tensors"]] == ["input", "out"]  # eps feeds no parameter
+    assert case.request["scalars"] == {} and [t["name"] for t in case.request["tensors"]] == [
+        "input",
+        "out",
+    ]  # eps feeds no parameter
 
 
 def test_the_worker_binds_parameters_by_name_and_keeps_defaults():
@@ -132,7 +153,12 @@ def test_the_worker_binds_parameters_by_name_and_keeps_defaults():
     args, kwargs = bind(params, {"input": "X", "output": "O"}, {"eps": 1e-6}, {"topk": 8})
     assert args == ["X"] and kwargs == {"out": "O", "eps": 1e-6, "topk": 8}
     with pytest.raises(ValueError, match="follows skipped"):
-        bind([{"name": "skipped", "kind": "positional_only", "feeds": None, "via": ""}, params[0]], {"input": "X"}, {}, {})
+        bind(
+            [{"name": "skipped", "kind": "positional_only", "feeds": None, "via": ""}, params[0]],
+            {"input": "X"},
+            {},
+            {},
+        )
     with pytest.raises(KeyError, match="does not hold"):
         bind(params[:2], {"input": "X"}, {}, {})
 
@@ -154,7 +180,9 @@ def _stand_in(tmp_path: pathlib.Path, body: str) -> str:
 
 
 def test_worker_protocol_reports_a_crash_with_its_stderr(tmp_path):
-    python = _stand_in(tmp_path, 'read line; echo \'{"ok": true}\'; read line; echo "Fatal: illegal memory access" >&2; exit 134\n')
+    python = _stand_in(
+        tmp_path, 'read line; echo \'{"ok": true}\'; read line; echo "Fatal: illegal memory access" >&2; exit 134\n'
+    )
     worker = TreeWorker("patched", tmp_path / "pkg", tmp_path / "cache", tmp_path / "w.log", python=python)
     worker.start()
     with pytest.raises(WorkerError, match="exited with code 134") as err:
@@ -210,13 +238,17 @@ def _patched(sglang_source, tmp_path, new_text: str):
 @pytest.mark.gpu
 def test_a_correct_patch_passes_through_sglang(sglang_source, tmp_path):
     patch, task, out = _patched(sglang_source, tmp_path, edited_kernel(pathlib.Path(sglang_source.root)))
-    (check,) = sglang_runner.check_ops([task], package_dir(patch, patched=False), package_dir(patch, patched=True), out, sanitizer=False, held_out=0)
+    (check,) = sglang_runner.check_ops(
+        [task], package_dir(patch, patched=False), package_dir(patch, patched=True), out, sanitizer=False, held_out=0
+    )
     assert check.ran and check.failed == 0 and check.passed == 9
     assert all(c.bitwise_equal for c in check.cases), "a comment-only edit must be bit-identical"
     assert all(c.poisoned for c in check.cases)
     assert check.jit_build_s["patched"] > 0 and check.jit_build_s["baseline"] > 0
     # each tree compiled its own module into its own cache
-    assert list((out / "cache" / "patched" / "jit").rglob("*.so")) and list((out / "cache" / "baseline" / "jit").rglob("*.so"))
+    assert list((out / "cache" / "patched" / "jit").rglob("*.so")) and list(
+        (out / "cache" / "baseline" / "jit").rglob("*.so")
+    )
 
 
 @pytest.mark.gpu
@@ -225,12 +257,14 @@ def test_a_wrong_patch_is_caught_through_sglang(sglang_source, tmp_path):
     wrong = edited_kernel(root).replace("* up_f32);", "* up_f32 * 1.0625f);")  # both rounding paths
     assert wrong != edited_kernel(root)
     patch, task, out = _patched(sglang_source, tmp_path, wrong)
-    (check,) = sglang_runner.check_ops([task], package_dir(patch, patched=False), package_dir(patch, patched=True), out, sanitizer=False, held_out=0)
+    (check,) = sglang_runner.check_ops(
+        [task], package_dir(patch, patched=False), package_dir(patch, patched=True), out, sanitizer=False, held_out=0
+    )
     assert check.ran and check.failed == len(check.cases) == 9
     assert all("tolerance" in c.reason or "expected" in c.reason for c in check.cases)
 
 
-STUB = '''
+STUB = """
 import json, sys
 role = "patched" if "patched" in sys.argv[sys.argv.index("--package") + 1] else "baseline"
 out = sys.stdout
@@ -258,7 +292,7 @@ for line in sys.stdin:
         assert open(req["path"]).read() == "outputs"
         out.write(json.dumps({"ok": True, "status": "pass", "bitwise_equal": True, "max_abs_err": 0.0, "outputs": ["out"], "poisoned": True}) + "\\n")
     out.flush()
-'''
+"""
 
 
 def test_check_ops_records_rejected_and_crashing_cases_and_goes_on(sglang_source, tmp_path):
@@ -270,7 +304,13 @@ def test_check_ops_records_rejected_and_crashing_cases_and_goes_on(sglang_source
     shapes = [ShapeCase(model="m", tokens=n, sizes={"num_tokens": n, "hidden_size": 64}) for n in (1, 3, 5, 7)]
     task = _task(sglang_source, tmp_path, shapes=shapes, dtypes=("bf16",))
     (check,) = sglang_runner.check_ops(
-        [task], tmp_path / "baseline" / "sglang", tmp_path / "patched" / "sglang", tmp_path / "out", sanitizer=False, python=python, held_out=0
+        [task],
+        tmp_path / "baseline" / "sglang",
+        tmp_path / "patched" / "sglang",
+        tmp_path / "out",
+        sanitizer=False,
+        python=python,
+        held_out=0,
     )
     assert [c.status for c in check.cases] == ["pass", "skipped", "error", "pass"]
     assert (check.passed, check.failed, check.skipped) == (2, 1, 1) and check.ran

@@ -7,9 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+from test_integrate_patch import OP, act_span, make_task
+
 from integrate.sglang_tests import find_tests, op_tests, parse_junit, parse_summary, run_tests
 from pipeline.records import Task
-from test_integrate_patch import OP, act_span, make_task
 
 
 def _task(sglang_source, tmp_path, op_id=OP) -> Task:
@@ -41,9 +42,14 @@ def test_find_tests_by_name_then_by_module(sglang_source, tmp_path):
         },
     )
     # nothing names silu_and_mul in the group folder: every file importing the op's module is chosen
-    assert [p.relative_to(repo / ops).as_posix() for p in find_tests(repo, task)] == ["activation/sub/test_more.py", "activation/test_activation.py"]
+    assert [p.relative_to(repo / ops).as_posix() for p in find_tests(repo, task)] == [
+        "activation/sub/test_more.py",
+        "activation/test_activation.py",
+    ]
     (repo / ops / "activation" / "test_silu_and_mul_extra.py").write_text("def test_x(): pass\n")
-    (repo / ops / "activation" / "test_uses.py").write_text("from sglang.kernels.ops.activation.activation import silu_and_mul\n")
+    (repo / ops / "activation" / "test_uses.py").write_text(
+        "from sglang.kernels.ops.activation.activation import silu_and_mul\n"
+    )
     assert [p.name for p in find_tests(repo, task)] == ["test_silu_and_mul_extra.py", "test_uses.py"]
     assert find_tests(tmp_path / "nothing", task) == []
 
@@ -109,7 +115,9 @@ def test_run_tests_imports_the_patched_copy(tmp_path):
             """,
         },
     )
-    run = run_tests(OP, [repo / ops / "test_activation.py"], repo, patched, tmp_path / "cache", tmp_path / "logs" / "t.log")
+    run = run_tests(
+        OP, [repo / ops / "test_activation.py"], repo, patched, tmp_path / "cache", tmp_path / "logs" / "t.log"
+    )
     assert run.ran
     assert (run.passed, run.failed, run.skipped, run.errors) == (2, 1, 1, 0)
     assert run.exit_code == 1

@@ -213,7 +213,12 @@ def test_llm_loop_plan_code_compile_error_repair_accept(tmp_path):
     run = read_record(RunSummary, run_dir / "summary.json")
     assert run.simulated and run.coder == "llm" and run.tokens == rnd.tokens + traj.baseline().tokens
     (op,) = run.ops
-    assert (op.status, op.best, op.skills, op.best_dir) == ("improved", rnd.candidate, ["vector_loads_128"], "demo.scale/best")
+    assert (op.status, op.best, op.skills, op.best_dir) == (
+        "improved",
+        rnd.candidate,
+        ["vector_loads_128"],
+        "demo.scale/best",
+    )
 
 
 def test_a_mechanical_option_is_applied_by_its_transform_even_with_an_llm(tmp_path):
@@ -359,7 +364,9 @@ def run_two_ops(tmp_path, model, *, coder="llm", clock=None, **budget):
     ops = [write_task(tmp_path, "demo.scale"), write_task(tmp_path, "demo.copy")]
     backend = CountingBackend(two_op_replay(tmp_path))
     kwargs = {"clock": clock} if clock else {}
-    loop = Loop(config(tmp_path, **budget), LoopOptions(run="r1", coder=coder), backend, model=model, hooks=hooks(), **kwargs)
+    loop = Loop(
+        config(tmp_path, **budget), LoopOptions(run="r1", coder=coder), backend, model=model, hooks=hooks(), **kwargs
+    )
     return loop.run(ops), backend
 
 
@@ -371,7 +378,11 @@ def vector_script(n=1):
     "budget, model, reason",
     [
         ({"tokens": 60}, ScriptedModel(["x" * 400] + vector_script(2)), "tokens"),
-        ({"dollars_usd": 0.001}, ScriptedModel(["y" * 4000] + vector_script(2), price_usd_per_mtok={"input": 1.0, "output": 1000.0}), "dollars"),
+        (
+            {"dollars_usd": 0.001},
+            ScriptedModel(["y" * 4000] + vector_script(2), price_usd_per_mtok={"input": 1.0, "output": 1000.0}),
+            "dollars",
+        ),
     ],
 )
 def test_model_budgets_stop_the_run_with_the_reason(tmp_path, budget, model, reason):
@@ -493,7 +504,11 @@ def test_single_mode_plans_codes_and_fixes_itself(tmp_path):
     model = ScriptedModel(
         [
             "[]",
-            choose("vector_loads_128", "float4 loads with a scalar tail", edit(BODY, "    out[i] = __broken_intrinsic(x);  // scale")),
+            choose(
+                "vector_loads_128",
+                "float4 loads with a scalar tail",
+                edit(BODY, "    out[i] = __broken_intrinsic(x);  // scale"),
+            ),
             "CHOICE: 1\nPLAN: fixed\n" + whole(VEC_KERNEL),
         ]
     )
@@ -546,7 +561,18 @@ def test_probe_reports_missing_torch_on_this_machine():
 
 def test_command_replay_run_resumes_with_more_rounds(tmp_path, capsys):
     write_task(tmp_path)
-    common = ("--ops", "demo.scale", "--work-dir", str(tmp_path), "--coder", "offline", "--run", "cli", "--replay", str(REPLAY))
+    common = (
+        "--ops",
+        "demo.scale",
+        "--work-dir",
+        str(tmp_path),
+        "--coder",
+        "offline",
+        "--run",
+        "cli",
+        "--replay",
+        str(REPLAY),
+    )
     assert cli(*common, "--rounds", "2") == 0
     run_dir = tmp_path / "runs" / "cli"
     summary = read_record(RunSummary, run_dir / "summary.json")
@@ -621,8 +647,12 @@ def test_a_gpu_runs_recording_replays_its_measurements(tmp_path):
     task = make_task()
     regions = {"scale_kernel": KERNEL, "launch_scale": LAUNCHER}
     base = Candidate(op_id=task.op_id, id="b" * 16, parent=None, regions=regions)
-    cand = Candidate(op_id=task.op_id, id="c" * 16, parent=base.id, regions={**regions, "scale_kernel": VEC_KERNEL}, skill="x")
-    broken = Candidate(op_id=task.op_id, id="d" * 16, parent=base.id, regions={**regions, "scale_kernel": "}"}, skill="x")
+    cand = Candidate(
+        op_id=task.op_id, id="c" * 16, parent=base.id, regions={**regions, "scale_kernel": VEC_KERNEL}, skill="x"
+    )
+    broken = Candidate(
+        op_id=task.op_id, id="d" * 16, parent=base.id, regions={**regions, "scale_kernel": "}"}, skill="x"
+    )
     row = dict(label="demo[n=1024]", sizes={"n": 1024}, dtype="fp32", spread_pct=1.0, gbps=4.0, pct_of_copy_bw=0.1)
     measured_base = Evaluation(op_id=task.op_id, candidate=base.id, outcome=Outcome.ok,
                                timings=[ShapeTiming(**row, time_us=2.0, time_over_floor=1.5)],
@@ -630,11 +660,22 @@ def test_a_gpu_runs_recording_replays_its_measurements(tmp_path):
     measured = Evaluation(op_id=task.op_id, candidate=cand.id, outcome=Outcome.ok,
                           timings=[ShapeTiming(**row, time_us=1.6, time_over_floor=1.2, baseline_us=2.0, speedup=1.25)],
                           seconds={"build": 9.0, "test": 1.0, "profile": 2.0})  # fmt: skip
-    failed = Evaluation(op_id=task.op_id, candidate=broken.id, outcome=Outcome.compile_failed,
-                        build=BuildReport(ok=False, key="k", seconds=3.0, stderr="scale.cuh(1): error: expected a declaration"))
-    final = measured.model_copy(update={"outcome": Outcome.crashed, "detail": "compute-sanitizer memcheck failed", "timings": []})
+    failed = Evaluation(
+        op_id=task.op_id,
+        candidate=broken.id,
+        outcome=Outcome.compile_failed,
+        build=BuildReport(ok=False, key="k", seconds=3.0, stderr="scale.cuh(1): error: expected a declaration"),
+    )
+    final = measured.model_copy(
+        update={"outcome": Outcome.crashed, "detail": "compute-sanitizer memcheck failed", "timings": []}
+    )
     path = tmp_path / "measurements.replay.json"
-    for evaluation, is_base, stage in ((measured_base, True, "round"), (measured, False, "round"), (failed, False, "round"), (final, False, "final")):
+    for evaluation, is_base, stage in (
+        (measured_base, True, "round"),
+        (measured, False, "round"),
+        (failed, False, "round"),
+        (final, False, "final"),
+    ):
         replay.record(path, evaluation, baseline=is_base, stage=stage, device="NVIDIA H200")
     backend = ReplayBackend(path)
     assert backend.source == "recorded" and backend.device == "NVIDIA H200"
@@ -745,7 +786,9 @@ def test_ncu_profile_of_the_best_reaches_the_planner_once_per_candidate(tmp_path
     planned = [p for p in prompts if "Options" in p]
     assert "ncu: top warp stall long_scoreboard (6.25 warps per issue)" in planned[0]
     assert "ncu: DRAM throughput 42% of peak" in planned[0] and "achieved occupancy 31%" in planned[0]
-    assert seen[0].occupancy == pytest.approx(0.31) and seen[0].dram_pct == 42.0 and seen[0].top_stall == "long_scoreboard"
+    assert (
+        seen[0].occupancy == pytest.approx(0.31) and seen[0].dram_pct == 42.0 and seen[0].top_stall == "long_scoreboard"
+    )
     assert backend.profiled == [None]  # the baseline, once: round 2 read the stored profile
     stored = list((tmp_path / "runs/r1/demo.scale/profiles").glob("*.ncu.json"))
     assert len(stored) == 1 and '"status": "ok"' in stored[0].read_text()
@@ -771,7 +814,11 @@ class ContractLearningBackend(CountingBackend):
         roles = {a.tensor.name: a.tensor.role for a in task.contract.args if a.tensor is not None}
         if candidate.is_baseline and roles["in"] == "input":
             self.calls.append((candidate.id, "refused"))
-            raise BaselineError("the baseline of demo.scale failed its checks", detail="input in was modified", evidence={"in": "written"})
+            raise BaselineError(
+                "the baseline of demo.scale failed its checks",
+                detail="input in was modified",
+                evidence={"in": "written"},
+            )
         if candidate.is_baseline and roles["out"] == "output":
             self.calls.append((candidate.id, "never_written"))
             return Evaluation(op_id=task.op_id, candidate=candidate.id, outcome=Outcome.incorrect,

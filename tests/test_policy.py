@@ -54,7 +54,9 @@ def test_offline_plan_proposes_only_mechanical_skills_with_bound_parameters(act,
     by_skill = {}
     for d in proposals:
         by_skill.setdefault(d.skill, []).append(d.params)
-    assert by_skill["tune_block_size"] == [{"name": "kBlockSize", "owner": "ActivationKernel", "value": v} for v in (128, 512, 1024)]
+    assert by_skill["tune_block_size"] == [
+        {"name": "kBlockSize", "owner": "ActivationKernel", "value": v} for v in (128, 512, 1024)
+    ]
     assert {"kernel": "act_and_mul_kernel", "max_threads": 256, "min_blocks": 0} in by_skill["launch_bounds"]
     assert by_skill["fast_math_intrinsics"][0] == {"ops": ["expf"]}
     assert by_skill["pdl_early_trigger"] == [{}]
@@ -96,7 +98,13 @@ def test_llm_available_adds_llm_only_skills_and_variants(act, lib):
 def test_never_repeats_a_failed_or_slower_pair(act, lib):
     first = plan(act, lib, [], llm_available=False, limit=50)
     tried = first[:5]
-    outcomes = [RoundOutcome.compile_failed, RoundOutcome.slower, RoundOutcome.incorrect, RoundOutcome.not_applicable, RoundOutcome.ok]
+    outcomes = [
+        RoundOutcome.compile_failed,
+        RoundOutcome.slower,
+        RoundOutcome.incorrect,
+        RoundOutcome.not_applicable,
+        RoundOutcome.ok,
+    ]
     history = [entry(d.skill, d.params, o, 0.97 if o in (RoundOutcome.slower, RoundOutcome.ok) else None, round=i + 1)
                for i, (d, o) in enumerate(zip(tried, outcomes))]  # fmt: skip
     again = decide(act, lib, history, llm_available=False, limit=50)
@@ -127,9 +135,14 @@ def test_success_is_not_repeated_and_raises_the_skill(act, lib):
 def test_inconclusive_attempts_may_be_retried_and_repeated_failures_drop_the_skill(act, lib):
     first = plan(act, lib, [], llm_available=False, limit=50)
     target = next(d for d in first if d.skill == "launch_bounds")
-    budget = [entry(target.skill, target.params, RoundOutcome.budget_exhausted), entry(target.skill, target.params, RoundOutcome.model_error)]
+    budget = [
+        entry(target.skill, target.params, RoundOutcome.budget_exhausted),
+        entry(target.skill, target.params, RoundOutcome.model_error),
+    ]
     assert keys([target])[0] in keys(plan(act, lib, budget, llm_available=False, limit=50))
-    failures = [entry("launch_bounds", {"kernel": f"k{i}"}, RoundOutcome.crashed, round=i) for i in range(GIVE_UP_AFTER)]
+    failures = [
+        entry("launch_bounds", {"kernel": f"k{i}"}, RoundOutcome.crashed, round=i) for i in range(GIVE_UP_AFTER)
+    ]
     out = decide(act, lib, failures, llm_available=False, limit=50)
     assert not [d for d in out if d.skill == "launch_bounds" and d.proposed]
     dropped = [d for d in out if d.skill == "launch_bounds"]

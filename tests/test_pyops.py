@@ -150,7 +150,9 @@ def test_instantiate_follows_kernel_class_by_width(ops, sglang_source):
         16384: "RMSNormHalfKernel",
     }
     for width, cls in expect.items():
-        inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={"hidden_size": width}, entry="rmsnorm")
+        inst = pyops.instantiate(
+            program, op, op.load_jit[0], dtype="bf16", sizes={"hidden_size": width}, entry="rmsnorm"
+        )
         assert inst.template_args == [str(width), "true", "bf16_t"]
         assert inst.module_args == ["rmsnorm", str(width), "true", "bf16_t"]
         assert inst.wrappers == [("rmsnorm", f"{cls}<{width}, true, bf16_t>::run")]
@@ -184,7 +186,7 @@ def _tree(tmp_path: pathlib.Path, files: dict[str, str]) -> SourceInfo:
     return SourceInfo(kind="package", root=str(tmp_path), jit_dirs=["kernels/jit"])
 
 
-LOADER = '''
+LOADER = """
 from sglang.kernels.jit.utils import cache_once, load_jit, make_cpp_args, is_arch_support_pdl
 
 NAMES = ("a", "b")
@@ -213,7 +215,7 @@ def thing(x, out, fast: bool = True):
 
 def probe(width):
     return _module(width, None) is not None
-'''
+"""
 
 
 def test_static_and_strict_evaluation_on_a_synthetic_module(tmp_path):
@@ -257,7 +259,10 @@ def test_duplicate_public_names_in_one_group(tmp_path):
 
 
 def test_entry_parts():
-    assert pyops._entry_parts("&HiCacheKernel<{args}>::run_one_page_unified<false>") == ("HiCacheKernel", "run_one_page_unified")
+    assert pyops._entry_parts("&HiCacheKernel<{args}>::run_one_page_unified<false>") == (
+        "HiCacheKernel",
+        "run_one_page_unified",
+    )
     assert pyops._entry_parts("plan_compress_prefill") == (None, "plan_compress_prefill")
     assert pyops._entry_parts("ns::Foo<a, B<c>>::run") == ("Foo", "run")
 
@@ -267,7 +272,7 @@ def test_kernels_through_a_using_alias(ops):
     assert {"fused_qknorm_warp", "fused_qknorm_cta"} <= set(ops["layernorm.fused_inplace_qknorm"].kernels)
 
 
-LAYOUT_LOADER = '''
+LAYOUT_LOADER = """
 from typing import Optional
 
 import torch
@@ -286,7 +291,7 @@ def norm_cl(x: torch.Tensor, out: torch.Tensor) -> None:
 
 def norm_opt(x: torch.Tensor, out: torch.Tensor, scale: Optional[torch.Tensor]) -> None:
     _module(scale is None, scale is not None, x.dtype).run(x, out)
-'''
+"""
 
 
 def _synthetic_ops(tmp_path, files):
@@ -311,7 +316,7 @@ def test_tensor_layout_attributes_are_those_of_the_harness_tensors(tmp_path):
         pyops.instantiate(program, other, other.load_jit[0], dtype="bf16", sizes={}, entry="run")
 
 
-PATH_LOADER = '''
+PATH_LOADER = """
 import math
 
 import torch
@@ -326,7 +331,7 @@ def _module(width, dtype):
 
 def fht(x: torch.Tensor, width: int = 24) -> None:
     _module(width, x.dtype).run(x)
-'''
+"""
 
 
 def test_kernel_path_and_math_are_followed_statically(tmp_path):
@@ -340,7 +345,7 @@ def test_kernel_path_and_math_are_followed_statically(tmp_path):
     assert inst.strings("extra_include_paths") == ["kernels/jit/csrc/extra"]
 
 
-FLAG_LOADER = '''
+FLAG_LOADER = """
 import torch
 from sglang.kernels.jit.utils import cache_once, load_jit, make_cpp_args
 
@@ -359,7 +364,7 @@ def flag(x: torch.Tensor, is_ep: bool) -> None:
 
 def sized(x: torch.Tensor, width: int) -> None:
     _sized(width, x.dtype).go(x)
-'''
+"""
 
 
 def test_an_open_bool_loader_parameter_takes_the_plain_path(tmp_path):
@@ -376,7 +381,7 @@ def test_an_open_bool_loader_parameter_takes_the_plain_path(tmp_path):
         pyops.instantiate(program, sized, sized.load_jit[0], dtype="bf16", sizes={}, entry="go")
 
 
-ONLY_BF16_LOADER = '''
+ONLY_BF16_LOADER = """
 import torch
 from sglang.kernels.jit.utils import cache_once, load_jit, make_cpp_args
 
@@ -389,7 +394,7 @@ def _module(dtype: torch.dtype):
 
 def rope64(q: torch.Tensor) -> None:
     _module(q.dtype).run(q)
-'''
+"""
 
 
 def test_a_dtype_is_the_same_dtype_under_is(tmp_path):
@@ -404,7 +409,7 @@ def test_a_dtype_is_the_same_dtype_under_is(tmp_path):
         pyops.instantiate(program, op, op.load_jit[0], dtype="fp16", sizes={}, entry="run")
 
 
-SHAPED_LOADER = '''
+SHAPED_LOADER = """
 import logging
 
 import torch
@@ -520,7 +525,7 @@ def moded(x: torch.Tensor, mode: int) -> None:
 def flat(x: torch.Tensor, topk_ids: torch.Tensor) -> None:
     flat_ids = topk_ids.reshape(-1)
     _rope(flat_ids.dtype, x.view(torch.uint8).element_size()).rope(x, flat_ids)
-'''
+"""
 
 
 def _spec(name, shape, dtype="T"):
@@ -537,14 +542,18 @@ def test_a_loader_parameter_read_from_a_tensor_shape_pins_that_size(tmp_path):
     by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
     gemv = by_id["grp.gemv"]
     tensors = {"x": _spec("x", [1, "K"]), "w": _spec("w", ["N", "K"])}
-    inst = pyops.instantiate(program, gemv, gemv.load_jit[0], dtype="bf16", sizes={"N": 4096}, entry="gemv", tensors=tensors)
+    inst = pyops.instantiate(
+        program, gemv, gemv.load_jit[0], dtype="bf16", sizes={"N": 4096}, entry="gemv", tensors=tensors
+    )
     assert inst.wrappers == [("gemv", f"Gemv<4096, {pyops.PLANNED_SIZE}>::run")]
     assert inst.pins == {"N": 4096, "K": pyops.PLANNED_SIZE}
     with pytest.raises(pyops.Unresolvable, match="runtime data"):  # no contract shape: unknown, as before
         pyops.instantiate(program, gemv, gemv.load_jit[0], dtype="bf16", sizes={}, entry="gemv")
     rows = by_id["grp.rows"]  # tuple unpacking, element_size, and only the dimension read is pinned
     tensors = {"k": _spec("k", ["T", "D"]), "cache": _spec("cache", [-1, "D"])}
-    inst = pyops.instantiate(program, rows, rows.load_jit[0], dtype="fp32", sizes={"D": 64}, entry="rows", tensors=tensors)
+    inst = pyops.instantiate(
+        program, rows, rows.load_jit[0], dtype="fp32", sizes={"D": 64}, entry="rows", tensors=tensors
+    )
     assert inst.wrappers == [("rows", "Rows<256, fp32_t>::run")]
     assert inst.pins == {"D": 64}
     open_dim = {"k": _spec("k", ["T", -1])}
@@ -571,7 +580,9 @@ def test_position_and_index_tensors_are_not_the_instantiation_dtype(tmp_path):
     assert value.dtype == pyops.DtypeValue("int32")
     value = pyops.tensor_value("q", code, pyops.DtypeValue("bf16"), None, {})
     assert value.dtype == pyops.DtypeValue("bf16")
-    assert pyops.tensor_value("permutation", code, pyops.DtypeValue("bf16"), None, {}).dtype == pyops.DtypeValue("int64")
+    assert pyops.tensor_value("permutation", code, pyops.DtypeValue("bf16"), None, {}).dtype == pyops.DtypeValue(
+        "int64"
+    )
     union = _spec("order", ["T"], dtype="int32|int64")  # the kernel takes either: the first
     assert pyops.tensor_value("order", code, pyops.DtypeValue("bf16"), union, {}).dtype == pyops.DtypeValue("int32")
 
@@ -609,7 +620,9 @@ def test_an_assignment_under_an_if_applies_only_where_its_test_holds(tmp_path):
     where SGLang (activation=None) builds the plain one."""
     by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
     op = by_id["grp.guarded"]
-    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors={"x": _spec("x", ["T", 64])})
+    inst = pyops.instantiate(
+        program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors={"x": _spec("x", ["T", 64])}
+    )
     assert inst.template_args == ["bf16_t", "64"]
     # under a test it cannot evaluate (the contract does not size `key`), an assignment
     # whose value it cannot evaluate either counts as not run: `key` stays the parameter,
@@ -629,11 +642,15 @@ def test_a_loader_no_size_reaches_is_size_free(tmp_path):
     module constant (256 threads); the harness had taken 256 for a width no shape has."""
     by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
     op = by_id["grp.fixed"]
-    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="fixed", tensors={"x": _spec("x", ["N"])})
+    inst = pyops.instantiate(
+        program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="fixed", tensors={"x": _spec("x", ["N"])}
+    )
     assert inst.template_args == ["256", "true"] and inst.size_free
     gemv = by_id["grp.gemv"]
     tensors = {"x": _spec("x", [1, "K"]), "w": _spec("w", ["N", "K"])}
-    assert not pyops.instantiate(program, gemv, gemv.load_jit[0], dtype="bf16", sizes={"N": 64}, entry="gemv", tensors=tensors).size_free
+    assert not pyops.instantiate(
+        program, gemv, gemv.load_jit[0], dtype="bf16", sizes={"N": 64}, entry="gemv", tensors=tensors
+    ).size_free
     # a run-time int from a curated loader value: size-free only where it is marked a constant
     moded = by_id["grp.moded"]
     for value, free in ((pyops.Constant(0), True), (0, False)):
@@ -643,9 +660,13 @@ def test_a_loader_no_size_reaches_is_size_free(tmp_path):
     from extract.tasks import loader_fallbacks  # fused_metadata_copy's forward_mode, add_constant's constant
 
     assert isinstance(loader_fallbacks({}, "kernels/ops/elementwise/add_constant.py")["constant"][0], pyops.Constant)
-    assert not isinstance(loader_fallbacks({}, "kernels/ops/layernorm/grouped_gemma_rmsnorm.py")["group_size"][0], pyops.Constant)
+    assert not isinstance(
+        loader_fallbacks({}, "kernels/ops/layernorm/grouped_gemma_rmsnorm.py")["group_size"][0], pyops.Constant
+    )
     rope = by_id["grp.rope"]  # an int literal at the call site: not size-free (it may be a width)
-    assert not pyops.instantiate(program, rope, rope.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors={"q": _spec("q", ["T", 128])}).size_free
+    assert not pyops.instantiate(
+        program, rope, rope.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors={"q": _spec("q", ["T", 128])}
+    ).size_free
 
 
 def test_a_curated_loader_value_beats_a_planned_size(tmp_path):
@@ -656,9 +677,13 @@ def test_a_curated_loader_value_beats_a_planned_size(tmp_path):
     op = by_id["grp.conv"]
     tensors = {"x": _spec("x", ["T", "D"]), "weight": _spec("weight", ["D", "W"])}
     fallbacks = {"dim": (4, "the conv width")}
-    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors=tensors, fallbacks=fallbacks)
+    inst = pyops.instantiate(
+        program, op, op.load_jit[0], dtype="bf16", sizes={}, entry="rope", tensors=tensors, fallbacks=fallbacks
+    )
     assert inst.template_args == ["bf16_t", "4"] and inst.pins == {"W": 4}
-    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={"W": 3}, entry="rope", tensors=tensors, fallbacks=fallbacks)
+    inst = pyops.instantiate(
+        program, op, op.load_jit[0], dtype="bf16", sizes={"W": 3}, entry="rope", tensors=tensors, fallbacks=fallbacks
+    )
     assert inst.template_args == ["bf16_t", "3"] and inst.pins == {"W": 3}
 
 
@@ -670,7 +695,9 @@ def test_a_while_loop_heuristic_is_run(tmp_path):
     by_id, program = _synthetic_ops(tmp_path, {"kernels/ops/grp/shaped.py": SHAPED_LOADER})
     op = by_id["grp.split"]
     tensors = {"k": _spec("k", ["T", "D"])}
-    inst = pyops.instantiate(program, op, op.load_jit[0], dtype="bf16", sizes={"D": 2048}, entry="split", tensors=tensors)
+    inst = pyops.instantiate(
+        program, op, op.load_jit[0], dtype="bf16", sizes={"D": 2048}, entry="split", tensors=tensors
+    )
     assert inst.template_args == ["bf16_t", "128"]  # 4096 bytes: 128 a thread at 32, 64 at 64, 32 at 128
     assert inst.pins == {"D": 2048}
 
@@ -685,7 +712,9 @@ def test_sizes_the_loader_refuses_are_planned_again(tmp_path):
     op = by_id["grp.weighted"]
     tensors = {"x": _spec("x", ["T", "D"]), "weights": _spec("weights", ["T", "K"])}
     planned = {"T": 8, "D": 128, "K": 128}
-    insts, _cases, _first, notes = tasks.plan_instantiations(program, op, op.load_jit[0], "weighted", ["bf16"], [], {}, tensors, planned)
+    insts, _cases, _first, notes = tasks.plan_instantiations(
+        program, op, op.load_jit[0], "weighted", ["bf16"], [], {}, tensors, planned
+    )
     assert [(i.wrappers, i.sizes) for i in insts] == [([("weighted", "Weighted<8>::run")], {"K": 8})]
     assert any("planned at 8 instead" in n for n in notes)
 

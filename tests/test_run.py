@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from pipeline import run as run_mod
-from pipeline.cli import build_parser, main as cli_main
+from pipeline.cli import build_parser
+from pipeline.cli import main as cli_main
 
 CALLS: list[tuple[str, object]] = []
 CODES: dict[str, int] = {}

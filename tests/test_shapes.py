@@ -82,7 +82,9 @@ def test_curated_families_moe_rows_and_rejected_widths():
         {"num_tokens": "tokens", "hidden_size": "intermediate_size", "requires": "dense_mlp"},
         {"num_tokens": "tokens*num_experts_per_tok", "hidden_size": "moe_intermediate_size", "requires": "moe"},
     ]
-    contract = _contract({"x": ["num_tokens", "2*hidden_size"], "y": ["num_tokens", "hidden_size"]}, divisibility={"hidden_size": 8})
+    contract = _contract(
+        {"x": ["num_tokens", "2*hidden_size"], "y": ["num_tokens", "hidden_size"]}, divisibility={"hidden_size": 8}
+    )
     cases, notes = shapes.shape_cases(contract, families, TOKENS)
     dense = {c.sizes["hidden_size"] for c in cases if c.tokens in TOKENS and "rows" not in c.source}
     assert {14336, 28672, 25600, 18432} <= dense
@@ -110,7 +112,14 @@ def test_requires_a_flag_and_unmapped_symbols():
 def test_stride_symbols_need_no_mapping():
     contract = Contract(
         entry="e",
-        args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=["num_tokens", "hidden_size"], strides=["row_stride", 1], dtype="T", role="input"))],
+        args=[
+            ArgSpec(
+                kind="tensor",
+                tensor=TensorSpec(
+                    name="x", shape=["num_tokens", "hidden_size"], strides=["row_stride", 1], dtype="T", role="input"
+                ),
+            )
+        ],
         symbols=["num_tokens", "hidden_size", "row_stride"],
     )
     cases, notes = shapes.shape_cases(contract, None, (1,))

@@ -133,18 +133,30 @@ CASES: dict[str, tuple[dict, dict]] = {
     "coalesced_access": ({"pct_of_copy_bw": 30.0}, {"pct_of_copy_bw": 90.0}),
     "vector_loads_128": ({"vector_loads": False}, {"vector_loads": True, "load_bytes": 16}),
     "vector_width_cap_hopper": ({"max_load_bytes": 32}, {"max_load_bytes": 16}),
-    "loads_in_flight": ({"pct_of_copy_bw": 60.0, "time_over_floor": 1.5}, {"pct_of_copy_bw": 60.0, "time_over_floor": 1.05}),
+    "loads_in_flight": (
+        {"pct_of_copy_bw": 60.0, "time_over_floor": 1.5},
+        {"pct_of_copy_bw": 60.0, "time_over_floor": 1.05},
+    ),
     "items_per_thread": ({"elementwise": True, "per_item_grid": True}, {"elementwise": False, "per_item_grid": True}),
     "unroll_constant_loops": ({"loops_missing_unroll": 2}, {"loops_missing_unroll": 0}),
-    "unroll_grid_stride_loop": ({"grid_stride_loop": True, "runtime_loops": 1}, {"grid_stride_loop": False, "runtime_loops": 1}),
+    "unroll_grid_stride_loop": (
+        {"grid_stride_loop": True, "runtime_loops": 1},
+        {"grid_stride_loop": False, "runtime_loops": 1},
+    ),
     "keep_in_registers": ({"reduction": True, "time_over_floor": 1.6}, {"reduction": True, "time_over_floor": 1.1}),
     "hoist_loop_invariants": ({"loop_invariant_loads": 1}, {"loop_invariant_loads": 0}),
     "fast_math_intrinsics": ({"fast_math_swappable": 1}, {"float_divisions": 1, "reciprocal_divisions": 1}),
     "exact_reciprocal": ({"reciprocal_divisions": 1}, {"reciprocal_divisions": 0}),
-    "warp_shuffle_reduction": ({"shared_memory": True, "syncthreads": 1}, {"shared_memory": True, "syncthreads": 1, "warp_reduce": True}),
+    "warp_shuffle_reduction": (
+        {"shared_memory": True, "syncthreads": 1},
+        {"shared_memory": True, "syncthreads": 1, "warp_reduce": True},
+    ),
     "single_barrier_block_reduce": ({"cta_reduce": True, "syncthreads": 2}, {"cta_reduce": True, "syncthreads": 1}),
     "tune_block_size": ({"tunable_block_size": True}, {"tunable_block_size": False}),
-    "grid_2d_rows": ({"int_divmod_runtime": 2, "per_item_grid": True}, {"int_divmod_runtime": 0, "per_item_grid": True}),
+    "grid_2d_rows": (
+        {"int_divmod_runtime": 2, "per_item_grid": True},
+        {"int_divmod_runtime": 0, "per_item_grid": True},
+    ),
     "persistent_grid": ({"per_row_grid": True}, {"per_row_grid": True, "persistent_grid": True}),
     "launch_bounds": ({"kernels_without_launch_bounds": 1}, {"kernels_without_launch_bounds": 0}),
     "occupancy_min_blocks": ({"launch_bounds_min_blocks": False}, {"launch_bounds_min_blocks": True}),
@@ -152,13 +164,25 @@ CASES: dict[str, tuple[dict, dict]] = {
     "smem_tiling": ({"pct_of_copy_bw": 20.0}, {"pct_of_copy_bw": 20.0, "shared_memory": True}),
     "smem_bank_padding": ({"smem_2d_arrays": 1}, {"smem_2d_arrays": 0}),
     "pdl_enable": ({"pdl_off": True}, {"pdl_off": False}),
-    "pdl_early_trigger": ({"pdl_launch": True, "pdl_trigger_at_end": True}, {"pdl_launch": False, "pdl_trigger_at_end": True}),
-    "pdl_prologue_overlap": ({"pdl_wait": True, "pdl_launch": True, "small_batch": True}, {"pdl_wait": True, "pdl_launch": True}),
+    "pdl_early_trigger": (
+        {"pdl_launch": True, "pdl_trigger_at_end": True},
+        {"pdl_launch": False, "pdl_trigger_at_end": True},
+    ),
+    "pdl_prologue_overlap": (
+        {"pdl_wait": True, "pdl_launch": True, "small_batch": True},
+        {"pdl_wait": True, "pdl_launch": True},
+    ),
     "cp_async_prefetch": ({"grid_stride_loop": True}, {"grid_stride_loop": True, "cp_async": True}),
-    "tma_bulk_row_copy": ({"reduction": True, "pct_of_copy_bw": 50.0}, {"reduction": True, "pct_of_copy_bw": 50.0, "tma": True}),
+    "tma_bulk_row_copy": (
+        {"reduction": True, "pct_of_copy_bw": 50.0},
+        {"reduction": True, "pct_of_copy_bw": 50.0, "tma": True},
+    ),
     "split_row_reduction": ({"reduction": True, "small_batch": True}, {"reduction": True}),
     "fuse_launches": ({"launches_per_entry": 2}, {"launches_per_entry": 1}),
-    "warp_per_row": ({"reduction": True, "per_row_grid": True}, {"reduction": True, "per_row_grid": True, "warp_per_row": True}),
+    "warp_per_row": (
+        {"reduction": True, "per_row_grid": True},
+        {"reduction": True, "per_row_grid": True, "warp_per_row": True},
+    ),
     "small_batch_latency": ({"small_batch": True, "min_time_us": 4.0}, {"small_batch": True, "min_time_us": 40.0}),
     "streaming_cache_hints": ({"cache_hints": False}, {"cache_hints": True}),
     "index_math_32bit": ({"int64_index": True}, {"int64_index": False}),
@@ -204,16 +228,28 @@ speedup = [1.0, 1.2]
 """
 
 
-def write(tmp_path: pathlib.Path, skill_id: str = "demo", rule: str = "memory_bound", extra: str = "", grid: str = "",
-          name: str | None = None) -> pathlib.Path:
+def write(
+    tmp_path: pathlib.Path,
+    skill_id: str = "demo",
+    rule: str = "memory_bound",
+    extra: str = "",
+    grid: str = "",
+    name: str | None = None,
+) -> pathlib.Path:
     path = tmp_path / f"{name or skill_id}.toml"
     path.write_text(GOOD.format(id=skill_id, rule=rule, extra=extra, grid=grid))
     return path
 
 
 def test_a_good_skill_file_loads(tmp_path):
-    skill = load_skill(write(tmp_path, extra='transform = "tune_constant"', grid='[grid]\nrole = ["block_size"]\nvalue = [64]'))
-    assert skill.id == "demo" and skill.transform == "tune_constant" and skill.grid == {"role": ["block_size"], "value": [64]}
+    skill = load_skill(
+        write(tmp_path, extra='transform = "tune_constant"', grid='[grid]\nrole = ["block_size"]\nvalue = [64]')
+    )
+    assert (
+        skill.id == "demo"
+        and skill.transform == "tune_constant"
+        and skill.grid == {"role": ["block_size"], "value": [64]}
+    )
     assert load_skills(tmp_path).ids() == ["demo"]
 
 
@@ -223,7 +259,11 @@ def test_a_good_skill_file_loads(tmp_path):
         ({"name": "other"}, SkillError, "differs from the file name"),
         ({"rule": "memory_bound and load_byte < 16"}, RuleError, "unknown feature 'load_byte'"),
         ({"extra": 'transform = "vectorize"'}, SkillError, "unknown transform 'vectorize'"),
-        ({"extra": 'transform = "tune_constant"', "grid": "[grid]\nwidth = [4]"}, SkillError, "grid keys ['width'] are not parameters"),
+        (
+            {"extra": 'transform = "tune_constant"', "grid": "[grid]\nwidth = [4]"},
+            SkillError,
+            "grid keys ['width'] are not parameters",
+        ),
         ({"grid": "[grid]\nfactor = [2]"}, SkillError, "a grid needs a transform"),
         ({"extra": 'transform = "add_pragma_unroll"', "grid": "[grid]\nfactor = []"}, SkillError, "non-empty list"),
         ({"extra": "colour = 3"}, SkillError, "colour"),

@@ -19,7 +19,23 @@ def _tree(root):
 def test_checkout_layout_records_the_commit(tmp_path):
     _tree(tmp_path / "python" / "sglang")
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(tmp_path),
+            "-c",
+            "user.email=a@b",
+            "-c",
+            "user.name=a",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "x",
+        ],
+        check=True,
+    )
     info = acquire("0.5.23", tmp_path / "cache", str(tmp_path))
     assert info.kind == "checkout" and len(info.commit or "") == 40
     assert info.root.endswith("python/sglang") and info.version == "9.9.9"

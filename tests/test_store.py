@@ -7,13 +7,23 @@ import json
 from pipeline.store import Measurement, ResultsStore, Row
 
 
-def _batch(time_us: float, *, device: str = "NVIDIA H200", spread: float = 1.0, when: str = "2026-11-29T00:00:00+00:00"):
+def _batch(
+    time_us: float, *, device: str = "NVIDIA H200", spread: float = 1.0, when: str = "2026-11-29T00:00:00+00:00"
+):
     return Measurement(
         device=device,
         taken_at=when,
         command="kernelsmith bench --ops activation.silu_and_mul",
         sglang="0.5.23",
-        rows=[Row(op_id="activation.silu_and_mul", dtype="bf16", shape="T=8192,H=14336", time_us=time_us, spread_pct=spread)],
+        rows=[
+            Row(
+                op_id="activation.silu_and_mul",
+                dtype="bf16",
+                shape="T=8192,H=14336",
+                time_us=time_us,
+                spread_pct=spread,
+            )
+        ],
     )
 
 
@@ -56,4 +66,3 @@ def test_torn_history_line_is_skipped(tmp_path):
         handle.write('{"key": "trunc')
     assert store.keys() == [key]
     assert json.loads(store.history_file.read_text().splitlines()[0])["key"] == key
-

@@ -96,7 +96,13 @@ def test_instantiations_and_recipe(written):
     assert [i.dtype for i in silu.instantiations] == ["bf16", "fp16", "fp32"]
     assert silu.instantiations[0].module_args == ["activation", "bf16_t", "true"]
     assert ("run_activation", "ActivationKernel<bf16_t, true>::run_activation") in silu.instantiations[0].wrappers
-    assert silu.build.cuda_cflags == ["-DSGL_CUDA_ARCH=900", "-std=c++20", "-O3", "--expt-relaxed-constexpr", "--use_fast_math"]
+    assert silu.build.cuda_cflags == [
+        "-DSGL_CUDA_ARCH=900",
+        "-std=c++20",
+        "-O3",
+        "--expt-relaxed-constexpr",
+        "--use_fast_math",
+    ]
     assert silu.build.include_dirs == ["kernels/jit/include", "@tvm_ffi", "@dlpack"]
     assert silu.build.cuda_files == ["kernels/jit/csrc/elementwise/activation.cuh"]
     assert silu.contract.origin == "curated" and silu.shapes
@@ -119,7 +125,10 @@ def test_instantiations_and_recipe(written):
     assert any("fp32" in n for n in rms.notes)
 
     fused = made["layernorm.fused_add_rmsnorm"]
-    assert [(i.dtype, i.template_args) for i in fused.instantiations] == [("bf16", ["false", "bf16_t"]), ("fp16", ["false", "fp16_t"])]
+    assert [(i.dtype, i.template_args) for i in fused.instantiations] == [
+        ("bf16", ["false", "bf16_t"]),
+        ("fp16", ["false", "fp16_t"]),
+    ]
     assert all(c.sizes["hidden_size"] <= 8192 for c in fused.shapes)
 
 

@@ -78,4 +78,3 @@ def test_demangle_batches_and_tolerates_c_names():
         return
     out = toolchain.demangle(["_Z11smem_kernelPfPKfi", "plain_c"])
     assert out == {"_Z11smem_kernelPfPKfi": "smem_kernel(float*, float const*, int)", "plain_c": "plain_c"}
-

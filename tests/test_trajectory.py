@@ -30,7 +30,15 @@ def baseline(cid: str = "base") -> RoundRecord:
                        timings=[timing("a", None)], speedup_geomean=1.0, best=cid, tokens=10, gpu_s=2.0)  # fmt: skip
 
 
-def round_(n: int, skill: str, outcome: RoundOutcome, geo: float | None = None, accepted: bool = False, cid: str | None = None, **kw) -> RoundRecord:
+def round_(
+    n: int,
+    skill: str,
+    outcome: RoundOutcome,
+    geo: float | None = None,
+    accepted: bool = False,
+    cid: str | None = None,
+    **kw,
+) -> RoundRecord:
     return RoundRecord(
         kind="round", op_id="op", round=n, skill=skill, params={"w": n}, outcome=outcome, speedup_geomean=geo,
         speedup_min=geo, accepted=accepted, candidate=cid or f"c{n}", tokens=100, cost_usd=0.01, wall_s=3.0, gpu_s=1.5, **kw,

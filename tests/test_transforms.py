@@ -60,7 +60,9 @@ def only_changed(before: dict[str, str], after: dict[str, str], expected: dict[s
 @pytest.mark.wheel
 def test_tune_constant_changes_only_the_digits(act):
     out = T.tune_constant(act, name="kBlockSize", value=512)
-    only_changed(act, out, {"ActivationKernel": once(act["ActivationKernel"], "kBlockSize = 256u;", "kBlockSize = 512u;")})
+    only_changed(
+        act, out, {"ActivationKernel": once(act["ActivationKernel"], "kBlockSize = 256u;", "kBlockSize = 512u;")}
+    )
     with pytest.raises(NotApplicable, match="already 256"):
         T.tune_constant(act, name="kBlockSize", value=256)
     with pytest.raises(NotApplicable, match="no compile-time constant 'kVecSize'"):
@@ -75,9 +77,21 @@ def test_tune_constant_changes_only_the_digits(act):
 def test_set_launch_bounds_inserts_after_global(act):
     out = T.set_launch_bounds(act, kernel="act_and_mul_kernel", max_threads=256)
     old = "__global__ void act_and_mul_kernel("
-    only_changed(act, out, {"act_and_mul_kernel": once(act["act_and_mul_kernel"], old, "__global__ __launch_bounds__(256) void act_and_mul_kernel(")})
+    only_changed(
+        act,
+        out,
+        {
+            "act_and_mul_kernel": once(
+                act["act_and_mul_kernel"], old, "__global__ __launch_bounds__(256) void act_and_mul_kernel("
+            )
+        },
+    )
     out2 = T.set_launch_bounds(out, kernel="act_and_mul_kernel", min_blocks=2)  # keeps the 256
-    only_changed(out, out2, {"act_and_mul_kernel": once(out["act_and_mul_kernel"], "__launch_bounds__(256)", "__launch_bounds__(256, 2)")})
+    only_changed(
+        out,
+        out2,
+        {"act_and_mul_kernel": once(out["act_and_mul_kernel"], "__launch_bounds__(256)", "__launch_bounds__(256, 2)")},
+    )
     with pytest.raises(NotApplicable, match="already has"):
         T.set_launch_bounds(out2, kernel="act_and_mul_kernel", max_threads=256, min_blocks=2)
     with pytest.raises(NotApplicable, match="no max_threads"):
@@ -98,7 +112,9 @@ def test_fast_math_swaps_expf_and_rewrites_the_division_around_its_operands(act)
                     "return __fdividef(x_f32, (1.0f + __expf(-x_f32)));")  # fmt: skip
     only_changed(act, out, {"apply_activation_f32": expected})
     only_expf = T.fast_math(act, ops=["expf"])
-    only_changed(act, only_expf, {"apply_activation_f32": once(act["apply_activation_f32"], "expf(-x_f32)", "__expf(-x_f32)")})
+    only_changed(
+        act, only_expf, {"apply_activation_f32": once(act["apply_activation_f32"], "expf(-x_f32)", "__expf(-x_f32)")}
+    )
     # erff / tanhf have no intrinsic and stay; no sine anywhere
     assert "erff(" in out["apply_activation_f32"] and "tanhf(" in out["apply_activation_f32"]
     with pytest.raises(NotApplicable, match="no sinf site"):
@@ -134,7 +150,15 @@ def test_activation_refusals(act):
 @pytest.mark.wheel
 def test_rmsnorm_min_blocks_keeps_the_existing_bound_and_unroll_marks_grid_stride_loops(rms):
     out = T.set_launch_bounds(rms, kernel="rmsnorm_cta_double", min_blocks=4)
-    only_changed(rms, out, {"rmsnorm_cta_double": once(rms["rmsnorm_cta_double"], "__launch_bounds__(kDim / 16)", "__launch_bounds__(kDim / 16, 4)")})
+    only_changed(
+        rms,
+        out,
+        {
+            "rmsnorm_cta_double": once(
+                rms["rmsnorm_cta_double"], "__launch_bounds__(kDim / 16)", "__launch_bounds__(kDim / 16, 4)"
+            )
+        },
+    )
     loop = "  for (uint32_t i = blockIdx.x; i < num_tokens; i += gridDim.x) {"
     out = T.add_pragma_unroll(rms, factor=2, runtime_loops=True)
     only_changed(rms, out, {
@@ -149,7 +173,9 @@ def test_rmsnorm_min_blocks_keeps_the_existing_bound_and_unroll_marks_grid_strid
 def test_rmsnorm_fdividef_leaves_math_rsqrt_alone(rms):
     out = T.fast_math(rms, ops=["fdividef"])
     for name in ("rmsnorm_cta_double", "rmsnorm_cta_wide"):
-        expected = rms[name].replace("math::rsqrt(sum_of_squares / kDim + eps)", "math::rsqrt(__fdividef(sum_of_squares, kDim) + eps)")
+        expected = rms[name].replace(
+            "math::rsqrt(sum_of_squares / kDim + eps)", "math::rsqrt(__fdividef(sum_of_squares, kDim) + eps)"
+        )
         assert expected.count("__fdividef") == 2
         assert out[name] == expected
     assert out["rmsnorm_cta"] == rms["rmsnorm_cta"] and out["RMSNormKernel"] == rms["RMSNormKernel"]
@@ -167,7 +193,9 @@ def test_enable_pdl_flips_the_literal_and_guards_the_kernel(fused):
     expected_kernel = once(once(kernel, head, head + "  device::PDLWaitPrimary<true>();\n"),
                            tail, "    p_out[threadIdx.x] = v_out;\n  }\n  device::PDLTriggerSecondary<true>();\n}")  # fmt: skip
     expected_launcher = once(fused["FusedAddRMSNormKernel"], ".enable_pdl(false)(", ".enable_pdl(true)(")
-    only_changed(fused, out, {"fused_add_rmsnorm_reg_kernel": expected_kernel, "FusedAddRMSNormKernel": expected_launcher})
+    only_changed(
+        fused, out, {"fused_add_rmsnorm_reg_kernel": expected_kernel, "FusedAddRMSNormKernel": expected_launcher}
+    )
     after = features_of_regions(out).static
     assert after.pdl_launch and after.pdl_wait and after.pdl_trigger and not after.pdl_off
     with pytest.raises(NotApplicable):
@@ -188,7 +216,9 @@ def test_fused_unroll_and_exact_reciprocal(fused):
     with pytest.raises(NotApplicable):
         T.pdl_early_trigger(fused)
     out = T.set_launch_bounds(fused, kernel="fused_add_rmsnorm_reg_kernel", max_threads=1024)
-    assert out["fused_add_rmsnorm_reg_kernel"] == kernel.replace("__global__ void", "__global__ __launch_bounds__(1024) void", 1)
+    assert out["fused_add_rmsnorm_reg_kernel"] == kernel.replace(
+        "__global__ void", "__global__ __launch_bounds__(1024) void", 1
+    )
 
 
 # --------------------------------------------------------------------------- snippets, machinery, registry
@@ -216,9 +246,13 @@ def test_enable_pdl_adds_the_attribute_to_a_bare_launch_and_refuses_chevrons():
 };"""
     kern = "__global__ void k(int n) { if (n) {} }"
     out = T.enable_pdl({"L": src, "k": kern})
-    assert out["L"] == src.replace("LaunchKernel(n, 128, dev)(k", "LaunchKernel(n, 128, dev).enable_pdl(true)(k").replace(
-        ".use_pdl = false", ".use_pdl = true")
-    assert out["k"] == "__global__ void k(int n) {\n  device::PDLWaitPrimary<true>(); if (n) {}  device::PDLTriggerSecondary<true>(); }"
+    assert out["L"] == src.replace(
+        "LaunchKernel(n, 128, dev)(k", "LaunchKernel(n, 128, dev).enable_pdl(true)(k"
+    ).replace(".use_pdl = false", ".use_pdl = true")
+    assert (
+        out["k"]
+        == "__global__ void k(int n) {\n  device::PDLWaitPrimary<true>(); if (n) {}  device::PDLTriggerSecondary<true>(); }"
+    )
     chevron = {"L": "void run(int n) { k<<<n, 128>>>(n); }", "k": kern}
     with pytest.raises(NotApplicable, match="<<<>>>"):
         T.enable_pdl(chevron)
@@ -240,8 +274,14 @@ def test_apply_validates_names_and_parameters():
     with pytest.raises(TransformError, match="unknown transform 'nope'"):
         T.apply("nope", {}, {})
     with pytest.raises(TransformError, match=r"unknown parameters \['width'\]"):
-        T.apply("tune_constant", {"a": "constexpr int kBlockSize = 128;"}, {"name": "kBlockSize", "value": 256, "width": 4})
-    out = T.apply("tune_constant", {"a": "constexpr int kBlockSize = 128;"}, {"name": "kBlockSize", "value": 256, "role": "block_size"})
+        T.apply(
+            "tune_constant", {"a": "constexpr int kBlockSize = 128;"}, {"name": "kBlockSize", "value": 256, "width": 4}
+        )
+    out = T.apply(
+        "tune_constant",
+        {"a": "constexpr int kBlockSize = 128;"},
+        {"name": "kBlockSize", "value": 256, "role": "block_size"},
+    )
     assert out == {"a": "constexpr int kBlockSize = 256;"}
 
 
@@ -249,20 +289,25 @@ def test_apply_validates_names_and_parameters():
 def test_targets_bind_constants_and_kernels_and_respect_launch_bounds(act, fused):
     feats = features_of_regions(act)
     targets = T.expand_targets("tune_constant", feats, {"role": ["block_size"], "value": [128, 256, 2000]})
-    assert targets == [{"name": "kBlockSize", "owner": "ActivationKernel", "value": 128}]  # 256 is current, 2000 invalid
+    assert targets == [
+        {"name": "kBlockSize", "owner": "ActivationKernel", "value": 128}
+    ]  # 256 is current, 2000 invalid
     bounds = T.expand_targets("set_launch_bounds", feats, {"min_blocks": [0, 16]})
     assert bounds == [
         {"kernel": "act_and_mul_kernel", "max_threads": 256, "min_blocks": 0},
         {"kernel": "act_kernel", "max_threads": 256, "min_blocks": 0},
     ]  # 256 x 16 blocks cannot fit an SM
     bounded = T.set_launch_bounds(act, kernel="act_and_mul_kernel", max_threads=256)
-    grown = T.expand_targets("tune_constant", features_of_regions(bounded), {"role": ["block_size"], "value": [128, 512]})
+    grown = T.expand_targets(
+        "tune_constant", features_of_regions(bounded), {"role": ["block_size"], "value": [128, 512]}
+    )
     assert grown == [{"name": "kBlockSize", "owner": "ActivationKernel", "value": 128}]  # 512 would exceed the bound
     assert T.expand_targets("enable_pdl", feats, {}) == []
     fused_feats = features_of_regions(fused)
     assert T.expand_targets("enable_pdl", fused_feats, {}) == [{}]
     assert T.expand_targets("set_launch_bounds", fused_feats, {"min_blocks": [0]}) == [
-        {"kernel": "fused_add_rmsnorm_reg_kernel", "max_threads": 1024, "min_blocks": 0}]  # run-time block size
+        {"kernel": "fused_add_rmsnorm_reg_kernel", "max_threads": 1024, "min_blocks": 0}
+    ]  # run-time block size
     assert T.expand_targets("fast_math", fused_feats, {"ops": [["expf"], ["rcp", "rsqrt"]]}) == [{"ops": ["rcp"]}]
     for params in T.expand_targets("set_launch_bounds", fused_feats, {"min_blocks": [0, 2]}):
         T.apply("set_launch_bounds", fused, params)  # every target applies

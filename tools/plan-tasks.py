@@ -41,7 +41,9 @@ def main(argv: list[str]) -> int:
             planned += 1
             first = prep.plan.checks[0]
             dtypes = sorted({c.dtype for c in prep.plan.checks})
-            print(f"{row.op_id}: plan {len(prep.plan.checks)} checks ({row.shapes}; {', '.join(dtypes)}); first {first.label}")
+            print(
+                f"{row.op_id}: plan {len(prep.plan.checks)} checks ({row.shapes}; {', '.join(dtypes)}); first {first.label}"
+            )
         for note in row.filled if wanted else []:
             print(f"    filled: {note}")
         for note in row.still_open if wanted else []:

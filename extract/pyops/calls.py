@@ -154,7 +154,9 @@ class _StaticWalk:
             elif isinstance(small, cst.AnnAssign) and small.value is not None:
                 self.ev.bind_target(small.target, self.ev.eval(small.value, env), env)
             elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
-                fake = cst.BinaryOperation(left=small.target, operator=AUG_OPERATORS[type(small.operator).__name__](), right=small.value)
+                fake = cst.BinaryOperation(
+                    left=small.target, operator=AUG_OPERATORS[type(small.operator).__name__](), right=small.value
+                )
                 env.values[small.target.value] = self.ev.eval(fake, env)
                 if depth and isinstance(env.values[small.target.value], list):
                     self.conditional.add(small.target.value)
@@ -241,8 +243,9 @@ def _resolve_files(names: list[str], root: pathlib.Path, unresolved: list[str], 
         if "{" in name:
             pattern = re.sub(r"\{[^}]*\}", "*", name)
             matches = sorted(
-                p.relative_to(csrc).as_posix() for p in csrc.rglob("*") if p.is_file()
-                and fnmatch.fnmatch(p.relative_to(csrc).as_posix(), pattern)
+                p.relative_to(csrc).as_posix()
+                for p in csrc.rglob("*")
+                if p.is_file() and fnmatch.fnmatch(p.relative_to(csrc).as_posix(), pattern)
             )
             unresolved.append(f"{what}: `{name}` matched {matches or 'nothing'}")
             out.extend(matches)
@@ -288,8 +291,12 @@ def read_load_jit(fn: PyFunction, call: cst.Call, env: Env, line: int, modules: 
     if not isinstance(header_only, bool):
         unresolved.append(f"header_only: `{getattr(header_only, 'text', header_only)}` is not known statically")
         header_only = True
-    cuda_files = _resolve_files(_strings(kwargs.get("cuda_files"), ev, "cuda_files", unresolved), modules.root, unresolved, "cuda_files")
-    cpp_files = _resolve_files(_strings(kwargs.get("cpp_files"), ev, "cpp_files", unresolved), modules.root, unresolved, "cpp_files")
+    cuda_files = _resolve_files(
+        _strings(kwargs.get("cuda_files"), ev, "cuda_files", unresolved), modules.root, unresolved, "cuda_files"
+    )
+    cpp_files = _resolve_files(
+        _strings(kwargs.get("cpp_files"), ev, "cpp_files", unresolved), modules.root, unresolved, "cpp_files"
+    )
     record = LoadJitCall(
         module=fn.module.rel,
         function=fn.qualname,

@@ -216,7 +216,9 @@ class Expressions:
                 # reinterprets: that dtype); the new shape is not read
 
                 def reshaped(*args: Any, **kwargs: Any) -> TensorValue:
-                    dtype = args[0] if attr == "view" and len(args) == 1 and isinstance(args[0], DtypeValue) else base.dtype
+                    dtype = (
+                        args[0] if attr == "view" and len(args) == 1 and isinstance(args[0], DtypeValue) else base.dtype
+                    )
                     return TensorValue(f"{base.name}.{attr}(...)", dtype, None)
 
                 return Bound(reshaped)
@@ -297,7 +299,11 @@ class Expressions:
         if attr == "shape":
             return tuple(self._dim(tensor, i) for i in range(rank))
         if attr == "size":
-            return Bound(lambda *index: self._dim(tensor, index[0]) if index else tuple(self._dim(tensor, i) for i in range(rank)))
+            return Bound(
+                lambda *index: (
+                    self._dim(tensor, index[0]) if index else tuple(self._dim(tensor, i) for i in range(rank))
+                )
+            )
         if attr == "numel":
             return Bound(lambda: math.prod(self._dim(tensor, i) for i in range(rank)))
         return None
@@ -551,7 +557,9 @@ class Expressions:
             iterable = self.eval(clause.iter, scope)
             if not isinstance(iterable, (list, tuple, set, frozenset, range, dict, str)):
                 raise Unresolvable(f"comprehension over `{env.module.code(clause.iter)}`")
-            for i, item in enumerate(iterable if not isinstance(iterable, (set, frozenset)) else sorted(iterable, key=repr)):
+            for i, item in enumerate(
+                iterable if not isinstance(iterable, (set, frozenset)) else sorted(iterable, key=repr)
+            ):
                 if i > MAX_LOOP:
                     raise Unresolvable("comprehension too long")
                 inner = Env(env.module, parent=scope)

@@ -135,7 +135,11 @@ def assignments_before(fn: PyFunction, site: cst.CSTNode) -> Assignments:
                 return False
             if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
                 record(node.targets[0].target.value, node.value)
-            elif isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, (cst.Tuple, cst.List)):
+            elif (
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0].target, (cst.Tuple, cst.List))
+            ):
                 # `m, k = x.shape`: each name is the right-hand side's item at its position
                 for i, element in enumerate(node.targets[0].target.elements):
                     if isinstance(element.value, cst.Name) and not isinstance(element, cst.StarredElement):

@@ -43,7 +43,9 @@ def _is_dtype_param(param: cst.Param, module: PyModule) -> bool:
     return name == "dtype" or name.endswith("_dtype") or name.startswith("dtype_")
 
 
-def find_call_sites(program: Program, op: OpEntry, loader: PyFunction, entry: str | None = None) -> list[tuple[PyFunction, cst.Call]]:
+def find_call_sites(
+    program: Program, op: OpEntry, loader: PyFunction, entry: str | None = None
+) -> list[tuple[PyFunction, cst.Call]]:
     """Calls of ``loader`` among the functions ``op`` reaches, best first: sites in a
     function that names ``entry`` come first (that is the path the harness tests)."""
     public = op.public_functions[0]
@@ -67,8 +69,10 @@ def find_call_sites(program: Program, op: OpEntry, loader: PyFunction, entry: st
         class Calls(cst.CSTVisitor):
             def visit_Call(self, node: cst.Call) -> None:
                 func = node.func
-                if isinstance(func, cst.Name) and func.value in names and (
-                    caller_module is loader.module or func.value in caller_module.imports
+                if (
+                    isinstance(func, cst.Name)
+                    and func.value in names
+                    and (caller_module is loader.module or func.value in caller_module.imports)
                 ):
                     found.append(node)
 
@@ -142,11 +146,18 @@ def tensor_value(name: str, code: str, the_dtype: DtypeValue, spec: Any | None, 
     """
     asserted = _asserted_dtypes(name, code)
     # a union (`int32|int64`: the kernel takes either) is its first option
-    contract_dtype = next((TORCH_DTYPES[o] for o in (getattr(spec, "dtype", "") or "").split("|") if o in TORCH_DTYPES), None)
+    contract_dtype = next(
+        (TORCH_DTYPES[o] for o in (getattr(spec, "dtype", "") or "").split("|") if o in TORCH_DTYPES), None
+    )
     element_typed = spec is not None and (spec.dtype == "T" or spec.dtype.startswith("?"))
     if asserted and the_dtype.name in asserted:
         dtype = the_dtype
-    elif asserted and element_typed and the_dtype.name.startswith(("fp", "bf")) and any(d.startswith(("fp", "bf")) for d in asserted):
+    elif (
+        asserted
+        and element_typed
+        and the_dtype.name.startswith(("fp", "bf"))
+        and any(d.startswith(("fp", "bf")) for d in asserted)
+    ):
         # the tensor holds the instantiation's element type, which the wrapper refuses
         raise Unresolvable(f"the wrapper asserts `{name}.dtype` is one of {sorted(asserted)}, not {the_dtype.name}")
     elif asserted:
@@ -215,7 +226,9 @@ def instantiate(
         code = caller.module.code(caller.node)
         dims = {**(planned or {}), **sizes}
         values: dict[str, Any] = {
-            param.name.value: tensor_value(param.name.value, code, the_dtype, (tensors or {}).get(param.name.value), dims)
+            param.name.value: tensor_value(
+                param.name.value, code, the_dtype, (tensors or {}).get(param.name.value), dims
+            )
             for param in caller.params()
             if _is_tensor_param(param, caller.module)
         }
@@ -236,7 +249,12 @@ def instantiate(
                 before = dict(ev.pins)
                 site_values[name] = ev.eval(arg.value, frame)
                 read = {k: v for k, v in ev.pins.items() if k not in before and k not in sizes}
-                if fallbacks and name in fallbacks and len(read) == 1 and site_values[name] == next(iter(read.values())):
+                if (
+                    fallbacks
+                    and name in fallbacks
+                    and len(read) == 1
+                    and site_values[name] == next(iter(read.values()))
+                ):
                     # a size no shape case gives, read as is (`weight.shape[-1]`): the curated
                     # value for the parameter (the conv width 4) beats the planned one
                     (symbol,) = read
@@ -245,7 +263,11 @@ def instantiate(
             except Unresolvable as err:
                 used = [n for n in runtime_args if re.search(rf"\b{re.escape(n)}\b", caller.module.code(arg.value))]
                 # say what it is when it is a value the caller of the op chooses at run time
-                refusal = Unresolvable(f"`{used[0]}` is a run-time argument of {caller.qualname} without a default") if used else err
+                refusal = (
+                    Unresolvable(f"`{used[0]}` is a run-time argument of {caller.qualname} without a default")
+                    if used
+                    else err
+                )
                 site_values[name] = refusal
     kwargs: dict[str, Any] = {}
     for param in loader.params():
@@ -275,7 +297,9 @@ def instantiate(
             # harness calls an open bool scalar; the task's notes say so
             kwargs[name] = False
             reason = f" ({passed})" if isinstance(passed, Unresolvable) else ""
-            notes.append(f"loader parameter `{name}` (bool) = False, the plain path: its value is chosen at run time{reason}")
+            notes.append(
+                f"loader parameter `{name}` (bool) = False, the plain path: its value is chosen at run time{reason}"
+            )
             continue
         reason = f" ({passed})" if isinstance(passed, Unresolvable) else ""
         raise Unresolvable(f"loader parameter `{name}` of {loader.qualname} has no known value{reason}")
@@ -293,4 +317,6 @@ def instantiate(
         notes.append(f"loader parameters read tensor sizes ({pinned}): each instantiation serves those sizes only")
     # Only dtypes and flags reached the loader: nothing it made can depend on a size.
     size_free = not pins and all(isinstance(v, (DtypeValue, bool, Constant)) for v in kwargs.values())
-    return Instance(list(capture.args), list(capture.template_args), wrappers, dict(capture.kwargs), notes, pins, size_free)
+    return Instance(
+        list(capture.args), list(capture.template_args), wrappers, dict(capture.kwargs), notes, pins, size_free
+    )

@@ -53,7 +53,9 @@ AUG_OPERATORS: dict[str, type[cst.BaseBinaryOp]] = {
 }
 
 
-_LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log", "warning_once", "info_once"})
+_LOG_METHODS = frozenset(
+    {"debug", "info", "warning", "warn", "error", "exception", "critical", "log", "warning_once", "info_once"}
+)
 
 
 def _is_logging(call: cst.Call) -> bool:
@@ -191,7 +193,9 @@ class Evaluator(Expressions):
             raise Unresolvable(f"parameter `{name}` of {fn.qualname} has no value")
         return Unknown(name)
 
-    def call_function(self, fn: PyFunction, args: list[Any], kwargs: dict[str, Any], node: cst.CSTNode, env: Env) -> Any:
+    def call_function(
+        self, fn: PyFunction, args: list[Any], kwargs: dict[str, Any], node: cst.CSTNode, env: Env
+    ) -> Any:
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:

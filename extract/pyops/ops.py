@@ -81,9 +81,15 @@ def _aliases(root: pathlib.Path | None, files: list[str], name: str) -> list[str
         path = root / file
         if not path.is_file():
             continue
-        match = re.search(rf"using\s+{re.escape(name)}\s*=\s*([^;]+);", path.read_text(encoding="utf-8", errors="replace"))
+        match = re.search(
+            rf"using\s+{re.escape(name)}\s*=\s*([^;]+);", path.read_text(encoding="utf-8", errors="replace")
+        )
         if match:
-            out += [n for n in re.findall(r"\b([A-Za-z_]\w*)\s*<", match.group(1)) if n not in ("conditional_t", "std") and n != name]
+            out += [
+                n
+                for n in re.findall(r"\b([A-Za-z_]\w*)\s*<", match.group(1))
+                if n not in ("conditional_t", "std") and n != name
+            ]
     return out
 
 

@@ -14,14 +14,14 @@ apply to this code is the status ``not_applicable``.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
-from pipeline.errors import ModelError
+from collections.abc import Mapping
+from typing import Any
 
 from optimize.agents.edits import CodeResult, regions_text, result_from_reply
 from optimize.agents.planning import Plan, params_text
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
+from pipeline.errors import ModelError
 
 
 def _skill_field(skill: Any, name: str) -> str:
@@ -84,9 +84,12 @@ def code_offline(plan: Plan, regions: Mapping[str, str], transform: Any) -> Code
             agent="transform",
         )  # fmt: skip
     if new is None:
-        return CodeResult("not_applicable", None, f"{plan.skill}: the transform found nothing to change", agent="transform")
+        return CodeResult(
+            "not_applicable", None, f"{plan.skill}: the transform found nothing to change", agent="transform"
+        )
     new = {name: new.get(name, text) for name, text in regions.items()}
     if new == dict(regions):
-        return CodeResult("no_change", None, f"{plan.skill}: the transform left every region as it was", agent="transform")
+        return CodeResult(
+            "no_change", None, f"{plan.skill}: the transform left every region as it was", agent="transform"
+        )
     return CodeResult("edited", new, "", agent="transform")
-

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Literal, Mapping
+from collections.abc import Mapping
+from typing import Literal
 
 from optimize.errors import MalformedReply
 
@@ -69,10 +70,14 @@ def _apply_search_replace(reply: str, regions: Mapping[str, str]) -> dict[str, s
             break
         divider = DIVIDER.search(reply, start.end())
         if divider is None:
-            raise MalformedReply("a SEARCH block has no ======= divider", detail=reply[start.start() : start.start() + 400])
+            raise MalformedReply(
+                "a SEARCH block has no ======= divider", detail=reply[start.start() : start.start() + 400]
+            )
         end = REPLACE.search(reply, divider.end())
         if end is None:
-            raise MalformedReply("a SEARCH block has no >>>>>>> REPLACE end", detail=reply[start.start() : start.start() + 400])
+            raise MalformedReply(
+                "a SEARCH block has no >>>>>>> REPLACE end", detail=reply[start.start() : start.start() + 400]
+            )
         search = reply[start.end() : divider.start()]
         replace = reply[divider.end() : end.start()]
         named = _region_named_before(reply[pos : start.start()], regions)
@@ -89,6 +94,7 @@ def _apply_one(regions: dict[str, str], named: str | None, search: str, replace:
     replace_body = replace.rstrip("\n")
     if not search_body.strip():
         raise MalformedReply("a SEARCH block is empty", fix="SEARCH must quote existing lines of the region")
+
     def hits_in(names: list[str]) -> list[tuple[str, int, int]]:
         return [(name, a, b) for name in names for a, b in _find(regions[name], search_body)]
 
@@ -161,7 +167,9 @@ def _blocks(reply: str) -> list[tuple[str, str, str]]:
         fence = open_.group("fence")
         close = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", re.M).search(reply, open_.end())
         if close is None:
-            raise MalformedReply("a code block is never closed (a truncated reply?)", detail=reply[open_.start() : open_.start() + 300])
+            raise MalformedReply(
+                "a code block is never closed (a truncated reply?)", detail=reply[open_.start() : open_.start() + 300]
+            )
         body = reply[open_.end() + 1 : close.start()]
         out.append((open_.group("info").strip(), body, reply[pos : open_.start()]))
         pos = close.end()

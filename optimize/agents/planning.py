@@ -16,12 +16,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any, Sequence
-
-from pipeline.errors import ModelError
+from collections.abc import Sequence
+from typing import Any
 
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
+from pipeline.errors import ModelError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +134,9 @@ def plan(
     try:
         reply = model.complete("planning", messages)
     except ModelError as err:
-        return dataclasses.replace(default, source="llm-fallback", text=default.text + f"\n(planner unavailable: {err.message})")
+        return dataclasses.replace(
+            default, source="llm-fallback", text=default.text + f"\n(planner unavailable: {err.message})"
+        )
     match = CHOICE.search(reply.text)
     number = int(match.group(1)) if match else 0
     body = PLAN.search(reply.text)

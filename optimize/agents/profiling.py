@@ -13,14 +13,14 @@ threshold that triggered them.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import Field
 
-from pipeline.records import Evaluation, Record
-
 from optimize.harness.tools import top_stall
 from optimize.trajectory import geomean
+from pipeline.records import Evaluation, Record
 
 LAUNCH_BOUND_US = 4.0  # below this a kernel is dominated by launch and tail latency
 LOW_BW_PCT = 60.0  # a memory-bound kernel under this share of copy bandwidth has headroom
@@ -161,7 +161,9 @@ def ncu_notes(metrics: Mapping[str, float]) -> list[str]:
     long_enough = metrics.get("duration_us", 0.0) >= LAUNCH_BOUND_US
     dram = metrics.get("dram_throughput_pct")
     if dram is not None and long_enough and dram < LOW_DRAM_PCT:
-        notes.append(f"ncu: DRAM throughput {dram:.0f}% of peak (< {LOW_DRAM_PCT:g}%) on a {metrics['duration_us']:.1f} us kernel")
+        notes.append(
+            f"ncu: DRAM throughput {dram:.0f}% of peak (< {LOW_DRAM_PCT:g}%) on a {metrics['duration_us']:.1f} us kernel"
+        )
     occ = metrics.get("achieved_occupancy_pct")
     if occ is not None and occ < LOW_OCCUPANCY_PCT:
         notes.append(f"ncu: achieved occupancy {occ:.0f}% (< {LOW_OCCUPANCY_PCT:g}%): few warps to hide latency")

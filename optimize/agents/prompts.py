@@ -18,7 +18,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 SPLIT = "=== user ==="
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def template(name: str) -> tuple[string.Template, string.Template]:
     text = (HERE / f"{name}.md").read_text(encoding="utf-8")
     if SPLIT not in text:

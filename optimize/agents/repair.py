@@ -17,15 +17,14 @@ regions is a recorded :class:`CodeResult` status.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
-
-from pipeline.errors import ModelError
-from pipeline.records import Evaluation, Outcome, ShapeTiming
+from collections.abc import Mapping, Sequence
 
 from optimize.agents.edits import CodeResult, regions_text, result_from_reply
 from optimize.agents.planning import Plan, params_text
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
+from pipeline.errors import ModelError
+from pipeline.records import Evaluation, Outcome, ShapeTiming
 
 MAX_FAILURE_CHARS = 4000
 
@@ -54,7 +53,9 @@ def _shape_lines(timings: Sequence[ShapeTiming]) -> str:
     lines = []
     for t in timings:
         sizes = ", ".join(f"{k}={v}" for k, v in sorted(t.sizes.items()))
-        lines.append(f"- {t.dtype} {sizes}: {t.speedup:.3f}x vs baseline ({t.time_us:.2f} us, baseline {t.baseline_us:.2f} us)")
+        lines.append(
+            f"- {t.dtype} {sizes}: {t.speedup:.3f}x vs baseline ({t.time_us:.2f} us, baseline {t.baseline_us:.2f} us)"
+        )
     return "\n".join(lines) or "(none)"
 
 

@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping, Sequence
-
-from pipeline.errors import ModelError
-from pipeline.records import Evaluation, ShapeTiming
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from optimize.agents.edits import CodeResult, regions_text, result_from_reply
 from optimize.agents.planning import CHOICE, Plan, decision_params, decision_reason, decision_skill, options_text
-from optimize.agents.repair import failure_text
 from optimize.agents.prompts import render
+from optimize.agents.repair import failure_text
 from optimize.llm.client import Model
+from pipeline.errors import ModelError
+from pipeline.records import Evaluation, ShapeTiming
 
 OWN_IDEA = "single:own"
-PLAN = re.compile(r"^\s*\**\s*PLAN\s*\**\s*:\s*(.*?)(?=^\s*region\s*:|^\s*```|^\s*<{5,9}\s*SEARCH|\Z)", re.I | re.M | re.S)
+PLAN = re.compile(
+    r"^\s*\**\s*PLAN\s*\**\s*:\s*(.*?)(?=^\s*region\s*:|^\s*```|^\s*<{5,9}\s*SEARCH|\Z)", re.I | re.M | re.S
+)
 
 
 @dataclasses.dataclass(frozen=True)

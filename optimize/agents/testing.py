@@ -32,12 +32,10 @@ import json
 import pathlib
 import random
 import re
-from typing import Any, Callable, Literal, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 from pydantic import Field
-
-from pipeline.errors import ModelError
-from pipeline.records import Record, ShapeCase, Task, VersionedRecord
 
 from contract import completion
 from contract.completion import Completion, Filled
@@ -45,9 +43,10 @@ from contract.errors import ContractError
 from contract.layout import baseline_regions, read_task_files
 from contract.shapes import draw_held_out
 from contract.sizes import expr_symbols, shape_symbols
-
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
+from pipeline.errors import ModelError
+from pipeline.records import Record, ShapeCase, Task, VersionedRecord
 
 Distribution = Literal["normal", "uniform", "edge"]
 MAX_PROPOSALS = 6
@@ -127,7 +126,9 @@ def plan_tests(
     runnable = [c for c in checked if not c.reason]
     if runnable and validate is None:
         notes.append("proposals not validated on the baseline (no GPU in this run): none kept")
-        checked = [c if c.reason else c.model_copy(update={"reason": "not run on the baseline (no GPU)"}) for c in checked]
+        checked = [
+            c if c.reason else c.model_copy(update={"reason": "not run on the baseline (no GPU)"}) for c in checked
+        ]
     elif runnable:
         verdicts = list(validate(runnable))
         by_label = {c.label: v for c, v in zip(runnable, verdicts, strict=True)}
@@ -135,7 +136,12 @@ def plan_tests(
         for c in checked:
             if c.label in by_label:
                 ok, why = by_label[c.label]
-                c = c.model_copy(update={"kept": bool(ok), "reason": why or ("ran cleanly on the baseline" if ok else "failed on the baseline")})
+                c = c.model_copy(
+                    update={
+                        "kept": bool(ok),
+                        "reason": why or ("ran cleanly on the baseline" if ok else "failed on the baseline"),
+                    }
+                )
             out.append(c)
         checked = out
     return plan.model_copy(update={"extra": checked, "reviewed_by": getattr(model, "name", "llm"), "notes": notes})
@@ -215,7 +221,9 @@ def complete_contract(task: Task, task_dir=None, *, model: Model | None = None) 
         return task, record
     contract = task.contract
     symbols = sorted(shape_symbols(contract))
-    int_scalars = sorted(a.scalar.name for a in contract.args if a.kind == "scalar" and a.scalar and a.scalar.type == "int")
+    int_scalars = sorted(
+        a.scalar.name for a in contract.args if a.kind == "scalar" and a.scalar and a.scalar.type == "int"
+    )
     messages = render(
         "testing_contract", op_id=task.op_id, contract=contract.model_dump_json(indent=1, exclude_defaults=True),
         symbols=", ".join(symbols) or "(none)", int_scalars=", ".join(int_scalars) or "(none)",
@@ -225,7 +233,9 @@ def complete_contract(task: Task, task_dir=None, *, model: Model | None = None) 
         reply = model.complete("testing", messages)
     except ModelError as err:
         return task, record.model_copy(update={"open": record.open + [f"no LLM completion: {err.message}"]})
-    answers, problem = parse_completion(reply.text, contract, set(symbols) | set(int_scalars), getattr(model, "name", "llm"))
+    answers, problem = parse_completion(
+        reply.text, contract, set(symbols) | set(int_scalars), getattr(model, "name", "llm")
+    )
     task = task.model_copy(update={"contract": completion.apply(contract, answers)})
     still = completion.open_items(task.contract) + ([problem] if problem else [])
     return task, record.model_copy(update={"filled": record.filled + answers, "open": still})
@@ -258,13 +268,25 @@ def parse_completion(text: str, contract, known: set[str], model_name: str) -> t
         return [], "the testing agent's completion reply is not a JSON object"
     why = data.get("why") if isinstance(data.get("why"), dict) else {}
     rule = f"llm:{model_name}"
-    scalars = {a.scalar.name: a.scalar for i, a in enumerate(contract.args) if a.kind == "scalar" and a.scalar and completion.open_scalar(contract, i)}
-    tensors = {a.tensor.name: a.tensor for a in contract.args if a.kind == "tensor" and a.tensor and completion.open_tensor(a.tensor)}
+    scalars = {
+        a.scalar.name: a.scalar
+        for i, a in enumerate(contract.args)
+        if a.kind == "scalar" and a.scalar and completion.open_scalar(contract, i)
+    }
+    tensors = {
+        a.tensor.name: a.tensor
+        for a in contract.args
+        if a.kind == "tensor" and a.tensor and completion.open_tensor(a.tensor)
+    }
     out: list[Filled] = []
     rejected: list[str] = []
     for name, value in (data.get("scalars") or {}).items() if isinstance(data.get("scalars"), dict) else ():
         spec = scalars.get(name)
-        if spec is None or isinstance(value, bool) != (spec.type == "bool") or not isinstance(value, _TYPES.get(spec.type, str)):
+        if (
+            spec is None
+            or isinstance(value, bool) != (spec.type == "bool")
+            or not isinstance(value, _TYPES.get(spec.type, str))
+        ):
             rejected.append(f"scalar {name}={value!r}")
             continue
         out.append(Filled(name=name, kind="value", value=value, rule=rule, why=str(why.get(name, ""))[:200]))
@@ -281,6 +303,10 @@ def parse_completion(text: str, contract, known: set[str], model_name: str) -> t
         if not ok:
             rejected.append(f"range {name}={bounds!r}")
             continue
-        out.append(Filled(name=name, kind="range", value_range=(bounds[0], bounds[1]), rule=rule, why=str(why.get(name, ""))[:200]))
+        out.append(
+            Filled(
+                name=name, kind="range", value_range=(bounds[0], bounds[1]), rule=rule, why=str(why.get(name, ""))[:200]
+            )
+        )
     problem = f"the testing agent's completion had unusable entries: {', '.join(rejected)}" if rejected else ""
     return out, problem

@@ -31,11 +31,10 @@ import sys
 import time
 from typing import Any, Literal
 
-from pipeline.config import Config
-from pipeline.records import Candidate, Evaluation, Outcome, Task
-
 from optimize.backends import replay
 from optimize.errors import GpuRequired
+from pipeline.config import Config
+from pipeline.records import Candidate, Evaluation, Outcome, Task
 
 PROBE = "import torch, sys; ok = torch.cuda.is_available(); print(torch.cuda.get_device_name(0) if ok else ''); sys.exit(0 if ok else 3)"
 
@@ -110,7 +109,9 @@ class GpuBackend:
         if stage == "final" and not baseline and evaluation.outcome == Outcome.ok:
             evaluation = self._sanitize(task_dir, task, candidate, evaluation)
         if self.record_to is not None:
-            replay.record(self.record_to, evaluation, baseline=baseline, stage=stage, device=self.device or "unknown GPU")
+            replay.record(
+                self.record_to, evaluation, baseline=baseline, stage=stage, device=self.device or "unknown GPU"
+            )
         return evaluation
 
     def profile(self, task_dir: Any, task: Task, candidate: Candidate | None) -> Any:
@@ -160,7 +161,9 @@ class GpuBackend:
 
         plan = harness.plan_cases(task, held_out=min(2, self.config.harness.held_out_shapes), profile=False)
         _, base_libs = harness.build_units(task_dir, task, plan.units, config=self.config)
-        report, cand_libs = harness.build_units(task_dir, task, plan.units, config=self.config, regions=candidate.regions)
+        report, cand_libs = harness.build_units(
+            task_dir, task, plan.units, config=self.config, regions=candidate.regions
+        )
         if not report.ok:  # the same regions built a moment ago; a failure now is the machine's
             return _note(evaluation, "compute-sanitizer: the candidate did not rebuild, memcheck not run")
         checks = sanitizer_checks(plan.checks)
@@ -169,7 +172,7 @@ class GpuBackend:
             candidate_libraries=cand_libs, checks=checks, harness=self.config.harness,
             device_cache_dir=str(self.config.cache / "device"), single_calls=1,
         )  # fmt: skip
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
         workdir = self.config.work / "harness" / f"{stamp}-sanitize-{candidate.id[:12]}"
         prefix = [tool, "--tool", "memcheck", "--error-exitcode", str(SANITIZER_EXIT), "--print-limit", "20",
                   sys.executable, "-m", isolate.WORKER_MODULE]  # fmt: skip
@@ -180,7 +183,9 @@ class GpuBackend:
         if run.status == "finished":
             return _note(evaluation, f"compute-sanitizer memcheck: clean over {len(checks)} cases", seconds)
         if run.status == "timeout":
-            return _note(evaluation, f"compute-sanitizer: timed out after {timeout_s:g} s, memcheck not verified", seconds)
+            return _note(
+                evaluation, f"compute-sanitizer: timed out after {timeout_s:g} s, memcheck not verified", seconds
+            )
         return evaluation.model_copy(
             update={
                 "outcome": Outcome.crashed, "seconds": seconds,

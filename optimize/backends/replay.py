@@ -68,9 +68,8 @@ import pathlib
 import tempfile
 from typing import Any, Literal
 
-from pipeline.records import BuildReport, Candidate, Evaluation, Outcome, ShapeTiming, Task
-
 from optimize.errors import ReplayError
+from pipeline.records import BuildReport, Candidate, Evaluation, Outcome, ShapeTiming, Task
 
 FORMAT = "kernelsmith-replay/1"
 DEFAULT_SECONDS = {"build": 0.0, "test": 1.0, "profile": 1.0}
@@ -128,11 +127,15 @@ class ReplayBackend:
     def _baseline(self, op_id: str) -> list[ShapeTiming]:
         rows = self._op(op_id).get("baseline") or []
         if not rows:
-            raise ReplayError(f"replay file {self.path}: op {op_id} has no baseline timings", fix="add a 'baseline' list")
+            raise ReplayError(
+                f"replay file {self.path}: op {op_id} has no baseline timings", fix="add a 'baseline' list"
+            )
         try:
             return [ShapeTiming.model_validate(row) for row in rows]
         except ValueError as err:
-            raise ReplayError(f"replay file {self.path}: bad baseline row for {op_id}", fix="see the format", detail=str(err)) from err
+            raise ReplayError(
+                f"replay file {self.path}: bad baseline row for {op_id}", fix="see the format", detail=str(err)
+            ) from err
 
     def _entry(self, op_id: str, candidate: Candidate) -> dict[str, Any]:
         op = self._op(op_id)
@@ -142,7 +145,9 @@ class ReplayBackend:
         for rule in op.get("rules", []):
             if "skill" in rule and rule["skill"] != candidate.skill:
                 continue
-            if "params" in rule and json.dumps(rule["params"], sort_keys=True) != json.dumps(candidate.params, sort_keys=True, default=str):
+            if "params" in rule and json.dumps(rule["params"], sort_keys=True) != json.dumps(
+                candidate.params, sort_keys=True, default=str
+            ):
                 continue
             if "contains" in rule and not any(rule["contains"] in text for text in candidate.regions.values()):
                 continue
@@ -166,9 +171,13 @@ class ReplayBackend:
         if not rows:
             return NcuResult(status="unavailable", detail=f"replay file {self.path.name} has no ncu rows for {key}")
         try:
-            return NcuResult(status="ok", detail="SIMULATED: replayed", kernels=[NcuKernel.model_validate(r) for r in rows])
+            return NcuResult(
+                status="ok", detail="SIMULATED: replayed", kernels=[NcuKernel.model_validate(r) for r in rows]
+            )
         except ValueError as err:
-            raise ReplayError(f"replay file {self.path}: bad ncu row for {task.op_id}", fix="see the format", detail=str(err)) from err
+            raise ReplayError(
+                f"replay file {self.path}: bad ncu row for {task.op_id}", fix="see the format", detail=str(err)
+            ) from err
 
     # ------------------------------------------------------------------ evaluate
 
@@ -199,7 +208,10 @@ class ReplayBackend:
         try:
             outcome = Outcome(entry.get("outcome", "ok"))
         except ValueError as err:
-            raise ReplayError(f"replay file {self.path}: unknown outcome {entry.get('outcome')!r}", fix=f"use one of {[o.value for o in Outcome]}") from err
+            raise ReplayError(
+                f"replay file {self.path}: unknown outcome {entry.get('outcome')!r}",
+                fix=f"use one of {[o.value for o in Outcome]}",
+            ) from err
         seconds = {**self.default_seconds, **entry.get("seconds", {})}
         if outcome == Outcome.compile_failed:
             seconds = {**seconds, "test": 0.0, "profile": 0.0}
@@ -230,16 +242,25 @@ class ReplayBackend:
             key = shape_key(base.label, base.dtype)
             if "times_us" in entry:
                 if key not in entry["times_us"]:
-                    raise ReplayError(f"replay file {self.path}: {op_id} entry lacks times_us[{key!r}]", fix="give a time for every baseline shape")
+                    raise ReplayError(
+                        f"replay file {self.path}: {op_id} entry lacks times_us[{key!r}]",
+                        fix="give a time for every baseline shape",
+                    )
                 time_us = float(entry["times_us"][key])
             elif "speedups" in entry:
                 if key not in entry["speedups"]:
-                    raise ReplayError(f"replay file {self.path}: {op_id} entry lacks speedups[{key!r}]", fix="give a speedup for every baseline shape")
+                    raise ReplayError(
+                        f"replay file {self.path}: {op_id} entry lacks speedups[{key!r}]",
+                        fix="give a speedup for every baseline shape",
+                    )
                 time_us = base.time_us / float(entry["speedups"][key])
             elif "speedup" in entry:
                 time_us = base.time_us / float(entry["speedup"])
             else:
-                raise ReplayError(f"replay file {self.path}: an ok entry of {op_id} has no times", fix="add times_us, speedups or speedup")
+                raise ReplayError(
+                    f"replay file {self.path}: an ok entry of {op_id} has no times",
+                    fix="add times_us, speedups or speedup",
+                )
             ratio = time_us / base.time_us
             out.append(
                 base.model_copy(
@@ -256,7 +277,9 @@ class ReplayBackend:
 # --------------------------------------------------------------------------- recording
 
 
-def record_ncu(path: str | os.PathLike[str], op_id: str, key: str, kernels: list[dict[str, Any]], *, device: str) -> None:
+def record_ncu(
+    path: str | os.PathLike[str], op_id: str, key: str, kernels: list[dict[str, Any]], *, device: str
+) -> None:
     """Add one Nsight Compute profile (``key``: "baseline" or a candidate id) to a replay file."""
     data = _load_for_update(path, device)
     op = data["ops"].setdefault(op_id, {"baseline": [], "candidates": {}})

@@ -91,7 +91,9 @@ def candidate_for(case: AdversarialCase, task: Task) -> Candidate:
 def baseline_candidate(task_dir: str | pathlib.Path, task: Task) -> Candidate:
     """The baseline as a candidate: every editable span's original text (builds to the baseline's key)."""
     regions = baseline_regions(read_task_files(pathlib.Path(task_dir), task), task)
-    return Candidate(op_id=task.op_id, id=f"baseline-{_regions_hash(regions)}", parent=None, regions=regions, coder="baseline")
+    return Candidate(
+        op_id=task.op_id, id=f"baseline-{_regions_hash(regions)}", parent=None, regions=regions, coder="baseline"
+    )
 
 
 def _regions_hash(regions: dict[str, str]) -> str:
@@ -104,5 +106,8 @@ def judge(case: AdversarialCase, evaluation: Evaluation) -> tuple[bool, str]:
     if got != case.expect:
         return False, f"{case.name}: expected {case.expect}, got {got}: {evaluation.detail[:400]}"
     if case.reason and not re.search(case.reason, evaluation.detail):
-        return False, f"{case.name}: {got} as expected but the detail does not match /{case.reason}/: {evaluation.detail[:400]}"
+        return (
+            False,
+            f"{case.name}: {got} as expected but the detail does not match /{case.reason}/: {evaluation.detail[:400]}",
+        )
     return True, f"{case.name}: {got} ({evaluation.detail[:160]})"

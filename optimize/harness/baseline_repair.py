@@ -27,8 +27,9 @@ What must stay true:
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Generic, Mapping, TypeVar
+from typing import Generic, TypeVar
 
 from contract.completion import BASELINE_REPAIRS, Completion, baseline_fixes, refixed
 from pipeline.records import Task

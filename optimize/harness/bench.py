@@ -30,9 +30,10 @@ import pathlib
 import re
 import shlex
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from optimize.harness.protocol import DeviceInfo, TimingResult
 from pipeline.config import DEFAULT_OPS, Config
@@ -174,7 +175,9 @@ def _task_dirs(config: Config, ops: Sequence[str] | None) -> list[tuple[str, pat
     return out
 
 
-def bench_op(task_dir: pathlib.Path, task: Any, config: Config, *, dtypes: Sequence[str] | None, compile_: bool) -> OpBench:
+def bench_op(
+    task_dir: pathlib.Path, task: Any, config: Config, *, dtypes: Sequence[str] | None, compile_: bool
+) -> OpBench:
     from optimize.harness.evaluate import _workdir, build_units, plan_cases, run_request
     from optimize.harness.protocol import WorkerRequest
 
@@ -190,7 +193,9 @@ def bench_op(task_dir: pathlib.Path, task: Any, config: Config, *, dtypes: Seque
         torch_eager=task.contract.reference is not None, torch_compile=compile_ and task.contract.reference is not None,
     )  # fmt: skip
     timeout = max(config.harness.worker_timeout_s, BENCH_WORKER_TIMEOUT_S)
-    bench_config = config.model_copy(update={"harness": config.harness.model_copy(update={"worker_timeout_s": timeout})})
+    bench_config = config.model_copy(
+        update={"harness": config.harness.model_copy(update={"worker_timeout_s": timeout})}
+    )
     run = run_request(request, bench_config, _workdir(config, task.op_id, "bench"))
     if run.result is None:
         result.error = f"{run.summary}: {run.stderr_tail.strip()[-300:]}"
@@ -213,11 +218,24 @@ def _store(config: Config, command: str, results: Sequence[OpBench], sglang: str
         device = device or op.device
         for t in op.rows:
             gbps = t.bytes / (t.baseline_us * 1e3) if t.baseline_us else None
-            rows.append(Row(op_id=op.op_id, dtype=t.dtype, shape=t.label, time_us=t.baseline_us, spread_pct=t.baseline_spread_pct, gbps=gbps))
+            rows.append(
+                Row(
+                    op_id=op.op_id,
+                    dtype=t.dtype,
+                    shape=t.label,
+                    time_us=t.baseline_us,
+                    spread_pct=t.baseline_spread_pct,
+                    gbps=gbps,
+                )
+            )
             if t.eager_us is not None:
-                rows.append(Row(op_id=op.op_id, dtype=t.dtype, shape=t.label, variant="torch_eager", time_us=t.eager_us))
+                rows.append(
+                    Row(op_id=op.op_id, dtype=t.dtype, shape=t.label, variant="torch_eager", time_us=t.eager_us)
+                )
             if t.compile_us is not None:
-                rows.append(Row(op_id=op.op_id, dtype=t.dtype, shape=t.label, variant="torch_compile", time_us=t.compile_us))
+                rows.append(
+                    Row(op_id=op.op_id, dtype=t.dtype, shape=t.label, variant="torch_compile", time_us=t.compile_us)
+                )
     if rows and device is not None:
         ResultsStore(config.work).add(
             Measurement(device=device.name, taken_at=now_iso(), command=command, sglang=sglang, rows=rows)
@@ -230,7 +248,7 @@ def main(args: Any, config: Config) -> int:
     from contract.layout import load_task
 
     command = canonical_command(args)
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    when = datetime.now(UTC).strftime("%Y-%m-%d")
     output = pathlib.Path(getattr(args, "output", None) or "BENCHMARKS.md")
     start = time.monotonic()
     if getattr(args, "all", False):

@@ -54,8 +54,9 @@ expected and the actual value.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from contract.dtypes import FLOAT_DTYPES
 
@@ -195,16 +196,16 @@ def compare_tensor(
     if expected_bits is not None and got_bits is not None:
         bitwise = bool((expected_bits == got_bits).all().item())
     if bad == 0:
-        return TensorVerdict(
-            name=name, ok=True, numel=numel, max_abs_err=max_abs, bitwise_equal=bitwise, counts=counts
-        )
+        return TensorVerdict(name=name, ok=True, numel=numel, max_abs_err=max_abs, bitwise_equal=bitwise, counts=counts)
     label, mask = next((label, mask) for label, mask in categories if counts[label])
     index = first_index(mask)
     where = fmt_index(name, index, shape)
     want = _elem(e, index)
     have = _elem(g, index)
     if label == "never written":
-        detail = f"{where} was never written (still holds the NaN poison written before the run); expected {fmt_value(want)}"
+        detail = (
+            f"{where} was never written (still holds the NaN poison written before the run); expected {fmt_value(want)}"
+        )
     elif label == "non-finite":
         detail = f"{where} is {fmt_value(have)} where the baseline is finite ({fmt_value(want)})"
     elif label == "non-finite mismatch":
@@ -241,7 +242,10 @@ def relative_error(got: Any, ref: Any) -> tuple[float, str]:
     bad = r_fin & ~g.isfinite()
     if bool(bad.any().item()):
         index = first_index(bad)
-        return math.inf, f"element {index} is {fmt_value(_elem(g, index))} where the reference is {fmt_value(_elem(r, index))}"
+        return (
+            math.inf,
+            f"element {index} is {fmt_value(_elem(g, index))} where the reference is {fmt_value(_elem(r, index))}",
+        )
     diff = (g - r).where(r_fin, 0.0)
     rr = r.where(r_fin, 0.0)
     num = math.sqrt(float((diff * diff).sum().item()))

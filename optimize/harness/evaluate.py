@@ -32,9 +32,10 @@ import os
 import pathlib
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from contract.dtypes import cpp_spelling
 from contract.layout import SRC_DIR
@@ -148,7 +149,9 @@ def plan_cases(
             )  # fmt: skip
     timings: list[TimingCase] = []
     if profile:
-        wanted = list(timing_dtypes) if timing_dtypes else [d for d in TIMING_DTYPES_DEFAULT if d in dtypes] or dtypes[:1]
+        wanted = (
+            list(timing_dtypes) if timing_dtypes else [d for d in TIMING_DTYPES_DEFAULT if d in dtypes] or dtypes[:1]
+        )
         for shape in catalog:
             sizes = sizes_of(shape)
             for dtype in wanted:
@@ -268,7 +271,7 @@ def build_baseline(
 
 
 def _workdir(config: Config, op_id: str, tag: str) -> pathlib.Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in f"{op_id}-{tag}")[:80]
     return config.work / "harness" / f"{stamp}-{safe}"
 
@@ -398,7 +401,9 @@ def to_evaluation(
     outcome = Outcome.ok
     if candidate_given and timings:
         speedup, threshold, verdict = overall(timings, config.harness.noise_pct)
-        parts.append(f"geomean speedup {speedup:.4f}x over {len(timings)} shapes: {verdict.replace('_', ' ')} (threshold {threshold:.2f}%)")
+        parts.append(
+            f"geomean speedup {speedup:.4f}x over {len(timings)} shapes: {verdict.replace('_', ' ')} (threshold {threshold:.2f}%)"
+        )
         if verdict == "slower":
             outcome = Outcome.slower
     return Evaluation(**common, outcome=outcome, detail="; ".join(parts), timings=timings)
@@ -412,7 +417,11 @@ def shape_timings(result: WorkerResult, candidate_given: bool) -> list[ShapeTimi
         return out
     for t in result.timings:
         if candidate_given and t.candidate_us is not None:
-            time_us, spread, base = t.candidate_us, max(t.candidate_spread_pct or 0.0, t.baseline_spread_pct), t.baseline_us
+            time_us, spread, base = (
+                t.candidate_us,
+                max(t.candidate_spread_pct or 0.0, t.baseline_spread_pct),
+                t.baseline_us,
+            )
         else:
             time_us, spread, base = t.baseline_us, t.baseline_spread_pct, None
         out.append(

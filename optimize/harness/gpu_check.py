@@ -60,7 +60,13 @@ def _prebuild(config, items: list[tuple[Any, Any, dict[str, str] | None]]) -> di
     return {
         "seconds": round(time.monotonic() - start, 2),
         "builds": [
-            {"what": n, "ok": r.ok, "cached": r.cached, "seconds": round(r.seconds, 2), "stderr": r.stderr[-800:] if not r.ok else ""}
+            {
+                "what": n,
+                "ok": r.ok,
+                "cached": r.cached,
+                "seconds": round(r.seconds, 2),
+                "stderr": r.stderr[-800:] if not r.ok else "",
+            }
             for n, r in zip(names, reports)
         ],
     }

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import hashlib
 import pathlib
 import re
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Literal
 
 from contract.completion import BASELINE_REPAIRS, Completion
 from optimize.harness.baseline_repair import BaselineRun, repair_baseline
@@ -57,7 +57,13 @@ HELD_OUT = 2
 CHECK_GRACE_S = 60.0  # with a budget: how long checks already running may take past it
 # The code a verdict depends on (pipeline.digest): the harness, the contract package it
 # plans and completes contracts with, and the pipeline floor (builder, records, toolchain).
-_FINGERPRINT_GLOBS = ("optimize/harness/*.py", "optimize/harness/*.toml", "contract/*.py", "contract/*.toml", "pipeline/*.py")
+_FINGERPRINT_GLOBS = (
+    "optimize/harness/*.py",
+    "optimize/harness/*.toml",
+    "contract/*.py",
+    "contract/*.toml",
+    "pipeline/*.py",
+)
 
 
 class HealthRow(VersionedRecord):
@@ -131,8 +137,11 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
     prep.task = task
     prep.row = prep.row.model_copy(
         update={
-            "op_id": task.op_id, "module": task.module, "unresolved": list(task.contract.unresolved),
-            "filled": [f.describe() for f in completion.filled], "still_open": list(completion.open),
+            "op_id": task.op_id,
+            "module": task.module,
+            "unresolved": list(task.contract.unresolved),
+            "filled": [f.describe() for f in completion.filled],
+            "still_open": list(completion.open),
         }
     )
     recorded = task.baseline_build
@@ -172,7 +181,11 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
         prep.row = prep.row.model_copy(update={"shapes": kind})
         break
     if plan is None:
-        reason = f"no test cases can be planned from the contract: {first}" if first else "no shape to test: the contract sizes no tensor"
+        reason = (
+            f"no test cases can be planned from the contract: {first}"
+            if first
+            else "no shape to test: the contract sizes no tensor"
+        )
         prep.row = prep.row.model_copy(update={"reason": reason})
         return prep
     # Every call the worker will make, planned here first (pure Python): a contract that
@@ -331,7 +344,9 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
         row = row.model_copy(update={"filled": [*row.filled, note]})
         return task
 
-    repaired = repair_baseline(prep.task, prep.task_dir, run_once, on_fixed=on_fixed, otherwise=otherwise, repairs=REPAIRS)
+    repaired = repair_baseline(
+        prep.task, prep.task_dir, run_once, on_fixed=on_fixed, otherwise=otherwise, repairs=REPAIRS
+    )
     if repaired.stopped:
         return row.model_copy(update={"ran": False, "reason": repaired.stopped})
     checked = repaired.last.result
@@ -344,7 +359,10 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
     seconds = time.monotonic() - start
     if res is None:  # crashed or killed: the CUDA error line says more than the last line (torch's hint)
         lines = [line.strip() for line in run.stderr_tail.splitlines() if line.strip()]
-        last = next((line for line in reversed(lines) if re.search(r"\b\w*(Error|error)\b.*:", line)), lines[-1] if lines else "")
+        last = next(
+            (line for line in reversed(lines) if re.search(r"\b\w*(Error|error)\b.*:", line)),
+            lines[-1] if lines else "",
+        )
         return row.model_copy(update={"ran": False, "reason": f"{run.summary}: {last}", "check_s": seconds})
     update: dict[str, object] = {"checks": sum(1 for c in res.checks if c.status == "pass"), "check_s": seconds}
     if res.status in ("baseline_failed", "crashed"):
@@ -361,8 +379,13 @@ def _request(task, contract, plan, libraries: list[str], config):
     from optimize.harness.protocol import WorkerRequest
 
     return WorkerRequest(
-        mode="evaluate", op_id=task.op_id, contract=contract, baseline_libraries=libraries,
-        checks=plan.checks, harness=config.harness, device_cache_dir=str(config.cache / "device"),
+        mode="evaluate",
+        op_id=task.op_id,
+        contract=contract,
+        baseline_libraries=libraries,
+        checks=plan.checks,
+        harness=config.harness,
+        device_cache_dir=str(config.cache / "device"),
         stop_at_first_failure=True,
     )
 
@@ -449,7 +472,11 @@ def _resized(task, contract, plan, res):
     if not any(not c.held_out for c in checks):
         return None
     new_plan = replace(new_plan, units=plan.units, checks=checks)
-    return new_task, new_plan, f"{symbol} = {value} (baseline: the synthetic shape's {symbol} was rejected, the kernel expects {value})"
+    return (
+        new_task,
+        new_plan,
+        f"{symbol} = {value} (baseline: the synthetic shape's {symbol} was rejected, the kernel expects {value})",
+    )
 
 
 def health_all(
@@ -501,7 +528,9 @@ def health_all(
             progress(f"[{done}/{total}] {row.op_id}: {verdict}{': ' + row.reason[:160] if row.reason else ''}")
 
     def not_reached(i: int, stage: str) -> None:
-        reason = f"not judged: the sweep's {budget_s:g} s budget ran out before its {stage}; run the sweep again to resume"
+        reason = (
+            f"not judged: the sweep's {budget_s:g} s budget ran out before its {stage}; run the sweep again to resume"
+        )
         finish(i, preps[i].row.model_copy(update={"reason": reason}), save=False)
 
     todo: list[int] = []
@@ -516,7 +545,9 @@ def health_all(
     todo.sort(key=lambda i: _build_cost(preps[i]))
     if not todo:
         return [r for r in rows if r is not None]
-    progress(f"building {sum(len(p.units) for i in todo if (p := preps[i].plan) is not None)} module(s) for {len(todo)} task(s), checking each when built ...")
+    progress(
+        f"building {sum(len(p.units) for i in todo if (p := preps[i].plan) is not None)} module(s) for {len(todo)} task(s), checking each when built ..."
+    )
 
     def build_task(i: int) -> tuple[BuildReport, list[str]] | None:
         return None if out_of_time() else build_one(preps[i], config)
@@ -530,7 +561,9 @@ def health_all(
     measured = False
     checks: dict[concurrent.futures.Future, int] = {}
     builders = concurrent.futures.ThreadPoolExecutor(max_workers=usable_cpus(), thread_name_prefix="build")
-    checkers = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, config.harness.health_workers), thread_name_prefix="check")
+    checkers = concurrent.futures.ThreadPoolExecutor(
+        max_workers=max(1, config.harness.health_workers), thread_name_prefix="check"
+    )
     try:
         builds = {builders.submit(build_task, i): i for i in todo}
         try:
@@ -611,14 +644,18 @@ def health_section(command: str, rows: Sequence[HealthRow], when: str, device: s
 
     for r in rows:
         reason = r.reason.replace("|", "\\|").replace("\n", " ")[:300]
-        lines.append(f"| {r.op_id} | {r.shapes} | {yes(r.built)} | {yes(r.ran)} | {yes(r.passed)} | {r.checks} | {reason} |")
+        lines.append(
+            f"| {r.op_id} | {r.shapes} | {yes(r.built)} | {yes(r.ran)} | {yes(r.passed)} | {r.checks} | {reason} |"
+        )
     unresolved = [r for r in rows if r.unresolved]
     lines += ["", f"Contracts static inference could not fully determine ({len(unresolved)}):", ""]
     lines += [f"- {r.op_id}: {'; '.join(r.unresolved)}" for r in unresolved] or ["- none"]
     filled = [r for r in rows if r.filled]
     lines += [
-        "", f"Filled in: completion rules (contract/completion.toml; guesses) and what the baseline itself "
-        f"showed (roles, sizes), each named ({len(filled)}):", "",
+        "",
+        f"Filled in: completion rules (contract/completion.toml; guesses) and what the baseline itself "
+        f"showed (roles, sizes), each named ({len(filled)}):",
+        "",
     ]
     lines += [f"- {r.op_id}: {'; '.join(r.filled)}" for r in filled] or ["- none"]
     still = [r for r in rows if r.still_open]

@@ -142,7 +142,9 @@ def input_image(plan: TensorPlan, distribution: Distribution, gen, device):
 
     dtype = torch_dtype(plan.dtype)
     if plan.is_float:
-        image = _finite(torch.randn(plan.storage_numel, generator=gen, device=device, dtype=torch.float32) * 1e3, plan.dtype).to(dtype)
+        image = _finite(
+            torch.randn(plan.storage_numel, generator=gen, device=device, dtype=torch.float32) * 1e3, plan.dtype
+        ).to(dtype)
     elif plan.dtype == "bool":
         image = torch.zeros(plan.storage_numel, device=device, dtype=dtype)
     else:
@@ -170,7 +172,9 @@ def garbage_image(plan: TensorPlan, gen, device):
 
     dtype = torch_dtype(plan.dtype)
     if plan.is_float:
-        return _finite(torch.randn(plan.storage_numel, generator=gen, device=device, dtype=torch.float32) * 777.0, plan.dtype).to(dtype)
+        return _finite(
+            torch.randn(plan.storage_numel, generator=gen, device=device, dtype=torch.float32) * 777.0, plan.dtype
+        ).to(dtype)
     if plan.dtype == "bool":
         return torch.ones(plan.storage_numel, device=device, dtype=dtype)
     return torch.randint(-999, 999, (plan.storage_numel,), generator=gen, device=device).to(dtype)

@@ -24,8 +24,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 from optimize.harness.protocol import WorkerRequest, WorkerResult
 from pipeline.records import write_record

@@ -19,7 +19,8 @@ What must stay true:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from optimize.harness.errors import HarnessError
 

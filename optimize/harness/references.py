@@ -28,8 +28,9 @@ otherwise. Imports torch lazily.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from optimize.harness.errors import ContractError
 

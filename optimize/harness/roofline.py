@@ -27,12 +27,12 @@ from __future__ import annotations
 import ctypes
 import pathlib
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from optimize.harness.errors import ContractError
 from contract.plan import CallPlan
 from contract.sizes import eval_expr
+from optimize.harness.errors import ContractError
 from optimize.harness.protocol import DeviceInfo
 from pipeline.records import Contract, ShapeTiming
 
@@ -144,7 +144,7 @@ def measure(name: str | None = None) -> DeviceInfo:
         min_kernel_us=round(empty.median, 4),
         torch=torch.__version__,
         cuda=str(torch.version.cuda),
-        measured_at=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+        measured_at=datetime.now(UTC).replace(microsecond=0).isoformat(),
     )
 
 
@@ -202,7 +202,9 @@ class _EmptyKernel:
         self.fn = ctypes.c_void_p()
         torch.cuda.synchronize()  # makes torch's primary context current on this thread
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(ptx)), "cuModuleLoadData")
-        self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.fn), self.module, b"ks_empty"), "cuModuleGetFunction")
+        self._check(
+            self.cuda.cuModuleGetFunction(ctypes.byref(self.fn), self.module, b"ks_empty"), "cuModuleGetFunction"
+        )
 
     @staticmethod
     def _check(code: int, what: str) -> None:

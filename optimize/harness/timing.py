@@ -22,8 +22,9 @@ lazily.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 Verdict = Literal["faster", "slower", "no_change"]
 MAX_SETS = 4096  # a graph of this many tiny calls still captures in well under a second

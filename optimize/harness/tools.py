@@ -28,7 +28,8 @@ import pathlib
 import re
 import shutil
 import sys
-from typing import Literal, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from pydantic import Field
 
@@ -193,7 +194,9 @@ def _looks_like_values(row: list[str], header: list[str]) -> bool:
 
 
 _ERROR_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error", re.I)
-_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards? displayed\s*\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)", re.I)
+_RACE_SUMMARY = re.compile(
+    r"RACECHECK SUMMARY:\s*(\d+)\s+hazards? displayed\s*\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)", re.I
+)
 
 
 def parse_sanitizer(tool: str, text: str) -> tuple[str, int, str]:
@@ -249,7 +252,9 @@ def run_ncu(
         if kernels:
             return NcuResult(status="ok", command=prefix, kernels=kernels)
         result = NcuResult(
-            status="failed", command=prefix, detail=f"{run.summary}; no kernel rows\n{isolate.tail(stdout + run.stderr_tail, 2000)}"
+            status="failed",
+            command=prefix,
+            detail=f"{run.summary}; no kernel rows\n{isolate.tail(stdout + run.stderr_tail, 2000)}",
         )
         if "metric" not in (stdout + run.stderr_tail).lower():
             break  # not a metric-name problem: a reduced set will not help
@@ -268,9 +273,13 @@ def run_sanitizer(
         prefix[3:3] = ["--racecheck-report", "all"]
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
     run = isolate.run_worker(_single(request), workdir, timeout_s=timeout_s, argv_prefix=prefix, env=env)
-    text = (pathlib.Path(workdir) / "worker.stdout").read_text(encoding="utf-8", errors="replace") + "\n" + run.stderr_tail
+    text = (
+        (pathlib.Path(workdir) / "worker.stdout").read_text(encoding="utf-8", errors="replace") + "\n" + run.stderr_tail
+    )
     if run.status == "timeout":
-        return SanitizerResult(tool=tool, status="failed", detail=f"{run.summary}\n{isolate.tail(text, 1500)}", command=prefix)
+        return SanitizerResult(
+            tool=tool, status="failed", detail=f"{run.summary}\n{isolate.tail(text, 1500)}", command=prefix
+        )
     if "device not supported" in text.lower() or "unable to find" in text.lower() and "device" in text.lower():
         return SanitizerResult(tool=tool, status="unavailable", detail=isolate.tail(text, 800), command=prefix)
     status, errors, detail = parse_sanitizer(tool, text)
@@ -285,11 +294,12 @@ def _request_for(task_dir, task, candidate, config, shapes=None, held_out=0) -> 
     should see) in that dtype. With held-out shapes the worker runs the checks
     list, else the timing list.
     """
-    from optimize.harness.evaluate import build_baseline, build_units, plan_cases
     from optimize.harness.errors import BaselineError
+    from optimize.harness.evaluate import build_baseline, build_units, plan_cases
 
     catalog = list(shapes if shapes is not None else task.shapes)
     if len(catalog) > 2 and shapes is None:
+
         def size(shape):
             return sum(shape.sizes.values()) * max(shape.tokens, 1)
 
@@ -302,7 +312,9 @@ def _request_for(task_dir, task, candidate, config, shapes=None, held_out=0) -> 
     if candidate is not None:
         report, cand_libs = build_units(task_dir, task, plan.units, config=config, regions=candidate.regions)
         if not report.ok:
-            raise BaselineError(f"candidate {candidate.id} does not build", fix="evaluate it first", detail=report.stderr)
+            raise BaselineError(
+                f"candidate {candidate.id} does not build", fix="evaluate it first", detail=report.stderr
+            )
     request = WorkerRequest(
         mode="single", op_id=task.op_id, contract=task.contract, baseline_libraries=libs,
         candidate_libraries=cand_libs, checks=checks, timings=plan.timings, harness=config.harness,
@@ -328,7 +340,9 @@ def sanitize(task_dir, task, candidate, *, config, tools: Sequence[str] = ("memc
     from optimize.harness.evaluate import _workdir
 
     if find_tool("compute-sanitizer") is None:
-        return [SanitizerResult(tool=t, status="unavailable", detail="compute-sanitizer is not installed") for t in tools]
+        return [
+            SanitizerResult(tool=t, status="unavailable", detail="compute-sanitizer is not installed") for t in tools
+        ]
     request, _ = _request_for(task_dir, task, candidate, config, shapes, held_out=2)
     request = request.model_copy(update={"single_calls": 1})
     tag = candidate.id[:12] if candidate is not None else "baseline"

@@ -46,8 +46,9 @@ import random
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from contract.plan import plan_call
 from optimize.harness import compare, inputs, loader, references, roofline, timing
@@ -85,7 +86,9 @@ class CaseFailure(Exception):
 
 def _is_cuda_error(err: BaseException) -> bool:
     text = f"{type(err).__name__}: {err}".lower()
-    return any(s in text for s in ("cuda error", "cudaerror", "illegal", "misaligned", "launch failure", "acceleratorerror"))
+    return any(
+        s in text for s in ("cuda error", "cudaerror", "illegal", "misaligned", "launch failure", "acceleratorerror")
+    )
 
 
 @dataclass
@@ -186,7 +189,9 @@ class Checker:
             graph = timing.capture([lambda: fn(*args)], self.stream)
         except Exception as err:  # noqa: BLE001 - any capture failure is the kernel's
             kind = "crashed" if _is_cuda_error(err) else "incorrect"
-            self._fail(impl, kind, f"cannot be captured in a CUDA graph (SGLang replays kernels in graphs): {err}", case)
+            self._fail(
+                impl, kind, f"cannot be captured in a CUDA graph (SGLang replays kernels in graphs): {err}", case
+            )
         bufs.load(decoy)
         bufs.load(outputs_y)
         torch.cuda.synchronize()
@@ -211,7 +216,9 @@ class Checker:
             if impl.name == "baseline":
                 if case.held_out:
                     raise CaseFailure("skipped", f"the baseline rejects this held-out shape: {err}") from None
-                raise CaseFailure("baseline_failed", f"the baseline rejects catalog shape {case.label}: {err}") from None
+                raise CaseFailure(
+                    "baseline_failed", f"the baseline rejects catalog shape {case.label}: {err}"
+                ) from None
             self._fail(impl, "incorrect", f"{run}: the candidate refused inputs the baseline accepts: {err}", case)
 
     def _sync(self, impl: Impl, case, run: str) -> None:
@@ -241,11 +248,15 @@ class Checker:
             if t.role == "input":
                 if bool(changed.any().item()):
                     if impl.name != "baseline":
-                        reason = compare.changed_reason(t, changed, before, after, what=f"{label}: input {t.name} was modified")
+                        reason = compare.changed_reason(
+                            t, changed, before, after, what=f"{label}: input {t.name} was modified"
+                        )
                         self._fail(impl, "incorrect", reason, case)
                     self.role_evidence[t.name] = "written"
                     if first_written is None:
-                        first_written = compare.changed_reason(t, changed, before, after, what=f"{label}: input {t.name} was modified")
+                        first_written = compare.changed_reason(
+                            t, changed, before, after, what=f"{label}: input {t.name} was modified"
+                        )
             else:
                 outside = changed & ~inside[t.name]
                 if bool(outside.any().item()):
@@ -367,7 +378,9 @@ def _ref_call(contract: Contract, plan: Any, views: dict[str, Any]) -> reference
 
 def case_name(case: CheckCase) -> str:
     kind = "held-out" if case.held_out else "catalog"
-    return f"{kind} shape {case.label} {case.dtype} ({case.distribution} inputs, {case.layout} layout, seed {case.seed})"
+    return (
+        f"{kind} shape {case.label} {case.dtype} ({case.distribution} inputs, {case.layout} layout, seed {case.seed})"
+    )
 
 
 def _sleep() -> None:
@@ -427,7 +440,9 @@ class Timer:
             bufsets.append(bufs)
         del images
         calls = timing.calls_per_graph(req.harness.graph_calls, sets)
-        impls: dict[str, Callable[..., Any]] = {"baseline": loader.function(req.baseline_libraries[case.unit], case.export)}
+        impls: dict[str, Callable[..., Any]] = {
+            "baseline": loader.function(req.baseline_libraries[case.unit], case.export)
+        }
         if req.candidate_libraries:
             impls["candidate"] = loader.function(req.candidate_libraries[case.unit], case.export)
         graphs, counts = {}, {}
@@ -517,7 +532,9 @@ def run(request: WorkerRequest) -> WorkerResult:
     seconds: dict[str, float] = {}
     if request.mode == "single":
         # never measure the device here: under a profiler or sanitizer that would be slow and pointless
-        return _single(request, device, stream, roofline.load_cached(request.device_cache_dir, torch.cuda.get_device_name()))
+        return _single(
+            request, device, stream, roofline.load_cached(request.device_cache_dir, torch.cuda.get_device_name())
+        )
     info = roofline.device_info(request.device_cache_dir)
     start = time.monotonic()
     with torch.cuda.stream(stream):

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pydantic import ValidationError
 

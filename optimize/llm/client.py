@@ -28,15 +28,15 @@ import json
 import os
 import pathlib
 import time
-from typing import Any, Callable, Protocol, Sequence
-
-from pipeline.config import LlmConfig
-from pipeline.errors import BudgetExhausted, ConfigError, ModelError
-from pipeline.records import content_hash
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from optimize.errors import EndpointError, MalformedReply
 from optimize.llm.cache import CachedReply, Message, ReplyCache, prompt_key
 from optimize.llm.prices import check_priced, cost_usd
+from pipeline.config import LlmConfig
+from pipeline.errors import BudgetExhausted, ConfigError, ModelError
+from pipeline.records import content_hash
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
@@ -313,9 +313,17 @@ class LlmClient:
             hit = self.cache.get(key)
             if hit is not None:
                 reply = Reply(
-                    text=hit.text, agent=agent, model=model, key=key, prompt_hash=phash,
-                    prompt_tokens=hit.prompt_tokens, completion_tokens=hit.completion_tokens,
-                    cost_usd=0.0, cached=True, seconds=0.0, finish_reason=hit.finish_reason,
+                    text=hit.text,
+                    agent=agent,
+                    model=model,
+                    key=key,
+                    prompt_hash=phash,
+                    prompt_tokens=hit.prompt_tokens,
+                    completion_tokens=hit.completion_tokens,
+                    cost_usd=0.0,
+                    cached=True,
+                    seconds=0.0,
+                    finish_reason=hit.finish_reason,
                 )
                 self.usage.add(reply)
                 return reply
@@ -325,31 +333,51 @@ class LlmClient:
         prompt_tokens = completion.prompt_tokens or estimate_tokens("".join(m["content"] for m in messages))
         cost = cost_usd(model, prompt_tokens, completion.completion_tokens, self.config.prices_usd_per_mtok)
         reply = Reply(
-            text=completion.text, agent=agent, model=model, key=key, prompt_hash=phash,
-            prompt_tokens=prompt_tokens, completion_tokens=completion.completion_tokens,
-            cost_usd=cost, cached=False, seconds=seconds, finish_reason=completion.finish_reason,
+            text=completion.text,
+            agent=agent,
+            model=model,
+            key=key,
+            prompt_hash=phash,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            cost_usd=cost,
+            cached=False,
+            seconds=seconds,
+            finish_reason=completion.finish_reason,
         )
         if self.cache is not None:
             self.cache.put(
                 CachedReply(
-                    key=key, agent=agent, model=model, temperature=temperature, max_tokens=max_tokens,
+                    key=key,
+                    agent=agent,
+                    model=model,
+                    temperature=temperature,
+                    max_tokens=max_tokens,
                     messages=[{"role": m["role"], "content": m["content"]} for m in messages],
-                    text=completion.text, prompt_tokens=prompt_tokens,
-                    completion_tokens=completion.completion_tokens, cost_usd=cost,
-                    finish_reason=completion.finish_reason, seconds=seconds,
+                    text=completion.text,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion.completion_tokens,
+                    cost_usd=cost,
+                    finish_reason=completion.finish_reason,
+                    seconds=seconds,
                 )
             )
         self.usage.add(reply)
         return reply
 
-    def _call_with_retries(self, model: str, messages: Sequence[Message], temperature: float, max_tokens: int) -> Completion:
+    def _call_with_retries(
+        self, model: str, messages: Sequence[Message], temperature: float, max_tokens: int
+    ) -> Completion:
         attempts = self.config.max_retries + 1
         last: Exception | None = None
         for attempt in range(attempts):
             try:
                 return self.transport(
-                    model=model, messages=messages, temperature=temperature,
-                    max_tokens=max_tokens, timeout_s=self.config.timeout_s,
+                    model=model,
+                    messages=messages,
+                    temperature=temperature,
+                    max_tokens=max_tokens,
+                    timeout_s=self.config.timeout_s,
                 )
             except ModelError:
                 raise
@@ -422,10 +450,16 @@ class MeteredModel:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             line = json.dumps(
                 {
-                    "agent": reply.agent, "model": reply.model, "key": reply.key,
-                    "prompt_hash": reply.prompt_hash, "text": reply.text,
-                    "prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                    "cost_usd": reply.cost_usd, "cached": reply.cached, "seconds": round(reply.seconds, 3),
+                    "agent": reply.agent,
+                    "model": reply.model,
+                    "key": reply.key,
+                    "prompt_hash": reply.prompt_hash,
+                    "text": reply.text,
+                    "prompt_tokens": reply.prompt_tokens,
+                    "completion_tokens": reply.completion_tokens,
+                    "cost_usd": reply.cost_usd,
+                    "cached": reply.cached,
+                    "seconds": round(reply.seconds, 3),
                 },
                 ensure_ascii=False,
             )

@@ -24,13 +24,14 @@ from __future__ import annotations
 import json
 import pathlib
 from collections import defaultdict, deque
-from typing import Callable, Literal, Mapping, Sequence, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 from optimize.errors import ReplayError, ScriptExhausted
 from optimize.llm.cache import Message, ReplyCache, prompt_key
 from optimize.llm.client import Reply, estimate_tokens, prompt_hash
 
-ScriptItem = Union[str, BaseException, Callable[[Sequence[Message]], str]]
+ScriptItem = str | BaseException | Callable[[Sequence[Message]], str]
 
 
 class ScriptedModel:
@@ -67,10 +68,15 @@ class ScriptedModel:
         completion_tokens = estimate_tokens(text)
         cost = (prompt_tokens * self.price["input"] + completion_tokens * self.price["output"]) / 1e6
         return Reply(
-            text=text, agent=agent, model=self.name,
+            text=text,
+            agent=agent,
+            model=self.name,
             key=prompt_key(self.name, messages, temperature=0.0, max_tokens=0),
-            prompt_hash=prompt_hash(messages), prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens, cost_usd=cost, cached=False,
+            prompt_hash=prompt_hash(messages),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cost_usd=cost,
+            cached=False,
         )
 
     def agents(self) -> list[str]:
@@ -101,7 +107,9 @@ class ReplayModel:
     def _load(self) -> None:
         src = self.source
         if not src.exists():
-            raise ReplayError(f"replay source {src} does not exist", fix="pass a reply-cache folder, an llm.jsonl or a run folder")
+            raise ReplayError(
+                f"replay source {src} does not exist", fix="pass a reply-cache folder, an llm.jsonl or a run folder"
+            )
         logs: list[pathlib.Path] = []
         if src.is_file():
             logs = [src]
@@ -110,9 +118,12 @@ class ReplayModel:
             if not logs:
                 for entry in ReplyCache(src).entries():
                     rec = {
-                        "agent": entry.agent, "model": entry.model, "text": entry.text,
+                        "agent": entry.agent,
+                        "model": entry.model,
+                        "text": entry.text,
                         "prompt_hash": prompt_hash(entry.messages),
-                        "prompt_tokens": entry.prompt_tokens, "completion_tokens": entry.completion_tokens,
+                        "prompt_tokens": entry.prompt_tokens,
+                        "completion_tokens": entry.completion_tokens,
                     }
                     self._by_hash[rec["prompt_hash"]].append(rec)
                 if self.match == "order":
@@ -128,7 +139,10 @@ class ReplayModel:
                     rec = json.loads(line)
                     rec["prompt_hash"], rec["text"]  # noqa: B018 - both keys are required
                 except (ValueError, KeyError, TypeError) as err:
-                    raise ReplayError(f"{log}:{number}: not an LLM call record ({err})", fix="pass an llm.jsonl written by kernelsmith") from err
+                    raise ReplayError(
+                        f"{log}:{number}: not an LLM call record ({err})",
+                        fix="pass an llm.jsonl written by kernelsmith",
+                    ) from err
                 self._ordered.append(rec)
                 self._by_hash[rec["prompt_hash"]].append(rec)
         if not self._ordered and not self._by_hash:
@@ -140,7 +154,9 @@ class ReplayModel:
         phash = prompt_hash(messages)
         if self.match == "order":
             if index >= len(self._ordered):
-                raise ReplayError(f"the recording has {len(self._ordered)} calls; call {index + 1} ({agent}) is beyond it")
+                raise ReplayError(
+                    f"the recording has {len(self._ordered)} calls; call {index + 1} ({agent}) is beyond it"
+                )
             rec = self._ordered[index]
         else:
             queue = self._by_hash.get(phash)
@@ -155,7 +171,13 @@ class ReplayModel:
                     fix="the prompt changed since the recording; re-record, or replay with match='order'",
                 )
         return Reply(
-            text=rec["text"], agent=agent, model=rec.get("model", self.name), key=rec.get("key", phash),
-            prompt_hash=phash, prompt_tokens=int(rec.get("prompt_tokens", 0)),
-            completion_tokens=int(rec.get("completion_tokens", 0)), cost_usd=0.0, cached=True,
+            text=rec["text"],
+            agent=agent,
+            model=rec.get("model", self.name),
+            key=rec.get("key", phash),
+            prompt_hash=phash,
+            prompt_tokens=int(rec.get("prompt_tokens", 0)),
+            completion_tokens=int(rec.get("completion_tokens", 0)),
+            cost_usd=0.0,
+            cached=True,
         )

@@ -8,7 +8,7 @@ local model is declared with prices of 0.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from pipeline.errors import ConfigError
 
