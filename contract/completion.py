@@ -237,9 +237,13 @@ def _offsets(contract: Contract, spec: TensorSpec) -> tuple[str, list[str | int]
     if isinstance(own, str) and own != "-1" and any(own in map(str, t.shape) for t in others):
         return token, None  # its length is tied to other tensors already
     batches = [
-        t.shape[0] for t in others
-        if t.shape and isinstance(t.shape[0], str) and t.shape[0] != token and (len(t.shape) == 1 or all(d == 1 for d in t.shape[1:]))
-    ]  # fmt: skip
+        t.shape[0]
+        for t in others
+        if t.shape
+        and isinstance(t.shape[0], str)
+        and t.shape[0] != token
+        and (len(t.shape) == 1 or all(d == 1 for d in t.shape[1:]))
+    ]
     return token, ([f"{batches[0]} + 1"] if batches else None)
 
 
@@ -285,9 +289,13 @@ def _index_rule(contract: Contract, spec: TensorSpec, rules: list[dict], known: 
             if found is not None:
                 total, shape = found
                 return Filled(
-                    name=spec.name, kind="offsets", value_range=("0", total), shape=shape,
-                    rule=f"completion.toml: offsets {pattern}", why=rule.get("why", ""),
-                )  # fmt: skip
+                    name=spec.name,
+                    kind="offsets",
+                    value_range=("0", total),
+                    shape=shape,
+                    rule=f"completion.toml: offsets {pattern}",
+                    why=rule.get("why", ""),
+                )
         elif kind == "zeros":
             bounds = (0, 0)
         elif kind == "full":
@@ -298,8 +306,12 @@ def _index_rule(contract: Contract, spec: TensorSpec, rules: list[dict], known: 
             )
         if bounds is not None:
             return Filled(
-                name=spec.name, kind="range", value_range=bounds, rule=f"completion.toml: {kind} {pattern}", why=rule.get("why", "")
-            )  # fmt: skip
+                name=spec.name,
+                kind="range",
+                value_range=bounds,
+                rule=f"completion.toml: {kind} {pattern}",
+                why=rule.get("why", ""),
+            )
     return None
 
 
@@ -481,9 +493,12 @@ def _complete(task: Task, task_dir: pathlib.Path | None, rules: dict[str, list[d
                 literal = compared_literal(arg.scalar.name, texts)
                 if literal is not None:
                     entry = Filled(
-                        name=arg.scalar.name, kind="value", value=literal, rule="source-literal",
+                        name=arg.scalar.name,
+                        kind="value",
+                        value=literal,
+                        rule="source-literal",
                         why=f'the kernel compares {arg.scalar.name} with "{literal}" (the first such literal)',
-                    )  # fmt: skip
+                    )
             entry = entry or _scalar_rule(arg.scalar.name, arg.scalar.type, rules["scalar"])
             if entry is not None:
                 filled.append(entry)

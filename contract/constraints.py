@@ -106,9 +106,12 @@ def open_ints(contract: Contract) -> set[str]:
     return {
         a.scalar.name
         for a in contract.args
-        if a.scalar is not None and a.scalar.type == "int" and a.scalar.value is None
-        and a.scalar.name in mentioned and a.scalar.name not in contract.symbols
-    }  # fmt: skip
+        if a.scalar is not None
+        and a.scalar.type == "int"
+        and a.scalar.value is None
+        and a.scalar.name in mentioned
+        and a.scalar.name not in contract.symbols
+    }
 
 
 def violated(contract: Contract, sizes: Mapping[str, int]) -> list[str]:

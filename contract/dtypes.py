@@ -73,8 +73,13 @@ TABLE: dict[str, DType] = {d.short: d for d in _TABLE}
 #: names of the same types (what a kernel's source may write for its element type)
 CPP_TYPES: dict[str, str] = {
     **{d.cpp: d.short for d in _TABLE},
-    "float": "fp32", "half": "fp16", "__half": "fp16", "nv_bfloat16": "bf16", "__nv_bfloat16": "bf16", "int": "int32",
-}  # fmt: skip
+    "float": "fp32",
+    "half": "fp16",
+    "__half": "fp16",
+    "nv_bfloat16": "bf16",
+    "__nv_bfloat16": "bf16",
+    "int": "int32",
+}
 
 # Other spellings of a dtype, accepted as input only (contracts, C++ text, torch names):
 # the torch attributes, the C++ types, and the rest. ``fp8_e4m3`` is SGLang's own short
@@ -82,8 +87,11 @@ CPP_TYPES: dict[str, str] = {
 ALIASES: dict[str, str] = {
     **{d.torch: d.short for d in _TABLE},
     **CPP_TYPES,
-    "long": "int64", "__nv_fp8_e4m3": "fp8e4m3", "fp8_e4m3": "fp8e4m3", "fp8_e5m2": "fp8e5m2",
-}  # fmt: skip
+    "long": "int64",
+    "__nv_fp8_e4m3": "fp8e4m3",
+    "fp8_e4m3": "fp8e4m3",
+    "fp8_e5m2": "fp8e5m2",
+}
 
 #: the harness's fillable dtypes -> bytes (what it can allocate and poison)
 ITEMSIZE: dict[str, int] = {d.short: d.nbytes for d in _TABLE if d.fillable}

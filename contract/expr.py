@@ -34,14 +34,23 @@ from contract.errors import ExprError
 Value = int | bool
 
 _BINARY: dict[type[ast.operator], Callable[[Value, Value], Value]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod,
-    ast.LShift: operator.lshift, ast.RShift: operator.rshift,
-}  # fmt: skip
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Div: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+}
 _COMPARE: dict[type[ast.cmpop], Callable[[Value, Value], bool]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
-    ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-}  # fmt: skip
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
 _CALLS: dict[str, Callable[..., int]] = {"min": min, "max": max}
 
 
@@ -59,20 +68,59 @@ class Grammar:
 
 ARITHMETIC = Grammar(
     "shape entry",
-    (ast.Expression, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.USub, ast.UAdd,
-     ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Div, ast.Mod, ast.Call),
+    (
+        ast.Expression,
+        ast.Name,
+        ast.Load,
+        ast.BinOp,
+        ast.UnaryOp,
+        ast.USub,
+        ast.UAdd,
+        ast.Add,
+        ast.Sub,
+        ast.Mult,
+        ast.FloorDiv,
+        ast.Div,
+        ast.Mod,
+        ast.Call,
+    ),
     calls=("min", "max"),
     summary="only integers, symbols, + - * // / % and min/max are allowed",
     what="an arithmetic expression",
-)  # fmt: skip
+)
 CONDITION = Grammar(
     "constraint",
-    (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
-     ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.LShift, ast.RShift,
-     ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.IfExp, ast.Name, ast.Load),
+    (
+        ast.Expression,
+        ast.BoolOp,
+        ast.And,
+        ast.Or,
+        ast.UnaryOp,
+        ast.Not,
+        ast.USub,
+        ast.UAdd,
+        ast.BinOp,
+        ast.Add,
+        ast.Sub,
+        ast.Mult,
+        ast.FloorDiv,
+        ast.Mod,
+        ast.LShift,
+        ast.RShift,
+        ast.Compare,
+        ast.Eq,
+        ast.NotEq,
+        ast.Lt,
+        ast.LtE,
+        ast.Gt,
+        ast.GtE,
+        ast.IfExp,
+        ast.Name,
+        ast.Load,
+    ),
     bools=True,
     summary="integers, true/false, names, + - * // % << >>, comparisons, and/or/not, x if c else y",
-)  # fmt: skip
+)
 
 
 def _refusal(node: ast.AST, grammar: Grammar) -> str | None:

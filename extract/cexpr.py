@@ -137,14 +137,22 @@ class _CExpr:
 
 
 _C_OPS: dict[str, Callable[[int, int], int]] = {
-    "||": lambda a, b: int(bool(a) or bool(b)), "&&": lambda a, b: int(bool(a) and bool(b)),
-    "==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b),
-    "<": lambda a, b: int(a < b), "<=": lambda a, b: int(a <= b),
-    ">": lambda a, b: int(a > b), ">=": lambda a, b: int(a >= b),
-    "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b,
-    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-    "/": lambda a, b: int(a / b), "%": lambda a, b: a % b,
-}  # fmt: skip
+    "||": lambda a, b: int(bool(a) or bool(b)),
+    "&&": lambda a, b: int(bool(a) and bool(b)),
+    "==": lambda a, b: int(a == b),
+    "!=": lambda a, b: int(a != b),
+    "<": lambda a, b: int(a < b),
+    "<=": lambda a, b: int(a <= b),
+    ">": lambda a, b: int(a > b),
+    ">=": lambda a, b: int(a >= b),
+    "<<": lambda a, b: a << b,
+    ">>": lambda a, b: a >> b,
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: int(a / b),
+    "%": lambda a, b: a % b,
+}
 
 
 def _sizeof(type_name: str, sizes: dict[str, int]) -> int:

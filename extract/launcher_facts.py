@@ -385,9 +385,15 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
         name for ptype, name in entry.params if "TensorView" not in ptype and scalar_type(ptype) in ("int", "bool")
     }
     constraints = [
-        c for cond, names, alias, consts, found in pending
-        if (c := _constraint(cond, names, alias, consts, found, scalars, {t: s for s, t in fixed.items()}, relations, dtypes)) is not None
-    ]  # fmt: skip
+        c
+        for cond, names, alias, consts, found in pending
+        if (
+            c := _constraint(
+                cond, names, alias, consts, found, scalars, {t: s for s, t in fixed.items()}, relations, dtypes
+            )
+        )
+        is not None
+    ]
     return CppFacts(
         struct=None,
         params=entry.params,

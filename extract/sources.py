@@ -105,9 +105,18 @@ def _download(version: str, dest: pathlib.Path) -> pathlib.Path:
         return existing[0]
     dest.mkdir(parents=True, exist_ok=True)
     command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "-q", "-d", str(dest), f"sglang=={version}",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(dest),
+        f"sglang=={version}",
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as err:

@@ -276,9 +276,15 @@ def _main(argv: list[str]) -> int:
         print("usage: python -m extract.treesitter <directory>", file=sys.stderr)
         return 2
     columns = (
-        "files", "global_cuda", "global_cpp", "error_files_cuda", "error_files_cpp",
-        "error_nodes_cuda", "error_nodes_cpp", "same_trees",
-    )  # fmt: skip
+        "files",
+        "global_cuda",
+        "global_cpp",
+        "error_files_cuda",
+        "error_files_cpp",
+        "error_nodes_cuda",
+        "error_nodes_cpp",
+        "same_trees",
+    )
     print("suffix " + " ".join(f"{c:>16}" for c in columns))
     for suffix, row in measure_grammars(argv[0]).items():
         print(f"{suffix:<6} " + " ".join(f"{row.get(c, 0):>16}" for c in columns))

@@ -301,9 +301,17 @@ def one_batch(
     from integrate.sglang_bare import private_cache_env
 
     args = [
-        "--model-path", model_path, "--load-format", "dummy", "--batch-size", str(batch_size),
-        "--input-len", str(input_len), "--output-len", str(output_len),
-    ]  # fmt: skip
+        "--model-path",
+        model_path,
+        "--load-format",
+        "dummy",
+        "--batch-size",
+        str(batch_size),
+        "--input-len",
+        str(input_len),
+        "--output-len",
+        str(output_len),
+    ]
     results: dict[str, dict[str, float]] = {}
     command = ""
     for who, package in (("baseline", baseline_pkg), ("patched", patched_pkg)):

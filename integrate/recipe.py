@@ -225,9 +225,14 @@ def load_recipe(path: pathlib.Path = DEFAULT_RECIPE, *, catalog_dir: pathlib.Pat
             path, where or "entry", first.get("msg", str(err)), "see integrate/recipe.py for the format"
         ) from err
     recipe = LayerRecipe(
-        model=model, path=str(path), layers=int(figures["num_hidden_layers"].value), figures=figures,
-        proxy=proxy, tensors=tensors, steps=steps,
-    )  # fmt: skip
+        model=model,
+        path=str(path),
+        layers=int(figures["num_hidden_layers"].value),
+        figures=figures,
+        proxy=proxy,
+        tensors=tensors,
+        steps=steps,
+    )
     _validate(recipe, path)
     return recipe
 
@@ -349,9 +354,14 @@ def plan(recipe: LayerRecipe, phase: Phase, tokens: int) -> dict[str, object]:
         "tensors": tensors,
         "steps": [
             {
-                "name": s.name, "op": s.op, "function": s.function, "torch": s.torch, "optional": s.optional,
-                "args": [arg(a) for a in s.args], "kwargs": {k: arg(v) for k, v in s.kwargs.items()},
+                "name": s.name,
+                "op": s.op,
+                "function": s.function,
+                "torch": s.torch,
+                "optional": s.optional,
+                "args": [arg(a) for a in s.args],
+                "kwargs": {k: arg(v) for k, v in s.kwargs.items()},
             }
             for s in steps
         ],
-    }  # fmt: skip
+    }

@@ -82,8 +82,14 @@ def main(args: Any, config: Config) -> int:
 
     run = getattr(args, "run", None) or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = layout.run_dir(config.work, run)
-    meta = {"run": run, "mode": mode, "coder": coder, "backend": "replay" if replay_file else "gpu",
-            "replay": str(replay_file) if replay_file else None, "started_at": now_iso()}  # fmt: skip
+    meta = {
+        "run": run,
+        "mode": mode,
+        "coder": coder,
+        "backend": "replay" if replay_file else "gpu",
+        "replay": str(replay_file) if replay_file else None,
+        "started_at": now_iso(),
+    }
 
     model = None
     if coder == "llm":

@@ -121,7 +121,13 @@ def console_table(summary: RunSummary):
         table.add_column(col)
     for op in summary.ops:
         table.add_row(
-            op.op_id, op.status, str(op.rounds), op.best or "baseline", _fmt(op.speedup_geomean, ".3f", "×"),
-            _fmt(op.speedup_min, ".3f", "×"), ", ".join(op.skills) or "—", op.stop_reason or "",
-        )  # fmt: skip
+            op.op_id,
+            op.status,
+            str(op.rounds),
+            op.best or "baseline",
+            _fmt(op.speedup_geomean, ".3f", "×"),
+            _fmt(op.speedup_min, ".3f", "×"),
+            ", ".join(op.skills) or "—",
+            op.stop_reason or "",
+        )
     return table

@@ -66,8 +66,16 @@ from pipeline.records import Record
 SKILL_DIR = pathlib.Path(__file__).resolve().parent / "skills"
 
 CATEGORIES = (
-    "memory", "parallelism", "latency", "occupancy", "compute", "reduction", "launch", "fusion", "hopper",
-)  # fmt: skip
+    "memory",
+    "parallelism",
+    "latency",
+    "occupancy",
+    "compute",
+    "reduction",
+    "launch",
+    "fusion",
+    "hopper",
+)
 
 
 class SkillError(ConfigError):
@@ -358,9 +366,13 @@ class Rule:
         if op == "/":
             return None if right == 0 else left / right  # type: ignore[operator]
         return {
-            "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
-            ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
-        }[op](left, right)  # fmt: skip
+            "<": lambda a, b: a < b,
+            "<=": lambda a, b: a <= b,
+            ">": lambda a, b: a > b,
+            ">=": lambda a, b: a >= b,
+            "==": lambda a, b: a == b,
+            "!=": lambda a, b: a != b,
+        }[op](left, right)
 
     def explain(self, values: Mapping[str, Value]) -> str:
         """``name=value`` for every feature the rule reads (unknown shown as ``?``)."""

@@ -66,9 +66,15 @@ class RoundOutcome(str, enum.Enum):
 
 
 FAILED = {
-    RoundOutcome.compile_failed, RoundOutcome.incorrect, RoundOutcome.timeout, RoundOutcome.crashed,
-    RoundOutcome.slower, RoundOutcome.malformed_reply, RoundOutcome.no_change, RoundOutcome.not_applicable,
-}  # fmt: skip
+    RoundOutcome.compile_failed,
+    RoundOutcome.incorrect,
+    RoundOutcome.timeout,
+    RoundOutcome.crashed,
+    RoundOutcome.slower,
+    RoundOutcome.malformed_reply,
+    RoundOutcome.no_change,
+    RoundOutcome.not_applicable,
+}
 
 
 class Attempt(Record):

@@ -607,33 +607,56 @@ TRANSFORMS: dict[str, TransformSpec] = {
     spec.name: spec
     for spec in (
         TransformSpec(
-            "tune_constant", tune_constant,
+            "tune_constant",
+            tune_constant,
             {"name": "constant to set", "value": "new integer value", "owner": "struct/function that defines it"},
-            ("role",), _tune_targets, "set a literal compile-time constant (block size, items, unroll, vector bytes)",
+            ("role",),
+            _tune_targets,
+            "set a literal compile-time constant (block size, items, unroll, vector bytes)",
         ),
         TransformSpec(
-            "set_launch_bounds", set_launch_bounds,
-            {"kernel": "kernel name", "max_threads": "threads per block bound (None keeps the existing one)",
-             "min_blocks": "minimum resident blocks per SM (0 = leave out)"},
-            (), _launch_bounds_targets, "add or set __launch_bounds__ on a kernel",
+            "set_launch_bounds",
+            set_launch_bounds,
+            {
+                "kernel": "kernel name",
+                "max_threads": "threads per block bound (None keeps the existing one)",
+                "min_blocks": "minimum resident blocks per SM (0 = leave out)",
+            },
+            (),
+            _launch_bounds_targets,
+            "add or set __launch_bounds__ on a kernel",
         ),
         TransformSpec(
-            "fast_math", fast_math, {"ops": f"subset of {sorted(FAST_MATH_OPS)}"},
-            (), _fast_math_targets, "precise math -> fast intrinsics in device code",
+            "fast_math",
+            fast_math,
+            {"ops": f"subset of {sorted(FAST_MATH_OPS)}"},
+            (),
+            _fast_math_targets,
+            "precise math -> fast intrinsics in device code",
         ),
         TransformSpec("enable_pdl", enable_pdl, {}, (), _enable_pdl_targets, "turn programmatic dependent launch on"),
         TransformSpec(
-            "pdl_early_trigger", pdl_early_trigger, {"kernel": "one kernel (None: every kernel)"},
-            (), _early_trigger_targets, "trigger dependents right after the PDL wait",
+            "pdl_early_trigger",
+            pdl_early_trigger,
+            {"kernel": "one kernel (None: every kernel)"},
+            (),
+            _early_trigger_targets,
+            "trigger dependents right after the PDL wait",
         ),
         TransformSpec(
-            "add_pragma_unroll", add_pragma_unroll,
-            {"factor": "0 = full unroll, else the factor", "runtime_loops": "also loops bounded at run time",
-             "kernel": "one function (None: all device code)"},
-            (), _unroll_targets, "#pragma unroll before for-loops",
+            "add_pragma_unroll",
+            add_pragma_unroll,
+            {
+                "factor": "0 = full unroll, else the factor",
+                "runtime_loops": "also loops bounded at run time",
+                "kernel": "one function (None: all device code)",
+            },
+            (),
+            _unroll_targets,
+            "#pragma unroll before for-loops",
         ),
     )
-}  # fmt: skip
+}
 
 
 def apply(name: str, regions: Mapping[str, str], params: Mapping[str, Any]) -> dict[str, str]:

@@ -86,9 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default="BENCHMARKS.md")
     p.add_argument("--no-torch-compile", action="store_true")
     p.add_argument(
-        "--budget-s", type=float, metavar="S",
+        "--budget-s",
+        type=float,
+        metavar="S",
         help="--all: start no build or check after S seconds, still write the table (harness.sweep_budget_s); a rerun resumes",
-    )  # fmt: skip
+    )
 
     p = sub.add_parser("track", help="measurement history and regressions (nightly tracking)")
     _common(p)

@@ -77,9 +77,14 @@ class ResultsStore:
                 handle.write(text)
             os.replace(tmp, target)
             line = json.dumps(
-                {"key": key, "taken_at": measurement.taken_at, "device": measurement.device,
-                 "command": measurement.command, "rows": len(measurement.rows)}
-            )  # fmt: skip
+                {
+                    "key": key,
+                    "taken_at": measurement.taken_at,
+                    "device": measurement.device,
+                    "command": measurement.command,
+                    "rows": len(measurement.rows),
+                }
+            )
             with open(self.history_file, "a", encoding="utf-8") as handle:
                 handle.write(line + "\n")
         return key
@@ -152,7 +157,7 @@ class ResultsStore:
                         best_key=best_key,
                         now_us=row.time_us,
                         slowdown_pct=round(slowdown, 2),
-                    )  # fmt: skip
+                    )
                 )
         return found
 

@@ -24,8 +24,16 @@ def main(args, config) -> int:
     for col in ("taken_at", "device", "op", "dtype", "shape", "variant", "time_us", "spread_%"):
         table.add_column(col)
     for _key, batch, row in rows[-200:]:
-        table.add_row(batch.taken_at, batch.device, row.op_id, row.dtype, row.shape, row.variant,
-                      f"{row.time_us:.2f}", f"{row.spread_pct:.1f}")  # fmt: skip
+        table.add_row(
+            batch.taken_at,
+            batch.device,
+            row.op_id,
+            row.dtype,
+            row.shape,
+            row.variant,
+            f"{row.time_us:.2f}",
+            f"{row.spread_pct:.1f}",
+        )
     console.print(table)
     found = store.regressions(noise_pct=config.harness.noise_pct)
     if found:

@@ -153,8 +153,16 @@ def decision(skill, params, score, reason):
     from optimize.policy import Decision
 
     lib = {s.id: s for s in load_skills()}
-    return Decision(skill=skill, version=lib[skill].version, title=lib[skill].title, verdict="proposed", params=params,
-                    mode="llm", score=score, reasons=[reason])  # fmt: skip
+    return Decision(
+        skill=skill,
+        version=lib[skill].version,
+        title=lib[skill].title,
+        verdict="proposed",
+        params=params,
+        mode="llm",
+        score=score,
+        reasons=[reason],
+    )
 
 
 SKILLS = {s.id: s for s in load_skills()}
@@ -213,8 +221,16 @@ def test_planning_never_leaves_the_policy_options(reply):
 
 def coding_call(model, transform=None):
     plan = plan_with(None)
-    return coding.code(plan, SKILLS["vector_loads_128"], REGIONS, op_id="demo.scale", profile_text="P", trajectory_text="T",
-                       model=model, transform=transform)  # fmt: skip
+    return coding.code(
+        plan,
+        SKILLS["vector_loads_128"],
+        REGIONS,
+        op_id="demo.scale",
+        profile_text="P",
+        trajectory_text="T",
+        model=model,
+        transform=transform,
+    )
 
 
 def test_coding_llm_edits_and_records_malformed_and_endpoint_failures():
@@ -264,14 +280,27 @@ def failed_eval(
     outcome=Outcome.compile_failed,
     stderr='scale.cuh(4): error: identifier "__bad" is undefined [region scale_kernel line 4]',
 ):
-    return Evaluation(op_id="demo.scale", candidate="c1", outcome=outcome,
-                      build=BuildReport(ok=False, key="k", seconds=1.0, stderr=stderr), detail="")  # fmt: skip
+    return Evaluation(
+        op_id="demo.scale",
+        candidate="c1",
+        outcome=outcome,
+        build=BuildReport(ok=False, key="k", seconds=1.0, stderr=stderr),
+        detail="",
+    )
 
 
 def test_repair_prompt_has_the_compiler_error_and_attempt_count():
     model = ScriptedModel([f"```cuda region=scale_kernel\n{KERNEL.replace('2.0f', '2.5f')}```"])
-    result = repair.repair(plan_with(None), REGIONS, failed_eval(), op_id="demo.scale", attempt=1, max_attempts=2,
-                           trajectory_text="T", model=model)  # fmt: skip
+    result = repair.repair(
+        plan_with(None),
+        REGIONS,
+        failed_eval(),
+        op_id="demo.scale",
+        attempt=1,
+        max_attempts=2,
+        trajectory_text="T",
+        model=model,
+    )
     assert result.edited and result.agent == "repair"
     user = model.prompts[0][1][1]["content"]
     assert 'identifier "__bad" is undefined [region scale_kernel line 4]' in user
@@ -279,8 +308,18 @@ def test_repair_prompt_has_the_compiler_error_and_attempt_count():
 
 
 def shape(label, speedup):
-    return ShapeTiming(label=label, sizes={"n": 4}, dtype="fp32", time_us=10 / speedup, spread_pct=1.0, gbps=1.0,
-                       pct_of_copy_bw=10.0, time_over_floor=3.0, baseline_us=10.0, speedup=speedup)  # fmt: skip
+    return ShapeTiming(
+        label=label,
+        sizes={"n": 4},
+        dtype="fp32",
+        time_us=10 / speedup,
+        spread_pct=1.0,
+        gbps=1.0,
+        pct_of_copy_bw=10.0,
+        time_over_floor=3.0,
+        baseline_us=10.0,
+        speedup=speedup,
+    )
 
 
 def test_guard_prompt_lists_slow_shapes_and_the_baseline_regions():
@@ -290,9 +329,18 @@ def test_guard_prompt_lists_slow_shapes_and_the_baseline_regions():
     evaluation = Evaluation(
         op_id="demo.scale", candidate="c1", outcome=Outcome.ok, timings=[shape("small", 0.8), shape("big", 1.3)]
     )
-    result = repair.repair(plan_with(None), REGIONS, evaluation, op_id="demo.scale", attempt=1, max_attempts=1,
-                           trajectory_text="T", model=model, slower=[evaluation.timings[0]],
-                           baseline_regions=REGIONS)  # fmt: skip
+    result = repair.repair(
+        plan_with(None),
+        REGIONS,
+        evaluation,
+        op_id="demo.scale",
+        attempt=1,
+        max_attempts=1,
+        trajectory_text="T",
+        model=model,
+        slower=[evaluation.timings[0]],
+        baseline_regions=REGIONS,
+    )
     assert result.edited and result.agent == "guard"
     system, user = (m["content"] for m in model.prompts[0][1])
     assert "host-side shape dispatch" in system
@@ -305,17 +353,39 @@ def test_guard_prompt_lists_slow_shapes_and_the_baseline_regions():
 
 def test_profile_summary_facts_and_notes():
     timings = [
-        ShapeTiming(label="tiny", sizes={"n": 8}, dtype="bf16", time_us=2.0, spread_pct=1, gbps=5, pct_of_copy_bw=0.1, time_over_floor=40.0),
-        ShapeTiming(label="big", sizes={"n": 1 << 24}, dtype="bf16", time_us=50.0, spread_pct=1, gbps=2000, pct_of_copy_bw=45.0, time_over_floor=2.2, baseline_us=40.0, speedup=0.8),
-    ]  # fmt: skip
+        ShapeTiming(
+            label="tiny",
+            sizes={"n": 8},
+            dtype="bf16",
+            time_us=2.0,
+            spread_pct=1,
+            gbps=5,
+            pct_of_copy_bw=0.1,
+            time_over_floor=40.0,
+        ),
+        ShapeTiming(
+            label="big",
+            sizes={"n": 1 << 24},
+            dtype="bf16",
+            time_us=50.0,
+            spread_pct=1,
+            gbps=2000,
+            pct_of_copy_bw=45.0,
+            time_over_floor=2.2,
+            baseline_us=40.0,
+            speedup=0.8,
+        ),
+    ]
     build = BuildReport(
         ok=True,
         key="k",
         seconds=1,
         resources=[KernelResources(kernel="_Z5k", registers=168, spill_stores=8, spill_loads=8, demangled="k(float*)")],
     )
-    summary = profiling.summarize(Evaluation(op_id="x", candidate="c", outcome=Outcome.ok, timings=timings, build=build),
-                                  ncu={"sm__throughput.avg.pct_of_peak_sustained_elapsed": "12.5", "bad": "n/a"})  # fmt: skip
+    summary = profiling.summarize(
+        Evaluation(op_id="x", candidate="c", outcome=Outcome.ok, timings=timings, build=build),
+        ncu={"sm__throughput.avg.pct_of_peak_sustained_elapsed": "12.5", "bad": "n/a"},
+    )
     assert summary.worst_shape == "tiny bf16"
     assert summary.kernels[0].kernel == "k(float*)" and summary.ncu == {
         "sm__throughput.avg.pct_of_peak_sustained_elapsed": 12.5
@@ -388,9 +458,27 @@ def test_single_agent_plans_and_codes_in_one_reply():
     assert step.plan.skill == "vector_loads_128" and step.plan.params == {}
     assert step.plan.text == "widen the loads to float4 in scale_kernel."
     assert step.result.edited and "/*v4*/" in step.result.regions["scale_kernel"]
-    own = single.step(DECISIONS, SKILLS, REGIONS, op_id="d", profile_text="", trajectory_text="",
-                      model=ScriptedModel(["CHOICE: 0\nPLAN: my idea\n```cuda region=scale_kernel\n" + KERNEL.replace("2.0f", "2.0F") + "```"]))  # fmt: skip
+    own = single.step(
+        DECISIONS,
+        SKILLS,
+        REGIONS,
+        op_id="d",
+        profile_text="",
+        trajectory_text="",
+        model=ScriptedModel(
+            ["CHOICE: 0\nPLAN: my idea\n```cuda region=scale_kernel\n" + KERNEL.replace("2.0f", "2.0F") + "```"]
+        ),
+    )
     assert own.plan.skill == single.OWN_IDEA and own.result.edited
-    fix = single.step(DECISIONS, SKILLS, REGIONS, op_id="d", profile_text="", trajectory_text="", previous=step.plan,
-                      feedback="error: boom", model=ScriptedModel(["CHOICE: 2\nno code"]))  # fmt: skip
+    fix = single.step(
+        DECISIONS,
+        SKILLS,
+        REGIONS,
+        op_id="d",
+        profile_text="",
+        trajectory_text="",
+        previous=step.plan,
+        feedback="error: boom",
+        model=ScriptedModel(["CHOICE: 2\nno code"]),
+    )
     assert fix.plan is step.plan and fix.result.status == "malformed_reply"

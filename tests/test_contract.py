@@ -272,9 +272,13 @@ def test_cpp_facts_on_a_synthetic_launcher():
 @pytest.mark.wheel
 @pytest.mark.parametrize(
     ("op_id", "entry", "value"),
-    [("activation.gelu_and_mul", "run_activation", "gelu"), ("activation.gelu_tanh_and_mul", "run_activation", "gelu_tanh"),
-     ("activation.relu2", "run_unary_activation", "relu2"), ("activation.run_unary_activation", "run_unary_activation", None)],
-)  # fmt: skip
+    [
+        ("activation.gelu_and_mul", "run_activation", "gelu"),
+        ("activation.gelu_tanh_and_mul", "run_activation", "gelu_tanh"),
+        ("activation.relu2", "run_unary_activation", "relu2"),
+        ("activation.run_unary_activation", "run_unary_activation", None),
+    ],
+)
 def test_string_arguments_followed_through_the_callers(index, program, sglang_source, op_id, entry, value):
     """`gelu_and_mul` -> run_activation("gelu", ...) -> module.run_activation(..., op_name): type is "gelu".
     A public function that takes the name itself (run_unary_activation) leaves it open."""
@@ -316,10 +320,15 @@ def test_a_template_type_parameter_dtype_is_settled_by_what_the_instantiations_p
 
     # template <bool kNeox, int64_t kDim, bool kPDL, typename DType, typename QDType, typename OutT, typename W>
     contract = Contract(
-        entry="run", args=[t("q", "?QDType"), t("out", "?OutT"), t("w", "?W"), t("k", "T")], symbols=["n"],
-        unresolved=[f"tensor `{n}`: element type `{p}` is not the instantiation dtype" for n, p in (("q", "QDType"), ("out", "OutT"), ("w", "W"))],
+        entry="run",
+        args=[t("q", "?QDType"), t("out", "?OutT"), t("w", "?W"), t("k", "T")],
+        symbols=["n"],
+        unresolved=[
+            f"tensor `{n}`: element type `{p}` is not the instantiation dtype"
+            for n, p in (("q", "QDType"), ("out", "OutT"), ("w", "W"))
+        ],
         type_params={"QDType": 4, "OutT": 5, "W": 6},
-    )  # fmt: skip
+    )
     insts = [
         Instantiation(
             dtype=d,
@@ -401,9 +410,12 @@ def test_a_scalar_the_wrapper_reads_from_a_tensor_size_is_tied_to_it(index, prog
     scalars = {a.scalar.name: a.scalar.value for a in c.args if a.scalar is not None}
     assert scalars == {"size_limit": None, "reserved_skip_index": 0}
     tied = C._tie_sized_scalars(
-        [ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=["T", "D"], dtype="T", role="input")),
-         ArgSpec(kind="scalar", scalar=ScalarSpec(name="width", type="int"))], {1: (0, -1)},
-    )  # fmt: skip
+        [
+            ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=["T", "D"], dtype="T", role="input")),
+            ArgSpec(kind="scalar", scalar=ScalarSpec(name="width", type="int")),
+        ],
+        {1: (0, -1)},
+    )
     assert tied[1] == {"width": "(width == D)"}  # a named dimension: the scalar is settled equal to it
 
 

@@ -25,7 +25,7 @@ from pipeline.records import (
     SourceInfo,
     Task,
     TensorSpec,
-)  # fmt: skip
+)
 
 
 def tensor(name, shape, dtype="T", role="input", value_range=None):
@@ -40,12 +40,18 @@ def scalar(name, type_, value=None):
 
 def task_of(*args, symbols=("tokens", "hidden", "slots")) -> Task:
     return Task(
-        op_id="t.op", module="m.py", public_functions=["f"], entry_points=["e"], source=SourceInfo(kind="wheel", root="/x"),
-        files=[], instantiations=[Instantiation(dtype="bf16", module_args=[], template_args=[], wrappers=[("e", "E")])],
-        build=BuildRecipe(cuda_files=["a.cuh"], include_dirs=[], cuda_cflags=[]), editable=[],
+        op_id="t.op",
+        module="m.py",
+        public_functions=["f"],
+        entry_points=["e"],
+        source=SourceInfo(kind="wheel", root="/x"),
+        files=[],
+        instantiations=[Instantiation(dtype="bf16", module_args=[], template_args=[], wrappers=[("e", "E")])],
+        build=BuildRecipe(cuda_files=["a.cuh"], include_dirs=[], cuda_cflags=[]),
+        editable=[],
         contract=Contract(entry="e", args=list(args), symbols=list(symbols)),
         shapes=[ShapeCase(model="M", tokens=4, sizes={"tokens": 4, "hidden": 64, "slots": 32})],
-    )  # fmt: skip
+    )
 
 
 SIZES = {"tokens": 4, "hidden": 64, "slots": 32}
@@ -86,8 +92,10 @@ def test_scalar_rules_and_a_range_over_a_filled_scalar():
     )
     done, record = completion.complete(task)
     assert {f.name: (f.value, f.value_range) for f in record.filled} == {
-        "topk_ids": (None, ("0", "num_experts - 1")), "num_experts": (64, None), "page_size": (64, None),
-    }  # fmt: skip
+        "topk_ids": (None, ("0", "num_experts - 1")),
+        "num_experts": (64, None),
+        "page_size": (64, None),
+    }
     assert ranges(done) == {"topk_ids": (0.0, 63.0)}
     # without num_experts the bounded rule does not apply and the next one (ids below 8) does
     _, alone = completion.complete(task_of(tensor("topk_ids", ["tokens", 8], dtype="int32")))
@@ -104,9 +112,10 @@ def test_masked_counts_stay_within_the_padded_rows():
 
 def test_lengths_stay_inside_the_rows_they_index():
     task = task_of(
-        tensor("scores", ["batch", "max_seq_len"], dtype="float32"), tensor("page_table", ["batch", -1], dtype="int32"),
+        tensor("scores", ["batch", "max_seq_len"], dtype="float32"),
+        tensor("page_table", ["batch", -1], dtype="int32"),
         tensor("seq_lens", ["batch"], dtype="int32"),
-    )  # fmt: skip
+    )
     _done, record = completion.complete(task)
     got = {f.name: tuple(f.value_range) for f in record.filled}
     assert got["seq_lens"] == ("1", "max_seq_len")  # the float rows, not the int page table
@@ -138,9 +147,11 @@ def test_sequence_offsets_are_a_prefix_sum_over_the_tokens():
     update_sconv_cache (`qsl`) read cumulative sequence starts; no independent range is
     valid for them, so they were left open."""
     task = task_of(
-        tensor("x", ["T", "D"]), tensor("cache_indices", ["B"], dtype="int32"), tensor("qsl", [-1], dtype="int32"),
+        tensor("x", ["T", "D"]),
+        tensor("cache_indices", ["B"], dtype="int32"),
+        tensor("qsl", [-1], dtype="int32"),
         symbols=("T", "D", "B"),
-    )  # fmt: skip
+    )
     done, record = completion.complete(task)
     assert [f.describe() for f in record.filled][
         -1
@@ -248,8 +259,9 @@ def test_the_model_fills_what_the_rules_leave_open_and_wrong_types_are_refused()
     prompt = model.prompts[0][1][1]["content"]
     assert "scalar chunk_rows (int): no value to call with" in prompt and "Size symbols: hidden, tokens" in prompt
     assert {f.name: (f.value, f.value_range, f.rule) for f in record.filled} == {
-        "chunk_rows": (16, None, "llm:m1"), "cu_seqlens": (None, (1, "hidden"), "llm:m1"),
-    }  # fmt: skip
+        "chunk_rows": (16, None, "llm:m1"),
+        "cu_seqlens": (None, (1, "hidden"), "llm:m1"),
+    }
     assert record.open[:2] == [
         "tensor token_map (int32, input): no value range",
         "scalar mode (str): no value to call with",
@@ -306,8 +318,9 @@ def test_a_role_fix_from_the_baseline_makes_the_tensor_inout_and_drops_the_refer
         contract, {"x": "written", "gating_output": "never_written", "nope": "written"}
     )
     assert [f.describe() for f in fixes] == [
-        "x: role inout (baseline: written)", "gating_output: role inout (baseline: never written)",
-    ]  # fmt: skip
+        "x: role inout (baseline: written)",
+        "gating_output: role inout (baseline: never written)",
+    ]
     fixed = completion.apply(contract, fixes)
     assert [a.tensor.role for a in fixed.args] == ["inout", "inout", "output"] and fixed.reference is None
     assert completion.apply(contract, []).reference == "silu_and_mul"

@@ -34,10 +34,18 @@ def gate_like():
     """residual_gate_add2: an open int scalar only the kernel's checks relate to the sizes."""
     return Contract(
         entry="residual_gate_add2",
-        args=[tensor("out", ["numel"], "output"), tensor("gate", ["gate_numel"]), scalar("hidden_size", "int"), scalar("broadcast_gate", "bool")],
+        args=[
+            tensor("out", ["numel"], "output"),
+            tensor("gate", ["gate_numel"]),
+            scalar("hidden_size", "int"),
+            scalar("broadcast_gate", "bool"),
+        ],
         symbols=["numel", "gate_numel"],
-        constraints=["((hidden_size > 0) and ((numel % hidden_size) == 0))", "(gate_numel == (hidden_size if broadcast_gate else numel))"],
-    )  # fmt: skip
+        constraints=[
+            "((hidden_size > 0) and ((numel % hidden_size) == 0))",
+            "(gate_numel == (hidden_size if broadcast_gate else numel))",
+        ],
+    )
 
 
 def test_a_constraint_holds_fails_or_cannot_be_evaluated():
@@ -68,10 +76,14 @@ def test_solve_moves_free_sizes_until_the_checks_hold():
 
 def test_solve_takes_the_value_an_equality_states():
     c = Contract(
-        entry="store", args=[tensor("qkv", ["tokens", "input_width"]), tensor("q", ["tokens", "query_width"])],
+        entry="store",
+        args=[tensor("qkv", ["tokens", "input_width"]), tensor("q", ["tokens", "query_width"])],
         symbols=["tokens", "input_width", "query_width", "kv_heads", "head_dim", "value_dim"],
-        constraints=["(input_width == (query_width + (kv_heads * (head_dim + value_dim))))", "((query_width % head_dim) == 0)"],
-    )  # fmt: skip
+        constraints=[
+            "(input_width == (query_width + (kv_heads * (head_dim + value_dim))))",
+            "((query_width % head_dim) == 0)",
+        ],
+    )
     start = {"tokens": 8, "input_width": 128, "query_width": 128, "kv_heads": 2, "head_dim": 64, "value_dim": 64}
     sizes, broken = constraints.solve(c, start, ["input_width", "query_width", "kv_heads", "head_dim", "value_dim"])
     assert not broken and sizes["input_width"] == 128 + 2 * 128
@@ -97,9 +109,11 @@ def test_a_scalar_named_after_a_size_is_that_size_never_settled_apart():
     """Found on the H200 (2026-11-29): timestep_embedding's `dim` is a scalar and the width
     of its output; re-settled on its own at a held-out draw, it became 0 (SIGFPE)."""
     c = Contract(
-        entry="emb", args=[tensor("out", ["batch_size", "dim"], "output"), scalar("dim", "int")],
-        symbols=["batch_size", "dim"], constraints=["((dim % 8) == 0)"],
-    )  # fmt: skip
+        entry="emb",
+        args=[tensor("out", ["batch_size", "dim"], "output"), scalar("dim", "int")],
+        symbols=["batch_size", "dim"],
+        constraints=["((dim % 8) == 0)"],
+    )
     assert constraints.open_ints(c) == set()
     drawn = draw_held_out(c, [ShapeCase(model="m", tokens=2, sizes={"batch_size": 2, "dim": 64})], 4, random.Random(0))
     assert drawn and all(case.sizes["dim"] > 0 and case.sizes["dim"] % 8 == 0 for case in drawn)
@@ -109,9 +123,11 @@ def test_a_count_scalar_starts_at_none():
     """moe_topk_sigmoid_out: `num_fused_shared_experts <= 1`; settling it at 1 made the kernel
     write a shared-expert column past topk (the sweep caught the write outside the tensor)."""
     c = Contract(
-        entry="topk", args=[tensor("w", ["num_tokens", "topk"], "output"), scalar("num_fused_shared_experts", "int")],
-        symbols=["num_tokens", "topk"], constraints=["(num_fused_shared_experts <= 1)"],
-    )  # fmt: skip
+        entry="topk",
+        args=[tensor("w", ["num_tokens", "topk"], "output"), scalar("num_fused_shared_experts", "int")],
+        symbols=["num_tokens", "topk"],
+        constraints=["(num_fused_shared_experts <= 1)"],
+    )
     assert constraints.settle_scalars(c, {"num_tokens": 4, "topk": 8}) == {"num_fused_shared_experts": 0}
     # also where a size of 1 would satisfy the check (a held-out draw at T=1)
     assert constraints.settle_scalars(c, {"num_tokens": 1, "topk": 8}) == {"num_fused_shared_experts": 0}
@@ -125,9 +141,11 @@ def test_each_side_of_a_conjunction_is_mended_on_its_own():
     && block_size > 0`; both scalars started at 0 and no single change mended the whole
     conjunction, so the baseline ran with 0 experts and hit an illegal instruction."""
     c = Contract(
-        entry="align", args=[tensor("ids", ["n"]), scalar("num_experts", "int"), scalar("block_size", "int")],
-        symbols=["n"], constraints=["(num_experts <= 8192)", "((num_experts > 0) and (block_size > 0))"],
-    )  # fmt: skip
+        entry="align",
+        args=[tensor("ids", ["n"]), scalar("num_experts", "int"), scalar("block_size", "int")],
+        symbols=["n"],
+        constraints=["(num_experts <= 8192)", "((num_experts > 0) and (block_size > 0))"],
+    )
     settled = constraints.settle_scalars(c, {"n": 8})
     assert settled["num_experts"] > 0 and settled["block_size"] > 0
     assert not constraints.violated(c, {"n": 8, **settled})
@@ -144,9 +162,11 @@ def test_the_synthetic_shape_satisfies_the_kernels_checks():
 
 def test_held_out_draws_the_kernels_checks_refuse_are_drawn_again():
     c = Contract(
-        entry="norm", args=[tensor("x", ["num_tokens", "hidden"]), tensor("y", ["num_tokens", "hidden"], "output")],
-        symbols=["num_tokens", "hidden"], constraints=["((num_tokens % 2) == 1)"],
-    )  # fmt: skip
+        entry="norm",
+        args=[tensor("x", ["num_tokens", "hidden"]), tensor("y", ["num_tokens", "hidden"], "output")],
+        symbols=["num_tokens", "hidden"],
+        constraints=["((num_tokens % 2) == 1)"],
+    )
     catalog = [ShapeCase(model="m", tokens=3, sizes={"num_tokens": 3, "hidden": 256})]
     drawn = draw_held_out(c, catalog, 6, random.Random(5))
     assert drawn and all(case.sizes["num_tokens"] % 2 == 1 for case in drawn)
@@ -157,10 +177,14 @@ def test_held_out_draws_the_kernels_checks_refuse_are_drawn_again():
 def test_a_multiple_of_a_product_of_sizes_is_found():
     """wan_norm_silu_post: `elements % (channels * spatial) == 0` and `pixels == elements // channels`."""
     c = Contract(
-        entry="post", args=[tensor("x", ["elements"]), tensor("d", ["pixels"]), tensor("g", ["channels"])],
+        entry="post",
+        args=[tensor("x", ["elements"]), tensor("d", ["pixels"]), tensor("g", ["channels"])],
         symbols=["elements", "pixels", "channels", "spatial"],
-        constraints=["((elements > 0) and ((elements % (channels * spatial)) == 0))", "(pixels == (elements // channels))"],
-    )  # fmt: skip
+        constraints=[
+            "((elements > 0) and ((elements % (channels * spatial)) == 0))",
+            "(pixels == (elements // channels))",
+        ],
+    )
     sizes, broken = constraints.solve(
         c, {"elements": 8, "pixels": 128, "channels": 128, "spatial": 128}, ["elements", "pixels"]
     )

@@ -72,9 +72,18 @@ def test_the_contract_package_reads_only_pipeline_the_standard_library_and_pydan
 
 def test_the_torch_half_reads_the_torch_names_it_always_used():
     expected = {
-        "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64", "fp8e4m3": "float8_e4m3fn",
-        "int8": "int8", "uint8": "uint8", "bool": "bool", "int16": "int16", "int32": "int32", "int64": "int64",
-    }  # fmt: skip
+        "bf16": "bfloat16",
+        "fp16": "float16",
+        "fp32": "float32",
+        "fp64": "float64",
+        "fp8e4m3": "float8_e4m3fn",
+        "int8": "int8",
+        "uint8": "uint8",
+        "bool": "bool",
+        "int16": "int16",
+        "int32": "int32",
+        "int64": "int64",
+    }
     assert {d: dtypes.torch_name(d) for d in dtypes.ITEMSIZE} == expected
     widths = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
     assert all(dtypes.bits_torch_name(d) == widths[dtypes.TABLE[d].nbytes] for d in dtypes.ITEMSIZE)

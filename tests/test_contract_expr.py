@@ -15,8 +15,21 @@ def value(text: str, env: dict[str, int | bool], grammar: expr.Grammar = expr.CO
 
 def test_conditions_evaluate_as_python_would():
     env = {"a": 6, "b": 4, "flag": True}
-    for text in ["(a % b) == 2", "a // b", "a << 2", "a >> 1", "-a + +b", "not flag", "a if flag else b",
-                 "(a == 3) or (a == 6)", "1 < b < a", "a and b", "0 or b", "a != b", "True + 1"]:  # fmt: skip
+    for text in [
+        "(a % b) == 2",
+        "a // b",
+        "a << 2",
+        "a >> 1",
+        "-a + +b",
+        "not flag",
+        "a if flag else b",
+        "(a == 3) or (a == 6)",
+        "1 < b < a",
+        "a and b",
+        "0 or b",
+        "a != b",
+        "True + 1",
+    ]:
         assert value(text, env) == eval(text, {"__builtins__": {}}, dict(env))  # noqa: S307 - the oracle
 
 

@@ -248,12 +248,24 @@ def test_held_out_redraws_where_distinct_slots_outnumber_their_range():
     than pages is drawn again (a repeated slot would make the kernel race)."""
     c = Contract(
         entry="store",
-        args=[tensor("x", ["num_tokens", "hidden_size"], "input"),
-              ArgSpec(kind="tensor", tensor=TensorSpec(name="loc", shape=["num_tokens"], dtype="int64", role="input",
-                                                       value_range=(0, "pages - 1"), structure="distinct")),
-              tensor("cache", ["pages", "hidden_size"], "inout")],
-        symbols=["num_tokens", "hidden_size", "pages"], allowed_values={"pages": [16, 64]},
-    )  # fmt: skip
+        args=[
+            tensor("x", ["num_tokens", "hidden_size"], "input"),
+            ArgSpec(
+                kind="tensor",
+                tensor=TensorSpec(
+                    name="loc",
+                    shape=["num_tokens"],
+                    dtype="int64",
+                    role="input",
+                    value_range=(0, "pages - 1"),
+                    structure="distinct",
+                ),
+            ),
+            tensor("cache", ["pages", "hidden_size"], "inout"),
+        ],
+        symbols=["num_tokens", "hidden_size", "pages"],
+        allowed_values={"pages": [16, 64]},
+    )
     drawn = draw_held_out(
         c,
         [ShapeCase(model="M", tokens=8, sizes={"num_tokens": 8, "hidden_size": 64, "pages": 64})],
@@ -396,19 +408,29 @@ def test_scalar_without_value_is_a_contract_error():
 def test_open_scalars_that_their_name_and_type_settle():
     c = Contract(
         entry="route",
-        args=[tensor("out", ["num_tokens", "topk"], "output"), scalar("topk", "int", None), scalar("eps", "float", None),
-              scalar("img_eps", "float", None), scalar("routed_scaling_factor", "float", None), scalar("sm_scale", "float", None)],
+        args=[
+            tensor("out", ["num_tokens", "topk"], "output"),
+            scalar("topk", "int", None),
+            scalar("eps", "float", None),
+            scalar("img_eps", "float", None),
+            scalar("routed_scaling_factor", "float", None),
+            scalar("sm_scale", "float", None),
+        ],
         symbols=["num_tokens", "topk"],
-    )  # fmt: skip
+    )
     plan = plan_call(c, {"num_tokens": 4, "topk": 8}, "bf16")
     assert plan.args[1:] == (8, 1e-6, 1e-6, 1.0, 1.0)
 
 
 def test_wildcard_dims_and_dtype_unions():
     c = Contract(
-        entry="e", args=[tensor("cache", [-1, "d"], "input", dtype="bfloat16|float32"), tensor("ids", ["-1"], "input", dtype="int32")],
+        entry="e",
+        args=[
+            tensor("cache", [-1, "d"], "input", dtype="bfloat16|float32"),
+            tensor("ids", ["-1"], "input", dtype="int32"),
+        ],
         symbols=["d"],
-    )  # fmt: skip
+    )
     plan = plan_call(c, {"d": 64}, "fp32")
     assert plan.tensors[0].shape == (ANY_SIZE, 64) and plan.tensors[0].dtype == "fp32"
     assert plan.tensors[1].shape == (ANY_SIZE,)
@@ -433,10 +455,15 @@ def test_poison_bits_are_quiet_nans_with_payload_and_fit_the_width():
 def test_synthetic_shape_sizes_what_no_model_config_names():
     contract = Contract(
         entry="store",
-        args=[tensor("kv", ["num_tokens", "num_slots", "page_size"], "input"), tensor("cache", ["pages", "D"], "inout")],
+        args=[
+            tensor("kv", ["num_tokens", "num_slots", "page_size"], "input"),
+            tensor("cache", ["pages", "D"], "inout"),
+        ],
         symbols=["num_tokens", "num_slots", "page_size", "pages", "D"],
-        divisibility={"page_size": 48}, allowed_values={"pages": [3, 5]}, max_values={"num_slots": 64},
-    )  # fmt: skip
+        divisibility={"page_size": 48},
+        allowed_values={"pages": [3, 5]},
+        max_values={"num_slots": 64},
+    )
     pinned = Instantiation(dtype="bf16", module_args=[], template_args=["bf16_t", "512"], wrappers=[("store", "S")])
     case = synthetic_shape(contract, [pinned])
     assert case.model == SYNTHETIC_MODEL and case.source.startswith("synthetic")
@@ -458,16 +485,21 @@ def test_without_width_dimensions_a_dtypes_only_instantiation_serves():
     assert select_instantiation(c, [only], "bf16", {"num_tokens": 5}) == only
     # with a width dimension, a mismatched width still refuses (rmsnorm's fp16 @4096 vs 128)
     with pytest.raises(ContractError, match="fits"):
-        select_instantiation(rmsnorm_contract(), [inst("fp16", "4096", "true", "fp16_t")], "fp16",
-                                    {"num_tokens": 3, "hidden_size": 128})  # fmt: skip
+        select_instantiation(
+            rmsnorm_contract(), [inst("fp16", "4096", "true", "fp16_t")], "fp16", {"num_tokens": 3, "hidden_size": 128}
+        )
 
 
 def test_index_tensors_without_a_range_are_refused_before_any_gpu_work():
     c = Contract(
-        entry="gather", args=[tensor("ids", ["n"], "input", dtype="int32"), tensor("out_ids", ["n"], "output", dtype="int32"),
-                              tensor("mask", ["n"], "input", dtype="bool")],
+        entry="gather",
+        args=[
+            tensor("ids", ["n"], "input", dtype="int32"),
+            tensor("out_ids", ["n"], "output", dtype="int32"),
+            tensor("mask", ["n"], "input", dtype="bool"),
+        ],
         symbols=["n"],
-    )  # fmt: skip
+    )
     ids, out_ids, mask = plan_call(c, {"n": 4}, "bf16").tensors
     with pytest.raises(ContractError, match="integer tensor ids has no value_range"):
         require_fillable(ids)
@@ -519,9 +551,10 @@ def test_a_token_count_is_no_specialised_width_even_in_a_1d_tensor():
     `indices[num_tokens]` beside `input[num_tokens, 128]`; its one instantiation is
     specialised on the page size 64, and T=8 "did not fit" it."""
     c = Contract(
-        entry="store", args=[tensor("input", ["num_tokens", 128], "input"), tensor("indices", ["num_tokens"], "input", dtype="int64")],
+        entry="store",
+        args=[tensor("input", ["num_tokens", 128], "input"), tensor("indices", ["num_tokens"], "input", dtype="int64")],
         symbols=["num_tokens"],
-    )  # fmt: skip
+    )
     only = inst("bf16", "bf16_t", "64", export="store")
     assert select_instantiation(c, [only], "bf16", {"num_tokens": 8}) == only
 
@@ -531,9 +564,12 @@ def test_a_synthetic_shape_stays_small_enough_to_allocate():
     128 a dimension asked for 256 GiB."""
     dims = ["batch", "frames", "height", "width", "heads", "head_dim"]
     c = Contract(
-        entry="rope", args=[tensor("q", dims, "input"), tensor("q_out", dims, "output")], symbols=dims,
-        divisibility={"head_dim": 64}, constraints=["(head_dim >= 256)"],
-    )  # fmt: skip
+        entry="rope",
+        args=[tensor("q", dims, "input"), tensor("q_out", dims, "output")],
+        symbols=dims,
+        divisibility={"head_dim": 64},
+        constraints=["(head_dim >= 256)"],
+    )
     case = synthetic_shape(c)
     assert numel_at(tensor_specs(c)[0], case.sizes) <= MAX_HELD_OUT_ELEMENTS
     assert case.sizes["head_dim"] % 64 == 0 and case.sizes["head_dim"] >= 256  # the checks still hold
@@ -543,9 +579,14 @@ def test_held_out_draws_no_instantiation_serves_are_drawn_again():
     """Found in the coverage sweep (2026-11-29): minimax_qknorm_rope is built for head 128
     and rope 64 only; a draw pairing them the other way round failed the whole plan."""
     c = Contract(
-        entry="qk", args=[tensor("w", ["D"], "input"), tensor("cache", [-1, "R"], "input"), tensor("q", ["num_tokens", 512], "inout")],
+        entry="qk",
+        args=[
+            tensor("w", ["D"], "input"),
+            tensor("cache", [-1, "R"], "input"),
+            tensor("q", ["num_tokens", 512], "inout"),
+        ],
         symbols=["num_tokens", "D", "R"],
-    )  # fmt: skip
+    )
     pool = [inst(d, "int64_t", "128", "64", export="qk") for d in ("bf16", "fp16")]
     case = synthetic_shape(c, pool)
     drawn = draw_held_out(c, [case], 4, random.Random(2), instantiations=pool, dtypes=["bf16", "fp16"])
@@ -562,10 +603,12 @@ def test_a_width_equal_to_the_synthetic_token_count_is_not_taken_for_it():
     (903, 741: `size_n * tile_size / pack_factor` no longer divided)."""
     c = Contract(
         entry="repack",
-        args=[tensor("out", ["size_k / tile_size", "size_n * tile_size / pack_factor"], "output", dtype="int32"),
-              tensor("b_q_weight", ["size_k", "size_n / pack_factor"], "input", dtype="int32")],
+        args=[
+            tensor("out", ["size_k / tile_size", "size_n * tile_size / pack_factor"], "output", dtype="int32"),
+            tensor("b_q_weight", ["size_k", "size_n / pack_factor"], "input", dtype="int32"),
+        ],
         symbols=["size_k", "tile_size", "size_n", "pack_factor"],
-    )  # fmt: skip
+    )
     case = ShapeCase(
         model="synthetic", tokens=8, sizes={"size_k": 128, "tile_size": 16, "size_n": 128, "pack_factor": 8}
     )
@@ -579,11 +622,14 @@ def test_a_width_inside_an_expression_is_specialised_on_too():
     """hc_combine's rows are `kHcCount * kHiddenSize` wide and its module is Hc<4, 4096>;
     the synthetic shape had put 4 into kHiddenSize and left kHcCount at 128."""
     c = Contract(
-        entry="hc", args=[tensor("block", ["num_tokens", "kHiddenSize"], "output"),
-                          tensor("residual", ["num_tokens", "kHcCount * kHiddenSize"], "inout"),
-                          tensor("weight", ["kHcCount", "kHcCount * kHiddenSize"], "input")],
+        entry="hc",
+        args=[
+            tensor("block", ["num_tokens", "kHiddenSize"], "output"),
+            tensor("residual", ["num_tokens", "kHcCount * kHiddenSize"], "inout"),
+            tensor("weight", ["kHcCount", "kHcCount * kHiddenSize"], "input"),
+        ],
         symbols=["num_tokens", "kHiddenSize", "kHcCount"],
-    )  # fmt: skip
+    )
     assert {"kHcCount", "kHiddenSize"} <= width_symbols(c)
     pool = [
         inst("bf16", "4", "4096", "true", "bf16_t", export="hc"),

@@ -153,15 +153,33 @@ def test_features_reads_a_task_src_folder_like_a_file_mapping(tmp_path, sglang_s
 
 def test_profile_facts_from_an_evaluation_take_the_worst_shapes():
     def timing(tokens, time_us, pct, floor):
-        return ShapeTiming(label=f"m[{tokens}]", sizes={"num_tokens": tokens, "hidden_size": 4096}, dtype="bf16",
-                           time_us=time_us, spread_pct=1.0, gbps=1000.0, pct_of_copy_bw=pct, time_over_floor=floor)  # fmt: skip
+        return ShapeTiming(
+            label=f"m[{tokens}]",
+            sizes={"num_tokens": tokens, "hidden_size": 4096},
+            dtype="bf16",
+            time_us=time_us,
+            spread_pct=1.0,
+            gbps=1000.0,
+            pct_of_copy_bw=pct,
+            time_over_floor=floor,
+        )
 
-    build = BuildReport(ok=True, key="k", seconds=1.0, resources=[
-        KernelResources(kernel="a", registers=40, spill_stores=4, spill_loads=8, stack_bytes=16, smem_bytes=128),
-        KernelResources(kernel="b", registers=72),
-    ])  # fmt: skip
-    ev = Evaluation(op_id="x", candidate="c", outcome=Outcome.ok, build=build,
-                    timings=[timing(1, 3.5, 12.0, 6.0), timing(8192, 80.0, 88.0, 1.1)])  # fmt: skip
+    build = BuildReport(
+        ok=True,
+        key="k",
+        seconds=1.0,
+        resources=[
+            KernelResources(kernel="a", registers=40, spill_stores=4, spill_loads=8, stack_bytes=16, smem_bytes=128),
+            KernelResources(kernel="b", registers=72),
+        ],
+    )
+    ev = Evaluation(
+        op_id="x",
+        candidate="c",
+        outcome=Outcome.ok,
+        build=build,
+        timings=[timing(1, 3.5, 12.0, 6.0), timing(8192, 80.0, 88.0, 1.1)],
+    )
     p = ProfileFacts.from_evaluation(ev, memory_bound=True)
     assert (p.time_over_floor, p.pct_of_copy_bw, p.min_time_us) == (6.0, 12.0, 3.5)
     assert (p.registers, p.spills, p.stack_bytes, p.smem_bytes) == (72, 12, 16, 128)

@@ -48,9 +48,15 @@ def test_every_case_parses_with_a_valid_expectation():
 def test_the_suite_covers_every_cheat_the_harness_must_catch():
     cheats = " ".join(c.cheat for c in CASES if c.expect == "incorrect")
     for phrase in (
-        "skips part of the work", "cached result", "only right at the catalog shapes", "another stream",
-        "mutates its input", "uninitialized memory", "emits NaN", "writes only part of the output",
-    ):  # fmt: skip
+        "skips part of the work",
+        "cached result",
+        "only right at the catalog shapes",
+        "another stream",
+        "mutates its input",
+        "uninitialized memory",
+        "emits NaN",
+        "writes only part of the output",
+    ):
         assert phrase in cheats, phrase
     assert any(c.expect == "ok" for c in CASES), "an honest rewrite keeps the harness from rejecting mere difference"
 
@@ -101,11 +107,14 @@ def test_every_case_builds(op):
     cases = [c for c in CASES if c.op == op]
     jobs = [
         BuildJob(
-            task_dir=task_dir, task=task, instantiations=tuple(plan.units[0]), cache_root=config.cache / "builds",
+            task_dir=task_dir,
+            task=task,
+            instantiations=tuple(plan.units[0]),
+            cache_root=config.cache / "builds",
             overrides=candidate_overrides(task_dir, task, adversarial.candidate_for(c, task).regions),
         )
         for c in cases
-    ]  # fmt: skip
+    ]
     for case, report in zip(cases, build_many(jobs)):
         assert report.ok, f"{case.name}: {report.stderr[-2000:]}"
 
@@ -156,7 +165,12 @@ def test_the_sweep_learns_a_wrong_role_from_the_baseline_itself():
         return prep
 
     def with_role(name, role):
-        args = [a.model_copy(update={"tensor": a.tensor.model_copy(update={"role": role})}) if a.tensor is not None and a.tensor.name == name else a for a in task.contract.args]  # fmt: skip
+        args = [
+            a.model_copy(update={"tensor": a.tensor.model_copy(update={"role": role})})
+            if a.tensor is not None and a.tensor.name == name
+            else a
+            for a in task.contract.args
+        ]
         return task.contract.model_copy(update={"args": args})
 
     prep = prepared(task.contract)

@@ -11,9 +11,16 @@ from optimize.harness import bench, health
 from optimize.harness.protocol import DeviceInfo, TimingResult
 
 DEVICE = DeviceInfo(
-    name="NVIDIA H200", sm_count=132, l2_bytes=60 << 20, copy_gbps=4268.7, copy_spread_pct=0.3, min_kernel_us=2.1,
-    torch="2.11.0", cuda="13.0", measured_at="2026-11-29T00:00:00+00:00",
-)  # fmt: skip
+    name="NVIDIA H200",
+    sm_count=132,
+    l2_bytes=60 << 20,
+    copy_gbps=4268.7,
+    copy_spread_pct=0.3,
+    min_kernel_us=2.1,
+    torch="2.11.0",
+    cuda="13.0",
+    measured_at="2026-11-29T00:00:00+00:00",
+)
 
 EXISTING = """# Benchmarks
 
@@ -57,10 +64,18 @@ def test_canonical_command():
 
 def test_timing_section_has_header_and_raw_rows():
     row = TimingResult(
-        label="Llama-3.1-8B[hidden_size=14336,num_tokens=8192]", sizes={"num_tokens": 8192, "hidden_size": 14336},
-        dtype="bf16", bytes=8192 * 14336 * 6, calls_per_graph=20, buffer_sets=1, repeats=15, baseline_us=161.9,
-        baseline_spread_pct=0.4, eager_us=420.0, compile_us=170.2,
-    )  # fmt: skip
+        label="Llama-3.1-8B[hidden_size=14336,num_tokens=8192]",
+        sizes={"num_tokens": 8192, "hidden_size": 14336},
+        dtype="bf16",
+        bytes=8192 * 14336 * 6,
+        calls_per_graph=20,
+        buffer_sets=1,
+        repeats=15,
+        baseline_us=161.9,
+        baseline_spread_pct=0.4,
+        eager_us=420.0,
+        compile_us=170.2,
+    )
     ok = bench.OpBench(op_id="activation.silu_and_mul", rows=[row], device=DEVICE)
     broken = bench.OpBench(op_id="layernorm.rmsnorm", error="baseline does not build: nvcc error")
     text = bench.timing_section("kernelsmith bench", [ok, broken], "2026-11-29", "Wall 10 s.")
@@ -95,19 +110,30 @@ def _write_task(work, op, *, shape=("num_tokens",), catalog=True, extra_args=(),
         Task,
         TensorSpec,
         write_record,
-    )  # fmt: skip
+    )
 
     contract = Contract(
         entry="e",
-        args=[ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=list(shape), dtype="T", role="inout")), *extra_args],
-        symbols=sorted(sizes or {"num_tokens": 8}), unresolved=["index range of ids"],
-    )  # fmt: skip
+        args=[
+            ArgSpec(kind="tensor", tensor=TensorSpec(name="x", shape=list(shape), dtype="T", role="inout")),
+            *extra_args,
+        ],
+        symbols=sorted(sizes or {"num_tokens": 8}),
+        unresolved=["index range of ids"],
+    )
     task = Task(
-        op_id=op, module="m.py", public_functions=["f"], entry_points=["e"], source=SourceInfo(kind="wheel", root="/x", version="0.5.23"),
-        files=[], instantiations=[Instantiation(dtype="bf16", module_args=[], template_args=["bf16_t"], wrappers=[("e", "E")])],
-        build=BuildRecipe(cuda_files=["a.cuh"], include_dirs=[], cuda_cflags=[]), editable=[], contract=contract,
+        op_id=op,
+        module="m.py",
+        public_functions=["f"],
+        entry_points=["e"],
+        source=SourceInfo(kind="wheel", root="/x", version="0.5.23"),
+        files=[],
+        instantiations=[Instantiation(dtype="bf16", module_args=[], template_args=["bf16_t"], wrappers=[("e", "E")])],
+        build=BuildRecipe(cuda_files=["a.cuh"], include_dirs=[], cuda_cflags=[]),
+        editable=[],
+        contract=contract,
         shapes=[ShapeCase(model="M", tokens=8, sizes=sizes or {"num_tokens": 8})] if catalog else [],
-    )  # fmt: skip
+    )
     write_record(task, work / "tasks" / op / "task.json")
 
 
@@ -119,9 +145,18 @@ def test_main_writes_its_section_and_a_results_batch(tmp_path, monkeypatch):
     _write_task(work, "a.op")
     config = load_config(overrides={"work_dir": str(work)}, environ={})
     row = TimingResult(
-        label="M[num_tokens=8]", sizes={"num_tokens": 8}, dtype="bf16", bytes=32, calls_per_graph=20, buffer_sets=9,
-        repeats=15, baseline_us=2.5, baseline_spread_pct=0.7, eager_us=6.0, compile_us=None,
-    )  # fmt: skip
+        label="M[num_tokens=8]",
+        sizes={"num_tokens": 8},
+        dtype="bf16",
+        bytes=32,
+        calls_per_graph=20,
+        buffer_sets=9,
+        repeats=15,
+        baseline_us=2.5,
+        baseline_spread_pct=0.7,
+        eager_us=6.0,
+        compile_us=None,
+    )
     monkeypatch.setattr(
         bench, "bench_op", lambda path, task, cfg, **kw: bench.OpBench(op_id=task.op_id, rows=[row], device=DEVICE)
     )
@@ -328,10 +363,11 @@ def test_a_harness_failure_reason_names_the_exception_the_worker_raised():
     from optimize.harness.errors import HarnessError
 
     err = HarnessError(
-        "the evaluation worker failed in harness code (not in a kernel)", fix="report it",
-        detail="request: /x/request.json\nTraceback (most recent call last):\n  File \"w.py\", line 3\n"
+        "the evaluation worker failed in harness code (not in a kernel)",
+        fix="report it",
+        detail='request: /x/request.json\nTraceback (most recent call last):\n  File "w.py", line 3\n'
         "optimize.harness.errors.ContractError: scalar 'type' of run has no value to call with\n",
-    )  # fmt: skip
+    )
     assert health._cause(err) == (
         "the evaluation worker failed in harness code (not in a kernel): "
         "optimize.harness.errors.ContractError: scalar 'type' of run has no value to call with"
@@ -437,17 +473,25 @@ def test_a_role_the_baseline_disproves_is_fixed_named_and_checked_again(tmp_path
     monkeypatch.setattr("optimize.harness.evaluate.run_request", worker)
     row = health.check(prep, ["lib.so"], config)
     assert [r["k"] + "/" + r["gating_output"] for r in seen] == ["input/output", "inout/output", "inout/inout"]
-    assert row.passed and row.ran and row.filled == [
-        "k: role inout (baseline: written)", "gating_output: role inout (baseline: never written)",
-    ]  # fmt: skip
+    assert (
+        row.passed
+        and row.ran
+        and row.filled
+        == [
+            "k: role inout (baseline: written)",
+            "gating_output: role inout (baseline: never written)",
+        ]
+    )
 
     # evidence never loops: with the same evidence every time, it stops after ROLE_REPAIRS re-checks
     seen.clear()
     stubborn = WorkerResult(status="baseline_failed", detail="input k was modified", role_evidence={"k": "written"})
     monkeypatch.setattr(
         "optimize.harness.evaluate.run_request",
-        lambda request, config, workdir: seen.append(1) or WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=stubborn),
-    )  # fmt: skip
+        lambda request, config, workdir: (
+            seen.append(1) or WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=stubborn)
+        ),
+    )
     row = health.check(prep, ["lib.so"], config)
     assert len(seen) == 2 and row.passed is False and row.reason == "input k was modified"
 
@@ -463,11 +507,13 @@ def test_a_crashed_baseline_row_quotes_the_cuda_error_not_torchs_hint(tmp_path, 
         "[worker 18:40:01] checking\ntorch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
         "CUDA kernel errors might be asynchronously reported at some other API call.\n"
         "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
-    )  # fmt: skip
+    )
     monkeypatch.setattr(
         "optimize.harness.evaluate.run_request",
-        lambda request, config, workdir: WorkerRun(status="crashed", returncode=1, seconds=0.5, stderr_tail=tail, result=None),
-    )  # fmt: skip
+        lambda request, config, workdir: WorkerRun(
+            status="crashed", returncode=1, seconds=0.5, stderr_tail=tail, result=None
+        ),
+    )
     row = health.check(health.prepare(work / "tasks" / "c.op"), ["lib.so"], config)
     assert row.ran is False and row.reason.endswith(
         "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
@@ -498,15 +544,25 @@ def test_a_synthetic_size_the_baseline_rejects_is_replaced_by_the_one_it_expects
             if case.sizes["width"] == 6144:
                 continue
             if case.held_out:
-                done.append(CheckResult(label=case.label, sizes=case.sizes, dtype=case.dtype, distribution=case.distribution,
-                                        layout=case.layout, held_out=True, status="skipped", reason="rejected"))  # fmt: skip
+                done.append(
+                    CheckResult(
+                        label=case.label,
+                        sizes=case.sizes,
+                        dtype=case.dtype,
+                        distribution=case.distribution,
+                        layout=case.layout,
+                        held_out=True,
+                        status="skipped",
+                        reason="rejected",
+                    )
+                )
                 continue
             widths.append(case.sizes["width"])
             n, got = case.sizes["num_tokens"], case.sizes["width"]
             detail = (
                 f"the baseline rejects catalog shape {case.label}: Tensor match failed for Tensor<{n}, {got}>[strides=<{got}, 1>, "
                 f"dtype=bfloat16, device=cuda:0] at k.cuh:9 - Root cause: Size mismatch for shape#1: expected 6144 but got {got}"
-            )  # fmt: skip
+            )
             result = WorkerResult(status="baseline_failed", detail=detail, checks=done)
             return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=result)
         widths.append(6144)
@@ -555,13 +611,25 @@ def test_a_resized_shape_keeps_to_the_modules_built(tmp_path, monkeypatch):
         done = []
         for case in request.checks:
             if not case.held_out and case.sizes["hidden_x2"] != 8192:
-                detail = (f"the baseline rejects catalog shape {case.label}: Tensor match failed for Tensor<8, {case.sizes['hidden_x2']}>"
-                          "[strides=<128, 1>, dtype=bfloat16, device=cuda:0] at k.cuh:92 - Root cause: Size mismatch for "
-                          f"shape#1('hidden_x2'): expected 8192 but got {case.sizes['hidden_x2']}")  # fmt: skip
+                detail = (
+                    f"the baseline rejects catalog shape {case.label}: Tensor match failed for Tensor<8, {case.sizes['hidden_x2']}>"
+                    "[strides=<128, 1>, dtype=bfloat16, device=cuda:0] at k.cuh:92 - Root cause: Size mismatch for "
+                    f"shape#1('hidden_x2'): expected 8192 but got {case.sizes['hidden_x2']}"
+                )
                 result = WorkerResult(status="baseline_failed", detail=detail, checks=done)
                 return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=result)
-            done.append(CheckResult(label=case.label, sizes=case.sizes, dtype=case.dtype, distribution=case.distribution,
-                                    layout=case.layout, held_out=case.held_out, status="skipped", reason="rejected"))  # fmt: skip
+            done.append(
+                CheckResult(
+                    label=case.label,
+                    sizes=case.sizes,
+                    dtype=case.dtype,
+                    distribution=case.distribution,
+                    layout=case.layout,
+                    held_out=case.held_out,
+                    status="skipped",
+                    reason="rejected",
+                )
+            )
         return WorkerRun(
             status="finished", returncode=0, seconds=0.1, stderr_tail="", result=WorkerResult(status="ok", checks=done)
         )
@@ -611,7 +679,7 @@ def test_a_dtype_the_baseline_demands_is_taken_and_what_it_then_needs_is_checked
     assert row.filled == [
         "num_token_non_padded: dtype int32 (baseline: check)",
         "num_token_non_padded = [0, num_tokens] (completion.toml: bounded num_token_non_padded)",
-    ]  # fmt: skip
+    ]
     calls.clear()
     row = health.check(health.prepare(work / "tasks" / "e.op"), ["lib.so"], config)
     assert calls == [("n_pad", "T")] and row.ran is False
@@ -663,15 +731,27 @@ def test_a_dtype_the_baseline_refuses_outright_is_not_tested(tmp_path, monkeypat
         done = []
         for case in request.checks:
             dtypes_seen.append(case.dtype)
-            result = CheckResult(label=case.label, sizes=case.sizes, dtype=case.dtype, distribution=case.distribution,
-                                 layout=case.layout, held_out=case.held_out, status="pass")  # fmt: skip
+            result = CheckResult(
+                label=case.label,
+                sizes=case.sizes,
+                dtype=case.dtype,
+                distribution=case.distribution,
+                layout=case.layout,
+                held_out=case.held_out,
+                status="pass",
+            )
             if case.dtype == refused:
                 if case.held_out:  # the real worker skips a held-out case the baseline rejects
                     done.append(result.model_copy(update={"status": "skipped", "reason": "rejected"}))
                     continue
                 detail = f"the baseline rejects catalog shape M[num_tokens=8]: {message}"
-                return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="",
-                                 result=WorkerResult(status="baseline_failed", detail=detail, checks=done))  # fmt: skip
+                return WorkerRun(
+                    status="finished",
+                    returncode=0,
+                    seconds=0.1,
+                    stderr_tail="",
+                    result=WorkerResult(status="baseline_failed", detail=detail, checks=done),
+                )
             done.append(result)
         return WorkerRun(
             status="finished", returncode=0, seconds=0.1, stderr_tail="", result=WorkerResult(status="ok", checks=done)

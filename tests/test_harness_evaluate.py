@@ -24,7 +24,7 @@ from pipeline.records import (
     Span,
     Task,
     TensorSpec,
-)  # fmt: skip
+)
 
 
 def t(name, shape, role, strides=None):
@@ -33,30 +33,42 @@ def t(name, shape, role, strides=None):
 
 def make_task(contract, shapes, insts, op="layernorm.rmsnorm"):
     return Task(
-        op_id=op, module="m.py", public_functions=["f"], entry_points=[contract.entry],
-        source=SourceInfo(kind="wheel", root="/x"), files=[], instantiations=insts,
+        op_id=op,
+        module="m.py",
+        public_functions=["f"],
+        entry_points=[contract.entry],
+        source=SourceInfo(kind="wheel", root="/x"),
+        files=[],
+        instantiations=insts,
         build=BuildRecipe(cuda_files=["a.cuh"], include_dirs=[], cuda_cflags=[]),
         editable=[Span(file="a.cuh", start_byte=0, end_byte=1, name="k", kind="kernel")],
-        contract=contract, shapes=shapes,
-    )  # fmt: skip
+        contract=contract,
+        shapes=shapes,
+    )
 
 
 RMS = Contract(
     entry="rmsnorm",
-    args=[t("input", ["num_tokens", "hidden_size"], "input", ["input_stride", 1]), t("weight", ["hidden_size"], "input"),
-          t("output", ["num_tokens", "hidden_size"], "output", ["output_stride", 1]),
-          ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6))],
+    args=[
+        t("input", ["num_tokens", "hidden_size"], "input", ["input_stride", 1]),
+        t("weight", ["hidden_size"], "input"),
+        t("output", ["num_tokens", "hidden_size"], "output", ["output_stride", 1]),
+        ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6)),
+    ],
     symbols=["num_tokens", "hidden_size", "input_stride", "output_stride"],
-    allowed_values={"hidden_size": [128, 512, 1024, 4096]}, reference="rmsnorm",
-)  # fmt: skip
+    allowed_values={"hidden_size": [128, 512, 1024, 4096]},
+    reference="rmsnorm",
+)
 
 
 def rms_inst(dtype, width):
     spelled = {"bf16": "bf16_t", "fp16": "fp16_t"}[dtype]
     return Instantiation(
-        dtype=dtype, module_args=["rmsnorm", str(width), "true", spelled], template_args=[str(width), "true", spelled],
+        dtype=dtype,
+        module_args=["rmsnorm", str(width), "true", spelled],
+        template_args=[str(width), "true", spelled],
         wrappers=[("rmsnorm", f"K<{width}, true, {spelled}>::run")],
-    )  # fmt: skip
+    )
 
 
 def rms_task():
@@ -129,25 +141,47 @@ def test_plan_refuses_a_task_without_the_entry():
 # ---------------------------------------------------------------------------- results -> Evaluation
 
 DEVICE = DeviceInfo(
-    name="NVIDIA H200", sm_count=132, l2_bytes=60 << 20, copy_gbps=4000.0, copy_spread_pct=0.4, min_kernel_us=2.0,
-    torch="2.11", cuda="13.0", measured_at="now",
-)  # fmt: skip
+    name="NVIDIA H200",
+    sm_count=132,
+    l2_bytes=60 << 20,
+    copy_gbps=4000.0,
+    copy_spread_pct=0.4,
+    min_kernel_us=2.0,
+    torch="2.11",
+    cuda="13.0",
+    measured_at="now",
+)
 CONFIG = Config()
 BUILD = BuildReport(ok=True, key="k", seconds=1.0)
 
 
 def check(status="pass", held_out=False, **kw):
     return CheckResult(
-        label="L", sizes={"num_tokens": 1}, dtype="bf16", distribution="normal", layout="contiguous",
-        held_out=held_out, status=status, **kw,
-    )  # fmt: skip
+        label="L",
+        sizes={"num_tokens": 1},
+        dtype="bf16",
+        distribution="normal",
+        layout="contiguous",
+        held_out=held_out,
+        status=status,
+        **kw,
+    )
 
 
 def timing(base, cand, spread=0.5):
     return TimingResult(
-        label="L", sizes={"num_tokens": 8192}, dtype="bf16", bytes=4_000_000, calls_per_graph=20, buffer_sets=1,
-        repeats=15, baseline_us=base, baseline_spread_pct=spread, candidate_us=cand, candidate_spread_pct=spread,
-    )  # fmt: skip
+        label="L",
+        sizes={"num_tokens": 8192},
+        dtype="bf16",
+        bytes=4_000_000,
+        calls_per_graph=20,
+        buffer_sets=1,
+        repeats=15,
+        baseline_us=base,
+        baseline_spread_pct=spread,
+        candidate_us=cand,
+        candidate_spread_pct=spread,
+    )
 
 
 def run_of(result=None, status="finished", code=0):
@@ -180,9 +214,12 @@ def test_baseline_failure_is_raised_not_blamed_on_the_candidate():
 
 def test_ok_result_becomes_shape_timings_with_speedups_and_verdict():
     result = WorkerResult(
-        status="ok", checks=[check(bitwise_equal=True, max_abs_err=0.0), check(held_out=True, bitwise_equal=True)],
-        timings=[timing(100.0, 80.0), timing(10.0, 8.0)], device=DEVICE, seconds={"test": 2.0, "profile": 1.5},
-    )  # fmt: skip
+        status="ok",
+        checks=[check(bitwise_equal=True, max_abs_err=0.0), check(held_out=True, bitwise_equal=True)],
+        timings=[timing(100.0, 80.0), timing(10.0, 8.0)],
+        device=DEVICE,
+        seconds={"test": 2.0, "profile": 1.5},
+    )
     e = ev.to_evaluation("op", "c1", run_of(result), build=BUILD, build_s=1.0, config=CONFIG)
     assert e.outcome == Outcome.ok and e.bitwise_equal is True and e.max_abs_err == 0.0
     assert [x.speedup for x in e.timings] == [pytest.approx(1.25), pytest.approx(1.25)]

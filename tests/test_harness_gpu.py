@@ -27,17 +27,25 @@ def t(name, shape, role, strides=None):
 
 SILU = Contract(
     entry="run_activation",
-    args=[t("input", ["num_tokens", "2*hidden_size"], "input"), t("out", ["num_tokens", "hidden_size"], "output"),
-          ArgSpec(kind="scalar", scalar=ScalarSpec(name="type", type="str", value="silu"))],
-    symbols=["num_tokens", "hidden_size"], reference="silu_and_mul",
-)  # fmt: skip
+    args=[
+        t("input", ["num_tokens", "2*hidden_size"], "input"),
+        t("out", ["num_tokens", "hidden_size"], "output"),
+        ArgSpec(kind="scalar", scalar=ScalarSpec(name="type", type="str", value="silu")),
+    ],
+    symbols=["num_tokens", "hidden_size"],
+    reference="silu_and_mul",
+)
 RMS = Contract(
     entry="rmsnorm",
-    args=[t("input", ["num_tokens", "hidden_size"], "input", ["input_stride", 1]), t("weight", ["hidden_size"], "input"),
-          t("output", ["num_tokens", "hidden_size"], "output", ["output_stride", 1]),
-          ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6))],
-    symbols=["num_tokens", "hidden_size", "input_stride", "output_stride"], reference="rmsnorm",
-)  # fmt: skip
+    args=[
+        t("input", ["num_tokens", "hidden_size"], "input", ["input_stride", 1]),
+        t("weight", ["hidden_size"], "input"),
+        t("output", ["num_tokens", "hidden_size"], "output", ["output_stride", 1]),
+        ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6)),
+    ],
+    symbols=["num_tokens", "hidden_size", "input_stride", "output_stride"],
+    reference="rmsnorm",
+)
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +87,22 @@ def test_edge_distribution_has_zeros_tiny_large_and_negative_rows(torch):
 def test_sequence_offsets_are_filled_as_a_prefix_sum_on_the_device(torch):
     varlen = Contract(
         entry="conv",
-        args=[t("x", ["T", "D"], "input"),
-              ArgSpec(kind="tensor", tensor=TensorSpec(name="qsl", shape=["B + 1"], dtype="int32", role="input",
-                                                       value_range=("0", "T"), structure="offsets"))],
+        args=[
+            t("x", ["T", "D"], "input"),
+            ArgSpec(
+                kind="tensor",
+                tensor=TensorSpec(
+                    name="qsl",
+                    shape=["B + 1"],
+                    dtype="int32",
+                    role="input",
+                    value_range=("0", "T"),
+                    structure="offsets",
+                ),
+            ),
+        ],
         symbols=["T", "D", "B"],
-    )  # fmt: skip
+    )
     plan = plan_call(varlen, {"T": 37, "D": 8, "B": 5}, "bf16")
     gen = torch.Generator(device="cuda")
     for seed in range(5):
@@ -96,11 +115,17 @@ def test_sequence_offsets_are_filled_as_a_prefix_sum_on_the_device(torch):
 def test_distinct_slots_are_filled_without_repeats_on_the_device(torch):
     store = Contract(
         entry="store",
-        args=[t("x", ["T", "D"], "input"),
-              ArgSpec(kind="tensor", tensor=TensorSpec(name="loc", shape=["T"], dtype="int64", role="input",
-                                                       value_range=(0, "P - 1"), structure="distinct"))],
+        args=[
+            t("x", ["T", "D"], "input"),
+            ArgSpec(
+                kind="tensor",
+                tensor=TensorSpec(
+                    name="loc", shape=["T"], dtype="int64", role="input", value_range=(0, "P - 1"), structure="distinct"
+                ),
+            ),
+        ],
         symbols=["T", "D", "P"],
-    )  # fmt: skip
+    )
     plan = plan_call(store, {"T": 40, "D": 8, "P": 41}, "bf16")
     gen = torch.Generator(device="cuda")
     for seed in range(5):
@@ -131,12 +156,18 @@ def test_fp8_images_decoys_and_comparison(torch):
     """float8_e4m3fn tensors (quantizer outputs and inputs): finite values and noise,
     NaN poison, a decoy through float32, comparison widened to float32."""
     c = Contract(
-        entry="q", args=[t("x", ["n", "d"], "input"), t("q", ["n", "d"], "output")], symbols=["n", "d"],
-    )  # fmt: skip
-    c = c.model_copy(update={"args": [
-        c.args[0].model_copy(update={"tensor": c.args[0].tensor.model_copy(update={"dtype": "float8_e4m3fn"})}),
-        c.args[1].model_copy(update={"tensor": c.args[1].tensor.model_copy(update={"dtype": "float8_e4m3fn"})}),
-    ]})  # fmt: skip
+        entry="q",
+        args=[t("x", ["n", "d"], "input"), t("q", ["n", "d"], "output")],
+        symbols=["n", "d"],
+    )
+    c = c.model_copy(
+        update={
+            "args": [
+                c.args[0].model_copy(update={"tensor": c.args[0].tensor.model_copy(update={"dtype": "float8_e4m3fn"})}),
+                c.args[1].model_copy(update={"tensor": c.args[1].tensor.model_copy(update={"dtype": "float8_e4m3fn"})}),
+            ]
+        }
+    )
     plan = plan_call(c, {"n": 16, "d": 128}, "bf16")
     x, q = plan.tensors
     gen = torch.Generator(device="cuda")

@@ -12,9 +12,11 @@ from optimize.harness.protocol import WorkerRequest
 from pipeline.records import Contract
 
 REQUEST = WorkerRequest(
-    op_id="demo.op", contract=Contract(entry="e", args=[], symbols=[]), baseline_libraries=["/nonexistent.so"],
+    op_id="demo.op",
+    contract=Contract(entry="e", args=[], symbols=[]),
+    baseline_libraries=["/nonexistent.so"],
     device_cache_dir="/tmp",
-)  # fmt: skip
+)
 
 
 def stand_in(script: str) -> list[str]:

@@ -16,28 +16,45 @@ def t(name, shape, role, strides=None):
 
 SILU = Contract(
     entry="run_activation",
-    args=[t("input", ["num_tokens", "2*hidden_size"], "input"), t("out", ["num_tokens", "hidden_size"], "output"),
-          ArgSpec(kind="scalar", scalar=ScalarSpec(name="type", type="str", value="silu"))],
+    args=[
+        t("input", ["num_tokens", "2*hidden_size"], "input"),
+        t("out", ["num_tokens", "hidden_size"], "output"),
+        ArgSpec(kind="scalar", scalar=ScalarSpec(name="type", type="str", value="silu")),
+    ],
     symbols=["num_tokens", "hidden_size"],
-)  # fmt: skip
+)
 FUSED = Contract(
     entry="fused_add_rmsnorm",
-    args=[t("input", ["num_tokens", "hidden_size"], "inout"), t("residual", ["num_tokens", "hidden_size"], "inout"),
-          t("weight", ["hidden_size"], "input"), ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6))],
+    args=[
+        t("input", ["num_tokens", "hidden_size"], "inout"),
+        t("residual", ["num_tokens", "hidden_size"], "inout"),
+        t("weight", ["hidden_size"], "input"),
+        ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6)),
+    ],
     symbols=["num_tokens", "hidden_size"],
-)  # fmt: skip
+)
 RMS = Contract(
     entry="rmsnorm",
-    args=[t("input", ["num_tokens", "hidden_size"], "input", strides=["input_stride", 1]), t("weight", ["hidden_size"], "input"),
-          t("output", ["num_tokens", "hidden_size"], "output", strides=["output_stride", 1]),
-          ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6))],
+    args=[
+        t("input", ["num_tokens", "hidden_size"], "input", strides=["input_stride", 1]),
+        t("weight", ["hidden_size"], "input"),
+        t("output", ["num_tokens", "hidden_size"], "output", strides=["output_stride", 1]),
+        ArgSpec(kind="scalar", scalar=ScalarSpec(name="eps", type="float", value=1e-6)),
+    ],
     symbols=["num_tokens", "hidden_size", "input_stride", "output_stride"],
-)  # fmt: skip
+)
 
 DEVICE = DeviceInfo(
-    name="NVIDIA H200", sm_count=132, l2_bytes=60 * 2**20, copy_gbps=4000.0, copy_spread_pct=0.5,
-    min_kernel_us=2.0, torch="2.11", cuda="13.0", measured_at="2026-01-01T00:00:00+00:00",
-)  # fmt: skip
+    name="NVIDIA H200",
+    sm_count=132,
+    l2_bytes=60 * 2**20,
+    copy_gbps=4000.0,
+    copy_spread_pct=0.5,
+    min_kernel_us=2.0,
+    torch="2.11",
+    cuda="13.0",
+    measured_at="2026-01-01T00:00:00+00:00",
+)
 
 
 def test_silu_bytes_input_read_once_output_written_once():
@@ -71,9 +88,15 @@ def test_floor_is_bandwidth_time_or_smallest_kernel():
 def test_shape_timing_figures():
     nbytes = 8192 * 14336 * 6
     row = roofline.shape_timing(
-        label="L", sizes={"num_tokens": 8192}, dtype="bf16", time_us=200.0, spread_pct=1.234, nbytes=nbytes,
-        device=DEVICE, baseline_us=250.0,
-    )  # fmt: skip
+        label="L",
+        sizes={"num_tokens": 8192},
+        dtype="bf16",
+        time_us=200.0,
+        spread_pct=1.234,
+        nbytes=nbytes,
+        device=DEVICE,
+        baseline_us=250.0,
+    )
     assert row.gbps == pytest.approx(nbytes / 200e3, abs=0.01)  # rounded to 2 decimals
     assert row.pct_of_copy_bw == pytest.approx(100 * row.gbps / 4000.0, rel=1e-3)
     assert row.time_over_floor == pytest.approx(200.0 / (nbytes / 4e6), rel=1e-3)

@@ -38,8 +38,16 @@ def test_recipe_ties_every_figure_to_its_config_key():
     assert parts["qkv_proj"] == "torch linear" and parts["input_norm"] == "SGLang layernorm.fused_add_rmsnorm"
     assert parts["attention"] == "torch attention_decode (decode) / torch attention_causal (prefill)"
     assert [s.name for s in r.steps_in("decode")] == [
-        "input_norm", "qkv_proj", "rope", "attention", "o_proj", "post_attention_norm", "gate_up_proj", "silu_and_mul", "down_proj",
-    ]  # fmt: skip
+        "input_norm",
+        "qkv_proj",
+        "rope",
+        "attention",
+        "o_proj",
+        "post_attention_norm",
+        "gate_up_proj",
+        "silu_and_mul",
+        "down_proj",
+    ]
 
 
 def test_shape_expressions_follow_the_model_and_the_point():
@@ -103,8 +111,10 @@ def test_noise_band_and_share_of_layer():
         and judge(-band - 0.01, band) == "faster"
         and judge(band + 0.01, band) == "slower"
     )
-    fast = {"baseline": {"layer": [100.0, 101.0, 99.0] * 4, "non_gemm": [10.0, 10.2, 9.8] * 4, "qkv_proj": [30.0] * 12},
-            "patched": {"layer": [98.0, 98.5, 97.5] * 4, "non_gemm": [8.0, 8.1, 7.9] * 4, "qkv_proj": [30.0] * 12}}  # fmt: skip
+    fast = {
+        "baseline": {"layer": [100.0, 101.0, 99.0] * 4, "non_gemm": [10.0, 10.2, 9.8] * 4, "qkv_proj": [30.0] * 12},
+        "patched": {"layer": [98.0, 98.5, 97.5] * 4, "non_gemm": [8.0, 8.1, 7.9] * 4, "qkv_proj": [30.0] * 12},
+    }
     row = layer_timing("decode", 8, fast, layers=32, kv_len=2048, steps=["qkv_proj"])
     assert row.change_pct == pytest.approx(-2.0) and row.verdict == "faster" and row.kv_len == 2048
     assert row.non_gemm is not None

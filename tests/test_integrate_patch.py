@@ -521,10 +521,18 @@ def test_an_op_without_improvement_is_reported_as_such(tmp_path):
     (run_dir / "activation.silu_and_mul").mkdir(parents=True)
     (run_dir / "layernorm.rmsnorm").mkdir(parents=True)
     write_record(
-        RunSummary(run="r", mode="multi", coder="offline", backend="gpu", simulated=False, started_at="a", finished_at="b",
-                   ops=[OpSummary(op_id="activation.silu_and_mul", status="no_improvement", stop_reason="rounds", rounds=4)]),
+        RunSummary(
+            run="r",
+            mode="multi",
+            coder="offline",
+            backend="gpu",
+            simulated=False,
+            started_at="a",
+            finished_at="b",
+            ops=[OpSummary(op_id="activation.silu_and_mul", status="no_improvement", stop_reason="rounds", rounds=4)],
+        ),
         run_dir / "summary.json",
-    )  # fmt: skip
+    )
     accepted, skipped = load_run(run_dir, tmp_path / "tasks")
     assert accepted == []
     assert skipped["activation.silu_and_mul"].startswith("optimize found nothing faster than the baseline (4 round(s)")

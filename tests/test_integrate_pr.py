@@ -31,14 +31,30 @@ from pipeline.records import Evaluation, Outcome, ShapeTiming, SourceInfo, Span
 def timings() -> list[ShapeTiming]:
     return [
         ShapeTiming(
-            label="Llama-3.1-8B[hidden_size=14336,num_tokens=1]", sizes={"num_tokens": 1, "hidden_size": 14336}, dtype="bf16",
-            time_us=2.61, spread_pct=1.2, gbps=65.9, pct_of_copy_bw=1.5, time_over_floor=1.31, baseline_us=3.05, speedup=1.1686,
+            label="Llama-3.1-8B[hidden_size=14336,num_tokens=1]",
+            sizes={"num_tokens": 1, "hidden_size": 14336},
+            dtype="bf16",
+            time_us=2.61,
+            spread_pct=1.2,
+            gbps=65.9,
+            pct_of_copy_bw=1.5,
+            time_over_floor=1.31,
+            baseline_us=3.05,
+            speedup=1.1686,
         ),
         ShapeTiming(
-            label="Llama-3.1-8B[hidden_size=14336,num_tokens=4096]", sizes={"num_tokens": 4096, "hidden_size": 14336}, dtype="bf16",
-            time_us=131.4, spread_pct=0.8, gbps=2680.3, pct_of_copy_bw=62.3, time_over_floor=1.6, baseline_us=158.2, speedup=None,
+            label="Llama-3.1-8B[hidden_size=14336,num_tokens=4096]",
+            sizes={"num_tokens": 4096, "hidden_size": 14336},
+            dtype="bf16",
+            time_us=131.4,
+            spread_pct=0.8,
+            gbps=2680.3,
+            pct_of_copy_bw=62.3,
+            time_over_floor=1.6,
+            baseline_us=158.2,
+            speedup=None,
         ),
-    ]  # fmt: skip
+    ]
 
 
 def fake_patch(tmp_path: pathlib.Path) -> Patch:
@@ -96,36 +112,92 @@ def fake_patch(tmp_path: pathlib.Path) -> Patch:
 def full_report(tmp_path: pathlib.Path, *, failing: bool = False) -> IntegrateReport:
     cases = [
         CheckCase(
-            label=f"Llama-3.1-8B[hidden_size=14336,num_tokens={n}]", sizes={"num_tokens": n, "hidden_size": 14336}, rows=n, width=28672,
-            dtype=d, seed=7, status="fail" if failing and n == 8 else "pass", reason="out[3, 5] = 1.5, expected 1.25" if failing and n == 8 else "",
-            bitwise_equal=d != "fp32", max_abs_err=0.0 if d != "fp32" else 2.4e-7, rtol=2**-6, atol=1e-37, outputs=["out"], poisoned=True,
+            label=f"Llama-3.1-8B[hidden_size=14336,num_tokens={n}]",
+            sizes={"num_tokens": n, "hidden_size": 14336},
+            rows=n,
+            width=28672,
+            dtype=d,
+            seed=7,
+            status="fail" if failing and n == 8 else "pass",
+            reason="out[3, 5] = 1.5, expected 1.25" if failing and n == 8 else "",
+            bitwise_equal=d != "fp32",
+            max_abs_err=0.0 if d != "fp32" else 2.4e-7,
+            rtol=2**-6,
+            atol=1e-37,
+            outputs=["out"],
+            poisoned=True,
         )
         for n in (1, 8, 4096)
         for d in ("bf16", "fp16", "fp32")
-    ]  # fmt: skip
+    ]
     check = OpCheck(
-        op_id=OP, function="sglang.kernels.ops.activation.silu_and_mul", ran=True, cases=cases,
-        passed=sum(c.status == "pass" for c in cases), failed=sum(c.status != "pass" for c in cases),
+        op_id=OP,
+        function="sglang.kernels.ops.activation.silu_and_mul",
+        ran=True,
+        cases=cases,
+        passed=sum(c.status == "pass" for c in cases),
+        failed=sum(c.status != "pass" for c in cases),
         sanitizer=[SanitizerRun(tool="memcheck", ran=True, errors=0, cases=["Llama-3.1-8B[...] bf16"])],
         command="python -m integrate.sglang_runner --run r1",
-    )  # fmt: skip
+    )
     e2e = E2EResult(
-        ran=True, model="Llama-3.1-8B", layers=32, recipe="integrate/layers/llama-3.1-8b.toml", kv_len=2048,
+        ran=True,
+        model="Llama-3.1-8B",
+        layers=32,
+        recipe="integrate/layers/llama-3.1-8b.toml",
+        kv_len=2048,
         attention="torch 2.11.0 scaled_dot_product_attention",
         ops=["input_norm", "qkv_proj", "attention", "silu_and_mul"],
-        parts={"input_norm": "SGLang layernorm.fused_add_rmsnorm", "qkv_proj": "torch linear", "attention": "torch attention_decode",
-               "silu_and_mul": "SGLang activation.silu_and_mul"},
+        parts={
+            "input_norm": "SGLang layernorm.fused_add_rmsnorm",
+            "qkv_proj": "torch linear",
+            "attention": "torch attention_decode",
+            "silu_and_mul": "SGLang activation.silu_and_mul",
+        },
         rows=[
-            LayerTiming(phase="decode", tokens=1, kv_len=2048, baseline_us=10.0, patched_us=9.5, baseline_spread_pct=1.0, patched_spread_pct=1.1,
-                        change_pct=-5.0, noise_band_pct=0.55, verdict="faster", baseline_tokens_per_s=3125.0, patched_tokens_per_s=3289.5,
-                        non_gemm=PartTiming(baseline_us=3.0, patched_us=2.5, baseline_spread_pct=20.0, patched_spread_pct=18.0,
-                                            change_pct=-16.7, share_of_layer_pct=-5.0, verdict="faster")),
-            LayerTiming(phase="prefill", tokens=4096, baseline_us=400.0, patched_us=399.0, baseline_spread_pct=0.5, patched_spread_pct=0.6,
-                        change_pct=-0.25, noise_band_pct=0.3, verdict="no change", baseline_tokens_per_s=320000.0, patched_tokens_per_s=320802.0),
+            LayerTiming(
+                phase="decode",
+                tokens=1,
+                kv_len=2048,
+                baseline_us=10.0,
+                patched_us=9.5,
+                baseline_spread_pct=1.0,
+                patched_spread_pct=1.1,
+                change_pct=-5.0,
+                noise_band_pct=0.55,
+                verdict="faster",
+                baseline_tokens_per_s=3125.0,
+                patched_tokens_per_s=3289.5,
+                non_gemm=PartTiming(
+                    baseline_us=3.0,
+                    patched_us=2.5,
+                    baseline_spread_pct=20.0,
+                    patched_spread_pct=18.0,
+                    change_pct=-16.7,
+                    share_of_layer_pct=-5.0,
+                    verdict="faster",
+                ),
+            ),
+            LayerTiming(
+                phase="prefill",
+                tokens=4096,
+                baseline_us=400.0,
+                patched_us=399.0,
+                baseline_spread_pct=0.5,
+                patched_spread_pct=0.6,
+                change_pct=-0.25,
+                noise_band_pct=0.3,
+                verdict="no change",
+                baseline_tokens_per_s=320000.0,
+                patched_tokens_per_s=320802.0,
+            ),
         ],
-        assumption="non-GEMM time only", command="kernelsmith integrate --run r1",
-        one_batch=OneBatchResult(ran=False, reason="the full SGLang runtime does not import here (No module named 'IPython')"),
-    )  # fmt: skip
+        assumption="non-GEMM time only",
+        command="kernelsmith integrate --run r1",
+        one_batch=OneBatchResult(
+            ran=False, reason="the full SGLang runtime does not import here (No module named 'IPython')"
+        ),
+    )
     tests = [
         TestRun(
             op_id=OP, ran=False, reason="the sources are the sglang 0.5.23 wheel, which has no test/registered/ folder"
@@ -329,9 +401,18 @@ _ABS = __import__("re").compile(r"(?<![\w.~])/(?:tmp|root|home|work|usr|opt|var)
 def test_pr_is_written_for_a_reviewer(tmp_path):
     report = full_report(tmp_path)
     report = report.model_copy(
-        update={"tests": [TestRun(op_id=OP, ran=True, files=["test/registered/kernels/ops/activation/test_act.py"], passed=3,
-                                  command=f"cd {tmp_path}/sglang && PYTHONPATH={tmp_path}/tree/python python -m pytest test/registered/kernels/ops/activation/test_act.py")]}
-    )  # fmt: skip
+        update={
+            "tests": [
+                TestRun(
+                    op_id=OP,
+                    ran=True,
+                    files=["test/registered/kernels/ops/activation/test_act.py"],
+                    passed=3,
+                    command=f"cd {tmp_path}/sglang && PYTHONPATH={tmp_path}/tree/python python -m pytest test/registered/kernels/ops/activation/test_act.py",
+                )
+            ]
+        }
+    )
     text = render(report, facts=_facts())
     # no path of the machine it ran on, anywhere but inside the diff (which has none either)
     assert not _ABS.search(text), _ABS.search(text)

@@ -75,8 +75,11 @@ def _pytest_output(tmp_path: pathlib.Path) -> tuple[str, pathlib.Path]:
     junit = tmp_path / "suite" / "junit.xml"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", str(test)],
-        capture_output=True, text=True, cwd=test.parent, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=test.parent,
+        timeout=120,
+    )
     return done.stdout, junit
 
 

@@ -67,19 +67,28 @@ def make_task(op_id: str = "demo.scale") -> Task:
     l0 = data.index(LAUNCHER.encode())
     tensor = lambda name, role: ArgSpec(kind="tensor", tensor=TensorSpec(name=name, shape=["n"], dtype="T", role=role))  # noqa: E731
     return Task(
-        op_id=op_id, module="kernels/ops/demo/scale.py", public_functions=["scale"], entry_points=["scale"],
+        op_id=op_id,
+        module="kernels/ops/demo/scale.py",
+        public_functions=["scale"],
+        entry_points=["scale"],
         source=SourceInfo(kind="package", root="/nonexistent/sglang"),
         files=[FileDigest(path=SRC_REL, sha256=hashlib.sha256(data).hexdigest(), size=len(data))],
-        instantiations=[Instantiation(dtype="fp32", module_args=[], template_args=[], wrappers=[("scale", "launch_scale")])],
+        instantiations=[
+            Instantiation(dtype="fp32", module_args=[], template_args=[], wrappers=[("scale", "launch_scale")])
+        ],
         build=BuildRecipe(cuda_files=[SRC_REL], include_dirs=["kernels/jit/include"], cuda_cflags=[]),
         editable=[
             Span(file=SRC_REL, start_byte=k0, end_byte=k0 + len(KERNEL), name="scale_kernel", kind="kernel"),
             Span(file=SRC_REL, start_byte=l0, end_byte=l0 + len(LAUNCHER), name="launch_scale", kind="launcher"),
         ],
-        contract=Contract(entry="scale", args=[tensor("out", "output"), tensor("in", "input")], symbols=["n"],
-                          max_values={"n": 1 << 30}),
+        contract=Contract(
+            entry="scale",
+            args=[tensor("out", "output"), tensor("in", "input")],
+            symbols=["n"],
+            max_values={"n": 1 << 30},
+        ),
         shapes=[ShapeCase(model="demo", tokens=n, sizes={"n": n}, source="test") for n in (1024, 1 << 20, 1 << 24)],
-    )  # fmt: skip
+    )
 
 
 def write_task(work: pathlib.Path, op_id: str = "demo.scale") -> tuple[pathlib.Path, Task]:
@@ -139,8 +148,13 @@ VEC_KERNEL = KERNEL.replace("// scale", "// scale (float4 body, scalar tail)")
 def run_loop(tmp_path, model, *, rounds=1, mode="multi", coder="llm", calls=None, backend=None, **budget):
     task_dir, task = write_task(tmp_path)
     backend = backend or CountingBackend()
-    loop = Loop(config(tmp_path, rounds=rounds, **budget), LoopOptions(run="r1", mode=mode, coder=coder), backend,
-                model=model, hooks=hooks(calls))  # fmt: skip
+    loop = Loop(
+        config(tmp_path, rounds=rounds, **budget),
+        LoopOptions(run="r1", mode=mode, coder=coder),
+        backend,
+        model=model,
+        hooks=hooks(calls),
+    )
     summary = loop.run([(task_dir, task)])
     return summary, Trajectory(tmp_path / "runs" / "r1" / "demo.scale" / "trajectory.jsonl"), backend
 
@@ -326,8 +340,13 @@ def test_offline_loop_uses_real_transforms_and_never_repeats_a_tried_option(tmp_
     # round 1 took the real policy's first option for the baseline
     op = tmp_path / "runs/r1/demo.scale"
     base_eval = read_record(Evaluation, op / "evaluations" / f"{traj.baseline().candidate}.round.json")
-    first_option = policy_plan(region_features({"scale_kernel": KERNEL, "launch_scale": LAUNCHER}, base_eval),
-                               load_skills(), [], llm_available=False, limit=8)[0]  # fmt: skip
+    first_option = policy_plan(
+        region_features({"scale_kernel": KERNEL, "launch_scale": LAUNCHER}, base_eval),
+        load_skills(),
+        [],
+        llm_available=False,
+        limit=8,
+    )[0]
     assert pairs[0] == (first_option.skill, params_key(first_option.params))
     # every call to the policy saw every earlier attempt, with its outcome
     assert [len(c) for c in calls] == list(range(8))
@@ -444,8 +463,13 @@ def test_interrupted_run_resumes_without_redoing_finished_work(tmp_path):
     first = ScriptedTransport(replies)
     task_dir, task = write_task(tmp_path)
     interrupted = CountingBackend(interrupt_at=3)  # baseline, round 1, then killed evaluating round 2
-    loop = Loop(config(tmp_path, rounds=2), LoopOptions(run="r1", coder="llm"), interrupted,
-                model=llm_client(tmp_path, first), hooks=hooks())  # fmt: skip
+    loop = Loop(
+        config(tmp_path, rounds=2),
+        LoopOptions(run="r1", coder="llm"),
+        interrupted,
+        model=llm_client(tmp_path, first),
+        hooks=hooks(),
+    )
     with pytest.raises(KeyboardInterrupt):
         loop.run([(task_dir, task)])
     traj_path = tmp_path / "runs/r1/demo.scale/trajectory.jsonl"
@@ -455,8 +479,13 @@ def test_interrupted_run_resumes_without_redoing_finished_work(tmp_path):
 
     again = ScriptedTransport([])  # any call to the endpoint would fail: everything is cached
     backend = CountingBackend()
-    loop = Loop(config(tmp_path, rounds=2), LoopOptions(run="r1", coder="llm"), backend,
-                model=llm_client(tmp_path, again), hooks=hooks())  # fmt: skip
+    loop = Loop(
+        config(tmp_path, rounds=2),
+        LoopOptions(run="r1", coder="llm"),
+        backend,
+        model=llm_client(tmp_path, again),
+        hooks=hooks(),
+    )
     summary = loop.run([(task_dir, task)])
     assert again.calls == 0
     # only the unfinished round-2 candidate and the final validation were evaluated
@@ -469,8 +498,13 @@ def test_interrupted_run_resumes_without_redoing_finished_work(tmp_path):
 
     # a third run with the same budget redoes nothing at all
     idle = CountingBackend()
-    Loop(config(tmp_path, rounds=2), LoopOptions(run="r1", coder="llm"), idle, model=llm_client(tmp_path, ScriptedTransport([])),
-         hooks=hooks()).run([(task_dir, task)])  # fmt: skip
+    Loop(
+        config(tmp_path, rounds=2),
+        LoopOptions(run="r1", coder="llm"),
+        idle,
+        model=llm_client(tmp_path, ScriptedTransport([])),
+        hooks=hooks(),
+    ).run([(task_dir, task)])
     assert idle.calls == [] and traj_path.read_bytes() == after
 
 
@@ -654,12 +688,20 @@ def test_a_gpu_runs_recording_replays_its_measurements(tmp_path):
         op_id=task.op_id, id="d" * 16, parent=base.id, regions={**regions, "scale_kernel": "}"}, skill="x"
     )
     row = dict(label="demo[n=1024]", sizes={"n": 1024}, dtype="fp32", spread_pct=1.0, gbps=4.0, pct_of_copy_bw=0.1)
-    measured_base = Evaluation(op_id=task.op_id, candidate=base.id, outcome=Outcome.ok,
-                               timings=[ShapeTiming(**row, time_us=2.0, time_over_floor=1.5)],
-                               seconds={"build": 9.0, "test": 1.5, "profile": 2.5})  # fmt: skip
-    measured = Evaluation(op_id=task.op_id, candidate=cand.id, outcome=Outcome.ok,
-                          timings=[ShapeTiming(**row, time_us=1.6, time_over_floor=1.2, baseline_us=2.0, speedup=1.25)],
-                          seconds={"build": 9.0, "test": 1.0, "profile": 2.0})  # fmt: skip
+    measured_base = Evaluation(
+        op_id=task.op_id,
+        candidate=base.id,
+        outcome=Outcome.ok,
+        timings=[ShapeTiming(**row, time_us=2.0, time_over_floor=1.5)],
+        seconds={"build": 9.0, "test": 1.5, "profile": 2.5},
+    )
+    measured = Evaluation(
+        op_id=task.op_id,
+        candidate=cand.id,
+        outcome=Outcome.ok,
+        timings=[ShapeTiming(**row, time_us=1.6, time_over_floor=1.2, baseline_us=2.0, speedup=1.25)],
+        seconds={"build": 9.0, "test": 1.0, "profile": 2.0},
+    )
     failed = Evaluation(
         op_id=task.op_id,
         candidate=broken.id,
@@ -752,10 +794,17 @@ def test_an_edit_that_reproduces_measured_code_is_not_evaluated_again(tmp_path):
 def test_ncu_profile_of_the_best_reaches_the_planner_once_per_candidate(tmp_path):
     """A replayed ncu profile (SYNTHETIC rows) feeds the profile text, the features and is stored."""
     data = json.loads(REPLAY.read_text())
-    data["ops"]["demo.scale"]["ncu"] = {"baseline": [{
-        "kernel": "scale_kernel", "duration_us": 40.0, "dram_throughput_pct": 42.0, "achieved_occupancy_pct": 31.0,
-        "top_stalls": [["lg_throttle", 1.5], ["long_scoreboard", 6.25]],
-    }]}  # fmt: skip
+    data["ops"]["demo.scale"]["ncu"] = {
+        "baseline": [
+            {
+                "kernel": "scale_kernel",
+                "duration_us": 40.0,
+                "dram_throughput_pct": 42.0,
+                "achieved_occupancy_pct": 31.0,
+                "top_stalls": [["lg_throttle", 1.5], ["long_scoreboard", 6.25]],
+            }
+        ]
+    }
     replay = tmp_path / "ncu.replay.json"
     replay.write_text(json.dumps(data))
     prompts: list[str] = []
@@ -780,8 +829,13 @@ def test_ncu_profile_of_the_best_reaches_the_planner_once_per_candidate(tmp_path
     backend = Profiled(replay)
     task_dir, task = write_task(tmp_path)
     model = ScriptedModel([reply] * 40)
-    loop = Loop(config(tmp_path, rounds=2), LoopOptions(run="r1", coder="llm"), backend, model=model,
-                hooks=Hooks(features=features))  # fmt: skip
+    loop = Loop(
+        config(tmp_path, rounds=2),
+        LoopOptions(run="r1", coder="llm"),
+        backend,
+        model=model,
+        hooks=Hooks(features=features),
+    )
     loop.run([(task_dir, task)])
     planned = [p for p in prompts if "Options" in p]
     assert "ncu: top warp stall long_scoreboard (6.25 warps per issue)" in planned[0]
@@ -821,8 +875,13 @@ class ContractLearningBackend(CountingBackend):
             )
         if candidate.is_baseline and roles["out"] == "output":
             self.calls.append((candidate.id, "never_written"))
-            return Evaluation(op_id=task.op_id, candidate=candidate.id, outcome=Outcome.incorrect,
-                              detail="the baseline leaves out[0] unwritten", role_evidence={"out": "never_written"})  # fmt: skip
+            return Evaluation(
+                op_id=task.op_id,
+                candidate=candidate.id,
+                outcome=Outcome.incorrect,
+                detail="the baseline leaves out[0] unwritten",
+                role_evidence={"out": "never_written"},
+            )
         return super().evaluate(task_dir, task, candidate, stage=stage)
 
 
@@ -834,8 +893,9 @@ def test_the_loop_learns_roles_the_baseline_contradicts_and_keeps_them_for_the_r
     op = tmp_path / "runs/r1/demo.scale"
     completed = json.loads((op / "contract_completion.json").read_text())
     assert [(f["name"], f["kind"], f["value"], f["rule"]) for f in completed["filled"]] == [
-        ("in", "role", "inout", "baseline: written"), ("out", "role", "inout", "baseline: never written"),
-    ]  # fmt: skip
+        ("in", "role", "inout", "baseline: written"),
+        ("out", "role", "inout", "baseline: never written"),
+    ]
     assert (op / "evaluations" / f"{base}.round.superseded-1.json").exists()  # the stale verdict is kept, renamed
     assert read_record(Evaluation, op / "evaluations" / f"{base}.round.json").outcome == Outcome.ok
     assert summary.ops[0].status in ("improved", "no_improvement")

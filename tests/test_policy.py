@@ -13,8 +13,18 @@ from optimize.skills import load_skills
 from optimize.trajectory import HistoryEntry, RoundOutcome, params_key
 
 ELEMENTWISE = "kernels/jit/csrc/elementwise"
-PROFILE = ProfileFacts(time_over_floor=1.4, pct_of_copy_bw=70.0, min_time_us=4.0, registers=40, spills=0,
-                       stack_bytes=0, memory_bound=True, small_batch=True, min_tokens=1, max_tokens=16384)  # fmt: skip
+PROFILE = ProfileFacts(
+    time_over_floor=1.4,
+    pct_of_copy_bw=70.0,
+    min_time_us=4.0,
+    registers=40,
+    spills=0,
+    stack_bytes=0,
+    memory_bound=True,
+    small_batch=True,
+    min_tokens=1,
+    max_tokens=16384,
+)
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +115,10 @@ def test_never_repeats_a_failed_or_slower_pair(act, lib):
         RoundOutcome.not_applicable,
         RoundOutcome.ok,
     ]
-    history = [entry(d.skill, d.params, o, 0.97 if o in (RoundOutcome.slower, RoundOutcome.ok) else None, round=i + 1)
-               for i, (d, o) in enumerate(zip(tried, outcomes))]  # fmt: skip
+    history = [
+        entry(d.skill, d.params, o, 0.97 if o in (RoundOutcome.slower, RoundOutcome.ok) else None, round=i + 1)
+        for i, (d, o) in enumerate(zip(tried, outcomes))
+    ]
     again = decide(act, lib, history, llm_available=False, limit=50)
     proposed = set(keys([d for d in again if d.proposed]))
     for d in tried:

@@ -228,9 +228,11 @@ def test_static_and_strict_evaluation_on_a_synthetic_module(tmp_path):
     assert call.template_args == ["width", "is_arch_support_pdl()", "dtype"]
     assert call.extra_cuda_cflags == ["--use_fast_math"]  # `fast` judged at its default
     assert set(call.cuda_wrappers) == {
-        ("a", "Small<{args}>::run_a"), ("a", "Big<{args}>::run_a"),
-        ("b", "Small<{args}>::run_b"), ("b", "Big<{args}>::run_b"),
-    }  # fmt: skip
+        ("a", "Small<{args}>::run_a"),
+        ("a", "Big<{args}>::run_a"),
+        ("b", "Small<{args}>::run_b"),
+        ("b", "Big<{args}>::run_b"),
+    }
     assert ops[0].entry_points == ["a"]
     program = pyops.Program(tmp_path)
     inst = pyops.instantiate(program, ops[0], call, dtype="bf16", sizes={"width": 256}, entry="a")
@@ -654,8 +656,16 @@ def test_a_loader_no_size_reaches_is_size_free(tmp_path):
     # a run-time int from a curated loader value: size-free only where it is marked a constant
     moded = by_id["grp.moded"]
     for value, free in ((pyops.Constant(0), True), (0, False)):
-        inst = pyops.instantiate(program, moded, moded.load_jit[0], dtype="bf16", sizes={}, entry="mode",
-                                 tensors={"x": _spec("x", ["N"])}, fallbacks={"mode": (value, "decode")})  # fmt: skip
+        inst = pyops.instantiate(
+            program,
+            moded,
+            moded.load_jit[0],
+            dtype="bf16",
+            sizes={},
+            entry="mode",
+            tensors={"x": _spec("x", ["N"])},
+            fallbacks={"mode": (value, "decode")},
+        )
         assert inst.template_args == ["0"] and inst.size_free is free
     from extract.tasks import loader_fallbacks  # fused_metadata_copy's forward_mode, add_constant's constant
 

@@ -11,10 +11,26 @@ from optimize.skills import SKILL_DIR, Rule, RuleError, SkillError, load_skill, 
 
 # --------------------------------------------------------------------------- the rule language
 
-VALUES = {"memory_bound": True, "small_batch": None, "load_bytes": 8, "block_size": None, "pct_of_copy_bw": 62.5,
-          "grid_kind": "per_row", "reduction": False, "registers": 40}  # fmt: skip
-KNOWN = {"memory_bound": "bool", "small_batch": "bool", "load_bytes": "num", "block_size": "num",
-         "pct_of_copy_bw": "num", "grid_kind": "str", "reduction": "bool", "registers": "num"}  # fmt: skip
+VALUES = {
+    "memory_bound": True,
+    "small_batch": None,
+    "load_bytes": 8,
+    "block_size": None,
+    "pct_of_copy_bw": 62.5,
+    "grid_kind": "per_row",
+    "reduction": False,
+    "registers": 40,
+}
+KNOWN = {
+    "memory_bound": "bool",
+    "small_batch": "bool",
+    "load_bytes": "num",
+    "block_size": "num",
+    "pct_of_copy_bw": "num",
+    "grid_kind": "str",
+    "reduction": "bool",
+    "registers": "num",
+}
 
 
 @pytest.mark.parametrize(
@@ -93,13 +109,36 @@ def test_default_rules_know_every_feature_name():
 # --------------------------------------------------------------------------- the library
 
 REQUIRED_TOPICS = {
-    "coalesced_access", "vector_loads_128", "loads_in_flight", "items_per_thread", "keep_in_registers",
-    "hoist_loop_invariants", "fast_math_intrinsics", "warp_shuffle_reduction", "single_barrier_block_reduce",
-    "tune_block_size", "grid_2d_rows", "persistent_grid", "occupancy_min_blocks", "launch_bounds",
-    "reduce_register_pressure", "smem_tiling", "smem_bank_padding", "pdl_enable", "pdl_early_trigger",
-    "cp_async_prefetch", "tma_bulk_row_copy", "split_row_reduction", "fuse_launches", "small_batch_latency",
-    "warp_per_row", "streaming_cache_hints", "vector_width_cap_hopper", "index_math_32bit", "reduce_integer_division",
-}  # fmt: skip
+    "coalesced_access",
+    "vector_loads_128",
+    "loads_in_flight",
+    "items_per_thread",
+    "keep_in_registers",
+    "hoist_loop_invariants",
+    "fast_math_intrinsics",
+    "warp_shuffle_reduction",
+    "single_barrier_block_reduce",
+    "tune_block_size",
+    "grid_2d_rows",
+    "persistent_grid",
+    "occupancy_min_blocks",
+    "launch_bounds",
+    "reduce_register_pressure",
+    "smem_tiling",
+    "smem_bank_padding",
+    "pdl_enable",
+    "pdl_early_trigger",
+    "cp_async_prefetch",
+    "tma_bulk_row_copy",
+    "split_row_reduction",
+    "fuse_launches",
+    "small_batch_latency",
+    "warp_per_row",
+    "streaming_cache_hints",
+    "vector_width_cap_hopper",
+    "index_math_32bit",
+    "reduce_integer_division",
+}
 
 
 def test_library_loads_and_covers_the_required_topics():
@@ -122,8 +161,17 @@ def test_library_loads_and_covers_the_required_topics():
 def base_flat(**overrides):
     """A neutral feature set: nothing found, nothing measured; memory_bound as the caller says."""
     flat = Features(static=StaticFeatures(), profile=ProfileFacts()).flat()
-    flat.update(memory_bound=True, time_over_floor=1.0, pct_of_copy_bw=95.0, min_time_us=50.0, registers=32,
-                spills=0, stack_bytes=0, occupancy=1.0, small_batch=False)  # fmt: skip
+    flat.update(
+        memory_bound=True,
+        time_over_floor=1.0,
+        pct_of_copy_bw=95.0,
+        min_time_us=50.0,
+        registers=32,
+        spills=0,
+        stack_bytes=0,
+        occupancy=1.0,
+        small_batch=False,
+    )
     flat.update(overrides)
     return flat
 

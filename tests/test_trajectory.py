@@ -19,15 +19,32 @@ from pipeline.records import Outcome, ShapeTiming
 
 def timing(label: str, speedup: float | None, time_us: float = 10.0) -> ShapeTiming:
     return ShapeTiming(
-        label=label, sizes={"n": 1}, dtype="bf16", time_us=time_us, spread_pct=1.0, gbps=100.0,
-        pct_of_copy_bw=50.0, time_over_floor=2.0, baseline_us=None if speedup is None else time_us * speedup,
+        label=label,
+        sizes={"n": 1},
+        dtype="bf16",
+        time_us=time_us,
+        spread_pct=1.0,
+        gbps=100.0,
+        pct_of_copy_bw=50.0,
+        time_over_floor=2.0,
+        baseline_us=None if speedup is None else time_us * speedup,
         speedup=speedup,
-    )  # fmt: skip
+    )
 
 
 def baseline(cid: str = "base") -> RoundRecord:
-    return RoundRecord(kind="baseline", op_id="op", round=0, candidate=cid, outcome=RoundOutcome.ok,
-                       timings=[timing("a", None)], speedup_geomean=1.0, best=cid, tokens=10, gpu_s=2.0)  # fmt: skip
+    return RoundRecord(
+        kind="baseline",
+        op_id="op",
+        round=0,
+        candidate=cid,
+        outcome=RoundOutcome.ok,
+        timings=[timing("a", None)],
+        speedup_geomean=1.0,
+        best=cid,
+        tokens=10,
+        gpu_s=2.0,
+    )
 
 
 def round_(
@@ -40,9 +57,22 @@ def round_(
     **kw,
 ) -> RoundRecord:
     return RoundRecord(
-        kind="round", op_id="op", round=n, skill=skill, params={"w": n}, outcome=outcome, speedup_geomean=geo,
-        speedup_min=geo, accepted=accepted, candidate=cid or f"c{n}", tokens=100, cost_usd=0.01, wall_s=3.0, gpu_s=1.5, **kw,
-    )  # fmt: skip
+        kind="round",
+        op_id="op",
+        round=n,
+        skill=skill,
+        params={"w": n},
+        outcome=outcome,
+        speedup_geomean=geo,
+        speedup_min=geo,
+        accepted=accepted,
+        candidate=cid or f"c{n}",
+        tokens=100,
+        cost_usd=0.01,
+        wall_s=3.0,
+        gpu_s=1.5,
+        **kw,
+    )
 
 
 def test_append_only_and_reload(tmp_path):
@@ -113,9 +143,14 @@ def test_summary_is_compact_and_spent_sums_every_line(tmp_path):
     traj.append(baseline())
     for n in range(1, 13):
         traj.append(
-            round_(n, f"s{n}", RoundOutcome.compile_failed, detail=f"error: line {n}\nmore\nand more",
-                   attempts=[Attempt(agent="coding", status="edited", candidate=f"c{n}", outcome=Outcome.compile_failed)])
-        )  # fmt: skip
+            round_(
+                n,
+                f"s{n}",
+                RoundOutcome.compile_failed,
+                detail=f"error: line {n}\nmore\nand more",
+                attempts=[Attempt(agent="coding", status="edited", candidate=f"c{n}", outcome=Outcome.compile_failed)],
+            )
+        )
     traj.append(round_(13, "vec", RoundOutcome.ok, 1.25, accepted=True))
     text = traj.summary(limit=4)
     assert "best so far: round 13 vec{w=13}" in text and "1.250x" in text

@@ -108,8 +108,11 @@ def test_set_launch_bounds_inserts_after_global(act):
 @pytest.mark.wheel
 def test_fast_math_swaps_expf_and_rewrites_the_division_around_its_operands(act):
     out = T.fast_math(act, ops=["expf", "fdividef"])
-    expected = once(act["apply_activation_f32"], "return x_f32 / (1.0f + expf(-x_f32));",
-                    "return __fdividef(x_f32, (1.0f + __expf(-x_f32)));")  # fmt: skip
+    expected = once(
+        act["apply_activation_f32"],
+        "return x_f32 / (1.0f + expf(-x_f32));",
+        "return __fdividef(x_f32, (1.0f + __expf(-x_f32)));",
+    )
     only_changed(act, out, {"apply_activation_f32": expected})
     only_expf = T.fast_math(act, ops=["expf"])
     only_changed(
@@ -161,10 +164,14 @@ def test_rmsnorm_min_blocks_keeps_the_existing_bound_and_unroll_marks_grid_strid
     )
     loop = "  for (uint32_t i = blockIdx.x; i < num_tokens; i += gridDim.x) {"
     out = T.add_pragma_unroll(rms, factor=2, runtime_loops=True)
-    only_changed(rms, out, {
-        "rmsnorm_cta": once(rms["rmsnorm_cta"], loop, "#pragma unroll 2\n" + loop),
-        "rmsnorm_warp": once(rms["rmsnorm_warp"], loop, "#pragma unroll 2\n" + loop),
-    })  # fmt: skip
+    only_changed(
+        rms,
+        out,
+        {
+            "rmsnorm_cta": once(rms["rmsnorm_cta"], loop, "#pragma unroll 2\n" + loop),
+            "rmsnorm_warp": once(rms["rmsnorm_warp"], loop, "#pragma unroll 2\n" + loop),
+        },
+    )
     with pytest.raises(TransformError, match="factor >= 2"):
         T.add_pragma_unroll(rms, runtime_loops=True)
 
@@ -190,8 +197,11 @@ def test_enable_pdl_flips_the_literal_and_guards_the_kernel(fused):
     kernel = fused["fused_add_rmsnorm_reg_kernel"]
     head = "float eps) {\n"
     tail = "    p_out[threadIdx.x] = v_out;\n  }\n}"
-    expected_kernel = once(once(kernel, head, head + "  device::PDLWaitPrimary<true>();\n"),
-                           tail, "    p_out[threadIdx.x] = v_out;\n  }\n  device::PDLTriggerSecondary<true>();\n}")  # fmt: skip
+    expected_kernel = once(
+        once(kernel, head, head + "  device::PDLWaitPrimary<true>();\n"),
+        tail,
+        "    p_out[threadIdx.x] = v_out;\n  }\n  device::PDLTriggerSecondary<true>();\n}",
+    )
     expected_launcher = once(fused["FusedAddRMSNormKernel"], ".enable_pdl(false)(", ".enable_pdl(true)(")
     only_changed(
         fused, out, {"fused_add_rmsnorm_reg_kernel": expected_kernel, "FusedAddRMSNormKernel": expected_launcher}
@@ -355,10 +365,21 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
         "template struct sglang::FusedAddRMSNormKernel<false, sglang::bf16_t>;\n"
     )
     cmd = [
-        "nvcc", "-std=c++20", "-O3", "--expt-relaxed-constexpr", "-DSGL_CUDA_ARCH=900",
-        "-gencode=arch=compute_90a,code=sm_90a", f"-I{tvm_ffi.find_include_path()}",
-        f"-I{root / 'kernels/jit/include'}", "-Xptxas", "-v", "-c", str(unit), "-o", str(tmp_path / "check.o"),
-    ]  # fmt: skip
+        "nvcc",
+        "-std=c++20",
+        "-O3",
+        "--expt-relaxed-constexpr",
+        "-DSGL_CUDA_ARCH=900",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        f"-I{tvm_ffi.find_include_path()}",
+        f"-I{root / 'kernels/jit/include'}",
+        "-Xptxas",
+        "-v",
+        "-c",
+        str(unit),
+        "-o",
+        str(tmp_path / "check.o"),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     # the kernels really were generated (ptxas reports them), with the fused one at 1024 threads max

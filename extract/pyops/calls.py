@@ -30,9 +30,17 @@ from pipeline.records import LoadJitCall
 
 # The keywords SGLang's load_jit takes; any other is noted as unknown.
 _LOADJIT_KWARGS = (
-    "cuda_files", "cpp_files", "cuda_wrappers", "cpp_wrappers", "extra_cflags", "extra_cuda_cflags",
-    "extra_ldflags", "extra_include_paths", "extra_dependencies", "header_only",
-)  # fmt: skip
+    "cuda_files",
+    "cpp_files",
+    "cuda_wrappers",
+    "cpp_wrappers",
+    "extra_cflags",
+    "extra_cuda_cflags",
+    "extra_ldflags",
+    "extra_include_paths",
+    "extra_dependencies",
+    "header_only",
+)
 
 
 class FunctionFacts(cst.CSTVisitor):

@@ -60,9 +60,14 @@ PLATFORM_CALLS: dict[str, Any] = {
 PACKAGE_PATHS: dict[str, pathlib.PurePosixPath] = {"KERNEL_PATH": pathlib.PurePosixPath("kernels/jit")}
 # Pure functions of the standard library a loader may compute a template argument with.
 STDLIB_CALLS: dict[str, Callable[..., Any]] = {
-    "math.gcd": math.gcd, "math.lcm": math.lcm, "math.ceil": math.ceil, "math.floor": math.floor,
-    "math.log2": math.log2, "math.isqrt": math.isqrt, "math.prod": math.prod,
-}  # fmt: skip
+    "math.gcd": math.gcd,
+    "math.lcm": math.lcm,
+    "math.ceil": math.ceil,
+    "math.floor": math.floor,
+    "math.log2": math.log2,
+    "math.isqrt": math.isqrt,
+    "math.prod": math.prod,
+}
 
 # torch dtype attribute -> our short name (kept for every dtype make_cpp_args maps).
 TORCH_DTYPES: dict[str, str] = {
@@ -106,7 +111,19 @@ CPP_SPELLING: dict[str, str] = {
     "bool": "bool",
 }
 ITEMSIZE: dict[str, int] = {
-    "fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1,
-    "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "uint16": 2,
-    "uint32": 4, "uint64": 8, "bool": 1,
-}  # fmt: skip
+    "fp64": 8,
+    "fp32": 4,
+    "fp16": 2,
+    "bf16": 2,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "uint8": 1,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "bool": 1,
+}

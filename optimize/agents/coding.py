@@ -52,10 +52,17 @@ def code(
     if model is None:
         return code_offline(plan, regions, transform)
     messages = render(
-        "coding", op_id=op_id, skill=plan.skill, params=params_text(plan.params), plan=plan.text,
-        method=_skill_field(skill, "method") or "(none given)", risks=_skill_field(skill, "risks") or "(none given)",
-        profile=profile_text, trajectory=trajectory_text, regions=regions_text(regions, kinds),
-    )  # fmt: skip
+        "coding",
+        op_id=op_id,
+        skill=plan.skill,
+        params=params_text(plan.params),
+        plan=plan.text,
+        method=_skill_field(skill, "method") or "(none given)",
+        risks=_skill_field(skill, "risks") or "(none given)",
+        profile=profile_text,
+        trajectory=trajectory_text,
+        regions=regions_text(regions, kinds),
+    )
     try:
         reply = model.complete("coding", messages)
     except ModelError as err:
@@ -67,9 +74,11 @@ def code_offline(plan: Plan, regions: Mapping[str, str], transform: Any) -> Code
     """The skill's mechanical transform applied to ``regions``."""
     if transform is None:
         return CodeResult(
-            "not_applicable", None, f"skill {plan.skill} has no mechanical transform (it needs the LLM coder)",
+            "not_applicable",
+            None,
+            f"skill {plan.skill} has no mechanical transform (it needs the LLM coder)",
             agent="transform",
-        )  # fmt: skip
+        )
     from optimize import transforms
 
     try:
@@ -80,9 +89,11 @@ def code_offline(plan: Plan, regions: Mapping[str, str], transform: Any) -> Code
         # A bug in the transform or its parameters: recorded loudly (so the policy
         # does not retry it and the report shows it), not hidden, not fatal to the run.
         return CodeResult(
-            "not_applicable", None, f"{plan.skill}: transform error (a kernelsmith bug, please report): {err}",
+            "not_applicable",
+            None,
+            f"{plan.skill}: transform error (a kernelsmith bug, please report): {err}",
             agent="transform",
-        )  # fmt: skip
+        )
     if new is None:
         return CodeResult(
             "not_applicable", None, f"{plan.skill}: the transform found nothing to change", agent="transform"

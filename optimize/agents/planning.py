@@ -122,15 +122,24 @@ def plan(
         return None
     first = decisions[0]
     default = Plan(
-        skill=decision_skill(first), params=decision_params(first),
-        text=_default_text(first, skills), reason=decision_reason(first), source="policy", option=1, decision=first,
-    )  # fmt: skip
+        skill=decision_skill(first),
+        params=decision_params(first),
+        text=_default_text(first, skills),
+        reason=decision_reason(first),
+        source="policy",
+        option=1,
+        decision=first,
+    )
     if model is None:
         return default
     messages = render(
-        "planning", op_id=op_id, region_names=", ".join(region_names), profile=profile_text,
-        trajectory=trajectory_text, options=options_text(decisions, skills),
-    )  # fmt: skip
+        "planning",
+        op_id=op_id,
+        region_names=", ".join(region_names),
+        profile=profile_text,
+        trajectory=trajectory_text,
+        options=options_text(decisions, skills),
+    )
     try:
         reply = model.complete("planning", messages)
     except ModelError as err:
@@ -143,14 +152,20 @@ def plan(
     text = body.group(1).strip() if body else reply.text.strip()
     if not 1 <= number <= len(decisions):
         return dataclasses.replace(
-            default, source="llm-fallback",
+            default,
+            source="llm-fallback",
             text=default.text + f"\n(the planner's choice {number or 'missing'} is not an option; took option 1)",
-        )  # fmt: skip
+        )
     chosen = decisions[number - 1]
     return Plan(
-        skill=decision_skill(chosen), params=decision_params(chosen), text=text or _default_text(chosen, skills),
-        reason=decision_reason(chosen), source="llm", option=number, decision=chosen,
-    )  # fmt: skip
+        skill=decision_skill(chosen),
+        params=decision_params(chosen),
+        text=text or _default_text(chosen, skills),
+        reason=decision_reason(chosen),
+        source="llm",
+        option=number,
+        decision=chosen,
+    )
 
 
 def _default_text(decision: Any, skills: dict[str, Any]) -> str:

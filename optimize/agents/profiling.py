@@ -101,20 +101,28 @@ def summarize(evaluation: Evaluation, *, ncu: Mapping[str, Any] | None = None) -
     """The summary of one evaluation; ``ncu`` is a {metric: value} map when profiled."""
     shapes = [
         ShapeProfile(
-            label=t.label, dtype=t.dtype, time_us=t.time_us, time_over_floor=t.time_over_floor,
-            pct_of_copy_bw=t.pct_of_copy_bw, gbps=t.gbps, speedup=t.speedup,
+            label=t.label,
+            dtype=t.dtype,
+            time_us=t.time_us,
+            time_over_floor=t.time_over_floor,
+            pct_of_copy_bw=t.pct_of_copy_bw,
+            gbps=t.gbps,
+            speedup=t.speedup,
         )
         for t in evaluation.timings
-    ]  # fmt: skip
+    ]
     kernels = []
     if evaluation.build is not None:
         for r in evaluation.build.resources:
             kernels.append(
                 KernelProfile(
-                    kernel=getattr(r, "demangled", None) or r.kernel, registers=r.registers,
-                    spill_stores=r.spill_stores, spill_loads=r.spill_loads, smem_bytes=r.smem_bytes,
+                    kernel=getattr(r, "demangled", None) or r.kernel,
+                    registers=r.registers,
+                    spill_stores=r.spill_stores,
+                    spill_loads=r.spill_loads,
+                    smem_bytes=r.smem_bytes,
                 )
-            )  # fmt: skip
+            )
     metrics: dict[str, float] = {}
     for key, value in (ncu or {}).items():
         try:
@@ -146,11 +154,16 @@ def summarize(evaluation: Evaluation, *, ncu: Mapping[str, Any] | None = None) -
     if slower:
         notes.append(f"slower than the baseline at {len(slower)} shape(s), e.g. {slower[0].label} {slower[0].dtype}")
     return ProfileSummary(
-        op_id=evaluation.op_id, candidate=evaluation.candidate, outcome=evaluation.outcome.value,
-        shapes=shapes, kernels=kernels, ncu=metrics,
+        op_id=evaluation.op_id,
+        candidate=evaluation.candidate,
+        outcome=evaluation.outcome.value,
+        shapes=shapes,
+        kernels=kernels,
+        ncu=metrics,
         geomean_time_over_floor=geomean(s.time_over_floor for s in shapes),
-        worst_shape=f"{worst.label} {worst.dtype}" if worst else None, notes=notes,
-    )  # fmt: skip
+        worst_shape=f"{worst.label} {worst.dtype}" if worst else None,
+        notes=notes,
+    )
 
 
 def ncu_notes(metrics: Mapping[str, float]) -> list[str]:

@@ -77,16 +77,28 @@ def repair(
     if slower:
         faster = [t for t in evaluation.timings if t not in slower]
         messages = render(
-            "guard", op_id=op_id, slower=_shape_lines(slower), faster=_shape_lines(faster),
-            baseline_regions=regions_text(baseline_regions or {}, kinds), regions=regions_text(regions, kinds),
-        )  # fmt: skip
+            "guard",
+            op_id=op_id,
+            slower=_shape_lines(slower),
+            faster=_shape_lines(faster),
+            baseline_regions=regions_text(baseline_regions or {}, kinds),
+            regions=regions_text(regions, kinds),
+        )
         agent = "guard"
     else:
         messages = render(
-            "repair", op_id=op_id, skill=plan.skill, params=params_text(plan.params), plan=plan.text,
-            outcome=evaluation.outcome.value, attempt=attempt, max_attempts=max_attempts,
-            failure=failure_text(evaluation), trajectory=trajectory_text, regions=regions_text(regions, kinds),
-        )  # fmt: skip
+            "repair",
+            op_id=op_id,
+            skill=plan.skill,
+            params=params_text(plan.params),
+            plan=plan.text,
+            outcome=evaluation.outcome.value,
+            attempt=attempt,
+            max_attempts=max_attempts,
+            failure=failure_text(evaluation),
+            trajectory=trajectory_text,
+            regions=regions_text(regions, kinds),
+        )
         agent = "repair"
     try:
         reply = model.complete("repair", messages)  # the guard is a repair: same model settings

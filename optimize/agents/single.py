@@ -59,10 +59,14 @@ def step(
     """
     fb = f"Your last candidate failed; fix it (keep the optimization):\n{feedback}\n" if feedback else ""
     messages = render(
-        "single", op_id=op_id, profile=profile_text, trajectory=trajectory_text,
+        "single",
+        op_id=op_id,
+        profile=profile_text,
+        trajectory=trajectory_text,
         options=options_text(decisions, skills) or "(no options left: use your own idea, CHOICE: 0)",
-        feedback=fb, regions=regions_text(regions, kinds),
-    )  # fmt: skip
+        feedback=fb,
+        regions=regions_text(regions, kinds),
+    )
     fallback = previous or _plan_for(decisions, 0, "")
     try:
         reply = model.complete("single", messages)
@@ -100,6 +104,11 @@ def _plan_for(decisions: Sequence[Any], number: int, text: str) -> Plan:
         return Plan(skill=OWN_IDEA, params={}, text=text, reason="the single agent's own idea", source="llm", option=0)
     chosen = decisions[number - 1]
     return Plan(
-        skill=decision_skill(chosen), params=decision_params(chosen), text=text,
-        reason=decision_reason(chosen), source="llm", option=number, decision=chosen,
-    )  # fmt: skip
+        skill=decision_skill(chosen),
+        params=decision_params(chosen),
+        text=text,
+        reason=decision_reason(chosen),
+        source="llm",
+        option=number,
+        decision=chosen,
+    )

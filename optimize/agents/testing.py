@@ -102,15 +102,21 @@ def plan_tests(
     except Exception as err:  # noqa: BLE001 - a contract the harness cannot draw from is reported, not fatal here
         notes.append(f"held-out shapes cannot be drawn from this contract: {err}")
     plan = TestPlan(
-        op_id=task.op_id, catalog=list(task.shapes), held_out_per_evaluation=held_out,
-        held_out_preview=preview, notes=notes,
-    )  # fmt: skip
+        op_id=task.op_id,
+        catalog=list(task.shapes),
+        held_out_per_evaluation=held_out,
+        held_out_preview=preview,
+        notes=notes,
+    )
     if model is None:
         return plan
     messages = render(
-        "testing", op_id=task.op_id, contract=task.contract.model_dump_json(indent=1, exclude_defaults=True),
-        planned=_planned_text(task, held_out), max_cases=max_cases,
-    )  # fmt: skip
+        "testing",
+        op_id=task.op_id,
+        contract=task.contract.model_dump_json(indent=1, exclude_defaults=True),
+        planned=_planned_text(task, held_out),
+        max_cases=max_cases,
+    )
     try:
         reply = model.complete("testing", messages)
     except ModelError as err:
@@ -197,10 +203,12 @@ def parse_proposals(text: str, max_cases: int) -> tuple[list[ProposedCase], str]
         seen.add(label)
         out.append(
             ProposedCase(
-                label=label, sizes=sizes, distribution=dist if dist in ("normal", "uniform", "edge") else "edge",
+                label=label,
+                sizes=sizes,
+                distribution=dist if dist in ("normal", "uniform", "edge") else "edge",
                 why=str(item.get("why", ""))[:200],
             )
-        )  # fmt: skip
+        )
         if len(out) >= max_cases:
             break
     return out, "" if out else "the testing agent proposed no usable case"
@@ -225,10 +233,14 @@ def complete_contract(task: Task, task_dir=None, *, model: Model | None = None) 
         a.scalar.name for a in contract.args if a.kind == "scalar" and a.scalar and a.scalar.type == "int"
     )
     messages = render(
-        "testing_contract", op_id=task.op_id, contract=contract.model_dump_json(indent=1, exclude_defaults=True),
-        symbols=", ".join(symbols) or "(none)", int_scalars=", ".join(int_scalars) or "(none)",
-        open="\n".join(f"- {item}" for item in record.open), source=_source_excerpt(task, task_dir),
-    )  # fmt: skip
+        "testing_contract",
+        op_id=task.op_id,
+        contract=contract.model_dump_json(indent=1, exclude_defaults=True),
+        symbols=", ".join(symbols) or "(none)",
+        int_scalars=", ".join(int_scalars) or "(none)",
+        open="\n".join(f"- {item}" for item in record.open),
+        source=_source_excerpt(task, task_dir),
+    )
     try:
         reply = model.complete("testing", messages)
     except ModelError as err:

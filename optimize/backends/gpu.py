@@ -128,9 +128,12 @@ class GpuBackend:
             self.gpu_s += time.monotonic() - start
         if self.record_to is not None and result.status == "ok":
             replay.record_ncu(
-                self.record_to, task.op_id, "baseline" if candidate is None else candidate.id,
-                [k.model_dump(mode="json") for k in result.kernels], device=self.device or "unknown GPU",
-            )  # fmt: skip
+                self.record_to,
+                task.op_id,
+                "baseline" if candidate is None else candidate.id,
+                [k.model_dump(mode="json") for k in result.kernels],
+                device=self.device or "unknown GPU",
+            )
         return result
 
     def validate_cases(self, task_dir: Any, task: Task, cases: Any) -> list[tuple[bool, str]]:
@@ -168,14 +171,30 @@ class GpuBackend:
             return _note(evaluation, "compute-sanitizer: the candidate did not rebuild, memcheck not run")
         checks = sanitizer_checks(plan.checks)
         request = WorkerRequest(
-            mode="single", op_id=task.op_id, contract=task.contract, baseline_libraries=base_libs,
-            candidate_libraries=cand_libs, checks=checks, harness=self.config.harness,
-            device_cache_dir=str(self.config.cache / "device"), single_calls=1,
-        )  # fmt: skip
+            mode="single",
+            op_id=task.op_id,
+            contract=task.contract,
+            baseline_libraries=base_libs,
+            candidate_libraries=cand_libs,
+            checks=checks,
+            harness=self.config.harness,
+            device_cache_dir=str(self.config.cache / "device"),
+            single_calls=1,
+        )
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
         workdir = self.config.work / "harness" / f"{stamp}-sanitize-{candidate.id[:12]}"
-        prefix = [tool, "--tool", "memcheck", "--error-exitcode", str(SANITIZER_EXIT), "--print-limit", "20",
-                  sys.executable, "-m", isolate.WORKER_MODULE]  # fmt: skip
+        prefix = [
+            tool,
+            "--tool",
+            "memcheck",
+            "--error-exitcode",
+            str(SANITIZER_EXIT),
+            "--print-limit",
+            "20",
+            sys.executable,
+            "-m",
+            isolate.WORKER_MODULE,
+        ]
         timeout_s = min(self.config.harness.worker_timeout_s * SANITIZER_SLOWDOWN, SANITIZER_MAX_S)
         run = isolate.run_worker(request, workdir, timeout_s=timeout_s, argv_prefix=prefix)
         self.gpu_s += run.seconds
@@ -188,10 +207,11 @@ class GpuBackend:
             )
         return evaluation.model_copy(
             update={
-                "outcome": Outcome.crashed, "seconds": seconds,
+                "outcome": Outcome.crashed,
+                "seconds": seconds,
                 "detail": f"compute-sanitizer memcheck failed (exit {run.returncode}):\n{run.stderr_tail}",
             }
-        )  # fmt: skip
+        )
 
 
 SANITIZER_EXIT = 86  # memcheck errors; distinct from the worker's own exit codes

@@ -197,11 +197,17 @@ class ReplayBackend:
             self._charge(seconds)
             timings = [t.model_copy(update={"baseline_us": t.time_us, "speedup": 1.0}) for t in baseline]
             return Evaluation(
-                op_id=op_id, candidate=candidate.id, outcome=Outcome.ok, timings=timings,
-                detail=f"replayed baseline ({self.source}, {self.device})", seconds=seconds,
+                op_id=op_id,
+                candidate=candidate.id,
+                outcome=Outcome.ok,
+                timings=timings,
+                detail=f"replayed baseline ({self.source}, {self.device})",
+                seconds=seconds,
                 build=BuildReport(ok=True, key="replay", seconds=seconds["build"]),
-                checks_passed=len(timings), bitwise_equal=True, max_abs_err=0.0,
-            )  # fmt: skip
+                checks_passed=len(timings),
+                bitwise_equal=True,
+                max_abs_err=0.0,
+            )
         entry = self._entry(op_id, candidate)
         if stage == "final" and isinstance(entry.get("final"), dict):
             entry = {**entry, **entry["final"]}
@@ -219,19 +225,33 @@ class ReplayBackend:
         detail = str(entry.get("detail", ""))
         note = f"replayed {stage} evaluation ({self.source}, {self.device})"
         build = BuildReport(
-            ok=outcome != Outcome.compile_failed, key="replay", seconds=seconds["build"],
+            ok=outcome != Outcome.compile_failed,
+            key="replay",
+            seconds=seconds["build"],
             stderr=detail if outcome == Outcome.compile_failed else "",
-        )  # fmt: skip
+        )
         if outcome not in (Outcome.ok, Outcome.slower):
             return Evaluation(
-                op_id=op_id, candidate=candidate.id, outcome=outcome, detail=f"{detail}\n[{note}]".strip(),
-                build=build, checks_failed=0 if outcome == Outcome.compile_failed else 1, seconds=seconds,
-            )  # fmt: skip
+                op_id=op_id,
+                candidate=candidate.id,
+                outcome=outcome,
+                detail=f"{detail}\n[{note}]".strip(),
+                build=build,
+                checks_failed=0 if outcome == Outcome.compile_failed else 1,
+                seconds=seconds,
+            )
         timings = self._timings(op_id, baseline, entry)
         return Evaluation(
-            op_id=op_id, candidate=candidate.id, outcome=outcome, detail=f"{detail}\n[{note}]".strip(),
-            build=build, checks_passed=len(timings), bitwise_equal=None, timings=timings, seconds=seconds,
-        )  # fmt: skip
+            op_id=op_id,
+            candidate=candidate.id,
+            outcome=outcome,
+            detail=f"{detail}\n[{note}]".strip(),
+            build=build,
+            checks_passed=len(timings),
+            bitwise_equal=None,
+            timings=timings,
+            seconds=seconds,
+        )
 
     def _charge(self, seconds: dict[str, float]) -> None:
         self.gpu_s += float(seconds.get("test", 0.0)) + float(seconds.get("profile", 0.0))
@@ -265,12 +285,15 @@ class ReplayBackend:
             out.append(
                 base.model_copy(
                     update={
-                        "time_us": time_us, "gbps": base.gbps / ratio, "pct_of_copy_bw": base.pct_of_copy_bw / ratio,
-                        "time_over_floor": base.time_over_floor * ratio, "baseline_us": base.time_us,
+                        "time_us": time_us,
+                        "gbps": base.gbps / ratio,
+                        "pct_of_copy_bw": base.pct_of_copy_bw / ratio,
+                        "time_over_floor": base.time_over_floor * ratio,
+                        "baseline_us": base.time_us,
                         "speedup": base.time_us / time_us,
                     }
                 )
-            )  # fmt: skip
+            )
         return out
 
 

@@ -59,9 +59,15 @@ def parse_case(path: pathlib.Path) -> AdversarialCase:
     if missing:
         raise ValueError(f"{path} lacks metadata {sorted(missing)}")
     return AdversarialCase(
-        name=path.stem, op=meta["op"], span=meta["span"], expect=meta["expect"], reason=meta.get("reason", ""),
-        cheat=meta.get("cheat", ""), text=text, path=path,
-    )  # fmt: skip
+        name=path.stem,
+        op=meta["op"],
+        span=meta["span"],
+        expect=meta["expect"],
+        reason=meta.get("reason", ""),
+        cheat=meta.get("cheat", ""),
+        text=text,
+        path=path,
+    )
 
 
 def load_cases(root: pathlib.Path = ROOT, ops: list[str] | None = None) -> list[AdversarialCase]:
@@ -83,9 +89,13 @@ def span_name(task: Task, wanted: str) -> str:
 def candidate_for(case: AdversarialCase, task: Task) -> Candidate:
     regions = {span_name(task, case.span): case.text}
     return Candidate(
-        op_id=task.op_id, id=f"adv-{case.name}-{_regions_hash(regions)}",
-        parent=None, regions=regions, coder="adversarial", rationale=case.cheat,
-    )  # fmt: skip
+        op_id=task.op_id,
+        id=f"adv-{case.name}-{_regions_hash(regions)}",
+        parent=None,
+        regions=regions,
+        coder="adversarial",
+        rationale=case.cheat,
+    )
 
 
 def baseline_candidate(task_dir: str | pathlib.Path, task: Task) -> Candidate:

@@ -119,9 +119,14 @@ def timing_table(results: Sequence[OpBench]) -> list[str]:
             continue
         for t in op.rows:
             row = roofline.shape_timing(
-                label=t.label, sizes=t.sizes, dtype=t.dtype, time_us=t.baseline_us, spread_pct=t.baseline_spread_pct,
-                nbytes=t.bytes, device=op.device,
-            )  # fmt: skip
+                label=t.label,
+                sizes=t.sizes,
+                dtype=t.dtype,
+                time_us=t.baseline_us,
+                spread_pct=t.baseline_spread_pct,
+                nbytes=t.bytes,
+                device=op.device,
+            )
             lines.append(
                 f"| {op.op_id} | {t.dtype} | {t.label} | {row.time_us:.2f} | {row.spread_pct:.1f} | {row.gbps:.0f} | "
                 f"{row.pct_of_copy_bw:.1f} | {row.time_over_floor:.2f} | {fmt(t.eager_us)} | {fmt(t.compile_us)} |"
@@ -188,10 +193,16 @@ def bench_op(
         result.error = f"baseline does not build: {report.stderr.strip()[-300:]}"
         return result
     request = WorkerRequest(
-        mode="bench", op_id=task.op_id, contract=task.contract, baseline_libraries=libs, timings=plan.timings,
-        harness=config.harness, device_cache_dir=str(config.cache / "device"),
-        torch_eager=task.contract.reference is not None, torch_compile=compile_ and task.contract.reference is not None,
-    )  # fmt: skip
+        mode="bench",
+        op_id=task.op_id,
+        contract=task.contract,
+        baseline_libraries=libs,
+        timings=plan.timings,
+        harness=config.harness,
+        device_cache_dir=str(config.cache / "device"),
+        torch_eager=task.contract.reference is not None,
+        torch_compile=compile_ and task.contract.reference is not None,
+    )
     timeout = max(config.harness.worker_timeout_s, BENCH_WORKER_TIMEOUT_S)
     bench_config = config.model_copy(
         update={"harness": config.harness.model_copy(update={"worker_timeout_s": timeout})}
@@ -262,7 +273,7 @@ def main(args: Any, config: Config) -> int:
             print(f"bench --all: open contract items go to the testing agent ({config.llm.model})", flush=True)
         rows = health_all(
             [path for _, path in _task_dirs(config, None)], config, budget_s=config.harness.sweep_budget_s, model=model
-        )  # fmt: skip
+        )
         env = (
             f"Wall time {time.monotonic() - start:.0f} s (this run; verdicts of earlier runs of the same code are reused); "
             f"{config.harness.health_workers} check worker(s) at once; "
@@ -279,8 +290,12 @@ def main(args: Any, config: Config) -> int:
             sglang = task.source.version or task.source.commit or sglang
             print(f"bench: {op} ...", flush=True)
             result = bench_op(
-                path, task, config, dtypes=getattr(args, "dtypes", None), compile_=not getattr(args, "no_torch_compile", False)
-            )  # fmt: skip
+                path,
+                task,
+                config,
+                dtypes=getattr(args, "dtypes", None),
+                compile_=not getattr(args, "no_torch_compile", False),
+            )
             print(f"  {len(result.rows)} shapes{': ' + result.error if result.error else ''}", flush=True)
             results.append(result)
         env = f"Wall time of the bench run: {time.monotonic() - start:.0f} s."

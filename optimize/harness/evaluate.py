@@ -131,22 +131,34 @@ def plan_cases(
             inst = select_instantiation(contract, task.instantiations, dtype, sizes)
             checks.append(
                 CheckCase(
-                    label=shape.label, sizes=sizes, dtype=dtype, export=export_name(contract.entry, inst),
-                    unit=units.index(inst), distribution=DISTRIBUTIONS[(index + j) % len(DISTRIBUTIONS)],
-                    layout=layouts[(index + j) % len(layouts)], held_out=True, seed=rng.getrandbits(62),
+                    label=shape.label,
+                    sizes=sizes,
+                    dtype=dtype,
+                    export=export_name(contract.entry, inst),
+                    unit=units.index(inst),
+                    distribution=DISTRIBUTIONS[(index + j) % len(DISTRIBUTIONS)],
+                    layout=layouts[(index + j) % len(layouts)],
+                    held_out=True,
+                    seed=rng.getrandbits(62),
                 )
-            )  # fmt: skip
+            )
     for shape in catalog:
         sizes = sizes_of(shape)
         for dtype in dtypes:
             inst = select_instantiation(contract, task.instantiations, dtype, sizes)
             checks.append(
                 CheckCase(
-                    label=shape.label, sizes=sizes, dtype=dtype, export=export_name(contract.entry, inst),
-                    unit=units.index(inst), distribution="normal", layout="contiguous", held_out=False,
+                    label=shape.label,
+                    sizes=sizes,
+                    dtype=dtype,
+                    export=export_name(contract.entry, inst),
+                    unit=units.index(inst),
+                    distribution="normal",
+                    layout="contiguous",
+                    held_out=False,
                     seed=rng.getrandbits(62),
                 )
-            )  # fmt: skip
+            )
     timings: list[TimingCase] = []
     if profile:
         wanted = (
@@ -160,10 +172,13 @@ def plan_cases(
                 inst = select_instantiation(contract, task.instantiations, dtype, sizes)
                 timings.append(
                     TimingCase(
-                        label=shape.label, sizes=sizes, dtype=dtype, export=export_name(contract.entry, inst),
+                        label=shape.label,
+                        sizes=sizes,
+                        dtype=dtype,
+                        export=export_name(contract.entry, inst),
                         unit=units.index(inst),
                     )
-                )  # fmt: skip
+                )
     return CasePlan(units=units.built(), checks=checks, timings=timings, held_out=drawn)
 
 
@@ -243,11 +258,15 @@ def build_units(
     editable = tuple(relocate_spans(task.editable, regions)) if regions else tuple(task.editable)
     jobs = [
         BuildJob(
-            task_dir=pathlib.Path(task_dir), task=task, instantiations=tuple(unit),
-            cache_root=config.cache / "builds", overrides=overrides, editable=editable,
+            task_dir=pathlib.Path(task_dir),
+            task=task,
+            instantiations=tuple(unit),
+            cache_root=config.cache / "builds",
+            overrides=overrides,
+            editable=editable,
         )
         for unit in units
-    ]  # fmt: skip
+    ]
     reports = build_many(jobs, max_workers=max_workers, isolate=isolate)
     merged = merge_reports(reports)
     return merged, [r.library or "" for r in reports]
@@ -313,9 +332,12 @@ def evaluate(
     started = time.monotonic()
     cid = candidate.id if candidate is not None else "baseline"
     plan = plan_cases(
-        task, shapes=shapes, held_out=config.harness.held_out_shapes if held_out else 0,
-        timing_dtypes=timing_dtypes, profile=profile,
-    )  # fmt: skip
+        task,
+        shapes=shapes,
+        held_out=config.harness.held_out_shapes if held_out else 0,
+        timing_dtypes=timing_dtypes,
+        profile=profile,
+    )
     base_report, base_libs = build_baseline(task_dir, task, plan.units, config=config)
     cand_report: BuildReport | None = None
     cand_libs: list[str] | None = None
@@ -324,28 +346,44 @@ def evaluate(
             cand_report, cand_libs = build_units(task_dir, task, plan.units, config=config, regions=candidate.regions)
         except (KeyError, ValueError) as err:
             return Evaluation(
-                op_id=task.op_id, candidate=cid, outcome=Outcome.compile_failed,
+                op_id=task.op_id,
+                candidate=cid,
+                outcome=Outcome.compile_failed,
                 detail=f"the regions cannot be spliced into the sources: {err}",
                 seconds={"build": round(time.monotonic() - started, 3)},
-            )  # fmt: skip
+            )
         if not cand_report.ok:
             return Evaluation(
-                op_id=task.op_id, candidate=cid, outcome=Outcome.compile_failed,
-                detail=isolate.tail(cand_report.stderr), build=cand_report,
+                op_id=task.op_id,
+                candidate=cid,
+                outcome=Outcome.compile_failed,
+                detail=isolate.tail(cand_report.stderr),
+                build=cand_report,
                 seconds={"build": round(time.monotonic() - started, 3)},
-            )  # fmt: skip
+            )
     build_s = time.monotonic() - started
     request = WorkerRequest(
-        mode="evaluate", op_id=task.op_id, contract=task.contract, baseline_libraries=base_libs,
-        candidate_libraries=cand_libs, checks=plan.checks, timings=plan.timings, harness=config.harness,
+        mode="evaluate",
+        op_id=task.op_id,
+        contract=task.contract,
+        baseline_libraries=base_libs,
+        candidate_libraries=cand_libs,
+        checks=plan.checks,
+        timings=plan.timings,
+        harness=config.harness,
         device_cache_dir=str(config.cache / "device"),
-    )  # fmt: skip
+    )
     workdir = _workdir(config, task.op_id, cid[:16])
     run = run_request(request, config, workdir)
     return to_evaluation(
-        task.op_id, cid, run, build=cand_report or base_report, build_s=build_s, config=config,
+        task.op_id,
+        cid,
+        run,
+        build=cand_report or base_report,
+        build_s=build_s,
+        config=config,
         candidate_given=candidate is not None,
-    )  # fmt: skip
+    )
 
 
 def to_evaluation(
@@ -362,32 +400,48 @@ def to_evaluation(
     seconds = {"build": round(build_s, 3)}
     if run.status == "timeout":
         return Evaluation(
-            op_id=op_id, candidate=cid, outcome=Outcome.timeout, build=build, seconds=seconds | {"test": round(run.seconds, 3)},
+            op_id=op_id,
+            candidate=cid,
+            outcome=Outcome.timeout,
+            build=build,
+            seconds=seconds | {"test": round(run.seconds, 3)},
             detail=f"{run.summary}; stderr tail:\n{run.stderr_tail}",
-        )  # fmt: skip
+        )
     if run.status == "crashed" or run.result is None:
         return Evaluation(
-            op_id=op_id, candidate=cid, outcome=Outcome.crashed, build=build, seconds=seconds | {"test": round(run.seconds, 3)},
+            op_id=op_id,
+            candidate=cid,
+            outcome=Outcome.crashed,
+            build=build,
+            seconds=seconds | {"test": round(run.seconds, 3)},
             detail=f"{run.summary}; stderr tail:\n{run.stderr_tail}",
-        )  # fmt: skip
+        )
     result: WorkerResult = run.result
     seconds |= {k: round(v, 3) for k, v in result.seconds.items()}
     seconds["worker_overhead"] = round(max(0.0, run.seconds - sum(result.seconds.values())), 3)
     if result.status == "baseline_failed":
         raise BaselineError(
-            f"the baseline of {op_id} failed its checks", fix="check the task", detail=result.detail,
+            f"the baseline of {op_id} failed its checks",
+            fix="check the task",
+            detail=result.detail,
             evidence=result.role_evidence,
-        )  # fmt: skip
+        )
     passed = sum(1 for c in result.checks if c.status == "pass")
     failed = sum(1 for c in result.checks if c.status == "fail")
     skipped = [c for c in result.checks if c.status == "skipped"]
     bitwise = [c.bitwise_equal for c in result.checks if c.bitwise_equal is not None]
     errors = [c.max_abs_err for c in result.checks if c.max_abs_err is not None]
     common = dict(
-        op_id=op_id, candidate=cid, build=build, checks_passed=passed, checks_failed=failed,
-        bitwise_equal=all(bitwise) if bitwise else None, max_abs_err=max(errors) if errors else None,
-        seconds=seconds, role_evidence=dict(result.role_evidence),
-    )  # fmt: skip
+        op_id=op_id,
+        candidate=cid,
+        build=build,
+        checks_passed=passed,
+        checks_failed=failed,
+        bitwise_equal=all(bitwise) if bitwise else None,
+        max_abs_err=max(errors) if errors else None,
+        seconds=seconds,
+        role_evidence=dict(result.role_evidence),
+    )
     if result.status in ("incorrect", "crashed"):
         outcome = Outcome.incorrect if result.status == "incorrect" else Outcome.crashed
         return Evaluation(**common, outcome=outcome, detail=result.detail)
@@ -426,10 +480,16 @@ def shape_timings(result: WorkerResult, candidate_given: bool) -> list[ShapeTimi
             time_us, spread, base = t.baseline_us, t.baseline_spread_pct, None
         out.append(
             roofline.shape_timing(
-                label=t.label, sizes=t.sizes, dtype=t.dtype, time_us=time_us, spread_pct=spread, nbytes=t.bytes,
-                device=result.device, baseline_us=base,
+                label=t.label,
+                sizes=t.sizes,
+                dtype=t.dtype,
+                time_us=time_us,
+                spread_pct=spread,
+                nbytes=t.bytes,
+                device=result.device,
+                baseline_us=base,
             )
-        )  # fmt: skip
+        )
     return out
 
 
@@ -471,19 +531,30 @@ def validate_cases(
             unit = units.index(inst)
             checks.append(
                 CheckCase(
-                    label=str(case.label), sizes=sizes, dtype=dtype, export=export_name(task.contract.entry, inst),
-                    unit=unit, distribution=getattr(case, "distribution", "edge"), held_out=True,
+                    label=str(case.label),
+                    sizes=sizes,
+                    dtype=dtype,
+                    export=export_name(task.contract.entry, inst),
+                    unit=unit,
+                    distribution=getattr(case, "distribution", "edge"),
+                    held_out=True,
                     seed=rng.getrandbits(62),
                 )
-            )  # fmt: skip
+            )
             owners.append(index)
     if not checks:
         return verdicts
     _, libs = build_baseline(task_dir, task, units.built(), config=config)
     request = WorkerRequest(
-        mode="evaluate", op_id=task.op_id, contract=task.contract, baseline_libraries=libs, checks=checks,
-        harness=config.harness, device_cache_dir=str(config.cache / "device"), stop_at_first_failure=False,
-    )  # fmt: skip
+        mode="evaluate",
+        op_id=task.op_id,
+        contract=task.contract,
+        baseline_libraries=libs,
+        checks=checks,
+        harness=config.harness,
+        device_cache_dir=str(config.cache / "device"),
+        stop_at_first_failure=False,
+    )
     run = run_request(request, config, _workdir(config, task.op_id, "validate"))
     if run.result is None:
         return [(False, f"{run.summary}: {run.stderr_tail[-300:]}")] * len(cases)

@@ -50,10 +50,14 @@ def _prebuild(config, items: list[tuple[Any, Any, dict[str, str] | None]]) -> di
         for unit in plan.units:
             jobs.append(
                 BuildJob(
-                    task_dir=pathlib.Path(task_dir), task=task, instantiations=tuple(unit),
-                    cache_root=config.cache / "builds", overrides=overrides, editable=editable,
+                    task_dir=pathlib.Path(task_dir),
+                    task=task,
+                    instantiations=tuple(unit),
+                    cache_root=config.cache / "builds",
+                    overrides=overrides,
+                    editable=editable,
                 )
-            )  # fmt: skip
+            )
             names.append(f"{task.op_id}{'' if regions is None else ' (candidate)'} {'+'.join(i.dtype for i in unit)}")
     start = time.monotonic()
     reports = build_many(jobs)
@@ -174,9 +178,18 @@ def main(argv: list[str] | None = None) -> int:
             ev = evaluate(task_dir, task, cand, config=config, profile=False)
             ok, why = adversarial.judge(case, ev)
             adv_rows.append(
-                {"case": case.name, "op": case.op, "cheat": case.cheat, "expect": case.expect, "got": ev.outcome.value,
-                 "as_expected": ok, "why": why, "detail": ev.detail, "seconds": round(time.monotonic() - t0, 2)}
-            )  # fmt: skip
+                {
+                    "case": case.name,
+                    "op": case.op,
+                    "cheat": case.cheat,
+                    "expect": case.expect,
+                    "got": ev.outcome.value,
+                    "as_expected": ok,
+                    "why": why,
+                    "detail": ev.detail,
+                    "seconds": round(time.monotonic() - t0, 2),
+                }
+            )
             say(f"  -> {ev.outcome.value}{'' if ok else ' (NOT AS EXPECTED)'}: {ev.detail[:160]}")
             if not ok:
                 problems.append(f"adversarial {why}")
@@ -193,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_summary(device, rows, adv_rows, summary, problems) -> None:
     print()
-    print(f"device: {device.name}  copy {device.copy_gbps:.0f} GB/s (spread {device.copy_spread_pct:.1f}%)  "
-          f"smallest kernel {device.min_kernel_us:.2f} us  L2 {device.l2_bytes / 2**20:.0f} MiB")  # fmt: skip
+    print(
+        f"device: {device.name}  copy {device.copy_gbps:.0f} GB/s (spread {device.copy_spread_pct:.1f}%)  "
+        f"smallest kernel {device.min_kernel_us:.2f} us  L2 {device.l2_bytes / 2**20:.0f} MiB"
+    )
     build = summary.get("build", {})
     if "builds" in build:
         n_ok = sum(1 for b in build["builds"] if b["ok"])
@@ -214,8 +229,10 @@ def _print_summary(device, rows, adv_rows, summary, problems) -> None:
             for (o, tok, width), expect in ORIENTATION.items():
                 if o == op and t.sizes.get("num_tokens") == tok and t.sizes.get("hidden_size") == width:
                     mark = f"  (brief: ~{expect:.0f} us)"
-            print(f"{op:30} {t.dtype:5} {t.label[:42]:42} {t.time_us:9.2f} {t.gbps:7.0f} {t.pct_of_copy_bw:6.1f} "
-                  f"{t.time_over_floor:7.2f} {t.spread_pct:5.1f}%{mark}")  # fmt: skip
+            print(
+                f"{op:30} {t.dtype:5} {t.label[:42]:42} {t.time_us:9.2f} {t.gbps:7.0f} {t.pct_of_copy_bw:6.1f} "
+                f"{t.time_over_floor:7.2f} {t.spread_pct:5.1f}%{mark}"
+            )
     if adv_rows:
         print()
         good = sum(1 for r in adv_rows if r.get("as_expected"))

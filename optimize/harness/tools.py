@@ -45,10 +45,25 @@ NCU_CORE_METRICS = (
     "launch__registers_per_thread",
 )
 STALL_REASONS = (
-    "barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle", "long_scoreboard",
-    "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instruction", "not_selected", "selected",
-    "short_scoreboard", "sleeping", "tex_throttle", "wait",
-)  # fmt: skip
+    "barrier",
+    "branch_resolving",
+    "dispatch_stall",
+    "drain",
+    "imc_miss",
+    "lg_throttle",
+    "long_scoreboard",
+    "math_pipe_throttle",
+    "membar",
+    "mio_throttle",
+    "misc",
+    "no_instruction",
+    "not_selected",
+    "selected",
+    "short_scoreboard",
+    "sleeping",
+    "tex_throttle",
+    "wait",
+)
 STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 TOP_STALLS = 4
 
@@ -242,10 +257,24 @@ def run_ncu(
     result = None
     for metrics in (NCU_CORE_METRICS + tuple(STALL_METRIC.format(r) for r in STALL_REASONS), NCU_CORE_METRICS):
         prefix = [
-            ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", f"regex:{regex}",
-            "--launch-count", str(launches), "--metrics", ",".join(metrics), "--csv", "--page", "raw",
-            "--print-units", "base", *_worker_argv(),
-        ]  # fmt: skip
+            ncu,
+            "--clock-control",
+            "none",
+            "--target-processes",
+            "all",
+            "--kernel-name",
+            f"regex:{regex}",
+            "--launch-count",
+            str(launches),
+            "--metrics",
+            ",".join(metrics),
+            "--csv",
+            "--page",
+            "raw",
+            "--print-units",
+            "base",
+            *_worker_argv(),
+        ]
         run = isolate.run_worker(_single(request), workdir, timeout_s=timeout_s, argv_prefix=prefix)
         stdout = (workdir / "worker.stdout").read_text(encoding="utf-8", errors="replace")
         kernels = parse_ncu_csv(stdout)
@@ -316,10 +345,16 @@ def _request_for(task_dir, task, candidate, config, shapes=None, held_out=0) -> 
                 f"candidate {candidate.id} does not build", fix="evaluate it first", detail=report.stderr
             )
     request = WorkerRequest(
-        mode="single", op_id=task.op_id, contract=task.contract, baseline_libraries=libs,
-        candidate_libraries=cand_libs, checks=checks, timings=plan.timings, harness=config.harness,
+        mode="single",
+        op_id=task.op_id,
+        contract=task.contract,
+        baseline_libraries=libs,
+        candidate_libraries=cand_libs,
+        checks=checks,
+        timings=plan.timings,
+        harness=config.harness,
         device_cache_dir=str(config.cache / "device"),
-    )  # fmt: skip
+    )
     kernels = sorted({span.name for span in task.editable if span.kind == "kernel"})
     return request, kernels
 

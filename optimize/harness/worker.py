@@ -138,9 +138,13 @@ class Checker:
             inputs.view_of(mask, t).fill_(True)
             inside[t.name] = mask
         result = dict(
-            label=case.label, sizes=case.sizes, dtype=case.dtype, distribution=case.distribution,
-            layout=case.layout, held_out=case.held_out,
-        )  # fmt: skip
+            label=case.label,
+            sizes=case.sizes,
+            dtype=case.dtype,
+            distribution=case.distribution,
+            layout=case.layout,
+            held_out=case.held_out,
+        )
         try:
             base_runs = self._run_impl(self.baseline, case, plan, images_x, images_y, decoy, inside)
             if self.candidate is None:
@@ -305,10 +309,16 @@ class Checker:
                         )
                     continue
                 verdict = compare.compare_tensor(
-                    t.name, exp_view, got_view, t.dtype, shape=t.shape,
-                    not_written=got_unwritten, expected_not_written=exp_unwritten,
-                    expected_bits=exp_view.view(bits_t), got_bits=got_view.view(bits_t),
-                )  # fmt: skip
+                    t.name,
+                    exp_view,
+                    got_view,
+                    t.dtype,
+                    shape=t.shape,
+                    not_written=got_unwritten,
+                    expected_not_written=exp_unwritten,
+                    expected_bits=exp_view.view(bits_t),
+                    got_bits=got_view.view(bits_t),
+                )
                 if not verdict.ok:
                     how = (
                         "run 1 (eager call after decoy inputs, outputs poisoned with NaN)"
@@ -557,9 +567,14 @@ def run(request: WorkerRequest) -> WorkerResult:
                 break
     seconds["profile"] = time.monotonic() - start
     return WorkerResult(
-        status=status, detail=detail, checks=checks, timings=timings, device=info, seconds=seconds,
+        status=status,
+        detail=detail,
+        checks=checks,
+        timings=timings,
+        device=info,
+        seconds=seconds,
         role_evidence=checker.role_evidence if checker.candidate is None else {},
-    )  # fmt: skip
+    )
 
 
 def _single(request: WorkerRequest, device, stream, info) -> WorkerResult:
