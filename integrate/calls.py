@@ -4,7 +4,7 @@ Pure Python (no torch): the parent plans, the worker (:mod:`integrate.sglang_wor
 fills and calls. For every case (each catalog shape, or the contract's one
 synthetic shape when no model sizes it, plus a few held-out draws) x every dtype
 the task instantiates, :func:`plan_op` asks the harness's own planner
-(:func:`optimize.harness.inputs.plan_call`, the one ``evaluate`` uses) for every
+(:func:`contract.plan.plan_call`, the one ``evaluate`` uses) for every
 argument of the C++ entry, and binds the public Python function's parameters to
 them through the signature extract recorded (:class:`pipeline.records.EntrySignature`,
 :mod:`extract.entry`). The result is a JSON request the worker can run without
@@ -31,7 +31,9 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from optimize.harness import inputs
+from contract import plan as planning
+from contract import shapes as shape_draws
+from contract import sizes as contract_sizes
 from optimize.harness.errors import ContractError
 from pipeline.records import EntrySignature, ShapeCase, Task
 
@@ -67,7 +69,7 @@ class OpPlan:
 def task_dtypes(task: Task) -> list[str]:
     """The dtypes SGLang instantiates for the task, in task order."""
     seen: list[str] = []
-    for inst in inputs.instantiations_for(task.contract, task.instantiations) or task.instantiations:
+    for inst in contract_sizes.instantiations_for(task.contract, task.instantiations) or task.instantiations:
         if inst.dtype not in seen:
             seen.append(inst.dtype)
     return seen
@@ -88,11 +90,11 @@ def catalog(task: Task) -> tuple[list[ShapeCase], str]:
     """The task's shapes and where they come from: its catalog, else its one synthetic shape."""
     if task.shapes:
         return list(task.shapes), "catalog"
-    synthetic = inputs.synthetic_shape(task.contract, task.instantiations)
-    return ([synthetic] if synthetic is not None else []), inputs.SYNTHETIC_MODEL
+    synthetic = shape_draws.synthetic_shape(task.contract, task.instantiations)
+    return ([synthetic] if synthetic is not None else []), contract_sizes.SYNTHETIC_MODEL
 
 
-def _tensor_json(plan: inputs.TensorPlan) -> dict[str, JsonValue]:
+def _tensor_json(plan: planning.TensorPlan) -> dict[str, JsonValue]:
     out: dict[str, JsonValue] = {}
     for f in dataclasses.fields(plan):
         value = getattr(plan, f.name)
@@ -104,13 +106,13 @@ def plan_case(
     task: Task, signature: EntrySignature, sizes: dict[str, int], dtype: str
 ) -> tuple[str, dict[str, JsonValue], int]:
     """(module key, worker request without label/seed, elements passed) of one call; ContractError when unplannable."""
-    pool = inputs.instantiations_for(task.contract, task.instantiations)
-    inst = inputs.select_instantiation(task.contract, pool, dtype, sizes)
-    plan = inputs.plan_call(task.contract, sizes, dtype)
+    pool = contract_sizes.instantiations_for(task.contract, task.instantiations)
+    inst = contract_sizes.select_instantiation(task.contract, pool, dtype, sizes)
+    plan = planning.plan_call(task.contract, sizes, dtype)
     fed = {p.feeds for p in signature.params if p.feeds and p.via != "size"}
     tensors = [t for t in plan.tensors if t.name in fed]
     for tensor in tensors:
-        inputs.require_fillable(tensor)
+        planning.require_fillable(tensor)
     scalars: dict[str, JsonValue] = {}
     for arg, value in zip(task.contract.args, plan.args):
         if arg.kind == "scalar" and arg.scalar is not None and arg.scalar.name in fed:
@@ -156,19 +158,19 @@ def plan_op(task: Task, *, held_out: int = HELD_OUT, rng: random.Random | None =
     unplanned: dict[str, str] = {}
     for shape in shapes:
         try:
-            labelled.append((shape.label, False, inputs.resolve_sizes(task.contract, shape, shapes)))
+            labelled.append((shape.label, False, contract_sizes.resolve_sizes(task.contract, shape, shapes)))
         except ContractError as err:
             unplanned[shape.label] = err.message
     if held_out and origin == "catalog":
-        pool = inputs.instantiations_for(task.contract, task.instantiations)
+        pool = contract_sizes.instantiations_for(task.contract, task.instantiations)
         try:
-            drawn = inputs.draw_held_out(task.contract, shapes, held_out, rng, instantiations=pool, dtypes=dtypes)
+            drawn = shape_draws.draw_held_out(task.contract, shapes, held_out, rng, instantiations=pool, dtypes=dtypes)
         except ContractError as err:
             drawn = []
             unplanned["held-out"] = err.message
         for index, shape in enumerate(drawn):
             try:
-                labelled.append((f"held-out-{index}", True, inputs.resolve_sizes(task.contract, shape, shapes)))
+                labelled.append((f"held-out-{index}", True, contract_sizes.resolve_sizes(task.contract, shape, shapes)))
             except ContractError as err:
                 unplanned[f"held-out-{index}"] = err.message
     cases: list[PlannedCase] = []

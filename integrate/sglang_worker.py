@@ -67,7 +67,8 @@ def _torch_dtype(name: str) -> Any:
 
 def _short_dtype(dtype: Any) -> str:
     """torch dtype -> the harness's short spelling (bf16, int32, ...)."""
-    from optimize.harness.inputs import ITEMSIZE, torch_dtype
+    from contract.dtypes import ITEMSIZE
+    from optimize.harness.inputs import torch_dtype
 
     for short in ITEMSIZE:
         if torch_dtype(short) == dtype:
@@ -158,6 +159,7 @@ class Call:
 
         import torch
 
+        from contract import plan as planning
         from optimize.harness import inputs
 
         self.req = req
@@ -168,7 +170,7 @@ class Call:
         for t in req["tensors"]:
             vr = t.get("value_range")
             plans.append(
-                inputs.TensorPlan(
+                planning.TensorPlan(
                     **{
                         **t,
                         "shape": tuple(t["shape"]),
@@ -177,7 +179,7 @@ class Call:
                     }
                 )
             )
-        self.plan = inputs.CallPlan(args=tuple(plans), sizes=dict(req["sizes"]))
+        self.plan = planning.CallPlan(args=tuple(plans), sizes=dict(req["sizes"]))
         gen = torch.Generator(device="cuda")
         gen.manual_seed(int(req["seed"]))
         images = inputs.make_images(self.plan, "normal", gen, "cuda")

@@ -14,7 +14,8 @@ import pathlib
 
 import pytest
 
-from extract import entry, tasks
+from contract import layout
+from extract import entry
 from pipeline.records import ArgSpec, Contract, ScalarSpec, Task, TensorSpec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -47,7 +48,7 @@ def extract_tasks(ops: tuple[str, ...]) -> pathlib.Path:
 @pytest.fixture(scope="module")
 def extracted() -> dict[str, tuple[pathlib.Path, Task]]:
     root = extract_tasks(OPS)
-    return {op: (root / op, tasks.load_task(root / op)) for op in OPS}
+    return {op: (root / op, layout.load_task(root / op)) for op in OPS}
 
 
 def test_signatures_match_the_golden_file(extracted):

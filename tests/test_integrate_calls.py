@@ -12,10 +12,10 @@ import random
 import pytest
 from test_entry import UNMAPPABLE, extract_tasks
 
-from extract.tasks import load_task
+from contract.completion import complete
+from contract.dtypes import POISON_BITS
+from contract.layout import load_task
 from integrate.calls import HELD_OUT, plan_op, task_dtypes, warm_cases, why_uncallable
-from optimize.harness.completion import complete
-from optimize.harness.inputs import POISON_BITS
 
 OPS = (
     "activation.silu_and_mul",
