@@ -272,6 +272,7 @@ def _index_rule(contract: Contract, spec: TensorSpec, rules: list[dict], known: 
             continue
         kind = rule.get("kind")
         bounds: tuple[float | str, float | str] | None = None
+        high: str | None
         if kind == "open":
             return None
         if kind == "bounded":
@@ -330,7 +331,9 @@ def apply(contract: Contract, filled: Sequence[Filled]) -> Contract:
             arg = arg.model_copy(update={"scalar": arg.scalar.model_copy(update={"value": f.value})})
         elif arg.kind == "tensor" and arg.tensor is not None and arg.tensor.name in by_name:
             f = by_name[arg.tensor.name]
-            field = {f.kind: f.value} if f.kind in ("role", "dtype") else {"value_range": f.value_range}
+            field: dict[str, object] = (
+                {f.kind: f.value} if f.kind in ("role", "dtype") else {"value_range": f.value_range}
+            )
             if f.kind == "offsets":
                 field.update(structure="offsets", **({"shape": f.shape} if f.shape else {}))
             arg = arg.model_copy(update={"tensor": arg.tensor.model_copy(update=field)})

@@ -179,7 +179,9 @@ def evaluate(tree: ast.AST, env: Mapping[str, Value], *, exact: bool = False) ->
         if isinstance(node, ast.Expression):
             return walk(node.body)
         if isinstance(node, ast.Constant):
-            return node.value  # type: ignore[no-any-return]  # validated: int or bool
+            constant = node.value
+            assert isinstance(constant, int), "validated: int or bool"
+            return constant
         if isinstance(node, ast.Name):
             if node.id not in env:
                 raise ExprError(f"no value for {node.id!r}", undefined=True)
@@ -187,10 +189,10 @@ def evaluate(tree: ast.AST, env: Mapping[str, Value], *, exact: bool = False) ->
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             return _CALLS[node.func.id](*(walk(arg) for arg in node.args))
         if isinstance(node, ast.UnaryOp):
-            value = walk(node.operand)
+            operand = walk(node.operand)
             if isinstance(node.op, ast.Not):
-                return not value
-            return -value if isinstance(node.op, ast.USub) else +value
+                return not operand
+            return -operand if isinstance(node.op, ast.USub) else +operand
         if isinstance(node, ast.BinOp):
             left, right = walk(node.left), walk(node.right)
             if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:

@@ -177,9 +177,9 @@ def plan_call(
     # An index tensor's range may name sizes and integer scalars ("num_experts - 1").
     known = dict(sizes)
     for i, value in scalars.items():
-        spec = contract.args[i].scalar
-        if spec is not None and spec.type == "int" and spec.name not in known:
-            known[spec.name] = int(value)
+        scalar_spec = contract.args[i].scalar
+        if scalar_spec is not None and scalar_spec.type == "int" and scalar_spec.name not in known:
+            known[scalar_spec.name] = int(value)
     args: list[TensorPlan | ScalarValue] = []
     for index, arg in enumerate(contract.args):
         if arg.kind == "scalar":

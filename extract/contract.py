@@ -210,7 +210,8 @@ def infer_contract(
                 kind = "int"
             value = py.defaults.get(name)
             literal = py.literal_args.get(position)
-            if _fits_scalar(kind, literal):  # what the wrapper passes on this path beats a default
+            # what the wrapper passes on this path beats a default (None never fits)
+            if literal is not None and _fits_scalar(kind, literal):
                 value = float(literal) if kind == "float" else literal
             if kind == "str":
                 value = value if isinstance(value, str) else None

@@ -611,7 +611,7 @@ class _FileScanner:
     @staticmethod
     def _members(body: Any) -> list[Any]:
         """Member declarations/definitions of a class body, looking through templates and #if."""
-        out = []
+        out: list[Any] = []
         if body is None:
             return out
         stack = list(reversed(body.named_children))

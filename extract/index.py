@@ -207,7 +207,7 @@ def _resolve_launchers(raws: list[RawLauncher], path: str, visible: set[str]) ->
             LauncherDef(
                 name=raw.name,
                 qualified_name=raw.qualified_name,
-                kind=raw.kind,  # type: ignore[arg-type]
+                kind=raw.kind,
                 file=path,
                 start_byte=raw.start_byte,
                 end_byte=raw.end_byte,

@@ -164,7 +164,7 @@ def _check_conditions(body: str) -> list[str]:
 
 def _constants(text: str) -> dict[str, str]:
     """``constexpr auto kVecSize = ...;`` / ``int elements_in_vec = ...;`` -> name: expression text."""
-    out = {}
+    out: dict[str, str] = {}
     for match in re.finditer(
         r"(?:static\s+)?(?:constexpr\s+|const\s+)?(?:auto|int|int64_t|uint32_t|uint|size_t|std::size_t|int32_t)\s+(\w+)\s*=\s*([^;{}]+);",
         text,
@@ -239,8 +239,8 @@ def prune_constexpr(body: str, env: dict[str, int]) -> str:
             continue
         chosen: tuple[int, int] | None = None
         decided = True
-        for cond, start, end in arms:
-            value = 1 if cond is None else eval_c(cond, env)
+        for arm_cond, start, end in arms:
+            value = 1 if arm_cond is None else eval_c(arm_cond, env)
             if value is None:
                 decided = False
                 break
@@ -278,7 +278,7 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
     seen = {method}
     # Follow forwarding calls (tree-sitter reads the calls, to depth 3): run_activation(...) -> launch(input, out, ...),
     # run_norm(...) -> run_impl(...), fused_x(...) -> details::x_impl<...>(...).
-    queue = [(entry, {}, 0)]
+    queue: list[tuple[CppFunction, dict[str, str], int]] = [(entry, {}, 0)]  # (function, alias, depth)
     while queue:
         caller, caller_alias, level = queue.pop(0)
         if level >= 3:
@@ -476,9 +476,9 @@ def _shape_from_uses(bodies: list[tuple[str, str]]) -> tuple[list[str | int], bo
                 named.setdefault(_dim_index(m, 2), m.group(1))
             for cond in conds:
                 for part in split_top(cond, "&&"):
-                    m = re.fullmatch(rf"\s*{who}{_DIM_USE}\s*==\s*([\w\s+*]+?)\s*", part)
-                    if m is not None:
-                        named.setdefault(_dim_index(m, 1), " ".join(m.group(3).split()))
+                    equated = re.fullmatch(rf"\s*{who}{_DIM_USE}\s*==\s*([\w\s+*]+?)\s*", part)
+                    if equated is not None:
+                        named.setdefault(_dim_index(equated, 1), " ".join(equated.group(3).split()))
     if rank is None and not used:
         return None
     explicit = rank is not None or any(i >= 0 for i in used)

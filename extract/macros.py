@@ -78,6 +78,7 @@ def _classify_expansion(body: bytes, known: dict[str, str]) -> str | None:
     strongest = "attr"
     rank = {"attr": 0, "device": 1, "kernel": 2}
     for token in _TOKEN.findall(body):
+        kind: str | None
         if token.startswith((b"[[", b"__attribute__", b"_Pragma")):
             kind = "attr"
         else:
@@ -111,10 +112,11 @@ def collect_macros(texts: Iterable[bytes]) -> dict[str, str]:
     while changed:
         changed = False
         for name, defs in bodies.items():
-            kinds = [_classify_expansion(b, table) for b in defs]
-            if any(k is None for k in kinds):
+            classified = [_classify_expansion(b, table) for b in defs]
+            kinds = [k for k in classified if k is not None]
+            if len(kinds) != len(classified):
                 continue
-            kind = max(kinds, key=rank.__getitem__)  # type: ignore[arg-type]
+            kind = max(kinds, key=rank.__getitem__)
             if table.get(name) != kind:
                 table[name] = kind
                 changed = True

@@ -94,13 +94,13 @@ def apply_regions(files: Mapping[str, bytes], editable: list[Span], regions: Map
     named keep their bytes. Returns only the files touched.
     """
     by_name: dict[str, Span] = {}
-    for span in editable:
-        if span.name in by_name:
+    for candidate in editable:
+        if candidate.name in by_name:
             raise SpliceError(
-                f"two editable spans are both named {span.name!r} ({by_name[span.name].file}, {span.file})",
+                f"two editable spans are both named {candidate.name!r} ({by_name[candidate.name].file}, {candidate.file})",
                 fix="give each editable span a unique name in the task (re-run `kernelsmith extract`)",
             )
-        by_name[span.name] = span
+        by_name[candidate.name] = candidate
     per_file: dict[str, list[tuple[int, int, bytes]]] = {}
     names_by_file: dict[str, list[str]] = {}
     for name, text in regions.items():

@@ -98,19 +98,24 @@ def grammar_for(path: str | pathlib.PurePath) -> str:
 @functools.cache
 def language(name: str) -> Any:
     """The tree-sitter ``Language`` for ``"cuda"`` or ``"cpp"``."""
+    pointer: object
     if name == "cuda":
-        import tree_sitter_cuda as module
+        import tree_sitter_cuda
+
+        pointer = tree_sitter_cuda.language()
     elif name == "cpp":
-        import tree_sitter_cpp as module
+        import tree_sitter_cpp
+
+        pointer = tree_sitter_cpp.language()
     else:
         raise ValueError(f"unknown grammar {name!r}; expected one of {GRAMMARS}")
-    pointer = module.language()
     if isinstance(pointer, tree_sitter.Language):  # some bindings return a Language already
         return pointer
     try:
         return tree_sitter.Language(pointer)  # py-tree-sitter >= 0.22
     except TypeError:
-        return tree_sitter.Language(pointer, name)  # 0.21 wanted a name as well
+        # 0.21 wanted a name as well; the installed (newer) stubs only know the one-argument form
+        return tree_sitter.Language(pointer, name)  # type: ignore[call-overload]
 
 
 @functools.cache

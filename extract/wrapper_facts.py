@@ -98,6 +98,7 @@ def constant_args(program: pyops.Program, nodes: frozenset[tuple[str, str]]) -> 
 
         fn.node.visit(Calls())
         for call in found:
+            assert isinstance(call.func, cst.Name)  # only plain-name calls were collected
             callees = [
                 c for c in program.resolve(node[0], call.func.value) if c in funcs and c != node and "." not in c[1]
             ]
@@ -143,6 +144,8 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
     if target is None:
         return PyFacts(written, defaults, returns_value, literals, sized)
     fn = program.function(op.module, target)
+    assert fn is not None, "public_target names a function of the module"
+    fn_node = fn.node
     ev = pyops.Evaluator(program.sets.resolve, strict=True)
     defaults = {
         k: v for k, v in pyops.parameter_defaults(ev, fn).items() if v is None or isinstance(v, (int, float, str, bool))
@@ -153,7 +156,7 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
             self.values = 0
 
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is fn.node
+            return node is fn_node
 
         def visit_Return(self, node: cst.Return) -> None:
             if node.value is not None and not (isinstance(node.value, cst.Name) and node.value.value == "None"):

@@ -116,6 +116,7 @@ def plan_case(
     scalars: dict[str, JsonValue] = {}
     for arg, value in zip(task.contract.args, plan.args):
         if arg.kind == "scalar" and arg.scalar is not None and arg.scalar.name in fed:
+            assert not isinstance(value, planning.TensorPlan)  # plan_call gives a scalar argument its value
             scalars[arg.scalar.name] = value
     missing = [p.feeds for p in signature.params if p.via == "size" and p.feeds not in sizes]
     if missing:

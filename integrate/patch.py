@@ -238,15 +238,15 @@ def compose(accepted: list[Accepted], package_root: pathlib.Path) -> tuple[list[
 
     edits: dict[str, list[_Edit]] = {}
     for acc in accepted:
-        spans = _spans_by_name(acc.task)
+        by_name = _spans_by_name(acc.task)
         for name, text in acc.candidate.regions.items():
-            if name not in spans:
+            if name not in by_name:
                 raise PatchError(
                     f"candidate {acc.candidate.id} of {acc.op_id} replaces span {name!r}, which task "
-                    f"{acc.op_id} does not have (spans: {', '.join(sorted(spans))})",
+                    f"{acc.op_id} does not have (spans: {', '.join(sorted(by_name))})",
                     fix="re-run optimize against the current task",
                 )
-            edits.setdefault(spans[name].file, []).append(_Edit(spans[name], text.encode(), acc.op_id))
+            edits.setdefault(by_name[name].file, []).append(_Edit(by_name[name], text.encode(), acc.op_id))
 
     digests = {(acc.op_id, d.path): d.sha256 for acc in accepted for d in acc.task.files}
     out: list[NewFile] = []

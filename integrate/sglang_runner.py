@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from integrate.calls import HELD_OUT, OpPlan, PlannedCase, plan_op, sanitizer_picks, warm_cases
 from integrate.errors import WorkerError
@@ -116,7 +116,7 @@ class TreeWorker:
         self.python = python
         self.proc: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
-        self._log_handle = None
+        self._log_handle: TextIO | None = None
 
     def __enter__(self) -> TreeWorker:
         self.start()

@@ -302,9 +302,9 @@ def _compare(call: Call, tensors: dict[str, Any], other: dict[str, str], req: di
             "reason": f"observed tensors {sorted(tensors)} vs baseline {sorted(theirs['tensors'])}",
         }
     reasons: list[str] = []
-    for key, value in sorted(other.items()):
-        if theirs["other"].get(key) != value:
-            reasons.append(f"{key} = {value} vs baseline {theirs['other'].get(key)}")
+    for key, shown in sorted(other.items()):
+        if theirs["other"].get(key) != shown:
+            reasons.append(f"{key} = {shown} vs baseline {theirs['other'].get(key)}")
     bitwise, max_abs = not reasons, None
     for name, got in sorted(tensors.items()):
         expected = theirs["tensors"][name]

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import datetime
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
 from contract import layout
 from optimize import report
-from optimize.loop import Loop, LoopOptions, load_op_task
+from optimize.loop import CODERS, MODES, Loop, LoopOptions, load_op_task
 from optimize.run_folder import run_meta_check
 from optimize.trajectory import now_iso
 from pipeline.config import DEFAULT_OPS, Config
@@ -49,11 +49,24 @@ def _ops(args: Any, config: Config) -> list[str]:
     return list(DEFAULT_OPS)
 
 
+_Choice = TypeVar("_Choice", bound=str)
+
+
+def _choice(value: object, choices: tuple[_Choice, ...], flag: str) -> _Choice:
+    """``value`` as one of ``choices`` (the command line already restricts it to them)."""
+    from optimize.errors import ConfigError
+
+    for choice in choices:
+        if value == choice:
+            return choice
+    raise ConfigError(f"{flag} {value!r} is not one of {', '.join(choices)}", fix=f"pass {flag} {choices[0]}")
+
+
 def main(args: Any, config: Config) -> int:
     from optimize.errors import ConfigError
 
-    coder = getattr(args, "coder", None) or ("llm" if config.llm.configured else "offline")
-    mode = getattr(args, "mode", None) or "multi"
+    coder = _choice(getattr(args, "coder", None) or ("llm" if config.llm.configured else "offline"), CODERS, "--coder")
+    mode = _choice(getattr(args, "mode", None) or "multi", MODES, "--mode")
     if mode == "single" and coder != "llm":
         raise ConfigError(
             "--mode single is one LLM agent doing everything; it has no offline form",

@@ -604,5 +604,5 @@ def _tunable_constants(region: Region) -> list[TunableConstant]:
             continue
         f = region.func_of(doc, node)
         owner = owner_name(doc, node) or (f.qualname if f is not None else None)
-        out.append(TunableConstant(span=doc.span, name=name, owner=owner, value=value, role=role))  # type: ignore[arg-type]
+        out.append(TunableConstant(span=doc.span, name=name, owner=owner, value=value, role=role))
     return out

@@ -135,11 +135,17 @@ def load_op_task(config: Config, op_id: str) -> tuple[pathlib.Path, Task]:
 # --------------------------------------------------------------------------- the loop
 
 
+Mode = Literal["multi", "single"]  # `--mode`
+MODES: tuple[Mode, ...] = ("multi", "single")
+Coder = Literal["llm", "offline"]  # `--coder`
+CODERS: tuple[Coder, ...] = ("llm", "offline")
+
+
 @dataclasses.dataclass
 class LoopOptions:
     run: str
-    mode: Literal["multi", "single"] = "multi"
-    coder: Literal["llm", "offline"] = "offline"
+    mode: Mode = "multi"
+    coder: Coder = "offline"
 
 
 class Loop:

@@ -306,9 +306,9 @@ class Rule:
             return _Node("name", (tok.text,), self._known[tok.text], tok.pos)
         if tok.kind == "op" and tok.text == "(":
             inner = self._or()
-            close = self._next()
-            if close.text != ")":
-                self._fail(close, f"expected ')' but found {close.text!r}")
+            closing = self._next()
+            if closing.text != ")":
+                self._fail(closing, f"expected ')' but found {closing.text!r}")
             return inner
         self._fail(tok, f"expected a value, a feature name or '(' but found {tok.text!r}")
 

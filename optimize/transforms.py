@@ -277,9 +277,13 @@ def fast_math(regions: Mapping[str, str], *, ops: Sequence[str] = tuple(FAST_MAT
             callee = m["callee"][0]
             raw = text_of(src, callee).strip()
             name = last_name(raw)
-            if name in wanted and SLOW_MATH.get(name) and raw in (name, f"::{name}", f"std::{name}"):
-                fast = SLOW_MATH[name]
-                rules[(callee.start_byte, callee.end_byte)] = lambda _n, fast=fast: fast.encode()
+            fast = SLOW_MATH.get(name)
+            if name in wanted and fast and raw in (name, f"::{name}", f"std::{name}"):
+
+                def fast_call(_n: Node, fast: str = fast) -> bytes:
+                    return fast.encode()
+
+                rules[(callee.start_byte, callee.end_byte)] = fast_call
         scalars, pairs = float_names(region, f)
         for m in matches("arithmetic", f.body):
             if text_of(src, m["op"][0]) != "/":
@@ -305,13 +309,24 @@ def fast_math(regions: Mapping[str, str], *, ops: Sequence[str] = tuple(FAST_MAT
             )
             if one and is_sqrt and "rsqrt" in wanted:
                 arg = inner.child_by_field_name("arguments")
-                rules[(expr.start_byte, expr.end_byte)] = lambda _n, arg=arg: b"rsqrtf" + render(arg)
+                assert arg is not None  # a call_expression always has its argument list
+
+                def rsqrt(_n: Node, arg: Node = arg) -> bytes:
+                    return b"rsqrtf" + render(arg)
+
+                rules[(expr.start_byte, expr.end_byte)] = rsqrt
             elif one and not is_sqrt and "rcp" in wanted:
-                rules[(expr.start_byte, expr.end_byte)] = lambda _n, r=right: b"__frcp_rn(" + render(r) + b")"
+
+                def rcp(_n: Node, r: Node = right) -> bytes:
+                    return b"__frcp_rn(" + render(r) + b")"
+
+                rules[(expr.start_byte, expr.end_byte)] = rcp
             elif not one and "fdividef" in wanted:
-                rules[(expr.start_byte, expr.end_byte)] = lambda _n, l=left, r=right: (
-                    b"__fdividef(" + render(l) + b", " + render(r) + b")"
-                )
+
+                def fdividef(_n: Node, lhs: Node = left, rhs: Node = right) -> bytes:
+                    return b"__fdividef(" + render(lhs) + b", " + render(rhs) + b")"
+
+                rules[(expr.start_byte, expr.end_byte)] = fdividef
 
         def render(node: Node, src: bytes = src, rules: dict = rules) -> bytes:
             key = (node.start_byte, node.end_byte)

@@ -72,16 +72,16 @@ def parse_ptxas(text: str) -> list[KernelResources]:
             props_for = None
         elif (match := _PTXAS_USED.search(line)) and current is not None:
             rest = match.group("rest")
-            barriers = _PTXAS_BARRIERS.search(rest)
-            smem = _PTXAS_SMEM.search(rest)
-            cmem = _PTXAS_CMEM0.search(rest)
+            barriers_match = _PTXAS_BARRIERS.search(rest)
+            smem_match = _PTXAS_SMEM.search(rest)
+            cmem_match = _PTXAS_CMEM0.search(rest)
             used.append(
                 (
                     current,
                     int(match.group("regs")),
-                    int(barriers.group(1)) if barriers else 0,
-                    int(smem.group(1)) if smem else 0,
-                    int(cmem.group(1)) if cmem else 0,
+                    int(barriers_match.group(1)) if barriers_match else 0,
+                    int(smem_match.group(1)) if smem_match else 0,
+                    int(cmem_match.group(1)) if cmem_match else 0,
                 )
             )
             current = None

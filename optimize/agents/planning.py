@@ -42,7 +42,11 @@ def decision_skill(decision: Any) -> str:
     skill = getattr(decision, "skill", None)
     if skill is None and isinstance(decision, dict):
         skill = decision.get("skill")
-    return skill if isinstance(skill, str) else skill.id
+    if isinstance(skill, str):
+        return skill
+    if skill is None:
+        raise TypeError(f"policy decision {decision!r} names no skill")
+    return skill.id
 
 
 def decision_params(decision: Any) -> dict[str, Any]:

@@ -135,7 +135,7 @@ def plan_tests(
         checked = [
             c if c.reason else c.model_copy(update={"reason": "not run on the baseline (no GPU)"}) for c in checked
         ]
-    elif runnable:
+    elif runnable and validate is not None:  # the branch above took runnable without a validator
         verdicts = list(validate(runnable))
         by_label = {c.label: v for c, v in zip(runnable, verdicts, strict=True)}
         out = []
@@ -264,7 +264,7 @@ def _source_excerpt(task: Task, task_dir) -> str:
     return text[:SOURCE_CHARS]
 
 
-_TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str}
+_TYPES: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "bool": bool, "str": str}
 
 
 def parse_completion(text: str, contract, known: set[str], model_name: str) -> tuple[list[Filled], str]:
@@ -278,7 +278,8 @@ def parse_completion(text: str, contract, known: set[str], model_name: str) -> t
         return [], f"the testing agent's completion JSON does not parse: {err}"
     if not isinstance(data, dict):
         return [], "the testing agent's completion reply is not a JSON object"
-    why = data.get("why") if isinstance(data.get("why"), dict) else {}
+    raw_why = data.get("why")
+    why: dict[str, object] = raw_why if isinstance(raw_why, dict) else {}
     rule = f"llm:{model_name}"
     scalars = {
         a.scalar.name: a.scalar

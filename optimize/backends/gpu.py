@@ -100,8 +100,14 @@ class GpuBackend:
         runs the adversarial checks, so the final stage is a new, independent
         evaluation; the baseline (``candidate.is_baseline``) is evaluated on its own.
         """
+        from optimize.harness.errors import HarnessError
         from optimize.harness.evaluate import evaluate as harness_evaluate
 
+        if task_dir is None:  # only the replay backend evaluates without the task's files
+            raise HarnessError(
+                f"the GPU harness needs the task folder of {task.op_id} to build its kernel",
+                fix="pass the task's folder (work/tasks/<op>) to the backend",
+            )
         baseline = candidate.is_baseline
         evaluation = harness_evaluate(task_dir, task, None if baseline else candidate, config=self.config)
         evaluation = evaluation.model_copy(update={"candidate": candidate.id})

@@ -118,6 +118,7 @@ def timing_table(results: Sequence[OpBench]) -> list[str]:
             lines.append(f"| {op.op_id} | — | — | not measured: {op.error.splitlines()[0][:200]} | | | | | | |")
             continue
         for t in op.rows:
+            assert op.device is not None, "the worker reports its device with every timing"
             row = roofline.shape_timing(
                 label=t.label,
                 sizes=t.sizes,

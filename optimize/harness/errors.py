@@ -9,6 +9,8 @@ to report a candidate's failure.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from contract.errors import ContractError
 from optimize.errors import GpuRequired
 from pipeline.errors import KernelsmithError
@@ -22,7 +24,7 @@ class BaselineError(KernelsmithError):
     baseline showed about its contract (``WorkerResult.role_evidence``).
     """
 
-    def __init__(self, message: str, *, evidence: dict[str, str] | None = None, **kwargs: str) -> None:
+    def __init__(self, message: str, *, evidence: Mapping[str, str] | None = None, **kwargs: str) -> None:
         super().__init__(message, **kwargs)
         self.evidence = dict(evidence or {})
 

@@ -466,7 +466,7 @@ def to_evaluation(
 def shape_timings(result: WorkerResult, candidate_given: bool) -> list[ShapeTiming]:
     from optimize.harness import roofline
 
-    out = []
+    out: list[ShapeTiming] = []
     if result.device is None:
         return out
     for t in result.timings:

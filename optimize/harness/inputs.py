@@ -83,6 +83,8 @@ def logical_values(plan: TensorPlan, distribution: Distribution, gen, device):
         if plan.dtype == "bool":
             return torch.randint(0, 2, shape, generator=gen, device=device).to(torch.bool)
         require_fillable(plan)
+        # Only inputs get values, and require_fillable rejects an integer input without a range.
+        assert plan.value_range is not None
         lo, hi = int(plan.value_range[0]), int(plan.value_range[1])
         if plan.structure in ("offsets", "distinct"):
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen, device=device))

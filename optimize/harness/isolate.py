@@ -33,11 +33,12 @@ from pipeline.records import write_record
 
 TAIL_CHARS = 4000
 WORKER_MODULE = "optimize.harness.worker"
+WorkerStatus = Literal["finished", "crashed", "timeout"]
 
 
 @dataclass(frozen=True)
 class WorkerRun:
-    status: Literal["finished", "crashed", "timeout"]
+    status: WorkerStatus
     returncode: int | None
     seconds: float
     stderr_tail: str
@@ -69,12 +70,13 @@ def run_process(
     workdir: pathlib.Path,
     result_path: pathlib.Path,
     env: dict[str, str] | None = None,
-) -> tuple[str, int | None, float, str]:
+) -> tuple[WorkerStatus, int | None, float, str]:
     """Run ``argv`` in a new session; return (status, returncode, seconds, stderr tail)."""
     workdir.mkdir(parents=True, exist_ok=True)
     stdout_path = workdir / "worker.stdout"
     stderr_path = workdir / "worker.stderr"
     start = time.monotonic()
+    status: WorkerStatus
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         proc = subprocess.Popen(list(argv), stdout=out, stderr=err, env=env, start_new_session=True)
         try:

@@ -80,7 +80,7 @@ def shape_timing(
     return ShapeTiming(
         label=label,
         sizes=sizes,
-        dtype=dtype,  # type: ignore[arg-type]
+        dtype=dtype,
         time_us=round(time_us, 4),
         spread_pct=round(spread_pct, 3),
         gbps=round(gbps, 2),

@@ -129,9 +129,9 @@ def find_tool(name: str) -> str | None:
             path = pathlib.Path(root) / sub / name
             if path.is_file() and os.access(path, os.X_OK):
                 return str(path)
-    for path in sorted(glob.glob(f"/opt/nvidia/nsight-compute/*/{name}"), reverse=True):
-        if os.access(path, os.X_OK):
-            return path
+    for candidate in sorted(glob.glob(f"/opt/nvidia/nsight-compute/*/{name}"), reverse=True):
+        if os.access(candidate, os.X_OK):
+            return candidate
     return None
 
 
@@ -312,7 +312,7 @@ def run_sanitizer(
     if "device not supported" in text.lower() or "unable to find" in text.lower() and "device" in text.lower():
         return SanitizerResult(tool=tool, status="unavailable", detail=isolate.tail(text, 800), command=prefix)
     status, errors, detail = parse_sanitizer(tool, text)
-    return SanitizerResult(tool=tool, status=status, errors=errors, detail=detail, command=prefix)  # type: ignore[arg-type]
+    return SanitizerResult(tool=tool, status=status, errors=errors, detail=detail, command=prefix)
 
 
 def _request_for(task_dir, task, candidate, config, shapes=None, held_out=0) -> tuple[WorkerRequest, list[str]]:

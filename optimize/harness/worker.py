@@ -296,9 +296,10 @@ class Checker:
                 got_unwritten = (got_view.view(bits_t) == poison) if first_run else None
                 if cand_runs is None:
                     # baseline on its own: it must write every output element in run 1
-                    if first_run and not bool(exp_unwritten.all().item()):
+                    # (exp_unwritten is set exactly on the first run of an output)
+                    if exp_unwritten is not None and not bool(exp_unwritten.all().item()):
                         self.written.add(t.name)
-                    if first_run and bool(exp_unwritten.any().item()):
+                    if exp_unwritten is not None and bool(exp_unwritten.any().item()):
                         if t.name not in self.written:  # untouched here and in every case before
                             self.role_evidence[t.name] = "never_written"
                         index = compare.first_index(exp_unwritten)
@@ -333,13 +334,15 @@ class Checker:
             out["bitwise_equal"] = bitwise
             out["max_abs_err"] = max_abs
         if self.reference is not None:
-            errs = self._reference_errors(case, plan, images_x, base_runs[0], checked[0])
+            errs = self._reference_errors(self.reference, case, plan, images_x, base_runs[0], checked[0])
             out.update(errs)
         return out
 
-    def _reference_errors(self, case, plan, images_x, base_run, checked_run) -> dict[str, Any]:
+    def _reference_errors(
+        self, reference: references.Reference, case, plan, images_x, base_run, checked_run
+    ) -> dict[str, Any]:
         views = {t.name: inputs.view_of(images_x[t.name], t) for t in plan.tensors}
-        expected = self.reference.expected(_ref_call(self.contract, plan, views))
+        expected = reference.expected(_ref_call(self.contract, plan, views))
         worst, worst_base = 0.0, 0.0
         for t in plan.tensors:
             if t.name not in expected:
@@ -464,7 +467,7 @@ class Timer:
             graphs[name] = timing.capture([_bind(fn, arg_lists[i % sets]) for i in range(calls)], self.stream)
             counts[name] = calls
         if self.reference is not None and (req.torch_eager or req.torch_compile):
-            self._add_torch(plan, bufsets, sets, calls, graphs, counts, notes)
+            self._add_torch(self.reference, plan, bufsets, sets, calls, graphs, counts, notes)
         samples = timing.time_graphs(graphs, counts, req.harness.repeats, self.stream)
         stats = {name: timing.summarize(values) for name, values in samples.items()}
         base = stats["baseline"]
@@ -503,10 +506,10 @@ class Timer:
             self._compiled_fns[fn] = torch.compile(fn)
         return self._compiled_fns[fn]
 
-    def _add_torch(self, plan, bufsets, sets, calls, graphs, counts, notes) -> None:
+    def _add_torch(self, reference: references.Reference, plan, bufsets, sets, calls, graphs, counts, notes) -> None:
         import torch
 
-        per_set = [self.reference.eager(_ref_call(self.request.contract, plan, bufs.views)) for bufs in bufsets]
+        per_set = [reference.eager(_ref_call(self.request.contract, plan, bufs.views)) for bufs in bufsets]
         variants = []
         if self.request.torch_eager:
             variants.append(("eager", per_set[0][0]))

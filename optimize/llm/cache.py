@@ -18,6 +18,7 @@ What must stay true:
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 from collections.abc import Sequence
 from typing import Any
@@ -62,7 +63,7 @@ class CachedReply(VersionedRecord):
 class ReplyCache:
     """``<root>/<key>.json`` entries; see the module docstring."""
 
-    def __init__(self, root: str | pathlib.Path) -> None:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = pathlib.Path(root)
 
     def path(self, key: str) -> pathlib.Path:

@@ -117,15 +117,17 @@ class ReplayModel:
             logs = sorted(src.rglob("llm.jsonl"))
             if not logs:
                 for entry in ReplyCache(src).entries():
-                    rec = {
-                        "agent": entry.agent,
-                        "model": entry.model,
-                        "text": entry.text,
-                        "prompt_hash": prompt_hash(entry.messages),
-                        "prompt_tokens": entry.prompt_tokens,
-                        "completion_tokens": entry.completion_tokens,
-                    }
-                    self._by_hash[rec["prompt_hash"]].append(rec)
+                    entry_hash = prompt_hash(entry.messages)
+                    self._by_hash[entry_hash].append(
+                        {
+                            "agent": entry.agent,
+                            "model": entry.model,
+                            "text": entry.text,
+                            "prompt_hash": entry_hash,
+                            "prompt_tokens": entry.prompt_tokens,
+                            "completion_tokens": entry.completion_tokens,
+                        }
+                    )
                 if self.match == "order":
                     raise ReplayError(
                         f"{src} is a reply cache, which keeps no call order",
