@@ -349,51 +349,40 @@ def check_ops(
             ) as new,
         ):
             build_s: dict[str, float] = {}
-            warm = warm_cases(runnable)
-            for worker in (base, new):  # both trees build at once
-                worker.send({"cmd": "warm", "cases": warm})
-            first_build: dict[str, dict[str, float | None]] = {}
-            for worker in (base, new):
-                try:
-                    answer = worker.receive({"cmd": "warm"}, timeout_s=timeout_s)
-                except WorkerError as err:  # a build that kills its worker: the cases build on first call instead
-                    worker.restart()
-                    first_build[worker.name] = {}
-                    (logs / f"warm-{worker.name}.error").write_text(f"{err.message}\n{err.detail}", encoding="utf-8")
-                    continue
-                build_s[worker.name] = float(answer["seconds"])
-                first_build[worker.name] = dict(answer.get("first_call_s") or {})
-            for plan in runnable:
-                cases: list[CheckCase] = []
-                for index, case in enumerate(plan.cases):
-                    cases.append(_check_case(case, base, new, exchange, index, timeout_s=timeout_s))
-                passed = sum(c.status == "pass" for c in cases)
-                skipped = sum(c.status == "skipped" for c in cases)
-                keys = sorted({c.key for c in plan.cases})
-                module_s = [first_build.get("patched", {}).get(k) for k in keys]
-                results.append(
-                    OpCheck(
-                        op_id=plan.op_id,
-                        function=plan.function,
-                        ran=len(cases) > skipped,
-                        reason=""
-                        if len(cases) > skipped
-                        else "the pristine op rejected every case: " + cases[0].reason,
-                        cases=cases,
-                        passed=passed,
-                        failed=len(cases) - passed - skipped,
-                        skipped=skipped,
-                        jit_build_s=dict(build_s),
-                        first_call_s=sum(s for s in module_s if s is not None)
-                        if any(s is not None for s in module_s)
-                        else None,
-                        modules=len(keys),
-                        unplanned=dict(plan.unplanned),
-                        command=command,
+            first_build: dict[str, dict[str, float | None]] = {"baseline": {}, "patched": {}}
+            for batch in warm_batches(runnable):
+                _warm(batch, (base, new), build_s, first_build, logs, timeout_s=timeout_s)
+                for plan in batch:
+                    cases: list[CheckCase] = []
+                    for index, case in enumerate(plan.cases):
+                        cases.append(_check_case(case, base, new, exchange, index, timeout_s=timeout_s))
+                    passed = sum(c.status == "pass" for c in cases)
+                    skipped = sum(c.status == "skipped" for c in cases)
+                    keys = sorted({c.key for c in plan.cases})
+                    module_s = [first_build.get("patched", {}).get(k) for k in keys]
+                    results.append(
+                        OpCheck(
+                            op_id=plan.op_id,
+                            function=plan.function,
+                            ran=len(cases) > skipped,
+                            reason=""
+                            if len(cases) > skipped
+                            else "the pristine op rejected every case: " + cases[0].reason,
+                            cases=cases,
+                            passed=passed,
+                            failed=len(cases) - passed - skipped,
+                            skipped=skipped,
+                            jit_build_s=dict(build_s),
+                            first_call_s=sum(s for s in module_s if s is not None)
+                            if any(s is not None for s in module_s)
+                            else None,
+                            modules=len(keys),
+                            unplanned=dict(plan.unplanned),
+                            command=command,
+                        )
                     )
-                )
-                if progress is not None:
-                    progress(results[-1])
+                    if progress is not None:
+                        progress(results[-1])
     finally:
         shutil.rmtree(exchange, ignore_errors=True)
     if sanitizer:
@@ -403,6 +392,51 @@ def check_ops(
         results = [r.model_copy(update={"sanitizer": [run]}) if r.ran else r for r in results]
     order = {t.op_id: i for i, t in enumerate(tasks)}
     return sorted(results, key=lambda r: order.get(r.op_id, len(order)))
+
+
+#: Modules built in one ``warm`` request: the builds of a batch run at once, and its ops are
+#: checked (and recorded) before the next batch builds, so a long sweep shows progress and a
+#: time limit keeps what was proved.
+WARM_BATCH_MODULES = 16
+
+
+def warm_batches(plans: Sequence[OpPlan], limit: int = WARM_BATCH_MODULES) -> list[list[OpPlan]]:
+    """``plans`` in order, cut into runs whose JIT modules number at most ``limit`` (an op with more is alone)."""
+    batches: list[list[OpPlan]] = []
+    modules: set[str] = set()
+    for plan in plans:
+        keys = {c.key for c in plan.cases}
+        if batches and len(modules | keys) <= limit:
+            batches[-1].append(plan)
+            modules |= keys
+        else:
+            batches.append([plan])
+            modules = set(keys)
+    return batches
+
+
+def _warm(
+    batch: Sequence[OpPlan],
+    workers: Sequence[TreeWorker],
+    build_s: dict[str, float],
+    first_build: dict[str, dict[str, float | None]],
+    logs: pathlib.Path,
+    *,
+    timeout_s: float,
+) -> None:
+    """Build every module of ``batch`` in both trees at once; a build that kills its worker is logged."""
+    warm = warm_cases(batch)
+    for worker in workers:
+        worker.send({"cmd": "warm", "cases": warm})
+    for worker in workers:
+        try:
+            answer = worker.receive({"cmd": "warm"}, timeout_s=timeout_s)
+        except WorkerError as err:  # a build that kills its worker: the cases build on first call instead
+            worker.restart()
+            (logs / f"warm-{worker.name}.error").write_text(f"{err.message}\n{err.detail}", encoding="utf-8")
+            continue
+        build_s[worker.name] = build_s.get(worker.name, 0.0) + float(answer["seconds"])
+        first_build[worker.name].update(answer.get("first_call_s") or {})
 
 
 # --------------------------------------------------------------------------- sanitizer

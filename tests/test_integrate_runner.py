@@ -319,3 +319,24 @@ def test_check_ops_records_rejected_and_crashing_cases_and_goes_on(sglang_source
     assert check.jit_build_s == {"baseline": 2.0, "patched": 2.5}
     assert check.first_call_s == 1.5 and check.modules == 1
     assert not list((tmp_path / "out").glob(".exchange/*")), "exchanged outputs are removed"
+
+
+def test_warm_batches_cut_the_ops_so_each_batch_builds_at_most_the_limit():
+    """A long self-check builds and checks batch by batch, so an op is recorded before the next batch builds."""
+    from integrate.calls import OpPlan, PlannedCase
+    from integrate.sglang_runner import warm_batches
+
+    def plan(op: str, *keys: str) -> OpPlan:
+        cases = [PlannedCase(k, {}, "bf16", 0, f"{op}|{k}", False, {}, 1) for k in keys]
+        return OpPlan(op, f"m.{op}", cases)
+
+    plans = [
+        plan("a", "1", "2"),
+        plan("b", "1"),
+        plan("c", "1", "2", "3"),
+        plan("d", *map(str, range(5))),
+        plan("e", "x"),
+    ]
+    batches = warm_batches(plans, limit=4)
+    assert [[p.op_id for p in b] for b in batches] == [["a", "b"], ["c"], ["d"], ["e"]]
+    assert [p for b in batches for p in b] == plans  # every op once, in order
