@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from contract import dtypes as dtype_table
 from extract import treesitter as ts
 from extract.cexpr import ARCH_CONSTANTS
 from optimize.cuda_text import (
@@ -59,31 +60,14 @@ KNOWN_CONSTANTS: dict[str, int] = {
 
 
 _TYPE_BYTES: dict[str, int] = {
-    "float": 4,
-    "fp32_t": 4,
-    "int": 4,
+    # element types: the one dtype table's C++ spellings (contract.dtypes), plus C's own names
+    **{cpp: dtype_table.TABLE[short].nbytes for cpp, short in dtype_table.CPP_TYPES.items()},
     "unsigned": 4,
     "uint": 4,
-    "int32_t": 4,
-    "uint32_t": 4,
-    "double": 8,
-    "int64_t": 8,
-    "uint64_t": 8,
     "long": 8,
     "size_t": 8,
-    "half": 2,
-    "__half": 2,
-    "fp16_t": 2,
-    "bf16_t": 2,
-    "__nv_bfloat16": 2,
-    "int16_t": 2,
-    "uint16_t": 2,
     "char": 1,
-    "int8_t": 1,
-    "uint8_t": 1,
-    "fp8_e4m3_t": 1,
-    "fp8_e5m2_t": 1,
-    "bool": 1,
+    # CUDA's and SGLang's vector types
     "float2": 8,
     "fp32x2_t": 8,
     "int2": 8,

@@ -16,6 +16,8 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
+from contract import dtypes as dtype_table
+
 # Platform probes SGLang's helpers consult, answered for CUDA on sm_90a.
 PLATFORM: dict[str, Any] = {
     "is_arch_support_pdl": True,
@@ -69,61 +71,25 @@ STDLIB_CALLS: dict[str, Callable[..., Any]] = {
     "math.prod": math.prod,
 }
 
-# torch dtype attribute -> our short name (kept for every dtype make_cpp_args maps).
+# The interpreter's dtype names are SGLang's own (``fp8_e4m3``, as make_cpp_args spells it
+# in Python); every other fact comes from the one table, contract.dtypes.
+_SGLANG_SPELLING: dict[str, str] = {"fp8e4m3": "fp8_e4m3", "fp8e5m2": "fp8_e5m2"}
+
+
+def _spelled(short: str) -> str:
+    return _SGLANG_SPELLING.get(short, short)
+
+
+# torch dtype attribute -> the interpreter's short name (every dtype make_cpp_args maps,
+# with torch's own aliases and the fnuz fp8 variants it treats as their plain formats).
 TORCH_DTYPES: dict[str, str] = {
-    "float64": "fp64",
+    **{d.torch: _spelled(d.short) for d in dtype_table.TABLE.values()},
     "double": "fp64",
-    "float32": "fp32",
     "float": "fp32",
-    "float16": "fp16",
     "half": "fp16",
-    "bfloat16": "bf16",
-    "float8_e4m3fn": "fp8_e4m3",
     "float8_e4m3fnuz": "fp8_e4m3",
-    "float8_e5m2": "fp8_e5m2",
     "float8_e5m2fnuz": "fp8_e5m2",
-    "int8": "int8",
-    "int16": "int16",
-    "int32": "int32",
-    "int64": "int64",
-    "uint8": "uint8",
-    "uint16": "uint16",
-    "uint32": "uint32",
-    "uint64": "uint64",
-    "bool": "bool",
 }
 # Spelling make_cpp_args gives each dtype (kernels/jit/utils/compile/cpp_args.py).
-CPP_SPELLING: dict[str, str] = {
-    "fp64": "double",
-    "fp32": "fp32_t",
-    "fp16": "fp16_t",
-    "bf16": "bf16_t",
-    "fp8_e4m3": "fp8_e4m3_t",
-    "fp8_e5m2": "fp8_e5m2_t",
-    "int8": "int8_t",
-    "int16": "int16_t",
-    "int32": "int32_t",
-    "int64": "int64_t",
-    "uint8": "uint8_t",
-    "uint16": "uint16_t",
-    "uint32": "uint32_t",
-    "uint64": "uint64_t",
-    "bool": "bool",
-}
-ITEMSIZE: dict[str, int] = {
-    "fp64": 8,
-    "fp32": 4,
-    "fp16": 2,
-    "bf16": 2,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "int8": 1,
-    "int16": 2,
-    "int32": 4,
-    "int64": 8,
-    "uint8": 1,
-    "uint16": 2,
-    "uint32": 4,
-    "uint64": 8,
-    "bool": 1,
-}
+CPP_SPELLING: dict[str, str] = {_spelled(d.short): d.cpp for d in dtype_table.TABLE.values()}
+ITEMSIZE: dict[str, int] = {_spelled(d.short): d.nbytes for d in dtype_table.TABLE.values()}
