@@ -18,10 +18,16 @@ Steps, each recorded in ``work/integrate/<run>/report.json`` whether it ran or n
 5. ``PR.md`` (:mod:`integrate.pr`), and with ``--git-branch`` a commit of the
    patch on a new branch of the checkout.
 
+``--in-place`` writes the user's tree only after steps 2-4 ran on the patched copy
+and passed (:func:`integrate.patch.swap_in_place`, restoring every file if the swap
+fails); a CPU-only run or a failed check leaves the tree untouched and records why
+under ``not_run["in-place"]``.
+
 Exit codes: 0 when every step that ran succeeded, including on a machine with
 no GPU, where steps 2-4 are recorded as not run, PR.md is marked draft and the
 message says to re-run on a GPU machine; 1 when a check failed or a GPU step
-broke; the error families' codes for bad input (2).
+broke, or when ``--in-place`` was asked for and not applied; the error
+families' codes for bad input (2).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import argparse
 import pathlib
 
 from integrate import e2e as e2e_mod
-from integrate.errors import ConfigError
+from integrate.errors import ConfigError, KernelsmithError
 from integrate.records import IntegrateReport
 from integrate.sglang_runner import check_ops
 from integrate.sglang_tests import op_tests
@@ -78,6 +84,8 @@ def main(args: argparse.Namespace, config: Config) -> int:
     )
     if getattr(args, "skip_e2e", False):
         report = report.model_copy(update={"not_run": {**report.not_run, "e2e": "skipped with --skip-e2e"}})
+    if args.in_place and patch.files:
+        report, good = _swap(report, good, out_dir)
     pr_path = publish(report, out_dir, run_dir)
     if getattr(args, "git_branch", None):
         from integrate.pr import commit_branch, status, title
@@ -97,6 +105,30 @@ def main(args: argparse.Namespace, config: Config) -> int:
             f"no GPU here: the patch is made and verified; correctness, SGLang's tests and end-to-end need a GPU machine: `kernelsmith integrate --run {run}`"
         )
     return 0 if good else 1
+
+
+def _swap(report: IntegrateReport, good: bool, out_dir: pathlib.Path) -> tuple[IntegrateReport, bool]:
+    """``--in-place``: write the user's tree only when the GPU checks ran on the patched copy and passed."""
+    from integrate.patch import swap_in_place
+
+    patch = report.patch
+    tree = patch.tree_root
+    again = f"`kernelsmith integrate --run {report.run} --in-place`"
+    checked = report.gpu is not None and bool(report.checks) and all(c.ran for c in report.checks if c.planned)
+    why = ""
+    if report.gpu is None:
+        why = f"no GPU here to check the patch; run {again} on a GPU machine, or apply {patch.patch_file} yourself"
+    elif not good or not checked:
+        why = f"the checks did not pass (see above); fix them and run {again} again"
+    if why:
+        say(f"--in-place not applied: {tree} is untouched ({why}); the patched copy is {patch.patched_tree}")
+        return report.model_copy(update={"not_run": {**report.not_run, "in-place": f"not applied: {why}"}}), False
+    try:
+        swapped = swap_in_place(patch, out_dir)
+    except (KernelsmithError, OSError) as err:
+        say(f"error: --in-place: {err}")
+        return report.model_copy(update={"failed_steps": {**report.failed_steps, "in-place": str(err)}}), False
+    return report.model_copy(update={"patch": swapped}), good
 
 
 RUNNERS = Runners(check=check_ops, tests=op_tests, e2e=e2e_mod.run)

@@ -38,10 +38,13 @@ What must stay true:
   and the diff, applied to pristine copies with ``git apply`` and ``patch -p1``,
   reproduces exactly the expected bytes. Any failure raises
   :class:`PatchError` before the tree or ``sglang.patch`` is touched.
-- ``--in-place``: the new files are first built and verified in the staging
-  copy; then each original is backed up, and each file is replaced by an atomic
-  rename. If any replacement or the final hash check fails, every file already
-  replaced is restored from its backup, and the error says so.
+- ``--in-place``: :func:`build_patch` never writes the user's tree; it builds and
+  verifies the patched copy like any run, and the GPU checks run on that copy.
+  Only when they ran and passed does :func:`swap_in_place` write the tree: each
+  original is backed up, and each file is replaced by an atomic rename. If any
+  replacement or the final hash check fails, every file already replaced is
+  restored from its backup, and the error says so. A CPU-only run, or one whose
+  checks fail, leaves the tree byte for byte as it was.
 """
 
 from __future__ import annotations
@@ -503,7 +506,10 @@ def build_patch(
     accepted: list[Accepted] | None = None,
     skipped: dict[str, str] | None = None,
 ) -> Patch:
-    """Make, verify and publish the patch of a run; return its record (also written to patch.json)."""
+    """Make, verify and publish the patch of a run; return its record (also written to patch.json).
+
+    Never writes the source tree, ``in_place`` or not (see :func:`swap_in_place`).
+    """
     if accepted is None:
         accepted, skipped = load_run(run_dir, tasks_dir)
     skipped = dict(skipped or {})
@@ -531,12 +537,8 @@ def build_patch(
         patched_tree = str(materialize(layout, files, out_dir / TREE_DIR))
         _write_atomic(patch_path, text)
     baseline_tree = None
-    if in_place and files:
-        # The GPU steps compare against the pristine op: keep a copy of it first.
-        baseline_tree = str(materialize(layout, [], out_dir / BASELINE_DIR))
-        backups = str(out_dir / BACKUP_DIR)
-        apply_in_place(layout, files, pathlib.Path(backups))
-        verified.append("in-place hashes")
+    # ``in_place`` only refuses a tree that may not be written (above): the swap itself is
+    # swap_in_place's, after the GPU checks passed on the patched copy.
 
     touched = {f.path for f in files}
     record = Patch(
@@ -575,10 +577,68 @@ def build_patch(
         skipped=skipped,
         patched_tree=patched_tree,
         baseline_tree=baseline_tree,
-        in_place=bool(in_place and files),
+        in_place=False,  # set by swap_in_place once the checks passed
         backups=backups,
         verified=verified,
         not_verified=not_verified,
+    )
+    write_record(record, out_dir / PATCH_RECORD)
+    return record
+
+
+def swap_in_place(patch: Patch, out_dir: pathlib.Path) -> Patch:
+    """Write a checked patch into the tree it was taken from (``--in-place``); return the updated record.
+
+    Call only after the GPU checks passed on ``patch.patched_tree``: the bytes written
+    are that copy's, each checked against the hash the patch recorded, and every original
+    must still hash as it did when the patch was made. The pristine op is kept at
+    ``baseline/`` (later GPU re-runs compare against it), the originals at ``backup/``;
+    on any failure every file is restored (:func:`apply_in_place`). Also rewrites
+    ``patch.json``.
+    """
+    if patch.in_place or not patch.files:
+        return patch
+    if patch.source.kind == "wheel":
+        raise ConfigError(
+            "--in-place would rewrite the shared, read-only cache of the pinned sglang wheel",
+            fix="give the tree to patch with --sglang PATH (or SGLANG_SRC), or drop --in-place to get a patched copy",
+        )
+    if patch.patched_tree is None:
+        raise PatchError("the patch has no patched copy to take the checked files from", fix="re-run integrate")
+    tree_root = pathlib.Path(patch.tree_root)
+    layout = TreeLayout(patch.layout, tree_root / patch.prefix, tree_root, patch.prefix)
+    copy = pathlib.Path(patch.patched_tree) / patch.prefix
+    files = []
+    for change in patch.files:
+        target = layout.package_root / change.path
+        try:
+            old, new, mode = target.read_bytes(), (copy / change.path).read_bytes(), target.stat().st_mode
+        except OSError as err:
+            raise PatchError(
+                f"cannot read {change.path} for the in-place swap; nothing was modified",
+                fix="check the tree and the patched copy are readable, then re-run integrate --in-place",
+                detail=str(err),
+            ) from err
+        if sha256(old) != change.sha256_before:
+            raise PatchError(
+                f"{target} changed since the patch was computed; nothing was modified", fix="re-run integrate"
+            )
+        if sha256(new) != change.sha256_after:
+            raise PatchError(
+                f"the checked copy {copy / change.path} changed since the checks; nothing was modified",
+                fix="re-run integrate --in-place",
+            )
+        files.append(NewFile(change.path, old, new, change.spans, change.ops, mode))
+    baseline_tree = str(materialize(layout, [], out_dir / BASELINE_DIR))
+    backups = out_dir / BACKUP_DIR
+    apply_in_place(layout, files, backups)
+    record = patch.model_copy(
+        update={
+            "in_place": True,
+            "baseline_tree": baseline_tree,
+            "backups": str(backups),
+            "verified": [*patch.verified, "in-place hashes"],
+        }
     )
     write_record(record, out_dir / PATCH_RECORD)
     return record

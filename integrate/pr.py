@@ -662,8 +662,9 @@ def commit_branch(
             _git(checkout, "branch", "-D", branch, check=False)
         raise
     finally:
+        # Only the worktree made here is removed: `git worktree prune` would also drop the
+        # user's own stale worktree entries (a worktree on an unmounted disk, say).
         if worktree.exists():
             _git(checkout, "worktree", "remove", "--force", str(worktree), check=False)
-        _git(checkout, "worktree", "prune", check=False)
         shutil.rmtree(tmp, ignore_errors=True)
     return commit

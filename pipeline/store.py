@@ -5,8 +5,10 @@ Layout under ``<work>/results/``:
   the sha256 of its canonical JSON), written to a staging file then renamed. An
   object never changes; writing the same batch twice is a no-op.
 - ``history.jsonl``: append-only, one line per batch (key, when, what): the order in
-  which batches arrived. A crash mid-append leaves at worst a torn last line,
-  which readers skip.
+  which batches arrived. A crash mid-append leaves at worst a torn last line: the next
+  append moves that fragment to ``history.torn`` (kept, never thrown away) and starts its
+  own line; readers skip a line they cannot read, with a warning, and still find a whole
+  record glued onto a fragment by an older version.
 
 Nightly tracking is `kernelsmith bench` on a schedule: each run adds a batch;
 :func:`regressions` compares the newest batch with the best earlier figure for the
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import sys
 import tempfile
 from datetime import UTC, datetime
 
@@ -64,6 +67,7 @@ class ResultsStore:
         self.root = pathlib.Path(work_dir) / "results"
         self.objects = self.root / "objects"
         self.history_file = self.root / "history.jsonl"
+        self._warned: set[tuple[int, str]] = set()
 
     def add(self, measurement: Measurement) -> str:
         """Store a batch; returns its key. Idempotent."""
@@ -76,29 +80,75 @@ class ResultsStore:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
             os.replace(tmp, target)
-            line = json.dumps(
-                {
-                    "key": key,
-                    "taken_at": measurement.taken_at,
-                    "device": measurement.device,
-                    "command": measurement.command,
-                    "rows": len(measurement.rows),
-                }
-            )
-            with open(self.history_file, "a", encoding="utf-8") as handle:
-                handle.write(line + "\n")
+        elif key in self.keys():
+            return key
+        # Object written but no history line (a crash between the two, or a torn line
+        # that held it): the line is added now, so the batch is never lost.
+        line = json.dumps(
+            {
+                "key": key,
+                "taken_at": measurement.taken_at,
+                "device": measurement.device,
+                "command": measurement.command,
+                "rows": len(measurement.rows),
+            }
+        )
+        self._repair_torn_tail()
+        with open(self.history_file, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
         return key
 
+    @property
+    def torn_file(self) -> pathlib.Path:
+        """Where torn history fragments are kept (one per line, as found)."""
+        return self.root / "history.torn"
+
+    def _repair_torn_tail(self) -> None:
+        """Move a torn last line (no newline: a crash mid-append) to :attr:`torn_file`.
+
+        Without this the next line would be glued onto the fragment and both would be
+        unreadable. The fragment is copied out first, then the history is cut back to its
+        last whole line, so a crash here loses nothing either.
+        """
+        if not self.history_file.exists():
+            return
+        data = self.history_file.read_bytes()
+        if not data or data.endswith(b"\n"):
+            return
+        cut = data.rfind(b"\n") + 1
+        with open(self.torn_file, "ab") as handle:
+            handle.write(data[cut:] + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        with open(self.history_file, "r+b") as handle:
+            handle.truncate(cut)
+        print(
+            f"warning: {self.history_file} ended in a torn line (a crash mid-write); "
+            f"moved it to {self.torn_file} and started the new batch on its own line",
+            file=sys.stderr,
+        )
+
     def keys(self) -> list[str]:
-        """Batch keys in arrival order; a torn last line is skipped."""
+        """Batch keys in arrival order; a torn line is skipped with a warning.
+
+        A line an older version glued onto a torn fragment (``{"key": "ab{"key": ...}``)
+        still yields the whole record at its end.
+        """
         if not self.history_file.exists():
             return []
-        keys = []
-        for line in self.history_file.read_text(encoding="utf-8").splitlines():
-            try:
-                keys.append(json.loads(line)["key"])
-            except (ValueError, KeyError):
+        keys: list[str] = []
+        seen: set[str] = set()
+        for number, line in enumerate(self.history_file.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if not line.strip():
                 continue
+            key = _history_key(line)
+            if key is None:
+                if (number, line) not in self._warned:  # once per store, not once per read
+                    self._warned.add((number, line))
+                    print(f"warning: {self.history_file}:{number}: skipped a torn line: {line[:80]!r}", file=sys.stderr)
+            elif key not in seen:
+                seen.add(key)
+                keys.append(key)
         return keys
 
     def get(self, key: str) -> Measurement:
@@ -160,6 +210,19 @@ class ResultsStore:
                     )
                 )
         return found
+
+
+def _history_key(line: str) -> str | None:
+    """The batch key a history line holds, or None when it holds no whole record."""
+    starts = [i for i in range(len(line)) if line.startswith('{"key"', i)]
+    for start in starts:  # the first whole record from the left; a glued line's is its last
+        try:
+            key = json.loads(line[start:])["key"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(key, str):
+            return key
+    return None
 
 
 def now_iso() -> str:

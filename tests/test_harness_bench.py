@@ -874,3 +874,144 @@ def test_a_contract_naming_an_unknown_reference_stops_on_the_cpu():
     assert health.uncallable(Contract(entry="e", args=[x], symbols=["n"]), []) == ""
     named = Contract(entry="e", args=[x], symbols=["n"], reference="hopper_bf16_gemv")
     assert health.uncallable(named, []).startswith("contract names reference 'hopper_bf16_gemv', known:")
+
+
+# ---------------------------------------------------------------------------- bench --ops: one op's failure (issue 16 row 1)
+
+
+def _bench_worker(monkeypatch, *, fixable: str | None, calls: list):
+    """A fake GPU: every op's bench times one shape, except d.op, whose baseline raises in the
+    worker until its contract is fixed (``fixable``: "dtype", "role" or None for never)."""
+    from types import SimpleNamespace
+
+    from optimize.harness.errors import HarnessError
+    from optimize.harness.isolate import WorkerRun
+    from optimize.harness.protocol import WorkerResult
+
+    def spec(request, name):
+        return next(a.tensor for a in request.contract.args if a.tensor is not None and a.tensor.name == name)
+
+    def d_is_fixed(request) -> bool:
+        if fixable == "dtype":
+            return spec(request, "correction_bias").dtype != "T"
+        if fixable == "role":
+            return spec(request, "correction_bias").role == "inout"
+        return False
+
+    def worker(request, config, workdir):
+        calls.append((request.op_id, request.mode))
+        if request.op_id == "d.op" and not d_is_fixed(request):
+            if request.mode == "bench":
+                raise HarnessError(
+                    "the evaluation worker failed in harness code (not in a kernel)",
+                    fix="report this with the worker's request file",
+                    detail='request: /w/request.json\nTraceback (most recent call last):\n  File "t.py", line 1\n'
+                    "RuntimeError: Failed at topk_softmax.cuh:88: correction_bias must be float32\n",
+                )
+            evidence = {"correction_bias": "written"} if fixable == "role" else {}
+            result = WorkerResult(
+                status="baseline_failed",
+                detail="the baseline rejects catalog shape M[num_tokens=8] bf16: correction_bias must be float32"
+                if fixable != "role"
+                else "input correction_bias was modified",
+                role_evidence=evidence,
+            )
+        elif request.mode == "bench":
+            (case,) = request.timings
+            timing = TimingResult(
+                label=case.label,
+                sizes=case.sizes,
+                dtype=case.dtype,
+                bytes=32,
+                calls_per_graph=20,
+                buffer_sets=9,
+                repeats=15,
+                baseline_us=2.5,
+                baseline_spread_pct=0.7,
+            )
+            result = WorkerResult(status="ok", timings=[timing], device=DEVICE)
+        else:
+            result = WorkerResult(status="ok")
+        return WorkerRun(status="finished", returncode=0, seconds=0.1, stderr_tail="", result=result)
+
+    monkeypatch.setattr("optimize.harness.evaluate.run_request", worker)
+    monkeypatch.setattr(
+        "optimize.harness.evaluate.build_units",
+        lambda task_dir, task, units, *, config, **kw: (SimpleNamespace(ok=True, stderr=""), ["lib.so"] * len(units)),
+    )
+
+
+def _four_ops(tmp_path):
+    from pipeline.config import load_config
+    from pipeline.records import ArgSpec, TensorSpec
+
+    work = tmp_path / "work"
+    for op in ("a.op", "b.op", "c.op"):
+        _write_task(work, op)
+    bias = ArgSpec(
+        kind="tensor", tensor=TensorSpec(name="correction_bias", shape=["num_tokens"], dtype="T", role="input")
+    )
+    _write_task(work, "d.op", extra_args=[bias])
+    return work, load_config(overrides={"work_dir": str(work)}, environ={})
+
+
+def test_bench_keeps_every_other_ops_figures_when_one_baseline_raises(tmp_path, monkeypatch, capsys):
+    from pipeline.store import ResultsStore
+
+    work, config = _four_ops(tmp_path)
+    calls: list = []
+    _bench_worker(monkeypatch, fixable=None, calls=calls)
+    out = tmp_path / "BENCH.md"
+    args = argparse.Namespace(ops=["a.op", "b.op", "c.op", "d.op"], all=False, no_torch_compile=True, output=str(out))
+    assert bench.main(args, config) == 1, "an op not measured still fails the run"
+    text = out.read_text()
+    for op in ("a.op", "b.op", "c.op"):
+        assert f"| {op} | bf16 | M[num_tokens=8] | 2.50 |" in text
+    (d_row,) = [line for line in text.splitlines() if line.startswith("| d.op |")]
+    assert "not measured" in d_row and "correction_bias must be float32" in d_row, d_row
+    (key,) = ResultsStore(work).keys()
+    assert sorted({r.op_id for r in ResultsStore(work).get(key).rows}) == ["a.op", "b.op", "c.op"]
+    assert ("d.op", "evaluate") in calls, "the baseline was checked to learn from it"
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("fixable", "named"),
+    [("dtype", "correction_bias: dtype float32 (baseline: check)"), ("role", "correction_bias: role inout")],
+)
+def test_bench_fixes_the_contract_from_the_baseline_as_the_sweep_does(tmp_path, monkeypatch, fixable, named):
+    work, config = _four_ops(tmp_path)
+    calls: list = []
+    _bench_worker(monkeypatch, fixable=fixable, calls=calls)
+    out = tmp_path / "BENCH.md"
+    args = argparse.Namespace(ops=["a.op", "d.op"], all=False, no_torch_compile=True, output=str(out))
+    assert bench.main(args, config) == 0
+    text = out.read_text()
+    assert "| d.op | bf16 | M[num_tokens=8] | 2.50 |" in text
+    assert "contract fixed from the baseline" in text and named in text, text
+    assert calls.count(("d.op", "bench")) == 2
+
+
+def test_bench_without_a_gpu_mid_run_keeps_what_was_measured(tmp_path, monkeypatch):
+    from optimize.errors import GpuRequired
+
+    work, config = _four_ops(tmp_path)
+    calls: list = []
+    _bench_worker(monkeypatch, fixable=None, calls=calls)
+    import optimize.harness.evaluate as evaluate_mod
+
+    timed = evaluate_mod.run_request
+
+    def gone_after_a(request, config, workdir):
+        if request.op_id != "a.op":
+            raise GpuRequired("the evaluation worker found no CUDA device", fix="run on the GPU machine")
+        return timed(request, config, workdir)
+
+    monkeypatch.setattr("optimize.harness.evaluate.run_request", gone_after_a)
+    out = tmp_path / "BENCH.md"
+    args = argparse.Namespace(ops=["a.op", "b.op", "c.op"], all=False, no_torch_compile=True, output=str(out))
+    assert bench.main(args, config) == 1
+    text = out.read_text()
+    assert "| a.op | bf16 | M[num_tokens=8] | 2.50 |" in text
+    assert "| b.op | — | — | not measured: the evaluation worker found no CUDA device" in text
+    assert "| c.op | — | — | not measured" in text

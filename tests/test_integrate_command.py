@@ -147,3 +147,108 @@ def test_self_check_keeps_a_worker_failure_as_data(one_op_run, monkeypatch, caps
     copy = pathlib.Path(record.copy_tree)
     assert (copy / "kernels" / "__init__.py").is_file(), "the pristine copy is a whole package"
     assert (copy / ACT).read_bytes() == (pathlib.Path(record.baseline_tree) / ACT).read_bytes()
+
+
+# --------------------------------------------------------------------------- --in-place (issue 16 row 11)
+
+
+def _in_place_run(tmp_path, wheel_source):
+    """A writable sglang package (the user's tree) holding two real kernel files, run r1 editing both."""
+    from test_integrate_patch import small_package, two_op_run
+
+    source = small_package(tmp_path, wheel_source)
+    work = two_op_run(tmp_path, source)
+    root = pathlib.Path(source.root)
+    before = {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    config = load_config(
+        overrides={"work_dir": str(work), "sglang": {"cache_dir": str(tmp_path / "cache"), "src": str(root)}},
+        environ={},
+    )
+    return work, root, before, config
+
+
+def _tree(root: pathlib.Path) -> dict:
+    return {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def _fake_gpu(monkeypatch, *, failed: int, seen: list | None = None):
+    """A GPU 'present' and correctness runners that report ``failed`` failing cases per op."""
+    from integrate import command
+    from integrate.records import OpCheck, TestRun
+
+    def check(tasks, baseline_pkg, patched_pkg, out_dir, *, sanitizer, command):
+        if seen is not None:
+            seen.append((baseline_pkg, patched_pkg))
+        return [OpCheck(op_id=t.op_id, function="f", ran=True, passed=4 - failed, failed=failed) for t in tasks]
+
+    def tests(task, checkout, patched_pkg, out_dir, *, why_no_checkout):
+        return TestRun(op_id=task.op_id, ran=False, reason=why_no_checkout)
+
+    monkeypatch.setattr(steps, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
+    monkeypatch.setattr(command, "RUNNERS", steps.Runners(check=check, tests=tests, e2e=None))
+
+
+IN_PLACE = ["integrate", "--run", "r1", "--in-place", "--skip-e2e"]
+
+
+def test_in_place_without_gpu_never_writes_the_users_tree(tmp_path, wheel_source, no_gpu, capsys):
+    work, root, before, config = _in_place_run(tmp_path, wheel_source)
+    code = main(build_parser().parse_args(IN_PLACE), config)
+    assert _tree(root) == before, "a CPU-only run must leave the user's tree byte-identical"
+    assert code == 1, "--in-place was asked for and not applied"
+    report = json.loads((work / "integrate" / "r1" / "report.json").read_text())
+    assert report["patch"]["in_place"] is False
+    assert "no GPU here" in report["not_run"]["in-place"]
+    assert (work / "integrate" / "r1" / "tree" / "sglang" / ACT).read_bytes() != before[pathlib.Path(ACT)]
+    err = capsys.readouterr().err
+    assert "--in-place not applied" in err and "untouched" in err and "Traceback" not in err
+
+
+def test_in_place_with_failing_checks_leaves_the_tree_untouched(tmp_path, wheel_source, monkeypatch, capsys):
+    work, root, before, config = _in_place_run(tmp_path, wheel_source)
+    _fake_gpu(monkeypatch, failed=1)
+    assert main(build_parser().parse_args(IN_PLACE), config) == 1
+    assert _tree(root) == before
+    report = json.loads((work / "integrate" / "r1" / "report.json").read_text())
+    assert report["patch"]["in_place"] is False and "checks did not pass" in report["not_run"]["in-place"]
+    assert "--in-place not applied" in capsys.readouterr().err
+
+
+def test_in_place_swaps_only_after_the_checks_passed_on_the_copy(tmp_path, wheel_source, monkeypatch):
+    work, root, before, config = _in_place_run(tmp_path, wheel_source)
+    seen: list = []
+    _fake_gpu(monkeypatch, failed=0, seen=seen)
+    assert main(build_parser().parse_args(IN_PLACE), config) == 0
+    ((baseline_pkg, patched_pkg),) = seen
+    assert patched_pkg == work / "integrate" / "r1" / "tree" / "sglang", "the checks run on the copy"
+    assert baseline_pkg == root, "before the swap, the user's tree is still the pristine baseline"
+    after = _tree(root)
+    assert after != before
+    assert after[pathlib.Path(ACT)] == (patched_pkg / ACT).read_bytes()
+    report = json.loads((work / "integrate" / "r1" / "report.json").read_text())
+    assert report["patch"]["in_place"] is True and "in-place" not in report["not_run"]
+    assert (pathlib.Path(report["patch"]["backups"]) / ACT).read_bytes() == before[pathlib.Path(ACT)]
+
+
+def test_in_place_swap_that_breaks_restores_and_fails(tmp_path, wheel_source, monkeypatch, capsys):
+    from integrate import patch as patch_mod
+
+    work, root, before, config = _in_place_run(tmp_path, wheel_source)
+    _fake_gpu(monkeypatch, failed=0)
+    real = os.replace
+    calls = []
+
+    def failing_replace(src, dst):
+        if pathlib.Path(dst).is_relative_to(root):
+            calls.append(dst)
+            if len(calls) == 2:
+                raise OSError(28, "No space left on device (simulated)")
+        return real(src, dst)
+
+    monkeypatch.setattr(patch_mod, "_replace", failing_replace)
+    assert main(build_parser().parse_args(IN_PLACE), config) == 1
+    assert _tree(root) == before
+    report = json.loads((work / "integrate" / "r1" / "report.json").read_text())
+    assert "every file was restored" in report["failed_steps"]["in-place"]
+    assert "**Status: FAILING" in (work / "integrate" / "r1" / "PR.md").read_text()
+    assert "error: --in-place" in capsys.readouterr().err

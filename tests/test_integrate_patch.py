@@ -22,7 +22,8 @@ from extract.entry import read_signature
 from integrate import patch as patch_mod
 from integrate.diffs import Segment, file_diff, outside_segments, patched_paths, sha256, verify_spans
 from integrate.errors import ConfigError, PatchError
-from integrate.patch import build_patch, layout_of, load_run
+from integrate.patch import build_patch, layout_of, load_run, swap_in_place
+from integrate.records import Patch
 from pipeline.errors import StaleRecordError
 from pipeline.records import (
     ArgSpec,
@@ -40,6 +41,7 @@ from pipeline.records import (
     Task,
     TensorSpec,
     content_hash,
+    read_record,
     write_record,
 )
 
@@ -360,8 +362,13 @@ def test_in_place_patches_the_given_tree_with_backups(tmp_path, wheel_source):
     work = two_op_run(tmp_path, source)
     root = pathlib.Path(source.root)
     before = {rel: (root / rel).read_bytes() for rel in (ACT, RMS)}
-    record = build_patch("r1", work / "runs" / "r1", work / "tasks", source, work / "integrate" / "r1", in_place=True)
+    made = build_patch("r1", work / "runs" / "r1", work / "tasks", source, work / "integrate" / "r1", in_place=True)
+    assert not made.in_place and {rel: (root / rel).read_bytes() for rel in (ACT, RMS)} == before, (
+        "build_patch never writes the tree; the swap waits for the checks"
+    )
+    record = swap_in_place(made, work / "integrate" / "r1")
     assert record.in_place and "in-place hashes" in record.verified
+    assert read_record(Patch, work / "integrate" / "r1" / "patch.json") == record
     for change in record.files:
         assert sha256((root / change.path).read_bytes()) == change.sha256_after
         assert (pathlib.Path(record.backups) / change.path).read_bytes() == before[change.path]
@@ -385,9 +392,10 @@ def test_in_place_failure_leaves_the_tree_as_it_was(tmp_path, wheel_source, monk
                 raise OSError(28, "No space left on device (simulated)")
         return real(src, dst)
 
+    made = build_patch("r1", work / "runs" / "r1", work / "tasks", source, work / "integrate" / "r1", in_place=True)
     monkeypatch.setattr(patch_mod, "_replace", failing_replace)
     with pytest.raises(PatchError, match="every file was restored") as err:
-        build_patch("r1", work / "runs" / "r1", work / "tasks", source, work / "integrate" / "r1", in_place=True)
+        swap_in_place(made, work / "integrate" / "r1")
     assert "No space left" in str(err.value)
     assert len(swaps) == 2
     after = {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
@@ -407,9 +415,10 @@ def test_in_place_failed_hash_check_also_restores(tmp_path, wheel_source, monkey
             pathlib.Path(dst).write_bytes(b"corrupted by a concurrent writer")
         return out
 
+    made = build_patch("r1", work / "runs" / "r1", work / "tasks", source, work / "integrate" / "r1", in_place=True)
     monkeypatch.setattr(patch_mod, "_replace", corrupting_replace)
     with pytest.raises(PatchError, match="checking the replaced files"):
-        build_patch("r1", work / "runs" / "r1", work / "tasks", source, work / "integrate" / "r1", in_place=True)
+        swap_in_place(made, work / "integrate" / "r1")
     assert {rel: (root / rel).read_bytes() for rel in (ACT, RMS)} == before
 
 

@@ -340,6 +340,26 @@ def test_git_branch_commits_the_patch_without_touching_the_checkout(tmp_path, ch
         commit_branch(patch, "bad..name", "t", "b")
 
 
+def test_git_branch_leaves_the_users_other_worktrees_registered(tmp_path, checkout):
+    """Issue 16 row 12: only the worktree commit_branch made is removed; a stale one of the user's survives."""
+    work = tmp_path / "work"
+    root = pathlib.Path(checkout.root)
+    make_task(work, checkout, OP, [act_span(root)])
+    make_best(work, "r1", OP, {"act_and_mul_kernel": edited_kernel(root)})
+    patch = build_patch("r1", work / "runs" / "r1", work / "tasks", checkout, work / "integrate" / "r1")
+    repo = pathlib.Path(patch.tree_root)
+    stale = tmp_path / "users-other-worktree"
+    _git(repo, "worktree", "add", "-q", "-b", "users-work", str(stale), "HEAD")
+    shutil.rmtree(stale)  # e.g. on a disk that is not mounted right now: prunable, but the user's
+    assert str(stale) in _git(repo, "worktree", "list", "--porcelain")
+
+    commit_branch(patch, "kernelsmith/keep-others", "t", "b")
+    listed = _git(repo, "worktree", "list", "--porcelain")
+    assert f"worktree {stale}" in listed, "the user's stale worktree must stay registered"
+    assert "ks-branch-" not in listed, "the temporary worktree is removed"
+    assert "kernelsmith/keep-others" in _git(repo, "branch", "--list")
+
+
 def test_git_branch_refuses_a_non_checkout(tmp_path):
     with pytest.raises(GitError, match="needs an SGLang git checkout") as err:
         commit_branch(fake_patch(tmp_path), "kernelsmith/x", "t", "b")

@@ -66,3 +66,41 @@ def test_torn_history_line_is_skipped(tmp_path):
         handle.write('{"key": "trunc')
     assert store.keys() == [key]
     assert json.loads(store.history_file.read_text().splitlines()[0])["key"] == key
+
+
+def test_batch_after_a_torn_line_is_kept_and_the_fragment_quarantined(tmp_path, capsys):
+    """Issue 16 row 4: a crash mid-append, then the next batch: the new batch must not vanish."""
+    store = ResultsStore(tmp_path)
+    first = store.add(_batch(161.0, when="a"))
+    with open(store.history_file, "a") as handle:
+        handle.write('{"key": "trunc')  # the crash: no newline
+    second = store.add(_batch(190.0, when="b"))
+    assert store.keys() == [first, second]
+    assert store.history_file.read_text().endswith("\n")
+    assert all(json.loads(line) for line in store.history_file.read_text().splitlines())
+    assert store.torn_file.read_text() == '{"key": "trunc\n', "the fragment is kept aside, not thrown away"
+    assert "torn line" in capsys.readouterr().err
+    found = store.regressions(noise_pct=3.0)
+    assert [r.now_us for r in found] == [190.0], "the regression the new batch holds is found"
+
+
+def test_a_line_glued_onto_a_fragment_by_an_older_version_is_read(tmp_path, capsys):
+    store = ResultsStore(tmp_path)
+    first = store.add(_batch(161.0, when="a"))
+    second = store.add(_batch(162.0, when="b"))
+    lines = store.history_file.read_text().splitlines()
+    store.history_file.write_text(lines[0] + "\n" + '{"key": "trunc' + lines[1] + "\n" + '{"ke\n')
+    assert store.keys() == [first, second]
+    err = capsys.readouterr().err
+    assert "skipped a torn line" in err and ":3:" in err
+    store.keys()
+    assert capsys.readouterr().err == "", "a torn line is reported once per store"
+
+
+def test_an_object_without_its_history_line_is_listed_on_the_next_add(tmp_path):
+    store = ResultsStore(tmp_path)
+    key = store.add(_batch(161.0))
+    store.history_file.write_text("")  # the crash came between the object and its line
+    assert store.add(_batch(161.0)) == key
+    assert store.keys() == [key]
+    assert store.add(_batch(161.0)) == key and store.keys() == [key], "still idempotent"

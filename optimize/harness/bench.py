@@ -19,9 +19,17 @@ Every run replaces its own section of BENCHMARKS.md (sections are keyed by the
 exact command) and keeps every other section; it also adds a batch to the
 results store (``work/results``) for regression tracking.
 
+An op whose baseline fails in the worker (its own check refuses the call, the
+worker raises) does not stop the bench: the baseline is checked once at the
+smallest catalog shape, the contract is fixed from what it showed through the
+same loop the ``bench --all`` sweep uses
+(:func:`optimize.harness.baseline_repair.repair_baseline`: a dtype its check
+demands, a role it disproves), and the op is timed again; what still fails is
+that op's row, and every other op's figures are written as usual.
+
 What must stay true: every figure written here was measured in this run on the
 GPU named in the section header; a task that cannot be measured says why
-instead of leaving a blank.
+instead of leaving a blank; one op's failure never loses another op's figures.
 """
 
 from __future__ import annotations
@@ -184,33 +192,75 @@ def _task_dirs(config: Config, ops: Sequence[str] | None) -> list[tuple[str, pat
 def bench_op(
     task_dir: pathlib.Path, task: Any, config: Config, *, dtypes: Sequence[str] | None, compile_: bool
 ) -> OpBench:
+    """Time one op's baseline (and the PyTorch reference); a failure is the row's ``error``.
+
+    When the baseline itself fails in the worker, its contract is repaired from the
+    baseline's own behaviour (:func:`learn_contract`) and the op is timed once more.
+    Raises only :class:`~optimize.errors.GpuRequired` (the machine's problem, not the op's).
+    """
+    first = _bench_once(task_dir, task, config, dtypes=dtypes, compile_=compile_)
+    if not first.error or first.error.startswith(_NO_BUILD):
+        return first
+    fixed, learned = learn_contract(task_dir, task, config)
+    if not learned:
+        return first
+    again = _bench_once(task_dir, fixed, config, dtypes=dtypes, compile_=compile_)
+    fixes = "; ".join(learned)
+    again.notes.insert(0, f"contract fixed from the baseline, as `bench --all` fixes it: {fixes}")
+    if again.error:
+        again.error = f"{again.error} (after fixing the contract from the baseline: {fixes})"
+    return again
+
+
+_NO_BUILD = "baseline does not build"
+
+
+def _bench_once(
+    task_dir: pathlib.Path, task: Any, config: Config, *, dtypes: Sequence[str] | None, compile_: bool
+) -> OpBench:
+    from optimize.errors import GpuRequired
     from optimize.harness.evaluate import _workdir, build_units, plan_cases, run_request
+    from optimize.harness.health import _cause
     from optimize.harness.protocol import WorkerRequest
+    from pipeline.errors import KernelsmithError
 
     result = OpBench(op_id=task.op_id)
-    plan = plan_cases(task, held_out=0, timing_dtypes=dtypes, profile=True)
-    report, libs = build_units(task_dir, task, plan.units, config=config)
-    if not report.ok:
-        result.error = f"baseline does not build: {report.stderr.strip()[-300:]}"
+    try:
+        plan = plan_cases(task, held_out=0, timing_dtypes=dtypes, profile=True)
+        report, libs = build_units(task_dir, task, plan.units, config=config)
+        if not report.ok:
+            result.error = f"{_NO_BUILD}: {report.stderr.strip()[-300:]}"
+            return result
+        request = WorkerRequest(
+            mode="bench",
+            op_id=task.op_id,
+            contract=task.contract,
+            baseline_libraries=libs,
+            timings=plan.timings,
+            harness=config.harness,
+            device_cache_dir=str(config.cache / "device"),
+            torch_eager=task.contract.reference is not None,
+            torch_compile=compile_ and task.contract.reference is not None,
+        )
+        timeout = max(config.harness.worker_timeout_s, BENCH_WORKER_TIMEOUT_S)
+        bench_config = config.model_copy(
+            update={"harness": config.harness.model_copy(update={"worker_timeout_s": timeout})}
+        )
+        run = run_request(request, bench_config, _workdir(config, task.op_id, "bench"))
+    except GpuRequired:
+        raise
+    except (
+        KernelsmithError,
+        ValueError,
+        OSError,
+    ) as err:  # the baseline raised in the worker, a contract it cannot call
+        result.error = f"{type(err).__name__}: {_cause(err)}"
         return result
-    request = WorkerRequest(
-        mode="bench",
-        op_id=task.op_id,
-        contract=task.contract,
-        baseline_libraries=libs,
-        timings=plan.timings,
-        harness=config.harness,
-        device_cache_dir=str(config.cache / "device"),
-        torch_eager=task.contract.reference is not None,
-        torch_compile=compile_ and task.contract.reference is not None,
-    )
-    timeout = max(config.harness.worker_timeout_s, BENCH_WORKER_TIMEOUT_S)
-    bench_config = config.model_copy(
-        update={"harness": config.harness.model_copy(update={"worker_timeout_s": timeout})}
-    )
-    run = run_request(request, bench_config, _workdir(config, task.op_id, "bench"))
     if run.result is None:
         result.error = f"{run.summary}: {run.stderr_tail.strip()[-300:]}"
+        return result
+    if run.result.status != "ok" and not run.result.timings:
+        result.error = f"{run.result.status}: {run.result.detail[:300]}"
         return result
     result.device = run.result.device
     result.rows = list(run.result.timings)
@@ -218,7 +268,64 @@ def bench_op(
         result.notes.append("no PyTorch reference named in the contract: eager/compile not timed")
     for t in run.result.timings:
         result.notes += [f"{t.label} {t.dtype}: {n}" for n in t.notes]
+    if run.result.status != "ok":
+        result.notes.append(f"stopped after {len(result.rows)} timing(s): {run.result.detail[:300]}")
     return result
+
+
+def learn_contract(task_dir: pathlib.Path, task: Any, config: Config) -> tuple[Any, list[str]]:
+    """(task with its contract fixed, the fixes named) from the baseline's own checks.
+
+    The baseline is checked at the smallest catalog shape, stopping at the first failure,
+    and :func:`~optimize.harness.baseline_repair.repair_baseline` applies what it shows
+    (a dtype its check demands, an input it writes, an output it never writes), the
+    loop the sweep runs. Returns the task unchanged and no fixes when nothing was
+    learned or the check could not run (the first failure then stays the row's reason).
+    """
+    from optimize.errors import GpuRequired
+    from optimize.harness.baseline_repair import BaselineRun, repair_baseline
+    from optimize.harness.evaluate import _workdir, build_units, plan_cases, run_request
+    from optimize.harness.protocol import WorkerRequest
+    from pipeline.errors import KernelsmithError
+
+    if not task.shapes:
+        return task, []
+    smallest = min(task.shapes, key=lambda s: (sum(s.sizes.values()), s.label))
+    learned: list[str] = []
+
+    def run_once(current: Any, attempt: int) -> BaselineRun[None]:
+        try:
+            plan = plan_cases(current, shapes=[smallest], held_out=0, profile=False)
+            report, libs = build_units(task_dir, current, plan.units, config=config)
+            if not report.ok:
+                return BaselineRun(None, passed=False, final=True)
+            request = WorkerRequest(
+                mode="evaluate",
+                op_id=current.op_id,
+                contract=current.contract,
+                baseline_libraries=libs,
+                checks=plan.checks,
+                harness=config.harness,
+                device_cache_dir=str(config.cache / "device"),
+                stop_at_first_failure=True,
+            )
+            done = run_request(request, config, _workdir(config, current.op_id, "bench-check"))
+        except GpuRequired:
+            raise
+        except (KernelsmithError, ValueError, OSError):
+            return BaselineRun(None, passed=False, final=True)
+        res = done.result
+        if res is None:
+            return BaselineRun(None, passed=False, final=True)
+        detail = res.detail if res.status == "baseline_failed" else ""
+        return BaselineRun(None, passed=res.status == "ok", evidence=res.role_evidence, detail=detail)
+
+    def on_fixed(current: Any, record: Any, attempt: int) -> str:
+        learned.extend(f.describe() for f in record.filled)
+        return ""
+
+    repaired = repair_baseline(task, task_dir, run_once, on_fixed=on_fixed)
+    return (repaired.task, learned) if learned else (task, [])
 
 
 def _store(config: Config, command: str, results: Sequence[OpBench], sglang: str) -> None:
@@ -258,6 +365,7 @@ def main(args: Any, config: Config) -> int:
     """Entry point of ``kernelsmith bench`` (see the module doc). Exit 1 when any op was not measured."""
     from contract.completion import complete
     from contract.layout import load_task
+    from optimize.errors import GpuRequired
 
     command = canonical_command(args)
     when = datetime.now(UTC).strftime("%Y-%m-%d")
@@ -284,19 +392,27 @@ def main(args: Any, config: Config) -> int:
         failed = any(not r.passed for r in rows)
     else:
         ops = list(getattr(args, "ops", None) or DEFAULT_OPS)
-        results = []
+        results: list[OpBench] = []
         sglang = config.sglang.version
         for op, path in _task_dirs(config, ops):
             task, _ = complete(load_task(path), path)  # open contract items filled as the sweep fills them
             sglang = task.source.version or task.source.commit or sglang
             print(f"bench: {op} ...", flush=True)
-            result = bench_op(
-                path,
-                task,
-                config,
-                dtypes=getattr(args, "dtypes", None),
-                compile_=not getattr(args, "no_torch_compile", False),
-            )
+            try:
+                result = bench_op(
+                    path,
+                    task,
+                    config,
+                    dtypes=getattr(args, "dtypes", None),
+                    compile_=not getattr(args, "no_torch_compile", False),
+                )
+            except GpuRequired as err:
+                if not any(r.rows for r in results):
+                    raise  # nothing measured: the fix (a GPU machine) is the whole message
+                # the GPU went away mid-run: keep what was measured, this and later ops say why
+                results += [OpBench(op_id=o, error=err.message) for o, _ in _task_dirs(config, ops)]
+                results = _first_per_op(results)
+                break
             print(f"  {len(result.rows)} shapes{': ' + result.error if result.error else ''}", flush=True)
             results.append(result)
         env = f"Wall time of the bench run: {time.monotonic() - start:.0f} s."
@@ -308,6 +424,14 @@ def main(args: Any, config: Config) -> int:
     print(section)
     print(f"wrote {output} (section for `{command}`)")
     return 1 if failed else 0
+
+
+def _first_per_op(results: list[OpBench]) -> list[OpBench]:
+    """One result per op, the first one seen (measured ops before the placeholders)."""
+    seen: dict[str, OpBench] = {}
+    for r in results:
+        seen.setdefault(r.op_id, r)
+    return list(seen.values())
 
 
 def _device_name(config: Config) -> str:
