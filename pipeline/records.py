@@ -428,6 +428,9 @@ class Evaluation(VersionedRecord):
     # Baseline-only evaluations: tensors whose role the baseline contradicted
     # ("written" input, "never_written" output); see contract.completion.
     role_evidence: dict[str, str] = Field(default_factory=dict)
+    # Buffer sets of the timed CUDA graphs whose outputs were compared with the baseline's
+    # (summed over the timed shapes; 0 when nothing was timed or there was no candidate).
+    timed_sets_validated: int = 0
 
 
 class OpSummary(Record):

@@ -61,6 +61,51 @@ def test_the_suite_covers_every_cheat_the_harness_must_catch():
     assert any(c.expect == "ok" for c in CASES), "an honest rewrite keeps the harness from rejecting mere difference"
 
 
+def test_the_suite_covers_cheats_of_the_timed_graphs():
+    """Launchers that behave differently inside a many-call capture than in an eager call or a
+    one-call graph: only validating the timed graphs' outputs (and the floor) can catch them."""
+    timed = [c for c in CASES if c.timed]
+    cheats = " ".join(c.cheat for c in timed if c.expect == "incorrect")
+    for phrase in ("skips the work from the 2nd captured call on", "writes only the first buffer set's outputs"):
+        assert phrase in cheats, phrase
+    assert all("buffer set" in c.reason for c in timed if c.expect == "incorrect")
+    assert not any(c.timed for c in CASES if c.name in ("act_partial_write", "act_cached_result", "act_honest"))
+
+
+def test_parse_case_reads_the_timed_flag(tmp_path):
+    head = "// kernelsmith-adversarial\n// op: a\n// span: k\n// expect: incorrect\n"
+    path = tmp_path / "x.cuh"
+    path.write_text(head + "// timed: yes\ntemplate <int N> __global__ void k() {}\n")
+    assert adversarial.parse_case(path).timed is True
+    path.write_text(head + "template <int N> __global__ void k() {}\n")
+    assert adversarial.parse_case(path).timed is False
+    path.write_text(head + "// timed: maybe\n")
+    with pytest.raises(ValueError, match="must be yes or no"):
+        adversarial.parse_case(path)
+
+
+def test_timed_set_comparison_reports_poison_and_normwise_inout():
+    """The worker's per-tensor rule for a timed buffer set (torch on any device; skipped without it)."""
+    torch = pytest.importorskip("torch")
+    from contract.plan import TensorPlan
+    from optimize.harness import inputs
+    from optimize.harness.worker import _timed_reason
+
+    out = TensorPlan(name="out", role="output", dtype="bf16", shape=(2, 4), strides=(4, 1), offset=0, storage_numel=8)
+    base = torch.arange(8, dtype=torch.float32).add(1).to(torch.bfloat16)
+    assert _timed_reason(out, base, base.clone(), normwise=False) == ""
+    got = base.clone()
+    got.view(torch.int16)[5] = inputs.poison_value("bf16")
+    reason = _timed_reason(out, base, got, normwise=False)
+    assert "out[1, 1] was never written" in reason and "expected 6" in reason
+    res = TensorPlan(name="res", role="inout", dtype="bf16", shape=(2, 4), strides=(4, 1), offset=0, storage_numel=8)
+    near = base.clone()
+    near[0] = near[0] * 1.01  # one element off by a rounding step: fine normwise, not elementwise
+    assert _timed_reason(res, base, near, normwise=True) == ""
+    far = base * 2
+    assert "||candidate - baseline|| / ||baseline||" in _timed_reason(res, base, far, normwise=True)
+
+
 def test_parse_case_rejects_files_without_marker(tmp_path):
     bad = tmp_path / "x.cuh"
     bad.write_text("// op: a\n")
@@ -125,9 +170,44 @@ def test_adversarial_case_is_judged_as_expected(case):
     from optimize.harness.evaluate import evaluate
 
     task_dir, task = _task(case.op)
-    evaluation = evaluate(task_dir, task, adversarial.candidate_for(case, task), config=_config(), profile=False)
+    evaluation = evaluate(task_dir, task, adversarial.candidate_for(case, task), config=_config(), profile=case.timed)
     ok, why = adversarial.judge(case, evaluation)
     assert ok, why
+
+
+@pytest.mark.gpu
+def test_skipping_calls_where_one_buffer_set_fills_the_graph_is_rejected_by_the_floor():
+    """At the largest catalog shape one buffer set already spans the L2 rotation, so every call of
+    the timed graph uses set 0: its outputs are right (the first call wrote them) and only the
+    time tells. A per-call time of ~1/20 of the real one is below the physical floor."""
+    from optimize.harness.evaluate import evaluate
+
+    case = next(c for c in CASES if c.name == "act_graph_skip_after_first")
+    task_dir, task = _task(case.op)
+    largest = max(task.shapes, key=lambda s: s.sizes.get("num_tokens", 0) * s.sizes.get("hidden_size", 0))
+    evaluation = evaluate(
+        task_dir,
+        task,
+        adversarial.candidate_for(case, task),
+        config=_config(),
+        shapes=[largest],
+        held_out=False,
+    )
+    assert evaluation.outcome == Outcome.incorrect, evaluation.detail
+    assert re.search("implausible time: the candidate|buffer set", evaluation.detail), evaluation.detail
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["act_honest", "fused_honest"])
+def test_honest_rewrites_pass_the_timed_graph_validation(name):
+    """The positive controls, timed: every timed shape's sampled buffer sets match the baseline's."""
+    from optimize.harness.evaluate import evaluate
+
+    case = next(c for c in CASES if c.name == name)
+    task_dir, task = _task(case.op)
+    evaluation = evaluate(task_dir, task, adversarial.candidate_for(case, task), config=_config(), profile=True)
+    assert evaluation.outcome in (Outcome.ok, Outcome.slower), evaluation.detail
+    assert evaluation.timings and evaluation.timed_sets_validated >= len(evaluation.timings)
 
 
 @pytest.mark.gpu

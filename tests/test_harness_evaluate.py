@@ -168,7 +168,7 @@ def check(status="pass", held_out=False, **kw):
     )
 
 
-def timing(base, cand, spread=0.5):
+def timing(base, cand, spread=0.5, **kw):
     return TimingResult(
         label="L",
         sizes={"num_tokens": 8192},
@@ -181,6 +181,7 @@ def timing(base, cand, spread=0.5):
         baseline_spread_pct=spread,
         candidate_us=cand,
         candidate_spread_pct=spread,
+        **kw,
     )
 
 
@@ -245,6 +246,81 @@ def test_baseline_alone_reports_its_own_times():
     result = WorkerResult(status="ok", checks=[check()], timings=[timing(50.0, None)], device=DEVICE)
     e = ev.to_evaluation("op", "baseline", run_of(result), build=BUILD, build_s=0, config=CONFIG, candidate_given=False)
     assert e.outcome == Outcome.ok and e.timings[0].time_us == 50.0 and e.timings[0].speedup is None
+
+
+def test_validated_timed_sets_are_counted_in_the_evaluation():
+    result = WorkerResult(
+        status="ok",
+        checks=[check()],
+        timings=[timing(100.0, 90.0, validated_sets=8), timing(10.0, 9.0, validated_sets=3)],
+        device=DEVICE,
+    )
+    e = ev.to_evaluation("op", "c", run_of(result), build=BUILD, build_s=0, config=CONFIG)
+    assert e.outcome == Outcome.ok and e.timed_sets_validated == 11
+    assert "11 timed buffer sets match the baseline" in e.detail
+    assert (
+        ev.to_evaluation(
+            "op", "c", run_of(WorkerResult(status="ok", checks=[check()])), build=BUILD, build_s=0, config=CONFIG
+        ).timed_sets_validated
+        == 0
+    )
+
+
+def test_a_timed_mismatch_from_the_worker_is_incorrect_with_its_report():
+    report = (
+        "timed shape L bf16, buffer set 1 of 37 (CUDA-graph timing replay, 37 calls rotating over the sets, "
+        "candidate's graph): out[0, 0] was never written"
+    )
+    result = WorkerResult(
+        status="incorrect", detail=report, checks=[check()], timings=[timing(10.0, 1.0, validated_sets=0)]
+    )
+    e = ev.to_evaluation("op", "c", run_of(result), build=BUILD, build_s=0, config=CONFIG)
+    assert e.outcome == Outcome.incorrect and e.detail == report and e.timings == []
+
+
+def test_a_candidate_faster_than_the_physical_floor_is_incorrect_not_a_speedup():
+    # 200 MB of outputs at 4000 GB/s cannot take less than 50 us; 3 us is a skipped launch
+    honest = timing(60.0, 55.0, written_bytes=200_000_000)
+    cheat = timing(60.0, 3.0, written_bytes=200_000_000)
+    e = ev.to_evaluation(
+        "op",
+        "c",
+        run_of(WorkerResult(status="ok", checks=[check()], timings=[honest], device=DEVICE)),
+        build=BUILD,
+        build_s=0,
+        config=CONFIG,
+    )
+    assert e.outcome == Outcome.ok
+    e = ev.to_evaluation(
+        "op",
+        "c",
+        run_of(WorkerResult(status="ok", checks=[check()], timings=[honest, cheat], device=DEVICE)),
+        build=BUILD,
+        build_s=0,
+        config=CONFIG,
+    )
+    assert e.outcome == Outcome.incorrect and e.detail.startswith("implausible time: the candidate takes 3 us")
+    assert "physical floor of 50 us" in e.detail and e.timings == []
+
+
+def test_a_baseline_time_below_the_floor_is_implausible_too():
+    fast = timing(3.0, None, written_bytes=200_000_000)
+    result = WorkerResult(status="ok", checks=[check()], timings=[fast], device=DEVICE)
+    e = ev.to_evaluation("op", "baseline", run_of(result), build=BUILD, build_s=0, config=CONFIG, candidate_given=False)
+    assert e.outcome == Outcome.incorrect and "the baseline takes 3 us" in e.detail
+    e = ev.to_evaluation(
+        "op",
+        "c",
+        run_of(
+            WorkerResult(
+                status="ok", checks=[check()], timings=[timing(3.0, 60.0, written_bytes=200_000_000)], device=DEVICE
+            )
+        ),
+        build=BUILD,
+        build_s=0,
+        config=CONFIG,
+    )
+    assert e.outcome == Outcome.incorrect and "the baseline takes 3 us" in e.detail
 
 
 @pytest.mark.nvcc

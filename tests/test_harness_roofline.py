@@ -115,3 +115,28 @@ def test_device_cache_round_trip_and_safe_names(tmp_path):
     assert roofline.load_cached(tmp_path, "NVIDIA H200") == DEVICE
     (tmp_path / "NVIDIA-H200.json").write_text("{not json")
     assert roofline.load_cached(tmp_path, "NVIDIA H200") is None
+
+
+def test_written_bytes_count_outputs_only():
+    silu = plan_call(SILU, {"num_tokens": 8, "hidden_size": 4096}, "bf16")
+    assert roofline.written_bytes(silu) == 8 * 4096 * 2
+    fused = plan_call(FUSED, {"num_tokens": 8, "hidden_size": 4096}, "bf16")
+    assert roofline.written_bytes(fused) == 0  # an inout may be touched at a few rows: no certain bytes
+
+
+def test_a_time_below_the_written_floor_is_implausible():
+    nbytes = 400_000_000  # 400 MB of outputs at 4000 GB/s: 100 us at least
+    assert roofline.written_floor_us(nbytes, 4000.0) == pytest.approx(100.0)
+    assert roofline.implausible_reason("candidate", "L", "bf16", 100.0, nbytes, 4000.0) == ""
+    edge = roofline.IMPLAUSIBLE_FRACTION * 100.0
+    assert roofline.implausible_reason("candidate", "L", "bf16", edge, nbytes, 4000.0) == ""
+    reason = roofline.implausible_reason("candidate", "L", "bf16", edge * 0.99, nbytes, 4000.0)
+    assert reason.startswith("implausible time: the candidate takes")
+    assert "timed shape L bf16" in reason and "physical floor of 100 us" in reason and "4000 GB/s" in reason
+    assert roofline.implausible_reason("baseline", "L", "bf16", 5.0, nbytes, 4000.0).startswith(
+        "implausible time: the baseline"
+    )
+    # nothing known to be written, or no bandwidth measured: no floor, never implausible
+    assert roofline.implausible_reason("candidate", "L", "bf16", 0.001, 0, 4000.0) == ""
+    assert roofline.implausible_reason("candidate", "L", "bf16", 0.001, nbytes, 0.0) == ""
+    assert 0.5 < roofline.IMPLAUSIBLE_FRACTION < 1.0

@@ -61,3 +61,42 @@ def test_buffer_sets_cover_three_times_l2():
 def test_calls_per_graph_uses_every_set():
     assert timing.calls_per_graph(20, 3) == 20
     assert timing.calls_per_graph(20, 700) == 700
+
+
+# ---------------------------------------------------------------------------- validating what was timed
+
+
+def test_every_buffer_set_is_validated_when_there_are_few():
+    import random
+
+    assert timing.sets_to_validate(1, random.Random(1)) == [0]
+    assert timing.sets_to_validate(timing.MAX_VALIDATED_SETS, random.Random(1)) == list(
+        range(timing.MAX_VALIDATED_SETS)
+    )
+    assert timing.sets_to_validate(0, random.Random(1)) == []
+
+
+def test_many_buffer_sets_are_sampled_afresh_with_the_first_two_and_the_last_always_in():
+    import random
+
+    draws = [timing.sets_to_validate(4096, random.Random(seed)) for seed in range(20)]
+    for chosen in draws:
+        assert len(chosen) == timing.MAX_VALIDATED_SETS == len(set(chosen))
+        assert chosen == sorted(chosen) and all(0 <= i < 4096 for i in chosen)
+        assert {0, 1, 4095} <= set(chosen)  # the first call, the first one a "skip after the first" skips, the last
+    assert len({tuple(c) for c in draws}) > 1  # a fresh sample each evaluation, not a fixed pattern
+    assert timing.sets_to_validate(10, random.Random(3), limit=2) == [0, 1]
+
+
+def test_set_uses_counts_the_calls_of_one_replay_on_each_set():
+    assert [timing.set_uses(i, 3, 20) for i in range(3)] == [7, 7, 6]
+    assert sum(timing.set_uses(i, 7, 20) for i in range(7)) == 20
+    assert timing.set_uses(0, 1, 20) == 20 and timing.set_uses(5, 4096, 4096) == 1
+
+
+def test_a_timed_failure_names_shape_dtype_buffer_set_and_the_comparison():
+    reason = "out[0, 7] was never written (still holds the NaN poison written before the run); expected 1.5"
+    text = timing.timed_failure("llama-8b T=8", "bf16", 1, 37, 37, "candidate", reason)
+    assert text.startswith("timed shape llama-8b T=8 bf16, buffer set 1 of 37 ")
+    assert "CUDA-graph timing replay, 37 calls" in text and "candidate's graph" in text
+    assert text.endswith(reason)

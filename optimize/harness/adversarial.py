@@ -10,6 +10,7 @@ comments::
     // expect: incorrect          (an Outcome value; "ok" for honest controls)
     // reason: never written      (a regular expression the Evaluation's detail must match)
     // cheat: what it does wrong, in one line
+    // timed: yes                 (optional: evaluate with timing; the cheat shows only in the timed graphs)
 
 A harness change that lets any of them through is a regression; the GPU test
 ``tests/test_harness_adversarial.py`` and ``python -m optimize.harness.gpu_check``
@@ -29,7 +30,7 @@ from pipeline.records import Candidate, Evaluation, Task, content_hash
 
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "tests" / "adversarial"
 MARKER = "// kernelsmith-adversarial"
-_META = re.compile(r"^//\s*(op|span|expect|reason|cheat):\s?(.*)$")
+_META = re.compile(r"^//\s*(op|span|expect|reason|cheat|timed):\s?(.*)$")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class AdversarialCase:
     cheat: str
     text: str
     path: pathlib.Path
+    timed: bool = False  # evaluate with timing: a cheat of the timed CUDA graphs passes every untimed check
 
 
 def parse_case(path: pathlib.Path) -> AdversarialCase:
@@ -67,7 +69,14 @@ def parse_case(path: pathlib.Path) -> AdversarialCase:
         cheat=meta.get("cheat", ""),
         text=text,
         path=path,
+        timed=_yes(path, meta.get("timed", "no")),
     )
+
+
+def _yes(path: pathlib.Path, value: str) -> bool:
+    if value not in ("yes", "no"):
+        raise ValueError(f"{path}: `// timed:` must be yes or no, not {value!r}")
+    return value == "yes"
 
 
 def load_cases(root: pathlib.Path = ROOT, ops: list[str] | None = None) -> list[AdversarialCase]:

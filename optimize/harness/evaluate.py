@@ -10,7 +10,10 @@ Outcomes (the closed set in :class:`~pipeline.records.Outcome`):
 
 - ``compile_failed``: the regions do not splice, or nvcc/the linker fails;
 - ``incorrect``: a check failed (the detail names the tensor, element, expected
-  and actual value, the shape, dtype, distribution, layout and seed);
+  and actual value, the shape, dtype, distribution, layout and seed), or the
+  outputs of a timed CUDA graph differ from the baseline's (the detail names the
+  buffer set as well), or a timed median is below the physical floor
+  (:func:`implausible_times`);
 - ``crashed``: a CUDA fault, an abort or a non-zero exit of the worker (the
   detail carries the worker's stderr tail);
 - ``timeout``: the worker outlived ``harness.worker_timeout_s`` and was killed;
@@ -441,13 +444,19 @@ def to_evaluation(
         max_abs_err=max(errors) if errors else None,
         seconds=seconds,
         role_evidence=dict(result.role_evidence),
+        timed_sets_validated=sum(t.validated_sets for t in result.timings),
     )
     if result.status in ("incorrect", "crashed"):
         outcome = Outcome.incorrect if result.status == "incorrect" else Outcome.crashed
         return Evaluation(**common, outcome=outcome, detail=result.detail)
+    implausible = implausible_times(result, candidate_given)
+    if implausible:
+        return Evaluation(**common, outcome=Outcome.incorrect, detail=implausible)
     timings = shape_timings(result, candidate_given)
     held = sum(1 for c in result.checks if c.held_out and c.status == "pass")
     parts = [f"{passed} checks passed ({passed - held} catalog, {held} held-out)"]
+    if common["timed_sets_validated"]:
+        parts.append(f"{common['timed_sets_validated']} timed buffer sets match the baseline")
     if skipped:
         parts.append(f"{len(skipped)} held-out cases skipped ({skipped[0].reason})")
     if bitwise:
@@ -461,6 +470,29 @@ def to_evaluation(
         if verdict == "slower":
             outcome = Outcome.slower
     return Evaluation(**common, outcome=outcome, detail="; ".join(parts), timings=timings)
+
+
+def implausible_times(result: WorkerResult, candidate_given: bool) -> str:
+    """The first timed median below the physical floor (:func:`roofline.implausible_reason`), or "".
+
+    The baseline is judged too: a baseline time below the floor means the measurement
+    itself cannot be trusted, and no speedup is reported against it.
+    """
+    from optimize.harness import roofline
+
+    if result.device is None:
+        return ""
+    for t in result.timings:
+        timed = [("baseline", t.baseline_us)]
+        if candidate_given and t.candidate_us is not None:
+            timed.append(("candidate", t.candidate_us))
+        for who, time_us in timed:
+            reason = roofline.implausible_reason(
+                who, t.label, t.dtype, time_us, t.written_bytes, result.device.copy_gbps
+            )
+            if reason:
+                return reason
+    return ""
 
 
 def shape_timings(result: WorkerResult, candidate_given: bool) -> list[ShapeTiming]:

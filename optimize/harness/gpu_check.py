@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cand = adversarial.candidate_for(case, task)
             t0 = time.monotonic()
-            ev = evaluate(task_dir, task, cand, config=config, profile=False)
+            ev = evaluate(task_dir, task, cand, config=config, profile=case.timed)
             ok, why = adversarial.judge(case, ev)
             adv_rows.append(
                 {

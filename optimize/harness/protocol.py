@@ -105,6 +105,11 @@ class TimingResult(Record):
     eager_us: float | None = None
     compile_us: float | None = None
     notes: list[str] = Field(default_factory=list)
+    # bytes of the output tensors, written in full by every call: the plausibility floor's bytes
+    # (roofline.written_bytes); 0 = not counted (no floor check)
+    written_bytes: int = 0
+    # buffer sets whose outputs, after the timed replays, were compared with the baseline's
+    validated_sets: int = 0
 
 
 class DeviceInfo(Record):

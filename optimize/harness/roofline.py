@@ -42,6 +42,15 @@ COPY_WARMUP = 20
 COPIES_PER_SAMPLE = 5
 EMPTY_LAUNCHES = 512
 EMPTY_REPEATS = 15
+IMPLAUSIBLE_FRACTION = 0.8
+"""A timed median below this fraction of :func:`written_floor_us` is not a measurement but a skipped launch.
+
+Why 0.8 and not closer to 1: the floor divides bytes *written* by the measured copy
+bandwidth, which counts read plus write traffic; a pure write stream can beat a copy
+by about 10 % on HBM (the H200's copy reaches ~4.27 TB/s of a 4.8 TB/s peak), and a
+median still carries the timing spread (a few percent). 0.8 leaves room for both,
+while a launcher that skips the work on most calls of a graph lands at a small
+fraction of the floor (1/20 for one launch in a 20-call graph)."""
 
 
 def contract_bytes(plan: CallPlan, contract: Contract | None = None) -> int:
@@ -62,6 +71,35 @@ def contract_bytes(plan: CallPlan, contract: Contract | None = None) -> int:
 def floor_us(nbytes: int, copy_gbps: float, min_kernel_us: float) -> float:
     """The fastest any kernel moving ``nbytes`` can be on this device, in microseconds."""
     return max(nbytes / (copy_gbps * 1e3), min_kernel_us)
+
+
+def written_bytes(plan: CallPlan) -> int:
+    """Bytes one call certainly moves: every element of every ``output`` tensor, written once.
+
+    Only outputs are counted because only they are known to be touched in full (the
+    checks fail a kernel that leaves an output element unwritten). An input may be read
+    sparsely (a gathered table) and an inout touched at a few rows (a KV cache written
+    at T slots), so counting them could put the floor above an honest kernel's time.
+    """
+    return sum(t.nbytes for t in plan.tensors if t.role == "output")
+
+
+def written_floor_us(nbytes: int, copy_gbps: float) -> float:
+    """The time below which writing ``nbytes`` cannot happen on this device (0 when unknown)."""
+    return nbytes / (copy_gbps * 1e3) if copy_gbps > 0 and nbytes > 0 else 0.0
+
+
+def implausible_reason(who: str, label: str, dtype: str, time_us: float, nbytes: int, copy_gbps: float) -> str:
+    """Empty when ``time_us`` is physically possible for a call writing ``nbytes``, else why not."""
+    floor = written_floor_us(nbytes, copy_gbps)
+    if floor <= 0 or time_us >= IMPLAUSIBLE_FRACTION * floor:
+        return ""
+    return (
+        f"implausible time: the {who} takes {time_us:.4g} us per call at timed shape {label} {dtype}, "
+        f"below {IMPLAUSIBLE_FRACTION:g} x the physical floor of {floor:.4g} us "
+        f"({nbytes} bytes of outputs at the measured copy bandwidth of {copy_gbps:g} GB/s): "
+        "it cannot have done the work on every call of the timed graph (skipped launches inside the capture?)"
+    )
 
 
 def shape_timing(

@@ -22,12 +22,17 @@ lazily.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 Verdict = Literal["faster", "slower", "no_change"]
 MAX_SETS = 4096  # a graph of this many tiny calls still captures in well under a second
+# Buffer sets whose outputs are compared after the timed replays, per shape and implementation:
+# the first two (the first call and the first call a "skip after the first" trick skips), the
+# last, and a fresh random draw of the rest; every set when there are no more than this.
+MAX_VALIDATED_SETS = 8
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -98,6 +103,39 @@ def buffer_sets(bytes_per_set: int, l2_bytes: int, l2_multiple: float, max_sets:
 def calls_per_graph(graph_calls: int, sets: int) -> int:
     """Every set is used at least once per replay, and at least ``graph_calls`` calls."""
     return max(graph_calls, sets)
+
+
+def sets_to_validate(sets: int, rng: random.Random, limit: int = MAX_VALIDATED_SETS) -> list[int]:
+    """Which of ``sets`` buffer sets to compare after the timed replays, ascending.
+
+    Every set when ``sets <= limit``; otherwise sets 0 and 1, the last set, and
+    ``limit - 3`` others drawn by ``rng`` (a fresh draw each evaluation, so a
+    candidate cannot know which sets are looked at).
+    """
+    if sets <= 0 or limit <= 0:
+        return []
+    if sets <= limit:
+        return list(range(sets))
+    fixed = sorted({0, 1, sets - 1})[:limit]
+    rest = [i for i in range(sets) if i not in fixed]
+    return sorted(fixed + rng.sample(rest, max(0, limit - len(fixed))))
+
+
+def set_uses(set_index: int, sets: int, calls: int) -> int:
+    """How many calls of one replay use buffer set ``set_index`` (call ``i`` uses set ``i % sets``)."""
+    return calls // sets + (1 if set_index < calls % sets else 0)
+
+
+def timed_failure(label: str, dtype: str, set_index: int, sets: int, calls: int, who: str, reason: str) -> str:
+    """The failure report of a timed graph whose outputs differ from the baseline's.
+
+    Same shape as a correctness check's: where (shape, dtype, how it was run), then
+    the comparison's reason (tensor, index, expected and actual values).
+    """
+    return (
+        f"timed shape {label} {dtype}, buffer set {set_index} of {sets} "
+        f"(CUDA-graph timing replay, {calls} calls rotating over the sets, {who}'s graph): {reason}"
+    )
 
 
 # ---------------------------------------------------------------------------- GPU

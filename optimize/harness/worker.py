@@ -31,7 +31,13 @@ output and inout element matches the baseline's (:mod:`optimize.harness.compare`
 plus the float64 reference where the contract names one.
 
 Then timing (:mod:`optimize.harness.timing`): graphs of back-to-back calls over
-rotating buffer sets, baseline and candidate interleaved.
+rotating buffer sets, baseline and candidate interleaved. What is timed is
+validated too: after the timed replays, every buffer set is reloaded with the
+timing inputs (outputs poisoned), each implementation's *timed graph* is replayed
+once more, and the sampled buffer sets (:func:`timing.sets_to_validate`) of the
+candidate are compared with the baseline's. A launcher that behaves differently
+inside a many-call capture than in an eager call or a one-call graph (skips the
+2nd call on, writes only the first set) is ``incorrect`` there.
 
 What must stay true: every kernel call is followed by a synchronisation before
 its results are used, so a fault is attributed to the call that caused it;
@@ -451,7 +457,6 @@ class Timer:
             bufs = inputs.Buffers(plan, self.device)
             bufs.load(images)
             bufsets.append(bufs)
-        del images
         calls = timing.calls_per_graph(req.harness.graph_calls, sets)
         impls: dict[str, Callable[..., Any]] = {
             "baseline": loader.function(req.baseline_libraries[case.unit], case.export)
@@ -469,6 +474,10 @@ class Timer:
         if self.reference is not None and (req.torch_eager or req.torch_compile):
             self._add_torch(self.reference, plan, bufsets, sets, calls, graphs, counts, notes)
         samples = timing.time_graphs(graphs, counts, req.harness.repeats, self.stream)
+        validated = 0
+        if "candidate" in graphs:
+            validated = self._validate(case, plan, images, bufsets, graphs, calls)
+        del images
         stats = {name: timing.summarize(values) for name, values in samples.items()}
         base = stats["baseline"]
         cand = stats.get("candidate")
@@ -487,10 +496,58 @@ class Timer:
             eager_us=stats["eager"].median if "eager" in stats else None,
             compile_us=stats["compile"].median if "compile" in stats else None,
             notes=notes,
+            written_bytes=roofline.written_bytes(plan),
+            validated_sets=validated,
         )
         del graphs, bufsets, arg_lists
         _free()
         return result
+
+    def _validate(self, case: TimingCase, plan, images, bufsets, graphs, calls: int) -> int:
+        """Compare the candidate's timed graph with the baseline's on the same inputs; returns the sets compared.
+
+        Each graph is replayed once after every set is reloaded from ``images``
+        (inputs and inouts restored, outputs NaN-poisoned), so both start from the same
+        state and an output element a call skipped still holds the poison. Outputs and
+        inouts used once per replay are judged element by element
+        (:func:`compare.compare_tensor`, the task's tolerance); an inout updated
+        several times in one replay (fewer sets than calls) is judged normwise,
+        because rounding differences an honest rewrite may have compound over the
+        updates. Raises :class:`TimedMismatch` with the failure report.
+        """
+        import torch
+
+        sets = len(bufsets)
+        chosen = timing.sets_to_validate(sets, random.Random(random.SystemRandom().randrange(1 << 62)))
+        kept = [t for t in plan.tensors if t.role != "input"]
+        snapshots: dict[str, dict[int, dict[str, Any]]] = {}
+        for name in ("baseline", "candidate"):
+            for bufs in bufsets:
+                bufs.load(images)
+            try:
+                graphs[name].replay()
+                torch.cuda.synchronize()
+            except Exception as err:  # noqa: BLE001
+                if name == "baseline" or not _is_cuda_error(err):
+                    raise
+                raise TimedMismatch(
+                    timing.timed_failure(case.label, case.dtype, 0, sets, calls, name, f"replay failed: {err}")
+                ) from None
+            snapshots[name] = {i: {t.name: bufsets[i].storages[t.name].clone() for t in kept} for i in chosen}
+        for i in chosen:
+            uses = timing.set_uses(i, sets, calls)
+            for t in kept:
+                reason = _timed_reason(
+                    t, snapshots["baseline"][i][t.name], snapshots["candidate"][i][t.name], normwise=uses > 1
+                )
+                if reason:
+                    if t.role == "inout" and uses > 1:
+                        reason += f" (normwise: this inout tensor is updated {uses} times per replay)"
+                    raise TimedMismatch(
+                        timing.timed_failure(case.label, case.dtype, i, sets, calls, "candidate", reason)
+                    )
+        del snapshots
+        return len(chosen)
 
     def _compiled(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``torch.compile(fn)`` with default settings, made once per worker.
@@ -530,6 +587,37 @@ class Timer:
                 notes.append(f"torch {name} not timed: {type(err).__name__}: {str(err)[:300]}")
 
 
+class TimedMismatch(Exception):
+    """The candidate's timed graph produced outputs the baseline's did not (the message is the report)."""
+
+
+def _timed_reason(t, expected_storage, got_storage, *, normwise: bool) -> str:
+    """Why one tensor of one timed buffer set is wrong, or "" (see :meth:`Timer._validate`)."""
+    exp_view = inputs.view_of(expected_storage, t)
+    got_view = inputs.view_of(got_storage, t)
+    if t.role == "inout" and normwise:
+        err, problem = compare.relative_error(got_view, exp_view)
+        if problem:
+            return f"{t.name}: {problem.replace('the reference', 'the baseline')}"
+        bound = compare.tolerance(t.dtype).ref_rel
+        if err > bound:
+            return f"{t.name}: ||candidate - baseline|| / ||baseline|| = {err:.3g} > {bound:.3g}"
+        return ""
+    bits_t = inputs.bits_dtype(t.dtype)
+    poisoned = t.role == "output"
+    poison = inputs.poison_value(t.dtype)
+    verdict = compare.compare_tensor(
+        t.name,
+        exp_view,
+        got_view,
+        t.dtype,
+        shape=t.shape,
+        not_written=(got_view.view(bits_t) == poison) if poisoned else None,
+        expected_not_written=(exp_view.view(bits_t) == poison) if poisoned else None,
+    )
+    return "" if verdict.ok else verdict.reason
+
+
 def _bind(fn: Callable[..., Any], args: list[Any] | tuple[Any, ...]) -> Callable[[], Any]:
     return lambda: fn(*args)
 
@@ -563,6 +651,9 @@ def run(request: WorkerRequest) -> WorkerResult:
             try:
                 with torch.cuda.stream(stream):
                     timings.append(timer.time_case(case))
+            except TimedMismatch as mismatch:
+                status, detail = "incorrect", str(mismatch)
+                break
             except Exception as err:  # noqa: BLE001 - CUDA faults are the kernels'; anything else is ours
                 if not _is_cuda_error(err):
                     raise
