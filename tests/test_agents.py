@@ -270,8 +270,16 @@ def test_planning_llm_picks_an_option_and_writes_the_plan():
     "reply", ["CHOICE: 7\nPLAN: something else", "I would rather rewrite everything.", ModelError("down")]
 )
 def test_planning_never_leaves_the_policy_options(reply):
-    plan = plan_with(ScriptedModel([reply]))
+    model = ScriptedModel([reply])
+    plan = plan_with(model)
     assert plan.skill == "vector_loads_128" and plan.source == "llm-fallback"
+    # an unusable choice is taken out of the reply cache (a raised error never got there)
+    assert [r.text for r in model.discarded] == ([] if isinstance(reply, ModelError) else [reply])
+
+
+def test_a_usable_plan_is_kept():
+    model = ScriptedModel(["CHOICE: 1\nPLAN: vectorize"])
+    assert plan_with(model).source == "llm" and model.discarded == []
 
 
 # --------------------------------------------------------------------------- coding
