@@ -17,8 +17,9 @@
   and ``work/runs/<run>/summary.json``.
 
 Exit codes: 0 when every op ran (a budget stop is a clean stop), 1 when an op
-failed (its baseline did not evaluate), 2 for a setup problem (no GPU, no task,
-no endpoint).
+failed (its baseline did not evaluate) or every LLM call of an op failed
+(status ``model_failed``: the endpoint's error and its fix are printed), 2 for a
+setup problem (no GPU, no task, no endpoint).
 """
 
 from __future__ import annotations
@@ -145,4 +146,10 @@ def main(args: Any, config: Config) -> int:
             )
         if op.status == "failed":
             print(f"error ({op.op_id}): {op.detail}", file=sys.stderr)
-    return 1 if any(op.status == "failed" for op in summary.ops) else 0
+        if op.status == "model_failed":
+            print(
+                f"error ({op.op_id}): the LLM endpoint never answered usefully, so nothing it would write was tried: "
+                f"{op.detail}",
+                file=sys.stderr,
+            )
+    return 1 if any(op.status in ("failed", "model_failed") for op in summary.ops) else 0

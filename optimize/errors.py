@@ -32,6 +32,13 @@ class MalformedReply(ModelError):
     """An LLM reply that cannot be turned into region texts (recorded, never fatal)."""
 
 
+class MalformedBody(MalformedReply):
+    """The endpoint answered 200 with a body that is not a chat completion (bad JSON, HTML, no choices).
+
+    Retried like a 5xx (a proxy or a server mid-restart sends these), and never cached.
+    """
+
+
 class EndpointError(ModelError):
     """The LLM endpoint failed after every retry (429/5xx/timeout/connection)."""
 
@@ -50,6 +57,7 @@ __all__ = [
     "EndpointError",
     "GpuRequired",
     "KernelsmithError",
+    "MalformedBody",
     "MalformedReply",
     "ModelError",
     "ReplayError",

@@ -47,6 +47,10 @@ What must stay true:
   editable regions changed is refused (:class:`TrajectoryError`).
 - Nothing is reported as measured that a replay produced: the run summary and
   reports carry ``simulated``.
+- An op whose every LLM call failed (5xx, timeouts, unreadable bodies) and that
+  found nothing faster is ``model_failed``, not ``no_improvement``: the run did
+  not try what the user asked for (:meth:`Loop._model_failure`), and the command
+  exits non-zero with the endpoint's error and its fix.
 """
 
 from __future__ import annotations
@@ -319,6 +323,11 @@ class Loop:
             traj.append(self._stop_record(op, stop, self._meter()))
         best = self._finalize(op)
         summary = op_summary(op, stop, best)
+        failure = self._model_failure(op)
+        if failure is not None and summary.status == "no_improvement":
+            summary = summary.model_copy(update={"status": "model_failed", "detail": failure})
+        elif failure is not None:
+            summary = summary.model_copy(update={"detail": f"{summary.detail} (every LLM call failed: {failure})"})
         final = op.stored_evaluation(best.candidate, "final") if best is not None and best.candidate else None
         text = report.op_report(
             op.task.op_id,
@@ -330,6 +339,29 @@ class Loop:
         )
         report.write_op_report(op.dir / "report.md", text)
         return summary
+
+    def _model_failure(self, op: OpState) -> str | None:
+        """Why every LLM call of this op failed, or None when one answered (or none was made).
+
+        Calls made by this process are counted by the :class:`MeteredModel`; a resumed
+        run that made none reads its rounds instead: every attempt an LLM agent made
+        (transforms aside) ended in ``model_error``.
+        """
+        model = self._model
+        if not isinstance(model, MeteredModel):
+            return None
+        if model.usage.calls or model.failures:
+            if model.usage.calls or model.last_error is None:
+                return None
+            err = model.last_error
+            return clip(
+                f"all {model.failures} LLM call(s) failed, the last: {err.message}"
+                + (f"; fix: {err.fix}" if err.fix else "")
+            )
+        attempts = [a for r in op.trajectory.rounds() for a in r.attempts if a.agent != "transform"]
+        if attempts and all(a.status == "model_error" for a in attempts):
+            return clip(f"every LLM attempt of the run's rounds failed, the last: {attempts[-1].detail}")
+        return None
 
     def _has_stop(self, op: OpState, reason: str) -> bool:
         """A stop line with this reason is already on disk after the last round (a rerun adds none)."""

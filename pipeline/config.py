@@ -52,14 +52,25 @@ class AgentModel(Section):
     max_tokens: int | None = None
 
 
+# A model served on this machine (llama.cpp on a CPU, 2026-12-01) needs minutes per reply
+# and has a small context; a hosted one answers in seconds and may reason at length.
+REMOTE_TIMEOUT_S = 120.0
+REMOTE_MAX_TOKENS = 8192
+LOCAL_TIMEOUT_S = 900.0
+LOCAL_MAX_TOKENS = 2048
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
 class LlmConfig(Section):
     base_url: str | None = None  # None = no endpoint: the offline optimizer is used
     model: str = "o4-mini"
     api_key_env: str = "OPENAI_API_KEY"
     temperature: float = 0.2
-    max_tokens: int = 8192
-    timeout_s: float = 120.0
-    max_retries: int = 4
+    # None: by endpoint (see `local`): REMOTE_MAX_TOKENS / REMOTE_TIMEOUT_S for a hosted one,
+    # LOCAL_MAX_TOKENS / LOCAL_TIMEOUT_S for one on this machine; a value set here always wins
+    max_tokens: int | None = Field(default=None, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+    max_retries: int = Field(default=4, ge=0)
     agents: dict[Literal["testing", "profiling", "planning", "coding", "repair", "single"], AgentModel] = Field(
         default_factory=dict
     )
@@ -67,11 +78,41 @@ class LlmConfig(Section):
     prices_usd_per_mtok: dict[str, dict[str, float]] = Field(
         default_factory=lambda: {"o4-mini": {"input": 1.10, "output": 4.40}}
     )
-    cache: bool = True
+    cache: bool = True  # False: neither read nor write the reply cache
+    # True: ask the endpoint again even where the cache holds a reply to the same request
+    # (the new reply replaces the entry), e.g. after the server was fixed or for new samples
+    fresh_samples: bool = False
 
     @property
     def configured(self) -> bool:
         return bool(self.base_url)
+
+    @property
+    def local(self) -> bool:
+        """The endpoint is on this machine (localhost, 127.x, ::1): slow replies, small context."""
+        from urllib.parse import urlsplit
+
+        if not self.base_url:
+            return False
+        try:
+            host = (urlsplit(self.base_url).hostname or "").lower()
+        except ValueError:
+            return False
+        return host in LOCAL_HOSTS or host.startswith("127.")
+
+    @property
+    def effective_timeout_s(self) -> float:
+        """Seconds one request may take: ``timeout_s`` if set, else the endpoint's default."""
+        if self.timeout_s is not None:
+            return float(self.timeout_s)
+        return LOCAL_TIMEOUT_S if self.local else REMOTE_TIMEOUT_S
+
+    @property
+    def effective_max_tokens(self) -> int:
+        """Reply tokens asked for: ``max_tokens`` if set, else the endpoint's default."""
+        if self.max_tokens is not None:
+            return int(self.max_tokens)
+        return LOCAL_MAX_TOKENS if self.local else REMOTE_MAX_TOKENS
 
 
 class BudgetConfig(Section):

@@ -437,7 +437,8 @@ class OpSummary(Record):
     """One op's result in an optimize run (what `integrate` reads)."""
 
     op_id: str
-    status: Literal["improved", "no_improvement", "failed", "skipped"]
+    # model_failed: every LLM call of the op failed (endpoint errors) and nothing was found faster
+    status: Literal["improved", "no_improvement", "failed", "skipped", "model_failed"]
     stop_reason: str | None = None
     rounds: int = 0
     best: str | None = None  # validated best candidate id; None = the baseline stays

@@ -132,6 +132,64 @@ def test_result_statuses():
     assert edited.edited and edited.agent == "repair" and "4.0f" in edited.regions["scale_kernel"]
 
 
+REFORMATTED = """__global__ void scale_kernel(float *out, const float *in, int n)
+{
+    int i = blockIdx.x*blockDim.x + threadIdx.x;
+
+    if (i < n) {
+        out[i] = in[i] * 2.0f;      // scale
+    }
+}
+"""
+
+
+def test_a_whitespace_only_reply_is_no_change_and_costs_no_build():
+    # indentation, a brace moved to its own line, a blank line, spaces around operators:
+    # what a small local model sent back on 2026-12-01, counted as `edited` (a build) before
+    result = result_from_reply(f"```cuda region=scale_kernel\n{REFORMATTED}```", REGIONS, agent="coding")
+    assert result.status == "no_change" and not result.edited and result.regions is None
+    assert "only whitespace" in result.detail and "scale_kernel" in result.detail
+    search = "<<<<<<< SEARCH\n  scale_kernel<<<(n + 255) / 256, 256, 0, s>>>(out, in, n);\n=======\n"
+    spaced = search + "  scale_kernel<<<(n+255)/256, 256, 0, s>>>( out, in, n );\n>>>>>>> REPLACE\n"
+    assert result_from_reply(spaced, REGIONS, agent="repair").status == "no_change"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("in[i] * 2.0f", "in[i] * 3.0f"),  # a real edit
+        ("int i =", "inti ="),  # two words joined
+        ("int i = blockIdx.x", "int i = + +blockIdx.x"),  # `+ +` is not `++`
+        ("2.0f", "2. 0f"),  # a number split
+    ],
+)
+def test_whitespace_the_compiler_reads_is_a_change(old, new):
+    assert old in KERNEL
+    result = result_from_reply(f"```cuda region=scale_kernel\n{KERNEL.replace(old, new)}```", REGIONS, agent="coding")
+    assert result.status == "edited"
+
+
+def test_spacing_inside_literals_and_directives_is_a_change():
+    from optimize.agents.edits import whitespace_only
+
+    assert not whitespace_only('printf("a  b");', 'printf("a b");')
+    assert not whitespace_only("#define F(x) ((x) + 1)\n", "#define F (x) ((x) + 1)\n")  # object-like now
+    assert not whitespace_only("x = 1;\n#pragma unroll\n", "x = 1; #pragma unroll\n")
+    assert not whitespace_only("x = 1;  // one\ny = 2;\n", "x = 1;  // one y = 2;\n")  # y = 2 is a comment now
+    assert whitespace_only("#define F(x)  ((x) + 1)\n", "  #define F(x) ((x) + 1)\n")
+    assert whitespace_only("a<<=b; p->q;", "a <<= b;\np -> q;")
+
+
+def test_a_malformed_reply_is_discarded_from_the_model_and_a_good_one_kept():
+    model = ScriptedModel(["no code here", f"```cuda region=scale_kernel\n{KERNEL.replace('2.0f', '4.0f')}```"])
+    plan = planning.Plan(skill="s", params={}, text="t", reason="r", source="llm", option=1)
+    args = dict(op_id="demo", profile_text="p", trajectory_text="t", model=model)
+    assert coding.code(plan, None, REGIONS, **args).status == "malformed_reply"
+    assert [r.text for r in model.discarded] == ["no code here"]
+    assert coding.code(plan, None, REGIONS, **args).status == "edited"
+    assert len(model.discarded) == 1
+
+
 # --------------------------------------------------------------------------- prompts
 
 
@@ -212,8 +270,16 @@ def test_planning_llm_picks_an_option_and_writes_the_plan():
     "reply", ["CHOICE: 7\nPLAN: something else", "I would rather rewrite everything.", ModelError("down")]
 )
 def test_planning_never_leaves_the_policy_options(reply):
-    plan = plan_with(ScriptedModel([reply]))
+    model = ScriptedModel([reply])
+    plan = plan_with(model)
     assert plan.skill == "vector_loads_128" and plan.source == "llm-fallback"
+    # an unusable choice is taken out of the reply cache (a raised error never got there)
+    assert [r.text for r in model.discarded] == ([] if isinstance(reply, ModelError) else [reply])
+
+
+def test_a_usable_plan_is_kept():
+    model = ScriptedModel(["CHOICE: 1\nPLAN: vectorize"])
+    assert plan_with(model).source == "llm" and model.discarded == []
 
 
 # --------------------------------------------------------------------------- coding

@@ -67,6 +67,10 @@ class Server:
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
         self.requests.append(json.loads(request.content))
         status, body, headers = self.answers.pop(0)
+        if isinstance(body, bytes):  # a raw body, sent as JSON whatever it holds
+            return httpx2.Response(
+                status, content=body, headers={"content-type": "application/json", **(headers or {})}
+            )
         return httpx2.Response(status, json=body, headers=headers or {})
 
 
@@ -192,13 +196,13 @@ def test_cache_makes_a_rerun_free_and_is_keyed_by_everything(tmp_path):
     other = client.complete("planning", MESSAGES)
     assert other.text == "other model" and other.model == "m2"
     assert server.requests[-1]["model"] == "m2"
-    assert other.key == prompt_key("m2", MESSAGES, temperature=0.2, max_tokens=8192)
+    assert other.key == prompt_key("m2", MESSAGES, temperature=0.2, max_tokens=8192, endpoint=URL)
 
 
 def test_a_corrupt_cache_entry_is_a_miss(tmp_path):
     server = Server([(200, completion_json("fresh"), None)])
     client, _ = make_client(tmp_path, server)
-    key = prompt_key("m1", MESSAGES, temperature=0.2, max_tokens=8192)
+    key = prompt_key("m1", MESSAGES, temperature=0.2, max_tokens=8192, endpoint=URL)
     (tmp_path / "llm").mkdir()
     (tmp_path / "llm" / f"{key}.json").write_text("{not json")
     assert client.complete("coding", MESSAGES).text == "fresh"
@@ -292,3 +296,122 @@ def test_replay_model_from_a_cache_folder_and_from_a_call_log(tmp_path):
 
     with pytest.raises(ReplayError, match="keeps no call order"):
         ReplayModel(tmp_path / "llm", match="order")
+
+
+# --------------------------------------------------------------------------- faults (issues 15, 16)
+
+
+def test_a_200_with_a_malformed_json_body_is_retried_like_a_5xx(tmp_path):
+    # the openai package raises a bare json.JSONDecodeError for this body; it crashed `optimize`
+    server = Server(
+        [
+            (200, b'{"id": "chatcmpl-1", "choices": [', None),
+            (200, b"<html>502 from the proxy</html>", {"content-type": "text/html"}),
+            (200, {"unexpected": True}, None),
+            (200, completion_json("done"), None),
+        ]
+    )
+    client, sleeps = make_client(tmp_path, server)
+    reply = client.complete("coding", MESSAGES)
+    assert reply.text == "done" and len(server.requests) == 4
+    assert sleeps == [1.0, 2.0, 4.0]
+
+
+def test_a_body_that_stays_malformed_is_a_model_error_and_never_cached(tmp_path):
+    server = Server([(200, b"{not json", None)] * 3)
+    client, sleeps = make_client(tmp_path, server, max_retries=2)
+    with pytest.raises(EndpointError, match="malformed body 3 times") as info:
+        client.complete("coding", MESSAGES)
+    assert isinstance(info.value, ModelError) and URL in str(info.value)
+    assert "Expecting" in info.value.detail  # the decoder's own message
+    assert sleeps == [1.0, 2.0]
+    assert list(tmp_path.rglob("*.json")) == []
+
+
+def test_the_cache_key_names_the_endpoint(tmp_path):
+    first, _ = make_client(tmp_path, Server([(200, completion_json("from server A"), None)]))
+    assert first.complete("coding", MESSAGES).text == "from server A"
+    # the same model name behind another endpoint: a miss, answered by that endpoint
+    other = Server([(200, completion_json("from server B"), None)])
+    transport = OpenAITransport("http://other.invalid/v1", "k", timeout_s=5.0, http_client=http_client(other))
+    second = LlmClient(
+        config(base_url="http://other.invalid/v1"),
+        cache_dir=tmp_path / "llm",
+        transport=transport,
+        sleep=lambda _: None,
+    )
+    reply = second.complete("coding", MESSAGES)
+    assert reply.text == "from server B" and not reply.cached and len(other.requests) == 1
+    entry = json.loads((tmp_path / "llm" / f"{reply.key}.json").read_text())
+    assert entry["endpoint"] == "http://other.invalid/v1"
+    # a trailing slash is the same endpoint
+    assert prompt_key("m1", MESSAGES, temperature=0.2, max_tokens=1, endpoint=URL + "/") == prompt_key(
+        "m1", MESSAGES, temperature=0.2, max_tokens=1, endpoint=URL
+    )
+
+
+def test_a_reply_an_agent_discards_is_asked_again(tmp_path):
+    from optimize.agents import coding
+    from optimize.agents.planning import Plan
+
+    regions = {"k": "__global__ void k(float* x) {\n  x[0] = 1.0f;\n}\n"}
+    fixed = "```cuda region=k\n__global__ void k(float* x) {\n  x[0] = 2.0f;\n}\n```"
+    server = Server([(200, completion_json("garbage, no code"), None), (200, completion_json(fixed), None)])
+    client, _ = make_client(tmp_path, server)
+    metered = MeteredModel(client)
+    plan = Plan(skill="s", params={}, text="t", reason="r", source="llm", option=1)
+    args = dict(op_id="demo", profile_text="p", trajectory_text="t", model=metered)
+    assert coding.code(plan, None, regions, **args).status == "malformed_reply"
+    assert list((tmp_path / "llm").glob("*.json")) == []  # the garbage is not kept
+    result = coding.code(plan, None, regions, **args)  # a fixed server (or a new run) is asked again
+    assert result.status == "edited" and "2.0f" in result.regions["k"] and len(server.requests) == 2
+    assert len(list((tmp_path / "llm").glob("*.json"))) == 1  # a usable reply is kept
+
+
+def test_fresh_samples_ask_again_and_replace_the_entry(tmp_path):
+    first, _ = make_client(tmp_path, Server([(200, completion_json("old sample"), None)]))
+    old = first.complete("coding", MESSAGES)
+    server = Server([(200, completion_json("new sample"), None)])
+    fresh, _ = make_client(tmp_path, server, fresh_samples=True)
+    new = fresh.complete("coding", MESSAGES)
+    assert new.text == "new sample" and not new.cached and len(server.requests) == 1
+    assert new.key == old.key and ReplyCache(tmp_path / "llm").get(old.key).text == "new sample"
+    again, _ = make_client(tmp_path, Server([]))  # the default reads the cache again
+    assert again.complete("coding", MESSAGES).text == "new sample"
+
+
+@pytest.mark.parametrize(
+    ("base_url", "timeout_s", "max_tokens"),
+    [
+        ("http://127.0.0.1:8080/v1", 900.0, 2048),
+        ("http://localhost:30000/v1", 900.0, 2048),
+        ("http://[::1]:8080/v1", 900.0, 2048),
+        ("https://api.openai.com/v1", 120.0, 8192),
+        (None, 120.0, 8192),
+    ],
+)
+def test_timeout_and_reply_length_follow_the_endpoint(base_url, timeout_s, max_tokens):
+    cfg = config(base_url=base_url)
+    assert (cfg.local, cfg.effective_timeout_s, cfg.effective_max_tokens) == (
+        timeout_s == 900.0,
+        timeout_s,
+        max_tokens,
+    )
+    calls = []
+
+    def transport(**kwargs):
+        calls.append(kwargs)
+        return Completion("ok", 1, 1)
+
+    LlmClient(cfg, transport=transport).complete("coding", MESSAGES)
+    assert (calls[0]["timeout_s"], calls[0]["max_tokens"]) == (timeout_s, max_tokens)
+
+
+def test_a_local_endpoint_s_defaults_reach_the_openai_client_and_settings_still_win():
+    local = LlmClient(config(base_url="http://127.0.0.1:8080/v1"), environ={"OPENAI_API_KEY": "k"})
+    assert local.transport.client.timeout == 900.0
+    chosen = config(base_url="http://127.0.0.1:8080/v1", timeout_s=30, max_tokens=512)
+    assert (chosen.effective_timeout_s, chosen.effective_max_tokens) == (30.0, 512)
+    assert LlmClient(chosen, environ={"OPENAI_API_KEY": "k"}).transport.client.timeout == 30.0
+    with pytest.raises(ValueError):
+        config(timeout_s=0)

@@ -899,3 +899,99 @@ def test_the_loop_learns_roles_the_baseline_contradicts_and_keeps_them_for_the_r
     assert (op / "evaluations" / f"{base}.round.superseded-1.json").exists()  # the stale verdict is kept, renamed
     assert read_record(Evaluation, op / "evaluations" / f"{base}.round.json").outcome == Outcome.ok
     assert summary.ops[0].status in ("improved", "no_improvement")
+
+
+# --------------------------------------------------------------------------- a dead endpoint (issue 16 rows 3, 13)
+
+
+def test_every_llm_call_failing_is_model_failed_not_no_improvement(tmp_path):
+    from optimize.errors import EndpointError
+
+    dead = EndpointError("the LLM endpoint failed 5 times (model o4-mini)", fix="check the endpoint")
+    model = ScriptedModel([dead] * 5)
+    summary, traj, _ = run_loop(tmp_path, model, rounds=2)
+    assert model.agents() == ["testing", "planning", "coding", "planning", "coding"] and model.remaining == 0
+    (op,) = summary.ops
+    assert op.status == "model_failed" and op.best is None and op.rounds == 2
+    assert "all 5 LLM call(s) failed" in op.detail and "fix: check the endpoint" in op.detail
+    assert [a.status for r in traj.rounds() for a in r.attempts] == ["model_error", "model_error"]
+    on_disk = read_record(RunSummary, tmp_path / "runs" / "r1" / "summary.json")
+    assert on_disk.ops[0].status == "model_failed"
+
+    # a rerun of the finished run makes no call (ScriptedModel([]) would raise) and says the same
+    again = Loop(
+        config(tmp_path, rounds=2), LoopOptions(run="r1", coder="llm"), CountingBackend(), model=ScriptedModel([])
+    )
+    rerun = again.run([write_task(tmp_path)])
+    assert rerun.ops[0].status == "model_failed" and "every LLM attempt" in rerun.ops[0].detail
+
+
+def test_one_answered_call_is_not_a_model_failure(tmp_path):
+    from optimize.errors import EndpointError
+
+    dead = EndpointError("the LLM endpoint failed 5 times", fix="check the endpoint")
+    model = ScriptedModel(["[]", dead, "I cannot help with that."])  # testing answered; coding's reply is unusable
+    summary, traj, _ = run_loop(tmp_path, model)
+    assert summary.ops[0].status == "no_improvement"
+    assert traj.rounds()[0].outcome == RoundOutcome.malformed_reply
+
+
+class BrokenEndpoint:
+    """An OpenAI-compatible server on 127.0.0.1 (started by the test) answering every
+    request 200 with a body that is not JSON, as a proxy or a restarting server does."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        hits = self.hits = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's spelling
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                hits.append(self.path)
+                body = b'{"id": "chatcmpl-1", "object": "chat.completion", "choices": ['
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def test_command_with_an_endpoint_sending_malformed_json_records_it_and_exits_non_zero(tmp_path, monkeypatch, capsys):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    endpoint = BrokenEndpoint()
+    try:
+        write_task(tmp_path)
+        monkeypatch.setenv("KERNELSMITH_LLM__BASE_URL", endpoint.url)
+        monkeypatch.setenv("KERNELSMITH_LLM__MAX_RETRIES", "1")
+        monkeypatch.setenv("OPENAI_API_KEY", "local")
+        monkeypatch.setattr("optimize.llm.client.BACKOFF_BASE_S", 0.0)  # no wait between the two tries
+        argv = ("--ops", "demo.scale", "--work-dir", str(tmp_path), "--run", "dead", "--replay", str(REPLAY))
+        code = cli(*argv, "--rounds", "1")
+    finally:
+        endpoint.close()
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err and "JSONDecodeError" not in err
+    assert "error (demo.scale)" in err and "malformed body 2 times" in err and "fix:" in err
+    assert len(endpoint.hits) == 6 and set(endpoint.hits) == {"/v1/chat/completions"}  # 3 calls, each tried twice
+    run_dir = tmp_path / "runs" / "dead"
+    assert read_record(RunSummary, run_dir / "summary.json").ops[0].status == "model_failed"
+    (rnd,) = Trajectory(run_dir / "demo.scale" / "trajectory.jsonl").rounds()
+    assert rnd.outcome == RoundOutcome.model_error and "malformed body" in rnd.attempts[0].detail
+    assert not list((tmp_path / "cache" / "llm").glob("*.json"))  # nothing of it was cached

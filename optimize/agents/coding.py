@@ -3,9 +3,10 @@
 With an LLM the agent sends the plan, the cited skill's method and risks, the
 profile, the trajectory summary and the current regions (:file:`coding.md`), and
 parses the reply with :mod:`optimize.agents.edits` — whole regions or
-SEARCH/REPLACE blocks. A malformed reply, an unchanged region set or an endpoint
-failure is a :class:`CodeResult` status that the round records; never an
-exception (a budget running out is, since it stops the loop).
+SEARCH/REPLACE blocks. A malformed reply, an unchanged region set (whitespace
+aside) or an endpoint failure is a :class:`CodeResult` status that the round
+records; never an exception (a budget running out is, since it stops the loop).
+A malformed reply is also taken out of the model's reply cache.
 
 Offline (no endpoint, ``--coder offline``) the agent applies the skill's
 mechanical transform from :mod:`optimize.transforms`; a transform that does not
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from optimize.agents.edits import CodeResult, regions_text, result_from_reply
+from optimize.agents.edits import CodeResult, regions_text, result_from_model
 from optimize.agents.planning import Plan, params_text
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
@@ -67,7 +68,7 @@ def code(
         reply = model.complete("coding", messages)
     except ModelError as err:
         return CodeResult("model_error", None, str(err), agent="coding")
-    return result_from_reply(reply.text, regions, agent="coding")
+    return result_from_model(model, reply, regions, agent="coding")
 
 
 def code_offline(plan: Plan, regions: Mapping[str, str], transform: Any) -> CodeResult:

@@ -20,7 +20,13 @@ text has unbalanced braces (a truncated reply) is refused the same way, since
 compiling it would only waste a build.
 
 What must stay true: the result maps *every* region name to its text (unchanged
-regions included), and only names of the task's regions appear in it.
+regions included), and only names of the task's regions appear in it. A reply
+that changes only whitespace (indentation, blank lines, spaces between tokens) is
+``no_change``, like an identical one: compiling it would cost a build and an
+evaluation to learn nothing (a small model served by llama.cpp did this,
+2026-12-01). Whitespace that can change what the compiler reads (inside a
+literal or a ``#`` directive, between two words, splitting ``++``, ending a
+``//`` comment) counts as a change.
 """
 
 from __future__ import annotations
@@ -28,15 +34,33 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from optimize.errors import MalformedReply
+
+if TYPE_CHECKING:
+    from optimize.llm.client import Model, Reply
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)$", re.M)
 SEARCH = re.compile(r"^[ \t]*<{5,9}[ \t]*SEARCH[^\n]*\n", re.M)
 DIVIDER = re.compile(r"^[ \t]*={5,9}[ \t]*\n", re.M)
 REPLACE = re.compile(r"^[ \t]*>{5,9}[ \t]*REPLACE[^\n]*$", re.M)
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# One C++ token, for "does this edit change more than whitespace": comments, literals and
+# directive lines whole (their inner spacing is normalised below), then numbers, words,
+# the multi-character operators longest first (so `+ +` is not `++`), then any one character.
+TOKEN = re.compile(
+    r"""//[^\n]*
+    | /\*.*?\*/
+    | "(?:\\.|[^"\\\n])*"
+    | '(?:\\.|[^'\\\n])*'
+    | ^[ \t]*\#(?:\\\n|[^\n])*
+    | \.?[0-9](?:[eEpP][+-]|[\w.'])*
+    | [A-Za-z_]\w*
+    | \.\.\.|<<=|>>=|->\*|<=>|\#\#|::|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^]=|\.\*
+    | \S""",
+    re.M | re.S | re.X,
+)
 
 
 def parse_reply(reply: str, regions: Mapping[str, str]) -> dict[str, str]:
@@ -293,6 +317,24 @@ class CodeResult:
         return self.status == "edited" and self.regions is not None
 
 
+def tokens(text: str) -> list[str]:
+    """``text`` as C++ tokens (see ``TOKEN``); equal lists mean only insignificant whitespace differs."""
+    out = []
+    for match in TOKEN.finditer(text):
+        token = match.group(0)
+        if token.lstrip().startswith("#"):
+            token = re.sub(r"(?:\\\n|\s)+", " ", token).strip()  # a directive: its spacing, not its line breaks
+        elif token.startswith("//"):
+            token = token.rstrip()
+        out.append(token)
+    return out
+
+
+def whitespace_only(old: str, new: str) -> bool:
+    """``new`` differs from ``old`` in whitespace the compiler does not read, if at all."""
+    return old == new or tokens(old) == tokens(new)
+
+
 def result_from_reply(reply: str, regions: Mapping[str, str], *, agent: str) -> CodeResult:
     """Parse a reply into a CodeResult; a malformed reply becomes a recorded status."""
     try:
@@ -301,7 +343,25 @@ def result_from_reply(reply: str, regions: Mapping[str, str], *, agent: str) -> 
         return CodeResult("malformed_reply", None, str(err), reply=reply, agent=agent)
     if new == dict(regions):
         return CodeResult("no_change", None, "the reply leaves every region as it was", reply=reply, agent=agent)
+    if all(whitespace_only(regions[name], text) for name, text in new.items()):
+        changed = ", ".join(name for name, text in new.items() if text != regions[name])
+        return CodeResult(
+            "no_change",
+            None,
+            f"the reply changes only whitespace (region {changed}): nothing to build",
+            reply=reply,
+            agent=agent,
+        )
     return CodeResult("edited", new, "", reply=reply, agent=agent)
+
+
+def result_from_model(model: Model, reply: Reply, regions: Mapping[str, str], *, agent: str) -> CodeResult:
+    """:func:`result_from_reply` of a model's reply; a malformed one is discarded from the
+    model's reply cache (:meth:`optimize.llm.client.Model.discard`), so asking again gets a new one."""
+    result = result_from_reply(reply.text, regions, agent=agent)
+    if result.status == "malformed_reply":
+        model.discard(reply)
+    return result
 
 
 def regions_text(regions: Mapping[str, str], kinds: Mapping[str, str] | None = None) -> str:

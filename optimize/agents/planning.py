@@ -155,6 +155,7 @@ def plan(
     body = PLAN.search(reply.text)
     text = body.group(1).strip() if body else reply.text.strip()
     if not 1 <= number <= len(decisions):
+        model.discard(reply)  # unusable: a fixed server or a new run is asked again, not handed this
         return dataclasses.replace(
             default,
             source="llm-fallback",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from optimize.agents.edits import CodeResult, regions_text, result_from_reply
+from optimize.agents.edits import CodeResult, regions_text, result_from_model
 from optimize.agents.planning import Plan, params_text
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
@@ -104,4 +104,4 @@ def repair(
         reply = model.complete("repair", messages)  # the guard is a repair: same model settings
     except ModelError as err:
         return CodeResult("model_error", None, str(err), agent=agent)
-    return result_from_reply(reply.text, regions, agent=agent)
+    return result_from_model(model, reply, regions, agent=agent)

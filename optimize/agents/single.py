@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from optimize.agents.edits import CodeResult, regions_text, result_from_reply
+from optimize.agents.edits import CodeResult, regions_text, result_from_model
 from optimize.agents.planning import CHOICE, Plan, decision_params, decision_reason, decision_skill, options_text
 from optimize.agents.prompts import render
 from optimize.agents.repair import failure_text
@@ -72,7 +72,7 @@ def step(
         reply = model.complete("single", messages)
     except ModelError as err:
         return Step(fallback, CodeResult("model_error", None, str(err), agent="single"))
-    result = result_from_reply(reply.text, regions, agent="single")
+    result = result_from_model(model, reply, regions, agent="single")
     if previous is not None:
         return Step(previous, result)
     match = CHOICE.search(reply.text)

@@ -3,11 +3,15 @@
 Why: a rerun of the same run (after a crash, or to reproduce a result) must cost
 nothing and see the same replies, and a finished run must be replayable in a
 test. So every reply is stored as ``<root>/<key>.json`` where ``key`` covers the
-model, temperature, max tokens and the exact messages.
+endpoint (``base_url``), the model, temperature, max tokens and the exact messages.
 
 What must stay true:
-- The key covers every input that changes the reply; the endpoint URL is left out
-  on purpose so a recording replays against any endpoint (or none).
+- The key covers every input that changes the reply, the endpoint included: the
+  same model name on another server is another model (a local test server, a fixed
+  one, a hosted one). Replays do not need the key: :class:`optimize.llm.fakes.ReplayModel`
+  matches on the messages alone, whatever endpoint answered.
+- Only replies an agent could use stay: the client never stores a body it could not
+  read, and an agent that cannot parse a reply removes its entry (:meth:`ReplyCache.remove`).
 - Entries are written with :func:`pipeline.records.write_record` (staging file +
   rename): a reader never sees half an entry. An unreadable entry is a miss and
   is replaced, never patched.
@@ -30,10 +34,18 @@ from pipeline.records import VersionedRecord, content_hash, write_record
 Message = dict[str, str]
 
 
-def prompt_key(model: str, messages: Sequence[Message], *, temperature: float, max_tokens: int) -> str:
-    """The cache key of one request (sha256 hex)."""
+def endpoint_id(base_url: str | None) -> str:
+    """The endpoint as the cache key spells it: ``base_url`` without a trailing slash ("" for none)."""
+    return (base_url or "").strip().rstrip("/")
+
+
+def prompt_key(
+    model: str, messages: Sequence[Message], *, temperature: float, max_tokens: int, endpoint: str = ""
+) -> str:
+    """The cache key of one request (sha256 hex); ``endpoint`` is :func:`endpoint_id` of ``base_url``."""
     payload = json.dumps(
         {
+            "endpoint": endpoint_id(endpoint),
             "model": model,
             "temperature": round(float(temperature), 6),
             "max_tokens": int(max_tokens),
@@ -42,13 +54,14 @@ def prompt_key(model: str, messages: Sequence[Message], *, temperature: float, m
         sort_keys=True,
         ensure_ascii=False,
     )
-    return content_hash("kernelsmith-llm/1", payload)
+    return content_hash("kernelsmith-llm/2", payload)
 
 
 class CachedReply(VersionedRecord):
     key: str
     agent: str
     model: str
+    endpoint: str = ""  # endpoint_id(base_url) of the server that answered
     temperature: float
     max_tokens: int
     messages: list[dict[str, str]]
@@ -80,6 +93,10 @@ class ReplyCache:
 
     def put(self, entry: CachedReply) -> pathlib.Path:
         return write_record(entry, self.path(entry.key))
+
+    def remove(self, key: str) -> None:
+        """Forget the entry for ``key`` (a reply an agent could not use); a missing one is fine."""
+        self.path(key).unlink(missing_ok=True)
 
     def entries(self) -> list[CachedReply]:
         out = []

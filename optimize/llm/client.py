@@ -7,7 +7,17 @@ Why it is built this way:
   is testable by handing :class:`LlmClient` a *transport* that raises the
   ``openai`` package's own exception types. Tests never reach HTTP.
 - Every reply goes through :class:`optimize.llm.cache.ReplyCache` first, so a
-  rerun of a run costs nothing and sees the same replies.
+  rerun of a run costs nothing and sees the same replies. The key names the
+  endpoint (``base_url`` + model), so a recording of one server is never served
+  for another; ``llm.fresh_samples`` asks again and replaces the entries. A reply
+  the agents could not use is taken out again (:meth:`LlmClient.discard`), so a
+  fixed server or a new run is not handed the old garbage.
+- A 200 whose body is not a chat completion (bad JSON, HTML from a proxy, no
+  choices) is a :class:`optimize.errors.MalformedBody`, retried like a 5xx; the
+  ``openai`` package raises a bare ``json.JSONDecodeError`` for a body that does
+  not parse, or returns the text when the content type is not JSON.
+- Timeout and reply length follow the endpoint (``LlmConfig.effective_timeout_s``,
+  ``effective_max_tokens``): a model served on this machine gets minutes, not seconds.
 - Tokens and dollars are counted per call from ``llm.prices_usd_per_mtok``; a
   model without a price is refused up front (see :mod:`optimize.llm.prices`).
 - Budgets are enforced by :class:`MeteredModel`, which wraps any :class:`Model`
@@ -31,8 +41,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from optimize.errors import EndpointError, MalformedReply
-from optimize.llm.cache import CachedReply, Message, ReplyCache, prompt_key
+from optimize.errors import EndpointError, MalformedBody, MalformedReply
+from optimize.llm.cache import CachedReply, Message, ReplyCache, endpoint_id, prompt_key
 from optimize.llm.prices import check_priced, cost_usd
 from pipeline.config import LlmConfig
 from pipeline.errors import BudgetExhausted, ConfigError, ModelError
@@ -106,6 +116,9 @@ class Model(Protocol):
 
     def complete(self, agent: str, messages: Sequence[Message]) -> Reply: ...
 
+    def discard(self, reply: Reply) -> None:
+        """``reply`` was unusable (an agent could not parse it): never hand it out again."""
+
 
 class Transport(Protocol):
     def __call__(
@@ -130,12 +143,25 @@ def estimate_tokens(text: str) -> int:
 def completion_from_response(response: Any) -> Completion:
     """Turn an ``openai`` ChatCompletion into a :class:`Completion`.
 
-    An empty or refused reply is a :class:`MalformedReply`. When the endpoint
-    reports no usage the counts are estimated from the text length.
+    A body that is not a chat completion (the ``openai`` package hands back the
+    text of a non-JSON body, or an object without choices) is a
+    :class:`MalformedBody` (retried); an empty or refused reply is a
+    :class:`MalformedReply`. When the endpoint reports no usage the counts are
+    estimated from the text length.
     """
+    if isinstance(response, (str, bytes, list, dict)) or response is None:
+        raise MalformedBody(
+            "the endpoint answered with a body that is not a chat completion",
+            fix="check that llm.base_url is the OpenAI-compatible API (it usually ends in /v1)",
+            detail=str(response)[:400],
+        )
     choices = getattr(response, "choices", None) or []
     if not choices:
-        raise MalformedReply("the endpoint returned no choices", fix="check the model name and endpoint")
+        raise MalformedBody(
+            "the endpoint returned no choices",
+            fix="check the model name and that llm.base_url is the OpenAI-compatible API",
+            detail=str(response)[:400],
+        )
     choice = choices[0]
     message = getattr(choice, "message", None)
     content = getattr(message, "content", None) if message is not None else None
@@ -203,6 +229,12 @@ class OpenAITransport:
                 kwargs["temperature"] = temperature
             try:
                 response = self.client.chat.completions.create(**kwargs)
+            except (json.JSONDecodeError, openai.APIResponseValidationError) as err:
+                raise MalformedBody(
+                    "the endpoint answered 200 with a body that is not valid chat-completion JSON",
+                    fix="check the server behind llm.base_url (a proxy or a server mid-restart sends these)",
+                    detail=str(err),
+                ) from err
             except openai.BadRequestError as err:
                 text = str(err).lower()
                 if self.tokens_param in text and self.tokens_param == "max_completion_tokens":
@@ -247,9 +279,13 @@ def backoff_s(attempt: int, retry_after: float | None = None) -> float:
 
 
 def _classify(err: Exception) -> str:
-    """'retry', 'config' or 'model' for an exception raised by a transport."""
+    """'retry', 'config', 'model' or 'raise' for an exception raised by a transport."""
     import openai
 
+    if isinstance(err, (MalformedBody, json.JSONDecodeError)):
+        return "retry"
+    if isinstance(err, ModelError):
+        return "raise"
     if isinstance(err, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
         return "retry"
     if isinstance(err, openai.APIStatusError):
@@ -278,6 +314,7 @@ class LlmClient:
         for agent in ("testing", "profiling", "planning", "coding", "repair", "single"):
             check_priced(self.settings(agent)[0], config.prices_usd_per_mtok)
         self.cache = ReplyCache(cache_dir) if (config.cache and cache_dir is not None) else None
+        self.endpoint = endpoint_id(config.base_url)
         self.sleep = sleep
         self.usage = Usage()
         if transport is None:
@@ -294,7 +331,7 @@ class LlmClient:
                     fix=f"export {config.api_key_env}=<key> (any non-empty value for a keyless local server), "
                     "or set llm.api_key_env to the variable that holds it",
                 )
-            transport = OpenAITransport(config.base_url, key, timeout_s=config.timeout_s)
+            transport = OpenAITransport(config.base_url, key, timeout_s=config.effective_timeout_s)
         self.transport = transport
 
     def settings(self, agent: str) -> tuple[str, float, int]:
@@ -302,14 +339,19 @@ class LlmClient:
         over = self.config.agents.get(agent)  # type: ignore[call-overload]
         model = (over.model if over and over.model else None) or self.config.model
         temperature = over.temperature if over and over.temperature is not None else self.config.temperature
-        max_tokens = over.max_tokens if over and over.max_tokens is not None else self.config.max_tokens
+        max_tokens = over.max_tokens if over and over.max_tokens is not None else self.config.effective_max_tokens
         return model, float(temperature), int(max_tokens)
+
+    def discard(self, reply: Reply) -> None:
+        """Take ``reply`` out of the cache: an agent could not use it (see the module docstring)."""
+        if self.cache is not None:
+            self.cache.remove(reply.key)
 
     def complete(self, agent: str, messages: Sequence[Message]) -> Reply:
         model, temperature, max_tokens = self.settings(agent)
-        key = prompt_key(model, messages, temperature=temperature, max_tokens=max_tokens)
+        key = prompt_key(model, messages, temperature=temperature, max_tokens=max_tokens, endpoint=self.endpoint)
         phash = prompt_hash(messages)
-        if self.cache is not None:
+        if self.cache is not None and not self.config.fresh_samples:
             hit = self.cache.get(key)
             if hit is not None:
                 reply = Reply(
@@ -351,6 +393,7 @@ class LlmClient:
                     key=key,
                     agent=agent,
                     model=model,
+                    endpoint=self.endpoint,
                     temperature=temperature,
                     max_tokens=max_tokens,
                     messages=[{"role": m["role"], "content": m["content"]} for m in messages],
@@ -377,10 +420,8 @@ class LlmClient:
                     messages=messages,
                     temperature=temperature,
                     max_tokens=max_tokens,
-                    timeout_s=self.config.timeout_s,
+                    timeout_s=self.config.effective_timeout_s,
                 )
-            except ModelError:
-                raise
             except Exception as err:  # noqa: BLE001 - classified below, unknown kinds re-raised
                 kind = _classify(err)
                 if kind == "raise":
@@ -402,9 +443,15 @@ class LlmClient:
                     self.sleep(backoff_s(attempt, _retry_after_s(err)))
         import openai
 
-        what = "timed out" if isinstance(last, openai.APITimeoutError) else "failed"
+        if isinstance(last, openai.APITimeoutError):
+            what = "timed out"
+        elif isinstance(last, (MalformedBody, json.JSONDecodeError)):
+            what = "answered with a malformed body"
+        else:
+            what = "failed"
         raise EndpointError(
-            f"the LLM endpoint {what} {attempts} times (model {model}, timeout {self.config.timeout_s:g}s)",
+            f"the LLM endpoint {self.config.base_url or '(transport)'} {what} {attempts} times "
+            f"(model {model}, timeout {self.config.effective_timeout_s:g}s)",
             fix="retry later, raise llm.timeout_s / llm.max_retries, or check the endpoint",
             detail=str(last),
         ) from last
@@ -430,6 +477,10 @@ class MeteredModel:
     :class:`optimize.llm.fakes.ReplayModel` in the order it happened. One call may
     overshoot a budget by its own size: the budget is checked before a call, when
     its size is not known yet.
+
+    ``failures`` counts the calls that ended in a :class:`ModelError` (after the
+    client's retries) and ``last_error`` keeps the latest, so the loop can tell a
+    run whose every call failed from one whose replies found nothing faster.
     """
 
     def __init__(self, inner: Model, gate: SpendGate | None = None, log_path: str | os.PathLike[str] | None = None):
@@ -438,11 +489,23 @@ class MeteredModel:
         self.gate = gate
         self.log_path = pathlib.Path(log_path) if log_path is not None else None
         self.usage = Usage()
+        self.failures = 0
+        self.last_error: ModelError | None = None
+
+    def discard(self, reply: Reply) -> None:
+        discard = getattr(self.inner, "discard", None)
+        if discard is not None:
+            discard(reply)
 
     def complete(self, agent: str, messages: Sequence[Message]) -> Reply:
         if self.gate is not None:
             self.gate.before_model_call()
-        reply = self.inner.complete(agent, messages)
+        try:
+            reply = self.inner.complete(agent, messages)
+        except ModelError as err:
+            self.failures += 1
+            self.last_error = err
+            raise
         self.usage.add(reply)
         if self.gate is not None and not reply.cached:
             self.gate.charge_model(reply.tokens, reply.cost_usd)

@@ -47,6 +47,7 @@ class ScriptedModel:
         self.name = name
         self.replies = list(replies)
         self.prompts: list[tuple[str, list[Message]]] = []
+        self.discarded: list[Reply] = []  # replies an agent could not use (see Model.discard)
         self.price = dict(price_usd_per_mtok or {"input": 0.0, "output": 0.0})
 
     @property
@@ -79,6 +80,9 @@ class ScriptedModel:
             cached=False,
         )
 
+    def discard(self, reply: Reply) -> None:
+        self.discarded.append(reply)
+
     def agents(self) -> list[str]:
         """Which agent sent each prompt, in order."""
         return [agent for agent, _ in self.prompts]
@@ -99,6 +103,7 @@ class ReplayModel:
         self.match = match
         self.source = pathlib.Path(source)
         self.prompts: list[tuple[str, list[Message]]] = []
+        self.discarded: list[Reply] = []  # the recording stays as it was: a replay shows what happened
         self._by_hash: dict[str, deque[dict]] = defaultdict(deque)
         self._last: dict[str, dict] = {}
         self._ordered: list[dict] = []
@@ -183,3 +188,6 @@ class ReplayModel:
             cost_usd=0.0,
             cached=True,
         )
+
+    def discard(self, reply: Reply) -> None:
+        self.discarded.append(reply)
