@@ -15,6 +15,8 @@ import subprocess
 import zipfile
 
 import pytest
+from test_integrate_patch import OP as ACT_OP
+from test_integrate_patch import one_op_run, wheel_source  # noqa: F401 (fixtures)
 from test_loop import REPLAY, write_task
 
 from contract import layout
@@ -76,6 +78,18 @@ def test_bench_and_optimize_on_a_damaged_task_say_which_file_and_the_fix(tmp_pat
         assert code == 2, text
         assert "Traceback" not in text
         assert str(folder / "task.json") in text and f"kernelsmith extract --ops {OP}" in text
+
+
+@pytest.mark.wheel
+@pytest.mark.parametrize("how", ["truncated", "wrong-version"])
+def test_integrate_on_a_damaged_task_says_which_file_and_the_fix(one_op_run, monkeypatch, capsys, how):
+    monkeypatch.setenv("KERNELSMITH_SGLANG__CACHE_DIR", str(ROOT / "work" / "cache"))
+    task_json = one_op_run / "tasks" / ACT_OP / "task.json"
+    damage(task_json, how)
+    code, text = run_cli(capsys, "integrate", "--run", "r1", "--work-dir", str(one_op_run), "--skip-e2e")
+    assert code == 2, text
+    assert "Traceback" not in text
+    assert str(task_json) in text and f"kernelsmith extract --ops {ACT_OP}" in text
 
 
 def test_a_record_that_is_not_json_is_a_stale_record_error(tmp_path):
