@@ -67,14 +67,20 @@ def save_task(task: Task, work_dir: str | os.PathLike[str]) -> pathlib.Path:
 def load_task(folder: str | os.PathLike[str]) -> Task:
     """Read ``<folder>/task.json`` and check ``src/`` still holds exactly the recorded files.
 
-    Raises StaleRecordError (another schema version, or ``src/`` out of step with
-    the record) with the fix: re-run ``kernelsmith extract --ops <op>``.
+    Raises StaleRecordError (an empty, truncated or invalid ``task.json``, another schema
+    version, or ``src/`` out of step with the record), naming the file, with the fix:
+    re-run ``kernelsmith extract --ops <op>``, which rewrites such a task.
     """
     folder = pathlib.Path(folder)
     path = folder / TASK_FILE
     if not path.is_file():
         raise ConfigError(f"no task at {folder} (task.json missing)", fix="run `kernelsmith extract --ops <op>` first")
-    task = read_record(Task, path)
+    try:
+        task = read_record(Task, path)
+    except StaleRecordError as err:  # empty, truncated, another schema version: the fix is the same
+        raise StaleRecordError(
+            err.message, fix=f"re-run `kernelsmith extract --ops {folder.name}` (it rewrites a task it cannot load)"
+        ) from err
     for digest in task.files:
         file = folder / SRC_DIR / digest.path
         if not file.is_file():

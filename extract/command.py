@@ -51,7 +51,7 @@ from extract import pyops, sources, tasks
 from extract.errors import ToolchainError, UnknownOpError
 from pipeline.build import first_error, merge_reports
 from pipeline.config import DEFAULT_OPS, Config
-from pipeline.errors import KernelsmithError
+from pipeline.errors import KernelsmithError, NotWritable, StaleRecordError
 from pipeline.records import (
     BuildReport,
     Index,
@@ -135,7 +135,10 @@ def build_index(source: SourceInfo, cache_dir: pathlib.Path | None = None) -> tu
         elapsed_s=time.perf_counter() - started,
     )
     if cached is not None:
-        write_record(index, cached)
+        try:
+            write_record(index, cached)
+        except NotWritable as err:  # a cache we cannot fill costs time, not correctness
+            print(f"index cache not written: {err.message}", file=sys.stderr)
     return index, False
 
 
@@ -348,12 +351,18 @@ def main(args: Any, config: Config) -> int:
     source = sources.acquire(config.sglang.version, config.cache, config.sglang.src)
     started = time.perf_counter()
     index, cached = build_index(source, config.cache)
-    write_record(index, work / "index.json")
+    listing = bool(getattr(args, "list", False))
+    try:
+        write_record(index, work / "index.json")
+    except NotWritable:
+        if not listing:
+            raise
+        # --list only reads: a read-only work dir still gets its table (index.json stays as it was)
     print(
         f"index: {len(index.ops)} ops, {len(index.op_modules)} modules calling load_jit, "
         f"{len(index.kernels)} kernels ({'cached' if cached else 'scanned'}, {time.perf_counter() - started:.1f} s)"
     )
-    if getattr(args, "list", False):
+    if listing:
         print_table(index)
         return 0
     all_ops = bool(getattr(args, "all", False))
@@ -370,10 +379,14 @@ def main(args: Any, config: Config) -> int:
         folders[op.id] = folder
         try:
             key = tasks.task_key(index, op, config.extract.arch, token_counts)
+            task: Task | None = None
             if tasks.is_current(work, op.id, key):
-                task = layout.load_task(folder)
-                state = "current"
-            else:
+                try:
+                    task = layout.load_task(folder)
+                    state = "current"
+                except StaleRecordError as err:  # damaged or another version: write it again
+                    print(f"  {op.id}: rewriting the task: {err.message}")
+            if task is None:
                 task = tasks.write_task(
                     index, op, work, arch=config.extract.arch, token_counts=token_counts, program=program, key=key
                 )

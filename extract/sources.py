@@ -1,7 +1,8 @@
 """Getting SGLang's kernel sources: the pinned wheel by default, or a local tree.
 
-The wheel is downloaded with pip (no dependencies) into ``<cache>/wheels`` and
-unpacked once into ``<cache>/sglang-<version>/`` (staging folder + rename, then
+The wheel is downloaded with pip (no dependencies) into ``<cache>/wheels``, checked
+against its pinned sha256 (:data:`WHEEL_SHA256`, the one place the pins live; a wheel
+with no pin, another version or platform, must at least be an intact zip), and unpacked once into ``<cache>/sglang-<version>/`` (staging folder + rename, then
 made read-only), so every later run reads the same bytes without the network.
 
 ``SGLANG_SRC`` / ``--sglang PATH`` accepts either an installed ``sglang`` package
@@ -9,11 +10,13 @@ directory (the one holding ``kernels/``) or a git checkout (``python/sglang``
 inside it). A checkout may also carry the AOT tree ``kernels/aot/csrc``.
 
 What must stay true: nothing here imports torch or sglang; the package root we
-return always holds ``kernels/jit/csrc``.
+return always holds ``kernels/jit/csrc``; a cached wheel that fails its check (a download
+cut short) is never unpacked: it is downloaded again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pathlib
 import shutil
@@ -28,6 +31,13 @@ from pipeline.records import SourceInfo
 
 JIT_DIR = "kernels/jit"
 AOT_DIR = "kernels/aot/csrc"
+
+#: sha256 of each sglang wheel file this project reads, by file name (pip picks the one
+#: matching the running CPython: 3.11 on the CPU machine, 3.12 on the GPU machine).
+WHEEL_SHA256 = {
+    "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl": "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937",
+    "sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl": "8d257a319395b322bb1be327d05e5528859358153c8563b04c0a4a3c8af164b6",
+}
 
 
 def acquire(version: str, cache_dir: pathlib.Path, src: str | None = None) -> SourceInfo:
@@ -99,10 +109,36 @@ def _wheel(version: str, cache_dir: pathlib.Path) -> SourceInfo:
     )
 
 
+def sha256_of(path: pathlib.Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def wheel_problem(wheel: pathlib.Path) -> str | None:
+    """Why ``wheel`` must not be used (its sha256 is not its pin; no pin and not an intact
+    zip), or None when it is good."""
+    pin = WHEEL_SHA256.get(wheel.name)
+    if pin is not None:
+        actual = sha256_of(wheel)
+        return None if actual == pin else f"sha256 {actual[:16]}... is not the pinned {pin[:16]}..."
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError) as err:
+        return f"not a readable wheel ({err})"
+    return f"member {bad} is damaged" if bad else None
+
+
 def _download(version: str, dest: pathlib.Path) -> pathlib.Path:
-    existing = sorted(dest.glob(f"sglang-{version}-*.whl"))
-    if existing:
-        return existing[0]
+    for wheel in sorted(dest.glob(f"sglang-{version}-*.whl")):
+        problem = wheel_problem(wheel)
+        if problem is None:
+            return wheel
+        print(f"cached {wheel} is unusable ({problem}): downloading it again", file=sys.stderr)
+        wheel.unlink()
     dest.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable,
@@ -140,6 +176,14 @@ def _download(version: str, dest: pathlib.Path) -> pathlib.Path:
     found = sorted(dest.glob(f"sglang-{version}-*.whl"))
     if not found:
         raise SourceError(f"pip reported success but no sglang-{version} wheel is in {dest}", fix="re-run")
+    problem = wheel_problem(found[0])
+    if problem is not None:
+        found[0].unlink()
+        raise SourceError(
+            f"the downloaded {found[0].name} fails its check: {problem}",
+            fix="re-run (a download cut short); if it fails again, the index serves other bytes than the pin "
+            "in extract/sources.py WHEEL_SHA256: set SGLANG_SRC to a tree you trust",
+        )
     return found[0]
 
 
@@ -147,9 +191,14 @@ def _unpack(wheel: pathlib.Path, target: pathlib.Path) -> None:
     """Unpack only the sglang/ tree, in a staging folder, publish by rename, then make read-only."""
     staging = target.parent / f".staging-{uuid.uuid4().hex}"
     try:
-        with zipfile.ZipFile(wheel) as archive:
-            members = [m for m in archive.namelist() if m.startswith("sglang/")]
-            archive.extractall(staging, members)
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                members = [m for m in archive.namelist() if m.startswith("sglang/")]
+                archive.extractall(staging, members)
+        except (zipfile.BadZipFile, EOFError) as err:
+            raise SourceError(
+                f"{wheel} cannot be unpacked: {err}", fix=f"delete {wheel} and re-run (it is downloaded again)"
+            ) from err
         if target.exists():
             _make_writable(target)
             shutil.rmtree(target)

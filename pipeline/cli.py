@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import pathlib
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from pipeline.config import DEFAULT_OPS, load_config
-from pipeline.errors import BudgetExhausted, KernelsmithError
+from pipeline.errors import BudgetExhausted, KernelsmithError, not_writable
 
 # subcommand -> "module:function" receiving (args, config) and returning an exit code
 HANDLERS = {
@@ -116,7 +117,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         sglang["version"] = args.sglang_version
     if sglang:
         over["sglang"] = sglang
-    if getattr(args, "jobs", None):
+    if getattr(args, "jobs", None) is not None:  # 0 is a value (and refused by the config), not "unset"
         over["extract"] = {"jobs": args.jobs}
     if getattr(args, "rounds", None) is not None:
         over["budget"] = {"rounds": args.rounds}
@@ -125,11 +126,22 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return over
 
 
+#: config key (dotted) -> the flag that sets it, so a config error names the flag
+FLAGS = {
+    "work_dir": "--work-dir",
+    "sglang.src": "--sglang",
+    "sglang.version": "--sglang-version",
+    "extract.jobs": "--jobs",
+    "budget.rounds": "--rounds",
+    "harness.sweep_budget_s": "--budget-s",
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        config = load_config(args.config, overrides=_overrides(args))
+        config = load_config(args.config, overrides=_overrides(args), flags=FLAGS)
         module_name, func_name = HANDLERS[args.command].split(":")
         handler = getattr(importlib.import_module(module_name), func_name)
         return int(handler(args, config) or 0)
@@ -139,6 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KernelsmithError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
+    except OSError as err:
+        typed = not_writable(err, pathlib.Path(err.filename).parent if err.filename else "a folder it needs")
+        if typed is None:
+            raise
+        print(f"error: {typed}", file=sys.stderr)  # a read-only work dir: one line naming it, no traceback
+        return typed.exit_code
     except KeyboardInterrupt:
         print("interrupted: results written so far are kept; re-run the same command to resume", file=sys.stderr)
         return 130

@@ -2,23 +2,31 @@
 
 Layers, later wins: built-in defaults < ``kernelsmith.toml`` (or the file named by
 ``--config`` / ``KERNELSMITH_CONFIG``) < ``KERNELSMITH_*`` environment variables <
-command-line flags. Unknown keys are rejected at every layer, so a typo is an error
-that names the key, not a setting silently ignored.
+command-line flags. Unknown keys under a known section are rejected at every layer, so a
+typo is an error that names the key and the nearest known one, not a setting silently
+ignored; a ``KERNELSMITH_*`` variable that names no setting at all (``KERNELSMITH_HOME``)
+is another tool's and only warned about. An invalid value's error names the layer
+that set it (the file, the variable, the flag).
 
 Environment spelling: ``KERNELSMITH_<SECTION>__<KEY>`` for nested keys
 (``KERNELSMITH_LLM__MODEL=o4-mini``), ``KERNELSMITH_<KEY>`` for top-level ones
 (``KERNELSMITH_WORK_DIR=/scratch/ks``). ``SGLANG_SRC`` is honoured as
-``sglang.src`` because SGLang users already set it.
+``sglang.src`` because SGLang users already set it. A string field takes the variable's
+text as it is; other fields read JSON (lists, numbers, bools).
 
 Units are in the names (``_s``, ``_usd``, ``_pct``).
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import pathlib
+import sys
 import tomllib
-from typing import Any, Literal
+import types
+from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -167,35 +175,152 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _env_layer(environ: dict[str, str]) -> dict[str, Any]:
+def _field_type(path: list[str]) -> Any:
+    """The annotation of the config field at ``path`` (``["llm", "model"]``); None where no
+    field has that path (pydantic then names the unknown key)."""
+    node: Any = Config
+    for part in path:
+        node = _unwrap_optional(node)
+        if get_origin(node) is dict:  # llm.agents.<agent>: the part is the dict's key
+            node = get_args(node)[1]
+            continue
+        if not (isinstance(node, type) and issubclass(node, BaseModel)):
+            return None
+        field = node.model_fields.get(part)
+        if field is None:
+            return None
+        node = field.annotation
+    return node
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    """``Model | None`` -> ``Model``; anything else as it is."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        models = [a for a in get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if models:
+            return models[0]
+    return annotation
+
+
+def _takes_str(annotation: Any) -> bool:
+    """Whether a field of this type holds a string (``str``, ``str | None``, a Literal of strings)."""
+    if annotation is str:
+        return True
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return any(_takes_str(a) for a in get_args(annotation))
+    if origin is Literal:
+        return any(isinstance(a, str) for a in get_args(annotation))
+    return False
+
+
+def _env_layer(environ: dict[str, str], names: dict[tuple[str, ...], str] | None = None) -> dict[str, Any]:
+    """The ``KERNELSMITH_*`` layer. ``names`` (filled in) maps each key path to the variable
+    that set it, so a validation error can name the variable.
+
+    A variable whose first part is no setting (``KERNELSMITH_HOME``, another tool's) is
+    not ours: it is ignored with a warning. Under a known section an unknown key is a
+    typo, and pydantic refuses it (with the nearest key, :func:`_problems`).
+    """
     layer: dict[str, Any] = {}
-    sections = set(Config.model_fields) - {"work_dir"}
-    for name, value in environ.items():
+    names = {} if names is None else names
+    for name, value in sorted(environ.items()):
         if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX + "CONFIG":
             continue
         path = name[len(ENV_PREFIX) :].lower().split("__")
-        if len(path) == 1 and path[0] not in Config.model_fields:
-            raise ConfigError(
-                f"unknown setting {name}",
-                fix=f"use KERNELSMITH_<SECTION>__<KEY>; sections: {', '.join(sorted(sections))}",
+        if path[0] not in Config.model_fields:
+            print(
+                f"warning: ignoring {name}: not a kernelsmith setting "
+                f"(settings are KERNELSMITH_<SECTION>__<KEY>; sections: {', '.join(sorted(_SECTIONS))})",
+                file=sys.stderr,
             )
+            continue
         node = layer
         for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = _parse_env_value(value)
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(
+                    f"environment: {name} sets a key under {part}, which another variable set to a value",
+                    fix=f"unset one of the KERNELSMITH_{part.upper()}* variables",
+                )
+            node = child
+        node[path[-1]] = _parse_env_value(value, _field_type(path))
+        names[tuple(path)] = name
     if environ.get("SGLANG_SRC"):
         layer.setdefault("sglang", {}).setdefault("src", environ["SGLANG_SRC"])
+        names.setdefault(("sglang", "src"), "SGLANG_SRC")
     return layer
 
 
-def _parse_env_value(value: str) -> Any:
-    """Environment values are strings; accept JSON for lists/numbers/bools."""
-    import json
-
+def _parse_env_value(value: str, annotation: Any = None) -> Any:
+    """Environment values are strings. A string field takes the string as it is
+    (``KERNELSMITH_SGLANG__VERSION=0.6`` is "0.6", ``KERNELSMITH_LLM__MODEL=4`` is "4");
+    other fields accept JSON for lists, numbers and bools, else the text as it is."""
+    if _takes_str(annotation):
+        return value
     try:
         return json.loads(value)
     except ValueError:
         return value
+
+
+_SECTIONS = sorted(
+    k for k, f in Config.model_fields.items() if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
+)
+
+
+def _has(data: dict[str, Any], path: tuple[str, ...]) -> bool:
+    node: Any = data
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _keys_at(path: tuple[str, ...]) -> list[str]:
+    """The keys a config section at ``path`` knows (for "did you mean")."""
+    annotation = _field_type(list(path)) if path else Config
+    while get_origin(annotation) is dict:
+        annotation = get_args(annotation)[1]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return list(annotation.model_fields)
+    return []
+
+
+def _problems(
+    err: ValidationError,
+    layers: list[tuple[str, dict[str, Any]]],
+    env_names: dict[tuple[str, ...], str],
+    flags: dict[str, str],
+) -> str:
+    """One clause per validation error: the key, pydantic's reason, the layer that set the
+    value (the file, the variable, the flag), and for an unknown key the nearest known one."""
+    out = []
+    for error in err.errors(include_url=False):
+        loc = tuple(str(p) for p in error["loc"])
+        key = ".".join(loc)
+        msg = error["msg"]
+        if error["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(loc[-1], _keys_at(loc[:-1]), n=1)
+            msg = "unknown key" + (f" (did you mean {'.'.join((*loc[:-1], close[0]))}?)" if close else "")
+        source = "default"
+        for prefix in (loc[:n] for n in range(len(loc), 0, -1)):
+            found = next((name for name, data in reversed(layers) if _has(data, prefix)), None)
+            if found is None:
+                continue
+            if found == "environment":
+                source = f"environment {env_names.get(prefix, 'KERNELSMITH_' + '__'.join(prefix).upper())}"
+            elif found == "command line":
+                flag = flags.get(".".join(prefix))
+                source = f"command line {flag}" if flag else "command line"
+            else:
+                source = found
+            break
+        value = error.get("input")
+        shown = f" = {value!r}" if error["type"] != "extra_forbidden" and not isinstance(value, dict) else ""
+        out.append(f"{key}{shown}: {msg} (set by {source})")
+    return "; ".join(out)
 
 
 def load_config(
@@ -203,27 +328,48 @@ def load_config(
     *,
     overrides: dict[str, Any] | None = None,
     environ: dict[str, str] | None = None,
+    flags: dict[str, str] | None = None,
 ) -> Config:
-    """Build the effective config from file, environment and command-line overrides."""
+    """Build the effective config from file, environment and command-line overrides.
+
+    ``flags`` maps a dotted key to the command-line flag that sets it, so an error in an
+    override names the flag."""
     environ = dict(os.environ if environ is None else environ)
     data: dict[str, Any] = {}
     file = path or environ.get(ENV_PREFIX + "CONFIG")
     if file is None and pathlib.Path("kernelsmith.toml").is_file():
         file = "kernelsmith.toml"
     if file is not None:
-        try:
-            data = tomllib.loads(pathlib.Path(file).read_text(encoding="utf-8"))
-        except FileNotFoundError as err:
-            raise ConfigError(f"config file {file} not found", fix="pass an existing --config file") from err
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"config file {file} is not valid TOML: {err}", fix="fix the TOML syntax") from err
-    data = _merge(data, _env_layer(environ))
-    data = _merge(data, overrides or {})
+        given = "--config" if path else ("KERNELSMITH_CONFIG" if environ.get(ENV_PREFIX + "CONFIG") else "default")
+        data = _read_file(pathlib.Path(file), given)
+    env_names: dict[tuple[str, ...], str] = {}
+    env = _env_layer(environ, env_names)
+    layers = [(f"config file {file}", data), ("environment", env), ("command line", overrides or {})]
+    merged: dict[str, Any] = {}
+    for _, layer in layers:
+        merged = _merge(merged, layer)
     try:
-        return Config.model_validate(data)
+        return Config.model_validate(merged)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False))
         raise ConfigError(
-            f"invalid configuration: {problems}",
-            fix="check the key names and types in kernelsmith.toml / KERNELSMITH_* variables",
+            f"invalid configuration: {_problems(err, layers, env_names, flags or {})}",
+            fix="correct or remove the value where it is set (the layer named above); "
+            "keys and types: README.md, Configuration",
         ) from err
+
+
+def _read_file(file: pathlib.Path, given: str) -> dict[str, Any]:
+    """The TOML file's table; every way it cannot be read is a ConfigError naming it."""
+    fix = f"pass a TOML file ({given})" if given != "default" else "fix or remove ./kernelsmith.toml"
+    if file.is_dir():
+        raise ConfigError(f"config file {file} is a directory", fix=f"{fix}, e.g. {file / 'kernelsmith.toml'}")
+    try:
+        return tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise ConfigError(f"config file {file} not found", fix=f"{fix} that exists") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {file} is not UTF-8 text", fix=fix) from err
+    except OSError as err:
+        raise ConfigError(f"config file {file} cannot be read: {err.strerror or err}", fix=fix) from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config file {file} is not valid TOML: {err}", fix="fix the TOML syntax") from err

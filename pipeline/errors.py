@@ -13,6 +13,9 @@ Every error carries ``fix``: one line saying how to make the problem go away, an
 
 from __future__ import annotations
 
+import errno
+import os
+
 
 class KernelsmithError(Exception):
     """Base class; ``str(err)`` is the one-line cause, then the fix, then detail."""
@@ -54,7 +57,27 @@ class UnknownOpError(ConfigError):
 
 
 class StaleRecordError(ConfigError):
-    """A record on disk was written by another schema version."""
+    """A record on disk was written by another schema version, or is damaged (empty, truncated)."""
+
+
+class NotWritable(ConfigError):
+    """A folder kernelsmith must write (the work dir, a cache) is read-only or not ours."""
+
+
+#: errno values meaning "this folder cannot be written" (permissions, read-only mount, immutable)
+UNWRITABLE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def not_writable(err: OSError, folder: str | os.PathLike[str]) -> NotWritable | None:
+    """The typed error for an ``OSError`` met while writing under ``folder``: :class:`NotWritable`
+    naming the folder when the folder refuses writes, else None (a full disk, a bad path: not
+    this family; the caller re-raises ``err``)."""
+    if err.errno not in UNWRITABLE_ERRNOS:
+        return None
+    return NotWritable(
+        f"cannot write in {os.fspath(folder)}: {err.strerror or err}",
+        fix="make the folder writable, or point --work-dir (KERNELSMITH_WORK_DIR) at a writable folder",
+    )
 
 
 class StageNotBuilt(KernelsmithError):

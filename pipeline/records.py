@@ -473,19 +473,53 @@ class RunSummary(VersionedRecord):
 R = TypeVar("R", bound=BaseModel)
 
 
-def write_record(record: BaseModel, path: str | os.PathLike[str]) -> pathlib.Path:
-    """Write atomically: a staging file in the same folder, then rename."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = record.model_dump_json(indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+def file_mode() -> int:
+    """The mode a new file gets under this process's umask (``0o666 & ~umask``).
+
+    ``tempfile.mkstemp`` creates its file 0600 whatever the umask says; a record written
+    through it and renamed into place would stay unreadable to teammates and CI artifact
+    readers, so every staging file is given this mode before it is published.
+    """
+    status = pathlib.Path("/proc/self/status")
     try:
+        for line in status.read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it by setting it (and restore it at once)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_record(record: BaseModel, path: str | os.PathLike[str]) -> pathlib.Path:
+    """Write atomically: a staging file in the same folder, then rename.
+
+    The file gets the mode the umask decides (:func:`file_mode`). A folder that cannot
+    be written raises :class:`pipeline.errors.NotWritable` naming it."""
+    from pipeline.errors import not_writable
+
+    path = pathlib.Path(path)
+    text = record.model_dump_json(indent=2) + "\n"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as err:
+        typed = not_writable(err, path.parent)
+        if typed is None:
+            raise
+        raise typed from err
+    try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+        typed = not_writable(err, path.parent) if isinstance(err, OSError) else None
+        if typed is None:
+            raise
+        raise typed from err
     return path
 
 
@@ -508,17 +542,37 @@ def replace_dir(staging: pathlib.Path, target: pathlib.Path) -> None:
 
 def read_record(cls: type[R], path: str | os.PathLike[str]) -> R:
     """Read a record, refusing other schema versions with the fix in the message."""
+    from pydantic import ValidationError
+
     from pipeline.errors import StaleRecordError
 
     path = pathlib.Path(path)
-    data = json.loads(path.read_text(encoding="utf-8"))
+    fix = "re-run the stage that wrote it (for tasks: `kernelsmith extract`)"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise StaleRecordError(f"{path} is not a record (not UTF-8 text)", fix=fix) from err
+    if not text.strip():
+        raise StaleRecordError(f"{path} is empty (a write that never finished?)", fix=fix)
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise StaleRecordError(f"{path} is not valid JSON (truncated?): {err}", fix=fix) from err
     version = data.get("schema_version", SCHEMA_VERSION) if isinstance(data, dict) else None
     if version != SCHEMA_VERSION:
         raise StaleRecordError(
             f"{path} has schema_version {version}, this kernelsmith reads {SCHEMA_VERSION}",
-            fix="re-run the stage that wrote it (for tasks: `kernelsmith extract`)",
+            fix=fix,
         )
-    return cls.model_validate(data)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top)"
+        raise StaleRecordError(
+            f"{path} does not hold a valid {cls.__name__} ({err.error_count()} problem(s); {where}: {first['msg']})",
+            fix=fix,
+        ) from err
 
 
 def content_hash(*parts: str | bytes) -> str:

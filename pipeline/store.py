@@ -29,7 +29,8 @@ from datetime import UTC, datetime
 
 from pydantic import Field
 
-from pipeline.records import SCHEMA_VERSION, Record, VersionedRecord, content_hash
+from pipeline.errors import StaleRecordError
+from pipeline.records import SCHEMA_VERSION, Record, VersionedRecord, content_hash, file_mode
 
 
 class Row(Record):
@@ -77,6 +78,7 @@ class ResultsStore:
         target = self.objects / f"{key}.json"
         if not target.exists():
             fd, tmp = tempfile.mkstemp(prefix=".obj.", dir=self.objects)
+            os.fchmod(fd, file_mode())  # the umask decides, as for every record
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
             os.replace(tmp, target)
@@ -152,10 +154,34 @@ class ResultsStore:
         return keys
 
     def get(self, key: str) -> Measurement:
-        data = json.loads((self.objects / f"{key}.json").read_text(encoding="utf-8"))
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"results object {key} has schema {data.get('schema_version')}")
-        return Measurement.model_validate(data)
+        """The batch ``key``. An object that is missing, is not the bytes its key names (cut
+        short, edited) or is another schema raises :class:`StaleRecordError` naming the file."""
+        path = self.objects / f"{key}.json"
+        fix = (
+            f"move {path} aside and delete the line with key {key} from {self.history_file} "
+            "(that batch is lost; `kernelsmith bench` measures again)"
+        )
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError as err:
+            raise StaleRecordError(f"results object {path} (listed in history.jsonl) is missing", fix=fix) from err
+        except UnicodeDecodeError as err:
+            raise StaleRecordError(f"results object {path} is corrupt (not text)", fix=fix) from err
+        if content_hash(text)[:32] != key:
+            raise StaleRecordError(
+                f"results object {path} is corrupt (its bytes are not the ones its key names)", fix=fix
+            )
+        try:
+            data = json.loads(text)
+            if data.get("schema_version") != SCHEMA_VERSION:
+                raise StaleRecordError(
+                    f"results object {path} has schema {data.get('schema_version')}, this kernelsmith reads "
+                    f"{SCHEMA_VERSION}",
+                    fix=fix,
+                )
+            return Measurement.model_validate(data)
+        except (ValueError, AttributeError) as err:  # ValidationError is a ValueError
+            raise StaleRecordError(f"results object {path} is not a measurement batch: {err}", fix=fix) from err
 
     def history(self, op_id: str | None = None, device: str | None = None) -> list[tuple[str, Measurement, Row]]:
         out = []

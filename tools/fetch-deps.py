@@ -3,7 +3,8 @@
 
     python3 tools/fetch-deps.py [DEST]        # default .dev/deps
 
-Downloads the flashinfer wheel (no dependencies) with pip and unpacks only its
+Downloads the flashinfer wheel (no dependencies) with pip, checks it against its pinned
+sha256 (WHEEL_SHA256) and unpacks only its
 bundled header folders (pipeline.deps.CARRIED: CUTLASS/CuTe, flashinfer's include,
 spdlog) into DEST/flashinfer/, with DEST/flashinfer/VERSION naming the wheel. About
 4 MB compressed: small enough to carry to the GPU machine. Then set
@@ -12,6 +13,7 @@ HEADER_DEPS_DIR=DEST (tools/device-setup.sh does on the GPU machine).
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 import shutil
 import subprocess
@@ -25,6 +27,18 @@ sys.path.insert(0, str(ROOT))
 from pipeline.deps import CARRIED  # noqa: E402
 
 WHEEL = "flashinfer-python==0.7.4"  # the release whose headers the tasks were built against
+#: the sha256 of that release's wheel (flashinfer_python-0.7.4-py3-none-any.whl): checked before use
+WHEEL_SHA256 = "a051a62e09a2738e8b0de47a1944fd2f0f3eff01b728b662141ea660cb09dd32"
+
+
+def wheel_problem(wheel: pathlib.Path) -> str | None:
+    """Why the downloaded wheel must not be used (not the pinned bytes), or None."""
+    digest = hashlib.sha256()
+    with open(wheel, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    actual = digest.hexdigest()
+    return None if actual == WHEEL_SHA256 else f"{wheel.name} has sha256 {actual}, the pin is {WHEEL_SHA256}"
 
 
 def main(argv: list[str]) -> int:
@@ -35,6 +49,10 @@ def main(argv: list[str]) -> int:
             print(f"fetch-deps: `{' '.join(cmd)}` failed (is PyPI reachable?)", file=sys.stderr)
             return 1
         (wheel,) = pathlib.Path(tmp).glob("flashinfer_python-*.whl")
+        problem = wheel_problem(wheel)
+        if problem is not None:
+            print(f"fetch-deps: {problem}; nothing written (re-run; a download cut short?)", file=sys.stderr)
+            return 1
         staging = dest.parent / f".{dest.name}.staging"
         shutil.rmtree(staging, ignore_errors=True)
         with zipfile.ZipFile(wheel) as archive:
