@@ -35,6 +35,7 @@ from pipeline.records import (
     Outcome,
     Span,
     Task,
+    file_mode,
     read_record,
     replace_dir,
     write_record,
@@ -202,6 +203,7 @@ def run_meta_check(run_dir: pathlib.Path, meta: Mapping[str, str | None], *, wri
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".run.", dir=run_dir)
+    os.fchmod(fd, file_mode())  # mkstemp's 0600 would outlive the rename: the umask decides
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(meta, handle, indent=2)
     os.replace(tmp, path)

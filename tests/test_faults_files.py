@@ -333,3 +333,20 @@ def test_records_get_the_mode_the_umask_decides(tmp_path, umask):
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask
     assert (tmp_path / "results" / "objects" / f"{key}.json").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_run_files_and_replay_recordings_get_the_mode_the_umask_decides(tmp_path):
+    """The run folder's run.json and a replay recording are staged with mkstemp too: the umask decides their mode."""
+    import os
+
+    from optimize.backends.replay import _publish
+    from optimize.run_folder import run_meta_check
+
+    old = os.umask(0o022)
+    try:
+        _publish(tmp_path / "rec" / "measurements.json", {"a": 1})
+        run_meta_check(tmp_path / "run", {"mode": "multi", "coder": "offline", "backend": "replay"})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "rec" / "measurements.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "run" / "run.json").stat().st_mode & 0o777 == 0o644

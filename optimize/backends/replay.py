@@ -69,7 +69,7 @@ import tempfile
 from typing import Any, Literal
 
 from optimize.errors import ReplayError
-from pipeline.records import BuildReport, Candidate, Evaluation, Outcome, ShapeTiming, Task
+from pipeline.records import BuildReport, Candidate, Evaluation, Outcome, ShapeTiming, Task, file_mode
 
 FORMAT = "kernelsmith-replay/1"
 DEFAULT_SECONDS = {"build": 0.0, "test": 1.0, "profile": 1.0}
@@ -322,6 +322,7 @@ def _publish(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())  # mkstemp's 0600 would outlive the rename: the umask decides
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(data, handle, indent=1, sort_keys=True)
             handle.write("\n")
