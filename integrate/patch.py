@@ -157,11 +157,13 @@ def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accep
         cand_path = op_dir / CANDIDATE_FILE
         if not cand_path.is_file():
             status = statuses.get(op_id)
-            skipped[op_id] = (
-                f"optimize found nothing faster than the baseline ({status.rounds} round(s), stopped: {status.stop_reason})"
-                if status is not None and status.status == "no_improvement"
-                else f"no {CANDIDATE_FILE} (optimize did not finish this op)"
-            )
+            if status is not None and status.status == "no_improvement":
+                why = f"optimize found nothing faster than the baseline ({status.rounds} round(s), stopped: {status.stop_reason})"
+            elif status is not None and status.status == "model_failed":
+                why = f"every LLM call of this op failed, and nothing faster was found: {status.detail or 'see its trajectory'}"
+            else:
+                why = f"no {CANDIDATE_FILE} (optimize did not finish this op)"
+            skipped[op_id] = why
             continue
         candidate = read_record(Candidate, cand_path)
         if candidate.op_id != op_id:

@@ -529,6 +529,7 @@ def test_an_op_without_improvement_is_reported_as_such(tmp_path):
     run_dir = tmp_path / "runs" / "r"
     (run_dir / "activation.silu_and_mul").mkdir(parents=True)
     (run_dir / "layernorm.rmsnorm").mkdir(parents=True)
+    (run_dir / "layernorm.fused_add_rmsnorm").mkdir(parents=True)
     write_record(
         RunSummary(
             run="r",
@@ -538,7 +539,15 @@ def test_an_op_without_improvement_is_reported_as_such(tmp_path):
             simulated=False,
             started_at="a",
             finished_at="b",
-            ops=[OpSummary(op_id="activation.silu_and_mul", status="no_improvement", stop_reason="rounds", rounds=4)],
+            ops=[
+                OpSummary(op_id="activation.silu_and_mul", status="no_improvement", stop_reason="rounds", rounds=4),
+                OpSummary(
+                    op_id="layernorm.fused_add_rmsnorm",
+                    status="model_failed",
+                    rounds=2,
+                    detail="the endpoint answered 500 on every call",
+                ),
+            ],
         ),
         run_dir / "summary.json",
     )
@@ -546,3 +555,6 @@ def test_an_op_without_improvement_is_reported_as_such(tmp_path):
     assert accepted == []
     assert skipped["activation.silu_and_mul"].startswith("optimize found nothing faster than the baseline (4 round(s)")
     assert "did not finish" in skipped["layernorm.rmsnorm"]
+    assert skipped["layernorm.fused_add_rmsnorm"] == (
+        "every LLM call of this op failed, and nothing faster was found: the endpoint answered 500 on every call"
+    )

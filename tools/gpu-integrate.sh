@@ -31,8 +31,9 @@ fi
 
 timeout "${SELF_CHECK_S:-240}" python3 -m pipeline.cli integrate --self-check "$@" 2>&1 | tee "$OUT/self-check.log" | tail -40
 status=$((status | $?))
-tar -czf "$OUT/selfcheck.tgz" -C work integrate/self-check/self-check.json integrate/self-check/self-check.md integrate/self-check/logs 2>/dev/null \
-  || tar -czf "$OUT/selfcheck.tgz" -C work --exclude='integrate/self-check/tree' integrate/self-check 2>/dev/null
+# the record, the table and the worker logs; never the tree copy or the JIT caches (hundreds of MB)
+tar -czf "$OUT/selfcheck.tgz" -C work --exclude='integrate/self-check/tree' --exclude='integrate/self-check/cache' \
+  integrate/self-check 2>/dev/null
 
 if [ "${TESTS_S:-0}" != 0 ]; then
   timeout "$TESTS_S" python3 -m pytest -q -m gpu -p no:cacheprovider -rs --durations=5 \
