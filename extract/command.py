@@ -51,6 +51,7 @@ from extract import pyops, sources, tasks
 from extract.errors import ToolchainError, UnknownOpError
 from pipeline.build import first_error, merge_reports
 from pipeline.config import DEFAULT_OPS, Config
+from pipeline.digest import source_digest
 from pipeline.errors import KernelsmithError, NotWritable, StaleRecordError
 from pipeline.records import (
     BuildReport,
@@ -86,21 +87,28 @@ def _index_inputs(source: SourceInfo) -> list[pathlib.Path]:
     return sorted(set(out))
 
 
+#: The scanners' code and queries, as globs over the repository root (pipeline.digest).
+_INDEX_CODE = (
+    "extract/index.py",
+    "extract/file_scan.py",
+    "extract/cxx_nodes.py",
+    "extract/macros.py",
+    "extract/cxx.py",
+    "extract/treesitter.py",
+    "extract/pyops/*.py",
+    "extract/queries/**/*.scm",
+)
+
+
 def index_key(source: SourceInfo) -> str:
     """Content key of the index: every source file both scans read, the scanners' code and queries
     (``INDEX_VERSION`` covers how this module assembles the record)."""
     root = pathlib.Path(source.root)
-    here = pathlib.Path(__file__).parent
     parts: list[str | bytes] = [INDEX_VERSION, source.model_dump_json(exclude={"root"})]
     for path in _index_inputs(source):
         parts += [path.relative_to(root).as_posix(), path.read_bytes()]
     # the code the two scans run (not contract/tasks/shapes: they do not shape the index)
-    code = [
-        *(here / name for name in ("index.py", "file_scan.py", "cxx_nodes.py", "macros.py", "cxx.py", "treesitter.py")),
-        *pyops.SOURCE_FILES,
-    ]
-    for path in sorted([*(p for p in code if p.is_file()), *here.glob("queries/**/*.scm")]):
-        parts += [path.relative_to(here).as_posix(), path.read_bytes()]
+    parts.append(source_digest(_INDEX_CODE))
     return content_hash(*parts)
 
 

@@ -73,7 +73,7 @@ def _fits_scalar(kind: str, value: Any) -> bool:
 
 def launcher_source(root: pathlib.Path, scan: Any, entry_text: str, files: list[str]) -> tuple[str, str, str] | None:
     """(struct-or-function text, method, file) for a wrapper's C++ entry, through the index spans."""
-    struct, method = pyops._entry_parts(entry_text)
+    struct, method = pyops.entry_parts(entry_text)
     launchers = list(getattr(scan, "launchers", []) or [])
     name = struct or method
     matches = [ln for ln in launchers if ln.name == name]

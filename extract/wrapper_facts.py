@@ -191,7 +191,7 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
 
         caller.node.visit(Calls())
         for call in found:
-            assigned = pyops._assignments_before(caller, call)
+            assigned = pyops.assignments_before(caller, call)
             passed = {arg.value.value: i for i, arg in enumerate(call.args) if isinstance(arg.value, cst.Name)}
             frame = None
             for i, arg in enumerate(call.args):
@@ -223,7 +223,7 @@ def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
 def _defaults_frame(ev: pyops.Evaluator, fn: pyops.PyFunction, site: cst.CSTNode) -> pyops.Env:
     """``fn``'s frame at ``site`` with each parameter at its default (none bound without
     one) and its locals evaluated on first use (pyops' call-site frame)."""
-    return pyops._LazyEnv(fn.module, pyops.parameter_defaults(ev, fn), pyops._assignments_before(fn, site), ev)
+    return pyops.LazyEnv(fn.module, pyops.parameter_defaults(ev, fn), pyops.assignments_before(fn, site), ev)
 
 
 # `t.shape[i]` / `t.size(i)`: a scalar a wrapper reads from a tensor it passes along

@@ -261,12 +261,12 @@ def test_duplicate_public_names_in_one_group(tmp_path):
 
 
 def test_entry_parts():
-    assert pyops._entry_parts("&HiCacheKernel<{args}>::run_one_page_unified<false>") == (
+    assert pyops.entry_parts("&HiCacheKernel<{args}>::run_one_page_unified<false>") == (
         "HiCacheKernel",
         "run_one_page_unified",
     )
-    assert pyops._entry_parts("plan_compress_prefill") == (None, "plan_compress_prefill")
-    assert pyops._entry_parts("ns::Foo<a, B<c>>::run") == ("Foo", "run")
+    assert pyops.entry_parts("plan_compress_prefill") == (None, "plan_compress_prefill")
+    assert pyops.entry_parts("ns::Foo<a, B<c>>::run") == ("Foo", "run")
 
 
 def test_kernels_through_a_using_alias(ops):

@@ -59,8 +59,6 @@ are the way in.
 
 from __future__ import annotations
 
-import pathlib
-
 from extract.pyops.calls import FunctionFacts, ModuleScan, read_load_jit, scan_module
 from extract.pyops.expressions import MAX_DEPTH, MAX_LOOP, Expressions
 from extract.pyops.frames import (
@@ -134,15 +132,6 @@ from extract.pyops.values import (
     identical,
 )
 
-# The names before the split (extract/pyops.py), still used by extract/contract.py.
-_LazyEnv = LazyEnv
-_assignments_before = assignments_before
-_entry_parts = entry_parts
-
-# This package's sources: an input of every cache key whose content they shape
-# (extract.command.index_key, extract.tasks.task_key).
-SOURCE_FILES: tuple[pathlib.Path, ...] = tuple(sorted(pathlib.Path(__file__).parent.glob("*.py")))
-
 __all__ = [
     "CPP_SPELLING",
     "CSRC_DIR",
@@ -155,7 +144,6 @@ __all__ = [
     "PLANNED_SIZE",
     "PLATFORM",
     "PLATFORM_CALLS",
-    "SOURCE_FILES",
     "STDLIB_CALLS",
     "TORCH_DTYPES",
     "Alts",
