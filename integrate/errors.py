@@ -6,7 +6,8 @@
   is published when it is raised: the SGLang tree and earlier outputs are as
   they were.
 - :class:`WorkerError`: a GPU worker subprocess died, hung or answered nonsense;
-  the message carries the tail of its stderr.
+  the message carries the tail of its stderr; :class:`WorkerTimeout` when it hung
+  and was killed at its time limit.
 - :class:`GitError`: ``--git-branch`` could not commit (not a checkout, branch
   exists, dirty files); the checkout is left untouched.
   :class:`SimulatedRunError` is the one raised for a run whose timings were
@@ -26,6 +27,10 @@ class PatchError(KernelsmithError):
 
 class WorkerError(KernelsmithError):
     """A worker subprocess (one SGLang tree on the GPU) failed."""
+
+
+class WorkerTimeout(WorkerError):
+    """A worker did not answer within its time limit and was killed (a call that never returns)."""
 
 
 class GitError(ConfigError):
@@ -50,4 +55,5 @@ __all__ = [
     "SourceError",
     "StaleRecordError",
     "WorkerError",
+    "WorkerTimeout",
 ]

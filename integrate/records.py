@@ -104,6 +104,7 @@ class CheckCase(Record):
     poisoned: bool = False  # outputs were NaN-filled before the call (unwritten elements are caught)
     held_out: bool = False  # a fresh shape drawn for this check, not a catalog one
     first_call_s: float | None = None  # the patched call's wall time when it was the first of its JIT module
+    timed_out: bool = False  # a worker did not answer within the case's time limit (killed, restarted)
 
 
 class SanitizerRun(Record):

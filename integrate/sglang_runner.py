@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from integrate.calls import HELD_OUT, OpPlan, PlannedCase, plan_op, sanitizer_picks, warm_cases
-from integrate.errors import WorkerError
+from integrate.errors import WorkerError, WorkerTimeout
 from integrate.records import CheckCase, OpCheck, SanitizerRun
 from pipeline.records import Task
 
@@ -69,6 +69,13 @@ GPU_WHEELS: tuple[str, ...] = (
 WORKER = pathlib.Path(__file__).with_name("sglang_worker.py")
 KERNELSMITH_ROOT = pathlib.Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 300.0  # importing sglang.kernels (torch, triton) on a cold machine
+# A batch's builds run at once: 16 modules took 45 s on the H200 (2026-12-01). A batch that has
+# not answered by then holds a call that never returns; the cases then say which.
+WARM_TIMEOUT_S = 300.0
+# One call of a built module takes milliseconds; a first call that builds took at most 45 s.
+# On the H200 (2026-12-01) two batches of the self-check never answered at the old 900 s
+# bound per request, and the sweep's time limit lost every op after them.
+CASE_TIMEOUT_S = 120.0
 SANITIZER_CASES = 2  # per op: the smallest and one mid-size catalog shape, first dtype
 
 
@@ -173,7 +180,7 @@ class TreeWorker:
             line = self._lines.get(timeout=timeout_s)
         except queue.Empty as err:
             self.kill()
-            raise WorkerError(
+            raise WorkerTimeout(
                 f"{self.name} worker did not answer {req.get('cmd')} within {timeout_s:.0f} s; killed",
                 fix="look at the worker log for a hang (a kernel that never ends, nvcc stuck)",
                 detail=self._tail(),
@@ -248,15 +255,13 @@ def rows_width(case: PlannedCase) -> tuple[int, int]:
     return rows, dims[-1]
 
 
-def _check_case(
-    case: PlannedCase, base: TreeWorker, new: TreeWorker, exchange: pathlib.Path, index: int, *, timeout_s: float
-) -> CheckCase:
-    """One case: the pristine worker saves what it observes, the patched one judges its own against it."""
+def _case_fields(case: PlannedCase) -> dict[str, Any]:
+    """What a :class:`CheckCase` says of the planned case, whatever the outcome."""
     from optimize.harness.compare import tolerance
 
     tol = tolerance(case.dtype)
     rows, width = rows_width(case)
-    common: dict[str, Any] = dict(
+    return dict(
         label=case.label,
         sizes=case.sizes,
         rows=rows,
@@ -267,13 +272,25 @@ def _check_case(
         seed=case.seed,
         held_out=case.held_out,
     )
+
+
+def _check_case(
+    case: PlannedCase, base: TreeWorker, new: TreeWorker, exchange: pathlib.Path, index: int, *, timeout_s: float
+) -> CheckCase:
+    """One case: the pristine worker saves what it observes, the patched one judges its own against it."""
+    common = _case_fields(case)
     path = exchange / f"{index}-{case.dtype}.pt"
     try:
         try:
             a = base.request({**case.request, "mode": "save", "path": str(path)}, timeout_s=timeout_s)
         except WorkerError as err:
             base.restart()
-            return CheckCase(**common, status="skipped", reason=f"the pristine op fails here too: {err.message}")
+            return CheckCase(
+                **common,
+                status="skipped",
+                reason=f"the pristine op fails here too: {err.message}",
+                timed_out=isinstance(err, WorkerTimeout),
+            )
         if a.get("status") == "error":
             return CheckCase(**common, status="skipped", reason=f"pristine tree: {a['reason']}")
         try:
@@ -281,7 +298,10 @@ def _check_case(
         except WorkerError as err:
             new.restart()
             return CheckCase(
-                **common, status="error", reason=f"the patched op failed: {err.message}; {err.detail[-600:]}"
+                **common,
+                status="error",
+                reason=f"the patched op failed: {err.message}; {err.detail[-600:]}",
+                timed_out=isinstance(err, WorkerTimeout),
             )
     finally:
         path.unlink(missing_ok=True)
@@ -297,13 +317,35 @@ def _check_case(
     )
 
 
+def _check_plan(
+    plan: OpPlan, base: TreeWorker, new: TreeWorker, exchange: pathlib.Path, *, timeout_s: float
+) -> list[CheckCase]:
+    """Every case of one op; after a case that did not answer in ``timeout_s``, the op's other cases are skipped.
+
+    A call that hangs once hangs again (the same kernel on the same kind of input): one
+    hang costs one time limit, not one per case, and the sweep goes on to the next op.
+    """
+    cases: list[CheckCase] = []
+    hung = ""
+    for index, case in enumerate(plan.cases):
+        if hung:
+            cases.append(CheckCase(**_case_fields(case), status="skipped", reason=f"not run: {hung}"))
+            continue
+        checked = _check_case(case, base, new, exchange, index, timeout_s=timeout_s)
+        if checked.timed_out:
+            hung = f"case {case.label} ({case.dtype}) did not answer within {timeout_s:.0f} s"
+        cases.append(checked)
+    return cases
+
+
 def check_ops(
     tasks: Sequence[Task],
     baseline_pkg: pathlib.Path,
     patched_pkg: pathlib.Path,
     out_dir: pathlib.Path,
     *,
-    timeout_s: float = 900.0,
+    timeout_s: float = CASE_TIMEOUT_S,
+    warm_timeout_s: float = WARM_TIMEOUT_S,
     sanitizer: bool = True,
     command: str = "",
     python: str = sys.executable,
@@ -351,11 +393,9 @@ def check_ops(
             build_s: dict[str, float] = {}
             first_build: dict[str, dict[str, float | None]] = {"baseline": {}, "patched": {}}
             for batch in warm_batches(runnable):
-                _warm(batch, (base, new), build_s, first_build, logs, timeout_s=timeout_s)
+                _warm(batch, (base, new), build_s, first_build, logs, timeout_s=warm_timeout_s)
                 for plan in batch:
-                    cases: list[CheckCase] = []
-                    for index, case in enumerate(plan.cases):
-                        cases.append(_check_case(case, base, new, exchange, index, timeout_s=timeout_s))
+                    cases = _check_plan(plan, base, new, exchange, timeout_s=timeout_s)
                     passed = sum(c.status == "pass" for c in cases)
                     skipped = sum(c.status == "skipped" for c in cases)
                     keys = sorted({c.key for c in plan.cases})

@@ -245,10 +245,16 @@ class _dispatch_trace:
             fused_op.clear_fused_op_trace()
 
 
+def _progress(text: str) -> None:
+    """One line in the worker's log (its stderr) before a step that may not return: a hang names its case."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
 def cmd_check(req: dict[str, Any]) -> dict[str, Any]:
     """Build the planned call, run it once; ``mode`` save / compare / run (see the module docstring)."""
     import torch
 
+    _progress(f"check {req.get('op')} {req.get('key')} {req.get('mode', 'run')}")
     call = Call(req)
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -357,6 +363,7 @@ def cmd_warm(req: dict[str, Any]) -> dict[str, Any]:
     def builder(case: dict[str, Any]) -> Callable[[], None]:
         def build() -> None:
             try:
+                _progress(f"warm {case.get('op')} {case['key']}")
                 start = time.perf_counter()
                 Call(case)()
                 _first_calls.setdefault(case["key"], time.perf_counter() - start)

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from test_integrate_patch import OP, act_span, edited_kernel, make_best, make_task
@@ -319,6 +320,61 @@ def test_check_ops_records_rejected_and_crashing_cases_and_goes_on(sglang_source
     assert check.jit_build_s == {"baseline": 2.0, "patched": 2.5}
     assert check.first_call_s == 1.5 and check.modules == 1
     assert not list((tmp_path / "out").glob(".exchange/*")), "exchanged outputs are removed"
+
+
+HANG_STUB = """
+import json, sys, time
+role = "patched" if "patched" in sys.argv[sys.argv.index("--package") + 1] else "baseline"
+out = sys.stdout
+for line in sys.stdin:
+    req = json.loads(line)
+    if req["cmd"] == "warm" and role == "baseline":
+        time.sleep(600)  # a module whose first call never returns
+    if req["cmd"] in ("ping", "exit", "warm"):
+        out.write(json.dumps({"ok": True, "seconds": 1.0, "modules": 1}) + "\\n"); out.flush()
+        if req["cmd"] == "exit":
+            break
+        continue
+    rows = req["tensors"][0]["shape"][0]
+    if role == "baseline" and rows == 3:
+        time.sleep(600)  # the call hangs at this shape
+    if role == "baseline":
+        open(req["path"], "w").write("outputs")
+        out.write(json.dumps({"ok": True}) + "\\n")
+    else:
+        out.write(json.dumps({"ok": True, "status": "pass", "bitwise_equal": True, "max_abs_err": 0.0}) + "\\n")
+    out.flush()
+"""
+
+
+def test_a_hanging_op_costs_one_time_limit_and_the_sweep_goes_on(sglang_source, tmp_path):
+    """On the H200 (2026-12-01) one hanging batch held the self-check until its time limit and lost
+    every later op: a warm that does not answer is killed, and after an op's first hung case
+    its other cases are skipped with the reason, not waited on one by one."""
+    stub = tmp_path / "stub.py"
+    stub.write_text(HANG_STUB)
+    python = _stand_in(tmp_path, f'exec {sys.executable} {stub} "$@"\n')
+    shapes = [ShapeCase(model="m", tokens=n, sizes={"num_tokens": n, "hidden_size": 64}) for n in (1, 3, 5, 7)]
+    task = _task(sglang_source, tmp_path, shapes=shapes, dtypes=("bf16",))
+    start = time.monotonic()
+    (check,) = sglang_runner.check_ops(
+        [task],
+        tmp_path / "baseline" / "sglang",
+        tmp_path / "patched" / "sglang",
+        tmp_path / "out",
+        sanitizer=False,
+        python=python,
+        held_out=0,
+        timeout_s=2,
+        warm_timeout_s=2,
+    )
+    assert time.monotonic() - start < 60, "two time limits and restarts, not one per case"
+    assert [c.status for c in check.cases] == ["pass", "skipped", "skipped", "skipped"]
+    assert check.cases[1].timed_out and "did not answer" in check.cases[1].reason
+    assert all(
+        c.reason.startswith("not run: case ") and "did not answer within 2 s" in c.reason for c in check.cases[2:]
+    )
+    assert (tmp_path / "out" / "logs" / "warm-baseline.error").is_file(), "the hung warm is logged"
 
 
 def test_warm_batches_cut_the_ops_so_each_batch_builds_at_most_the_limit():
