@@ -56,7 +56,8 @@ device-wheels: $(STAMP)
 	DEVICE_WHEELS=$(DEVICE_WHEELS_TOOL) bash integrate/wheels.sh
 	$(DEVICE_WHEELS_TOOL) pydantic==2.14.4 annotated-types typing-inspection libcst==1.9.0 \
 	  tree-sitter==0.26.1 tree-sitter-cpp==0.23.4 tree-sitter-cuda==0.21.2 \
-	  openai==3.57.0 httpx2==2.16.2 httpcore2==2.16.2 truststore jiter distro sniffio
+	  openai==3.57.0 httpx2==2.16.2 httpcore2==2.16.2 truststore jiter distro sniffio \
+	  kernel_tuner==1.5.0 python-constraint2 xmltodict jsonschema jsonschema-specifications referencing rpds-py
 	$(KS) extract --no-compile --ops $(OPS)
 	mkdir -p .dev/wheels && cp work/cache/wheels/sglang-*.whl .dev/wheels/
 

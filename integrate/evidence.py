@@ -135,7 +135,7 @@ def gather(report: IntegrateReport, run_dir: pathlib.Path | None = None) -> RunF
     for op in patch.ops:
         op_dir = run_dir / op.op_id
         chain = _chain(op_dir, op.candidate)
-        ids = [c.skill for c in reversed(chain) if c.skill]
+        ids = [i for c in reversed(chain) for i in c.skill_ids]
         root = chain[-1].id if chain and chain[-1].parent is None else None
         profile, note = _profile(op_dir, root)
         ops[op.op_id] = OpFacts(

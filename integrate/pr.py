@@ -38,6 +38,7 @@ from integrate.diffs import sha256
 from integrate.errors import GitError
 from integrate.evidence import OpFacts, RunFacts, gather, launch_facts, refuse_simulated
 from integrate.records import E2EResult, IntegrateReport, OpChange, Patch
+from optimize.report import params_text
 from pipeline.records import ShapeTiming
 
 SECTIONS = ("## Summary", "## Performance", "## Correctness", "## End-to-end", "## Reproduce")
@@ -252,7 +253,7 @@ def _buckets(op: OpChange, facts: OpFacts, sim: str) -> list[str]:
     out = [f"Buckets and fallbacks (`{op.op_id}`):", ""]
     timings = _timings(op)
     tokens = sorted({t.sizes.get("num_tokens", 0) for t in timings if "num_tokens" in t.sizes})
-    config = ", ".join(f"{k}={v}" for k, v in sorted(facts.params.items())) or "no parameters"
+    config = params_text(dict(facts.params)) or "no parameters"
     served = f"token counts {', '.join(map(str, tokens))} measured" if tokens else "every shape"
     if facts.guarded:
         out.append(

@@ -24,6 +24,10 @@ class ReplayError(ConfigError):
     """A replay file is missing, malformed, or has no entry for a candidate."""
 
 
+class SearchError(ConfigError):
+    """The search strategy is unknown, or Kernel Tuner (which provides the strategies) is not installed."""
+
+
 class TrajectoryError(ConfigError):
     """A trajectory file on disk cannot be read as this version writes it."""
 
@@ -52,6 +56,7 @@ class ScriptExhausted(LookupError):
 
 
 __all__ = [
+    "SearchError",
     "BudgetExhausted",
     "ConfigError",
     "EndpointError",

@@ -76,9 +76,10 @@ from optimize.harness.baseline_repair import BaselineRun, repair_baseline
 from optimize.harness.errors import BaselineError
 from optimize.hooks import CaseValidator, Hooks
 from optimize.llm.client import MeteredModel, Model
-from optimize.measure import evaluate_once, profile_once
+from optimize.measure import evaluate_many_once, evaluate_once, profile_once
 from optimize.policy import Decision
-from optimize.run_folder import OpState, clip, op_summary, why
+from optimize.run_folder import OpState, clip, model_failure, op_summary, why
+from optimize.search.rounds import search_round
 from optimize.trajectory import (
     Attempt,
     RoundOutcome,
@@ -104,6 +105,7 @@ from pipeline.records import (
 
 FINAL_TRIES = 3  # candidates tried in final validation before keeping the baseline
 POLICY_LIMIT = 8  # options the planner sees (mechanical ones rank below LLM rewrites; keep some in view)
+SEARCH_LIMIT = 256  # a search round spans every mechanical proposal
 REPAIRABLE = {Outcome.compile_failed, Outcome.incorrect, Outcome.crashed, Outcome.timeout}
 
 #: ``progress(op_id, round number, rounds per op)`` before each round (the command's progress bars).
@@ -319,11 +321,13 @@ class Loop:
                     traj.append(self._stop_record(op, stop, mark))
                 break
             traj.append(record.model_copy(update=self._spent_since(mark)))
-        if stop in ("rounds", "tokens", "dollars", "wall_time", "gpu_time") and not self._has_stop(op, stop):
+        if stop in ("rounds", "tokens", "dollars", "wall_time", "gpu_time", "converged") and not self._has_stop(
+            op, stop
+        ):
             traj.append(self._stop_record(op, stop, self._meter()))
         best = self._finalize(op)
         summary = op_summary(op, stop, best)
-        failure = self._model_failure(op)
+        failure = model_failure(self._model, op)
         if failure is not None and summary.status == "no_improvement":
             summary = summary.model_copy(update={"status": "model_failed", "detail": failure})
         elif failure is not None:
@@ -340,29 +344,6 @@ class Loop:
         report.write_op_report(op.dir / "report.md", text)
         return summary
 
-    def _model_failure(self, op: OpState) -> str | None:
-        """Why every LLM call of this op failed, or None when one answered (or none was made).
-
-        Calls made by this process are counted by the :class:`MeteredModel`; a resumed
-        run that made none reads its rounds instead: every attempt an LLM agent made
-        (transforms aside) ended in ``model_error``.
-        """
-        model = self._model
-        if not isinstance(model, MeteredModel):
-            return None
-        if model.usage.calls or model.failures:
-            if model.usage.calls or model.last_error is None:
-                return None
-            err = model.last_error
-            return clip(
-                f"all {model.failures} LLM call(s) failed, the last: {err.message}"
-                + (f"; fix: {err.fix}" if err.fix else "")
-            )
-        attempts = [a for r in op.trajectory.rounds() for a in r.attempts if a.agent != "transform"]
-        if attempts and all(a.status == "model_error" for a in attempts):
-            return clip(f"every LLM attempt of the run's rounds failed, the last: {attempts[-1].detail}")
-        return None
-
     def _has_stop(self, op: OpState, reason: str) -> bool:
         """A stop line with this reason is already on disk after the last round (a rerun adds none)."""
         for record in reversed(op.trajectory.records):
@@ -377,8 +358,12 @@ class Loop:
             self.progress(op.task.op_id, number, self.config.budget.rounds)
 
     def _stop_reason(self, op: OpState) -> str | None:
-        if len(op.trajectory.rounds()) >= self.config.budget.rounds:
+        rounds = op.trajectory.rounds()
+        if len(rounds) >= self.config.budget.rounds:
             return "rounds"
+        last = rounds[-1] if rounds else None
+        if last is not None and not last.accepted and last.attempts and all(a.agent == "search" for a in last.attempts):
+            return "converged"  # the same best gives the same space: a next round would read it all back
         return self.budget.exhausted()
 
     def _stop_record(self, op: OpState, reason: str, mark: tuple[float, int, float, float]) -> RoundRecord:
@@ -388,7 +373,7 @@ class Loop:
             round=op.trajectory.last_round(),
             mode=self.options.mode,
             coder=self.options.coder,
-            outcome=RoundOutcome.budget_exhausted if reason not in ("no_options",) else RoundOutcome.ok,
+            outcome=RoundOutcome.budget_exhausted if reason not in ("no_options", "converged") else RoundOutcome.ok,
             stop_reason=reason,
             detail=self.budget.message(reason),
             best=op.trajectory.best_id(),
@@ -496,6 +481,8 @@ class Loop:
         decisions = self.hooks.policy_plan(
             features, self.skills, traj.history(), llm_available=model is not None, limit=POLICY_LIMIT
         )
+        if self.options.mode == "multi" and model is None and self.config.search.strategy != "off":
+            return self._search(op, number, base, best, features)
         profile_text = summary.text()
         trajectory_text = traj.summary()
         if self.options.mode == "single":
@@ -604,6 +591,26 @@ class Loop:
                 else:
                     attempts.append(Attempt(agent=guard.agent, status=guard.status, detail=clip(guard.detail)))
         return self._record(op, number, plan, base.id, best, attempts, candidate, evaluation, guarded)
+
+    def _search(self, op: OpState, number: int, base: Candidate, best: RoundRecord, features: Any) -> RoundRecord:
+        """A round of the offline coder: a search over composed transforms (:mod:`optimize.search`)."""
+        decisions = self.hooks.policy_plan(
+            features, self.skills, op.trajectory.history(), llm_available=False, limit=SEARCH_LIMIT
+        )
+        found = search_round(
+            base,
+            best.speedup_geomean,
+            decisions,
+            config=self.config,
+            coder=self.options.coder,
+            measure=lambda members: evaluate_many_once(op, members, self.backend, self.budget),
+            seed=number,
+        )
+        attempts, member = found.outcome()
+        if member is None and found.budget_spent:
+            raise BudgetExhausted(self.budget.message(self.budget.exhausted() or "gpu_time"), where="gpu_time")
+        chosen, evaluation = (member.candidate, member.evaluation) if member is not None else (None, None)
+        return self._record(op, number, found.plan(member), base.id, best, attempts, chosen, evaluation, False)
 
     def _candidate(self, op: OpState, base: Candidate, plan: planning.Plan, result: CodeResult) -> Candidate:
         assert result.regions is not None

@@ -1,5 +1,7 @@
 """The loop's measurements: each candidate evaluated once per stage and profiled once, stored, GPU time charged.
 
+A search population (:func:`evaluate_many_once`) is measured in one backend call.
+
 Why: GPU time is the scarcest budget and a run must resume without measuring
 again. Every evaluation and Nsight Compute profile the loop asks for goes
 through here: a stored one is read back, a new one is measured through the
@@ -16,6 +18,7 @@ What must stay true:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from optimize.backends import Backend
@@ -39,6 +42,29 @@ def evaluate_once(
     budget.charge_gpu(backend.gpu_s - before)
     write_record(evaluation, op.eval_path(candidate.id, stage))
     return evaluation
+
+
+def evaluate_many_once(
+    op: OpState, candidates: Sequence[Candidate], backend: Backend, budget: Budget
+) -> list[Evaluation | None]:
+    """Round evaluations of a population: stored ones read back, the others measured together, charged, stored.
+
+    None for the candidates left unmeasured because a budget is spent (checked before
+    the population is measured: a population is never cut in the middle).
+    """
+    out: list[Evaluation | None] = [op.stored_evaluation(c.id, "round") for c in candidates]
+    fresh = [i for i, e in enumerate(out) if e is None]
+    if not fresh or budget.exhausted() is not None:
+        return out
+    for i in fresh:
+        op.save_candidate(candidates[i])
+    before = backend.gpu_s
+    evaluations = backend.evaluate_many(op.task_dir, op.task, [candidates[i] for i in fresh])
+    budget.charge_gpu(backend.gpu_s - before)
+    for i, evaluation in zip(fresh, evaluations):
+        write_record(evaluation, op.eval_path(candidates[i].id, "round"))
+        out[i] = evaluation
+    return out
 
 
 def profile_once(

@@ -40,6 +40,34 @@ def shape_table(baseline: Sequence[ShapeTiming], candidate: Sequence[ShapeTiming
     return rows
 
 
+def params_text(params: dict) -> str:
+    """A search point's steps as ``skill k=v; skill k=v`` (its target names left out), else ``k=v, ...``."""
+    steps = params.get("steps")
+    if isinstance(steps, list) and all(isinstance(s, dict) for s in steps):
+        shown = []
+        for step in steps:
+            chosen = {
+                k: v for k, v in (step.get("params") or {}).items() if k in ("value", "min_blocks", "factor", "ops")
+            }
+            shown.append(" ".join([str(step.get("skill"))] + [f"{k}={v}" for k, v in sorted(chosen.items())]))
+        return "; ".join(shown)
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
+
+
+def _attempts_cell(record: RoundRecord) -> str:
+    """The attempts in order; a search round's members counted by outcome instead."""
+    members = [a for a in record.attempts if a.agent == "search" and a.candidate]
+    if members:
+        counts: dict[str, int] = {}
+        for a in members:
+            key = a.outcome.value if a.outcome else a.status
+            counts[key] = counts.get(key, 0) + 1
+        rest = [a for a in record.attempts if a.agent == "search" and not a.candidate]
+        text = f"search: {len(members)} candidates (" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ")"
+        return text + ("; some points do not compose" if rest else "")
+    return " → ".join(f"{a.agent}:{a.outcome.value if a.outcome else a.status}" for a in record.attempts)
+
+
 def round_lines(records: Sequence[RoundRecord]) -> list[str]:
     rows = [
         "| round | kind | skill | params | outcome | geomean | min | accepted | attempts |",
@@ -48,9 +76,9 @@ def round_lines(records: Sequence[RoundRecord]) -> list[str]:
     for r in records:
         if r.kind == "baseline":
             continue
-        params = ", ".join(f"{k}={v}" for k, v in sorted(r.params.items())) or ("—" if r.kind != "stop" else "")
+        params = params_text(r.params) or ("—" if r.kind != "stop" else "")
         what = r.stop_reason if r.kind == "stop" else r.outcome.value
-        attempts = " → ".join(f"{a.agent}:{a.outcome.value if a.outcome else a.status}" for a in r.attempts)
+        attempts = _attempts_cell(r)
         rows.append(
             f"| {r.round} | {r.kind} | {r.skill or ''} | {params} | {what} | {_fmt(r.speedup_geomean, '.3f', '×')} | "
             f"{_fmt(r.speedup_min, '.3f', '×')} | {'yes' + (' (guarded)' if r.guarded else '') if r.accepted else ''} | {attempts} |"

@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 
 from extract.splice import apply_regions
+from optimize.llm.client import MeteredModel, Model
 from optimize.trajectory import RoundOutcome, RoundRecord, Trajectory, candidate_id
 from pipeline.errors import ConfigError, KernelsmithError
 from pipeline.records import (
@@ -137,8 +138,7 @@ def path_skills(op: OpState, cid: str) -> list[str]:
             cand = op.candidate(cid)
         except (OSError, KernelsmithError, ValueError):
             break
-        if cand.skill:
-            skills.append(cand.skill)
+        skills.extend(reversed(cand.skill_ids))
         cid = cand.parent or ""
     return list(reversed(skills))
 
@@ -207,3 +207,26 @@ def run_meta_check(run_dir: pathlib.Path, meta: Mapping[str, str | None], *, wri
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(meta, handle, indent=2)
     os.replace(tmp, path)
+
+
+def model_failure(model: Model | None, op: OpState) -> str | None:
+    """Why every LLM call of this op failed, or None when one answered (or none was made).
+
+    Calls made by this process are counted by the :class:`MeteredModel`; a resumed
+    run that made none reads its rounds instead: every attempt an LLM agent made
+    (transforms aside) ended in ``model_error``.
+    """
+    if not isinstance(model, MeteredModel):
+        return None
+    if model.usage.calls or model.failures:
+        if model.usage.calls or model.last_error is None:
+            return None
+        err = model.last_error
+        return clip(
+            f"all {model.failures} LLM call(s) failed, the last: {err.message}"
+            + (f"; fix: {err.fix}" if err.fix else "")
+        )
+    attempts = [a for r in op.trajectory.rounds() for a in r.attempts if a.agent not in ("transform", "search")]
+    if attempts and all(a.status == "model_error" for a in attempts):
+        return clip(f"every LLM attempt of the run's rounds failed, the last: {attempts[-1].detail}")
+    return None

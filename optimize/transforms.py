@@ -548,6 +548,9 @@ class TransformSpec:
     selectors: tuple[str, ...]  # grid keys that choose targets and are not passed to fn
     targets: Callable[[Features, dict[str, Any]], list[dict[str, Any]]]
     summary: str
+    # the parameters that choose *how* (a value, a factor); the others name *what* (a constant,
+    # a kernel): a search makes one dimension per transform and target, its values the choices
+    choice: tuple[str, ...] = ()
 
 
 def _tune_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
@@ -628,6 +631,7 @@ TRANSFORMS: dict[str, TransformSpec] = {
             ("role",),
             _tune_targets,
             "set a literal compile-time constant (block size, items, unroll, vector bytes)",
+            choice=("value",),
         ),
         TransformSpec(
             "set_launch_bounds",
@@ -640,6 +644,7 @@ TRANSFORMS: dict[str, TransformSpec] = {
             (),
             _launch_bounds_targets,
             "add or set __launch_bounds__ on a kernel",
+            choice=("max_threads", "min_blocks"),
         ),
         TransformSpec(
             "fast_math",
@@ -648,6 +653,7 @@ TRANSFORMS: dict[str, TransformSpec] = {
             (),
             _fast_math_targets,
             "precise math -> fast intrinsics in device code",
+            choice=("ops",),
         ),
         TransformSpec("enable_pdl", enable_pdl, {}, (), _enable_pdl_targets, "turn programmatic dependent launch on"),
         TransformSpec(
@@ -669,6 +675,7 @@ TRANSFORMS: dict[str, TransformSpec] = {
             (),
             _unroll_targets,
             "#pragma unroll before for-loops",
+            choice=("factor",),
         ),
     )
 }

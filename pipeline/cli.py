@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, help="round budget per op")
     p.add_argument("--run", help="run name (default: a new timestamped one; an existing one resumes)")
     p.add_argument("--replay", metavar="FILE", help="replay recorded measurements instead of a GPU (testing)")
+    p.add_argument(
+        "--search",
+        metavar="STRATEGY",
+        help="offline coder's search: auto (default), off (one transform a round) or a Kernel Tuner strategy",
+    )
 
     p = sub.add_parser("integrate", help="patch winners into an SGLang tree and prove them")
     _common(p)
@@ -121,6 +126,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         over["extract"] = {"jobs": args.jobs}
     if getattr(args, "rounds", None) is not None:
         over["budget"] = {"rounds": args.rounds}
+    if getattr(args, "search", None):
+        over["search"] = {"strategy": args.search}
     if getattr(args, "budget_s", None) is not None:
         over["harness"] = {"sweep_budget_s": args.budget_s}
     return over
@@ -133,6 +140,7 @@ FLAGS = {
     "sglang.version": "--sglang-version",
     "extract.jobs": "--jobs",
     "budget.rounds": "--rounds",
+    "search.strategy": "--search",
     "harness.sweep_budget_s": "--budget-s",
 }
 

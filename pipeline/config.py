@@ -132,6 +132,21 @@ class BudgetConfig(Section):
     repair_attempts: int = Field(default=2, ge=0)
 
 
+class SearchConfig(Section):
+    """How the offline coder searches a round: composed mechanical transforms, a population at a time.
+
+    ``strategy``: ``auto`` (every point when the space holds at most ``evals_per_round``,
+    else Kernel Tuner's genetic algorithm), ``off`` (one transform a round, as before), or
+    any Kernel Tuner strategy name (``brute_force``, ``genetic_algorithm``, ``greedy_ils``,
+    ``random_sample``, ...).
+    """
+
+    strategy: str = "auto"
+    population: int = Field(default=16, ge=1)  # candidates built at once and timed in one worker
+    evals_per_round: int = Field(default=32, ge=1)  # new points a round may evaluate
+    build_jobs: int = Field(default=max(1, (os.cpu_count() or 1)), ge=1)  # nvcc processes at once
+
+
 class HarnessConfig(Section):
     worker_timeout_s: float = 120.0
     noise_pct: float = 3.0
@@ -155,6 +170,7 @@ class Config(Section):
     llm: LlmConfig = Field(default_factory=LlmConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
 
     @property
     def work(self) -> pathlib.Path:

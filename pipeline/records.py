@@ -382,6 +382,13 @@ class Outcome(str, enum.Enum):
     budget_exhausted = "budget_exhausted"
 
 
+class Step(Record):
+    """One mechanical transform of a composed candidate: the skill and the parameters it was applied with."""
+
+    skill: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
 class Candidate(VersionedRecord):
     """A proposed replacement for a task's editable region."""
 
@@ -389,10 +396,19 @@ class Candidate(VersionedRecord):
     id: str  # content hash of the region texts
     parent: str | None  # candidate id it was derived from (None = baseline)
     regions: dict[str, str]  # span name -> new text for that span
-    skill: str | None = None
+    skill: str | None = None  # a composed candidate: its steps' skills joined by "+"
     params: dict[str, Any] = Field(default_factory=dict)
     coder: str = "baseline"
     rationale: str = ""
+    # a search point: the transforms that made it from its parent, in the order applied
+    steps: list[Step] = Field(default_factory=list)
+
+    @property
+    def skill_ids(self) -> list[str]:
+        """The skills that made this candidate from its parent (its steps', else its one skill)."""
+        if self.steps:
+            return [s.skill for s in self.steps]
+        return [self.skill] if self.skill else []
 
     @property
     def is_baseline(self) -> bool:

@@ -244,6 +244,35 @@ def test_worker_checks_and_times_a_real_baseline(tmp_path):
     assert set(ev.seconds) >= {"build", "test", "profile"}
 
 
+def test_a_population_is_built_at_once_and_judged_member_by_member_in_one_worker(tmp_path):
+    """Three silu_and_mul members: the baseline's own code and a comment-only edit (both checked and
+    timed in one worker, bitwise equal), and one that does not compile (never reaches the worker)."""
+    from contract.layout import baseline_regions, load_task, read_task_files
+    from optimize.harness.population import evaluate_population
+    from optimize.trajectory import candidate_id
+    from pipeline.config import load_config
+    from pipeline.records import Candidate
+
+    task_dir = ROOT / "work" / "tasks" / "activation.silu_and_mul"
+    if not (task_dir / "task.json").is_file():
+        pytest.skip("run `kernelsmith extract --ops activation.silu_and_mul` first")
+    task = load_task(task_dir)
+    regions = baseline_regions(read_task_files(task_dir, task), task)
+    name = next(n for n, text in regions.items() if "* up" in text or "* y" in text or "silu" in text.lower())
+    comment = {**regions, name: regions[name].replace(";", "; /* population */", 1)}
+    broken = {**regions, name: regions[name] + "\n#error population test\n"}
+    members = [
+        Candidate(op_id=task.op_id, id=candidate_id(r), parent="base", regions=r, coder="test")
+        for r in (dict(regions), comment, broken)
+    ]
+    config = load_config(overrides={"work_dir": str(ROOT / "work"), "harness": {"held_out_shapes": 2}})
+    small = [s for s in task.shapes if s.sizes.get("num_tokens", 0) in (1, 8)][:2]
+    out = evaluate_population(task_dir, task.model_copy(update={"shapes": small}), members, config=config)
+    assert [e.candidate for e in out] == [m.id for m in members]
+    assert all(e.outcome.value == "ok" and e.bitwise_equal for e in out[:2]), [e.detail for e in out]
+    assert out[2].outcome.value == "compile_failed" and "population test" in out[2].detail
+
+
 def test_ncu_profiles_a_real_baseline(tmp_path):
     """Nsight Compute through the worker's single mode: DRAM throughput, occupancy, stalls of silu_and_mul."""
     from contract.layout import load_task

@@ -130,8 +130,10 @@ class CountingBackend(ReplayBackend):
         return super().evaluate(task_dir, task, candidate, stage=stage)
 
 
-def config(work: pathlib.Path, **budget) -> Config:
-    return Config.model_validate({"work_dir": str(work), "budget": {"rounds": 1, **budget}})
+def config(work: pathlib.Path, *, search: str = "auto", **budget) -> Config:
+    return Config.model_validate(
+        {"work_dir": str(work), "budget": {"rounds": 1, **budget}, "search": {"strategy": search}}
+    )
 
 
 def edit(old: str, new: str, region: str = "scale_kernel") -> str:
@@ -145,11 +147,13 @@ def whole(text: str, region: str = "scale_kernel") -> str:
 VEC_KERNEL = KERNEL.replace("// scale", "// scale (float4 body, scalar tail)")
 
 
-def run_loop(tmp_path, model, *, rounds=1, mode="multi", coder="llm", calls=None, backend=None, **budget):
+def run_loop(
+    tmp_path, model, *, rounds=1, mode="multi", coder="llm", calls=None, backend=None, search="auto", **budget
+):
     task_dir, task = write_task(tmp_path)
     backend = backend or CountingBackend()
     loop = Loop(
-        config(tmp_path, rounds=rounds, **budget),
+        config(tmp_path, rounds=rounds, search=search, **budget),
         LoopOptions(run="r1", mode=mode, coder=coder),
         backend,
         model=model,
@@ -332,8 +336,9 @@ def test_final_validation_failure_disqualifies_the_best(tmp_path):
 
 
 def test_offline_loop_uses_real_transforms_and_never_repeats_a_tried_option(tmp_path):
+    """search.strategy = "off": one transform a round, the policy's first untried option."""
     calls: list = []
-    summary, traj, backend = run_loop(tmp_path, None, rounds=8, coder="offline", calls=calls)
+    summary, traj, backend = run_loop(tmp_path, None, rounds=8, coder="offline", calls=calls, search="off")
     rounds = traj.rounds()
     pairs = [(r.skill, params_key(r.params)) for r in rounds]
     assert len(pairs) == len(set(pairs)) == 8  # nothing tried twice
@@ -379,12 +384,18 @@ def two_op_replay(tmp_path) -> pathlib.Path:
     return path
 
 
-def run_two_ops(tmp_path, model, *, coder="llm", clock=None, **budget):
+def run_two_ops(tmp_path, model, *, coder="llm", clock=None, search="off", **budget):
+    """Two ops, one transform a round by default (these tests count rounds against budgets)."""
     ops = [write_task(tmp_path, "demo.scale"), write_task(tmp_path, "demo.copy")]
     backend = CountingBackend(two_op_replay(tmp_path))
     kwargs = {"clock": clock} if clock else {}
     loop = Loop(
-        config(tmp_path, **budget), LoopOptions(run="r1", coder=coder), backend, model=model, hooks=hooks(), **kwargs
+        config(tmp_path, search=search, **budget),
+        LoopOptions(run="r1", coder=coder),
+        backend,
+        model=model,
+        hooks=hooks(),
+        **kwargs,
     )
     return loop.run(ops), backend
 
@@ -606,6 +617,8 @@ def test_command_replay_run_resumes_with_more_rounds(tmp_path, capsys):
         "cli",
         "--replay",
         str(REPLAY),
+        "--search",
+        "off",
     )
     assert cli(*common, "--rounds", "2") == 0
     run_dir = tmp_path / "runs" / "cli"
@@ -995,3 +1008,34 @@ def test_command_with_an_endpoint_sending_malformed_json_records_it_and_exits_no
     (rnd,) = Trajectory(run_dir / "demo.scale" / "trajectory.jsonl").rounds()
     assert rnd.outcome == RoundOutcome.model_error and "malformed body" in rnd.attempts[0].detail
     assert not list((tmp_path / "cache" / "llm").glob("*.json"))  # nothing of it was cached
+
+
+# --------------------------------------------------------------------------- search rounds (the default offline coder)
+
+
+def test_offline_search_composes_transforms_records_every_member_and_converges(tmp_path):
+    """SIMULATED (the demo replay): a round searches the composed transforms the policy proposes; the
+    winner combines several; every member is in the trajectory; nothing is measured twice; a round
+    that finds nothing faster ends the op ("converged"); a rerun of the run measures nothing."""
+    summary, traj, backend = run_loop(tmp_path, None, rounds=8, coder="offline")
+    rounds = traj.rounds()
+    first = rounds[0]
+    members = [a for a in first.attempts if a.candidate]
+    assert all(a.agent == "search" for a in first.attempts) and len(members) > 8
+    assert first.accepted and "+" in (first.skill or "")
+    op = tmp_path / "runs/r1/demo.scale"
+    best = read_record(Candidate, op / "candidates" / f"{first.candidate}.json")
+    assert len(best.steps) >= 2 and best.skill == "+".join(s.skill for s in best.steps)
+    # the replay's rules: fast math is wrong, so the winner never has it; tune_block_size 128 helps
+    assert "fast_math_intrinsics" not in best.skill_ids
+    measured = [cid for cid, stage in backend.calls if stage == "round"]
+    assert len(measured) == len(set(measured)), "no point measured twice"
+    assert {a.candidate for r in rounds for a in r.attempts if a.candidate} <= set(measured) | {
+        traj.baseline().candidate
+    }
+    stop = [r for r in traj.records if r.kind == "stop"]
+    assert stop and stop[-1].stop_reason == "converged" and not rounds[-1].accepted
+    assert summary.ops[0].status == "improved" and summary.ops[0].stop_reason == "converged"
+    calls = len(backend.calls)
+    summary2, _, _ = run_loop(tmp_path, None, rounds=8, coder="offline", backend=backend)
+    assert len(backend.calls) == calls and summary2.ops[0].best == summary.ops[0].best

@@ -79,6 +79,7 @@ def test_with_gpu_all_stages_share_one_run(monkeypatch, capsys):
     assert integ.in_place is False and integ.git_branch is None and integ.skip_e2e is False
     assert all(args.work_dir == "w" for _, args in CALLS)
     assert f"== integrate (run {opt.run})" in err
+    assert CALLS[0][1].no_compile is True, "with a GPU, optimize's own build is the compile check"
 
 
 def test_a_named_run_is_passed_on_so_a_rerun_resumes(monkeypatch, capsys):

@@ -13,6 +13,7 @@ GPU budget reads it); ``simulated`` tells reports to say SIMULATED.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Literal, Protocol
 
 from pipeline.records import Candidate, Evaluation, Task
@@ -36,3 +37,9 @@ class Backend(Protocol):
         *,
         stage: Literal["round", "final"] = "round",
     ) -> Evaluation: ...
+
+    def evaluate_many(
+        self, task_dir: str | os.PathLike[str] | None, task: Task, candidates: Sequence[Candidate]
+    ) -> list[Evaluation]:
+        """Round evaluations of a search population, one per candidate in order (GPU: built at once, one worker)."""
+        ...

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from optimize.backends import replay
@@ -119,6 +120,28 @@ class GpuBackend:
                 self.record_to, evaluation, baseline=baseline, stage=stage, device=self.device or "unknown GPU"
             )
         return evaluation
+
+    def evaluate_many(
+        self, task_dir: str | os.PathLike[str] | None, task: Task, candidates: Sequence[Candidate]
+    ) -> list[Evaluation]:
+        """A search population: built at once on every core, checked and timed in one worker
+        (:func:`optimize.harness.population.evaluate_population`); each recorded for replay."""
+        from optimize.harness.errors import HarnessError
+        from optimize.harness.population import evaluate_population
+
+        if task_dir is None:
+            raise HarnessError(
+                f"the GPU harness needs the task folder of {task.op_id} to build its kernels",
+                fix="pass the task's folder (work/tasks/<op>) to the backend",
+            )
+        evaluations = evaluate_population(task_dir, task, list(candidates), config=self.config)
+        for evaluation in evaluations:
+            self.gpu_s += _gpu_seconds(evaluation)
+            if self.record_to is not None:
+                replay.record(
+                    self.record_to, evaluation, baseline=False, stage="round", device=self.device or "unknown GPU"
+                )
+        return evaluations
 
     def profile(self, task_dir: Any, task: Task, candidate: Candidate | None) -> Any:
         """Nsight Compute figures of ``candidate`` (None: the baseline); an ``NcuResult`` whatever happened."""

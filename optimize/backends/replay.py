@@ -51,6 +51,10 @@ File format (``"format": "kernelsmith-replay/1"``)::
       "duration_us": .., "dram_throughput_pct": .., "achieved_occupancy_pct": ..,
       "top_stalls": [["long_scoreboard", 3.2], ...]}
 
+A composed candidate (a search point, ``Candidate.steps``) with no entry or rule of its
+own is simulated from its steps' rules: the first failing step's entry, else the product
+of their speedups, shape by shape (a step no rule names takes ``unmatched``).
+
 A rule matches a candidate when each key it gives matches: ``skill`` equals the
 candidate's skill, ``params`` equals its params, ``contains`` is a substring of
 one of its region texts (how a test makes a deliberately broken edit fail to
@@ -63,9 +67,11 @@ GPU seconds charged per evaluation are ``test + profile`` seconds.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 import tempfile
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from optimize.errors import ReplayError
@@ -137,21 +143,53 @@ class ReplayBackend:
                 f"replay file {self.path}: bad baseline row for {op_id}", fix="see the format", detail=str(err)
             ) from err
 
+    def _rule(self, op: dict[str, Any], skill: str | None, params: dict[str, Any], regions: dict[str, str]) -> Any:
+        for rule in op.get("rules", []):
+            if "skill" in rule and rule["skill"] != skill:
+                continue
+            if "params" in rule and json.dumps(rule["params"], sort_keys=True) != json.dumps(
+                params, sort_keys=True, default=str
+            ):
+                continue
+            if "contains" in rule and not any(rule["contains"] in text for text in regions.values()):
+                continue
+            return rule
+        return None
+
+    def _composed(self, op: dict[str, Any], candidate: Candidate) -> dict[str, Any] | None:
+        """A search point with no rule of its own, from its steps' entries (a step no rule names takes
+        ``unmatched``): the first failing step's entry, else the per-shape product of their speedups.
+        None when a step has no entry or gives its timings as ``times_us``."""
+        found = [self._rule(op, s.skill, s.params, candidate.regions) or op.get("unmatched") for s in candidate.steps]
+        entries: list[dict[str, Any]] = [e for e in found if isinstance(e, dict)]
+        if not entries or len(entries) < len(found):
+            return None
+        failing = [e for e in entries if e.get("outcome", "ok") not in ("ok", "slower")]
+        if failing:
+            return failing[0]
+        keys = [f"{row.get('label')}@{row.get('dtype')}" for row in op.get("baseline") or []]
+        product = dict.fromkeys(keys, 1.0)
+        for e in entries:
+            for key in keys:
+                factor = (e.get("speedups") or {}).get(key, e.get("speedup"))
+                if not isinstance(factor, int | float):
+                    return None
+                product[key] *= float(factor)
+        slower = math.prod(product.values()) < 1.0
+        detail = "composed from the steps' entries: " + ", ".join(s.skill for s in candidate.steps)
+        return {"outcome": "slower" if slower else "ok", "speedups": product, "detail": detail}
+
     def _entry(self, op_id: str, candidate: Candidate) -> dict[str, Any]:
         op = self._op(op_id)
         exact = op.get("candidates", {}).get(candidate.id)
         if exact is not None:
             return exact
-        for rule in op.get("rules", []):
-            if "skill" in rule and rule["skill"] != candidate.skill:
-                continue
-            if "params" in rule and json.dumps(rule["params"], sort_keys=True) != json.dumps(
-                candidate.params, sort_keys=True, default=str
-            ):
-                continue
-            if "contains" in rule and not any(rule["contains"] in text for text in candidate.regions.values()):
-                continue
+        rule = self._rule(op, candidate.skill, candidate.params, candidate.regions)
+        if rule is not None:
             return rule
+        composed = self._composed(op, candidate) if candidate.steps else None
+        if composed is not None:
+            return composed
         if op.get("unmatched") is not None:
             return op["unmatched"]
         raise ReplayError(
@@ -252,6 +290,12 @@ class ReplayBackend:
             timings=timings,
             seconds=seconds,
         )
+
+    def evaluate_many(
+        self, task_dir: str | os.PathLike[str] | None, task: Task, candidates: Sequence[Candidate]
+    ) -> list[Evaluation]:
+        """A population replayed member by member (a replay has nothing to build at once)."""
+        return [self.evaluate(task_dir, task, c, stage="round") for c in candidates]
 
     def _charge(self, seconds: dict[str, float]) -> None:
         self.gpu_s += float(seconds.get("test", 0.0)) + float(seconds.get("profile", 0.0))

@@ -219,7 +219,7 @@ def _bench_once(
     task_dir: pathlib.Path, task: Any, config: Config, *, dtypes: Sequence[str] | None, compile_: bool
 ) -> OpBench:
     from optimize.errors import GpuRequired
-    from optimize.harness.evaluate import _workdir, build_units, plan_cases, run_request
+    from optimize.harness.evaluate import build_units, plan_cases, run_request, worker_dir
     from optimize.harness.health import _cause
     from optimize.harness.protocol import WorkerRequest
     from pipeline.errors import KernelsmithError
@@ -246,7 +246,7 @@ def _bench_once(
         bench_config = config.model_copy(
             update={"harness": config.harness.model_copy(update={"worker_timeout_s": timeout})}
         )
-        run = run_request(request, bench_config, _workdir(config, task.op_id, "bench"))
+        run = run_request(request, bench_config, worker_dir(config, task.op_id, "bench"))
     except GpuRequired:
         raise
     except (
@@ -284,7 +284,7 @@ def learn_contract(task_dir: pathlib.Path, task: Any, config: Config) -> tuple[A
     """
     from optimize.errors import GpuRequired
     from optimize.harness.baseline_repair import BaselineRun, repair_baseline
-    from optimize.harness.evaluate import _workdir, build_units, plan_cases, run_request
+    from optimize.harness.evaluate import build_units, plan_cases, run_request, worker_dir
     from optimize.harness.protocol import WorkerRequest
     from pipeline.errors import KernelsmithError
 
@@ -309,7 +309,7 @@ def learn_contract(task_dir: pathlib.Path, task: Any, config: Config) -> tuple[A
                 device_cache_dir=str(config.cache / "device"),
                 stop_at_first_failure=True,
             )
-            done = run_request(request, config, _workdir(config, current.op_id, "bench-check"))
+            done = run_request(request, config, worker_dir(config, current.op_id, "bench-check"))
         except GpuRequired:
             raise
         except (KernelsmithError, ValueError, OSError):

@@ -292,7 +292,8 @@ def build_baseline(
 # ---------------------------------------------------------------------------- evaluate
 
 
-def _workdir(config: Config, op_id: str, tag: str) -> pathlib.Path:
+def worker_dir(config: Config, op_id: str, tag: str) -> pathlib.Path:
+    """A fresh folder for one worker run under work/harness (its request, result and logs)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in f"{op_id}-{tag}")[:80]
     return config.work / "harness" / f"{stamp}-{safe}"
@@ -376,7 +377,7 @@ def evaluate(
         harness=config.harness,
         device_cache_dir=str(config.cache / "device"),
     )
-    workdir = _workdir(config, task.op_id, cid[:16])
+    workdir = worker_dir(config, task.op_id, cid[:16])
     run = run_request(request, config, workdir)
     return to_evaluation(
         task.op_id,
@@ -587,7 +588,7 @@ def validate_cases(
         device_cache_dir=str(config.cache / "device"),
         stop_at_first_failure=False,
     )
-    run = run_request(request, config, _workdir(config, task.op_id, "validate"))
+    run = run_request(request, config, worker_dir(config, task.op_id, "validate"))
     if run.result is None:
         return [(False, f"{run.summary}: {run.stderr_tail[-300:]}")] * len(cases)
     if run.result.status == "baseline_failed":

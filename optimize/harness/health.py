@@ -302,7 +302,7 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
       expected (``completion.size_from_rejection``): the invented size is replaced,
       if the same modules still serve the new shape."""
     from optimize.errors import GpuRequired
-    from optimize.harness.evaluate import _workdir, run_request
+    from optimize.harness.evaluate import run_request, worker_dir
 
     assert prep.task is not None and prep.plan is not None  # only planned tasks are checked
     row, plan = prep.row, prep.plan
@@ -311,7 +311,7 @@ def check(prep: _Prepared, libraries: list[str], config) -> HealthRow:
     def run_once(task: Task, attempt: int) -> BaselineRun[_Checked]:
         request = _request(task, task.contract, plan, libraries, config)
         try:
-            done = run_request(request, config, _workdir(config, task.op_id, "health"))
+            done = run_request(request, config, worker_dir(config, task.op_id, "health"))
         except GpuRequired:
             raise  # the machine's problem, not the task's: no verdict, the sweep stops with the fix
         except Exception as err:  # noqa: BLE001 - a harness/contract error is this task's reason

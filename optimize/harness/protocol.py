@@ -56,12 +56,15 @@ class TimingCase(Record):
 
 
 class WorkerRequest(VersionedRecord):
-    mode: Literal["evaluate", "bench", "single"] = "evaluate"
+    mode: Literal["evaluate", "bench", "single", "population"] = "evaluate"
     op_id: str
     contract: Contract
     # one module per build unit (a unit holds at most one instantiation per dtype)
     baseline_libraries: list[str]
     candidate_libraries: list[str] | None = None  # None: the baseline is checked on its own
+    # mode "population": one library list per member, each checked and timed as "evaluate" would,
+    # its result written to member-<i>.json beside the result file as soon as it is known
+    population: list[list[str]] = Field(default_factory=list)
     checks: list[CheckCase] = Field(default_factory=list)
     timings: list[TimingCase] = Field(default_factory=list)
     harness: HarnessConfig = Field(default_factory=HarnessConfig)

@@ -361,18 +361,18 @@ def _request_for(task_dir, task, candidate, config, shapes=None, held_out=0) -> 
 
 def profile_ncu(task_dir, task, candidate, *, config, shapes=None) -> NcuResult:
     """Nsight Compute figures of a candidate's (or, with None, the baseline's) kernels."""
-    from optimize.harness.evaluate import _workdir
+    from optimize.harness.evaluate import worker_dir
 
     if find_tool("ncu") is None:
         return NcuResult(status="unavailable", detail="ncu (Nsight Compute) is not installed on this machine")
     request, kernels = _request_for(task_dir, task, candidate, config, shapes)
     tag = candidate.id[:12] if candidate is not None else "baseline"
-    return run_ncu(request, _workdir(config, task.op_id, f"ncu-{tag}"), kernels, launches=2 * len(request.timings))
+    return run_ncu(request, worker_dir(config, task.op_id, f"ncu-{tag}"), kernels, launches=2 * len(request.timings))
 
 
 def sanitize(task_dir, task, candidate, *, config, tools: Sequence[str] = ("memcheck", "racecheck"), shapes=None):
     """compute-sanitizer results (one per tool) for a candidate (or the baseline)."""
-    from optimize.harness.evaluate import _workdir
+    from optimize.harness.evaluate import worker_dir
 
     if find_tool("compute-sanitizer") is None:
         return [
@@ -381,4 +381,4 @@ def sanitize(task_dir, task, candidate, *, config, tools: Sequence[str] = ("memc
     request, _ = _request_for(task_dir, task, candidate, config, shapes, held_out=2)
     request = request.model_copy(update={"single_calls": 1})
     tag = candidate.id[:12] if candidate is not None else "baseline"
-    return [run_sanitizer(request, _workdir(config, task.op_id, f"{t}-{tag}"), t) for t in tools]
+    return [run_sanitizer(request, worker_dir(config, task.op_id, f"{t}-{tag}"), t) for t in tools]

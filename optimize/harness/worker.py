@@ -48,6 +48,7 @@ ever repeats between runs or cases.
 from __future__ import annotations
 
 import os
+import pathlib
 import random
 import sys
 import time
@@ -671,6 +672,35 @@ def run(request: WorkerRequest) -> WorkerResult:
     )
 
 
+def member_path(result_path: str | os.PathLike[str], index: int) -> pathlib.Path:
+    """Where member ``index`` of a population request has its result (beside the request's result file)."""
+    return pathlib.Path(result_path).with_name(f"member-{index}.json")
+
+
+def run_population(request: WorkerRequest, result_path: str) -> WorkerResult:
+    """Each member checked and timed in turn, in this one process (torch, the device and the baseline load once).
+
+    A member's result is written as soon as it is known, so a member that kills the
+    process loses nothing of the ones before it. After a member that crashed (a CUDA
+    fault: this process's context is gone) no other member runs; the parent runs the
+    rest in a fresh worker.
+    """
+    done, crashed = 0, False
+    for index, libraries in enumerate(request.population):
+        log(f"population member {index}")
+        member = request.model_copy(update={"mode": "evaluate", "candidate_libraries": libraries, "population": []})
+        result = run(member)
+        write_record(result, member_path(result_path, index))
+        done += 1
+        if result.status == "crashed":
+            crashed = True
+            break
+    # "crashed" also tells main() to skip the interpreter's teardown, which would touch the lost context
+    return WorkerResult(
+        status="crashed" if crashed else "ok", detail=f"{done} of {len(request.population)} members evaluated"
+    )
+
+
 def _single(request: WorkerRequest, device, stream, info) -> WorkerResult:
     """Call one implementation a few times per case, nothing else: what a profiler should see."""
     import torch
@@ -709,7 +739,7 @@ def main(argv: list[str] | None = None) -> int:
         print("kernelsmith worker: no CUDA device is visible to torch", file=sys.stderr)
         return EXIT_NO_GPU
     try:
-        result = run(request)
+        result = run_population(request, argv[1]) if request.mode == "population" else run(request)
     except Exception as err:  # noqa: BLE001
         traceback.print_exc()
         # a CUDA fault surfacing outside a guarded call is still a kernel's doing

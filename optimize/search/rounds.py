@@ -1,0 +1,203 @@
+"""One search round: the space around the current best, searched a population at a time.
+
+Flow: the policy's mechanical proposals for the best so far -> a
+:class:`~optimize.search.space.Space` -> Kernel Tuner's strategy
+(:func:`optimize.search.tuner.run_search`) asks for batches of points -> each point
+becomes a candidate (its transforms applied to the best's regions, one stored
+candidate per distinct code) -> the new ones are evaluated together (``measure``: the
+GPU backend builds them at once and times them in one worker) -> every member is
+judged against the current best (:func:`optimize.acceptance.judge_round`) -> the
+winner is the fastest member that the round's rules would accept.
+
+What must stay true:
+- A point whose code was already evaluated (this round, an earlier one, a rerun) is
+  read back by ``measure``, never measured twice: the cache key is the candidate id,
+  the content hash of its regions.
+- Every member is returned with its evaluation, so the trajectory records every
+  candidate, failed and slower ones included.
+- A member slower than the baseline at any catalog shape beyond the noise band can
+  never be the winner; its cost is pushed past every member that is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from optimize.acceptance import judge_round
+from optimize.agents.planning import Plan
+from optimize.policy import Decision
+from optimize.run_folder import clip, why
+from optimize.search.space import Space, Unrealizable, build_space, realize
+from optimize.search.tuner import Point, run_search
+from optimize.trajectory import Attempt, candidate_id, geomean
+from pipeline.config import Config
+from pipeline.records import Candidate, Evaluation, Outcome
+
+#: measure(candidates) -> their evaluations in order, or None where the budget left them unmeasured
+MeasureMany = Callable[[Sequence[Candidate]], list[Evaluation | None]]
+
+#: Added to a regressing member's cost: worse than any member that regresses nowhere.
+REGRESSION_PENALTY = 1.0
+
+
+@dataclass
+class Member:
+    candidate: Candidate
+    evaluation: Evaluation
+    point: Point
+
+
+@dataclass
+class SearchRound:
+    space: Space
+    strategy: str = ""
+    members: list[Member] = field(default_factory=list)
+    unrealizable: list[tuple[Point, str]] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)  # points measured per batch (new and read back)
+    winner: Member | None = None
+    budget_spent: bool = False
+
+    def summary(self) -> str:
+        new = len(self.members)
+        parts = [
+            f"search ({self.strategy}) over {self.space.describe()}",
+            f"{new} candidates in {len(self.batches)} batch(es) {self.batches}",
+        ]
+        if self.unrealizable:
+            parts.append(f"{len(self.unrealizable)} points whose transforms do not compose")
+        if self.budget_spent:
+            parts.append("stopped: budget spent")
+        return "; ".join(parts)
+
+    def outcome(self) -> tuple[list[Attempt], Member | None]:
+        """The round's attempts (one per member, plus the points that did not compose) and the member it
+        stands for: the winner, else the fastest correct member, else the first failed one (so the
+        round's record says why nothing was accepted); None when nothing was evaluated."""
+        attempts = [
+            Attempt(
+                agent="search",
+                status="edited",
+                candidate=m.candidate.id,
+                outcome=m.evaluation.outcome,
+                detail=clip(f"{m.candidate.rationale}: {why(m.evaluation)}"),
+            )
+            for m in self.members
+        ]
+        if self.unrealizable or not self.members:
+            attempts.append(Attempt(agent="search", status="not_applicable", detail=clip(self.summary())))
+        if self.winner is not None or not self.members:
+            return attempts, self.winner
+        correct = [m for m in self.members if m.evaluation.outcome in (Outcome.ok, Outcome.slower)]
+        if correct:
+            return attempts, max(correct, key=lambda m: (_geomean(m.evaluation), m.candidate.id))
+        return attempts, self.members[0]
+
+    def plan(self, member: Member | None) -> Plan:
+        """The round's plan record: what was searched, and the member's steps."""
+        chosen = member.candidate if member is not None else None
+        return Plan(
+            skill=chosen.skill or "search" if chosen is not None else "search",
+            params=dict(chosen.params) if chosen is not None else {},
+            text=self.summary(),
+            reason=f"the best of {len(self.members)} candidates" if chosen is not None else "nothing to evaluate",
+            source="search",
+            option=1,
+        )
+
+
+def _geomean(evaluation: Evaluation) -> float:
+    return geomean(t.speedup for t in evaluation.timings if t.speedup is not None) or 0.0
+
+
+def search_round(
+    base: Candidate,
+    best_geomean: float | None,
+    decisions: Sequence[Decision],
+    *,
+    config: Config,
+    coder: str,
+    measure: MeasureMany,
+    seed: int,
+) -> SearchRound:
+    """Search the space the proposals span around ``base``; see the module doc."""
+    space = build_space(decisions)
+    result = SearchRound(space=space)
+    if space.size <= 1:
+        return result
+    noise = config.harness.noise_pct
+    by_id: dict[str, Member] = {}
+
+    def costs(points: Sequence[Point]) -> list[float | str | None]:
+        out: list[float | str | None] = [None] * len(points)
+        fresh: list[tuple[int, Candidate, Point]] = []
+        for index, point in enumerate(points):
+            try:
+                regions, steps = realize(space, point, base.regions)
+            except Unrealizable as err:
+                result.unrealizable.append((point, str(err)))
+                out[index] = "unrealizable"
+                continue
+            cid = candidate_id(regions)
+            if cid == base.id:  # every step undone, or none: the base itself
+                out[index] = 1.0 / (best_geomean or 1.0)
+                continue
+            known = by_id.get(cid)
+            if known is not None:
+                out[index] = _cost(known.evaluation, noise)
+                continue
+            candidate = Candidate(
+                op_id=base.op_id,
+                id=cid,
+                parent=base.id,
+                regions=regions,
+                skill="+".join(s.skill for s in steps),
+                params={"steps": [s.model_dump(mode="json") for s in steps]},
+                coder=f"{coder}:search",
+                rationale="; ".join(f"{s.skill} {s.params}" if s.params else s.skill for s in steps),
+                steps=steps,
+            )
+            if all(c.id != cid for _, c, _ in fresh):
+                fresh.append((index, candidate, point))
+        if fresh:
+            evaluations = measure([c for _, c, _ in fresh])
+            for (index, candidate, point), evaluation in zip(fresh, evaluations):
+                if evaluation is None:
+                    result.budget_spent = True
+                    continue
+                member = Member(candidate, evaluation, point)
+                by_id[candidate.id] = member
+                result.members.append(member)
+                out[index] = _cost(evaluation, noise)
+        for index, point in enumerate(points):  # a point that repeats one measured in this batch
+            if out[index] is None and not result.budget_spent:
+                regions, _ = realize(space, point, base.regions)
+                known = by_id.get(candidate_id(regions))
+                out[index] = _cost(known.evaluation, noise) if known is not None else None
+        return out
+
+    result.strategy, _, result.batches = run_search(
+        space,
+        costs,
+        strategy=config.search.strategy,
+        population=config.search.population,
+        max_evals=config.search.evals_per_round,
+        seed=seed,
+    )
+    accepted = [(m, v) for m in result.members if (v := judge_round(m.evaluation, best_geomean, noise)).accepted]
+    if accepted:
+        result.winner = max(accepted, key=lambda mv: (mv[1].speedup_geomean or 0.0, mv[0].candidate.id))[0]
+    return result
+
+
+def _cost(evaluation: Evaluation, noise_pct: float) -> float | str:
+    """1 / geomean speedup over the baseline (lower is better); a failed member is "failed"."""
+    if evaluation.outcome not in (Outcome.ok, Outcome.slower):
+        return "failed"
+    verdict = judge_round(evaluation, None, noise_pct)
+    if not verdict.speedup_geomean:
+        return "failed"
+    return 1.0 / verdict.speedup_geomean + (REGRESSION_PENALTY if verdict.slow else 0.0)
+
+
+__all__ = ["Member", "MeasureMany", "REGRESSION_PENALTY", "SearchRound", "search_round"]

@@ -1,0 +1,177 @@
+"""Kernel Tuner's search strategies over a :class:`~optimize.search.space.Space`, a population at a time.
+
+Why Kernel Tuner: its strategies (brute force, genetic algorithm, iterated local
+search, random sampling, ...) are well tested and well documented; we supply the
+space and a way to measure, not a search algorithm of our own. Kernel Tuner normally
+compiles and times a kernel itself; here its strategies are driven directly with a
+runner (:class:`BatchRunner`) that hands each batch the strategy asks for (the
+genetic algorithm's generation, brute force's whole space) to ``measure`` at once,
+so a batch becomes one population: built in parallel, timed in one worker.
+
+The objective is ``cost`` = 1 / (geometric-mean speedup over the baseline), lower
+is better; a point that failed (does not compose, does not build, is wrong, crashes)
+is Kernel Tuner's ``RuntimeFailedConfig``; a point the budget left unmeasured is
+``None``, which makes Kernel Tuner stop.
+
+What must stay true: the same space, seed and measurements give the same points in
+the same order (Python's and NumPy's global random states are seeded for the
+search and restored after it); ``measure`` sees each point once per search.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from optimize.errors import SearchError
+from optimize.search.space import Space
+
+#: The strategy ``auto`` picks for a space too large to walk: it evaluates a population per
+#: generation, which is what a round builds and times at once.
+SAMPLING_STRATEGY = "genetic_algorithm"
+
+Point = dict[str, int]
+#: measure(points) -> one entry per point: its cost, "failed", or None (not measured: budget spent)
+Measure = Callable[[Sequence[Point]], list[float | str | None]]
+
+
+@dataclass(frozen=True)
+class Trial:
+    point: Point
+    cost: float | None  # None: failed
+
+
+def choose_strategy(requested: str, space: Space, max_evals: int) -> str:
+    """``auto``: walk every point when the space (less its base) fits the round's evaluations, else sample."""
+    if requested != "auto":
+        return requested
+    return "brute_force" if space.size - 1 <= max_evals else SAMPLING_STRATEGY
+
+
+def _kernel_tuner() -> tuple[Any, Any, Any, Any, Any]:
+    try:
+        from kernel_tuner import util
+        from kernel_tuner.interface import Options, strategy_map
+        from kernel_tuner.runners.runner import Runner
+        from kernel_tuner.searchspace import Searchspace
+    except ImportError as err:
+        raise SearchError(
+            f"Kernel Tuner is not installed here ({err})",
+            fix="install it (`pip install kernel_tuner`; on the GPU machine carry its wheels, `make device-wheels`)"
+            " or set search.strategy = 'off'",
+        ) from err
+    return util, Options, strategy_map, Runner, Searchspace
+
+
+class _Batches:
+    """The runner's state: what was asked and measured, in order."""
+
+    def __init__(self, keys: list[str], measure: Measure) -> None:
+        self.keys, self.measure = keys, measure
+        self.trials: list[Trial] = []
+        self.batches: list[int] = []
+
+
+def run_search(
+    space: Space,
+    measure: Measure,
+    *,
+    strategy: str,
+    population: int,
+    max_evals: int,
+    seed: int,
+) -> tuple[str, list[Trial], list[int]]:
+    """Search ``space``; returns (the strategy used, every trial in order, the size of each batch measured)."""
+    util, Options, strategy_map, Runner, Searchspace = _kernel_tuner()
+    name = choose_strategy(strategy, space, max_evals)
+    if name not in strategy_map:
+        raise SearchError(
+            f"unknown search strategy {name!r}",
+            fix=f"set search.strategy to 'auto', 'off' or one of: {', '.join(sorted(strategy_map))}",
+        )
+    tune_params = space.tune_params()
+    state = _Batches(list(tune_params), measure)
+
+    class BatchRunner(Runner):  # type: ignore[misc, valid-type]
+        def get_device_info(self) -> Any:
+            return None
+
+        def get_environment(self, tuning_options: Any) -> dict[str, Any]:
+            return {}
+
+        def run(self, parameter_space: Any, tuning_options: Any) -> list[dict[str, Any] | None]:
+            wanted: list[tuple[int, Point]] = []
+            results: list[dict[str, Any] | None] = []
+            for element in parameter_space:
+                if tuning_options.budget.is_done():
+                    results.append(None)
+                    continue
+                tuning_options.budget.add_evaluations(1)
+                point = {k: int(v) for k, v in zip(state.keys, element)}
+                wanted.append((len(results), point))
+                results.append(dict(point))
+            if wanted:
+                state.batches.append(len(wanted))
+                costs = state.measure([p for _, p in wanted])
+                for (index, point), cost in zip(wanted, costs):
+                    row = results[index]
+                    assert row is not None
+                    if cost is None:
+                        results[index] = None
+                    elif isinstance(cost, str):
+                        row["__error__"] = util.RuntimeFailedConfig()
+                        state.trials.append(Trial(point, None))
+                    else:
+                        row["time"] = float(cost)
+                        state.trials.append(Trial(point, float(cost)))
+            return results
+
+    options: dict[str, Any] = {}
+    if name == "genetic_algorithm":
+        options = {"popsize": population, "maxiter": max(1, max_evals // max(1, population) + 1)}
+    elif name == "random_sample":
+        options = {"fraction": min(1.0, max_evals / max(1, space.size))}
+    searchspace = Searchspace(tune_params, None, 1024)
+    tuning = Options(
+        objective=["time"],
+        objective_higher_is_better=[False],
+        verbose=False,
+        strategy_options=Options(options),
+        budget=util.TuningBudget(None, min(max_evals, searchspace.size)),
+        tune_params=tune_params,
+    )
+    saved_py = random.getstate()
+    saved_np = _numpy_state()
+    random.seed(seed)
+    _numpy_seed(seed)
+    try:
+        strategy_map[name].tune(searchspace, BatchRunner(), tuning)
+    except util.StopCriterionReached:
+        pass
+    finally:
+        random.setstate(saved_py)
+        _numpy_restore(saved_np)
+    return name, state.trials, state.batches
+
+
+def _numpy_state() -> Any:
+    import numpy
+
+    return numpy.random.get_state()
+
+
+def _numpy_seed(seed: int) -> None:
+    import numpy
+
+    numpy.random.seed(seed % (2**32))
+
+
+def _numpy_restore(saved: Any) -> None:
+    import numpy
+
+    numpy.random.set_state(saved)
+
+
+__all__ = ["Measure", "Point", "SAMPLING_STRATEGY", "SearchError", "Trial", "choose_strategy", "run_search"]

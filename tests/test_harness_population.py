@@ -1,0 +1,98 @@
+"""optimize.harness.population: a population built at once, evaluated in one worker; a member that takes
+the worker down is blamed alone and the rest run in a fresh worker (fault injection, no GPU)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from test_harness_evaluate import check, rms_task, timing
+
+from optimize.harness import population, worker
+from optimize.harness.isolate import WorkerRun
+from optimize.harness.protocol import WorkerRequest, WorkerResult
+from pipeline.config import Config
+from pipeline.records import BuildReport, Candidate, Outcome, write_record
+
+
+def cand(i: int, text: str = "") -> Candidate:
+    return Candidate(op_id="layernorm.rmsnorm", id=f"c{i}", parent="base", regions={"r": text or f"code {i}"})
+
+
+@pytest.fixture
+def staged(monkeypatch, tmp_path):
+    """Builds and the worker replaced: candidate regions say what each member does."""
+    requests: list[WorkerRequest] = []
+    built: list[str] = []
+
+    def build_units(task_dir, task, units, *, config, regions=None, max_workers=None, isolate=False):
+        text = (regions or {}).get("r", "")
+        built.append(text)
+        if "syntax error" in text:
+            return BuildReport(ok=False, key="k", seconds=0.1, stderr="scale.cuh(3): error: expected a ';'"), []
+        return BuildReport(ok=True, key="k", seconds=0.1), [f"/lib/{text}.so"]
+
+    monkeypatch.setattr(population, "build_units", build_units)
+    monkeypatch.setattr(
+        population, "build_baseline", lambda *a, **k: (BuildReport(ok=True, key="b", seconds=0), ["/lib/base.so"])
+    )
+
+    def run_request(request, config, workdir):
+        requests.append(request)
+        workdir.mkdir(parents=True, exist_ok=True)
+        for i, libs in enumerate(request.population):
+            if "hang" in libs[0]:
+                return WorkerRun("timeout", None, 30.0, "killed", None)
+            if "fault" in libs[0]:
+                return WorkerRun("crashed", -11, 3.0, "an illegal memory access was encountered", None)
+            ok = WorkerResult(
+                status="ok", checks=[check()], timings=[timing(10.0, 8.0)], seconds={"test": 1.0, "profile": 1.0}
+            )
+            write_record(ok, worker.member_path(workdir / "result.json", i))
+        return WorkerRun("finished", 0, 5.0, "", WorkerResult(status="ok"))
+
+    monkeypatch.setattr(population, "run_request", run_request)
+    config = Config.model_validate({"work_dir": str(tmp_path), "harness": {"held_out_shapes": 0}})
+    return requests, built, config
+
+
+def test_members_are_evaluated_in_one_worker_and_a_broken_build_never_reaches_it(staged, tmp_path):
+    requests, built, config = staged
+    members = [cand(0), cand(1, "syntax error"), cand(2)]
+    out = population.evaluate_population(tmp_path, rms_task(), members, config=config)
+    assert [e.candidate for e in out] == ["c0", "c1", "c2"]
+    assert [e.outcome for e in out] == [Outcome.ok, Outcome.compile_failed, Outcome.ok]
+    assert "expected a ';'" in out[1].detail
+    assert len(requests) == 1 and requests[0].mode == "population" and len(requests[0].population) == 2
+    assert sorted(built) == ["code 0", "code 2", "syntax error"]
+    assert out[0].seconds.get("worker_overhead", 0) >= 0  # the shared start-up is charged once, to the first
+
+
+def test_a_member_that_kills_the_worker_is_blamed_alone_and_the_rest_run_again(staged, tmp_path):
+    requests, _, config = staged
+    members = [cand(0), cand(1, "fault"), cand(2), cand(3, "hang"), cand(4)]
+    out = population.evaluate_population(tmp_path, rms_task(), members, config=config)
+    assert [e.outcome for e in out] == [Outcome.ok, Outcome.crashed, Outcome.ok, Outcome.timeout, Outcome.ok]
+    assert "illegal memory access" in out[1].detail and "SIGSEGV" in out[1].detail
+    assert [len(r.population) for r in requests] == [5, 3, 1]  # after each fault, the members after it
+    # the deadline scales with the members left: a population is not cut by one member's limit
+    assert out[3].outcome == Outcome.timeout
+
+
+def test_the_worker_writes_each_member_as_it_goes_and_stops_after_a_crash(monkeypatch, tmp_path):
+    results = iter(
+        [WorkerResult(status="ok"), WorkerResult(status="crashed", detail="CUDA error"), WorkerResult(status="ok")]
+    )
+    monkeypatch.setattr(worker, "run", lambda request: next(results))
+    request = WorkerRequest(
+        mode="population",
+        op_id="x",
+        contract=rms_task().contract,
+        baseline_libraries=["/b.so"],
+        population=[["/a.so"], ["/b.so"], ["/c.so"]],
+        device_cache_dir=str(tmp_path),
+    )
+    summary = worker.run_population(request, str(tmp_path / "result.json"))
+    assert summary.status == "crashed" and "2 of 3" in summary.detail
+    files = sorted(p.name for p in pathlib.Path(tmp_path).glob("member-*.json"))
+    assert files == ["member-0.json", "member-1.json"]

@@ -1,0 +1,213 @@
+"""optimize.search: the space from real SGLang source, Kernel Tuner's strategies over it, a search round."""
+
+from __future__ import annotations
+
+import itertools
+import pathlib
+
+import pytest
+
+from optimize.cuda_spans import definition_spans, region_texts
+from optimize.errors import SearchError
+from optimize.features import features_of_regions
+from optimize.policy import Decision, plan
+from optimize.search.rounds import search_round
+from optimize.search.space import Dimension, Space, Unrealizable, build_space, realize
+from optimize.search.tuner import choose_strategy, run_search
+from optimize.skills import load_skills
+from optimize.trajectory import candidate_id
+from pipeline.config import Config
+from pipeline.records import Candidate, Evaluation, Outcome, ShapeTiming
+
+ELEMENTWISE = "kernels/jit/csrc/elementwise"
+
+
+def real(root: str, name: str) -> tuple[dict[str, str], Space]:
+    path = f"{ELEMENTWISE}/{name}"
+    data = (pathlib.Path(root) / path).read_bytes()
+    regions = region_texts({path: data}, definition_spans(path, data))
+    decisions = plan(features_of_regions(regions), load_skills(), [], llm_available=False, limit=256)
+    return regions, build_space(decisions)
+
+
+def points(space: Space):
+    names = [d.name for d in space.dimensions]
+    for combo in itertools.product(*(d.values for d in space.dimensions)):
+        yield dict(zip(names, combo))
+
+
+@pytest.mark.wheel
+def test_fused_add_rmsnorm_space_composes_pdl_bounds_and_unroll(sglang_source):
+    regions, space = real(sglang_source.root, "fused_add_rmsnorm.cuh")
+    names = [d.name for d in space.dimensions]
+    # PDL first (the early trigger needs it on), the others after; one dimension per transform and target
+    assert names[:2] == ["enable_pdl", "pdl_early_trigger"]
+    assert any(n.startswith("set_launch_bounds") and "fused_add_rmsnorm_reg_kernel" in n for n in names)
+    assert space.size == len(list(points(space))) == 48
+    # a point of three transforms changes the code in three places, each as its transform alone would
+    pdl, bounds = space.dimensions[0], next(d for d in space.dimensions if d.transform == "set_launch_bounds")
+    unroll = next(d for d in space.dimensions if d.transform == "add_pragma_unroll")
+    point = {pdl.name: 1, bounds.name: 1, unroll.name: 1}
+    composed, steps = realize(space, point, regions)
+    assert [s.skill for s in steps] == ["pdl_enable", bounds.choices[0].skill, unroll.choices[0].skill]
+    text = "\n".join(composed.values())
+    assert "PDLWaitPrimary" in text and "__launch_bounds__" in text and "#pragma unroll" in text
+    assert realize(space, point, regions) == (composed, steps), "a point names the same code every time"
+    # every dimension kept is the base itself
+    assert realize(space, {}, regions)[0] == regions
+
+
+@pytest.mark.wheel
+def test_points_that_do_not_compose_are_unrealizable_not_errors(sglang_source):
+    regions, space = real(sglang_source.root, "fused_add_rmsnorm.cuh")
+    trigger = next(d for d in space.dimensions if d.transform == "pdl_early_trigger")
+    with pytest.raises(Unrealizable, match="pdl_early_trigger"):
+        realize(space, {trigger.name: 1}, regions)  # PDL is off in the baseline: nothing to move
+    _, act = real(sglang_source.root, "activation.cuh")
+    block = next(d for d in act.dimensions if d.transform == "tune_constant")
+    bounds = next(d for d in act.dimensions if d.transform == "set_launch_bounds")
+    big = next(
+        i for i, c in enumerate(block.choices, 1) if c.as_dict["value"] > bounds.choices[0].as_dict["max_threads"]
+    )
+    with pytest.raises(Unrealizable, match="launch would be refused"):
+        realize(act, {block.name: big, bounds.name: 1}, {})
+
+
+def toy_space(*sizes: int) -> Space:
+    from optimize.search.space import Choice
+
+    return Space(
+        tuple(
+            Dimension(f"d{i}", "tune_constant", tuple(Choice("s", "tune_constant", (("value", v),)) for v in range(n)))
+            for i, n in enumerate(sizes)
+        )
+    )
+
+
+def test_auto_walks_a_small_space_and_samples_a_large_one():
+    assert choose_strategy("auto", toy_space(2, 3), 32) == "brute_force"
+    assert choose_strategy("auto", toy_space(8, 8), 32) == "genetic_algorithm"
+    assert choose_strategy("greedy_ils", toy_space(2), 32) == "greedy_ils"
+
+
+def test_brute_force_measures_every_point_in_one_batch():
+    space = toy_space(2, 3)  # 3 x 4 = 12 points
+    seen: list[dict] = []
+
+    def measure(batch):
+        seen.extend(batch)
+        return [1.0 + 0.1 * p["d0"] + 0.01 * p["d1"] for p in batch]
+
+    name, trials, batches = run_search(space, measure, strategy="auto", population=16, max_evals=32, seed=1)
+    assert name == "brute_force" and batches == [12] and len(trials) == 12
+    assert sorted(map(str, seen)) == sorted(map(str, ({"d0": a, "d1": b} for a in range(3) for b in range(4))))
+
+
+def test_genetic_algorithm_batches_are_populations_within_the_evaluation_budget_and_reproducible():
+    space = toy_space(6, 6, 6)  # 343 points
+
+    def run(seed):
+        asked: list[dict] = []
+
+        def measure(batch):
+            asked.extend(batch)
+            return ["failed" if p["d2"] == 3 else 1.0 + abs(p["d0"] - 2) + abs(p["d1"] - 5) for p in batch]
+
+        name, trials, batches = run_search(space, measure, strategy="auto", population=8, max_evals=24, seed=seed)
+        return name, trials, batches, asked
+
+    name, trials, batches, asked = run(7)
+    assert name == "genetic_algorithm"
+    assert all(b <= 8 for b in batches) and sum(batches) <= 24 and len(batches) >= 2
+    assert any(t.cost is None for t in trials) or all(p["d2"] != 3 for p in asked)
+    assert run(7)[3] == asked, "same seed, same points"
+
+
+def test_unknown_strategy_names_the_known_ones():
+    with pytest.raises(SearchError, match="brute_force"):
+        run_search(toy_space(2), lambda b: [1.0] * len(b), strategy="nope", population=4, max_evals=4, seed=0)
+
+
+def timing(speedup: float, spread: float = 1.0) -> ShapeTiming:
+    return ShapeTiming(
+        label="m[T=1]",
+        sizes={"T": 1},
+        dtype="bf16",
+        time_us=10.0 / speedup,
+        spread_pct=spread,
+        gbps=1.0,
+        pct_of_copy_bw=1.0,
+        time_over_floor=1.5,
+        baseline_us=10.0,
+        speedup=speedup,
+    )
+
+
+def decision(skill: str, transform: str, **params) -> Decision:
+    return Decision(
+        skill=skill, version=1, title=skill, verdict="proposed", params=params, mode="transform", transform=transform
+    )
+
+
+KERNEL = (
+    "__global__ void k(float* o, const float* x, int n) {\n  for (int i = 0; i < 4; ++i) { o[i] = expf(x[i]); }\n}\n"
+)
+LAUNCHER = "void launch(float* o, const float* x, int n, cudaStream_t s) {\n  constexpr int kBlockSize = 256;\n  k<<<1, kBlockSize, 0, s>>>(o, x, n);\n}\n"
+
+
+def base_candidate() -> Candidate:
+    regions = {"k": KERNEL, "launch": LAUNCHER}
+    return Candidate(op_id="demo", id=candidate_id(regions), parent=None, regions=regions)
+
+
+def test_a_search_round_records_every_member_and_wins_with_the_fastest_that_regresses_nowhere(tmp_path):
+    base = base_candidate()
+    decisions = [
+        decision("tune_block_size", "tune_constant", name="kBlockSize", owner="launch", value=v) for v in (128, 512)
+    ] + [decision("unroll_constant_loops", "add_pragma_unroll", factor=0, runtime_loops=False)]
+    measured: list[list[str]] = []
+
+    def measure(cands):
+        measured.append([c.id for c in cands])
+        out = []
+        for c in cands:
+            text = "".join(c.regions.values())
+            fast = 1.3 if "kBlockSize = 512" in text else 1.1 if "kBlockSize = 128" in text else 1.0
+            fast *= 1.05 if "#pragma unroll" in text else 1.0
+            # the 512 + unroll point is fastest overall but regresses at one shape
+            regress = "kBlockSize = 512" in text and "#pragma unroll" in text
+            timings = [timing(fast), timing(0.5 if regress else fast)]
+            out.append(Evaluation(op_id="demo", candidate=c.id, outcome=Outcome.ok, timings=timings))
+        return out
+
+    config = Config.model_validate({"work_dir": str(tmp_path)})
+    found = search_round(base, None, decisions, config=config, coder="offline", measure=measure, seed=1)
+    assert found.strategy == "brute_force" and len(measured) == 1
+    assert len(found.members) == 5  # 3 x 2 points, less the base
+    assert len({m.candidate.id for m in found.members}) == 5
+    attempts, winner = found.outcome()
+    assert [a.candidate for a in attempts] == [m.candidate.id for m in found.members]
+    assert winner is not None and [s.skill for s in winner.candidate.steps] == ["tune_block_size"]
+    assert winner.candidate.steps[0].params["value"] == 512
+    assert winner.candidate.parent == base.id and winner.candidate.coder == "offline:search"
+    # a second search over the same space with a measure that knows the members reads nothing new
+    again = search_round(
+        base,
+        None,
+        decisions,
+        config=config,
+        coder="offline",
+        measure=lambda cands: [next(m.evaluation for m in found.members if m.candidate.id == c.id) for c in cands],
+        seed=1,
+    )
+    assert [m.candidate.id for m in again.members] == [m.candidate.id for m in found.members]
+
+
+def test_a_budget_spent_before_a_population_ends_the_search_with_what_was_measured(tmp_path):
+    base = base_candidate()
+    decisions = [decision("tune_block_size", "tune_constant", name="kBlockSize", owner="launch", value=128)]
+    config = Config.model_validate({"work_dir": str(tmp_path)})
+    found = search_round(
+        base, None, decisions, config=config, coder="offline", measure=lambda c: [None] * len(c), seed=1
+    )
+    assert found.budget_spent and not found.members and found.winner is None
