@@ -2,7 +2,8 @@
 
 Sub-packages: ``harness`` (testing + profiling core), ``llm`` (clients, cache,
 fakes), ``agents`` (testing, profiling, planning, coding, repair, single),
-``backends`` (gpu, replay). Top-level modules in dependency order:
+``backends`` (gpu, replay), ``search`` (space -> tuner -> rounds: the offline
+coder's search over composed transforms). Top-level modules in dependency order:
 
 - errors: the stage's error types;
 - cuda_text -> cuda_regions -> cuda_spans, cuda_facts: the CUDA-region toolkit
@@ -14,5 +15,7 @@ fakes), ``agents`` (testing, profiling, planning, coding, repair, single),
 - budget, hooks (the loop's typed integration points), run_folder (one op's folder,
   best/, run.json, summary lines), acceptance (regressions, minimum gain, round
   verdicts), measure (evaluations and profiles once each, GPU time charged), report;
-- loop (the rounds), command (``kernelsmith optimize``).
+- session (an op opened, rounds recorded, the best validated: shared by every coder,
+  the outside agent's included), loop (the coders' rounds), command
+  (``kernelsmith optimize``).
 """

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from optimize.run_folder import why
-from optimize.trajectory import RoundOutcome, geomean
-from pipeline.records import Evaluation, Outcome, ShapeTiming
+from optimize.run_folder import clip, why
+from optimize.trajectory import RoundOutcome, RoundRecord, geomean, regions_hash
+from pipeline.records import Candidate, Evaluation, Outcome, ShapeTiming
 
 MIN_GAIN_PCT = 1.0  # a new best must beat the current best's geomean by this much (or the noise band)
 
@@ -98,3 +99,35 @@ def judge_final(evaluation: Evaluation, noise_pct: float) -> Verdict:
     speedups = [t.speedup for t in evaluation.timings if t.speedup is not None]
     low = min(speedups) if speedups else None
     return Verdict(outcome, detail, geomean(speedups), low, slow, accepted=outcome == RoundOutcome.ok)
+
+
+def round_record(
+    fields: dict[str, Any],
+    best: RoundRecord,
+    candidate: Candidate | None,
+    evaluation: Evaluation | None,
+    guarded: bool,
+    noise_pct: float,
+) -> RoundRecord:
+    """A round's trajectory line: ``fields`` (kind, round, plan, attempts...) and the verdict on its
+    evaluation against ``best``; with nothing evaluated, the last attempt's status is the outcome."""
+    attempts = fields.get("attempts") or []
+    if evaluation is None or candidate is None:
+        last = attempts[-1] if attempts else None
+        outcome = RoundOutcome(last.status) if last and last.status != "edited" else RoundOutcome.malformed_reply
+        return RoundRecord(**fields, outcome=outcome, detail=last.detail if last else "", best=best.candidate)
+    verdict = judge_round(evaluation, best.speedup_geomean, noise_pct)
+    return RoundRecord(
+        **fields,
+        candidate=candidate.id,
+        regions_hash=regions_hash(candidate.regions),
+        outcome=verdict.outcome,
+        detail=clip(verdict.detail),
+        timings=evaluation.timings,
+        speedup_geomean=verdict.speedup_geomean,
+        speedup_min=verdict.speedup_min,
+        regressed_shapes=[f"{t.label} {t.dtype}" for t in verdict.slow],
+        guarded=guarded,
+        accepted=verdict.accepted,
+        best=candidate.id if verdict.accepted else best.candidate,
+    )

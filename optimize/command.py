@@ -30,8 +30,9 @@ from typing import Any, TypeVar
 
 from contract import layout
 from optimize import report
-from optimize.loop import CODERS, MODES, Loop, LoopOptions, load_op_task
+from optimize.loop import Loop
 from optimize.run_folder import run_meta_check
+from optimize.session import CODERS, MODES, LoopOptions, load_op_task
 from optimize.trajectory import now_iso
 from pipeline.config import DEFAULT_OPS, Config
 

@@ -20,7 +20,8 @@ from optimize.backends.replay import ReplayBackend
 from optimize.hooks import Hooks, load_skills, policy_plan, region_features
 from optimize.llm.client import Completion, LlmClient
 from optimize.llm.fakes import ScriptedModel
-from optimize.loop import Loop, LoopOptions
+from optimize.loop import Loop
+from optimize.session import LoopOptions
 from optimize.trajectory import RoundOutcome, Trajectory, params_key
 from pipeline.config import Config
 from pipeline.records import (

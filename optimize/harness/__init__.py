@@ -17,7 +17,8 @@ half is the :mod:`contract` package), compare
 worker (process isolation), timing (graphs, interleaving, spread), roofline
 (bytes, device ceilings), adversarial (the cheat suite), baseline_repair (the one
 "baseline contradicts its contract -> fix -> run again" loop of the sweep and the
-optimize loop), health (the ``bench --all`` sweep).
+optimize loop), health (the ``bench --all`` sweep), population (a search population built
+at once and evaluated in one worker).
 """
 
 from __future__ import annotations
