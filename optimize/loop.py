@@ -55,12 +55,10 @@ What must stay true:
 
 from __future__ import annotations
 
-import json
 import pathlib
 from collections.abc import Sequence
 from typing import Any
 
-from optimize import report
 from optimize.agents import coding, planning, profiling, repair, single
 from optimize.agents.edits import CodeResult
 from optimize.measure import evaluate_many_once
@@ -117,26 +115,7 @@ class Loop(Session):
             summaries.append(summary)
             if summary.stop_reason in ("tokens", "dollars", "wall_time", "gpu_time"):
                 stopped = summary.stop_reason
-        meta = self.run_dir / "run.json"
-        if meta.exists():
-            started = json.loads(meta.read_text(encoding="utf-8")).get("started_at", started)
-        result = RunSummary(
-            run=self.options.run,
-            mode=self.options.mode,
-            coder=self.options.coder,
-            backend=self.backend.describe(),
-            simulated=self.backend.simulated,
-            device=getattr(self.backend, "device", None),
-            started_at=started,
-            finished_at=now_iso(),
-            tokens=self.budget.tokens,
-            cost_usd=round(self.budget.cost_usd, 6),
-            wall_s=round(self.budget.wall_s, 3),
-            gpu_s=round(self.budget.gpu_s, 3),
-            ops=summaries,
-        )
-        report.write_summary(self.run_dir, result)
-        return result
+        return self.run_summary(summaries, started)
 
     def run_op(self, task_dir: pathlib.Path, task: Task) -> OpSummary:
         op = self.open_op(task_dir, task)
@@ -184,7 +163,7 @@ class Loop(Session):
         assert best is not None and best.candidate is not None
         base = op.candidate(best.candidate)
         base_eval = self._evaluate(op, base, "round")  # stored for every accepted best: no GPU time
-        ncu = self._profile(op, base)
+        ncu = self.profile(op, base)
         summary = profiling.summarize(base_eval, ncu=ncu)
         features = self.hooks.features(base.regions, base_eval, op.task.build.cuda_cflags, ncu=ncu)
         model = self._model

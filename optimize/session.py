@@ -21,6 +21,7 @@ produced is reported as measured (see :mod:`optimize.loop`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ from optimize.trajectory import (
     RoundRecord,
     Trajectory,
     candidate_id,
+    now_iso,
     regions_hash,
 )
 from pipeline.config import Config
@@ -57,6 +59,7 @@ from pipeline.records import (
     Evaluation,
     OpSummary,
     Outcome,
+    RunSummary,
     ShapeTiming,
     Task,
     read_record,
@@ -160,7 +163,7 @@ class Session:
         """Evaluated once per (candidate, stage) (:func:`optimize.measure.evaluate_once`)."""
         return evaluate_once(op, candidate, stage, self.backend, self.budget)
 
-    def _profile(self, op: OpState, candidate: Candidate) -> dict[str, float]:
+    def profile(self, op: OpState, candidate: Candidate) -> dict[str, float]:
         """Nsight Compute figures, once per candidate (:func:`optimize.measure.profile_once`)."""
         return profile_once(op, candidate, self.backend, self.budget, enabled=self.config.harness.ncu_profile)
 
@@ -185,6 +188,30 @@ class Session:
     def regressed(self, timings: Sequence[ShapeTiming]) -> list[ShapeTiming]:
         """Shapes slower than the baseline beyond the noise band (:func:`optimize.acceptance.regressed`)."""
         return regressed(timings, self.config.harness.noise_pct)
+
+    def run_summary(self, summaries: list[OpSummary], started: str | None = None) -> RunSummary:
+        """The run's ``summary.json`` over ``summaries`` (written; the start time is run.json's when it exists)."""
+        started = started or now_iso()
+        meta = self.run_dir / "run.json"
+        if meta.exists():
+            started = json.loads(meta.read_text(encoding="utf-8")).get("started_at", started)
+        result = RunSummary(
+            run=self.options.run,
+            mode=self.options.mode,
+            coder=self.options.coder,
+            backend=self.backend.describe(),
+            simulated=self.backend.simulated,
+            device=getattr(self.backend, "device", None),
+            started_at=started,
+            finished_at=now_iso(),
+            tokens=self.budget.tokens,
+            cost_usd=round(self.budget.cost_usd, 6),
+            wall_s=round(self.budget.wall_s, 3),
+            gpu_s=round(self.budget.gpu_s, 3),
+            ops=summaries,
+        )
+        report.write_summary(self.run_dir, result)
+        return result
 
     def open_op(self, task_dir: pathlib.Path, task: Task) -> OpState | OpSummary:
         """The op's run folder, its completed contract and its baseline evaluated (once per run);

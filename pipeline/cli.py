@@ -27,6 +27,8 @@ HANDLERS = {
     "bench": "optimize.harness.bench:main",
     "run": "pipeline.run:main",
     "track": "pipeline.track:main",
+    "agent": "agent.command:main",
+    "mcp": "agent.command:mcp_main",
 }
 
 
@@ -102,6 +104,23 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--op", help="only this op id")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when the newest batch regressed")
+
+    p = sub.add_parser("agent", help="an outside coder's verbs over a run (ops, show, brief, submit, ...)")
+    _common(p)
+    p.add_argument("verb", choices=["ops", "show", "brief", "submit", "trajectory", "finish", "integrate"])
+    p.add_argument("op", nargs="?", help="the op (show, brief, submit, trajectory)")
+    p.add_argument("--run", help="the run (default: agent); a rerun continues it")
+    p.add_argument("--replay", metavar="FILE", help="replay recorded measurements instead of a GPU (SIMULATED)")
+    p.add_argument("--client", help="who codes (recorded as coder external:<client>; default cli)")
+    p.add_argument("--region", action="append", metavar="NAME=FILE", help="submit: a region's new text (- = stdin)")
+    p.add_argument("--rationale", help="submit: what changed and why it is correct")
+    p.add_argument("--ops", nargs="+", metavar="OP", help="finish: these ops only (default: every op of the run)")
+
+    p = sub.add_parser("mcp", help="serve the agent verbs as MCP tools over stdio (Claude Code, Codex, ...)")
+    _common(p)
+    p.add_argument("--run", help="the run (default: agent)")
+    p.add_argument("--replay", metavar="FILE", help="replay recorded measurements instead of a GPU (SIMULATED)")
+    p.add_argument("--client", help="name for clients whose handshake gives none (default mcp)")
 
     p = sub.add_parser("run", help="extract, optimize, integrate on the default ops")
     _common(p)

@@ -471,7 +471,7 @@ class RunSummary(VersionedRecord):
 
     run: str
     mode: Literal["multi", "single"]
-    coder: Literal["llm", "offline"]
+    coder: Literal["llm", "offline", "external"]
     backend: str
     simulated: bool  # True: timings replayed from a file, not measured in this run
     device: str | None = None

@@ -1,0 +1,90 @@
+"""``kernelsmith agent VERB ...`` and ``kernelsmith mcp``: the outside coding agent's two front ends.
+
+Both open the same run (``--run``, default ``agent``) with the same backend: the GPU
+harness, or ``--replay FILE`` (a simulation: every figure it answers is SIMULATED).
+The command line prints each verb's answer as JSON on stdout; ``submit`` reads the
+region texts from ``--region NAME=FILE`` (``-`` for stdin) and the rationale from
+``--rationale``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from agent.verbs import AgentRun
+from pipeline.config import Config
+from pipeline.errors import ConfigError
+
+VERBS = ("ops", "show", "brief", "submit", "trajectory", "finish", "integrate")
+
+
+def _backend(args: Any, config: Config) -> Any:
+    replay = getattr(args, "replay", None)
+    if replay:
+        from optimize.backends.replay import ReplayBackend
+
+        return ReplayBackend(replay)
+    from optimize.backends.gpu import GpuBackend
+
+    backend = GpuBackend(config)
+    backend.require()
+    return backend
+
+
+def _regions(specs: list[str] | None) -> dict[str, str]:
+    regions: dict[str, str] = {}
+    for spec in specs or []:
+        name, sep, path = spec.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--region {spec!r} is not NAME=FILE", fix="e.g. --region act_and_mul_kernel=new.cu")
+        try:
+            regions[name] = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+        except OSError as err:
+            raise ConfigError(
+                f"--region {name}: cannot read {path}: {err.strerror}", fix="give a readable file"
+            ) from err
+    if not regions:
+        raise ConfigError(
+            "submit needs at least one --region NAME=FILE", fix="name the region and the file with its new text"
+        )
+    return regions
+
+
+def main(args: Any, config: Config) -> int:
+    backend = _backend(args, config)
+    if getattr(backend, "simulated", False):
+        print(backend.describe(), file=sys.stderr)
+    run = AgentRun(config, args.run or "agent", backend, client=args.client or "cli")
+    verb = args.verb
+    answer: Any
+    if verb == "ops":
+        answer = run.ops()
+    elif verb in ("show", "brief", "trajectory"):
+        answer = getattr(run, verb)(args.op)
+    elif verb == "submit":
+        answer = run.submit(args.op, _regions(args.region), args.rationale or "")
+    elif verb == "finish":
+        answer = run.finish(args.ops)
+    else:
+        answer = run.integrate()
+    json.dump(answer, sys.stdout, indent=1, default=str)
+    print()
+    return 0
+
+
+def mcp_main(args: Any, config: Config) -> int:
+    """Serve the verbs over stdio until the client closes the connection."""
+    from agent.mcp_server import build_server
+
+    backend = _backend(args, config)
+    server = build_server(
+        lambda client: AgentRun(config, args.run or "agent", backend, client=client),
+        default_client=args.client or "mcp",
+    )
+    server.run("stdio")
+    return 0
+
+
+__all__ = ["VERBS", "main", "mcp_main"]

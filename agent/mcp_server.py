@@ -1,0 +1,98 @@
+"""``kernelsmith mcp``: the agent verbs as MCP tools over stdio (the official ``mcp`` SDK's MCPServer).
+
+Register it with a coding agent (README, "Bringing a coder"), e.g. Claude Code:
+``claude mcp add kernelsmith -- kernelsmith mcp --run my-run``. The agent then calls
+``list_ops``, ``show_task``, ``planning_brief``, ``submit_candidate``, ``trajectory``,
+``finish`` and ``integrate``; each answers the data of :mod:`agent.verbs`.
+
+The submitting client is named by the MCP handshake's ``clientInfo.name`` (``--client``
+when the handshake names none), so its rounds are recorded as ``external:<name>``.
+
+What must stay true: a Kernelsmith error reaches the agent as a tool error carrying
+the message and the fix, never a traceback, and the server keeps serving; nothing is
+printed on stdout but the protocol (the logs go to stderr).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from agent.verbs import AgentRun
+from pipeline.errors import KernelsmithError
+
+INSTRUCTIONS = """Kernelsmith checks and times CUDA kernel candidates for SGLang ops against the baseline kernel.
+You write the code; Kernelsmith's harness judges it (fresh held-out shapes, poisoned outputs, adversarial
+checks, timing in CUDA graphs). Start with list_ops, then show_task and planning_brief for one op; submit
+whole region texts with submit_candidate and read the verdict; call finish to validate the best, then
+integrate on a GPU machine to patch SGLang, check through SGLang's own op and write the PR."""
+
+
+def _client_name(ctx: Any, default: str) -> str:
+    try:
+        info = ctx.session.client_params.clientInfo
+        name = str(info.name or "").strip()
+    except AttributeError:
+        name = ""
+    return "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in name)[:40] or default
+
+
+def build_server(make_run: Callable[[str], AgentRun], *, default_client: str = "mcp") -> MCPServer:
+    """The MCP server; ``make_run(client)`` opens the run for a client (one per client name)."""
+    server = MCPServer("kernelsmith", instructions=INSTRUCTIONS)
+    runs: dict[str, AgentRun] = {}
+
+    def run_for(ctx: Any) -> AgentRun:
+        client = _client_name(ctx, default_client)
+        if client not in runs:
+            runs[client] = make_run(client)
+        return runs[client]
+
+    def call(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except KernelsmithError as err:
+            raise ToolError(str(err)) from err
+
+    @server.tool()
+    def list_ops(ctx: Context) -> list[dict[str, Any]]:
+        """Every extracted op; where this run evaluated its baseline, time ÷ floor per token bucket and the best speedup."""
+        return call(lambda: run_for(ctx).ops())
+
+    @server.tool()
+    def show_task(op: str, ctx: Context) -> dict[str, Any]:
+        """One op: editable regions with line numbers, the contract, shapes and buckets, ptxas, ncu, what was tried."""
+        return call(lambda: run_for(ctx).show(op))
+
+    @server.tool()
+    def planning_brief(op: str, ctx: Context) -> dict[str, Any]:
+        """The bottleneck, the skills that apply (with their method text) and what not to repeat."""
+        return call(lambda: run_for(ctx).brief(op))
+
+    @server.tool()
+    def submit_candidate(op: str, regions: dict[str, str], rationale: str, ctx: Context) -> dict[str, Any]:
+        """Submit new texts for some editable regions (the others stay the best's) and get the harness's verdict."""
+        return call(lambda: run_for(ctx).submit(op, regions, rationale))
+
+    @server.tool()
+    def trajectory(op: str, ctx: Context) -> list[dict[str, Any]]:
+        """Every round of this op so far: who coded it, the outcome, the speedup, whether it was accepted."""
+        return call(lambda: run_for(ctx).trajectory(op))
+
+    @server.tool()
+    def finish(ctx: Context, ops: list[str] | None = None) -> dict[str, Any]:
+        """Final validation of each op's best (fresh shapes, adversarial checks), then the run's summary."""
+        return call(lambda: run_for(ctx).finish(ops))
+
+    @server.tool()
+    def integrate(ctx: Context) -> dict[str, Any]:
+        """Patch SGLang with the finished run's winners, check them through SGLang's own op, write the PR (GPU)."""
+        return call(lambda: run_for(ctx).integrate())
+
+    return server
+
+
+__all__ = ["INSTRUCTIONS", "build_server"]

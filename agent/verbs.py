@@ -1,0 +1,253 @@
+"""The verbs an outside coding agent uses, over one optimize run's records.
+
+Each verb returns JSON-ready data (dicts, lists, strings), so the MCP tools and the
+command line print the same thing. A run is opened per op on first use: the task's
+contract completed and its baseline evaluated once (through the backend: the GPU
+harness, or a replay file for tests), then every verb reads the run folder.
+
+- ``ops``: every extracted task, with its baseline's time ÷ floor per token bucket
+  where this run evaluated it, and the best speedup so far;
+- ``show``: the editable regions with line numbers, the contract, the shapes and
+  buckets, ptxas resources, the latest Nsight Compute digest, what was tried;
+- ``brief``: the bottleneck (the profiling summary), the skills that apply with
+  their method text, and what not to repeat;
+- ``submit``: new region texts and a rationale -> the round's verdict, the first
+  failing check, per-shape speedups, spread and time ÷ floor;
+- ``trajectory``, ``finish`` (final validation, best/, summary.json, report.md) and
+  ``integrate`` (the patch, SGLang's check, the PR; a GPU machine's step).
+
+What must stay true: nothing here judges a candidate; the session does, exactly as
+for the optimize loop's own coders.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from contract.layout import TASK_FILE
+from optimize.agents import profiling
+from optimize.backends import Backend
+from optimize.errors import TaskMissing
+from optimize.run_folder import OpState, run_meta_check
+from optimize.session import LoopOptions, Session, load_op_task
+from optimize.trajectory import FAILED, Trajectory, now_iso
+from pipeline.config import Config
+from pipeline.errors import BudgetExhausted, ConfigError
+from pipeline.records import Evaluation, OpSummary, ShapeTiming
+
+#: Token-count buckets the census and the brief speak in (decode, mid, prefill).
+BUCKETS: tuple[tuple[str, int, int], ...] = (("T<=64", 0, 64), ("64<T<512", 65, 511), ("T>=512", 512, 1 << 62))
+
+
+def bucket_of(timing: ShapeTiming) -> str:
+    tokens = timing.sizes.get("num_tokens", timing.sizes.get("tokens", 0))
+    return next(name for name, low, high in BUCKETS if low <= tokens <= high)
+
+
+def by_bucket(timings: Sequence[ShapeTiming]) -> dict[str, dict[str, float]]:
+    """Per bucket: the range of time ÷ floor and the geomean speedup (where the timings carry one)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, _, _ in BUCKETS:
+        rows = [t for t in timings if bucket_of(t) == name]
+        if not rows:
+            continue
+        entry = {"shapes": float(len(rows)), "time_over_floor_min": min(t.time_over_floor for t in rows)}
+        entry["time_over_floor_max"] = max(t.time_over_floor for t in rows)
+        speedups = [t.speedup for t in rows if t.speedup]
+        if speedups:
+            product = 1.0
+            for s in speedups:
+                product *= s
+            entry["speedup_geomean"] = round(product ** (1.0 / len(speedups)), 4)
+        out[name] = {k: round(v, 3) for k, v in entry.items()}
+    return out
+
+
+def numbered(text: str) -> str:
+    return "\n".join(f"{i:4d}  {line}" for i, line in enumerate(text.splitlines(), 1))
+
+
+class AgentRun:
+    """One optimize run driven by an outside coder; see the module doc."""
+
+    def __init__(self, config: Config, run: str, backend: Backend, *, client: str = "cli") -> None:
+        self.config, self.run, self.backend, self.client = config, run, backend, client
+        self.session = Session(config, LoopOptions(run=run, mode="multi", coder="external"), backend)
+        self._open: dict[str, OpState] = {}
+
+    # ------------------------------------------------------------------ helpers
+
+    def _start(self) -> None:
+        meta = {
+            "run": self.run,
+            "mode": "multi",
+            "coder": "external",
+            "backend": self.backend.name,
+            "replay": str(getattr(self.backend, "path", "")) or None,
+            "started_at": now_iso(),
+        }
+        run_meta_check(self.session.run_dir, meta)
+
+    def op(self, op_id: str) -> OpState:
+        """The op opened in this run (its baseline evaluated on first use)."""
+        if op_id in self._open:
+            return self._open[op_id]
+        self._start()
+        folder, task = load_op_task(self.config, op_id)
+        opened = self.session.open_op(folder, task)
+        if isinstance(opened, OpSummary):
+            raise BudgetExhausted(opened.detail or "a budget is spent", where=opened.stop_reason or "budget")
+        self._open[op_id] = opened
+        return opened
+
+    def _trajectory(self, op_id: str) -> Trajectory:
+        return Trajectory(self.session.run_dir / op_id / "trajectory.jsonl")
+
+    def _best_eval(self, op: OpState) -> Evaluation | None:
+        best = op.trajectory.best()
+        return op.stored_evaluation(best.candidate, "round") if best and best.candidate else None
+
+    # ------------------------------------------------------------------ verbs
+
+    def ops(self) -> list[dict[str, Any]]:
+        root = self.config.work / "tasks"
+        out = []
+        for path in sorted(root.glob(f"*/{TASK_FILE}")) if root.is_dir() else []:
+            op_id = path.parent.name
+            traj = self._trajectory(op_id)
+            base = traj.baseline() if traj.path.is_file() else None
+            best = traj.best() if base is not None else None
+            row: dict[str, Any] = {"op": op_id, "evaluated_in_run": base is not None}
+            if base is not None:
+                row["baseline_by_bucket"] = by_bucket(base.timings)
+                row["best_speedup_geomean"] = best.speedup_geomean if best else 1.0
+                row["rounds"] = len(traj.rounds())
+            out.append(row)
+        return out
+
+    def show(self, op_id: str) -> dict[str, Any]:
+        op = self.op(op_id)
+        best = op.trajectory.best()
+        assert best is not None and best.candidate is not None
+        candidate = op.candidate(best.candidate)
+        evaluation = self._best_eval(op)
+        ncu_path = op.dir / "profiles" / f"{candidate.id}.ncu.json"
+        return {
+            "op": op_id,
+            "best": candidate.id,
+            "regions": {name: numbered(text) for name, text in candidate.regions.items()},
+            "contract": op.task.contract.model_dump(mode="json"),
+            "shapes": [s.label for s in op.task.shapes],
+            "buckets": by_bucket(evaluation.timings) if evaluation else {},
+            "ptxas": evaluation.build.model_dump(mode="json").get("resources", {})
+            if evaluation and evaluation.build
+            else {},
+            "ncu": json.loads(ncu_path.read_text(encoding="utf-8")) if ncu_path.is_file() else None,
+            "tried": op.trajectory.summary(),
+        }
+
+    def brief(self, op_id: str) -> dict[str, Any]:
+        op = self.op(op_id)
+        best = op.trajectory.best()
+        assert best is not None and best.candidate is not None
+        candidate = op.candidate(best.candidate)
+        evaluation = self._best_eval(op)
+        ncu_path = op.dir / "profiles" / f"{candidate.id}.ncu.json"
+        ncu = self.session.profile(op, candidate) if ncu_path.is_file() else {}
+        summary = profiling.summarize(evaluation, ncu=ncu) if evaluation else None
+        features = (
+            self.session.hooks.features(candidate.regions, evaluation, op.task.build.cuda_cflags, ncu=ncu)
+            if evaluation
+            else None
+        )
+        history = op.trajectory.history()
+        decisions = (
+            self.session.hooks.policy_plan(features, self.session.skills, history, llm_available=True, limit=12)
+            if features is not None
+            else []
+        )
+        skills = []
+        for d in decisions:
+            skill = self.session.skills.get(d.skill)
+            method = skill.method.strip() if skill is not None else ""
+            skills.append({"skill": d.skill, "params": d.params, "why": d.reason, "method": method})
+        avoid = [
+            {"skill": h.skill, "params": h.params, "outcome": h.outcome.value} for h in history if h.outcome in FAILED
+        ]
+        return {"op": op_id, "bottleneck": summary.text() if summary else "", "skills": skills, "do_not_repeat": avoid}
+
+    def submit(self, op_id: str, regions: dict[str, str], rationale: str) -> dict[str, Any]:
+        if not isinstance(regions, dict) or not regions or not all(isinstance(v, str) for v in regions.values()):
+            raise ConfigError("a submission needs region texts", fix='give {"<region name>": "<new text>", ...}')
+        op = self.op(op_id)
+        record = self.session.submit(op, dict(regions), rationale=rationale, client=self.client)
+        evaluation = op.stored_evaluation(record.candidate, "round") if record.candidate else None
+        answer: dict[str, Any] = {
+            "op": op_id,
+            "round": record.round,
+            "candidate": record.candidate,
+            "outcome": record.outcome.value,
+            "accepted": record.accepted,
+            "detail": record.detail,
+            "speedup_geomean": record.speedup_geomean,
+            "regressed_shapes": record.regressed_shapes,
+        }
+        if evaluation is not None:
+            answer["evaluation"] = evaluation.detail
+            answer["shapes"] = [
+                {
+                    "shape": t.label,
+                    "dtype": t.dtype,
+                    "speedup": t.speedup,
+                    "spread_pct": t.spread_pct,
+                    "time_over_floor": t.time_over_floor,
+                }
+                for t in evaluation.timings
+            ]
+        return answer
+
+    def trajectory(self, op_id: str) -> list[dict[str, Any]]:
+        traj = self._trajectory(op_id)
+        if not traj.path.is_file():
+            raise TaskMissing(f"run {self.run} has no op {op_id} yet", fix=f"`kernelsmith agent show {op_id}` opens it")
+        return [
+            {
+                "kind": r.kind,
+                "round": r.round,
+                "coder": r.coder,
+                "skill": r.skill,
+                "outcome": r.outcome.value,
+                "speedup_geomean": r.speedup_geomean,
+                "accepted": r.accepted,
+                "candidate": r.candidate,
+                "detail": r.detail,
+            }
+            for r in traj.records
+        ]
+
+    def finish(self, op_ids: Sequence[str] | None = None) -> dict[str, Any]:
+        """Final validation of each op's best, then the run's summary.json (what integrate reads)."""
+        run_dir = self.session.run_dir
+        ops = list(op_ids or sorted(p.parent.name for p in run_dir.glob("*/trajectory.jsonl")))
+        if not ops:
+            raise TaskMissing(f"run {self.run} has no op yet", fix="`kernelsmith agent show OP` opens one")
+        summaries = [self.session.close_op(self.op(op_id), "external") for op_id in ops]
+        result = self.session.run_summary(summaries)
+        return json.loads(result.model_dump_json())
+
+    def integrate(self) -> dict[str, Any]:
+        """The patch, SGLang's check and the PR for this run (the integrate stage; GPU for the checks)."""
+        from integrate import command as integrate_command
+        from pipeline.cli import build_parser
+
+        if not (self.session.run_dir / "summary.json").is_file():
+            raise ConfigError(f"run {self.run} is not finished", fix="`kernelsmith agent finish` validates it first")
+        args = build_parser().parse_args(["integrate", "--run", self.run, "--work-dir", str(self.config.work)])
+        code = int(integrate_command.main(args, self.config) or 0)
+        pr = self.config.work / "integrate" / self.run / "PR.md"
+        return {"exit_code": code, "pr": str(pr) if pr.is_file() else None}
+
+
+__all__ = ["AgentRun", "BUCKETS", "bucket_of", "by_bucket", "numbered"]

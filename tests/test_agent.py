@@ -1,0 +1,131 @@
+"""agent/: the outside coder's verbs, on the command line and over MCP (the SDK's own stdio client).
+
+Measurements are replayed (SYNTHETIC rules over tests/fixtures/replay/demo.replay.json), so every
+figure here is SIMULATED; what is tested is that a submission goes through the same session,
+harness verdicts and records as the loop's own coders.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import anyio
+import pytest
+from test_loop import LAUNCHER, REPLAY, write_task
+
+from pipeline.cli import main as cli
+from pipeline.records import RunSummary, read_record
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+HONEST = LAUNCHER.replace("kBlockSize = 256", "kBlockSize = 128")
+CHEAT = LAUNCHER.replace("(n + kBlockSize - 1) / kBlockSize", "(n / 2 + kBlockSize - 1) / kBlockSize /* skip_tail */")
+
+
+@pytest.fixture
+def work(tmp_path):
+    write_task(tmp_path)
+    data = json.loads(REPLAY.read_text())
+    rules = data["ops"]["demo.scale"]["rules"]
+    rules[:0] = [  # SYNTHETIC: what the harness would say of these two submissions
+        {
+            "contains": "skip_tail",
+            "outcome": "incorrect",
+            "detail": "catalog demo[n=1024] fp32: out[512] was never written (poison)",
+        },
+        {"contains": "kBlockSize = 128", "outcome": "ok", "speedup": 1.08},
+    ]
+    replay = tmp_path / "agent.replay.json"
+    replay.write_text(json.dumps(data))
+    return tmp_path, replay
+
+
+def agent(work, *argv):
+    tmp, replay = work
+    return cli(["agent", *argv, "--work-dir", str(tmp), "--replay", str(replay), "--run", "a1"])
+
+
+def test_cli_verbs_submit_an_honest_and_a_cheating_candidate(work, capsys):
+    tmp, _ = work
+    assert agent(work, "show", "demo.scale") == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["regions"]["launch_scale"].splitlines()[1].startswith("   2    constexpr int kBlockSize = 256;")
+    assert shown["contract"]["entry"] == "scale" and len(shown["shapes"]) == 3
+    (tmp / "honest.cu").write_text(HONEST)
+    (tmp / "cheat.cu").write_text(CHEAT)
+    assert (
+        agent(work, "submit", "demo.scale", "--region", f"launch_scale={tmp / 'cheat.cu'}", "--rationale", "half grid")
+        == 0
+    )
+    cheat = json.loads(capsys.readouterr().out)
+    assert cheat["outcome"] == "incorrect" and not cheat["accepted"] and "never written" in cheat["detail"]
+    assert (
+        agent(work, "submit", "demo.scale", "--region", f"launch_scale={tmp / 'honest.cu'}", "--rationale", "128") == 0
+    )
+    honest = json.loads(capsys.readouterr().out)
+    assert honest["outcome"] == "ok" and honest["accepted"] and honest["speedup_geomean"] == pytest.approx(1.08)
+    assert {s["shape"] for s in honest["shapes"]} == {"demo[n=1024]", "demo[n=1048576]", "demo[n=16777216]"}
+    # the same text again: nothing new to build
+    assert agent(work, "submit", "demo.scale", "--region", f"launch_scale={tmp / 'honest.cu'}") == 0
+    assert json.loads(capsys.readouterr().out)["outcome"] == "no_change"
+    assert agent(work, "trajectory", "demo.scale") == 0
+    rounds = json.loads(capsys.readouterr().out)
+    assert [r["coder"] for r in rounds if r["kind"] == "round"] == ["external:cli"] * 3
+    assert agent(work, "finish") == 0
+    capsys.readouterr()
+    summary = read_record(RunSummary, tmp / "runs" / "a1" / "summary.json")
+    assert summary.simulated and summary.ops[0].status == "improved" and summary.coder == "external"
+    assert agent(work, "ops") == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["evaluated_in_run"] and row["best_speedup_geomean"] == pytest.approx(1.08)
+
+
+def test_cli_errors_name_the_fix_and_print_no_traceback(work, capsys):
+    assert agent(work, "submit", "demo.scale", "--region", "nope") == 2
+    err = capsys.readouterr().err
+    assert "NAME=FILE" in err and "Traceback" not in err
+    (work[0] / "x.cu").write_text("int x;")
+    assert agent(work, "submit", "demo.scale", "--region", f"no_such_region={work[0] / 'x.cu'}") == 2
+    err = capsys.readouterr().err
+    assert "no editable region no_such_region" in err and "launch_scale" in err and "Traceback" not in err
+    assert agent(work, "show", "no.such_op") != 0
+    err = capsys.readouterr().err
+    assert "kernelsmith extract --ops no.such_op" in err and "Traceback" not in err
+
+
+def test_mcp_server_over_stdio_with_the_sdks_client(work):
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    tmp, replay = work
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "pipeline.cli", "mcp", "--work-dir", str(tmp), "--replay", str(replay), "--run", "m1"],
+        cwd=str(ROOT),
+    )
+
+    async def session_run():
+        async with stdio_client(params) as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                tools = {t.name for t in (await session.list_tools()).tools}
+                shown = await session.call_tool("show_task", {"op": "demo.scale"})
+                cheat = await session.call_tool(
+                    "submit_candidate", {"op": "demo.scale", "regions": {"launch_scale": CHEAT}, "rationale": "x"}
+                )
+                honest = await session.call_tool(
+                    "submit_candidate", {"op": "demo.scale", "regions": {"launch_scale": HONEST}, "rationale": "y"}
+                )
+                bad = await session.call_tool("show_task", {"op": "no.such_op"})
+                traj = await session.call_tool("trajectory", {"op": "demo.scale"})
+                return tools, shown, cheat, honest, bad, traj
+
+    tools, shown, cheat, honest, bad, traj = anyio.run(session_run)
+    assert tools >= {"list_ops", "show_task", "planning_brief", "submit_candidate", "trajectory", "finish", "integrate"}
+    assert shown.structured_content["contract"]["entry"] == "scale"
+    assert cheat.structured_content["outcome"] == "incorrect"
+    assert honest.structured_content["outcome"] == "ok" and honest.structured_content["accepted"]
+    assert bad.is_error and "kernelsmith extract --ops no.such_op" in bad.content[0].text
+    coders = {r["coder"] for r in traj.structured_content["result"] if r["kind"] == "round"}
+    assert len(coders) == 1 and next(iter(coders)).startswith("external:")
