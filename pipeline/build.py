@@ -66,6 +66,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -75,6 +76,7 @@ from pipeline import deps, toolchain
 from pipeline.compiler_output import annotate_diagnostics, first_error, parse_ptxas, relocate_spans, strip_ptxas  # noqa: F401  (re-exported: the build API)
 from pipeline.errors import ConfigError, ToolchainError
 from pipeline.records import BuildRecipe, BuildReport, Instantiation, Span, Task, content_hash
+from pipeline.sandbox import scrubbed_env
 from pipeline.toolchain import find_nvcc, toolchain_fingerprint  # noqa: F401  (re-exported: the build API)
 
 KEY_SCHEMA = "kernelsmith.build/1"  # bump when the build changes in a way the key does not see
@@ -418,31 +420,36 @@ def _run(argv: list[str], cwd: pathlib.Path, timeout_s: float) -> _Run:
     start = time.monotonic()
     if timeout_s <= 0:
         return _Run(None, "", 0.0)
+    home = pathlib.Path(tempfile.mkdtemp(prefix="kernelsmith-nvcc-"))
     try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-        )
-    except FileNotFoundError as error:
-        raise ToolchainError(
-            f"{argv[0]} cannot be run: {error}",
-            fix="reinstall the toolchain (CUDA 12.8+, g++) or fix PATH/CUDA_HOME/CXX",
-        ) from error
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-        return _Run(proc.returncode, output, time.monotonic() - start)
-    except subprocess.TimeoutExpired:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        output, _ = proc.communicate()
-        return _Run(None, output or "", time.monotonic() - start)
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                start_new_session=True,
+                env=scrubbed_env(home),  # generated code is compiled here: no credentials in reach
+            )
+        except FileNotFoundError as error:
+            raise ToolchainError(
+                f"{argv[0]} cannot be run: {error}",
+                fix="reinstall the toolchain (CUDA 12.8+, g++) or fix PATH/CUDA_HOME/CXX",
+            ) from error
+        try:
+            output, _ = proc.communicate(timeout=timeout_s)
+            return _Run(proc.returncode, output, time.monotonic() - start)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            output, _ = proc.communicate()
+            return _Run(None, output or "", time.monotonic() - start)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _clean_paths(text: str, staging: pathlib.Path) -> str:

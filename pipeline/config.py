@@ -149,6 +149,9 @@ class SearchConfig(Section):
 
 class HarnessConfig(Section):
     worker_timeout_s: float = 120.0
+    # the evaluation worker in a bubblewrap sandbox (no network, homes hidden; pipeline/sandbox.py);
+    # its environment is scrubbed either way
+    sandbox: bool = True
     noise_pct: float = 3.0
     l2_multiple: float = 3.0
     graph_calls: int = 20

@@ -303,7 +303,9 @@ def run_request(request: WorkerRequest, config: Config, workdir: pathlib.Path) -
     """Run the worker; raise for the harness's own failures and for a missing GPU."""
     from optimize.harness.worker import EXIT_HARNESS, EXIT_NO_GPU
 
-    run = isolate.run_worker(request, workdir, timeout_s=config.harness.worker_timeout_s)
+    run = isolate.run_worker(
+        request, workdir, timeout_s=config.harness.worker_timeout_s, use_sandbox=config.harness.sandbox
+    )
     if run.status == "crashed" and run.returncode == EXIT_NO_GPU:
         raise GpuRequired(
             "the evaluation worker found no CUDA device", fix="run on the GPU machine", detail=run.stderr_tail

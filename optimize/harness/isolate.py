@@ -13,6 +13,8 @@ What must stay true:
 - The worker's stderr goes to a file, not a pipe: a chatty or stuck worker can
   never block on a full pipe, and its last lines are kept as evidence
   (``stderr_tail``) for the Evaluation's detail.
+- Untrusted code: the worker's environment holds no credentials, and it runs without
+  network and with the homes hidden where bubblewrap works (:mod:`pipeline.sandbox`).
 - No torch here.
 """
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from optimize.harness.protocol import WorkerRequest, WorkerResult
+from pipeline import sandbox
 from pipeline.records import write_record
 
 TAIL_CHARS = 4000
@@ -98,6 +101,13 @@ def run_process(
     return status, returncode, seconds, tail(text)
 
 
+def _library_dirs(request: WorkerRequest) -> list[str]:
+    """The folders of every module the worker will load (the build cache, wherever it lives)."""
+    libraries = [*request.baseline_libraries, *(request.candidate_libraries or [])]
+    libraries += [lib for member in request.population for lib in member]
+    return sorted({os.path.dirname(os.path.abspath(lib)) for lib in libraries if lib})
+
+
 def run_worker(
     request: WorkerRequest,
     workdir: str | os.PathLike[str],
@@ -105,11 +115,15 @@ def run_worker(
     timeout_s: float,
     argv_prefix: Sequence[str] | None = None,
     env: dict[str, str] | None = None,
+    use_sandbox: bool = True,
 ) -> WorkerRun:
     """Write the request, run the worker under a deadline, read the result if there is one.
 
     ``argv_prefix`` replaces ``[python, -m, optimize.harness.worker]`` (tests use
     it to run a stand-in; profilers wrap the worker in ``ncu``/``compute-sanitizer``).
+    The environment is always scrubbed (:func:`pipeline.sandbox.scrubbed_env`: no
+    credentials); the plain worker also runs in the sandbox (:func:`pipeline.sandbox.wrap`:
+    no network, homes and ``/tmp`` hidden) unless ``use_sandbox`` is False.
     """
     workdir = pathlib.Path(workdir)
     request_path = workdir / "request.json"
@@ -117,12 +131,20 @@ def run_worker(
     result_path.unlink(missing_ok=True)
     write_record(request, request_path)
     prefix = list(argv_prefix) if argv_prefix is not None else [sys.executable, "-m", WORKER_MODULE]
-    run_env = dict(os.environ if env is None else env)
+    run_env = sandbox.scrubbed_env(workdir / "home", os.environ if env is None else env)
     root = str(pathlib.Path(__file__).resolve().parents[2])
     run_env["PYTHONPATH"] = root + (os.pathsep + run_env["PYTHONPATH"] if run_env.get("PYTHONPATH") else "")
     run_env.setdefault("PYTHONUNBUFFERED", "1")
+    argv = [*prefix, str(request_path), str(result_path)]
+    if argv_prefix is None:  # the worker runs candidate code; profilers keep their own tool paths
+        argv = sandbox.wrap(
+            argv,
+            writable=[workdir, request.device_cache_dir],
+            readable=[*sandbox.project_paths(), *_library_dirs(request)],
+            enabled=use_sandbox,
+        )
     status, code, seconds, stderr_tail = run_process(
-        [*prefix, str(request_path), str(result_path)],
+        argv,
         timeout_s=timeout_s,
         workdir=workdir,
         result_path=result_path,

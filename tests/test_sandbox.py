@@ -1,0 +1,128 @@
+"""pipeline.sandbox: what generated code can reach (issue 16): no credentials in its environment, no
+network, no home folders; and the evaluation worker and nvcc are started that way."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import sys
+
+import pytest
+
+from optimize.harness import isolate
+from optimize.harness.protocol import WorkerRequest
+from pipeline import sandbox
+from pipeline.records import Contract
+
+PROBE = r"""
+import json, os, socket, sys
+out = {}
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+    out["socket"] = "connected"
+except OSError as err:
+    out["socket"] = f"refused: {err}"
+try:
+    out["ssh"] = open(os.path.join(sys.argv[2], ".ssh", "id_rsa")).read()
+except OSError as err:
+    out["ssh"] = f"unreadable: {err.strerror}"
+out["key"] = os.environ.get("OPENAI_API_KEY")
+out["aws"] = os.environ.get("AWS_SECRET_ACCESS_KEY")
+open(os.path.join(sys.argv[3], "written.txt"), "w").write("ok")
+print(json.dumps(out))
+"""
+
+
+def test_the_environment_keeps_the_toolchain_and_drops_every_credential(tmp_path):
+    environ = {
+        "PATH": "/usr/bin",
+        "CUDA_HOME": "/usr/local/cuda",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "OPENAI_API_KEY": "sk-secret",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "GITHUB_TOKEN": "y",
+        "HOME": "/home/me",
+        "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
+    }
+    env = sandbox.scrubbed_env(tmp_path / "h", environ)
+    assert env["PATH"] == "/usr/bin" and env["CUDA_HOME"] == "/usr/local/cuda" and env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert env["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "1"
+    assert not {"OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"} & set(env)
+    assert env["HOME"] == str(tmp_path / "h") and pathlib.Path(env["TMPDIR"]).is_dir()
+
+
+def test_a_candidate_cannot_reach_the_network_a_home_folder_or_a_key(tmp_path, monkeypatch):
+    if sandbox.bwrap()[0] is None:
+        pytest.skip(f"no sandbox on this machine: {sandbox.bwrap()[1]}")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("PRIVATE KEY")
+    monkeypatch.setenv("HOME", str(home))  # the user's home, hidden with the others
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    work = tmp_path / "work"
+    argv = sandbox.wrap(
+        [sys.executable, str(probe), str(port), str(home), str(work)],
+        writable=[work],
+        readable=[*sandbox.project_paths(), str(probe)],
+    )
+    env = sandbox.scrubbed_env(work / "home")
+    status, code, _, tail = isolate.run_process(
+        argv, timeout_s=60, workdir=tmp_path / "run", result_path=tmp_path / "none", env=env
+    )
+    assert code == 0, tail
+    out = json.loads((tmp_path / "run" / "worker.stdout").read_text())
+    assert out["socket"].startswith("refused"), "no network, not even loopback"
+    assert out["ssh"].startswith("unreadable"), "the home folders are hidden"
+    assert out["key"] is None and out["aws"] is None
+    assert (work / "written.txt").read_text() == "ok", "its own folder stays writable"
+    listener.close()
+
+
+def test_the_worker_is_started_sandboxed_with_the_scrubbed_environment(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_run(argv, *, timeout_s, workdir, result_path, env=None):
+        seen.update(argv=list(argv), env=dict(env or {}))
+        return "crashed", 1, 0.1, ""
+
+    monkeypatch.setattr(isolate, "run_process", fake_run)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    (tmp_path / "cache" / "builds" / "k").mkdir(parents=True)
+    request = WorkerRequest(
+        op_id="x",
+        contract=Contract(entry="e", args=[], symbols=[]),
+        baseline_libraries=[str(tmp_path / "cache" / "builds" / "k" / "lib.so")],
+        device_cache_dir=str(tmp_path / "device"),
+    )
+    isolate.run_worker(request, tmp_path / "w", timeout_s=5)
+    assert "OPENAI_API_KEY" not in seen["env"] and seen["env"]["HOME"].startswith(str(tmp_path / "w"))
+    if sandbox.bwrap()[0] is not None:
+        argv = seen["argv"]
+        assert argv[0] == sandbox.bwrap()[0] and "--unshare-net" in argv
+        assert str(tmp_path / "cache" / "builds" / "k") in argv, "the built libraries are readable"
+        assert argv[argv.index("--") + 1 :][:3] == [sys.executable, "-m", isolate.WORKER_MODULE]
+    isolate.run_worker(request, tmp_path / "w2", timeout_s=5, use_sandbox=False)
+    assert seen["argv"][0] == sys.executable and "OPENAI_API_KEY" not in seen["env"]
+
+
+def test_nvcc_runs_with_the_scrubbed_environment(tmp_path, monkeypatch):
+    from pipeline import build
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    script = tmp_path / "fake-nvcc"
+    script.write_text("#!/bin/sh\nenv\n")
+    script.chmod(0o755)
+    run = build._run([str(script)], tmp_path, timeout_s=30)
+    assert run.returncode == 0 and "PATH=" in run.output and "OPENAI_API_KEY" not in run.output
+    assert os.environ["OPENAI_API_KEY"] == "sk-secret", "only the child's environment is scrubbed"
