@@ -29,40 +29,14 @@ from typing import Any
 from contract.layout import TASK_FILE
 from optimize.agents import profiling
 from optimize.backends import Backend
+from optimize.buckets import by_bucket
 from optimize.errors import TaskMissing
 from optimize.run_folder import OpState, run_meta_check
 from optimize.session import LoopOptions, Session, load_op_task
 from optimize.trajectory import FAILED, Trajectory, now_iso
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError
-from pipeline.records import Evaluation, OpSummary, ShapeTiming
-
-#: Token-count buckets the census and the brief speak in (decode, mid, prefill).
-BUCKETS: tuple[tuple[str, int, int], ...] = (("T<=64", 0, 64), ("64<T<512", 65, 511), ("T>=512", 512, 1 << 62))
-
-
-def bucket_of(timing: ShapeTiming) -> str:
-    tokens = timing.sizes.get("num_tokens", timing.sizes.get("tokens", 0))
-    return next(name for name, low, high in BUCKETS if low <= tokens <= high)
-
-
-def by_bucket(timings: Sequence[ShapeTiming]) -> dict[str, dict[str, float]]:
-    """Per bucket: the range of time ÷ floor and the geomean speedup (where the timings carry one)."""
-    out: dict[str, dict[str, float]] = {}
-    for name, _, _ in BUCKETS:
-        rows = [t for t in timings if bucket_of(t) == name]
-        if not rows:
-            continue
-        entry = {"shapes": float(len(rows)), "time_over_floor_min": min(t.time_over_floor for t in rows)}
-        entry["time_over_floor_max"] = max(t.time_over_floor for t in rows)
-        speedups = [t.speedup for t in rows if t.speedup]
-        if speedups:
-            product = 1.0
-            for s in speedups:
-                product *= s
-            entry["speedup_geomean"] = round(product ** (1.0 / len(speedups)), 4)
-        out[name] = {k: round(v, 3) for k, v in entry.items()}
-    return out
+from pipeline.records import Evaluation, OpSummary
 
 
 def numbered(text: str) -> str:
@@ -250,4 +224,4 @@ class AgentRun:
         return {"exit_code": code, "pr": str(pr) if pr.is_file() else None}
 
 
-__all__ = ["AgentRun", "BUCKETS", "bucket_of", "by_bucket", "numbered"]
+__all__ = ["AgentRun", "numbered"]

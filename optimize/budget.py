@@ -22,7 +22,7 @@ from typing import Literal
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted
 
-StopReason = Literal["rounds", "tokens", "dollars", "wall_time", "gpu_time", "no_options", "converged"]
+StopReason = Literal["rounds", "tokens", "dollars", "wall_time", "gpu_time", "no_options", "converged", "at_floor"]
 
 
 class Budget:
@@ -68,6 +68,7 @@ class Budget:
             "gpu_time": f"GPU-time budget spent ({self.gpu_s:.0f} of {self.limits.gpu_s:g} s)",
             "rounds": f"round budget reached ({self.limits.rounds} rounds per op)",
             "no_options": "the policy has no untried applicable skill left",
+            "at_floor": "every token bucket of the best runs within 1.1x of its floor: no round is worth its GPU time",
             "converged": "the last search round found nothing faster around the best (the next would search the same space)",
         }.get(reason, reason)
 

@@ -140,7 +140,7 @@ def main(args: Any, config: Config) -> int:
     Console().print(report.console_table(summary))
     print(f"run folder: {run_dir}", file=sys.stderr)
     for op in summary.ops:
-        if op.stop_reason and op.stop_reason not in ("rounds", "no_options", "converged"):
+        if op.stop_reason and op.stop_reason not in ("rounds", "no_options", "converged", "at_floor"):
             print(
                 f"stopped ({op.op_id}): {loop.budget.message(op.stop_reason)}; fix: {loop.budget.fix(op.stop_reason)}",
                 file=sys.stderr,

@@ -61,6 +61,7 @@ from typing import Any
 
 from optimize.agents import coding, planning, profiling, repair, single
 from optimize.agents.edits import CodeResult
+from optimize.buckets import bucket_of, no_go
 from optimize.measure import evaluate_many_once
 from optimize.policy import Decision
 from optimize.run_folder import OpState, clip, why
@@ -152,6 +153,9 @@ class Loop(Session):
         rounds = op.trajectory.rounds()
         if len(rounds) >= self.config.budget.rounds:
             return "rounds"
+        best = op.trajectory.best()
+        if best is not None and best.timings and set(no_go(best.timings)) == {bucket_of(t) for t in best.timings}:
+            return "at_floor"  # every bucket within AT_FLOOR of its floor: nothing left worth a round
         last = rounds[-1] if rounds else None
         if last is not None and not last.accepted and last.attempts and all(a.agent == "search" for a in last.attempts):
             return "converged"  # the same best gives the same space: a next round would read it all back

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Sequence
 
+from optimize.buckets import AT_FLOOR, by_bucket, no_go
 from optimize.trajectory import RoundRecord, Trajectory
 from pipeline.records import Evaluation, OpSummary, RunSummary, ShapeTiming, write_record
 
@@ -114,6 +115,13 @@ def op_report(
     elif summary.detail:
         lines.append(summary.detail)
     baseline = trajectory.baseline()
+    if baseline is not None and baseline.timings:
+        figures = by_bucket(baseline.timings)
+        parts = [f"{name} {f['time_over_floor_min']:.2f}–{f['time_over_floor_max']:.2f}" for name, f in figures.items()]
+        lines.append("Baseline time ÷ floor by token bucket: " + "; ".join(parts))
+        stopped = no_go(baseline.timings)
+        if stopped:
+            lines.append(f"No-go (within {AT_FLOOR}× of the floor, not worth a round): {', '.join(stopped)}")
     if baseline is not None:
         best_round = next((r for r in trajectory.rounds() if r.candidate == summary.best), None)
         timings = final.timings if final is not None and final.timings else (best_round.timings if best_round else None)

@@ -288,9 +288,15 @@ class Session:
     def close_op(self, op: OpState, stop: str | None) -> OpSummary:
         """Final validation of the best, the op's summary and its report."""
         traj = op.trajectory
-        if stop in ("rounds", "tokens", "dollars", "wall_time", "gpu_time", "converged") and not self._has_stop(
-            op, stop
-        ):
+        if stop in (
+            "rounds",
+            "tokens",
+            "dollars",
+            "wall_time",
+            "gpu_time",
+            "converged",
+            "at_floor",
+        ) and not self._has_stop(op, stop):
             traj.append(self._stop_record(op, stop, self._meter()))
         best = self._finalize(op)
         summary = op_summary(op, stop, best)
@@ -327,7 +333,9 @@ class Session:
             round=op.trajectory.last_round(),
             mode=self.options.mode,
             coder=self.options.coder,
-            outcome=RoundOutcome.budget_exhausted if reason not in ("no_options", "converged") else RoundOutcome.ok,
+            outcome=RoundOutcome.budget_exhausted
+            if reason not in ("no_options", "converged", "at_floor")
+            else RoundOutcome.ok,
             stop_reason=reason,
             detail=self.budget.message(reason),
             best=op.trajectory.best_id(),

@@ -1040,3 +1040,17 @@ def test_offline_search_composes_transforms_records_every_member_and_converges(t
     calls = len(backend.calls)
     summary2, _, _ = run_loop(tmp_path, None, rounds=8, coder="offline", backend=backend)
     assert len(backend.calls) == calls and summary2.ops[0].best == summary.ops[0].best
+
+
+def test_an_op_whose_every_bucket_is_at_its_floor_gets_no_round_and_the_report_says_why(tmp_path):
+    """SIMULATED: the demo baseline made to run within 1.1x of its floor at every shape."""
+    data = json.loads(REPLAY.read_text())
+    for row in data["ops"]["demo.scale"]["baseline"]:
+        row["time_over_floor"] = 1.05
+    path = tmp_path / "floor.replay.json"
+    path.write_text(json.dumps(data))
+    summary, traj, backend = run_loop(tmp_path, None, rounds=8, coder="offline", backend=CountingBackend(path))
+    assert traj.rounds() == [] and summary.ops[0].stop_reason == "at_floor"
+    assert [stage for _, stage in backend.calls] == ["round"], "only the baseline was measured"
+    text = (tmp_path / "runs/r1/demo.scale/report.md").read_text()
+    assert "No-go (within 1.1× of the floor, not worth a round): T<=64" in text

@@ -1,0 +1,63 @@
+"""Token-count buckets (decode, mid, prefill) and the floor's no-go rule, written once.
+
+Why: the best configuration and the headroom differ between decode and prefill
+sizes, and a bucket that already runs within :data:`AT_FLOOR` of its floor has
+nothing left worth a round (issue 14: "a bucket within 1.1x of its floor is no-go").
+The report, the loop's stop rule and the agent's census all speak in these buckets.
+
+What must stay true: every timed shape falls in exactly one bucket; a shape without
+a token count is in the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pipeline.records import ShapeTiming
+
+#: (name, lowest token count, highest token count)
+BUCKETS: tuple[tuple[str, int, int], ...] = (("T<=64", 0, 64), ("64<T<512", 65, 511), ("T>=512", 512, 1 << 62))
+AT_FLOOR = 1.1  # time ÷ floor at or under which a bucket is no-go
+
+
+def tokens_of(timing: ShapeTiming) -> int:
+    return int(timing.sizes.get("num_tokens", timing.sizes.get("tokens", 0)))
+
+
+def bucket_of(timing: ShapeTiming) -> str:
+    tokens = tokens_of(timing)
+    return next(name for name, low, high in BUCKETS if low <= tokens <= high)
+
+
+def by_bucket(timings: Sequence[ShapeTiming]) -> dict[str, dict[str, float]]:
+    """Per bucket present: its shapes, the range of time ÷ floor, the geomean speedup where timings carry one."""
+    out: dict[str, dict[str, float]] = {}
+    for name, _, _ in BUCKETS:
+        rows = [t for t in timings if bucket_of(t) == name]
+        if not rows:
+            continue
+        entry = {
+            "shapes": float(len(rows)),
+            "time_over_floor_min": min(t.time_over_floor for t in rows),
+            "time_over_floor_max": max(t.time_over_floor for t in rows),
+        }
+        speedups = [t.speedup for t in rows if t.speedup]
+        if speedups:
+            product = 1.0
+            for s in speedups:
+                product *= s
+            entry["speedup_geomean"] = product ** (1.0 / len(speedups))
+        out[name] = {k: round(v, 4) for k, v in entry.items()}
+    return out
+
+
+def no_go(timings: Sequence[ShapeTiming], at_floor: float = AT_FLOOR) -> list[str]:
+    """The buckets whose every shape is within ``at_floor`` of its floor (and has a floor: ratio > 0)."""
+    return [
+        name
+        for name, figures in by_bucket(timings).items()
+        if 0 < figures["time_over_floor_min"] and figures["time_over_floor_max"] <= at_floor
+    ]
+
+
+__all__ = ["AT_FLOOR", "BUCKETS", "bucket_of", "by_bucket", "no_go", "tokens_of"]
