@@ -103,7 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("track", help="measurement history and regressions (nightly tracking)")
     _common(p)
     p.add_argument("--op", help="only this op id")
-    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when the newest batch regressed")
+    p.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="exit 1 on a standing regression, on no measurements, or on a batch older than --max-age-h",
+    )
+    p.add_argument("--max-age-h", type=float, help="the newest batch must be at most this old (a missed night fails)")
 
     p = sub.add_parser("agent", help="an outside coder's verbs over a run (ops, show, brief, submit, ...)")
     _common(p)

@@ -29,3 +29,32 @@ def source_digest(patterns: tuple[str, ...]) -> str:
             if path.is_file():
                 digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+#: Every source folder of the project: what "this kernelsmith" is when no git commit names it.
+PROJECT_SOURCES = tuple(
+    f"{pkg}/**/*.py" for pkg in ("pipeline", "contract", "extract", "optimize", "integrate", "agent")
+)
+
+
+def kernelsmith_version() -> str:
+    """The git commit of this checkout (``+dirty`` with uncommitted changes), else ``src:<digest>`` of its sources.
+
+    Recorded with every measurement batch, so a figure says which code measured it;
+    the device machine gets a copy of the working tree, often without ``.git``.
+    """
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode == 0 and head.stdout.strip():
+            dirty = subprocess.run(
+                ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            return head.stdout.strip()[:12] + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return "src:" + source_digest(PROJECT_SOURCES)[:12]

@@ -1,255 +1,270 @@
-"""The results store: every GPU measurement ever taken, for history and regressions.
+"""The results store: every GPU measurement ever taken, in SQLite, for history and regressions.
 
-Layout under ``<work>/results/``:
-- ``objects/<key>.json``: one :class:`Measurement` batch, content-addressed (the key is
-  the sha256 of its canonical JSON), written to a staging file then renamed. An
-  object never changes; writing the same batch twice is a no-op.
-- ``history.jsonl``: append-only, one line per batch (key, when, what): the order in
-  which batches arrived. A crash mid-append leaves at worst a torn last line: the next
-  append moves that fragment to ``history.torn`` (kept, never thrown away) and starts its
-  own line; readers skip a line they cannot read, with a warning, and still find a whole
-  record glued onto a fragment by an older version.
+``<work>/results/results.sqlite`` (WAL journal, ``synchronous=FULL``): a table of batches
+(one ``kernelsmith bench`` or ``track run``: device, date, command, SGLang version or
+commit, kernelsmith commit) and a table of their rows (op, dtype, shape, variant, time
+and spread). A batch is written in one transaction, so a writer killed mid-batch leaves
+the store as it was before that batch, and every batch committed before it whole.
 
-Nightly tracking is `kernelsmith bench` on a schedule: each run adds a batch;
-:func:`regressions` compares the newest batch with the best earlier figure for the
-same (op, dtype, shape, variant) and reports slowdowns beyond the noise band.
+A batch's key is the content hash of its JSON (as in the first, JSON-file format):
+adding the same batch twice is a no-op. The first format (``history.jsonl`` +
+``objects/``, :mod:`pipeline.store_json`) is imported when the store is opened; its files
+are kept, never rewritten.
 
-What must stay true: the store imports no torch; figures enter it only from GPU
-runs (the caller passes the device name); nothing is ever rewritten.
+Regressions (:meth:`ResultsStore.regressions`) are change points over each series' whole
+history (op, dtype, shape, variant, device), found with asv's step detection
+(``asv.step_detect``), and kept where the step exceeds a noise-aware band:
+max(``noise_pct``, ``k_spread`` x the measured spread). Reference rows (PyTorch eager,
+torch.compile) are never kernel regressions.
+
+What must stay true: the store imports no torch; figures enter it only from GPU runs
+(the caller names the device); nothing committed is ever rewritten or lost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
+import sqlite3
 import sys
-import tempfile
-from datetime import UTC, datetime
-
-from pydantic import Field
+from collections.abc import Iterator
 
 from pipeline.errors import StaleRecordError
-from pipeline.records import SCHEMA_VERSION, Record, VersionedRecord, content_hash, file_mode
+from pipeline.records import content_hash, file_mode
+from pipeline.store_records import REFERENCE_VARIANTS, Measurement, Regression, Row
+
+DB_NAME = "results.sqlite"
+K_SPREAD = 2.0  # a step must exceed this many times the measured spread (and noise_pct)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS batches (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    taken_at TEXT NOT NULL,
+    device TEXT NOT NULL,
+    command TEXT NOT NULL,
+    sglang TEXT NOT NULL,
+    kernelsmith TEXT NOT NULL DEFAULT '',
+    notes TEXT NOT NULL DEFAULT '{}',
+    n_rows INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rows (
+    batch_seq INTEGER NOT NULL REFERENCES batches(seq),
+    op_id TEXT NOT NULL,
+    dtype TEXT NOT NULL,
+    shape TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    time_us REAL NOT NULL,
+    spread_pct REAL NOT NULL,
+    gbps REAL
+);
+CREATE INDEX IF NOT EXISTS rows_by_series ON rows (op_id, dtype, shape, variant);
+"""
 
 
-class Row(Record):
-    op_id: str
-    dtype: str
-    shape: str  # ShapeCase label or "T=..,H=.."
-    variant: str = "baseline"  # baseline | candidate:<id> | torch_eager | torch_compile
-    time_us: float
-    spread_pct: float = 0.0
-    gbps: float | None = None
-
-
-class Measurement(VersionedRecord):
-    device: str  # GPU name as the driver reports it
-    taken_at: str  # ISO-8601 UTC
-    command: str
-    sglang: str  # version or commit of the kernels measured
-    rows: list[Row]
-    notes: dict[str, str] = Field(default_factory=dict)
-
-
-class Regression(Record):
-    op_id: str
-    dtype: str
-    shape: str
-    variant: str
-    best_us: float
-    best_key: str
-    now_us: float
-    slowdown_pct: float
+def batch_key(measurement: Measurement) -> str:
+    return content_hash(measurement.model_dump_json())[:32]
 
 
 class ResultsStore:
-    def __init__(self, work_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, work_dir: str | os.PathLike[str], *, import_json: bool = True) -> None:
         self.root = pathlib.Path(work_dir) / "results"
-        self.objects = self.root / "objects"
-        self.history_file = self.root / "history.jsonl"
-        self._warned: set[tuple[int, str]] = set()
+        self.db_path = self.root / DB_NAME
+        self._import_json = import_json
+        self._imported = False
+
+    # ------------------------------------------------------------------ connection
+
+    @contextlib.contextmanager
+    def _db(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+        if not write and not self.db_path.exists():
+            yield sqlite3.connect(":memory:")  # nothing stored yet: an empty, schema-less answer
+            return
+        fix = f"move {self.db_path} aside (the batches in it are lost; `kernelsmith bench` measures again)"
+        try:
+            if write:
+                self.root.mkdir(parents=True, exist_ok=True)
+                if not self.db_path.exists():  # SQLite would make it 0644: the umask decides, as for every record
+                    os.close(os.open(self.db_path, os.O_CREAT | os.O_WRONLY, file_mode()))
+            conn = sqlite3.connect(self.db_path, timeout=60)
+        except (OSError, sqlite3.Error) as err:
+            raise StaleRecordError(f"results store {self.db_path} cannot be opened: {err}", fix=fix) from err
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            if write:
+                conn.executescript(SCHEMA)
+            yield conn
+        except sqlite3.DatabaseError as err:
+            raise StaleRecordError(f"results store {self.db_path} is not a readable database: {err}", fix=fix) from err
+        finally:
+            conn.close()
+
+    def _ensure_imported(self) -> None:
+        if self._imported or not self._import_json:
+            return
+        self._imported = True
+        from pipeline.store_json import JsonStore
+
+        legacy = JsonStore(self.root.parent)
+        if not legacy.history_file.exists():
+            return
+        for key in legacy.keys():
+            if self._has(key):
+                continue
+            try:
+                self._insert(legacy.get(key), key)
+            except StaleRecordError as err:  # one bad object costs that batch, named, never the import
+                print(f"warning: not imported: {err}", file=sys.stderr)
+
+    def _has(self, key: str) -> bool:
+        if not self.db_path.exists():
+            return False
+        with self._db(write=True) as conn:
+            return conn.execute("SELECT 1 FROM batches WHERE key = ?", (key,)).fetchone() is not None
+
+    def _insert(self, measurement: Measurement, key: str) -> None:
+        with self._db(write=True) as conn:
+            with conn:  # one transaction: the batch and its rows, or nothing
+                if conn.execute("SELECT 1 FROM batches WHERE key = ?", (key,)).fetchone():
+                    return
+                cur = conn.execute(
+                    "INSERT INTO batches (key, taken_at, device, command, sglang, kernelsmith, notes, n_rows) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        key,
+                        measurement.taken_at,
+                        measurement.device,
+                        measurement.command,
+                        measurement.sglang,
+                        measurement.kernelsmith,
+                        json.dumps(measurement.notes, sort_keys=True),
+                        len(measurement.rows),
+                    ),
+                )
+                seq = cur.lastrowid
+                conn.executemany(
+                    "INSERT INTO rows (batch_seq, op_id, dtype, shape, variant, time_us, spread_pct, gbps) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (seq, r.op_id, r.dtype, r.shape, r.variant, r.time_us, r.spread_pct, r.gbps)
+                        for r in measurement.rows
+                    ],
+                )
+
+    # ------------------------------------------------------------------ API
 
     def add(self, measurement: Measurement) -> str:
-        """Store a batch; returns its key. Idempotent."""
-        text = measurement.model_dump_json()
-        key = content_hash(text)[:32]
-        self.objects.mkdir(parents=True, exist_ok=True)
-        target = self.objects / f"{key}.json"
-        if not target.exists():
-            fd, tmp = tempfile.mkstemp(prefix=".obj.", dir=self.objects)
-            os.fchmod(fd, file_mode())  # the umask decides, as for every record
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(tmp, target)
-        elif key in self.keys():
-            return key
-        # Object written but no history line (a crash between the two, or a torn line
-        # that held it): the line is added now, so the batch is never lost.
-        line = json.dumps(
-            {
-                "key": key,
-                "taken_at": measurement.taken_at,
-                "device": measurement.device,
-                "command": measurement.command,
-                "rows": len(measurement.rows),
-            }
-        )
-        self._repair_torn_tail()
-        with open(self.history_file, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+        """Store a batch in one transaction; returns its key. Idempotent."""
+        self._ensure_imported()
+        key = batch_key(measurement)
+        self._insert(measurement, key)
         return key
 
-    @property
-    def torn_file(self) -> pathlib.Path:
-        """Where torn history fragments are kept (one per line, as found)."""
-        return self.root / "history.torn"
-
-    def _repair_torn_tail(self) -> None:
-        """Move a torn last line (no newline: a crash mid-append) to :attr:`torn_file`.
-
-        Without this the next line would be glued onto the fragment and both would be
-        unreadable. The fragment is copied out first, then the history is cut back to its
-        last whole line, so a crash here loses nothing either.
-        """
-        if not self.history_file.exists():
-            return
-        data = self.history_file.read_bytes()
-        if not data or data.endswith(b"\n"):
-            return
-        cut = data.rfind(b"\n") + 1
-        with open(self.torn_file, "ab") as handle:
-            handle.write(data[cut:] + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        with open(self.history_file, "r+b") as handle:
-            handle.truncate(cut)
-        print(
-            f"warning: {self.history_file} ended in a torn line (a crash mid-write); "
-            f"moved it to {self.torn_file} and started the new batch on its own line",
-            file=sys.stderr,
-        )
-
     def keys(self) -> list[str]:
-        """Batch keys in arrival order; a torn line is skipped with a warning.
-
-        A line an older version glued onto a torn fragment (``{"key": "ab{"key": ...}``)
-        still yields the whole record at its end.
-        """
-        if not self.history_file.exists():
-            return []
-        keys: list[str] = []
-        seen: set[str] = set()
-        for number, line in enumerate(self.history_file.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-            if not line.strip():
-                continue
-            key = _history_key(line)
-            if key is None:
-                if (number, line) not in self._warned:  # once per store, not once per read
-                    self._warned.add((number, line))
-                    print(f"warning: {self.history_file}:{number}: skipped a torn line: {line[:80]!r}", file=sys.stderr)
-            elif key not in seen:
-                seen.add(key)
-                keys.append(key)
-        return keys
+        """Batch keys in arrival order."""
+        self._ensure_imported()
+        with self._db(write=False) as conn:
+            if not _has_schema(conn):
+                return []
+            return [k for (k,) in conn.execute("SELECT key FROM batches ORDER BY seq")]
 
     def get(self, key: str) -> Measurement:
-        """The batch ``key``. An object that is missing, is not the bytes its key names (cut
-        short, edited) or is another schema raises :class:`StaleRecordError` naming the file."""
-        path = self.objects / f"{key}.json"
-        fix = (
-            f"move {path} aside and delete the line with key {key} from {self.history_file} "
-            "(that batch is lost; `kernelsmith bench` measures again)"
-        )
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError as err:
-            raise StaleRecordError(f"results object {path} (listed in history.jsonl) is missing", fix=fix) from err
-        except UnicodeDecodeError as err:
-            raise StaleRecordError(f"results object {path} is corrupt (not text)", fix=fix) from err
-        if content_hash(text)[:32] != key:
-            raise StaleRecordError(
-                f"results object {path} is corrupt (its bytes are not the ones its key names)", fix=fix
+        self._ensure_imported()
+        with self._db(write=False) as conn:
+            found = (
+                conn.execute(
+                    "SELECT seq, taken_at, device, command, sglang, kernelsmith, notes FROM batches WHERE key = ?",
+                    (key,),
+                ).fetchone()
+                if _has_schema(conn)
+                else None
             )
-        try:
-            data = json.loads(text)
-            if data.get("schema_version") != SCHEMA_VERSION:
+            if found is None:
                 raise StaleRecordError(
-                    f"results object {path} has schema {data.get('schema_version')}, this kernelsmith reads "
-                    f"{SCHEMA_VERSION}",
-                    fix=fix,
+                    f"results store {self.db_path} has no batch {key}", fix="list them with `kernelsmith track`"
                 )
-            return Measurement.model_validate(data)
-        except (ValueError, AttributeError) as err:  # ValidationError is a ValueError
-            raise StaleRecordError(f"results object {path} is not a measurement batch: {err}", fix=fix) from err
+            seq, taken_at, device, command, sglang, kernelsmith, notes = found
+            rows = [
+                Row(op_id=o, dtype=d, shape=s, variant=v, time_us=t, spread_pct=sp, gbps=g)
+                for o, d, s, v, t, sp, g in conn.execute(
+                    "SELECT op_id, dtype, shape, variant, time_us, spread_pct, gbps FROM rows WHERE batch_seq = ? ORDER BY rowid",
+                    (seq,),
+                )
+            ]
+        return Measurement(
+            device=device,
+            taken_at=taken_at,
+            command=command,
+            sglang=sglang,
+            kernelsmith=kernelsmith,
+            notes=json.loads(notes),
+            rows=rows,
+        )
 
     def history(self, op_id: str | None = None, device: str | None = None) -> list[tuple[str, Measurement, Row]]:
-        out = []
+        out: list[tuple[str, Measurement, Row]] = []
         for key in self.keys():
             batch = self.get(key)
             if device and batch.device != device:
                 continue
-            for row in batch.rows:
-                if op_id is None or row.op_id == op_id:
-                    out.append((key, batch, row))
+            out.extend((key, batch, row) for row in batch.rows if op_id is None or row.op_id == op_id)
         return out
 
-    def regressions(self, *, noise_pct: float = 3.0) -> list[Regression]:
-        """Rows of the newest batch slower than the best earlier figure beyond the noise band.
+    def regressions(
+        self, *, noise_pct: float = 3.0, op_id: str | None = None, k_spread: float = K_SPREAD
+    ) -> list[Regression]:
+        """Every step up still standing in a kernel series' history beyond its band (see the module doc)."""
+        from asv.step_detect import detect_regressions, detect_steps
 
-        Only batches from the same device are compared: an H100 figure says nothing
-        about an H200 run.
-        """
-        keys = self.keys()
-        if len(keys) < 2:
-            return []
-        newest_key = keys[-1]
-        newest = self.get(newest_key)
-        best: dict[tuple[str, str, str, str], tuple[float, str]] = {}
-        for key in keys[:-1]:
-            batch = self.get(key)
-            if batch.device != newest.device:
+        series: dict[tuple[str, str, str, str, str], list[tuple[str, Measurement, Row]]] = {}
+        for key, batch, row in self.history(op_id):
+            if row.variant in REFERENCE_VARIANTS:
                 continue
-            for row in batch.rows:
-                ident = (row.op_id, row.dtype, row.shape, row.variant)
-                if ident not in best or row.time_us < best[ident][0]:
-                    best[ident] = (row.time_us, key)
-        found = []
-        for row in newest.rows:
-            ident = (row.op_id, row.dtype, row.shape, row.variant)
-            if ident not in best:
+            series.setdefault((batch.device, row.op_id, row.dtype, row.shape, row.variant), []).append(
+                (key, batch, row)
+            )
+        found: list[Regression] = []
+        for (_, op, dtype, shape, variant), points in sorted(series.items()):
+            if len(points) < 2:
                 continue
-            best_us, best_key = best[ident]
-            band = max(noise_pct, row.spread_pct)
-            slowdown = (row.time_us / best_us - 1.0) * 100.0
-            if slowdown > band:
+            values = [p[2].time_us for p in points]
+            _, _, steps = detect_regressions(detect_steps(values), threshold=noise_pct / 100.0, min_size=1)
+            for before, after, low, high in steps or []:
+                spread = max(points[before][2].spread_pct, points[after][2].spread_pct)
+                band = max(noise_pct, k_spread * spread)
+                slowdown = (high / low - 1.0) * 100.0
+                if slowdown <= band:
+                    continue
                 found.append(
                     Regression(
-                        op_id=row.op_id,
-                        dtype=row.dtype,
-                        shape=row.shape,
-                        variant=row.variant,
-                        best_us=best_us,
-                        best_key=best_key,
-                        now_us=row.time_us,
+                        op_id=op,
+                        dtype=dtype,
+                        shape=shape,
+                        variant=variant,
+                        best_us=low,
+                        best_key=points[before][0],
+                        now_us=high,
                         slowdown_pct=round(slowdown, 2),
+                        introduced_key=points[after][0],
+                        introduced_sglang=points[after][1].sglang,
+                        before_sglang=points[before][1].sglang,
+                        band_pct=round(band, 2),
                     )
                 )
         return found
 
 
-def _history_key(line: str) -> str | None:
-    """The batch key a history line holds, or None when it holds no whole record."""
-    starts = [i for i in range(len(line)) if line.startswith('{"key"', i)]
-    for start in starts:  # the first whole record from the left; a glued line's is its last
-        try:
-            key = json.loads(line[start:])["key"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        if isinstance(key, str):
-            return key
-    return None
+def _has_schema(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'batches'").fetchone() is not None
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).replace(microsecond=0).isoformat()
+    from pipeline.store_json import now_iso as _now
+
+    return _now()
+
+
+__all__ = ["DB_NAME", "K_SPREAD", "Measurement", "Regression", "ResultsStore", "Row", "batch_key", "now_iso"]

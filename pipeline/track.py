@@ -1,47 +1,102 @@
-"""`kernelsmith track`: the history of every measurement and the regressions in the newest one.
+"""`kernelsmith track`: the results store summarized, regressions first, and the nightly verdict.
 
-Nightly tracking = `kernelsmith bench` on a schedule (it adds a batch to the results
-store) followed by `kernelsmith track --fail-on-regression`, which exits 1 when the
-newest batch is slower than the best earlier one beyond the noise band.
+Nightly tracking is ``kernelsmith bench`` (or a census) on a schedule, each run adding a
+batch to the store, then ``kernelsmith track --fail-on-regression [--max-age-h 26]``.
+The verdict's semantics are fixed:
+
+- a regression is a step up still standing in a kernel series' history
+  (:meth:`pipeline.store.ResultsStore.regressions`: asv's step detection, a noise-aware
+  band); PyTorch reference rows never are;
+- ``--op`` filters the regressions and the verdict, not only the table;
+- no measurement at all, or a newest batch older than ``--max-age-h``, is a missing
+  night: a failure, not a pass.
+
+The terminal shows the regressions (with the SGLang version that introduced each), then
+one line per op: its batches, the newest figures' change against the batch before.
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from pipeline.store import ResultsStore
+from pipeline.store_records import REFERENCE_VARIANTS
 
 
-def main(args, config) -> int:
+def _age_h(taken_at: str) -> float | None:
+    try:
+        when = datetime.fromisoformat(taken_at)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (datetime.now(UTC) - when).total_seconds() / 3600.0
+
+
+def per_op_lines(store: ResultsStore, op: str | None) -> list[tuple[str, int, str, str, str]]:
+    """(op, batches, newest SGLang, change of the newest batch's geomean vs the one before, device)."""
+    by_op: dict[str, dict[str, dict[tuple[str, str, str], float]]] = {}
+    meta: dict[str, tuple[str, str]] = {}
+    for key, batch, row in store.history(op):
+        if row.variant in REFERENCE_VARIANTS:
+            continue
+        by_op.setdefault(row.op_id, {}).setdefault(key, {})[(row.dtype, row.shape, row.variant)] = row.time_us
+        meta[row.op_id] = (batch.sglang, batch.device)
+    out = []
+    for name, batches in sorted(by_op.items()):
+        keys = list(batches)
+        change = "—"
+        if len(keys) >= 2:
+            new, old = batches[keys[-1]], batches[keys[-2]]
+            common = [k for k in new if k in old and old[k] > 0]
+            if common:
+                product = 1.0
+                for k in common:
+                    product *= new[k] / old[k]
+                change = f"{(product ** (1 / len(common)) - 1) * 100:+.1f}% over {len(common)} shapes"
+        out.append((name, len(keys), meta[name][0], change, meta[name][1]))
+    return out
+
+
+def main(args: Any, config: Any) -> int:
     store = ResultsStore(config.work)
     console = Console()
-    rows = store.history(getattr(args, "op", None))
+    op = getattr(args, "op", None)
+    fail = bool(getattr(args, "fail_on_regression", False))
+    keys = store.keys()
+    rows = store.history(op)
     if not rows:
-        console.print(f"no measurements in {store.root} yet: run `kernelsmith bench` on a GPU machine first")
-        return 0
-    table = Table(title=f"measurement history ({len(store.keys())} batches)")
-    for col in ("taken_at", "device", "op", "dtype", "shape", "variant", "time_us", "spread_%"):
-        table.add_column(col)
-    for _key, batch, row in rows[-200:]:
-        table.add_row(
-            batch.taken_at,
-            batch.device,
-            row.op_id,
-            row.dtype,
-            row.shape,
-            row.variant,
-            f"{row.time_us:.2f}",
-            f"{row.spread_pct:.1f}",
-        )
-    console.print(table)
-    found = store.regressions(noise_pct=config.harness.noise_pct)
+        scope = f" for {op}" if op else ""
+        console.print(f"no measurements{scope} in {store.root} yet: run `kernelsmith bench` on a GPU machine first")
+        return 1 if fail else 0
+    found = store.regressions(noise_pct=config.harness.noise_pct, op_id=op)
     if found:
-        console.print(f"[red]{len(found)} regression(s) in the newest batch:[/red]")
+        console.print(f"[red]{len(found)} regression(s):[/red]")
         for reg in found:
+            where = f" (introduced in sglang {reg.introduced_sglang}, before: {reg.before_sglang})"
             console.print(
-                f"  {reg.op_id} {reg.dtype} {reg.shape} {reg.variant}: {reg.best_us:.2f} -> {reg.now_us:.2f} us (+{reg.slowdown_pct}%)"
+                f"  {reg.op_id} {reg.dtype} {reg.shape} {reg.variant}: {reg.best_us:.2f} -> {reg.now_us:.2f} us "
+                f"(+{reg.slowdown_pct}%, band {reg.band_pct}%){where}"
             )
-        return 1 if getattr(args, "fail_on_regression", False) else 0
-    console.print("no regressions in the newest batch")
-    return 0
+    else:
+        console.print("no regressions")
+    table = Table(title=f"measurement history ({len(keys)} batches)")
+    for col in ("op", "batches", "newest sglang", "newest vs previous", "device"):
+        table.add_column(col, overflow="fold")
+    for line in per_op_lines(store, op):
+        table.add_row(line[0], str(line[1]), line[2], line[3], line[4])
+    console.print(table)
+    newest = store.get(keys[-1])
+    age = _age_h(newest.taken_at)
+    limit = getattr(args, "max_age_h", None)
+    if limit is not None and (age is None or age > limit):
+        shown = f"{age:.1f} h" if age is not None else f"of unknown age ({newest.taken_at!r})"
+        console.print(
+            f"[red]the newest batch is {shown} old, more than --max-age-h {limit:g}: a night is missing[/red]"
+        )
+        return 1 if fail else 0
+    return 1 if found and fail else 0

@@ -300,10 +300,14 @@ def measurement() -> Measurement:
 
 
 @pytest.mark.parametrize("how", ["truncated", "missing", "edited"])
-def test_track_over_a_corrupt_results_object_names_it(tmp_path, capsys, how):
-    store = ResultsStore(tmp_path)
-    key = store.add(measurement())
-    path = store.objects / f"{key}.json"
+def test_track_over_a_corrupt_json_results_object_names_it_and_goes_on(tmp_path, capsys, how):
+    """The first store format (JSON objects) is imported into SQLite; a corrupt object is named with
+    the fix and costs only its own batch."""
+    from pipeline.store_json import JsonStore
+
+    legacy = JsonStore(tmp_path)
+    key = legacy.add(measurement())
+    path = legacy.objects / f"{key}.json"
     text = path.read_text(encoding="utf-8")
     if how == "truncated":
         path.write_text(text[:40], encoding="utf-8")
@@ -312,11 +316,19 @@ def test_track_over_a_corrupt_results_object_names_it(tmp_path, capsys, how):
     else:
         path.write_text(text.replace("3.0", "1.0"), encoding="utf-8")  # parses, but is not the batch its key names
     with pytest.raises(StaleRecordError):
-        store.get(key)
+        legacy.get(key)
     code, out = run_cli(capsys, "track", "--work-dir", str(tmp_path))
-    assert code == 2, out
+    assert code == 0, out
     assert "Traceback" not in out
-    assert str(path) in out and "history.jsonl" in out and "fix:" in out
+    assert str(path) in out and "history.jsonl" in out and "fix:" in out and "no measurements" in out
+
+
+def test_track_over_a_corrupt_database_names_it(tmp_path, capsys):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "results.sqlite").write_bytes(b"garbage" * 512)
+    code, out = run_cli(capsys, "track", "--work-dir", str(tmp_path))
+    assert code == 2 and "Traceback" not in out
+    assert "results.sqlite" in out and "fix:" in out
 
 
 # --------------------------------------------------------------------------- row 14: the umask decides
@@ -332,7 +344,7 @@ def test_records_get_the_mode_the_umask_decides(tmp_path, umask):
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask
-    assert (tmp_path / "results" / "objects" / f"{key}.json").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert key and (tmp_path / "results" / "results.sqlite").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_run_files_and_replay_recordings_get_the_mode_the_umask_decides(tmp_path):

@@ -1,106 +1,158 @@
-"""The results store: content-addressed objects, append-only history, regressions."""
+"""The results store: SQLite batches in one transaction each, the JSON format imported, change points."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
+import pytest
+
+from pipeline.errors import StaleRecordError
 from pipeline.store import Measurement, ResultsStore, Row
+from pipeline.store_json import JsonStore
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _batch(
-    time_us: float, *, device: str = "NVIDIA H200", spread: float = 1.0, when: str = "2026-11-29T00:00:00+00:00"
+    time_us: float,
+    *,
+    device: str = "NVIDIA H200",
+    spread: float = 1.0,
+    when: str = "2026-11-29T00:00:00+00:00",
+    sglang: str = "0.5.23",
+    op: str = "activation.silu_and_mul",
+    variant: str = "baseline",
 ):
     return Measurement(
         device=device,
         taken_at=when,
-        command="kernelsmith bench --ops activation.silu_and_mul",
-        sglang="0.5.23",
-        rows=[
-            Row(
-                op_id="activation.silu_and_mul",
-                dtype="bf16",
-                shape="T=8192,H=14336",
-                time_us=time_us,
-                spread_pct=spread,
-            )
-        ],
+        command=f"kernelsmith bench --ops {op}",
+        sglang=sglang,
+        rows=[Row(op_id=op, dtype="bf16", shape="T=8192,H=14336", variant=variant, time_us=time_us, spread_pct=spread)],
     )
 
 
 def test_add_is_idempotent_and_content_addressed(tmp_path):
     store = ResultsStore(tmp_path)
     key1 = store.add(_batch(161.0))
-    key2 = store.add(_batch(161.0))
-    assert key1 == key2
-    assert store.keys() == [key1]
-    assert store.get(key1).rows[0].time_us == 161.0
-    assert store.add(_batch(162.0)) != key1
-    assert len(store.keys()) == 2
+    assert store.add(_batch(161.0)) == key1 and store.keys() == [key1]
+    assert store.get(key1) == _batch(161.0)
+    assert store.add(_batch(162.0)) != key1 and len(store.keys()) == 2
+    assert (tmp_path / "results" / "results.sqlite").is_file()
 
 
-def test_regression_beyond_noise_is_reported(tmp_path):
+def test_each_step_up_is_a_regression_naming_the_release_that_introduced_it(tmp_path):
     store = ResultsStore(tmp_path)
-    store.add(_batch(161.0, when="2026-11-27T00:00:00+00:00"))
-    store.add(_batch(170.0, when="2026-11-28T00:00:00+00:00"))
-    store.add(_batch(180.0, when="2026-11-29T00:00:00+00:00"))
-    found = store.regressions(noise_pct=3.0)
-    assert len(found) == 1
-    assert found[0].best_us == 161.0 and found[0].now_us == 180.0
-    assert found[0].slowdown_pct > 11
+    for i, (us, version) in enumerate([(161.0, "0.5.20"), (160.0, "0.5.21"), (190.0, "0.5.22"), (191.0, "0.5.23")]):
+        store.add(_batch(us, when=f"2026-11-2{i}T00:00:00+00:00", sglang=version))
+    (found,) = store.regressions(noise_pct=3.0)
+    assert (found.introduced_sglang, found.before_sglang) == ("0.5.22", "0.5.21")
+    assert found.best_us == pytest.approx(160.0) and found.now_us == pytest.approx(190.0) and found.slowdown_pct > 18
 
 
-def test_change_within_noise_or_other_device_is_not_a_regression(tmp_path):
+def test_noise_the_spread_another_device_and_a_recovered_step_are_not_regressions(tmp_path):
     store = ResultsStore(tmp_path)
     store.add(_batch(161.0, when="a"))
     store.add(_batch(163.0, when="b"))  # +1.2 %: inside the 3 % band
     assert store.regressions(noise_pct=3.0) == []
     store.add(_batch(120.0, device="NVIDIA H100", when="c"))
     store.add(_batch(200.0, device="NVIDIA H100", when="d"))
-    assert [r.now_us for r in store.regressions()] == [200.0]
+    assert [r.now_us for r in store.regressions()] == [200.0], "the H100 series alone regressed"
+    noisy = ResultsStore(tmp_path / "noisy")
+    noisy.add(_batch(100.0, spread=6.0, when="a"))
+    noisy.add(_batch(110.0, spread=6.0, when="b"))  # +10 % < 2 x 6 % spread
+    assert noisy.regressions(noise_pct=3.0) == []
+    back = ResultsStore(tmp_path / "back")
+    for us, when in ((100.0, "a"), (100.0, "b"), (130.0, "c"), (130.0, "d"), (100.0, "e")):
+        back.add(_batch(us, when=when))
+    assert back.regressions(noise_pct=3.0) == [], "a step that was undone is not standing"
 
 
-def test_torn_history_line_is_skipped(tmp_path):
+def test_reference_rows_are_never_kernel_regressions_and_op_filters(tmp_path):
     store = ResultsStore(tmp_path)
-    key = store.add(_batch(161.0))
-    with open(store.history_file, "a") as handle:
-        handle.write('{"key": "trunc')
-    assert store.keys() == [key]
-    assert json.loads(store.history_file.read_text().splitlines()[0])["key"] == key
+    store.add(_batch(10.0, when="a", variant="torch_eager"))
+    store.add(_batch(20.0, when="b", variant="torch_eager"))
+    store.add(_batch(10.0, when="c", op="layernorm.rmsnorm"))
+    store.add(_batch(20.0, when="d", op="layernorm.rmsnorm"))
+    assert [r.op_id for r in store.regressions()] == ["layernorm.rmsnorm"]
+    assert store.regressions(op_id="activation.silu_and_mul") == []
 
 
-def test_batch_after_a_torn_line_is_kept_and_the_fragment_quarantined(tmp_path, capsys):
-    """Issue 16 row 4: a crash mid-append, then the next batch: the new batch must not vanish."""
+WRITER = """
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from pipeline.store import Measurement, ResultsStore, Row
+store = ResultsStore(sys.argv[1])
+for i in range(100000):
+    rows = [Row(op_id=f"op{j}", dtype="bf16", shape=f"T={i}", time_us=1.0 + j) for j in range(200)]
+    store.add(Measurement(device="d", taken_at=str(i), command="c", sglang="s", rows=rows))
+    print(i, flush=True)
+"""
+
+
+def test_a_writer_killed_mid_batch_loses_nothing_it_committed(tmp_path):
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), ROOT], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for _ in range(5):  # five batches committed, then kill it while it writes more
+        proc.stdout.readline()
+    time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
     store = ResultsStore(tmp_path)
-    first = store.add(_batch(161.0, when="a"))
-    with open(store.history_file, "a") as handle:
-        handle.write('{"key": "trunc')  # the crash: no newline
-    second = store.add(_batch(190.0, when="b"))
+    keys = store.keys()
+    assert len(keys) >= 5
+    for key in keys:
+        assert len(store.get(key).rows) == 200, "every batch in the store is whole"
+    store.add(_batch(1.0))  # and the store takes the next batch
+    assert len(store.keys()) == len(keys) + 1
+
+
+def test_the_json_store_is_imported_whole_torn_lines_included(tmp_path, capsys):
+    legacy = JsonStore(tmp_path)
+    first = legacy.add(_batch(161.0, when="a"))
+    with open(legacy.history_file, "a") as handle:
+        handle.write('{"key": "trunc')  # the crash of issue 16 row 4
+    second = legacy.add(_batch(190.0, when="b"))
+    assert legacy.keys() == [first, second] and legacy.torn_file.read_text() == '{"key": "trunc\n'
+    store = ResultsStore(tmp_path)
     assert store.keys() == [first, second]
-    assert store.history_file.read_text().endswith("\n")
-    assert all(json.loads(line) for line in store.history_file.read_text().splitlines())
-    assert store.torn_file.read_text() == '{"key": "trunc\n', "the fragment is kept aside, not thrown away"
+    assert [r.now_us for r in store.regressions(noise_pct=3.0)] == [190.0]
+    assert legacy.history_file.exists(), "the JSON files are kept"
+    assert ResultsStore(tmp_path).keys() == [first, second], "importing again adds nothing"
     assert "torn line" in capsys.readouterr().err
-    found = store.regressions(noise_pct=3.0)
-    assert [r.now_us for r in found] == [190.0], "the regression the new batch holds is found"
 
 
-def test_a_line_glued_onto_a_fragment_by_an_older_version_is_read(tmp_path, capsys):
-    store = ResultsStore(tmp_path)
-    first = store.add(_batch(161.0, when="a"))
-    second = store.add(_batch(162.0, when="b"))
-    lines = store.history_file.read_text().splitlines()
-    store.history_file.write_text(lines[0] + "\n" + '{"key": "trunc' + lines[1] + "\n" + '{"ke\n')
-    assert store.keys() == [first, second]
+def test_a_corrupt_json_object_costs_its_batch_named_not_the_import(tmp_path, capsys):
+    legacy = JsonStore(tmp_path)
+    bad = legacy.add(_batch(161.0, when="a"))
+    good = legacy.add(_batch(162.0, when="b"))
+    (legacy.objects / f"{bad}.json").write_text("{")
+    assert ResultsStore(tmp_path).keys() == [good]
     err = capsys.readouterr().err
-    assert "skipped a torn line" in err and ":3:" in err
-    store.keys()
-    assert capsys.readouterr().err == "", "a torn line is reported once per store"
+    assert f"{bad}.json" in err and "fix:" in err
 
 
-def test_an_object_without_its_history_line_is_listed_on_the_next_add(tmp_path):
-    store = ResultsStore(tmp_path)
-    key = store.add(_batch(161.0))
-    store.history_file.write_text("")  # the crash came between the object and its line
-    assert store.add(_batch(161.0)) == key
-    assert store.keys() == [key]
-    assert store.add(_batch(161.0)) == key and store.keys() == [key], "still idempotent"
+def test_a_corrupt_database_is_named_with_the_fix(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "results.sqlite").write_bytes(b"not a database" * 100)
+    with pytest.raises(StaleRecordError, match="results.sqlite") as err:
+        ResultsStore(tmp_path).keys()
+    assert "move" in err.value.fix
+
+
+def test_legacy_lines_glued_by_an_older_version_are_still_read(tmp_path, capsys):
+    legacy = JsonStore(tmp_path)
+    first = legacy.add(_batch(161.0, when="a"))
+    second = legacy.add(_batch(162.0, when="b"))
+    lines = legacy.history_file.read_text().splitlines()
+    legacy.history_file.write_text(lines[0] + "\n" + '{"key": "trunc' + lines[1] + "\n" + '{"ke\n')
+    assert JsonStore(tmp_path).keys() == [first, second]
+    assert json.loads(lines[0])["key"] == first
+    assert "skipped a torn line" in capsys.readouterr().err

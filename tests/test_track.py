@@ -1,20 +1,21 @@
-"""`kernelsmith track`: history and regressions, also after a crash tore the history file."""
+"""`kernelsmith track`: the nightly verdict's fixed semantics and the compact summary."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 from pipeline import track
 from pipeline.store import Measurement, ResultsStore, Row
 
 
-def _batch(time_us: float, when: str) -> Measurement:
+def _batch(time_us: float, when: str, op: str = "activation.silu_and_mul", variant: str = "baseline") -> Measurement:
     return Measurement(
         device="NVIDIA H200",
         taken_at=when,
-        command="kernelsmith bench --ops activation.silu_and_mul",
+        command=f"kernelsmith bench --ops {op}",
         sglang="0.5.23",
-        rows=[Row(op_id="activation.silu_and_mul", dtype="bf16", shape="T=8192,H=14336", time_us=time_us)],
+        rows=[Row(op_id=op, dtype="bf16", shape="T=8192,H=14336", variant=variant, time_us=time_us)],
     )
 
 
@@ -22,21 +23,40 @@ def _config(work):
     return SimpleNamespace(work=work, harness=SimpleNamespace(noise_pct=3.0))
 
 
-def test_regression_after_a_torn_history_line_fails_the_nightly_check(tmp_path, capsys):
-    """Issue 16 row 4: the batch appended after a torn line holds a regression; track must see it."""
+def _args(**kw):
+    return SimpleNamespace(**({"op": None, "fail_on_regression": True, "max_age_h": None} | kw))
+
+
+def test_a_regression_fails_the_nightly_check_and_is_listed_first(tmp_path, capsys):
     store = ResultsStore(tmp_path)
     store.add(_batch(161.0, "2026-11-29T00:00:00+00:00"))
-    with open(store.history_file, "a") as handle:
-        handle.write('{"key": "0123')  # crash mid-append
-    ResultsStore(tmp_path).add(_batch(200.0, "2026-11-30T00:00:00+00:00"))  # the next nightly run
-
-    rc = track.main(SimpleNamespace(op=None, fail_on_regression=True), _config(tmp_path))
+    store.add(_batch(200.0, "2026-11-30T00:00:00+00:00"))
+    assert track.main(_args(), _config(tmp_path)) == 1
     out = capsys.readouterr().out
-    assert rc == 1
-    assert "1 regression(s)" in out and "161.00 -> 200.00" in out
-    assert "2 batches" in out
+    assert out.index("1 regression(s)") < out.index("measurement history")
+    assert "161.00 -> 200.00" in out and "+24.2%" in out and "2 batches" in out
 
 
-def test_track_without_measurements_says_what_to_run(tmp_path, capsys):
-    assert track.main(SimpleNamespace(op=None, fail_on_regression=True), _config(tmp_path)) == 0
+def test_op_filters_the_verdict_and_reference_rows_never_fail_it(tmp_path, capsys):
+    store = ResultsStore(tmp_path)
+    store.add(_batch(10.0, "2026-11-29T00:00:00+00:00", op="layernorm.rmsnorm"))
+    store.add(_batch(20.0, "2026-11-30T00:00:00+00:00", op="layernorm.rmsnorm"))
+    store.add(_batch(10.0, "2026-11-29T00:00:00+00:00", variant="torch_eager"))
+    store.add(_batch(20.0, "2026-11-30T00:00:00+00:00", variant="torch_eager"))
+    assert track.main(_args(op="activation.silu_and_mul"), _config(tmp_path)) == 0
+    assert track.main(_args(op="layernorm.rmsnorm"), _config(tmp_path)) == 1
+    assert track.main(_args(), _config(tmp_path)) == 1
+    capsys.readouterr()
+
+
+def test_no_measurements_or_a_missed_night_is_a_failure_not_a_pass(tmp_path, capsys):
+    assert track.main(_args(), _config(tmp_path)) == 1
     assert "`kernelsmith bench`" in " ".join(capsys.readouterr().out.split())
+    assert track.main(_args(fail_on_regression=False), _config(tmp_path)) == 0
+    store = ResultsStore(tmp_path)
+    old = (datetime.now(UTC) - timedelta(hours=50)).isoformat()
+    store.add(_batch(161.0, old))
+    assert track.main(_args(max_age_h=26), _config(tmp_path)) == 1
+    assert "a night is missing" in capsys.readouterr().out
+    store.add(_batch(161.5, datetime.now(UTC).isoformat()))
+    assert track.main(_args(max_age_h=26), _config(tmp_path)) == 0

@@ -329,6 +329,7 @@ def learn_contract(task_dir: pathlib.Path, task: Any, config: Config) -> tuple[A
 
 
 def _store(config: Config, command: str, results: Sequence[OpBench], sglang: str) -> None:
+    from pipeline.digest import kernelsmith_version
     from pipeline.store import Measurement, ResultsStore, Row, now_iso
 
     rows = []
@@ -357,7 +358,14 @@ def _store(config: Config, command: str, results: Sequence[OpBench], sglang: str
                 )
     if rows and device is not None:
         ResultsStore(config.work).add(
-            Measurement(device=device.name, taken_at=now_iso(), command=command, sglang=sglang, rows=rows)
+            Measurement(
+                device=device.name,
+                taken_at=now_iso(),
+                command=command,
+                sglang=sglang,
+                rows=rows,
+                kernelsmith=kernelsmith_version(),
+            )
         )
 
 

@@ -1,0 +1,50 @@
+"""The results store's records: a batch of measurements, its rows, a regression found over the history."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from pipeline.records import Record, VersionedRecord
+
+#: Variants that time a reference (PyTorch), not a kernel: never a kernel regression.
+REFERENCE_VARIANTS = ("torch_eager", "torch_compile")
+
+
+class Row(Record):
+    op_id: str
+    dtype: str
+    shape: str  # ShapeCase label or "T=..,H=.."
+    variant: str = "baseline"  # baseline | candidate:<id> | torch_eager | torch_compile
+    time_us: float
+    spread_pct: float = 0.0
+    gbps: float | None = None
+
+
+class Measurement(VersionedRecord):
+    device: str  # GPU name as the driver reports it
+    taken_at: str  # ISO-8601 UTC
+    command: str  # what reproduces it
+    sglang: str  # version or commit of the kernels measured
+    rows: list[Row]
+    notes: dict[str, str] = Field(default_factory=dict)
+    kernelsmith: str = ""  # the commit of this tool that measured it ("" in batches from before it was kept)
+
+
+class Regression(Record):
+    """A step up in one series' time (op, dtype, shape, variant, device), found over its history."""
+
+    op_id: str
+    dtype: str
+    shape: str
+    variant: str
+    best_us: float  # the step's level before
+    best_key: str  # the last batch before the step
+    now_us: float  # the step's level after (its minimum)
+    slowdown_pct: float
+    introduced_key: str = ""  # the first batch after the step
+    introduced_sglang: str = ""  # its SGLang version or commit
+    before_sglang: str = ""
+    band_pct: float = 0.0  # the threshold it exceeded: max(noise_pct, k x spread)
+
+
+__all__ = ["Measurement", "REFERENCE_VARIANTS", "Regression", "Row"]
