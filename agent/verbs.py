@@ -29,11 +29,11 @@ from typing import Any
 from contract.layout import TASK_FILE
 from optimize.agents import profiling
 from optimize.backends import Backend
-from optimize.buckets import by_bucket
 from optimize.errors import TaskMissing
 from optimize.run_folder import OpState, run_meta_check
 from optimize.session import LoopOptions, Session, load_op_task
 from optimize.trajectory import FAILED, Trajectory, now_iso
+from pipeline.buckets import by_bucket
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError
 from pipeline.records import Evaluation, OpSummary

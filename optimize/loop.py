@@ -61,7 +61,6 @@ from typing import Any
 
 from optimize.agents import coding, planning, profiling, repair, single
 from optimize.agents.edits import CodeResult
-from optimize.buckets import bucket_of, no_go
 from optimize.measure import evaluate_many_once
 from optimize.policy import Decision
 from optimize.run_folder import OpState, clip, why
@@ -73,6 +72,7 @@ from optimize.trajectory import (
     candidate_id,
     now_iso,
 )
+from pipeline.buckets import bucket_of, no_go
 from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
 from pipeline.records import (
     Candidate,

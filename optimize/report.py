@@ -15,8 +15,8 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Sequence
 
-from optimize.buckets import AT_FLOOR, by_bucket, no_go
 from optimize.trajectory import RoundRecord, Trajectory
+from pipeline.buckets import AT_FLOOR, by_bucket, no_go
 from pipeline.records import Evaluation, OpSummary, RunSummary, ShapeTiming, write_record
 
 

@@ -109,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 on a standing regression, on no measurements, or on a batch older than --max-age-h",
     )
     p.add_argument("--max-age-h", type=float, help="the newest batch must be at most this old (a missed night fails)")
+    p.add_argument("--html", metavar="DIR", help="also write the static HTML dashboard into DIR")
 
     p = sub.add_parser("agent", help="an outside coder's verbs over a run (ops, show, brief, submit, ...)")
     _common(p)

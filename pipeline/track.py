@@ -90,6 +90,12 @@ def main(args: Any, config: Any) -> int:
     for line in per_op_lines(store, op):
         table.add_row(line[0], str(line[1]), line[2], line[3], line[4])
     console.print(table)
+    html_dir = getattr(args, "html", None)
+    if html_dir:
+        from pipeline.dashboard import write_dashboard
+
+        pages = write_dashboard(store, html_dir, noise_pct=config.harness.noise_pct)
+        console.print(f"dashboard: {len(pages)} pages in {html_dir} (open {pages[0]})")
     newest = store.get(keys[-1])
     age = _age_h(newest.taken_at)
     limit = getattr(args, "max_age_h", None)

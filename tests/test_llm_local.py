@@ -77,7 +77,11 @@ def test_the_llm_loop_runs_against_a_real_local_model(tmp_path, server):
         {
             "work_dir": str(tmp_path),
             "budget": {"rounds": 2, "repair_attempts": 1},
-            "llm": {"base_url": server, "model": "qwen2.5-coder-1.5b-instruct"},
+            "llm": {
+                "base_url": server,
+                "model": "qwen2.5-coder-1.5b-instruct",
+                "prices_usd_per_mtok": {"qwen2.5-coder-1.5b-instruct": {"input": 0.0, "output": 0.0}},
+            },
         }
     )
     model = LlmClient(config.llm, cache_dir=tmp_path / "cache" / "llm", environ={"OPENAI_API_KEY": "local"})

@@ -11,6 +11,7 @@ a token count is in the first.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from pipeline.records import ShapeTiming
@@ -24,9 +25,18 @@ def tokens_of(timing: ShapeTiming) -> int:
     return int(timing.sizes.get("num_tokens", timing.sizes.get("tokens", 0)))
 
 
-def bucket_of(timing: ShapeTiming) -> str:
-    tokens = tokens_of(timing)
+def tokens_in_label(label: str) -> int:
+    """The token count a shape label names (``model[hidden_size=4096,num_tokens=512]``, ``T=8192,H=..``); 0 if none."""
+    found = re.search(r"(?:num_tokens|tokens|\bT)=(\d+)", label)
+    return int(found.group(1)) if found else 0
+
+
+def bucket_for(tokens: int) -> str:
     return next(name for name, low, high in BUCKETS if low <= tokens <= high)
+
+
+def bucket_of(timing: ShapeTiming) -> str:
+    return bucket_for(tokens_of(timing))
 
 
 def by_bucket(timings: Sequence[ShapeTiming]) -> dict[str, dict[str, float]]:
@@ -60,4 +70,4 @@ def no_go(timings: Sequence[ShapeTiming], at_floor: float = AT_FLOOR) -> list[st
     ]
 
 
-__all__ = ["AT_FLOOR", "BUCKETS", "bucket_of", "by_bucket", "no_go", "tokens_of"]
+__all__ = ["AT_FLOOR", "BUCKETS", "bucket_for", "bucket_of", "by_bucket", "no_go", "tokens_in_label", "tokens_of"]

@@ -1,0 +1,122 @@
+"""pipeline.dashboard: the static pages over ≥ 4 releases, loaded in a real headless Chromium.
+
+The store's figures here are SYNTHETIC (written by the test); what is tested is that the pages
+are built from the store, load without a console error, and that their plots render.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from pipeline.dashboard import write_dashboard
+from pipeline.store import Measurement, ResultsStore, Row
+
+RELEASES = ("0.5.20", "0.5.21", "0.5.22", "0.5.23")
+
+
+def _store(tmp_path) -> ResultsStore:
+    store = ResultsStore(tmp_path)
+    for i, version in enumerate(RELEASES):
+        rows = []
+        for tokens in (1, 64, 512, 4096):
+            slow = 1.3 if (version >= "0.5.22" and tokens == 512) else 1.0  # a regression in 0.5.22
+            rows.append(
+                Row(
+                    op_id="activation.silu_and_mul",
+                    dtype="bf16",
+                    shape=f"m[hidden_size=4096,num_tokens={tokens}]",
+                    time_us=(2 + tokens / 100) * slow,
+                    spread_pct=0.5,
+                )
+            )
+            rows.append(
+                Row(
+                    op_id="layernorm.rmsnorm",
+                    dtype="bf16",
+                    shape=f"m[hidden_size=4096,num_tokens={tokens}]",
+                    time_us=3 + tokens / 120,
+                    spread_pct=0.5,
+                )
+            )
+            rows.append(
+                Row(
+                    op_id="layernorm.rmsnorm",
+                    dtype="bf16",
+                    shape=f"m[hidden_size=4096,num_tokens={tokens}]",
+                    variant="torch_eager",
+                    time_us=9.0 + i,
+                    spread_pct=0.5,
+                )
+            )
+        store.add(
+            Measurement(
+                device="NVIDIA H200",
+                taken_at=f"2026-11-2{i}T00:00:00+00:00",
+                command=f"kernelsmith track run --sglang-version {version}",
+                sglang=version,
+                rows=rows,
+            )
+        )
+    return store
+
+
+def test_pages_say_which_release_regressed_and_give_every_point_its_command(tmp_path):
+    pages = write_dashboard(_store(tmp_path), tmp_path / "site", noise_pct=3.0)
+    names = sorted(p.name for p in pages)
+    assert names == ["index.html", "op-activation.silu_and_mul.html", "op-layernorm.rmsnorm.html"]
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert all(f"<th>{v}</th>" in index for v in RELEASES)
+    assert index.count("class='reg'") == 1, "the 0.5.22 cell of silu_and_mul"
+    op = (tmp_path / "site" / "op-activation.silu_and_mul.html").read_text()
+    assert op.count("<svg") == 2, "one plot per token bucket present: T<=64 and T>=512 (64<T<512 has no shape)"
+    assert "introduced in sglang 0.5.22" in op
+    assert op.count("kernelsmith track run --sglang-version") == 16
+    assert "torch_eager" not in (tmp_path / "site" / "op-layernorm.rmsnorm.html").read_text()
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.browser
+def test_the_dashboard_loads_in_headless_chromium_without_console_errors_and_its_plots_render(tmp_path):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium here (Debian: apt-get install chromium)")
+    pages = write_dashboard(_store(tmp_path), tmp_path / "site", noise_pct=3.0)
+    common = [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=1"]
+    for page in pages:
+        done = subprocess.run(
+            [*common, "--virtual-time-budget=3000", "--dump-dom", page.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+        assert console == [], f"{page.name}: console messages {console}"
+        assert "</html>" in done.stdout.lower() or "</body>" in done.stdout.lower()
+        if page.name.startswith("op-"):
+            assert done.stdout.count("<svg") >= 2 and "<path" in done.stdout, f"{page.name}: the plots are in the DOM"
+    shot = tmp_path / "dashboard.png"
+    subprocess.run(
+        [
+            *common,
+            f"--screenshot={shot}",
+            "--window-size=1200,900",
+            (tmp_path / "site" / "op-activation.silu_and_mul.html").as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert shot.is_file() and shot.stat().st_size > 20_000, "a rendered page, not a blank one"
+    artifacts = os.environ.get("KERNELSMITH_TEST_ARTIFACTS")
+    if artifacts:  # CI keeps it
+        pathlib.Path(artifacts).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, pathlib.Path(artifacts) / "dashboard.png")
