@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("track", help="measurement history and regressions (nightly tracking)")
     _common(p)
+    p.add_argument("action", nargs="?", choices=["show", "run"], default="show", help="run: the census, one batch")
+    p.add_argument("--tasks", help="run: a folder with tasks/ or a tarball of one (extract --all --no-compile)")
+    p.add_argument("--ops", nargs="+", metavar="OP", help="run: only these ops")
     p.add_argument("--op", help="only this op id")
     p.add_argument(
         "--fail-on-regression",

@@ -328,7 +328,8 @@ def learn_contract(task_dir: pathlib.Path, task: Any, config: Config) -> tuple[A
     return (repaired.task, learned) if learned else (task, [])
 
 
-def _store(config: Config, command: str, results: Sequence[OpBench], sglang: str) -> None:
+def store_batch(config: Config, command: str, results: Sequence[OpBench], sglang: str) -> None:
+    """The measured rows of ``results`` as one batch of the results store (none without a device)."""
     from pipeline.digest import kernelsmith_version
     from pipeline.store import Measurement, ResultsStore, Row, now_iso
 
@@ -425,7 +426,7 @@ def main(args: Any, config: Config) -> int:
             results.append(result)
         env = f"Wall time of the bench run: {time.monotonic() - start:.0f} s."
         section = timing_section(command, results, when, env)
-        _store(config, command, results, sglang)
+        store_batch(config, command, results, sglang)
         failed = any(r.error for r in results)
     text = output.read_text(encoding="utf-8") if output.exists() else "# Benchmarks\n"
     output.write_text(upsert_section(text, command, section), encoding="utf-8")

@@ -1,0 +1,95 @@
+"""``kernelsmith track run``: the census of one SGLang source, appended to the results store as one batch.
+
+Every task with real-model shapes (a shape from the catalog, not only the synthetic one
+:func:`contract.shapes.synthetic_shape` invents) has its baseline timed at those shapes
+(:func:`optimize.harness.bench.bench_op`); the rows go into the store as one batch
+labelled with the tasks' SGLang version or commit, so ``kernelsmith track`` follows the
+kernels across releases.
+
+The tasks come from ``--tasks`` (a folder holding ``tasks/``, or a tarball of one, made on
+the CPU machine with ``kernelsmith extract --all --no-compile``, so the GPU spends no
+time extracting), else from the work folder's own ``tasks/``.
+
+What must stay true: one op's failure is its own row (``error``) and the census goes on;
+what was measured before a lost GPU is kept; progress is shown per op.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shlex
+import sys
+import tarfile
+import time
+from typing import Any
+
+from contract.layout import TASK_FILE, load_task
+from contract.sizes import SYNTHETIC_MODEL
+from optimize.errors import GpuRequired, TaskMissing
+from optimize.harness.bench import OpBench, bench_op, store_batch
+from pipeline.config import Config
+
+
+def _tasks_root(config: Config, given: str | None) -> pathlib.Path:
+    if not given:
+        return config.work / "tasks"
+    path = pathlib.Path(given)
+    if path.is_file():  # a tarball of tasks/: unpacked once under work/track/<its name>
+        name = next((path.name[: -len(x)] for x in (".tar.gz", ".tgz", ".tar") if path.name.endswith(x)), path.name)
+        dest = config.work / "track" / name
+        if not (dest / "tasks").is_dir():
+            dest.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(path) as tar:
+                tar.extractall(dest, filter="data")
+        path = dest
+    return path / "tasks" if (path / "tasks").is_dir() else path
+
+
+def real_shaped(tasks_root: pathlib.Path) -> list[pathlib.Path]:
+    """Task folders whose shapes include a real model's (synthetic-only tasks are left out)."""
+    out = []
+    for folder in sorted(p for p in tasks_root.iterdir() if (p / TASK_FILE).is_file()):
+        task = load_task(folder)
+        if any(s.model != SYNTHETIC_MODEL for s in task.shapes):
+            out.append(folder)
+    return out
+
+
+def main(args: Any, config: Config) -> int:
+    root = _tasks_root(config, getattr(args, "tasks", None))
+    if not root.is_dir():
+        raise TaskMissing(f"no tasks under {root}", fix="run `kernelsmith extract --all --no-compile`, or pass --tasks")
+    folders = real_shaped(root)
+    ops = getattr(args, "ops", None)
+    if ops:
+        folders = [f for f in folders if f.name in set(ops)]
+    command = shlex.join(
+        ["kernelsmith", "track", "run", *(["--tasks", args.tasks] if getattr(args, "tasks", None) else [])]
+    )
+    results: list[OpBench] = []
+    source = config.sglang.version
+    start = time.monotonic()
+    for number, folder in enumerate(folders, 1):
+        task = load_task(folder)
+        source = task.source.version or task.source.commit or source
+        print(f"census {number}/{len(folders)}: {folder.name} ...", file=sys.stderr, flush=True)
+        try:
+            result = bench_op(folder, task, config, dtypes=None, compile_=False)
+        except GpuRequired as err:
+            if not any(r.rows for r in results):
+                raise
+            results += [OpBench(op_id=f.name, error=err.message) for f in folders[number - 1 :]]
+            break
+        results.append(result)
+    store_batch(config, command, results, source)
+    measured = sum(1 for r in results if r.rows and not r.error)
+    failed = [r for r in results if r.error]
+    print(
+        f"census of sglang {source}: {measured} of {len(folders)} ops measured in {time.monotonic() - start:.0f} s"
+        + (f"; not measured: {', '.join(f'{r.op_id} ({r.error[:80]})' for r in failed)}" if failed else ""),
+        file=sys.stderr,
+    )
+    return 1 if failed and not measured else 0
+
+
+__all__ = ["main", "real_shaped"]

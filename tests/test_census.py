@@ -1,0 +1,63 @@
+"""`kernelsmith track run`: the census of the real-shaped tasks as one batch; a failing op is its row."""
+
+from __future__ import annotations
+
+import tarfile
+
+from test_harness_evaluate import DEVICE, timing
+from test_loop import write_task
+
+from contract.layout import save_task
+from contract.sizes import SYNTHETIC_MODEL
+from optimize.harness import census
+from optimize.harness.bench import OpBench
+from pipeline.cli import main as cli
+from pipeline.records import ShapeCase
+from pipeline.store import ResultsStore
+
+
+def _tasks(work):
+    write_task(work, "demo.scale")
+    write_task(work, "demo.broken")
+    _, synthetic = write_task(work, "demo.synthetic")
+    shapes = [ShapeCase(model=SYNTHETIC_MODEL, tokens=8, sizes={"n": 8}, source="synthetic")]
+    save_task(synthetic.model_copy(update={"shapes": shapes}), work)
+
+
+def test_the_census_measures_real_shaped_ops_keeps_going_past_a_failure_and_stores_one_batch(
+    tmp_path, monkeypatch, capsys
+):
+    _tasks(tmp_path)
+    seen = []
+
+    def bench_op(folder, task, config, *, dtypes, compile_):
+        seen.append(task.op_id)
+        if task.op_id == "demo.broken":
+            return OpBench(op_id=task.op_id, error="correction_bias must be float32")
+        return OpBench(op_id=task.op_id, rows=[timing(10.0, None)], device=DEVICE)
+
+    monkeypatch.setattr(census, "bench_op", bench_op)
+    assert cli(["track", "run", "--work-dir", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert seen == ["demo.broken", "demo.scale"], "the synthetic-only task is not part of the census"
+    assert "census 2/2: demo.scale" in err and "1 of 2 ops measured" in err and "correction_bias" in err
+    (key,) = ResultsStore(tmp_path).keys()
+    batch = ResultsStore(tmp_path).get(key)
+    assert {r.op_id for r in batch.rows} == {"demo.scale"} and batch.command == "kernelsmith track run"
+
+
+def test_the_census_reads_a_tarball_of_tasks_made_on_the_cpu_machine(tmp_path, monkeypatch, capsys):
+    made = tmp_path / "cpu"
+    _tasks(made)
+    tarball = tmp_path / "tasks-0.5.23.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(made / "tasks", arcname="tasks")
+    monkeypatch.setattr(
+        census, "bench_op", lambda f, t, c, **k: OpBench(op_id=t.op_id, rows=[timing(10.0, None)], device=DEVICE)
+    )
+    work = tmp_path / "gpu"
+    assert cli(["track", "run", "--work-dir", str(work), "--tasks", str(tarball), "--ops", "demo.scale"]) == 0
+    (key,) = ResultsStore(work).keys()
+    assert {r.op_id for r in ResultsStore(work).get(key).rows} == {"demo.scale"}
+    assert (work / "track" / "tasks-0.5.23" / "tasks" / "demo.scale" / "task.json").is_file()
+    capsys.readouterr()
