@@ -23,10 +23,11 @@ for the optimize loop's own coders.
 from __future__ import annotations
 
 import json
+import pathlib
 from collections.abc import Sequence
 from typing import Any
 
-from contract.layout import TASK_FILE
+from contract.layout import TASK_FILE, profile_path
 from optimize.agents import profiling
 from optimize.backends import Backend
 from optimize.errors import TaskMissing
@@ -36,7 +37,7 @@ from optimize.trajectory import FAILED, Trajectory, now_iso
 from pipeline.buckets import by_bucket
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError
-from pipeline.records import Evaluation, OpSummary
+from pipeline.records import Candidate, Evaluation, OpSummary
 
 
 def numbered(text: str) -> str:
@@ -101,13 +102,16 @@ class AgentRun:
             out.append(row)
         return out
 
-    def show(self, op_id: str) -> dict[str, Any]:
-        op = self.op(op_id)
+    def _best(self, op: OpState) -> tuple[Candidate, Evaluation | None, pathlib.Path]:
+        """The op's best candidate so far, its round evaluation, and where its ncu profile is (or would be)."""
         best = op.trajectory.best()
         assert best is not None and best.candidate is not None
         candidate = op.candidate(best.candidate)
-        evaluation = self._best_eval(op)
-        ncu_path = op.dir / "profiles" / f"{candidate.id}.ncu.json"
+        return candidate, self._best_eval(op), profile_path(op.dir, candidate.id)
+
+    def show(self, op_id: str) -> dict[str, Any]:
+        op = self.op(op_id)
+        candidate, evaluation, ncu_path = self._best(op)
         return {
             "op": op_id,
             "best": candidate.id,
@@ -115,20 +119,16 @@ class AgentRun:
             "contract": op.task.contract.model_dump(mode="json"),
             "shapes": [s.label for s in op.task.shapes],
             "buckets": by_bucket(evaluation.timings) if evaluation else {},
-            "ptxas": evaluation.build.model_dump(mode="json").get("resources", {})
+            "ptxas": [r.model_dump(mode="json") for r in evaluation.build.resources]
             if evaluation and evaluation.build
-            else {},
+            else [],
             "ncu": json.loads(ncu_path.read_text(encoding="utf-8")) if ncu_path.is_file() else None,
             "tried": op.trajectory.summary(),
         }
 
     def brief(self, op_id: str) -> dict[str, Any]:
         op = self.op(op_id)
-        best = op.trajectory.best()
-        assert best is not None and best.candidate is not None
-        candidate = op.candidate(best.candidate)
-        evaluation = self._best_eval(op)
-        ncu_path = op.dir / "profiles" / f"{candidate.id}.ncu.json"
+        candidate, evaluation, ncu_path = self._best(op)
         ncu = self.session.profile(op, candidate) if ncu_path.is_file() else {}
         summary = profiling.summarize(evaluation, ncu=ncu) if evaluation else None
         features = (

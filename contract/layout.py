@@ -54,6 +54,11 @@ def run_op_dir(work_dir: str | os.PathLike[str], run: str, op_id: str) -> pathli
     return run_dir(work_dir, run) / op_id
 
 
+def profile_path(op_dir: str | os.PathLike[str], candidate_id: str) -> pathlib.Path:
+    """Where a run stores one candidate's Nsight Compute profile (``<run>/<op>/profiles/<id>.ncu.json``)."""
+    return pathlib.Path(op_dir) / "profiles" / f"{candidate_id}.ncu.json"
+
+
 def has_task(folder: str | os.PathLike[str]) -> bool:
     """Whether ``folder`` holds a task (its ``task.json``)."""
     return (pathlib.Path(folder) / TASK_FILE).is_file()

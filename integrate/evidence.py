@@ -19,6 +19,7 @@ import pathlib
 import re
 from dataclasses import dataclass, field
 
+from contract.layout import profile_path
 from integrate.errors import SimulatedRunError
 from integrate.records import IntegrateReport, Patch
 from optimize.skills import Skill, load_skills
@@ -105,7 +106,7 @@ def _profile(op_dir: pathlib.Path, baseline: str | None) -> tuple[dict[str, floa
 
     if baseline is None:
         return {}, "the baseline candidate is not in the run folder"
-    path = op_dir / "profiles" / f"{baseline}.ncu.json"
+    path = profile_path(op_dir, baseline)
     if not path.is_file():
         return {}, "no Nsight Compute profile of the baseline was taken in this run"
     result = read_record(NcuResult, path)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from contract.layout import profile_path
 from optimize.backends import Backend
 from optimize.budget import Budget
 from optimize.harness.tools import NcuResult
@@ -74,7 +75,7 @@ def profile_once(
     profile: Profiler | None = getattr(backend, "profile", None)
     if profile is None or not enabled:
         return {}
-    path = op.dir / "profiles" / f"{candidate.id}.ncu.json"
+    path = profile_path(op.dir, candidate.id)
     if path.exists():
         return read_record(NcuResult, path).metrics()
     before = backend.gpu_s

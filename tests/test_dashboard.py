@@ -25,34 +25,13 @@ def _store(tmp_path) -> ResultsStore:
         rows = []
         for tokens in (1, 64, 512, 4096):
             slow = 1.3 if (version >= "0.5.22" and tokens == 512) else 1.0  # a regression in 0.5.22
-            rows.append(
-                Row(
-                    op_id="activation.silu_and_mul",
-                    dtype="bf16",
-                    shape=f"m[hidden_size=4096,num_tokens={tokens}]",
-                    time_us=(2 + tokens / 100) * slow,
-                    spread_pct=0.5,
-                )
-            )
-            rows.append(
-                Row(
-                    op_id="layernorm.rmsnorm",
-                    dtype="bf16",
-                    shape=f"m[hidden_size=4096,num_tokens={tokens}]",
-                    time_us=3 + tokens / 120,
-                    spread_pct=0.5,
-                )
-            )
-            rows.append(
-                Row(
-                    op_id="layernorm.rmsnorm",
-                    dtype="bf16",
-                    shape=f"m[hidden_size=4096,num_tokens={tokens}]",
-                    variant="torch_eager",
-                    time_us=9.0 + i,
-                    spread_pct=0.5,
-                )
-            )
+            shape = f"m[hidden_size=4096,num_tokens={tokens}]"
+            for op, variant, us in (
+                ("activation.silu_and_mul", "baseline", (2 + tokens / 100) * slow),
+                ("layernorm.rmsnorm", "baseline", 3 + tokens / 120),
+                ("layernorm.rmsnorm", "torch_eager", 9.0 + i),
+            ):
+                rows.append(Row(op_id=op, dtype="bf16", shape=shape, variant=variant, time_us=us, spread_pct=0.5))
         store.add(
             Measurement(
                 device="NVIDIA H200",
