@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# On the GPU machine, one device call: the census of each carried release.
+#   bash tools/gpu-track.sh .dev/track/tasks-0.5.20.tar.gz ... .dev/track/tasks-0.5.23.tar.gz
+# Carry .whl and the tarballs (tools/track-tasks.sh), oldest release first. Each release gets
+# TRACK_S seconds (default 120). The results store and each census log come back in $OUT; the
+# dashboard and the regressions are made on the CPU machine from that store (asv and
+# matplotlib live there): mkdir -p W/results && cp $OUT/results.sqlite W/results/ &&
+# kernelsmith track --work-dir W --html W/dashboard
+set -o pipefail
+source "$(dirname "$0")/device-setup.sh" || exit 1
+OUT="${OUT:-.}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+status=0
+for tarball in "$@"; do
+  name=$(basename "$tarball" .tar.gz)
+  timeout "${TRACK_S:-120}" python3 -m pipeline.cli track run --tasks "$tarball" > "$OUT/$name.log" 2>&1
+  status=$((status | $?))
+  tail -2 "$OUT/$name.log"
+done
+cp work/results/results.sqlite "$OUT/" 2>/dev/null
+exit $status
