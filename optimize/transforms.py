@@ -496,6 +496,71 @@ def pdl_early_trigger(regions: Mapping[str, str], *, kernel: str | None = None) 
     return apply_edits("pdl_early_trigger", regions, edits)
 
 
+#: Calls that read no memory: a statement made of these and arithmetic may run before the PDL wait.
+PURE_CALLS = frozenset({"min", "max", "abs", "fabsf", "div_ceil", "static_cast", "__popc", "__clz", "__ffs"})
+#: Syntax that may read memory (or leave the statement list): a statement holding any is not moved past.
+_MEMORY_NODES = frozenset({"subscript_expression", "pointer_expression", "return_statement", "goto_statement"})
+
+
+def _memory_free(src: bytes, stmt: Node) -> bool:
+    """The statement reads no memory a predecessor kernel could write: only locals, parameters passed by
+    value (``p.n``), built-ins (``threadIdx``) and :data:`PURE_CALLS`; no ``[]``, ``*p``, ``->`` or other call."""
+    if stmt.type in ("alias_declaration", "type_definition", "static_assert_declaration"):
+        return True  # compile time only
+    if stmt.type not in ("declaration", "expression_statement"):
+        return False
+    for node in ts.walk(stmt):
+        if node.type in _MEMORY_NODES:
+            return False
+        if node.type == "field_expression" and b"->" in src[node.start_byte : node.end_byte]:
+            return False
+        if node.type == "call_expression":
+            callee = node.child_by_field_name("function")
+            name = last_name(text_of(src, callee)) if callee is not None else ""
+            if name not in PURE_CALLS and not name.startswith("make_"):  # make_float2 & co. build a value
+                return False
+    return True
+
+
+def pdl_late_wait(regions: Mapping[str, str], *, kernel: str | None = None) -> dict[str, str]:
+    """Move a kernel's top-level PDL wait down past the statements after it that read no memory.
+
+    Index math, bounds, parameters passed by value: work that cannot depend on what the
+    previous kernel writes then runs while that kernel drains, and the wait sits just
+    before the first statement that may read memory (a subscript, a dereference, ``->``,
+    a call outside :data:`PURE_CALLS`, a branch or loop). Nothing moves across such a
+    statement, so every global read still follows the wait. The wait's whole line moves;
+    nothing else changes.
+    """
+    region = Region(regions)
+    edits: list[Edit] = []
+    for k in region.kernels:
+        if kernel is not None and k.name != kernel:
+            continue
+        src = k.doc.src
+        wait, _, _ = pdl_statements(src, k.body)
+        if wait is None:
+            continue
+        stmts = named_children(k.body)
+        after = stmts[stmts.index(wait) + 1 :]
+        free = 0
+        while free < len(after) and _memory_free(src, after[free]):
+            free += 1
+        if free == 0 or free == len(after):
+            continue  # nothing to move past, or nothing after it reads memory (the wait guards nothing)
+        w_start, w_end = _line_start(src, wait.start_byte), _line_end(src, wait.end_byte)
+        if src[w_start : wait.start_byte].strip() or src[wait.end_byte : w_end].strip()[:2] not in (b"", b"//"):
+            continue  # the wait shares its line with other code
+        target = _line_start(src, after[free].start_byte)
+        line = src[w_start:w_end]
+        edits.append(Edit(k.doc.span, target, target, line if line.endswith(b"\n") else line + b"\n"))
+        edits.append(Edit(k.doc.span, w_start, w_end, b""))
+    if not edits:
+        what = f"kernel {kernel}" if kernel else "no kernel"
+        raise NotApplicable("pdl_late_wait", f"{what} has a top-level PDL wait followed by memory-free statements")
+    return apply_edits("pdl_late_wait", regions, edits)
+
+
 # --------------------------------------------------------------------------- add_pragma_unroll
 
 
@@ -613,6 +678,10 @@ def _early_trigger_targets(features: Features, point: dict[str, Any]) -> list[di
     return [{}] if any(k.pdl_trigger_at_end and k.launched for k in features.kernels) else []
 
 
+def _late_wait_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{}] if any(k.pdl_wait and k.launched for k in features.kernels) else []
+
+
 def _unroll_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
     factor = int(point.get("factor", 0))
     runtime = bool(point.get("runtime_loops", False))
@@ -663,6 +732,14 @@ TRANSFORMS: dict[str, TransformSpec] = {
             (),
             _early_trigger_targets,
             "trigger dependents right after the PDL wait",
+        ),
+        TransformSpec(
+            "pdl_late_wait",
+            pdl_late_wait,
+            {"kernel": "one kernel (None: every kernel)"},
+            (),
+            _late_wait_targets,
+            "move the PDL wait past the statements after it that read no memory",
         ),
         TransformSpec(
             "add_pragma_unroll",
@@ -729,6 +806,7 @@ __all__ = [
     "expand_targets",
     "fast_math",
     "pdl_early_trigger",
+    "pdl_late_wait",
     "set_launch_bounds",
     "tune_constant",
 ]

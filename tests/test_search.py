@@ -40,10 +40,11 @@ def points(space: Space):
 def test_fused_add_rmsnorm_space_composes_pdl_bounds_and_unroll(sglang_source):
     regions, space = real(sglang_source.root, "fused_add_rmsnorm.cuh")
     names = [d.name for d in space.dimensions]
-    # PDL first (the early trigger needs it on), the others after; one dimension per transform and target
-    assert names[:2] == ["enable_pdl", "pdl_early_trigger"]
+    # PDL first (the late wait and the early trigger need it on), the others after; one dimension per
+    # transform and target
+    assert names[:3] == ["enable_pdl", "pdl_late_wait", "pdl_early_trigger"]
     assert any(n.startswith("set_launch_bounds") and "fused_add_rmsnorm_reg_kernel" in n for n in names)
-    assert space.size == len(list(points(space))) == 48
+    assert space.size == len(list(points(space))) == 96
     # a point of three transforms changes the code in three places, each as its transform alone would
     pdl, bounds = space.dimensions[0], next(d for d in space.dimensions if d.transform == "set_launch_bounds")
     unroll = next(d for d in space.dimensions if d.transform == "add_pragma_unroll")

@@ -384,3 +384,26 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
     assert done.returncode == 0, done.stderr[-4000:]
     # the kernels really were generated (ptxas reports them), with the fused one at 1024 threads max
     assert "act_and_mul_kernel" in done.stderr and "fused_add_rmsnorm_reg_kernel" in done.stderr
+
+
+@pytest.mark.wheel
+def test_pdl_late_wait_moves_the_wait_past_memory_free_setup_only(fused):
+    """After PDL is on, the wait goes down past the constants, aliases, shared declaration and index math
+    of fused_add_rmsnorm's kernel, and stops at the first statement that may read memory."""
+    on = T.enable_pdl(fused)
+    out = T.pdl_late_wait(on)
+    kernel = out["fused_add_rmsnorm_reg_kernel"]
+    lines = [line.strip() for line in kernel.splitlines()]
+    wait = lines.index("device::PDLWaitPrimary<true>();")
+    before = lines[3:wait]
+    assert "auto token_id = blockIdx.x;" in before and any(
+        line.startswith("constexpr int inner_loop") for line in before
+    )
+    assert any(line.startswith("float2 acc_square = make_float2(") for line in before)
+    assert lines[wait + 1] == "if (threadIdx.x < vec_hidden_size) {", "it stops at the branch whose body loads"
+    assert sorted(kernel.splitlines()) == sorted(on["fused_add_rmsnorm_reg_kernel"].splitlines()), "only the line moved"
+    only_changed(on, out, {"fused_add_rmsnorm_reg_kernel": kernel})
+    with pytest.raises(NotApplicable):
+        T.pdl_late_wait(fused)  # PDL off: no wait to move
+    with pytest.raises(NotApplicable):
+        T.pdl_late_wait(out)  # already as late as the data allows

@@ -13,8 +13,9 @@ hold, a pair that failed or was slower before). Two skills that drive one transf
 on one target (``launch_bounds`` and ``occupancy_min_blocks`` both set a kernel's
 ``__launch_bounds__``) share its dimension: their choices exclude each other.
 
-Composition: PDL is three choices (turn it on, trigger dependents early); the early
-trigger has a target only once PDL is on, so it is a dimension whenever PDL is.
+Composition: PDL is three choices (turn it on, place the wait as late as the data
+allows, trigger dependents early); the later two have a target only once PDL is on, so
+they are dimensions whenever PDL is.
 
 What must stay true: pure (no I/O, no clock); the dimensions' order and values are
 a function of the proposals alone, so a point names the same candidate every time.
@@ -35,10 +36,19 @@ from pipeline.records import Step
 #: Transforms applied in this order, whatever order the proposals came in: PDL first (the
 #: early trigger moves the trigger PDL placed), constants before the attributes that depend on
 #: them, fast math last (it rewrites calls anywhere).
-ORDER = ("enable_pdl", "pdl_early_trigger", "tune_constant", "set_launch_bounds", "add_pragma_unroll", "fast_math")
+ORDER = (
+    "enable_pdl",
+    "pdl_late_wait",
+    "pdl_early_trigger",
+    "tune_constant",
+    "set_launch_bounds",
+    "add_pragma_unroll",
+    "fast_math",
+)
 
 #: A transform whose target appears only after another one ran: (after, skill, transform, params).
 FOLLOWERS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+    ("enable_pdl", "pdl_prologue_overlap", "pdl_late_wait", {}),
     ("enable_pdl", "pdl_early_trigger", "pdl_early_trigger", {}),
 )
 
