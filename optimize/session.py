@@ -29,7 +29,9 @@ from typing import Any, Literal, TypedDict
 
 from contract.completion import Completion
 from contract.layout import COMPLETION_FILE as RECORD_FILE
-from contract.layout import baseline_regions, completed_in_run, load_task, read_task_files
+from contract.layout import baseline_regions, completed_in_run, has_task, load_task, read_task_files
+from contract.layout import run_dir as layout_run_dir
+from contract.layout import task_dir as layout_task_dir
 from optimize import report
 from optimize.acceptance import judge_final, regressed, round_record
 from optimize.agents import planning, testing
@@ -89,8 +91,8 @@ BaselineOutcome = Evaluation | BaselineError
 
 
 def load_op_task(config: Config, op_id: str) -> tuple[pathlib.Path, Task]:
-    task_dir = config.work / "tasks" / op_id
-    if not (task_dir / "task.json").is_file():
+    task_dir = layout_task_dir(config.work, op_id)
+    if not has_task(task_dir):
         raise TaskMissing(
             f"no extracted task for {op_id} at {task_dir}",
             fix=f"run `kernelsmith extract --ops {op_id}` first",
@@ -138,7 +140,7 @@ class Session:
         self.options = options
         self.backend = backend
         self.hooks = hooks or Hooks()
-        self.run_dir = config.work / "runs" / options.run
+        self.run_dir = layout_run_dir(config.work, options.run)
         self.clock = clock
         self.progress = progress
         self.budget = Budget(config, spent=self._spent_on_disk(), clock=clock)
