@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -455,6 +455,31 @@ def enable_pdl(regions: Mapping[str, str]) -> dict[str, str]:
     return apply_edits("enable_pdl", regions, edits)
 
 
+def _alone_on_line(src: bytes, node: Node) -> bool:
+    """The statement has its line to itself (a trailing ``//`` comment aside)."""
+    start, end = _line_start(src, node.start_byte), _line_end(src, node.end_byte)
+    rest = src[node.end_byte : end].strip()
+    return not src[start : node.start_byte].strip() and (not rest or rest.startswith(b"//"))
+
+
+def _move_line(span: str, src: bytes, node: Node, to: int) -> list[Edit]:
+    """Edits moving ``node``'s whole line (its trailing comment included) to byte ``to`` (a line start)."""
+    start, end = _line_start(src, node.start_byte), _line_end(src, node.end_byte)
+    line = src[start:end]
+    return [Edit(span, to, to, line if line.endswith(b"\n") else line + b"\n"), Edit(span, start, end, b"")]
+
+
+def _pdl_kernels(
+    region: Region, kernel: str | None
+) -> Iterator[tuple[Any, bytes, list[Node], Node | None, Node | None, bool]]:
+    """(kernel, source, top-level statements, wait, trigger, trigger is last) for each kernel chosen."""
+    for k in region.kernels:
+        if kernel is None or k.name == kernel:
+            src = k.doc.src
+            wait, trigger, at_end = pdl_statements(src, k.body)
+            yield k, src, named_children(k.body), wait, trigger, at_end
+
+
 def pdl_early_trigger(regions: Mapping[str, str], *, kernel: str | None = None) -> dict[str, str]:
     """Move a kernel's trailing PDL trigger to just after its PDL wait.
 
@@ -466,28 +491,12 @@ def pdl_early_trigger(regions: Mapping[str, str], *, kernel: str | None = None) 
     changes. Applies to kernels whose trigger is the body's last statement, with
     the wait at the body's top level and work between them.
     """
-    region = Region(regions)
     edits: list[Edit] = []
-    for k in region.kernels:
-        if kernel is not None and k.name != kernel:
-            continue
-        src = k.doc.src
-        wait, trigger, at_end = pdl_statements(src, k.body)
-        stmts = named_children(k.body)
+    for k, src, stmts, wait, trigger, at_end in _pdl_kernels(Region(regions), kernel):
         if wait is None or trigger is None or not at_end or stmts.index(trigger) - stmts.index(wait) < 2:
             continue
-        t_start, t_end = _line_start(src, trigger.start_byte), _line_end(src, trigger.end_byte)
-        w_end = _line_end(src, wait.end_byte)
-        line = src[t_start:t_end]
-        rest = src[trigger.end_byte : t_end].strip()
-        if src[t_start : trigger.start_byte].strip() or (rest and not rest.startswith(b"//")):
-            continue  # the trigger shares its line with other code
-        if src[wait.end_byte : w_end].strip() and not src[wait.end_byte : w_end].strip().startswith(b"//"):
-            continue
-        if not line.endswith(b"\n"):
-            line += b"\n"
-        edits.append(Edit(k.doc.span, w_end, w_end, line))
-        edits.append(Edit(k.doc.span, t_start, t_end, b""))
+        if _alone_on_line(src, trigger) and _alone_on_line(src, wait):
+            edits += _move_line(k.doc.span, src, trigger, _line_end(src, wait.end_byte))
     if not edits:
         what = f"kernel {kernel}" if kernel else "no kernel"
         raise NotApplicable(
@@ -532,29 +541,17 @@ def pdl_late_wait(regions: Mapping[str, str], *, kernel: str | None = None) -> d
     statement, so every global read still follows the wait. The wait's whole line moves;
     nothing else changes.
     """
-    region = Region(regions)
     edits: list[Edit] = []
-    for k in region.kernels:
-        if kernel is not None and k.name != kernel:
-            continue
-        src = k.doc.src
-        wait, _, _ = pdl_statements(src, k.body)
+    for k, src, stmts, wait, _, _ in _pdl_kernels(Region(regions), kernel):
         if wait is None:
             continue
-        stmts = named_children(k.body)
         after = stmts[stmts.index(wait) + 1 :]
         free = 0
         while free < len(after) and _memory_free(src, after[free]):
             free += 1
-        if free == 0 or free == len(after):
-            continue  # nothing to move past, or nothing after it reads memory (the wait guards nothing)
-        w_start, w_end = _line_start(src, wait.start_byte), _line_end(src, wait.end_byte)
-        if src[w_start : wait.start_byte].strip() or src[wait.end_byte : w_end].strip()[:2] not in (b"", b"//"):
-            continue  # the wait shares its line with other code
-        target = _line_start(src, after[free].start_byte)
-        line = src[w_start:w_end]
-        edits.append(Edit(k.doc.span, target, target, line if line.endswith(b"\n") else line + b"\n"))
-        edits.append(Edit(k.doc.span, w_start, w_end, b""))
+        if free == 0 or free == len(after) or not _alone_on_line(src, wait):
+            continue  # nothing to move past, nothing after it reads memory, or the line holds other code
+        edits += _move_line(k.doc.span, src, wait, _line_start(src, after[free].start_byte))
     if not edits:
         what = f"kernel {kernel}" if kernel else "no kernel"
         raise NotApplicable("pdl_late_wait", f"{what} has a top-level PDL wait followed by memory-free statements")
