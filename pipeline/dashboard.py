@@ -148,7 +148,9 @@ def _op_page(
         for r in regressions:
             body.append(
                 f"<li>{html.escape(r.dtype)} {html.escape(r.shape)}: {r.best_us:.2f} → {r.now_us:.2f} µs "
-                f"(+{r.slowdown_pct}%), introduced in sglang {html.escape(r.introduced_sglang)}</li>"
+                f"(+{r.slowdown_pct}%), introduced in sglang {html.escape(r.introduced_sglang)}"
+                + (f"; changed: {html.escape(', '.join(r.changed_files))}" if r.changed_files else "")
+                + "</li>"
             )
         body.append("</ul>")
     for name, _, _ in BUCKETS:

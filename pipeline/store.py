@@ -33,7 +33,7 @@ from collections.abc import Iterator
 
 from pipeline.errors import StaleRecordError
 from pipeline.records import content_hash, file_mode
-from pipeline.store_records import REFERENCE_VARIANTS, Measurement, Regression, Row
+from pipeline.store_records import REFERENCE_VARIANTS, Measurement, Regression, Row, changed_files
 
 DB_NAME = "results.sqlite"
 K_SPREAD = 2.0  # a step must exceed this many times the measured spread (and noise_pct)
@@ -252,6 +252,7 @@ class ResultsStore:
                         introduced_sglang=points[after][1].sglang,
                         before_sglang=points[before][1].sglang,
                         band_pct=round(band, 2),
+                        changed_files=changed_files(points[before][1], points[after][1], op),
                     )
                 )
         return found

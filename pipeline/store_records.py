@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pydantic import Field
 
 from pipeline.records import Record, VersionedRecord
@@ -45,6 +47,22 @@ class Regression(Record):
     introduced_sglang: str = ""  # its SGLang version or commit
     before_sglang: str = ""
     band_pct: float = 0.0  # the threshold it exceeded: max(noise_pct, k x spread)
+    # the op's source files whose sha256 differs between the two batches (census batches note them)
+    changed_files: list[str] = Field(default_factory=list)
 
 
-__all__ = ["Measurement", "REFERENCE_VARIANTS", "Regression", "Row"]
+def files_note(op_id: str) -> str:
+    """The key under which a census batch notes an op's source files (path -> sha256 prefix, JSON)."""
+    return f"files:{op_id}"
+
+
+def changed_files(before: Measurement, after: Measurement, op_id: str) -> list[str]:
+    """Source files of ``op_id`` added, removed or changed between two batches ([] where either notes none)."""
+    key = files_note(op_id)
+    if key not in before.notes or key not in after.notes:
+        return []
+    old, new = json.loads(before.notes[key]), json.loads(after.notes[key])
+    return sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))
+
+
+__all__ = ["Measurement", "REFERENCE_VARIANTS", "Regression", "Row", "changed_files", "files_note"]

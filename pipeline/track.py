@@ -82,6 +82,8 @@ def main(args: Any, config: Any) -> int:
         console.print(f"[red]{len(found)} regression(s):[/red]")
         for reg in found:
             where = f" (introduced in sglang {reg.introduced_sglang}, before: {reg.before_sglang})"
+            if reg.changed_files:
+                where += f"; kernel files changed: {', '.join(reg.changed_files)}"
             console.print(
                 f"  {reg.op_id} {reg.dtype} {reg.shape} {reg.variant}: {reg.best_us:.2f} -> {reg.now_us:.2f} us "
                 f"(+{reg.slowdown_pct}%, band {reg.band_pct}%){where}"

@@ -61,3 +61,42 @@ def test_the_census_reads_a_tarball_of_tasks_made_on_the_cpu_machine(tmp_path, m
     assert {r.op_id for r in ResultsStore(work).get(key).rows} == {"demo.scale"}
     assert (work / "track" / "tasks-0.5.23" / "tasks" / "demo.scale" / "task.json").is_file()
     capsys.readouterr()
+
+
+def test_a_regression_between_two_census_runs_names_the_kernel_files_that_changed(tmp_path, monkeypatch, capsys):
+    """Two releases of demo.scale, the second with a changed kernel file and slower: the regression
+    names the release and the file (SYNTHETIC timings)."""
+    import hashlib
+
+    from pipeline.records import FileDigest
+
+    times = {"0.5.22": 10.0, "0.5.23": 14.0}
+    for version in times:
+        work = tmp_path / version
+        folder, task = write_task(work, "demo.scale")
+        if version == "0.5.23":
+            src = folder / "src" / task.files[0].path
+            src.write_text(src.read_text() + "\n// changed in 0.5.23\n")
+            data = src.read_bytes()
+            task = task.model_copy(
+                update={
+                    "files": [
+                        FileDigest(path=task.files[0].path, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+                    ]
+                }
+            )
+        source = task.source.model_copy(update={"version": version})
+        save_task(task.model_copy(update={"source": source}), work)
+    monkeypatch.setattr(
+        census,
+        "bench_op",
+        lambda f, t, c, **k: OpBench(op_id=t.op_id, rows=[timing(times[t.source.version], None)], device=DEVICE),
+    )
+    store_dir = tmp_path / "store"
+    for version in times:
+        assert cli(["track", "run", "--work-dir", str(store_dir), "--tasks", str(tmp_path / version)]) == 0
+    (reg,) = ResultsStore(store_dir).regressions(noise_pct=3.0)
+    assert (reg.introduced_sglang, reg.before_sglang) == ("0.5.23", "0.5.22")
+    assert reg.changed_files == ["kernels/jit/csrc/demo/scale.cuh"]
+    assert cli(["track", "--work-dir", str(store_dir)]) == 0
+    assert "kernel files changed: kernels/jit/csrc/demo/scale.cuh" in " ".join(capsys.readouterr().out.split())

@@ -328,7 +328,9 @@ def learn_contract(task_dir: pathlib.Path, task: Any, config: Config) -> tuple[A
     return (repaired.task, learned) if learned else (task, [])
 
 
-def store_batch(config: Config, command: str, results: Sequence[OpBench], sglang: str) -> None:
+def store_batch(
+    config: Config, command: str, results: Sequence[OpBench], sglang: str, notes: dict[str, str] | None = None
+) -> None:
     """The measured rows of ``results`` as one batch of the results store (none without a device)."""
     from pipeline.digest import kernelsmith_version
     from pipeline.store import Measurement, ResultsStore, Row, now_iso
@@ -366,6 +368,7 @@ def store_batch(config: Config, command: str, results: Sequence[OpBench], sglang
                 sglang=sglang,
                 rows=rows,
                 kernelsmith=kernelsmith_version(),
+                notes=dict(notes or {}),
             )
         )
 

@@ -10,12 +10,16 @@ The tasks come from ``--tasks`` (a folder holding ``tasks/``, or a tarball of on
 the CPU machine with ``kernelsmith extract --all --no-compile``, so the GPU spends no
 time extracting), else from the work folder's own ``tasks/``.
 
+Each batch also notes, per op, the sha256 of every source file its task holds
+(``files:<op>``), so a regression between two releases names the kernel files that changed.
+
 What must stay true: one op's failure is its own row (``error``) and the census goes on;
 what was measured before a lost GPU is kept; progress is shown per op.
 """
 
 from __future__ import annotations
 
+import json
 import pathlib
 import shlex
 import sys
@@ -28,6 +32,7 @@ from contract.sizes import SYNTHETIC_MODEL
 from optimize.errors import GpuRequired, TaskMissing
 from optimize.harness.bench import OpBench, bench_op, store_batch
 from pipeline.config import Config
+from pipeline.store_records import files_note
 
 
 def _tasks_root(config: Config, given: str | None) -> pathlib.Path:
@@ -67,11 +72,13 @@ def main(args: Any, config: Config) -> int:
         ["kernelsmith", "track", "run", *(["--tasks", args.tasks] if getattr(args, "tasks", None) else [])]
     )
     results: list[OpBench] = []
+    notes: dict[str, str] = {}
     source = config.sglang.version
     start = time.monotonic()
     for number, folder in enumerate(folders, 1):
         task = load_task(folder)
         source = task.source.version or task.source.commit or source
+        notes[files_note(task.op_id)] = json.dumps({f.path: f.sha256[:16] for f in task.files}, sort_keys=True)
         print(f"census {number}/{len(folders)}: {folder.name} ...", file=sys.stderr, flush=True)
         try:
             result = bench_op(folder, task, config, dtypes=None, compile_=False)
@@ -81,7 +88,7 @@ def main(args: Any, config: Config) -> int:
             results += [OpBench(op_id=f.name, error=err.message) for f in folders[number - 1 :]]
             break
         results.append(result)
-    store_batch(config, command, results, source)
+    store_batch(config, command, results, source, notes)
     measured = sum(1 for r in results if r.rows and not r.error)
     failed = [r for r in results if r.error]
     print(
