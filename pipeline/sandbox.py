@@ -148,9 +148,13 @@ def wrap(
 
 
 def project_paths() -> list[str]:
-    """What the worker must read wherever it lives: this project and the interpreter's prefixes."""
+    """What the worker must read wherever it lives: this project, the interpreter's prefixes and every
+    import path (on the GPU machine the carried wheels sit in /tmp/site, which the sandbox hides)."""
     root = pathlib.Path(__file__).resolve().parents[1]
-    return sorted({str(root), sys.prefix, sys.base_prefix, os.path.realpath(sys.executable)})
+    paths = {str(root), sys.prefix, sys.base_prefix, os.path.realpath(sys.executable)}
+    paths.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+    paths.update(p for p in sys.path if p)
+    return sorted(p for p in paths if os.path.exists(p))
 
 
 __all__ = ["KEEP", "KEEP_PREFIXES", "bwrap", "hidden_homes", "project_paths", "scrubbed_env", "wrap"]

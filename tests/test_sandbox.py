@@ -116,6 +116,30 @@ def test_the_worker_is_started_sandboxed_with_the_scrubbed_environment(tmp_path,
     assert seen["argv"][0] == sys.executable and "OPENAI_API_KEY" not in seen["env"]
 
 
+def test_the_import_paths_stay_readable_in_the_sandbox(tmp_path, monkeypatch):
+    """On the GPU machine the carried wheels live in /tmp/site (PYTHONPATH), which --tmpfs /tmp hides:
+    every import path is mounted back, or the worker could not import pydantic there."""
+    site = tmp_path / "site"
+    (site / "carried_pkg").mkdir(parents=True)
+    (site / "carried_pkg" / "__init__.py").write_text("VALUE = 42\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    assert str(site) in sandbox.project_paths()
+    if sandbox.bwrap()[0] is None:
+        pytest.skip(f"no sandbox on this machine: {sandbox.bwrap()[1]}")
+    argv = sandbox.wrap(
+        [sys.executable, "-c", "import carried_pkg; print(carried_pkg.VALUE)"],
+        writable=[tmp_path / "w"],
+        readable=sandbox.project_paths(),
+    )
+    env = sandbox.scrubbed_env(tmp_path / "w" / "home")
+    env["PYTHONPATH"] = str(site)
+    _, code, _, tail = isolate.run_process(
+        argv, timeout_s=60, workdir=tmp_path / "run", result_path=tmp_path / "x", env=env
+    )
+    assert code == 0, tail
+    assert (tmp_path / "run" / "worker.stdout").read_text().strip() == "42"
+
+
 def test_nvcc_runs_with_the_scrubbed_environment(tmp_path, monkeypatch):
     from pipeline import build
 
