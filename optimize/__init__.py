@@ -9,7 +9,9 @@ coder's search over composed transforms). Top-level modules in dependency order:
 - cuda_text -> cuda_regions -> cuda_spans, cuda_facts: the CUDA-region toolkit
   (tree-sitter text and preprocessor; the Region model of the editable spans;
   span texts and definition spans; what their code does);
-- features (static features + profile facts), transforms (mechanical edits),
+- features (static features + profile facts), transform_edits (byte edits checked to
+  parse) -> pdl_transforms (PDL on, late wait, early trigger) -> transforms (the
+  mechanical edits' registry and the others),
   skills (library + rule language), trajectory (round records), policy (the
   deterministic planner);
 - budget, hooks (the loop's typed integration points), run_folder (one op's folder,

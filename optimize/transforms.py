@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,6 @@ from optimize.cuda_facts import (
     iter_literal_constants,
     loops_of,
     owner_name,
-    pdl_statements,
 )
 from optimize.cuda_regions import Region
 from optimize.cuda_text import (
@@ -48,82 +47,12 @@ from optimize.cuda_text import (
     contains_double,
     last_name,
     matches,
-    named_children,
-    parse_region,
     strip_parens,
     text_of,
 )
 from optimize.features import Features
-
-
-class NotApplicable(Exception):
-    """The transform has nothing to do on this code; ``reason`` says why."""
-
-    def __init__(self, transform: str, reason: str) -> None:
-        super().__init__(f"{transform}: {reason}")
-        self.transform = transform
-        self.reason = reason
-
-
-class TransformError(ValueError):
-    """Bad parameters for a transform, or an edit that would break the parse (a bug)."""
-
-
-# --------------------------------------------------------------------------- edit machinery
-
-
-@dataclass(frozen=True)
-class Edit:
-    span: str
-    start: int  # byte offsets in the span's UTF-8 text
-    end: int
-    text: bytes
-
-
-def apply_edits(transform: str, regions: Mapping[str, str], edits: Iterable[Edit]) -> dict[str, str]:
-    """Apply non-overlapping byte edits; check each edited region still parses as well as before."""
-    by_span: dict[str, list[Edit]] = {}
-    for e in edits:
-        by_span.setdefault(e.span, []).append(e)
-    out = dict(regions)
-    for span, span_edits in by_span.items():
-        data = regions[span].encode("utf-8")
-        span_edits.sort(key=lambda e: (e.start, e.end))
-        for a, b in zip(span_edits, span_edits[1:]):
-            if b.start < a.end:
-                raise TransformError(
-                    f"{transform}: overlapping edits in span {span!r} at bytes {a.start}-{a.end} and {b.start}-{b.end}"
-                )
-        new = bytearray(data)
-        for e in reversed(span_edits):
-            new[e.start : e.end] = e.text
-        before = len(ts.problems(parse_region(data)))
-        after = len(ts.problems(parse_region(bytes(new))))
-        if after > before:
-            raise TransformError(
-                f"{transform}: the edit of span {span!r} does not parse ({after} problem nodes, {before} before)",
-                new.decode("utf-8", "replace")[:2000],
-            )
-        out[span] = bytes(new).decode("utf-8")
-    if all(out[k] == regions[k] for k in regions):
-        raise NotApplicable(transform, "the edits change nothing")
-    return out
-
-
-def _line_start(src: bytes, pos: int) -> int:
-    return src.rfind(b"\n", 0, pos) + 1
-
-
-def _line_end(src: bytes, pos: int) -> int:
-    end = src.find(b"\n", pos)
-    return len(src) if end < 0 else end + 1
-
-
-def _indent_of(src: bytes, node: Node) -> bytes:
-    start = _line_start(src, node.start_byte)
-    prefix = src[start : node.start_byte]
-    return prefix if prefix.strip() == b"" else b""
-
+from optimize.pdl_transforms import enable_pdl, pdl_early_trigger, pdl_late_wait
+from optimize.transform_edits import Edit, NotApplicable, TransformError, apply_edits, line_start
 
 # --------------------------------------------------------------------------- tune_constant
 
@@ -364,200 +293,6 @@ def _node_at(root: Node, start: int, end: int) -> Node:
     raise LookupError(f"no node at {start}-{end}")
 
 
-# --------------------------------------------------------------------------- PDL
-
-_WAIT_STMT = b"device::PDLWaitPrimary<true>();"
-_TRIGGER_STMT = b"device::PDLTriggerSecondary<true>();"
-
-
-def enable_pdl(regions: Mapping[str, str]) -> dict[str, str]:
-    """Launch with programmatic dependent launch where the launcher leaves it off.
-
-    ``.enable_pdl(false)`` becomes ``.enable_pdl(true)``, ``.config({.use_pdl =
-    false})`` becomes ``true``, and a ``LaunchKernel(...)`` chain with neither gets
-    ``.enable_pdl(true)``. Launches switched by a template flag (``kUsePDL``) are
-    SGLang's to decide (``is_arch_support_pdl()`` is true on Hopper) and are left
-    alone; triple-chevron launches cannot carry the attribute and need a rewrite.
-
-    What must stay true: a PDL-launched kernel may start before the previous
-    kernel in the stream has finished, so every kernel these launches start gets a
-    ``device::PDLWaitPrimary<true>()`` as its first statement when it has no wait
-    (before any global read), and a ``device::PDLTriggerSecondary<true>()`` as its
-    last when it has no trigger (exit implies the trigger anyway; this only makes it
-    explicit).
-    """
-    region = Region(regions)
-    edits: list[Edit] = []
-    started: set[str] = set()
-    skipped: list[str] = []
-    for launch in region.launches:
-        src = launch.doc.src
-        where = launch.func.qualname if launch.func is not None else launch.doc.span
-        if launch.chevron or launch.runtime:
-            skipped.append(
-                f"{where}: {'<<<>>>' if launch.chevron else 'runtime'} launch (needs a rewrite to add the attribute)"
-            )
-            continue
-        changed = False
-        handled = False
-        for method, args in launch.pdl_args or []:
-            if method == "enable_pdl":
-                handled = True
-                named = named_children(args)
-                if named and text_of(src, named[0]).strip() == "false":
-                    edits.append(Edit(launch.doc.span, named[0].start_byte, named[0].end_byte, b"true"))
-                    changed = True
-                elif named and text_of(src, named[0]).strip() != "true":
-                    skipped.append(
-                        f"{where}: PDL follows {text_of(src, named[0]).strip()} (a template flag SGLang sets)"
-                    )
-            elif method == "config":
-                text = src[args.start_byte : args.end_byte]
-                hit = re.search(rb"\.use_pdl\s*=\s*(false)\b", text)
-                if hit:
-                    handled = True
-                    edits.append(
-                        Edit(launch.doc.span, args.start_byte + hit.start(1), args.start_byte + hit.end(1), b"true")
-                    )
-                    changed = True
-                elif re.search(rb"\.use_pdl\s*=", text):
-                    handled = True
-        if not handled:
-            edits.append(Edit(launch.doc.span, launch.ctor.end_byte, launch.ctor.end_byte, b".enable_pdl(true)"))
-            changed = True
-        if changed:
-            started.update(region.launched_kernels(launch))
-    if not edits:
-        raise NotApplicable("enable_pdl", "no launch leaves PDL off" + (f" ({'; '.join(skipped)})" if skipped else ""))
-    for k in region.kernels:
-        if k.name not in started:
-            continue
-        src = k.doc.src
-        wait, trigger, _ = pdl_statements(src, k.body)
-        asm = b" ".join(src[n.start_byte : n.end_byte] for n in ts.walk(k.body) if n.type == "gnu_asm_expression")
-        stmts = named_children(k.body)
-        indent = _indent_of(src, stmts[0]) if stmts else b""
-        if not indent:  # the body does not start on a line of its own: one level below the function's line
-            line = src[_line_start(src, k.node.start_byte) : k.node.start_byte]
-            indent = (line if not line.strip() else b"") + b"  "
-        if wait is None and b"griddepcontrol.wait" not in asm:
-            open_brace = k.body.children[0]
-            edits.append(Edit(k.doc.span, open_brace.end_byte, open_brace.end_byte, b"\n" + indent + _WAIT_STMT))
-        if trigger is None and b"launch_dependents" not in asm:
-            close_brace = k.body.children[-1]
-            at = _line_start(src, close_brace.start_byte)
-            if src[at : close_brace.start_byte].strip():  # `}` shares its line with code
-                edits.append(
-                    Edit(k.doc.span, close_brace.start_byte, close_brace.start_byte, b" " + _TRIGGER_STMT + b" ")
-                )
-            else:
-                edits.append(Edit(k.doc.span, at, at, indent + _TRIGGER_STMT + b"\n"))
-    return apply_edits("enable_pdl", regions, edits)
-
-
-def _alone_on_line(src: bytes, node: Node) -> bool:
-    """The statement has its line to itself (a trailing ``//`` comment aside)."""
-    start, end = _line_start(src, node.start_byte), _line_end(src, node.end_byte)
-    rest = src[node.end_byte : end].strip()
-    return not src[start : node.start_byte].strip() and (not rest or rest.startswith(b"//"))
-
-
-def _move_line(span: str, src: bytes, node: Node, to: int) -> list[Edit]:
-    """Edits moving ``node``'s whole line (its trailing comment included) to byte ``to`` (a line start)."""
-    start, end = _line_start(src, node.start_byte), _line_end(src, node.end_byte)
-    line = src[start:end]
-    return [Edit(span, to, to, line if line.endswith(b"\n") else line + b"\n"), Edit(span, start, end, b"")]
-
-
-def _pdl_kernels(
-    region: Region, kernel: str | None
-) -> Iterator[tuple[Any, bytes, list[Node], Node | None, Node | None, bool]]:
-    """(kernel, source, top-level statements, wait, trigger, trigger is last) for each kernel chosen."""
-    for k in region.kernels:
-        if kernel is None or k.name == kernel:
-            src = k.doc.src
-            wait, trigger, at_end = pdl_statements(src, k.body)
-            yield k, src, named_children(k.body), wait, trigger, at_end
-
-
-def pdl_early_trigger(regions: Mapping[str, str], *, kernel: str | None = None) -> dict[str, str]:
-    """Move a kernel's trailing PDL trigger to just after its PDL wait.
-
-    The trigger only lets the next PDL-launched kernel be *scheduled*; per the PTX
-    ISA its ``griddepcontrol.wait`` still waits for this grid to complete and
-    flush, so triggering early is safe and buys the dependent's prologue overlap.
-    It can also cost: the dependent's CTAs may take SM slots while this grid still
-    runs. The whole line (statement and its trailing comment) moves; nothing else
-    changes. Applies to kernels whose trigger is the body's last statement, with
-    the wait at the body's top level and work between them.
-    """
-    edits: list[Edit] = []
-    for k, src, stmts, wait, trigger, at_end in _pdl_kernels(Region(regions), kernel):
-        if wait is None or trigger is None or not at_end or stmts.index(trigger) - stmts.index(wait) < 2:
-            continue
-        if _alone_on_line(src, trigger) and _alone_on_line(src, wait):
-            edits += _move_line(k.doc.span, src, trigger, _line_end(src, wait.end_byte))
-    if not edits:
-        what = f"kernel {kernel}" if kernel else "no kernel"
-        raise NotApplicable(
-            "pdl_early_trigger", f"{what} has a trailing PDL trigger after a top-level wait with work between"
-        )
-    return apply_edits("pdl_early_trigger", regions, edits)
-
-
-#: Calls that read no memory: a statement made of these and arithmetic may run before the PDL wait.
-PURE_CALLS = frozenset({"min", "max", "abs", "fabsf", "div_ceil", "static_cast", "__popc", "__clz", "__ffs"})
-#: Syntax that may read memory (or leave the statement list): a statement holding any is not moved past.
-_MEMORY_NODES = frozenset({"subscript_expression", "pointer_expression", "return_statement", "goto_statement"})
-
-
-def _memory_free(src: bytes, stmt: Node) -> bool:
-    """The statement reads no memory a predecessor kernel could write: only locals, parameters passed by
-    value (``p.n``), built-ins (``threadIdx``) and :data:`PURE_CALLS`; no ``[]``, ``*p``, ``->`` or other call."""
-    if stmt.type in ("alias_declaration", "type_definition", "static_assert_declaration"):
-        return True  # compile time only
-    if stmt.type not in ("declaration", "expression_statement"):
-        return False
-    for node in ts.walk(stmt):
-        if node.type in _MEMORY_NODES:
-            return False
-        if node.type == "field_expression" and b"->" in src[node.start_byte : node.end_byte]:
-            return False
-        if node.type == "call_expression":
-            callee = node.child_by_field_name("function")
-            name = last_name(text_of(src, callee)) if callee is not None else ""
-            if name not in PURE_CALLS and not name.startswith("make_"):  # make_float2 & co. build a value
-                return False
-    return True
-
-
-def pdl_late_wait(regions: Mapping[str, str], *, kernel: str | None = None) -> dict[str, str]:
-    """Move a kernel's top-level PDL wait down past the statements after it that read no memory.
-
-    Index math, bounds, parameters passed by value: work that cannot depend on what the
-    previous kernel writes then runs while that kernel drains, and the wait sits just
-    before the first statement that may read memory (a subscript, a dereference, ``->``,
-    a call outside :data:`PURE_CALLS`, a branch or loop). Nothing moves across such a
-    statement, so every global read still follows the wait. The wait's whole line moves;
-    nothing else changes.
-    """
-    edits: list[Edit] = []
-    for k, src, stmts, wait, _, _ in _pdl_kernels(Region(regions), kernel):
-        if wait is None:
-            continue
-        after = stmts[stmts.index(wait) + 1 :]
-        free = 0
-        while free < len(after) and _memory_free(src, after[free]):
-            free += 1
-        if free == 0 or free == len(after) or not _alone_on_line(src, wait):
-            continue  # nothing to move past, nothing after it reads memory, or the line holds other code
-        edits += _move_line(k.doc.span, src, wait, _line_start(src, after[free].start_byte))
-    if not edits:
-        what = f"kernel {kernel}" if kernel else "no kernel"
-        raise NotApplicable("pdl_late_wait", f"{what} has a top-level PDL wait followed by memory-free statements")
-    return apply_edits("pdl_late_wait", regions, edits)
-
-
 # --------------------------------------------------------------------------- add_pragma_unroll
 
 
@@ -588,7 +323,7 @@ def add_pragma_unroll(
                 continue
             if not loop.compile_time and not runtime_loops:
                 continue
-            start = _line_start(src, loop.node.start_byte)
+            start = line_start(src, loop.node.start_byte)
             if src[start : loop.node.start_byte].strip():
                 continue
             edits.append(Edit(f.doc.span, start, start, pragma))
