@@ -130,7 +130,8 @@ def search_round(
 
     def costs(points: Sequence[Point]) -> list[float | str | None]:
         out: list[float | str | None] = [None] * len(points)
-        fresh: list[tuple[int, Candidate, Point]] = []
+        ids: list[str | None] = [None] * len(points)  # each point's candidate, measured or to be
+        wanted: dict[str, tuple[Candidate, Point]] = {}  # new candidates of this batch, once each
         for index, point in enumerate(points):
             try:
                 regions, steps = realize(space, point, base.regions)
@@ -142,38 +143,33 @@ def search_round(
             if cid == base.id:  # every step undone, or none: the base itself
                 out[index] = 1.0 / (best_geomean or 1.0)
                 continue
-            known = by_id.get(cid)
-            if known is not None:
-                out[index] = _cost(known.evaluation, noise)
-                continue
-            candidate = Candidate(
-                op_id=base.op_id,
-                id=cid,
-                parent=base.id,
-                regions=regions,
-                skill="+".join(s.skill for s in steps),
-                params={"steps": [s.model_dump(mode="json") for s in steps]},
-                coder=f"{coder}:search",
-                rationale="; ".join(f"{s.skill} {s.params}" if s.params else s.skill for s in steps),
-                steps=steps,
-            )
-            if all(c.id != cid for _, c, _ in fresh):
-                fresh.append((index, candidate, point))
-        if fresh:
-            evaluations = measure([c for _, c, _ in fresh])
-            for (index, candidate, point), evaluation in zip(fresh, evaluations):
+            ids[index] = cid
+            if cid not in by_id and cid not in wanted:
+                wanted[cid] = (
+                    Candidate(
+                        op_id=base.op_id,
+                        id=cid,
+                        parent=base.id,
+                        regions=regions,
+                        skill="+".join(s.skill for s in steps),
+                        params={"steps": [s.model_dump(mode="json") for s in steps]},
+                        coder=f"{coder}:search",
+                        rationale="; ".join(f"{s.skill} {s.params}" if s.params else s.skill for s in steps),
+                        steps=steps,
+                    ),
+                    point,
+                )
+        if wanted:
+            evaluations = measure([candidate for candidate, _ in wanted.values()])
+            for (candidate, point), evaluation in zip(wanted.values(), evaluations):
                 if evaluation is None:
                     result.budget_spent = True
                     continue
-                member = Member(candidate, evaluation, point)
-                by_id[candidate.id] = member
-                result.members.append(member)
-                out[index] = _cost(evaluation, noise)
-        for index, point in enumerate(points):  # a point that repeats one measured in this batch
-            if out[index] is None and not result.budget_spent:
-                regions, _ = realize(space, point, base.regions)
-                known = by_id.get(candidate_id(regions))
-                out[index] = _cost(known.evaluation, noise) if known is not None else None
+                by_id[candidate.id] = Member(candidate, evaluation, point)
+                result.members.append(by_id[candidate.id])
+        for index, member_id in enumerate(ids):  # unmeasured (budget spent) points stay None
+            if member_id is not None and member_id in by_id:
+                out[index] = _cost(by_id[member_id].evaluation, noise)
         return out
 
     result.strategy, _, result.batches = run_search(

@@ -20,8 +20,9 @@ search and restored after it); ``measure`` sees each point once per search.
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,15 +66,6 @@ def _kernel_tuner() -> tuple[Any, Any, Any, Any, Any]:
     return util, Options, strategy_map, Runner, Searchspace
 
 
-class _Batches:
-    """The runner's state: what was asked and measured, in order."""
-
-    def __init__(self, keys: list[str], measure: Measure) -> None:
-        self.keys, self.measure = keys, measure
-        self.trials: list[Trial] = []
-        self.batches: list[int] = []
-
-
 def run_search(
     space: Space,
     measure: Measure,
@@ -92,7 +84,9 @@ def run_search(
             fix=f"set search.strategy to 'auto', 'off' or one of: {', '.join(sorted(strategy_map))}",
         )
     tune_params = space.tune_params()
-    state = _Batches(list(tune_params), measure)
+    keys = list(tune_params)
+    trials: list[Trial] = []
+    batches: list[int] = []
 
     class BatchRunner(Runner):  # type: ignore[misc, valid-type]
         def get_device_info(self) -> Any:
@@ -109,12 +103,12 @@ def run_search(
                     results.append(None)
                     continue
                 tuning_options.budget.add_evaluations(1)
-                point = {k: int(v) for k, v in zip(state.keys, element)}
+                point = {k: int(v) for k, v in zip(keys, element)}
                 wanted.append((len(results), point))
                 results.append(dict(point))
             if wanted:
-                state.batches.append(len(wanted))
-                costs = state.measure([p for _, p in wanted])
+                batches.append(len(wanted))
+                costs = measure([p for _, p in wanted])
                 for (index, point), cost in zip(wanted, costs):
                     row = results[index]
                     assert row is not None
@@ -122,10 +116,10 @@ def run_search(
                         results[index] = None
                     elif isinstance(cost, str):
                         row["__error__"] = util.RuntimeFailedConfig()
-                        state.trials.append(Trial(point, None))
+                        trials.append(Trial(point, None))
                     else:
                         row["time"] = float(cost)
-                        state.trials.append(Trial(point, float(cost)))
+                        trials.append(Trial(point, float(cost)))
             return results
 
     options: dict[str, Any] = {}
@@ -142,36 +136,27 @@ def run_search(
         budget=util.TuningBudget(None, min(max_evals, searchspace.size)),
         tune_params=tune_params,
     )
-    saved_py = random.getstate()
-    saved_np = _numpy_state()
+    with _seeded(seed):
+        try:
+            strategy_map[name].tune(searchspace, BatchRunner(), tuning)
+        except util.StopCriterionReached:
+            pass
+    return name, trials, batches
+
+
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Python's and NumPy's global random states seeded (Kernel Tuner's strategies draw from both), then restored."""
+    import numpy
+
+    saved_py, saved_np = random.getstate(), numpy.random.get_state()
     random.seed(seed)
-    _numpy_seed(seed)
+    numpy.random.seed(seed % (2**32))
     try:
-        strategy_map[name].tune(searchspace, BatchRunner(), tuning)
-    except util.StopCriterionReached:
-        pass
+        yield
     finally:
         random.setstate(saved_py)
-        _numpy_restore(saved_np)
-    return name, state.trials, state.batches
-
-
-def _numpy_state() -> Any:
-    import numpy
-
-    return numpy.random.get_state()
-
-
-def _numpy_seed(seed: int) -> None:
-    import numpy
-
-    numpy.random.seed(seed % (2**32))
-
-
-def _numpy_restore(saved: Any) -> None:
-    import numpy
-
-    numpy.random.set_state(saved)
+        numpy.random.set_state(saved_np)
 
 
 __all__ = ["Measure", "Point", "SAMPLING_STRATEGY", "SearchError", "Trial", "choose_strategy", "run_search"]
