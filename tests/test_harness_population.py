@@ -8,7 +8,7 @@ import pathlib
 import pytest
 from test_harness_evaluate import check, rms_task, timing
 
-from optimize.harness import population, worker
+from optimize.harness import evaluate, population, worker
 from optimize.harness.isolate import WorkerRun
 from optimize.harness.protocol import WorkerRequest, WorkerResult
 from pipeline.config import Config
@@ -32,7 +32,7 @@ def staged(monkeypatch, tmp_path):
             return BuildReport(ok=False, key="k", seconds=0.1, stderr="scale.cuh(3): error: expected a ';'"), []
         return BuildReport(ok=True, key="k", seconds=0.1), [f"/lib/{text}.so"]
 
-    monkeypatch.setattr(population, "build_units", build_units)
+    monkeypatch.setattr(evaluate, "build_units", build_units)  # what build_candidate builds with
     monkeypatch.setattr(
         population, "build_baseline", lambda *a, **k: (BuildReport(ok=True, key="b", seconds=0), ["/lib/base.so"])
     )

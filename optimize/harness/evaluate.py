@@ -275,6 +275,51 @@ def build_units(
     return merged, [r.library or "" for r in reports]
 
 
+@dataclass
+class CandidateBuild:
+    """A candidate's modules, or the ``compile_failed`` evaluation saying why there are none."""
+
+    report: BuildReport | None
+    libraries: list[str]
+    seconds: float  # since ``started``
+    failed: Evaluation | None = None
+
+
+def build_candidate(
+    task_dir: str | os.PathLike[str],
+    task: Task,
+    units: Sequence[Sequence[Instantiation]],
+    candidate: Candidate,
+    *,
+    config: Config,
+    started: float,
+    max_workers: int | None = None,
+) -> CandidateBuild:
+    """:func:`build_units` for a candidate: regions that do not splice, or nvcc failing, is ``compile_failed``."""
+    report: BuildReport | None = None
+    libs: list[str] = []
+    try:
+        report, libs = build_units(
+            task_dir, task, units, config=config, regions=candidate.regions, max_workers=max_workers
+        )
+    except (KeyError, ValueError) as err:
+        detail = f"the regions cannot be spliced into the sources: {err}"
+    else:
+        if report.ok:
+            return CandidateBuild(report, libs, time.monotonic() - started)
+        detail = isolate.tail(report.stderr)
+    seconds = time.monotonic() - started
+    failed = Evaluation(
+        op_id=task.op_id,
+        candidate=candidate.id,
+        outcome=Outcome.compile_failed,
+        detail=detail,
+        build=report,
+        seconds={"build": round(seconds, 3)},
+    )
+    return CandidateBuild(report, libs, seconds, failed)
+
+
 def build_baseline(
     task_dir: str | os.PathLike[str], task: Task, units: Sequence[Sequence[Instantiation]], *, config: Config
 ) -> tuple[BuildReport, list[str]]:
@@ -348,25 +393,10 @@ def evaluate(
     cand_report: BuildReport | None = None
     cand_libs: list[str] | None = None
     if candidate is not None:
-        try:
-            cand_report, cand_libs = build_units(task_dir, task, plan.units, config=config, regions=candidate.regions)
-        except (KeyError, ValueError) as err:
-            return Evaluation(
-                op_id=task.op_id,
-                candidate=cid,
-                outcome=Outcome.compile_failed,
-                detail=f"the regions cannot be spliced into the sources: {err}",
-                seconds={"build": round(time.monotonic() - started, 3)},
-            )
-        if not cand_report.ok:
-            return Evaluation(
-                op_id=task.op_id,
-                candidate=cid,
-                outcome=Outcome.compile_failed,
-                detail=isolate.tail(cand_report.stderr),
-                build=cand_report,
-                seconds={"build": round(time.monotonic() - started, 3)},
-            )
+        built = build_candidate(task_dir, task, plan.units, candidate, config=config, started=started)
+        if built.failed is not None:
+            return built.failed
+        cand_report, cand_libs = built.report, built.libraries
     build_s = time.monotonic() - started
     request = WorkerRequest(
         mode="evaluate",

@@ -28,23 +28,19 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from optimize.harness import isolate
-from optimize.harness.evaluate import build_baseline, build_units, plan_cases, run_request, to_evaluation, worker_dir
+from optimize.harness.evaluate import (
+    CandidateBuild,
+    build_baseline,
+    build_candidate,
+    plan_cases,
+    run_request,
+    to_evaluation,
+    worker_dir,
+)
 from optimize.harness.protocol import WorkerRequest, WorkerResult
 from optimize.harness.worker import member_path
 from pipeline.config import Config
-from pipeline.records import BuildReport, Candidate, Evaluation, Outcome, Task
-
-
-def _build(
-    task_dir: str | os.PathLike[str], task: Task, units: list, candidate: Candidate, config: Config
-) -> tuple[BuildReport | None, list[str], str, float]:
-    """(report, libraries, why it failed to splice or "", seconds) for one member."""
-    start = time.monotonic()
-    try:
-        report, libs = build_units(task_dir, task, units, config=config, regions=candidate.regions, max_workers=1)
-    except (KeyError, ValueError) as err:
-        return None, [], f"the regions cannot be spliced into the sources: {err}", time.monotonic() - start
-    return report, libs, "", time.monotonic() - start
+from pipeline.records import Candidate, Evaluation, Task
 
 
 def evaluate_population(
@@ -61,28 +57,23 @@ def evaluate_population(
     _, base_libs = build_baseline(task_dir, task, plan.units, config=config)
     jobs = max(1, min(config.search.build_jobs, len(candidates)))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        built = list(pool.map(lambda c: _build(task_dir, task, plan.units, c, config), candidates))
-    results: list[Evaluation | None] = [None] * len(candidates)
-    pending: list[int] = []
-    for index, (candidate, (report, _, splice_error, build_s)) in enumerate(zip(candidates, built)):
-        if splice_error or report is None or not report.ok:
-            results[index] = Evaluation(
-                op_id=task.op_id,
-                candidate=candidate.id,
-                outcome=Outcome.compile_failed,
-                detail=splice_error or isolate.tail(report.stderr if report else ""),
-                build=report,
-                seconds={"build": round(build_s, 3)},
+        built = list(
+            pool.map(
+                lambda c: build_candidate(
+                    task_dir, task, plan.units, c, config=config, started=time.monotonic(), max_workers=1
+                ),
+                candidates,
             )
-        else:
-            pending.append(index)
+        )
+    results: list[Evaluation | None] = [b.failed for b in built]
+    pending = [i for i, b in enumerate(built) if b.failed is None]
     while pending:
         request = WorkerRequest(
             mode="population",
             op_id=task.op_id,
             contract=task.contract,
             baseline_libraries=base_libs,
-            population=[built[i][1] for i in pending],
+            population=[built[i].libraries for i in pending],
             checks=plan.checks,
             timings=plan.timings,
             harness=config.harness,
@@ -131,14 +122,9 @@ def evaluate_population(
 
 
 def _evaluation(
-    task: Task,
-    candidate: Candidate,
-    run: isolate.WorkerRun,
-    built: tuple[BuildReport | None, list[str], str, float],
-    config: Config,
+    task: Task, candidate: Candidate, run: isolate.WorkerRun, built: CandidateBuild, config: Config
 ) -> Evaluation:
-    report, _, _, build_s = built
-    return to_evaluation(task.op_id, candidate.id, run, build=report, build_s=build_s, config=config)
+    return to_evaluation(task.op_id, candidate.id, run, build=built.report, build_s=built.seconds, config=config)
 
 
 __all__ = ["evaluate_population"]
