@@ -19,10 +19,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Literal
 
+from pipeline.buckets import AT_FLOOR
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted
 
 StopReason = Literal["rounds", "tokens", "dollars", "wall_time", "gpu_time", "no_options", "converged", "at_floor"]
+#: Run-wide budgets: one spent stops every op after it.
+BUDGETS: tuple[StopReason, ...] = ("tokens", "dollars", "wall_time", "gpu_time")
+#: Stops because an op's work is done, not because anything ran out (reported as a normal end).
+FINISHED: tuple[StopReason, ...] = ("no_options", "converged", "at_floor")
 
 
 class Budget:
@@ -68,7 +73,8 @@ class Budget:
             "gpu_time": f"GPU-time budget spent ({self.gpu_s:.0f} of {self.limits.gpu_s:g} s)",
             "rounds": f"round budget reached ({self.limits.rounds} rounds per op)",
             "no_options": "the policy has no untried applicable skill left",
-            "at_floor": "every token bucket of the best runs within 1.1x of its floor: no round is worth its GPU time",
+            "at_floor": f"every token bucket of the best runs within {AT_FLOOR:g}x of its floor: "
+            "no round is worth its GPU time",
             "converged": "the last search round found nothing faster around the best (the next would search the same space)",
         }.get(reason, reason)
 

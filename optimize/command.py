@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from contract import layout
 from optimize import report
+from optimize.budget import FINISHED
 from optimize.loop import Loop
 from optimize.run_folder import run_meta_check
 from optimize.session import CODERS, MODES, LoopOptions, load_op_task
@@ -140,7 +141,7 @@ def main(args: Any, config: Config) -> int:
     Console().print(report.console_table(summary))
     print(f"run folder: {run_dir}", file=sys.stderr)
     for op in summary.ops:
-        if op.stop_reason and op.stop_reason not in ("rounds", "no_options", "converged", "at_floor"):
+        if op.stop_reason and op.stop_reason not in ("rounds", *FINISHED):
             print(
                 f"stopped ({op.op_id}): {loop.budget.message(op.stop_reason)}; fix: {loop.budget.fix(op.stop_reason)}",
                 file=sys.stderr,

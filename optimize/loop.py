@@ -61,6 +61,7 @@ from typing import Any
 
 from optimize.agents import coding, planning, profiling, repair, single
 from optimize.agents.edits import CodeResult
+from optimize.budget import BUDGETS
 from optimize.measure import evaluate_many_once
 from optimize.policy import Decision
 from optimize.run_folder import OpState, clip, why
@@ -114,7 +115,7 @@ class Loop(Session):
                 summaries.append(OpSummary(op_id=task.op_id, status="failed", detail=str(err)))
                 continue
             summaries.append(summary)
-            if summary.stop_reason in ("tokens", "dollars", "wall_time", "gpu_time"):
+            if summary.stop_reason in BUDGETS:
                 stopped = summary.stop_reason
         return self.run_summary(summaries, started)
 

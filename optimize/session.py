@@ -37,7 +37,7 @@ from optimize.acceptance import judge_final, regressed, round_record
 from optimize.agents import planning, testing
 from optimize.agents.edits import whitespace_only
 from optimize.backends import Backend
-from optimize.budget import Budget
+from optimize.budget import BUDGETS, FINISHED, Budget
 from optimize.errors import TaskMissing, TrajectoryError
 from optimize.harness.baseline_repair import BaselineRun, repair_baseline
 from optimize.harness.errors import BaselineError
@@ -290,15 +290,7 @@ class Session:
     def close_op(self, op: OpState, stop: str | None) -> OpSummary:
         """Final validation of the best, the op's summary and its report."""
         traj = op.trajectory
-        if stop in (
-            "rounds",
-            "tokens",
-            "dollars",
-            "wall_time",
-            "gpu_time",
-            "converged",
-            "at_floor",
-        ) and not self._has_stop(op, stop):
+        if stop in ("rounds", *BUDGETS, *FINISHED) and not self._has_stop(op, stop):  # one stop line per op
             traj.append(self._stop_record(op, stop, self._meter()))
         best = self._finalize(op)
         summary = op_summary(op, stop, best)
@@ -335,9 +327,7 @@ class Session:
             round=op.trajectory.last_round(),
             mode=self.options.mode,
             coder=self.options.coder,
-            outcome=RoundOutcome.budget_exhausted
-            if reason not in ("no_options", "converged", "at_floor")
-            else RoundOutcome.ok,
+            outcome=RoundOutcome.ok if reason in FINISHED else RoundOutcome.budget_exhausted,
             stop_reason=reason,
             detail=self.budget.message(reason),
             best=op.trajectory.best_id(),
