@@ -17,8 +17,6 @@ from agent.verbs import AgentRun
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 
-VERBS = ("ops", "show", "brief", "submit", "trajectory", "finish", "integrate")
-
 
 def _backend(args: Any, config: Config) -> Any:
     replay = getattr(args, "replay", None)
@@ -87,4 +85,4 @@ def mcp_main(args: Any, config: Config) -> int:
     return 0
 
 
-__all__ = ["VERBS", "main", "mcp_main"]
+__all__ = ["main", "mcp_main"]

@@ -27,7 +27,7 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
-from contract.layout import TASK_FILE, profile_path
+from contract.layout import TRAJECTORY_FILE, has_task, profile_path, tasks_root
 from optimize.agents import profiling
 from optimize.backends import Backend
 from optimize.errors import TaskMissing
@@ -78,7 +78,7 @@ class AgentRun:
         return opened
 
     def _trajectory(self, op_id: str) -> Trajectory:
-        return Trajectory(self.session.run_dir / op_id / "trajectory.jsonl")
+        return Trajectory(self.session.run_dir / op_id / TRAJECTORY_FILE)
 
     def _best_eval(self, op: OpState) -> Evaluation | None:
         best = op.trajectory.best()
@@ -87,10 +87,12 @@ class AgentRun:
     # ------------------------------------------------------------------ verbs
 
     def ops(self) -> list[dict[str, Any]]:
-        root = self.config.work / "tasks"
+        root = tasks_root(self.config.work)
         out = []
-        for path in sorted(root.glob(f"*/{TASK_FILE}")) if root.is_dir() else []:
-            op_id = path.parent.name
+        for folder in sorted(root.iterdir()) if root.is_dir() else []:
+            if not has_task(folder):
+                continue
+            op_id = folder.name
             traj = self._trajectory(op_id)
             base = traj.baseline() if traj.path.is_file() else None
             best = traj.best() if base is not None else None
@@ -204,7 +206,7 @@ class AgentRun:
     def finish(self, op_ids: Sequence[str] | None = None) -> dict[str, Any]:
         """Final validation of each op's best, then the run's summary.json (what integrate reads)."""
         run_dir = self.session.run_dir
-        ops = list(op_ids or sorted(p.parent.name for p in run_dir.glob("*/trajectory.jsonl")))
+        ops = list(op_ids or sorted(p.parent.name for p in run_dir.glob(f"*/{TRAJECTORY_FILE}")))
         if not ops:
             raise TaskMissing(f"run {self.run} has no op yet", fix="`kernelsmith agent show OP` opens one")
         summaries = [self.session.close_op(self.op(op_id), "external") for op_id in ops]

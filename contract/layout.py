@@ -32,6 +32,7 @@ TASK_FILE = "task.json"
 SRC_DIR = "src"
 KEY_FILE = ".extract-key"
 COMPLETION_FILE = "contract_completion.json"  # beside an op's trajectory in a run folder
+TRAJECTORY_FILE = "trajectory.jsonl"  # an op's rounds in a run folder, append-only
 
 
 def tasks_root(work_dir: str | os.PathLike[str]) -> pathlib.Path:

@@ -25,6 +25,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 
+from contract.layout import TRAJECTORY_FILE
 from extract.splice import apply_regions
 from optimize.llm.client import MeteredModel, Model
 from optimize.trajectory import RoundOutcome, RoundRecord, Trajectory, candidate_id
@@ -61,7 +62,7 @@ class OpState:
         self.task_dir = task_dir
         self.task = task
         self.dir = run_dir / task.op_id
-        self.trajectory = Trajectory(self.dir / "trajectory.jsonl")
+        self.trajectory = Trajectory(self.dir / TRAJECTORY_FILE)
         self.files = files
         self.baseline_regions = baseline_regions
         self.kinds = {span.name: span.kind for span in task.editable}

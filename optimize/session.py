@@ -29,7 +29,7 @@ from typing import Any, Literal, TypedDict
 
 from contract.completion import Completion
 from contract.layout import COMPLETION_FILE as RECORD_FILE
-from contract.layout import baseline_regions, completed_in_run, has_task, load_task, read_task_files
+from contract.layout import TRAJECTORY_FILE, baseline_regions, completed_in_run, has_task, load_task, read_task_files
 from contract.layout import run_dir as layout_run_dir
 from contract.layout import task_dir as layout_task_dir
 from optimize import report
@@ -151,7 +151,7 @@ class Session:
     def _spent_on_disk(self) -> dict[str, float]:
         total = {"tokens": 0.0, "cost_usd": 0.0, "wall_s": 0.0, "gpu_s": 0.0}
         if self.run_dir.is_dir():
-            for path in sorted(self.run_dir.glob("*/trajectory.jsonl")):
+            for path in sorted(self.run_dir.glob(f"*/{TRAJECTORY_FILE}")):
                 for key, value in Trajectory(path).spent().items():
                     total[key] += value
         return total
