@@ -40,6 +40,7 @@ from integrate.evidence import OpFacts, RunFacts, gather, launch_facts, refuse_s
 from integrate.records import E2EResult, IntegrateReport, OpChange, Patch
 from optimize.report import params_text
 from pipeline.records import ShapeTiming
+from pipeline.stats import geomean
 
 SECTIONS = ("## Summary", "## Performance", "## Correctness", "## End-to-end", "## Reproduce")
 
@@ -81,8 +82,8 @@ def status(report: IntegrateReport) -> tuple[str, list[str]]:
 
 
 def _geomean(values: Iterable[float]) -> float:
-    vals = [v for v in values if v and v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else math.nan
+    found = geomean(v for v in values if v and math.isfinite(v))
+    return math.nan if found is None else found
 
 
 def _speedup(t: ShapeTiming) -> float | None:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimize.run_folder import clip, why
-from optimize.trajectory import RoundOutcome, RoundRecord, geomean, regions_hash
+from optimize.trajectory import RoundOutcome, RoundRecord, regions_hash
 from pipeline.records import Candidate, Evaluation, Outcome, ShapeTiming
+from pipeline.stats import geomean
 
 MIN_GAIN_PCT = 1.0  # a new best must beat the current best's geomean by this much (or the noise band)
 

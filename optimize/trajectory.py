@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 import os
 import pathlib
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -150,13 +148,6 @@ def candidate_id(regions: dict[str, str]) -> str:
 
 def params_key(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, default=str)
-
-
-def geomean(values: Iterable[float]) -> float | None:
-    vals = [v for v in values if v and v > 0]
-    if not vals:
-        return None
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
 class Trajectory:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 
 from pipeline.records import ShapeTiming
+from pipeline.stats import geomean
 
 #: (name, lowest token count, highest token count)
 BUCKETS: tuple[tuple[str, int, int], ...] = (("T<=64", 0, 64), ("64<T<512", 65, 511), ("T>=512", 512, 1 << 62))
@@ -51,12 +52,9 @@ def by_bucket(timings: Sequence[ShapeTiming]) -> dict[str, dict[str, float]]:
             "time_over_floor_min": min(t.time_over_floor for t in rows),
             "time_over_floor_max": max(t.time_over_floor for t in rows),
         }
-        speedups = [t.speedup for t in rows if t.speedup]
-        if speedups:
-            product = 1.0
-            for s in speedups:
-                product *= s
-            entry["speedup_geomean"] = product ** (1.0 / len(speedups))
+        speedup = geomean(t.speedup for t in rows if t.speedup)
+        if speedup is not None:
+            entry["speedup_geomean"] = speedup
         out[name] = {k: round(v, 4) for k, v in entry.items()}
     return out
 

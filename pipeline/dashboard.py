@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import html
 import io
-import math
 import pathlib
 import re
-from collections.abc import Sequence
 
 from pipeline.buckets import BUCKETS, bucket_for, tokens_in_label
+from pipeline.stats import geomean
 from pipeline.store import ResultsStore
 from pipeline.store_records import REFERENCE_VARIANTS, Measurement, Regression, Row
 
@@ -39,10 +38,6 @@ def _page(title: str, body: str) -> str:
 
 def _slug(op: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", op)
-
-
-def _geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def _plot(series: dict[str, list[tuple[int, float, float]]], labels: list[str], noise_pct: float) -> str:
@@ -111,7 +106,7 @@ def _index(
             if not times:
                 cells.append("<td>—</td>")
                 continue
-            value = _geomean(times)
+            value = geomean(times) or 0.0
             css = ""
             if any(r.op_id == op and r.introduced_sglang == source for r in regressions):
                 css = "reg"

@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from pipeline.stats import geomean
 from pipeline.store import ResultsStore
 from pipeline.store_records import REFERENCE_VARIANTS
 
@@ -53,11 +54,9 @@ def per_op_lines(store: ResultsStore, op: str | None) -> list[tuple[str, int, st
         if len(keys) >= 2:
             new, old = batches[keys[-1]], batches[keys[-2]]
             common = [k for k in new if k in old and old[k] > 0]
-            if common:
-                product = 1.0
-                for k in common:
-                    product *= new[k] / old[k]
-                change = f"{(product ** (1 / len(common)) - 1) * 100:+.1f}% over {len(common)} shapes"
+            ratio = geomean(new[k] / old[k] for k in common)
+            if ratio is not None:
+                change = f"{(ratio - 1) * 100:+.1f}% over {len(common)} shapes"
         out.append((name, len(keys), meta[name][0], change, meta[name][1]))
     return out
 

@@ -19,8 +19,8 @@ from typing import Any
 from pydantic import Field
 
 from optimize.harness.tools import top_stall
-from optimize.trajectory import geomean
 from pipeline.records import Evaluation, Record
+from pipeline.stats import geomean
 
 LAUNCH_BOUND_US = 4.0  # below this a kernel is dominated by launch and tail latency
 LOW_BW_PCT = 60.0  # a memory-bound kernel under this share of copy bandwidth has headroom

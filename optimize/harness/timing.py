@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pipeline import stats
+
 Verdict = Literal["faster", "slower", "no_change"]
 MAX_SETS = 4096  # a graph of this many tiny calls still captures in well under a second
 # Buffer sets whose outputs are compared after the timed replays, per shape and implementation:
@@ -82,10 +84,9 @@ def verdict(baseline_us: float, candidate_us: float, threshold: float) -> Verdic
 
 
 def geomean(values: Sequence[float]) -> float:
-    values = [v for v in values if v > 0 and math.isfinite(v)]
-    if not values:
-        return math.nan
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+    """:func:`pipeline.stats.geomean` of the finite values; NaN when none is positive."""
+    found = stats.geomean(v for v in values if math.isfinite(v))
+    return math.nan if found is None else found
 
 
 def buffer_sets(bytes_per_set: int, l2_bytes: int, l2_multiple: float, max_sets: int = MAX_SETS) -> int:

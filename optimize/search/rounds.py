@@ -30,9 +30,10 @@ from optimize.policy import Decision
 from optimize.run_folder import clip, why
 from optimize.search.space import Space, Unrealizable, build_space, realize
 from optimize.search.tuner import Point, run_search
-from optimize.trajectory import Attempt, candidate_id, geomean
+from optimize.trajectory import Attempt, candidate_id
 from pipeline.config import Config
 from pipeline.records import Candidate, Evaluation, Outcome
+from pipeline.stats import geomean
 
 #: measure(candidates) -> their evaluations in order, or None where the budget left them unmeasured
 MeasureMany = Callable[[Sequence[Candidate]], list[Evaluation | None]]
