@@ -171,47 +171,59 @@ class ResultsStore:
                 return []
             return [k for (k,) in conn.execute("SELECT key FROM batches ORDER BY seq")]
 
-    def get(self, key: str) -> Measurement:
+    def _batches(self, key: str | None = None) -> list[tuple[str, Measurement]]:
+        """Every batch (or the one ``key`` names) with its rows, in arrival order: two queries, one connection."""
         self._ensure_imported()
         with self._db(write=False) as conn:
-            found = (
-                conn.execute(
-                    "SELECT seq, taken_at, device, command, sglang, kernelsmith, notes FROM batches WHERE key = ?",
-                    (key,),
-                ).fetchone()
-                if _has_schema(conn)
-                else None
+            if not _has_schema(conn):
+                return []
+            where, args = ("WHERE key = ?", (key,)) if key is not None else ("", ())
+            heads = conn.execute(
+                f"SELECT seq, key, taken_at, device, command, sglang, kernelsmith, notes FROM batches {where} ORDER BY seq",
+                args,
+            ).fetchall()
+            if not heads:
+                return []
+            rows: dict[int, list[Row]] = {seq: [] for seq, *_ in heads}
+            only = (" WHERE batch_seq = ?", (heads[0][0],)) if key is not None else ("", ())
+            for seq, o, d, sh, v, t, sp, g in conn.execute(
+                "SELECT batch_seq, op_id, dtype, shape, variant, time_us, spread_pct, gbps FROM rows"
+                f"{only[0]} ORDER BY rowid",
+                only[1],
+            ):
+                rows[seq].append(Row(op_id=o, dtype=d, shape=sh, variant=v, time_us=t, spread_pct=sp, gbps=g))
+        return [
+            (
+                k,
+                Measurement(
+                    device=device,
+                    taken_at=taken_at,
+                    command=command,
+                    sglang=sglang,
+                    kernelsmith=kernelsmith,
+                    notes=json.loads(notes),
+                    rows=rows[seq],
+                ),
             )
-            if found is None:
-                raise StaleRecordError(
-                    f"results store {self.db_path} has no batch {key}", fix="list them with `kernelsmith track`"
-                )
-            seq, taken_at, device, command, sglang, kernelsmith, notes = found
-            rows = [
-                Row(op_id=o, dtype=d, shape=s, variant=v, time_us=t, spread_pct=sp, gbps=g)
-                for o, d, s, v, t, sp, g in conn.execute(
-                    "SELECT op_id, dtype, shape, variant, time_us, spread_pct, gbps FROM rows WHERE batch_seq = ? ORDER BY rowid",
-                    (seq,),
-                )
-            ]
-        return Measurement(
-            device=device,
-            taken_at=taken_at,
-            command=command,
-            sglang=sglang,
-            kernelsmith=kernelsmith,
-            notes=json.loads(notes),
-            rows=rows,
-        )
+            for seq, k, taken_at, device, command, sglang, kernelsmith, notes in heads
+        ]
+
+    def get(self, key: str) -> Measurement:
+        found = self._batches(key)
+        if not found:
+            raise StaleRecordError(
+                f"results store {self.db_path} has no batch {key}", fix="list them with `kernelsmith track`"
+            )
+        return found[0][1]
 
     def history(self, op_id: str | None = None, device: str | None = None) -> list[tuple[str, Measurement, Row]]:
-        out: list[tuple[str, Measurement, Row]] = []
-        for key in self.keys():
-            batch = self.get(key)
-            if device and batch.device != device:
-                continue
-            out.extend((key, batch, row) for row in batch.rows if op_id is None or row.op_id == op_id)
-        return out
+        return [
+            (key, batch, row)
+            for key, batch in self._batches()
+            if not device or batch.device == device
+            for row in batch.rows
+            if op_id is None or row.op_id == op_id
+        ]
 
     def regressions(
         self, *, noise_pct: float = 3.0, op_id: str | None = None, k_spread: float = K_SPREAD
