@@ -9,7 +9,7 @@ from test_loop import write_task
 
 from contract.layout import save_task
 from contract.sizes import SYNTHETIC_MODEL
-from optimize.harness import census
+from optimize.harness import bench
 from optimize.harness.bench import OpBench
 from pipeline.cli import main as cli
 from pipeline.records import ShapeCase
@@ -36,7 +36,7 @@ def test_the_census_measures_real_shaped_ops_keeps_going_past_a_failure_and_stor
             return OpBench(op_id=task.op_id, error="correction_bias must be float32")
         return OpBench(op_id=task.op_id, rows=[timing(10.0, None)], device=DEVICE)
 
-    monkeypatch.setattr(census, "bench_op", bench_op)
+    monkeypatch.setattr(bench, "bench_op", bench_op)
     assert cli(["track", "run", "--work-dir", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert seen == ["demo.broken", "demo.scale"], "the synthetic-only task is not part of the census"
@@ -53,7 +53,7 @@ def test_the_census_reads_a_tarball_of_tasks_made_on_the_cpu_machine(tmp_path, m
     with tarfile.open(tarball, "w:gz") as tar:
         tar.add(made / "tasks", arcname="tasks")
     monkeypatch.setattr(
-        census, "bench_op", lambda f, t, c, **k: OpBench(op_id=t.op_id, rows=[timing(10.0, None)], device=DEVICE)
+        bench, "bench_op", lambda f, t, c, **k: OpBench(op_id=t.op_id, rows=[timing(10.0, None)], device=DEVICE)
     )
     work = tmp_path / "gpu"
     assert cli(["track", "run", "--work-dir", str(work), "--tasks", str(tarball), "--ops", "demo.scale"]) == 0
@@ -88,7 +88,7 @@ def test_a_regression_between_two_census_runs_names_the_kernel_files_that_change
         source = task.source.model_copy(update={"version": version})
         save_task(task.model_copy(update={"source": source}), work)
     monkeypatch.setattr(
-        census,
+        bench,
         "bench_op",
         lambda f, t, c, **k: OpBench(op_id=t.op_id, rows=[timing(times[t.source.version], None)], device=DEVICE),
     )

@@ -37,14 +37,16 @@ from __future__ import annotations
 import pathlib
 import re
 import shlex
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 from optimize.harness.protocol import DeviceInfo, TimingResult
 from pipeline.config import DEFAULT_OPS, Config
+from pipeline.records import Task
 
 SECTION_MARKER = "<!-- kernelsmith-bench: {command} -->"
 _MARKER_RE = re.compile(r"^<!-- kernelsmith-bench: (?P<command>.*) -->$")
@@ -375,9 +377,6 @@ def store_batch(
 
 def main(args: Any, config: Config) -> int:
     """Entry point of ``kernelsmith bench`` (see the module doc). Exit 1 when any op was not measured."""
-    from contract.completion import complete
-    from contract.layout import load_task
-    from optimize.errors import GpuRequired
 
     command = canonical_command(args)
     when = datetime.now(UTC).strftime("%Y-%m-%d")
@@ -404,29 +403,14 @@ def main(args: Any, config: Config) -> int:
         failed = any(not r.passed for r in rows)
     else:
         ops = list(getattr(args, "ops", None) or DEFAULT_OPS)
-        results: list[OpBench] = []
-        sglang = config.sglang.version
-        for op, path in _task_dirs(config, ops):
-            task, _ = complete(load_task(path), path)  # open contract items filled as the sweep fills them
-            sglang = task.source.version or task.source.commit or sglang
-            print(f"bench: {op} ...", flush=True)
-            try:
-                result = bench_op(
-                    path,
-                    task,
-                    config,
-                    dtypes=getattr(args, "dtypes", None),
-                    compile_=not getattr(args, "no_torch_compile", False),
-                )
-            except GpuRequired as err:
-                if not any(r.rows for r in results):
-                    raise  # nothing measured: the fix (a GPU machine) is the whole message
-                # the GPU went away mid-run: keep what was measured, this and later ops say why
-                results += [OpBench(op_id=o, error=err.message) for o, _ in _task_dirs(config, ops)]
-                results = _first_per_op(results)
-                break
-            print(f"  {len(result.rows)} shapes{': ' + result.error if result.error else ''}", flush=True)
-            results.append(result)
+        results, tasks = bench_folders(
+            [path for _, path in _task_dirs(config, ops)],
+            config,
+            dtypes=getattr(args, "dtypes", None),
+            compile_=not getattr(args, "no_torch_compile", False),
+            label="bench",
+        )
+        sglang = source_of(tasks, config.sglang.version)
         env = f"Wall time of the bench run: {time.monotonic() - start:.0f} s."
         section = timing_section(command, results, when, env)
         store_batch(config, command, results, sglang)
@@ -438,12 +422,47 @@ def main(args: Any, config: Config) -> int:
     return 1 if failed else 0
 
 
-def _first_per_op(results: list[OpBench]) -> list[OpBench]:
-    """One result per op, the first one seen (measured ops before the placeholders)."""
-    seen: dict[str, OpBench] = {}
-    for r in results:
-        seen.setdefault(r.op_id, r)
-    return list(seen.values())
+def source_of(tasks: Sequence[Task], default: str) -> str:
+    """The SGLang version or commit the tasks were extracted from (the last one that names it), else ``default``."""
+    return next((v for t in reversed(tasks) if (v := t.source.version or t.source.commit)), default)
+
+
+def bench_folders(
+    folders: Sequence[pathlib.Path],
+    config: Config,
+    *,
+    dtypes: Sequence[str] | None,
+    compile_: bool,
+    label: str,
+    stream: TextIO | None = None,
+) -> tuple[list[OpBench], list[Task]]:
+    """Each task's baseline timed in turn (``bench --ops``, ``track run``), with progress on ``stream``.
+
+    Every task is completed first, as the sweep completes it (open contract items filled).
+    One op's failure is its own row; a GPU lost mid-run keeps what was measured and names
+    the ops left (nothing measured at all: the error itself, whose fix is a GPU machine).
+    """
+    from contract.completion import complete
+    from contract.layout import load_task
+    from optimize.errors import GpuRequired
+
+    out = stream or sys.stdout
+    results: list[OpBench] = []
+    tasks: list[Task] = []
+    for number, path in enumerate(folders, 1):
+        task, _ = complete(load_task(path), path)
+        tasks.append(task)
+        print(f"{label} {number}/{len(folders)}: {path.name} ...", file=out, flush=True)
+        try:
+            result = bench_op(path, task, config, dtypes=dtypes, compile_=compile_)
+        except GpuRequired as err:
+            if not any(r.rows for r in results):
+                raise
+            results += [OpBench(op_id=f.name, error=err.message) for f in folders[number - 1 :]]
+            break
+        print(f"  {len(result.rows)} shapes{': ' + result.error if result.error else ''}", file=out, flush=True)
+        results.append(result)
+    return results, tasks
 
 
 def _device_name(config: Config) -> str:

@@ -27,17 +27,17 @@ import tarfile
 import time
 from typing import Any
 
-from contract.layout import TASK_FILE, load_task
+from contract.layout import has_task, load_task, tasks_root
 from contract.sizes import SYNTHETIC_MODEL
-from optimize.errors import GpuRequired, TaskMissing
-from optimize.harness.bench import OpBench, bench_op, store_batch
+from optimize.errors import TaskMissing
+from optimize.harness.bench import bench_folders, source_of, store_batch
 from pipeline.config import Config
 from pipeline.store_records import files_note
 
 
 def _tasks_root(config: Config, given: str | None) -> pathlib.Path:
     if not given:
-        return config.work / "tasks"
+        return tasks_root(config.work)
     path = pathlib.Path(given)
     if path.is_file():  # a tarball of tasks/: unpacked once under work/track/<its name>
         name = next((path.name[: -len(x)] for x in (".tar.gz", ".tgz", ".tar") if path.name.endswith(x)), path.name)
@@ -52,12 +52,11 @@ def _tasks_root(config: Config, given: str | None) -> pathlib.Path:
 
 def real_shaped(tasks_root: pathlib.Path) -> list[pathlib.Path]:
     """Task folders whose shapes include a real model's (synthetic-only tasks are left out)."""
-    out = []
-    for folder in sorted(p for p in tasks_root.iterdir() if (p / TASK_FILE).is_file()):
-        task = load_task(folder)
-        if any(s.model != SYNTHETIC_MODEL for s in task.shapes):
-            out.append(folder)
-    return out
+    return [
+        folder
+        for folder in sorted(tasks_root.iterdir())
+        if has_task(folder) and any(s.model != SYNTHETIC_MODEL for s in load_task(folder).shapes)
+    ]
 
 
 def main(args: Any, config: Config) -> int:
@@ -71,23 +70,10 @@ def main(args: Any, config: Config) -> int:
     command = shlex.join(
         ["kernelsmith", "track", "run", *(["--tasks", args.tasks] if getattr(args, "tasks", None) else [])]
     )
-    results: list[OpBench] = []
-    notes: dict[str, str] = {}
-    source = config.sglang.version
     start = time.monotonic()
-    for number, folder in enumerate(folders, 1):
-        task = load_task(folder)
-        source = task.source.version or task.source.commit or source
-        notes[files_note(task.op_id)] = json.dumps({f.path: f.sha256[:16] for f in task.files}, sort_keys=True)
-        print(f"census {number}/{len(folders)}: {folder.name} ...", file=sys.stderr, flush=True)
-        try:
-            result = bench_op(folder, task, config, dtypes=None, compile_=False)
-        except GpuRequired as err:
-            if not any(r.rows for r in results):
-                raise
-            results += [OpBench(op_id=f.name, error=err.message) for f in folders[number - 1 :]]
-            break
-        results.append(result)
+    results, tasks = bench_folders(folders, config, dtypes=None, compile_=False, label="census", stream=sys.stderr)
+    source = source_of(tasks, config.sglang.version)
+    notes = {files_note(t.op_id): json.dumps({f.path: f.sha256[:16] for f in t.files}, sort_keys=True) for t in tasks}
     store_batch(config, command, results, source, notes)
     measured = sum(1 for r in results if r.rows and not r.error)
     failed = [r for r in results if r.error]
