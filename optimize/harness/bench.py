@@ -377,6 +377,7 @@ def store_batch(
 
 def main(args: Any, config: Config) -> int:
     """Entry point of ``kernelsmith bench`` (see the module doc). Exit 1 when any op was not measured."""
+    from contract.layout import load_task
 
     command = canonical_command(args)
     when = datetime.now(UTC).strftime("%Y-%m-%d")
@@ -404,7 +405,7 @@ def main(args: Any, config: Config) -> int:
     else:
         ops = list(getattr(args, "ops", None) or DEFAULT_OPS)
         results, tasks = bench_folders(
-            [path for _, path in _task_dirs(config, ops)],
+            [(path, load_task(path)) for _, path in _task_dirs(config, ops)],
             config,
             dtypes=getattr(args, "dtypes", None),
             compile_=not getattr(args, "no_torch_compile", False),
@@ -428,7 +429,7 @@ def source_of(tasks: Sequence[Task], default: str) -> str:
 
 
 def bench_folders(
-    folders: Sequence[pathlib.Path],
+    folders: Sequence[tuple[pathlib.Path, Task]],
     config: Config,
     *,
     dtypes: Sequence[str] | None,
@@ -436,21 +437,20 @@ def bench_folders(
     label: str,
     stream: TextIO | None = None,
 ) -> tuple[list[OpBench], list[Task]]:
-    """Each task's baseline timed in turn (``bench --ops``, ``track run``), with progress on ``stream``.
+    """Each (folder, task)'s baseline timed in turn (``bench --ops``, ``track run``), with progress on ``stream``.
 
     Every task is completed first, as the sweep completes it (open contract items filled).
     One op's failure is its own row; a GPU lost mid-run keeps what was measured and names
     the ops left (nothing measured at all: the error itself, whose fix is a GPU machine).
     """
     from contract.completion import complete
-    from contract.layout import load_task
     from optimize.errors import GpuRequired
 
     out = stream or sys.stdout
     results: list[OpBench] = []
     tasks: list[Task] = []
-    for number, path in enumerate(folders, 1):
-        task, _ = complete(load_task(path), path)
+    for number, (path, loaded) in enumerate(folders, 1):
+        task, _ = complete(loaded, path)
         tasks.append(task)
         print(f"{label} {number}/{len(folders)}: {path.name} ...", file=out, flush=True)
         try:
@@ -458,7 +458,7 @@ def bench_folders(
         except GpuRequired as err:
             if not any(r.rows for r in results):
                 raise
-            results += [OpBench(op_id=f.name, error=err.message) for f in folders[number - 1 :]]
+            results += [OpBench(op_id=f.name, error=err.message) for f, _ in folders[number - 1 :]]
             break
         print(f"  {len(result.rows)} shapes{': ' + result.error if result.error else ''}", file=out, flush=True)
         results.append(result)

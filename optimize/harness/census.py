@@ -32,6 +32,7 @@ from contract.sizes import SYNTHETIC_MODEL
 from optimize.errors import TaskMissing
 from optimize.harness.bench import bench_folders, source_of, store_batch
 from pipeline.config import Config
+from pipeline.records import Task
 from pipeline.store_records import files_note
 
 
@@ -50,13 +51,10 @@ def _tasks_root(config: Config, given: str | None) -> pathlib.Path:
     return path / "tasks" if (path / "tasks").is_dir() else path
 
 
-def real_shaped(tasks_root: pathlib.Path) -> list[pathlib.Path]:
-    """Task folders whose shapes include a real model's (synthetic-only tasks are left out)."""
-    return [
-        folder
-        for folder in sorted(tasks_root.iterdir())
-        if has_task(folder) and any(s.model != SYNTHETIC_MODEL for s in load_task(folder).shapes)
-    ]
+def real_shaped(tasks_root: pathlib.Path) -> list[tuple[pathlib.Path, Task]]:
+    """(folder, task) of every task whose shapes include a real model's (synthetic-only tasks are left out)."""
+    loaded = [(folder, load_task(folder)) for folder in sorted(tasks_root.iterdir()) if has_task(folder)]
+    return [(folder, task) for folder, task in loaded if any(s.model != SYNTHETIC_MODEL for s in task.shapes)]
 
 
 def main(args: Any, config: Config) -> int:
@@ -66,7 +64,7 @@ def main(args: Any, config: Config) -> int:
     folders = real_shaped(root)
     ops = getattr(args, "ops", None)
     if ops:
-        folders = [f for f in folders if f.name in set(ops)]
+        folders = [(f, t) for f, t in folders if f.name in set(ops)]
     command = shlex.join(
         ["kernelsmith", "track", "run", *(["--tasks", args.tasks] if getattr(args, "tasks", None) else [])]
     )
