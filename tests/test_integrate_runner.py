@@ -296,11 +296,10 @@ for line in sys.stdin:
 """
 
 
-def test_check_ops_records_rejected_and_crashing_cases_and_goes_on(sglang_source, tmp_path):
-    """Worker stand-ins (the GPU workers cannot run here) drive check_ops' bookkeeping: a case the
-    pristine op rejects is skipped, a patched crash is an error and the worker is restarted."""
+def _check_with_stub(sglang_source, tmp_path, stub_text: str, **limits):
+    """check_ops over silu_and_mul at T = 1, 3, 5, 7 (bf16) with both workers replaced by ``stub_text``."""
     stub = tmp_path / "stub.py"
-    stub.write_text(STUB)
+    stub.write_text(stub_text)
     python = _stand_in(tmp_path, f'exec {sys.executable} {stub} "$@"\n')
     shapes = [ShapeCase(model="m", tokens=n, sizes={"num_tokens": n, "hidden_size": 64}) for n in (1, 3, 5, 7)]
     task = _task(sglang_source, tmp_path, shapes=shapes, dtypes=("bf16",))
@@ -312,7 +311,15 @@ def test_check_ops_records_rejected_and_crashing_cases_and_goes_on(sglang_source
         sanitizer=False,
         python=python,
         held_out=0,
+        **limits,
     )
+    return check
+
+
+def test_check_ops_records_rejected_and_crashing_cases_and_goes_on(sglang_source, tmp_path):
+    """Worker stand-ins (the GPU workers cannot run here) drive check_ops' bookkeeping: a case the
+    pristine op rejects is skipped, a patched crash is an error and the worker is restarted."""
+    check = _check_with_stub(sglang_source, tmp_path, STUB)
     assert [c.status for c in check.cases] == ["pass", "skipped", "error", "pass"]
     assert (check.passed, check.failed, check.skipped) == (2, 1, 1) and check.ran
     assert "illegal memory access" in check.cases[2].reason
@@ -351,23 +358,8 @@ def test_a_hanging_op_costs_one_time_limit_and_the_sweep_goes_on(sglang_source, 
     """On the H200 (2026-12-01) one hanging batch held the self-check until its time limit and lost
     every later op: a warm that does not answer is killed, and after an op's first hung case
     its other cases are skipped with the reason, not waited on one by one."""
-    stub = tmp_path / "stub.py"
-    stub.write_text(HANG_STUB)
-    python = _stand_in(tmp_path, f'exec {sys.executable} {stub} "$@"\n')
-    shapes = [ShapeCase(model="m", tokens=n, sizes={"num_tokens": n, "hidden_size": 64}) for n in (1, 3, 5, 7)]
-    task = _task(sglang_source, tmp_path, shapes=shapes, dtypes=("bf16",))
     start = time.monotonic()
-    (check,) = sglang_runner.check_ops(
-        [task],
-        tmp_path / "baseline" / "sglang",
-        tmp_path / "patched" / "sglang",
-        tmp_path / "out",
-        sanitizer=False,
-        python=python,
-        held_out=0,
-        timeout_s=2,
-        warm_timeout_s=2,
-    )
+    check = _check_with_stub(sglang_source, tmp_path, HANG_STUB, timeout_s=2, warm_timeout_s=2)
     assert time.monotonic() - start < 60, "two time limits and restarts, not one per case"
     assert [c.status for c in check.cases] == ["pass", "skipped", "skipped", "skipped"]
     assert check.cases[1].timed_out and "did not answer" in check.cases[1].reason
