@@ -43,13 +43,14 @@ def shape_table(baseline: Sequence[ShapeTiming], candidate: Sequence[ShapeTiming
 
 def params_text(params: dict) -> str:
     """A search point's steps as ``skill k=v; skill k=v`` (its target names left out), else ``k=v, ...``."""
+    from optimize.transforms import TRANSFORMS
+
     steps = params.get("steps")
     if isinstance(steps, list) and all(isinstance(s, dict) for s in steps):
+        choice_keys = {k for spec in TRANSFORMS.values() for k in spec.choice}  # how, not what
         shown = []
         for step in steps:
-            chosen = {
-                k: v for k, v in (step.get("params") or {}).items() if k in ("value", "min_blocks", "factor", "ops")
-            }
+            chosen = {k: v for k, v in (step.get("params") or {}).items() if k in choice_keys}
             shown.append(" ".join([str(step.get("skill"))] + [f"{k}={v}" for k, v in sorted(chosen.items())]))
         return "; ".join(shown)
     return ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
