@@ -11,10 +11,10 @@ from optimize.trajectory import (
     RoundRecord,
     Trajectory,
     candidate_id,
-    geomean,
     regions_hash,
 )
 from pipeline.records import Outcome, ShapeTiming
+from pipeline.stats import geomean
 
 
 def timing(label: str, speedup: float | None, time_us: float = 10.0) -> ShapeTiming:
