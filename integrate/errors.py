@@ -29,6 +29,16 @@ class WorkerError(KernelsmithError):
     """A worker subprocess (one SGLang tree on the GPU) failed."""
 
 
+class CallRaised(WorkerError):
+    """The op raised in a worker that stays usable (its CUDA context answered a synchronize afterwards).
+
+    Why a type of its own: restarting a worker costs about 12 s (torch and SGLang imported
+    again; measured on the H200, 2026-12-02), so after a plain Python error (an assert in
+    SGLang's wrapper, a rejected argument) the same worker goes on. Every other
+    :class:`WorkerError` (a dead worker, a sticky CUDA error, a hang) means a fresh one.
+    """
+
+
 class WorkerTimeout(WorkerError):
     """A worker did not answer within its time limit and was killed (a call that never returns)."""
 

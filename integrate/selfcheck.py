@@ -16,7 +16,13 @@ and the others go on.
 
 Writes ``work/integrate/self-check/self-check.json``
 (:class:`integrate.records.SelfCheck`, after every op, so an interrupted sweep
-keeps what it proved) and ``self-check.md`` (the table: op, cases, passed,
+keeps what it proved) and ``self-check.md``. A rerun resumes: the record is the union of
+every run over the same SGLang source, an op named again that was already proved
+bitwise equal is kept (not checked again) and any other named op is checked again and
+replaces its old row; delete ``self-check.json`` to check everything again. The limits
+are ``[integrate]`` config (``warm_timeout_s``, ``case_timeout_s``,
+``warm_batch_modules``; e.g. ``KERNELSMITH_INTEGRATE__WARM_BATCH_MODULES=1`` builds one
+op at a time, so an op whose build hangs costs only itself). (the table: op, cases, passed,
 bitwise equal, max abs err, first-call build s, reason). Exit 0 when every op that ran is bitwise equal in every case; 1 when
 one is not, or when there is no GPU here (nothing was checked).
 """
@@ -33,8 +39,9 @@ import uuid
 from integrate.errors import KernelsmithError
 from integrate.records import OpCheck, SelfCheck
 from pipeline.config import Config
+from pipeline.errors import StaleRecordError
 from pipeline.gpu import gpu_available
-from pipeline.records import Task, write_record
+from pipeline.records import SourceInfo, Task, read_record, write_record
 
 OUT = "self-check"
 RECORD = "self-check.json"
@@ -117,6 +124,31 @@ def load_tasks(tasks_dir: pathlib.Path, ops: list[str]) -> tuple[list[Task], dic
     return tasks, failed
 
 
+def proved(check: OpCheck) -> bool:
+    """Whether ``check`` ran and every case that ran was bitwise equal: a rerun keeps it."""
+    return check.ran and not check.failed and bitwise(check) is True
+
+
+def earlier(out_dir: pathlib.Path, source: SourceInfo) -> list[OpCheck]:
+    """The checks of the record already in ``out_dir`` when it is of the same SGLang source (else none).
+
+    An unreadable record is set aside as ``self-check.json.unreadable`` (said on stderr),
+    never silently overwritten.
+    """
+    path = out_dir / RECORD
+    if not path.is_file():
+        return []
+    try:
+        old = read_record(SelfCheck, path)
+    except StaleRecordError as err:
+        aside = path.with_name(RECORD + ".unreadable")
+        path.replace(aside)
+        print(f"warning: {err.message}; set aside as {aside}, checking afresh", file=sys.stderr)
+        return []
+    same = (old.source.version, old.source.commit, old.source.wheel) == (source.version, source.commit, source.wheel)
+    return list(old.checks) if same and old.gpu else []
+
+
 def self_check(ops: list[str], config: Config) -> int:
     """Run the self-check over ``ops`` (all tasks when empty); see the module docstring."""
     from extract.sources import acquire
@@ -138,18 +170,27 @@ def self_check(ops: list[str], config: Config) -> int:
         copy_tree="",
         not_loaded=not_loaded,
     )
+    before = earlier(out_dir, source)
     if not ok:  # plan anyway: the table says which ops a GPU run would call, and why the others cannot be
-        record = record.model_copy(update={"checks": [_planned_only(t, device) for t in tasks]})
-        _write(record, out_dir)
+        if not before:  # a GPU's record is never replaced by a plan
+            _write(record.model_copy(update={"checks": [_planned_only(t, device) for t in tasks]}), out_dir)
         print(f"no GPU here ({device}): nothing was checked; run `{record.command}` on a GPU machine", file=sys.stderr)
         return 1
     copy = pristine_copy(baseline, out_dir / "tree" / "sglang")
     record = record.model_copy(update={"copy_tree": str(copy)})
+    named = {t.op_id for t in tasks}
+    kept = [c for c in before if c.op_id in named and proved(c)]
+    for check in kept:
+        print(
+            f"  {check.op_id}: kept, proved earlier ({check.passed}/{len(check.cases)} bitwise equal)", file=sys.stderr
+        )
+    tasks = [t for t in tasks if t.op_id not in {c.op_id for c in kept}]
+    others = [c for c in before if c.op_id not in named] + kept
     done: list[OpCheck] = []
 
     def progress(check: OpCheck) -> None:
         done.append(check)
-        _write(record.model_copy(update={"checks": list(done)}), out_dir)
+        _write(record.model_copy(update={"checks": _union(others, done)}), out_dir)
         equal = bitwise(check)
         state = (
             f"{check.passed}/{len(check.cases)} pass, bitwise equal: {equal}"
@@ -159,7 +200,19 @@ def self_check(ops: list[str], config: Config) -> int:
         print(f"  {check.op_id}: {state}", file=sys.stderr)
 
     try:
-        checks = check_ops(tasks, baseline, copy, out_dir, sanitizer=False, command=record.command, progress=progress)
+        limits = config.integrate
+        checks = check_ops(
+            tasks,
+            baseline,
+            copy,
+            out_dir,
+            timeout_s=limits.case_timeout_s,
+            warm_timeout_s=limits.warm_timeout_s,
+            warm_batch_modules=limits.warm_batch_modules,
+            sanitizer=False,
+            command=record.command,
+            progress=progress,
+        )
     except (KernelsmithError, OSError, subprocess.SubprocessError) as err:  # a worker that cannot start or run at all
         message = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
         seen = {c.op_id for c in done}
@@ -171,13 +224,20 @@ def self_check(ops: list[str], config: Config) -> int:
                 if t.op_id not in seen
             ),
         ]
-        _write(record.model_copy(update={"checks": checks}), out_dir)
+        _write(record.model_copy(update={"checks": _union(others, checks)}), out_dir)
         print(f"error: self-check through SGLang: {err}", file=sys.stderr)
         return 1
-    record = record.model_copy(update={"checks": checks})
+    record = record.model_copy(update={"checks": _union(others, checks)})
     _write(record, out_dir)
     print(f"self-check: {out_dir / TABLE}", file=sys.stderr)
-    return 0 if all(bitwise(c) is not False and not c.failed for c in checks if c.ran) else 1
+    return 0 if all(bitwise(c) is not False and not c.failed for c in record.checks if c.ran) else 1
+
+
+def _union(earlier_checks: list[OpCheck], new: list[OpCheck]) -> list[OpCheck]:
+    """The earlier rows, each replaced by this run's row of the same op, then this run's new ops."""
+    fresh = {c.op_id: c for c in new}
+    merged = [fresh.pop(c.op_id, c) for c in earlier_checks]
+    return merged + [c for c in new if c.op_id in fresh]
 
 
 def _planned_only(task: Task, device: str) -> OpCheck:

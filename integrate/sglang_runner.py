@@ -46,8 +46,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from integrate.calls import HELD_OUT, OpPlan, PlannedCase, plan_op, sanitizer_picks, warm_cases
-from integrate.errors import WorkerError, WorkerTimeout
+from integrate.errors import CallRaised, WorkerError, WorkerTimeout
 from integrate.records import CheckCase, OpCheck, SanitizerRun
+from pipeline.config import IntegrateConfig
 from pipeline.records import Task
 
 # Packages the GPU image lacks that `import sglang.kernels.ops.{activation,layernorm.norm,
@@ -69,13 +70,11 @@ GPU_WHEELS: tuple[str, ...] = (
 WORKER = pathlib.Path(__file__).with_name("sglang_worker.py")
 KERNELSMITH_ROOT = pathlib.Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 300.0  # importing sglang.kernels (torch, triton) on a cold machine
-# A batch's builds run at once: 16 modules took 45 s on the H200 (2026-12-01). A batch that has
-# not answered by then holds a call that never returns; the cases then say which.
-WARM_TIMEOUT_S = 300.0
-# One call of a built module takes milliseconds; a first call that builds took at most 45 s.
-# On the H200 (2026-12-01) two batches of the self-check never answered at the old 900 s
-# bound per request, and the sweep's time limit lost every op after them.
-CASE_TIMEOUT_S = 120.0
+# The warm and case limits and the warm batch size are config (pipeline.config.IntegrateConfig,
+# where their measured reasons are written); these are its defaults for callers without a Config.
+_LIMITS = IntegrateConfig()
+WARM_TIMEOUT_S = _LIMITS.warm_timeout_s
+CASE_TIMEOUT_S = _LIMITS.case_timeout_s
 SANITIZER_CASES = 2  # per op: the smallest and one mid-size catalog shape, first dtype
 
 
@@ -192,7 +191,7 @@ class TreeWorker:
             )
         answer = json.loads(line)
         if not answer.get("ok"):
-            raise WorkerError(
+            raise (CallRaised if answer.get("usable") else WorkerError)(
                 f"{self.name} worker failed {req.get('cmd')}: {answer.get('error')}",
                 detail=answer.get("traceback", "") + "\n" + self._tail(2000),
             )
@@ -284,7 +283,7 @@ def _check_case(
         try:
             a = base.request({**case.request, "mode": "save", "path": str(path)}, timeout_s=timeout_s)
         except WorkerError as err:
-            base.restart()
+            _recover(base, err)
             return CheckCase(
                 **common,
                 status="skipped",
@@ -296,7 +295,7 @@ def _check_case(
         try:
             b = new.request({**case.request, "mode": "compare", "path": str(path)}, timeout_s=timeout_s)
         except WorkerError as err:
-            new.restart()
+            _recover(new, err)
             return CheckCase(
                 **common,
                 status="error",
@@ -317,6 +316,18 @@ def _check_case(
     )
 
 
+def _recover(worker: TreeWorker, err: WorkerError) -> None:
+    """A fresh worker after a failure, unless the op only raised and the worker stays usable."""
+    if not isinstance(err, CallRaised):
+        worker.restart()
+
+
+#: After this many cases in a row that the pristine op rejects with the same reason, the op's
+#: other cases are skipped: the reason is the contract's, not the shape's (2026-12-02: 78 cases
+#: of run_unary_activation, each rejected by SGLang's wrapper for the same argument).
+SAME_REJECTIONS = 3
+
+
 def _check_plan(
     plan: OpPlan, base: TreeWorker, new: TreeWorker, exchange: pathlib.Path, *, timeout_s: float
 ) -> list[CheckCase]:
@@ -332,10 +343,22 @@ def _check_plan(
             cases.append(CheckCase(**_case_fields(case), status="skipped", reason=f"not run: {hung}"))
             continue
         checked = _check_case(case, base, new, exchange, index, timeout_s=timeout_s)
+        cases.append(checked)
         if checked.timed_out:
             hung = f"case {case.label} ({case.dtype}) did not answer within {timeout_s:.0f} s"
-        cases.append(checked)
+        elif _same_rejections(cases):
+            hung = f"the pristine op rejected {SAME_REJECTIONS} cases in a row: {checked.reason[:300]}"
     return cases
+
+
+def _same_rejections(cases: Sequence[CheckCase]) -> bool:
+    """Whether the last :data:`SAME_REJECTIONS` cases were all skipped by the pristine op for one reason."""
+    last = cases[-SAME_REJECTIONS:]
+    return (
+        len(last) == SAME_REJECTIONS
+        and all(c.status == "skipped" and not c.timed_out for c in last)
+        and len({c.reason for c in last}) == 1
+    )
 
 
 def check_ops(
@@ -346,6 +369,7 @@ def check_ops(
     *,
     timeout_s: float = CASE_TIMEOUT_S,
     warm_timeout_s: float = WARM_TIMEOUT_S,
+    warm_batch_modules: int = _LIMITS.warm_batch_modules,
     sanitizer: bool = True,
     command: str = "",
     python: str = sys.executable,
@@ -392,7 +416,7 @@ def check_ops(
         ):
             build_s: dict[str, float] = {}
             first_build: dict[str, dict[str, float | None]] = {"baseline": {}, "patched": {}}
-            for batch in warm_batches(runnable):
+            for batch in warm_batches(runnable, warm_batch_modules):
                 _warm(batch, (base, new), build_s, first_build, logs, timeout_s=warm_timeout_s)
                 for plan in batch:
                     cases = _check_plan(plan, base, new, exchange, timeout_s=timeout_s)
@@ -437,7 +461,7 @@ def check_ops(
 #: Modules built in one ``warm`` request: the builds of a batch run at once, and its ops are
 #: checked (and recorded) before the next batch builds, so a long sweep shows progress and a
 #: time limit keeps what was proved.
-WARM_BATCH_MODULES = 16
+WARM_BATCH_MODULES = _LIMITS.warm_batch_modules
 
 
 def warm_batches(plans: Sequence[OpPlan], limit: int = WARM_BATCH_MODULES) -> list[list[OpPlan]]:

@@ -413,7 +413,25 @@ def handle(req: dict[str, Any], package: str) -> dict[str, Any]:
             return cmd_layer(req)
         return {"ok": False, "error": f"unknown command {cmd!r}"}
     except Exception as err:  # noqa: BLE001 - every failure goes back to the parent as data
-        return {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-6000:]}
+        return {
+            "ok": False,
+            "error": f"{type(err).__name__}: {err}",
+            "traceback": traceback.format_exc()[-6000:],
+            "usable": _cuda_usable(),
+        }
+
+
+def _cuda_usable() -> bool:
+    """Whether this process can go on after a failed request: CUDA errors are sticky, so a context
+    that no longer synchronizes means the parent must start a fresh worker."""
+    try:
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        return True
+    except Exception:  # noqa: BLE001 - any failure here means: not usable
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import pathlib
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -173,9 +175,25 @@ FLAGS = {
 }
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (a ``timeout``, a scheduler, a closed session) unwinds like Ctrl-C, so the ``with``
+    blocks close their workers and every record written so far stays, instead of orphaning them."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        return _main(args)
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _main(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, overrides=_overrides(args), flags=FLAGS)
         module_name, func_name = HANDLERS[args.command].split(":")

@@ -166,6 +166,24 @@ class HarnessConfig(Section):
     ncu_profile: bool = True
 
 
+class IntegrateConfig(Section):
+    """Time limits of integrate's SGLang check (``kernelsmith integrate``, ``--self-check``).
+
+    A warm batch builds the JIT modules of up to ``warm_batch_modules`` modules' ops at
+    once; a batch that does not answer in ``warm_timeout_s`` costs that long, its worker
+    is restarted and its cases build on first call instead. A case (which may include a
+    cold build) that does not answer in ``case_timeout_s`` skips its op's other cases.
+    Measured on the H200 (2026-12-01): 16 modules built at once in 45 s; a built module's
+    call takes milliseconds and a first call that builds at most 45 s. Two batches of the
+    self-check never answered at the old 900 s bound per request, and the sweep's time
+    limit lost every op after them.
+    """
+
+    warm_timeout_s: float = Field(default=300.0, gt=0)
+    case_timeout_s: float = Field(default=120.0, gt=0)
+    warm_batch_modules: int = Field(default=16, ge=1)
+
+
 class Config(Section):
     work_dir: str = "work"
     sglang: SglangConfig = Field(default_factory=SglangConfig)
@@ -174,6 +192,7 @@ class Config(Section):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    integrate: IntegrateConfig = Field(default_factory=IntegrateConfig)
 
     @property
     def work(self) -> pathlib.Path:

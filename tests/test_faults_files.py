@@ -362,3 +362,25 @@ def test_run_files_and_replay_recordings_get_the_mode_the_umask_decides(tmp_path
         os.umask(old)
     assert (tmp_path / "rec" / "measurements.json").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "run" / "run.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_sigterm_unwinds_like_ctrl_c_and_the_handler_is_restored(monkeypatch, capsys):
+    """A `timeout` or a scheduler stops a command with SIGTERM: it must unwind (closing workers, keeping
+    records) and end with the resume hint and exit 130, not die where it stands."""
+    import os
+    import signal
+    import sys
+    import types
+
+    from pipeline import cli
+
+    def handler(args, config):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not interrupt the handler")
+
+    monkeypatch.setitem(sys.modules, "fake_stage", types.SimpleNamespace(run=handler))
+    monkeypatch.setitem(cli.HANDLERS, "track", "fake_stage:run")
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["track"]) == 130
+    assert "interrupted: results written so far are kept" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before

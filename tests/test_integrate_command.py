@@ -149,6 +149,67 @@ def test_self_check_keeps_a_worker_failure_as_data(one_op_run, monkeypatch, caps
     assert (copy / ACT).read_bytes() == (pathlib.Path(record.baseline_tree) / ACT).read_bytes()
 
 
+def _stub_checks(monkeypatch, *, equal: bool, seen: list):
+    """The workers replaced by a result per task: one case, bitwise ``equal``; ``seen`` gets each call's ops."""
+    from integrate import sglang_runner
+    from integrate.records import CheckCase, OpCheck
+
+    def check_ops(tasks, *args, **kwargs):
+        seen.append(([t.op_id for t in tasks], kwargs))
+        case = CheckCase(
+            label="s0", sizes={"n": 1}, rows=1, width=1, dtype="bf16", seed=0, rtol=0, atol=0,
+            status="pass" if equal else "fail", bitwise_equal=equal, max_abs_err=0.0 if equal else 1.0,
+        )  # fmt: skip
+        checks = [
+            OpCheck(op_id=t.op_id, function="f", ran=True, cases=[case], passed=int(equal), failed=int(not equal))
+            for t in tasks
+        ]
+        for check in checks:
+            kwargs["progress"](check)
+        return checks
+
+    monkeypatch.setattr(sglang_runner, "check_ops", check_ops)
+
+
+def test_a_self_check_rerun_keeps_what_was_proved_and_a_cpu_run_never_replaces_it(one_op_run, monkeypatch, capsys):
+    """Resume: an op proved bitwise equal is kept and not checked again; a failed op is checked again;
+    the config's limits reach the runner; a later run on a CPU machine leaves the GPU's record alone."""
+    from integrate import selfcheck
+    from integrate.records import SelfCheck
+    from pipeline.records import read_record
+
+    work = one_op_run
+    out = work / "integrate" / "self-check"
+    args = build_parser().parse_args(["integrate", "--self-check", OP])
+    config = _config(work).model_copy(
+        update={"integrate": _config(work).integrate.model_copy(update={"warm_batch_modules": 1})}
+    )
+    seen: list = []
+    monkeypatch.setattr(selfcheck, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
+    _stub_checks(monkeypatch, equal=False, seen=seen)
+    assert main(args, config) == 1, "a case that is not bitwise equal fails the self-check"
+    _stub_checks(monkeypatch, equal=True, seen=seen)
+    assert main(args, config) == 0
+    assert [ops for ops, _ in seen] == [[OP], [OP]], "the failed op was checked again"
+    assert seen[-1][1]["warm_batch_modules"] == 1 and seen[-1][1]["timeout_s"] == config.integrate.case_timeout_s
+    assert main(args, config) == 0
+    assert [ops for ops, _ in seen][-1] == [], "the proved op is kept, not checked again"
+    assert "kept, proved earlier" in capsys.readouterr().err
+    (check,) = read_record(SelfCheck, out / "self-check.json").checks
+    assert check.ran and check.passed == 1
+
+    monkeypatch.setattr(selfcheck, "gpu_available", lambda: (False, "torch sees no CUDA device"))
+    assert main(args, config) == 1
+    record = read_record(SelfCheck, out / "self-check.json")
+    assert record.gpu == "NVIDIA H200 (pretend)" and record.checks[0].ran, "the GPU's proof stays"
+
+    (out / "self-check.json").write_text("{ truncated", encoding="utf-8")
+    monkeypatch.setattr(selfcheck, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
+    assert main(args, config) == 0
+    assert (out / "self-check.json.unreadable").read_text() == "{ truncated", "a corrupt record is set aside, not lost"
+    assert "set aside" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- --in-place (issue 16 row 11)
 
 

@@ -369,6 +369,39 @@ def test_a_hanging_op_costs_one_time_limit_and_the_sweep_goes_on(sglang_source, 
     assert (tmp_path / "out" / "logs" / "warm-baseline.error").is_file(), "the hung warm is logged"
 
 
+RAISE_STUB = """
+import json, os, sys
+role = "patched" if "patched" in sys.argv[sys.argv.index("--package") + 1] else "baseline"
+open(os.environ["STARTS"], "a").write(role + "\\n")
+out = sys.stdout
+for line in sys.stdin:
+    req = json.loads(line)
+    if req["cmd"] in ("ping", "exit", "warm"):
+        out.write(json.dumps({"ok": True, "seconds": 1.0, "modules": 1}) + "\\n"); out.flush()
+        if req["cmd"] == "exit":
+            break
+        continue
+    # SGLang's wrapper refuses the contract's argument at every shape; CUDA is fine afterwards
+    out.write(json.dumps({"ok": False, "error": "AssertionError: Unsupported unary activation: silu", "usable": True}) + "\\n")
+    out.flush()
+"""
+
+
+def test_an_op_the_pristine_tree_rejects_for_one_reason_costs_three_calls_and_no_restart(
+    sglang_source, tmp_path, monkeypatch
+):
+    """On the H200 (2026-12-02) each of run_unary_activation's 78 cases was rejected by SGLang's
+    wrapper for the same argument, and each rejection restarted the worker (12 s): the whole
+    self-check's time. A plain Python error keeps the worker; three same rejections skip the rest."""
+    starts = tmp_path / "starts.txt"
+    monkeypatch.setenv("STARTS", str(starts))
+    check = _check_with_stub(sglang_source, tmp_path, RAISE_STUB)
+    assert [c.status for c in check.cases] == ["skipped"] * 4 and not check.ran
+    assert all("Unsupported unary activation" in c.reason for c in check.cases[:3])
+    assert check.cases[3].reason.startswith("not run: the pristine op rejected 3 cases in a row")
+    assert sorted(starts.read_text().split()) == ["baseline", "patched"], "no worker was restarted"
+
+
 def test_warm_batches_cut_the_ops_so_each_batch_builds_at_most_the_limit():
     """A long self-check builds and checks batch by batch, so an op is recorded before the next batch builds."""
     from integrate.calls import OpPlan, PlannedCase
