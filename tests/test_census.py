@@ -100,3 +100,26 @@ def test_a_regression_between_two_census_runs_names_the_kernel_files_that_change
     assert reg.changed_files == ["kernels/jit/csrc/demo/scale.cuh"]
     assert cli(["track", "--work-dir", str(store_dir)]) == 0
     assert "kernel files changed: kernels/jit/csrc/demo/scale.cuh" in " ".join(capsys.readouterr().out.split())
+
+
+def test_an_interrupted_census_keeps_what_it_measured_and_a_rerun_measures_only_the_rest(tmp_path, monkeypatch, capsys):
+    """On the H200 (2026-12-02) four census runs were stopped by their time limit and nothing reached
+    the store: now the ops measured before the interruption are one batch, and a rerun skips them."""
+    _tasks(tmp_path)
+    seen = []
+
+    def bench_op(folder, task, config, *, dtypes, compile_):
+        seen.append(task.op_id)
+        if task.op_id == "demo.scale" and seen.count("demo.scale") == 1:
+            raise KeyboardInterrupt  # the time limit's SIGTERM, as the CLI turns it into one
+        return OpBench(op_id=task.op_id, rows=[timing(10.0, None)], device=DEVICE)
+
+    monkeypatch.setattr(bench, "bench_op", bench_op)
+    assert cli(["track", "run", "--work-dir", str(tmp_path)]) == 130
+    assert "interrupted: results written so far are kept" in capsys.readouterr().err
+    (first,) = ResultsStore(tmp_path).keys()
+    assert {r.op_id for r in ResultsStore(tmp_path).get(first).rows} == {"demo.broken"}
+    assert cli(["track", "run", "--work-dir", str(tmp_path)]) == 0
+    assert seen == ["demo.broken", "demo.scale", "demo.scale"], "the rerun measured only what was left"
+    assert "1 ops already in the store, 1 to measure" in capsys.readouterr().err
+    assert {r.op_id for _, _, r in ResultsStore(tmp_path).history()} == {"demo.broken", "demo.scale"}

@@ -39,7 +39,7 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -436,12 +436,15 @@ def bench_folders(
     compile_: bool,
     label: str,
     stream: TextIO | None = None,
+    measured: Callable[[OpBench, Task], None] | None = None,
 ) -> tuple[list[OpBench], list[Task]]:
     """Each (folder, task)'s baseline timed in turn (``bench --ops``, ``track run``), with progress on ``stream``.
 
     Every task is completed first, as the sweep completes it (open contract items filled).
     One op's failure is its own row; a GPU lost mid-run keeps what was measured and names
     the ops left (nothing measured at all: the error itself, whose fix is a GPU machine).
+    ``measured`` is told each op's result as soon as it is known, so a caller interrupted
+    part-way (Ctrl-C, SIGTERM) still holds everything measured before.
     """
     from contract.completion import complete
     from optimize.errors import GpuRequired
@@ -462,6 +465,8 @@ def bench_folders(
             break
         print(f"  {len(result.rows)} shapes{': ' + result.error if result.error else ''}", file=out, flush=True)
         results.append(result)
+        if measured is not None:
+            measured(result, task)
     return results, tasks
 
 

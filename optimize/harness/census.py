@@ -30,7 +30,7 @@ from typing import Any
 from contract.layout import has_task, load_task, tasks_root
 from contract.sizes import SYNTHETIC_MODEL
 from optimize.errors import TaskMissing
-from optimize.harness.bench import bench_folders, source_of, store_batch
+from optimize.harness.bench import OpBench, bench_folders, source_of, store_batch
 from pipeline.config import Config
 from pipeline.records import Task
 from pipeline.store_records import files_note
@@ -68,11 +68,30 @@ def main(args: Any, config: Config) -> int:
     command = shlex.join(
         ["kernelsmith", "track", "run", *(["--tasks", args.tasks] if getattr(args, "tasks", None) else [])]
     )
+    source = source_of([t for _, t in folders], config.sglang.version)
+    done = censused(config, source)
+    if done:
+        kept = [(f, t) for f, t in folders if t.op_id not in done]
+        print(
+            f"census of sglang {source}: {len(folders) - len(kept)} ops already in the store, "
+            f"{len(kept)} to measure (a rerun resumes)",
+            file=sys.stderr,
+        )
+        folders = kept
     start = time.monotonic()
-    results, tasks = bench_folders(folders, config, dtypes=None, compile_=False, label="census", stream=sys.stderr)
-    source = source_of(tasks, config.sglang.version)
-    notes = {files_note(t.op_id): json.dumps({f.path: f.sha256[:16] for f in t.files}, sort_keys=True) for t in tasks}
-    store_batch(config, command, results, source, notes)
+    results: list[OpBench] = []
+    tasks: list[Task] = []
+
+    def keep(result: OpBench, task: Task) -> None:
+        results.append(result)
+        tasks.append(task)
+
+    try:
+        bench_folders(folders, config, dtypes=None, compile_=False, label="census", stream=sys.stderr, measured=keep)
+    except KeyboardInterrupt:  # stopped part-way: what was measured goes into the store, then the CLI says so
+        _store(config, command, results, tasks, source)
+        raise
+    _store(config, command, results, tasks, source)
     measured = sum(1 for r in results if r.rows and not r.error)
     failed = [r for r in results if r.error]
     print(
@@ -83,4 +102,21 @@ def main(args: Any, config: Config) -> int:
     return 1 if failed and not measured else 0
 
 
-__all__ = ["main", "real_shaped"]
+def censused(config: Config, source: str) -> set[str]:
+    """Ops already measured by a ``track run`` of ``source`` in the results store: a rerun skips them."""
+    from pipeline.store import ResultsStore
+
+    return {
+        row.op_id
+        for _, batch, row in ResultsStore(config.work).history()
+        if batch.sglang == source and batch.command.startswith("kernelsmith track run") and row.variant == "baseline"
+    }
+
+
+def _store(config: Config, command: str, results: list[OpBench], tasks: list[Task], source: str) -> None:
+    """One batch of ``results`` (with each task's source-file digests) in the store; nothing when nothing was timed."""
+    notes = {files_note(t.op_id): json.dumps({f.path: f.sha256[:16] for f in t.files}, sort_keys=True) for t in tasks}
+    store_batch(config, command, results, source, notes)
+
+
+__all__ = ["censused", "main", "real_shaped"]
