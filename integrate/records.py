@@ -138,6 +138,7 @@ class OpCheck(Record):
     unplanned: dict[str, str] = Field(default_factory=dict)  # "<case> <dtype>" -> why that case has no plan
     sanitizer: list[SanitizerRun] = Field(default_factory=list)
     command: str = ""  # reproduces this check
+    fixes: list[str] = Field(default_factory=list)  # contract fixes the pristine op's own check demanded (self-check)
 
 
 class TestRun(Record):

@@ -313,3 +313,61 @@ def test_in_place_swap_that_breaks_restores_and_fails(tmp_path, wheel_source, mo
     assert "every file was restored" in report["failed_steps"]["in-place"]
     assert "**Status: FAILING" in (work / "integrate" / "r1" / "PR.md").read_text()
     assert "error: --in-place" in capsys.readouterr().err
+
+
+def test_the_self_check_table_keeps_one_row_per_op_whatever_the_reason_holds():
+    """An nvcc log in a reason (H200, 2026-12-02: a HIP-only module's build failure) broke the table's rows."""
+    from integrate.records import OpCheck, SelfCheck
+    from integrate.selfcheck import table
+    from pipeline.records import SourceInfo
+
+    why = "Failed to build JIT module\nstdout:\n[1/2] nvcc -c cuda.cu | x\nerror: #error targets CDNA\n" + "y" * 400
+    record = SelfCheck(
+        date="d", command="c", source=SourceInfo(kind="wheel", root="/r"), baseline_tree="/r", copy_tree="/c",
+        checks=[OpCheck(op_id="moe.route_radix4", function="f", ran=False, reason=why)],
+    )  # fmt: skip
+    (row,) = [line for line in table(record).splitlines() if line.startswith("| moe.route_radix4")]
+    assert "Failed to build JIT module stdout: [1/2] nvcc -c cuda.cu / x error" in row
+    assert row.endswith("… |") and row.count("|") == 9
+
+
+def test_a_dtype_the_pristine_op_demands_fixes_the_contract_and_the_op_is_checked_again(one_op_run, monkeypatch):
+    """On the H200 (2026-12-02) 40 of topk_softmax's cases and all of mask_topk_ids' were skipped:
+    the pristine op said "correction_bias must be float32". The baseline is the oracle, so the
+    self-check applies that demand, as the sweep does, and checks the op once more."""
+    from integrate import selfcheck, sglang_runner
+    from integrate.records import CheckCase, OpCheck, SelfCheck
+    from pipeline.records import read_record
+
+    calls: list[str] = []
+
+    def check_ops(tasks, *args, **kwargs):
+        checks = []
+        for task in tasks:
+            (out,) = [a.tensor for a in task.contract.args if a.tensor is not None and a.tensor.name == "out"]
+            calls.append(out.dtype)
+            demand = out.dtype not in ("fp32", "float32")
+            case = CheckCase(
+                label="s0", sizes={"n": 1}, rows=1, width=1, dtype="bf16", seed=0, rtol=0, atol=0,
+                status="skipped" if demand else "pass", bitwise_equal=None if demand else True,
+                reason="the pristine op fails here too: RuntimeError: Failed at x.cuh:9: out must be float32"
+                if demand else "",
+            )  # fmt: skip
+            check = OpCheck(op_id=task.op_id, function="f", ran=not demand, cases=[case], passed=int(not demand))
+            kwargs["progress"](check)
+            checks.append(check)
+        return checks
+
+    monkeypatch.setattr(selfcheck, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
+    monkeypatch.setattr(sglang_runner, "check_ops", check_ops)
+    work = one_op_run
+    assert main(build_parser().parse_args(["integrate", "--self-check", OP]), _config(work)) == 0
+    assert calls[0] == "T" and calls[1] in ("fp32", "float32") and len(calls) == 2, (
+        "checked with the contract's dtype, then once with the demanded one"
+    )
+    out = work / "integrate" / "self-check"
+    (check,) = read_record(SelfCheck, out / "self-check.json").checks
+    assert (
+        check.ran and check.passed == 1 and check.fixes == ["out: dtype float32 (baseline: check: out must be float32)"]
+    )
+    assert "contract fixed by the pristine op's check: out: dtype float32" in (out / "self-check.md").read_text()

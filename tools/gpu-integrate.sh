@@ -9,7 +9,9 @@
 #    public function (every case must be bitwise equal);
 # 3. the integrate GPU tests (GPU_TESTS, default the two integrate files).
 # Carry .whl, .dev/wheels and the tarballs (under .dev/). Each step has its own time limit
-# (SELF_CHECK_S, INTEGRATE_S, TESTS_S), so one step that hangs leaves the others their time.
+# (SELF_CHECK_S, INTEGRATE_S, TESTS_S), so one step that hangs leaves the others their time;
+# a step stopped by its limit keeps its record (SIGTERM unwinds), and the self-check resumes.
+# The check's own limits: KERNELSMITH_INTEGRATE__WARM_TIMEOUT_S, __CASE_TIMEOUT_S, __WARM_BATCH_MODULES.
 # Outputs in $OUT: selfcheck.tgz, integrate.tgz, tests.log, and each step's log.
 set -o pipefail
 source "$(dirname "$0")/device-setup.sh" || exit 1
