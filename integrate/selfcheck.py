@@ -22,8 +22,8 @@ bitwise equal is kept (not checked again) and any other named op is checked agai
 replaces its old row; delete ``self-check.json`` to check everything again. The limits
 are ``[integrate]`` config (``warm_timeout_s``, ``case_timeout_s``,
 ``warm_batch_modules``; e.g. ``KERNELSMITH_INTEGRATE__WARM_BATCH_MODULES=1`` builds one
-op at a time, so an op whose build hangs costs only itself). (the table: op, cases, passed,
-bitwise equal, max abs err, first-call build s, reason). Exit 0 when every op that ran is bitwise equal in every case; 1 when
+op at a time, so an op whose build hangs costs only itself). The table: op, cases, passed,
+skipped, bitwise equal, max abs err, first-call build s, reason. Exit 0 when every op that ran is bitwise equal in every case; 1 when
 one is not, or when there is no GPU here (nothing was checked).
 """
 

@@ -169,14 +169,14 @@ class HarnessConfig(Section):
 class IntegrateConfig(Section):
     """Time limits of integrate's SGLang check (``kernelsmith integrate``, ``--self-check``).
 
-    A warm batch builds the JIT modules of up to ``warm_batch_modules`` modules' ops at
-    once; a batch that does not answer in ``warm_timeout_s`` costs that long, its worker
-    is restarted and its cases build on first call instead. A case (which may include a
-    cold build) that does not answer in ``case_timeout_s`` skips its op's other cases.
-    Measured on the H200 (2026-12-01): 16 modules built at once in 45 s; a built module's
-    call takes milliseconds and a first call that builds at most 45 s. Two batches of the
-    self-check never answered at the old 900 s bound per request, and the sweep's time
-    limit lost every op after them.
+    A warm batch builds the JIT modules of a run of ops at once, at most
+    ``warm_batch_modules`` modules; a batch that does not answer in ``warm_timeout_s``
+    costs that long, its worker is restarted and its cases build on first call instead. A
+    case (which may include a cold build) that does not answer in ``case_timeout_s`` skips
+    its op's other cases. Measured on the H200 (2026-12-01): 16 modules built at once in
+    45 s; a built module's call takes milliseconds and a first call that builds at most
+    45 s. (What looked like a hung batch there was one op's 78 rejected cases, each
+    restarting its worker for 12 s: ``integrate.errors.CallRaised``.)
     """
 
     warm_timeout_s: float = Field(default=300.0, gt=0)
