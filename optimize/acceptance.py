@@ -80,7 +80,10 @@ def judge_round(evaluation: Evaluation, best_geomean: float | None, noise_pct: f
     best_geo = best_geomean or 1.0
     gain = min_gain_pct(noise_pct)
     accepted = outcome == RoundOutcome.ok and geo is not None and geo > best_geo * (1.0 + gain / 100.0)
-    if outcome == RoundOutcome.ok and not accepted:
+    if accepted and evaluation.screened:  # timed at a few shapes only: a figure to rank by, not to accept
+        accepted = False
+        detail = f"screened at {len(evaluation.timings)} shape(s), geomean {geo:.3f}x; not promoted to full timing"
+    elif outcome == RoundOutcome.ok and not accepted:
         if geo is not None:
             detail = f"correct, geomean {geo:.3f}x does not beat the best ({best_geo:.3f}x) by {gain:g}%"
         else:

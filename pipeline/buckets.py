@@ -12,7 +12,7 @@ a token count is in the first.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pipeline.records import ShapeTiming
 from pipeline.stats import geomean
@@ -22,8 +22,13 @@ BUCKETS: tuple[tuple[str, int, int], ...] = (("T<=64", 0, 64), ("64<T<512", 65, 
 AT_FLOOR = 1.1  # time ÷ floor at or under which a bucket is no-go
 
 
+def tokens_in_sizes(sizes: Mapping[str, int]) -> int:
+    """The token count a shape's sizes name (``num_tokens``, else ``tokens``); 0 if none."""
+    return int(sizes.get("num_tokens", sizes.get("tokens", 0)))
+
+
 def tokens_of(timing: ShapeTiming) -> int:
-    return int(timing.sizes.get("num_tokens", timing.sizes.get("tokens", 0)))
+    return tokens_in_sizes(timing.sizes)
 
 
 def tokens_in_label(label: str) -> int:

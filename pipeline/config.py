@@ -145,6 +145,12 @@ class SearchConfig(Section):
     population: int = Field(default=16, ge=1)  # candidates built at once and timed in one worker
     evals_per_round: int = Field(default=32, ge=1)  # new points a round may evaluate
     build_jobs: int = Field(default=max(1, (os.cpu_count() or 1)), ge=1)  # nvcc processes at once
+    # A population is checked in full but first timed at this many shapes per token bucket and
+    # timing dtype (0: every member timed in full); only the ``promote`` best members faster
+    # than the baseline there are then timed at every shape. Why: on the H200 (2026-12-02) a
+    # member's full timing took ~20 s, so a population of 8 did not finish a 73 s round.
+    screen_per_bucket: int = Field(default=1, ge=0)
+    promote: int = Field(default=2, ge=1)
 
 
 class HarnessConfig(Section):

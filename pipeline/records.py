@@ -447,6 +447,9 @@ class Evaluation(VersionedRecord):
     # Buffer sets of the timed CUDA graphs whose outputs were compared with the baseline's
     # (summed over the timed shapes; 0 when nothing was timed or there was no candidate).
     timed_sets_validated: int = 0
+    # A search population member checked at every shape but timed only at the screening
+    # shapes (optimize.harness.population), not promoted to full timing: never accepted.
+    screened: bool = False
 
 
 class OpSummary(Record):

@@ -52,7 +52,9 @@ def staged(monkeypatch, tmp_path):
         return WorkerRun("finished", 0, 5.0, "", WorkerResult(status="ok"))
 
     monkeypatch.setattr(population, "run_request", run_request)
-    config = Config.model_validate({"work_dir": str(tmp_path), "harness": {"held_out_shapes": 0}})
+    config = Config.model_validate(
+        {"work_dir": str(tmp_path), "harness": {"held_out_shapes": 0}, "search": {"screen_per_bucket": 0}}
+    )
     return requests, built, config
 
 
@@ -96,3 +98,74 @@ def test_the_worker_writes_each_member_as_it_goes_and_stops_after_a_crash(monkey
     assert summary.status == "crashed" and "2 of 3" in summary.detail
     files = sorted(p.name for p in pathlib.Path(tmp_path).glob("member-*.json"))
     assert files == ["member-0.json", "member-1.json"]
+
+
+def test_a_population_is_screened_at_one_shape_per_bucket_and_only_the_best_are_timed_in_full(monkeypatch, tmp_path):
+    """On the H200 (2026-12-02) a population of 8 did not finish a 73 s round: each member was timed at
+    every shape. Now every member is checked in full, timed at one shape per token bucket, and only the
+    two best that beat the baseline there are timed at every shape; the others are marked screened and
+    can never be accepted."""
+    from test_harness_evaluate import DEVICE, RMS, make_task, rms_inst
+
+    from optimize.acceptance import judge_round
+    from optimize.harness.protocol import TimingResult
+    from pipeline.records import ShapeCase
+
+    tokens = (1, 8, 64, 128, 256, 512, 2048, 8192)  # 3 + 2 + 3 shapes in the three buckets
+    shapes = [ShapeCase(model="M", tokens=n, sizes={"num_tokens": n, "hidden_size": 4096}) for n in tokens]
+    task = make_task(RMS, shapes, [rms_inst(d, 4096) for d in ("bf16", "fp16")])
+    speed = {"x0.9": 0.9, "x1.2": 1.2, "x1.5": 1.5, "x1.1": 1.1}
+    requests: list[WorkerRequest] = []
+
+    def build_units(task_dir, task, units, *, config, regions=None, max_workers=None, isolate=False):
+        return BuildReport(ok=True, key="k", seconds=0.1), [f"/lib/{(regions or {})['r']}.so"]
+
+    def run_request(request, config, workdir):
+        requests.append(request)
+        workdir.mkdir(parents=True, exist_ok=True)
+        for i, libs in enumerate(request.population):
+            factor = speed[pathlib.Path(libs[0]).stem]
+            timings = [
+                TimingResult(
+                    label=c.label,
+                    sizes=c.sizes,
+                    dtype=c.dtype,
+                    bytes=4_000_000,
+                    calls_per_graph=20,
+                    buffer_sets=1,
+                    repeats=15,
+                    baseline_us=10.0,
+                    baseline_spread_pct=0.5,
+                    candidate_us=10.0 / factor,
+                    candidate_spread_pct=0.5,
+                )  # fmt: skip
+                for c in request.timings
+            ]
+            result = WorkerResult(status="ok", checks=[check()], timings=timings, seconds={"test": 1.0}, device=DEVICE)
+            write_record(result, worker.member_path(workdir / "result.json", i))
+        return WorkerRun("finished", 0, 5.0, "", WorkerResult(status="ok"))
+
+    monkeypatch.setattr(evaluate, "build_units", build_units)
+    monkeypatch.setattr(
+        population, "build_baseline", lambda *a, **k: (BuildReport(ok=True, key="b", seconds=0), ["/lib/base.so"])
+    )
+    monkeypatch.setattr(population, "run_request", run_request)
+    config = Config.model_validate({"work_dir": str(tmp_path), "harness": {"held_out_shapes": 0}})
+    members = [cand(i, text) for i, text in enumerate(speed)]
+    out = population.evaluate_population(tmp_path, task, members, config=config)
+
+    first, second = requests
+    assert len(first.population) == 4 and len(first.checks) == len(second.checks) == 16, "checked in full, twice"
+    assert sorted(t.sizes["num_tokens"] for t in first.timings) == [8, 256, 2048], "one per bucket, nearest the median"
+    assert len(second.population) == 2 and len(second.timings) == 8, "the two best, timed at every shape"
+    assert [pathlib.Path(libs[0]).stem for libs in second.population] == ["x1.2", "x1.5"]
+    by_id = {e.candidate: e for e in out}
+    assert [by_id[c].screened for c in ("c0", "c1", "c2", "c3")] == [True, False, False, True]
+    assert (
+        len(by_id["c2"].timings) == 8
+        and by_id["c2"].seconds["test"] == 2.0
+        and by_id["c2"].seconds["screen_test"] == 1.0
+    )
+    verdict = judge_round(by_id["c3"], None, 3.0)
+    assert not verdict.accepted and "not promoted to full timing" in verdict.detail
+    assert judge_round(by_id["c2"], None, 3.0).accepted

@@ -10,14 +10,23 @@ checks and times them one after another against the baseline, each exactly as
 All members share one case plan, held-out shapes included (drawn fresh for the
 population), so their figures compare with each other as well as with the baseline.
 
+Screening (``search.screen_per_bucket``, ``search.promote``): the timing, not the build
+or the worker start, is most of a member's cost (about 20 s of fused_add_rmsnorm's 24
+shapes on the H200, 2026-12-02). So every member is checked at every shape as before but
+first timed only at :func:`screening`'s few shapes (one per token bucket and timing dtype).
+Only the best (:func:`promote`), correct and faster than the baseline there, are then
+checked and timed at every shape; the others keep their screening figures, marked
+``Evaluation.screened``, which ranks them in the search and is never accepted
+(:func:`optimize.acceptance.judge_round`).
+
 Faults: the worker writes each member's result when it is known. A member that kills
 the worker (a fault, an abort, the deadline: ``harness.worker_timeout_s`` per member)
 is ``crashed`` or ``timeout``; the members after it run in a fresh worker. A member
 that does not splice or build is ``compile_failed`` and never reaches the worker.
 
 What must stay true: the outcome of a member does not depend on the others (a
-crashed member never takes its neighbours' results with it), and this module imports
-no torch.
+crashed member never takes its neighbours' results with it); a candidate is accepted only
+on a full timing; this module imports no torch.
 """
 
 from __future__ import annotations
@@ -37,10 +46,12 @@ from optimize.harness.evaluate import (
     to_evaluation,
     worker_dir,
 )
-from optimize.harness.protocol import WorkerRequest, WorkerResult
+from optimize.harness.protocol import CheckCase, TimingCase, WorkerRequest, WorkerResult
 from optimize.harness.worker import member_path
+from pipeline.buckets import bucket_for, tokens_in_sizes
 from pipeline.config import Config
-from pipeline.records import Candidate, Evaluation, Task
+from pipeline.records import Candidate, Evaluation, Outcome, Task
+from pipeline.stats import geomean
 
 
 def evaluate_population(
@@ -67,58 +78,138 @@ def evaluate_population(
         )
     results: list[Evaluation | None] = [b.failed for b in built]
     pending = [i for i, b in enumerate(built) if b.failed is None]
-    while pending:
-        request = WorkerRequest(
-            mode="population",
-            op_id=task.op_id,
-            contract=task.contract,
-            baseline_libraries=base_libs,
-            population=[built[i].libraries for i in pending],
-            checks=plan.checks,
-            timings=plan.timings,
-            harness=config.harness,
-            device_cache_dir=str(config.cache / "device"),
-        )
-        workdir = worker_dir(config, task.op_id, f"population-{len(pending)}")
-        timed = config.model_copy(
-            update={
-                "harness": config.harness.model_copy(
-                    update={"worker_timeout_s": config.harness.worker_timeout_s * len(pending)}
-                )
-            }
-        )
-        run = run_request(request, timed, workdir)
-        answered = 0
-        overhead = run.seconds
-        for position, index in enumerate(pending):
-            path = member_path(workdir / "result.json", position)
-            if not path.is_file():
-                break
-            member = WorkerResult.model_validate_json(path.read_text(encoding="utf-8"))
-            spent = sum(member.seconds.values())
-            overhead -= spent
-            finished = isolate.WorkerRun("finished", 0, spent, run.stderr_tail, member)
-            results[index] = _evaluation(task, candidates[index], finished, built[index], config)
-            answered += 1
-        if answered < len(pending):  # the member after the last answer took the worker down with it
-            index = pending[answered]
-            blamed = isolate.WorkerRun(
-                "timeout" if run.status == "timeout" else "crashed",
-                run.returncode,
-                run.seconds,
-                run.stderr_tail,
-                None,
-            )
-            results[index] = _evaluation(task, candidates[index], blamed, built[index], config)
-            answered += 1
-        first = pending[0]
-        evaluation = results[first]
-        if evaluation is not None and overhead > 0:
-            seconds = dict(evaluation.seconds)
-            seconds["worker_overhead"] = round(seconds.get("worker_overhead", 0.0) + overhead, 3)
-            results[first] = evaluation.model_copy(update={"seconds": seconds})
-        pending = pending[answered:]
+    members = _Members(task, candidates, built, base_libs, plan.checks, config)
+    screen = screening(plan.timings, config.search.screen_per_bucket)
+    if len(screen) < len(plan.timings) and len(pending) > config.search.promote:
+        members.judge(pending, screen, results)
+        promoted = promote({i: results[i] for i in pending}, config.search.promote)
+        for index in pending:
+            first = results[index]
+            if index not in promoted and first is not None and first.outcome in (Outcome.ok, Outcome.slower):
+                results[index] = first.model_copy(update={"screened": True})
+        screened = {i: results[i] for i in promoted}
+        members.judge(promoted, plan.timings, results)
+        for index, first in screened.items():
+            results[index] = _with_screening_time(results[index], first)
+    else:
+        members.judge(pending, plan.timings, results)
     return [r for r in results if r is not None]
+
+
+def screening(timings: Sequence[TimingCase], per_bucket: int) -> list[TimingCase]:
+    """The timing cases a population is screened at: per timing dtype and token bucket
+    (:data:`pipeline.buckets.BUCKETS`), the ``per_bucket`` cases nearest the bucket's median
+    token count; every case when ``per_bucket`` is 0."""
+    if per_bucket <= 0:
+        return list(timings)
+    groups: dict[tuple[str, str], list[TimingCase]] = {}
+    for case in timings:
+        groups.setdefault((case.dtype, bucket_for(tokens_in_sizes(case.sizes))), []).append(case)
+    chosen: set[int] = set()
+    for cases in groups.values():
+        ordered = sorted(cases, key=lambda c: tokens_in_sizes(c.sizes))
+        middle = len(ordered) // 2
+        nearest = sorted(range(len(ordered)), key=lambda i: (abs(i - middle), i))[:per_bucket]
+        chosen.update(id(ordered[i]) for i in nearest)
+    return [c for c in timings if id(c) in chosen]
+
+
+def promote(screened: dict[int, Evaluation | None], count: int) -> list[int]:
+    """The members (indices) timed in full: the ``count`` best by screening geomean among those
+    correct and faster than the baseline there (geomean > 1), in their original order."""
+    ranked = [
+        (geo, index)
+        for index, evaluation in screened.items()
+        if evaluation is not None
+        and evaluation.outcome == Outcome.ok
+        and (geo := geomean(t.speedup for t in evaluation.timings if t.speedup is not None) or 0.0) > 1.0
+    ]
+    best = sorted(ranked, key=lambda gi: (-gi[0], gi[1]))[:count]
+    return sorted(index for _, index in best)
+
+
+def _with_screening_time(full: Evaluation | None, first: Evaluation | None) -> Evaluation | None:
+    """A promoted member's full evaluation, charged its screening pass's test time too."""
+    if full is None or first is None:
+        return full
+    seconds = dict(full.seconds)
+    screen_s = float(first.seconds.get("test", 0.0))
+    seconds["screen_test"] = round(screen_s, 3)
+    seconds["test"] = round(float(seconds.get("test", 0.0)) + screen_s, 3)
+    return full.model_copy(update={"seconds": seconds})
+
+
+class _Members:
+    """The built members of one population, judged in one worker a batch at a time."""
+
+    def __init__(
+        self,
+        task: Task,
+        candidates: Sequence[Candidate],
+        built: Sequence[CandidateBuild],
+        base_libs: list[str],
+        checks: list[CheckCase],
+        config: Config,
+    ) -> None:
+        self.task, self.candidates, self.built = task, candidates, built
+        self.base_libs, self.checks, self.config = base_libs, checks, config
+
+    def judge(self, indices: Sequence[int], timings: Sequence[TimingCase], results: list[Evaluation | None]) -> None:
+        """Check and time the members at ``indices`` (at ``timings``) into ``results``; a member
+        that takes the worker down is blamed alone and the rest go on in a fresh worker."""
+        task, config, built, candidates = self.task, self.config, self.built, self.candidates
+        pending = list(indices)
+        while pending:
+            request = WorkerRequest(
+                mode="population",
+                op_id=task.op_id,
+                contract=task.contract,
+                baseline_libraries=self.base_libs,
+                population=[built[i].libraries for i in pending],
+                checks=self.checks,
+                timings=list(timings),
+                harness=config.harness,
+                device_cache_dir=str(config.cache / "device"),
+            )
+            workdir = worker_dir(config, task.op_id, f"population-{len(pending)}")
+            timed = config.model_copy(
+                update={
+                    "harness": config.harness.model_copy(
+                        update={"worker_timeout_s": config.harness.worker_timeout_s * len(pending)}
+                    )
+                }
+            )
+            run = run_request(request, timed, workdir)
+            answered = 0
+            overhead = run.seconds
+            for position, index in enumerate(pending):
+                path = member_path(workdir / "result.json", position)
+                if not path.is_file():
+                    break
+                member = WorkerResult.model_validate_json(path.read_text(encoding="utf-8"))
+                spent = sum(member.seconds.values())
+                overhead -= spent
+                finished = isolate.WorkerRun("finished", 0, spent, run.stderr_tail, member)
+                results[index] = _evaluation(task, candidates[index], finished, built[index], config)
+                answered += 1
+            if answered < len(pending):  # the member after the last answer took the worker down with it
+                index = pending[answered]
+                blamed = isolate.WorkerRun(
+                    "timeout" if run.status == "timeout" else "crashed",
+                    run.returncode,
+                    run.seconds,
+                    run.stderr_tail,
+                    None,
+                )
+                results[index] = _evaluation(task, candidates[index], blamed, built[index], config)
+                answered += 1
+            first = pending[0]
+            evaluation = results[first]
+            if evaluation is not None and overhead > 0:
+                seconds = dict(evaluation.seconds)
+                seconds["worker_overhead"] = round(seconds.get("worker_overhead", 0.0) + overhead, 3)
+                results[first] = evaluation.model_copy(update={"seconds": seconds})
+            pending = pending[answered:]
 
 
 def _evaluation(
@@ -127,4 +218,4 @@ def _evaluation(
     return to_evaluation(task.op_id, candidate.id, run, build=built.report, build_s=built.seconds, config=config)
 
 
-__all__ = ["evaluate_population"]
+__all__ = ["evaluate_population", "promote", "screening"]
