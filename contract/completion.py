@@ -6,8 +6,9 @@ values an integer tensor may hold (positions, cache slots, expert ids, packed
 weights). Without them the harness cannot call the baseline at all. This module
 fills them by stated rules, in order:
 
-1. a ``str`` scalar the kernel compares with string literals (``type == "silu"``)
-   takes the first such literal from the task's own sources;
+1. a ``str`` scalar takes the first value the public Python function asserts its
+   parameter is one of (``assert op_name in {"relu2"}``), else the first literal the
+   kernel compares it with (``type == "silu"``) in the task's own sources;
 2. the rules of :file:`completion.toml`, matched by argument name and type/role.
 
 Then, on the GPU, the baseline corrects what was guessed about it (it is the
@@ -155,6 +156,19 @@ def compared_literal(name: str, texts: Sequence[str]) -> str | None:
         match = pattern.search(text)
         if match:
             return match.group(1) or match.group(2)
+    return None
+
+
+def asserted_literal(task: Task, name: str) -> Filled | None:
+    """The first value the public Python function asserts the parameter feeding ``name`` takes
+    (:attr:`pipeline.records.EntryParam.allowed`), which outranks a literal the kernel compares."""
+    signature = task.entry_signature
+    if signature is None:
+        return None
+    for param in signature.params:
+        if param.feeds == name and param.allowed:
+            why = f"{signature.function} asserts {param.name} in {param.allowed}"
+            return Filled(name=name, kind="value", value=param.allowed[0], rule="python-assert", why=why)
     return None
 
 
@@ -492,8 +506,9 @@ def _complete(task: Task, task_dir: pathlib.Path | None, rules: dict[str, list[d
         if arg.kind == "scalar" and arg.scalar is not None and open_scalar(contract, index):
             entry = None
             if arg.scalar.type == "str":
+                entry = asserted_literal(task, arg.scalar.name)
                 texts = _source_texts(task, task_dir) if texts is None else texts
-                literal = compared_literal(arg.scalar.name, texts)
+                literal = None if entry is not None else compared_literal(arg.scalar.name, texts)
                 if literal is not None:
                     entry = Filled(
                         name=arg.scalar.name,

@@ -155,6 +155,63 @@ class _Tracer:
         return out
 
 
+def _string_set(expr: cst.BaseExpression, constants: dict[str, cst.BaseExpression]) -> list[str] | None:
+    """The strings of a set/tuple/list literal of string literals (or a module-level name bound to one)."""
+    if isinstance(expr, cst.Name) and expr.value in constants:
+        expr = constants[expr.value]
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in ("frozenset", "set"):
+        expr = expr.args[0].value if len(expr.args) == 1 else expr
+    if not isinstance(expr, (cst.Set, cst.Tuple, cst.List)):
+        return None
+    values = [e.value for e in expr.elements]
+    if not values or not all(isinstance(v, cst.SimpleString) for v in values):
+        return None
+    return sorted(str(v.evaluated_value) for v in values if isinstance(v, cst.SimpleString))
+
+
+def asserted_values(fn: cst.FunctionDef, constants: dict[str, cst.BaseExpression]) -> dict[str, list[str]]:
+    """Parameter -> the strings ``fn`` asserts it is one of (``assert op_name in SUPPORTED``).
+
+    Why: a string scalar's value is otherwise taken from the first literal the kernel
+    compares it with, which may belong to another entry of the same class
+    (``run_unary_activation`` takes only "relu2"; the header compares ``type`` with
+    "silu" first: every call was refused on the H200, 2026-12-02).
+    """
+    out: dict[str, list[str]] = {}
+
+    class _Asserts(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is fn
+
+        def visit_Assert(self, node: cst.Assert) -> None:
+            test = node.test
+            if not (
+                isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1
+            ):
+                return
+            target = test.comparisons[0]
+            if isinstance(target.operator, cst.In):
+                values = _string_set(target.comparator, constants)
+                if values:
+                    out.setdefault(test.left.value, values)
+
+    fn.visit(_Asserts())
+    return out
+
+
+def _constants(module: cst.Module) -> dict[str, cst.BaseExpression]:
+    """Module-level ``NAME = <expr>`` bindings (the first of each name)."""
+    out: dict[str, cst.BaseExpression] = {}
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    target = small.targets[0].target
+                    if isinstance(target, cst.Name):
+                        out.setdefault(target.value, small.value)
+    return out
+
+
 def read_signature(
     root: pathlib.Path, module_path: str, function: str, contract: Contract, entry_points: Sequence[str]
 ) -> EntrySignature:
@@ -177,6 +234,7 @@ def read_signature(
     traced = _Tracer(functions, [contract.entry] if contract.entry in entry_points else entry_points, arg_names).feeds(
         function
     )
+    allowed = asserted_values(fn, _constants(module))
     fed: set[str] = set()
     symbols = set(contract.symbols)
     params: list[EntryParam] = []
@@ -194,7 +252,15 @@ def read_signature(
             fed.add(feeds)
         default = module.code_for_node(param.default) if param.default is not None else None
         params.append(
-            EntryParam(name=name, kind=kind, has_default=default is not None, default=default, feeds=feeds, via=via)
+            EntryParam(
+                name=name,
+                kind=kind,
+                has_default=default is not None,
+                default=default,
+                feeds=feeds,
+                via=via,
+                allowed=allowed.get(name, []),
+            )
         )
         if feeds is None and default is None and kind not in ("var_positional", "var_keyword"):
             missing.append(name)

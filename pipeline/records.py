@@ -331,6 +331,9 @@ class EntryParam(Record):
     # how it was found: traced through the wrapper's call, same name, or a size symbol's name
     # (then ``feeds`` names the size symbol, Contract.symbols, not an argument)
     via: Literal["name", "call", "size", ""] = ""
+    # string values the wrapper asserts the parameter is one of (``assert op_name in SUPPORTED``,
+    # SUPPORTED a module-level set/tuple/list of string literals), sorted; [] = none stated
+    allowed: list[str] = Field(default_factory=list)
 
 
 class EntrySignature(Record):

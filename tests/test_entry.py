@@ -29,6 +29,7 @@ OPS = (
     "quantization.per_token_quant_fp8",
     "attention.fused_qk_norm_rope",
     "attention.apply_rope_with_cos_sin_cache_inplace",  # is_neox: required, feeds no argument
+    "activation.run_unary_activation",  # op_name: asserted in a module-level set
 )
 UNMAPPABLE = "attention.apply_rope_with_cos_sin_cache_inplace"
 
@@ -119,3 +120,19 @@ def test_a_size_parameter_and_a_name_match(tmp_path):
     assert sig.reason == "" and sig.module == "sglang.m"
     sig = entry.read_signature(tmp_path, "m.py", "g", contract, ["run"])  # through helper h and a local
     assert [(p.name, p.feeds, p.via) for p in sig.params] == [("y", "x", "call"), ("scale", None, "")]
+
+
+def test_a_value_the_wrapper_asserts_outranks_a_literal_the_kernel_compares(extracted):
+    """On the H200 (2026-12-02) every call of run_unary_activation was refused: the contract's `type`
+    came from the first literal the header compares it with ("silu", another entry's), while the
+    wrapper asserts op_name in {"relu2"}. The asserted value is now the one planned."""
+    from contract.completion import complete
+
+    folder, task = extracted["activation.run_unary_activation"]
+    (op_name,) = [p for p in task.entry_signature.params if p.name == "op_name"]
+    assert op_name.feeds == "type" and op_name.allowed == ["relu2"]
+    _, completion = complete(task, folder)
+    (filled,) = [f for f in completion.filled if f.name == "type"]
+    assert (filled.value, filled.rule) == ("relu2", "python-assert")
+    relu2 = extracted["activation.relu2"][1]
+    assert all(p.allowed == [] for p in relu2.entry_signature.params), "no assert, nothing stated"
