@@ -9,7 +9,9 @@ fills them by stated rules, in order:
 1. a ``str`` scalar takes the first value the public Python function asserts its
    parameter is one of (``assert op_name in {"relu2"}``), else the first literal the
    kernel compares it with (``type == "silu"``) in the task's own sources;
-2. the rules of :file:`completion.toml`, matched by argument name and type/role.
+2. the rules of :file:`completion.toml`, matched by argument name and type/role;
+3. how an output is compared (``TensorSpec.order``): the ``[[order]]`` rules, matched
+   by op and tensor name (an output whose order the kernel does not fix).
 
 Then, on the GPU, the baseline corrects what was guessed about it (it is the
 oracle): :func:`baseline_fixes` turns what a failed baseline run showed (an input
@@ -59,7 +61,7 @@ class Filled(Record):
     """One value the static contract did not have."""
 
     name: str  # argument name
-    kind: Literal["value", "range", "role", "dtype", "offsets"]
+    kind: Literal["value", "range", "role", "dtype", "offsets", "order"]
     value: float | int | bool | str | None = None  # for "role"/"dtype": the new role / dtype
     value_range: tuple[float | str, float | str] | None = None
     shape: list[str | int] | None = None  # "offsets": the length it takes (batch + 1), if it had none
@@ -67,7 +69,7 @@ class Filled(Record):
     why: str = ""
 
     def describe(self) -> str:
-        if self.kind in ("role", "dtype"):
+        if self.kind in ("role", "dtype", "order"):
             return f"{self.name}: {self.kind} {self.value} ({self.rule})"
         shown = repr(self.value) if self.kind == "value" else f"[{', '.join(map(str, self.value_range or ()))}]"
         if self.kind == "offsets":
@@ -87,7 +89,7 @@ def load_rules(path: pathlib.Path = RULES_PATH) -> dict[str, list[dict]]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise ContractError(f"completion rules {path} do not load: {err}", fix="fix the TOML file") from err
-    return {"scalar": list(data.get("scalar", [])), "index": list(data.get("index", []))}
+    return {key: list(data.get(key, [])) for key in ("scalar", "index", "order")}
 
 
 # ------------------------------------------------------------------ what is open
@@ -169,6 +171,19 @@ def asserted_literal(task: Task, name: str) -> Filled | None:
         if param.feeds == name and param.allowed:
             why = f"{signature.function} asserts {param.name} in {param.allowed}"
             return Filled(name=name, kind="value", value=param.allowed[0], rule="python-assert", why=why)
+    return None
+
+
+def _order_rule(op_id: str, spec: TensorSpec, rules: list[dict]) -> Filled | None:
+    """How an output of ``op_id`` is compared, from an ``[[order]]`` rule naming the op and the tensor."""
+    if spec.role == "input":
+        return None
+    for rule in rules:
+        pattern = _matches(spec.name, rule.get("names", []))
+        if pattern is not None and _matches(op_id, rule.get("ops", [])) is not None:
+            return Filled(
+                name=spec.name, kind="order", value=rule["order"], rule=f"completion.toml: {pattern}", why=rule["why"]
+            )
     return None
 
 
@@ -337,20 +352,18 @@ def apply(contract: Contract, filled: Sequence[Filled]) -> Contract:
     """The contract with ``filled`` written in (by argument name). A role change drops
     the contract's PyTorch reference: references read tensors by role, so one written
     for the old roles would check the wrong arguments."""
-    by_name = {f.name: f for f in filled}
     args: list[ArgSpec] = []
     for arg in contract.args:
-        if arg.kind == "scalar" and arg.scalar is not None and arg.scalar.name in by_name:
-            f = by_name[arg.scalar.name]
-            arg = arg.model_copy(update={"scalar": arg.scalar.model_copy(update={"value": f.value})})
-        elif arg.kind == "tensor" and arg.tensor is not None and arg.tensor.name in by_name:
-            f = by_name[arg.tensor.name]
-            field: dict[str, object] = (
-                {f.kind: f.value} if f.kind in ("role", "dtype") else {"value_range": f.value_range}
-            )
-            if f.kind == "offsets":
-                field.update(structure="offsets", **({"shape": f.shape} if f.shape else {}))
-            arg = arg.model_copy(update={"tensor": arg.tensor.model_copy(update=field)})
+        for f in filled:  # in order: a tensor may get an order and, later, a role the baseline proves
+            if arg.kind == "scalar" and arg.scalar is not None and arg.scalar.name == f.name:
+                arg = arg.model_copy(update={"scalar": arg.scalar.model_copy(update={"value": f.value})})
+            elif arg.kind == "tensor" and arg.tensor is not None and arg.tensor.name == f.name:
+                field: dict[str, object] = (
+                    {f.kind: f.value} if f.kind in ("role", "dtype", "order") else {"value_range": f.value_range}
+                )
+                if f.kind == "offsets":
+                    field.update(structure="offsets", **({"shape": f.shape} if f.shape else {}))
+                arg = arg.model_copy(update={"tensor": arg.tensor.model_copy(update=field)})
         args.append(arg)
     update: dict = {"args": args}
     if any(f.kind == "role" for f in filled):
@@ -524,6 +537,10 @@ def _complete(task: Task, task_dir: pathlib.Path | None, rules: dict[str, list[d
             entry = _index_rule(contract, arg.tensor, rules["index"], known)
             if entry is not None:
                 filled.append(entry)
+        if arg.kind == "tensor" and arg.tensor is not None and arg.tensor.order is None:
+            ordered = _order_rule(task.op_id, arg.tensor, rules["order"])
+            if ordered is not None:
+                filled.append(ordered)
     completed = apply(contract, filled)
     record = Completion(op_id=task.op_id, filled=filled, open=open_items(completed))
     return task.model_copy(update={"contract": completed}), record

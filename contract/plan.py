@@ -76,6 +76,7 @@ class TensorPlan:
     storage_numel: int
     value_range: tuple[float, float] | None = None
     structure: str | None = None  # TensorSpec.structure
+    order: str | None = None  # TensorSpec.order
 
     @property
     def itemsize(self) -> int:
@@ -235,6 +236,7 @@ def plan_call(
                 storage_numel=guard + span + guard,
                 value_range=resolved_range(spec, known),
                 structure=spec.structure,
+                order=spec.order,
             )
         )
     return CallPlan(args=tuple(args), sizes=dict(sizes), strides_chosen=chosen)

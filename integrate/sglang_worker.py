@@ -292,7 +292,7 @@ def _compare(call: Call, tensors: dict[str, Any], other: dict[str, str], req: di
     """Judge everything observable against the other tree's (the pristine one's) with the harness's rules."""
     import torch
 
-    from optimize.harness.compare import compare_tensor, tolerance
+    from optimize.harness.compare import compare_tensor, in_order, tolerance
     from optimize.harness.inputs import bits_dtype, poison_value
 
     theirs = torch.load(req["path"], map_location="cuda", weights_only=True)
@@ -312,6 +312,7 @@ def _compare(call: Call, tensors: dict[str, Any], other: dict[str, str], req: di
         if theirs["other"].get(key) != shown:
             reasons.append(f"{key} = {shown} vs baseline {theirs['other'].get(key)}")
     bitwise, max_abs = not reasons, None
+    orders = {f"arg:{t.name}": t.order for t in call.plan.tensors}
     for name, got in sorted(tensors.items()):
         expected = theirs["tensors"][name]
         if tuple(expected.shape) != tuple(got.shape) or expected.dtype != got.dtype:
@@ -320,6 +321,7 @@ def _compare(call: Call, tensors: dict[str, Any], other: dict[str, str], req: di
                 "reason": f"{name}: shape/dtype {tuple(got.shape)}/{got.dtype} vs baseline {tuple(expected.shape)}/{expected.dtype}",
             }
         short = _short_dtype(got.dtype)
+        got, expected = in_order(got, orders.get(name)), in_order(expected, orders.get(name))
         gb, eb = got.contiguous().view(bits_dtype(short)), expected.contiguous().view(bits_dtype(short))
         poisoned = name.startswith("arg:") and name[4:] in call.poisoned
         pattern = poison_value(short)

@@ -228,6 +228,11 @@ class TensorSpec(Record):
     # "distinct": no value twice (KV slots out_cache_loc, request pool rows: two threads
     # writing one slot would race); the range must hold at least numel values.
     structure: Literal["offsets", "distinct"] | None = None
+    # How an output is compared (None: element by element). "rows": each row (the last
+    # dimension) is a set whose order the kernel does not fix (a top-k selected with
+    # atomics); both sides are sorted along the last dimension first, so the values must
+    # still match one for one and every element must still be written.
+    order: Literal["rows"] | None = None
 
 
 class ScalarSpec(Record):

@@ -232,6 +232,37 @@ def test_every_rule_in_the_shipped_file_is_well_formed():
         )
         if rule["kind"] == "bounded":
             expr_symbols(rule["low"]) | expr_symbols(rule["high"])  # parses
+    assert rules["order"]
+    for rule in rules["order"]:
+        assert rule["ops"] and rule["names"] and rule["order"] == "rows" and rule["why"]
+
+
+def test_an_order_rule_names_the_op_and_its_outputs_and_combines_with_a_role_the_baseline_proves():
+    """topk_transform_paged's indices are compared as per-row sets (TensorSpec.order); the baseline's
+    own role fix for the same tensor later does not drop it (fixes are applied in order, not by name)."""
+    args = (
+        tensor("scores", ["tokens", "hidden"]),
+        tensor("page_indices", ["tokens", 4], dtype="int32", role="output"),
+        tensor("raw_indices", ["tokens", 4], dtype="int32", role="output"),
+    )
+    task = task_of(*args).model_copy(update={"op_id": "attention.topk_transform_paged"})
+    done, record = completion.complete(task)
+    orders = {a.tensor.name: a.tensor.order for a in done.contract.args}
+    assert orders == {"scores": None, "page_indices": "rows", "raw_indices": "rows"}
+    assert {f.describe() for f in record.filled if f.kind == "order"} == {
+        "page_indices: order rows (completion.toml: page_indices)",
+        "raw_indices: order rows (completion.toml: raw_indices)",
+    }
+    assert all(a.tensor.order is None for a in completion.complete(task_of(*args))[0].contract.args), (
+        "another op with the same names keeps element-wise comparison"
+    )
+    fixed, _ = completion.refixed(
+        done, completion.roles_from_baseline(done.contract, {"page_indices": "never_written"}), None
+    )
+    (page,) = [a.tensor for a in fixed.contract.args if a.tensor.name == "page_indices"]
+    assert (page.role, page.order) == ("inout", "rows")
+    plan = plan_call(fixed.contract, SIZES, "bf16")
+    assert {t.name: t.order for t in plan.tensors}["raw_indices"] == "rows", "the plan carries it to the worker"
 
 
 # ------------------------------------------------------------------ the model path

@@ -78,6 +78,17 @@ class Fake:
         best = max(self.v)
         return Fake([self.v.index(best)], ())
 
+    def sort(self, dim=-1, stable=False):
+        """Each row (the last dimension) sorted ascending, NaN last, as torch.sort(...).values."""
+        assert dim == -1
+        width = self.shape[-1] if self.shape else 1
+        rows = [self.v[i : i + width] for i in range(0, len(self.v), width)]
+
+        def key(x):
+            return (isinstance(x, float) and math.isnan(x), x if not (isinstance(x, float) and math.isnan(x)) else 0)
+
+        return type("Sorted", (), {"values": Fake([x for row in rows for x in sorted(row, key=key)], self.shape)})()
+
     # operators
     def __sub__(self, o):
         return self._zip(o, lambda a, b: a - b)
@@ -253,3 +264,26 @@ def test_unravel_and_formatting():
         and compare.fmt_value(-INF) == "-inf"
         and compare.fmt_value(0.1234567) == "0.123457"
     )
+
+
+def test_rows_in_no_fixed_order_compare_as_sets_and_still_catch_a_wrong_or_unwritten_value():
+    """TensorSpec.order "rows" (topk_transform_paged's indices: two pristine runs differ in order)."""
+    shape = (2, 3)
+
+    def rows(expected, got):
+        e = compare.in_order(Fake(expected, shape), "rows")
+        g = compare.in_order(Fake(got, shape), "rows")
+        unwritten = g.isnan() if any(isinstance(x, float) for x in got) else None
+        return compare.compare_tensor("idx", e, g, "fp32", shape=shape, not_written=unwritten)
+
+    assert rows([3.0, 1.0, 2.0, 9.0, 8.0, 7.0], [1.0, 2.0, 3.0, 7.0, 9.0, 8.0]).ok, "the same sets, other order"
+    assert not judge([3.0, 1.0, 2.0, 9.0, 8.0, 7.0], [1.0, 2.0, 3.0, 7.0, 9.0, 8.0], dtype="fp32", shape=shape).ok
+    wrong = rows([3.0, 1.0, 2.0, 9.0, 8.0, 7.0], [1.0, 2.0, 3.0, 7.0, 9.0, 6.0])
+    assert not wrong.ok and "tolerance" in wrong.reason, "a value of another row's set"
+    moved = rows([3.0, 1.0, 2.0, 9.0, 8.0, 7.0], [1.0, 2.0, 9.0, 7.0, 3.0, 8.0])
+    assert not moved.ok, "a value that moved to another row"
+    left = rows([3.0, 1.0, 2.0, 9.0, 8.0, 7.0], [1.0, NAN, 3.0, 7.0, 9.0, 8.0])
+    assert not left.ok and "never written" in left.reason, "an element left as the poison"
+    assert compare.in_order(Fake([2, 1], (2,)), None).v == [2, 1]
+    with pytest.raises(ValueError, match="unknown comparison order"):
+        compare.in_order(Fake([2, 1], (2,)), "columns")

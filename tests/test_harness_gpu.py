@@ -152,6 +152,26 @@ def test_compare_on_torch_tensors_matches_the_rules(torch):
     assert not v.ok and "out[2] was never written" in v.reason
 
 
+def test_rows_in_no_fixed_order_on_torch_tensors(torch):
+    """compare.in_order("rows") on the device: int32 indices (topk_transform_paged) and bf16 with the poison."""
+    e = torch.tensor([[5, 1, 9], [7, 3, 2]], dtype=torch.int32, device="cuda")
+    g = torch.tensor([[9, 5, 1], [2, 7, 3]], dtype=torch.int32, device="cuda")
+    assert not compare.compare_tensor("idx", e, g, "int32", shape=(2, 3)).ok
+    se, sg = compare.in_order(e, "rows"), compare.in_order(g, "rows")
+    assert compare.compare_tensor("idx", se, sg, "int32", shape=(2, 3)).ok
+    g[1, 0] = 4
+    assert not compare.compare_tensor("idx", se, compare.in_order(g, "rows"), "int32", shape=(2, 3)).ok
+    f = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.bfloat16, device="cuda")
+    h = torch.tensor([[2.0, 1.0], [4.0, 3.0]], dtype=torch.bfloat16, device="cuda")
+    h.view(torch.int16)[0, 0] = inputs.poison_value("bf16")
+    sh = compare.in_order(h, "rows")
+    v = compare.compare_tensor(
+        "out", compare.in_order(f, "rows"), sh, "bf16", shape=(2, 2),
+        not_written=sh.view(torch.int16) == inputs.poison_value("bf16"),
+    )  # fmt: skip
+    assert not v.ok and "never written" in v.reason
+
+
 def test_fp8_images_decoys_and_comparison(torch):
     """float8_e4m3fn tensors (quantizer outputs and inputs): finite values and noise,
     NaN poison, a decoy through float32, comparison widened to float32."""

@@ -5,7 +5,7 @@ float64 (:mod:`optimize.harness.references`) is a second opinion where the
 contract names one. This module holds the decision logic only. It is written
 against a handful of tensor *methods* (``float``, ``double``, ``isnan``,
 ``isfinite``, ``abs``, ``where``, ``flatten``, ``int``, ``argmax``, ``any``,
-``all``, ``sum``, ``max``, ``item``, comparison and arithmetic operators), never
+``all``, ``sum``, ``max``, ``item``, ``sort``, comparison and arithmetic operators), never
 against ``torch.*`` functions, so the CPU tests drive the very same code with a
 small pure-Python fake tensor.
 
@@ -132,6 +132,22 @@ def count_true(mask: Any) -> int:
 
 def _elem(tensor: Any, index: int) -> float:
     return float(tensor.flatten()[index].item())
+
+
+def in_order(tensor: Any, order: str | None) -> Any:
+    """``tensor`` as it is compared under its contract's ``order`` (:attr:`TensorSpec.order`).
+
+    None: unchanged. ``"rows"``: sorted along the last dimension (NaN and the NaN poison
+    last), for outputs whose rows are sets in no fixed order. Both sides go through this
+    before :func:`compare_tensor`, and the poison masks are taken after it, so an element
+    left unwritten still shows (its row's multiset differs) and the values must still
+    match one for one.
+    """
+    if order is None or len(tensor.shape) == 0:
+        return tensor
+    if order != "rows":
+        raise ValueError(f"unknown comparison order {order!r} (known: rows)")
+    return tensor.sort(dim=-1, stable=True).values
 
 
 def compare_tensor(

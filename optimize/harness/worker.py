@@ -294,8 +294,8 @@ class Checker:
             if t.role == "input":
                 continue
             for run_index, (base, cand) in enumerate(zip(base_runs, checked)):
-                exp_view = inputs.view_of(base.storages[t.name], t)
-                got_view = inputs.view_of(cand.storages[t.name], t)
+                exp_view = compare.in_order(inputs.view_of(base.storages[t.name], t), t.order)
+                got_view = compare.in_order(inputs.view_of(cand.storages[t.name], t), t.order)
                 bits_t = inputs.bits_dtype(t.dtype)
                 poison = inputs.poison_value(t.dtype)
                 first_run = run_index == 0 and t.role == "output"
@@ -594,8 +594,8 @@ class TimedMismatch(Exception):
 
 def _timed_reason(t, expected_storage, got_storage, *, normwise: bool) -> str:
     """Why one tensor of one timed buffer set is wrong, or "" (see :meth:`Timer._validate`)."""
-    exp_view = inputs.view_of(expected_storage, t)
-    got_view = inputs.view_of(got_storage, t)
+    exp_view = compare.in_order(inputs.view_of(expected_storage, t), t.order)
+    got_view = compare.in_order(inputs.view_of(got_storage, t), t.order)
     if t.role == "inout" and normwise:
         err, problem = compare.relative_error(got_view, exp_view)
         if problem:
