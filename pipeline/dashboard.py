@@ -1,7 +1,8 @@
 """``kernelsmith track --html DIR``: the results store as static HTML pages a CI job can publish.
 
 - ``index.html``: ops x measured SGLang sources (versions or commits, in the order first
-  measured), each cell the geomean kernel time over the op's shapes there, coloured red
+  measured), each cell the geomean kernel time over the op's shapes there and its geomean
+  time ÷ floor (``Row.floor_us``, where the batch recorded it), coloured red
   where a standing regression was introduced by that source and green where the geomean
   fell beyond the noise band;
 - ``op-<op>.html``: per token bucket, a time plot of every shape across the batches
@@ -102,23 +103,27 @@ def _index(
         cells = []
         previous: float | None = None
         for source in sources:
-            times = [r.time_us for _, b, r in items if b.sglang == source]
-            if not times:
+            here = [r for _, b, r in items if b.sglang == source]
+            if not here:
                 cells.append("<td>—</td>")
                 continue
-            value = geomean(times) or 0.0
+            value = geomean(r.time_us for r in here) or 0.0
+            over = geomean(r.time_us / r.floor_us for r in here if r.floor_us)
             css = ""
             if any(r.op_id == op and r.introduced_sglang == source for r in regressions):
                 css = "reg"
             elif previous is not None and value < previous * (1 - noise_pct / 100.0):
                 css = "imp"
-            cells.append(f"<td class='{css}'>{value:.2f}</td>")
+            shown = f"{value:.2f}" + (f" <small>({over:.2f}× floor)</small>" if over is not None else "")
+            cells.append(f"<td class='{css}'>{shown}</td>")
             previous = value
         link = f"<a href='op-{_slug(op)}.html'>{html.escape(op)}</a>"
         lines.append(f"<tr><td class='op'>{link}</td>{''.join(cells)}</tr>")
     lines.append("</table>")
     note = (
-        f"<p>Geomean kernel time (µs) over each op's shapes, per SGLang source. Red: a standing regression "
+        f"<p>Geomean kernel time (µs) over each op's shapes, per SGLang source, and in brackets the geomean "
+        f"time ÷ floor (floor = max(bytes ÷ copy bandwidth, the smallest kernel) on the batch's GPU; 1 = at the "
+        f"ceiling; absent where the batch did not record its floor). Red: a standing regression "
         f"introduced there (asv step detection, band max({noise_pct:g}%, 2 × spread)); green: faster than the "
         f"source before beyond {noise_pct:g}%. {len(regressions)} regression(s).</p>"
     )

@@ -58,7 +58,8 @@ CREATE TABLE IF NOT EXISTS rows (
     variant TEXT NOT NULL,
     time_us REAL NOT NULL,
     spread_pct REAL NOT NULL,
-    gbps REAL
+    gbps REAL,
+    floor_us REAL
 );
 CREATE INDEX IF NOT EXISTS rows_by_series ON rows (op_id, dtype, shape, variant);
 """
@@ -96,6 +97,7 @@ class ResultsStore:
             conn.execute("PRAGMA synchronous=FULL")
             if write:
                 conn.executescript(SCHEMA)
+                _migrate(conn)
             yield conn
         except sqlite3.DatabaseError as err:
             raise StaleRecordError(f"results store {self.db_path} is not a readable database: {err}", fix=fix) from err
@@ -146,10 +148,10 @@ class ResultsStore:
                 )
                 seq = cur.lastrowid
                 conn.executemany(
-                    "INSERT INTO rows (batch_seq, op_id, dtype, shape, variant, time_us, spread_pct, gbps) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO rows (batch_seq, op_id, dtype, shape, variant, time_us, spread_pct, gbps, floor_us) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
-                        (seq, r.op_id, r.dtype, r.shape, r.variant, r.time_us, r.spread_pct, r.gbps)
+                        (seq, r.op_id, r.dtype, r.shape, r.variant, r.time_us, r.spread_pct, r.gbps, r.floor_us)
                         for r in measurement.rows
                     ],
                 )
@@ -186,12 +188,15 @@ class ResultsStore:
                 return []
             rows: dict[int, list[Row]] = {seq: [] for seq, *_ in heads}
             only = (" WHERE batch_seq = ?", (heads[0][0],)) if key is not None else ("", ())
-            for seq, o, d, sh, v, t, sp, g in conn.execute(
-                "SELECT batch_seq, op_id, dtype, shape, variant, time_us, spread_pct, gbps FROM rows"
+            floor = "floor_us" if "floor_us" in _columns(conn) else "NULL"  # a store no writer has migrated yet
+            for seq, o, d, sh, v, t, sp, g, f in conn.execute(
+                f"SELECT batch_seq, op_id, dtype, shape, variant, time_us, spread_pct, gbps, {floor} FROM rows"
                 f"{only[0]} ORDER BY rowid",
                 only[1],
             ):
-                rows[seq].append(Row(op_id=o, dtype=d, shape=sh, variant=v, time_us=t, spread_pct=sp, gbps=g))
+                rows[seq].append(
+                    Row(op_id=o, dtype=d, shape=sh, variant=v, time_us=t, spread_pct=sp, gbps=g, floor_us=f)
+                )
         return [
             (
                 k,
@@ -268,6 +273,23 @@ class ResultsStore:
                     )
                 )
         return found
+
+
+#: Columns added to ``rows`` after the first schema, with their SQL type: a store written before
+#: them gets them (NULL in its old rows) the first time it is opened to write.
+ADDED_COLUMNS = {"floor_us": "REAL"}
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    have = _columns(conn)
+    for name, sql_type in ADDED_COLUMNS.items():
+        if name not in have:
+            with conn:
+                conn.execute(f"ALTER TABLE rows ADD COLUMN {name} {sql_type}")
+
+
+def _columns(conn: sqlite3.Connection) -> set[str]:
+    return {name for _, name, *_ in conn.execute("PRAGMA table_info(rows)")}
 
 
 def _has_schema(conn: sqlite3.Connection) -> bool:

@@ -20,6 +20,7 @@ class Row(Record):
     time_us: float
     spread_pct: float = 0.0
     gbps: float | None = None
+    floor_us: float | None = None  # max(bytes / copy bandwidth, smallest kernel) on the batch's device; None: not known
 
 
 class Measurement(VersionedRecord):

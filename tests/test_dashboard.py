@@ -31,7 +31,12 @@ def _store(tmp_path) -> ResultsStore:
                 ("layernorm.rmsnorm", "baseline", 3 + tokens / 120),
                 ("layernorm.rmsnorm", "torch_eager", 9.0 + i),
             ):
-                rows.append(Row(op_id=op, dtype="bf16", shape=shape, variant=variant, time_us=us, spread_pct=0.5))
+                floor = us / 1.5 if op == "activation.silu_and_mul" and version == "0.5.20" else None
+                rows.append(
+                    Row(
+                        op_id=op, dtype="bf16", shape=shape, variant=variant, time_us=us, spread_pct=0.5, floor_us=floor
+                    )
+                )
         store.add(
             Measurement(
                 device="NVIDIA H200",
@@ -51,6 +56,7 @@ def test_pages_say_which_release_regressed_and_give_every_point_its_command(tmp_
     index = (tmp_path / "site" / "index.html").read_text()
     assert all(f"<th>{v}</th>" in index for v in RELEASES)
     assert index.count("class='reg'") == 1, "the 0.5.22 cell of silu_and_mul"
+    assert index.count("× floor)") == 1 and "(1.50× floor)" in index, "time ÷ floor where the batch recorded it"
     op = (tmp_path / "site" / "op-activation.silu_and_mul.html").read_text()
     assert op.count("<svg") == 2, "one plot per token bucket present: T<=64 and T>=512 (64<T<512 has no shape)"
     assert "introduced in sglang 0.5.22" in op

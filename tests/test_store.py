@@ -156,3 +156,32 @@ def test_legacy_lines_glued_by_an_older_version_are_still_read(tmp_path, capsys)
     assert JsonStore(tmp_path).keys() == [first, second]
     assert json.loads(lines[0])["key"] == first
     assert "skipped a torn line" in capsys.readouterr().err
+
+
+def test_a_store_from_before_the_floor_column_is_read_and_then_migrated(tmp_path):
+    """Row.floor_us came after the first schema: a store without the column reads (floors None),
+    and the first write adds it without touching the rows already there."""
+    import sqlite3
+
+    from pipeline import store as store_module
+
+    root = tmp_path / "results"
+    root.mkdir()
+    old_schema = store_module.SCHEMA.replace(",\n    floor_us REAL", "")
+    assert "floor_us" not in old_schema
+    with sqlite3.connect(root / store_module.DB_NAME) as conn:
+        conn.executescript(old_schema)
+        conn.execute(
+            "INSERT INTO batches (key, taken_at, device, command, sglang, n_rows) VALUES ('k0', 't', 'H200', 'c', '0.5.22', 1)"
+        )
+        conn.execute(
+            "INSERT INTO rows (batch_seq, op_id, dtype, shape, variant, time_us, spread_pct, gbps) "
+            "VALUES (1, 'op', 'bf16', 's', 'baseline', 5.0, 0.5, NULL)"
+        )
+    store = ResultsStore(tmp_path)
+    ((_, _, old),) = store.history()
+    assert old.time_us == 5.0 and old.floor_us is None
+    batch = _batch(4.0)
+    store.add(batch.model_copy(update={"rows": [batch.rows[0].model_copy(update={"floor_us": 2.0})]}))
+    floors = [r.floor_us for _, _, r in store.history()]
+    assert floors == [None, 2.0]

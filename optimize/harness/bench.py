@@ -334,6 +334,7 @@ def store_batch(
     config: Config, command: str, results: Sequence[OpBench], sglang: str, notes: dict[str, str] | None = None
 ) -> None:
     """The measured rows of ``results`` as one batch of the results store (none without a device)."""
+    from optimize.harness import roofline
     from pipeline.digest import kernelsmith_version
     from pipeline.store import Measurement, ResultsStore, Row, now_iso
 
@@ -343,6 +344,7 @@ def store_batch(
         device = device or op.device
         for t in op.rows:
             gbps = t.bytes / (t.baseline_us * 1e3) if t.baseline_us else None
+            floor = roofline.floor_us(t.bytes, op.device.copy_gbps, op.device.min_kernel_us) if op.device else None
             rows.append(
                 Row(
                     op_id=op.op_id,
@@ -351,6 +353,7 @@ def store_batch(
                     time_us=t.baseline_us,
                     spread_pct=t.baseline_spread_pct,
                     gbps=gbps,
+                    floor_us=floor,
                 )
             )
             if t.eager_us is not None:
