@@ -178,7 +178,7 @@ class AgentRun:
                     "dtype": t.dtype,
                     "speedup": t.speedup,
                     "spread_pct": t.spread_pct,
-                    "time_over_floor": t.time_over_floor,
+                    "time_over_floor": t.over_floor,  # None: the op is not byte-bound
                 }
                 for t in evaluation.timings
             ]

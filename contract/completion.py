@@ -11,7 +11,9 @@ fills them by stated rules, in order:
    kernel compares it with (``type == "silu"``) in the task's own sources;
 2. the rules of :file:`completion.toml`, matched by argument name and type/role;
 3. how an output is compared (``TensorSpec.order``): the ``[[order]]`` rules, matched
-   by op and tensor name (an output whose order the kernel does not fix).
+   by op and tensor name (an output whose order the kernel does not fix);
+4. whether the roofline floor applies (``Contract.byte_bound``): the ``[[floor]]`` rules,
+   matched by op (sorts, selections, scans: time ÷ floor is "n/a" for them).
 
 Then, on the GPU, the baseline corrects what was guessed about it (it is the
 oracle): :func:`baseline_fixes` turns what a failed baseline run showed (an input
@@ -61,7 +63,7 @@ class Filled(Record):
     """One value the static contract did not have."""
 
     name: str  # argument name
-    kind: Literal["value", "range", "role", "dtype", "offsets", "order"]
+    kind: Literal["value", "range", "role", "dtype", "offsets", "order", "floor"]
     value: float | int | bool | str | None = None  # for "role"/"dtype": the new role / dtype
     value_range: tuple[float | str, float | str] | None = None
     shape: list[str | int] | None = None  # "offsets": the length it takes (batch + 1), if it had none
@@ -71,6 +73,8 @@ class Filled(Record):
     def describe(self) -> str:
         if self.kind in ("role", "dtype", "order"):
             return f"{self.name}: {self.kind} {self.value} ({self.rule})"
+        if self.kind == "floor":
+            return f"time ÷ floor: n/a, not byte-bound ({self.rule})"
         shown = repr(self.value) if self.kind == "value" else f"[{', '.join(map(str, self.value_range or ()))}]"
         if self.kind == "offsets":
             shown = f"offsets {shown}" + (f", shape {self.shape}" if self.shape else "")
@@ -89,7 +93,7 @@ def load_rules(path: pathlib.Path = RULES_PATH) -> dict[str, list[dict]]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise ContractError(f"completion rules {path} do not load: {err}", fix="fix the TOML file") from err
-    return {key: list(data.get(key, [])) for key in ("scalar", "index", "order")}
+    return {key: list(data.get(key, [])) for key in ("scalar", "index", "order", "floor")}
 
 
 # ------------------------------------------------------------------ what is open
@@ -366,6 +370,8 @@ def apply(contract: Contract, filled: Sequence[Filled]) -> Contract:
                 arg = arg.model_copy(update={"tensor": arg.tensor.model_copy(update=field)})
         args.append(arg)
     update: dict = {"args": args}
+    if any(f.kind == "floor" for f in filled):
+        update["byte_bound"] = False
     if any(f.kind == "role" for f in filled):
         update["reference"] = None
     return contract.model_copy(update=update)
@@ -541,6 +547,13 @@ def _complete(task: Task, task_dir: pathlib.Path | None, rules: dict[str, list[d
             ordered = _order_rule(task.op_id, arg.tensor, rules["order"])
             if ordered is not None:
                 filled.append(ordered)
+    if contract.byte_bound:
+        floor = next((r for r in rules["floor"] if _matches(task.op_id, r.get("ops", [])) is not None), None)
+        if floor is not None and floor.get("byte_bound") is False:
+            pattern = _matches(task.op_id, floor["ops"])
+            filled.append(
+                Filled(name="byte_bound", kind="floor", value=False, rule=f"completion.toml: {pattern}", why=floor["why"])
+            )
     completed = apply(contract, filled)
     record = Completion(op_id=task.op_id, filled=filled, open=open_items(completed))
     return task.model_copy(update={"contract": completed}), record

@@ -39,6 +39,7 @@ from integrate.errors import GitError
 from integrate.evidence import OpFacts, RunFacts, gather, launch_facts, refuse_simulated
 from integrate.records import E2EResult, IntegrateReport, OpChange, Patch
 from optimize.report import params_text
+from pipeline.buckets import floor_text
 from pipeline.records import ShapeTiming
 from pipeline.stats import geomean
 
@@ -178,7 +179,11 @@ def _diff_block(diff: str, files: int) -> list[str]:
 def _bottleneck(op: OpChange, facts: OpFacts, sim: str) -> str:
     """The baseline's profile facts, in words."""
     parts: list[str] = []
-    floors = [t.time_over_floor * t.time_us / t.baseline_us for t in _timings(op) if t.baseline_us and t.time_us]
+    floors = [
+        t.time_over_floor * t.time_us / t.baseline_us
+        for t in _timings(op)
+        if t.baseline_us and t.time_us and t.floor_applies
+    ]
     if floors:
         parts.append(
             f"the baseline ran at {min(floors):.2f}–{max(floors):.2f}x its floor{sim} (time ÷ floor over the catalog shapes)"
@@ -484,7 +489,7 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
         for t in timings:
             out.append(
                 f"| {t.label} | {t.dtype} | {_fmt(t.baseline_us)} | {_fmt(t.time_us)} | {_fmt(_speedup(t), '.3f')}x "
-                f"| {_fmt(t.pct_of_copy_bw, '.1f')} | {_fmt(t.time_over_floor, '.2f')} |"
+                f"| {_fmt(t.pct_of_copy_bw, '.1f')} | {floor_text(t)} |"
             )
         gm = _geomean(s for s in (_speedup(t) for t in timings) if s)
         out += ["", f"Geomean speedup{sim} {_fmt(gm, '.3f')}x over {len(timings)} shape x dtype points.", ""]

@@ -127,7 +127,7 @@ class ProfileFacts(Record):
         res = list(resources if resources is not None else (evaluation.build.resources if evaluation.build else []))
         tokens = [t.sizes[token_symbol] for t in timings if token_symbol in t.sizes]
         return cls(
-            time_over_floor=max((t.time_over_floor for t in timings), default=None),
+            time_over_floor=max((t.time_over_floor for t in timings if t.floor_applies), default=None),
             pct_of_copy_bw=min((t.pct_of_copy_bw for t in timings), default=None),
             min_time_us=min((t.time_us for t in timings), default=None),
             registers=max((r.registers for r in res), default=None),

@@ -16,7 +16,7 @@ import pathlib
 from collections.abc import Sequence
 
 from optimize.trajectory import RoundRecord, Trajectory
-from pipeline.buckets import AT_FLOOR, by_bucket, no_go
+from pipeline.buckets import AT_FLOOR, by_bucket, floor_text, no_go
 from pipeline.records import Evaluation, OpSummary, RunSummary, ShapeTiming, write_record
 
 
@@ -35,7 +35,7 @@ def shape_table(baseline: Sequence[ShapeTiming], candidate: Sequence[ShapeTiming
         cand = by_key.get((base.label, base.dtype))
         rows.append(
             f"| {base.label} | {base.dtype} | {base.time_us:.2f} | {_fmt(cand.time_us if cand else None)} | "
-            f"{base.time_over_floor:.2f} → {_fmt(cand.time_over_floor if cand else None)} | "
+            f"{floor_text(base)} → {floor_text(cand) if cand else '—'} | "
             f"{_fmt(cand.pct_of_copy_bw if cand else None, '.0f', '%')} | {_fmt(cand.speedup if cand else None, '.3f', '×')} |"
         )
     return rows
@@ -118,8 +118,17 @@ def op_report(
     baseline = trajectory.baseline()
     if baseline is not None and baseline.timings:
         figures = by_bucket(baseline.timings)
-        parts = [f"{name} {f['time_over_floor_min']:.2f}–{f['time_over_floor_max']:.2f}" for name, f in figures.items()]
-        lines.append("Baseline time ÷ floor by token bucket: " + "; ".join(parts))
+        parts = [
+            f"{name} {f['time_over_floor_min']:.2f}–{f['time_over_floor_max']:.2f}"
+            if "time_over_floor_min" in f
+            else f"{name} n/a"
+            for name, f in figures.items()
+        ]
+        lines.append(
+            "Baseline time ÷ floor by token bucket: "
+            + "; ".join(parts)
+            + ("" if all(t.floor_applies for t in baseline.timings) else " (n/a: the op is not byte-bound)")
+        )
         stopped = no_go(baseline.timings)
         if stopped:
             lines.append(f"No-go (within {AT_FLOOR}× of the floor, not worth a round): {', '.join(stopped)}")

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from optimize.errors import TrajectoryError
+from pipeline.buckets import floor_text
 from pipeline.records import Outcome, Record, ShapeTiming, VersionedRecord, content_hash
 
 
@@ -299,7 +300,7 @@ def _params_text(params: dict[str, Any]) -> str:
 
 
 def _shapes_text(timings: list[ShapeTiming]) -> str:
-    parts = [f"{t.label} {t.dtype} {t.time_us:.2f}us ({t.time_over_floor:.2f}x floor)" for t in timings[:6]]
+    parts = [f"{t.label} {t.dtype} {t.time_us:.2f}us ({floor_text(t)}x floor)" for t in timings[:6]]
     if len(timings) > 6:
         parts.append(f"... {len(timings) - 6} more")
     return "; ".join(parts) or "no timings"

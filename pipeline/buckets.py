@@ -22,6 +22,11 @@ BUCKETS: tuple[tuple[str, int, int], ...] = (("T<=64", 0, 64), ("64<T<512", 65, 
 AT_FLOOR = 1.1  # time ÷ floor at or under which a bucket is no-go
 
 
+def floor_text(timing: ShapeTiming) -> str:
+    """A shape's time ÷ floor as tables show it: the ratio, or "n/a" where the floor does not apply."""
+    return f"{timing.time_over_floor:.2f}" if timing.floor_applies else "n/a"
+
+
 def tokens_in_sizes(sizes: Mapping[str, int]) -> int:
     """The token count a shape's sizes name (``num_tokens``, else ``tokens``); 0 if none."""
     return int(sizes.get("num_tokens", sizes.get("tokens", 0)))
@@ -52,11 +57,10 @@ def by_bucket(timings: Sequence[ShapeTiming]) -> dict[str, dict[str, float]]:
         rows = [t for t in timings if bucket_of(t) == name]
         if not rows:
             continue
-        entry = {
-            "shapes": float(len(rows)),
-            "time_over_floor_min": min(t.time_over_floor for t in rows),
-            "time_over_floor_max": max(t.time_over_floor for t in rows),
-        }
+        entry = {"shapes": float(len(rows))}
+        floors = [t.time_over_floor for t in rows if t.floor_applies]
+        if floors:  # absent: the op is not byte-bound, so the bucket has no floor figure (never no-go)
+            entry |= {"time_over_floor_min": min(floors), "time_over_floor_max": max(floors)}
         speedup = geomean(t.speedup for t in rows if t.speedup)
         if speedup is not None:
             entry["speedup_geomean"] = speedup
@@ -69,8 +73,19 @@ def no_go(timings: Sequence[ShapeTiming], at_floor: float = AT_FLOOR) -> list[st
     return [
         name
         for name, figures in by_bucket(timings).items()
-        if 0 < figures["time_over_floor_min"] and figures["time_over_floor_max"] <= at_floor
+        if 0 < figures.get("time_over_floor_min", 0.0) and figures.get("time_over_floor_max", 0.0) <= at_floor
     ]
 
 
-__all__ = ["AT_FLOOR", "BUCKETS", "bucket_for", "bucket_of", "by_bucket", "no_go", "tokens_in_label", "tokens_of"]
+__all__ = [
+    "AT_FLOOR",
+    "BUCKETS",
+    "bucket_for",
+    "bucket_of",
+    "by_bucket",
+    "floor_text",
+    "no_go",
+    "tokens_in_label",
+    "tokens_in_sizes",
+    "tokens_of",
+]

@@ -267,6 +267,9 @@ class Contract(Record):
     # Launcher template type parameters a tensor's dtype names ("?QDType") -> their position
     # in the template argument list, so extract can settle them per instantiation.
     type_params: dict[str, int] = Field(default_factory=dict)
+    # False: the op's cost is not the bytes it moves (a sort, a top-k selection, a scan), so
+    # time ÷ floor means nothing for it and is reported as "n/a" (issue 14 item 6)
+    byte_bound: bool = True
 
     def accepts(self, symbol: str, value: int) -> bool:
         """Whether ``value`` for the width ``symbol`` passes the declared limits:
@@ -435,6 +438,12 @@ class ShapeTiming(Record):
     time_over_floor: float
     baseline_us: float | None = None
     speedup: float | None = None
+    floor_applies: bool = True  # False: the contract says the op is not byte-bound; time_over_floor is not a figure
+
+    @property
+    def over_floor(self) -> float | None:
+        """time ÷ floor where it means something (None: the floor does not apply to this op)."""
+        return self.time_over_floor if self.floor_applies else None
 
 
 class Evaluation(VersionedRecord):

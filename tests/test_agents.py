@@ -463,6 +463,32 @@ def test_profile_summary_facts_and_notes():
     assert text.splitlines()[2].startswith("- tiny bf16: 2.00 us, 40.00x floor")
 
 
+def test_an_op_that_is_not_byte_bound_has_no_floor_figure_anywhere():
+    """Contract.byte_bound = false (a sort, a selection): time ÷ floor is "n/a" in the profile, the
+    tables and the buckets, and no bucket of it is no-go however small its ratio."""
+    from optimize.report import shape_table
+    from pipeline.buckets import by_bucket, floor_text, no_go
+
+    def timing(tokens, floor_applies):
+        return ShapeTiming(
+            label=f"T={tokens}", sizes={"num_tokens": tokens}, dtype="bf16", time_us=5.0, spread_pct=1, gbps=1,
+            pct_of_copy_bw=1.0, time_over_floor=1.05, floor_applies=floor_applies,
+        )  # fmt: skip
+
+    sorted_ = [timing(8, False), timing(4096, False)]
+    assert no_go(sorted_) == [] and no_go([timing(8, True)]) == ["T<=64"], (
+        "a ratio under 1.1 is no-go only with a floor"
+    )
+    assert "time_over_floor_min" not in by_bucket(sorted_)["T<=64"]
+    assert floor_text(sorted_[0]) == "n/a" and floor_text(timing(8, True)) == "1.05"
+    assert "| n/a → n/a |" in "\n".join(shape_table(sorted_, sorted_))
+    summary = profiling.summarize(
+        Evaluation(op_id="moe.moe_align_block_size", candidate="c", outcome=Outcome.ok, timings=sorted_)
+    )
+    assert summary.geomean_time_over_floor is None and summary.worst_shape is None
+    assert "time/floor: n/a" in summary.text() and "x floor" not in summary.text()
+
+
 # --------------------------------------------------------------------------- testing
 
 

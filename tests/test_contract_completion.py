@@ -235,6 +235,23 @@ def test_every_rule_in_the_shipped_file_is_well_formed():
     assert rules["order"]
     for rule in rules["order"]:
         assert rule["ops"] and rule["names"] and rule["order"] == "rows" and rule["why"]
+    assert rules["floor"]
+    for rule in rules["floor"]:
+        assert rule["ops"] and rule["byte_bound"] is False and rule["why"]
+
+
+def test_a_sort_or_selection_op_is_marked_not_byte_bound_and_others_stay_byte_bound():
+    args = (
+        tensor("topk_ids", ["tokens", 4], dtype="int32"),
+        tensor("sorted_ids", ["tokens"], dtype="int32", role="output"),
+    )
+    done, record = completion.complete(task_of(*args).model_copy(update={"op_id": "moe.moe_align_block_size"}))
+    assert done.contract.byte_bound is False
+    (floor,) = [f for f in record.filled if f.kind == "floor"]
+    assert floor.describe() == "time ÷ floor: n/a, not byte-bound (completion.toml: moe.moe_align_block_size)"
+    assert completion.complete(task_of(*args))[0].contract.byte_bound is True
+    again, more = completion.complete(done)
+    assert again.contract.byte_bound is False and not [f for f in more.filled if f.kind == "floor"], "filled once"
 
 
 def test_an_order_rule_names_the_op_and_its_outputs_and_combines_with_a_role_the_baseline_proves():

@@ -140,3 +140,15 @@ def test_a_time_below_the_written_floor_is_implausible():
     assert roofline.implausible_reason("candidate", "L", "bf16", 0.001, 0, 4000.0) == ""
     assert roofline.implausible_reason("candidate", "L", "bf16", 0.001, nbytes, 0.0) == ""
     assert 0.5 < roofline.IMPLAUSIBLE_FRACTION < 1.0
+
+
+def test_a_shape_timing_says_whether_its_floor_applies():
+    device = DeviceInfo(
+        name="H200", sm_count=132, l2_bytes=60 << 20, copy_gbps=4000.0, copy_spread_pct=1.0, min_kernel_us=2.0,
+        torch="2.11", cuda="13.0", measured_at="t",
+    )  # fmt: skip
+    common = dict(label="L", sizes={"n": 1}, dtype="bf16", time_us=8.0, spread_pct=1.0, nbytes=4_000_000, device=device)
+    byte_bound = roofline.shape_timing(**common)
+    assert byte_bound.floor_applies and byte_bound.over_floor == byte_bound.time_over_floor == 4.0  # 8 µs / 2 µs
+    sort = roofline.shape_timing(**common, byte_bound=False)
+    assert not sort.floor_applies and sort.over_floor is None

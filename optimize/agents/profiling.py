@@ -48,7 +48,7 @@ class ShapeProfile(Record):
     label: str
     dtype: str
     time_us: float
-    time_over_floor: float
+    time_over_floor: float | None  # None: the op is not byte-bound (Contract.byte_bound), no floor applies
     pct_of_copy_bw: float
     gbps: float
     speedup: float | None = None
@@ -78,12 +78,14 @@ class ProfileSummary(Record):
         lines = [f"candidate {self.candidate}: {self.outcome}"]
         if self.geomean_time_over_floor is not None:
             lines.append(f"geomean time/floor {self.geomean_time_over_floor:.2f}x; worst shape {self.worst_shape}")
-        shapes = sorted(self.shapes, key=lambda s: -s.time_over_floor)[:max_shapes]
+        elif self.shapes:
+            lines.append("time/floor: n/a (the op is not byte-bound: a sort, a selection or a scan)")
+        shapes = sorted(self.shapes, key=lambda s: -(s.time_over_floor or 0.0))[:max_shapes]
         for s in shapes:
             extra = f", {s.speedup:.2f}x vs baseline" if s.speedup is not None else ""
+            floor = f"{s.time_over_floor:.2f}x floor, " if s.time_over_floor is not None else ""
             lines.append(
-                f"- {s.label} {s.dtype}: {s.time_us:.2f} us, {s.time_over_floor:.2f}x floor, "
-                f"{s.pct_of_copy_bw:.0f}% of copy bandwidth{extra}"
+                f"- {s.label} {s.dtype}: {s.time_us:.2f} us, {floor}{s.pct_of_copy_bw:.0f}% of copy bandwidth{extra}"
             )
         if len(self.shapes) > max_shapes:
             lines.append(f"- ... {len(self.shapes) - max_shapes} closer-to-floor shapes omitted")
@@ -104,7 +106,7 @@ def summarize(evaluation: Evaluation, *, ncu: Mapping[str, Any] | None = None) -
             label=t.label,
             dtype=t.dtype,
             time_us=t.time_us,
-            time_over_floor=t.time_over_floor,
+            time_over_floor=t.over_floor,
             pct_of_copy_bw=t.pct_of_copy_bw,
             gbps=t.gbps,
             speedup=t.speedup,
@@ -130,7 +132,8 @@ def summarize(evaluation: Evaluation, *, ncu: Mapping[str, Any] | None = None) -
         except (TypeError, ValueError):
             continue
     notes: list[str] = []
-    worst = max(shapes, key=lambda s: s.time_over_floor) if shapes else None
+    floored = [s for s in shapes if s.time_over_floor is not None]
+    worst = max(floored, key=lambda s: s.time_over_floor or 0.0) if floored else None
     small = [s for s in shapes if s.time_us < LAUNCH_BOUND_US]
     if small:
         notes.append(
@@ -160,7 +163,7 @@ def summarize(evaluation: Evaluation, *, ncu: Mapping[str, Any] | None = None) -
         shapes=shapes,
         kernels=kernels,
         ncu=metrics,
-        geomean_time_over_floor=geomean(s.time_over_floor for s in shapes),
+        geomean_time_over_floor=geomean(s.time_over_floor for s in floored if s.time_over_floor is not None),
         worst_shape=f"{worst.label} {worst.dtype}" if worst else None,
         notes=notes,
     )

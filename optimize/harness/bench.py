@@ -118,6 +118,7 @@ class OpBench:
 
 def timing_table(results: Sequence[OpBench]) -> list[str]:
     from optimize.harness import roofline
+    from pipeline.buckets import floor_text
 
     lines = [
         "| op | dtype | shape | µs | spread % | GB/s | % copy BW | time/floor | eager µs | compile µs |",
@@ -137,10 +138,11 @@ def timing_table(results: Sequence[OpBench]) -> list[str]:
                 spread_pct=t.baseline_spread_pct,
                 nbytes=t.bytes,
                 device=op.device,
+                byte_bound=t.byte_bound,
             )
             lines.append(
                 f"| {op.op_id} | {t.dtype} | {t.label} | {row.time_us:.2f} | {row.spread_pct:.1f} | {row.gbps:.0f} | "
-                f"{row.pct_of_copy_bw:.1f} | {row.time_over_floor:.2f} | {fmt(t.eager_us)} | {fmt(t.compile_us)} |"
+                f"{row.pct_of_copy_bw:.1f} | {floor_text(row)} | {fmt(t.eager_us)} | {fmt(t.compile_us)} |"
             )
     return lines
 
@@ -344,7 +346,11 @@ def store_batch(
         device = device or op.device
         for t in op.rows:
             gbps = t.bytes / (t.baseline_us * 1e3) if t.baseline_us else None
-            floor = roofline.floor_us(t.bytes, op.device.copy_gbps, op.device.min_kernel_us) if op.device else None
+            floor = (
+                roofline.floor_us(t.bytes, op.device.copy_gbps, op.device.min_kernel_us)
+                if op.device and t.byte_bound
+                else None
+            )
             rows.append(
                 Row(
                     op_id=op.op_id,

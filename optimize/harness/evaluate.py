@@ -553,6 +553,7 @@ def shape_timings(result: WorkerResult, candidate_given: bool) -> list[ShapeTimi
                 nbytes=t.bytes,
                 device=result.device,
                 baseline_us=base,
+                byte_bound=t.byte_bound,
             )
         )
     return out

@@ -25,6 +25,8 @@ import time
 import traceback
 from typing import Any
 
+from pipeline.buckets import floor_text
+
 SPREAD_LIMIT_PCT = 3.0
 TARGET_EVAL_S = 20.0
 ORIENTATION = {  # what the brief expects on an H200 (for eyeballing, not asserted)
@@ -231,7 +233,7 @@ def _print_summary(device, rows, adv_rows, summary, problems) -> None:
                     mark = f"  (brief: ~{expect:.0f} us)"
             print(
                 f"{op:30} {t.dtype:5} {t.label[:42]:42} {t.time_us:9.2f} {t.gbps:7.0f} {t.pct_of_copy_bw:6.1f} "
-                f"{t.time_over_floor:7.2f} {t.spread_pct:5.1f}%{mark}"
+                f"{floor_text(t):>7} {t.spread_pct:5.1f}%{mark}"
             )
     if adv_rows:
         print()

@@ -113,6 +113,7 @@ class TimingResult(Record):
     written_bytes: int = 0
     # buffer sets whose outputs, after the timed replays, were compared with the baseline's
     validated_sets: int = 0
+    byte_bound: bool = True  # the contract's Contract.byte_bound: whether time ÷ floor applies
 
 
 class DeviceInfo(Record):

@@ -112,6 +112,7 @@ def shape_timing(
     nbytes: int,
     device: DeviceInfo,
     baseline_us: float | None = None,
+    byte_bound: bool = True,
 ) -> ShapeTiming:
     gbps = nbytes / (time_us * 1e3) if time_us > 0 else 0.0
     floor = floor_us(nbytes, device.copy_gbps, device.min_kernel_us)
@@ -126,6 +127,7 @@ def shape_timing(
         time_over_floor=round(time_us / floor, 3) if floor > 0 else 0.0,
         baseline_us=round(baseline_us, 4) if baseline_us is not None else None,
         speedup=round(baseline_us / time_us, 4) if baseline_us is not None and time_us > 0 else None,
+        floor_applies=byte_bound,
     )
 
 

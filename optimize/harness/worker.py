@@ -487,6 +487,7 @@ class Timer:
             sizes=case.sizes,
             dtype=case.dtype,
             bytes=roofline.contract_bytes(plan, contract),
+            byte_bound=contract.byte_bound,
             calls_per_graph=calls,
             buffer_sets=sets,
             repeats=req.harness.repeats,
