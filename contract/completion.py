@@ -552,7 +552,9 @@ def _complete(task: Task, task_dir: pathlib.Path | None, rules: dict[str, list[d
         if floor is not None and floor.get("byte_bound") is False:
             pattern = _matches(task.op_id, floor["ops"])
             filled.append(
-                Filled(name="byte_bound", kind="floor", value=False, rule=f"completion.toml: {pattern}", why=floor["why"])
+                Filled(
+                    name="byte_bound", kind="floor", value=False, rule=f"completion.toml: {pattern}", why=floor["why"]
+                )
             )
     completed = apply(contract, filled)
     record = Completion(op_id=task.op_id, filled=filled, open=open_items(completed))

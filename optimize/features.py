@@ -63,6 +63,7 @@ from optimize.cuda_regions import Region
 from optimize.cuda_spans import region_texts
 from optimize.cuda_text import named_children, parse_number, text_of
 from optimize.harness.tools import top_stall
+from optimize.hint_transforms import typed_access_sites
 from pipeline.records import Evaluation, KernelResources, Record, Span
 
 _ROLE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -204,6 +205,9 @@ class StaticFeatures(Record):
     int_divmod_runtime: int = Field(0, description="integer / or % by a run-time value in kernels")
     int64_index: bool = Field(False, description="kernel code declares 64-bit integer values")
     cache_hints: bool = Field(False, description="cache-hinted loads or stores (__ldg, ld.global.nc, __stcs ...)")
+    typed_accesses: int = Field(
+        0, description="device::load_as / store_as calls in device code outside structs (streaming_hints can hint them)"
+    )
     cp_async: bool = Field(False, description="cp.async (Ampere-style asynchronous copies)")
     tma: bool = Field(False, description="bulk / tensor copies (cp.async.bulk, CUtensorMap, mbarrier)")
     tensor_core_ops: bool = Field(False, description="mma / wgmma / wmma in device code")
@@ -577,6 +581,7 @@ def _features_of_regions(
         int_divmod_runtime=sum(k.int_divmod_runtime for k in kernels),
         int64_index=int64,
         cache_hints=cache_hints,
+        typed_accesses=typed_access_sites(region),
         cp_async=cp_async,
         tma=tma,
         tensor_core_ops=tensor,

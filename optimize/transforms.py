@@ -51,6 +51,7 @@ from optimize.cuda_text import (
     text_of,
 )
 from optimize.features import Features
+from optimize.hint_transforms import WHICH, streaming_hints
 from optimize.pdl_transforms import enable_pdl, pdl_early_trigger, pdl_late_wait
 from optimize.transform_edits import Edit, NotApplicable, TransformError, apply_edits, line_start
 
@@ -422,6 +423,11 @@ def _unroll_targets(features: Features, point: dict[str, Any]) -> list[dict[str,
     return [{"factor": factor, "runtime_loops": False}] if features.static.loops_missing_unroll else []
 
 
+def _streaming_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
+    what = str(point.get("what", "both"))
+    return [{"what": what}] if features.static.typed_accesses and what in WHICH else []
+
+
 TRANSFORMS: dict[str, TransformSpec] = {
     spec.name: spec
     for spec in (
@@ -485,6 +491,15 @@ TRANSFORMS: dict[str, TransformSpec] = {
             _unroll_targets,
             "#pragma unroll before for-loops",
             choice=("factor",),
+        ),
+        TransformSpec(
+            "streaming_hints",
+            streaming_hints,
+            {"what": f"which typed accesses get an evict-first hint: {sorted(WHICH)}"},
+            (),
+            _streaming_targets,
+            "device::load_as / store_as -> evict-first (ld/st.global.cs) accesses",
+            choice=("what",),
         ),
     )
 }

@@ -232,7 +232,7 @@ CASES: dict[str, tuple[dict, dict]] = {
         {"reduction": True, "per_row_grid": True, "warp_per_row": True},
     ),
     "small_batch_latency": ({"small_batch": True, "min_time_us": 4.0}, {"small_batch": True, "min_time_us": 40.0}),
-    "streaming_cache_hints": ({"cache_hints": False}, {"cache_hints": True}),
+    "streaming_cache_hints": ({"cache_hints": False, "typed_accesses": 4}, {"cache_hints": True, "typed_accesses": 4}),
     "index_math_32bit": ({"int64_index": True}, {"int64_index": False}),
     "reduce_integer_division": ({"int_divmod_runtime": 1}, {"int_divmod_runtime": 0}),
     "packed_conversions": ({"elementwise": True}, {"elementwise": True, "packed_casts": True}),

@@ -147,6 +147,29 @@ def test_activation_refusals(act):
         T.add_pragma_unroll(act)  # both constant loops already carry #pragma unroll
 
 
+@pytest.mark.wheel
+def test_streaming_hints_rename_only_the_typed_accesses_and_define_the_helpers_once(act, fused):
+    from optimize.hint_transforms import HELPERS
+
+    out = T.streaming_hints(act, what="loads")
+    first = "act_and_mul_kernel"
+    assert out[first].startswith(HELPERS.decode()), "the helpers go before the first edited kernel, once"
+    for name in act:
+        body = out[name].removeprefix(HELPERS.decode()) if name == first else out[name]
+        assert body == act[name].replace("device::load_as<", "ks_load_cs<"), name
+    assert sum(o.count("#define KERNELSMITH_STREAMING_HINTS") for o in out.values()) == 1
+    both = T.streaming_hints(act)
+    assert "ks_store_cs<vec_t>(params.out, out, vec_id);" in both["act_kernel"]
+    assert "device::store_as" not in "".join(both.values())
+    with pytest.raises(NotApplicable, match="no device::load_as/store_as call"):
+        T.streaming_hints(fused)  # its accesses go through other helpers
+    with pytest.raises(TransformError, match="what="):
+        T.streaming_hints(act, what="weights")
+    feats = features_of_regions(act)
+    assert feats.static.typed_accesses == 6 and not feats.static.cache_hints
+    assert features_of_regions(both).static.cache_hints, "once hinted, the skill no longer applies"
+
+
 # --------------------------------------------------------------------------- rmsnorm.cuh
 
 
@@ -329,8 +352,9 @@ def test_targets_bind_constants_and_kernels_and_respect_launch_bounds(act, fused
 @pytest.mark.nvcc
 @pytest.mark.wheel
 def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
-    """activation (fast math + launch bounds + early trigger + block 128) and fused_add_rmsnorm
-    (PDL + unroll + __frcp_rn + launch bounds) patched into their files, instantiated, built with -c."""
+    """activation (fast math + launch bounds + early trigger + block 128 + streaming hints) and
+    fused_add_rmsnorm (PDL + unroll + __frcp_rn + launch bounds) patched into their files,
+    instantiated, built with -c; the hinted accesses are evict-first (.cs) in the PTX."""
     tvm_ffi = pytest.importorskip("tvm_ffi.libinfo")
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
@@ -342,6 +366,7 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
             ("set_launch_bounds", {"kernel": "act_and_mul_kernel", "max_threads": 128, "min_blocks": 2}),
             ("tune_constant", {"name": "kBlockSize", "value": 128}),
             ("pdl_early_trigger", {}),
+            ("streaming_hints", {"what": "both"}),
         ],
         "fused_add_rmsnorm.cuh": [
             ("enable_pdl", {}),
@@ -375,6 +400,8 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
         f"-I{root / 'kernels/jit/include'}",
         "-Xptxas",
         "-v",
+        "-keep",  # the PTX stays, to see the hints
+        f"-keep-dir={tmp_path}",
         "-c",
         str(unit),
         "-o",
@@ -384,6 +411,8 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
     assert done.returncode == 0, done.stderr[-4000:]
     # the kernels really were generated (ptxas reports them), with the fused one at 1024 threads max
     assert "act_and_mul_kernel" in done.stderr and "fused_add_rmsnorm_reg_kernel" in done.stderr
+    ptx = "".join(p.read_text(errors="replace") for p in tmp_path.glob("*.ptx"))
+    assert "ld.global.cs" in ptx and "st.global.cs" in ptx, "streaming_hints' accesses are evict-first (.cs) in the PTX"
 
 
 @pytest.mark.wheel

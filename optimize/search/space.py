@@ -35,7 +35,7 @@ from pipeline.records import Step
 
 #: Transforms applied in this order, whatever order the proposals came in: PDL first (the
 #: early trigger moves the trigger PDL placed), constants before the attributes that depend on
-#: them, fast math last (it rewrites calls anywhere).
+#: them, the hinted accesses before fast math (both rename callees; fast math, anywhere, last).
 ORDER = (
     "enable_pdl",
     "pdl_late_wait",
@@ -43,6 +43,7 @@ ORDER = (
     "tune_constant",
     "set_launch_bounds",
     "add_pragma_unroll",
+    "streaming_hints",
     "fast_math",
 )
 

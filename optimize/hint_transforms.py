@@ -1,0 +1,115 @@
+"""Cache hints for streamed data: SGLang's typed accesses made evict-first (``ld/st.global.cs``).
+
+SGLang's elementwise and norm kernels read and write global memory through
+``device::load_as<T>(ptr, offset)`` and ``device::store_as<T>(ptr, value, offset)``
+(``sgl_kernel/utils.cuh``): plain loads and stores. For data touched once per call
+(activations in, activations out) an evict-first hint keeps it from pushing out of
+L2 what is read again (a norm's weight, the next kernel's input).
+:func:`streaming_hints` renames those calls in kernels and device functions to
+``ks_load_cs`` / ``ks_store_cs`` and puts their definitions, once, before the first
+edited function: for a 16-, 8- or 4-byte ``T`` aligned to its size they go through
+``__ldcs`` / ``__stcs`` on ``int4`` / ``int2`` / ``int`` (the same bytes, the same
+order), any other ``T`` falls back to the plain access.
+
+What must stay true: only the callee's name changes at each site (its template
+argument and arguments are the same bytes); ``.cs`` is a coherent access, so a load
+after a store to the same address still sees it (no ``.nc``); functions inside a
+struct or class are left alone (a helper defined before them would be a member).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from optimize.cuda_facts import calls_in
+from optimize.cuda_regions import Region
+from optimize.transform_edits import Edit, NotApplicable, TransformError, apply_edits
+
+#: SGLang's typed access -> the hinted one (``device::`` qualified or not)
+RENAMES = {"load_as": "ks_load_cs", "store_as": "ks_store_cs"}
+WHICH = {"loads": ("load_as",), "stores": ("store_as",), "both": ("load_as", "store_as")}
+
+HELPERS = b"""#ifndef KERNELSMITH_STREAMING_HINTS
+#define KERNELSMITH_STREAMING_HINTS
+// kernelsmith streaming_hints: device::load_as / store_as with evict-first hints (ld/st.global.cs)
+template <typename T>
+__device__ __forceinline__ T ks_load_cs(const void* ptr, int64_t offset = 0) {
+  const T* p = static_cast<const T*>(ptr) + offset;
+  if constexpr (sizeof(T) == 16 && alignof(T) >= 16) {
+    const int4 v = __ldcs(reinterpret_cast<const int4*>(p));
+    return *reinterpret_cast<const T*>(&v);
+  } else if constexpr (sizeof(T) == 8 && alignof(T) >= 8) {
+    const int2 v = __ldcs(reinterpret_cast<const int2*>(p));
+    return *reinterpret_cast<const T*>(&v);
+  } else if constexpr (sizeof(T) == 4 && alignof(T) >= 4) {
+    const int v = __ldcs(reinterpret_cast<const int*>(p));
+    return *reinterpret_cast<const T*>(&v);
+  } else {
+    return *p;
+  }
+}
+template <typename T>
+__device__ __forceinline__ void ks_store_cs(void* ptr, std::type_identity_t<T> val, int64_t offset = 0) {
+  T* p = static_cast<T*>(ptr) + offset;
+  if constexpr (sizeof(T) == 16 && alignof(T) >= 16) {
+    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&val));
+  } else if constexpr (sizeof(T) == 8 && alignof(T) >= 8) {
+    __stcs(reinterpret_cast<int2*>(p), *reinterpret_cast<const int2*>(&val));
+  } else if constexpr (sizeof(T) == 4 && alignof(T) >= 4) {
+    __stcs(reinterpret_cast<int*>(p), *reinterpret_cast<const int*>(&val));
+  } else {
+    *p = val;
+  }
+}
+#endif  // KERNELSMITH_STREAMING_HINTS
+
+"""
+
+
+def typed_access_sites(region: Region, which: tuple[str, ...] = ("load_as", "store_as")) -> int:
+    """How many ``device::load_as`` / ``store_as`` calls :func:`streaming_hints` could hint."""
+    return sum(len(_sites(region, f, which)) for f in region.device_code if f.owner is None)
+
+
+def _sites(region: Region, f, which: tuple[str, ...]) -> list[tuple[int, int, str]]:
+    """(start, end, new name) of the name part of each typed access in ``f``."""
+    out = []
+    for name, text, call in calls_in(f.doc.src, f.body):
+        plain = text.strip()
+        if name not in which or not (plain.startswith(f"device::{name}<") or plain.startswith(f"{name}<")):
+            continue
+        callee = call.child_by_field_name("function")
+        assert callee is not None  # a call_expression always names its function
+        head = len(plain.split("<", 1)[0])  # "device::load_as" or "load_as"
+        start = callee.start_byte + (len(text) - len(text.lstrip()))
+        out.append((start, start + head, RENAMES[name]))
+    return out
+
+
+def streaming_hints(regions: Mapping[str, str], *, what: str = "both") -> dict[str, str]:
+    """Give SGLang's typed loads, stores or both in device code an evict-first hint (see the module doc)."""
+    which = WHICH.get(what)
+    if which is None:
+        raise TransformError(f"streaming_hints: what={what!r}; known: {sorted(WHICH)}")
+    region = Region(regions)
+    edits: list[Edit] = []
+    first: tuple[str, int] | None = None
+    order = list(regions)
+    for f in region.device_code:
+        if f.owner is not None:
+            continue
+        sites = _sites(region, f, which)
+        if not sites:
+            continue
+        span = f.doc.span
+        start = f.node.start_byte if not f.templates else f.templates[-1].start_byte
+        if first is None or order.index(span) < order.index(first[0]) or (span == first[0] and start < first[1]):
+            first = (span, start)
+        edits += [Edit(span, a, b, new.encode()) for a, b, new in sites]
+    if first is None:
+        raise NotApplicable("streaming_hints", f"no device::{'/'.join(which)} call in device code outside a struct")
+    edits.append(Edit(first[0], first[1], first[1], HELPERS))
+    return apply_edits("streaming_hints", regions, edits)
+
+
+__all__ = ["HELPERS", "RENAMES", "WHICH", "streaming_hints", "typed_access_sites"]
