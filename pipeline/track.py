@@ -38,14 +38,18 @@ def _age_h(taken_at: str) -> float | None:
     return (datetime.now(UTC) - when).total_seconds() / 3600.0
 
 
-def per_op_lines(store: ResultsStore, op: str | None) -> list[tuple[str, int, str, str, str]]:
-    """(op, batches, newest SGLang, change of the newest batch's geomean vs the one before, device)."""
+def per_op_lines(store: ResultsStore, op: str | None) -> list[tuple[str, int, str, str, str, str]]:
+    """(op, batches, newest SGLang, change of the newest batch's geomean vs the one before,
+    the newest batch's geomean time ÷ floor ("—" where it recorded none), device)."""
     by_op: dict[str, dict[str, dict[tuple[str, str, str], float]]] = {}
+    floors: dict[str, dict[str, list[float]]] = {}
     meta: dict[str, tuple[str, str]] = {}
     for key, batch, row in store.history(op):
         if row.variant in REFERENCE_VARIANTS:
             continue
         by_op.setdefault(row.op_id, {}).setdefault(key, {})[(row.dtype, row.shape, row.variant)] = row.time_us
+        if row.floor_us:
+            floors.setdefault(row.op_id, {}).setdefault(key, []).append(row.time_us / row.floor_us)
         meta[row.op_id] = (batch.sglang, batch.device)
     out = []
     for name, batches in sorted(by_op.items()):
@@ -57,7 +61,8 @@ def per_op_lines(store: ResultsStore, op: str | None) -> list[tuple[str, int, st
             ratio = geomean(new[k] / old[k] for k in common)
             if ratio is not None:
                 change = f"{(ratio - 1) * 100:+.1f}% over {len(common)} shapes"
-        out.append((name, len(keys), meta[name][0], change, meta[name][1]))
+        over = geomean(floors.get(name, {}).get(keys[-1], []))
+        out.append((name, len(keys), meta[name][0], change, "—" if over is None else f"{over:.2f}", meta[name][1]))
     return out
 
 
@@ -90,10 +95,10 @@ def main(args: Any, config: Any) -> int:
     else:
         console.print("no regressions")
     table = Table(title=f"measurement history ({len(keys)} batches)")
-    for col in ("op", "batches", "newest sglang", "newest vs previous", "device"):
+    for col in ("op", "batches", "newest sglang", "newest vs previous", "time ÷ floor", "device"):
         table.add_column(col, overflow="fold")
     for line in per_op_lines(store, op):
-        table.add_row(line[0], str(line[1]), line[2], line[3], line[4])
+        table.add_row(line[0], str(line[1]), *line[2:])
     console.print(table)
     html_dir = getattr(args, "html", None)
     if html_dir:

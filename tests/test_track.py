@@ -60,3 +60,17 @@ def test_no_measurements_or_a_missed_night_is_a_failure_not_a_pass(tmp_path, cap
     assert "a night is missing" in capsys.readouterr().out
     store.add(_batch(161.5, datetime.now(UTC).isoformat()))
     assert track.main(_args(max_age_h=26), _config(tmp_path)) == 0
+
+
+def test_the_summary_gives_each_op_its_newest_time_over_floor_where_it_was_recorded():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = ResultsStore(tmp)
+        store.add(_batch(161.0, "2026-11-29T00:00:00+00:00"))
+        newest = _batch(160.0, "2026-11-30T00:00:00+00:00")
+        store.add(newest.model_copy(update={"rows": [newest.rows[0].model_copy(update={"floor_us": 100.0})]}))
+        store.add(_batch(9.0, "2026-11-30T00:00:00+00:00", op="layernorm.rmsnorm"))
+        lines = {line[0]: line for line in track.per_op_lines(store, None)}
+    assert lines["activation.silu_and_mul"][4] == "1.60" and lines["layernorm.rmsnorm"][4] == "—"
+    assert lines["activation.silu_and_mul"][3] == "-0.6% over 1 shapes"
