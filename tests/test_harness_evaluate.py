@@ -168,11 +168,11 @@ def check(status="pass", held_out=False, **kw):
     )
 
 
-def timing(base, cand, spread=0.5, **kw):
+def timing(base, cand, spread=0.5, *, label="L", sizes=None, dtype="bf16", **kw):
     return TimingResult(
-        label="L",
-        sizes={"num_tokens": 8192},
-        dtype="bf16",
+        label=label,
+        sizes=sizes if sizes is not None else {"num_tokens": 8192},
+        dtype=dtype,
         bytes=4_000_000,
         calls_per_graph=20,
         buffer_sets=1,

@@ -108,7 +108,6 @@ def test_a_population_is_screened_at_one_shape_per_bucket_and_only_the_best_are_
     from test_harness_evaluate import DEVICE, RMS, make_task, rms_inst
 
     from optimize.acceptance import judge_round
-    from optimize.harness.protocol import TimingResult
     from pipeline.records import ShapeCase
 
     tokens = (1, 8, 64, 128, 256, 512, 2048, 8192)  # 3 + 2 + 3 shapes in the three buckets
@@ -126,20 +125,7 @@ def test_a_population_is_screened_at_one_shape_per_bucket_and_only_the_best_are_
         for i, libs in enumerate(request.population):
             factor = speed[pathlib.Path(libs[0]).stem]
             timings = [
-                TimingResult(
-                    label=c.label,
-                    sizes=c.sizes,
-                    dtype=c.dtype,
-                    bytes=4_000_000,
-                    calls_per_graph=20,
-                    buffer_sets=1,
-                    repeats=15,
-                    baseline_us=10.0,
-                    baseline_spread_pct=0.5,
-                    candidate_us=10.0 / factor,
-                    candidate_spread_pct=0.5,
-                )  # fmt: skip
-                for c in request.timings
+                timing(10.0, 10.0 / factor, label=c.label, sizes=c.sizes, dtype=c.dtype) for c in request.timings
             ]
             result = WorkerResult(status="ok", checks=[check()], timings=timings, seconds={"test": 1.0}, device=DEVICE)
             write_record(result, worker.member_path(workdir / "result.json", i))
