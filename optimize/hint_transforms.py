@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from optimize.cuda_facts import calls_in
-from optimize.cuda_regions import Region
+from optimize.cuda_regions import Region, RegionFunction
 from optimize.transform_edits import Edit, NotApplicable, TransformError, apply_edits
 
 #: SGLang's typed access -> the hinted one (``device::`` qualified or not)
@@ -68,10 +68,10 @@ __device__ __forceinline__ void ks_store_cs(void* ptr, std::type_identity_t<T> v
 
 def typed_access_sites(region: Region, which: tuple[str, ...] = ("load_as", "store_as")) -> int:
     """How many ``device::load_as`` / ``store_as`` calls :func:`streaming_hints` could hint."""
-    return sum(len(_sites(region, f, which)) for f in region.device_code if f.owner is None)
+    return sum(len(_sites(f, which)) for f in region.device_code if f.owner is None)
 
 
-def _sites(region: Region, f, which: tuple[str, ...]) -> list[tuple[int, int, str]]:
+def _sites(f: RegionFunction, which: tuple[str, ...]) -> list[tuple[int, int, str]]:
     """(start, end, new name) of the name part of each typed access in ``f``."""
     out = []
     for name, text, call in calls_in(f.doc.src, f.body):
@@ -98,7 +98,7 @@ def streaming_hints(regions: Mapping[str, str], *, what: str = "both") -> dict[s
     for f in region.device_code:
         if f.owner is not None:
             continue
-        sites = _sites(region, f, which)
+        sites = _sites(f, which)
         if not sites:
             continue
         span = f.doc.span
