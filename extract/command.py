@@ -47,6 +47,7 @@ from typing import Any
 from pydantic import Field
 
 from contract import layout
+from contract.sizes import SYNTHETIC_MODEL
 from extract import pyops, sources, tasks
 from extract.errors import ToolchainError, UnknownOpError
 from pipeline.build import first_error, merge_reports
@@ -220,6 +221,7 @@ class OpResult(Record):
     compile: str  # "ok" | "failed" | "skipped" | "not_run"
     reason: str = ""
     seconds: float = 0.0
+    catalog_shapes: int = 0  # the task's shapes from a model of the catalog (0: only a synthetic one)
 
 
 class Coverage(VersionedRecord):
@@ -232,6 +234,7 @@ class Coverage(VersionedRecord):
     ops: int
     ops_with_task: int
     ops_compiled: int
+    ops_with_catalog_shapes: int = 0  # tasks with at least one catalog model's shape (the others: synthetic only)
     results: list[OpResult]
     module_failures: dict[str, str] = Field(default_factory=dict)  # module -> reason (no compiling task)
 
@@ -427,7 +430,13 @@ def main(args: Any, config: Config) -> int:
         else:
             status, reason = ("not_run", "") if compile_check else ("skipped", "")
         results[op.id] = OpResult(
-            op_id=op.id, module=op.module, task=state, compile=status, reason=reason, seconds=time.perf_counter() - t0
+            op_id=op.id,
+            module=op.module,
+            task=state,
+            compile=status,
+            reason=reason,
+            seconds=time.perf_counter() - t0,
+            catalog_shapes=sum(1 for s in task.shapes if s.model != SYNTHETIC_MODEL),
         )
         if compile_check and task.baseline_build is None:
             to_compile[op.id] = task
@@ -467,7 +476,8 @@ def main(args: Any, config: Config) -> int:
                 if compile_check and toolchain_error is None
                 else " (compile check not run)"
             )
-            + f"; {coverage.ops_with_task}/{coverage.ops} ops have tasks, {coverage.ops_compiled} compiled"
+            + f"; {coverage.ops_with_task}/{coverage.ops} ops have tasks, {coverage.ops_compiled} compiled, "
+            f"{coverage.ops_with_catalog_shapes} with catalog (real-model) shapes"
         )
         for module, reason in sorted(coverage.module_failures.items()):
             print(f"  {module}: {reason}")
@@ -509,6 +519,7 @@ def _coverage(
         ops=len(selected),
         ops_with_task=sum(1 for r in results.values() if r.task != "failed"),
         ops_compiled=sum(1 for r in results.values() if r.compile == "ok"),
+        ops_with_catalog_shapes=sum(1 for r in results.values() if r.task != "failed" and r.catalog_shapes),
         results=sorted(results.values(), key=lambda r: r.op_id),
         module_failures=failures,
     )

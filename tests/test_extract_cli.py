@@ -128,7 +128,7 @@ def test_coverage_counts_modules(sglang_source):
     b = next(o for o in ops if o.id == "layernorm.fused_inplace_qknorm")
     c = next(o for o in ops if o.id == "activation.silu_and_mul")
     results = {
-        a.id: OpResult(op_id=a.id, module=a.module, task="written", compile="ok"),
+        a.id: OpResult(op_id=a.id, module=a.module, task="written", compile="ok", catalog_shapes=42),
         b.id: OpResult(op_id=b.id, module=b.module, task="failed", compile="not_run", reason="no instantiation"),
         c.id: OpResult(op_id=c.id, module=c.module, task="written", compile="failed", reason="error: x"),
     }
@@ -138,6 +138,7 @@ def test_coverage_counts_modules(sglang_source):
     assert cov.module_failures[c.module].startswith("compile")
     assert "layernorm/norm.py" not in " ".join(cov.module_failures)
     assert cov.ops_with_task == 2 and cov.ops_compiled == 1
+    assert cov.ops_with_catalog_shapes == 1, "silu_and_mul's result here has no catalog shape"
 
 
 @pytest.mark.nvcc
