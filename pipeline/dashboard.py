@@ -122,7 +122,8 @@ def _index(
     lines.append("</table>")
     note = (
         f"<p>Geomean kernel time (µs) over each op's shapes, per SGLang source, and in brackets the geomean "
-        f"time ÷ floor (floor = max(bytes ÷ copy bandwidth, the smallest kernel) on the batch's GPU; 1 = at the "
+        f"time ÷ floor (floor = max(bytes ÷ copy bandwidth, the smallest kernel, a copy's latency at that size) on "
+        f"the batch's GPU; 1 = at the "
         f"ceiling; absent where the batch did not record its floor). Red: a standing regression "
         f"introduced there (asv step detection, band max({noise_pct:g}%, 2 × spread)); green: faster than the "
         f"source before beyond {noise_pct:g}%. {len(regressions)} regression(s).</p>"

@@ -20,7 +20,9 @@ class Row(Record):
     time_us: float
     spread_pct: float = 0.0
     gbps: float | None = None
-    floor_us: float | None = None  # max(bytes / copy bandwidth, smallest kernel) on the batch's device; None: not known
+    # the batch device's floor (optimize.harness.roofline.floor_us: bandwidth, smallest kernel,
+    # copy latency); None: not known, or the op is not byte-bound
+    floor_us: float | None = None
 
 
 class Measurement(VersionedRecord):

@@ -244,6 +244,10 @@ def test_graph_timing_and_device_ceilings(torch, tmp_path):
     info = roofline.device_info(tmp_path)
     assert info.copy_gbps > 1000 and 0 < info.min_kernel_us < 50 and info.l2_bytes > 0
     assert roofline.load_cached(tmp_path, info.name) == info
+    sizes = [size for size, _ in info.copy_latency_us]
+    times = [us for _, us in info.copy_latency_us]
+    assert sizes == list(roofline.LATENCY_BYTES) and all(t > 0 for t in times)
+    assert times[-1] > times[0], "moving 256 MiB takes longer than moving 4 KiB"
 
 
 def test_worker_checks_and_times_a_real_baseline(tmp_path):

@@ -83,6 +83,11 @@ def test_extra_bytes_formulas_add_and_notes_do_not():
 def test_floor_is_bandwidth_time_or_smallest_kernel():
     assert roofline.floor_us(4_000_000_000, 4000.0, 2.0) == pytest.approx(1000.0)
     assert roofline.floor_us(1000, 4000.0, 2.0) == 2.0
+    latency = [(4096, 3.0), (65536, 4.5), (1 << 20, 6.0)]
+    assert roofline.floor_us(1000, 4000.0, 2.0, latency) == 2.0, "below the smallest measured size: no latency term"
+    assert roofline.floor_us(100_000, 4000.0, 2.0, latency) == 4.5, "the copy at the largest size not above"
+    assert roofline.floor_us(4_000_000_000, 4000.0, 2.0, latency) == pytest.approx(1000.0), "bandwidth wins at size"
+    assert roofline.latency_floor_us(65536, latency) == 4.5 and roofline.latency_floor_us(4095, latency) == 0.0
 
 
 def test_shape_timing_figures():

@@ -7,7 +7,7 @@
 #   1. whether bubblewrap makes its sandbox on this machine (issue 16): bwrap.txt;
 #   2. the self-check over the ops that were blocked (order-free rows, dtype demands, the
 #      asserted "relu2") and ten planned ones not yet tried (issue 13's >= 20 ops): selfcheck.tgz;
-#   3. the GPU tests added or not reached in session 9: tests.log;
+#   3. the GPU tests added or not reached in session 9 (the copy-latency floor included): tests.log;
 #   4. one search round with screening on fused_add_rmsnorm (issue 14's evaluation rate): runs.tgz.
 set -o pipefail
 source "$(dirname "$0")/device-setup.sh" || exit 1
@@ -34,6 +34,7 @@ tar -czf "$OUT/selfcheck.tgz" -C work --exclude='integrate/self-check/tree' --ex
 
 timeout "${TESTS_S:-100}" python3 -m pytest -q -m gpu -p no:cacheprovider -rs --durations=5 \
   tests/test_harness_gpu.py::test_rows_in_no_fixed_order_on_torch_tensors \
+  tests/test_harness_gpu.py::test_graph_timing_and_device_ceilings \
   "tests/test_harness_adversarial.py::test_unmodified_baseline_passes" > "$OUT/tests.log" 2>&1
 status=$((status | $?))
 tail -5 "$OUT/tests.log"

@@ -158,10 +158,14 @@ def timing_section(command: str, results: Sequence[OpBench], when: str, environm
             f"{device.min_kernel_us:.2f} µs; torch {device.torch}, CUDA {device.cuda}. {environment}",
             "",
         ]
+        if device.copy_latency_us:
+            shown = ", ".join(f"{size // 1024} KiB {us:.2f} µs" for size, us in device.copy_latency_us)
+            lines += [f"Copy latency (bytes moved: µs per copy, back to back in a graph): {shown}", ""]
     lines += [
         "Method: CUDA-graph replays of back-to-back calls rotating over buffer sets of at least 3x L2, median of "
         "repeats; GB/s from the contract's bytes (inputs read once, outputs written once, inout both); "
-        "floor = max(bytes / copy bandwidth, smallest-kernel time). eager/compile: the PyTorch reference "
+        "floor = max(bytes / copy bandwidth, smallest-kernel time, the measured copy time at that size). "
+        "eager/compile: the PyTorch reference "
         "(optimize/harness/references.py) in the same dtype, captured and timed the same way.",
         "",
     ]
@@ -346,11 +350,7 @@ def store_batch(
         device = device or op.device
         for t in op.rows:
             gbps = t.bytes / (t.baseline_us * 1e3) if t.baseline_us else None
-            floor = (
-                roofline.floor_us(t.bytes, op.device.copy_gbps, op.device.min_kernel_us)
-                if op.device and t.byte_bound
-                else None
-            )
+            floor = roofline.device_floor_us(t.bytes, op.device) if op.device and t.byte_bound else None
             rows.append(
                 Row(
                     op_id=op.op_id,

@@ -125,6 +125,9 @@ class DeviceInfo(Record):
     copy_gbps: float  # large device-to-device copy, bytes read + written per second / 1e9
     copy_spread_pct: float
     min_kernel_us: float  # an empty kernel, back to back in a CUDA graph
+    # (bytes moved, µs): device-to-device copies moving that many bytes (half read, half
+    # written), back to back in a CUDA graph; [] in caches from before it (issue 14 item 6)
+    copy_latency_us: list[tuple[int, float]] = Field(default_factory=list)
     torch: str
     cuda: str
     measured_at: str

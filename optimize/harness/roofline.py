@@ -13,10 +13,16 @@ entries whose value is an arithmetic expression of the size symbols are added
 - copy bandwidth: a large device-to-device copy (2 x 1 GiB), bytes read plus
   bytes written over the median time;
 - smallest-kernel time: an empty kernel launched back to back in a CUDA graph,
-  the per-launch median: no kernel of any size takes less.
+  the per-launch median: no kernel of any size takes less;
+- copy latency: at sizes from 4 KiB to 256 MiB moved, a device-to-device copy back to
+  back in a CUDA graph (:func:`copy_latency_us`): what a well-written streaming kernel
+  needs to move that many bytes where a dependent DRAM round trip, not bandwidth, sets
+  the time.
 
-Per shape: ``floor = max(bytes / copy bandwidth, smallest-kernel time)``, and a
-kernel's ``time / floor`` says how much room is left (1.0 = at the ceiling).
+Per shape: ``floor = max(bytes / copy bandwidth, smallest-kernel time, latency floor)``,
+the latency floor being the copy time measured at the largest size not above the
+shape's bytes (a lower bound: copy time grows with size), and a kernel's ``time / floor``
+says how much room is left (1.0 = at the ceiling).
 
 The byte counting and floors are pure Python (CPU-tested); measuring imports
 torch lazily.
@@ -27,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import pathlib
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,9 +75,20 @@ def contract_bytes(plan: CallPlan, contract: Contract | None = None) -> int:
     return total
 
 
-def floor_us(nbytes: int, copy_gbps: float, min_kernel_us: float) -> float:
+def floor_us(nbytes: int, copy_gbps: float, min_kernel_us: float, latency: Sequence[tuple[int, float]] = ()) -> float:
     """The fastest any kernel moving ``nbytes`` can be on this device, in microseconds."""
-    return max(nbytes / (copy_gbps * 1e3), min_kernel_us)
+    return max(nbytes / (copy_gbps * 1e3), min_kernel_us, latency_floor_us(nbytes, latency))
+
+
+def latency_floor_us(nbytes: int, latency: Sequence[tuple[int, float]]) -> float:
+    """The measured copy time at the largest size not above ``nbytes`` (0 below the smallest size)."""
+    below = [us for size, us in latency if size <= nbytes]
+    return max(below, default=0.0)
+
+
+def device_floor_us(nbytes: int, device: DeviceInfo) -> float:
+    """:func:`floor_us` with every ceiling ``device`` measured."""
+    return floor_us(nbytes, device.copy_gbps, device.min_kernel_us, device.copy_latency_us)
 
 
 def written_bytes(plan: CallPlan) -> int:
@@ -115,7 +133,7 @@ def shape_timing(
     byte_bound: bool = True,
 ) -> ShapeTiming:
     gbps = nbytes / (time_us * 1e3) if time_us > 0 else 0.0
-    floor = floor_us(nbytes, device.copy_gbps, device.min_kernel_us)
+    floor = device_floor_us(nbytes, device)
     return ShapeTiming(
         label=label,
         sizes=sizes,
@@ -175,6 +193,7 @@ def measure(name: str | None = None) -> DeviceInfo:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     copy = copy_bandwidth()
     empty = summarize(empty_kernel_us())
+    latency = copy_latency_us()
     return DeviceInfo(
         name=name or props.name,
         sm_count=props.multi_processor_count,
@@ -182,6 +201,7 @@ def measure(name: str | None = None) -> DeviceInfo:
         copy_gbps=round(copy.median, 2),
         copy_spread_pct=round(copy.spread_pct, 3),
         min_kernel_us=round(empty.median, 4),
+        copy_latency_us=latency,
         torch=torch.__version__,
         cuda=str(torch.version.cuda),
         measured_at=datetime.now(UTC).replace(microsecond=0).isoformat(),
@@ -256,6 +276,43 @@ class _EmptyKernel:
             self.cuda.cuLaunchKernel(self.fn, 1, 1, 1, 32, 1, 1, 0, ctypes.c_void_p(stream.cuda_stream), None, None),
             "cuLaunchKernel",
         )
+
+
+#: total bytes moved (half read, half written) at which the copy latency is measured: 4 KiB .. 256 MiB
+LATENCY_BYTES = tuple(4096 * 4**i for i in range(9))
+LATENCY_CALLS = 64  # copies back to back in one graph
+
+
+def copy_latency_us(
+    sizes: Sequence[int] = LATENCY_BYTES, calls: int = LATENCY_CALLS, repeats: int = EMPTY_REPEATS
+) -> list[tuple[int, float]]:
+    """(bytes moved, median µs per copy) of device-to-device copies, back to back in a CUDA graph.
+
+    The same buffers every call, so the data is L2-resident where it fits: that makes the
+    time a lower bound for a kernel whose data the harness rotates out of L2.
+    """
+    import torch
+
+    from optimize.harness.timing import capture, summarize, time_graphs
+
+    stream = torch.cuda.Stream()
+    out: list[tuple[int, float]] = []
+    for total in sizes:
+        src = torch.zeros(max(1, total // 2), dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+
+        def copy(dst: Any = dst, src: Any = src) -> None:
+            dst.copy_(src)
+
+        with torch.cuda.stream(stream):
+            copy()
+        stream.synchronize()
+        graph = capture([copy] * calls, stream)
+        samples = time_graphs({"copy": graph}, {"copy": calls}, repeats, stream)["copy"]
+        out.append((total, round(summarize(samples).median, 4)))
+        del graph, src, dst
+    torch.cuda.empty_cache()
+    return out
 
 
 def empty_kernel_us(launches: int = EMPTY_LAUNCHES, repeats: int = EMPTY_REPEATS) -> list[float]:
