@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# The H200 measurements session 9 (2026-12-02) left owed, in one device call (~540 s):
-#   bash tools/gpu-owed.sh TASKS_TARBALL
+# The H200 measurements session 9 (2026-12-02) left owed, in two device calls (~540 s each):
+#   bash tools/gpu-owed.sh TASKS_TARBALL              # part 1
+#   PART=2 bash tools/gpu-owed.sh TASKS_TARBALL RELEASE_TARBALL...   # part 2
 # Carry .whl, .dev/wheels and TASKS_TARBALL (`kernelsmith extract --all --no-compile`
-# at this commit: the tasks' contracts changed in session 9). Each step has its own limit,
-# and a step stopped by it keeps what it recorded (SIGTERM unwinds; the self-check resumes).
+# at this commit: the tasks' contracts changed in session 9); for part 2 also the release
+# tarballs (tools/track-tasks.sh) and, to resume a census, work/results from the last run.
+# Each step has its own limit, and a step stopped by it keeps what it recorded (SIGTERM
+# unwinds; the self-check and the census resume).
+# Part 1:
 #   1. whether bubblewrap makes its sandbox on this machine (issue 16): bwrap.txt;
 #   2. the self-check over the ops that were blocked (order-free rows, dtype demands, the
 #      asserted "relu2") and ten planned ones not yet tried (issue 13's >= 20 ops): selfcheck.tgz;
 #   3. the GPU tests added or not reached in session 9 (the copy-latency floor included): tests.log;
 #   4. one search round with screening on fused_add_rmsnorm (issue 14's evaluation rate): runs.tgz.
+# Part 2:
+#   1. `bench --ops` over two good ops and one whose baseline cannot build here (issue 16): bench.log;
+#   2. the census of each release tarball, TRACK_S each (issue 17): results.sqlite.
 set -o pipefail
 source "$(dirname "$0")/device-setup.sh" || exit 1
 OUT="${OUT:-.}"
@@ -16,6 +23,21 @@ tasks="${1:?a tarball of work/tasks}"
 mkdir -p work && tar -xzf "$tasks" -C work || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 status=0
+
+if [ "${PART:-1}" = 2 ]; then
+  shift
+  timeout "${BENCH_S:-200}" python3 -m pipeline.cli bench --ops activation.silu_and_mul layernorm.rmsnorm \
+    moe.route_radix4 --output "$OUT/BENCH.md" > "$OUT/bench.log" 2>&1
+  echo "bench exit $?"; tail -8 "$OUT/bench.log"
+  for tarball in "$@"; do
+    name=$(basename "$tarball" .tar.gz)
+    timeout "${TRACK_S:-150}" python3 -m pipeline.cli track run --tasks "$tarball" > "$OUT/$name.log" 2>&1
+    status=$((status | $?))
+    tail -2 "$OUT/$name.log"
+  done
+  cp work/results/results.sqlite "$OUT/" 2>/dev/null
+  exit $status
+fi
 
 python3 -c "from pipeline.sandbox import bwrap; print(bwrap())" > "$OUT/bwrap.txt" 2>&1
 cat "$OUT/bwrap.txt"
