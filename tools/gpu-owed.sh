@@ -29,14 +29,8 @@ if [ "${PART:-1}" = 2 ]; then
   timeout "${BENCH_S:-200}" python3 -m pipeline.cli bench --ops activation.silu_and_mul layernorm.rmsnorm \
     moe.route_radix4 --output "$OUT/BENCH.md" > "$OUT/bench.log" 2>&1
   echo "bench exit $?"; tail -8 "$OUT/bench.log"
-  for tarball in "$@"; do
-    name=$(basename "$tarball" .tar.gz)
-    timeout "${TRACK_S:-150}" python3 -m pipeline.cli track run --tasks "$tarball" > "$OUT/$name.log" 2>&1
-    status=$((status | $?))
-    tail -2 "$OUT/$name.log"
-  done
-  cp work/results/results.sqlite "$OUT/" 2>/dev/null
-  exit $status
+  TRACK_S="${TRACK_S:-150}" bash "$(dirname "$0")/gpu-track.sh" "$@"  # the census of each release, results.sqlite
+  exit $?
 fi
 
 python3 -c "from pipeline.sandbox import bwrap; print(bwrap())" > "$OUT/bwrap.txt" 2>&1
