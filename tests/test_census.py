@@ -123,3 +123,33 @@ def test_an_interrupted_census_keeps_what_it_measured_and_a_rerun_measures_only_
     assert seen == ["demo.broken", "demo.scale", "demo.scale"], "the rerun measured only what was left"
     assert "1 ops already in the store, 1 to measure" in capsys.readouterr().err
     assert {r.op_id for _, _, r in ResultsStore(tmp_path).history()} == {"demo.broken", "demo.scale"}
+
+
+def test_on_a_gpu_machine_every_baseline_is_built_at_once_before_the_timing(tmp_path, monkeypatch, capsys):
+    """On the H200 (2026-12-02) the census spent ~15 s an op, one nvcc at a time: now every baseline is
+    built first on all the build jobs, and the timing loop finds them in the cache."""
+    from optimize.harness import evaluate
+    from pipeline import gpu
+    from pipeline.records import BuildReport
+
+    _tasks(tmp_path)
+    events: list[str] = []
+
+    def build_units(task_dir, task, units, *, config, regions=None, max_workers=None, isolate=False):
+        events.append(f"build {task.op_id} {max_workers}")
+        if task.op_id == "demo.broken":
+            raise RuntimeError("a surprise while building")  # left to the op's own build to report
+        return BuildReport(ok=True, key="k", seconds=0.1), ["/lib/x.so"]
+
+    def bench_op(folder, task, config, *, dtypes, compile_):
+        events.append(f"time {task.op_id}")
+        return OpBench(op_id=task.op_id, rows=[timing(10.0, None)], device=DEVICE)
+
+    monkeypatch.setattr(gpu, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
+    monkeypatch.setattr(evaluate, "build_units", build_units)
+    monkeypatch.setattr(bench, "bench_op", bench_op)
+    assert cli(["track", "run", "--work-dir", str(tmp_path)]) == 0
+    builds = [e for e in events if e.startswith("build")]
+    assert sorted(builds) == ["build demo.broken 1", "build demo.scale 1"], "each baseline once, one nvcc each"
+    assert events.index("time demo.broken") > max(events.index(b) for b in builds), "all built before any timing"
+    assert "built 1 of 2 baselines at once" in capsys.readouterr().err
