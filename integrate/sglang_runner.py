@@ -144,14 +144,18 @@ class TreeWorker:
             env=worker_env(self.cache_dir),
             cwd=str(self.cache_dir),
         )
-        threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
         return self.request({"cmd": "ping"}, timeout_s=START_TIMEOUT_S)
 
-    def _pump(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
+    @staticmethod
+    def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+        """One process's answers into its own queue, then None at its end. The queue is bound here,
+        not read from ``self``: a killed worker's pump ends after :meth:`restart` swapped in the new
+        worker's queue, and its None must not tell the new worker's first request that it died."""
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
 
     def _tail(self, chars: int = 4000) -> str:
         try:
@@ -185,7 +189,11 @@ class TreeWorker:
                 detail=self._tail(),
             ) from err
         if line is None:
-            code = self.proc.wait()
+            try:
+                code: int | None = self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # its output closed but it lives on: not a worker to keep
+                self.kill()
+                code = self.proc.returncode
             raise WorkerError(
                 f"{self.name} worker exited with code {code} during {req.get('cmd')}", detail=self._tail()
             )

@@ -402,6 +402,36 @@ def test_an_op_the_pristine_tree_rejects_for_one_reason_costs_three_calls_and_no
     assert sorted(starts.read_text().split()) == ["baseline", "patched"], "no worker was restarted"
 
 
+LINGERING_STUB = """
+import json, subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])  # keeps our stdout open after we exit
+for line in sys.stdin:
+    req = json.loads(line)
+    sys.stdout.write(json.dumps({"ok": True}) + "\\n"); sys.stdout.flush()
+    if req["cmd"] == "exit":
+        break
+"""
+
+
+def test_a_restarted_worker_never_reads_the_end_of_the_worker_before_it(tmp_path):
+    """Found in CI (2026-12-02): the pump of a worker that was replaced read its end-of-output after
+    restart() had swapped in the new worker's queue, so the new worker's next request read "exited"
+    and then waited forever on a live process. Each pump now writes to its own worker's queue."""
+    stub = tmp_path / "stub.py"
+    stub.write_text(LINGERING_STUB)
+    python = _stand_in(tmp_path, f'exec {sys.executable} {stub} "$@"\n')
+    worker = sglang_runner.TreeWorker(
+        "baseline", tmp_path / "pkg", tmp_path / "cache", tmp_path / "w.log", python=python
+    )
+    worker.start()
+    worker.restart()  # the first process exits; its stdout closes 1.5 s later, after the swap
+    time.sleep(2.0)
+    try:
+        assert worker.request({"cmd": "ping"}, timeout_s=10) == {"ok": True}
+    finally:
+        worker.close()
+
+
 def test_warm_batches_cut_the_ops_so_each_batch_builds_at_most_the_limit():
     """A long self-check builds and checks batch by batch, so an op is recorded before the next batch builds."""
     from integrate.calls import OpPlan, PlannedCase
