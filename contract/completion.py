@@ -191,6 +191,17 @@ def _order_rule(op_id: str, spec: TensorSpec, rules: list[dict]) -> Filled | Non
     return None
 
 
+def _floor_rule(op_id: str, rules: list[dict]) -> Filled | None:
+    """``Contract.byte_bound = false`` from the first ``[[floor]]`` rule naming ``op_id``."""
+    for rule in rules:
+        pattern = _matches(op_id, rule.get("ops", []))
+        if pattern is not None and rule.get("byte_bound") is False:
+            return Filled(
+                name="byte_bound", kind="floor", value=False, rule=f"completion.toml: {pattern}", why=rule["why"]
+            )
+    return None
+
+
 def _scalar_rule(name: str, type_: str, rules: list[dict]) -> Filled | None:
     for rule in rules:
         pattern = _matches(name, rule.get("names", []))
@@ -547,15 +558,9 @@ def _complete(task: Task, task_dir: pathlib.Path | None, rules: dict[str, list[d
             ordered = _order_rule(task.op_id, arg.tensor, rules["order"])
             if ordered is not None:
                 filled.append(ordered)
-    if contract.byte_bound:
-        floor = next((r for r in rules["floor"] if _matches(task.op_id, r.get("ops", [])) is not None), None)
-        if floor is not None and floor.get("byte_bound") is False:
-            pattern = _matches(task.op_id, floor["ops"])
-            filled.append(
-                Filled(
-                    name="byte_bound", kind="floor", value=False, rule=f"completion.toml: {pattern}", why=floor["why"]
-                )
-            )
+    floor = _floor_rule(task.op_id, rules["floor"]) if contract.byte_bound else None
+    if floor is not None:
+        filled.append(floor)
     completed = apply(contract, filled)
     record = Completion(op_id=task.op_id, filled=filled, open=open_items(completed))
     return task.model_copy(update={"contract": completed}), record

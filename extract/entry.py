@@ -34,16 +34,10 @@ from collections.abc import Sequence
 
 import libcst as cst
 
+from extract.pyops.modules import dotted_name, parse_module
 from pipeline.records import Contract, EntryParam, EntrySignature, ParamKind
 
 MAX_DEPTH = 6  # helper calls followed from the public function (silu_and_mul needs 2)
-
-
-def python_module(module_path: str) -> str:
-    """``kernels/ops/layernorm/norm.py`` -> ``sglang.kernels.ops.layernorm.norm`` (package-relative path)."""
-    dotted = module_path.removesuffix(".py").replace("/", ".")
-    dotted = dotted.removesuffix(".__init__")
-    return f"sglang.{dotted}"
 
 
 def _arg_names(contract: Contract) -> list[str]:
@@ -199,29 +193,17 @@ def asserted_values(fn: cst.FunctionDef, constants: dict[str, cst.BaseExpression
     return out
 
 
-def _constants(module: cst.Module) -> dict[str, cst.BaseExpression]:
-    """Module-level ``NAME = <expr>`` bindings (the first of each name)."""
-    out: dict[str, cst.BaseExpression] = {}
-    for statement in module.body:
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                    target = small.targets[0].target
-                    if isinstance(target, cst.Name):
-                        out.setdefault(target.value, small.value)
-    return out
-
-
 def read_signature(
     root: pathlib.Path, module_path: str, function: str, contract: Contract, entry_points: Sequence[str]
 ) -> EntrySignature:
     """The public function ``function`` of ``root/module_path`` and the contract argument each parameter feeds."""
-    dotted = python_module(module_path)
+    dotted = dotted_name(module_path)
     path = root / module_path
     try:
-        module = cst.parse_module(path.read_bytes())
-    except (OSError, cst.ParserSyntaxError) as err:
+        parsed = parse_module(module_path, path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, cst.ParserSyntaxError) as err:
         return EntrySignature(module=dotted, function=function, reason=f"cannot read {module_path}: {err}")
+    module = parsed.tree
     functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
     fn = functions.get(function)
     if fn is None:
@@ -234,7 +216,7 @@ def read_signature(
     traced = _Tracer(functions, [contract.entry] if contract.entry in entry_points else entry_points, arg_names).feeds(
         function
     )
-    allowed = asserted_values(fn, _constants(module))
+    allowed = asserted_values(fn, parsed.constants)
     fed: set[str] = set()
     symbols = set(contract.symbols)
     params: list[EntryParam] = []

@@ -81,8 +81,7 @@ def _sites(f: RegionFunction, which: tuple[str, ...]) -> list[tuple[int, int, st
         callee = call.child_by_field_name("function")
         assert callee is not None  # a call_expression always names its function
         head = len(plain.split("<", 1)[0])  # "device::load_as" or "load_as"
-        start = callee.start_byte + (len(text) - len(text.lstrip()))
-        out.append((start, start + head, RENAMES[name]))
+        out.append((callee.start_byte, callee.start_byte + head, RENAMES[name]))
     return out
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from contract import layout
 from extract import entry
+from extract.pyops.modules import dotted_name
 from pipeline.records import ArgSpec, Contract, ScalarSpec, Task, TensorSpec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -72,7 +73,7 @@ def test_the_default_ops_feed_their_contract_by_the_wrappers_calls(extracted):
     )
     assert feeds["layernorm.fused_add_rmsnorm"]["cast_x_before_out_mul"] == (None, "")
     for op, (_, task) in extracted.items():
-        assert task.entry_signature.module == entry.python_module(task.module)
+        assert task.entry_signature.module == dotted_name(task.module)
         assert (task.entry_signature.reason == "") == (op != UNMAPPABLE), op
 
 
