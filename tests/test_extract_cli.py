@@ -166,3 +166,22 @@ def test_compile_check_drops_an_instantiation_the_baseline_cannot_compile(sglang
     assert result.baseline_build is not None and result.baseline_build.ok
     assert any("fp32<false, fp32_t>" in note for note in result.notes)
     assert len(result.shapes) == len(task.shapes)
+
+
+def test_extract_all_reports_the_tasks_with_catalog_shapes(env, monkeypatch, capsys):
+    """`extract --all` (here narrowed to two ops) counts the tasks that have a catalog model's shapes
+    in coverage.json and its summary line, and records each op's count."""
+    from pipeline.config import DEFAULT_OPS
+
+    real = command.select_ops
+    two = ["activation.silu_and_mul", "layernorm.rmsnorm"]
+    assert set(two) <= set(DEFAULT_OPS)
+    monkeypatch.setattr(command, "select_ops", lambda index, requested, all_ops: real(index, two, False))
+    assert main(["extract", "--all", "--no-compile", "--work-dir", str(env)]) == 0
+    coverage = json.loads((env / "coverage.json").read_text())
+    assert coverage["ops_with_catalog_shapes"] == 2
+    tasks = {op: layout.load_task(env / "tasks" / op) for op in two}
+    counts = {r["op_id"]: r["catalog_shapes"] for r in coverage["results"]}
+    assert counts == {op: sum(1 for s in t.shapes if s.model != "synthetic") for op, t in tasks.items()}
+    assert all(counts.values())
+    assert "2 with catalog (real-model) shapes" in capsys.readouterr().out
