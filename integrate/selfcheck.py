@@ -187,7 +187,10 @@ def self_check(ops: list[str], config: Config) -> int:
     copy = pristine_copy(baseline, out_dir / "tree" / "sglang")
     record = record.model_copy(update={"copy_tree": str(copy)})
     named = {t.op_id for t in tasks}
-    kept = [c for c in before if c.op_id in named and proved(c)]
+    # What an earlier, interrupted run learnt is applied first: its recheck came at the end and
+    # may never have run (the H200, 2026-12-02: a time limit ended it after the first pass).
+    upfront = refixed_by_the_baseline(tasks, [c for c in before if c.op_id in named], config.work / "tasks")
+    kept = [c for c in before if c.op_id in named and proved(c) and c.op_id not in upfront]
     for check in kept:
         print(
             f"  {check.op_id}: kept, proved earlier ({check.passed}/{len(check.cases)} bitwise equal)", file=sys.stderr
@@ -197,6 +200,8 @@ def self_check(ops: list[str], config: Config) -> int:
     done: list[OpCheck] = []
 
     def progress(check: OpCheck) -> None:
+        if check.op_id in upfront:
+            check = check.model_copy(update={"fixes": upfront[check.op_id]})
         done.append(check)
         _write(record.model_copy(update={"checks": _union(others, done)}), out_dir)
         equal = bitwise(check)
@@ -224,13 +229,18 @@ def self_check(ops: list[str], config: Config) -> int:
         )
 
     try:
-        checks = run_checks(tasks)
+        checks = [
+            c.model_copy(update={"fixes": upfront[c.op_id]}) if c.op_id in upfront else c for c in run_checks(tasks)
+        ]
         fixed = refixed_by_the_baseline(tasks, checks, config.work / "tasks")
         if fixed:  # once: the fixed ops' rows replace their first ones
             print(f"  checking again with the pristine op's own demands: {', '.join(fixed)}", file=sys.stderr)
             again = {c.op_id: c for c in run_checks([t for t in tasks if t.op_id in fixed])}
             checks = [
-                again[c.op_id].model_copy(update={"fixes": fixed[c.op_id]}) if c.op_id in again else c for c in checks
+                again[c.op_id].model_copy(update={"fixes": [*upfront.get(c.op_id, []), *fixed[c.op_id]]})
+                if c.op_id in again
+                else c
+                for c in checks
             ]
     except (KernelsmithError, OSError, subprocess.SubprocessError) as err:  # a worker that cannot start or run at all
         message = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"

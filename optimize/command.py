@@ -117,10 +117,11 @@ def main(args: Any, config: Config) -> int:
     if not replay_file:
         backend.record_to = run_dir / "measurements.replay.json"
 
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
+    from pipeline.console import console as make_console
+
+    console = make_console(stderr=True)
     if getattr(backend, "simulated", False):
         console.print(f"[yellow]{backend.describe()}[/yellow]")
     with Progress(
@@ -138,7 +139,7 @@ def main(args: Any, config: Config) -> int:
         for bar in bars.values():
             progress.update(bar, completed=progress.tasks[bar].total)
 
-    Console().print(report.console_table(summary))
+    make_console().print(report.console_table(summary))
     print(f"run folder: {run_dir}", file=sys.stderr)
     for op in summary.ops:
         if op.stop_reason and op.stop_reason not in ("rounds", *FINISHED):

@@ -404,7 +404,10 @@ def _fast_math_targets(features: Features, point: dict[str, Any]) -> list[dict[s
 
 
 def _enable_pdl_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{}] if any(l.pdl in ("off", "absent") for l in features.launches) else []
+    if not any(l.pdl in ("off", "absent") for l in features.launches):
+        return []
+    blocks = int(point.get("max_blocks", 0))
+    return [{"max_blocks": blocks} if blocks else {}]
 
 
 def _early_trigger_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
@@ -462,7 +465,15 @@ TRANSFORMS: dict[str, TransformSpec] = {
             "precise math -> fast intrinsics in device code",
             choice=("ops",),
         ),
-        TransformSpec("enable_pdl", enable_pdl, {}, (), _enable_pdl_targets, "turn programmatic dependent launch on"),
+        TransformSpec(
+            "enable_pdl",
+            enable_pdl,
+            {"max_blocks": "PDL only for launches of at most this many blocks, decided at run time (0: always)"},
+            (),
+            _enable_pdl_targets,
+            "turn programmatic dependent launch on (for every grid, or for small ones)",
+            choice=("max_blocks",),
+        ),
         TransformSpec(
             "pdl_early_trigger",
             pdl_early_trigger,

@@ -177,8 +177,31 @@ FLAGS = {
 
 def _terminated(signum: int, frame: object) -> None:
     """SIGTERM (a ``timeout``, a scheduler, a closed session) unwinds like Ctrl-C, so the ``with``
-    blocks close their workers and every record written so far stays, instead of orphaning them."""
+    blocks close their workers and every record written so far stays, instead of orphaning them.
+
+    Once only: a second SIGTERM during the unwinding would land in a ``finally`` or a lock's
+    restore and break it (seen on the H200, 2026-12-02: "release unlocked lock" in a queue wait).
+    A no-op handler, not SIG_IGN: an ignored signal stays ignored in the workers started later.
+    """
+    signal.signal(signal.SIGTERM, _unwinding)
     raise KeyboardInterrupt
+
+
+def _unwinding(signum: int, frame: object) -> None:
+    """SIGTERM while the first one unwinds: already stopping."""
+
+
+def _interrupted(err: BaseException) -> bool:
+    """Whether ``err`` was raised while an interrupt unwound (its cause or context chain holds
+    one): an interrupt landing inside a lock's wait can surface as the lock's RuntimeError."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -212,8 +235,16 @@ def _main(args: argparse.Namespace) -> int:
         print(f"error: {typed}", file=sys.stderr)  # a read-only work dir: one line naming it, no traceback
         return typed.exit_code
     except KeyboardInterrupt:
-        print("interrupted: results written so far are kept; re-run the same command to resume", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         return 130
+    except Exception as err:
+        if not _interrupted(err):
+            raise
+        print(INTERRUPTED, file=sys.stderr)  # the interrupt, surfaced as what it broke on the way out
+        return 130
+
+
+INTERRUPTED = "interrupted: results written so far are kept; re-run the same command to resume"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -151,6 +151,12 @@ class SearchConfig(Section):
     # member's full timing took ~20 s, so a population of 8 did not finish a 73 s round.
     screen_per_bucket: int = Field(default=1, ge=0)
     promote: int = Field(default=2, ge=1)
+    # A space of at most this many points is cut to the points whose transforms compose before
+    # the search, so every member of a population is a real candidate; each point is made once
+    # to know (~20 ms here: activation.cuh's 2048 points took 48 s), so a larger space is cut
+    # by pairs of choices instead (on the H200, 2026-12-02, the uncut 1024-point spaces of relu2
+    # and per_token_quant_fp8 built 3 and 2 members of a population of 16).
+    restrict_points: int = Field(default=512, ge=0)
 
 
 class HarnessConfig(Section):

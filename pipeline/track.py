@@ -20,9 +20,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from pipeline.console import console as make_console
 from pipeline.stats import geomean
 from pipeline.store import ResultsStore
 from pipeline.store_records import REFERENCE_VARIANTS
@@ -72,7 +72,7 @@ def main(args: Any, config: Any) -> int:
 
         return int(importlib.import_module("optimize.harness.census").main(args, config) or 0)
     store = ResultsStore(config.work)
-    console = Console()
+    console = make_console()
     op = getattr(args, "op", None)
     fail = bool(getattr(args, "fail_on_regression", False))
     keys = store.keys()

@@ -384,3 +384,31 @@ def test_sigterm_unwinds_like_ctrl_c_and_the_handler_is_restored(monkeypatch, ca
     assert cli.main(["track"]) == 130
     assert "interrupted: results written so far are kept" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_an_interrupt_that_breaks_a_lock_on_its_way_out_is_still_an_interrupt(monkeypatch, capsys):
+    """On the H200 (2026-12-02) a `timeout`'s SIGTERM landed inside a queue's wait and surfaced as
+    "RuntimeError: release unlocked lock" with a traceback. Any error whose chain holds the
+    interrupt ends as the interrupt: the resume hint, exit 130, no traceback; one that does not
+    still propagates."""
+    import sys
+    import types
+
+    from pipeline import cli
+
+    def broken_by_the_interrupt(args, config):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("release unlocked lock")  # noqa: B904 (the context chain is the point)
+
+    def plain_bug(args, config):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setitem(sys.modules, "fake_stage", types.SimpleNamespace(run=broken_by_the_interrupt, bug=plain_bug))
+    monkeypatch.setitem(cli.HANDLERS, "track", "fake_stage:run")
+    assert cli.main(["track"]) == 130
+    assert "interrupted: results written so far are kept" in capsys.readouterr().err
+    monkeypatch.setitem(cli.HANDLERS, "track", "fake_stage:bug")
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["track"])

@@ -336,14 +336,36 @@ def test_a_dtype_the_pristine_op_demands_fixes_the_contract_and_the_op_is_checke
     the pristine op said "correction_bias must be float32". The baseline is the oracle, so the
     self-check applies that demand, as the sweep does, and checks the op once more."""
     from integrate import selfcheck, sglang_runner
-    from integrate.records import CheckCase, OpCheck, SelfCheck
+    from integrate.records import SelfCheck
     from pipeline.records import read_record
 
     calls: list[str] = []
+    check_ops = _demanding_check_ops(calls)
+    monkeypatch.setattr(selfcheck, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
+    monkeypatch.setattr(sglang_runner, "check_ops", check_ops)
+    work = one_op_run
+    assert main(build_parser().parse_args(["integrate", "--self-check", OP]), _config(work)) == 0
+    assert calls[0] == "T" and calls[1] in ("fp32", "float32") and len(calls) == 2, (
+        "checked with the contract's dtype, then once with the demanded one"
+    )
+    out = work / "integrate" / "self-check"
+    (check,) = read_record(SelfCheck, out / "self-check.json").checks
+    assert (
+        check.ran and check.passed == 1 and check.fixes == ["out: dtype float32 (baseline: check: out must be float32)"]
+    )
+    assert "contract fixed by the pristine op's check: out: dtype float32" in (out / "self-check.md").read_text()
+
+
+def _demanding_check_ops(calls: list[str], interrupt_at: int | None = None):
+    """A fake check_ops whose pristine op demands ``out`` be float32: skipped until the contract says so.
+    ``interrupt_at``: the call (0-based) that a time limit ends before it checks anything."""
+    from integrate.records import CheckCase, OpCheck
 
     def check_ops(tasks, *args, **kwargs):
         checks = []
         for task in tasks:
+            if interrupt_at is not None and len(calls) == interrupt_at:
+                raise KeyboardInterrupt
             (out,) = [a.tensor for a in task.contract.args if a.tensor is not None and a.tensor.name == "out"]
             calls.append(out.dtype)
             demand = out.dtype not in ("fp32", "float32")
@@ -358,16 +380,32 @@ def test_a_dtype_the_pristine_op_demands_fixes_the_contract_and_the_op_is_checke
             checks.append(check)
         return checks
 
+    return check_ops
+
+
+def test_a_rerun_after_an_interrupted_self_check_applies_the_demanded_dtype_first(one_op_run, monkeypatch):
+    """On the H200 (2026-12-02) a time limit ended the self-check before its second pass, so the
+    demands it had seen were never applied, and a rerun kept the op as it was. A rerun now applies
+    what the earlier record shows first: one call, with the demanded dtype, and the fix said."""
+    from integrate import selfcheck, sglang_runner
+    from integrate.records import SelfCheck
+    from pipeline.records import read_record
+
+    calls: list[str] = []
     monkeypatch.setattr(selfcheck, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
-    monkeypatch.setattr(sglang_runner, "check_ops", check_ops)
+    monkeypatch.setattr(sglang_runner, "check_ops", _demanding_check_ops(calls, interrupt_at=1))
     work = one_op_run
-    assert main(build_parser().parse_args(["integrate", "--self-check", OP]), _config(work)) == 0
-    assert calls[0] == "T" and calls[1] in ("fp32", "float32") and len(calls) == 2, (
-        "checked with the contract's dtype, then once with the demanded one"
-    )
+    argv = build_parser().parse_args(["integrate", "--self-check", OP])
+    with pytest.raises(KeyboardInterrupt):
+        main(argv, _config(work))
     out = work / "integrate" / "self-check"
+    (first,) = read_record(SelfCheck, out / "self-check.json").checks
+    assert calls == ["T"] and not first.ran and first.cases[0].status == "skipped", "the first pass is kept"
+    calls.clear()
+    monkeypatch.setattr(sglang_runner, "check_ops", _demanding_check_ops(calls))
+    assert main(argv, _config(work)) == 0
+    assert calls in (["fp32"], ["float32"]), "the rerun checks once, with the demanded dtype"
     (check,) = read_record(SelfCheck, out / "self-check.json").checks
     assert (
         check.ran and check.passed == 1 and check.fixes == ["out: dtype float32 (baseline: check: out must be float32)"]
     )
-    assert "contract fixed by the pristine op's check: out: dtype float32" in (out / "self-check.md").read_text()

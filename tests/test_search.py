@@ -44,7 +44,8 @@ def test_fused_add_rmsnorm_space_composes_pdl_bounds_and_unroll(sglang_source):
     # transform and target
     assert names[:3] == ["enable_pdl", "pdl_late_wait", "pdl_early_trigger"]
     assert any(n.startswith("set_launch_bounds") and "fused_add_rmsnorm_reg_kernel" in n for n in names)
-    assert space.size == len(list(points(space))) == 96
+    # PDL off, always, or for grids of at most 132 / 528 / 2112 blocks: 5 x 48
+    assert space.size == len(list(points(space))) == 240
     # a point of three transforms changes the code in three places, each as its transform alone would
     pdl, bounds = space.dimensions[0], next(d for d in space.dimensions if d.transform == "set_launch_bounds")
     unroll = next(d for d in space.dimensions if d.transform == "add_pragma_unroll")
@@ -86,9 +87,9 @@ def toy_space(*sizes: int) -> Space:
 
 
 def test_auto_walks_a_small_space_and_samples_a_large_one():
-    assert choose_strategy("auto", toy_space(2, 3), 32) == "brute_force"
-    assert choose_strategy("auto", toy_space(8, 8), 32) == "genetic_algorithm"
-    assert choose_strategy("greedy_ils", toy_space(2), 32) == "greedy_ils"
+    assert choose_strategy("auto", toy_space(2, 3).size, 32) == "brute_force"
+    assert choose_strategy("auto", toy_space(8, 8).size, 32) == "genetic_algorithm"
+    assert choose_strategy("greedy_ils", toy_space(2).size, 32) == "greedy_ils"
 
 
 def test_brute_force_measures_every_point_in_one_batch():
@@ -122,6 +123,34 @@ def test_genetic_algorithm_batches_are_populations_within_the_evaluation_budget_
     assert all(b <= 8 for b in batches) and sum(batches) <= 24 and len(batches) >= 2
     assert any(t.cost is None for t in trials) or all(p["d2"] != 3 for p in asked)
     assert run(7)[3] == asked, "same seed, same points"
+
+
+@pytest.mark.parametrize("sizes", [(6, 6, 6), (40,)])
+def test_a_restriction_keeps_points_that_cannot_be_made_out_of_every_batch(sizes):
+    """On the H200 (2026-12-02) 10 of fused_add_rmsnorm's 32 drawn points did not compose and its
+    populations of 16 built 8 candidates each. The restriction is Kernel Tuner's, so no batch holds
+    an invalid point, the batches stay full, and ``auto`` judges the space by its valid points."""
+    space = toy_space(*sizes)
+    first = space.dimensions[0].name
+
+    def valid(point):
+        return point[first] % 2 == 0  # every odd value of the first dimension cannot be made
+
+    asked: list[dict] = []
+
+    def measure(batch):
+        asked.extend(batch)
+        return [1.0 + sum(p.values()) * 0.01 for p in batch]
+
+    name, trials, batches = run_search(
+        space, measure, strategy="auto", population=8, max_evals=24, seed=3, valid=valid
+    )  # fmt: skip
+    assert asked and all(valid(p) for p in asked)
+    assert set(asked[0]) == {d.name for d in space.dimensions}
+    if len(sizes) > 1:
+        assert name == "genetic_algorithm" and batches[0] == 8, "the first population is all valid points"
+    else:  # 41 points, 21 valid (the base among them): 20 new ones fit the round's 24
+        assert name == "brute_force" and batches == [21] and len(trials) == 21
 
 
 def test_unknown_strategy_names_the_known_ones():
@@ -212,3 +241,31 @@ def test_a_budget_spent_before_a_population_ends_the_search_with_what_was_measur
         base, None, decisions, config=config, coder="offline", measure=lambda c: [None] * len(c), seed=1
     )
     assert found.budget_spent and not found.members and found.winner is None
+
+
+@pytest.mark.wheel
+@pytest.mark.parametrize("restrict_points", [512, 0])
+def test_a_real_search_round_builds_only_points_that_compose(sglang_source, tmp_path, restrict_points):
+    """fused_add_rmsnorm's 240 points, cut by making each point (512) or by pairs of choices (0,
+    as a space too large to make point by point is): every candidate measured is a real one,
+    and the first population is full."""
+    regions, _ = real(sglang_source.root, "fused_add_rmsnorm.cuh")
+    decisions = plan(features_of_regions(regions), load_skills(), [], llm_available=False, limit=256)
+    base = Candidate(op_id="layernorm.fused_add_rmsnorm", id=candidate_id(regions), parent=None, regions=regions)
+    batches: list[int] = []
+
+    def measure(cands):
+        batches.append(len(cands))
+        return [
+            Evaluation(op_id=base.op_id, candidate=c.id, outcome=Outcome.ok, timings=[timing(1.0 + 0.001 * i)])
+            for i, c in enumerate(cands)
+        ]
+
+    config = Config.model_validate(
+        {"work_dir": str(tmp_path), "search": {"restrict_points": restrict_points, "evals_per_round": 16}}
+    )
+    found = search_round(base, None, decisions, config=config, coder="offline", measure=measure, seed=5)
+    assert found.strategy == "genetic_algorithm" and batches and batches[0] == 16
+    space = found.space
+    for member in found.members:  # each is its point's candidate, made again here
+        assert realize(space, member.point, regions)[0] == member.candidate.regions

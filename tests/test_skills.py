@@ -212,6 +212,7 @@ CASES: dict[str, tuple[dict, dict]] = {
     "smem_tiling": ({"pct_of_copy_bw": 20.0}, {"pct_of_copy_bw": 20.0, "shared_memory": True}),
     "smem_bank_padding": ({"smem_2d_arrays": 1}, {"smem_2d_arrays": 0}),
     "pdl_enable": ({"pdl_off": True}, {"pdl_off": False}),
+    "pdl_small_grids": ({"pdl_off": True}, {"pdl_off": False}),
     "pdl_early_trigger": (
         {"pdl_launch": True, "pdl_trigger_at_end": True},
         {"pdl_launch": False, "pdl_trigger_at_end": True},

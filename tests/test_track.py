@@ -74,3 +74,20 @@ def test_the_summary_gives_each_op_its_newest_time_over_floor_where_it_was_recor
         lines = {line[0]: line for line in track.per_op_lines(store, None)}
     assert lines["activation.silu_and_mul"][4] == "1.60" and lines["layernorm.rmsnorm"][4] == "—"
     assert lines["activation.silu_and_mul"][3] == "-0.6% over 1 shapes"
+
+
+def test_a_table_printed_to_a_log_keeps_its_cells_whole(monkeypatch, capsys):
+    """rich assumes 80 columns without a terminal and cut the H200 logs' cells to a few letters."""
+    from rich.table import Table
+
+    from pipeline.console import LOG_COLUMNS, console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    table = Table("op", "status", "skills")
+    table.add_row("attention.apply_rope_with_cos_sin_cache_inplace", "no_improvement", "pdl_enable+pdl_early_trigger")
+    console().print(table)
+    out = capsys.readouterr().out
+    assert "attention.apply_rope_with_cos_sin_cache_inplace" in out and "pdl_enable+pdl_early_trigger" in out
+    assert console().width == LOG_COLUMNS
+    monkeypatch.setenv("COLUMNS", "100")
+    assert console(stderr=True).width == 100

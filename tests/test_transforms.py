@@ -236,6 +236,39 @@ def test_enable_pdl_flips_the_literal_and_guards_the_kernel(fused):
 
 
 @pytest.mark.wheel
+def test_enable_pdl_below_a_grid_size_decides_at_run_time_from_the_launch_grid(fused):
+    """The bucketed form (pdl_small_grids): the literal becomes a test of the launch's own grid,
+    the kernel gets the same wait and trigger as with PDL always on."""
+    out = T.enable_pdl(fused, max_blocks=528)
+    always = T.enable_pdl(fused)
+    grid = "static_cast<uint>(N.unwrap())"
+    assert fused["FusedAddRMSNormKernel"].count(f"LaunchKernel({grid}, threads") == 1
+    switch = (
+        f"[&] {{ const dim3 pdl_grid = {grid}; return static_cast<unsigned long long>(pdl_grid.x) * pdl_grid.y"
+        " * pdl_grid.z <= 528ull; }()"
+    )
+    expected_launcher = once(fused["FusedAddRMSNormKernel"], ".enable_pdl(false)(", f".enable_pdl({switch})(")
+    only_changed(
+        fused,
+        out,
+        {
+            "fused_add_rmsnorm_reg_kernel": always["fused_add_rmsnorm_reg_kernel"],
+            "FusedAddRMSNormKernel": expected_launcher,
+        },
+    )
+    assert T.apply("enable_pdl", fused, {"max_blocks": 0}) == always, "0 blocks: PDL for every grid"
+
+
+def test_enable_pdl_below_a_grid_size_refuses_a_grid_with_a_side_effect():
+    kern = "__global__ void k(int n) { if (n) {} }"
+    bumped = {"L": "void run(int n) { LaunchKernel(n++, 128, dev)(k, n); }", "k": kern}
+    with pytest.raises(NotApplicable, match="side-effect-free"):
+        T.enable_pdl(bumped, max_blocks=132)
+    plain = {"L": "void run(int n) { LaunchKernel(n == 1 ? 2 : n, 128, dev)(k, n); }", "k": kern}
+    assert "const dim3 pdl_grid = n == 1 ? 2 : n;" in T.enable_pdl(plain, max_blocks=132)["L"]
+
+
+@pytest.mark.wheel
 def test_fused_unroll_and_exact_reciprocal(fused):
     kernel = fused["fused_add_rmsnorm_reg_kernel"]
     out = T.add_pragma_unroll(fused)
@@ -353,7 +386,7 @@ def test_targets_bind_constants_and_kernels_and_respect_launch_bounds(act, fused
 @pytest.mark.wheel
 def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
     """activation (fast math + launch bounds + early trigger + block 128 + streaming hints) and
-    fused_add_rmsnorm (PDL + unroll + __frcp_rn + launch bounds) patched into their files,
+    fused_add_rmsnorm (PDL below 528 blocks + unroll + __frcp_rn + launch bounds) patched into their files,
     instantiated, built with -c; the hinted accesses are evict-first (.cs) in the PTX."""
     tvm_ffi = pytest.importorskip("tvm_ffi.libinfo")
     if shutil.which("nvcc") is None:
@@ -369,7 +402,7 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
             ("streaming_hints", {"what": "both"}),
         ],
         "fused_add_rmsnorm.cuh": [
-            ("enable_pdl", {}),
+            ("enable_pdl", {"max_blocks": 528}),  # the run-time switch compiles in the launcher
             ("add_pragma_unroll", {}),
             ("fast_math", {"ops": ["rcp"]}),
             ("set_launch_bounds", {"kernel": "fused_add_rmsnorm_reg_kernel", "max_threads": 1024}),

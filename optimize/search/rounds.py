@@ -32,7 +32,7 @@ from optimize.search.space import Space, Unrealizable, build_space, realize
 from optimize.search.tuner import Point, run_search
 from optimize.trajectory import Attempt, candidate_id
 from pipeline.config import Config
-from pipeline.records import Candidate, Evaluation, Outcome
+from pipeline.records import Candidate, Evaluation, Outcome, Step
 from pipeline.stats import geomean
 
 #: measure(candidates) -> their evaluations in order, or None where the budget left them unmeasured
@@ -128,18 +128,52 @@ def search_round(
         return result
     noise = config.harness.noise_pct
     by_id: dict[str, Member] = {}
+    made: dict[tuple[tuple[str, int], ...], tuple[dict[str, str], list[Step]] | Unrealizable] = {}
+
+    def realized(point: Point) -> tuple[dict[str, str], list[Step]] | Unrealizable:
+        """``point``'s regions and steps, made once; a point that does not compose is said once."""
+        key = tuple(sorted(point.items()))
+        if key not in made:
+            try:
+                made[key] = realize(space, point, base.regions)
+            except Unrealizable as err:
+                made[key] = err
+                result.unrealizable.append((dict(point), str(err)))
+        return made[key]
+
+    def composes(point: Point) -> bool:
+        return not isinstance(realized(point), Unrealizable)
+
+    pairs: dict[tuple[tuple[str, int], ...], bool] = {}
+
+    def pairs_compose(point: Point) -> bool:
+        """Whether every two of ``point``'s choices compose: a space too large to make each point
+        of is cut by its pairs (each made once); a point that passes and still does not compose
+        is found when it is drawn, at no build cost."""
+        chosen = sorted((name, value) for name, value in point.items() if value)
+        for i, first in enumerate(chosen):
+            for second in chosen[i:]:
+                key = (first, second) if first != second else (first,)
+                if key not in pairs:
+                    try:
+                        realize(space, dict(key), base.regions)
+                        pairs[key] = True
+                    except Unrealizable:
+                        pairs[key] = False
+                if not pairs[key]:
+                    return False
+        return True
 
     def costs(points: Sequence[Point]) -> list[float | str | None]:
         out: list[float | str | None] = [None] * len(points)
         ids: list[str | None] = [None] * len(points)  # each point's candidate, measured or to be
         wanted: dict[str, tuple[Candidate, Point]] = {}  # new candidates of this batch, once each
         for index, point in enumerate(points):
-            try:
-                regions, steps = realize(space, point, base.regions)
-            except Unrealizable as err:
-                result.unrealizable.append((point, str(err)))
+            made_point = realized(point)
+            if isinstance(made_point, Unrealizable):  # only without the restriction (a strategy's own draw)
                 out[index] = "unrealizable"
                 continue
+            regions, steps = made_point
             cid = candidate_id(regions)
             if cid == base.id:  # every step undone, or none: the base itself
                 out[index] = 1.0 / (best_geomean or 1.0)
@@ -180,6 +214,7 @@ def search_round(
         population=config.search.population,
         max_evals=config.search.evals_per_round,
         seed=seed,
+        valid=composes if space.size <= config.search.restrict_points else pairs_compose,
     )
     accepted = [(m, v) for m in result.members if (v := judge_round(m.evaluation, best_geomean, noise)).accepted]
     if accepted:
