@@ -29,7 +29,7 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0) -> dict[str, 
     time from the launch's own grid (``[&] { const dim3 g = GRID; ... }()`` in place of
     ``true``), so one launcher serves both sides of a size threshold: the grid grows with the
     token count, and on the H200 (2026-12-02) PDL made moe.shuffle_weighted_sum 1.15-1.2x
-    faster at 1-64 tokens and 2x slower at 512+ tokens of top-2 routing. The grid
+    faster at 1-8 tokens and 2x slower at 512+ tokens of top-2 routing. The grid
     expression is evaluated once more, so one with a side effect (``++``, ``--``, an
     assignment) is refused. The kernels get their wait either way: without PDL it returns
     at once.
