@@ -199,9 +199,13 @@ def self_check(ops: list[str], config: Config) -> int:
     others = [c for c in before if c.op_id not in named] + kept
     done: list[OpCheck] = []
 
+    def said(check: OpCheck, more: list[str] | None = None) -> OpCheck:
+        """``check`` with the fixes applied before its pass (``upfront``) and after it (``more``)."""
+        fixes = [*upfront.get(check.op_id, []), *(more or [])]
+        return check.model_copy(update={"fixes": fixes}) if fixes else check
+
     def progress(check: OpCheck) -> None:
-        if check.op_id in upfront:
-            check = check.model_copy(update={"fixes": upfront[check.op_id]})
+        check = said(check)
         done.append(check)
         _write(record.model_copy(update={"checks": _union(others, done)}), out_dir)
         equal = bitwise(check)
@@ -229,19 +233,12 @@ def self_check(ops: list[str], config: Config) -> int:
         )
 
     try:
-        checks = [
-            c.model_copy(update={"fixes": upfront[c.op_id]}) if c.op_id in upfront else c for c in run_checks(tasks)
-        ]
+        checks = [said(c) for c in run_checks(tasks)]
         fixed = refixed_by_the_baseline(tasks, checks, config.work / "tasks")
         if fixed:  # once: the fixed ops' rows replace their first ones
             print(f"  checking again with the pristine op's own demands: {', '.join(fixed)}", file=sys.stderr)
             again = {c.op_id: c for c in run_checks([t for t in tasks if t.op_id in fixed])}
-            checks = [
-                again[c.op_id].model_copy(update={"fixes": [*upfront.get(c.op_id, []), *fixed[c.op_id]]})
-                if c.op_id in again
-                else c
-                for c in checks
-            ]
+            checks = [said(again[c.op_id], fixed[c.op_id]) if c.op_id in again else c for c in checks]
     except (KernelsmithError, OSError, subprocess.SubprocessError) as err:  # a worker that cannot start or run at all
         message = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
         seen = {c.op_id for c in done}

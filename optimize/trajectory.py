@@ -300,7 +300,12 @@ def _params_text(params: dict[str, Any]) -> str:
 
 
 def _shapes_text(timings: list[ShapeTiming]) -> str:
-    parts = [f"{t.label} {t.dtype} {t.time_us:.2f}us ({floor_text(t)}x floor)" for t in timings[:6]]
+    parts = [
+        f"{t.label} {t.dtype} {t.time_us:.2f}us ({floor_text(t)}x floor)"
+        if t.floor_applies
+        else f"{t.label} {t.dtype} {t.time_us:.2f}us (floor n/a: not byte-bound)"
+        for t in timings[:6]
+    ]
     if len(timings) > 6:
         parts.append(f"... {len(timings) - 6} more")
     return "; ".join(parts) or "no timings"

@@ -162,6 +162,18 @@ def test_summary_is_compact_and_spent_sums_every_line(tmp_path):
     assert spent["tokens"] == 10 + 13 * 100 and spent["gpu_s"] == pytest.approx(2.0 + 13 * 1.5)
 
 
+def test_summary_says_the_floor_does_not_apply_to_an_op_that_is_not_byte_bound(tmp_path):
+    """A sort's shapes read "floor n/a" in the prompt's summary, not "n/ax floor"."""
+    traj = Trajectory(tmp_path / "t.jsonl")
+    sort = baseline().model_copy(update={"timings": [timing("a", None).model_copy(update={"floor_applies": False})]})
+    traj.append(sort)
+    text = traj.summary()
+    assert "a bf16 10.00us (floor n/a: not byte-bound)" in text and "x floor" not in text
+    traj = Trajectory(tmp_path / "u.jsonl")
+    traj.append(baseline())
+    assert "a bf16 10.00us (2.00x floor)" in traj.summary()
+
+
 def test_candidate_ids_hash_region_texts_not_dict_order():
     a = {"k1": "x", "k2": "y"}
     b = {"k2": "y", "k1": "x"}
