@@ -13,7 +13,8 @@ import json
 import sys
 from typing import Any
 
-from agent.verbs import AgentRun
+from agent.verbs import AgentRun, show_task
+from optimize.errors import GpuRequired
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 
@@ -51,7 +52,15 @@ def _regions(specs: list[str] | None) -> dict[str, str]:
 
 
 def main(args: Any, config: Config) -> int:
-    backend = _backend(args, config)
+    try:
+        backend = _backend(args, config)
+    except GpuRequired as err:
+        if args.verb != "show" or not args.op:
+            raise
+        print(f"note: {err.message}; showing the task only (nothing evaluated)", file=sys.stderr)
+        json.dump(show_task(config, args.op, err.message), sys.stdout, indent=1, default=str)
+        print()
+        return 0
     if getattr(backend, "simulated", False):
         print(backend.describe(), file=sys.stderr)
     run = AgentRun(config, args.run or "agent", backend, client=args.client or "cli")

@@ -27,7 +27,7 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
-from contract.layout import TRAJECTORY_FILE, has_task, profile_path, tasks_root
+from contract.layout import TRAJECTORY_FILE, baseline_regions, has_task, profile_path, read_task_files, tasks_root
 from optimize.agents import profiling
 from optimize.backends import Backend
 from optimize.errors import TaskMissing
@@ -42,6 +42,31 @@ from pipeline.records import Candidate, Evaluation, OpSummary
 
 def numbered(text: str) -> str:
     return "\n".join(f"{i:4d}  {line}" for i, line in enumerate(text.splitlines(), 1))
+
+
+def show_task(config: Config, op_id: str, why: str) -> dict[str, Any]:
+    """``show`` without an evaluation: the task's own regions, contract and shapes.
+
+    Why: a coder writes its candidate where it is (often a machine without a GPU) and has it
+    evaluated on the GPU machine; what it needs to write one is in the task, not the run. The
+    figures a run adds (buckets, ptxas, ncu, what was tried) are left empty, and ``evaluated``
+    says why.
+    """
+    folder, task = load_op_task(config, op_id)
+    regions = baseline_regions(read_task_files(folder, task), task)
+    return {
+        "op": op_id,
+        "best": "baseline",
+        "evaluated": False,
+        "why_not_evaluated": why,
+        "regions": {name: numbered(text) for name, text in regions.items()},
+        "contract": task.contract.model_dump(mode="json"),
+        "shapes": [s.label for s in task.shapes],
+        "buckets": {},
+        "ptxas": [],
+        "ncu": None,
+        "tried": [],
+    }
 
 
 class AgentRun:
@@ -117,6 +142,7 @@ class AgentRun:
         return {
             "op": op_id,
             "best": candidate.id,
+            "evaluated": evaluation is not None,
             "regions": {name: numbered(text) for name, text in candidate.regions.items()},
             "contract": op.task.contract.model_dump(mode="json"),
             "shapes": [s.label for s in op.task.shapes],

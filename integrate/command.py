@@ -59,7 +59,7 @@ def latest_run(runs_dir: pathlib.Path) -> str:
 
 def main(args: argparse.Namespace, config: Config) -> int:
     from extract.sources import acquire
-    from integrate.patch import build_patch, load_run
+    from integrate.patch import build_patch, load_run, resolve_overlaps
 
     if getattr(args, "self_check", None) is not None:
         from integrate.selfcheck import self_check
@@ -71,6 +71,10 @@ def main(args: argparse.Namespace, config: Config) -> int:
     out_dir = work / "integrate" / run
     source = acquire(config.sglang.version, config.cache, config.sglang.src)
     accepted, skipped = load_run(run_dir, work / "tasks")
+    accepted, clashing = resolve_overlaps(accepted)
+    skipped = {**skipped, **clashing}
+    for op_id, why in sorted(clashing.items()):
+        say(f"not integrated: {op_id}: {why}")
     if not accepted:
         reasons = "; ".join(f"{op}: {why}" for op, why in sorted(skipped.items())) or "the run has no op folders"
         say(f"nothing to integrate from run {run}: {reasons}")

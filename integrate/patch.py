@@ -63,6 +63,7 @@ from integrate.errors import ConfigError, PatchError
 from integrate.records import FileChange, Layout, OpChange, Patch
 from pipeline.errors import StaleRecordError
 from pipeline.records import Candidate, Evaluation, Outcome, SourceInfo, Span, Task, read_record, write_record
+from pipeline.stats import geomean
 
 CANDIDATE_FILE = "best/candidate.json"
 EVALUATION_FILE = "best/evaluation.json"
@@ -198,6 +199,51 @@ def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accep
         )
         accepted.append(Accepted(op_id, candidate, evaluation, task, task_dir, best_files))
     return accepted, skipped
+
+
+def _geomean_of(acc: Accepted) -> float:
+    speedups = [t.speedup for t in acc.evaluation.timings if t.speedup is not None] if acc.evaluation else []
+    return geomean(speedups) or 1.0
+
+
+def _overlap(a: Accepted, b: Accepted) -> str:
+    """The first span of ``a`` that a span of ``b`` in the same file overlaps with other text ("" if none)."""
+    spans_a, spans_b = _spans_by_name(a.task), _spans_by_name(b.task)
+    for name_a, text_a in a.candidate.regions.items():
+        sa = spans_a.get(name_a)
+        for name_b, text_b in b.candidate.regions.items():
+            sb = spans_b.get(name_b)
+            if sa is None or sb is None or sa.file != sb.file:
+                continue
+            same = (sa.start_byte, sa.end_byte) == (sb.start_byte, sb.end_byte) and text_a == text_b
+            if not same and sa.start_byte < sb.end_byte and sb.start_byte < sa.end_byte:
+                return f"{sa.file}: {name_a}"
+    return ""
+
+
+def resolve_overlaps(accepted: list[Accepted]) -> tuple[list[Accepted], dict[str, str]]:
+    """The accepted candidates that can be applied together, and why each other one is left out.
+
+    Two ops can share a kernel (a decode and a prefill entry of one file): when their candidates
+    rewrite overlapping spans differently, only one of them can be in the patch, since each was
+    validated with the other's span as the baseline has it. The faster one (geomean speedup over
+    its catalog shapes) is kept; the other is skipped with the reason and the command that
+    integrates it alone, instead of failing the whole run.
+    """
+    kept: list[Accepted] = []
+    skipped: dict[str, str] = {}
+    for acc in sorted(accepted, key=lambda a: (-_geomean_of(a), a.op_id)):
+        clash = next(((k, where) for k in kept if (where := _overlap(k, acc))), None)
+        if clash is None:
+            kept.append(acc)
+            continue
+        other, where = clash
+        skipped[acc.op_id] = (
+            f"its candidate ({_geomean_of(acc):.3f}x) rewrites {where}, which the candidate of {other.op_id} "
+            f"({_geomean_of(other):.3f}x, kept) rewrites differently; the two cannot both be applied. To integrate "
+            f"it instead: `kernelsmith optimize --ops {acc.op_id} --run <new run>`, then integrate that run"
+        )
+    return sorted(kept, key=lambda a: a.op_id), skipped
 
 
 # --------------------------------------------------------------------------- compose

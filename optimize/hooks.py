@@ -42,7 +42,7 @@ CaseValidator = Callable[[str | os.PathLike[str], Task, Sequence[ProposedCase]],
 
 
 class LoadSkills(Protocol):
-    def __call__(self) -> dict[str, Skill]: ...
+    def __call__(self, only: Sequence[str] = ()) -> dict[str, Skill]: ...
 
 
 class PolicyPlan(Protocol):
@@ -72,9 +72,9 @@ class SkillTransform(Protocol):
     def __call__(self, skill: Skill | None, features: Features) -> Transform | None: ...
 
 
-def load_skills() -> dict[str, Skill]:
-    """Skill id -> Skill from the long-term skill library."""
-    return {s.id: s for s in _load_skills()}
+def load_skills(only: Sequence[str] = ()) -> dict[str, Skill]:
+    """Skill id -> Skill from the long-term skill library (cut to ``only`` when given)."""
+    return {s.id: s for s in _load_skills().only(only)}
 
 
 def policy_plan(

@@ -145,7 +145,7 @@ class Session:
         self.progress = progress
         self.budget = Budget(config, spent=self._spent_on_disk(), clock=clock)
         self.raw_model = model if options.coder == "llm" else None
-        self.skills = self.hooks.load_skills()
+        self.skills = self.hooks.load_skills(config.search.skills)
         self._model: MeteredModel | None = None
 
     def _spent_on_disk(self) -> dict[str, float]:

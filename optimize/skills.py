@@ -53,7 +53,7 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -508,6 +508,20 @@ class SkillLibrary:
     def applicable(self, features: Features) -> list[Skill]:
         flat = features.flat()
         return [s for s in self.skills if s.applies(flat) is True]
+
+    def only(self, skill_ids: Sequence[str]) -> SkillLibrary:
+        """The library cut to ``skill_ids`` (none: all of it), for a run scoped to some skills.
+
+        Why: a sweep over many ops that tests one family (PDL) should spend its GPU time on
+        that family's points only. An id the library does not have fails here, with the close
+        matches, instead of scoping the run to nothing.
+        """
+        if not skill_ids:
+            return self
+        for skill_id in skill_ids:
+            self.get(skill_id)
+        wanted = set(skill_ids)
+        return SkillLibrary(tuple(s for s in self.skills if s.id in wanted), self.directory)
 
 
 def load_skill(path: str | pathlib.Path) -> Skill:

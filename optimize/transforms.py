@@ -411,7 +411,10 @@ def _enable_pdl_targets(features: Features, point: dict[str, Any]) -> list[dict[
 
 
 def _early_trigger_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{}] if any(k.pdl_trigger_at_end and k.launched for k in features.kernels) else []
+    if not any(k.pdl_trigger_at_end and k.launched for k in features.kernels):
+        return []
+    blocks = int(point.get("max_blocks", 0))
+    return [{"max_blocks": blocks} if blocks else {}]
 
 
 def _late_wait_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
@@ -477,10 +480,14 @@ TRANSFORMS: dict[str, TransformSpec] = {
         TransformSpec(
             "pdl_early_trigger",
             pdl_early_trigger,
-            {"kernel": "one kernel (None: every kernel)"},
+            {
+                "kernel": "one kernel (None: every kernel)",
+                "max_blocks": "trigger early only in grids of at most this many blocks, decided at run time (0: always)",
+            },
             (),
             _early_trigger_targets,
-            "trigger dependents right after the PDL wait",
+            "trigger dependents right after the PDL wait (in every grid, or in small ones)",
+            choice=("max_blocks",),
         ),
         TransformSpec(
             "pdl_late_wait",

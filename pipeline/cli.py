@@ -72,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STRATEGY",
         help="offline coder's search: auto (default), off (one transform a round) or a Kernel Tuner strategy",
     )
+    p.add_argument(
+        "--skills",
+        metavar="ID[,ID...]",
+        help="plan with these skills only (ids of optimize/skills/*.toml; default: every skill)",
+    )
 
     p = sub.add_parser("integrate", help="patch winners into an SGLang tree and prove them")
     _common(p)
@@ -156,8 +161,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         over["extract"] = {"jobs": args.jobs}
     if getattr(args, "rounds", None) is not None:
         over["budget"] = {"rounds": args.rounds}
+    search: dict[str, Any] = {}
     if getattr(args, "search", None):
-        over["search"] = {"strategy": args.search}
+        search["strategy"] = args.search
+    if getattr(args, "skills", None):
+        search["skills"] = [part.strip() for part in args.skills.split(",") if part.strip()]
+    if search:
+        over["search"] = search
     if getattr(args, "budget_s", None) is not None:
         over["harness"] = {"sweep_budget_s": args.budget_s}
     return over
@@ -171,6 +181,7 @@ FLAGS = {
     "extract.jobs": "--jobs",
     "budget.rounds": "--rounds",
     "search.strategy": "--search",
+    "search.skills": "--skills",
     "harness.sweep_budget_s": "--budget-s",
 }
 

@@ -157,6 +157,10 @@ class SearchConfig(Section):
     # by pairs of choices instead (on the H200, 2026-12-02, the uncut 1024-point spaces of relu2
     # and per_token_quant_fp8 built 3 and 2 members of a population of 16).
     restrict_points: int = Field(default=512, ge=0)
+    # The skills a run may plan with (ids of optimize/skills/*.toml; empty: the whole library).
+    # A sweep over many ops that measures one family of transforms names that family here
+    # (``--skills``), so no population is spent on the others.
+    skills: list[str] = Field(default_factory=list)
 
 
 class HarnessConfig(Section):

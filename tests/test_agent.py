@@ -46,12 +46,31 @@ def agent(work, *argv):
     return cli(["agent", *argv, "--work-dir", str(tmp), "--replay", str(replay), "--run", "a1"])
 
 
+def test_show_without_a_gpu_shows_the_task_and_other_verbs_still_refuse(work, capsys, monkeypatch):
+    """A coder writes its candidate where it is: `agent show` on a machine with no GPU gives the task's
+    regions, contract and shapes (nothing evaluated, and it says why); a verb that measures still refuses."""
+    from optimize.backends.gpu import GpuBackend
+
+    monkeypatch.setattr(GpuBackend, "available", lambda self: (False, "no GPU in this test"))
+    tmp, _ = work
+    assert cli(["agent", "show", "demo.scale", "--work-dir", str(tmp)]) == 0
+    captured = capsys.readouterr()
+    shown = json.loads(captured.out)
+    assert shown["evaluated"] is False and "no GPU in this test" in shown["why_not_evaluated"]
+    assert shown["regions"]["launch_scale"].splitlines()[1].startswith("   2    constexpr int kBlockSize = 256;")
+    assert shown["contract"]["entry"] == "scale" and len(shown["shapes"]) == 3 and shown["tried"] == []
+    assert "showing the task only" in captured.err
+    assert not (tmp / "runs").exists(), "nothing was opened or recorded"
+    assert cli(["agent", "submit", "demo.scale", "--region", "launch_scale=-", "--work-dir", str(tmp)]) != 0
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
 def test_cli_verbs_submit_an_honest_and_a_cheating_candidate(work, capsys):
     tmp, _ = work
     assert agent(work, "show", "demo.scale") == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["regions"]["launch_scale"].splitlines()[1].startswith("   2    constexpr int kBlockSize = 256;")
-    assert shown["contract"]["entry"] == "scale" and len(shown["shapes"]) == 3
+    assert shown["contract"]["entry"] == "scale" and len(shown["shapes"]) == 3 and shown["evaluated"] is True
     (tmp / "honest.cu").write_text(HONEST)
     (tmp / "cheat.cu").write_text(CHEAT)
     assert (

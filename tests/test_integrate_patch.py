@@ -22,7 +22,7 @@ from extract.entry import read_signature
 from integrate import patch as patch_mod
 from integrate.diffs import Segment, file_diff, outside_segments, patched_paths, sha256, verify_spans
 from integrate.errors import ConfigError, PatchError
-from integrate.patch import build_patch, layout_of, load_run, swap_in_place
+from integrate.patch import build_patch, layout_of, load_run, resolve_overlaps, swap_in_place
 from integrate.records import Patch
 from pipeline.errors import StaleRecordError
 from pipeline.records import (
@@ -445,10 +445,32 @@ def test_two_ops_in_one_file_compose_or_conflict(tmp_path, wheel_source):
     inner = Span(file=ACT, start_byte=whole.start_byte + 10, end_byte=whole.end_byte - 10, name="inner")
     make_task(work2, wheel_source, OP, [whole])
     make_task(work2, wheel_source, "activation.other", [inner])
-    make_best(work2, "r1", OP, {"act_and_mul_kernel": edited_kernel(root)})
-    make_best(work2, "r1", "activation.other", {"inner": "x"})
+    make_best(work2, "r1", OP, {"act_and_mul_kernel": edited_kernel(root)}, timings=[timed(1.04)])
+    make_best(work2, "r1", "activation.other", {"inner": "x"}, timings=[timed(1.2)])
     with pytest.raises(PatchError, match="overlaps"):
         build_patch("r1", work2 / "runs" / "r1", work2 / "tasks", wheel_source, work2 / "integrate" / "r1")
+    # the command keeps the faster of the two and says why the other is left out (issue 14: a sweep
+    # accepted both embeddings.compute_n_gram_ids and its _decode twin, which share one kernel)
+    accepted, _ = load_run(work2 / "runs" / "r1", work2 / "tasks")
+    kept, skipped = resolve_overlaps(accepted)
+    assert [a.op_id for a in kept] == ["activation.other"]
+    assert list(skipped) == [OP] and "activation.other (1.200x, kept)" in skipped[OP] and "1.040x" in skipped[OP]
+    assert resolve_overlaps(accepted[:1]) == (accepted[:1], {}), "one op alone never clashes"
+
+
+def timed(speedup: float) -> ShapeTiming:
+    return ShapeTiming(
+        label="demo[n=1]",
+        sizes={"n": 1},
+        dtype="bf16",
+        time_us=1.0,
+        spread_pct=0.5,
+        gbps=1.0,
+        pct_of_copy_bw=1.0,
+        time_over_floor=1.0,
+        baseline_us=speedup,
+        speedup=speedup,
+    )
 
 
 # --------------------------------------------------------------------------- diff format

@@ -22,6 +22,7 @@ from optimize.llm.client import Completion, LlmClient
 from optimize.llm.fakes import ScriptedModel
 from optimize.loop import Loop
 from optimize.session import LoopOptions
+from optimize.skills import SkillError
 from optimize.trajectory import RoundOutcome, Trajectory, params_key
 from pipeline.config import Config
 from pipeline.records import (
@@ -131,9 +132,9 @@ class CountingBackend(ReplayBackend):
         return super().evaluate(task_dir, task, candidate, stage=stage)
 
 
-def config(work: pathlib.Path, *, search: str = "auto", **budget) -> Config:
+def config(work: pathlib.Path, *, search: str = "auto", skills: tuple[str, ...] = (), **budget) -> Config:
     return Config.model_validate(
-        {"work_dir": str(work), "budget": {"rounds": 1, **budget}, "search": {"strategy": search}}
+        {"work_dir": str(work), "budget": {"rounds": 1, **budget}, "search": {"strategy": search, "skills": skills}}
     )
 
 
@@ -149,12 +150,22 @@ VEC_KERNEL = KERNEL.replace("// scale", "// scale (float4 body, scalar tail)")
 
 
 def run_loop(
-    tmp_path, model, *, rounds=1, mode="multi", coder="llm", calls=None, backend=None, search="auto", **budget
+    tmp_path,
+    model,
+    *,
+    rounds=1,
+    mode="multi",
+    coder="llm",
+    calls=None,
+    backend=None,
+    search="auto",
+    skills=(),
+    **budget,
 ):
     task_dir, task = write_task(tmp_path)
     backend = backend or CountingBackend()
     loop = Loop(
-        config(tmp_path, rounds=rounds, search=search, **budget),
+        config(tmp_path, rounds=rounds, search=search, skills=skills, **budget),
         LoopOptions(run="r1", mode=mode, coder=coder),
         backend,
         model=model,
@@ -334,6 +345,18 @@ def test_final_validation_failure_disqualifies_the_best(tmp_path):
 
 
 # --------------------------------------------------------------------------- offline, no-repeat
+
+
+def test_a_run_scoped_to_some_skills_plans_with_those_only(tmp_path):
+    """search.skills (--skills): the policy is given only the named skills; an unknown id is refused."""
+    _, traj, _ = run_loop(tmp_path, None, rounds=3, coder="offline", search="off", skills=("tune_block_size",))
+    assert {r.skill for r in traj.rounds()} == {"tune_block_size"}
+    with pytest.raises(SkillError, match="did you mean tune_block_size"):
+        run_loop(tmp_path / "other", None, coder="offline", search="off", skills=("tune_blocksize",))
+    from pipeline.cli import _overrides, build_parser
+
+    args = build_parser().parse_args(["optimize", "--skills", "pdl_enable, pdl_small_grids"])
+    assert _overrides(args)["search"] == {"skills": ["pdl_enable", "pdl_small_grids"]}
 
 
 def test_offline_loop_uses_real_transforms_and_never_repeats_a_tried_option(tmp_path):

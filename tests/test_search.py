@@ -60,6 +60,20 @@ def test_fused_add_rmsnorm_space_composes_pdl_bounds_and_unroll(sglang_source):
 
 
 @pytest.mark.wheel
+def test_a_space_scoped_to_some_skills_leaves_their_followers_out_unless_named(sglang_source):
+    """--skills: PDL's late wait and early trigger follow enable_pdl only when their skills are allowed."""
+    path = f"{ELEMENTWISE}/fused_add_rmsnorm.cuh"
+    data = (pathlib.Path(sglang_source.root) / path).read_bytes()
+    regions = region_texts({path: data}, definition_spans(path, data))
+    allowed = ("pdl_enable", "pdl_small_grids", "pdl_early_trigger")
+    decisions = plan(features_of_regions(regions), load_skills().only(allowed), [], llm_available=False, limit=256)
+    space = build_space(decisions, allowed)
+    assert [d.name for d in space.dimensions] == ["enable_pdl", "pdl_early_trigger"]
+    assert space.size == 5 * 2
+    assert [d.name for d in build_space(decisions).dimensions] == ["enable_pdl", "pdl_late_wait", "pdl_early_trigger"]
+
+
+@pytest.mark.wheel
 def test_points_that_do_not_compose_are_unrealizable_not_errors(sglang_source):
     regions, space = real(sglang_source.root, "fused_add_rmsnorm.cuh")
     trigger = next(d for d in space.dimensions if d.transform == "pdl_early_trigger")

@@ -217,6 +217,10 @@ CASES: dict[str, tuple[dict, dict]] = {
         {"pdl_launch": True, "pdl_trigger_at_end": True},
         {"pdl_launch": False, "pdl_trigger_at_end": True},
     ),
+    "pdl_trigger_small_grids": (
+        {"pdl_launch": True, "pdl_trigger_at_end": True},
+        {"pdl_launch": True, "pdl_trigger_at_end": False},
+    ),
     "pdl_prologue_overlap": (
         {"pdl_wait": True, "pdl_launch": True, "small_batch": True},
         {"pdl_wait": True, "pdl_launch": True},

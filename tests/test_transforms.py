@@ -140,6 +140,24 @@ def test_pdl_early_trigger_moves_the_trigger_line_after_the_wait(act):
 
 
 @pytest.mark.wheel
+def test_pdl_early_trigger_below_a_grid_size_keeps_the_trailing_trigger(act):
+    """max_blocks: a guarded copy of the trigger after the wait; the baseline's trailing trigger stays."""
+    out = T.pdl_early_trigger(act, kernel="act_and_mul_kernel", max_blocks=528)
+    text = act["act_and_mul_kernel"]
+    wait = "  PDLWaitPrimary<kUsePDL>();\n"
+    guarded = "  if (gridDim.x * gridDim.y * gridDim.z <= 528u) PDLTriggerSecondary<kUsePDL>();\n"
+    only_changed(act, out, {"act_and_mul_kernel": once(text, wait, wait + guarded)})
+    assert out["act_and_mul_kernel"].rstrip().endswith("PDLTriggerSecondary<kUsePDL>();\n}".rstrip())
+    assert T.apply("pdl_early_trigger", act, {"max_blocks": 0}) == T.pdl_early_trigger(act), "0: always early"
+    grid = {"max_blocks": [132, 528, 2112]}
+    assert T.expand_targets("pdl_early_trigger", features_of_regions(act), grid) == [
+        {"max_blocks": 132},
+        {"max_blocks": 528},
+        {"max_blocks": 2112},
+    ]
+
+
+@pytest.mark.wheel
 def test_activation_refusals(act):
     with pytest.raises(NotApplicable, match="template flag"):
         T.enable_pdl(act)  # .enable_pdl(kUsePDL): SGLang's flag, on for Hopper
@@ -398,7 +416,7 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
             ("fast_math", {"ops": ["expf", "fdividef"]}),
             ("set_launch_bounds", {"kernel": "act_and_mul_kernel", "max_threads": 128, "min_blocks": 2}),
             ("tune_constant", {"name": "kBlockSize", "value": 128}),
-            ("pdl_early_trigger", {}),
+            ("pdl_early_trigger", {"max_blocks": 132}),  # the grid-guarded trigger compiles in the kernel
             ("streaming_hints", {"what": "both"}),
         ],
         "fused_add_rmsnorm.cuh": [

@@ -122,7 +122,7 @@ def search_round(
     seed: int,
 ) -> SearchRound:
     """Search the space the proposals span around ``base``; see the module doc."""
-    space = build_space(decisions)
+    space = build_space(decisions, config.search.skills)
     result = SearchRound(space=space)
     if space.size <= 1:
         return result

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,8 +121,12 @@ def _target(transform: str, params: Mapping[str, Any]) -> str:
     return json.dumps(what, sort_keys=True, default=str) if what else ""
 
 
-def build_space(decisions: Sequence[Decision]) -> Space:
-    """The dimensions the proposals span (rejections and LLM-only proposals are ignored)."""
+def build_space(decisions: Sequence[Decision], skills: Collection[str] = ()) -> Space:
+    """The dimensions the proposals span (rejections and LLM-only proposals are ignored).
+
+    ``skills``: the run's allowed skills (none: all); a follower whose skill is not among them
+    is left out, so a run scoped with ``--skills`` never times a transform it did not name.
+    """
     grouped: dict[tuple[str, str], list[Choice]] = {}
     for d in decisions:
         if not d.proposed or d.mode != "transform" or d.transform not in transforms.TRANSFORMS:
@@ -133,7 +137,7 @@ def build_space(decisions: Sequence[Decision]) -> Space:
             grouped[key].append(choice)
     present = {transform for transform, _ in grouped}
     for after, skill, transform, params in FOLLOWERS:
-        if after in present and transform not in present:
+        if after in present and transform not in present and (not skills or skill in skills):
             grouped[(transform, _target(transform, params))] = [Choice(skill, transform, tuple(sorted(params.items())))]
     dims = []
     for (transform, target), choices in sorted(grouped.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):

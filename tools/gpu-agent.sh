@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The agent interface tried on the GPU as an outside coder uses it (issue 15 item 5), one device call:
+#   RUN=NAME CLIENT=NAME bash tools/gpu-agent.sh TASKS_TARBALL MANIFEST
+# MANIFEST is a tab-separated file, one submission a line: OP <tab> RATIONALE <tab> REGION=FILE ...
+# (the files are the coder's new region texts; keep them out of git when they derive from SGLang's
+# source, e.g. under .dev/). For each line, `kernelsmith agent submit OP --region ... --run $RUN
+# --client $CLIENT`; then `agent finish` (final validation of each op's best) and, when a candidate
+# was accepted, `kernelsmith integrate --run $RUN --skip-e2e` (SGLang's build and public op).
+# Outputs in $OUT: submit-N.json (each verdict as the interface answered it), finish.json,
+# integrate.log, run-$RUN.tgz (the run without per-candidate source trees) and agent.log.
+set -o pipefail
+source "$(dirname "$0")/device-setup.sh" || exit 1
+OUT="${OUT:-.}"
+tasks="${1:?a tarball of work/tasks}"
+manifest="${2:?a manifest of submissions}"
+run="${RUN:-agent}"
+client="${CLIENT:-cli}"
+mkdir -p work/runs && tar -xzf "$tasks" -C work || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+status=0
+n=0
+while IFS=$'\t' read -r op rationale regions; do
+  [ -z "$op" ] && continue
+  case "$op" in \#*) continue ;; esac
+  n=$((n + 1))
+  flags=()
+  for r in $regions; do flags+=(--region "$r"); done
+  echo "== submit $n: $op" | tee -a "$OUT/agent.log"
+  timeout "${SUBMIT_S:-150}" python3 -m pipeline.cli agent submit "$op" "${flags[@]}" --rationale "$rationale" \
+    --run "$run" --client "$client" > "$OUT/submit-$n.json" 2>> "$OUT/agent.log"
+  status=$((status | $?))
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['outcome'], d['speedup_geomean'], d['detail'][:300])" \
+    "$OUT/submit-$n.json" 2>/dev/null | tee -a "$OUT/agent.log"
+done < "$manifest"
+timeout "${FINISH_S:-200}" python3 -m pipeline.cli agent finish --run "$run" > "$OUT/finish.json" 2>> "$OUT/agent.log"
+status=$((status | $?))
+tail -c 3000 "$OUT/finish.json"
+tar -czf "$OUT/run-$run.tgz" -C work/runs --exclude='*/src' "$run" 2>/dev/null  # before integrate, which may hit its limit
+if grep -q '"status": "improved"' "$OUT/finish.json"; then
+  timeout "${INTEGRATE_S:-200}" python3 -m pipeline.cli integrate --run "$run" --skip-e2e > "$OUT/integrate.log" 2>&1
+  status=$((status | $?))
+  tail -30 "$OUT/integrate.log"
+  tar -czf "$OUT/integrate-$run.tgz" -C work --exclude='*/tree' --exclude='*/cache' "integrate/$run" 2>/dev/null
+fi
+exit $status
