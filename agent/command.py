@@ -2,9 +2,10 @@
 
 Both open the same run (``--run``, default ``agent``) with the same backend: the GPU
 harness, or ``--replay FILE`` (a simulation: every figure it answers is SIMULATED).
-The command line prints each verb's answer as JSON on stdout; ``submit`` reads the
-region texts from ``--region NAME=FILE`` (``-`` for stdin) and the rationale from
-``--rationale``.
+The command line prints each verb's answer as JSON on stdout; ``submit`` and ``build``
+read the region texts from ``--region NAME=FILE`` (``-`` for stdin) and ``submit`` the
+rationale from ``--rationale``. ``build`` (nvcc only) and ``show`` without a GPU need no
+backend.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from agent.verbs import AgentRun, show_task
+from agent.verbs import AgentRun, build_regions, show_task
 from optimize.errors import GpuRequired
 from pipeline.config import Config
 from pipeline.errors import ConfigError
@@ -52,6 +53,13 @@ def _regions(specs: list[str] | None) -> dict[str, str]:
 
 
 def main(args: Any, config: Config) -> int:
+    if args.verb == "build":  # nvcc only: no backend, no run
+        if not args.op:
+            raise ConfigError("build needs an op", fix="kernelsmith agent build OP --region NAME=FILE")
+        built = build_regions(config, args.op, _regions(args.region))
+        json.dump(built, sys.stdout, indent=1, default=str)
+        print()
+        return 0 if built["ok"] else 1
     try:
         backend = _backend(args, config)
     except GpuRequired as err:

@@ -2,7 +2,7 @@
 
 Register it with a coding agent (README, "Bringing a coder"), e.g. Claude Code:
 ``claude mcp add kernelsmith -- kernelsmith mcp --run my-run``. The agent then calls
-``list_ops``, ``show_task``, ``planning_brief``, ``submit_candidate``, ``trajectory``,
+``list_ops``, ``show_task``, ``planning_brief``, ``build_candidate``, ``submit_candidate``, ``trajectory``,
 ``finish`` and ``integrate``; each answers the data of :mod:`agent.verbs`.
 
 The submitting client is named by the MCP handshake's ``clientInfo.name`` (``--client``
@@ -21,7 +21,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from agent.verbs import AgentRun
+from agent.verbs import AgentRun, build_regions
 from pipeline.errors import KernelsmithError
 
 INSTRUCTIONS = """Kernelsmith checks and times CUDA kernel candidates for SGLang ops against the baseline kernel.
@@ -71,6 +71,11 @@ def build_server(make_run: Callable[[str], AgentRun], *, default_client: str = "
     def planning_brief(op: str, ctx: Context) -> dict[str, Any]:
         """The bottleneck, the skills that apply (with their method text) and what not to repeat."""
         return call(lambda: run_for(ctx).brief(op))
+
+    @server.tool()
+    def build_candidate(op: str, regions: dict[str, str], ctx: Context) -> dict[str, Any]:
+        """Compile new region texts as the harness would (nvcc, no GPU, nothing recorded): ptxas resources or errors."""
+        return call(lambda: build_regions(run_for(ctx).config, op, regions))
 
     @server.tool()
     def submit_candidate(op: str, regions: dict[str, str], rationale: str, ctx: Context) -> dict[str, Any]:

@@ -13,6 +13,8 @@ harness, or a replay file for tests), then every verb reads the run folder.
   their method text, and what not to repeat;
 - ``submit``: new region texts and a rationale -> the round's verdict, the first
   failing check, per-shape speedups, spread and time ÷ floor;
+- ``build``: the candidate compiled as the harness compiles it, on any machine with nvcc
+  (no GPU, nothing recorded): ptxas resources or the compiler's errors;
 - ``trajectory``, ``finish`` (final validation, best/, summary.json, report.md) and
   ``integrate`` (the patch, SGLang's check, the PR; a GPU machine's step).
 
@@ -66,6 +68,40 @@ def show_task(config: Config, op_id: str, why: str) -> dict[str, Any]:
         "ptxas": [],
         "ncu": None,
         "tried": [],
+    }
+
+
+def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[str, Any]:
+    """``build``: the candidate compiled with nvcc exactly as the harness would build it, no GPU needed.
+
+    Why: on the H200 (2026-12-02) the first thing an outside coder wanted before spending
+    device time was to know its candidate compiles for sm_90a and what ptxas says of it
+    (registers, spills); with only ``submit``, a typo costs a GPU evaluation. The build uses
+    the harness's own path (:func:`optimize.harness.evaluate.build_units`: every
+    instantiation in one unit, the task's recipe, the shared build cache), so a candidate
+    that builds here is the one the GPU builds, and its build is then a cache hit there
+    only when the toolchains match. Nothing is recorded in any run.
+    """
+    from optimize.harness.evaluate import build_units
+
+    if not isinstance(regions, dict) or not regions or not all(isinstance(v, str) for v in regions.values()):
+        raise ConfigError("a build needs region texts", fix='give {"<region name>": "<new text>", ...}')
+    folder, task = load_op_task(config, op_id)
+    known = {span.name for span in task.editable}
+    unknown = sorted(set(regions) - known)
+    if unknown:
+        raise ConfigError(
+            f"{op_id} has no editable region {', '.join(unknown)}",
+            fix=f"use the region names `agent show {op_id}` lists: {', '.join(sorted(known))}",
+        )
+    report, _ = build_units(folder, task, [list(task.instantiations)], config=config, regions=dict(regions))
+    return {
+        "op": op_id,
+        "ok": report.ok,
+        "seconds": round(report.seconds, 2),
+        "cached": report.cached,
+        "ptxas": [r.model_dump(mode="json") for r in report.resources],
+        "errors": report.stderr if not report.ok else "",
     }
 
 
@@ -252,4 +288,4 @@ class AgentRun:
         return {"exit_code": code, "pr": str(pr) if pr.is_file() else None}
 
 
-__all__ = ["AgentRun", "numbered"]
+__all__ = ["AgentRun", "build_regions", "numbered", "show_task"]

@@ -22,7 +22,7 @@ _WAIT_STMT = b"device::PDLWaitPrimary<true>();"
 _TRIGGER_STMT = b"device::PDLTriggerSecondary<true>();"
 
 
-def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0) -> dict[str, str]:
+def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0, in_kernel: bool = False) -> dict[str, str]:
     """Launch with programmatic dependent launch where the launcher leaves it off.
 
     ``max_blocks`` > 0: only launches of at most that many blocks get PDL, decided at run
@@ -40,6 +40,17 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0) -> dict[str, 
     SGLang's to decide (``is_arch_support_pdl()`` is true on Hopper) and are left
     alone; triple-chevron launches cannot carry the attribute and need a rewrite.
 
+    ``in_kernel`` (with ``max_blocks``): the kernel's added wait and trigger run only in grids of
+    at most ``max_blocks`` blocks too (``if (gridDim.x * gridDim.y * gridDim.z <= N)``), so a
+    launch above the threshold runs none of PDL's instructions. Why: on the H200
+    (2026-12-02) moe.shuffle_weighted_sum with the switch was still 0.51x at Mixtral top-2,
+    T >= 512, where its grid (T x 8 blocks of 256 threads) is far above the threshold and PDL is
+    off: the statements themselves cost in 131072 tiny blocks. The guard is the launch's own
+    test seen from inside (the grid is the launch's), so a kernel that may start early always
+    waits. It is applied only to a kernel every launch of which this edit switches; a kernel
+    also launched another way keeps the plain wait. A wait the grid product overflows into
+    running is harmless: without PDL it returns at once.
+
     What must stay true: a PDL-launched kernel may start before the previous
     kernel in the stream has finished, so every kernel these launches start gets a
     ``device::PDLWaitPrimary<true>()`` as its first statement when it has no wait
@@ -47,11 +58,17 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0) -> dict[str, 
     last when it has no trigger (exit implies the trigger anyway; this only makes it
     explicit).
     """
+    if in_kernel and max_blocks <= 0:
+        raise NotApplicable("enable_pdl", "in_kernel needs max_blocks > 0 (the grid size to test)")
     region = Region(regions)
     edits: list[Edit] = []
     started: set[str] = set()
     skipped: list[str] = []
+    switched: dict[str, list[bool]] = {}  # kernel -> for each launch of it: did this edit switch that launch
     for launch in region.launches:
+        launched = region.launched_kernels(launch)
+        for name in launched:
+            switched.setdefault(name, []).append(False)
         src = launch.doc.src
         where = launch.func.qualname if launch.func is not None else launch.doc.span
         if launch.chevron or launch.runtime:
@@ -91,13 +108,22 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0) -> dict[str, 
             edits.append(Edit(launch.doc.span, launch.ctor.end_byte, launch.ctor.end_byte, b".enable_pdl(" + on + b")"))
             changed = True
         if changed:
-            started.update(region.launched_kernels(launch))
+            started.update(launched)
+            for name in launched:
+                switched[name][-1] = True
     if not edits:
         raise NotApplicable("enable_pdl", "no launch leaves PDL off" + (f" ({'; '.join(skipped)})" if skipped else ""))
+    guard = b"if (gridDim.x * gridDim.y * gridDim.z <= " + str(int(max_blocks)).encode() + b"u) "
+    if in_kernel and not any(all(switched.get(name, [False])) for name in started):
+        # the same edit as without in_kernel: say so, so a search does not build it twice
+        raise NotApplicable("enable_pdl", "in_kernel: every started kernel is also launched another way")
     for k in region.kernels:
         if k.name not in started:
             continue
         src = k.doc.src
+        guarded = in_kernel and all(switched.get(k.name, [False]))
+        wait_stmt = guard + _WAIT_STMT if guarded else _WAIT_STMT
+        trigger_stmt = guard + _TRIGGER_STMT if guarded else _TRIGGER_STMT
         wait, trigger, _ = pdl_statements(src, k.body)
         asm = b" ".join(src[n.start_byte : n.end_byte] for n in ts.walk(k.body) if n.type == "gnu_asm_expression")
         stmts = named_children(k.body)
@@ -107,16 +133,16 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0) -> dict[str, 
             indent = (line if not line.strip() else b"") + b"  "
         if wait is None and b"griddepcontrol.wait" not in asm:
             open_brace = k.body.children[0]
-            edits.append(Edit(k.doc.span, open_brace.end_byte, open_brace.end_byte, b"\n" + indent + _WAIT_STMT))
+            edits.append(Edit(k.doc.span, open_brace.end_byte, open_brace.end_byte, b"\n" + indent + wait_stmt))
         if trigger is None and b"launch_dependents" not in asm:
             close_brace = k.body.children[-1]
             at = line_start(src, close_brace.start_byte)
             if src[at : close_brace.start_byte].strip():  # `}` shares its line with code
                 edits.append(
-                    Edit(k.doc.span, close_brace.start_byte, close_brace.start_byte, b" " + _TRIGGER_STMT + b" ")
+                    Edit(k.doc.span, close_brace.start_byte, close_brace.start_byte, b" " + trigger_stmt + b" ")
                 )
             else:
-                edits.append(Edit(k.doc.span, at, at, indent + _TRIGGER_STMT + b"\n"))
+                edits.append(Edit(k.doc.span, at, at, indent + trigger_stmt + b"\n"))
     return apply_edits("enable_pdl", regions, edits)
 
 

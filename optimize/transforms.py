@@ -407,7 +407,9 @@ def _enable_pdl_targets(features: Features, point: dict[str, Any]) -> list[dict[
     if not any(l.pdl in ("off", "absent") for l in features.launches):
         return []
     blocks = int(point.get("max_blocks", 0))
-    return [{"max_blocks": blocks} if blocks else {}]
+    if not blocks:
+        return [{}]
+    return [{"max_blocks": blocks, "in_kernel": True} if point.get("in_kernel") else {"max_blocks": blocks}]
 
 
 def _early_trigger_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
@@ -471,11 +473,14 @@ TRANSFORMS: dict[str, TransformSpec] = {
         TransformSpec(
             "enable_pdl",
             enable_pdl,
-            {"max_blocks": "PDL only for launches of at most this many blocks, decided at run time (0: always)"},
+            {
+                "max_blocks": "PDL only for launches of at most this many blocks, decided at run time (0: always)",
+                "in_kernel": "with max_blocks: the kernel's wait and trigger run only in such grids too",
+            },
             (),
             _enable_pdl_targets,
             "turn programmatic dependent launch on (for every grid, or for small ones)",
-            choice=("max_blocks",),
+            choice=("max_blocks", "in_kernel"),
         ),
         TransformSpec(
             "pdl_early_trigger",

@@ -123,12 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("agent", help="an outside coder's verbs over a run (ops, show, brief, submit, ...)")
     _common(p)
-    p.add_argument("verb", choices=["ops", "show", "brief", "submit", "trajectory", "finish", "integrate"])
-    p.add_argument("op", nargs="?", help="the op (show, brief, submit, trajectory)")
+    p.add_argument("verb", choices=["ops", "show", "brief", "build", "submit", "trajectory", "finish", "integrate"])
+    p.add_argument("op", nargs="?", help="the op (show, brief, build, submit, trajectory)")
     p.add_argument("--run", help="the run (default: agent); a rerun continues it")
     p.add_argument("--replay", metavar="FILE", help="replay recorded measurements instead of a GPU (SIMULATED)")
     p.add_argument("--client", help="who codes (recorded as coder external:<client>; default cli)")
-    p.add_argument("--region", action="append", metavar="NAME=FILE", help="submit: a region's new text (- = stdin)")
+    p.add_argument(
+        "--region", action="append", metavar="NAME=FILE", help="submit, build: a region's new text (- = stdin)"
+    )
     p.add_argument("--rationale", help="submit: what changed and why it is correct")
     p.add_argument("--ops", nargs="+", metavar="OP", help="finish: these ops only (default: every op of the run)")
 

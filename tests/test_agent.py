@@ -148,3 +148,44 @@ def test_mcp_server_over_stdio_with_the_sdks_client(work):
     assert bad.is_error and "kernelsmith extract --ops no.such_op" in bad.content[0].text
     coders = {r["coder"] for r in traj.structured_content["result"] if r["kind"] == "round"}
     assert len(coders) == 1 and next(iter(coders)).startswith("external:")
+
+
+@pytest.mark.nvcc
+@pytest.mark.wheel
+def test_build_compiles_a_candidate_on_the_cpu_as_the_harness_would(tmp_path, sglang_source, capsys):
+    """`agent build`: nvcc for sm_90a with the task's recipe, no GPU and no run: ptxas resources for a good
+    candidate, the compiler's error in the region's own line numbers for a broken one, a clear refusal for a
+    region the task does not have."""
+    import shutil
+
+    from test_build import make_task
+
+    from pipeline.records import write_record
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc")
+    pytest.importorskip("tvm_ffi.libinfo")
+    task_dir = tmp_path / "tasks" / "activation.silu_and_mul"
+    task = make_task(task_dir, sglang_source)
+    write_record(task, task_dir / "task.json")
+    (span,) = task.editable
+    text = (task_dir / "src" / span.file).read_bytes()[span.start_byte : span.end_byte].decode()
+    good, bad = tmp_path / "good.cu", tmp_path / "bad.cu"
+    good.write_text(text.replace("{", "{\n  // a candidate", 1))
+    bad.write_text(text.replace("{", "{\n  undeclared_name += 1;", 1))
+
+    def build(path):
+        return cli(["agent", "build", task.op_id, "--region", f"{span.name}={path}", "--work-dir", str(tmp_path)])
+
+    assert build(good) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["ok"] and not answer["errors"]
+    assert any("act_and_mul_kernel" in r["kernel"] and r["registers"] > 0 for r in answer["ptxas"])
+    assert build(bad) == 1
+    answer = json.loads(capsys.readouterr().out)
+    assert not answer["ok"] and "undeclared_name" in answer["errors"]
+    line = text[: text.index("{")].count("\n") + 2  # the inserted statement's line within the region
+    assert f"[region {span.name} line {line}]" in answer["errors"], "the error points into the region"
+    assert cli(["agent", "build", task.op_id, "--region", f"nope={good}", "--work-dir", str(tmp_path)]) != 0
+    assert "no editable region nope" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists(), "a build records nothing in any run"

@@ -351,3 +351,21 @@ def test_evaluate_without_a_gpu_builds_then_says_a_gpu_is_required(tmp_path):
     broken = candidate.model_copy(update={"regions": {"fused_add_rmsnorm_reg_kernel": "this is not C++;"}})
     result = ev.evaluate(task_dir, task, broken, config=config, shapes=task.shapes[:2])
     assert result.outcome == Outcome.compile_failed and "error" in result.detail and result.build is not None
+
+
+def test_a_baseline_that_does_not_build_says_whether_extract_checked_it(tmp_path, monkeypatch):
+    """A task extracted with --no-compile kept instantiations nvcc refuses (rmsnorm_hf's fp32 on the H200,
+    2026-12-02): the fix names the skipped compile check, not the toolchain."""
+    from pipeline.records import BuildReport
+
+    failed = BuildReport(ok=False, key="k", seconds=1.0, stderr="error: static assertion failed")
+    monkeypatch.setattr(ev, "build_units", lambda *a, **k: (failed, []))
+    task = rms_task()
+    cfg = Config.model_validate({"work_dir": str(tmp_path)})
+    with pytest.raises(BaselineError) as unchecked:
+        ev.build_baseline(tmp_path, task, [task.instantiations], config=cfg)
+    assert "--no-compile" in unchecked.value.fix and "static assertion" in unchecked.value.detail
+    checked = task.model_copy(update={"baseline_build": BuildReport(ok=True, key="k", seconds=1.0)})
+    with pytest.raises(BaselineError) as broken:
+        ev.build_baseline(tmp_path, checked, [checked.instantiations], config=cfg)
+    assert "toolchain" in broken.value.fix and "--no-compile" not in broken.value.fix

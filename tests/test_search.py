@@ -44,8 +44,9 @@ def test_fused_add_rmsnorm_space_composes_pdl_bounds_and_unroll(sglang_source):
     # transform and target
     assert names[:3] == ["enable_pdl", "pdl_late_wait", "pdl_early_trigger"]
     assert any(n.startswith("set_launch_bounds") and "fused_add_rmsnorm_reg_kernel" in n for n in names)
-    # PDL off, always, or for grids of at most 132 / 528 / 2112 blocks: 5 x 48
-    assert space.size == len(list(points(space))) == 240
+    # PDL off, always, or for grids of at most 132 / 528 / 2112 blocks, each with the kernel's
+    # statements guarded by the same test or not: 8 x 48
+    assert space.size == len(list(points(space))) == 384
     # a point of three transforms changes the code in three places, each as its transform alone would
     pdl, bounds = space.dimensions[0], next(d for d in space.dimensions if d.transform == "set_launch_bounds")
     unroll = next(d for d in space.dimensions if d.transform == "add_pragma_unroll")
@@ -69,7 +70,7 @@ def test_a_space_scoped_to_some_skills_leaves_their_followers_out_unless_named(s
     decisions = plan(features_of_regions(regions), load_skills().only(allowed), [], llm_available=False, limit=256)
     space = build_space(decisions, allowed)
     assert [d.name for d in space.dimensions] == ["enable_pdl", "pdl_early_trigger"]
-    assert space.size == 5 * 2
+    assert space.size == 8 * 2
     assert [d.name for d in build_space(decisions).dimensions] == ["enable_pdl", "pdl_late_wait", "pdl_early_trigger"]
 
 
@@ -260,7 +261,7 @@ def test_a_budget_spent_before_a_population_ends_the_search_with_what_was_measur
 @pytest.mark.wheel
 @pytest.mark.parametrize("restrict_points", [512, 0])
 def test_a_real_search_round_builds_only_points_that_compose(sglang_source, tmp_path, restrict_points):
-    """fused_add_rmsnorm's 240 points, cut by making each point (512) or by pairs of choices (0,
+    """fused_add_rmsnorm's 384 points, cut by making each point (512) or by pairs of choices (0,
     as a space too large to make point by point is): every candidate measured is a real one,
     and the first population is full."""
     regions, _ = real(sglang_source.root, "fused_add_rmsnorm.cuh")
@@ -279,7 +280,8 @@ def test_a_real_search_round_builds_only_points_that_compose(sglang_source, tmp_
         {"work_dir": str(tmp_path), "search": {"restrict_points": restrict_points, "evals_per_round": 16}}
     )
     found = search_round(base, None, decisions, config=config, coder="offline", measure=measure, seed=5)
-    assert found.strategy == "genetic_algorithm" and batches and batches[0] == 16
+    # full: 16 draws, each a point that composes; the all-keep point (the base, never rebuilt) may be one
+    assert found.strategy == "genetic_algorithm" and batches and batches[0] >= 15
     space = found.space
     for member in found.members:  # each is its point's candidate, made again here
         assert realize(space, member.point, regions)[0] == member.candidate.regions

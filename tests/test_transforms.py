@@ -286,6 +286,32 @@ def test_enable_pdl_below_a_grid_size_refuses_a_grid_with_a_side_effect():
     assert "const dim3 pdl_grid = n == 1 ? 2 : n;" in T.enable_pdl(plain, max_blocks=132)["L"]
 
 
+def test_enable_pdl_in_kernel_runs_the_wait_and_trigger_only_in_the_grids_that_get_pdl():
+    """in_kernel: the kernel's statements are guarded by the launch's own test, seen from inside; a
+    kernel also launched another way (here with PDL already on, for every grid) keeps the plain wait."""
+    kern = "__global__ void k(int n) {\n  if (n) {}\n}"
+    one = {"L": "void run(int n) {\n  LaunchKernel(n, 128, dev)(k, n);\n}", "k": kern}
+    guard = "if (gridDim.x * gridDim.y * gridDim.z <= 528u) "
+    out = T.enable_pdl(one, max_blocks=528, in_kernel=True)
+    assert out["k"] == (
+        "__global__ void k(int n) {\n"
+        f"  {guard}device::PDLWaitPrimary<true>();\n"
+        "  if (n) {}\n"
+        f"  {guard}device::PDLTriggerSecondary<true>();\n"
+        "}"
+    )
+    assert out["L"] == T.enable_pdl(one, max_blocks=528)["L"], "the launch's switch is the same"
+    two = {
+        "L": "void run(int n) {\n  LaunchKernel(n, 128, dev)(k, n);\n  LaunchKernel(n, 128, dev).enable_pdl(true)(k, n);\n}",
+        "k": kern,
+    }
+    with pytest.raises(NotApplicable, match="also launched another way"):
+        T.enable_pdl(two, max_blocks=528, in_kernel=True)
+    assert guard not in T.enable_pdl(two, max_blocks=528)["k"]
+    with pytest.raises(NotApplicable, match="needs max_blocks"):
+        T.enable_pdl(one, in_kernel=True)
+
+
 @pytest.mark.wheel
 def test_fused_unroll_and_exact_reciprocal(fused):
     kernel = fused["fused_add_rmsnorm_reg_kernel"]
@@ -420,7 +446,7 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
             ("streaming_hints", {"what": "both"}),
         ],
         "fused_add_rmsnorm.cuh": [
-            ("enable_pdl", {"max_blocks": 528}),  # the run-time switch compiles in the launcher
+            ("enable_pdl", {"max_blocks": 528, "in_kernel": True}),  # the switch, in the launcher and the kernel
             ("add_pragma_unroll", {}),
             ("fast_math", {"ops": ["rcp"]}),
             ("set_launch_bounds", {"kernel": "fused_add_rmsnorm_reg_kernel", "max_threads": 1024}),

@@ -1,63 +1,51 @@
 #!/usr/bin/env bash
-# The H200 measurements owed after session 10 (2026-12-02), in device calls of ~500 s:
-#   bash tools/gpu-owed.sh TASKS_TARBALL                    # part 1
-#   PART=2 bash tools/gpu-owed.sh TASKS_TARBALL             # part 2
-# Carry .whl, .dev/wheels and TASKS_TARBALL (`kernelsmith extract --all --no-compile` at this
-# commit; the full tarball with both wheels is over the 64 MiB carry, so carry a tarball of
-# the ops named below, as session 10 did); for part 1 also .dev/selfcheck (the gzipped
-# self-check record of the call before, which the self-check resumes). Each step has its own
-# limit, and a step stopped by it keeps what it recorded (SIGTERM unwinds; the self-check
-# and optimize resume). Session 10 ran this script as of commit 87125dc.
+# The H200 measurements owed after session 11 (2026-12-02), in device calls of ~500 s:
+#   bash tools/gpu-owed.sh TASKS_TARBALL [RUN_TARBALL]        # part 1
+#   PART=2 bash tools/gpu-owed.sh TASKS_TARBALL               # part 2
+# TASKS_TARBALL: `kernelsmith extract --all` at this commit (with its compile check, so no task
+# keeps an instantiation nvcc refuses, as rmsnorm_hf's fp32 did in session 11), cut to the ops
+# below (the full tarball with both wheels is over the 64 MiB carry). RUN_TARBALL: session 11's
+# run-sweep-b.tgz, whose accepted apply_rope_with_cos_sin_cache_inplace is integrated first.
+# Carry .whl, .dev/wheels and the tarballs; for the agent step also .dev/agent (AGENT=MANIFEST:
+# the outside coder's prepared candidates, kept out of git because they derive from SGLang).
 # Part 1:
-#   1. the self-check over the three ops session 10 did not reach (issue 13): selfcheck.tgz;
-#   2. the two baseline tests left unreached (tests.log);
-#   3. one search round each on the two ops whose PDL gain was lost to prefill sizes, now with
-#      pdl_small_grids (issue 14 item 4): runs.tgz.
-# Part 2: one search round each over the ops whose 1024-point spaces were not cut (now cut by
-#   pairs) and the two not reached, for the evaluation rate and the sweep (issue 14): runs.tgz.
+#   1. integrate RUN_TARBALL's run (SGLang's build and public op);
+#   2. AGENT=...: tools/gpu-agent.sh on that manifest (session 11 left per_token_quant_fp8's
+#      register-row kernel with 128-thread CTAs for short rows, which lost 0.85x at hidden 4096);
+#   3. one PDL-family round on the ops session 11 did not reach, and shuffle_weighted_sum again
+#      with pdl_small_grids' new in_kernel choice (its 0.51x at Mixtral top-2 is the measure).
+# Part 2: the rest of the ops that launch with PDL and trigger at their end (sweep B), and the
+#   pair-cut rate owed since session 10 (relu2 and per_token_quant_fp8 with every skill).
 set -o pipefail
-source "$(dirname "$0")/device-setup.sh" || exit 1
-OUT="${OUT:-.}"
+here="$(dirname "$0")"
+# one device call brings back at most 8 files: whatever the steps wrote is packed into one at the end
+pack() { [ -n "${OUT:-}" ] && tar -czf /tmp/owed.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/owed.tgz "$OUT/"; }
+trap pack EXIT
 tasks="${1:?a tarball of work/tasks}"
-mkdir -p work && tar -xzf "$tasks" -C work || exit 1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+run_tar="${2:-}"
 status=0
-
-sweep() {  # sweep RUN SECONDS OPS...: one search round per op, a population of 16 at most
-  local run="$1" seconds="$2"
-  shift 2
-  KERNELSMITH_BUDGET__WALL_S="$seconds" KERNELSMITH_SEARCH__EVALS_PER_ROUND=16 \
-    timeout $((seconds + 60)) python3 -m pipeline.cli optimize --ops "$@" --coder offline --search auto \
-    --rounds 1 --run "$run" > "$OUT/optimize-$run.log" 2>&1
-  local rc=$?
-  tail -4 "$OUT/optimize-$run.log"
-  return $rc
-}
-
+pdl_off="pdl_enable,pdl_small_grids,pdl_early_trigger"
+pdl_on="pdl_early_trigger,pdl_trigger_small_grids"
 if [ "${PART:-1}" = 2 ]; then
-  sweep sweep-d "${SWEEP_S:-400}" activation.relu2 quantization.per_token_quant_fp8 \
-    attention.minimax_qknorm_rope moe.moe_topk_sum
+  RUN=sweep-e SKILLS="$pdl_on" SWEEP_S="${SWEEP_S:-300}" OPS="attention.apply_rope_inplace \
+attention.set_mla_kv_concat_q_fp8 attention.topk_transform_paged_v2 moe.inkling_gate_gemv moe.inkling_gate_gemv_fused \
+moe.inkling_gate_topk_renorm_v2 moe.moe_align_single_token moe.per_token_quant_fp8_ue8m0_scatter \
+layernorm.grouped_gemma_rmsnorm layernorm.rmsnorm_hf" bash "$here/gpu-sweep.sh" "$tasks"
   status=$((status | $?))
-  tar -czf "$OUT/runs.tgz" -C work --exclude='*/src' runs 2>/dev/null
-  exit $status
+  # every skill: the 1024-point spaces, cut by pairs of choices (the rate owed since session 10)
+  RUN=sweep-f SKILLS="" SWEEP_S="${RATE_S:-150}" OPS="activation.relu2 quantization.per_token_quant_fp8" \
+    bash "$here/gpu-sweep.sh" "$tasks"
+  exit $((status | $?))
 fi
-
-mkdir -p work/integrate/self-check
-gunzip -c .dev/selfcheck/self-check.json.gz > work/integrate/self-check/self-check.json 2>/dev/null
-ops="layernorm.fused_inplace_qknorm quantization.hadamard_transform layernorm.fused_norm_residual"
-KERNELSMITH_INTEGRATE__CASE_TIMEOUT_S=60 KERNELSMITH_INTEGRATE__WARM_TIMEOUT_S=150 \
-  timeout "${SELF_CHECK_S:-150}" python3 -m pipeline.cli integrate --self-check $ops 2>&1 \
-  | tee "$OUT/self-check.log" | tail -14
-status=$((status | $?))
-tar -czf "$OUT/selfcheck.tgz" -C work --exclude='integrate/self-check/tree' --exclude='integrate/self-check/cache' \
-  integrate/self-check 2>/dev/null
-
-timeout "${TESTS_S:-90}" python3 -m pytest -v -m gpu -p no:cacheprovider -rs --durations=5 \
-  "tests/test_harness_adversarial.py::test_unmodified_baseline_passes" > "$OUT/tests.log" 2>&1
-status=$((status | $?))
-grep -E 'PASSED|FAILED|ERROR|SKIPPED|passed|failed' "$OUT/tests.log" | tail -8
-
-sweep sweep-c "${SWEEP_S:-170}" moe.shuffle_weighted_sum activation.bias_gelu_tanh
-status=$((status | $?))
-tar -czf "$OUT/runs.tgz" -C work --exclude='*/src' runs 2>/dev/null
-exit $status
+if [ -n "$run_tar" ]; then
+  INTEGRATE_S="${INTEGRATE_S:-120}" bash "$here/gpu-sweep.sh" "$tasks" "$run_tar"
+  status=$((status | $?))
+fi
+if [ -n "${AGENT:-}" ]; then
+  RUN=agent-h200-owed CLIENT="${CLIENT:-claude}" bash "$here/gpu-agent.sh" "$tasks" "$AGENT"
+  status=$((status | $?))
+fi
+RUN=sweep-d SKILLS="$pdl_off,pdl_trigger_small_grids" SWEEP_S="${SWEEP_S:-300}" OPS="moe.shuffle_weighted_sum \
+lora.kimi_k2_moe_fused_gate layernorm.mhc_post_combine_norm_prefill moe.moe_align_block_size moe.mask_topk_ids \
+gemm.router_gemm activation.silu_and_mul" bash "$here/gpu-sweep.sh" "$tasks"
+exit $((status | $?))

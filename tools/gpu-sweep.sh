@@ -6,7 +6,7 @@
 #    <name> --skip-e2e` on that run's accepted candidates first: each one patched into SGLang's
 #    tree and checked through SGLang's own build and public op (INTEGRATE_S);
 # 2. `kernelsmith optimize --ops $OPS --coder offline --search auto --rounds 1 --skills $SKILLS
-#    --run $RUN` (SWEEP_S, the run's wall budget; the step's limit is a minute more, and a step
+#    --run $RUN` (SKILLS empty: every skill; SWEEP_S, the run's wall budget; the step's limit is a minute more, and a step
 #    stopped by it keeps what it recorded: SIGTERM unwinds and a rerun resumes);
 # 3. $OUT/run-$RUN.tgz (the run without its per-candidate source trees, packed as <run>/...,
 #    so the next call can pass it as RUN_TARBALL) and the logs.
@@ -37,8 +37,7 @@ if [ -n "${OPS:-}" ]; then
   KERNELSMITH_BUDGET__WALL_S="$seconds" KERNELSMITH_SEARCH__EVALS_PER_ROUND="${EVALS:-16}" \
     KERNELSMITH_HARNESS__NCU_PROFILE="$([ "${NCU:-0}" = 1 ] && echo true || echo false)" \
     timeout $((seconds + 60)) python3 -m pipeline.cli optimize --ops $OPS --coder offline --search auto \
-    --rounds 1 --skills "${SKILLS:?SKILLS names the skills the sweep plans with}" --run "$run" \
-    > "$OUT/optimize-$run.log" 2>&1
+    --rounds 1 ${SKILLS:+--skills "$SKILLS"} --run "$run" > "$OUT/optimize-$run.log" 2>&1
   status=$((status | $?))
   tail -30 "$OUT/optimize-$run.log"
   tar -czf "$OUT/run-$run.tgz" -C work/runs --exclude='*/src' "$run" 2>/dev/null

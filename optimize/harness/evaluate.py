@@ -326,11 +326,14 @@ def build_baseline(
     """:func:`build_units` for the baseline: a baseline that does not build raises, never blames a candidate."""
     report, libs = build_units(task_dir, task, units, config=config)
     if not report.ok:
-        raise BaselineError(
-            f"the baseline of {task.op_id} does not build",
-            fix=f"check the toolchain (nvcc output below), then re-run `kernelsmith extract --ops {task.op_id}`",
-            detail=report.stderr,
-        )
+        if task.baseline_build is None:  # extracted with --no-compile: nothing dropped what cannot build
+            fix = (
+                f"this task was extracted without its compile check (`extract --no-compile`), which keeps only the "
+                f"instantiations that build: re-run `kernelsmith extract --ops {task.op_id}` (nvcc output below)"
+            )
+        else:
+            fix = f"check the toolchain (nvcc output below), then re-run `kernelsmith extract --ops {task.op_id}`"
+        raise BaselineError(f"the baseline of {task.op_id} does not build", fix=fix, detail=report.stderr)
     return report, libs
 
 
