@@ -17,6 +17,7 @@ import subprocess
 import zipfile
 
 import pytest
+from test_agents import shape
 
 from extract.entry import read_signature
 from integrate import patch as patch_mod
@@ -445,8 +446,8 @@ def test_two_ops_in_one_file_compose_or_conflict(tmp_path, wheel_source):
     inner = Span(file=ACT, start_byte=whole.start_byte + 10, end_byte=whole.end_byte - 10, name="inner")
     make_task(work2, wheel_source, OP, [whole])
     make_task(work2, wheel_source, "activation.other", [inner])
-    make_best(work2, "r1", OP, {"act_and_mul_kernel": edited_kernel(root)}, timings=[timed(1.04)])
-    make_best(work2, "r1", "activation.other", {"inner": "x"}, timings=[timed(1.2)])
+    make_best(work2, "r1", OP, {"act_and_mul_kernel": edited_kernel(root)}, timings=[shape("demo[n=1]", 1.04)])
+    make_best(work2, "r1", "activation.other", {"inner": "x"}, timings=[shape("demo[n=1]", 1.2)])
     with pytest.raises(PatchError, match="overlaps"):
         build_patch("r1", work2 / "runs" / "r1", work2 / "tasks", wheel_source, work2 / "integrate" / "r1")
     # the command keeps the faster of the two and says why the other is left out (issue 14: a sweep
@@ -456,21 +457,6 @@ def test_two_ops_in_one_file_compose_or_conflict(tmp_path, wheel_source):
     assert [a.op_id for a in kept] == ["activation.other"]
     assert list(skipped) == [OP] and "activation.other (1.200x, kept)" in skipped[OP] and "1.040x" in skipped[OP]
     assert resolve_overlaps(accepted[:1]) == (accepted[:1], {}), "one op alone never clashes"
-
-
-def timed(speedup: float) -> ShapeTiming:
-    return ShapeTiming(
-        label="demo[n=1]",
-        sizes={"n": 1},
-        dtype="bf16",
-        time_us=1.0,
-        spread_pct=0.5,
-        gbps=1.0,
-        pct_of_copy_bw=1.0,
-        time_over_floor=1.0,
-        baseline_us=speedup,
-        speedup=speedup,
-    )
 
 
 # --------------------------------------------------------------------------- diff format

@@ -15,3 +15,9 @@ cp -n .dev/wheels/sglang-*.whl work/cache/wheels/ 2>/dev/null || true
 if [ ! -d .dev/deps ] && [ -f .dev/deps.tar.gz ]; then tar -xzf .dev/deps.tar.gz -C .dev; fi
 if [ -d .dev/deps ]; then export HEADER_DEPS_DIR=$PWD/.dev/deps; fi
 ks() { python3 -m pipeline.cli "$@"; }
+# unpack_tasks TARBALL: work/tasks from a tarball made on the CPU machine, and the GPU's name,
+# driver and memory in $OUT/gpu.txt (every figure that comes back says which machine made it)
+unpack_tasks() {
+  mkdir -p work/runs && tar -xzf "${1:?a tarball of work/tasks}" -C work || return 1
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "${OUT:-.}/gpu.txt"
+}

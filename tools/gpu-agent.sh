@@ -15,8 +15,7 @@ tasks="${1:?a tarball of work/tasks}"
 manifest="${2:?a manifest of submissions}"
 run="${RUN:-agent}"
 client="${CLIENT:-cli}"
-mkdir -p work/runs && tar -xzf "$tasks" -C work || exit 1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+unpack_tasks "$tasks" || exit 1
 status=0
 n=0
 while IFS=$'\t' read -r op rationale regions; do

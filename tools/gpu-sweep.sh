@@ -17,8 +17,7 @@ source "$(dirname "$0")/device-setup.sh" || exit 1
 OUT="${OUT:-.}"
 tasks="${1:?a tarball of work/tasks}"
 run_tar="${2:-}"
-mkdir -p work/runs && tar -xzf "$tasks" -C work || exit 1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+unpack_tasks "$tasks" || exit 1
 status=0
 
 if [ -n "$run_tar" ]; then
