@@ -254,6 +254,34 @@ def _why(op: OpChange, facts: OpFacts, diff: str, report: IntegrateReport, sim: 
     return out
 
 
+#: The transforms whose ``max_blocks`` makes a run-time switch on the launch's grid, and what it switches.
+_SWITCHED = {
+    "enable_pdl": "PDL",
+    "pdl_early_trigger": "the early PDL trigger (the trigger at the kernel's end stays)",
+}
+
+
+def _size_switches(facts: OpFacts) -> list[str]:
+    """The run-time size buckets of a candidate's steps: what each serves, and what falls back to the baseline."""
+    steps = facts.params.get("steps")
+    transform_of = {skill.id: skill.transform for skill in facts.skills}
+    out = []
+    for step in steps if isinstance(steps, list) else []:
+        transform = transform_of.get(str(step.get("skill"))) if isinstance(step, dict) else None
+        if not isinstance(step, dict) or transform not in _SWITCHED:
+            continue
+        chosen = step.get("params") or {}
+        blocks = int(chosen.get("max_blocks", 0) or 0) if isinstance(chosen, dict) else 0
+        if blocks <= 0:
+            continue
+        inside = " (the kernel's wait and trigger run only in those grids too)" if chosen.get("in_kernel") else ""
+        out.append(
+            f"launches of at most {blocks} blocks (a test of each launch's own grid) get {_SWITCHED[str(transform)]}"
+            f"{inside}; larger launches run as the baseline does there (`{step.get('skill')}`)"
+        )
+    return out
+
+
 def _buckets(op: OpChange, facts: OpFacts, sim: str) -> list[str]:
     """Which token counts the candidate serves with which configuration, and what falls back."""
     out = [f"Buckets and fallbacks (`{op.op_id}`):", ""]
@@ -267,9 +295,14 @@ def _buckets(op: OpChange, facts: OpFacts, sim: str) -> list[str]:
             f"shape runs the candidate ({config}); {served}."
         )
     else:
-        out.append(
-            f"- one configuration ({config}) serves every token count ({served}); nothing falls back to the baseline."
-        )
+        switches = _size_switches(facts)
+        if switches:
+            out.append(f"- one configuration ({config}) is built; it measured {served}. At run time:")
+            out += [f"  - {line}" for line in switches]
+        else:
+            out.append(
+                f"- one configuration ({config}) serves every token count ({served}); nothing falls back to the baseline."
+            )
     slower = [t for t in timings if (_speedup(t) or 1.0) < 1.0]
     for t in slower:
         out.append(f"- slower at {t.label} {t.dtype}: {_fmt(_speedup(t), '.3f')}x{sim}")

@@ -400,18 +400,19 @@ PDL_DIFF = """diff --git a/sglang/kernels/jit/csrc/elementwise/fused_add_rmsnorm
 """
 
 
-def _facts(*, simulated: bool = False, guarded: bool = False):
+def _facts(*, simulated: bool = False, guarded: bool = False, steps: list | None = None):
     from integrate.evidence import OpFacts, RunFacts
     from optimize.skills import load_skills
 
-    pdl = next(s for s in load_skills() if s.id == "pdl_enable")
+    pdl = next(s for s in load_skills() if s.id == ("pdl_small_grids" if steps else "pdl_enable"))
     profile = {
         "dram_throughput_pct": 11.0,
         "achieved_occupancy_pct": 48.0,
         "stall_long_scoreboard": 3.2,
         "stall_barrier": 1.1,
     }
-    op = OpFacts(op_id=OP, skills=(pdl,), params={}, baseline_profile=profile, guarded=guarded)
+    params = {"steps": steps} if steps else {}
+    op = OpFacts(op_id=OP, skills=(pdl,), params=params, baseline_profile=profile, guarded=guarded)
     return RunFacts(
         simulated=simulated, backend="replay:h200.json" if simulated else "gpu", diff=PDL_DIFF, ops={OP: op}
     )
@@ -469,6 +470,13 @@ def test_pr_is_written_for_a_reviewer(tmp_path):
     guarded = render(report, facts=_facts(guarded=True))
     assert "a shape dispatch in the diff keeps the baseline code" in guarded
     assert "SIMULATED" not in text
+    # a run-time size switch (pdl_small_grids) is a bucket: the PR says what serves each side of it
+    switched = render(report, facts=_facts(steps=[{"skill": "pdl_small_grids", "params": {"max_blocks": 132}}]))
+    assert "nothing falls back" not in switched
+    assert (
+        "launches of at most 132 blocks (a test of each launch's own grid) get PDL; larger launches run as the "
+        "baseline does there (`pdl_small_grids`)" in switched
+    )
 
 
 def test_a_replay_run_is_labelled_simulated(tmp_path):
