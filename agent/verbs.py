@@ -77,12 +77,13 @@ def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[s
     Why: on the H200 (2026-12-02) the first thing an outside coder wanted before spending
     device time was to know its candidate compiles for sm_90a and what ptxas says of it
     (registers, spills); with only ``submit``, a typo costs a GPU evaluation. The build uses
-    the harness's own path (:func:`optimize.harness.evaluate.build_units`: every
-    instantiation in one unit, the task's recipe, the shared build cache), so a candidate
+    the harness's own path (:func:`optimize.harness.evaluate.build_units` over
+    :func:`~optimize.harness.evaluate.canonical_units`: the harness's units, the task's recipe,
+    the shared build cache), so a candidate
     that builds here is the one the GPU builds, and its build is then a cache hit there
     only when the toolchains match. Nothing is recorded in any run.
     """
-    from optimize.harness.evaluate import build_units
+    from optimize.harness.evaluate import build_units, canonical_units
 
     if not isinstance(regions, dict) or not regions or not all(isinstance(v, str) for v in regions.values()):
         raise ConfigError("a build needs region texts", fix='give {"<region name>": "<new text>", ...}')
@@ -94,7 +95,7 @@ def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[s
             f"{op_id} has no editable region {', '.join(unknown)}",
             fix=f"use the region names `agent show {op_id}` lists: {', '.join(sorted(known))}",
         )
-    report, _ = build_units(folder, task, [list(task.instantiations)], config=config, regions=dict(regions))
+    report, _ = build_units(folder, task, canonical_units(task), config=config, regions=dict(regions))
     return {
         "op": op_id,
         "ok": report.ok,

@@ -44,8 +44,8 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0, in_kernel: bo
     at most ``max_blocks`` blocks too (``if (gridDim.x * gridDim.y * gridDim.z <= N)``), so a
     launch above the threshold runs none of PDL's instructions. Why: on the H200
     (2026-12-02) moe.shuffle_weighted_sum with the switch was still 0.51x at Mixtral top-2,
-    T >= 512, where its grid (T x 8 blocks of 256 threads) is far above the threshold and PDL is
-    off; what differs from the baseline there is these statements in 131072 tiny blocks (which
+    T >= 512, where its grid (T x 16 blocks of 128 threads) is far above the threshold and PDL is
+    off; what differs from the baseline there is these statements in 262144 tiny blocks (T=16384) (which
     of the two costs is not measured, nor yet whether the guard helps). The guard is the launch's own
     test seen from inside (the grid is the launch's), so a kernel that may start early always
     waits. It is applied only to a kernel every launch of which this edit switches; a kernel

@@ -165,8 +165,19 @@ def test_build_compiles_a_candidate_on_the_cpu_as_the_harness_would(tmp_path, sg
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
     pytest.importorskip("tvm_ffi.libinfo")
+    from test_build import _inst
+
     task_dir = tmp_path / "tasks" / "activation.silu_and_mul"
     task = make_task(task_dir, sglang_source)
+    # two bf16 instantiations (PDL on and off) cannot share one unit: the harness's units are used
+    no_pdl = _inst("bf16", "bf16_t").model_copy(
+        update={
+            "module_args": ["activation", "bf16_t", "false"],
+            "template_args": ["bf16_t", "false"],
+            "wrappers": [("run_activation", "ActivationKernel<bf16_t, false>::run_activation")],
+        }
+    )
+    task = task.model_copy(update={"instantiations": [*task.instantiations, no_pdl]})
     write_record(task, task_dir / "task.json")
     (span,) = task.editable
     text = (task_dir / "src" / span.file).read_bytes()[span.start_byte : span.end_byte].decode()
