@@ -439,6 +439,9 @@ class ShapeTiming(Record):
     baseline_us: float | None = None
     speedup: float | None = None
     floor_applies: bool = True  # False: the contract says the op is not byte-bound; time_over_floor is not a figure
+    # the catalog shape's token count (ShapeCase.tokens): the bucket of a shape whose sizes name no
+    # num_tokens (bias_gelu_tanh's num_rows, dispatch_probability's num_topk_entries); None: from sizes
+    tokens: int | None = None
 
     @property
     def over_floor(self) -> float | None:

@@ -489,6 +489,22 @@ def test_an_op_that_is_not_byte_bound_has_no_floor_figure_anywhere():
     assert "time/floor: n/a" in summary.text() and "x floor" not in summary.text()
 
 
+def test_a_shape_whose_sizes_name_no_token_count_is_bucketed_by_its_catalog_tokens():
+    """bias_gelu_tanh's rows are `num_rows`, dispatch_probability's `num_topk_entries`: the catalog's token
+    count travels with the timing (ShapeTiming.tokens), so prefill shapes are not all counted as decode."""
+    from pipeline.buckets import bucket_of, by_bucket, tokens_of
+
+    row = shape("Llama-3.1-8B[hidden_dim=4096,num_rows=4096]", 1.2).model_copy(
+        update={"sizes": {"num_rows": 4096, "hidden_dim": 4096}}
+    )
+    assert bucket_of(row) == "T<=64", "without the catalog's count, nothing in the sizes says 4096 tokens"
+    carried = row.model_copy(update={"tokens": 4096})
+    assert tokens_of(carried) == 4096 and bucket_of(carried) == "T>=512"
+    assert list(by_bucket([carried, row])) == ["T<=64", "T>=512"]
+    named = row.model_copy(update={"sizes": {"num_tokens": 8}})
+    assert tokens_of(named) == 8, "sizes still decide where nothing was carried"
+
+
 # --------------------------------------------------------------------------- testing
 
 

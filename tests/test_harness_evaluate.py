@@ -110,6 +110,8 @@ def test_plan_units_are_canonical_whatever_the_draw():
 def test_plan_times_bf16_catalog_only_by_default():
     plan = ev.plan_cases(rms_task(), held_out=0)
     assert [(c.label, c.dtype) for c in plan.timings] == [(s.label, "bf16") for s in rms_task().shapes]
+    # each timed case carries its catalog shape's token count, whatever its sizes call the token axis
+    assert [c.tokens for c in plan.timings] == [s.tokens for s in rms_task().shapes]
     assert ev.plan_cases(rms_task(), held_out=0, profile=False).timings == []
     both = ev.plan_cases(rms_task(), held_out=0, timing_dtypes=["fp16", "bf16"])
     assert len(both.timings) == 8

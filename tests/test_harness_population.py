@@ -155,3 +155,19 @@ def test_a_population_is_screened_at_one_shape_per_bucket_and_only_the_best_are_
     verdict = judge_round(by_id["c3"], None, 3.0)
     assert not verdict.accepted and "not promoted to full timing" in verdict.detail
     assert judge_round(by_id["c2"], None, 3.0).accepted
+
+
+def test_screening_takes_a_shape_per_bucket_by_the_catalog_token_count():
+    """Sizes that name no num_tokens (num_rows here) are bucketed by the case's own token count, so a
+    population is screened at a decode and a prefill shape, not at one 'decode' shape for all."""
+    from optimize.harness.population import screening
+    from optimize.harness.protocol import TimingCase
+
+    cases = [
+        TimingCase(label=f"M[num_rows={n}]", sizes={"num_rows": n}, dtype="bf16", export="e", tokens=n)
+        for n in (1, 8, 4096, 16384)
+    ]
+    picked = screening(cases, per_bucket=1)
+    assert sorted(c.tokens for c in picked) == [8, 16384]  # one per bucket: T<=64 and T>=512
+    blind = [c.model_copy(update={"tokens": None}) for c in cases]
+    assert len(screening(blind, per_bucket=1)) == 1, "without the token count every case is one bucket"

@@ -10,8 +10,11 @@
 # the outside coder's prepared candidates, kept out of git because they derive from SGLang).
 # Part 1:
 #   1. integrate RUN_TARBALL's run (SGLang's build and public op);
-#   2. AGENT=...: tools/gpu-agent.sh on that manifest (session 11 left per_token_quant_fp8's
-#      register-row kernel with 128-thread CTAs for short rows, which lost 0.85x at hidden 4096);
+#   2. AGENT=...: tools/gpu-agent.sh on that manifest. Session 11 left .dev/agent/manifest-owed.tsv
+#      (built with `kernelsmith agent build` on the CPU machine, not yet measured): per_token_quant_fp8's
+#      register-row kernel with 128-thread CTAs for short rows (it lost 0.85x at hidden 4096 with
+#      256), shuffle_weighted_sum's 16-byte vector kernel without and with PDL for small grids, and
+#      bias_gelu_tanh's loop without the 64-bit modulo; the tasks tarball must hold those ops;
 #   3. one PDL-family round on the ops session 11 did not reach, and shuffle_weighted_sum again
 #      with pdl_small_grids' new in_kernel choice (its 0.51x at Mixtral top-2 is the measure).
 # Part 2: the rest of the ops that launch with PDL and trigger at their end (sweep B), and the

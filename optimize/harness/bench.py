@@ -139,6 +139,7 @@ def timing_table(results: Sequence[OpBench]) -> list[str]:
                 nbytes=t.bytes,
                 device=op.device,
                 byte_bound=t.byte_bound,
+                tokens=t.tokens,
             )
             lines.append(
                 f"| {op.op_id} | {t.dtype} | {t.label} | {row.time_us:.2f} | {row.spread_pct:.1f} | {row.gbps:.0f} | "

@@ -180,6 +180,7 @@ def plan_cases(
                         dtype=dtype,
                         export=export_name(contract.entry, inst),
                         unit=units.index(inst),
+                        tokens=shape.tokens,
                     )
                 )
     return CasePlan(units=units.built(), checks=checks, timings=timings, held_out=drawn)
@@ -557,6 +558,7 @@ def shape_timings(result: WorkerResult, candidate_given: bool) -> list[ShapeTimi
                 device=result.device,
                 baseline_us=base,
                 byte_bound=t.byte_bound,
+                tokens=t.tokens,
             )
         )
     return out

@@ -48,7 +48,7 @@ from optimize.harness.evaluate import (
 )
 from optimize.harness.protocol import CheckCase, TimingCase, WorkerRequest, WorkerResult
 from optimize.harness.worker import member_path
-from pipeline.buckets import bucket_for, tokens_in_sizes
+from pipeline.buckets import bucket_for, tokens_of
 from pipeline.config import Config
 from pipeline.records import Candidate, Evaluation, Outcome, Task
 from pipeline.stats import geomean
@@ -104,10 +104,10 @@ def screening(timings: Sequence[TimingCase], per_bucket: int) -> list[TimingCase
         return list(timings)
     groups: dict[tuple[str, str], list[TimingCase]] = {}
     for case in timings:
-        groups.setdefault((case.dtype, bucket_for(tokens_in_sizes(case.sizes))), []).append(case)
+        groups.setdefault((case.dtype, bucket_for(tokens_of(case))), []).append(case)
     chosen: set[int] = set()
     for cases in groups.values():
-        ordered = sorted(cases, key=lambda c: tokens_in_sizes(c.sizes))
+        ordered = sorted(cases, key=tokens_of)
         middle = len(ordered) // 2
         nearest = sorted(range(len(ordered)), key=lambda i: (abs(i - middle), i))[:per_bucket]
         chosen.update(id(ordered[i]) for i in nearest)

@@ -53,6 +53,7 @@ class TimingCase(Record):
     dtype: Dtype
     export: str
     unit: int = 0
+    tokens: int | None = None  # the catalog shape's token count (ShapeCase.tokens); None: read from sizes
 
 
 class WorkerRequest(VersionedRecord):
@@ -114,6 +115,7 @@ class TimingResult(Record):
     # buffer sets whose outputs, after the timed replays, were compared with the baseline's
     validated_sets: int = 0
     byte_bound: bool = True  # the contract's Contract.byte_bound: whether time ÷ floor applies
+    tokens: int | None = None  # TimingCase.tokens, passed through
 
 
 class DeviceInfo(Record):

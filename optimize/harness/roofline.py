@@ -131,6 +131,7 @@ def shape_timing(
     device: DeviceInfo,
     baseline_us: float | None = None,
     byte_bound: bool = True,
+    tokens: int | None = None,
 ) -> ShapeTiming:
     gbps = nbytes / (time_us * 1e3) if time_us > 0 else 0.0
     floor = device_floor_us(nbytes, device)
@@ -146,6 +147,7 @@ def shape_timing(
         baseline_us=round(baseline_us, 4) if baseline_us is not None else None,
         speedup=round(baseline_us / time_us, 4) if baseline_us is not None and time_us > 0 else None,
         floor_applies=byte_bound,
+        tokens=tokens,
     )
 
 

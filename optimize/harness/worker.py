@@ -500,6 +500,7 @@ class Timer:
             notes=notes,
             written_bytes=roofline.written_bytes(plan),
             validated_sets=validated,
+            tokens=case.tokens,
         )
         del graphs, bufsets, arg_lists
         _free()
