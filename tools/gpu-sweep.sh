@@ -6,8 +6,9 @@
 #    <name> --skip-e2e` on that run's accepted candidates first: each one patched into SGLang's
 #    tree and checked through SGLang's own build and public op (INTEGRATE_S);
 # 2. `kernelsmith optimize --ops $OPS --coder offline --search auto --rounds 1 --skills $SKILLS
-#    --run $RUN` (SKILLS empty: every skill; SWEEP_S, the run's wall budget; the step's limit is a minute more, and a step
-#    stopped by it keeps what it recorded: SIGTERM unwinds and a rerun resumes);
+#    --run $RUN` (SKILLS empty: every skill; SWEEP_S: the run's wall budget; the step's limit is
+#    a minute more, and a step stopped by it keeps what it recorded: SIGTERM unwinds and a rerun
+#    resumes);
 # 3. $OUT/run-$RUN.tgz (the run without its per-candidate source trees, packed as <run>/...,
 #    so the next call can pass it as RUN_TARBALL) and the logs.
 # Carry .whl, .dev/wheels and the tarballs. Nsight Compute is off (NCU=1 turns it on): the PDL
