@@ -6,7 +6,8 @@ the CPU, and the sweep asks whether a contract can be drawn from before any buil
 - :func:`synthetic_shape`: one small generic shape for a contract no model config
   sizes (``bench --all`` only; never timed, never a catalog shape);
 - :func:`draw_held_out`: fresh shapes for one evaluation, T=1 first, then odd token
-  counts, widths varied within what the contract and the instantiations accept.
+  counts in each token bucket, then next to the buckets' edges; widths varied within
+  what the contract and the instantiations accept.
 
 What must stay true:
 - Held-out shapes are drawn from an RNG the caller seeds from ``os.urandom``: a
@@ -41,6 +42,7 @@ from contract.sizes import (
     token_symbol,
     width_symbols,
 )
+from pipeline.buckets import BUCKETS
 from pipeline.records import Contract, Instantiation, ShapeCase
 
 # Largest tensor a held-out draw may produce, in elements (keeps a check fast).
@@ -158,10 +160,30 @@ def _bounded(contract: Contract, sizes: dict[str, int], free: list[str]) -> dict
     return sizes
 
 
-def _odd_token_count(rng: random.Random, index: int) -> int:
-    """An odd count in the band of draw ``index`` (band 0: 3..63 is the smallest)."""
-    bands = [(3, 63), (65, 1023), (1025, 8191)]
-    lo, hi = bands[index % len(bands)]
+HELD_OUT_MAX_TOKENS = 8191  # the largest held-out token count (before a contract's own cap)
+
+
+def _bands() -> list[tuple[int, int, tuple[int, ...]]]:
+    """One odd token-count band inside each token bucket (:data:`pipeline.buckets.BUCKETS`), with
+    the odd counts next to the bucket's inner edges: (3, 63, (63,)), (65, 511, (65, 511)),
+    (513, 8191, (513,)). Why from the buckets: a configuration chosen per bucket is validated
+    inside every bucket and on both sides of each edge (issue 14 item 4)."""
+    out = []
+    for i, (_, low, high) in enumerate(BUCKETS):
+        lo = max(3, low | 1)
+        hi = min(high, HELD_OUT_MAX_TOKENS)
+        hi = hi if hi % 2 else hi - 1
+        edges = tuple(e for e, inner in ((lo, i > 0), (hi, i < len(BUCKETS) - 1)) if inner)
+        out.append((lo, hi, edges))
+    return out
+
+
+def _odd_token_count(rng: random.Random, index: int, *, edge: bool = False) -> int:
+    """An odd count in the band of draw ``index``: anywhere in it, or (``edge``) next to an edge of its bucket."""
+    bands = _bands()
+    lo, hi, edges = bands[index % len(bands)]
+    if edge and edges:
+        return rng.choice(edges)
     value = rng.randrange(lo, hi + 1)
     return value if value % 2 else value + 1
 
@@ -234,7 +256,9 @@ def draw_held_out(
         elif token is not None:
             # after a refused draw, a smaller band may do (slots distinct within a pool)
             band = index if not missed else rng.choice([index, 0])
-            base[token] = 1 if index == 0 else _odd_token_count(rng, band)
+            # the first visit of each band draws inside it, the next one at its bucket's edge
+            edge = not missed and index > len(BUCKETS)
+            base[token] = 1 if index == 0 else _odd_token_count(rng, band, edge=edge)
             cap = contract.max_values.get(token)
             if cap is not None and base[token] > cap:  # the most rows the op is called with
                 base[token] = max(1, cap if cap % 2 else cap - 1)

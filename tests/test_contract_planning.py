@@ -202,6 +202,20 @@ def test_held_out_starts_at_one_token_then_odd_counts_and_valid_widths():
     assert all(s.model == "held-out" and s.tokens == s.sizes["num_tokens"] for s in drawn)
 
 
+def test_held_out_covers_every_token_bucket_then_its_edges():
+    """Issue 14 item 4: a configuration chosen per token bucket is validated inside each bucket
+    (draws 1-3, one band per bucket of pipeline.buckets) and next to each bucket edge (draws 4-6)."""
+    from pipeline.buckets import BUCKETS, bucket_for
+
+    c = silu_contract(max_values={"hidden_size": 20000})
+    catalog = [shape(t, h) for t in (1, 8, 4096) for h in (14336, 1536)]
+    for seed in range(5):
+        tokens = [s.sizes["num_tokens"] for s in draw_held_out(c, catalog, 7, random.Random(seed))]
+        assert tokens[0] == 1
+        assert {bucket_for(t) for t in tokens[1:4]} == {name for name, _, _ in BUCKETS}
+        assert tokens[4] in (65, 511) and tokens[5] == 513 and tokens[6] == 63, tokens
+
+
 def test_held_out_draws_differ_between_seeds_and_repeat_for_one_seed():
     c = silu_contract()
     catalog = [shape(8, 14336), shape(64, 4096)]
