@@ -90,14 +90,28 @@ def main(args: Any, config: Config) -> int:
 
 
 def mcp_main(args: Any, config: Config) -> int:
-    """Serve the verbs over stdio until the client closes the connection."""
+    """Serve the verbs over stdio until the client closes the connection.
+
+    On a machine without a GPU (and no ``--replay``) the server still starts: ``show_task``
+    answers the task itself and ``build_candidate`` compiles, as on the command line; every
+    tool that measures answers the GPU error and its fix, so a coder on a laptop can read
+    tasks and compile candidates before it needs the GPU machine.
+    """
     from agent.mcp_server import build_server
 
-    backend = _backend(args, config)
-    server = build_server(
-        lambda client: AgentRun(config, args.run or "agent", backend, client=client),
-        default_client=args.client or "mcp",
-    )
+    offline: GpuRequired | None = None
+    try:
+        backend = _backend(args, config)
+    except GpuRequired as err:
+        backend, offline = None, err
+        print(f"note: {err.message}; serving show_task (the task only) and build_candidate", file=sys.stderr)
+
+    def make_run(client: str) -> AgentRun:
+        if offline is not None:
+            raise offline
+        return AgentRun(config, args.run or "agent", backend, client=client)
+
+    server = build_server(make_run, config=config, offline=offline, default_client=args.client or "mcp")
     server.run("stdio")
     return 0
 

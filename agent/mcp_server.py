@@ -22,6 +22,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from agent.verbs import AgentRun, build_regions
+from agent.verbs import show_task as show_task_only
+from pipeline.config import Config
 from pipeline.errors import KernelsmithError
 
 INSTRUCTIONS = """Kernelsmith checks and times CUDA kernel candidates for SGLang ops against the baseline kernel.
@@ -40,8 +42,17 @@ def _client_name(ctx: Any, default: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in name)[:40] or default
 
 
-def build_server(make_run: Callable[[str], AgentRun], *, default_client: str = "mcp") -> MCPServer:
-    """The MCP server; ``make_run(client)`` opens the run for a client (one per client name)."""
+def build_server(
+    make_run: Callable[[str], AgentRun],
+    *,
+    config: Config,
+    offline: KernelsmithError | None = None,
+    default_client: str = "mcp",
+) -> MCPServer:
+    """The MCP server; ``make_run(client)`` opens the run for a client (one per client name).
+
+    ``offline``: why no run can be opened here (no GPU); ``show_task`` then answers the task
+    itself and ``build_candidate`` needs no run either."""
     server = MCPServer("kernelsmith", instructions=INSTRUCTIONS)
     runs: dict[str, AgentRun] = {}
 
@@ -65,6 +76,8 @@ def build_server(make_run: Callable[[str], AgentRun], *, default_client: str = "
     @server.tool()
     def show_task(op: str, ctx: Context) -> dict[str, Any]:
         """One op: editable regions with line numbers, the contract, shapes and buckets, ptxas, ncu, what was tried."""
+        if offline is not None:
+            return call(lambda: show_task_only(config, op, offline.message))
         return call(lambda: run_for(ctx).show(op))
 
     @server.tool()
@@ -75,7 +88,7 @@ def build_server(make_run: Callable[[str], AgentRun], *, default_client: str = "
     @server.tool()
     def build_candidate(op: str, regions: dict[str, str], ctx: Context) -> dict[str, Any]:
         """Compile new region texts as the harness would (nvcc, no GPU, nothing recorded): ptxas resources or errors."""
-        return call(lambda: build_regions(run_for(ctx).config, op, regions))
+        return call(lambda: build_regions(config, op, regions))
 
     @server.tool()
     def submit_candidate(op: str, regions: dict[str, str], rationale: str, ctx: Context) -> dict[str, Any]:

@@ -150,6 +150,39 @@ def test_mcp_server_over_stdio_with_the_sdks_client(work):
     assert len(coders) == 1 and next(iter(coders)).startswith("external:")
 
 
+def test_mcp_server_without_a_gpu_shows_tasks_and_refuses_measuring_with_the_fix(work):
+    """No GPU and no --replay: the server starts; show_task answers the task itself; a tool that
+    measures answers the GPU error (a tool error with the fix, not a dead server)."""
+    import importlib.util
+
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("needs a machine where the GPU harness is unavailable (no torch)")
+    tmp, _ = work
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "pipeline.cli", "mcp", "--work-dir", str(tmp)], cwd=str(ROOT)
+    )
+
+    async def session_run():
+        async with stdio_client(params) as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                shown = await session.call_tool("show_task", {"op": "demo.scale"})
+                submitted = await session.call_tool(
+                    "submit_candidate", {"op": "demo.scale", "regions": {"launch_scale": HONEST}, "rationale": "y"}
+                )
+                return shown, submitted
+
+    shown, submitted = anyio.run(session_run)
+    assert not shown.is_error and shown.structured_content["evaluated"] is False
+    assert shown.structured_content["regions"]["launch_scale"].splitlines()[1].startswith("   2    constexpr int")
+    assert submitted.is_error and "needs a CUDA GPU" in submitted.content[0].text
+    assert "--replay" in submitted.content[0].text, "the error carries its fix"
+    assert not (tmp / "runs").exists()
+
+
 @pytest.mark.nvcc
 @pytest.mark.wheel
 def test_build_compiles_a_candidate_on_the_cpu_as_the_harness_would(tmp_path, sglang_source, capsys):
