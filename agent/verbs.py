@@ -39,7 +39,7 @@ from optimize.trajectory import FAILED, Trajectory, now_iso
 from pipeline.buckets import by_bucket
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError
-from pipeline.records import Candidate, Evaluation, OpSummary
+from pipeline.records import Candidate, Evaluation, OpSummary, Task
 
 
 def numbered(text: str) -> str:
@@ -56,18 +56,33 @@ def show_task(config: Config, op_id: str, why: str) -> dict[str, Any]:
     """
     folder, task = load_op_task(config, op_id)
     regions = baseline_regions(read_task_files(folder, task), task)
+    return {**_task_view(op_id, "baseline", task, regions), "why_not_evaluated": why}
+
+
+def _task_view(
+    op_id: str,
+    best: str,
+    task: Task,
+    regions: dict[str, str],
+    evaluation: Evaluation | None = None,
+    ncu: Any = None,
+    tried: Any = None,
+) -> dict[str, Any]:
+    """What ``show`` answers, with or without a run: the regions numbered, the contract, the shapes,
+    and what an evaluation adds (buckets, ptxas) where there is one."""
     return {
         "op": op_id,
-        "best": "baseline",
-        "evaluated": False,
-        "why_not_evaluated": why,
+        "best": best,
+        "evaluated": evaluation is not None,
         "regions": {name: numbered(text) for name, text in regions.items()},
         "contract": task.contract.model_dump(mode="json"),
         "shapes": [s.label for s in task.shapes],
-        "buckets": {},
-        "ptxas": [],
-        "ncu": None,
-        "tried": [],
+        "buckets": by_bucket(evaluation.timings) if evaluation else {},
+        "ptxas": [r.model_dump(mode="json") for r in evaluation.build.resources]
+        if evaluation and evaluation.build
+        else [],
+        "ncu": ncu,
+        "tried": tried if tried is not None else [],
     }
 
 
@@ -176,20 +191,8 @@ class AgentRun:
     def show(self, op_id: str) -> dict[str, Any]:
         op = self.op(op_id)
         candidate, evaluation, ncu_path = self._best(op)
-        return {
-            "op": op_id,
-            "best": candidate.id,
-            "evaluated": evaluation is not None,
-            "regions": {name: numbered(text) for name, text in candidate.regions.items()},
-            "contract": op.task.contract.model_dump(mode="json"),
-            "shapes": [s.label for s in op.task.shapes],
-            "buckets": by_bucket(evaluation.timings) if evaluation else {},
-            "ptxas": [r.model_dump(mode="json") for r in evaluation.build.resources]
-            if evaluation and evaluation.build
-            else [],
-            "ncu": json.loads(ncu_path.read_text(encoding="utf-8")) if ncu_path.is_file() else None,
-            "tried": op.trajectory.summary(),
-        }
+        ncu = json.loads(ncu_path.read_text(encoding="utf-8")) if ncu_path.is_file() else None
+        return _task_view(op_id, candidate.id, op.task, candidate.regions, evaluation, ncu, op.trajectory.summary())
 
     def brief(self, op_id: str) -> dict[str, Any]:
         op = self.op(op_id)

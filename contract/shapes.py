@@ -178,10 +178,12 @@ def _bands() -> list[tuple[int, int, tuple[int, ...]]]:
     return out
 
 
+_BANDS = _bands()
+
+
 def _odd_token_count(rng: random.Random, index: int, *, edge: bool = False) -> int:
     """An odd count in the band of draw ``index``: anywhere in it, or (``edge``) next to an edge of its bucket."""
-    bands = _bands()
-    lo, hi, edges = bands[index % len(bands)]
+    lo, hi, edges = _BANDS[index % len(_BANDS)]
     if edge and edges:
         return rng.choice(edges)
     value = rng.randrange(lo, hi + 1)

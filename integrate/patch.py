@@ -63,7 +63,7 @@ from integrate.errors import ConfigError, PatchError
 from integrate.records import FileChange, Layout, OpChange, Patch
 from pipeline.errors import StaleRecordError
 from pipeline.records import Candidate, Evaluation, Outcome, SourceInfo, Span, Task, read_record, write_record
-from pipeline.stats import geomean
+from pipeline.stats import speedup_geomean
 
 CANDIDATE_FILE = "best/candidate.json"
 EVALUATION_FILE = "best/evaluation.json"
@@ -202,8 +202,7 @@ def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accep
 
 
 def _geomean_of(acc: Accepted) -> float:
-    speedups = [t.speedup for t in acc.evaluation.timings if t.speedup is not None] if acc.evaluation else []
-    return geomean(speedups) or 1.0
+    return (speedup_geomean(acc.evaluation.timings) if acc.evaluation else None) or 1.0
 
 
 def _overlap(a: Accepted, b: Accepted) -> str:

@@ -268,7 +268,7 @@ def _size_switches(facts: OpFacts) -> list[str]:
     out = []
     for step in steps if isinstance(steps, list) else []:
         transform = transform_of.get(str(step.get("skill"))) if isinstance(step, dict) else None
-        if not isinstance(step, dict) or transform not in _SWITCHED:
+        if transform not in _SWITCHED:
             continue
         chosen = step.get("params") or {}
         blocks = int(chosen.get("max_blocks", 0) or 0) if isinstance(chosen, dict) else 0

@@ -114,7 +114,7 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0, in_kernel: bo
                 switched[name][-1] = True
     if not edits:
         raise NotApplicable("enable_pdl", "no launch leaves PDL off" + (f" ({'; '.join(skipped)})" if skipped else ""))
-    guard = b"if (gridDim.x * gridDim.y * gridDim.z <= " + str(int(max_blocks)).encode() + b"u) "
+    guard = _grid_guard(max_blocks)
     if in_kernel and not any(all(switched.get(name, [False])) for name in started):
         # the same edit as without in_kernel: say so, so a search does not build it twice
         raise NotApplicable("enable_pdl", "in_kernel: every started kernel is also launched another way")
@@ -145,6 +145,11 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0, in_kernel: bo
             else:
                 edits.append(Edit(k.doc.span, at, at, indent + trigger_stmt + b"\n"))
     return apply_edits("enable_pdl", regions, edits)
+
+
+def _grid_guard(max_blocks: int) -> bytes:
+    """The device-side test that this grid has at most ``max_blocks`` blocks (uniform: every thread sees one grid)."""
+    return b"if (gridDim.x * gridDim.y * gridDim.z <= " + str(int(max_blocks)).encode() + b"u) "
 
 
 _SIDE_EFFECT = re.compile(rb"\+\+|--|(?<![=!<>])=(?!=)")
@@ -218,8 +223,7 @@ def pdl_early_trigger(regions: Mapping[str, str], *, kernel: str | None = None, 
             continue
         if max_blocks > 0:
             at = line_end(src, wait.end_byte)
-            guard = b"if (gridDim.x * gridDim.y * gridDim.z <= " + str(int(max_blocks)).encode() + b"u) "
-            copy = indent_of(src, wait) + guard + src[trigger.start_byte : trigger.end_byte] + b"\n"
+            copy = indent_of(src, wait) + _grid_guard(max_blocks) + src[trigger.start_byte : trigger.end_byte] + b"\n"
             edits.append(Edit(k.doc.span, at, at, copy))
         else:
             edits += _move_line(k.doc.span, src, trigger, line_end(src, wait.end_byte))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 
 def geomean(values: Iterable[float]) -> float | None:
@@ -14,4 +15,9 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
-__all__ = ["geomean"]
+def speedup_geomean(timings: Iterable[Any]) -> float | None:
+    """Geometric mean of the speedups the timings carry (``ShapeTiming.speedup``); None when none does."""
+    return geomean(t.speedup for t in timings if t.speedup is not None)
+
+
+__all__ = ["geomean", "speedup_geomean"]

@@ -51,7 +51,7 @@ from optimize.harness.worker import member_path
 from pipeline.buckets import bucket_for, tokens_of
 from pipeline.config import Config
 from pipeline.records import Candidate, Evaluation, Outcome, Task
-from pipeline.stats import geomean
+from pipeline.stats import speedup_geomean
 
 
 def evaluate_population(
@@ -122,7 +122,7 @@ def promote(screened: dict[int, Evaluation | None], count: int) -> list[int]:
         for index, evaluation in screened.items()
         if evaluation is not None
         and evaluation.outcome == Outcome.ok
-        and (geo := geomean(t.speedup for t in evaluation.timings if t.speedup is not None) or 0.0) > 1.0
+        and (geo := speedup_geomean(evaluation.timings) or 0.0) > 1.0
     ]
     best = sorted(ranked, key=lambda gi: (-gi[0], gi[1]))[:count]
     return sorted(index for _, index in best)

@@ -33,7 +33,7 @@ from optimize.search.tuner import Point, run_search
 from optimize.trajectory import Attempt, candidate_id
 from pipeline.config import Config
 from pipeline.records import Candidate, Evaluation, Outcome, Step
-from pipeline.stats import geomean
+from pipeline.stats import speedup_geomean
 
 #: measure(candidates) -> their evaluations in order, or None where the budget left them unmeasured
 MeasureMany = Callable[[Sequence[Candidate]], list[Evaluation | None]]
@@ -108,7 +108,7 @@ class SearchRound:
 
 
 def _geomean(evaluation: Evaluation) -> float:
-    return geomean(t.speedup for t in evaluation.timings if t.speedup is not None) or 0.0
+    return speedup_geomean(evaluation.timings) or 0.0
 
 
 def search_round(
