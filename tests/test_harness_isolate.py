@@ -90,3 +90,29 @@ def test_stale_result_file_is_not_mistaken_for_a_new_one(tmp_path):
 def test_tail_keeps_the_end():
     assert isolate.tail("x" * 10, 4) == "...xxxx"
     assert isolate.tail("short", 40) == "short"
+
+
+def test_ctrl_c_while_waiting_kills_the_worker_it_started(tmp_path):
+    """The worker runs in its own session, so Ctrl-C (or the CLI's SIGTERM, turned into one) never
+    reaches it: without this it kept the GPU busy after kernelsmith had exited."""
+    import signal
+
+    import pytest
+
+    pid_file = tmp_path / "pid"
+    script = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            isolate.run_worker(REQUEST, tmp_path / "w", timeout_s=60, argv_prefix=stand_in(script))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

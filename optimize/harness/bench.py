@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from optimize.harness.protocol import DeviceInfo, TimingResult
+from optimize.harness.protocol import DeviceInfo, TimingResult, WorkerRequest, WorkerResult
 from pipeline.config import DEFAULT_OPS, Config
 from pipeline.records import Task
 
@@ -228,34 +228,15 @@ def _bench_once(
     task_dir: pathlib.Path, task: Any, config: Config, *, dtypes: Sequence[str] | None, compile_: bool
 ) -> OpBench:
     from optimize.errors import GpuRequired
-    from optimize.harness.evaluate import build_units, plan_cases, run_request, worker_dir
+    from optimize.harness.evaluate import run_request, worker_dir
     from optimize.harness.health import _cause
-    from optimize.harness.protocol import WorkerRequest
     from pipeline.errors import KernelsmithError
 
-    result = OpBench(op_id=task.op_id)
     try:
-        plan = plan_cases(task, held_out=0, timing_dtypes=dtypes, profile=True)
-        report, libs = build_units(task_dir, task, plan.units, config=config)
-        if not report.ok:
-            result.error = f"{_NO_BUILD}: {report.stderr.strip()[-300:]}"
-            return result
-        request = WorkerRequest(
-            mode="bench",
-            op_id=task.op_id,
-            contract=task.contract,
-            baseline_libraries=libs,
-            timings=plan.timings,
-            harness=config.harness,
-            device_cache_dir=str(config.cache / "device"),
-            torch_eager=task.contract.reference is not None,
-            torch_compile=compile_ and task.contract.reference is not None,
-        )
-        timeout = max(config.harness.worker_timeout_s, BENCH_WORKER_TIMEOUT_S)
-        bench_config = config.model_copy(
-            update={"harness": config.harness.model_copy(update={"worker_timeout_s": timeout})}
-        )
-        run = run_request(request, bench_config, worker_dir(config, task.op_id, "bench"))
+        request = _bench_request(task_dir, task, config, dtypes=dtypes, compile_=compile_)
+        if isinstance(request, OpBench):
+            return request
+        run = run_request(request, _bench_config(config, 1), worker_dir(config, task.op_id, "bench"))
     except GpuRequired:
         raise
     except (
@@ -263,23 +244,126 @@ def _bench_once(
         ValueError,
         OSError,
     ) as err:  # the baseline raised in the worker, a contract it cannot call
-        result.error = f"{type(err).__name__}: {_cause(err)}"
-        return result
+        return OpBench(op_id=task.op_id, error=f"{type(err).__name__}: {_cause(err)}")
     if run.result is None:
-        result.error = f"{run.summary}: {run.stderr_tail.strip()[-300:]}"
+        return OpBench(op_id=task.op_id, error=f"{run.summary}: {run.stderr_tail.strip()[-300:]}")
+    return _from_worker(task, run.result)
+
+
+def _bench_request(
+    task_dir: pathlib.Path, task: Any, config: Config, *, dtypes: Sequence[str] | None, compile_: bool
+) -> WorkerRequest | OpBench:
+    """The worker request that times ``task``'s baseline, or the op's row when its baseline does not build."""
+    from optimize.harness.evaluate import build_units, plan_cases
+
+    plan = plan_cases(task, held_out=0, timing_dtypes=dtypes, profile=True)
+    report, libs = build_units(task_dir, task, plan.units, config=config)
+    if not report.ok:
+        return OpBench(op_id=task.op_id, error=f"{_NO_BUILD}: {report.stderr.strip()[-300:]}")
+    return WorkerRequest(
+        mode="bench",
+        op_id=task.op_id,
+        contract=task.contract,
+        baseline_libraries=libs,
+        timings=plan.timings,
+        harness=config.harness,
+        device_cache_dir=str(config.cache / "device"),
+        torch_eager=task.contract.reference is not None,
+        torch_compile=compile_ and task.contract.reference is not None,
+    )
+
+
+def _bench_config(config: Config, ops: int) -> Config:
+    """``config`` with a worker deadline long enough for ``ops`` ops' baselines, eager and compile timings."""
+    timeout = max(config.harness.worker_timeout_s, BENCH_WORKER_TIMEOUT_S) * ops
+    return config.model_copy(update={"harness": config.harness.model_copy(update={"worker_timeout_s": timeout})})
+
+
+def _from_worker(task: Any, worker: WorkerResult) -> OpBench:
+    """The op's row from its worker result (timings, notes; the failure when nothing was timed)."""
+    result = OpBench(op_id=task.op_id)
+    if worker.status != "ok" and not worker.timings:
+        result.error = f"{worker.status}: {worker.detail[:300]}"
         return result
-    if run.result.status != "ok" and not run.result.timings:
-        result.error = f"{run.result.status}: {run.result.detail[:300]}"
-        return result
-    result.device = run.result.device
-    result.rows = list(run.result.timings)
+    result.device = worker.device
+    result.rows = list(worker.timings)
     if task.contract.reference is None:
         result.notes.append("no PyTorch reference named in the contract: eager/compile not timed")
-    for t in run.result.timings:
+    for t in worker.timings:
         result.notes += [f"{t.label} {t.dtype}: {n}" for n in t.notes]
-    if run.result.status != "ok":
-        result.notes.append(f"stopped after {len(result.rows)} timing(s): {run.result.detail[:300]}")
+    if worker.status != "ok":
+        result.notes.append(f"stopped after {len(result.rows)} timing(s): {worker.detail[:300]}")
     return result
+
+
+BATCH_OPS = 8  # ops per batch worker (bench --ops, track run): progress is shown after each batch
+
+
+def bench_batch(
+    items: Sequence[tuple[pathlib.Path, Task]], config: Config, *, dtypes: Sequence[str] | None, compile_: bool
+) -> list[OpBench]:
+    """Each op's row, the baselines timed in one worker process (:func:`optimize.harness.worker.run_batch`).
+
+    The fast path of :func:`bench_op`: same requests, same timing, one worker start for all.
+    An op whose member did not come back ok with timings (its baseline raised, a CUDA fault,
+    the worker lost) goes through :func:`bench_op` on its own, which reports the failure in
+    full and repairs the contract as before; so a batch never changes what an op's row says,
+    only how long it takes. On Ctrl-C the members already written are kept: they reach the
+    caller through :class:`BatchInterrupted`.
+    """
+    from optimize.harness.evaluate import run_request, worker_dir
+    from optimize.harness.worker import member_path
+
+    rows: dict[int, OpBench] = {}
+    requests: list[tuple[int, WorkerRequest]] = []
+    for index, (path, task) in enumerate(items):
+        try:
+            made = _bench_request(path, task, config, dtypes=dtypes, compile_=compile_)
+        except Exception:  # noqa: BLE001 - planning or building refused: the op's own path (bench_op) says why
+            continue
+        if isinstance(made, OpBench):
+            rows[index] = made
+        else:
+            requests.append((index, made))
+
+    def collect(workdir: pathlib.Path) -> None:
+        for position, (index, _) in enumerate(requests):
+            member = member_path(workdir / "result.json", position)
+            try:
+                worker = WorkerResult.model_validate_json(member.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if worker.status == "ok" and worker.timings:
+                rows[index] = _from_worker(items[index][1], worker)
+
+    if requests:
+        batch = WorkerRequest(
+            mode="batch",
+            op_id=f"batch of {len(requests)}",
+            contract=requests[0][1].contract,
+            baseline_libraries=[],
+            device_cache_dir=str(config.cache / "device"),
+            batch=[request for _, request in requests],
+        )
+        workdir = worker_dir(config, items[requests[0][0]][1].op_id, "bench-batch")
+        try:
+            run_request(batch, _bench_config(config, len(requests)), workdir)
+        except KeyboardInterrupt:
+            collect(workdir)
+            raise BatchInterrupted([(i, rows[i]) for i in sorted(rows)]) from None
+        collect(workdir)
+    for index, (path, task) in enumerate(items):
+        if index not in rows:  # its failure, in full, from its own worker
+            rows[index] = bench_op(path, task, config, dtypes=dtypes, compile_=compile_)
+    return [rows[i] for i in range(len(items))]
+
+
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a batch; ``rows`` holds (position in the batch, row) of the ops measured before it."""
+
+    def __init__(self, rows: list[tuple[int, OpBench]]) -> None:
+        super().__init__()
+        self.rows = rows
 
 
 def learn_contract(task_dir: pathlib.Path, task: Any, config: Config) -> tuple[Any, list[str]]:
@@ -501,21 +585,41 @@ def bench_folders(
     out = stream or sys.stdout
     results: list[OpBench] = []
     tasks: list[Task] = [complete(loaded, path)[0] for path, loaded in folders]
-    if len(tasks) > 1 and gpu_available()[0]:
-        prebuild([(path, task) for (path, _), task in zip(folders, tasks)], config, dtypes=dtypes, stream=out)
-    for number, ((path, _), task) in enumerate(zip(folders, tasks), 1):
-        print(f"{label} {number}/{len(folders)}: {path.name} ...", file=out, flush=True)
-        try:
-            result = bench_op(path, task, config, dtypes=dtypes, compile_=compile_)
-        except GpuRequired as err:
-            if not any(r.rows for r in results):
-                raise
-            results += [OpBench(op_id=f.name, error=err.message) for f, _ in folders[number - 1 :]]
-            break
-        print(f"  {len(result.rows)} shapes{': ' + result.error if result.error else ''}", file=out, flush=True)
+    items = [(path, task) for (path, _), task in zip(folders, tasks)]
+    batched = len(items) > 1 and gpu_available()[0]
+    if batched:
+        prebuild(items, config, dtypes=dtypes, stream=out)
+    step = BATCH_OPS if batched else 1
+
+    def report(result: OpBench, task: Task, alone: bool) -> None:
+        shapes = f"{len(result.rows)} shapes{': ' + result.error if result.error else ''}"
+        print(f"  {shapes}" if alone else f"  {result.op_id}: {shapes}", file=out, flush=True)
         results.append(result)
         if measured is not None:
             measured(result, task)
+
+    for first in range(0, len(items), step):
+        chunk = items[first : first + step]
+        alone = len(chunk) == 1
+        where = f"{first + 1}" if alone else f"{first + 1}-{first + len(chunk)}"
+        names = ", ".join(path.name for path, _ in chunk)
+        print(f"{label} {where}/{len(folders)}: {names} ...", file=out, flush=True)
+        try:
+            if batched and not alone:
+                chunk_rows = bench_batch(chunk, config, dtypes=dtypes, compile_=compile_)
+            else:
+                chunk_rows = [bench_op(chunk[0][0], chunk[0][1], config, dtypes=dtypes, compile_=compile_)]
+        except BatchInterrupted as stop:  # what the batch measured before Ctrl-C is kept
+            for offset, result in stop.rows:
+                report(result, chunk[offset][1], alone)
+            raise KeyboardInterrupt from None
+        except GpuRequired as err:
+            if not any(r.rows for r in results):
+                raise
+            results += [OpBench(op_id=f.name, error=err.message) for f, _ in folders[first:]]
+            break
+        for offset, result in enumerate(chunk_rows):
+            report(result, chunk[offset][1], alone)
     return results, tasks
 
 

@@ -93,6 +93,13 @@ def run_process(
             proc.wait()
             returncode = None
             status = "timeout"
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the worker (its own session) must not outlive us
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            raise
     seconds = time.monotonic() - start
     text = stderr_path.read_text(encoding="utf-8", errors="replace")
     stdout_text = stdout_path.read_text(encoding="utf-8", errors="replace")
@@ -105,6 +112,7 @@ def _library_dirs(request: WorkerRequest) -> list[str]:
     """The folders of every module the worker will load (the build cache, wherever it lives)."""
     libraries = [*request.baseline_libraries, *(request.candidate_libraries or [])]
     libraries += [lib for member in request.population for lib in member]
+    libraries += [lib for member in request.batch for lib in [*member.baseline_libraries]]
     return sorted({os.path.dirname(os.path.abspath(lib)) for lib in libraries if lib})
 
 

@@ -57,7 +57,7 @@ class TimingCase(Record):
 
 
 class WorkerRequest(VersionedRecord):
-    mode: Literal["evaluate", "bench", "single", "population"] = "evaluate"
+    mode: Literal["evaluate", "bench", "single", "population", "batch"] = "evaluate"
     op_id: str
     contract: Contract
     # one module per build unit (a unit holds at most one instantiation per dtype)
@@ -66,6 +66,10 @@ class WorkerRequest(VersionedRecord):
     # mode "population": one library list per member, each checked and timed as "evaluate" would,
     # its result written to member-<i>.json beside the result file as soon as it is known
     population: list[list[str]] = Field(default_factory=list)
+    # mode "batch": whole requests of other ops (bench mode), run in turn in this one process,
+    # each result written to member-<i>.json as soon as it is known (bench --ops, track run:
+    # one worker start for many ops instead of one each)
+    batch: list[WorkerRequest] = Field(default_factory=list)
     checks: list[CheckCase] = Field(default_factory=list)
     timings: list[TimingCase] = Field(default_factory=list)
     harness: HarnessConfig = Field(default_factory=HarnessConfig)

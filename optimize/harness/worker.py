@@ -703,6 +703,38 @@ def run_population(request: WorkerRequest, result_path: str) -> WorkerResult:
     )
 
 
+def run_batch(request: WorkerRequest, result_path: str) -> WorkerResult:
+    """Each request of ``request.batch`` (other ops' bench requests) run in turn in this one process.
+
+    Why: starting a worker (torch, CUDA, the sandbox) cost about 8 s an op in the census on the
+    H200 (2026-12-02), more than the op's timing. Each member's result is written as soon as it
+    is known. A member that raises outside a kernel gets a ``baseline_failed`` result naming the
+    error, and the batch goes on (the parent runs that op again on its own, where the error gets
+    its full report and the contract repair). After a CUDA fault (this process's context is gone)
+    no other member runs; the parent runs the rest in a fresh worker.
+    """
+    import torch
+
+    done, crashed = 0, False
+    for index, member in enumerate(request.batch):
+        log(f"batch member {index}: {member.op_id}")
+        try:
+            result = run(member)
+        except Exception as err:  # noqa: BLE001 - recorded as the member's own failure
+            if _is_cuda_error(err):
+                result = WorkerResult(status="crashed", detail=f"CUDA error in {member.op_id}: {err}")
+            else:
+                result = WorkerResult(status="baseline_failed", detail=f"{type(err).__name__}: {err}"[:2000])
+        write_record(result, member_path(result_path, index))
+        done += 1
+        if result.status == "crashed":
+            crashed = True
+            break
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # the next op's buffer sets start from a clean pool
+    return WorkerResult(status="crashed" if crashed else "ok", detail=f"{done} of {len(request.batch)} ops run")
+
+
 def _single(request: WorkerRequest, device, stream, info) -> WorkerResult:
     """Call one implementation a few times per case, nothing else: what a profiler should see."""
     import torch
@@ -741,7 +773,12 @@ def main(argv: list[str] | None = None) -> int:
         print("kernelsmith worker: no CUDA device is visible to torch", file=sys.stderr)
         return EXIT_NO_GPU
     try:
-        result = run_population(request, argv[1]) if request.mode == "population" else run(request)
+        if request.mode == "population":
+            result = run_population(request, argv[1])
+        elif request.mode == "batch":
+            result = run_batch(request, argv[1])
+        else:
+            result = run(request)
     except Exception as err:  # noqa: BLE001
         traceback.print_exc()
         # a CUDA fault surfacing outside a guarded call is still a kernel's doing
