@@ -90,3 +90,22 @@ def test_stale_result_file_is_not_mistaken_for_a_new_one(tmp_path):
 def test_tail_keeps_the_end():
     assert isolate.tail("x" * 10, 4) == "...xxxx"
     assert isolate.tail("short", 40) == "short"
+
+
+SEE_DEVICE = """
+import os, sys
+from optimize.harness.protocol import WorkerResult
+from pipeline.records import write_record
+write_record(WorkerResult(status="ok", detail=os.environ.get("CUDA_VISIBLE_DEVICES", "unset")), sys.argv[2])
+"""
+
+
+def test_a_worker_started_while_pinned_sees_that_gpu_alone_and_outside_the_environments(tmp_path, monkeypatch):
+    """The scale-out lanes (optimize.scale.local) pin each lane's workers to its GPU."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    with isolate.pinned("3"):
+        assert isolate.pinned_device() == "3"
+        inside = isolate.run_worker(REQUEST, tmp_path / "a", timeout_s=60, argv_prefix=stand_in(SEE_DEVICE))
+    outside = isolate.run_worker(REQUEST, tmp_path / "b", timeout_s=60, argv_prefix=stand_in(SEE_DEVICE))
+    assert inside.result is not None and inside.result.detail == "3"
+    assert outside.result is not None and outside.result.detail == "0,1,2,3" and isolate.pinned_device() is None
