@@ -60,6 +60,7 @@ def essence(run_dir: pathlib.Path) -> dict[str, list[tuple]]:
                 r.get("accepted"),
                 r.get("best"),
                 r.get("stop_reason"),
+                r.get("gpu_s"),  # each op charged what its own units spent
                 tuple((a.get("candidate"), a.get("outcome")) for a in r.get("attempts", [])),
             )
             for r in lines
@@ -77,21 +78,22 @@ class Spy:
 
     def __init__(self, monkeypatch, *, hold_s: float = 0.0) -> None:
         self.ran: list[tuple[str, str | None]] = []
-        self.busy = 0
-        self.most = 0
+        self.busy: dict[str, int] = {}
+        self.most: dict[str, int] = {}
         self.lock = threading.Lock()
         real = units.run_here
 
         def run_here(unit, device):
+            kind = "population" if "population" in unit.key else "other"
             with self.lock:
-                self.busy += 1
-                self.most = max(self.most, self.busy)
+                self.busy[kind] = self.busy.get(kind, 0) + 1
+                self.most[kind] = max(self.most.get(kind, 0), self.busy[kind])
             try:
                 time.sleep(hold_s)
                 return real(unit, device)
             finally:
                 with self.lock:
-                    self.busy -= 1
+                    self.busy[kind] -= 1
                     self.ran.append((unit.key, device))
 
         monkeypatch.setattr(local, "run_here", run_here)
@@ -134,7 +136,9 @@ def test_optimize_over_two_fake_gpus_spreads_the_ops_and_equals_the_serial_run(t
     assert essence(wide) == essence(serial) and set(essence(wide)) == set(OPS)
     assert summary_of(wide) == summary_of(serial)
     devices = {device for _, device in spy.ran}
-    assert devices == {"0", "1"} and spy.most == 2, "both lanes ran units, two at once"
+    assert devices == {"0", "1"} and spy.most["population"] == 2, "both lanes ran search populations at once"
+    totals = [read_record(RunSummary, run / "summary.json").gpu_s for run in (serial, wide)]
+    assert totals[0] == totals[1] > 0, "the run's GPU budget was charged every unit once"
     per_op = {op: {d for key, d in spy.ran if key.startswith(op + " ")} for op in OPS}
     assert all(per_op.values()) and len({frozenset(v) for v in per_op.values()}) >= 1
     assert read_record(RunSummary, wide / "summary.json").simulated, "a replayed run stays SIMULATED"
@@ -176,7 +180,7 @@ def fake_bench(times: dict[str, float], fail: str | None = None):
     def bench_op(folder, task, config, *, dtypes, compile_):
         if task.op_id == fail:
             raise RuntimeError("Segmentation fault in the lane")
-        time.sleep(0.05)
+        time.sleep(0.4 if task.op_id == "demo.copy" else 0.05)  # the first op lands last
         return OpBench(op_id=task.op_id, rows=[timing(times[task.op_id], None)], device=DEVICE)
 
     return bench_op
@@ -223,6 +227,7 @@ def test_a_census_unit_that_fails_is_its_row_and_the_other_ops_are_stored(tmp_pa
 def lane_fn(task_dir, config, name, *, fail_on=None):
     from optimize.harness import isolate
 
+    time.sleep(0.05)  # both lanes take units
     device = isolate.pinned_device()
     if fail_on in (device, "every"):
         raise GpuRequired("the evaluation worker found no CUDA device", fix="run on the GPU machine")
