@@ -98,7 +98,17 @@ def main(args: Any, config: Config) -> int:
     from optimize.scale.pool import open_pool
 
     pool = open_pool(config, simulated=bool(replay_file))  # None: one GPU or fewer, the serial path
+    try:
+        return _measured(args, config, coder=coder, mode=mode, replay_file=replay_file, backend=backend, pool=pool)
+    finally:
+        if pool is not None:
+            pool.close(wait=False)
 
+
+def _measured(
+    args: Any, config: Config, *, coder: Any, mode: Any, replay_file: str | None, backend: Any, pool: Any
+) -> int:
+    """The run itself, once the backend (and the pool, None for the serial path) is there."""
     ops = _ops(args, config)
     tasks = [load_op_task(config, op) for op in ops]
 
@@ -159,12 +169,9 @@ def main(args: Any, config: Config) -> int:
         else:
             from optimize.scale.ops import run_ops
 
-            try:
-                summary, loop = run_ops(
-                    config, options, backend, tasks, lanes=len(pool.devices), model=model, progress=tick
-                )
-            finally:
-                pool.close(wait=False)
+            summary, loop = run_ops(
+                config, options, backend, tasks, lanes=len(pool.devices), model=model, progress=tick
+            )
         for bar in bars.values():
             progress.update(bar, completed=progress.tasks[bar].total)
 

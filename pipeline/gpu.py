@@ -30,12 +30,11 @@ def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:
     """
     import os
 
-    ok, _ = gpu_available()
-    if not ok:
+    if importlib.util.find_spec("torch") is None:
         return []
     import torch
 
-    count = torch.cuda.device_count()
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     given = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
     if given is None or not given.strip():
         return [str(i) for i in range(count)]

@@ -32,6 +32,7 @@ def cluster():
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # this module's unit functions travel by value
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # the local cluster reports nothing anywhere (no network in tests)
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield RayPool("local", connect_timeout_s=5)

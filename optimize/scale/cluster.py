@@ -5,7 +5,8 @@ GPU (Ray sets ``CUDA_VISIBLE_DEVICES`` for it), runs the unit whole there
 (:func:`optimize.scale.units.run_shipped`) and returns the result to the driver, with the
 build-cache entries it made on a host that lacked the driver's folders, which the driver
 adopts into its own cache. ``local`` starts (or joins) a cluster on this machine, which is
-what the tests use, with GPUs declared.
+what the tests use, with GPUs declared. Every node runs the units with its own install of
+kernelsmith (the same commit as the driver's: units name its functions) and its own toolchain.
 
 What must stay true:
 - without the ``ray`` package, ``--ray`` is one line saying how to install it (``.[scale]``);
