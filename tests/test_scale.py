@@ -251,15 +251,49 @@ def boom(task_dir, config):
     raise ValueError("unexpected")
 
 
+def leaves(task_dir, config):
+    raise SystemExit(3)
+
+
 def test_an_unexpected_error_is_that_units_loss_and_the_lane_goes_on(tmp_path):
     config = Config(work_dir=str(tmp_path))
     with LocalPool(["0", "1"], build_slots=2) as pool:
-        results = map_units(
-            pool, [Unit("bad", boom, None, config), *(Unit(f"u{i}", lane_fn, None, config, (i,)) for i in range(3))]
-        )
-    lost = results[0]
+        bad = [Unit("bad", boom, None, config), Unit("exits", leaves, None, config)]
+        results = map_units(pool, [*bad, *(Unit(f"u{i}", lane_fn, None, config, (i,)) for i in range(3))])
+    lost, exited = results[:2]
     assert isinstance(lost, Lost) and lost.reason == "ValueError: unexpected" and "bad" in lost.text()
-    assert [r.value[0] for r in results[1:] if isinstance(r, Done)] == [0, 1, 2]
+    assert isinstance(exited, Lost) and exited.reason == "SystemExit: 3"
+    assert [r.value[0] for r in results[2:] if isinstance(r, Done)] == [0, 1, 2]
+
+
+def test_a_gpu_runs_replay_file_is_written_on_the_driver_with_every_ops_evaluations(tmp_path, monkeypatch):
+    from optimize.backends import replay as replay_module
+    from optimize.scale.backend import BackendSpec, ScaledBackend
+
+    load = replay_module._load_for_update
+
+    def slow_load(path, device):  # read, then wait: two writers at once would lose one's update
+        data = load(path, device)
+        time.sleep(0.005)
+        return data
+
+    monkeypatch.setattr(replay_module, "_load_for_update", slow_load)
+    from optimize.scale.ops import run_ops
+    from optimize.session import LoopOptions
+
+    ops = [write_task(tmp_path, op) for op in OPS]
+    replay = replay_of(tmp_path)
+    conf = Config.model_validate({"work_dir": str(tmp_path), "budget": {"rounds": 1}})
+    record = tmp_path / "runs" / "r" / "measurements.replay.json"
+    with LocalPool(["0", "1"], build_slots=2) as pool:
+        backend = ScaledBackend(
+            BackendSpec("replay", str(replay)), pool, conf, description="d", simulated=True, record_to=record
+        )
+        summary, _ = run_ops(conf, LoopOptions(run="r"), backend, ops, lanes=2)
+    recorded = json.loads(record.read_text())["ops"]
+    assert set(recorded) == set(OPS) and all(recorded[op]["baseline"] for op in OPS)
+    assert all(len(recorded[op]["candidates"]) > 3 for op in OPS), "no op's writes were lost to another's"
+    assert summary.gpu_s > 0 and set(backend.used) == {"0", "1"}
 
 
 def test_one_gpu_or_none_is_the_serial_path_and_an_unknown_ordinal_is_refused(tmp_path):

@@ -68,11 +68,24 @@ def answers(task_dir, config, value):
     return value, os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
-def test_a_ray_worker_that_dies_loses_only_its_unit(tmp_path, cluster):
+def refuses(task_dir, config):
+    from optimize.harness.errors import BaselineError
+
+    raise BaselineError("the baseline of demo.scale failed its checks", fix="check the task", evidence={"out": "input"})
+
+
+def test_a_ray_worker_that_dies_loses_only_its_unit_and_our_errors_come_back_typed(tmp_path, cluster):
+    from optimize.harness.errors import BaselineError
+    from optimize.scale.units import Raised
+
     conf = Config(work_dir=str(tmp_path))
     units = [Unit(f"u{i}", answers, None, conf, (i,)) for i in range(4)]
     units.insert(2, Unit("doomed", dies, None, conf, (3,)))
+    units.append(Unit("refused", refuses, None, conf))
     results = map_units(cluster, units)
+    raised = results.pop()
+    assert isinstance(raised, Raised) and isinstance(raised.error, BaselineError), "the serial path's handling applies"
+    assert raised.error.fix == "check the task" and raised.error.evidence == {"out": "input"}
     lost = results[2]
     assert isinstance(lost, Lost) and "doomed" in lost.text() and "Error" in lost.reason
     kept = [r for r in results if isinstance(r, Done)]

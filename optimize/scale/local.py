@@ -26,7 +26,7 @@ from concurrent.futures import Future
 from types import TracebackType
 
 from optimize.errors import GpuRequired
-from optimize.scale.units import Raised, Result, Unit, run_here
+from optimize.scale.units import Lost, Raised, Result, Unit, run_here
 
 
 class LocalPool:
@@ -69,7 +69,10 @@ class LocalPool:
             unit, future = item
             if future.cancelled():
                 continue
-            result = run_here(unit, device)
+            try:
+                result: Result = run_here(unit, device)
+            except BaseException as err:  # noqa: BLE001 - SystemExit and the like: this unit is lost, the lane goes on
+                result = Lost(unit.key, device, f"{type(err).__name__}: {err}")
             if isinstance(result, Raised) and isinstance(result.error, GpuRequired) and self._retire():
                 self._queue.put(item)  # another lane runs it; this GPU is gone
                 return
