@@ -371,3 +371,44 @@ def test_a_unit_on_a_host_without_the_task_unpacks_it_and_its_builds_come_back(t
     assert [key for key, _ in packed] == ["abc123"], "published entries only"
     assert units.adopt_builds(config.cache, packed) == 1 and units.adopt_builds(config.cache, packed) == 0
     assert (config.cache / "builds" / "abc123" / "module.so").read_bytes() == b"\x7fELF"
+
+
+class LosingPool:
+    """A pool whose every unit is lost (its worker died): what each backend call makes of it."""
+
+    kind = "local"
+    devices = ["0", "1"]
+    ran: list = []
+
+    def describe(self):
+        return "2 lanes that lose everything"
+
+    def submit(self, unit):
+        from concurrent.futures import Future
+
+        future = Future()
+        future.set_result(Lost(unit.key, "1", "WorkerCrashedError: the worker died"))
+        return future
+
+    def close(self, *, wait=True):
+        pass
+
+
+def test_every_backend_call_of_a_lost_unit_is_a_typed_outcome_saying_why(tmp_path):
+    from optimize.scale.backend import BackendSpec, ScaledBackend
+    from pipeline.records import Candidate, Outcome
+
+    folder, task = write_task(tmp_path)
+    backend = ScaledBackend(
+        BackendSpec("gpu"), LosingPool(), Config(work_dir=str(tmp_path)), description="d", simulated=False
+    )
+    members = [Candidate(op_id=task.op_id, id=f"c{i}", parent="baseline", regions={}) for i in range(3)]
+    one = backend.evaluate(folder, task, members[0], stage="final")
+    assert one.outcome == Outcome.crashed and "on GPU 1 failed (WorkerCrashedError: the worker died)" in one.detail
+    many = backend.evaluate_many(folder, task, members)
+    assert [e.outcome for e in many] == [Outcome.crashed] * 3 and [e.candidate for e in many] == ["c0", "c1", "c2"]
+    profile = backend.profile(folder, task, None)
+    assert profile.status == "failed" and "lost: the worker running demo.scale profile" in profile.detail
+    verdicts = backend.validate_cases(folder, task, ["a", "b"])
+    assert [ok for ok, _ in verdicts] == [False, False] and "WorkerCrashedError" in verdicts[0][1]
+    assert backend.gpu_s == 0.0 and not backend.used
