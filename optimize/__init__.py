@@ -3,7 +3,9 @@
 Sub-packages: ``harness`` (testing + profiling core), ``llm`` (clients, cache,
 fakes), ``agents`` (testing, profiling, planning, coding, repair, single),
 ``backends`` (gpu, replay), ``search`` (space -> tuner -> rounds: the offline
-coder's search over composed transforms). Top-level modules in dependency order:
+coder's search over composed transforms), ``scale`` (units of work spread over GPUs: a
+lane per local GPU, or Ray tasks across hosts; used by the commands, ``harness.bench`` and
+``harness.census``). Top-level modules in dependency order:
 
 - errors: the stage's error types;
 - cuda_text -> cuda_regions -> cuda_spans, cuda_facts: the CUDA-region toolkit

@@ -15,6 +15,7 @@ What must stay true:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Literal
@@ -48,6 +49,7 @@ class Budget:
         self.wall_before_s = float(spent.get("wall_s", 0.0))
         self.clock = clock
         self.start = clock()
+        self._lock = threading.Lock()  # ops running at once (optimize.scale.ops) charge one budget
 
     @property
     def wall_s(self) -> float:
@@ -94,8 +96,10 @@ class Budget:
             raise BudgetExhausted(self.message(reason), fix=self.fix(reason), where=reason)
 
     def charge_model(self, tokens: int, cost_usd: float) -> None:
-        self.tokens += int(tokens)
-        self.cost_usd += float(cost_usd)
+        with self._lock:
+            self.tokens += int(tokens)
+            self.cost_usd += float(cost_usd)
 
     def charge_gpu(self, seconds: float) -> None:
-        self.gpu_s += float(seconds)
+        with self._lock:
+            self.gpu_s += float(seconds)

@@ -1,7 +1,7 @@
 """`kernelsmith optimize`: run the agent loop on extracted tasks.
 
     kernelsmith optimize --ops OP... [--coder llm|offline] [--mode multi|single]
-                         [--rounds N] [--run NAME] [--replay FILE]
+                         [--rounds N] [--run NAME] [--replay FILE] [--gpus I,J,...] [--ray ADDRESS]
 
 - ``--coder`` defaults to ``llm`` when ``llm.base_url`` is configured, else
   ``offline`` (the deterministic skill-driven optimizer: policy + mechanical
@@ -13,6 +13,8 @@
 - ``--run NAME`` names the run folder ``work/runs/NAME``; an existing run is
   resumed (finished rounds are not redone). Without it a new timestamped run
   starts.
+- ``--gpus`` / ``--ray``: ops run at once, one per GPU lane, each evaluation a unit on one GPU
+  (:mod:`optimize.scale`); one GPU or fewer is the serial path. The run is one run either way.
 - Output: ``work/runs/<run>/<op>/`` (best/, trajectory.jsonl, report.md, ...)
   and ``work/runs/<run>/summary.json``.
 
@@ -91,8 +93,22 @@ def main(args: Any, config: Config) -> int:
         from optimize.backends.gpu import GpuBackend
 
         backend = GpuBackend(config)
-        backend.require()
+        if not config.scale.ray_address:  # on a Ray cluster the GPUs are the cluster's, not this host's
+            backend.require()
+    from optimize.scale.pool import open_pool
 
+    pool = open_pool(config, simulated=bool(replay_file))  # None: one GPU or fewer, the serial path
+    try:
+        return _measured(args, config, coder=coder, mode=mode, replay_file=replay_file, backend=backend, pool=pool)
+    finally:
+        if pool is not None:
+            pool.close(wait=False)
+
+
+def _measured(
+    args: Any, config: Config, *, coder: Any, mode: Any, replay_file: str | None, backend: Any, pool: Any
+) -> int:
+    """The run itself, once the backend (and the pool, None for the serial path) is there."""
     ops = _ops(args, config)
     tasks = [load_op_task(config, op) for op in ops]
 
@@ -116,6 +132,18 @@ def main(args: Any, config: Config) -> int:
     run_meta_check(run_dir, meta)
     if not replay_file:
         backend.record_to = run_dir / "measurements.replay.json"
+    if pool is not None:
+        from optimize.scale.backend import BackendSpec, ScaledBackend
+
+        backend = ScaledBackend(
+            BackendSpec("replay", str(replay_file)) if replay_file else BackendSpec("gpu"),
+            pool,
+            config,
+            description=backend.describe(),
+            simulated=backend.simulated,
+            record_to=getattr(backend, "record_to", None),
+            device=getattr(backend, "device", None) or "unknown GPU",
+        )
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -134,8 +162,16 @@ def main(args: Any, config: Config) -> int:
                 bars[op_id] = progress.add_task(op_id, total=total)
             progress.update(bars[op_id], completed=number - 1, description=f"{op_id} round {number}/{total}")
 
-        loop = Loop(config, LoopOptions(run=run, mode=mode, coder=coder), backend, model=model, progress=tick)
-        summary = loop.run(tasks)
+        options = LoopOptions(run=run, mode=mode, coder=coder)
+        if pool is None:
+            loop = Loop(config, options, backend, model=model, progress=tick)
+            summary = loop.run(tasks)
+        else:
+            from optimize.scale.ops import run_ops
+
+            summary, loop = run_ops(
+                config, options, backend, tasks, lanes=len(pool.devices), model=model, progress=tick
+            )
         for bar in bars.values():
             progress.update(bar, completed=progress.tasks[bar].total)
 

@@ -56,6 +56,7 @@ This module imports neither torch nor CUDA.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -70,7 +71,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from pipeline import deps, toolchain
 from pipeline.compiler_output import annotate_diagnostics, first_error, parse_ptxas, relocate_spans, strip_ptxas  # noqa: F401  (re-exported: the build API)
@@ -414,9 +415,41 @@ class _Run:
         return self.returncode is None
 
 
+#: Compiler processes at once across every thread of this process while :func:`shared_compilers` holds.
+_compiler_slots: threading.BoundedSemaphore | None = None
+
+
+@contextlib.contextmanager
+def shared_compilers(slots: int) -> Iterator[None]:
+    """At most ``slots`` nvcc/linker processes at once in this process, whoever starts them.
+
+    Why: the scale-out scheduler (``optimize.scale``) runs one lane per GPU, and each lane
+    builds with its own :func:`build_many` pool; without one count the lanes would start a
+    pool's worth of nvcc each and share the host's cores by contention. Outside it, each
+    pool's ``max_workers`` is the only limit, as it always was. The time spent waiting for
+    a slot does not count against a build's ``timeout_s``.
+    """
+    global _compiler_slots
+    previous = _compiler_slots
+    _compiler_slots = threading.BoundedSemaphore(max(1, slots))
+    try:
+        yield
+    finally:
+        _compiler_slots = previous
+
+
 def _run(argv: list[str], cwd: pathlib.Path, timeout_s: float) -> _Run:
     """Run a compiler in its own process group; on timeout kill that group (nvcc's
-    cicc/ptxas children included) by its id."""
+    cicc/ptxas children included) by its id. Waits for a slot first under :func:`shared_compilers`."""
+    slots = _compiler_slots
+    if slots is None:
+        return _run_now(argv, cwd, timeout_s)
+    waited = time.monotonic()
+    with slots:
+        return _run_now(argv, cwd, timeout_s + (time.monotonic() - waited))
+
+
+def _run_now(argv: list[str], cwd: pathlib.Path, timeout_s: float) -> _Run:
     start = time.monotonic()
     if timeout_s <= 0:
         return _Run(None, "", 0.0)

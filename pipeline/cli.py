@@ -43,6 +43,33 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sglang-version", help="pinned sglang wheel version (default 0.5.23)")
 
 
+def _scale(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gpus",
+        metavar="I,J,...",
+        help="local GPU ordinals to run on, one lane each (scale.gpus; default: every visible GPU; one = the serial path)",
+    )
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="send the units to a Ray cluster (auto, HOST:PORT, ray://HOST:PORT, local), num_gpus=1 each (scale.ray_address)",
+    )
+
+
+def _gpus(text: str) -> list[int]:
+    """``--gpus`` as ordinals: ``0,2,3``; ``all`` = every visible GPU (an empty list)."""
+    from pipeline.errors import ConfigError
+
+    if text.strip().lower() in ("", "all"):
+        return []
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as err:
+        raise ConfigError(
+            f"--gpus {text!r} is not a list of GPU ordinals", fix="pass ordinals separated by commas, e.g. --gpus 0,1"
+        ) from err
+
+
 def _ops(parser: argparse.ArgumentParser, *, default_all: bool = False) -> None:
     parser.add_argument("--ops", nargs="+", metavar="OP", help=f"op ids (default: {' '.join(DEFAULT_OPS)})")
     parser.add_argument("--all", action="store_true", help="every op the index knows")
@@ -77,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID[,ID...]",
         help="plan with these skills only (ids of optimize/skills/*.toml; default: every skill)",
     )
+    _scale(p)
 
     p = sub.add_parser("integrate", help="patch winners into an SGLang tree and prove them")
     _common(p)
@@ -106,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="--all: start no build or check after S seconds, still write the table (harness.sweep_budget_s); a rerun resumes",
     )
+    _scale(p)
 
     p = sub.add_parser("track", help="measurement history and regressions (nightly tracking)")
     _common(p)
@@ -120,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-age-h", type=float, help="the newest batch must be at most this old (a missed night fails)")
     p.add_argument("--html", metavar="DIR", help="also write the static HTML dashboard into DIR")
+    _scale(p)
 
     p = sub.add_parser("agent", help="an outside coder's verbs over a run (ops, show, brief, submit, ...)")
     _common(p)
@@ -172,6 +202,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         over["search"] = search
     if getattr(args, "budget_s", None) is not None:
         over["harness"] = {"sweep_budget_s": args.budget_s}
+    scale: dict[str, Any] = {}
+    if getattr(args, "gpus", None) is not None:
+        scale["gpus"] = _gpus(args.gpus)
+    if getattr(args, "ray", None):
+        scale["ray_address"] = args.ray
+    if scale:
+        over["scale"] = scale
     return over
 
 
@@ -185,6 +222,8 @@ FLAGS = {
     "search.strategy": "--search",
     "search.skills": "--skills",
     "harness.sweep_budget_s": "--budget-s",
+    "scale.gpus": "--gpus",
+    "scale.ray_address": "--ray",
 }
 
 

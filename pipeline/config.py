@@ -28,7 +28,7 @@ import tomllib
 import types
 from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipeline.errors import ConfigError
 
@@ -200,6 +200,29 @@ class IntegrateConfig(Section):
     warm_batch_modules: int = Field(default=16, ge=1)
 
 
+class ScaleConfig(Section):
+    """Where the units of work run (``optimize``, ``bench --ops``, ``track run``; :mod:`optimize.scale`).
+
+    ``gpus``: the local GPUs to run on, as CUDA ordinals of this process's view (``--gpus 0,1``);
+    empty = every visible GPU. One lane (one evaluation worker at a time) per GPU; with one GPU
+    the serial path runs, exactly as before. ``ray_address``: send the units to a Ray cluster
+    instead (``--ray ADDRESS``: ``auto``, ``HOST:PORT``, ``ray://HOST:PORT`` or ``local`` for a
+    cluster started here), one task with ``num_gpus=1`` each; ``ray_connect_timeout_s`` bounds the
+    reachability check made before Ray is asked to connect (Ray itself waits minutes).
+    """
+
+    gpus: list[int] = Field(default_factory=list)
+    ray_address: str | None = None
+    ray_connect_timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("gpus")
+    @classmethod
+    def _distinct(cls, value: list[int]) -> list[int]:
+        if any(g < 0 for g in value) or len(set(value)) != len(value):
+            raise ValueError(f"GPU ordinals must be distinct and >= 0, got {value}")
+        return value
+
+
 class Config(Section):
     work_dir: str = "work"
     sglang: SglangConfig = Field(default_factory=SglangConfig)
@@ -209,6 +232,7 @@ class Config(Section):
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     integrate: IntegrateConfig = Field(default_factory=IntegrateConfig)
+    scale: ScaleConfig = Field(default_factory=ScaleConfig)
 
     @property
     def work(self) -> pathlib.Path:

@@ -487,3 +487,27 @@ def test_first_error_quotes_the_line_that_says_why():
         "nvcc fatal   : Unknown option '-ffp-contract=off'"
     )
     assert first_error("") == "failed" and len(first_error("error " * 100)) == 300
+
+
+def test_shared_compilers_bound_the_compiler_processes_of_every_thread_together(tmp_path):
+    """Lanes of the scale-out pool each build with their own pool; under shared_compilers(1) two
+    threads' compilers run one after the other, and the wait is not charged to a build's timeout."""
+
+    def two_at_once() -> float:
+        start = time.monotonic()
+        runs = []
+        threads = [
+            threading.Thread(target=lambda: runs.append(B._run(["sleep", "0.6"], tmp_path, timeout_s=0.9)))
+            for _ in range(2)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [r.returncode for r in runs] == [0, 0], "the second compiler's wait for its slot did not time it out"
+        return time.monotonic() - start
+
+    assert two_at_once() < 1.1
+    with B.shared_compilers(1):
+        assert two_at_once() >= 1.2
+    assert B._compiler_slots is None

@@ -116,3 +116,22 @@ def test_ctrl_c_while_waiting_kills_the_worker_it_started(tmp_path):
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+SEE_DEVICE = """
+import os, sys
+from optimize.harness.protocol import WorkerResult
+from pipeline.records import write_record
+write_record(WorkerResult(status="ok", detail=os.environ.get("CUDA_VISIBLE_DEVICES", "unset")), sys.argv[2])
+"""
+
+
+def test_a_worker_started_while_pinned_sees_that_gpu_alone_and_outside_the_environments(tmp_path, monkeypatch):
+    """The scale-out lanes (optimize.scale.local) pin each lane's workers to its GPU."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    with isolate.pinned("3"):
+        assert isolate.pinned_device() == "3"
+        inside = isolate.run_worker(REQUEST, tmp_path / "a", timeout_s=60, argv_prefix=stand_in(SEE_DEVICE))
+    outside = isolate.run_worker(REQUEST, tmp_path / "b", timeout_s=60, argv_prefix=stand_in(SEE_DEVICE))
+    assert inside.result is not None and inside.result.detail == "3"
+    assert outside.result is not None and outside.result.detail == "0,1,2,3" and isolate.pinned_device() is None

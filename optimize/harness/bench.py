@@ -497,14 +497,23 @@ def main(args: Any, config: Config) -> int:
         section = health_section(command, rows, when, _device_name(config), env)
         failed = any(not r.passed for r in rows)
     else:
+        from optimize.scale.pool import open_pool
+
         ops = list(getattr(args, "ops", None) or DEFAULT_OPS)
-        results, tasks = bench_folders(
-            [(path, load_task(path)) for _, path in _task_dirs(config, ops)],
-            config,
-            dtypes=getattr(args, "dtypes", None),
-            compile_=not getattr(args, "no_torch_compile", False),
-            label="bench",
-        )
+        folders = [(path, load_task(path)) for _, path in _task_dirs(config, ops)]
+        pool = open_pool(config)  # several GPUs or a Ray cluster: one op per GPU; None: the serial loop
+        try:
+            results, tasks = bench_folders(
+                folders,
+                config,
+                dtypes=getattr(args, "dtypes", None),
+                compile_=not getattr(args, "no_torch_compile", False),
+                label="bench",
+                pool=pool,
+            )
+        finally:
+            if pool is not None:
+                pool.close(wait=False)
         sglang = source_of(tasks, config.sglang.version)
         env = f"Wall time of the bench run: {time.monotonic() - start:.0f} s."
         section = timing_section(command, results, when, env)
@@ -567,6 +576,7 @@ def bench_folders(
     label: str,
     stream: TextIO | None = None,
     measured: Callable[[OpBench, Task], None] | None = None,
+    pool: Any = None,
 ) -> tuple[list[OpBench], list[Task]]:
     """Each (folder, task)'s baseline timed in turn (``bench --ops``, ``track run``), with progress on ``stream``.
 
@@ -577,6 +587,9 @@ def bench_folders(
     part-way (Ctrl-C, SIGTERM) still holds everything measured before. On a GPU machine every
     baseline is built first, all at once (:func:`prebuild`), so the timing loop finds them in
     the build cache instead of waiting on one nvcc at a time.
+
+    ``pool`` (an :class:`optimize.scale.pool.Pool`: several GPUs, a Ray cluster) times the ops
+    at once, one op per GPU (:func:`_bench_pooled`); None is the serial loop.
     """
     from contract.completion import complete
     from optimize.errors import GpuRequired
@@ -589,6 +602,10 @@ def bench_folders(
     batched = len(items) > 1 and gpu_available()[0]
     if batched:
         prebuild(items, config, dtypes=dtypes, stream=out)
+    if pool is not None:
+        return _bench_pooled(
+            pool, items, config, dtypes=dtypes, compile_=compile_, label=label, out=out, measured=measured
+        ), tasks
     step = BATCH_OPS if batched else 1
 
     def report(result: OpBench, task: Task, alone: bool) -> None:
@@ -621,6 +638,71 @@ def bench_folders(
         for offset, result in enumerate(chunk_rows):
             report(result, chunk[offset][1], alone)
     return results, tasks
+
+
+def bench_unit(
+    task_dir: pathlib.Path, config: Config, task: Task, *, dtypes: Sequence[str] | None, compile_: bool
+) -> OpBench:
+    """:func:`bench_op` as a scale-out unit (``fn(task_dir, config, ...)``, :class:`optimize.scale.units.Unit`)."""
+    return bench_op(task_dir, task, config, dtypes=dtypes, compile_=compile_)
+
+
+def _bench_pooled(
+    pool: Any,
+    pairs: Sequence[tuple[pathlib.Path, Task]],
+    config: Config,
+    *,
+    dtypes: Sequence[str] | None,
+    compile_: bool,
+    label: str,
+    out: TextIO,
+    measured: Callable[[OpBench, Task], None] | None,
+) -> list[OpBench]:
+    """Every op timed as one unit on the pool's GPUs, results in the folders' order.
+
+    As in the serial loop, one op's failure is its row: a unit whose worker was lost names
+    the GPU and why (:meth:`optimize.scale.units.Lost.text`), and a GPU error with nothing
+    measured anywhere is raised (its fix is a GPU machine).
+    """
+    from optimize.errors import GpuRequired
+    from optimize.scale.pool import map_units
+    from optimize.scale.units import Done, Lost, Raised, Result, Unit
+
+    units = [
+        Unit(f"{label} {task.op_id}", bench_unit, path, config, (task,), {"dtypes": dtypes, "compile_": compile_})
+        for path, task in pairs
+    ]
+    results: list[OpBench | None] = [None] * len(units)
+    gpu_errors: list[GpuRequired] = []
+    print(f"{label}: {len(units)} ops on {pool.describe()}", file=out, flush=True)
+
+    def landed(index: int, result: Result) -> None:
+        path, task = pairs[index]
+        if isinstance(result, Done):
+            row: OpBench = result.value
+        elif isinstance(result, Lost):
+            row = OpBench(op_id=task.op_id, error=result.text())
+        else:
+            assert isinstance(result, Raised)
+            if isinstance(result.error, GpuRequired):
+                gpu_errors.append(result.error)
+            row = OpBench(op_id=task.op_id, error=f"{type(result.error).__name__}: {result.error.message}")
+        results[index] = row
+        number = sum(1 for r in results if r is not None)
+        print(
+            f"{label} {number}/{len(units)}: {path.name} on GPU {result.device}: {len(row.rows)} shapes"
+            + (f": {row.error}" if row.error else ""),
+            file=out,
+            flush=True,
+        )
+        if measured is not None and not (isinstance(result, Raised) and isinstance(result.error, GpuRequired)):
+            measured(row, task)
+
+    map_units(pool, units, landed=landed)
+    final = [r for r in results if r is not None]
+    if gpu_errors and not any(r.rows for r in final):
+        raise gpu_errors[0]
+    return final
 
 
 def _device_name(config: Config) -> str:

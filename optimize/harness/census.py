@@ -13,6 +13,9 @@ time extracting), else from the work folder's own ``tasks/``.
 Each batch also notes, per op, the sha256 of every source file its task holds
 (``files:<op>``), so a regression between two releases names the kernel files that changed.
 
+With several GPUs (``--gpus``, default every visible one) or a Ray cluster (``--ray``) the ops
+are timed at once, one op per GPU (:mod:`optimize.scale`); the batch is the same one batch.
+
 What must stay true: one op's failure is its own row (``error``) and the census goes on;
 what was measured before a lost GPU is kept; progress is shown per op.
 """
@@ -86,12 +89,21 @@ def main(args: Any, config: Config) -> int:
         results.append(result)
         tasks.append(task)
 
+    from optimize.scale.pool import open_pool
+
+    pool = open_pool(config)  # several GPUs or a Ray cluster: one op per GPU; None: the serial loop
+    order = {task.op_id: i for i, (_, task) in enumerate(folders)}
     try:
-        bench_folders(folders, config, dtypes=None, compile_=False, label="census", stream=sys.stderr, measured=keep)
+        bench_folders(
+            folders, config, dtypes=None, compile_=False, label="census", stream=sys.stderr, measured=keep, pool=pool
+        )
     except KeyboardInterrupt:  # stopped part-way: what was measured goes into the store, then the CLI says so
-        _store(config, command, results, tasks, source)
+        _store(config, command, results, tasks, source, order)
         raise
-    _store(config, command, results, tasks, source)
+    finally:
+        if pool is not None:
+            pool.close(wait=False)
+    _store(config, command, results, tasks, source, order)
     measured = sum(1 for r in results if r.rows and not r.error)
     failed = [r for r in results if r.error]
     print(
@@ -113,8 +125,14 @@ def censused(config: Config, source: str) -> set[str]:
     }
 
 
-def _store(config: Config, command: str, results: list[OpBench], tasks: list[Task], source: str) -> None:
-    """One batch of ``results`` (with each task's source-file digests) in the store; nothing when nothing was timed."""
+def _store(
+    config: Config, command: str, results: list[OpBench], tasks: list[Task], source: str, order: dict[str, int]
+) -> None:
+    """One batch of ``results`` (with each task's source-file digests) in the store; nothing when nothing was timed.
+
+    Rows go in the census's op order (``order``), whatever order the GPUs finished them in."""
+    results = sorted(results, key=lambda r: order.get(r.op_id, len(order)))
+    tasks = sorted(tasks, key=lambda t: order.get(t.op_id, len(order)))
     notes = {files_note(t.op_id): json.dumps({f.path: f.sha256[:16] for f in t.files}, sort_keys=True) for t in tasks}
     store_batch(config, command, results, source, notes)
 

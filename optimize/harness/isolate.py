@@ -16,6 +16,10 @@ What must stay true:
 - Untrusted code: the worker's environment holds no credentials, and it runs without
   network and with the homes hidden where bubblewrap works (:mod:`pipeline.sandbox`).
 - No torch here.
+- A worker started while :func:`pinned` holds a device sees that GPU alone
+  (``CUDA_VISIBLE_DEVICES``): the scale-out scheduler (:mod:`optimize.scale`) runs one
+  lane per GPU, and each lane's workers, baseline and candidate timed in one process,
+  stay on its GPU. Outside :func:`pinned` the environment decides, as before.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,6 +43,24 @@ from pipeline.records import write_record
 TAIL_CHARS = 4000
 WORKER_MODULE = "optimize.harness.worker"
 WorkerStatus = Literal["finished", "crashed", "timeout"]
+
+#: The GPU (a ``CUDA_VISIBLE_DEVICES`` entry) the workers this thread starts run on; None: the environment's.
+_DEVICE: ContextVar[str | None] = ContextVar("kernelsmith_worker_device", default=None)
+
+
+@contextmanager
+def pinned(device: str | None) -> Iterator[None]:
+    """Every worker started in this thread (and context) while inside runs on ``device`` alone."""
+    token = _DEVICE.set(device)
+    try:
+        yield
+    finally:
+        _DEVICE.reset(token)
+
+
+def pinned_device() -> str | None:
+    """The device :func:`pinned` holds here, else None."""
+    return _DEVICE.get()
 
 
 @dataclass(frozen=True)
@@ -130,7 +154,8 @@ def run_worker(
     ``argv_prefix`` replaces ``[python, -m, optimize.harness.worker]`` (tests use
     it to run a stand-in; profilers wrap the worker in ``ncu``/``compute-sanitizer``).
     The environment is always scrubbed (:func:`pipeline.sandbox.scrubbed_env`: no
-    credentials); the plain worker also runs in the sandbox (:func:`pipeline.sandbox.wrap`:
+    credentials; ``CUDA_VISIBLE_DEVICES`` is the device :func:`pinned` holds, if any); the plain
+    worker also runs in the sandbox (:func:`pipeline.sandbox.wrap`:
     no network, homes and ``/tmp`` hidden) unless ``use_sandbox`` is False.
     """
     workdir = pathlib.Path(workdir)
@@ -143,6 +168,9 @@ def run_worker(
     root = str(pathlib.Path(__file__).resolve().parents[2])
     run_env["PYTHONPATH"] = root + (os.pathsep + run_env["PYTHONPATH"] if run_env.get("PYTHONPATH") else "")
     run_env.setdefault("PYTHONUNBUFFERED", "1")
+    device = _DEVICE.get()
+    if device is not None:
+        run_env["CUDA_VISIBLE_DEVICES"] = device
     argv = [*prefix, str(request_path), str(result_path)]
     if argv_prefix is None:  # the worker runs candidate code; profilers keep their own tool paths
         argv = sandbox.wrap(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -126,7 +127,8 @@ def run_search(
                 results.append(dict(point))
             if wanted:
                 batches.append(len(wanted))
-                costs = measure([p for _, p in wanted])
+                with _measuring():  # other ops' searches may draw meanwhile (optimize.scale.ops)
+                    costs = measure([p for _, p in wanted])
                 for (index, point), cost in zip(wanted, costs):
                     row = results[index]
                     assert row is not None
@@ -163,19 +165,41 @@ def run_search(
     return name, trials, batches
 
 
+#: Held by the search that owns the global random states. Ops searched at once in threads
+#: (optimize.scale.ops) take turns: a search gives the states up only while its batch is measured,
+#: and gets its own back after, so each draws the sequence its seed gives, as in a serial run.
+_RANDOM_STATES = threading.Lock()
+
+
 @contextlib.contextmanager
 def _seeded(seed: int) -> Iterator[None]:
     """Python's and NumPy's global random states seeded (Kernel Tuner's strategies draw from both), then restored."""
     import numpy
 
-    saved_py, saved_np = random.getstate(), numpy.random.get_state()
-    random.seed(seed)
-    numpy.random.seed(seed % (2**32))
+    with _RANDOM_STATES:
+        saved_py, saved_np = random.getstate(), numpy.random.get_state()
+        random.seed(seed)
+        numpy.random.seed(seed % (2**32))
+        try:
+            yield
+        finally:
+            random.setstate(saved_py)
+            numpy.random.set_state(saved_np)
+
+
+@contextlib.contextmanager
+def _measuring() -> Iterator[None]:
+    """Inside :func:`_seeded`: the random states given up while a batch is measured, then this search's back."""
+    import numpy
+
+    mine_py, mine_np = random.getstate(), numpy.random.get_state()
+    _RANDOM_STATES.release()
     try:
         yield
     finally:
-        random.setstate(saved_py)
-        numpy.random.set_state(saved_np)
+        _RANDOM_STATES.acquire()
+        random.setstate(mine_py)
+        numpy.random.set_state(mine_np)
 
 
 __all__ = ["Measure", "Point", "SAMPLING_STRATEGY", "SearchError", "Trial", "choose_strategy", "run_search"]
