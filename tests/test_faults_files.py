@@ -286,6 +286,27 @@ def test_extract_list_works_in_a_read_only_work_dir_and_extract_says_which_folde
         assert f"cannot write in {work}" in text and "fix:" in text
 
 
+def test_track_reads_a_read_only_results_store_and_a_batch_added_there_names_the_folder(tmp_path, capsys):
+    """On 2026-12-02 `track` in a read-only work dir called the store "not a readable database" and its
+    fix was to move it aside, losing every batch: SQLite could not make its WAL files there."""
+    store = ResultsStore(tmp_path)
+    store.add(measurement())
+    with read_only(tmp_path):
+        code, out = run_cli(capsys, "track", "--work-dir", str(tmp_path))
+        assert code == 0, out
+        assert OP in out and "aside" not in out and "Traceback" not in out
+        with pytest.raises(NotWritable) as info:
+            ResultsStore(tmp_path).add(measurement().model_copy(update={"sglang": "0.5.24"}))
+    assert str(tmp_path / "results") in str(info.value) and "--work-dir" in info.value.fix
+    assert len(ResultsStore(tmp_path).keys()) == 1, "nothing was lost, nothing half-written"
+
+
+def test_a_batch_in_a_read_only_work_dir_without_a_store_names_the_work_dir(tmp_path):
+    with read_only(tmp_path), pytest.raises(NotWritable) as info:
+        ResultsStore(tmp_path).add(measurement())
+    assert f"cannot write in {tmp_path}:" in str(info.value)
+
+
 # --------------------------------------------------------------------------- row 7: a corrupt results object
 
 
