@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID[,ID...]",
         help="plan with these skills only (ids of optimize/skills/*.toml; default: every skill)",
     )
+    p.add_argument(
+        "--fresh-samples",
+        action="store_true",
+        default=None,
+        help="ask the LLM endpoint again even where the reply cache holds an answer (the new one replaces it)",
+    )
 
     p = sub.add_parser("integrate", help="patch winners into an SGLang tree and prove them")
     _common(p)
@@ -172,6 +178,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         over["search"] = search
     if getattr(args, "budget_s", None) is not None:
         over["harness"] = {"sweep_budget_s": args.budget_s}
+    if getattr(args, "fresh_samples", None):
+        over["llm"] = {"fresh_samples": True}
     return over
 
 
@@ -185,6 +193,7 @@ FLAGS = {
     "search.strategy": "--search",
     "search.skills": "--skills",
     "harness.sweep_budget_s": "--budget-s",
+    "llm.fresh_samples": "--fresh-samples",
 }
 
 
