@@ -57,10 +57,14 @@ KEEP = (
 KEEP_PREFIXES = ("NVIDIA_", "PYTORCH_", "TORCH_", "KERNELSMITH_WORKER_")
 
 
-def scrubbed_env(home: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The allow-listed part of ``environ`` (default: this process's), with HOME and TMPDIR under ``home``."""
+def scrubbed_env(
+    home: str | os.PathLike[str], environ: Mapping[str, str] | None = None, *, keep_prefixes: Sequence[str] = ()
+) -> dict[str, str]:
+    """The allow-listed part of ``environ`` (default: this process's), with HOME and TMPDIR under ``home``.
+    ``keep_prefixes``: a caller's own tool settings kept too (SGLang's ``SGLANG_*`` for integrate's workers)."""
     source = os.environ if environ is None else environ
-    env = {k: v for k, v in source.items() if k in KEEP or k.startswith(KEEP_PREFIXES)}
+    prefixes = (*KEEP_PREFIXES, *keep_prefixes)
+    env = {k: v for k, v in source.items() if k in KEEP or k.startswith(prefixes)}
     home = pathlib.Path(home)
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     env["HOME"] = str(home)

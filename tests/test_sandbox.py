@@ -89,6 +89,94 @@ def test_a_candidate_cannot_reach_the_network_a_home_folder_or_a_key(tmp_path, m
     listener.close()
 
 
+#: A candidate's host code as the worker meets it: a shared library whose load-time code (as a
+#: launcher's static initializer would) tries the network, the user's key, the API key and a folder
+#: outside the worker's own, and writes what it saw into $HOME (the worker's folder).
+CANDIDATE = r"""
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+__attribute__((constructor)) static void probe(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/probe.txt", getenv("HOME"));
+  FILE* out = fopen(path, "w");
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr = {0};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(PORT);
+  addr.sin_addr.s_addr = htonl(0x7f000001);
+  fprintf(out, "socket=%s\n", connect(s, (struct sockaddr*)&addr, sizeof addr) == 0 ? "connected" : "refused");
+  FILE* key = fopen(SSH_KEY, "r");
+  fprintf(out, "ssh=%s\n", key ? "read" : "unreadable");
+  const char* api = getenv("OPENAI_API_KEY");
+  fprintf(out, "api_key=%s\n", api ? api : "none");
+  FILE* outside = fopen(OUTSIDE, "w");
+  fprintf(out, "outside=%s\n", outside ? "written" : "refused");
+  if (outside) fclose(outside);
+  fclose(out);
+}
+"""
+
+#: Stands in for the worker module (the real one needs torch and a GPU): loads the request's
+#: candidate libraries the way the worker does, in the process run_worker starts.
+LOADER = """
+import ctypes, json, sys
+request = json.load(open(sys.argv[1]))
+for lib in request["candidate_libraries"]:
+    ctypes.CDLL(lib)
+"""
+
+
+def test_a_candidate_library_loaded_by_the_worker_reaches_no_network_key_or_outside_folder(tmp_path, monkeypatch):
+    """The sandbox as run_worker builds it (argv, readable and writable folders, environment), tried by
+    C code that runs when a candidate's library is loaded, as a launcher's initializer would."""
+    import shutil
+    import subprocess
+
+    if sandbox.bwrap()[0] is None:
+        pytest.skip(f"no sandbox on this machine: {sandbox.bwrap()[1]}")
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler on this machine")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("PRIVATE KEY")
+    outside = tmp_path / "tasks" / "some.op"  # a folder of the work dir that is not the worker's
+    outside.mkdir(parents=True)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    build = tmp_path / "cache" / "builds" / "cand"
+    build.mkdir(parents=True)
+    (build / "probe.c").write_text(CANDIDATE)
+    defines = [f"-DPORT={port}", f'-DSSH_KEY="{home}/.ssh/id_rsa"', f'-DOUTSIDE="{outside}/planted.txt"']
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", *defines, "-o", str(build / "lib.so"), str(build / "probe.c")], check=True
+    )
+    loader = tmp_path / "loader" / "ks_probe_loader.py"
+    loader.parent.mkdir()
+    loader.write_text(LOADER)
+    monkeypatch.setattr(isolate, "WORKER_MODULE", "ks_probe_loader")
+    monkeypatch.setenv("PYTHONPATH", str(loader.parent))  # an import path: mounted back, as on the GPU machine
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    request = WorkerRequest(
+        op_id="x",
+        contract=Contract(entry="e", args=[], symbols=[]),
+        baseline_libraries=[],
+        candidate_libraries=[str(build / "lib.so")],
+        device_cache_dir=str(tmp_path / "device"),
+    )
+    workdir = tmp_path / "harness" / "w"
+    run = isolate.run_worker(request, workdir, timeout_s=60)
+    listener.close()
+    seen = dict(line.split("=", 1) for line in (workdir / "home" / "probe.txt").read_text().split())
+    assert seen == {"socket": "refused", "ssh": "unreadable", "api_key": "none", "outside": "refused"}, run.stderr_tail
+    assert not (outside / "planted.txt").exists()
+
+
 def test_the_worker_is_started_sandboxed_with_the_scrubbed_environment(tmp_path, monkeypatch):
     seen = {}
 
