@@ -179,6 +179,28 @@ def test_a_download_that_is_not_the_pinned_bytes_is_refused(tmp_path, pinned_whe
     assert not (tmp_path / f"sglang-{version}").exists()
 
 
+def test_a_version_not_on_the_index_is_one_line_with_the_fix(tmp_path, monkeypatch, capsys):
+    """KERNELSMITH_SGLANG__VERSION=0.6 (issue 16 row 8): the string reaches pip, whose refusal is
+    the error's cause, with pip's own ERROR lines only (not its warnings, not 200 versions)."""
+    versions = ", ".join(f"0.{minor}.{patch}" for minor in range(1, 6) for patch in range(40))
+    stderr = (
+        "WARNING: Location 'file:///opt/pypi/simple/sglang/' is ignored: it is neither a file nor a directory.\n"
+        f"ERROR: Could not find a version that satisfies the requirement sglang==0.6 (from versions: {versions})\n"
+        "ERROR: No matching distribution found for sglang==0.6\n"
+    )
+    monkeypatch.setattr(
+        sources.subprocess, "run", lambda command, **kw: subprocess.CompletedProcess(command, 1, "", stderr)
+    )
+    monkeypatch.setenv("KERNELSMITH_SGLANG__VERSION", "0.6")
+    monkeypatch.setenv("KERNELSMITH_SGLANG__CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SGLANG_SRC", raising=False)
+    code, text = run_cli(capsys, "extract", "--list", "--work-dir", str(tmp_path / "work"))
+    assert code == 2 and "Traceback" not in text
+    assert "error: sglang==0.6 is not on the package index" in text and "fix: set KERNELSMITH_SGLANG__VERSION" in text
+    assert "WARNING" not in text and "No matching distribution found for sglang==0.6" in text
+    assert max(len(line) for line in text.splitlines()) <= 320
+
+
 def test_an_unpinned_wheel_must_be_an_intact_zip(tmp_path):
     wheel = tmp_path / "sglang-1.0-py3-none-any.whl"
     wheel.write_bytes(b"PK\x03\x04 not really")
@@ -211,6 +233,34 @@ def test_fetch_deps_refuses_a_wheel_that_is_not_the_pin(tmp_path):
     wheel = tmp_path / "flashinfer_python-0.7.4-py3-none-any.whl"
     wheel.write_bytes(b"cut short")
     assert "the pin is" in (module.wheel_problem(wheel) or "")
+
+
+def test_fetch_deps_unpacks_only_the_pinned_flashinfer_wheel(tmp_path, monkeypatch, capsys):
+    """flashinfer's sha256 is checked before use: a download that is not the pin is never unpacked
+    (the headers already there stay), and the pinned bytes are."""
+    module = load_fetch_deps()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("flashinfer/data/include/flashinfer/vec.cuh", "#pragma once\n")
+    good = buffer.getvalue()
+    served = [b"PK\x03\x04 cut short"]
+
+    def fake_pip(command, **kwargs):
+        folder = pathlib.Path(command[command.index("-d") + 1])
+        (folder / "flashinfer_python-0.7.4-py3-none-any.whl").write_bytes(served[0])
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(module.subprocess, "run", fake_pip)
+    monkeypatch.setattr(module, "WHEEL_SHA256", hashlib.sha256(good).hexdigest())
+    dest = tmp_path / "deps"
+    (dest / "flashinfer").mkdir(parents=True)
+    (dest / "flashinfer" / "VERSION").write_text("earlier\n")
+    assert module.main([str(dest)]) == 1
+    assert "the pin is" in capsys.readouterr().err
+    assert (dest / "flashinfer" / "VERSION").read_text() == "earlier\n", "the headers already there stay"
+    served[0] = good
+    assert module.main([str(dest)]) == 0
+    assert (dest / "flashinfer/data/include/flashinfer/vec.cuh").is_file()
 
 
 # --------------------------------------------------------------------------- row 6: a read-only work dir
