@@ -161,6 +161,29 @@ def test_a_truncated_cached_wheel_is_downloaded_again(tmp_path, pinned_wheel, ca
     assert "downloading it again" in capsys.readouterr().err
 
 
+def test_extract_over_a_damaged_cached_wheel_downloads_it_again_or_says_why_in_one_line(
+    tmp_path, pinned_wheel, monkeypatch, capsys
+):
+    """The CLI path of row 5: no BadZipFile traceback; a cut download is fetched again, and a download
+    that is not the pinned bytes stops with what, where and the fix."""
+    version, name, data, downloads, served = pinned_wheel
+    cache = tmp_path / "cache"
+    (cache / "wheels").mkdir(parents=True)
+    (cache / "wheels" / name).write_bytes(data[:100])
+    monkeypatch.setenv("KERNELSMITH_SGLANG__VERSION", version)
+    monkeypatch.setenv("KERNELSMITH_SGLANG__CACHE_DIR", str(cache))
+    monkeypatch.delenv("SGLANG_SRC", raising=False)
+    code, text = run_cli(capsys, "extract", "--list", "--work-dir", str(tmp_path / "work"))
+    assert code == 0 and "Traceback" not in text and "downloading it again" in text, text
+    assert len(downloads) == 1 and (cache / "wheels" / name).read_bytes() == data
+    (cache / "wheels" / name).write_bytes(data[:100])
+    shutil.rmtree(cache / f"sglang-{version}", ignore_errors=True)
+    served[0] = fake_wheel("evil")
+    code, text = run_cli(capsys, "extract", "--list", "--work-dir", str(tmp_path / "work2"))
+    assert code == 2 and "Traceback" not in text, text
+    assert f"the downloaded {name} fails its check" in text and "fix: re-run" in text
+
+
 def test_a_good_cached_wheel_is_not_downloaded_again(tmp_path, pinned_wheel):
     version, name, data, downloads, _ = pinned_wheel
     (tmp_path / "wheels").mkdir()
