@@ -177,6 +177,34 @@ def test_a_candidate_library_loaded_by_the_worker_reaches_no_network_key_or_outs
     assert not (outside / "planted.txt").exists()
 
 
+def test_folders_beside_the_project_are_hidden_outside_the_system_dirs(tmp_path):
+    """The file system is limited to the system's folders, the toolchain, the project and the process's own
+    folders: another checkout or data beside the project (here /work/main beside /work/wt16) is not there."""
+    if sandbox.bwrap()[0] is None:
+        pytest.skip(f"no sandbox on this machine: {sandbox.bwrap()[1]}")
+    root = pathlib.Path(sandbox.__file__).resolve().parents[1]
+    parent = root.parent
+    if parent == pathlib.Path("/") or parent.parts[1] in sandbox.SYSTEM_DIRS:
+        pytest.skip(f"the project sits in a system folder ({parent}): nothing beside it is hidden")
+    readable = sandbox.project_paths()
+    mounted = {pathlib.Path(p).relative_to(parent).parts[0] for p in readable if pathlib.Path(p).is_relative_to(parent)}
+    beside = set(os.listdir(parent)) - mounted
+    if not beside:
+        pytest.skip(f"nothing beside the project in {parent} to hide")
+    argv = sandbox.wrap(
+        [sys.executable, "-c", f"import json, os; print(json.dumps(sorted(os.listdir({str(parent)!r}))))"],
+        writable=[tmp_path / "w"],
+        readable=readable,
+    )
+    env = sandbox.scrubbed_env(tmp_path / "w" / "home")
+    _, code, _, tail = isolate.run_process(
+        argv, timeout_s=60, workdir=tmp_path / "run", result_path=tmp_path / "x", env=env
+    )
+    assert code == 0, tail
+    seen = set(json.loads((tmp_path / "run" / "worker.stdout").read_text()))
+    assert seen <= mounted and not seen & beside, f"visible beside the project: {sorted(seen & beside)}"
+
+
 def test_the_worker_is_started_sandboxed_with_the_scrubbed_environment(tmp_path, monkeypatch):
     seen = {}
 
