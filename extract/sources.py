@@ -161,17 +161,17 @@ def _download(version: str, dest: pathlib.Path) -> pathlib.Path:
             fix="check the network to PyPI, or set SGLANG_SRC to a local sglang tree",
         ) from err
     if done.returncode != 0:
-        err_text = done.stderr.strip()
+        err_text = _pip_errors(done.stderr)
         if "No matching distribution" in err_text or "Could not find a version" in err_text:
             raise SourceError(
                 f"sglang=={version} is not on the package index",
                 fix="set KERNELSMITH_SGLANG__VERSION to a published version (`pip index versions sglang`)",
-                detail=err_text[-2000:],
+                detail=err_text,
             )
         raise SourceError(
             f"could not download sglang=={version} (no network?)",
             fix="connect to PyPI once (the wheel is cached after), or set SGLANG_SRC to a local sglang tree",
-            detail=err_text[-2000:],
+            detail=err_text,
         )
     found = sorted(dest.glob(f"sglang-{version}-*.whl"))
     if not found:
@@ -185,6 +185,15 @@ def _download(version: str, dest: pathlib.Path) -> pathlib.Path:
             "in extract/sources.py WHEEL_SHA256: set SGLANG_SRC to a tree you trust",
         )
     return found[0]
+
+
+def _pip_errors(stderr: str) -> str:
+    """What pip said went wrong: its ERROR lines (its warnings about index locations are noise here),
+    each cut to its last 300 characters (the newest versions of a "from versions: ..." list)."""
+    lines = [line for line in stderr.strip().splitlines() if line.startswith("ERROR:")] or stderr.strip().splitlines()[
+        -3:
+    ]
+    return "\n".join(line if len(line) <= 300 else "..." + line[-300:] for line in lines)
 
 
 def _unpack(wheel: pathlib.Path, target: pathlib.Path) -> None:

@@ -298,7 +298,7 @@ def one_batch(
             reason=f"no model folder: set {ENV_MODEL} to a local model (config and tokenizer; "
             "--load-format dummy needs no weights)",
         )
-    from integrate.sglang_bare import private_cache_env
+    from integrate.sglang_runner import worker_env
 
     args = [
         "--model-path",
@@ -315,9 +315,7 @@ def one_batch(
     results: dict[str, dict[str, float]] = {}
     command = ""
     for who, package in (("baseline", baseline_pkg), ("patched", patched_pkg)):
-        env = dict(os.environ)
-        env.update(private_cache_env(str(out_dir / "cache" / f"one-batch-{who}")))
-        env["SGLANG_FORCE_FUSED_OP_BACKEND"] = "jit"
+        env = worker_env(out_dir / "cache" / f"one-batch-{who}")  # the patched tree's code: no credentials
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package.parent), env.get("PYTHONPATH", "")) if p)
         result_file = out_dir / "logs" / f"one-batch-{who}.jsonl"
         result_file.parent.mkdir(parents=True, exist_ok=True)

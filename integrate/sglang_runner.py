@@ -48,6 +48,7 @@ from typing import Any, TextIO
 from integrate.calls import HELD_OUT, OpPlan, PlannedCase, plan_op, sanitizer_picks, warm_cases
 from integrate.errors import CallRaised, WorkerError, WorkerTimeout
 from integrate.records import CheckCase, OpCheck, SanitizerRun
+from pipeline import sandbox
 from pipeline.config import IntegrateConfig
 from pipeline.records import Task
 
@@ -78,10 +79,18 @@ CASE_TIMEOUT_S = _LIMITS.case_timeout_s
 SANITIZER_CASES = 2  # per op: the smallest and one mid-size catalog shape, first dtype
 
 
+#: SGLang's and its JIT stack's own settings, kept in the workers' scrubbed environment
+WORKER_KEEP_PREFIXES = ("SGLANG_", "TVM_FFI_", "FLASHINFER_", "TRITON_")
+
+
 def worker_env(cache_dir: pathlib.Path) -> dict[str, str]:
+    """The environment of the processes that run the patched tree (the worker, the sanitizer, SGLang's
+    tests): candidate code runs there, so it is scrubbed as the evaluation worker's is
+    (:func:`pipeline.sandbox.scrubbed_env`: no credentials; HOME and TMPDIR under ``cache_dir``), with
+    SGLang's own settings kept and every cache pointed into ``cache_dir``."""
     from integrate.sglang_bare import private_cache_env
 
-    env = dict(os.environ)
+    env = sandbox.scrubbed_env(cache_dir / "home", os.environ, keep_prefixes=WORKER_KEEP_PREFIXES)
     env.update(private_cache_env(str(cache_dir)))
     env["SGLANG_FORCE_FUSED_OP_BACKEND"] = "jit"
     env["PYTHONUNBUFFERED"] = "1"

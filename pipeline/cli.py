@@ -105,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="plan with these skills only (ids of optimize/skills/*.toml; default: every skill)",
     )
     _scale(p)
+    p.add_argument(
+        "--fresh-samples",
+        action="store_true",
+        default=None,
+        help="ask the LLM endpoint again even where the reply cache holds an answer (the new one replaces it)",
+    )
 
     p = sub.add_parser("integrate", help="patch winners into an SGLang tree and prove them")
     _common(p)
@@ -209,6 +215,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         scale["ray_address"] = args.ray
     if scale:
         over["scale"] = scale
+    if getattr(args, "fresh_samples", None):
+        over["llm"] = {"fresh_samples": True}
     return over
 
 
@@ -224,6 +232,7 @@ FLAGS = {
     "harness.sweep_budget_s": "--budget-s",
     "scale.gpus": "--gpus",
     "scale.ray_address": "--ray",
+    "llm.fresh_samples": "--fresh-samples",
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pathlib
 
 
 class KernelsmithError(Exception):
@@ -70,12 +71,16 @@ UNWRITABLE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 def not_writable(err: OSError, folder: str | os.PathLike[str]) -> NotWritable | None:
     """The typed error for an ``OSError`` met while writing under ``folder``: :class:`NotWritable`
-    naming the folder when the folder refuses writes, else None (a full disk, a bad path: not
-    this family; the caller re-raises ``err``)."""
+    naming the folder when the folder refuses writes (the nearest one that exists: a folder it
+    would have made is not the one to fix), else None (a full disk, a bad path: not this family;
+    the caller re-raises ``err``)."""
     if err.errno not in UNWRITABLE_ERRNOS:
         return None
+    named = pathlib.Path(folder)
+    while named.is_absolute() and not named.exists() and named.parent != named:  # the one that refused
+        named = named.parent
     return NotWritable(
-        f"cannot write in {os.fspath(folder)}: {err.strerror or err}",
+        f"cannot write in {named}: {err.strerror or err}",
         fix="make the folder writable, or point --work-dir (KERNELSMITH_WORK_DIR) at a writable folder",
     )
 

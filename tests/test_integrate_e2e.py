@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import subprocess
 import sys
 
 import pytest
@@ -177,6 +178,26 @@ def test_one_batch_says_why_it_cannot_run_here(sglang_source, tmp_path, monkeypa
     monkeypatch.delenv(e2e.ENV_MODEL, raising=False)
     result = one_batch(package, package, tmp_path)
     assert not result.ran and e2e.ENV_MODEL in result.reason
+
+
+def test_one_batch_runs_the_trees_with_the_scrubbed_environment(tmp_path, monkeypatch):
+    """SGLang's one-batch benchmark runs the patched tree's code: no credentials reach it (issue 16)."""
+    seen: list[dict] = []
+
+    def fake_run(argv, **kwargs):
+        seen.append(kwargs["env"])
+        return subprocess.CompletedProcess(argv, 1, "", "no GPU")
+
+    monkeypatch.setattr(e2e, "runtime_importable", lambda package, python=sys.executable: (True, ""))
+    monkeypatch.setattr(e2e.subprocess, "run", fake_run)
+    monkeypatch.setenv(e2e.ENV_MODEL, str(tmp_path / "model"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("HF_TOKEN", "hf-secret")
+    result = one_batch(tmp_path / "a" / "sglang", tmp_path / "b" / "sglang", tmp_path)
+    assert not result.ran and len(seen) == 1
+    (env,) = seen
+    assert not {"OPENAI_API_KEY", "HF_TOKEN"} & set(env)
+    assert env["SGLANG_FORCE_FUSED_OP_BACKEND"] == "jit" and env["PYTHONPATH"].startswith(str(tmp_path / "a"))
 
 
 @pytest.mark.gpu

@@ -208,8 +208,15 @@ def test_worker_protocol_surfaces_a_failed_command(tmp_path):
             worker.request({"cmd": "check"}, timeout_s=30)
 
 
-def test_worker_environment_is_private(tmp_path):
+def test_worker_environment_is_private(tmp_path, monkeypatch):
+    """The patched tree's code is candidate code: its processes get no credentials (issue 16), only
+    the toolchain's variables and SGLang's own settings."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret")
+    monkeypatch.setenv("SGLANG_ENABLE_JIT_DEEPGEMM", "0")
     env = sglang_runner.worker_env(tmp_path / "c")
+    assert not {"OPENAI_API_KEY", "GITHUB_TOKEN"} & set(env)
+    assert env["SGLANG_ENABLE_JIT_DEEPGEMM"] == "0" and env["PATH"] and env["HOME"].startswith(str(tmp_path / "c"))
     assert env["SGLANG_JIT_CACHE_DIR"] == str(tmp_path / "c" / "jit")
     assert env["SGLANG_CACHE_DIR"] == str(tmp_path / "c")
     assert env["TRITON_CACHE_DIR"].startswith(str(tmp_path / "c"))
@@ -372,7 +379,7 @@ def test_a_hanging_op_costs_one_time_limit_and_the_sweep_goes_on(sglang_source, 
 RAISE_STUB = """
 import json, os, sys
 role = "patched" if "patched" in sys.argv[sys.argv.index("--package") + 1] else "baseline"
-open(os.environ["STARTS"], "a").write(role + "\\n")
+open(os.environ["KERNELSMITH_WORKER_STARTS"], "a").write(role + "\\n")
 out = sys.stdout
 for line in sys.stdin:
     req = json.loads(line)
@@ -394,7 +401,7 @@ def test_an_op_the_pristine_tree_rejects_for_one_reason_costs_three_calls_and_no
     wrapper for the same argument, and each rejection restarted the worker (12 s): the whole
     self-check's time. A plain Python error keeps the worker; three same rejections skip the rest."""
     starts = tmp_path / "starts.txt"
-    monkeypatch.setenv("STARTS", str(starts))
+    monkeypatch.setenv("KERNELSMITH_WORKER_STARTS", str(starts))  # kept by the scrubbed environment
     check = _check_with_stub(sglang_source, tmp_path, RAISE_STUB)
     assert [c.status for c in check.cases] == ["skipped"] * 4 and not check.ran
     assert all("Unsupported unary activation" in c.reason for c in check.cases[:3])

@@ -1034,6 +1034,26 @@ def test_command_with_an_endpoint_sending_malformed_json_records_it_and_exits_no
     assert not list((tmp_path / "cache" / "llm").glob("*.json"))  # nothing of it was cached
 
 
+@pytest.mark.parametrize(("flag", "fresh"), [((), False), (("--fresh-samples",), True)])
+def test_a_run_asks_for_fresh_samples_from_the_command_line(tmp_path, monkeypatch, capsys, flag, fresh):
+    """Issue 16 row 15: a run can ask for fresh samples; --fresh-samples reaches the client the run uses."""
+    from pipeline.errors import ConfigError
+
+    seen: list[bool] = []
+
+    def capture(self, llm_config, **kwargs):
+        seen.append(llm_config.fresh_samples)
+        raise ConfigError("stopped after the client was made", fix="none: a test")
+
+    monkeypatch.setattr(LlmClient, "__init__", capture)
+    monkeypatch.setenv("KERNELSMITH_LLM__BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "local")
+    write_task(tmp_path)
+    argv = ("--ops", "demo.scale", "--work-dir", str(tmp_path), "--run", "f", "--replay", str(REPLAY), *flag)
+    assert cli(*argv) == 2
+    assert seen == [fresh] and "stopped after the client was made" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- search rounds (the default offline coder)
 
 

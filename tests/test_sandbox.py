@@ -89,6 +89,122 @@ def test_a_candidate_cannot_reach_the_network_a_home_folder_or_a_key(tmp_path, m
     listener.close()
 
 
+#: A candidate's host code as the worker meets it: a shared library whose load-time code (as a
+#: launcher's static initializer would) tries the network, the user's key, the API key and a folder
+#: outside the worker's own, and writes what it saw into $HOME (the worker's folder).
+CANDIDATE = r"""
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+__attribute__((constructor)) static void probe(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/probe.txt", getenv("HOME"));
+  FILE* out = fopen(path, "w");
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr = {0};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(PORT);
+  addr.sin_addr.s_addr = htonl(0x7f000001);
+  fprintf(out, "socket=%s\n", connect(s, (struct sockaddr*)&addr, sizeof addr) == 0 ? "connected" : "refused");
+  FILE* key = fopen(SSH_KEY, "r");
+  fprintf(out, "ssh=%s\n", key ? "read" : "unreadable");
+  const char* api = getenv("OPENAI_API_KEY");
+  fprintf(out, "api_key=%s\n", api ? api : "none");
+  FILE* outside = fopen(OUTSIDE, "w");
+  fprintf(out, "outside=%s\n", outside ? "written" : "refused");
+  if (outside) fclose(outside);
+  fclose(out);
+}
+"""
+
+#: Stands in for the worker module (the real one needs torch and a GPU): loads the request's
+#: candidate libraries the way the worker does, in the process run_worker starts.
+LOADER = """
+import ctypes, json, sys
+request = json.load(open(sys.argv[1]))
+for lib in request["candidate_libraries"]:
+    ctypes.CDLL(lib)
+"""
+
+
+def test_a_candidate_library_loaded_by_the_worker_reaches_no_network_key_or_outside_folder(tmp_path, monkeypatch):
+    """The sandbox as run_worker builds it (argv, readable and writable folders, environment), tried by
+    C code that runs when a candidate's library is loaded, as a launcher's initializer would."""
+    import shutil
+    import subprocess
+
+    if sandbox.bwrap()[0] is None:
+        pytest.skip(f"no sandbox on this machine: {sandbox.bwrap()[1]}")
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler on this machine")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("PRIVATE KEY")
+    outside = tmp_path / "tasks" / "some.op"  # a folder of the work dir that is not the worker's
+    outside.mkdir(parents=True)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    build = tmp_path / "cache" / "builds" / "cand"
+    build.mkdir(parents=True)
+    (build / "probe.c").write_text(CANDIDATE)
+    defines = [f"-DPORT={port}", f'-DSSH_KEY="{home}/.ssh/id_rsa"', f'-DOUTSIDE="{outside}/planted.txt"']
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", *defines, "-o", str(build / "lib.so"), str(build / "probe.c")], check=True
+    )
+    loader = tmp_path / "loader" / "ks_probe_loader.py"
+    loader.parent.mkdir()
+    loader.write_text(LOADER)
+    monkeypatch.setattr(isolate, "WORKER_MODULE", "ks_probe_loader")
+    monkeypatch.setenv("PYTHONPATH", str(loader.parent))  # an import path: mounted back, as on the GPU machine
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    request = WorkerRequest(
+        op_id="x",
+        contract=Contract(entry="e", args=[], symbols=[]),
+        baseline_libraries=[],
+        candidate_libraries=[str(build / "lib.so")],
+        device_cache_dir=str(tmp_path / "device"),
+    )
+    workdir = tmp_path / "harness" / "w"
+    run = isolate.run_worker(request, workdir, timeout_s=60)
+    listener.close()
+    seen = dict(line.split("=", 1) for line in (workdir / "home" / "probe.txt").read_text().split())
+    assert seen == {"socket": "refused", "ssh": "unreadable", "api_key": "none", "outside": "refused"}, run.stderr_tail
+    assert not (outside / "planted.txt").exists()
+
+
+def test_folders_beside_the_project_are_hidden_outside_the_system_dirs(tmp_path):
+    """The file system is limited to the system's folders, the toolchain, the project and the process's own
+    folders: another checkout or data beside the project (here /work/main beside /work/wt16) is not there."""
+    if sandbox.bwrap()[0] is None:
+        pytest.skip(f"no sandbox on this machine: {sandbox.bwrap()[1]}")
+    root = pathlib.Path(sandbox.__file__).resolve().parents[1]
+    parent = root.parent
+    if parent == pathlib.Path("/") or parent.parts[1] in sandbox.SYSTEM_DIRS:
+        pytest.skip(f"the project sits in a system folder ({parent}): nothing beside it is hidden")
+    readable = sandbox.project_paths()
+    mounted = {pathlib.Path(p).relative_to(parent).parts[0] for p in readable if pathlib.Path(p).is_relative_to(parent)}
+    beside = set(os.listdir(parent)) - mounted
+    if not beside:
+        pytest.skip(f"nothing beside the project in {parent} to hide")
+    argv = sandbox.wrap(
+        [sys.executable, "-c", f"import json, os; print(json.dumps(sorted(os.listdir({str(parent)!r}))))"],
+        writable=[tmp_path / "w"],
+        readable=readable,
+    )
+    env = sandbox.scrubbed_env(tmp_path / "w" / "home")
+    _, code, _, tail = isolate.run_process(
+        argv, timeout_s=60, workdir=tmp_path / "run", result_path=tmp_path / "x", env=env
+    )
+    assert code == 0, tail
+    seen = set(json.loads((tmp_path / "run" / "worker.stdout").read_text()))
+    assert seen <= mounted and not seen & beside, f"visible beside the project: {sorted(seen & beside)}"
+
+
 def test_the_worker_is_started_sandboxed_with_the_scrubbed_environment(tmp_path, monkeypatch):
     seen = {}
 

@@ -205,7 +205,8 @@ def bench_op(
 
     When the baseline itself fails in the worker, its contract is repaired from the
     baseline's own behaviour (:func:`learn_contract`) and the op is timed once more.
-    Raises only :class:`~optimize.errors.GpuRequired` (the machine's problem, not the op's).
+    Raises only :class:`~optimize.errors.GpuRequired` and :class:`~pipeline.errors.NotWritable`
+    (the machine's or the work dir's problem, not the op's: every other op would fail the same way).
     """
     first = _bench_once(task_dir, task, config, dtypes=dtypes, compile_=compile_)
     if not first.error or first.error.startswith(_NO_BUILD):
@@ -230,14 +231,14 @@ def _bench_once(
     from optimize.errors import GpuRequired
     from optimize.harness.evaluate import run_request, worker_dir
     from optimize.harness.health import _cause
-    from pipeline.errors import KernelsmithError
+    from pipeline.errors import KernelsmithError, NotWritable
 
     try:
         request = _bench_request(task_dir, task, config, dtypes=dtypes, compile_=compile_)
         if isinstance(request, OpBench):
             return request
         run = run_request(request, _bench_config(config, 1), worker_dir(config, task.op_id, "bench"))
-    except GpuRequired:
+    except (GpuRequired, NotWritable):
         raise
     except (
         KernelsmithError,
@@ -379,7 +380,7 @@ def learn_contract(task_dir: pathlib.Path, task: Any, config: Config) -> tuple[A
     from optimize.harness.baseline_repair import BaselineRun, repair_baseline
     from optimize.harness.evaluate import build_units, plan_cases, run_request, worker_dir
     from optimize.harness.protocol import WorkerRequest
-    from pipeline.errors import KernelsmithError
+    from pipeline.errors import KernelsmithError, NotWritable
 
     if not task.shapes:
         return task, []
@@ -403,7 +404,7 @@ def learn_contract(task_dir: pathlib.Path, task: Any, config: Config) -> tuple[A
                 stop_at_first_failure=True,
             )
             done = run_request(request, config, worker_dir(config, current.op_id, "bench-check"))
-        except GpuRequired:
+        except (GpuRequired, NotWritable):
             raise
         except (KernelsmithError, ValueError, OSError):
             return BaselineRun(None, passed=False, final=True)
@@ -581,8 +582,9 @@ def bench_folders(
     """Each (folder, task)'s baseline timed in turn (``bench --ops``, ``track run``), with progress on ``stream``.
 
     Every task is completed first, as the sweep completes it (open contract items filled).
-    One op's failure is its own row; a GPU lost mid-run keeps what was measured and names
-    the ops left (nothing measured at all: the error itself, whose fix is a GPU machine).
+    One op's failure is its own row; a GPU lost (or a work dir that cannot be written) mid-run
+    keeps what was measured and names the ops left (nothing measured at all: the error itself,
+    whose fix is a GPU machine or a writable work dir, and no section is written).
     ``measured`` is told each op's result as soon as it is known, so a caller interrupted
     part-way (Ctrl-C, SIGTERM) still holds everything measured before. On a GPU machine every
     baseline is built first, all at once (:func:`prebuild`), so the timing loop finds them in
@@ -593,6 +595,7 @@ def bench_folders(
     """
     from contract.completion import complete
     from optimize.errors import GpuRequired
+    from pipeline.errors import NotWritable
     from pipeline.gpu import gpu_available
 
     out = stream or sys.stdout
@@ -630,7 +633,7 @@ def bench_folders(
             for offset, result in stop.rows:
                 report(result, chunk[offset][1], alone)
             raise KeyboardInterrupt from None
-        except GpuRequired as err:
+        except (GpuRequired, NotWritable) as err:
             if not any(r.rows for r in results):
                 raise
             results += [OpBench(op_id=f.name, error=err.message) for f, _ in folders[first:]]

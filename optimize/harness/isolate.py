@@ -14,7 +14,8 @@ What must stay true:
   never block on a full pipe, and its last lines are kept as evidence
   (``stderr_tail``) for the Evaluation's detail.
 - Untrusted code: the worker's environment holds no credentials, and it runs without
-  network and with the homes hidden where bubblewrap works (:mod:`pipeline.sandbox`).
+  network and with the homes and the non-system top-level folders hidden where bubblewrap
+  works (:mod:`pipeline.sandbox`).
 - No torch here.
 - A worker started while :func:`pinned` holds a device sees that GPU alone
   (``CUDA_VISIBLE_DEVICES``): the scale-out scheduler (:mod:`optimize.scale`) runs one
