@@ -90,14 +90,12 @@ class _Refs(ast.NodeVisitor):
     def __init__(self) -> None:
         self.refs: set[tuple[str, ...]] = set()
 
-    def visit_arg(self, node: ast.arg) -> None:
-        return None  # a parameter's annotation
-
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:
             self.visit(node.value)
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        # decorators, defaults and the body; never the parameters' or the return's annotations
         for item in [*node.decorator_list, *node.args.defaults, *node.args.kw_defaults, *node.body]:
             if item is not None:
                 self.visit(item)

@@ -31,6 +31,7 @@ OPS = [
     _op("act.silu", "kernels/ops/act/act.py", "silu"),
     _op("quant.q8", "kernels/ops/quant/q.py", "q8"),
     _op("diffusion.mod", "kernels/ops/diffusion/mod.py", "mod"),
+    _op("diffusion.unused", "kernels/ops/diffusion/unused.py", "unused"),
 ]
 
 
@@ -113,6 +114,9 @@ def test_select_models_callers_then_family_fallback(tmp_path):
     # nobody calls rmsnorm by name: every LLM of the catalog, said so
     chosen, why = model_ops.select_models(data, ops["norm.rmsnorm"], catalog)
     assert [m.name for m in chosen] == ["L", "O"] and "fallback" in why and "no SGLang model file" in why
+    # a diffusion op nobody calls: every diffusion model of the catalog
+    chosen, why = model_ops.select_models(data, ops["diffusion.unused"], catalog)
+    assert [m.name for m in chosen] == ["F"] and "diffusion" in why
 
 
 def test_map_is_cached_per_process_and_on_disk(tmp_path):
