@@ -46,6 +46,7 @@ from pipeline.records import Contract, ShapeCase
 CATALOG_DIR = pathlib.Path(__file__).with_name("shapes")
 # Catalog order: the first model to produce a shape keeps its name on the case.
 MODEL_ORDER = ("Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-32B", "Qwen3-235B-A22B", "DeepSeek-V3", "Mixtral-8x7B")
+# (the models added for issue 18 follow by name: their names are unique, so dedup stays stable)
 
 # Symbol names seen in SGLang's SymbolicSize declarations -> catalog expressions.
 TOKEN_SYMBOLS = ("num_tokens", "tokens", "batch_size", "bs", "num_rows", "num_seqs", "batch")
@@ -84,6 +85,9 @@ DEFAULT_FAMILIES: list[dict[str, str]] = [
 ]
 
 
+FAMILIES = ("llm", "diffusion")
+
+
 @dataclasses.dataclass(frozen=True)
 class Model:
     name: str
@@ -92,6 +96,14 @@ class Model:
     dims: dict[str, int]
     sources: dict[str, str]  # dim or flag -> where it comes from
     flags: dict[str, bool]
+    family: str = "llm"
+    # The classes the checkpoint loads (config.json "architectures", a DiT's class): the
+    # SGLang model file whose EntryClass lists one is this model's (extract.model_ops).
+    architectures: tuple[str, ...] = ()
+    # The model's own token counts where the catalog sets them (a DiT's image tokens at
+    # the resolutions SGLang samples by default), with why; else the caller's.
+    token_counts: tuple[int, ...] = ()
+    tokens_why: str = ""
 
 
 def load_catalog(directory: pathlib.Path = CATALOG_DIR) -> list[Model]:
@@ -103,16 +115,17 @@ def load_catalog(directory: pathlib.Path = CATALOG_DIR) -> list[Model]:
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"shape catalog {path} is not valid TOML: {err}", fix="fix the TOML syntax") from err
         name = data.get("model") or path.stem
+        where = data.get("source") or f"{data.get('repo', name)} config.json"
         dims, sources, flags = {}, {}, {}
         for dim, entry in (data.get("dims") or {}).items():
             if not isinstance(entry, dict) or "value" not in entry:
                 raise ConfigError(f"{path}: dims.{dim} needs a value", fix='write `{ value = N, key = "config key" }`')
             if "key" in entry:
-                sources[dim] = f'{data.get("repo", name)} config.json "{entry["key"]}"'
+                sources[dim] = f'{where} "{entry["key"]}"'
                 if entry.get("note"):
                     sources[dim] += f" ({entry['note']})"
             elif "derived" in entry:
-                sources[dim] = f"{data.get('repo', name)} config.json: {entry['derived']}"
+                sources[dim] = f"{where}: {entry['derived']}"
             else:
                 raise ConfigError(
                     f"{path}: dims.{dim} has no source",
@@ -126,7 +139,26 @@ def load_catalog(directory: pathlib.Path = CATALOG_DIR) -> list[Model]:
                 )
             flags[flag] = bool(entry["value"])
             sources[f"flag:{flag}"] = entry["source"]
-        models.append(Model(name, data.get("repo", ""), data.get("config", ""), dims, sources, flags))
+        family = data.get("family", "llm")
+        if family not in FAMILIES:
+            raise ConfigError(f"{path}: family {family!r} is not one of {FAMILIES}", fix='write family = "llm"')
+        tokens = data.get("tokens") or {}
+        if tokens and not (tokens.get("values") and tokens.get("why")):
+            raise ConfigError(f"{path}: [tokens] needs values and why", fix='write values = [..] and why = ".."')
+        models.append(
+            Model(
+                name,
+                data.get("repo", ""),
+                data.get("config", ""),
+                dims,
+                sources,
+                flags,
+                family=family,
+                architectures=tuple(data.get("architectures", ())),
+                token_counts=tuple(int(t) for t in tokens.get("values", ())),
+                tokens_why=str(tokens.get("why", "")),
+            )
+        )
     order = {n: i for i, n in enumerate(MODEL_ORDER)}
     models.sort(key=lambda m: (order.get(m.name, len(order)), m.name))
     return models
@@ -193,47 +225,52 @@ def shape_cases(
     cases: list[ShapeCase] = []
     index: dict[tuple[int, tuple[tuple[str, int], ...]], int] = {}
     rejected: dict[str, set[int]] = {}
-    for tokens in token_counts:
-        for model in models:
-            for fam in families:
-                need = fam.get("requires")
-                if need and not (model.flags.get(need) or model.dims.get(need)):
-                    continue
-                dims = {**model.dims, "tokens": int(tokens)}
-                sizes: dict[str, int] = {}
-                ok = True
-                for sym in symbols:
-                    value = evaluate_dim(fam[sym], dims)
-                    if value is None:
-                        ok = False
-                        break
-                    if not contract.accepts(sym, value):
-                        rejected.setdefault(sym, set()).add(value)
-                        ok = False
-                        break
-                    sizes[sym] = value
-                if not ok:
-                    continue
-                rows = sizes.get(token_symbol, int(tokens)) if token_symbol else int(tokens)
-                used = [n for sym in symbols for n in _names(fam[sym]) if n != "tokens"]
-                where = "; ".join(
-                    f"{sym}={fam[sym]}: {model.sources.get(n, n)}"
-                    for sym in symbols
-                    for n in _names(fam[sym])
-                    if n != "tokens"
-                )
-                if need:
-                    where += f"; requires {need}: {model.sources.get('flag:' + need, need)}"
-                label = f"{model.name} at {tokens} tokens" + (f" ({rows} rows)" if rows != tokens else "")
-                source = f"{label}; {where}" if used else label
-                key = (rows, tuple(sorted(sizes.items())))
-                if key in index:
-                    prior = cases[index[key]]
-                    if model.name not in prior.source:
-                        cases[index[key]] = prior.model_copy(update={"source": prior.source + f" | also {label}"})
-                    continue
-                index[key] = len(cases)
-                cases.append(ShapeCase(model=model.name, tokens=rows, sizes=sizes, source=source))
+    token_counts = tuple(token_counts)
+    pairs = [(t, m) for t in sorted({t for m in models for t in (m.token_counts or token_counts)}) for m in models]
+    for tokens, model in pairs:
+        if tokens not in (model.token_counts or token_counts):
+            continue
+        for fam in families:
+            need = fam.get("requires")
+            if need and not (model.flags.get(need) or model.dims.get(need)):
+                continue
+            dims = {**model.dims, "tokens": int(tokens)}
+            sizes: dict[str, int] = {}
+            ok = True
+            for sym in symbols:
+                value = evaluate_dim(fam[sym], dims)
+                if value is None:
+                    ok = False
+                    break
+                if not contract.accepts(sym, value):
+                    rejected.setdefault(sym, set()).add(value)
+                    ok = False
+                    break
+                sizes[sym] = value
+            if not ok:
+                continue
+            rows = sizes.get(token_symbol, int(tokens)) if token_symbol else int(tokens)
+            used = [n for sym in symbols for n in _names(fam[sym]) if n != "tokens"]
+            where = "; ".join(
+                f"{sym}={fam[sym]}: {model.sources.get(n, n)}"
+                for sym in symbols
+                for n in _names(fam[sym])
+                if n != "tokens"
+            )
+            if need:
+                where += f"; requires {need}: {model.sources.get('flag:' + need, need)}"
+            label = f"{model.name} at {tokens} tokens" + (f" ({rows} rows)" if rows != tokens else "")
+            if model.token_counts:
+                label += f" ({model.tokens_why})"
+            source = f"{label}; {where}" if used else label
+            key = (rows, tuple(sorted(sizes.items())))
+            if key in index:
+                prior = cases[index[key]]
+                if model.name not in prior.source:
+                    cases[index[key]] = prior.model_copy(update={"source": prior.source + f" | also {label}"})
+                continue
+            index[key] = len(cases)
+            cases.append(ShapeCase(model=model.name, tokens=rows, sizes=sizes, source=source))
     for sym, values in rejected.items():
         notes.append(f"catalog widths the contract rejects for {sym}: {sorted(values)}")
     return cases, notes

@@ -51,7 +51,7 @@ from contract.layout import KEY_FILE, SRC_DIR, task_dir
 from contract.shapes import synthetic_shape
 from extract import contract as contract_mod
 from extract import entry as entry_signature
-from extract import pyops, shapes
+from extract import model_ops, pyops, shapes
 from pipeline import deps as build_deps
 from pipeline.digest import source_digest
 from pipeline.errors import ConfigError
@@ -366,8 +366,16 @@ def task_key(index: Index, op: OpEntry, arch: str, token_counts: Iterable[int], 
     parts.append(curated.read_bytes() if curated.is_file() else b"")
     for path in sorted(shapes.CATALOG_DIR.glob("*.toml")):
         parts += [path.name, path.read_bytes()]
+    parts.append(catalog_models(index, op, shapes.load_catalog())[1])  # which models, decided by the model code
     parts.append(source_digest(_OWN_CODE))
     return content_hash(*parts)
+
+
+def catalog_models(index: Index, op: OpEntry, catalog: list[shapes.Model]) -> tuple[list[shapes.Model], str]:
+    """The catalog models whose shapes ``op`` gets and why (:func:`extract.model_ops.select_models`
+    over the model-to-op map of the index's SGLang tree)."""
+    root = pathlib.Path(index.source.root)
+    return model_ops.select_models(model_ops.load_map(root, index.ops), op, catalog)
 
 
 def is_current(work_dir: str | os.PathLike[str], op_id: str, key: str) -> bool:
@@ -407,9 +415,12 @@ def write_task(
         notes.append(
             f"dtypes {', '.join(d for d in DTYPES if d not in dtypes)} excluded by the curated contract (see its comments)"
         )
-    models = {m.name: m for m in shapes.load_catalog()}
-    cases, shape_notes = shapes.shape_cases(contract, curated.get("shapes"), token_counts, list(models.values()))
+    catalog = shapes.load_catalog()
+    chosen, why = catalog_models(index, op, catalog)
+    notes.append(why)
+    cases, shape_notes = shapes.shape_cases(contract, curated.get("shapes"), token_counts, chosen)
     notes += shape_notes
+    models = {m.name: m for m in chosen}  # also the passes of a loader without shape cases
     call = _entry_call(op, contract.entry, root)
     tensors = {a.tensor.name: a.tensor for a in contract.args if a.tensor is not None}
     instantiations, cases, instance, inst_notes = plan_instantiations(

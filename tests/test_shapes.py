@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pathlib
 import tomllib
 
 import pytest
@@ -11,6 +14,7 @@ from pipeline.errors import ConfigError
 from pipeline.records import ArgSpec, Contract, TensorSpec
 
 TOKENS = (1, 8, 64, 512, 4096, 16384)
+GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "catalog.json"
 
 
 def _contract(symbols_shapes: dict[str, list], **kw) -> Contract:
@@ -22,17 +26,24 @@ def _contract(symbols_shapes: dict[str, list], **kw) -> Contract:
     return Contract(entry="e", args=args, symbols=syms, **kw)
 
 
-def test_catalog_has_the_six_models_with_sources():
+def test_catalog_models_with_sources():
     models = {m.name: m for m in shapes.load_catalog()}
-    assert list(models) == list(shapes.MODEL_ORDER)
+    assert list(models)[: len(shapes.MODEL_ORDER)] == list(shapes.MODEL_ORDER)
+    assert len(models) >= 18 and {m.family for m in models.values()} == {"llm", "diffusion"}
     for model in models.values():
-        assert model.repo and model.config_url.startswith("https://huggingface.co/")
+        assert model.repo and model.config_url and model.architectures, model.name
         for dim in model.dims:
             assert model.sources.get(dim), (model.name, dim)
-            assert "config.json" in model.sources[dim]
+            # every figure names where it was read: a config.json, an upstream file or the wheel's config
+            assert "config.json" in model.sources[dim] or ".py" in model.sources[dim], (model.name, dim)
+        for dim in ("hidden_size", "num_attention_heads", "head_dim"):
+            assert dim in model.dims, (model.name, dim)
+        if model.family == "diffusion":
+            assert all(t >= 1024 for t in model.token_counts) and (model.tokens_why or not model.token_counts)
+            continue
         for flag in ("dense_mlp", "moe", "qk_norm", "mla"):
             assert flag in model.flags and model.sources[f"flag:{flag}"], (model.name, flag)
-        for dim in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size"):
+        for dim in ("num_key_value_heads", "vocab_size"):
             assert dim in model.dims, (model.name, dim)
         if model.flags["moe"]:
             assert {"moe_intermediate_size", "num_experts", "num_experts_per_tok"} <= set(model.dims)
@@ -51,6 +62,12 @@ def test_catalog_figures():
     assert '"n_routed_experts"' in m["DeepSeek-V3"].sources["num_experts"]
     assert m["DeepSeek-V3"].dims["kv_lora_rank"] == 512
     assert m["Mixtral-8x7B"].dims["num_experts_per_tok"] == 2
+    assert m["gpt-oss-120b"].dims["num_experts_per_tok"] == 4
+    assert '"experts_per_token"' in m["gpt-oss-120b"].sources["num_experts_per_tok"]
+    assert m["Qwen3-Next-80B-A3B"].dims["linear_num_value_heads"] == 32
+    assert "srt/configs/qwen3_next.py" in m["Qwen3-Next-80B-A3B"].sources["head_dim"]
+    assert m["Wan2.1-14B"].token_counts == (32760, 75600) and m["Wan2.1-14B"].dims["hidden_size"] == 5120
+    assert m["FLUX.1"].family == "diffusion" and m["FLUX.1"].architectures == ("FluxTransformer2DModel",)
     # every file's dims are written as {value, key|derived}
     for path in shapes.CATALOG_DIR.glob("*.toml"):
         data = tomllib.loads(path.read_text())
@@ -64,9 +81,13 @@ def test_a_figure_without_source_is_refused(tmp_path):
         shapes.load_catalog(tmp_path)
 
 
+def _first_six() -> list[shapes.Model]:
+    return [m for m in shapes.load_catalog() if m.name in shapes.MODEL_ORDER]
+
+
 def test_default_mapping_crosses_models_and_tokens():
     contract = _contract({"x": ["num_tokens", "hidden_size"]})
-    cases, notes = shapes.shape_cases(contract, None, TOKENS)
+    cases, notes = shapes.shape_cases(contract, None, TOKENS, _first_six())
     assert notes == []
     widths = {c.sizes["hidden_size"] for c in cases}
     assert widths == {4096, 8192, 5120, 7168}  # Llama-8B, Qwen3-235B and Mixtral share 4096
@@ -85,7 +106,7 @@ def test_curated_families_moe_rows_and_rejected_widths():
     contract = _contract(
         {"x": ["num_tokens", "2*hidden_size"], "y": ["num_tokens", "hidden_size"]}, divisibility={"hidden_size": 8}
     )
-    cases, notes = shapes.shape_cases(contract, families, TOKENS)
+    cases, notes = shapes.shape_cases(contract, families, TOKENS, _first_six())
     dense = {c.sizes["hidden_size"] for c in cases if c.tokens in TOKENS and "rows" not in c.source}
     assert {14336, 28672, 25600, 18432} <= dense
     moe = [c for c in cases if c.model == "DeepSeek-V3" and c.sizes["hidden_size"] == 2048]
@@ -93,16 +114,16 @@ def test_curated_families_moe_rows_and_rejected_widths():
     assert not any(c.model == "Mixtral-8x7B" and c.sizes["hidden_size"] == 14336 and c.tokens == 1 for c in cases)
     # a width the contract rejects is skipped and reported, never rounded
     picky = _contract({"x": ["num_tokens", "hidden_size"]}, divisibility={"hidden_size": 3})
-    cases, notes = shapes.shape_cases(picky, None, TOKENS)
+    cases, notes = shapes.shape_cases(picky, None, TOKENS, _first_six())
     assert cases == [] or all(c.sizes["hidden_size"] % 3 == 0 for c in cases)
     assert any("rejects" in n and "hidden_size" in n for n in notes)
     limited = _contract({"x": ["num_tokens", "hidden_size"]}, max_values={"hidden_size": 5120})
-    assert {c.sizes["hidden_size"] for c in shapes.shape_cases(limited, None, TOKENS)[0]} == {4096, 5120}
+    assert {c.sizes["hidden_size"] for c in shapes.shape_cases(limited, None, TOKENS, _first_six())[0]} == {4096, 5120}
 
 
 def test_requires_a_flag_and_unmapped_symbols():
     qk = [{"num_tokens": "tokens*num_attention_heads", "hidden_size": "head_dim", "requires": "qk_norm"}]
-    cases, _ = shapes.shape_cases(_contract({"x": ["num_tokens", "hidden_size"]}), qk, (1,))
+    cases, _ = shapes.shape_cases(_contract({"x": ["num_tokens", "hidden_size"]}), qk, (1,), _first_six())
     assert {c.model for c in cases} == {"Qwen3-32B"}  # Qwen3-235B has the same (64 heads x 128) and is folded in
     assert {c.tokens for c in cases} == {64}
     cases, notes = shapes.shape_cases(_contract({"x": ["num_tokens", "mystery_dim"]}), None, TOKENS)
@@ -125,3 +146,40 @@ def test_stride_symbols_need_no_mapping():
     cases, notes = shapes.shape_cases(contract, None, (1,))
     assert cases and notes == []
     assert all("row_stride" not in c.sizes for c in cases)
+
+
+def test_a_model_with_its_own_token_axis():
+    """A DiT's [tokens] (image tokens at SGLang's default resolutions) replace the caller's
+    token counts for that model only, and the reason is on every case."""
+    models = {m.name: m for m in shapes.load_catalog()}
+    contract = _contract({"x": ["num_tokens", "hidden_size"]})
+    cases, _ = shapes.shape_cases(contract, None, TOKENS, [models["Llama-3.1-8B"], models["FLUX.1"]])
+    flux = [c for c in cases if c.model == "FLUX.1"]
+    assert sorted(c.tokens for c in flux) == [1024, 4096] and all("image tokens" in c.source for c in flux)
+    assert sorted(c.tokens for c in cases if c.model == "Llama-3.1-8B") == sorted(TOKENS)
+
+
+def test_a_token_axis_without_reason_is_refused(tmp_path):
+    (tmp_path / "X.toml").write_text(
+        'model = "X"\n[tokens]\nvalues = [4096]\n[dims]\nhidden_size = { value = 1024, key = "h" }\n'
+    )
+    with pytest.raises(ConfigError, match="tokens"):
+        shapes.load_catalog(tmp_path)
+
+
+def test_golden_catalog():
+    """Every model's figures with their sources, as load_catalog reads them (tests/golden/catalog.json;
+    regenerate with UPDATE_GOLDEN=1 after a deliberate change and review the diff)."""
+    out = {
+        m.name: {
+            "family": m.family,
+            "architectures": list(m.architectures),
+            "dims": {d: [v, m.sources[d]] for d, v in sorted(m.dims.items())},
+            "flags": {f: [v, m.sources["flag:" + f]] for f, v in sorted(m.flags.items())},
+            "tokens": [list(m.token_counts), m.tokens_why],
+        }
+        for m in shapes.load_catalog()
+    }
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    assert out == json.loads(GOLDEN.read_text())
