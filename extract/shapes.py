@@ -10,7 +10,7 @@ A *mapping* says which model dimension each contract symbol takes. It is a list
 of families (``[[shapes]]`` in a curated contract, else :data:`DEFAULT_FAMILIES`);
 each family maps every symbol to an expression over the model's dims and
 ``tokens`` (names, integers and ``*``: ``"tokens*num_experts_per_tok"``) and may
-``require`` a flag or dim. E.g. silu_and_mul's ``hidden_size`` is
+``require`` a flag or dim (``"!mla"``: only the models without it). E.g. silu_and_mul's ``hidden_size`` is
 ``intermediate_size`` for dense MLPs and ``moe_intermediate_size`` (rows =
 tokens x top-k) for MoE experts; rmsnorm's is ``hidden_size``, plus ``head_dim``
 for models that normalise each q/k head and the MLA latent ranks.
@@ -197,7 +197,10 @@ def shape_cases(
         for model in models:
             for fam in families:
                 need = fam.get("requires")
-                if need and not (model.flags.get(need) or model.dims.get(need)):
+                if need and need.startswith("!"):  # "!mla": the models without that flag
+                    if model.flags.get(need[1:]) or model.dims.get(need[1:]):
+                        continue
+                elif need and not (model.flags.get(need) or model.dims.get(need)):
                     continue
                 dims = {**model.dims, "tokens": int(tokens)}
                 sizes: dict[str, int] = {}
@@ -222,7 +225,7 @@ def shape_cases(
                     for n in _names(fam[sym])
                     if n != "tokens"
                 )
-                if need:
+                if need and not need.startswith("!"):
                     where += f"; requires {need}: {model.sources.get('flag:' + need, need)}"
                 label = f"{model.name} at {tokens} tokens" + (f" ({rows} rows)" if rows != tokens else "")
                 source = f"{label}; {where}" if used else label

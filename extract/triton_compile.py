@@ -60,6 +60,28 @@ _SIG = {
 }
 
 
+_ALLOCATE = {"empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like", "empty_strided"}
+_VIEWS = {"view", "reshape", "contiguous", "flatten", "transpose", "permute", "t", "unsqueeze", "squeeze", "clone"}
+_VIEWS |= {"narrow", "select", "expand", "as_strided", "unflatten", "view_as", "reshape_as", "detach"}
+#: torch dtype attribute -> the contract's spelling
+_TORCH_DTYPE = {
+    "float32": "float32",
+    "float": "float32",
+    "float16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "int32": "int32",
+    "int64": "int64",
+    "long": "int64",
+    "int8": "int8",
+    "uint8": "uint8",
+    "bool": "bool",
+    "float8_e4m3fn": "float8_e4m3fn",
+}
+_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "int32": 4, "int64": 8}
+_BYTES |= {"int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1}
+
+
 class Unresolvable(Exception):
     """A launch value the check cannot work out from the contract and the wrapper."""
 
@@ -159,7 +181,11 @@ class _Evaluator:
             except ValueError as err:
                 raise Unresolvable(node.value) from err
         if isinstance(node, cst.Attribute):
+            if dotted(node).startswith("torch.") and dotted(node).split(".")[-1] in _TORCH_DTYPE:
+                return _TORCH_DTYPE[dotted(node).split(".")[-1]]
             base = v(node.value)
+            if isinstance(base, _Tensor) and node.attr.value == "dtype":
+                return base.dtype
             if isinstance(base, _Tensor) and node.attr.value == "shape":
                 return tuple(base.shape)
             if isinstance(base, _Tensor) and node.attr.value == "ndim":
@@ -171,10 +197,12 @@ class _Evaluator:
             return self._call(node, v)
         if isinstance(node, cst.BinaryOperation):
             a, b = v(node.left), v(node.right)
-            ops = {cst.Add: a + b, cst.Subtract: a - b, cst.Multiply: a * b}
-            for kind, result in ops.items():
-                if isinstance(node.operator, kind):
-                    return result
+            if isinstance(node.operator, cst.Add):
+                return a + b
+            if isinstance(node.operator, cst.Subtract):
+                return a - b
+            if isinstance(node.operator, cst.Multiply):
+                return a * b
             if isinstance(node.operator, cst.FloorDivide):
                 return a // b
             if isinstance(node.operator, cst.Modulo):
@@ -191,10 +219,10 @@ class _Evaluator:
                 right = v(comp.comparator)
                 return (left is not right) if isinstance(comp.operator, cst.IsNot) else (left is right)
             right = v(comp.comparator)
-            table = {cst.Equal: left == right, cst.NotEqual: left != right}
-            for kind, result in table.items():
-                if isinstance(comp.operator, kind):
-                    return result
+            if isinstance(comp.operator, cst.Equal):
+                return left == right
+            if isinstance(comp.operator, cst.NotEqual):
+                return left != right
             if isinstance(comp.operator, cst.LessThan):
                 return left < right
             if isinstance(comp.operator, cst.GreaterThan):
@@ -206,6 +234,14 @@ class _Evaluator:
             return tuple(v(el.value) for el in node.elements)
         return literal(node)
 
+    @staticmethod
+    def _dtype_kw(node: cst.Call, v: Any) -> str | None:
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value == "dtype":
+                value = v(arg.value)
+                return value if isinstance(value, str) else None
+        return None
+
     def _call(self, node: cst.Call, v: Any) -> Any:
         name = dotted(node.func)
         args = [v(a.value) for a in node.args if a.keyword is None]
@@ -215,11 +251,22 @@ class _Evaluator:
         if tail == "cdiv":
             return -(-int(args[0]) // int(args[1]))
         if name in ("max", "min", "int", "len", "abs") and args:
-            return {"max": max, "min": min, "int": int, "len": len, "abs": abs}[name](*args)
+            builtin: Any = {"max": max, "min": min, "int": int, "len": len, "abs": abs}[name]
+            return builtin(*args)
         if name in ("math.log2", "math.ceil", "math.sqrt"):
             return getattr(math, tail)(*args)
+        if name.startswith("torch.") and tail in _ALLOCATE:  # a tensor the wrapper makes: its dtype is what counts
+            source = next((a for a in args if isinstance(a, _Tensor)), None)
+            return _Tensor("new", self._dtype_kw(node, v) or (source.dtype if source else "float32"), [])
         if isinstance(node.func, cst.Attribute):
             base = v(node.func.value)
+            if isinstance(base, _Tensor) and tail in _VIEWS:
+                return _Tensor(base.name, base.dtype, base.shape if tail in ("contiguous", "clone") else [])
+            if isinstance(base, _Tensor) and tail in ("to", "new_empty", "new_zeros", "new_full", "new_ones"):
+                dtype = self._dtype_kw(node, v) or next((a for a in args if isinstance(a, str)), None)
+                return _Tensor(base.name, dtype or base.dtype, [])
+            if isinstance(base, _Tensor) and tail == "element_size":
+                return _BYTES.get(base.dtype, 4)
             if isinstance(base, _Tensor):
                 if tail == "size":
                     return base.shape[args[0]] if args else tuple(base.shape)
@@ -247,6 +294,20 @@ def _statements(block: cst.BaseSuite) -> list[cst.BaseSmallStatement]:
     return out
 
 
+def module_constants(module: cst.Module) -> dict[str, Any]:
+    """The module's literal constants (``_ALPHA = 2``): names a launch argument may use."""
+    out: dict[str, Any] = {}
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+            assign = stmt.body[0]
+            if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+                try:
+                    out.setdefault(assign.targets[0].target.value, literal(assign.value))
+                except ValueError:
+                    continue
+    return out
+
+
 def case_env(task: Task, case: ShapeCase, dtype: str) -> dict[str, Any]:
     """The wrapper's parameters at ``case``: tensors with their shape and dtype, scalars with their value."""
     from contract import expr
@@ -260,7 +321,7 @@ def case_env(task: Task, case: ShapeCase, dtype: str) -> dict[str, Any]:
                 for d in t.shape
             ]
             env[t.name] = _Tensor(t.name, dtype if t.dtype == "T" else t.dtype, shape)
-        elif arg.scalar is not None:
+        elif arg.scalar is not None and arg.scalar.value is not None:  # an open scalar stays unknown
             env[arg.scalar.name] = arg.scalar.value
     for param in task.entry_signature.params if task.entry_signature else []:
         if param.name not in env and param.default is not None:
@@ -344,7 +405,7 @@ def compile_task(task_dir: pathlib.Path, task: Task, *, timeout_s: float = 300.0
         wrapper_file = task.module
         module = cst.parse_module((src / wrapper_file).read_bytes())
         fns = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
-        env = case_env(task, case, dtype)
+        env = {**module_constants(module), **case_env(task, case, dtype)}
         kernels = {(k.file, k.name): k for k in task.triton.kernels}
         for launch in task.triton.launches:
             fn = fns.get(launch.function)
@@ -364,12 +425,9 @@ def compile_task(task_dir: pathlib.Path, task: Task, *, timeout_s: float = 300.0
                 }
             )
     except (Unresolvable, OSError, cst.ParserSyntaxError) as err:
-        return BuildReport(
-            ok=False,
-            key="",
-            seconds=time.perf_counter() - started,
-            stderr=f"triton compile check: {err}; fix: give the value in a curated contract (extract/curated/<op>.toml)",
-        )
+        return _unresolved(started, str(err))
+    except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError, AttributeError) as err:
+        return _unresolved(started, f"a launch value could not be worked out ({type(err).__name__}: {err})")
     key = content_hash(json.dumps(jobs, sort_keys=True, default=str), *modules.values())
     with tempfile.TemporaryDirectory(prefix="ks-triton-") as tmp:
         names = {}
@@ -407,6 +465,15 @@ def compile_task(task_dir: pathlib.Path, task: Task, *, timeout_s: float = 300.0
         for r in answer["kernels"]
     ]
     return BuildReport(ok=True, key=key, seconds=seconds, resources=resources)
+
+
+def _unresolved(started: float, why: str) -> BuildReport:
+    return BuildReport(
+        ok=False,
+        key="",
+        seconds=time.perf_counter() - started,
+        stderr=f"triton compile check: {why}; fix: give the value in a curated contract (extract/curated/<op>.toml)",
+    )
 
 
 def _synthetic(task: Task) -> ShapeCase | None:

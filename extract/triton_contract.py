@@ -61,6 +61,30 @@ _TORCH_DTYPES = {
 }
 _TENSOR_READS = ("shape", "size", "stride", "dtype", "device", "numel", "dim", "ndim", "is_contiguous")
 _ALLOCATORS = ("empty_like", "zeros_like", "ones_like", "full_like")
+_NEW_TENSORS = ("empty", "zeros", "ones", "full", "arange", "tensor", "new_empty", "new_zeros", "new_full")
+
+
+def value_names(node: cst.CSTNode) -> set[str]:
+    """The names whose *value* ``node`` carries: ``x.shape[0]``, ``x.stride(1)``, ``x.numel()`` are integers, not
+    x, and ``torch.empty_like(x)`` is a new tensor, not x."""
+    found: set[str] = set()
+
+    class _V(cst.CSTVisitor):
+        def visit_Call(self, n: cst.Call) -> bool:
+            tail = dotted(n.func).split(".")[-1]
+            return not (tail in _ALLOCATORS or tail in _NEW_TENSORS)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            if n.attr.value in _TENSOR_READS or n.attr.value in ("element_size", "itemsize"):
+                return False
+            n.value.visit(self)
+            return False
+
+        def visit_Name(self, n: cst.Name) -> None:
+            found.add(n.value)
+
+    node.visit(_V())
+    return found
 
 
 def _shape_read(node: cst.BaseExpression) -> tuple[str, int | None] | None:
@@ -155,10 +179,10 @@ class _Wrapper(cst.CSTVisitor):
             t = target.target
             for name in names_in(t) if isinstance(t, cst.Tuple | cst.List) else {dotted(t)} - {""}:
                 self.f.assigned.add(name)
-                self.f.derives.setdefault(name, set()).update(names_in(node.value))
+                self.f.derives.setdefault(name, set()).update(value_names(node.value))
             read = _shape_read(node.value)
             if isinstance(t, cst.Name) and read is not None and read[1] is not None:
-                key = self.f.dim(*read)
+                key = self.f.dim(read[0], read[1] or 0)
                 self.f.union(key, ("name", t.value))
                 self.f.names.setdefault(key, t.value)
             elif isinstance(t, cst.Tuple) and read is not None and read[1] is None:
@@ -217,11 +241,11 @@ class _Wrapper(cst.CSTVisitor):
         if ra and rb and ra[1] is None and rb[1] is None:
             self.f.same.append((ra[0], rb[0]))
         elif ra and ra[1] is not None and rb and rb[1] is not None:
-            self.f.union(self.f.dim(*ra), self.f.dim(*rb))
+            self.f.union(self.f.dim(ra[0], ra[1] or 0), self.f.dim(rb[0], rb[1] or 0))
         elif ra and ra[1] is not None and isinstance(right, cst.Name):
-            self.f.union(self.f.dim(*ra), ("name", right.value))
+            self.f.union(self.f.dim(ra[0], ra[1] or 0), ("name", right.value))
         elif rb and rb[1] is not None and isinstance(left, cst.Name):
-            self.f.union(self.f.dim(*rb), ("name", left.value))
+            self.f.union(self.f.dim(rb[0], rb[1] or 0), ("name", left.value))
 
 
 @dataclasses.dataclass
@@ -273,7 +297,7 @@ def _access(
                 expr = cst.parse_expression(text)
             except cst.ParserSyntaxError:
                 continue
-            reach = roots(expr, facts.derives, params) | (names_in(expr) & params)
+            reach = roots(expr, facts.derives, params, names=value_names) | (value_names(expr) & params)
             if kparam in kernel.stores:
                 written |= reach
             if kparam in kernel.loads:

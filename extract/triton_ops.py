@@ -323,9 +323,9 @@ def scan_tree(source: SourceInfo, cache_dir: pathlib.Path | None = None) -> tupl
     specs = [s for rel in spec_files for s in read_specs(rel, blobs[rel])]
     files = {rel: scan_file(rel, blobs[rel]) for rel in kernel_files}
     for spec in specs:  # a registered wrapper may live in a file without kernels
-        rel = next((r for r in module_rel(spec.module) if r in blobs), None)
-        if rel is not None and rel not in files:
-            files[rel] = scan_file(rel, blobs[rel])
+        wrapper = next((r for r in module_rel(spec.module) if r in blobs), None)
+        if wrapper is not None and wrapper not in files:
+            files[wrapper] = scan_file(wrapper, blobs[wrapper])
     ordered = [files[rel] for rel in sorted(files)]
     index = TritonIndex(
         source=source,

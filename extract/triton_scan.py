@@ -132,6 +132,26 @@ def names_in(node: cst.CSTNode) -> set[str]:
     return found
 
 
+def pointer_names(node: cst.CSTNode) -> set[str]:
+    """:func:`names_in` without what is inside a ``tl.load(...)``: a loaded value (a slot index) offsets a
+    pointer but is not one, so the tensor it came from is not written by a store it addresses."""
+    found: set[str] = set()
+
+    class _V(cst.CSTVisitor):
+        def visit_Call(self, n: cst.Call) -> bool:
+            return dotted(n.func).split(".")[-1] not in _LOADS
+
+        def visit_Name(self, n: cst.Name) -> None:
+            found.add(n.value)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            n.value.visit(self)
+            return False
+
+    node.visit(_V())
+    return found
+
+
 class _KernelBody(cst.CSTVisitor):
     """Inside one jit function: what each local derives from, the pointers stored/loaded, helper calls."""
 
@@ -142,7 +162,7 @@ class _KernelBody(cst.CSTVisitor):
         self.calls: list[tuple[str, list[cst.BaseExpression]]] = []
 
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        names = names_in(value)
+        names = pointer_names(value)
         for t in names_in(target) if isinstance(target, cst.Tuple | cst.List) else {dotted(target)} - {""}:
             self.derives.setdefault(t, set()).update(names)
 
@@ -182,11 +202,12 @@ def _pointer_arg(node: cst.Call) -> cst.BaseExpression | None:
     return positional[0] if positional else None
 
 
-def roots(expr: cst.CSTNode, derives: Mapping[str, set[str]], params: set[str]) -> set[str]:
-    """The parameters ``expr`` derives from, through the function's assignments."""
+def roots(expr: cst.CSTNode, derives: Mapping[str, set[str]], params: set[str], *, names: Any = None) -> set[str]:
+    """The parameters ``expr`` derives from, through the function's assignments (``names``: which names an
+    expression carries, :func:`names_in` by default)."""
     out: set[str] = set()
     seen: set[str] = set()
-    stack = list(names_in(expr))
+    stack = list((names or names_in)(expr))
     while stack:
         name = stack.pop()
         if name in seen:
@@ -376,8 +397,8 @@ def _settle_access(kernels: list[TritonKernel], bodies: Mapping[str, _KernelBody
         memo[name] = (frozenset(), frozenset())  # a recursive helper stops here
         body, kernel = bodies[name], by_name[name]
         params = {p.name for p in kernel.params if not p.constexpr}  # a constexpr offsets a pointer, never is one
-        stores = set().union(*(roots(e, body.derives, params) for e in body.stored))
-        loads = set().union(*(roots(e, body.derives, params) for e in body.loaded))
+        stores = set().union(*(roots(e, body.derives, params, names=pointer_names) for e in body.stored))
+        loads = set().union(*(roots(e, body.derives, params, names=pointer_names) for e in body.loaded))
         if depth < _MAX_HELPER_DEPTH:
             for callee, args in body.calls:
                 if callee not in by_name or callee == name:

@@ -402,8 +402,10 @@ class TritonKernel(Record):
     heuristics: list[str] = Field(default_factory=list)  # constexprs @triton.heuristics computes
     decorators: list[str] = Field(default_factory=list)  # dotted names, outermost first
     calls: list[str] = Field(default_factory=list)  # names it calls that are other functions (helpers)
-    stores: list[str] = Field(default_factory=list)  # pointer parameters it writes (tl.store, tl.atomic_*)
-    loads: list[str] = Field(default_factory=list)  # pointer parameters it reads (tl.load)
+    # the non-constexpr parameters the pointer of a tl.store / tl.atomic_* (stores) or a tl.load (loads)
+    # derives from: the pointers, and the integers that offset them (a stride, n_cols)
+    stores: list[str] = Field(default_factory=list)
+    loads: list[str] = Field(default_factory=list)
 
 
 class TritonLaunch(Record):
