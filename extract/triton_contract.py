@@ -123,6 +123,24 @@ def _rank_read(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def _is_int(node: cst.BaseExpression) -> bool:
+    try:
+        return isinstance(literal(node), int) and not isinstance(literal(node), bool)
+    except ValueError:
+        return False
+
+
+def _arithmetic(node: cst.BaseExpression) -> bool:
+    """Names and integers joined by + - * (what a contract shape entry may be)."""
+    if isinstance(node, cst.Name):
+        return node.value not in ("True", "False", "None")
+    if isinstance(node, cst.Integer):
+        return True
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add | cst.Subtract | cst.Multiply):
+        return _arithmetic(node.left) and _arithmetic(node.right)
+    return False
+
+
 def _dtype_of(node: cst.BaseExpression) -> str | None:
     name = dotted(node)
     return _TORCH_DTYPES.get(name.split(".")[-1]) if name.startswith("torch.") else None
@@ -141,6 +159,7 @@ class _Facts:
     tensorish: set[str] = dataclasses.field(default_factory=set)
     assigned: set[str] = dataclasses.field(default_factory=set)
     derives: dict[str, set[str]] = dataclasses.field(default_factory=dict)
+    numel: dict[str, str] = dataclasses.field(default_factory=dict)  # tensor -> its element count's expression
 
     def find(self, x: Any) -> Any:
         while self.parent.get(x, x) != x:
@@ -215,13 +234,20 @@ class _Wrapper(cst.CSTVisitor):
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         left = node.left
+        chain = [left]  # a == b == 3: every operand of an all-equal chain is 3
         for target in node.comparisons:
             if not isinstance(target.operator, cst.Equal):
                 left = target.comparator
+                chain = []
                 continue
             right = target.comparator
             self._equal(left, right)
             left = right
+            chain.append(right)
+        literal_of = next((c for c in chain if _is_int(c)), None)
+        if literal_of is not None and len(chain) > 2:
+            for operand in chain:
+                self._equal(operand, literal_of)
 
     def _equal(self, left: cst.BaseExpression, right: cst.BaseExpression) -> None:
         for a, b in ((left, right), (right, left)):
@@ -237,6 +263,11 @@ class _Wrapper(cst.CSTVisitor):
                 if dtype:
                     self.f.dtype[a.value.value] = dtype
                 return
+        for a, b in ((left, right), (right, left)):  # x.numel() == rows + 1: a 1-D x of that many elements
+            if isinstance(a, cst.Call) and isinstance(a.func, cst.Attribute) and a.func.attr.value == "numel":
+                if isinstance(a.func.value, cst.Name) and _arithmetic(b):
+                    self.f.numel[a.func.value.value] = cst.Module([]).code_for_node(b)
+                return
         ra, rb = _shape_read(left), _shape_read(right)
         if ra and rb and ra[1] is None and rb[1] is None:
             self.f.same.append((ra[0], rb[0]))
@@ -246,6 +277,10 @@ class _Wrapper(cst.CSTVisitor):
             self.f.union(self.f.dim(ra[0], ra[1] or 0), ("name", right.value))
         elif rb and rb[1] is not None and isinstance(left, cst.Name):
             self.f.union(self.f.dim(rb[0], rb[1] or 0), ("name", left.value))
+
+
+def _expr_names(text: str) -> set[str]:
+    return names_in(cst.parse_expression(text))
 
 
 @dataclasses.dataclass
@@ -358,7 +393,10 @@ def infer_contract(
                     fix=f"add a curated contract extract/curated/<op>.toml giving {p.name}'s shape",
                 )
             shape: list[str | int] = []
-            for i in range(rank):
+            if rank == 1 and p.name in facts.numel and not any(k[0] == p.name for k in facts.names):
+                shape = [facts.numel[p.name]]
+                symbols += [n for n in sorted(_expr_names(str(shape[0]))) if n not in symbols]
+            for i in range(rank if not shape else 0):
                 cls = facts.find((p.name, i))
                 name = next((facts.names[k] for k in facts.names if facts.find(k) == cls), None)
                 if name is None:

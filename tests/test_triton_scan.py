@@ -71,7 +71,7 @@ def test_launch_sites(tmp_path):
     assert data[launch.start_byte : launch.end_byte].startswith(b"scaled_add_kernel[(num_tokens,)](")
     assert data[launch.start_byte : launch.end_byte].endswith(b")")
     assert launch.grid == "(num_tokens,)" and len(launch.args) == 6
-    assert file.functions == ["scaled_add", "no_shape"]
+    assert file.functions == ["scaled_add", "offsets", "no_shape"]
 
 
 def test_a_file_that_does_not_parse_is_a_parse_error(tmp_path):

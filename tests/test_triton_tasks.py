@@ -47,6 +47,16 @@ def test_contract_from_the_wrapper(demo, tmp_path):
     assert feeds == {"x": "x", "y": "y", "acc": "acc", "scale": "scale", "out": "out"}
 
 
+def test_ranks_from_chained_asserts_and_sizes_from_numel(demo, tmp_path):
+    _, index, ops = demo
+    task = triton_tasks.write_task(index, ops["demo.offsets"], tmp_path / "work")
+    args = _args(task)
+    assert args["lens"][0] == ["lens_dim0"]  # lens.ndim == starts.ndim == 1
+    assert args["starts"][0] == ["rows + 1"]  # starts.numel() == rows + 1
+    assert args["out"] == (["rows", "width"], "T", "inout")
+    assert task.contract.symbols == ["lens_dim0", "rows", "width"]
+
+
 def test_task_folder_and_record(demo, tmp_path):
     source, index, ops = demo
     task = triton_tasks.write_task(index, ops["demo.scaled_add"], tmp_path / "work")
