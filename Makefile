@@ -10,7 +10,7 @@ OPS     ?= activation.silu_and_mul layernorm.fused_add_rmsnorm layernorm.rmsnorm
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[build,dev,scale]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[build,dev,scale,triton]'
 	touch $(STAMP)
 
 install: $(STAMP)

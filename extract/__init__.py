@@ -14,4 +14,15 @@ Modules in dependency order (each imports only modules above it):
 - ``launcher_facts`` (what the launcher's C++ says) -> ``contract`` (the
   ``records.Contract``, curated contracts)
 - ``shapes`` (model catalog) -> ``tasks`` -> ``command``
+
+The Triton half (issue 19; ``language = "triton"`` tasks, the same records):
+
+- ``triton_scan`` (libcst: one file's ``@triton.jit`` kernels, their constexprs, autotune
+  configs and the pointers they store and load; launch sites ``kernel[grid](...)``)
+  -> ``triton_ops`` (``KernelSpec`` registrations with the TRITON backend and public
+  wrappers -> ops; the cached Triton index)
+- ``triton_contract`` (the wrapper's shapes, dtypes and roles) -> ``triton_tasks`` (task
+  folders, coverage reasons) -> ``triton_compile`` (``triton.compile`` for sm_90 on the
+  CPU, in a worker process) -> ``triton_command`` (``extract --language``, imported by
+  ``command`` only when Triton ops are asked for)
 """

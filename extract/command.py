@@ -373,11 +373,35 @@ def main(args: Any, config: Config) -> int:
         f"index: {len(index.ops)} ops, {len(index.op_modules)} modules calling load_jit, "
         f"{len(index.kernels)} kernels ({'cached' if cached else 'scanned'}, {time.perf_counter() - started:.1f} s)"
     )
-    if listing:
-        print_table(index)
-        return 0
+    language = getattr(args, "language", None)
     all_ops = bool(getattr(args, "all", False))
-    selected = select_ops(index, getattr(args, "ops", None), all_ops)
+    if listing:
+        if language != "triton":
+            print_table(index)
+        if language in (None, "all", "triton"):
+            from extract import triton_command
+
+            triton_command.print_table(triton_command.load_index(source, config))
+        return 0
+    requested = getattr(args, "ops", None)
+    if (
+        language == "triton"
+        or (language == "all")
+        or (
+            language is None
+            and not all_ops
+            and requested
+            and any(op not in {o.id for o in index.ops} for op in requested)
+        )
+    ):
+        cuda_status = 0
+        known = {o.id for o in index.ops}
+        cuda_requested = [op for op in requested or [] if op in known]
+        if language != "triton" and (all_ops or cuda_requested):
+            cuda_args = _with(args, ops=cuda_requested or None, language="cuda")
+            cuda_status = main(cuda_args, config)
+        return max(cuda_status, _triton(args, config, source, [op for op in requested or [] if op not in known]))
+    selected = select_ops(index, requested, all_ops)
     compile_check = config.extract.compile_check and not getattr(args, "no_compile", False)
     token_counts = tuple(config.extract.token_counts)
     program = pyops.Program(pathlib.Path(source.root))
@@ -488,6 +512,34 @@ def main(args: Any, config: Config) -> int:
         return 0
     failed = [r for r in results.values() if r.task == "failed" or r.compile == "failed"]
     return 1 if failed else 0
+
+
+def _with(args: Any, **changes: Any) -> Any:
+    """A copy of the parsed arguments with ``changes``."""
+    import argparse
+
+    return argparse.Namespace(**{**vars(args), **changes})
+
+
+def _triton(args: Any, config: Config, source: SourceInfo, requested: list[str]) -> int:
+    """The Triton ops of this run (``extract.triton_command``); unknown ids name the closest of both languages."""
+    from extract import triton_command
+
+    tindex = triton_command.load_index(source, config)
+    by_id = {op.id: op for op in tindex.ops}
+    if getattr(args, "all", False):
+        return triton_command.main(args, config, source, tindex, list(tindex.ops))
+    unknown = [op for op in requested if op not in by_id]
+    if unknown:
+        lines = [
+            f"{name!r} (closest: {', '.join(difflib.get_close_matches(name, list(by_id), n=5, cutoff=0.4)) or 'none'})"
+            for name in unknown
+        ]
+        raise UnknownOpError(
+            f"unknown op {'; '.join(lines)}",
+            fix="use an id from `kernelsmith extract --list` (CUDA and Triton ops)",
+        )
+    return triton_command.main(args, config, source, tindex, [by_id[op] for op in dict.fromkeys(requested)])
 
 
 def _coverage(

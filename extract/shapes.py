@@ -10,7 +10,7 @@ A *mapping* says which model dimension each contract symbol takes. It is a list
 of families (``[[shapes]]`` in a curated contract, else :data:`DEFAULT_FAMILIES`);
 each family maps every symbol to an expression over the model's dims and
 ``tokens`` (names, integers and ``*``: ``"tokens*num_experts_per_tok"``) and may
-``require`` a flag or dim. E.g. silu_and_mul's ``hidden_size`` is
+``require`` a flag or dim (``"!mla"``: only the models without it). E.g. silu_and_mul's ``hidden_size`` is
 ``intermediate_size`` for dense MLPs and ``moe_intermediate_size`` (rows =
 tokens x top-k) for MoE experts; rmsnorm's is ``hidden_size``, plus ``head_dim``
 for models that normalise each q/k head and the MLA latent ranks.
@@ -225,6 +225,7 @@ def shape_cases(
     cases: list[ShapeCase] = []
     index: dict[tuple[int, tuple[tuple[str, int], ...]], int] = {}
     rejected: dict[str, set[int]] = {}
+<<<<<<< HEAD
     token_counts = tuple(token_counts)
     pairs = [(t, m) for t in sorted({t for m in models for t in (m.token_counts or token_counts)}) for m in models]
     for tokens, model in pairs:
@@ -271,6 +272,52 @@ def shape_cases(
                 continue
             index[key] = len(cases)
             cases.append(ShapeCase(model=model.name, tokens=rows, sizes=sizes, source=source))
+=======
+    for tokens in token_counts:
+        for model in models:
+            for fam in families:
+                need = fam.get("requires")
+                if need and need.startswith("!"):  # "!mla": the models without that flag
+                    if model.flags.get(need[1:]) or model.dims.get(need[1:]):
+                        continue
+                elif need and not (model.flags.get(need) or model.dims.get(need)):
+                    continue
+                dims = {**model.dims, "tokens": int(tokens)}
+                sizes: dict[str, int] = {}
+                ok = True
+                for sym in symbols:
+                    value = evaluate_dim(fam[sym], dims)
+                    if value is None:
+                        ok = False
+                        break
+                    if not contract.accepts(sym, value):
+                        rejected.setdefault(sym, set()).add(value)
+                        ok = False
+                        break
+                    sizes[sym] = value
+                if not ok:
+                    continue
+                rows = sizes.get(token_symbol, int(tokens)) if token_symbol else int(tokens)
+                used = [n for sym in symbols for n in _names(fam[sym]) if n != "tokens"]
+                where = "; ".join(
+                    f"{sym}={fam[sym]}: {model.sources.get(n, n)}"
+                    for sym in symbols
+                    for n in _names(fam[sym])
+                    if n != "tokens"
+                )
+                if need and not need.startswith("!"):
+                    where += f"; requires {need}: {model.sources.get('flag:' + need, need)}"
+                label = f"{model.name} at {tokens} tokens" + (f" ({rows} rows)" if rows != tokens else "")
+                source = f"{label}; {where}" if used else label
+                key = (rows, tuple(sorted(sizes.items())))
+                if key in index:
+                    prior = cases[index[key]]
+                    if model.name not in prior.source:
+                        cases[index[key]] = prior.model_copy(update={"source": prior.source + f" | also {label}"})
+                    continue
+                index[key] = len(cases)
+                cases.append(ShapeCase(model=model.name, tokens=rows, sizes=sizes, source=source))
+>>>>>>> issue19
     for sym, values in rejected.items():
         notes.append(f"catalog widths the contract rejects for {sym}: {sorted(values)}")
     return cases, notes

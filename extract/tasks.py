@@ -496,7 +496,7 @@ def write_task(
             root, op.module, entry_signature.public_function(op.id, op.public_functions), contract, op.entry_points
         ),
     )
-    _publish(task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts))
+    publish(task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts))
     return task
 
 
@@ -516,7 +516,7 @@ def _digest(root: pathlib.Path, rel: str) -> FileDigest:
     return FileDigest(path=rel, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
 
 
-def _publish(task: Task, root: pathlib.Path, closure: list[str], work_dir: pathlib.Path, key: str) -> None:
+def publish(task: Task, root: pathlib.Path, closure: list[str], work_dir: pathlib.Path, key: str) -> None:
     """Build the folder in staging, write task.json last, then swap it in by rename."""
     final = task_dir(work_dir, task.op_id)
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -85,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="print the indexed ops and kernels as a table")
     p.add_argument("--no-compile", action="store_true", help="skip the nvcc compile check")
     p.add_argument("--jobs", type=int, help="parallel compile jobs")
+    p.add_argument(
+        "--language",
+        choices=("cuda", "triton", "all"),
+        help="which ops: --list and --ops default to both, --all to cuda (Triton: --language triton or all)",
+    )
 
     p = sub.add_parser("optimize", help="run the agent loop on extracted tasks")
     _common(p)

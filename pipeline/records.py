@@ -10,7 +10,10 @@ What must stay true:
   producer is an error at write time, not a silent ``None`` downstream.
 - Every top-level record carries ``schema_version``. Bump :data:`SCHEMA_VERSION`
   when a field changes meaning; readers refuse other versions with a clear fix
-  ("re-run `kernelsmith extract`") rather than guessing.
+  ("re-run `kernelsmith extract`") rather than guessing. A record that only gains
+  fields bumps its own version instead and keeps reading the older ones
+  (``READS``): :class:`Task` 2 added ``language`` and ``triton``, and a version-1
+  task.json still loads, as CUDA.
 - Paths inside records are relative: to the sglang *package root* (the folder
   that holds ``kernels/``) for sources, to the task folder for task files. That
   keeps records valid across machines (this one and the GPU machine).
@@ -28,11 +31,14 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
+#: Task records: 2 added ``language`` ("cuda" | "triton") and ``triton`` (issue 19); 1 still reads.
+TASK_SCHEMA_VERSION = 2
+Language = Literal["cuda", "triton"]
 
 Dtype = Literal["bf16", "fp16", "fp32"]
 DTYPES: tuple[Dtype, ...] = ("bf16", "fp16", "fp32")
@@ -48,6 +54,8 @@ class Record(BaseModel):
 
 class VersionedRecord(Record):
     schema_version: int = SCHEMA_VERSION
+    #: the schema versions :func:`read_record` accepts for this record (the ones that only lacked fields)
+    READS: ClassVar[tuple[int, ...]] = (SCHEMA_VERSION,)
 
 
 # --------------------------------------------------------------------------- source
@@ -359,16 +367,122 @@ class EntrySignature(Record):
     reason: str = ""  # why it cannot be called from the contract; "" when it can
 
 
+# --------------------------------------------------------------------------- triton
+
+
+class TritonParam(Record):
+    """One parameter of a ``@triton.jit`` function."""
+
+    name: str
+    constexpr: bool = False  # annotated ``tl.constexpr``: a compile-time value (a block size, a flag)
+    annotation: str | None = None  # the annotation's source text
+    default: str | None = None
+
+
+class TritonConfig(Record):
+    """One ``triton.Config`` of an ``@triton.autotune`` list: meta-parameters and launch settings."""
+
+    kwargs: dict[str, int | float | bool | str] = Field(default_factory=dict)
+    num_warps: int | None = None
+    num_stages: int | None = None
+    unresolved: str = ""  # source text of a config extract could not read as literals
+
+
+class TritonKernel(Record):
+    """A ``@triton.jit`` function: its span is the decorators and the body (what a coder edits)."""
+
+    name: str
+    file: str  # relative to the package root
+    start_byte: int  # first decorator
+    end_byte: int
+    line: int
+    params: list[TritonParam] = Field(default_factory=list)
+    autotune: list[TritonConfig] = Field(default_factory=list)  # @triton.autotune(configs=[...])
+    autotune_key: list[str] = Field(default_factory=list)  # @triton.autotune(key=[...])
+    heuristics: list[str] = Field(default_factory=list)  # constexprs @triton.heuristics computes
+    decorators: list[str] = Field(default_factory=list)  # dotted names, outermost first
+    calls: list[str] = Field(default_factory=list)  # names it calls that are other functions (helpers)
+    # the non-constexpr parameters the pointer of a tl.store / tl.atomic_* (stores) or a tl.load (loads)
+    # derives from: the pointers, and the integers that offset them (a stride, n_cols)
+    stores: list[str] = Field(default_factory=list)
+    loads: list[str] = Field(default_factory=list)
+
+
+class TritonLaunch(Record):
+    """One launch site ``kernel[grid](args, num_warps=..., BLOCK=...)``: where the launch configuration lives."""
+
+    kernel: str  # the name as written at the site (a local alias resolves through TritonFile.imports)
+    function: str  # the enclosing function (qualified for a method: Class.method)
+    file: str
+    start_byte: int  # the whole call expression kernel[grid](...)
+    end_byte: int
+    line: int
+    grid: str  # source text of the subscript (a tuple, a lambda over META, a local)
+    args: list[str] = Field(default_factory=list)  # positional arguments' source text
+    kwargs: dict[str, str] = Field(default_factory=dict)  # keyword arguments' source text (num_warps, BLOCK_*)
+
+
+class TritonFacts(Record):
+    """What a Triton task is beyond the shared fields: its kernels, launch sites and wrapper."""
+
+    wrapper: str  # dotted module:function the contract calls, e.g. sglang.kernels.ops.attention.merge_state:merge_state_triton
+    kernels: list[TritonKernel]  # launched by the wrapper, then the jit helpers they call
+    launches: list[TritonLaunch]
+    registered_as: str | None = None  # the KernelSpec op of a TRITON-backend registration naming the wrapper
+
+
+class TritonFile(Record):
+    """One Python file with ``@triton.jit`` functions, as libcst read it."""
+
+    module: str  # relative to the package root
+    kernels: list[TritonKernel] = Field(default_factory=list)
+    launches: list[TritonLaunch] = Field(default_factory=list)
+    functions: list[str] = Field(default_factory=list)  # module-level functions (public and private)
+    calls: dict[str, list[str]] = Field(default_factory=dict)  # module-level function -> names it calls
+    imports: dict[str, str] = Field(default_factory=dict)  # local name -> dotted.module:name
+    parse_error: str | None = None
+
+
+class TritonSpec(Record):
+    """One ``KernelSpec(..., backend=KernelBackend.TRITON, target="module:function")`` registration."""
+
+    op: str
+    module: str  # dotted
+    function: str  # may be Class.method
+    registered_in: str  # the file of the register_kernel call, relative to the package root
+
+
+class TritonOp(Record):
+    id: str
+    module: str  # relative to the package root
+    function: str  # the wrapper SGLang calls
+    kernels: list[str] = Field(default_factory=list)  # module:name of every kernel it launches
+    registered_as: str | None = None
+    reason: str = ""  # why it cannot become a task ("" when it can be tried)
+
+
+class TritonIndex(VersionedRecord):
+    """``work/triton_index.json``: every file with ``@triton.jit`` functions, the registrations, the ops."""
+
+    source: SourceInfo
+    files: list[TritonFile]
+    specs: list[TritonSpec] = Field(default_factory=list)
+    ops: list[TritonOp] = Field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
 class Task(VersionedRecord):
+    schema_version: int = TASK_SCHEMA_VERSION
+    READS: ClassVar[tuple[int, ...]] = (1, TASK_SCHEMA_VERSION)
     op_id: str
     module: str
     public_functions: list[str]
-    entry_points: list[str]
+    entry_points: list[str]  # CUDA: the JIT module's exports; Triton: the kernels the wrapper launches
     source: SourceInfo
     files: list[FileDigest]  # copied under <task>/src/ at the same relative path
-    instantiations: list[Instantiation]
-    build: BuildRecipe
-    editable: list[Span]
+    instantiations: list[Instantiation]  # Triton: one per dtype, no template arguments (size_free)
+    build: BuildRecipe  # Triton: no CUDA files; the arch the compile check targets
+    editable: list[Span]  # Triton: the kernels (decorators included) and the wrapper's launch sites
     contract: Contract
     shapes: list[ShapeCase]
     baseline_build: BuildReport | None = None
@@ -376,6 +490,17 @@ class Task(VersionedRecord):
     entry_signature: EntrySignature | None = (
         None  # the public function's parameters -> contract arguments (extract.entry)
     )
+    # what the kernel is written in (version 2; a version-1 record is CUDA)
+    language: Language = "cuda"
+    triton: TritonFacts | None = None  # set exactly when language == "triton"
+
+    @model_validator(mode="after")
+    def _language_facts(self) -> Task:
+        if (self.language == "triton") != (self.triton is not None):
+            raise ValueError("a task has `triton` facts exactly when its language is triton")
+        if self.schema_version < 2 and self.language != "cuda":
+            raise ValueError("a schema_version 1 task is CUDA (language came with version 2)")
+        return self
 
 
 # --------------------------------------------------------------------------- optimize
@@ -597,10 +722,11 @@ def read_record(cls: type[R], path: str | os.PathLike[str]) -> R:
         data = json.loads(text)
     except ValueError as err:
         raise StaleRecordError(f"{path} is not valid JSON (truncated?): {err}", fix=fix) from err
-    version = data.get("schema_version", SCHEMA_VERSION) if isinstance(data, dict) else None
-    if version != SCHEMA_VERSION:
+    reads = getattr(cls, "READS", (SCHEMA_VERSION,))
+    version = data.get("schema_version", reads[-1]) if isinstance(data, dict) else None
+    if version not in reads:
         raise StaleRecordError(
-            f"{path} has schema_version {version}, this kernelsmith reads {SCHEMA_VERSION}",
+            f"{path} has schema_version {version}, this kernelsmith reads {' or '.join(map(str, reads))}",
             fix=fix,
         )
     try:

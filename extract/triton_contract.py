@@ -1,0 +1,435 @@
+"""A Triton op's contract, read from its Python wrapper with libcst (and a curated contract where that cannot).
+
+The wrapper SGLang calls is the entry: its parameters, in order, are the contract's
+arguments. What the wrapper's own code says about each one:
+
+- **tensor or scalar**: a ``Tensor`` annotation, or ``.shape``/``.size()``/``.stride()``/
+  ``.dtype`` read from it, is a tensor; ``int``/``float``/``bool``/``str`` (or a literal
+  default of that type) is a scalar, its default its value;
+- **shape**: ``n = x.shape[i]`` / ``x.size(i)`` names dimension *i* after the local;
+  ``a, b, c = x.shape`` names all of them and fixes the rank; ``assert x.dim() == 3``,
+  ``x.ndim == 3`` and ``len(x.shape) == 3`` fix the rank; ``assert x.shape == y.shape``,
+  ``y = torch.empty_like(x)`` and ``assert x.shape[0] == y.shape[0]`` tie dimensions
+  together. A rank known only from the highest index read is an assumption, written into
+  ``unresolved``;
+- **dtype**: ``assert x.dtype == torch.float32`` or an allocation with ``dtype=`` fixes
+  it; otherwise it is ``T``, the instantiation's dtype;
+- **role**: the kernels the wrapper launches say which pointer parameters they store to
+  and load from (:mod:`extract.triton_scan`); a launch argument that derives from a
+  wrapper parameter carries that access back. A written tensor the wrapper allocates
+  itself when it is ``None`` (``out=None`` then ``torch.empty_like``) and the kernel never
+  reads is an ``output``; any other written tensor is ``inout`` (an in-place update or a
+  scatter into a cache: what is not written must stay as it was); the rest are inputs.
+
+An optional tensor (default ``None``) whose shape nothing names is left out of the
+contract: the wrapper is called without it. Curated contracts
+(``extract/curated/<op>.toml``, :func:`extract.contract.apply_curated`) replace what is
+inferred, exactly as for CUDA ops.
+
+What must stay true: nothing is guessed silently (every assumption is an ``unresolved``
+entry); a tensor argument without a shape raises :class:`pipeline.errors.ConfigError`
+naming it and the fix, since no harness could make it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+import libcst as cst
+
+from extract.triton_scan import dotted, literal, names_in, roots
+from pipeline.errors import ConfigError
+from pipeline.records import ArgSpec, Contract, ScalarSpec, TensorSpec, TritonFile, TritonKernel, TritonLaunch
+
+_SCALARS = {"int": "int", "float": "float", "bool": "bool", "str": "str"}
+# torch spellings -> the contract's (a concrete torch dtype name, contract/dtypes.py)
+_TORCH_DTYPES = {
+    "float32": "float32",
+    "float": "float32",
+    "float16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "int32": "int32",
+    "int": "int32",
+    "int64": "int64",
+    "long": "int64",
+    "int8": "int8",
+    "uint8": "uint8",
+    "bool": "bool",
+}
+_TENSOR_READS = ("shape", "size", "stride", "dtype", "device", "numel", "dim", "ndim", "is_contiguous")
+_ALLOCATORS = ("empty_like", "zeros_like", "ones_like", "full_like")
+_NEW_TENSORS = ("empty", "zeros", "ones", "full", "arange", "tensor", "new_empty", "new_zeros", "new_full")
+
+
+def value_names(node: cst.CSTNode) -> set[str]:
+    """The names whose *value* ``node`` carries: ``x.shape[0]``, ``x.stride(1)``, ``x.numel()`` are integers, not
+    x, and ``torch.empty_like(x)`` is a new tensor, not x."""
+    found: set[str] = set()
+
+    class _V(cst.CSTVisitor):
+        def visit_Call(self, n: cst.Call) -> bool:
+            tail = dotted(n.func).split(".")[-1]
+            return not (tail in _ALLOCATORS or tail in _NEW_TENSORS)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            if n.attr.value in _TENSOR_READS or n.attr.value in ("element_size", "itemsize"):
+                return False
+            n.value.visit(self)
+            return False
+
+        def visit_Name(self, n: cst.Name) -> None:
+            found.add(n.value)
+
+    node.visit(_V())
+    return found
+
+
+def _shape_read(node: cst.BaseExpression) -> tuple[str, int | None] | None:
+    """``x.shape[i]`` / ``x.size(i)`` / ``x.size()[i]`` -> (x, i); ``x.shape`` / ``x.size()`` -> (x, None)."""
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        inner = _shape_read(node.value)
+        index = node.slice[0].slice
+        if inner is not None and inner[1] is None and isinstance(index, cst.Index):
+            try:
+                return inner[0], int(literal(index.value))
+            except (ValueError, TypeError):
+                return None
+        return None
+    if isinstance(node, cst.Attribute) and node.attr.value == "shape" and isinstance(node.value, cst.Name):
+        return node.value.value, None
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "size":
+        if isinstance(node.func.value, cst.Name):
+            if not node.args:
+                return node.func.value.value, None
+            try:
+                return node.func.value.value, int(literal(node.args[0].value))
+            except (ValueError, TypeError):
+                return None
+    return None
+
+
+def _rank_read(node: cst.BaseExpression) -> str | None:
+    """``x.dim()`` / ``x.ndim`` / ``len(x.shape)`` -> x."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "dim":
+        return node.func.value.value if isinstance(node.func.value, cst.Name) else None
+    if isinstance(node, cst.Attribute) and node.attr.value == "ndim" and isinstance(node.value, cst.Name):
+        return node.value.value
+    if isinstance(node, cst.Call) and dotted(node.func) == "len" and node.args:
+        read = _shape_read(node.args[0].value)
+        return read[0] if read and read[1] is None else None
+    return None
+
+
+def _is_int(node: cst.BaseExpression) -> bool:
+    try:
+        return isinstance(literal(node), int) and not isinstance(literal(node), bool)
+    except ValueError:
+        return False
+
+
+def _arithmetic(node: cst.BaseExpression) -> bool:
+    """Names and integers joined by + - * (what a contract shape entry may be)."""
+    if isinstance(node, cst.Name):
+        return node.value not in ("True", "False", "None")
+    if isinstance(node, cst.Integer):
+        return True
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add | cst.Subtract | cst.Multiply):
+        return _arithmetic(node.left) and _arithmetic(node.right)
+    return False
+
+
+def _dtype_of(node: cst.BaseExpression) -> str | None:
+    name = dotted(node)
+    return _TORCH_DTYPES.get(name.split(".")[-1]) if name.startswith("torch.") else None
+
+
+@dataclasses.dataclass
+class _Facts:
+    """What the wrapper body says, before the dimension classes are settled."""
+
+    parent: dict[Any, Any] = dataclasses.field(default_factory=dict)  # union-find over (tensor, i) and names
+    names: dict[Any, str] = dataclasses.field(default_factory=dict)  # (tensor, i) -> a local naming it
+    rank: dict[str, int] = dataclasses.field(default_factory=dict)
+    max_index: dict[str, int] = dataclasses.field(default_factory=dict)
+    same: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    dtype: dict[str, str] = dataclasses.field(default_factory=dict)
+    tensorish: set[str] = dataclasses.field(default_factory=set)
+    assigned: set[str] = dataclasses.field(default_factory=set)
+    derives: dict[str, set[str]] = dataclasses.field(default_factory=dict)
+    numel: dict[str, str] = dataclasses.field(default_factory=dict)  # tensor -> its element count's expression
+
+    def find(self, x: Any) -> Any:
+        while self.parent.get(x, x) != x:
+            x = self.parent[x]
+        return x
+
+    def union(self, a: Any, b: Any) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+
+    def dim(self, tensor: str, index: int) -> tuple[str, int]:
+        if index >= 0:
+            self.max_index[tensor] = max(self.max_index.get(tensor, -1), index)
+        return tensor, index
+
+
+class _Wrapper(cst.CSTVisitor):
+    def __init__(self, facts: _Facts) -> None:
+        self.f = facts
+        self._depth = 0
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self._depth += 1
+        return self._depth == 1
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._depth -= 1
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value in _TENSOR_READS and isinstance(node.value, cst.Name):
+            self.f.tensorish.add(node.value.value)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            t = target.target
+            for name in names_in(t) if isinstance(t, cst.Tuple | cst.List) else {dotted(t)} - {""}:
+                self.f.assigned.add(name)
+                self.f.derives.setdefault(name, set()).update(value_names(node.value))
+            read = _shape_read(node.value)
+            if isinstance(t, cst.Name) and read is not None and read[1] is not None:
+                key = self.f.dim(read[0], read[1] or 0)
+                self.f.union(key, ("name", t.value))
+                self.f.names.setdefault(key, t.value)
+            elif isinstance(t, cst.Tuple) and read is not None and read[1] is None:
+                elements = t.elements
+                if all(isinstance(e.value, cst.Name) for e in elements):
+                    self.f.rank[read[0]] = len(elements)
+                    for i, el in enumerate(elements):
+                        name = el.value.value  # type: ignore[attr-defined]
+                        if name != "_":
+                            key = self.f.dim(read[0], i)
+                            self.f.union(key, ("name", name))
+                            self.f.names.setdefault(key, name)
+            if isinstance(t, cst.Name) and isinstance(node.value, cst.Call):
+                self._allocation(t.value, node.value)
+
+    def _allocation(self, target: str, call: cst.Call) -> None:
+        func = dotted(call.func)
+        tail = func.split(".")[-1]
+        if tail in _ALLOCATORS and call.args and isinstance(call.args[0].value, cst.Name):
+            self.f.same.append((target, call.args[0].value.value))
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == "dtype":
+                dtype = _dtype_of(arg.value)
+                if dtype:
+                    self.f.dtype.setdefault(target, dtype)
+                elif isinstance(arg.value, cst.Attribute) and arg.value.attr.value == "dtype":
+                    source = arg.value.value
+                    if isinstance(source, cst.Name):
+                        self.f.dtype.setdefault(target, f"@{source.value}")
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        left = node.left
+        chain = [left]  # a == b == 3: every operand of an all-equal chain is 3
+        for target in node.comparisons:
+            if not isinstance(target.operator, cst.Equal):
+                left = target.comparator
+                chain = []
+                continue
+            right = target.comparator
+            self._equal(left, right)
+            left = right
+            chain.append(right)
+        literal_of = next((c for c in chain if _is_int(c)), None)
+        if literal_of is not None and len(chain) > 2:
+            for operand in chain:
+                self._equal(operand, literal_of)
+
+    def _equal(self, left: cst.BaseExpression, right: cst.BaseExpression) -> None:
+        for a, b in ((left, right), (right, left)):
+            who = _rank_read(a)
+            if who is not None:
+                try:
+                    self.f.rank[who] = int(literal(b))
+                except (ValueError, TypeError):
+                    pass
+                return
+            if isinstance(a, cst.Attribute) and a.attr.value == "dtype" and isinstance(a.value, cst.Name):
+                dtype = _dtype_of(b)
+                if dtype:
+                    self.f.dtype[a.value.value] = dtype
+                return
+        for a, b in ((left, right), (right, left)):  # x.numel() == rows + 1: a 1-D x of that many elements
+            if isinstance(a, cst.Call) and isinstance(a.func, cst.Attribute) and a.func.attr.value == "numel":
+                if isinstance(a.func.value, cst.Name) and _arithmetic(b):
+                    self.f.numel[a.func.value.value] = cst.Module([]).code_for_node(b)
+                return
+        ra, rb = _shape_read(left), _shape_read(right)
+        if ra and rb and ra[1] is None and rb[1] is None:
+            self.f.same.append((ra[0], rb[0]))
+        elif ra and ra[1] is not None and rb and rb[1] is not None:
+            self.f.union(self.f.dim(ra[0], ra[1] or 0), self.f.dim(rb[0], rb[1] or 0))
+        elif ra and ra[1] is not None and isinstance(right, cst.Name):
+            self.f.union(self.f.dim(ra[0], ra[1] or 0), ("name", right.value))
+        elif rb and rb[1] is not None and isinstance(left, cst.Name):
+            self.f.union(self.f.dim(rb[0], rb[1] or 0), ("name", left.value))
+
+
+def _expr_names(text: str) -> set[str]:
+    return names_in(cst.parse_expression(text))
+
+
+@dataclasses.dataclass
+class WrapperParam:
+    name: str
+    annotation: str
+    default: str | None
+    kind: str  # "tensor" | a scalar type | "?"
+
+
+def wrapper_params(module: cst.Module, fn: cst.FunctionDef, facts: _Facts) -> list[WrapperParam]:
+    out = []
+    params = fn.params
+    for p in [*params.posonly_params, *params.params, *params.kwonly_params]:
+        ann = module.code_for_node(p.annotation.annotation) if p.annotation else ""
+        default = module.code_for_node(p.default) if p.default is not None else None
+        kind = "?"
+        if "Tensor" in ann:
+            kind = "tensor"
+        else:
+            base = ann.removeprefix("Optional[").removesuffix("]").strip()
+            if base in _SCALARS:
+                kind = _SCALARS[base]
+            elif p.name.value in facts.tensorish:
+                kind = "tensor"
+            elif p.default is not None:
+                try:
+                    value = literal(p.default)
+                    kind = {bool: "bool", int: "int", float: "float", str: "str"}.get(type(value), "?")
+                except ValueError:
+                    pass
+        out.append(WrapperParam(p.name.value, ann, default, kind))
+    return out
+
+
+def _access(
+    launches: list[tuple[TritonLaunch, TritonKernel]], facts: _Facts, params: set[str]
+) -> tuple[set[str], set[str], list[str]]:
+    """(written, read) wrapper parameters through the launches made in the wrapper itself; notes."""
+    written: set[str] = set()
+    read: set[str] = set()
+    notes: list[str] = []
+    for launch, kernel in launches:
+        names = [p.name for p in kernel.params]
+        bound: list[tuple[str, str]] = list(zip(names, launch.args))
+        bound += [(k, v) for k, v in launch.kwargs.items() if k in names]
+        for kparam, text in bound:
+            try:
+                expr = cst.parse_expression(text)
+            except cst.ParserSyntaxError:
+                continue
+            reach = roots(expr, facts.derives, params, names=value_names) | (value_names(expr) & params)
+            if kparam in kernel.stores:
+                written |= reach
+            if kparam in kernel.loads:
+                read |= reach
+    return written, read, notes
+
+
+def infer_contract(
+    root: pathlib.Path, file: TritonFile, function: str, launches: list[tuple[TritonLaunch, TritonKernel]]
+) -> Contract:
+    """The contract of ``function`` in ``file`` (see the module docstring); raises ConfigError without a shape."""
+    where = f"{file.module}::{function}"
+    try:
+        module = cst.parse_module((root / file.module).read_bytes())
+    except cst.ParserSyntaxError as err:
+        raise ConfigError(
+            f"{where}: the wrapper's file does not parse (line {err.raw_line}: {err.message})",
+            fix="fix the file, or point SGLANG_SRC at an sglang tree whose sources parse",
+        ) from err
+    fn = next((s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == function), None)
+    if fn is None:
+        raise ConfigError(
+            f"{where}: no module-level function {function} (the op has no Python wrapper)",
+            fix=f"write a curated wrapper, or name an existing function of {file.module}",
+        )
+    facts = _Facts()
+    fn.visit(_Wrapper(facts))
+    params = wrapper_params(module, fn, facts)
+    tensors = {p.name for p in params if p.kind == "tensor"}
+    own = [(launch, kernel) for launch, kernel in launches if launch.function == function]
+    written, read, notes = _access(own, facts, tensors)
+    unresolved: list[str] = list(notes)
+    if launches and not own:
+        unresolved.append("the launches are in helper functions: tensor roles not traced (all taken as inputs)")
+    for a, b in facts.same:
+        rank = facts.rank.get(b, facts.rank.get(a))
+        if rank is None:
+            rank = max(facts.max_index.get(a, -1), facts.max_index.get(b, -1)) + 1 or None
+        if rank:
+            facts.rank.setdefault(a, rank)
+            facts.rank.setdefault(b, rank)
+            for i in range(rank):
+                facts.union(facts.dim(a, i), facts.dim(b, i))
+    args: list[ArgSpec] = []
+    symbols: list[str] = []
+    for p in params:
+        if p.kind == "tensor":
+            rank = facts.rank.get(p.name)
+            if rank is None and p.name in facts.max_index:
+                rank = facts.max_index[p.name] + 1
+                unresolved.append(f"rank of {p.name} taken as {rank} from the highest .shape index the wrapper reads")
+            if rank is None:
+                if p.default == "None":
+                    unresolved.append(f"optional tensor {p.name}: no shape in the wrapper, left out (passed as None)")
+                    continue
+                raise ConfigError(
+                    f"{where}: tensor {p.name}: no .shape read, assert or empty_like in the wrapper names its dimensions",
+                    fix=f"add a curated contract extract/curated/<op>.toml giving {p.name}'s shape",
+                )
+            shape: list[str | int] = []
+            if rank == 1 and p.name in facts.numel and not any(k[0] == p.name for k in facts.names):
+                shape = [facts.numel[p.name]]
+                symbols += [n for n in sorted(_expr_names(str(shape[0]))) if n not in symbols]
+            for i in range(rank if not shape else 0):
+                cls = facts.find((p.name, i))
+                name = next((facts.names[k] for k in facts.names if facts.find(k) == cls), None)
+                if name is None:
+                    name = next((n for kind, n in [cls] if kind == "name"), None) if isinstance(cls, tuple) else None
+                symbol = name if isinstance(name, str) and name != p.name else f"{p.name}_dim{i}"
+                shape.append(symbol)
+                if symbol not in symbols:
+                    symbols.append(symbol)
+            dtype = facts.dtype.get(p.name, "T")
+            role = "input"
+            if p.name in written:
+                allocated = p.default == "None" and p.name in facts.assigned
+                role = "output" if allocated and p.name not in read else "inout"
+            args.append(ArgSpec(kind="tensor", tensor=TensorSpec(name=p.name, shape=shape, dtype=dtype, role=role)))
+        else:
+            value: Any = None
+            if p.default is not None:
+                try:
+                    value = literal(cst.parse_expression(p.default))
+                except ValueError:
+                    value = None
+            if p.kind == "?":
+                if p.default is not None and value is None and p.default != "None":
+                    unresolved.append(f"parameter {p.name}: default {p.default} is not a literal; left out")
+                    continue
+                if p.default == "None":
+                    continue  # an optional extra the wrapper is called without
+                unresolved.append(f"parameter {p.name}: type unknown (no annotation, no literal default)")
+            args.append(ArgSpec(kind="scalar", scalar=ScalarSpec(name=p.name, type=p.kind, value=value)))
+    dtypes = {a.tensor.name: a.tensor.dtype for a in args if a.tensor is not None}
+    for i, arg in enumerate(args):  # a dtype copied from another tensor (dtype=x.dtype)
+        if arg.tensor is not None and arg.tensor.dtype.startswith("@"):
+            copied = dtypes.get(arg.tensor.dtype[1:], "T")
+            tensor = arg.tensor.model_copy(update={"dtype": "T" if copied.startswith("@") else copied})
+            args[i] = arg.model_copy(update={"tensor": tensor})
+    return Contract(entry=function, args=args, symbols=symbols, unresolved=unresolved)

@@ -1,0 +1,162 @@
+"""extract.triton_contract and extract.triton_tasks: contracts from wrappers, task folders, error paths, records."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+from triton_demo import demo_tree
+
+from contract.layout import load_task
+from extract import triton_ops, triton_tasks
+from pipeline.errors import ConfigError, StaleRecordError
+from pipeline.records import Task, read_record
+
+
+@pytest.fixture
+def demo(tmp_path):
+    source = demo_tree(tmp_path)
+    index, _ = triton_ops.scan_tree(source, None)
+    return source, index, {op.id: op for op in index.ops}
+
+
+def _args(task: Task) -> dict[str, tuple]:
+    out = {}
+    for arg in task.contract.args:
+        if arg.tensor is not None:
+            out[arg.tensor.name] = (arg.tensor.shape, arg.tensor.dtype, arg.tensor.role)
+        elif arg.scalar is not None:
+            out[arg.scalar.name] = (arg.scalar.type, arg.scalar.value)
+    return out
+
+
+def test_contract_from_the_wrapper(demo, tmp_path):
+    _, index, ops = demo
+    task = triton_tasks.write_task(index, ops["demo.scaled_add"], tmp_path / "work")
+    assert _args(task) == {
+        "x": (["num_tokens", "hidden_size"], "T", "input"),
+        "y": (["num_tokens", "hidden_size"], "T", "input"),
+        "acc": (["num_tokens", "hidden_size"], "T", "inout"),  # read and written in place
+        "scale": ("float", 1.0),
+        "out": (["num_tokens", "hidden_size"], "T", "output"),  # allocated when None, only written
+    }
+    assert task.contract.entry == "scaled_add" and task.contract.unresolved == []
+    assert task.shapes and task.shapes[0].model == "Llama-3.1-8B"  # num_tokens, hidden_size: catalog names
+    feeds = {p.name: p.feeds for p in task.entry_signature.params}
+    assert feeds == {"x": "x", "y": "y", "acc": "acc", "scale": "scale", "out": "out"}
+
+
+def test_ranks_from_chained_asserts_and_sizes_from_numel(demo, tmp_path):
+    _, index, ops = demo
+    task = triton_tasks.write_task(index, ops["demo.offsets"], tmp_path / "work")
+    args = _args(task)
+    assert args["lens"][0] == ["lens_dim0"]  # lens.ndim == starts.ndim == 1
+    assert args["starts"][0] == ["rows + 1"]  # starts.numel() == rows + 1
+    assert args["out"] == (["rows", "width"], "T", "inout")
+    assert task.contract.symbols == ["lens_dim0", "rows", "width"]
+
+
+def test_task_folder_and_record(demo, tmp_path):
+    source, index, ops = demo
+    task = triton_tasks.write_task(index, ops["demo.scaled_add"], tmp_path / "work")
+    folder = tmp_path / "work" / "tasks" / "demo.scaled_add"
+    loaded = load_task(folder)
+    assert loaded == task and loaded.language == "triton" and loaded.schema_version == 2
+    assert loaded.entry_points == ["scaled_add_kernel"]
+    assert loaded.triton.wrapper == "sglang.kernels.ops.demo.scale:scaled_add"
+    assert loaded.triton.registered_as == "demo.scaled_add"
+    data = (folder / "src" / "kernels/ops/demo/scale.py").read_bytes()
+    spans = {s.name: (s.kind, data[s.start_byte : s.end_byte]) for s in loaded.editable}
+    assert spans["scaled_add_kernel"][0] == "kernel" and spans["scaled_add_kernel"][1].startswith(b"@triton.autotune")
+    assert spans["_store_row"][1].startswith(b"@triton.jit\ndef _store_row(")  # the helper it calls
+    assert spans["launch:scaled_add_kernel"] == (
+        "launcher",
+        data[data.index(b"scaled_add_kernel[") : data.index(b"_ALPHA)") + 7],
+    )
+    assert [i.dtype for i in loaded.instantiations] == ["bf16", "fp16", "fp32"]
+    assert loaded.build.cuda_files == []
+
+
+def test_a_tensor_without_a_shape_is_one_line_with_the_fix(demo, tmp_path):
+    _, index, ops = demo
+    with pytest.raises(ConfigError) as err:
+        triton_tasks.write_task(index, ops["demo.no_shape"], tmp_path / "work")
+    assert "\n" not in err.value.message and "tensor y: no .shape read" in err.value.message  # x: no annotation, no use
+    assert "extract/curated/" in err.value.fix
+
+
+def test_an_op_without_a_wrapper_is_one_line_with_the_fix(demo, tmp_path):
+    _, index, ops = demo
+    with pytest.raises(ConfigError) as err:
+        triton_tasks.write_task(index, ops["demo.bare_kernel"], tmp_path / "work")
+    assert err.value.message.startswith("demo.bare_kernel: target bare_kernel is the @triton.jit kernel itself")
+    assert "\n" not in err.value.message and err.value.fix
+    assert triton_tasks.reason_group(err.value.message) == "registered target is the kernel itself (no wrapper)"
+
+
+def test_a_wrapper_file_that_does_not_parse_is_one_line_with_the_fix(demo, tmp_path):
+    _, index, ops = demo
+    broken = ops["demo.scaled_add"].model_copy(update={"module": "kernels/ops/demo/broken.py", "id": "demo.broken"})
+    with pytest.raises(ConfigError) as err:
+        triton_tasks.write_task(index, broken, tmp_path / "work")
+    assert err.value.message.startswith("demo.broken: kernels/ops/demo/broken.py does not parse: line 6")
+    assert "\n" not in err.value.message and "SGLANG_SRC" in err.value.fix
+
+
+def test_file_reasons(demo):
+    _, index, ops = demo
+    results = {op_id: "" if op_id == "demo.scaled_add" else "x" for op_id in ops}
+    reasons = triton_tasks.file_reasons(index, results)
+    assert reasons["kernels/ops/demo/broken.py"] == "file does not parse"
+    assert "kernels/ops/demo/scale.py" not in reasons  # it yields a task
+    assert reasons["kernels/ops/demo/bare.py"].startswith("its ops yield no task")
+
+
+def test_a_version_1_task_reads_as_cuda_and_language_needs_its_facts(demo, tmp_path):
+    _, index, ops = demo
+    task = triton_tasks.write_task(index, ops["demo.scaled_add"], tmp_path / "work")
+    data = json.loads(task.model_dump_json())
+    old = {k: v for k, v in data.items() if k not in ("language", "triton")} | {"schema_version": 1}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old), encoding="utf-8")
+    assert read_record(Task, path).language == "cuda"
+    path.write_text(json.dumps(data | {"schema_version": 1}), encoding="utf-8")
+    with pytest.raises(StaleRecordError, match="schema_version 1 task is CUDA"):
+        read_record(Task, path)
+    path.write_text(json.dumps(data | {"triton": None}), encoding="utf-8")
+    with pytest.raises(StaleRecordError, match="exactly when its language is triton"):
+        read_record(Task, path)
+    path.write_text(json.dumps(data | {"schema_version": 3}), encoding="utf-8")
+    with pytest.raises(StaleRecordError, match="reads 1 or 2"):
+        read_record(Task, path)
+
+
+# --------------------------------------------------------------------------- the real wheel
+
+
+@pytest.mark.wheel
+def test_merge_state_triton_task(sglang_source, tmp_path):
+    root = pathlib.Path(__file__).resolve().parent.parent
+    index, _ = triton_ops.scan_tree(sglang_source, root / "work" / "cache")
+    op = next(o for o in index.ops if o.id == "attention.merge_state_triton")
+    task = triton_tasks.write_task(index, op, tmp_path / "work")
+    assert task.contract.origin == "curated"
+    args = _args(task)
+    assert args["prefix_lse"] == (["num_tokens", "num_heads"], "float32", "input")
+    assert args["output"] == (["num_tokens", "num_heads", "head_size"], "T", "output")
+    assert {(c.model, c.tokens, c.sizes["num_heads"], c.sizes["head_size"]) for c in task.shapes} >= {
+        ("Llama-3.1-8B", 1, 32, 128),
+        ("DeepSeek-V3", 4096, 128, 128),
+    }
+    assert [s.name for s in task.editable] == ["merge_state_kernel", "launch:merge_state_kernel"]
+    assert task.entry_signature.reason == ""
+
+
+def test_nvcc_refuses_a_triton_task_with_the_reason(demo, tmp_path):
+    from pipeline.build import build
+
+    _, index, ops = demo
+    task = triton_tasks.write_task(index, ops["demo.scaled_add"], tmp_path / "work")
+    report = build(tmp_path / "work" / "tasks" / task.op_id, task, task.instantiations, cache_root=tmp_path / "b")
+    assert not report.ok and "is a triton task: nvcc builds CUDA tasks only" in report.stderr
