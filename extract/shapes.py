@@ -225,7 +225,6 @@ def shape_cases(
     cases: list[ShapeCase] = []
     index: dict[tuple[int, tuple[tuple[str, int], ...]], int] = {}
     rejected: dict[str, set[int]] = {}
-<<<<<<< HEAD
     token_counts = tuple(token_counts)
     pairs = [(t, m) for t in sorted({t for m in models for t in (m.token_counts or token_counts)}) for m in models]
     for tokens, model in pairs:
@@ -233,7 +232,10 @@ def shape_cases(
             continue
         for fam in families:
             need = fam.get("requires")
-            if need and not (model.flags.get(need) or model.dims.get(need)):
+            if need and need.startswith("!"):  # "!mla": the models without that flag
+                if model.flags.get(need[1:]) or model.dims.get(need[1:]):
+                    continue
+            elif need and not (model.flags.get(need) or model.dims.get(need)):
                 continue
             dims = {**model.dims, "tokens": int(tokens)}
             sizes: dict[str, int] = {}
@@ -258,7 +260,7 @@ def shape_cases(
                 for n in _names(fam[sym])
                 if n != "tokens"
             )
-            if need:
+            if need and not need.startswith("!"):
                 where += f"; requires {need}: {model.sources.get('flag:' + need, need)}"
             label = f"{model.name} at {tokens} tokens" + (f" ({rows} rows)" if rows != tokens else "")
             if model.token_counts:
@@ -272,52 +274,6 @@ def shape_cases(
                 continue
             index[key] = len(cases)
             cases.append(ShapeCase(model=model.name, tokens=rows, sizes=sizes, source=source))
-=======
-    for tokens in token_counts:
-        for model in models:
-            for fam in families:
-                need = fam.get("requires")
-                if need and need.startswith("!"):  # "!mla": the models without that flag
-                    if model.flags.get(need[1:]) or model.dims.get(need[1:]):
-                        continue
-                elif need and not (model.flags.get(need) or model.dims.get(need)):
-                    continue
-                dims = {**model.dims, "tokens": int(tokens)}
-                sizes: dict[str, int] = {}
-                ok = True
-                for sym in symbols:
-                    value = evaluate_dim(fam[sym], dims)
-                    if value is None:
-                        ok = False
-                        break
-                    if not contract.accepts(sym, value):
-                        rejected.setdefault(sym, set()).add(value)
-                        ok = False
-                        break
-                    sizes[sym] = value
-                if not ok:
-                    continue
-                rows = sizes.get(token_symbol, int(tokens)) if token_symbol else int(tokens)
-                used = [n for sym in symbols for n in _names(fam[sym]) if n != "tokens"]
-                where = "; ".join(
-                    f"{sym}={fam[sym]}: {model.sources.get(n, n)}"
-                    for sym in symbols
-                    for n in _names(fam[sym])
-                    if n != "tokens"
-                )
-                if need and not need.startswith("!"):
-                    where += f"; requires {need}: {model.sources.get('flag:' + need, need)}"
-                label = f"{model.name} at {tokens} tokens" + (f" ({rows} rows)" if rows != tokens else "")
-                source = f"{label}; {where}" if used else label
-                key = (rows, tuple(sorted(sizes.items())))
-                if key in index:
-                    prior = cases[index[key]]
-                    if model.name not in prior.source:
-                        cases[index[key]] = prior.model_copy(update={"source": prior.source + f" | also {label}"})
-                    continue
-                index[key] = len(cases)
-                cases.append(ShapeCase(model=model.name, tokens=rows, sizes=sizes, source=source))
->>>>>>> issue19
     for sym, values in rejected.items():
         notes.append(f"catalog widths the contract rejects for {sym}: {sorted(values)}")
     return cases, notes
