@@ -381,7 +381,7 @@ def main(args: Any, config: Config) -> int:
         if language in (None, "all", "triton"):
             from extract import triton_command
 
-            triton_command.print_table(triton_command.load_index(source, config))
+            triton_command.print_table(triton_command.load_index(source, config, listing=True))
         return 0
     requested = getattr(args, "ops", None)
     if (

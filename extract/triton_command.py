@@ -24,7 +24,7 @@ from contract import layout
 from extract import triton_compile, triton_ops, triton_tasks
 from extract.tasks import is_current
 from pipeline.config import Config
-from pipeline.errors import KernelsmithError, StaleRecordError
+from pipeline.errors import KernelsmithError, NotWritable, StaleRecordError
 from pipeline.records import SourceInfo, Task, TritonIndex, TritonOp, VersionedRecord, write_record
 
 
@@ -42,10 +42,15 @@ class TritonCoverage(VersionedRecord):
     file_reasons: dict[str, str] = Field(default_factory=dict)  # file -> why no task
 
 
-def load_index(source: SourceInfo, config: Config) -> TritonIndex:
+def load_index(source: SourceInfo, config: Config, *, listing: bool = False) -> TritonIndex:
     started = time.perf_counter()
     index, cached = triton_ops.scan_tree(source, config.cache)
-    write_record(index, config.work / "triton_index.json")
+    try:
+        write_record(index, config.work / "triton_index.json")
+    except NotWritable:
+        if not listing:
+            raise
+        # --list only reads: a read-only work dir still gets its table (triton_index.json stays as it was)
     print(
         f"triton index: {len(index.ops)} ops, {sum(1 for f in index.files if f.kernels)} files with @triton.jit, "
         f"{sum(len(f.kernels) for f in index.files)} kernels ({'cached' if cached else 'scanned'}, "

@@ -187,7 +187,8 @@ def test_folders_beside_the_project_are_hidden_outside_the_system_dirs(tmp_path)
     if parent == pathlib.Path("/") or parent.parts[1] in sandbox.SYSTEM_DIRS:
         pytest.skip(f"the project sits in a system folder ({parent}): nothing beside it is hidden")
     readable = sandbox.project_paths()
-    mounted = {pathlib.Path(p).relative_to(parent).parts[0] for p in readable if pathlib.Path(p).is_relative_to(parent)}
+    own = [*readable, str(tmp_path / "w")]  # the process's own folder may lie beside the project (a clone in /tmp)
+    mounted = {pathlib.Path(p).relative_to(parent).parts[0] for p in own if pathlib.Path(p).is_relative_to(parent)}
     beside = set(os.listdir(parent)) - mounted
     if not beside:
         pytest.skip(f"nothing beside the project in {parent} to hide")
