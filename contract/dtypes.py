@@ -105,6 +105,25 @@ FINITE_MAX: dict[str, float] = {d.short: d.finite_max for d in _TABLE if d.finit
 BITS_TORCH: dict[int, str] = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
+#: what ``torch.<attr>`` names: each dtype's own attribute, and torch's aliases of them
+TORCH_ATTRIBUTES: dict[str, str] = {
+    **{d.torch: d.short for d in _TABLE},
+    "float": "fp32",
+    "half": "fp16",
+    "double": "fp64",
+    "int": "int32",
+    "long": "int64",
+    "short": "int16",
+}
+
+
+def torch_attribute(attr: str) -> str | None:
+    """The torch spelling of the dtype ``torch.<attr>`` names (``half`` -> ``"float16"``), or None when
+    ``attr`` is no dtype of torch's (Python-side readers of SGLang's wrappers: extract.triton_*)."""
+    short = TORCH_ATTRIBUTES.get(attr)
+    return TABLE[short].torch if short is not None else None
+
+
 def short_name(name: str) -> str | None:
     """The short spelling of ``name`` (any spelling: ``bfloat16``, ``bf16_t``, ``bf16``),
     or None when the project knows no such dtype."""

@@ -38,6 +38,7 @@ from typing import Any
 
 import libcst as cst
 
+from contract.dtypes import lookup, torch_attribute
 from contract.layout import SRC_DIR
 from extract.triton_scan import dotted, literal
 from pipeline.records import BuildReport, KernelResources, ShapeCase, Task, TritonKernel, TritonLaunch, content_hash
@@ -63,23 +64,6 @@ _SIG = {
 _ALLOCATE = {"empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like", "empty_strided"}
 _VIEWS = {"view", "reshape", "contiguous", "flatten", "transpose", "permute", "t", "unsqueeze", "squeeze", "clone"}
 _VIEWS |= {"narrow", "select", "expand", "as_strided", "unflatten", "view_as", "reshape_as", "detach"}
-#: torch dtype attribute -> the contract's spelling
-_TORCH_DTYPE = {
-    "float32": "float32",
-    "float": "float32",
-    "float16": "float16",
-    "half": "float16",
-    "bfloat16": "bfloat16",
-    "int32": "int32",
-    "int64": "int64",
-    "long": "int64",
-    "int8": "int8",
-    "uint8": "uint8",
-    "bool": "bool",
-    "float8_e4m3fn": "float8_e4m3fn",
-}
-_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "int32": 4, "int64": 8}
-_BYTES |= {"int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1}
 
 
 class Unresolvable(Exception):
@@ -181,8 +165,8 @@ class _Evaluator:
             except ValueError as err:
                 raise Unresolvable(node.value) from err
         if isinstance(node, cst.Attribute):
-            if dotted(node).startswith("torch.") and dotted(node).split(".")[-1] in _TORCH_DTYPE:
-                return _TORCH_DTYPE[dotted(node).split(".")[-1]]
+            if dotted(node).startswith("torch.") and (named := torch_attribute(dotted(node).split(".")[-1])):
+                return named
             base = v(node.value)
             if isinstance(base, _Tensor) and node.attr.value == "dtype":
                 return base.dtype
@@ -266,7 +250,7 @@ class _Evaluator:
                 dtype = self._dtype_kw(node, v) or next((a for a in args if isinstance(a, str)), None)
                 return _Tensor(base.name, dtype or base.dtype, [])
             if isinstance(base, _Tensor) and tail == "element_size":
-                return _BYTES.get(base.dtype, 4)
+                return known.nbytes if (known := lookup(base.dtype)) else 4
             if isinstance(base, _Tensor):
                 if tail == "size":
                     return base.shape[args[0]] if args else tuple(base.shape)

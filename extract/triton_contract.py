@@ -39,26 +39,12 @@ from typing import Any
 
 import libcst as cst
 
+from contract.dtypes import torch_attribute
 from extract.triton_scan import dotted, literal, names_in, roots
 from pipeline.errors import ConfigError
 from pipeline.records import ArgSpec, Contract, ScalarSpec, TensorSpec, TritonFile, TritonKernel, TritonLaunch
 
 _SCALARS = {"int": "int", "float": "float", "bool": "bool", "str": "str"}
-# torch spellings -> the contract's (a concrete torch dtype name, contract/dtypes.py)
-_TORCH_DTYPES = {
-    "float32": "float32",
-    "float": "float32",
-    "float16": "float16",
-    "half": "float16",
-    "bfloat16": "bfloat16",
-    "int32": "int32",
-    "int": "int32",
-    "int64": "int64",
-    "long": "int64",
-    "int8": "int8",
-    "uint8": "uint8",
-    "bool": "bool",
-}
 _TENSOR_READS = ("shape", "size", "stride", "dtype", "device", "numel", "dim", "ndim", "is_contiguous")
 _ALLOCATORS = ("empty_like", "zeros_like", "ones_like", "full_like")
 _NEW_TENSORS = ("empty", "zeros", "ones", "full", "arange", "tensor", "new_empty", "new_zeros", "new_full")
@@ -143,7 +129,7 @@ def _arithmetic(node: cst.BaseExpression) -> bool:
 
 def _dtype_of(node: cst.BaseExpression) -> str | None:
     name = dotted(node)
-    return _TORCH_DTYPES.get(name.split(".")[-1]) if name.startswith("torch.") else None
+    return torch_attribute(name.split(".")[-1]) if name.startswith("torch.") else None
 
 
 @dataclasses.dataclass

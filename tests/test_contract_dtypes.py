@@ -87,3 +87,18 @@ def test_the_torch_half_reads_the_torch_names_it_always_used():
     assert {d: dtypes.torch_name(d) for d in dtypes.ITEMSIZE} == expected
     widths = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
     assert all(dtypes.bits_torch_name(d) == widths[dtypes.TABLE[d].nbytes] for d in dtypes.ITEMSIZE)
+
+
+def test_torch_attribute_names_torchs_dtypes_and_their_aliases_only():
+    """The one table the Python-side readers (extract.triton_*) spell ``torch.<attr>`` dtypes with."""
+    from contract.dtypes import torch_attribute
+
+    assert [torch_attribute(a) for a in ("half", "float", "long", "int", "bfloat16", "float8_e4m3fn")] == [
+        "float16",
+        "float32",
+        "int64",
+        "int32",
+        "bfloat16",
+        "float8_e4m3fn",
+    ]
+    assert torch_attribute("bf16") is None and torch_attribute("device") is None

@@ -137,7 +137,7 @@ def _library_dirs(request: WorkerRequest) -> list[str]:
     """The folders of every module the worker will load (the build cache, wherever it lives)."""
     libraries = [*request.baseline_libraries, *(request.candidate_libraries or [])]
     libraries += [lib for member in request.population for lib in member]
-    libraries += [lib for member in request.batch for lib in [*member.baseline_libraries]]
+    libraries += [lib for member in request.batch for lib in member.baseline_libraries]
     return sorted({os.path.dirname(os.path.abspath(lib)) for lib in libraries if lib})
 
 
