@@ -60,12 +60,11 @@ def _params_of(fn: cst.FunctionDef) -> list[tuple[cst.Param, ParamKind]]:
     return out
 
 
-class _Body(cst.CSTVisitor):
-    """The simple assignments and the calls inside one function body (nested defs excluded)."""
+class OutermostFunction(cst.CSTVisitor):
+    """Visits the function it is given and nothing of the functions defined inside it."""
 
     def __init__(self) -> None:
-        self.assigned: dict[str, cst.BaseExpression] = {}
-        self.calls: list[cst.Call] = []
+        super().__init__()
         self._depth = 0
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
@@ -74,6 +73,15 @@ class _Body(cst.CSTVisitor):
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._depth -= 1
+
+
+class _Body(OutermostFunction):
+    """The simple assignments and the calls inside one function body (nested defs excluded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.assigned: dict[str, cst.BaseExpression] = {}
+        self.calls: list[cst.Call] = []
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:

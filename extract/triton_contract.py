@@ -40,6 +40,7 @@ from typing import Any
 import libcst as cst
 
 from contract.dtypes import torch_attribute
+from extract.entry import OutermostFunction
 from extract.triton_scan import dotted, literal, names_in, roots
 from pipeline.errors import ConfigError
 from pipeline.records import ArgSpec, Contract, ScalarSpec, TensorSpec, TritonFile, TritonKernel, TritonLaunch
@@ -163,17 +164,10 @@ class _Facts:
         return tensor, index
 
 
-class _Wrapper(cst.CSTVisitor):
+class _Wrapper(OutermostFunction):
     def __init__(self, facts: _Facts) -> None:
+        super().__init__()
         self.f = facts
-        self._depth = 0
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self._depth += 1
-        return self._depth == 1
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._depth -= 1
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value in _TENSOR_READS and isinstance(node.value, cst.Name):
