@@ -381,7 +381,7 @@ def main(args: Any, config: Config) -> int:
         if language in (None, "all", "triton"):
             from extract import triton_command
 
-            triton_command.print_table(triton_command.load_index(source, config, listing=True))
+            triton_command.print_table(triton_command.load_index(source, config, listing=True, cuda=index))
         return 0
     requested = getattr(args, "ops", None)
     if (
@@ -400,7 +400,7 @@ def main(args: Any, config: Config) -> int:
         if language != "triton" and (all_ops or cuda_requested):
             cuda_args = _with(args, ops=cuda_requested or None, language="cuda")
             cuda_status = main(cuda_args, config)
-        return max(cuda_status, _triton(args, config, source, [op for op in requested or [] if op not in known]))
+        return max(cuda_status, _triton(args, config, index, [op for op in requested or [] if op not in known]))
     selected = select_ops(index, requested, all_ops)
     compile_check = config.extract.compile_check and not getattr(args, "no_compile", False)
     token_counts = tuple(config.extract.token_counts)
@@ -521,11 +521,12 @@ def _with(args: Any, **changes: Any) -> Any:
     return argparse.Namespace(**{**vars(args), **changes})
 
 
-def _triton(args: Any, config: Config, source: SourceInfo, requested: list[str]) -> int:
+def _triton(args: Any, config: Config, index: Index, requested: list[str]) -> int:
     """The Triton ops of this run (``extract.triton_command``); unknown ids name the closest of both languages."""
     from extract import triton_command
 
-    tindex = triton_command.load_index(source, config)
+    source = index.source
+    tindex = triton_command.load_index(source, config, cuda=index)
     by_id = {op.id: op for op in tindex.ops}
     if getattr(args, "all", False):
         return triton_command.main(args, config, source, tindex, list(tindex.ops))

@@ -25,7 +25,7 @@ from extract import triton_compile, triton_ops, triton_tasks
 from extract.tasks import is_current
 from pipeline.config import Config
 from pipeline.errors import KernelsmithError, NotWritable, StaleRecordError
-from pipeline.records import SourceInfo, Task, TritonIndex, TritonOp, VersionedRecord, write_record
+from pipeline.records import Index, SourceInfo, Task, TritonIndex, TritonOp, VersionedRecord, write_record
 
 
 class TritonCoverage(VersionedRecord):
@@ -42,15 +42,17 @@ class TritonCoverage(VersionedRecord):
     file_reasons: dict[str, str] = Field(default_factory=dict)  # file -> why no task
 
 
-def load_index(source: SourceInfo, config: Config, *, listing: bool = False) -> TritonIndex:
+def load_index(source: SourceInfo, config: Config, *, cuda: Index, listing: bool = False) -> TritonIndex:
+    """The Triton index, its ids clear of the CUDA ops' (:func:`extract.triton_ops.avoid`), also written to
+    ``work/triton_index.json`` (``--list`` only reads: a read-only work dir still gets its table)."""
     started = time.perf_counter()
     index, cached = triton_ops.scan_tree(source, config.cache)
+    index = triton_ops.avoid(index, (op.id for op in cuda.ops))
     try:
         write_record(index, config.work / "triton_index.json")
     except NotWritable:
         if not listing:
             raise
-        # --list only reads: a read-only work dir still gets its table (triton_index.json stays as it was)
     print(
         f"triton index: {len(index.ops)} ops, {sum(1 for f in index.files if f.kernels)} files with @triton.jit, "
         f"{sum(len(f.kernels) for f in index.files)} kernels ({'cached' if cached else 'scanned'}, "

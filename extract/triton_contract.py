@@ -3,9 +3,11 @@
 The wrapper SGLang calls is the entry: its parameters, in order, are the contract's
 arguments. What the wrapper's own code says about each one:
 
-- **tensor or scalar**: a ``Tensor`` annotation, or ``.shape``/``.size()``/``.stride()``/
-  ``.dtype`` read from it, is a tensor; ``int``/``float``/``bool``/``str`` (or a literal
-  default of that type) is a scalar, its default its value;
+- **tensor or scalar**: a ``Tensor`` annotation, ``.shape``/``.size()``/``.stride()``/
+  ``.dtype`` read from it, or being passed to a kernel parameter the kernel loads from or
+  stores to, makes a tensor; ``int``/``float``/``bool``/``str`` (or a literal default of that
+  type) is a scalar, its default its value; any other parameter without a default stops the
+  task (its type would be a guess);
 - **shape**: ``n = x.shape[i]`` / ``x.size(i)`` names dimension *i* after the local;
   ``a, b, c = x.shape`` names all of them and fixes the rank; ``assert x.dim() == 3``,
   ``x.ndim == 3`` and ``len(x.shape) == 3`` fix the rank; ``assert x.shape == y.shape``,
@@ -341,8 +343,13 @@ def infer_contract(
     facts = _Facts()
     fn.visit(_Wrapper(facts))
     params = wrapper_params(module, fn, facts)
-    tensors = {p.name for p in params if p.kind == "tensor"}
     own = [(launch, kernel) for launch, kernel in launches if launch.function == function]
+    untyped = {p.name for p in params if p.kind == "?"}
+    pointed, loaded, _ = _access(own, facts, untyped)
+    for p in params:  # passed to a pointer the kernel stores to or loads from: a tensor
+        if p.name in pointed | loaded:
+            p.kind = "tensor"
+    tensors = {p.name for p in params if p.kind == "tensor"}
     written, read, notes = _access(own, facts, tensors)
     unresolved: list[str] = list(notes)
     if launches and not own:
@@ -404,7 +411,11 @@ def infer_contract(
                     continue
                 if p.default == "None":
                     continue  # an optional extra the wrapper is called without
-                unresolved.append(f"parameter {p.name}: type unknown (no annotation, no literal default)")
+                raise ConfigError(
+                    f"{where}: parameter {p.name}: type unknown (no annotation, no literal default, not passed to "
+                    "a kernel pointer)",
+                    fix=f"add a curated contract extract/curated/<op>.toml giving {p.name}",
+                )
             args.append(ArgSpec(kind="scalar", scalar=ScalarSpec(name=p.name, type=p.kind, value=value)))
     dtypes = {a.tensor.name: a.tensor.dtype for a in args if a.tensor is not None}
     for i, arg in enumerate(args):  # a dtype copied from another tensor (dtype=x.dtype)

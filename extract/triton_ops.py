@@ -288,6 +288,25 @@ def find_ops(files: Iterable[TritonFile], specs: Iterable[TritonSpec]) -> list[T
     return ops
 
 
+def avoid(index: TritonIndex, taken: Iterable[str]) -> TritonIndex:
+    """``index`` with every op whose id a CUDA op already has renamed ``<group>.<module stem>.<function>``
+    (then ``#2``...), so a task folder and a curated contract belong to one op only."""
+    taken = set(taken)
+    own = {op.id for op in index.ops}
+    ops = []
+    for op in index.ops:
+        if op.id in taken:
+            new = _group_id(op.module, op.function, stem=True)
+            n = 2
+            while new in taken or new in own:
+                new = f"{_group_id(op.module, op.function, stem=True)}#{n}"
+                n += 1
+            own.add(new)
+            op = op.model_copy(update={"id": new})
+        ops.append(op)
+    return index.model_copy(update={"ops": ops})
+
+
 # =========================================================================== the tree
 
 

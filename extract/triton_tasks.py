@@ -199,6 +199,7 @@ def reason_group(reason: str) -> str:
         ("is a method of a class", "registered target is a class method"),
         ("launches no @triton.jit kernel", "wrapper launches no kernel of the package"),
         ("no .shape read", "a tensor's shape is not named in the wrapper"),
+        ("type unknown", "a parameter's type is not in the wrapper (no annotation, no use)"),
         ("is not defined in", "registered target not defined in its module"),
         ("does not parse", "file does not parse"),
         ("not in the package", "registered target outside the package"),

@@ -71,7 +71,7 @@ def test_launch_sites(tmp_path):
     assert data[launch.start_byte : launch.end_byte].startswith(b"scaled_add_kernel[(num_tokens,)](")
     assert data[launch.start_byte : launch.end_byte].endswith(b")")
     assert launch.grid == "(num_tokens,)" and len(launch.args) == 6
-    assert file.functions == ["scaled_add", "offsets", "no_shape"]
+    assert file.functions == ["scaled_add", "offsets", "untyped", "no_shape"]
 
 
 def test_a_file_that_does_not_parse_is_a_parse_error(tmp_path):
@@ -173,3 +173,12 @@ def test_golden_ops(triton_index, op_id):
         golden.write_text(json.dumps(actual, indent=1) + "\n", encoding="utf-8")
     assert golden.is_file(), f"{golden} is missing: run with UPDATE_GOLDEN=1 and review the diff"
     assert json.loads(golden.read_text(encoding="utf-8")) == actual
+
+
+def test_ids_a_cuda_op_has_are_renamed_after_the_module(tmp_path):
+    index, _ = triton_ops.scan_tree(demo_tree(tmp_path), None)
+    renamed = triton_ops.avoid(index, ["demo.scaled_add", "demo.offsets", "demo.scale.offsets"])
+    ids = [op.id for op in renamed.ops]
+    assert "demo.scale.scaled_add" in ids and "demo.scaled_add" not in ids
+    assert "demo.scale.offsets#2" in ids  # the stem form is taken too
+    assert len(set(ids)) == len(ids)

@@ -1,8 +1,13 @@
-"""extract.triton_contract and extract.triton_tasks: contracts from wrappers, task folders, error paths, records."""
+"""extract.triton_contract and extract.triton_tasks: contracts from wrappers, task folders, error paths, records.
+
+Regenerate the task golden files with ``UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_triton_tasks.py``
+after checking the diff by eye: our facts about each task (contract, shapes, spans), no SGLang text.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 import pytest
@@ -12,6 +17,16 @@ from contract.layout import load_task
 from extract import triton_ops, triton_tasks
 from pipeline.errors import ConfigError, StaleRecordError
 from pipeline.records import Task, read_record
+
+GOLDEN = pathlib.Path(__file__).parent / "golden" / "triton_tasks"
+#: Triton tasks with real-model (catalog) shapes in sglang 0.5.23
+GOLDEN_TASKS = (
+    "attention.merge_state_triton",
+    "speculative.build_qo_indptr_triton",
+    "elementwise.fused_sigmoid_mul",
+    "layernorm.hc_broadcast",
+    "moe.fused_moe_router_cudacore",
+)
 
 
 @pytest.fixture
@@ -82,8 +97,18 @@ def test_a_tensor_without_a_shape_is_one_line_with_the_fix(demo, tmp_path):
     _, index, ops = demo
     with pytest.raises(ConfigError) as err:
         triton_tasks.write_task(index, ops["demo.no_shape"], tmp_path / "work")
-    assert "\n" not in err.value.message and "tensor y: no .shape read" in err.value.message  # x: no annotation, no use
+    assert "\n" not in err.value.message and "tensor x: no .shape read" in err.value.message  # x: passed to x_ptr
     assert "extract/curated/" in err.value.fix
+
+
+def test_a_parameter_of_unknown_type_is_one_line_with_the_fix(demo, tmp_path):
+    _, index, ops = demo
+    with pytest.raises(ConfigError) as err:
+        triton_tasks.write_task(index, ops["demo.untyped"], tmp_path / "work")
+    assert err.value.message.endswith(
+        "parameter eps: type unknown (no annotation, no literal default, not passed to a kernel pointer)"
+    )
+    assert "\n" not in err.value.message and "extract/curated/" in err.value.fix
 
 
 def test_an_op_without_a_wrapper_is_one_line_with_the_fix(demo, tmp_path):
@@ -160,3 +185,65 @@ def test_nvcc_refuses_a_triton_task_with_the_reason(demo, tmp_path):
     task = triton_tasks.write_task(index, ops["demo.scaled_add"], tmp_path / "work")
     report = build(tmp_path / "work" / "tasks" / task.op_id, task, task.instantiations, cache_root=tmp_path / "b")
     assert not report.ok and "is a triton task: nvcc builds CUDA tasks only" in report.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel_index(sglang_source):
+    root = pathlib.Path(__file__).resolve().parent.parent
+    index, _ = triton_ops.scan_tree(sglang_source, root / "work" / "cache")
+    return index
+
+
+@pytest.mark.wheel
+@pytest.mark.parametrize("op_id", GOLDEN_TASKS)
+def test_golden_tasks(wheel_index, op_id, tmp_path):
+    op = next(o for o in wheel_index.ops if o.id == op_id)
+    task = triton_tasks.write_task(wheel_index, op, tmp_path / "work")
+    actual = {
+        "op": task.op_id,
+        "language": task.language,
+        "wrapper": task.triton.wrapper,
+        "entry_points": task.entry_points,
+        "origin": task.contract.origin,
+        "args": [
+            {k: v for k, v in (a.tensor or a.scalar).model_dump().items() if v is not None} | {"kind": a.kind}
+            for a in task.contract.args
+        ],
+        "symbols": task.contract.symbols,
+        "unresolved": len(task.contract.unresolved),
+        "shapes": len(task.shapes),
+        "first_shape": [task.shapes[0].model, task.shapes[0].sizes],
+        "dtypes": [i.dtype for i in task.instantiations],
+        "editable": [[s.name, s.kind, s.file, s.start_byte, s.end_byte] for s in task.editable],
+    }
+    golden = GOLDEN / f"{op_id}.json"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(json.dumps(actual, indent=1) + "\n", encoding="utf-8")
+    assert golden.is_file(), f"{golden} is missing: run with UPDATE_GOLDEN=1 and review the diff"
+    assert json.loads(golden.read_text(encoding="utf-8")) == actual
+
+
+@pytest.mark.wheel
+def test_kernelsmith_extract_lists_and_writes_triton_ops(monkeypatch, sglang_source, tmp_path, capsys):
+    from pipeline.cli import main
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    monkeypatch.setenv("KERNELSMITH_SGLANG__CACHE_DIR", str(root / "work" / "cache"))
+    if sglang_source.kind != "wheel":
+        monkeypatch.setenv("SGLANG_SRC", sglang_source.root)
+    work = tmp_path / "work"
+    assert main(["extract", "--work-dir", str(work), "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "activation.silu_and_mul" in listed and "attention.merge_state_triton" in listed
+    assert "moe.shuffle_weighted_sum " in listed  # the CUDA op keeps its id ...
+    assert "moe.shuffle_weighted_sum.shuffle_weighted_sum" in listed  # ... and the Triton one takes its module's
+    ops = ["attention.merge_state_triton", "activation.silu_and_mul"]
+    assert main(["extract", "--work-dir", str(work), "--no-compile", "--ops", *ops]) == 0
+    out = capsys.readouterr().out
+    assert "attention.merge_state_triton: triton task written (18 shapes), compile check skipped" in out
+    assert load_task(work / "tasks" / "attention.merge_state_triton").language == "triton"
+    assert load_task(work / "tasks" / "activation.silu_and_mul").language == "cuda"
+    assert main(["extract", "--work-dir", str(work), "--no-compile", "--ops", "attention.merge_state_tritn"]) != 0
+    err = capsys.readouterr().err
+    assert "closest: attention.merge_state_triton" in err and len(err.strip().splitlines()) <= 2

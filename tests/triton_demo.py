@@ -64,6 +64,11 @@ def offsets(lens: torch.Tensor, starts: torch.Tensor, out: torch.Tensor) -> None
     scaled_add_kernel[(rows,)](lens, starts, out, out, width, 1.0)
 
 
+def untyped(x: torch.Tensor, eps) -> None:
+    n, d = x.shape
+    scaled_add_kernel[(n,)](x, x, x, x, d, eps)
+
+
 def no_shape(x, y: torch.Tensor) -> None:
     scaled_add_kernel[(1,)](x, y, y, y, 1, 1.0)
 """
