@@ -58,7 +58,11 @@ def test_the_census_reads_a_tarball_of_tasks_made_on_the_cpu_machine(tmp_path, m
     work = tmp_path / "gpu"
     assert cli(["track", "run", "--work-dir", str(work), "--tasks", str(tarball), "--ops", "demo.scale"]) == 0
     (key,) = ResultsStore(work).keys()
-    assert {r.op_id for r in ResultsStore(work).get(key).rows} == {"demo.scale"}
+    stored = ResultsStore(work).get(key)
+    assert {r.op_id for r in stored.rows} == {"demo.scale"}
+    assert stored.command == f"kernelsmith track run --tasks {tarball} --ops demo.scale", (
+        "the command reproduces the batch"
+    )
     assert (work / "track" / "tasks-0.5.23" / "tasks" / "demo.scale" / "task.json").is_file()
     capsys.readouterr()
 

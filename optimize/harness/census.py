@@ -69,7 +69,13 @@ def main(args: Any, config: Config) -> int:
     if ops:
         folders = [(f, t) for f, t in folders if f.name in set(ops)]
     command = shlex.join(
-        ["kernelsmith", "track", "run", *(["--tasks", args.tasks] if getattr(args, "tasks", None) else [])]
+        [
+            "kernelsmith",
+            "track",
+            "run",
+            *(["--tasks", args.tasks] if getattr(args, "tasks", None) else []),
+            *(["--ops", *ops] if ops else []),
+        ]
     )
     source = source_of([t for _, t in folders], config.sglang.version)
     done = censused(config, source)
