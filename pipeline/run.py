@@ -12,6 +12,8 @@ machine ends, not an error. Any stage that fails stops the pipeline with that
 stage's exit code; results written so far are kept. Each run gets a new
 time-stamped name unless ``--run NAME`` is given: re-running with the same
 ``--run`` resumes (extract keeps current tasks, optimize resumes its trajectory).
+Optimize's wall budget is capped by ``run.optimize_wall_s`` (:class:`pipeline.config.RunConfig`),
+so the whole job on the default ops fits ten minutes on the H200.
 """
 
 from __future__ import annotations
@@ -106,8 +108,10 @@ def main(args: argparse.Namespace, config: Any) -> int:
         say(NO_GPU_MESSAGE.format(run=run) + f" ({device})")
         return 0
 
-    say(f"== optimize (run {run}, {device})")
-    code = int(_stage("optimize")(stage_args("optimize", args, run), config) or 0)
+    wall_s = min(config.budget.wall_s, config.run.optimize_wall_s)
+    say(f"== optimize (run {run}, {device}, wall budget {wall_s:g} s: run.optimize_wall_s)")
+    capped = config.model_copy(update={"budget": config.budget.model_copy(update={"wall_s": wall_s})})
+    code = int(_stage("optimize")(stage_args("optimize", args, run), capped) or 0)
     if code != 0:
         say(f"stopped: optimize failed (exit {code}); re-run `kernelsmith optimize --run {run}` to resume")
         return code

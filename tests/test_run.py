@@ -19,11 +19,13 @@ from pipeline.cli import main as cli_main
 
 CALLS: list[tuple[str, object]] = []
 CODES: dict[str, int] = {}
+CONFIGS: dict[str, object] = {}
 
 
 def _stage(name):
-    def stage(args, config):  # noqa: ARG001
+    def stage(args, config):
         CALLS.append((name, args))
+        CONFIGS[name] = config
         return CODES.get(name, 0)
 
     return stage
@@ -36,6 +38,7 @@ extract_stage, optimize_stage, integrate_stage = _stage("extract"), _stage("opti
 def recorders(monkeypatch, tmp_path):
     CALLS.clear()
     CODES.clear()
+    CONFIGS.clear()
     monkeypatch.setattr(
         run_mod,
         "STAGES",
@@ -113,3 +116,17 @@ def test_pipeline_run_imports_without_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_optimize_inside_run_gets_the_run_wall_budget_unless_the_budget_is_lower(monkeypatch, capsys):
+    """Issue 14 item 7: the default job fits ten minutes, so optimize inside ``run`` is capped."""
+    code, err = _run([], True, monkeypatch, capsys)
+    assert code == 0 and CONFIGS["optimize"].budget.wall_s == 330.0
+    assert CONFIGS["integrate"].budget.wall_s == 3600.0, "only optimize's budget is capped"
+    assert "wall budget 330 s: run.optimize_wall_s" in err
+    monkeypatch.setenv("KERNELSMITH_BUDGET__WALL_S", "120")
+    code, _ = _run([], True, monkeypatch, capsys)
+    assert code == 0 and CONFIGS["optimize"].budget.wall_s == 120.0, "a lower budget.wall_s stays"
+    monkeypatch.setenv("KERNELSMITH_RUN__OPTIMIZE_WALL_S", "60")
+    code, _ = _run([], True, monkeypatch, capsys)
+    assert code == 0 and CONFIGS["optimize"].budget.wall_s == 60.0
