@@ -145,24 +145,61 @@ def wrap(
     readable: Sequence[str | os.PathLike[str]] = (),
     enabled: bool = True,
 ) -> list[str]:
-    """``argv`` inside the sandbox (see the module doc), or unchanged where none can be made."""
+    """``argv`` inside the sandbox (see the module doc), or unchanged where none can be made.
+
+    Folders are mounted back at their real paths (a symlink such as ``/usr/local/cuda ->
+    cuda-13.0`` cannot be a mount point: bwrap refuses it, which stopped every worker on the
+    H200, 2026-12-02), and a readable folder the read-only root already shows is not mounted
+    again; a symlinked path inside a hidden folder is recreated as the same symlink. The
+    whole mount set is tried once (``true`` inside it) before it is used: a set bwrap refuses
+    says why once and the process runs in process isolation, as where bwrap cannot run at all.
+    """
     if not enabled:
         return list(argv)
     binary, why = bwrap()
     if binary is None:
         _say_once(why)
         return list(argv)
+    hidden = ["/tmp", *hidden_homes()]
     out = [binary, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--unshare-net"]
     out += ["--die-with-parent", "--tmpfs", "/tmp"]
-    for home in hidden_homes():
+    for home in hidden[1:]:
         out += ["--tmpfs", home]
+    links: list[str] = []
     for folder in readable:
-        if os.path.exists(folder):
-            out += ["--ro-bind", str(folder), str(folder)]
+        if os.path.exists(folder) and _inside(os.path.realpath(folder), hidden):
+            out += ["--ro-bind", os.path.realpath(folder), os.path.realpath(folder)]
+            links += _symlink(folder, hidden)
     for folder in writable:
         os.makedirs(folder, exist_ok=True)
-        out += ["--bind", str(folder), str(folder)]
+        out += ["--bind", os.path.realpath(folder), os.path.realpath(folder)]
+        links += _symlink(folder, hidden)
+    out += links
+    refused = _refused(tuple(out))
+    if refused:
+        _say_once(f"bwrap refuses this sandbox's mounts: {refused}")
+        return list(argv)
     return out + ["--", *argv]
+
+
+def _inside(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _symlink(folder: str | os.PathLike[str], hidden: Sequence[str]) -> list[str]:
+    """bwrap's options recreating ``folder`` as a symlink to its real path where the sandbox hides it."""
+    path, real = os.path.abspath(folder), os.path.realpath(folder)
+    return ["--symlink", real, path] if path != real and _inside(path, hidden) else []
+
+
+@functools.lru_cache(maxsize=64)
+def _refused(mounts: tuple[str, ...]) -> str:
+    """bwrap's complaint about this mount set ("" when ``true`` runs inside it)."""
+    try:
+        done = subprocess.run([*mounts, "--", "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return str(err)
+    return "" if done.returncode == 0 else (done.stderr.strip()[-300:] or f"exit {done.returncode}")
 
 
 def project_paths() -> list[str]:

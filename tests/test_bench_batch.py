@@ -27,13 +27,14 @@ def _items(work, names):
 
 
 def _request(path, task, config, *, dtypes, compile_):
-    return WorkerRequest(
+    request = WorkerRequest(
         mode="bench",
         op_id=task.op_id,
         contract=task.contract,
         baseline_libraries=[f"/lib/{task.op_id}.so"],
         device_cache_dir=str(config.cache / "device"),
     )
+    return request, [f"{task.op_id}: a note of its request"]
 
 
 def _fake_worker(outcomes, seen, *, interrupt_after=None):
@@ -76,6 +77,7 @@ def test_a_batch_times_every_op_in_one_worker_and_keeps_each_ops_own_figures(tmp
     assert seen == [["demo.a", "demo.b", "demo.c"]], "one worker for the three ops"
     assert alone == [], "no op needed its own worker"
     assert [(r.op_id, r.rows[0].baseline_us) for r in rows] == [("demo.a", 10), ("demo.b", 20), ("demo.c", 30)]
+    assert rows[1].notes[0] == "demo.b: a note of its request", "each op keeps its request's notes"
 
 
 def test_an_op_that_failed_or_never_came_back_in_the_batch_is_timed_alone_and_says_why(tmp_path, config, monkeypatch):

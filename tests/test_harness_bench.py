@@ -816,6 +816,46 @@ def test_an_instantiation_nvcc_refuses_is_left_out_of_the_sweep_where_others_bui
     assert report.ok and {c.dtype for c in prep.plan.checks} == {"fp16", "fp32"}
 
 
+def test_bench_and_the_census_time_an_op_whose_untimed_instantiation_nvcc_refuses(tmp_path, monkeypatch):
+    """Found on the H200 (2026-12-02): the census's --no-compile tarballs keep rmsnorm_hf's and
+    fused_inplace_qknorm's fp32 instantiations, which static_assert; the op got no row in any release.
+    bench/track run narrow as the sweep does (each instantiation alone) and say so in the row."""
+    from optimize.harness import bench
+    from pipeline.config import load_config
+    from pipeline.records import BuildReport, Instantiation, Task, read_record, write_record
+
+    work = tmp_path / "work"
+    _write_task(work, "c.op")
+    path = work / "tasks" / "c.op" / "task.json"
+    task = read_record(Task, path)
+    more = [
+        Instantiation(dtype=d, module_args=[], template_args=[f"{d}_t"], wrappers=[("e", "E")])
+        for d in ("fp16", "fp32")
+    ]
+    task = task.model_copy(update={"instantiations": [*task.instantiations, *more]})
+    write_record(task, path)
+    config = load_config(overrides={"work_dir": str(work)}, environ={})
+    refused = {"fp32"}
+
+    def build_units(task_dir, task, units, **kw):
+        bad = any(i.dtype in refused for unit in units for i in unit)
+        stderr = 'x.cuh(9): error: static assertion failed with "DType must be fp16_t or bf16_t"' if bad else ""
+        return BuildReport(ok=not bad, key="k", seconds=1.0, stderr=stderr), [f"lib-{len(units)}.so"] * len(units)
+
+    monkeypatch.setattr("optimize.harness.evaluate.build_units", build_units)
+    made = bench._bench_request(path.parent, task, config, dtypes=None, compile_=False)
+    assert not isinstance(made, bench.OpBench), made
+    request, notes = made
+    assert notes == [
+        'not timed, nvcc refuses fp32 <fp32_t> (x.cuh(9): error: static assertion failed with "DType '
+        'must be fp16_t or bf16_t")'
+    ]
+    assert {t.dtype for t in request.timings} == {"bf16"} and request.baseline_libraries
+    refused = {"bf16", "fp16", "fp32"}  # nothing builds: the op's row is nvcc's error, as before
+    made = bench._bench_request(path.parent, task, config, dtypes=None, compile_=False)
+    assert isinstance(made, bench.OpBench) and made.error.startswith("baseline does not build: x.cuh(9)")
+
+
 def test_with_an_llm_the_sweep_asks_the_testing_agent_for_what_the_rules_leave_open(tmp_path):
     import json
 

@@ -267,3 +267,52 @@ def test_nvcc_runs_with_the_scrubbed_environment(tmp_path, monkeypatch):
     run = build._run([str(script)], tmp_path, timeout_s=30)
     assert run.returncode == 0 and "PATH=" in run.output and "OPENAI_API_KEY" not in run.output
     assert os.environ["OPENAI_API_KEY"] == "sk-secret", "only the child's environment is scrubbed"
+
+
+def test_a_symlinked_toolchain_folder_is_readable_at_either_path(tmp_path):
+    """On the H200 (2026-12-02) CUDA_HOME is /usr/local/cuda -> cuda-13.0, and bwrap refused to mount onto
+    the symlink, so every worker stopped before it ran. Folders are mounted at their real paths: a
+    symlink in a visible system folder (/var/tmp here) is read through the read-only root, and one
+    inside a hidden folder (tmp_path, under /tmp) is recreated as the same symlink."""
+    if sandbox.bwrap()[0] is None:
+        pytest.skip(f"no sandbox on this machine: {sandbox.bwrap()[1]}")
+    import tempfile
+
+    visible = pathlib.Path(tempfile.mkdtemp(dir="/var/tmp"))
+    try:
+        for root in (visible, tmp_path):
+            (root / "cuda-13.0" / "bin").mkdir(parents=True)
+            (root / "cuda-13.0" / "bin" / "tool").write_text(f"tool in {root.name}\n")
+            (root / "cuda").symlink_to(root / "cuda-13.0")
+        readable = [visible / "cuda", tmp_path / "cuda"]
+        argv = sandbox.wrap(
+            ["sh", "-c", f"cat {visible}/cuda/bin/tool {tmp_path}/cuda/bin/tool"],
+            writable=[tmp_path / "w"],
+            readable=readable,
+        )
+        assert argv[0] == sandbox.bwrap()[0], "the sandbox is made, not given up"
+        env = sandbox.scrubbed_env(tmp_path / "w" / "home")
+        _, code, _, tail = isolate.run_process(
+            argv, timeout_s=60, workdir=tmp_path / "run", result_path=tmp_path / "x", env=env
+        )
+        assert code == 0, tail
+        out = (tmp_path / "run" / "worker.stdout").read_text().split("\n")
+        assert out[:2] == [f"tool in {visible.name}", f"tool in {tmp_path.name}"]
+    finally:
+        import shutil
+
+        shutil.rmtree(visible, ignore_errors=True)
+
+
+def test_a_mount_set_bwrap_refuses_runs_in_process_isolation_and_says_so_once(tmp_path, monkeypatch, capsys):
+    if sandbox.bwrap()[0] is None:
+        pytest.skip(f"no sandbox on this machine: {sandbox.bwrap()[1]}")
+    assert sandbox._refused(("/nonexistent/bwrap",)), "a mount set that cannot run says why"
+    monkeypatch.setattr(sandbox, "_refused", lambda mounts: "bwrap: Can't bind mount /oldroot/x on /newroot/y")
+    monkeypatch.setattr(sandbox, "_warned", [])
+    argv = ["true"]
+    assert sandbox.wrap(argv, writable=[tmp_path / "w"]) == argv
+    assert sandbox.wrap(argv, writable=[tmp_path / "w2"]) == argv
+    err = capsys.readouterr().err
+    assert err.count("bwrap refuses this sandbox's mounts: bwrap: Can't bind mount") == 1
+    assert "process isolation only" in err

@@ -234,9 +234,10 @@ def _bench_once(
     from pipeline.errors import KernelsmithError, NotWritable
 
     try:
-        request = _bench_request(task_dir, task, config, dtypes=dtypes, compile_=compile_)
-        if isinstance(request, OpBench):
-            return request
+        made = _bench_request(task_dir, task, config, dtypes=dtypes, compile_=compile_)
+        if isinstance(made, OpBench):
+            return made
+        request, notes = made
         run = run_request(request, _bench_config(config, 1), worker_dir(config, task.op_id, "bench"))
     except (GpuRequired, NotWritable):
         raise
@@ -248,17 +249,38 @@ def _bench_once(
         return OpBench(op_id=task.op_id, error=f"{type(err).__name__}: {_cause(err)}")
     if run.result is None:
         return OpBench(op_id=task.op_id, error=f"{run.summary}: {run.stderr_tail.strip()[-300:]}")
-    return _from_worker(task, run.result)
+    return _from_worker(task, run.result, notes)
 
 
 def _bench_request(
     task_dir: pathlib.Path, task: Any, config: Config, *, dtypes: Sequence[str] | None, compile_: bool
-) -> WorkerRequest | OpBench:
-    """The worker request that times ``task``'s baseline, or the op's row when its baseline does not build."""
-    from optimize.harness.evaluate import build_units, plan_cases
+) -> tuple[WorkerRequest, list[str]] | OpBench:
+    """(the worker request that times ``task``'s baseline, notes for its row), or the op's row when its
+    baseline does not build.
+
+    An instantiation nvcc refuses (:func:`~optimize.harness.evaluate.without_refused`: a
+    ``--no-compile`` task keeps an fp32 one that the kernel's ``static_assert`` refuses, which
+    extract's compile check would have dropped) is left out, with a note, instead of costing the op
+    its row: on the H200 (2026-12-02) that cost the census rmsnorm_hf and fused_inplace_qknorm in
+    every release.
+    """
+    from optimize.harness.evaluate import build_units, plan_cases, refusal, without_refused
 
     plan = plan_cases(task, held_out=0, timing_dtypes=dtypes, profile=True)
     report, libs = build_units(task_dir, task, plan.units, config=config)
+    notes: list[str] = []
+    found = (
+        None
+        if report.ok
+        else without_refused(task, plan.units, lambda u: build_units(task_dir, task, u, config=config)[0])
+    )
+    if found is not None:
+        narrowed, refused = found
+        narrowed_plan = plan_cases(narrowed, held_out=0, timing_dtypes=dtypes, profile=True)
+        narrowed_report, narrowed_libs = build_units(task_dir, narrowed, narrowed_plan.units, config=config)
+        if narrowed_report.ok:
+            notes.append(f"not timed, {refusal(refused, report.stderr)}")
+            task, plan, report, libs = narrowed, narrowed_plan, narrowed_report, narrowed_libs
     if not report.ok:
         return OpBench(op_id=task.op_id, error=f"{_NO_BUILD}: {report.stderr.strip()[-300:]}")
     return WorkerRequest(
@@ -271,7 +293,7 @@ def _bench_request(
         device_cache_dir=str(config.cache / "device"),
         torch_eager=task.contract.reference is not None,
         torch_compile=compile_ and task.contract.reference is not None,
-    )
+    ), notes
 
 
 def _bench_config(config: Config, ops: int) -> Config:
@@ -280,9 +302,9 @@ def _bench_config(config: Config, ops: int) -> Config:
     return config.model_copy(update={"harness": config.harness.model_copy(update={"worker_timeout_s": timeout})})
 
 
-def _from_worker(task: Any, worker: WorkerResult) -> OpBench:
+def _from_worker(task: Any, worker: WorkerResult, notes: Sequence[str] = ()) -> OpBench:
     """The op's row from its worker result (timings, notes; the failure when nothing was timed)."""
-    result = OpBench(op_id=task.op_id)
+    result = OpBench(op_id=task.op_id, notes=list(notes))
     if worker.status != "ok" and not worker.timings:
         result.error = f"{worker.status}: {worker.detail[:300]}"
         return result
@@ -317,6 +339,7 @@ def bench_batch(
 
     rows: dict[int, OpBench] = {}
     requests: list[tuple[int, WorkerRequest]] = []
+    notes: dict[int, list[str]] = {}
     for index, (path, task) in enumerate(items):
         try:
             made = _bench_request(path, task, config, dtypes=dtypes, compile_=compile_)
@@ -325,7 +348,8 @@ def bench_batch(
         if isinstance(made, OpBench):
             rows[index] = made
         else:
-            requests.append((index, made))
+            requests.append((index, made[0]))
+            notes[index] = made[1]
 
     def collect(workdir: pathlib.Path) -> None:
         for position, (index, _) in enumerate(requests):
@@ -335,7 +359,7 @@ def bench_batch(
             except (OSError, ValueError):
                 continue
             if worker.status == "ok" and worker.timings:
-                rows[index] = _from_worker(items[index][1], worker)
+                rows[index] = _from_worker(items[index][1], worker, notes.get(index, []))
 
     if requests:
         batch = WorkerRequest(

@@ -35,7 +35,7 @@ import os
 import pathlib
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -274,6 +274,35 @@ def build_units(
     reports = build_many(jobs, max_workers=max_workers, isolate=isolate)
     merged = merge_reports(reports)
     return merged, [r.library or "" for r in reports]
+
+
+def without_refused(
+    task: Task, units: Sequence[Sequence[Instantiation]], build: Callable[[list[list[Instantiation]]], BuildReport]
+) -> tuple[Task, list[Instantiation]] | None:
+    """(``task`` without the instantiations nvcc refuses, those refused), each of ``units``'
+    instantiations built alone by ``build``; None when none or every one is refused.
+
+    Why: a task extracted with ``--no-compile`` keeps instantiations extract's compile check
+    would have dropped (a template that static_asserts "only fp16/bf16 supported" at fp32);
+    that is an op without the variant, not an op that does not build. The sweep
+    (:func:`optimize.harness.health.build_one`) and ``bench``/``track run``
+    (:func:`optimize.harness.bench`) both narrow this way.
+    """
+    singles = [inst for unit in units for inst in unit]
+    if len(singles) < 2:
+        return None
+    refused = [inst for inst in singles if not build([[inst]]).ok]
+    if not refused or len(refused) == len(singles):
+        return None
+    return task.model_copy(update={"instantiations": [i for i in task.instantiations if i not in refused]}), refused
+
+
+def refusal(refused: Sequence[Instantiation], stderr: str) -> str:
+    """ "nvcc refuses fp32 <fp32_t> (its first error)": what a row says of :func:`without_refused`'s drops."""
+    from pipeline.compiler_output import first_error
+
+    which = ", ".join(f"{i.dtype} <{', '.join(i.template_args)}>" for i in refused)
+    return f"nvcc refuses {which} ({first_error(stderr)[:160]})"
 
 
 @dataclass

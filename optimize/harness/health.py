@@ -233,7 +233,7 @@ def build_one(prep: _Prepared, config) -> tuple[BuildReport, list[str]]:
     ``--no-compile`` comes here unchecked). The checks are then planned again from
     what built, which must still serve the task's main shape; else the first failure
     is the row's reason."""
-    from optimize.harness.evaluate import build_units
+    from optimize.harness.evaluate import build_units, refusal, without_refused
 
     assert prep.task is not None and prep.plan is not None  # only planned tasks are built
     task_now = prep.task
@@ -243,13 +243,12 @@ def build_one(prep: _Prepared, config) -> tuple[BuildReport, list[str]]:
         return build_units(prep.task_dir, task_now, units, config=config, max_workers=1, isolate=True)
 
     report, libraries = build(prep.plan.units)
-    singles = [inst for unit in prep.plan.units for inst in unit]
-    if report.ok or len(singles) < 2 or prep.shape is None:
+    if report.ok or prep.shape is None:
         return report, libraries
-    refused = [inst for inst in singles if not build([[inst]])[0].ok]
-    if not refused or len(refused) == len(singles):
+    found = without_refused(task_now, prep.plan.units, lambda units: build(units)[0])
+    if found is None:
         return report, libraries
-    task = task_now.model_copy(update={"instantiations": [i for i in task_now.instantiations if i not in refused]})
+    task, refused = found
     narrowed = _plan_for(task, prep.shape)
     if narrowed is None:
         return report, libraries
@@ -257,8 +256,7 @@ def build_one(prep: _Prepared, config) -> tuple[BuildReport, list[str]]:
     if not kept.ok:
         return report, libraries
     prep.task, prep.plan = task, narrowed
-    which = ", ".join(f"{i.dtype} <{', '.join(i.template_args)}>" for i in refused)
-    note = f"not tested, nvcc refuses {which} ({first_error(report.stderr)[:160]})"
+    note = f"not tested, {refusal(refused, report.stderr)}"
     prep.row = prep.row.model_copy(update={"filled": [*prep.row.filled, note]})
     return kept, kept_libraries
 
