@@ -197,21 +197,14 @@ class _Evaluator:
         if isinstance(node, cst.UnaryOperation):
             inner = v(node.expression)
             return (not inner) if isinstance(node.operator, cst.Not) else -inner
-        if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
-            left, comp = v(node.left), node.comparisons[0]
-            if isinstance(comp.operator, cst.IsNot | cst.Is):
+        if isinstance(node, cst.Comparison):  # chained as Python chains them: a < b <= c
+            left = v(node.left)
+            for comp in node.comparisons:
                 right = v(comp.comparator)
-                return (left is not right) if isinstance(comp.operator, cst.IsNot) else (left is right)
-            right = v(comp.comparator)
-            if isinstance(comp.operator, cst.Equal):
-                return left == right
-            if isinstance(comp.operator, cst.NotEqual):
-                return left != right
-            if isinstance(comp.operator, cst.LessThan):
-                return left < right
-            if isinstance(comp.operator, cst.GreaterThan):
-                return left > right
-            raise Unresolvable("comparison")
+                if not _compare(comp.operator, left, right):
+                    return False
+                left = right
+            return True
         if isinstance(node, cst.IfExp):
             return v(node.body) if v(node.test) else v(node.orelse)
         if isinstance(node, cst.Tuple):
@@ -263,6 +256,25 @@ class _Evaluator:
                 if tail in ("contiguous", "view", "reshape", "flatten") and not args:
                     return base
         raise Unresolvable(f"{name or 'call'}(...)")
+
+
+_COMPARE: dict[type, Any] = {
+    cst.Is: lambda a, b: a is b,
+    cst.IsNot: lambda a, b: a is not b,
+    cst.Equal: lambda a, b: a == b,
+    cst.NotEqual: lambda a, b: a != b,
+    cst.LessThan: lambda a, b: a < b,
+    cst.LessThanEqual: lambda a, b: a <= b,
+    cst.GreaterThan: lambda a, b: a > b,
+    cst.GreaterThanEqual: lambda a, b: a >= b,
+}
+
+
+def _compare(operator: cst.BaseCompOp, left: Any, right: Any) -> bool:
+    test = _COMPARE.get(type(operator))
+    if test is None:
+        raise Unresolvable("comparison")
+    return bool(test(left, right))
 
 
 def _statements(block: cst.BaseSuite) -> list[cst.BaseSmallStatement]:

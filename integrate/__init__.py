@@ -1,7 +1,7 @@
 """Kernelsmith integrate stage: from an optimize run's accepted candidates to a patch SGLang can take.
 
 Modules, in dependency order (each imports only those before it, and the floors below):
-``errors``, ``records``, ``diffs``, ``patch`` (makes and verifies ``sglang.patch`` and the
+``errors``, ``records``, ``diffs``, ``triton_splice`` (a spliced Triton file still parses), ``patch`` (makes and verifies ``sglang.patch`` and the
 patched copy), ``sglang_bare``, ``calls`` (each op's calls planned from its contract),
 ``sglang_worker`` (run in a subprocess per tree), ``sglang_runner`` (proves it through SGLang's
 own ops on the GPU), ``sglang_tests`` (SGLang's tests), ``e2e`` (measures a model layer),

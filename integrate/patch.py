@@ -61,8 +61,19 @@ from dataclasses import dataclass
 from integrate.diffs import patch_text, patched_paths, sha256, verify_spans
 from integrate.errors import ConfigError, PatchError
 from integrate.records import FileChange, Layout, OpChange, Patch
+from integrate.triton_splice import check_python
 from pipeline.errors import StaleRecordError
-from pipeline.records import Candidate, Evaluation, Outcome, SourceInfo, Span, Task, read_record, write_record
+from pipeline.records import (
+    Candidate,
+    Evaluation,
+    Outcome,
+    SourceInfo,
+    Span,
+    Task,
+    content_hash,
+    read_record,
+    write_record,
+)
 from pipeline.stats import speedup_geomean
 
 CANDIDATE_FILE = "best/candidate.json"
@@ -345,10 +356,33 @@ def compose(accepted: list[Accepted], package_root: pathlib.Path) -> tuple[list[
             key=lambda s: s.start_byte,
         )
         verify_spans(path, old, new, [(s.start_byte, s.end_byte) for s in spans])
+        if any(a.task.language == "triton" for a in accepted if a.op_id in ops):
+            check_python(path, new)
         if new == old:
             continue
         out.append(NewFile(path, old, new, spans, ops, target.stat().st_mode))
     return out, matched_best
+
+
+def task_patch(
+    task: Task, task_dir: pathlib.Path, source: SourceInfo, regions: dict[str, str]
+) -> tuple[list[NewFile], bytes]:
+    """One op's regions spliced into ``source``'s tree and its unified diff, by :func:`compose` (checked as a run's).
+
+    The files are compared with the task's recorded digests, changed only inside its spans and,
+    for a Triton task, parsed (:func:`integrate.triton_splice.check_python`); the diff's paths
+    follow ``source``'s layout. Nothing is written. Unchanged regions give no file and an empty diff.
+    """
+    candidate = Candidate(
+        op_id=task.op_id,
+        id=content_hash(*(f"{k}\0{v}" for k, v in sorted(regions.items()))),
+        parent=None,
+        regions=regions,
+        coder="integrate:task_patch",
+    )
+    layout = layout_of(source)
+    files, _ = compose([Accepted(task.op_id, candidate, None, task, task_dir)], layout.package_root)
+    return files, patch_text((layout.diff_path(f.path), f.old, f.new, _git_mode(f.mode)) for f in files)
 
 
 def _disjoint(path: str, file_edits: list[_Edit]) -> list[_Edit]:

@@ -54,6 +54,7 @@ from optimize.features import Features
 from optimize.hint_transforms import WHICH, streaming_hints
 from optimize.pdl_transforms import enable_pdl, pdl_early_trigger, pdl_late_wait
 from optimize.transform_edits import Edit, NotApplicable, TransformError, apply_edits, line_start
+from optimize.triton_transforms import autotune_pin, block_size, constexpr_default, launch_option
 
 # --------------------------------------------------------------------------- tune_constant
 
@@ -436,6 +437,16 @@ def _streaming_targets(features: Features, point: dict[str, Any]) -> list[dict[s
     return [{"what": what}] if features.static.typed_accesses and what in WHICH else []
 
 
+def _triton_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
+    """None on a CUDA region: a Triton task's targets come from its record (:mod:`optimize.search.triton_space`)."""
+    return []
+
+
+_BUCKETED = {
+    "bucket": "a token bucket of pipeline.buckets.BUCKETS ('' = every token count)",
+    "tokens": "the wrapper's expression of the token count (with bucket)",
+}
+
 TRANSFORMS: dict[str, TransformSpec] = {
     spec.name: spec
     for spec in (
@@ -523,6 +534,42 @@ TRANSFORMS: dict[str, TransformSpec] = {
             _streaming_targets,
             "device::load_as / store_as -> evict-first (ld/st.global.cs) accesses",
             choice=("what",),
+        ),
+        TransformSpec(
+            "triton_launch_option",
+            launch_option,
+            {"launch": "launch region", "option": "num_warps or num_stages", "value": "the new value"} | _BUCKETED,
+            (),
+            _triton_targets,
+            "set a Triton launch's num_warps / num_stages (in every bucket or one)",
+            choice=("value",),
+        ),
+        TransformSpec(
+            "triton_block_size",
+            block_size,
+            {"launch": "launch region", "name": "the constexpr keyword", "value": "a power of two"} | _BUCKETED,
+            (),
+            _triton_targets,
+            "set a block-size constexpr a Triton launch passes (grid and block together)",
+            choice=("value",),
+        ),
+        TransformSpec(
+            "triton_constexpr_default",
+            constexpr_default,
+            {"kernel": "kernel region", "name": "the constexpr parameter", "value": "a power of two"},
+            (),
+            _triton_targets,
+            "set the default of a Triton kernel's block-size constexpr",
+            choice=("value",),
+        ),
+        TransformSpec(
+            "triton_autotune_pin",
+            autotune_pin,
+            {"kernel": "kernel region", "index": "the config kept"},
+            (),
+            _triton_targets,
+            "keep one config of a Triton kernel's autotune list",
+            choice=("index",),
         ),
     )
 }

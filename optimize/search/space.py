@@ -45,6 +45,11 @@ ORDER = (
     "add_pragma_unroll",
     "streaming_hints",
     "fast_math",
+    # Triton (one task never mixes them with the CUDA ones): the kernel's list, then the launch
+    "triton_autotune_pin",
+    "triton_constexpr_default",
+    "triton_block_size",
+    "triton_launch_option",
 )
 
 #: A transform whose target appears only after another one ran: (after, skill, transform, params).
