@@ -90,6 +90,15 @@ def sglang_source():
     return acquire(DEFAULT_SGLANG_VERSION, ROOT / "work" / "cache", src)
 
 
+@pytest.fixture(scope="session")
+def triton_wheel_index(sglang_source):
+    """The Triton index of the pinned wheel (:func:`extract.triton_ops.scan_tree`, cached in work/cache)."""
+    from extract import triton_ops
+
+    index, _ = triton_ops.scan_tree(sglang_source, ROOT / "work" / "cache")
+    return index
+
+
 def ensure_default_tasks() -> pathlib.Path:
     """work/tasks for the three default ops, extracted (without the compile check) if missing.
 

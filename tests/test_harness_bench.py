@@ -769,16 +769,11 @@ def test_a_dtype_the_baseline_refuses_outright_is_not_tested(tmp_path, monkeypat
     assert row.checks == sum(1 for c in prep.plan.checks if c.dtype == "bf16")
 
 
-def test_an_instantiation_nvcc_refuses_is_left_out_of_the_sweep_where_others_build(tmp_path, monkeypatch):
-    """Found on the H200 (2026-12-01): tasks extracted with --no-compile reach the sweep
-    unchecked; silu_and_mul_clamp's fp32 static_asserts "only fp16/bf16 supported", which
-    had failed the whole task. Each instantiation is then built alone and the refused ones
-    dropped from the task too (fused_eh_norm's later size repair had re-planned with its
-    fp32 again and found it unbuilt); with none building, nvcc's error is the reason."""
+def _three_dtype_task(work):
+    """(task c.op with bf16, fp16 and fp32 instantiations, written under ``work``; its config)."""
     from pipeline.config import load_config
-    from pipeline.records import BuildReport, Instantiation, Task, read_record, write_record
+    from pipeline.records import Instantiation, Task, read_record, write_record
 
-    work = tmp_path / "work"
     _write_task(work, "c.op")
     path = work / "tasks" / "c.op" / "task.json"
     task = read_record(Task, path)
@@ -786,8 +781,21 @@ def test_an_instantiation_nvcc_refuses_is_left_out_of_the_sweep_where_others_bui
         Instantiation(dtype=d, module_args=[], template_args=[f"{d}_t"], wrappers=[("e", "E")])
         for d in ("fp16", "fp32")
     ]
-    write_record(task.model_copy(update={"instantiations": [*task.instantiations, *more]}), path)
-    config = load_config(overrides={"work_dir": str(work)}, environ={})
+    task = task.model_copy(update={"instantiations": [*task.instantiations, *more]})
+    write_record(task, path)
+    return task, load_config(overrides={"work_dir": str(work)}, environ={})
+
+
+def test_an_instantiation_nvcc_refuses_is_left_out_of_the_sweep_where_others_build(tmp_path, monkeypatch):
+    """Found on the H200 (2026-12-01): tasks extracted with --no-compile reach the sweep
+    unchecked; silu_and_mul_clamp's fp32 static_asserts "only fp16/bf16 supported", which
+    had failed the whole task. Each instantiation is then built alone and the refused ones
+    dropped from the task too (fused_eh_norm's later size repair had re-planned with its
+    fp32 again and found it unbuilt); with none building, nvcc's error is the reason."""
+    from pipeline.records import BuildReport
+
+    work = tmp_path / "work"
+    _, config = _three_dtype_task(work)
     refused = {"fp32"}
     built = []
 
@@ -821,20 +829,11 @@ def test_bench_and_the_census_time_an_op_whose_untimed_instantiation_nvcc_refuse
     fused_inplace_qknorm's fp32 instantiations, which static_assert; the op got no row in any release.
     bench/track run narrow as the sweep does (each instantiation alone) and say so in the row."""
     from optimize.harness import bench
-    from pipeline.config import load_config
-    from pipeline.records import BuildReport, Instantiation, Task, read_record, write_record
+    from pipeline.records import BuildReport
 
     work = tmp_path / "work"
-    _write_task(work, "c.op")
+    task, config = _three_dtype_task(work)
     path = work / "tasks" / "c.op" / "task.json"
-    task = read_record(Task, path)
-    more = [
-        Instantiation(dtype=d, module_args=[], template_args=[f"{d}_t"], wrappers=[("e", "E")])
-        for d in ("fp16", "fp32")
-    ]
-    task = task.model_copy(update={"instantiations": [*task.instantiations, *more]})
-    write_record(task, path)
-    config = load_config(overrides={"work_dir": str(work)}, environ={})
     refused = {"fp32"}
 
     def build_units(task_dir, task, units, **kw):

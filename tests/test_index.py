@@ -7,12 +7,11 @@ says about the ops Kernelsmith optimizes first.
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
 import re
 
 import pytest
+from golden import assert_golden
 
 from extract.cxx import code_only
 from extract.file_scan import scan_file
@@ -212,11 +211,7 @@ def test_golden(scan, name):
         "parse_issues": [i.model_dump() for i in scan.parse_issues if i.file == path],
     }
     golden = GOLDEN / f"{name}.json"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(json.dumps(actual, indent=1) + "\n", encoding="utf-8")
-    assert golden.is_file(), f"{golden} is missing: run with UPDATE_GOLDEN=1 and review the diff"
-    assert json.loads(golden.read_text(encoding="utf-8")) == actual
+    assert_golden(golden, actual)
 
 
 def test_pool_and_single_process_agree(sglang_source, scan):

@@ -7,11 +7,10 @@ lines, counts, parameter flags), never its source text.
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
 
 import pytest
+from golden import assert_golden
 from triton_demo import demo_tree
 
 from extract import triton_ops
@@ -109,33 +108,26 @@ def test_ops_and_their_reasons(tmp_path):
 # --------------------------------------------------------------------------- the real wheel
 
 
-@pytest.fixture(scope="module")
-def triton_index(sglang_source):
-    root = pathlib.Path(__file__).resolve().parent.parent
-    index, _ = triton_ops.scan_tree(sglang_source, root / "work" / "cache")
-    return index
-
-
 @pytest.mark.wheel
-def test_every_file_with_the_marker_is_scanned(sglang_source, triton_index):
+def test_every_file_with_the_marker_is_scanned(sglang_source, triton_wheel_index):
     root = pathlib.Path(sglang_source.root)
     marked = triton_files(root)
     assert len(marked) == 408  # sglang 0.5.23 (issue 19)
-    scanned = {f.module for f in triton_index.files}
+    scanned = {f.module for f in triton_wheel_index.files}
     assert set(marked) <= scanned
-    assert not [f.module for f in triton_index.files if f.parse_error]
+    assert not [f.module for f in triton_wheel_index.files if f.parse_error]
     # every kernel the scan found carries the marker or a bare @jit in its own span
-    kernels = sum(len(f.kernels) for f in triton_index.files)
+    kernels = sum(len(f.kernels) for f in triton_wheel_index.files)
     text_count = sum((root / rel).read_text(encoding="utf-8").count(MARKER) for rel in marked)
     assert kernels >= 1000 and kernels <= text_count
 
 
 @pytest.mark.wheel
 @pytest.mark.parametrize("op_id", GOLDEN_OPS)
-def test_golden_ops(triton_index, op_id):
-    op = next(o for o in triton_index.ops if o.id == op_id)
-    files = {f.module: f for f in triton_index.files}
-    kernels = {f"{f.module}:{k.name}": k for f in triton_index.files for k in f.kernels}
+def test_golden_ops(triton_wheel_index, op_id):
+    op = next(o for o in triton_wheel_index.ops if o.id == op_id)
+    files = {f.module: f for f in triton_wheel_index.files}
+    kernels = {f"{f.module}:{k.name}": k for f in triton_wheel_index.files for k in f.kernels}
     launches = [x for x in files[op.module].launches if x.function == op.function]
     actual = {
         "op": op.id,
@@ -168,11 +160,7 @@ def test_golden_ops(triton_index, op_id):
         ],
     }
     golden = GOLDEN / f"{op_id}.json"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(json.dumps(actual, indent=1) + "\n", encoding="utf-8")
-    assert golden.is_file(), f"{golden} is missing: run with UPDATE_GOLDEN=1 and review the diff"
-    assert json.loads(golden.read_text(encoding="utf-8")) == actual
+    assert_golden(golden, actual)
 
 
 def test_ids_a_cuda_op_has_are_renamed_after_the_module(tmp_path):

@@ -7,11 +7,10 @@ after checking the diff by eye: ids of dimensions and points, reasons, counts; n
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import pathlib
 
 import pytest
+from golden import assert_golden
 from triton_demo import demo_tree
 
 from contract.layout import baseline_regions, read_task_files, task_dir
@@ -25,13 +24,6 @@ GOLDEN = pathlib.Path(__file__).parent / "golden" / "triton_space"
 #: real Triton ops whose baseline compiles on the CPU: bucketed launch options; unbucketed; block sizes with the grid
 SPACE_OPS = ("attention.merge_state_triton", "speculative.build_qo_indptr_triton", "moe.shuffle_weighted_sum")
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
-
-
-@pytest.fixture(scope="module")
-def wheel_index(sglang_source):
-    root = pathlib.Path(__file__).resolve().parent.parent
-    index, _ = triton_ops.scan_tree(sglang_source, root / "work" / "cache")
-    return index
 
 
 def _task(index, op_id, work):
@@ -80,8 +72,8 @@ def test_a_pinned_point_compiles_and_a_broken_one_is_a_typed_failure_with_triton
 
 @pytest.mark.wheel
 @pytest.mark.parametrize("op_id", SPACE_OPS)
-def test_golden_spaces(wheel_index, op_id, tmp_path):
-    task, folder, base = _task(wheel_index, op_id, tmp_path / "work")
+def test_golden_spaces(triton_wheel_index, op_id, tmp_path):
+    task, folder, base = _task(triton_wheel_index, op_id, tmp_path / "work")
     found, skipped, tokens = triton_space.tunables(task, folder)
     space = triton_space.triton_space(task, folder)
     points = triton_space.single_points(space)
@@ -96,11 +88,7 @@ def test_golden_spaces(wheel_index, op_id, tmp_path):
         "points": [triton_space.point_id(space, p) for p in points],
     }
     golden = GOLDEN / f"{op_id}.json"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(json.dumps(actual, indent=1) + "\n", encoding="utf-8")
-    assert golden.is_file(), f"{golden} is missing: run with UPDATE_GOLDEN=1 and review the diff"
-    assert json.loads(golden.read_text(encoding="utf-8")) == actual
+    assert_golden(golden, actual)
     for point in points:  # every point's edit parses and keeps Triton's limits
         regions, _ = realize(space, point, base)
         for name, text in regions.items():
@@ -120,9 +108,9 @@ def test_golden_spaces(wheel_index, op_id, tmp_path):
 @needs_triton
 @pytest.mark.wheel
 @pytest.mark.parametrize("op_id", SPACE_OPS)
-def test_points_compile_for_sm90(wheel_index, op_id, tmp_path):
+def test_points_compile_for_sm90(triton_wheel_index, op_id, tmp_path):
     """The first single-change point and the point at every dimension's last value (capped: two a task)."""
-    task, folder, base = _task(wheel_index, op_id, tmp_path / "work")
+    task, folder, base = _task(triton_wheel_index, op_id, tmp_path / "work")
     space = triton_space.triton_space(task, folder)
     last = {d.name: d.values[-1] for d in space.dimensions}
     for point in (triton_space.single_points(space)[0], last):

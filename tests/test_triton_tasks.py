@@ -7,10 +7,10 @@ after checking the diff by eye: our facts about each task (contract, shapes, spa
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 
 import pytest
+from golden import assert_golden
 from triton_demo import demo_tree
 
 from contract.layout import load_task
@@ -187,18 +187,11 @@ def test_nvcc_refuses_a_triton_task_with_the_reason(demo, tmp_path):
     assert not report.ok and "is a triton task: nvcc builds CUDA tasks only" in report.stderr
 
 
-@pytest.fixture(scope="module")
-def wheel_index(sglang_source):
-    root = pathlib.Path(__file__).resolve().parent.parent
-    index, _ = triton_ops.scan_tree(sglang_source, root / "work" / "cache")
-    return index
-
-
 @pytest.mark.wheel
 @pytest.mark.parametrize("op_id", GOLDEN_TASKS)
-def test_golden_tasks(wheel_index, op_id, tmp_path):
-    op = next(o for o in wheel_index.ops if o.id == op_id)
-    task = triton_tasks.write_task(wheel_index, op, tmp_path / "work")
+def test_golden_tasks(triton_wheel_index, op_id, tmp_path):
+    op = next(o for o in triton_wheel_index.ops if o.id == op_id)
+    task = triton_tasks.write_task(triton_wheel_index, op, tmp_path / "work")
     actual = {
         "op": task.op_id,
         "language": task.language,
@@ -217,11 +210,7 @@ def test_golden_tasks(wheel_index, op_id, tmp_path):
         "editable": [[s.name, s.kind, s.file, s.start_byte, s.end_byte] for s in task.editable],
     }
     golden = GOLDEN / f"{op_id}.json"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(json.dumps(actual, indent=1) + "\n", encoding="utf-8")
-    assert golden.is_file(), f"{golden} is missing: run with UPDATE_GOLDEN=1 and review the diff"
-    assert json.loads(golden.read_text(encoding="utf-8")) == actual
+    assert_golden(golden, actual)
 
 
 @pytest.mark.wheel
