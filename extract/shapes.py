@@ -30,7 +30,6 @@ What must stay true:
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import pathlib
 import re
@@ -86,6 +85,9 @@ DEFAULT_FAMILIES: list[dict[str, str]] = [
 
 
 FAMILIES = ("llm", "diffusion")
+# A family's keys that are not symbols: the flag or dim it requires, its reason, and the
+# symbol that is the op's own axis (``ShapeCase.tokens``) where that is not the token count.
+FAMILY_KEYS = ("requires", "why", "axis")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,27 +167,40 @@ def load_catalog(directory: pathlib.Path = CATALOG_DIR) -> list[Model]:
 
 
 def evaluate_dim(entry: str | int, dims: dict[str, int]) -> int | None:
-    """``"tokens*num_experts_per_tok"`` over dims; None when a name is missing or not
-    positive, or the entry is not a product of names and integers (the only form a
-    model family writes). Read by :mod:`contract.expr`'s arithmetic grammar."""
+    """``"tokens*num_experts_per_tok"``, ``"2*moe_intermediate_size"``, ``"hidden_size/128"`` over
+    dims: :mod:`contract.expr`'s arithmetic grammar, ``/`` dividing exactly. None when a name is
+    missing or not positive, a division is inexact (the model's width does not split into those
+    groups), or the value is not positive."""
     if isinstance(entry, int):
         return entry
     try:
         tree = expr.parse(str(entry), expr.ARITHMETIC)
     except ExprError:
         return None
-    product = all(
-        isinstance(node, (ast.Expression, ast.Name, ast.Load, ast.Constant, ast.Mult))
-        or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult))
-        for node in ast.walk(tree)
-    )
-    if not product or any(dims.get(name, 0) <= 0 for name in expr.names(tree)):
+    if any(dims.get(name, 0) <= 0 for name in expr.names(tree)):
         return None
-    return int(expr.evaluate(tree, dims))
+    try:
+        value = int(expr.evaluate(tree, dims, exact=True))
+    except ExprError:
+        return None
+    return value if value > 0 else None
 
 
-def _names(expr: str | int) -> list[str]:
-    return [] if isinstance(expr, int) else [f.strip() for f in str(expr).split("*") if not f.strip().isdigit()]
+def _names(entry: str | int) -> list[str]:
+    """The dims a family entry reads, in order of first use (none for an integer)."""
+    if isinstance(entry, int):
+        return []
+    try:
+        found = expr.names(expr.parse(str(entry), expr.ARITHMETIC))
+    except ExprError:
+        return []
+    return sorted(found, key=lambda n: str(entry).index(n))
+
+
+def _dim_names(dim: str) -> list[str]:
+    """The size symbols a shape entry reads, in order: its names, not the functions it calls
+    (``min(1, batch_size // 2049)`` reads ``batch_size``, not ``min``)."""
+    return [m.group(1) for m in re.finditer(r"([A-Za-z_]\w*)(\s*\()?", dim) if not m.group(2)]
 
 
 def tensor_symbols(contract: Contract) -> list[str]:
@@ -196,7 +211,7 @@ def tensor_symbols(contract: Contract) -> list[str]:
             continue
         for dim in arg.tensor.shape:
             if isinstance(dim, str):
-                for name in re.findall(r"[A-Za-z_]\w*", dim):
+                for name in _dim_names(dim):
                     if name not in out:
                         out.append(name)
     return out
@@ -213,7 +228,7 @@ def shape_cases(
     families = families or DEFAULT_FAMILIES
     symbols = tensor_symbols(contract)
     notes: list[str] = []
-    mapped = {s for fam in families for s in fam if s not in ("requires", "why")}
+    mapped = {s for fam in families for s in fam if s not in FAMILY_KEYS}
     unmapped = [s for s in symbols if s not in mapped]
     if unmapped:
         notes.append(
@@ -252,7 +267,11 @@ def shape_cases(
                 sizes[sym] = value
             if not ok:
                 continue
-            rows = sizes.get(token_symbol, int(tokens)) if token_symbol else int(tokens)
+            axis = fam.get("axis") or token_symbol
+            rows = sizes.get(axis, int(tokens)) if axis else int(tokens)
+            per_token = any("tokens" in _names(fam[sym]) for sym in symbols)
+            if not per_token:  # sizes that do not follow the token count: one case per width
+                rows = sizes.get(axis, 0) if axis else 0
             used = [n for sym in symbols for n in _names(fam[sym]) if n != "tokens"]
             where = "; ".join(
                 f"{sym}={fam[sym]}: {model.sources.get(n, n)}"
@@ -262,7 +281,10 @@ def shape_cases(
             )
             if need and not need.startswith("!"):
                 where += f"; requires {need}: {model.sources.get('flag:' + need, need)}"
-            label = f"{model.name} at {tokens} tokens" + (f" ({rows} rows)" if rows != tokens else "")
+            if per_token:
+                label = f"{model.name} at {tokens} tokens" + (f" ({rows} rows)" if rows != tokens else "")
+            else:
+                label = model.name + (f" ({axis}={rows})" if axis else "")
             if model.token_counts:
                 label += f" ({model.tokens_why})"
             source = f"{label}; {where}" if used else label

@@ -186,3 +186,45 @@ def test_golden_catalog():
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     assert out == json.loads(GOLDEN.read_text())
+
+
+def test_family_expressions_add_and_divide_exactly():
+    """A family entry may add and divide (``2*moe_intermediate_size``, ``hidden_size/128``):
+    a division that is not exact (the width does not split into those groups) gives no value."""
+    dims = {"hidden_size": 7168, "tokens": 8, "heads": 64, "head_dim": 512, "groups": 8}
+    assert shapes.evaluate_dim("hidden_size/128", dims) == 56
+    assert shapes.evaluate_dim("hidden_size/3", dims) is None
+    assert shapes.evaluate_dim("heads*head_dim/(groups*128)", dims) == 32
+    assert shapes.evaluate_dim("2*hidden_size+tokens", dims) == 14344
+    assert shapes.evaluate_dim("max(heads, 128)", dims) == 128
+    assert shapes.evaluate_dim("tokens*missing", dims) is None
+    assert shapes.evaluate_dim("hidden_size-hidden_size", dims) is None  # not positive
+
+
+def test_a_function_in_a_shape_entry_is_no_symbol():
+    """``min(1, batch_size // 2049)`` sizes a tensor by batch_size; ``min`` needs no mapping."""
+    contract = _contract({"x": ["batch_size"], "w": ["min(1, batch_size // 2049) * batch_size"]})
+    assert shapes.tensor_symbols(contract) == ["batch_size"]
+    cases, notes = shapes.shape_cases(contract, None, (1, 8), _first_six())
+    assert notes == [] and {c.tokens for c in cases} == {1, 8}
+
+
+def test_an_op_on_its_own_axis():
+    """A family's ``axis`` names the symbol that is the op's count (pages, experts): it is the
+    case's ``tokens``, which the buckets read; sizes that do not follow the token count give one
+    case per width, not one per token count."""
+    from pipeline.buckets import bucket_for, tokens_of
+
+    contract = _contract({"cache": ["num_pages", "page_bytes"], "x": ["num_tokens", "page_bytes"]})
+    family = [{"num_tokens": "tokens", "num_pages": "tokens*64", "page_bytes": "hidden_size", "axis": "num_pages"}]
+    cases, _ = shapes.shape_cases(contract, family, (1, 64), _first_six()[:1])
+    assert [(c.tokens, c.sizes["num_pages"]) for c in cases] == [(64, 64), (4096, 4096)]
+    assert [bucket_for(tokens_of(c)) for c in cases] == ["T<=64", "T>=512"]  # by the axis, not by num_tokens
+    experts = _contract({"w": ["num_experts", "hidden_size"]})
+    cases, _ = shapes.shape_cases(
+        experts, [{"num_experts": "num_experts", "hidden_size": "hidden_size", "axis": "num_experts"}], TOKENS
+    )
+    deepseek = [c for c in cases if c.model == "DeepSeek-V3"]
+    assert len(deepseek) == 1 and deepseek[0].tokens == 256  # one case, bucketed by its 256 experts
+    assert bucket_for(tokens_of(deepseek[0])) == "64<T<512"
+    assert "tokens" not in deepseek[0].source.split(";")[0]
