@@ -13,10 +13,11 @@ import pathlib
 from typing import Any
 
 
-def assert_golden(golden: pathlib.Path, actual: Any) -> None:
-    """``actual`` equals the JSON in ``golden`` (written first under ``UPDATE_GOLDEN=1``)."""
+def assert_golden(golden: pathlib.Path, actual: Any, *, sort_keys: bool = False) -> None:
+    """``actual`` equals the JSON in ``golden`` (written first under ``UPDATE_GOLDEN=1``; ``sort_keys``
+    for records whose key order is not part of what is tested)."""
     if os.environ.get("UPDATE_GOLDEN"):
         golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(json.dumps(actual, indent=1) + "\n", encoding="utf-8")
+        golden.write_text(json.dumps(actual, indent=1, sort_keys=sort_keys) + "\n", encoding="utf-8")
     assert golden.is_file(), f"{golden} is missing: run with UPDATE_GOLDEN=1 and review the diff"
     assert json.loads(golden.read_text(encoding="utf-8")) == actual

@@ -8,11 +8,10 @@ the diff.
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
 
 import pytest
+from golden import assert_golden
 
 from extract import model_ops, shapes
 from pipeline.records import OpEntry
@@ -139,9 +138,7 @@ def wheel_map(sglang_source):
 
 @pytest.mark.wheel
 def test_golden_model_map(wheel_map):
-    if os.environ.get("UPDATE_GOLDEN"):
-        GOLDEN.write_text(json.dumps(wheel_map, indent=1, sort_keys=True) + "\n")
-    assert wheel_map == json.loads(GOLDEN.read_text())
+    assert_golden(GOLDEN, wheel_map, sort_keys=True)
 
 
 @pytest.mark.wheel
@@ -173,6 +170,4 @@ def test_golden_catalog_models_and_their_ops(wheel_map):
         files = sorted({f for a in model.architectures if (f := model_ops.file_of_class(wheel_map, a, model.family))})
         ops = sorted({op for f in files for op in wheel_map["models"][f]["ops"]})
         out[model.name] = {"family": model.family, "files": files, "ops": ops}
-    if os.environ.get("UPDATE_GOLDEN"):
-        CATALOG_GOLDEN.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-    assert out == json.loads(CATALOG_GOLDEN.read_text())
+    assert_golden(CATALOG_GOLDEN, out, sort_keys=True)

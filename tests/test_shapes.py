@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
 import tomllib
 
 import pytest
+from golden import assert_golden
 
 from extract import shapes
 from pipeline.errors import ConfigError
@@ -183,9 +182,7 @@ def test_golden_catalog():
         }
         for m in shapes.load_catalog()
     }
-    if os.environ.get("UPDATE_GOLDEN"):
-        GOLDEN.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-    assert out == json.loads(GOLDEN.read_text())
+    assert_golden(GOLDEN, out, sort_keys=True)
 
 
 def test_family_expressions_add_and_divide_exactly():
