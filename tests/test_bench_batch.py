@@ -143,11 +143,11 @@ def test_the_census_on_a_gpu_machine_goes_through_batches_and_an_interrupted_bat
     monkeypatch.setattr(gpu, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
     monkeypatch.setattr(bench, "prebuild", lambda *a, **k: 0)
     monkeypatch.setattr(bench, "_bench_request", _request)
-    outcomes = {"demo.a": _ok(10), "demo.b": _ok(20), "demo.c": _ok(30)}
+    outcomes = {"demo.a": _ok(10), "demo.b": _ok(20).model_copy(update={"seconds": {"op": 2.54}}), "demo.c": _ok(30)}
     monkeypatch.setattr(evaluate, "run_request", _fake_worker(outcomes, [], interrupt_after=2))
     assert cli(["track", "run", "--work-dir", str(tmp_path)]) == 130
     err = capsys.readouterr().err
-    assert "census 1-3/3: demo.a, demo.b, demo.c ..." in err and "demo.b: 1 shapes" in err
+    assert "census 1-3/3: demo.a, demo.b, demo.c ..." in err and "demo.b: 1 shapes in 2.5 s" in err
     (key,) = ResultsStore(tmp_path).keys()
     assert {r.op_id for r in ResultsStore(tmp_path).get(key).rows} == {"demo.a", "demo.b"}
 
@@ -180,6 +180,7 @@ def test_the_batch_worker_runs_each_member_writes_each_result_and_stops_after_a_
     assert ran == ["demo.a", "demo.raises", "demo.faults"], "nothing runs after a CUDA fault"
     read = [WorkerResult.model_validate_json(worker.member_path(result_path, i).read_text()) for i in range(3)]
     assert [r.status for r in read] == ["ok", "baseline_failed", "crashed"]
+    assert all(r.seconds["op"] >= 0 for r in read), "each member says how long it took"
     assert "TypeError: Mismatched number of arguments" in read[1].detail
     assert not worker.member_path(result_path, 3).exists()
     assert summary.status == "crashed", "main() then skips the interpreter's teardown"

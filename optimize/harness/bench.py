@@ -114,6 +114,7 @@ class OpBench:
     device: DeviceInfo | None = None
     error: str = ""
     notes: list[str] = field(default_factory=list)
+    worker_s: float | None = None  # the op's time in the worker (its worker's life when timed alone)
 
 
 def timing_table(results: Sequence[OpBench]) -> list[str]:
@@ -249,7 +250,9 @@ def _bench_once(
         return OpBench(op_id=task.op_id, error=f"{type(err).__name__}: {_cause(err)}")
     if run.result is None:
         return OpBench(op_id=task.op_id, error=f"{run.summary}: {run.stderr_tail.strip()[-300:]}")
-    return _from_worker(task, run.result, notes)
+    row = _from_worker(task, run.result, notes)
+    row.worker_s = run.seconds
+    return row
 
 
 def _bench_request(
@@ -304,7 +307,7 @@ def _bench_config(config: Config, ops: int) -> Config:
 
 def _from_worker(task: Any, worker: WorkerResult, notes: Sequence[str] = ()) -> OpBench:
     """The op's row from its worker result (timings, notes; the failure when nothing was timed)."""
-    result = OpBench(op_id=task.op_id, notes=list(notes))
+    result = OpBench(op_id=task.op_id, notes=list(notes), worker_s=worker.seconds.get("op"))
     if worker.status != "ok" and not worker.timings:
         result.error = f"{worker.status}: {worker.detail[:300]}"
         return result
@@ -636,7 +639,8 @@ def bench_folders(
     step = BATCH_OPS if batched else 1
 
     def report(result: OpBench, task: Task, alone: bool) -> None:
-        shapes = f"{len(result.rows)} shapes{': ' + result.error if result.error else ''}"
+        took = f" in {result.worker_s:.1f} s" if result.worker_s is not None else ""
+        shapes = f"{len(result.rows)} shapes{took}{': ' + result.error if result.error else ''}"
         print(f"  {shapes}" if alone else f"  {result.op_id}: {shapes}", file=out, flush=True)
         results.append(result)
         if measured is not None:

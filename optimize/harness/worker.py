@@ -718,6 +718,7 @@ def run_batch(request: WorkerRequest, result_path: str) -> WorkerResult:
     done, crashed = 0, False
     for index, member in enumerate(request.batch):
         log(f"batch member {index}: {member.op_id}")
+        started = time.monotonic()
         try:
             result = run(member)
         except Exception as err:  # noqa: BLE001 - recorded as the member's own failure
@@ -725,6 +726,8 @@ def run_batch(request: WorkerRequest, result_path: str) -> WorkerResult:
                 result = WorkerResult(status="crashed", detail=f"CUDA error in {member.op_id}: {err}")
             else:
                 result = WorkerResult(status="baseline_failed", detail=f"{type(err).__name__}: {err}"[:2000])
+        # the member's own time, so the census can say which op is slow
+        result = result.model_copy(update={"seconds": {**result.seconds, "op": time.monotonic() - started}})
         write_record(result, member_path(result_path, index))
         done += 1
         if result.status == "crashed":
