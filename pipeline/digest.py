@@ -38,10 +38,14 @@ PROJECT_SOURCES = tuple(
 
 
 def kernelsmith_version() -> str:
-    """The git commit of this checkout (``+dirty`` with uncommitted changes), else ``src:<digest>`` of its sources.
+    """The git commit of this checkout, else ``src:<digest>`` of its sources; with uncommitted
+    changes ``<commit>+dirty src:<digest>``.
 
-    Recorded with every measurement batch, so a figure says which code measured it;
-    the device machine gets a copy of the working tree, often without ``.git``.
+    Recorded with every measurement batch, so a figure says which code measured it. The device
+    machine gets a copy of the working tree, often without ``.git`` or with an older HEAD under
+    a newer tree (on the H200, 2026-12-02, every batch said the session's first commit
+    ``+dirty``): the digest of the sources then names the code that ran, and
+    ``source_digest(PROJECT_SOURCES)`` at a commit says whether it is that one.
     """
     import subprocess
 
@@ -54,7 +58,9 @@ def kernelsmith_version() -> str:
                 text=True,
                 timeout=10,
             )
-            return head.stdout.strip()[:12] + ("+dirty" if dirty.stdout.strip() else "")
+            if not dirty.stdout.strip():
+                return head.stdout.strip()[:12]
+            return f"{head.stdout.strip()[:12]}+dirty src:{source_digest(PROJECT_SOURCES)[:12]}"
     except (OSError, subprocess.TimeoutExpired):
         pass
     return "src:" + source_digest(PROJECT_SOURCES)[:12]
