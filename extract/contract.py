@@ -106,6 +106,33 @@ def launcher_source(root: pathlib.Path, scan: Any, entry_text: str, files: list[
     return None
 
 
+def read_only_tensors(text: str, names: Iterable[str]) -> set[str]:
+    """The tensors of ``names`` the launcher ``text`` reaches only through const pointers.
+
+    Why: a name says little about direction from the op's side. ``gating_output`` is the
+    router's output and topk_softmax's *input*; taken as an output, the harness poisoned it
+    before every call, so the baseline ranked NaN logits and no candidate could match it
+    (every PDL member of topk_softmax and moe_topk_softmax_out was "incorrect" on the H200,
+    2026-12-02). A tensor whose every ``x.data_ptr()`` is cast to a pointer to const
+    (``static_cast<const T*>(x.data_ptr())``, ``(const float*)x.data_ptr()``) is read, never
+    written, whatever its name. One raw or mutable use anywhere keeps it out of the set.
+    """
+    code = strip_comments(text)
+    out: set[str] = set()
+    for name in names:
+        uses = len(re.findall(rf"\b{re.escape(name)}\s*\.\s*data_ptr\s*\(\s*\)", code))
+        const = len(
+            re.findall(
+                rf"(?:static_cast\s*<\s*const\b[^<>;]*\*\s*>\s*\(\s*|\(\s*const\b[^();]*\*\s*\)\s*)"
+                rf"{re.escape(name)}\s*\.\s*data_ptr\s*\(\s*\)",
+                code,
+            )
+        )
+        if uses and const == uses:
+            out.add(name)
+    return out
+
+
 def infer_contract(
     op: OpEntry,
     scan: Any,
@@ -147,7 +174,8 @@ def infer_contract(
     args: list[ArgSpec] = []
     symbols: list[str] = []
     tensor_names = [name for ptype, name in facts.params if "TensorView" in ptype]
-    any_output = any(_OUTPUT_NAMES.match(n) for n in tensor_names)
+    read_only = read_only_tensors(text, tensor_names)
+    any_output = any(_OUTPUT_NAMES.match(n) for n in tensor_names if n not in read_only)
     for position, (ptype, name) in enumerate(facts.params):
         if "TensorView" in ptype:
             candidates = facts.matchers.get(name, [])
@@ -181,7 +209,9 @@ def infer_contract(
                         f"tensor `{name}`: element type `{dtype.lstrip('?')}` is not the instantiation dtype"
                     )
                 role = "input"
-                if _OUTPUT_NAMES.match(name):
+                if name in read_only and position not in py.written:
+                    pass  # the launcher only reads it, whatever its name says
+                elif _OUTPUT_NAMES.match(name):
                     role = "output"
                 elif _INOUT_NAMES.match(name) or position in py.written:
                     role = "inout"

@@ -190,6 +190,28 @@ def test_if_constexpr_chains_are_cut_to_the_arm_a_call_takes():
 
 
 @pytest.mark.wheel
+@pytest.mark.parametrize("op_id", ["moe.topk_softmax", "moe.topk_sigmoid", "moe.moe_topk_softmax_out"])
+def test_a_tensor_the_launcher_only_reads_is_an_input_whatever_its_name(index, program, sglang_source, op_id):
+    """``gating_output`` is the router's output and these ops' input: the launcher reads it through
+    ``static_cast<const T*>``. Taken as an output (its name), it was poisoned before every call and
+    every PDL candidate of topk_softmax was "incorrect" on the H200 (2026-12-02)."""
+    c = C.infer_contract(_op(index, op_id), index, pathlib.Path(sglang_source.root), program=program)
+    assert _tensors(c)["gating_output"].role == "input"
+
+
+def test_read_only_tensors_needs_every_use_to_be_const():
+    text = """void run(TensorView gating_output, TensorView out, TensorView ws, TensorView raw) {
+      auto* g = static_cast<const bf16_t*>(gating_output.data_ptr());  // read
+      auto* o = static_cast<float*>(out.data_ptr());
+      const float* w = (const float*)ws.data_ptr();
+      float* w2 = static_cast<float*>(ws.data_ptr());  // and written
+      Params p{.a = raw.data_ptr()};
+    }"""
+    assert C.read_only_tensors(text, ["gating_output", "out", "ws", "raw", "unused"]) == {"gating_output"}
+    assert C.read_only_tensors("(const float *) x.data_ptr()", ["x"]) == {"x"}
+
+
+@pytest.mark.wheel
 def test_a_forwarded_call_binds_template_arguments(index, program, sglang_source):
     """run_hadamard<12, DType>(...) checks `dim % (4 * 12)` only in the 12N arm of its
     `if constexpr` chain: the 12N op must not inherit the 20N/28N/40N arms' checks."""
