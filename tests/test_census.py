@@ -149,13 +149,13 @@ def test_on_a_gpu_machine_every_baseline_is_built_at_once_before_the_timing(tmp_
         events.append(f"time {task.op_id}")
         return OpBench(op_id=task.op_id, rows=[timing(10.0, None)], device=DEVICE)
 
-    def bench_batch(items, config, *, dtypes, compile_):  # the batch worker needs a GPU: each op in turn
-        return [bench_op(f, t, config, dtypes=dtypes, compile_=compile_) for f, t in items]
+    def batch_members(items, config, *, dtypes, compile_):  # the batch worker needs a GPU: each op in turn
+        return {i: bench_op(f, t, config, dtypes=dtypes, compile_=compile_) for i, (f, t) in enumerate(items)}
 
     monkeypatch.setattr(gpu, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
     monkeypatch.setattr(evaluate, "build_units", build_units)
     monkeypatch.setattr(bench, "bench_op", bench_op)
-    monkeypatch.setattr(bench, "bench_batch", bench_batch)
+    monkeypatch.setattr(bench, "batch_members", batch_members)
     assert cli(["track", "run", "--work-dir", str(tmp_path)]) == 0
     builds = [e for e in events if e.startswith("build")]
     assert sorted(builds) == ["build demo.broken 1", "build demo.scale 1"], "each baseline once, one nvcc each"

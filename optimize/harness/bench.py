@@ -325,17 +325,18 @@ def _from_worker(task: Any, worker: WorkerResult, notes: Sequence[str] = ()) -> 
 BATCH_OPS = 8  # ops per batch worker (bench --ops, track run): progress is shown after each batch
 
 
-def bench_batch(
+def batch_members(
     items: Sequence[tuple[pathlib.Path, Task]], config: Config, *, dtypes: Sequence[str] | None, compile_: bool
-) -> list[OpBench]:
-    """Each op's row, the baselines timed in one worker process (:func:`optimize.harness.worker.run_batch`).
+) -> dict[int, OpBench]:
+    """{position in ``items``: row} of the ops one batch worker (:func:`optimize.harness.worker.run_batch`) measured.
 
     The fast path of :func:`bench_op`: same requests, same timing, one worker start for all.
-    An op whose member did not come back ok with timings (its baseline raised, a CUDA fault,
-    the worker lost) goes through :func:`bench_op` on its own, which reports the failure in
-    full and repairs the contract as before; so a batch never changes what an op's row says,
-    only how long it takes. On Ctrl-C the members already written are kept: they reach the
-    caller through :class:`BatchInterrupted`.
+    An op missing from the answer (its request could not be made, its baseline raised, a CUDA
+    fault, the worker lost) is the caller's to run alone (:func:`bench_op`): that path can take
+    a minute (a fresh worker, the contract repair's rebuilds), so :func:`bench_folders` runs
+    those after every batch, and a census stopped by its time limit has measured every op a
+    batch could. On Ctrl-C the members already written reach the caller through
+    :class:`BatchInterrupted`.
     """
     from optimize.harness.evaluate import run_request, worker_dir
     from optimize.harness.worker import member_path
@@ -380,10 +381,7 @@ def bench_batch(
             collect(workdir)
             raise BatchInterrupted([(i, rows[i]) for i in sorted(rows)]) from None
         collect(workdir)
-    for index, (path, task) in enumerate(items):
-        if index not in rows:  # its failure, in full, from its own worker
-            rows[index] = bench_op(path, task, config, dtypes=dtypes, compile_=compile_)
-    return [rows[i] for i in range(len(items))]
+    return rows
 
 
 class BatchInterrupted(KeyboardInterrupt):
@@ -615,7 +613,12 @@ def bench_folders(
     ``measured`` is told each op's result as soon as it is known, so a caller interrupted
     part-way (Ctrl-C, SIGTERM) still holds everything measured before. On a GPU machine every
     baseline is built first, all at once (:func:`prebuild`), so the timing loop finds them in
-    the build cache instead of waiting on one nvcc at a time.
+    the build cache instead of waiting on one nvcc at a time. Ops are timed in batches of
+    :data:`BATCH_OPS` (:func:`batch_members`); an op a batch did not measure is timed alone
+    after every batch, because its path (a fresh worker, the contract repair's rebuilds) can
+    take a minute: a census stopped by its time limit has then measured every op a batch could
+    (on the H200, 2026-12-02, three releases' census were stopped inside a batch with MoE
+    members and kept none of its rows). Rows come back in the folders' order.
 
     ``pool`` (an :class:`optimize.scale.pool.Pool`: several GPUs, a Ray cluster) times the ops
     at once, one op per GPU (:func:`_bench_pooled`); None is the serial loop.
@@ -626,7 +629,6 @@ def bench_folders(
     from pipeline.gpu import gpu_available
 
     out = stream or sys.stdout
-    results: list[OpBench] = []
     tasks: list[Task] = [complete(loaded, path)[0] for path, loaded in folders]
     items = [(path, task) for (path, _), task in zip(folders, tasks)]
     batched = len(items) > 1 and gpu_available()[0]
@@ -637,38 +639,56 @@ def bench_folders(
             pool, items, config, dtypes=dtypes, compile_=compile_, label=label, out=out, measured=measured
         ), tasks
     step = BATCH_OPS if batched else 1
+    done: dict[int, OpBench] = {}  # position in ``items`` -> its row
+    later: list[int] = []  # ops a batch did not measure: each alone, after every batch
 
-    def report(result: OpBench, task: Task, alone: bool) -> None:
+    def report(index: int, result: OpBench, alone: bool) -> None:
         took = f" in {result.worker_s:.1f} s" if result.worker_s is not None else ""
         shapes = f"{len(result.rows)} shapes{took}{': ' + result.error if result.error else ''}"
         print(f"  {shapes}" if alone else f"  {result.op_id}: {shapes}", file=out, flush=True)
-        results.append(result)
+        done[index] = result
         if measured is not None:
-            measured(result, task)
+            measured(result, items[index][1])
 
-    for first in range(0, len(items), step):
-        chunk = items[first : first + step]
-        alone = len(chunk) == 1
-        where = f"{first + 1}" if alone else f"{first + 1}-{first + len(chunk)}"
-        names = ", ".join(path.name for path, _ in chunk)
-        print(f"{label} {where}/{len(folders)}: {names} ...", file=out, flush=True)
-        try:
-            if batched and not alone:
-                chunk_rows = bench_batch(chunk, config, dtypes=dtypes, compile_=compile_)
-            else:
-                chunk_rows = [bench_op(chunk[0][0], chunk[0][1], config, dtypes=dtypes, compile_=compile_)]
-        except BatchInterrupted as stop:  # what the batch measured before Ctrl-C is kept
-            for offset, result in stop.rows:
-                report(result, chunk[offset][1], alone)
-            raise KeyboardInterrupt from None
-        except (GpuRequired, NotWritable) as err:
-            if not any(r.rows for r in results):
-                raise
-            results += [OpBench(op_id=f.name, error=err.message) for f, _ in folders[first:]]
-            break
-        for offset, result in enumerate(chunk_rows):
-            report(result, chunk[offset][1], alone)
-    return results, tasks
+    def alone(index: int, where: str) -> None:
+        print(f"{label} {where}/{len(folders)}: {items[index][0].name} ...", file=out, flush=True)
+        path, task = items[index]
+        report(index, bench_op(path, task, config, dtypes=dtypes, compile_=compile_), True)
+
+    first = 0
+    try:
+        for first in range(0, len(items), step):
+            chunk = items[first : first + step]
+            if not batched or len(chunk) == 1:
+                alone(first, f"{first + 1}")
+                continue
+            names = ", ".join(path.name for path, _ in chunk)
+            print(f"{label} {first + 1}-{first + len(chunk)}/{len(folders)}: {names} ...", file=out, flush=True)
+            got = batch_members(chunk, config, dtypes=dtypes, compile_=compile_)
+            for offset in range(len(chunk)):
+                if offset in got:
+                    report(first + offset, got[offset], False)
+                else:
+                    later.append(first + offset)
+        if later:
+            print(
+                f"{label}: {len(later)} ops the batches did not measure, each in its own worker now "
+                "(its failure in full, the contract repair)",
+                file=out,
+                flush=True,
+            )
+        for index in later:
+            alone(index, f"{index + 1}")
+    except BatchInterrupted as stop:  # what the batch measured before Ctrl-C is kept
+        for offset, result in stop.rows:
+            report(first + offset, result, False)
+        raise KeyboardInterrupt from None
+    except (GpuRequired, NotWritable) as err:
+        if not any(r.rows for r in done.values()):
+            raise
+        for index, (path, _) in enumerate(items):
+            done.setdefault(index, OpBench(op_id=path.name, error=err.message))
+    return [done[i] for i in sorted(done)], tasks
 
 
 def bench_unit(
