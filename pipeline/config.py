@@ -165,6 +165,10 @@ class SearchConfig(Section):
 
 class HarnessConfig(Section):
     worker_timeout_s: float = 120.0
+    # a worker whose log has not grown for this long is killed as hung (optimize/harness/isolate.py):
+    # it logs every check case and timed shape, so only a kernel that never returns stays silent;
+    # the slowest honest silence is a first torch.compile of a reference (tens of seconds)
+    stall_s: float = 90.0
     # the evaluation worker in a bubblewrap sandbox (no network, homes hidden; pipeline/sandbox.py);
     # its environment is scrubbed either way
     sandbox: bool = True

@@ -248,9 +248,24 @@ class ResultsStore:
         return found[0][1]
 
     def history(self, op_id: str | None = None, device: str | None = None) -> list[tuple[str, Measurement, Row]]:
+        """Every row with its batch, in history order: by when the store first saw the batch's
+        SGLang source, then by arrival.
+
+        Why not plain arrival: a census of releases is resumed op by op, so an op's 0.5.22 rows
+        can arrive after its 0.5.23 rows (on the H200, 2026-12-02, lora.kimi_k2_moe_fused_gate's
+        did), and "newest vs previous" or a step must compare releases in the order they came
+        out. A source's first arrival is that order: the census measures each release in turn
+        the first time, and a nightly run measures each commit as it lands. Must stay true: two
+        batches of one source keep their arrival order (a re-measurement is the newer figure).
+        """
+        batches = self._batches()
+        first_seen: dict[str, int] = {}
+        for position, (_, batch) in enumerate(batches):
+            first_seen.setdefault(batch.sglang, position)
+        ordered = sorted(enumerate(batches), key=lambda item: (first_seen[item[1][1].sglang], item[0]))
         return [
             (key, batch, row)
-            for key, batch in self._batches()
+            for _, (key, batch) in ordered
             if not device or batch.device == device
             for row in batch.rows
             if op_id is None or row.op_id == op_id

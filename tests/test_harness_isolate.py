@@ -135,3 +135,33 @@ def test_a_worker_started_while_pinned_sees_that_gpu_alone_and_outside_the_envir
     outside = isolate.run_worker(REQUEST, tmp_path / "b", timeout_s=60, argv_prefix=stand_in(SEE_DEVICE))
     assert inside.result is not None and inside.result.detail == "3"
     assert outside.result is not None and outside.result.detail == "0,1,2,3" and isolate.pinned_device() is None
+
+
+def test_a_worker_whose_log_stops_growing_is_killed_as_hung_long_before_its_deadline(tmp_path):
+    """On the H200 topk_softmax, its input poisoned with NaN by an old contract, hung in its first timed
+    shape until the census's time limit (its worker deadline was 590 s)."""
+    script = """
+import sys, time
+print("[worker] timing Qwen3-235B-A22B[num_tokens=1] bf16", file=sys.stderr, flush=True)
+time.sleep(120)
+"""
+    start = time.monotonic()
+    run = isolate.run_worker(REQUEST, tmp_path, timeout_s=60, argv_prefix=stand_in(script), stall_s=1.5)
+    assert time.monotonic() - start < 20
+    assert run.status == "timeout" and run.stalled_s is not None and run.stalled_s >= 1.5
+    assert "had not grown for" in run.summary and "timing Qwen3-235B-A22B[num_tokens=1] bf16" in run.summary
+    assert "harness.stall_s" in run.summary, "the summary names the knob for a step that is only slow"
+
+
+def test_a_worker_that_keeps_logging_outlives_the_stall_limit(tmp_path):
+    script = """
+import sys, time
+from optimize.harness.protocol import WorkerResult
+from pipeline.records import write_record
+for i in range(8):
+    print("case", i, file=sys.stderr, flush=True)
+    time.sleep(0.4)
+write_record(WorkerResult(status="ok"), sys.argv[2])
+"""
+    run = isolate.run_worker(REQUEST, tmp_path, timeout_s=60, argv_prefix=stand_in(script), stall_s=1.5)
+    assert run.status == "finished" and run.stalled_s is None and run.seconds > 1.5

@@ -77,7 +77,7 @@ def test_a_candidate_cannot_reach_the_network_a_home_folder_or_a_key(tmp_path, m
         readable=[*sandbox.project_paths(), str(probe)],
     )
     env = sandbox.scrubbed_env(work / "home")
-    status, code, _, tail = isolate.run_process(
+    status, code, _, tail, _ = isolate.run_process(
         argv, timeout_s=60, workdir=tmp_path / "run", result_path=tmp_path / "none", env=env
     )
     assert code == 0, tail
@@ -198,7 +198,7 @@ def test_folders_beside_the_project_are_hidden_outside_the_system_dirs(tmp_path)
         readable=readable,
     )
     env = sandbox.scrubbed_env(tmp_path / "w" / "home")
-    _, code, _, tail = isolate.run_process(
+    _, code, _, tail, _ = isolate.run_process(
         argv, timeout_s=60, workdir=tmp_path / "run", result_path=tmp_path / "x", env=env
     )
     assert code == 0, tail
@@ -209,9 +209,9 @@ def test_folders_beside_the_project_are_hidden_outside_the_system_dirs(tmp_path)
 def test_the_worker_is_started_sandboxed_with_the_scrubbed_environment(tmp_path, monkeypatch):
     seen = {}
 
-    def fake_run(argv, *, timeout_s, workdir, result_path, env=None):
+    def fake_run(argv, *, timeout_s, workdir, result_path, env=None, stall_s=None):
         seen.update(argv=list(argv), env=dict(env or {}))
-        return "crashed", 1, 0.1, ""
+        return "crashed", 1, 0.1, "", None
 
     monkeypatch.setattr(isolate, "run_process", fake_run)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
@@ -250,7 +250,7 @@ def test_the_import_paths_stay_readable_in_the_sandbox(tmp_path, monkeypatch):
     )
     env = sandbox.scrubbed_env(tmp_path / "w" / "home")
     env["PYTHONPATH"] = str(site)
-    _, code, _, tail = isolate.run_process(
+    _, code, _, tail, _ = isolate.run_process(
         argv, timeout_s=60, workdir=tmp_path / "run", result_path=tmp_path / "x", env=env
     )
     assert code == 0, tail
@@ -292,7 +292,7 @@ def test_a_symlinked_toolchain_folder_is_readable_at_either_path(tmp_path):
         )
         assert argv[0] == sandbox.bwrap()[0], "the sandbox is made, not given up"
         env = sandbox.scrubbed_env(tmp_path / "w" / "home")
-        _, code, _, tail = isolate.run_process(
+        _, code, _, tail, _ = isolate.run_process(
             argv, timeout_s=60, workdir=tmp_path / "run", result_path=tmp_path / "x", env=env
         )
         assert code == 0, tail

@@ -55,6 +55,36 @@ def test_each_step_up_is_a_regression_naming_the_release_that_introduced_it(tmp_
     assert found.best_us == pytest.approx(160.0) and found.now_us == pytest.approx(190.0) and found.slowdown_pct > 18
 
 
+def test_a_resumed_census_compares_releases_in_the_order_they_came_out_not_in_arrival_order(tmp_path):
+    """The census resumes op by op: here the op's 0.5.23 rows arrive before its 0.5.22 rows (as
+    lora.kimi_k2_moe_fused_gate's did on the H200). Its history must still read 0.5.22 -> 0.5.23,
+    so the slowdown is a regression introduced in 0.5.23 and "newest" is 0.5.23."""
+    from pipeline.track import per_op_lines
+
+    store = ResultsStore(tmp_path)
+    store.add(_batch(100.0, when="1", sglang="0.5.22"))  # another op's census: 0.5.22 first seen here
+    store.add(_batch(100.0, when="2", sglang="0.5.23"))
+    store.add(_batch(130.0, when="3", sglang="0.5.23", op="moe.late"))
+    store.add(_batch(100.0, when="4", sglang="0.5.22", op="moe.late"))  # the resumed 0.5.22 census
+    assert [b.sglang for _, b, r in store.history("moe.late")] == ["0.5.22", "0.5.23"]
+    (found,) = store.regressions(noise_pct=3.0, op_id="moe.late")
+    assert (found.introduced_sglang, found.before_sglang) == ("0.5.23", "0.5.22")
+    (line,) = [line for line in per_op_lines(store, None) if line[0] == "moe.late"]
+    assert line[2] == "0.5.23" and line[3] == "+30.0% over 1 shapes"
+
+
+def test_two_batches_of_one_source_keep_their_arrival_order(tmp_path):
+    store = ResultsStore(tmp_path)
+    store.add(_batch(100.0, when="1", sglang="0.5.22"))
+    store.add(_batch(100.0, when="2", sglang="0.5.23"))
+    store.add(_batch(101.0, when="3", sglang="0.5.22"))  # a re-measurement of 0.5.22: after the first
+    assert [(b.sglang, r.time_us) for _, b, r in store.history()] == [
+        ("0.5.22", 100.0),
+        ("0.5.22", 101.0),
+        ("0.5.23", 100.0),
+    ]
+
+
 def test_noise_the_spread_another_device_and_a_recovered_step_are_not_regressions(tmp_path):
     store = ResultsStore(tmp_path)
     store.add(_batch(161.0, when="a"))

@@ -382,7 +382,11 @@ def run_request(request: WorkerRequest, config: Config, workdir: pathlib.Path) -
     from optimize.harness.worker import EXIT_HARNESS, EXIT_NO_GPU
 
     run = isolate.run_worker(
-        request, workdir, timeout_s=config.harness.worker_timeout_s, use_sandbox=config.harness.sandbox
+        request,
+        workdir,
+        timeout_s=config.harness.worker_timeout_s,
+        use_sandbox=config.harness.sandbox,
+        stall_s=config.harness.stall_s,
     )
     if run.status == "crashed" and run.returncode == EXIT_NO_GPU:
         raise GpuRequired(

@@ -6,7 +6,11 @@ interpreter. So every evaluation runs in ``python -m optimize.harness.worker
 request.json result.json``, started in its own process session, and this module
 turns what happened to it into one of: finished (a result file was written),
 crashed (it exited without one: signal or non-zero exit), or timeout (killed at
-the deadline, its whole process group with it).
+the deadline, its whole process group with it). A worker given a stall limit is
+also killed, as a timeout, when its log has not grown for that long: the worker
+logs every check case and every timed shape, so silence means a kernel that never
+returns (on the H200, topk_softmax from a task whose contract poisoned an input with NaN
+hung in its first timed shape until the census's time limit; its deadline was 590 s).
 
 What must stay true:
 - Only the process group this module started is ever killed, by its id.
@@ -71,9 +75,17 @@ class WorkerRun:
     seconds: float
     stderr_tail: str
     result: WorkerResult | None
+    stalled_s: float | None = None  # a timeout for silence: how long the log had not grown
 
     @property
     def summary(self) -> str:
+        if self.status == "timeout" and self.stalled_s is not None:
+            last = last_line(self.stderr_tail)
+            return (
+                f"worker killed after {self.seconds:.1f} s: its log had not grown for {self.stalled_s:.0f} s"
+                + (f", the last line being {last!r}" if last else "")
+                + " (a kernel that never returns: a hang; if that step is only slow, raise harness.stall_s)"
+            )
         if self.status == "timeout":
             return f"worker killed after its deadline ({self.seconds:.1f} s)"
         if self.status == "crashed":
@@ -91,6 +103,22 @@ def tail(text: str, limit: int = TAIL_CHARS) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip()[:300] if lines else ""
+
+
+POLL_S = 0.5  # how often a waiting parent looks at the worker's log (the stall limit's resolution)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def run_process(
     argv: Sequence[str],
     *,
@@ -98,39 +126,53 @@ def run_process(
     workdir: pathlib.Path,
     result_path: pathlib.Path,
     env: dict[str, str] | None = None,
-) -> tuple[WorkerStatus, int | None, float, str]:
-    """Run ``argv`` in a new session; return (status, returncode, seconds, stderr tail)."""
+    stall_s: float | None = None,
+) -> tuple[WorkerStatus, int | None, float, str, float | None]:
+    """Run ``argv`` in a new session; return (status, returncode, seconds, stderr tail, stalled s).
+
+    ``stall_s``: kill it as a timeout once its stderr has not grown for that long (the
+    last value is how long it had been silent; None when it was not killed for silence).
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     stdout_path = workdir / "worker.stdout"
     stderr_path = workdir / "worker.stderr"
     start = time.monotonic()
     status: WorkerStatus
+    stalled: float | None = None
+    returncode: int | None = None
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         proc = subprocess.Popen(list(argv), stdout=out, stderr=err, env=env, start_new_session=True)
         try:
-            returncode = proc.wait(timeout=timeout_s)
-            status = "finished" if returncode == 0 and result_path.is_file() else "crashed"
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            returncode = None
-            status = "timeout"
+            size, grew = 0, start
+            while True:
+                now = time.monotonic()
+                left = start + timeout_s - now
+                try:
+                    returncode = proc.wait(timeout=max(0.0, min(POLL_S, left)) if stall_s else max(0.0, left))
+                    status = "finished" if returncode == 0 and result_path.is_file() else "crashed"
+                    break
+                except subprocess.TimeoutExpired:
+                    now = time.monotonic()
+                    if now - start >= timeout_s:
+                        _kill(proc)
+                        status = "timeout"
+                        break
+                    grown = stderr_path.stat().st_size
+                    if grown != size:
+                        size, grew = grown, now
+                    elif stall_s and now - grew >= stall_s:
+                        _kill(proc)
+                        status, stalled = "timeout", now - grew
+                        break
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the worker (its own session) must not outlive us
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+            _kill(proc)
             raise
     seconds = time.monotonic() - start
     text = stderr_path.read_text(encoding="utf-8", errors="replace")
     stdout_text = stdout_path.read_text(encoding="utf-8", errors="replace")
     if stdout_text.strip():
         text = text + ("\n[stdout]\n" + stdout_text if text else stdout_text)
-    return status, returncode, seconds, tail(text)
+    return status, returncode, seconds, tail(text), stalled
 
 
 def _library_dirs(request: WorkerRequest) -> list[str]:
@@ -149,6 +191,7 @@ def run_worker(
     argv_prefix: Sequence[str] | None = None,
     env: dict[str, str] | None = None,
     use_sandbox: bool = True,
+    stall_s: float | None = None,
 ) -> WorkerRun:
     """Write the request, run the worker under a deadline, read the result if there is one.
 
@@ -180,12 +223,13 @@ def run_worker(
             readable=[*sandbox.project_paths(), *_library_dirs(request)],
             enabled=use_sandbox,
         )
-    status, code, seconds, stderr_tail = run_process(
+    status, code, seconds, stderr_tail, stalled = run_process(
         argv,
         timeout_s=timeout_s,
         workdir=workdir,
         result_path=result_path,
         env=run_env,
+        stall_s=stall_s,
     )
     result = None
     if status == "finished":
@@ -194,4 +238,6 @@ def run_worker(
         except ValueError as err:
             status = "crashed"
             stderr_tail = tail(f"{stderr_tail}\nunreadable result file {result_path}: {err}")
-    return WorkerRun(status=status, returncode=code, seconds=seconds, stderr_tail=stderr_tail, result=result)
+    return WorkerRun(
+        status=status, returncode=code, seconds=seconds, stderr_tail=stderr_tail, result=result, stalled_s=stalled
+    )
