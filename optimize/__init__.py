@@ -8,9 +8,10 @@ lane per local GPU, or Ray tasks across hosts; used by the commands, ``harness.b
 ``harness.census``). Top-level modules in dependency order:
 
 - errors: the stage's error types;
-- cuda_text -> cuda_regions -> cuda_spans, cuda_facts: the CUDA-region toolkit
+- cuda_text -> cuda_regions -> cuda_spans, cuda_facts, reach: the CUDA-region toolkit
   (tree-sitter text and preprocessor; the Region model of the editable spans;
-  span texts and definition spans; what their code does);
+  span texts and definition spans; what their code does; which regions other ops'
+  launchers own, so that no candidate edits them unmeasured);
 - features (static features + profile facts), transform_edits (byte edits checked to
   parse) -> pdl_transforms (PDL on, late wait, early trigger) -> transforms (the
   mechanical edits' registry and the others; triton_transforms, the libcst edits of a

@@ -64,6 +64,7 @@ from optimize.agents.edits import CodeResult
 from optimize.budget import BUDGETS
 from optimize.measure import evaluate_many_once
 from optimize.policy import Decision
+from optimize.reach import confine
 from optimize.run_folder import OpState, clip, why
 from optimize.search.rounds import search_round
 from optimize.session import Session
@@ -233,7 +234,17 @@ class Loop(Session):
                 break
             assert result.regions is not None
             candidate = self._candidate(op, base, plan, result)
-            if candidate.id != base.id and op.stored_evaluation(candidate.id, "round") is not None:
+            if candidate.id == base.id:  # nothing left to measure
+                foreign = result.regions != base.regions  # every edit was to another op's regions
+                detail = (
+                    f"the edit changes only regions this op never runs: {', '.join(sorted(op.foreign))}"
+                    if foreign
+                    else "the edit gives back the base's own code"
+                )
+                attempts.append(Attempt(agent=result.agent, status="no_change", detail=detail))
+                candidate, evaluation = None, None
+                break
+            if op.stored_evaluation(candidate.id, "round") is not None:
                 # The edit reproduces code already measured (e.g. a launch-bounds edit that
                 # undoes the best's min-blocks, giving back the baseline): nothing new to
                 # learn, and its stored evaluation may be the baseline's own, which carries
@@ -299,6 +310,7 @@ class Loop(Session):
             coder=self.options.coder,
             measure=lambda members: evaluate_many_once(op, members, self.backend, self.budget),
             seed=number,
+            foreign=op.foreign,
         )
         attempts, member = found.outcome()
         if member is None and found.budget_spent:
@@ -308,11 +320,12 @@ class Loop(Session):
 
     def _candidate(self, op: OpState, base: Candidate, plan: planning.Plan, result: CodeResult) -> Candidate:
         assert result.regions is not None
+        regions = confine(base.regions, result.regions, op.foreign)  # other ops' regions stay as they are
         candidate = Candidate(
             op_id=op.task.op_id,
-            id=candidate_id(result.regions),
+            id=candidate_id(regions),
             parent=base.id,
-            regions=result.regions,
+            regions=regions,
             skill=plan.skill,
             params=plan.params,
             coder=f"{self.options.coder}:{result.agent}",

@@ -138,8 +138,7 @@ def test_a_worker_started_while_pinned_sees_that_gpu_alone_and_outside_the_envir
 
 
 def test_a_worker_whose_log_stops_growing_is_killed_as_hung_long_before_its_deadline(tmp_path):
-    """On the H200 topk_softmax, its input poisoned with NaN by an old contract, hung in its first timed
-    shape until the census's time limit (its worker deadline was 590 s)."""
+    """Without the stall limit a hung kernel holds its worker to the deadline (590 s for a bench worker)."""
     script = """
 import sys, time
 print("[worker] timing Qwen3-235B-A22B[num_tokens=1] bf16", file=sys.stderr, flush=True)

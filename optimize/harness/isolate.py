@@ -9,8 +9,8 @@ crashed (it exited without one: signal or non-zero exit), or timeout (killed at
 the deadline, its whole process group with it). A worker given a stall limit is
 also killed, as a timeout, when its log has not grown for that long: the worker
 logs every check case and every timed shape, so silence means a kernel that never
-returns (on the H200, topk_softmax from a task whose contract poisoned an input with NaN
-hung in its first timed shape until the census's time limit; its deadline was 590 s).
+returns. Without it a hung kernel holds its worker to the deadline: 590 s for a bench
+worker, more than a census gives a whole release.
 
 What must stay true:
 - Only the process group this module started is ever killed, by its id.

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from optimize.acceptance import judge_round
 from optimize.agents.planning import Plan
 from optimize.policy import Decision
+from optimize.reach import confine
 from optimize.run_folder import clip, why
 from optimize.search.space import Space, Unrealizable, build_space, realize
 from optimize.search.tuner import Point, run_search
@@ -120,8 +121,13 @@ def search_round(
     coder: str,
     measure: MeasureMany,
     seed: int,
+    foreign: frozenset[str] = frozenset(),
 ) -> SearchRound:
-    """Search the space the proposals span around ``base``; see the module doc."""
+    """Search the space the proposals span around ``base``; see the module doc.
+
+    ``foreign``: regions other ops own (:mod:`optimize.reach`); a point's edits to them are
+    given back, and a point that edits nothing else does not compose.
+    """
     space = build_space(decisions, config.search.skills)
     result = SearchRound(space=space)
     if space.size <= 1:
@@ -135,7 +141,11 @@ def search_round(
         key = tuple(sorted(point.items()))
         if key not in made:
             try:
-                made[key] = realize(space, point, base.regions)
+                regions, steps = realize(space, point, base.regions)
+                kept = confine(base.regions, regions, foreign)
+                if kept == base.regions and regions != base.regions:  # every edit was another op's
+                    raise Unrealizable(f"edits only regions this op never runs ({', '.join(sorted(foreign))})")
+                made[key] = (kept, steps)
             except Unrealizable as err:
                 made[key] = err
                 result.unrealizable.append((dict(point), str(err)))
