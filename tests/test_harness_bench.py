@@ -185,6 +185,45 @@ def test_main_writes_its_section_and_a_results_batch(tmp_path, monkeypatch):
     assert "| a.op | catalog | yes | yes | no | 0 | x[0] never written |" in text and "| a.op | bf16 |" in text
 
 
+def test_an_interrupted_bench_writes_the_section_and_batch_of_the_ops_it_measured(tmp_path, monkeypatch):
+    """Issue 16 row 1 on the H200 (2026-12-02): `bench --ops silu_and_mul rmsnorm topk_softmax` hit its
+    time limit during topk_softmax's solo run, and the two ops measured were written nowhere."""
+    from pipeline.config import load_config
+    from pipeline.store import ResultsStore
+
+    work = tmp_path / "work"
+    for op in ("a.op", "b.op"):
+        _write_task(work, op)
+    config = load_config(overrides={"work_dir": str(work)}, environ={})
+    row = TimingResult(
+        label="M[num_tokens=8]",
+        sizes={"num_tokens": 8},
+        dtype="bf16",
+        bytes=32,
+        calls_per_graph=20,
+        buffer_sets=9,
+        repeats=15,
+        baseline_us=2.5,
+        baseline_spread_pct=0.7,
+    )
+
+    def bench_op(path, task, cfg, **kw):
+        if task.op_id == "b.op":
+            raise KeyboardInterrupt  # the time limit, during the second op
+        return bench.OpBench(op_id=task.op_id, rows=[row], device=DEVICE)
+
+    monkeypatch.setattr(bench, "bench_op", bench_op)
+    out = tmp_path / "BENCH.md"
+    args = argparse.Namespace(ops=["a.op", "b.op"], all=False, no_torch_compile=False, output=str(out))
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(args, config)
+    text = out.read_text()
+    assert "| a.op | bf16 | M[num_tokens=8] | 2.50 |" in text and "| b.op |" not in text
+    assert "Interrupted after" in text and "1 of 2 ops measured" in text
+    (key,) = ResultsStore(work).keys()
+    assert {r.op_id for r in ResultsStore(work).get(key).rows} == {"a.op"}
+
+
 def test_main_refuses_missing_tasks_with_the_fix(tmp_path):
     import pytest
 

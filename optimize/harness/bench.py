@@ -528,6 +528,7 @@ def main(args: Any, config: Config) -> int:
         ops = list(getattr(args, "ops", None) or DEFAULT_OPS)
         folders = [(path, load_task(path)) for _, path in _task_dirs(config, ops)]
         pool = open_pool(config)  # several GPUs or a Ray cluster: one op per GPU; None: the serial loop
+        so_far: list[tuple[OpBench, Task]] = []  # each op's row as soon as it is known
         try:
             results, tasks = bench_folders(
                 folders,
@@ -536,20 +537,47 @@ def main(args: Any, config: Config) -> int:
                 compile_=not getattr(args, "no_torch_compile", False),
                 label="bench",
                 pool=pool,
+                measured=lambda row, task: so_far.append((row, task)),
             )
+        except KeyboardInterrupt:  # Ctrl-C or a time limit: the ops measured so far get their section
+            if so_far:
+                order = {path.name: i for i, (path, _) in enumerate(folders)}
+                kept = sorted(so_far, key=lambda pair: order.get(pair[0].op_id, len(order)))
+                env = (
+                    f"Interrupted after {time.monotonic() - start:.0f} s: {len(kept)} of {len(folders)} ops "
+                    "measured (the others have no row; re-run the command to measure every op)."
+                )
+                _write_timing(config, output, command, [r for r, _ in kept], [t for _, t in kept], when, env)
+            raise
         finally:
             if pool is not None:
                 pool.close(wait=False)
-        sglang = source_of(tasks, config.sglang.version)
         env = f"Wall time of the bench run: {time.monotonic() - start:.0f} s."
-        section = timing_section(command, results, when, env)
-        store_batch(config, command, results, sglang)
-        failed = any(r.error for r in results)
+        _write_timing(config, output, command, results, tasks, when, env)
+        return 1 if any(r.error for r in results) else 0
+    _write_section(output, command, section)
+    return 1 if failed else 0
+
+
+def _write_timing(
+    config: Config,
+    output: pathlib.Path,
+    command: str,
+    results: Sequence[OpBench],
+    tasks: Sequence[Task],
+    when: str,
+    env: str,
+) -> None:
+    """``bench --ops``'s section in ``output`` and its batch in the results store."""
+    store_batch(config, command, list(results), source_of(tasks, config.sglang.version))
+    _write_section(output, command, timing_section(command, list(results), when, env))
+
+
+def _write_section(output: pathlib.Path, command: str, section: str) -> None:
     text = output.read_text(encoding="utf-8") if output.exists() else "# Benchmarks\n"
     output.write_text(upsert_section(text, command, section), encoding="utf-8")
     print(section)
     print(f"wrote {output} (section for `{command}`)")
-    return 1 if failed else 0
 
 
 def source_of(tasks: Sequence[Task], default: str) -> str:
