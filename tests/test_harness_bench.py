@@ -137,14 +137,9 @@ def _write_task(work, op, *, shape=("num_tokens",), catalog=True, extra_args=(),
     write_record(task, work / "tasks" / op / "task.json")
 
 
-def test_main_writes_its_section_and_a_results_batch(tmp_path, monkeypatch):
-    from pipeline.config import load_config
-    from pipeline.store import ResultsStore
-
-    work = tmp_path / "work"
-    _write_task(work, "a.op")
-    config = load_config(overrides={"work_dir": str(work)}, environ={})
-    row = TimingResult(
+def _timed(**extra) -> TimingResult:
+    """One baseline timing at M[num_tokens=8], 2.50 µs."""
+    return TimingResult(
         label="M[num_tokens=8]",
         sizes={"num_tokens": 8},
         dtype="bf16",
@@ -154,9 +149,18 @@ def test_main_writes_its_section_and_a_results_batch(tmp_path, monkeypatch):
         repeats=15,
         baseline_us=2.5,
         baseline_spread_pct=0.7,
-        eager_us=6.0,
-        compile_us=None,
+        **extra,
     )
+
+
+def test_main_writes_its_section_and_a_results_batch(tmp_path, monkeypatch):
+    from pipeline.config import load_config
+    from pipeline.store import ResultsStore
+
+    work = tmp_path / "work"
+    _write_task(work, "a.op")
+    config = load_config(overrides={"work_dir": str(work)}, environ={})
+    row = _timed(eager_us=6.0)
     monkeypatch.setattr(
         bench, "bench_op", lambda path, task, cfg, **kw: bench.OpBench(op_id=task.op_id, rows=[row], device=DEVICE)
     )
@@ -195,17 +199,7 @@ def test_an_interrupted_bench_writes_the_section_and_batch_of_the_ops_it_measure
     for op in ("a.op", "b.op"):
         _write_task(work, op)
     config = load_config(overrides={"work_dir": str(work)}, environ={})
-    row = TimingResult(
-        label="M[num_tokens=8]",
-        sizes={"num_tokens": 8},
-        dtype="bf16",
-        bytes=32,
-        calls_per_graph=20,
-        buffer_sets=9,
-        repeats=15,
-        baseline_us=2.5,
-        baseline_spread_pct=0.7,
-    )
+    row = _timed()
 
     def bench_op(path, task, cfg, **kw):
         if task.op_id == "b.op":
