@@ -495,3 +495,22 @@ def test_every_curated_contract_is_well_formed(path):
     from optimize.harness import references
 
     assert data.get("reference") is None or data["reference"] in references.REFERENCES, path.name
+
+
+@pytest.mark.wheel
+def test_the_topk_gates_scratch_and_bias_are_sized_as_sglangs_wrappers_allocate_them(tmp_path):
+    """The inferred contracts had 0-d (one-element) workspaces and biases: on the H200 the sigmoid
+    baseline wrote past its workspace at 512 experts, and every softmax PDL member was incorrect."""
+    from contract.layout import load_task
+    from pipeline.cli import main
+
+    ops = ["moe.topk_softmax", "moe.moe_topk_softmax_out", "moe.topk_sigmoid", "moe.moe_topk_sigmoid_out"]
+    assert main(["extract", "--no-compile", "--work-dir", str(tmp_path), "--ops", *ops]) == 0
+    for op in ops:
+        contract = load_task(tmp_path / "tasks" / op).contract
+        tensors = {a.tensor.name: a.tensor for a in contract.args if a.tensor is not None}
+        scratch = tensors.get("workspace") or tensors["softmax_workspace"]
+        assert (scratch.shape, scratch.dtype, scratch.role) == (["num_tokens * num_experts"], "float32", "inout"), op
+        bias = tensors["correction_bias"]
+        assert (bias.shape, bias.dtype, bias.role) == (["num_experts"], "float32", "input"), op
+        assert contract.origin == "curated"
