@@ -254,6 +254,13 @@ class Session:
                 f"{op.task.op_id} has no editable region {', '.join(unknown)}",
                 fix=f"use the region names the task shows: {', '.join(sorted(base.regions))}",
             )
+        theirs = sorted(k for k in regions if k in op.foreign and not whitespace_only(base.regions[k], regions[k]))
+        if theirs:  # optimize.reach: no check of this op runs them, so the edit would go unmeasured
+            raise ConfigError(
+                f"{op.task.op_id}: region {', '.join(theirs)} belongs to another op's launcher in the same file; "
+                "no check of this op runs it, so an edit there would reach the patch unmeasured",
+                fix=f"edit only the regions this op runs: {', '.join(sorted(set(base.regions) - op.foreign))}",
+            )
         mark, number, coder = self._meter(), traj.last_round() + 1, f"external:{client}"
         merged = {**base.regions, **regions}
         plan = planning.Plan(skill="external", params={}, text=rationale, reason=coder, source="external", option=0)

@@ -233,3 +233,15 @@ def test_build_compiles_a_candidate_on_the_cpu_as_the_harness_would(tmp_path, sg
     assert cli(["agent", "build", task.op_id, "--region", f"nope={good}", "--work-dir", str(tmp_path)]) != 0
     assert "no editable region nope" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists(), "a build records nothing in any run"
+
+
+def test_a_submission_that_edits_another_ops_region_is_refused_with_the_regions_it_may_edit(work, capsys, monkeypatch):
+    """optimize.reach: a region another op's launcher owns is never run by this op's checks."""
+    from optimize import run_folder
+
+    monkeypatch.setattr(run_folder, "foreign_regions", lambda regions, wrappers: frozenset({"launch_scale"}))
+    (work[0] / "l.cu").write_text(HONEST)
+    assert agent(work, "submit", "demo.scale", "--region", f"launch_scale={work[0] / 'l.cu'}") == 2
+    err = capsys.readouterr().err
+    assert "belongs to another op's launcher" in err and "edit only the regions this op runs" in err
+    assert "Traceback" not in err
