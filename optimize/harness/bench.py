@@ -700,7 +700,8 @@ def bench_folders(
                     later.append(first + offset)
         if later:
             print(
-                f"{label}: {len(later)} ops the batches did not measure, each in its own worker now "
+                f"{label}: {len(later)} op{'s' if len(later) != 1 else ''} the batches did not measure, "
+                "each in its own worker now "
                 "(its failure in full, the contract repair)",
                 file=out,
                 flush=True,
