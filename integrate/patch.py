@@ -285,6 +285,38 @@ def _spans_by_name(task: Task) -> dict[str, Span]:
     return names
 
 
+def _refuse_foreign_edits(acc: Accepted, by_name: dict[str, Span], package_root: pathlib.Path) -> None:
+    """A PatchError when the candidate changes a region another op's launcher owns.
+
+    No check of the op runs such a region (:mod:`optimize.reach`), so the patch would carry an
+    unmeasured change; optimize leaves those regions alone since 4ffcd35, and a run made before
+    it is refused here (mask_topk_ids's H200 candidate also moved moe.hash_topk's trigger).
+    """
+    from optimize.reach import foreign_regions, task_wrappers
+
+    if acc.task.language != "cuda":
+        return
+    files: dict[str, bytes] = {}
+    baseline: dict[str, str] = {}
+    for name, span in by_name.items():
+        if span.file not in files:
+            target = package_root / span.file
+            files[span.file] = target.read_bytes() if target.is_file() else b""
+        baseline[name] = files[span.file][span.start_byte : span.end_byte].decode("utf-8", "replace")
+    changed = sorted(
+        name
+        for name in foreign_regions(baseline, task_wrappers(acc.task))
+        if name in acc.candidate.regions and acc.candidate.regions[name] != baseline[name]
+    )
+    if changed:
+        raise PatchError(
+            f"candidate {acc.candidate.id} of {acc.op_id} changes {', '.join(changed)}, which another op's "
+            f"launcher owns: no check of {acc.op_id} ran that code, so the patch would carry it unmeasured",
+            fix=f"re-run `kernelsmith optimize --ops {acc.op_id}` in a new --run (optimize now leaves those regions "
+            "as they are), then integrate that run",
+        )
+
+
 def compose(accepted: list[Accepted], package_root: pathlib.Path) -> tuple[list[NewFile], bool]:
     """The new bytes of every file the accepted candidates touch, verified.
 
@@ -300,6 +332,7 @@ def compose(accepted: list[Accepted], package_root: pathlib.Path) -> tuple[list[
     edits: dict[str, list[_Edit]] = {}
     for acc in accepted:
         by_name = _spans_by_name(acc.task)
+        _refuse_foreign_edits(acc, by_name, package_root)
         for name, text in acc.candidate.regions.items():
             if name not in by_name:
                 raise PatchError(

@@ -62,3 +62,31 @@ def test_a_helper_launcher_our_launcher_calls_is_ours():
     assert foreign_regions(regions, ["OpA::run"]) == frozenset()
     regions["OpA"] = "struct OpA { static void run(float* x, int n) { LaunchKernel(n, 128, dev)(kernel_a, x); } };"
     assert foreign_regions(regions, ["OpA::run"]) == {"launch_b", "kernel_b"}
+
+
+@pytest.mark.wheel
+def test_integrate_refuses_a_candidate_from_before_the_confinement_that_edits_another_ops_kernel(
+    tmp_path, sglang_source
+):
+    """The H200 sweep's mask_topk_ids candidate (made before 4ffcd35) moved moe.hash_topk's trigger too."""
+    from contract.layout import load_task
+    from integrate.patch import Accepted, PatchError, _refuse_foreign_edits, _spans_by_name
+    from pipeline.cli import main
+    from pipeline.records import Candidate
+
+    assert main(["extract", "--no-compile", "--work-dir", str(tmp_path), "--ops", "moe.mask_topk_ids"]) == 0
+    task_dir = tmp_path / "tasks" / "moe.mask_topk_ids"
+    task = load_task(task_dir)
+    root = pathlib.Path(sglang_source.root)
+    data = {s.file: (root / s.file).read_bytes() for s in task.editable}
+    base = {s.name: data[s.file][s.start_byte : s.end_byte].decode() for s in task.editable}
+    moved = T.apply("pdl_early_trigger", base, {})
+
+    def accepted(regions):
+        cand = Candidate(op_id=task.op_id, id="c1", parent=None, regions=regions)
+        return Accepted(op_id=task.op_id, candidate=cand, evaluation=None, task=task, task_dir=task_dir)
+
+    with pytest.raises(PatchError, match="moe_hash_topk_fused, which another op's"):
+        _refuse_foreign_edits(accepted(moved), _spans_by_name(task), root)
+    confined = confine(base, moved, foreign_regions(base, [w for i in task.instantiations for _, w in i.wrappers]))
+    _refuse_foreign_edits(accepted(confined), _spans_by_name(task), root)  # its own kernel's edit passes
