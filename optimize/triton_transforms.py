@@ -289,13 +289,7 @@ def constexpr_default(regions: Mapping[str, str], *, kernel: str, name: str, val
         raise NotApplicable("triton_constexpr_default", f"{kernel} has no parameter {name} with a default")
     if not isinstance(_bare(param.default), cst.Integer):
         raise NotApplicable("triton_constexpr_default", f"{kernel}.{name}'s default is not an integer literal")
-    new_param = param.with_changes(default=cst.Integer(str(value)))
-
-    class _Param(cst.CSTTransformer):
-        def leave_Param(self, original: cst.Param, updated: cst.Param) -> cst.Param:
-            return new_param if original is param else updated
-
-    new = fn.visit(_Param())
+    new = fn.deep_replace(param, param.with_changes(default=cst.Integer(str(value))))
     assert isinstance(new, cst.FunctionDef)
     return _kernel_edited(regions, kernel, module, fn, new, "triton_constexpr_default")
 
@@ -326,13 +320,7 @@ def autotune_pin(regions: Mapping[str, str], *, kernel: str, index: int) -> dict
     if not 0 <= index < len(configs.elements):
         raise TransformError(f"{kernel}: autotune config {index} of {len(configs.elements)}")
     kept = configs.elements[index].with_changes(comma=configs.elements[-1].comma)
-    new_list = configs.with_changes(elements=[kept])
-
-    class _List(cst.CSTTransformer):
-        def leave_List(self, original: cst.List, updated: cst.List) -> cst.List:
-            return new_list if original is configs else updated
-
-    new = fn.visit(_List())
+    new = fn.deep_replace(configs, configs.with_changes(elements=[kept]))
     assert isinstance(new, cst.FunctionDef)
     return _kernel_edited(regions, kernel, module, fn, new, "triton_autotune_pin")
 
