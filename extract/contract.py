@@ -361,14 +361,33 @@ def curated_path(op_id: str) -> pathlib.Path:
     return CURATED_DIR / f"{op_id}.toml"
 
 
-def load_curated(op_id: str) -> dict[str, Any] | None:
-    path = curated_path(op_id)
-    if not path.is_file():
-        return None
+def _read_curated(path: pathlib.Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"curated contract {path} is not valid TOML: {err}", fix="fix the TOML syntax") from err
+
+
+def load_curated(op_id: str) -> dict[str, Any] | None:
+    """The curated TOML of ``op_id``, or None. ``same_as = "<op id>"`` takes that op's file, with
+    this file's own keys over it: two public ops of one launcher (moe.topk_softmax and
+    moe.moe_topk_softmax_out) keep one contract, written once. The named file holds a contract
+    itself (no chains)."""
+    path = curated_path(op_id)
+    if not path.is_file():
+        return None
+    data = _read_curated(path)
+    twin = data.pop("same_as", None)
+    if twin is None:
+        return data
+    twin_path = curated_path(str(twin))
+    base = _read_curated(twin_path) if twin_path.is_file() else {}
+    if not base or "same_as" in base:
+        raise ConfigError(
+            f"curated contract {path} says same_as = {twin!r}, which has no curated contract of its own",
+            fix=f"name an op whose {twin_path.name} holds the contract itself",
+        )
+    return base | data
 
 
 _CONTRACT_KEYS = {

@@ -465,7 +465,7 @@ def test_a_type_alias_extract_does_not_follow_is_the_element_type():
 # Every key a curated contract may have: Contract fields it replaces (C._CONTRACT_KEYS),
 # the argument list, and what extract.tasks / extract.shapes read. A misspelt key would
 # otherwise be ignored without a word.
-_CURATED_KEYS = {"args", "dtypes", "shapes", "allowed_values"}
+_CURATED_KEYS = {"args", "dtypes", "shapes", "allowed_values", "same_as"}  # same_as: extract.contract.load_curated
 
 
 @pytest.mark.parametrize("path", sorted(C.CURATED_DIR.glob("*.toml")), ids=lambda p: p.stem)
@@ -480,8 +480,9 @@ def test_every_curated_contract_is_well_formed(path):
         return
     text = path.read_text(encoding="utf-8")
     assert text.startswith("#"), f"{path.name}: start with the comment block that cites the evidence"
-    data = tomllib.loads(text)
-    unknown = set(data) - C._CONTRACT_KEYS - _CURATED_KEYS
+    unknown = set(tomllib.loads(text)) - C._CONTRACT_KEYS - _CURATED_KEYS
+    data = C.load_curated(path.stem)  # a twin's file resolved through same_as
+    assert data is not None
     assert not unknown, f"{path.name}: unknown keys {sorted(unknown)}"
     assert set(data.get("dtypes", [])) <= set(DTYPES), path.name
     for item in data.get("args", []):
@@ -514,3 +515,18 @@ def test_the_topk_gates_scratch_and_bias_are_sized_as_sglangs_wrappers_allocate_
         bias = tensors["correction_bias"]
         assert (bias.shape, bias.dtype, bias.role) == (["num_experts"], "float32", "input"), op
         assert contract.origin == "curated"
+
+
+def test_a_curated_twin_takes_its_ops_contract_and_a_missing_or_chained_twin_is_named(tmp_path, monkeypatch):
+    from extract import contract as contract_mod
+    from pipeline.errors import ConfigError
+
+    monkeypatch.setattr(contract_mod, "CURATED_DIR", tmp_path)
+    (tmp_path / "demo.a.toml").write_text('entry = "run"\nchecks = ["n > 0"]\n')
+    (tmp_path / "demo.b.toml").write_text('same_as = "demo.a"\nchecks = ["n > 1"]\n')
+    (tmp_path / "demo.c.toml").write_text('same_as = "demo.nope"\n')
+    (tmp_path / "demo.d.toml").write_text('same_as = "demo.b"\n')
+    assert contract_mod.load_curated("demo.b") == {"entry": "run", "checks": ["n > 1"]}
+    for op in ("demo.c", "demo.d"):
+        with pytest.raises(ConfigError, match="has no curated contract of its own"):
+            contract_mod.load_curated(op)
