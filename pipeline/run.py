@@ -12,7 +12,7 @@ machine ends, not an error. Any stage that fails stops the pipeline with that
 stage's exit code; results written so far are kept. Each run gets a new
 time-stamped name unless ``--run NAME`` is given: re-running with the same
 ``--run`` resumes (extract keeps current tasks, optimize resumes its trajectory).
-Optimize's wall budget is capped by ``run.optimize_wall_s`` (:class:`pipeline.config.RunConfig`),
+Optimize's wall budget and its search rounds are capped by ``run.*`` (:class:`pipeline.config.RunConfig`),
 so the whole job on the default ops fits ten minutes on the H200.
 """
 
@@ -93,6 +93,18 @@ def has_gpu() -> tuple[bool, str]:
     return gpu_available()
 
 
+def run_capped(config: Any) -> Any:
+    """``config`` with optimize's wall budget and search rounds capped by ``run.*`` (the lower wins)."""
+    budget = config.budget.model_copy(update={"wall_s": min(config.budget.wall_s, config.run.optimize_wall_s)})
+    search = config.search.model_copy(
+        update={
+            "evals_per_round": min(config.search.evals_per_round, config.run.search_evals_per_round),
+            "population": min(config.search.population, config.run.search_population),
+        }
+    )
+    return config.model_copy(update={"budget": budget, "search": search})
+
+
 def main(args: argparse.Namespace, config: Any) -> int:
     run = getattr(args, "run", None) or datetime.datetime.now().strftime("run-%Y%m%d-%H%M%S")
     say = lambda text: print(text, file=sys.stderr)  # noqa: E731
@@ -108,9 +120,11 @@ def main(args: argparse.Namespace, config: Any) -> int:
         say(NO_GPU_MESSAGE.format(run=run) + f" ({device})")
         return 0
 
-    wall_s = min(config.budget.wall_s, config.run.optimize_wall_s)
-    say(f"== optimize (run {run}, {device}, wall budget {wall_s:g} s: run.optimize_wall_s)")
-    capped = config.model_copy(update={"budget": config.budget.model_copy(update={"wall_s": wall_s})})
+    capped = run_capped(config)
+    say(
+        f"== optimize (run {run}, {device}, wall budget {capped.budget.wall_s:g} s: run.optimize_wall_s; "
+        f"{capped.search.evals_per_round} points a round in populations of {capped.search.population})"
+    )
     code = int(_stage("optimize")(stage_args("optimize", args, run), capped) or 0)
     if code != 0:
         say(f"stopped: optimize failed (exit {code}); re-run `kernelsmith optimize --run {run}` to resume")

@@ -121,12 +121,17 @@ def test_pipeline_run_imports_without_torch():
 def test_optimize_inside_run_gets_the_run_wall_budget_unless_the_budget_is_lower(monkeypatch, capsys):
     """Issue 14 item 7: the default job fits ten minutes, so optimize inside ``run`` is capped."""
     code, err = _run([], True, monkeypatch, capsys)
-    assert code == 0 and CONFIGS["optimize"].budget.wall_s == 330.0
+    assert code == 0 and CONFIGS["optimize"].budget.wall_s == 300.0
     assert CONFIGS["integrate"].budget.wall_s == 3600.0, "only optimize's budget is capped"
-    assert "wall budget 330 s: run.optimize_wall_s" in err
+    assert "wall budget 300 s: run.optimize_wall_s; 16 points a round in populations of 8" in err
+    assert (CONFIGS["optimize"].search.evals_per_round, CONFIGS["optimize"].search.population) == (16, 8)
+    assert CONFIGS["integrate"].search.evals_per_round == 32, "only optimize's search is capped"
     monkeypatch.setenv("KERNELSMITH_BUDGET__WALL_S", "120")
     code, _ = _run([], True, monkeypatch, capsys)
     assert code == 0 and CONFIGS["optimize"].budget.wall_s == 120.0, "a lower budget.wall_s stays"
     monkeypatch.setenv("KERNELSMITH_RUN__OPTIMIZE_WALL_S", "60")
     code, _ = _run([], True, monkeypatch, capsys)
     assert code == 0 and CONFIGS["optimize"].budget.wall_s == 60.0
+    monkeypatch.setenv("KERNELSMITH_SEARCH__POPULATION", "4")
+    code, _ = _run([], True, monkeypatch, capsys)
+    assert code == 0 and CONFIGS["optimize"].search.population == 4, "a smaller population stays"
