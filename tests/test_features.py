@@ -74,8 +74,8 @@ def test_activation_features(real):
     s = f.static
     assert (s.load_bytes, s.max_load_bytes, s.vector_loads) == (16, 16, True)
     assert s.block_size == 256 and not s.block_size_runtime and s.tunable_block_size
-    assert s.uses_expf and s.fast_math_swappable == 1 and s.slow_math_calls == 3  # expf, erff, tanhf
-    assert s.float_divisions == 1 and f.math_sites == {"expf": 1, "fdividef": 1}  # SiLU's x / (1 + expf(-x))
+    assert s.uses_expf and s.fast_math_swappable == 2 and s.slow_math_calls == 3  # expf, tanhf swappable; erff not
+    assert s.float_divisions == 1 and f.math_sites == {"expf": 1, "tanhf": 1, "fdividef": 1}  # SiLU, GELU-tanh
     assert s.pdl_flag and s.pdl_launch and not s.pdl_off  # .enable_pdl(kUsePDL)
     assert s.pdl_wait and s.pdl_trigger and s.pdl_trigger_at_end
     assert s.kernels_without_launch_bounds == 2 and not s.launch_bounds

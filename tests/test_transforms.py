@@ -118,12 +118,14 @@ def test_fast_math_swaps_expf_and_rewrites_the_division_around_its_operands(act)
     only_changed(
         act, only_expf, {"apply_activation_f32": once(act["apply_activation_f32"], "expf(-x_f32)", "__expf(-x_f32)")}
     )
-    # erff / tanhf have no intrinsic and stay; no sine anywhere
+    # tanhf only when asked; erff has no intrinsic and stays; no sine anywhere
     assert "erff(" in out["apply_activation_f32"] and "tanhf(" in out["apply_activation_f32"]
+    text = act["apply_activation_f32"]
+    only_changed(act, T.fast_math(act, ops=["tanhf"]), {"apply_activation_f32": once(text, "tanhf(", "__tanhf(")})
     with pytest.raises(NotApplicable, match="no sinf site"):
         T.fast_math(act, ops=["sinf"])
     with pytest.raises(TransformError, match="unknown ops"):
-        T.fast_math(act, ops=["tanhf"])
+        T.fast_math(act, ops=["erff"])
 
 
 @pytest.mark.wheel
@@ -429,9 +431,10 @@ def test_targets_bind_constants_and_kernels_and_respect_launch_bounds(act, fused
 @pytest.mark.nvcc
 @pytest.mark.wheel
 def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
-    """activation (fast math + launch bounds + early trigger + block 128 + streaming hints) and
+    """activation (fast math, tanhf included, + launch bounds + early trigger + block 128 + streaming hints) and
     fused_add_rmsnorm (PDL below 528 blocks + unroll + __frcp_rn + launch bounds) patched into their files,
-    instantiated, built with -c; the hinted accesses are evict-first (.cs) in the PTX."""
+    instantiated, built with -c (no --use_fast_math); the hinted accesses are evict-first (.cs) in the PTX and
+    __tanhf is the one-instruction tanh.approx.f32, which the precise tanhf never emits."""
     tvm_ffi = pytest.importorskip("tvm_ffi.libinfo")
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
@@ -439,7 +442,7 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
     patched = {}
     for name, steps in {
         "activation.cuh": [
-            ("fast_math", {"ops": ["expf", "fdividef"]}),
+            ("fast_math", {"ops": ["expf", "tanhf", "fdividef"]}),
             ("set_launch_bounds", {"kernel": "act_and_mul_kernel", "max_threads": 128, "min_blocks": 2}),
             ("tune_constant", {"name": "kBlockSize", "value": 128}),
             ("pdl_early_trigger", {"max_blocks": 132}),  # the grid-guarded trigger compiles in the kernel
@@ -490,6 +493,7 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
     assert "act_and_mul_kernel" in done.stderr and "fused_add_rmsnorm_reg_kernel" in done.stderr
     ptx = "".join(p.read_text(errors="replace") for p in tmp_path.glob("*.ptx"))
     assert "ld.global.cs" in ptx and "st.global.cs" in ptx, "streaming_hints' accesses are evict-first (.cs) in the PTX"
+    assert "tanh.approx.f32" in ptx, "fast_math's tanhf -> __tanhf is the hardware tanh"
 
 
 @pytest.mark.wheel
