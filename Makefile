@@ -6,7 +6,7 @@ KS      := $(BIN)/kernelsmith
 STAMP   := $(VENV)/.installed
 OPS     ?= activation.silu_and_mul layernorm.fused_add_rmsnorm layernorm.rmsnorm
 
-.PHONY: install run extract optimize integrate test lint test-gpu test-llm bench clean device-wheels deps
+.PHONY: install run extract optimize integrate test lint test-gpu test-llm bench clean device-wheels deps device-prep
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -76,6 +76,11 @@ device-wheels: $(STAMP)
 deps: $(STAMP)
 	$(BIN)/python tools/fetch-deps.py .dev/deps
 	tar -czf .dev/deps.tar.gz -C .dev deps
+
+# Everything tools/gpu-owed.sh carries to the GPU machine, made here (about 3 min): the wheels, the
+# header deps and the task tarballs of tools/owed-tasks.sh (tools/owed.env names the ops).
+device-prep: device-wheels deps
+	KS=$(KS) bash tools/owed-tasks.sh
 
 clean:
 	rm -rf work .pytest_cache build *.egg-info

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The CPU half of tools/gpu-owed.sh (`make device-prep` runs it after device-wheels and deps):
+# every CUDA task (`extract --all --no-compile`, about 90 s on 2 cores) packed as
+# .dev/tasks-all.tar.gz (part 3's coverage sweep), and the ops of tools/owed.env as
+# .dev/tasks-owed.tar.gz (part 1), so the GPU machine spends no device time extracting.
+# Prints each tarball's size: a call carries at most 64 MiB (the wheels take about 57).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tools/owed.env
+ks="${KS:-.venv/bin/kernelsmith}"
+"$ks" extract --all --no-compile | grep "^coverage:"
+mkdir -p .dev
+tar -czf .dev/tasks-all.tar.gz -C work tasks
+# shellcheck disable=SC2086  # the op lists are words
+missing=$(for op in $OWED_SWEEP_OPS $OWED_BENCH_OPS; do [ -f "work/tasks/$op/task.json" ] || echo "$op"; done)
+if [ -n "$missing" ]; then
+  echo "owed-tasks: no task for: $missing (see work/coverage.json); fix tools/owed.env" >&2
+  exit 1
+fi
+# shellcheck disable=SC2086
+tar -czf .dev/tasks-owed.tar.gz -C work $(for op in $OWED_SWEEP_OPS $OWED_BENCH_OPS; do echo "tasks/$op"; done)
+du -h .dev/tasks-all.tar.gz .dev/tasks-owed.tar.gz
