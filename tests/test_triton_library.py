@@ -303,3 +303,75 @@ def test_a_wrapper_must_return_only_its_arguments_tensors():
     with pytest.raises(triton_library.StrayOutput, match=r"f.py::merge returned a tensor of shape \(8,\)") as err:
         own(x, out, lse)
     assert "curated contract" in str(err.value)
+
+
+# ---------------------------------------------------------------------------- merge_state_triton (the wheel)
+
+MERGE = "attention.merge_state_triton"
+#: the kernel's last store, and the same store skipping the last token (its output keeps the poison)
+STORE = "        out,\n        mask=head_mask,\n"
+SKIP_LAST = "        out,\n        mask=head_mask & (token_idx < num_tokens - 1),\n"
+
+
+@pytest.fixture
+def merge_state(triton_wheel_index, tmp_path):
+    op = next(o for o in triton_wheel_index.ops if o.id == MERGE)
+    task = triton_tasks.write_task(triton_wheel_index, op, tmp_path / "work")
+    folder = task_dir(tmp_path / "work", MERGE)
+    return task, folder, baseline_regions(read_task_files(folder, task), task)
+
+
+def skip_last_token(regions: dict[str, str]) -> dict[str, str]:
+    kernel = regions["merge_state_kernel"]
+    assert kernel.count(STORE) == 1, "merge_state_kernel's last store changed: update STORE"
+    return {**regions, "merge_state_kernel": kernel.replace(STORE, SKIP_LAST)}
+
+
+def small_shapes(task):
+    """One catalog shape per token bucket (T = 1, 64, 512), the first model's."""
+    wanted = [next((s for s in task.shapes if s.sizes.get("num_tokens") == t), None) for t in (1, 64, 512)]
+    return [s for s in wanted if s is not None]
+
+
+def gpu_config(tmp_path) -> Config:
+    return Config.model_validate({"work_dir": str(tmp_path / "w"), "harness": {"held_out_shapes": 3}})
+
+
+@pytest.mark.wheel
+@needs_triton
+def test_the_cheat_compiles_so_only_the_gpu_checks_can_refuse_it(merge_state, tmp_path):
+    """The GPU test below is needed: Triton's CPU check passes the cheating candidate."""
+    task, folder, regions = merge_state
+    cheat = Candidate(op_id=MERGE, id="cheat", parent="baseline", regions=skip_last_token(regions), coder="test")
+    assert language_of(task).precheck(folder, task, cheat) is None
+    assert build(task, folder, tmp_path, regions=cheat.regions).ok
+
+
+@pytest.mark.gpu
+@pytest.mark.wheel
+def test_merge_state_triton_baseline_against_itself_on_the_gpu(merge_state, tmp_path):
+    """The baseline's file loaded twice (two modules): every check passes bitwise, the timed graphs agree."""
+    from optimize.harness.evaluate import evaluate
+    from pipeline.records import Outcome
+
+    task, folder, regions = merge_state
+    shapes = small_shapes(task)
+    itself = Candidate(op_id=MERGE, id="itself", parent="baseline", regions=dict(regions), coder="test")
+    ev = evaluate(folder, task, itself, config=gpu_config(tmp_path), shapes=shapes)
+    assert ev.outcome in (Outcome.ok, Outcome.slower), ev.detail  # slower only by noise: the same code
+    assert ev.bitwise_equal and ev.checks_failed == 0 and ev.checks_passed >= 3 * len(shapes), ev.detail
+    assert len(ev.timings) == len(shapes) and ev.timed_sets_validated > 0, ev.detail
+
+
+@pytest.mark.gpu
+@pytest.mark.wheel
+def test_a_triton_candidate_that_skips_the_last_token_is_incorrect(merge_state, tmp_path):
+    """The last token's output is never stored: the NaN poison survives there, and the harness says so."""
+    from optimize.harness.evaluate import evaluate
+    from pipeline.records import Outcome
+
+    task, folder, regions = merge_state
+    cheat = Candidate(op_id=MERGE, id="cheat", parent="baseline", regions=skip_last_token(regions), coder="test")
+    ev = evaluate(folder, task, cheat, config=gpu_config(tmp_path), shapes=small_shapes(task))
+    assert ev.outcome == Outcome.incorrect, ev.detail
+    assert "output" in ev.detail, ev.detail
