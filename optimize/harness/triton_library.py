@@ -40,7 +40,10 @@ returns a tensor of its own raises :class:`StrayOutput` (the baseline: its contr
 output, the fix is a curated contract; a candidate: it computes into memory no check reads).
 
 What must stay true: importing this module needs neither torch nor triton (both are the worker's);
-a module is executed once per (library, owner) per process and stays loaded for its life.
+a module is executed once per (library, owner) per process and stays loaded for its life, and each
+export's wrapper is taken from it once. Not defended: a candidate's file runs in the worker's
+interpreter beside the baseline's module and could reach it through ``sys.modules`` (as a CUDA
+candidate's module could write the process's memory); the search's candidates only change numbers.
 """
 
 from __future__ import annotations
@@ -212,6 +215,8 @@ def build_units(
 # ---------------------------------------------------------------------------- load (worker)
 
 _MODULES: dict[tuple[str, str], tuple[TritonLibrary, types.ModuleType]] = {}
+#: (library, owner, export) -> the checked wrapper, taken once: a later rebinding of the module's name does not move it
+_CALLABLES: dict[tuple[str, str, str], Callable[..., Any]] = {}
 
 
 def is_library(path: str | os.PathLike[str]) -> bool:
@@ -269,6 +274,9 @@ def load(path: str | os.PathLike[str], owner: str) -> tuple[TritonLibrary, types
 
 def function(path: str | os.PathLike[str], export: str, *, owner: str) -> Callable[..., Any]:
     """The wrapper behind ``export`` in ``owner``'s module of the library at ``path``, checked on every call."""
+    cache_key = (os.path.abspath(os.fspath(path)), owner, export)
+    if cache_key in _CALLABLES:
+        return _CALLABLES[cache_key]
     library, module = load(path, owner)
     if export not in library.exports:
         raise HarnessError(
@@ -281,7 +289,8 @@ def function(path: str | os.PathLike[str], export: str, *, owner: str) -> Callab
             f"{library.path} ({owner}) defines no function {library.function}",
             fix=f"keep the wrapper {library.function} in the file (the task's entry)",
         )
-    return returning_arguments(wrapper, f"{library.path}::{library.function}")
+    _CALLABLES[cache_key] = returning_arguments(wrapper, f"{library.path}::{library.function}")
+    return _CALLABLES[cache_key]
 
 
 def returning_arguments(wrapper: Callable[..., Any], where: str) -> Callable[..., Any]:
