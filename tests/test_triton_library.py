@@ -194,6 +194,30 @@ def test_evaluate_hands_the_worker_both_libraries_and_the_carried_sglang_package
     assert task.source.root in _library_dirs(request)  # readable inside the worker's sandbox
 
 
+def test_a_triton_population_is_built_then_judged_in_one_worker_request(tiny, tmp_path, monkeypatch):
+    """What the search's GPU backend does (evaluate_population), up to the worker: a member that does not
+    parse is compile_failed and never reaches the worker; the others go in one request, each its own library."""
+    from optimize.harness import population
+    from optimize.harness.isolate import WorkerRun
+
+    task, folder, regions = tiny["tiny.row_copy"]
+    seen = []
+    monkeypatch.setattr(population, "run_request", lambda request, config, workdir: seen.append(request) or stopped)
+    stopped = WorkerRun("crashed", 3, 0.0, "stub: no worker on this machine", None)
+    config = Config.model_validate({"work_dir": str(tmp_path / "w"), "harness": {"held_out_shapes": 1}})
+    broken = dict(regions, row_copy_kernel=regions["row_copy_kernel"].replace("def ", "def (", 1))
+    members = [
+        Candidate(op_id=task.op_id, id=f"m{i}", parent="baseline", regions=r, coder="test")
+        for i, r in enumerate((faster(regions), broken, dict(regions)))
+    ]
+    out = population.evaluate_population(folder, task, members, config=config)
+    assert [e.candidate for e in out] == ["m0", "m1", "m2"]
+    assert out[1].outcome.value == "compile_failed" and "does not parse" in out[1].detail
+    assert seen and all(r.sglang_package == task.source.root for r in seen)
+    libraries = [libs[0] for libs in seen[0].population]
+    assert len(libraries) == 2 and libraries[0] != libraries[1] and libraries[1] == seen[0].baseline_libraries[0]
+
+
 def test_a_cuda_task_gets_no_package_and_no_precheck():
     from test_loop import make_task
 
