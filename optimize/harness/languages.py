@@ -7,14 +7,15 @@ in the harness or the loop should care. So they ask :func:`language_of` and call
 
 - :class:`Cuda`: nvcc builds through :func:`pipeline.build.build_many` (one tvm-ffi module per
   build unit); no check before the build (nvcc is the check); the search's proposals are the
-  policy's (``proposed()``).
+  policy's (``proposed()``); other ops' launchers in the same files are :mod:`optimize.reach`'s.
 - :class:`Triton`: the wrapper's file with the regions spliced in, one library for every unit
   (:mod:`optimize.harness.triton_library`); before a search point reaches the backend it is
   compiled for sm_90 on this machine (:func:`optimize.search.triton_check.check_point`), so a
   point Triton refuses is ``compile_failed`` at no GPU cost; the proposals are the task's
   tunables (:func:`optimize.search.triton_space.decisions`); the worker gets the carried sglang
   package (:meth:`Triton.sglang_package`). The LLM coders do not write Triton yet
-  (``search_only``): the loop says so with the fix instead of running CUDA prompts on Python.
+  (``search_only``): the loop says so with the fix instead of running CUDA prompts on Python; its
+  regions are its own wrapper's launches and the kernels they start, so none is another op's.
 
 What must stay true: one entry per value of ``Task.language`` (:data:`LANGUAGES`), each method
 pure over its arguments except for the build cache it writes; a refused check is an
@@ -68,6 +69,10 @@ class Language(Protocol):
         self, task: Task, task_dir: str | os.PathLike[str], proposed: Callable[[], list[Decision]]
     ) -> list[Decision]:
         """The proposals a search round spans (``proposed``: the policy's, asked only where they apply)."""
+        ...
+
+    def foreign_regions(self, task: Task, regions: Mapping[str, str]) -> frozenset[str]:
+        """The regions of ``task`` that other ops' launchers own (:mod:`optimize.reach`): never edited unmeasured."""
         ...
 
 
@@ -129,6 +134,11 @@ class Cuda:
     ) -> list[Decision]:
         return proposed()
 
+    def foreign_regions(self, task: Task, regions: Mapping[str, str]) -> frozenset[str]:
+        from optimize.reach import foreign_regions, task_wrappers
+
+        return foreign_regions(regions, task_wrappers(task))
+
 
 class Triton:
     name = "triton"
@@ -186,6 +196,10 @@ class Triton:
         from optimize.search.triton_space import decisions
 
         return decisions(task, pathlib.Path(task_dir))
+
+    def foreign_regions(self, task: Task, regions: Mapping[str, str]) -> frozenset[str]:
+        """None: a Triton task's regions are the kernels its wrapper launches and that wrapper's own launch sites."""
+        return frozenset()
 
 
 LANGUAGES: dict[str, Language] = {"cuda": Cuda(), "triton": Triton()}
