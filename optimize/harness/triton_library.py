@@ -37,7 +37,8 @@ argument), and the harness always passes them, so the wrapper writes into the ha
 buffers. What must stay true: every tensor the wrapper returns is (a view of) one of its
 arguments. The callable checks it on every call (:func:`returning_arguments`); a wrapper that
 returns a tensor of its own raises :class:`StrayOutput` (the baseline: its contract misses an
-output, the fix is a curated contract; a candidate: it computes into memory no check reads).
+output, the fix is a curated contract naming the optional output parameter, and a wrapper with no
+such parameter is not checkable yet; a candidate: it computes into memory no check reads).
 
 What must stay true: importing this module needs neither torch nor triton (both are the worker's);
 a module is executed once per (library, owner) per process and stays loaded for its life, and each
@@ -303,8 +304,9 @@ def returning_arguments(wrapper: Callable[..., Any], where: str) -> Callable[...
             raise StrayOutput(
                 f"{where} returned {', '.join(stray)}, not in any argument: the harness checks only the buffers "
                 "it passes, so that result would go unchecked",
-                fix="give the wrapper its output as an argument: a curated contract (extract/curated/<op>.toml) "
-                "naming it with role output, as merge_state_triton's `output`",
+                fix="where the wrapper takes that output as an optional argument, name it in a curated contract "
+                "(extract/curated/<op>.toml) with role output, as merge_state_triton's `output`; a wrapper that "
+                "allocates its result with no such parameter cannot be checked by the harness yet",
             )
         return result
 
