@@ -73,8 +73,7 @@ from pipeline.records import Contract, write_record
 SLEEP_CYCLES = 1_000_000  # ~0.5 ms at H200 clocks: far longer than any launch latency
 EXIT_NO_GPU = 3
 EXIT_HARNESS = 4  # the harness itself raised: the parent reports a HarnessError, not a crashed candidate
-# Memory the timing buffers may take, as a fraction of what is free.
-TIMING_MEMORY_FRACTION = 0.5
+TIMING_MEMORY_FRACTION = 0.5  # memory the timing buffers may take, as a fraction of what is free
 
 
 def log(message: str) -> None:
