@@ -237,8 +237,10 @@ def test_a_cuda_task_gets_no_package_and_no_precheck():
 
 
 @needs_triton
-def test_each_owner_gets_its_own_module_under_a_unique_name_with_triton_imported(tiny, tmp_path):
+def test_each_owner_gets_its_own_module_under_a_unique_name_with_triton_imported(tiny, tmp_path, monkeypatch):
     import triton
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # as a worker without PYTHONDONTWRITEBYTECODE
 
     task, folder, regions = tiny["tiny.row_copy"]
     lib = build(task, folder, tmp_path).library
@@ -250,6 +252,7 @@ def test_each_owner_gets_its_own_module_under_a_unique_name_with_triton_imported
     assert baseline.triton is triton and isinstance(baseline.row_copy_kernel, triton.runtime.JITFunction)
     assert baseline.row_copy_kernel is not candidate.row_copy_kernel  # separate JIT caches
     assert triton_library.load(lib, "baseline")[1] is baseline  # once per process
+    assert sorted(p.name for p in pathlib.Path(lib).parent.iterdir()) == ["copy.py", "triton-library.json"]  # no pyc
     other = build(task, folder, tmp_path, regions=faster(regions)).library
     assert triton_library.load(other, "candidate")[1].__name__ != candidate.__name__
     fn = loader.function(lib, "row_copy__bf16", owner="baseline")

@@ -255,6 +255,7 @@ def load(path: str | os.PathLike[str], owner: str) -> tuple[TritonLibrary, types
         raise HarnessError(f"cannot make an import spec for {manifest.parent / library.file}", fix="rebuild it")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the entry is never written after publication
     try:
         spec.loader.exec_module(module)
     except Exception as err:  # noqa: BLE001 - whatever the file raises at import is reported with its name
@@ -269,6 +270,8 @@ def load(path: str | os.PathLike[str], owner: str) -> tuple[TritonLibrary, types
         raise LibraryLoadFailed(
             f"{library.path} ({owner}) does not import: {type(err).__name__}: {err}", fix=fix
         ) from None
+    finally:
+        sys.dont_write_bytecode = writes
     _MODULES[cache_key] = (library, module)
     return library, module
 
