@@ -13,8 +13,9 @@ launches, byte for byte. What differs from a CUDA task, and where it lives:
   constexprs, autotune configs and heuristics; launch sites; the wrapper and its
   ``KernelSpec`` registration;
 - ``instantiations``: one per dtype the contract allows, no template arguments
-  (``size_free``: Triton specialises at launch, not at build); ``build``: no CUDA files,
-  only the arch the compile check targets.
+  (``size_free``: Triton specialises at launch, not at build), each exporting the wrapper
+  under its own name (``wrappers = [(function, function)]``, so the harness's cases name it
+  as a CUDA entry's); ``build``: no CUDA files, only the arch the compile check targets.
 
 :func:`coverage` groups every op and every file with ``@triton.jit`` kernels by what they
 became (a task, or the reason not), for ``extract --language triton --all``.
@@ -163,7 +164,10 @@ def write_task(
         source=tindex.source,
         files=files,
         instantiations=[
-            Instantiation(dtype=d, module_args=[], template_args=[], wrappers=[], size_free=True) for d in dtypes
+            Instantiation(
+                dtype=d, module_args=[], template_args=[], wrappers=[(op.function, op.function)], size_free=True
+            )
+            for d in dtypes
         ],
         build=BuildRecipe(cuda_files=[], include_dirs=[], cuda_cflags=[], cflags=[], arch=arch),
         editable=editable,

@@ -190,7 +190,7 @@ def _bottleneck(op: OpChange, facts: OpFacts, sim: str) -> str:
         )
     prof = facts.baseline_profile
     if prof:
-        from optimize.harness.tools import top_stall
+        from optimize.features import top_stall
 
         if "dram_throughput_pct" in prof:
             parts.append(f"DRAM throughput {prof['dram_throughput_pct']:.0f} % of peak")

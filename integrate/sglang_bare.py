@@ -18,41 +18,18 @@ the caller setting every cache variable to a private folder
 Also a pytest plugin: ``-p integrate.sglang_bare`` with ``KS_SGLANG_PACKAGE``
 set installs the same package before SGLang's tests are collected.
 
-This module imports only the standard library: it runs inside worker
-processes whose ``sys.path`` holds just the tree and the GPU machine's packages.
+This module imports only the standard library and :mod:`pipeline.sglang_package` (where
+:func:`install` lives, shared with the harness's Triton worker): it runs inside worker
+processes whose ``sys.path`` holds just the project, the tree and the GPU machine's packages.
 """
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
-import sys
-import types
+
+from pipeline.sglang_package import install
 
 ENV_PACKAGE = "KS_SGLANG_PACKAGE"
-
-
-def install(package_dir: str) -> types.ModuleType:
-    """Make ``import sglang.<anything>`` resolve inside ``package_dir`` (the folder holding kernels/)."""
-    package_dir = os.path.abspath(package_dir)
-    if not os.path.isdir(os.path.join(package_dir, "kernels", "jit")):
-        raise ImportError(f"{package_dir} is not an sglang package folder (no kernels/jit)")
-    existing = sys.modules.get("sglang")
-    if existing is not None:
-        paths = list(getattr(existing, "__path__", []))
-        if paths and os.path.abspath(paths[0]) == package_dir:
-            return existing
-        raise ImportError(f"sglang is already imported from {paths or existing}; start a fresh process")
-    spec = importlib.machinery.ModuleSpec("sglang", None, is_package=True)
-    spec.submodule_search_locations = [package_dir]
-    module = importlib.util.module_from_spec(spec)
-    module.__doc__ = "SGLang package (kernel modules only; sglang/__init__.py not run)"
-    sys.modules["sglang"] = module
-    parent = os.path.dirname(package_dir)
-    if parent not in sys.path:
-        sys.path.insert(0, parent)
-    return module
 
 
 def private_cache_env(cache_dir: str) -> dict[str, str]:
@@ -73,3 +50,6 @@ def pytest_configure(config) -> None:  # noqa: ARG001 - pytest plugin hook
     package = os.environ.get(ENV_PACKAGE)
     if package:
         install(package)
+
+
+__all__ = ["ENV_PACKAGE", "install", "private_cache_env"]

@@ -20,7 +20,8 @@ lane per local GPU, or Ray tasks across hosts; used by the commands, ``harness.b
   deterministic planner);
 - budget, hooks (the loop's typed integration points), run_folder (one op's folder,
   best/, run.json, summary lines), acceptance (regressions, minimum gain, round
-  verdicts), measure (evaluations and profiles once each, GPU time charged), report;
+  verdicts), measure (evaluations and profiles once each, GPU time charged; a search population
+  pre-checked by the task's language, ``harness.languages``), report;
 - session (an op opened, rounds recorded, the best validated: shared by every coder,
   the outside agent's included), loop (the coders' rounds), command
   (``kernelsmith optimize``).

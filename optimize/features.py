@@ -62,7 +62,6 @@ from optimize.cuda_facts import (
 from optimize.cuda_regions import Region
 from optimize.cuda_spans import region_texts
 from optimize.cuda_text import named_children, parse_number, text_of
-from optimize.harness.tools import top_stall
 from optimize.hint_transforms import typed_access_sites
 from pipeline.records import Evaluation, KernelResources, Record, Span
 
@@ -77,6 +76,14 @@ ConstantRole = Literal["block_size", "vec_bytes", "items", "unroll"]
 
 
 # --------------------------------------------------------------------------- records
+
+
+def top_stall(metrics: Mapping[str, float]) -> tuple[str, float] | None:
+    """The warp-stall reason with the most warps stalled per issue in :meth:`optimize.harness.tools.NcuResult.metrics`
+    (its ``stall_<reason>`` entries), or None when the profile has none. Here, not in the tools module, so
+    the search's modules (policy -> features) never reach the harness's evaluation (tools -> evaluate)."""
+    stalls = [(key.removeprefix("stall_"), value) for key, value in metrics.items() if key.startswith("stall_")]
+    return max(stalls, key=lambda kv: kv[1]) if stalls else None
 
 
 class ProfileFacts(Record):

@@ -62,6 +62,8 @@ from typing import Any
 from optimize.agents import coding, planning, profiling, repair, single
 from optimize.agents.edits import CodeResult
 from optimize.budget import BUDGETS
+from optimize.errors import LanguageUnsupported
+from optimize.harness.languages import language_of
 from optimize.measure import evaluate_many_once
 from optimize.policy import Decision
 from optimize.reach import confine
@@ -121,6 +123,15 @@ class Loop(Session):
         return self.run_summary(summaries, started)
 
     def run_op(self, task_dir: pathlib.Path, task: Task) -> OpSummary:
+        language = language_of(task)
+        searching = self.options.mode == "multi" and self.raw_model is None and self.config.search.strategy != "off"
+        if language.search_only and not searching:  # before the baseline: no GPU time on an op no coder can edit
+            raise LanguageUnsupported(
+                f"{task.op_id} is a {language.name} task: only the offline search writes {language.name} "
+                f"candidates so far (this run: --mode {self.options.mode}, --coder {self.options.coder}, "
+                f"search.strategy {self.config.search.strategy})",
+                fix="optimize it in a run of its own with --coder offline and the search on (search.strategy auto)",
+            )
         op = self.open_op(task_dir, task)
         if isinstance(op, OpSummary):
             return op
@@ -298,9 +309,16 @@ class Loop(Session):
         return self._record(op, number, plan, base.id, best, attempts, candidate, evaluation, guarded)
 
     def _search(self, op: OpState, number: int, base: Candidate, best: RoundRecord, features: Any) -> RoundRecord:
-        """A round of the offline coder: a search over composed transforms (:mod:`optimize.search`)."""
-        decisions = self.hooks.policy_plan(
-            features, self.skills, op.trajectory.history(), llm_available=False, limit=SEARCH_LIMIT
+        """A round of the offline coder: a search over composed transforms (:mod:`optimize.search`), spanned
+        and pre-checked by the task's language (:mod:`optimize.harness.languages`: a Triton point is compiled
+        for sm_90 on this machine before it may reach the backend)."""
+        language = language_of(op.task)  # the one seam: a Triton task's tunables, or the policy's proposals
+        decisions = language.search_decisions(
+            op.task,
+            op.task_dir,
+            lambda: self.hooks.policy_plan(
+                features, self.skills, op.trajectory.history(), llm_available=False, limit=SEARCH_LIMIT
+            ),
         )
         found = search_round(
             base,
@@ -308,7 +326,9 @@ class Loop(Session):
             decisions,
             config=self.config,
             coder=self.options.coder,
-            measure=lambda members: evaluate_many_once(op, members, self.backend, self.budget),
+            measure=lambda members: evaluate_many_once(
+                op, members, self.backend, self.budget, precheck=lambda c: language.precheck(op.task_dir, op.task, c)
+            ),
             seed=number,
             foreign=op.foreign,
         )

@@ -1,6 +1,8 @@
 """The loop's measurements: each candidate evaluated once per stage and profiled once, stored, GPU time charged.
 
-A search population (:func:`evaluate_many_once`) is measured in one backend call.
+A search population (:func:`evaluate_many_once`) is measured in one backend call, after the
+language's check on this machine (:meth:`optimize.harness.languages.Language.precheck`: a Triton
+point compiled for sm_90) has taken out the members it refuses, at no GPU cost.
 
 Why: GPU time is the scarcest budget and a run must resume without measuring
 again. Every evaluation and Nsight Compute profile the loop asks for goes
@@ -18,7 +20,7 @@ What must stay true:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from contract.layout import profile_path
@@ -28,6 +30,9 @@ from optimize.harness.tools import NcuResult
 from optimize.hooks import Profiler
 from optimize.run_folder import OpState
 from pipeline.records import Candidate, Evaluation, read_record, write_record
+
+#: A check before any GPU time: the candidate's evaluation when it already refuses it, else None.
+Precheck = Callable[[Candidate], Evaluation | None]
 
 
 def evaluate_once(
@@ -46,12 +51,19 @@ def evaluate_once(
 
 
 def evaluate_many_once(
-    op: OpState, candidates: Sequence[Candidate], backend: Backend, budget: Budget
+    op: OpState,
+    candidates: Sequence[Candidate],
+    backend: Backend,
+    budget: Budget,
+    *,
+    precheck: Precheck | None = None,
 ) -> list[Evaluation | None]:
     """Round evaluations of a population: stored ones read back, the others measured together, charged, stored.
 
-    None for the candidates left unmeasured because a budget is spent (checked before
-    the population is measured: a population is never cut in the middle).
+    ``precheck``: each new candidate is checked first; one it refuses has that evaluation stored
+    (``compile_failed``, ``timeout``) and never reaches the backend. None for the candidates left
+    unmeasured because a budget is spent (checked before the population is measured: a
+    population is never cut in the middle).
     """
     out: list[Evaluation | None] = [op.stored_evaluation(c.id, "round") for c in candidates]
     fresh = [i for i, e in enumerate(out) if e is None]
@@ -59,6 +71,14 @@ def evaluate_many_once(
         return out
     for i in fresh:
         op.save_candidate(candidates[i])
+    for i in list(fresh):
+        refused = precheck(candidates[i]) if precheck is not None else None
+        if refused is not None:
+            write_record(refused, op.eval_path(candidates[i].id, "round"))
+            out[i] = refused
+            fresh.remove(i)
+    if not fresh:
+        return out
     before = backend.gpu_s
     evaluations = backend.evaluate_many(op.task_dir, op.task, [candidates[i] for i in fresh])
     budget.charge_gpu(backend.gpu_s - before)

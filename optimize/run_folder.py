@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 
 from contract.layout import TRAJECTORY_FILE
 from extract.splice import apply_regions
+from optimize.harness.languages import language_of
 from optimize.llm.client import MeteredModel, Model
-from optimize.reach import foreign_regions, task_wrappers
 from optimize.trajectory import RoundOutcome, RoundRecord, Trajectory, candidate_id
 from pipeline.errors import ConfigError, KernelsmithError
 from pipeline.records import (
@@ -68,9 +68,7 @@ class OpState:
         self.baseline_regions = baseline_regions
         self.kinds = {span.name: span.kind for span in task.editable}
         # regions other ops' launchers own (optimize.reach): no candidate may change them unmeasured
-        self.foreign = (
-            foreign_regions(baseline_regions, task_wrappers(task)) if task.language == "cuda" else frozenset()
-        )
+        self.foreign = language_of(task).foreign_regions(task, baseline_regions)
 
     def baseline_candidate(self) -> Candidate:
         return Candidate(

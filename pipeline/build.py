@@ -523,13 +523,14 @@ def build(
     only annotate error messages. ``timeout_s`` bounds compile plus link.
     """
     start = time.monotonic()
-    if task.language != "cuda":  # nvcc has nothing to build; the Triton harness is issue 19's later work
+    if task.language != "cuda":  # nvcc has nothing to build: optimize.harness.languages sends Triton elsewhere
         return BuildReport(
             ok=False,
             key="",
             seconds=0.0,
             stderr=f"{task.op_id} is a {task.language} task: nvcc builds CUDA tasks only "
-            "(the Triton compile check is `kernelsmith extract`; the GPU harness for Triton is not built yet)",
+            "(a Triton task's library is its spliced Python file: optimize.harness.evaluate.build_units, "
+            "through optimize.harness.languages)",
         )
     the_plan = plan(task_dir, task, instantiations, overrides=overrides, link=link, extra_cuda_cflags=extra_cuda_cflags)
     cache_root = pathlib.Path(cache_root)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import json
 import pathlib
 import re
@@ -1097,3 +1098,85 @@ def test_an_op_whose_every_bucket_is_at_its_floor_gets_no_round_and_the_report_s
     assert [stage for _, stage in backend.calls] == ["round"], "only the baseline was measured"
     text = (tmp_path / "runs/r1/demo.scale/report.md").read_text()
     assert "No-go (within 1.1× of the floor, not worth a round): T<=64" in text
+
+
+# --------------------------------------------------------------------------- a Triton task (issue 19)
+
+
+def triton_demo_task(tmp_path):
+    """demo.scaled_add (tests/triton_demo.py, our own code) as a task, and a SYNTHETIC replay for it."""
+    from triton_demo import demo_tree
+
+    from extract import triton_ops, triton_tasks
+
+    index, _ = triton_ops.scan_tree(demo_tree(tmp_path / "tree"), None)
+    task = triton_tasks.write_task(index, next(o for o in index.ops if o.id == "demo.scaled_add"), tmp_path)
+    row = {"dtype": "bf16", "spread_pct": 1.0, "gbps": 100.0, "pct_of_copy_bw": 2.0, "time_over_floor": 3.0}
+    data = {
+        "format": "kernelsmith-replay/1",
+        "source": "synthetic",
+        "device": "none (hand-written for tests)",
+        "note": "SYNTHETIC: written by tests/test_loop.py for the Triton demo task; nothing was measured",
+        "ops": {
+            "demo.scaled_add": {
+                "baseline": [
+                    {**row, "label": s.label, "sizes": s.sizes, "time_us": 5.0 + i}
+                    for i, s in enumerate(task.shapes[:2])
+                ],
+                "unmatched": {"outcome": "ok", "speedup": 1.25, "detail": "synthetic"},
+            }
+        },
+    }
+    path = tmp_path / "triton.replay.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return tmp_path / "tasks" / task.op_id, task, path
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_a_triton_task_is_searched_over_its_tunables_each_point_compiled_before_the_backend(tmp_path, monkeypatch):
+    """SIMULATED (a synthetic replay): the loop's seam picks the Triton path for a Triton task: the space
+    is the task's tunables (the autotune pin), every new point goes through Triton's compile check for
+    sm_90 on this CPU first (the real one), and a point the check refuses is recorded compile_failed
+    without reaching the backend; trajectory, best/ and report are written as for CUDA."""
+    from optimize.harness.languages import Triton
+
+    folder, task, replay_path = triton_demo_task(tmp_path)
+    checked: list[str] = []
+    real = Triton.precheck
+
+    def precheck(self, task_dir, task, candidate):
+        checked.append(candidate.id)
+        verdict = real(self, task_dir, task, candidate)  # Triton's compiler, for every point
+        assert verdict is None, verdict.detail  # both pins compile; the first is refused below all the same
+        if len(checked) == 1:
+            return Evaluation(
+                op_id=task.op_id, candidate=candidate.id, outcome=Outcome.compile_failed, detail="pin 0 refused"
+            )
+        return None
+
+    monkeypatch.setattr(Triton, "precheck", precheck)
+    backend = CountingBackend(replay_path)
+    loop = Loop(config(tmp_path, rounds=2), LoopOptions(run="r1", coder="offline"), backend, hooks=hooks())
+    summary = loop.run([(folder, task)])
+    traj = Trajectory(tmp_path / "runs/r1/demo.scaled_add/trajectory.jsonl")
+    first = traj.rounds()[0]
+    members = {a.candidate: a for a in first.attempts if a.candidate}
+    assert len(checked) == 2 and set(checked) == set(members)
+    refused, other = checked
+    assert members[refused].outcome == Outcome.compile_failed and "pin 0 refused" in members[refused].detail
+    assert refused not in {cid for cid, _ in backend.calls}, "a refused point never reaches the backend"
+    assert (other, "round") in backend.calls and first.accepted and first.candidate == other
+    best = read_record(Candidate, tmp_path / "runs/r1/demo.scaled_add/candidates" / f"{other}.json")
+    assert best.skill == "triton_autotune_pin" and best.coder == "offline:search"
+    assert summary.simulated and summary.ops[0].status == "improved"
+    op = tmp_path / "runs/r1/demo.scaled_add"
+    assert (op / "best" / "candidate.json").is_file() and "SIMULATED" in (op / "report.md").read_text()
+
+
+def test_a_triton_task_with_an_llm_coder_fails_with_the_fix_before_any_gpu_time(tmp_path):
+    folder, task, replay_path = triton_demo_task(tmp_path)
+    backend = CountingBackend(replay_path)
+    loop = Loop(config(tmp_path), LoopOptions(run="r1", coder="llm"), backend, model=ScriptedModel([]), hooks=hooks())
+    summary = loop.run([(folder, task)])
+    assert summary.ops[0].status == "failed" and "only the offline search writes triton" in summary.ops[0].detail
+    assert "--coder offline" in summary.ops[0].detail and backend.calls == []

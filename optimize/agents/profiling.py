@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import Field
 
-from optimize.harness.tools import top_stall
+from optimize.features import top_stall
 from pipeline.records import Evaluation, Record
 from pipeline.stats import geomean
 

@@ -189,6 +189,7 @@ class GpuBackend:
             return _note(evaluation, "compute-sanitizer: not on PATH here, memcheck not run")
         from optimize.harness import evaluate as harness
         from optimize.harness import isolate
+        from optimize.harness.languages import language_of
         from optimize.harness.protocol import WorkerRequest
 
         plan = harness.plan_cases(task, held_out=min(2, self.config.harness.held_out_shapes), profile=False)
@@ -209,6 +210,7 @@ class GpuBackend:
             harness=self.config.harness,
             device_cache_dir=str(self.config.cache / "device"),
             single_calls=1,
+            sglang_package=language_of(task).sglang_package(task, self.config),
         )
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
         workdir = self.config.work / "harness" / f"{stamp}-sanitize-{candidate.id[:12]}"

@@ -13,7 +13,10 @@ Public entry points (imported lazily, so importing the package needs no torch):
 
 Modules, one per concern: inputs (filling argument buffers on the GPU; the planning
 half is the :mod:`contract` package), compare
-(verdicts), references (float64 and eager PyTorch), loader (tvm-ffi), isolate +
+(verdicts), references (float64 and eager PyTorch), languages (the one seam on ``Task.language``:
+build, sglang package, pre-check, search proposals), triton_library (a Triton task's spliced
+file, built content-addressed and loaded as one module per owner), loader (tvm-ffi modules and
+Triton libraries), isolate +
 worker (process isolation), timing (graphs, interleaving, spread), roofline
 (bytes, device ceilings), adversarial (the cheat suite), baseline_repair (the one
 "baseline contradicts its contract -> fix -> run again" loop of the sweep and the

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from optimize.harness.languages import language_of
 from optimize.harness.protocol import DeviceInfo, TimingResult, WorkerRequest, WorkerResult
 from pipeline.config import DEFAULT_OPS, Config
 from pipeline.records import Task
@@ -296,6 +297,7 @@ def _bench_request(
         device_cache_dir=str(config.cache / "device"),
         torch_eager=task.contract.reference is not None,
         torch_compile=compile_ and task.contract.reference is not None,
+        sglang_package=language_of(task).sglang_package(task, config),
     ), notes
 
 
@@ -427,6 +429,7 @@ def learn_contract(task_dir: pathlib.Path, task: Any, config: Config) -> tuple[A
                 harness=config.harness,
                 device_cache_dir=str(config.cache / "device"),
                 stop_at_first_failure=True,
+                sglang_package=language_of(current).sglang_package(current, config),
             )
             done = run_request(request, config, worker_dir(config, current.op_id, "bench-check"))
         except (GpuRequired, NotWritable):

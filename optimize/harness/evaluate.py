@@ -8,7 +8,8 @@ correctness checks and then the interleaved timing -> an
 
 Outcomes (the closed set in :class:`~pipeline.records.Outcome`):
 
-- ``compile_failed``: the regions do not splice, or nvcc/the linker fails;
+- ``compile_failed``: the regions do not splice, or nvcc/the linker fails (a Triton task: its
+  spliced file does not parse, :mod:`optimize.harness.triton_library`);
 - ``incorrect``: a check failed (the detail names the tensor, element, expected
   and actual value, the shape, dtype, distribution, layout and seed), or the
   outputs of a timed CUDA graph differ from the baseline's (the detail names the
@@ -41,12 +42,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from contract.dtypes import cpp_spelling
-from contract.layout import SRC_DIR
 from contract.plan import layouts_for
 from contract.shapes import draw_held_out
 from contract.sizes import instantiations_for, refused_by_checks, resolve_sizes, select_instantiation
 from optimize.harness import isolate, timing
 from optimize.harness.errors import BaselineError, GpuRequired, HarnessError
+from optimize.harness.languages import candidate_overrides, language_of  # noqa: F401  (candidate_overrides: re-exported)
 from optimize.harness.protocol import DISTRIBUTIONS, CheckCase, TimingCase, WorkerRequest, WorkerResult
 from pipeline.config import Config
 from pipeline.records import (
@@ -228,18 +229,6 @@ class _UsedUnits:
 # ---------------------------------------------------------------------------- building
 
 
-def candidate_overrides(task_dir: str | os.PathLike[str], task: Task, regions: dict[str, str]) -> dict[str, bytes]:
-    """The candidate's versions of the files its regions live in (task sources spliced)."""
-    from extract.splice import apply_regions
-
-    src = pathlib.Path(task_dir) / SRC_DIR
-    files = {}
-    for span in task.editable:
-        if span.file not in files:
-            files[span.file] = (src / span.file).read_bytes()
-    return apply_regions(files, list(task.editable), dict(regions))
-
-
 def build_units(
     task_dir: str | os.PathLike[str],
     task: Task,
@@ -250,30 +239,16 @@ def build_units(
     max_workers: int | None = None,
     isolate: bool = False,
 ) -> tuple[BuildReport, list[str]]:
-    """Build every unit (in parallel); returns the merged report and one library path per unit.
+    """Build every unit in the task's language (:func:`optimize.harness.languages.language_of`: nvcc modules
+    in parallel, or a Triton task's spliced file); returns the merged report and one library path per unit.
 
     Raises whatever the splice raises for bad regions (the caller turns it into
     ``compile_failed``) and ToolchainError for a broken machine. ``max_workers`` and
     ``isolate`` are :func:`pipeline.build.build_many`'s.
     """
-    from pipeline.build import BuildJob, build_many, merge_reports, relocate_spans
-
-    overrides = candidate_overrides(task_dir, task, regions) if regions is not None else None
-    editable = tuple(relocate_spans(task.editable, regions)) if regions else tuple(task.editable)
-    jobs = [
-        BuildJob(
-            task_dir=pathlib.Path(task_dir),
-            task=task,
-            instantiations=tuple(unit),
-            cache_root=config.cache / "builds",
-            overrides=overrides,
-            editable=editable,
-        )
-        for unit in units
-    ]
-    reports = build_many(jobs, max_workers=max_workers, isolate=isolate)
-    merged = merge_reports(reports)
-    return merged, [r.library or "" for r in reports]
+    return language_of(task).build_units(
+        task_dir, task, units, config=config, regions=regions, max_workers=max_workers, isolate=isolate
+    )
 
 
 def without_refused(
@@ -445,6 +420,7 @@ def evaluate(
         timings=plan.timings,
         harness=config.harness,
         device_cache_dir=str(config.cache / "device"),
+        sglang_package=language_of(task).sglang_package(task, config),
     )
     workdir = worker_dir(config, task.op_id, cid[:16])
     run = run_request(request, config, workdir)
@@ -658,6 +634,7 @@ def validate_cases(
         harness=config.harness,
         device_cache_dir=str(config.cache / "device"),
         stop_at_first_failure=False,
+        sglang_package=language_of(task).sglang_package(task, config),
     )
     run = run_request(request, config, worker_dir(config, task.op_id, "validate"))
     if run.result is None:

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Literal
 from contract.completion import BASELINE_REPAIRS, Completion
 from optimize.harness.baseline_repair import BaselineRun, repair_baseline
 from optimize.harness.isolate import WorkerRun
+from optimize.harness.languages import language_of
 from pipeline.build import first_error, usable_cpus
 from pipeline.digest import source_digest
 from pipeline.records import BuildReport, ShapeCase, Task, VersionedRecord, content_hash, read_record, write_record
@@ -385,6 +386,7 @@ def _request(task, contract, plan, libraries: list[str], config):
         harness=config.harness,
         device_cache_dir=str(config.cache / "device"),
         stop_at_first_failure=True,
+        sglang_package=language_of(task).sglang_package(task, config),
     )
 
 

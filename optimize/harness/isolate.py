@@ -180,7 +180,10 @@ def _library_dirs(request: WorkerRequest) -> list[str]:
     libraries = [*request.baseline_libraries, *(request.candidate_libraries or [])]
     libraries += [lib for member in request.population for lib in member]
     libraries += [lib for member in request.batch for lib in member.baseline_libraries]
-    return sorted({os.path.dirname(os.path.abspath(lib)) for lib in libraries if lib})
+    folders = {os.path.dirname(os.path.abspath(lib)) for lib in libraries if lib}
+    packages = [request.sglang_package, *(member.sglang_package for member in request.batch)]
+    folders.update(os.path.abspath(package) for package in packages if package)  # a Triton file's `import sglang`
+    return sorted(folders)
 
 
 def run_worker(

@@ -1,5 +1,10 @@
 """Load a built module and call its exports, exactly the way SGLang does at run time.
 
+Two kinds of library, told apart here and nowhere else in the worker: a tvm-ffi module (a CUDA
+task's, below) and a Triton task's spliced Python file (:mod:`optimize.harness.triton_library`,
+its manifest's path: :func:`triton_library.is_library`). Either way :func:`function` returns a
+callable taking the contract's arguments, so the worker's checks and timing are the same for both.
+
 SGLang's ``load_jit`` ends in ``tvm_ffi.load_module(path)`` and calls
 ``module.<export>(tensor, ...)`` with torch tensors; tvm-ffi converts them through
 DLPack and sets its environment stream to torch's *current* stream for the call,
@@ -13,6 +18,8 @@ What must stay true:
   kernels.
 - Modules stay loaded for the life of the process (``keep_module_alive``): tvm-ffi
   objects returned by an export must never outlive their library's code.
+- A Triton library's module is one per (library, ``owner``): the worker passes the implementation's
+  name, so the baseline and the candidate never share a module (tvm-ffi modules need no owner).
 - Imports tvm_ffi lazily; this module is GPU-side but importable anywhere.
 """
 
@@ -22,6 +29,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from optimize.harness import triton_library
 from optimize.harness.errors import HarnessError
 
 _MODULES: dict[str, Any] = {}
@@ -39,8 +47,16 @@ def load(path: str | os.PathLike[str]) -> Any:
     return _MODULES[key]
 
 
-def function(path: str | os.PathLike[str], export: str) -> Callable[..., Any]:
-    """The export ``export`` of the module at ``path``; a clear error when it is not there."""
+def use_package(package_dir: str | None) -> None:
+    """The carried sglang package a Triton library's ``import sglang.<...>`` resolves in (None: none needed)."""
+    triton_library.use_package(package_dir)
+
+
+def function(path: str | os.PathLike[str], export: str, *, owner: str = "") -> Callable[..., Any]:
+    """The export ``export`` of the library at ``path`` (``owner``'s module of a Triton library); a clear
+    error when it is not there."""
+    if triton_library.is_library(path):
+        return triton_library.function(path, export, owner=owner or "module")
     module = load(path)
     try:
         return module.get_function(export)

@@ -79,6 +79,9 @@ class WorkerRequest(VersionedRecord):
     torch_compile: bool = False  # bench: also time it through torch.compile
     # mode "single" (profilers): call the candidate (else the baseline) a few times per case
     single_calls: int = 3
+    # a Triton task's carried sglang package folder: its file's `import sglang.<...>` resolves there
+    # (optimize.harness.triton_library.use_package); None for CUDA and for a file that imports no sglang
+    sglang_package: str | None = None
 
 
 class CheckResult(Record):

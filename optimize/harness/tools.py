@@ -28,12 +28,13 @@ import pathlib
 import re
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field
 
 from optimize.harness import isolate
+from optimize.harness.languages import language_of
 from optimize.harness.protocol import WorkerRequest
 from pipeline.records import Record
 
@@ -98,13 +99,6 @@ class NcuResult(Record):
         }
         out.update({f"stall_{reason}": value for reason, value in k.top_stalls})
         return {key: float(v) for key, v in out.items() if v is not None}
-
-
-def top_stall(metrics: Mapping[str, float]) -> tuple[str, float] | None:
-    """The warp-stall reason with the most warps stalled per issue in :meth:`NcuResult.metrics`
-    (its ``stall_<reason>`` entries), or None when the profile has none."""
-    stalls = [(key.removeprefix("stall_"), value) for key, value in metrics.items() if key.startswith("stall_")]
-    return max(stalls, key=lambda kv: kv[1]) if stalls else None
 
 
 class SanitizerResult(Record):
@@ -354,6 +348,7 @@ def _request_for(task_dir, task, candidate, config, shapes=None, held_out=0) -> 
         timings=plan.timings,
         harness=config.harness,
         device_cache_dir=str(config.cache / "device"),
+        sglang_package=language_of(task).sglang_package(task, config),
     )
     kernels = sorted({span.name for span in task.editable if span.kind == "kernel"})
     return request, kernels

@@ -67,13 +67,13 @@ from optimize.harness.protocol import (
     WorkerRequest,
     WorkerResult,
 )
+from optimize.harness.triton_library import LibraryLoadFailed
 from pipeline.records import Contract, write_record
 
 SLEEP_CYCLES = 1_000_000  # ~0.5 ms at H200 clocks: far longer than any launch latency
 EXIT_NO_GPU = 3
 EXIT_HARNESS = 4  # the harness itself raised: the parent reports a HarnessError, not a crashed candidate
-# Memory the timing buffers may take, as a fraction of what is free.
-TIMING_MEMORY_FRACTION = 0.5
+TIMING_MEMORY_FRACTION = 0.5  # memory the timing buffers may take, as a fraction of what is free
 
 
 def log(message: str) -> None:
@@ -104,7 +104,10 @@ class Impl:
     libraries: list[str]
 
     def fn(self, unit: int, export: str) -> Callable[..., Any]:
-        return loader.function(self.libraries[unit], export)
+        try:
+            return loader.function(self.libraries[unit], export, owner=self.name)
+        except LibraryLoadFailed as err:  # a Triton file that does not import: its author's fault
+            raise CaseFailure("baseline_failed" if self.name == "baseline" else "incorrect", str(err)) from None
 
 
 @dataclass
@@ -459,11 +462,9 @@ class Timer:
             bufs.load(images)
             bufsets.append(bufs)
         calls = timing.calls_per_graph(req.harness.graph_calls, sets)
-        impls: dict[str, Callable[..., Any]] = {
-            "baseline": loader.function(req.baseline_libraries[case.unit], case.export)
-        }
+        impls = {"baseline": loader.function(req.baseline_libraries[case.unit], case.export, owner="baseline")}
         if req.candidate_libraries:
-            impls["candidate"] = loader.function(req.candidate_libraries[case.unit], case.export)
+            impls["candidate"] = loader.function(req.candidate_libraries[case.unit], case.export, owner="candidate")
         graphs, counts = {}, {}
         arg_lists = [b.args() for b in bufsets]
         for name, fn in impls.items():
@@ -631,9 +632,9 @@ def _bind(fn: Callable[..., Any], args: list[Any] | tuple[Any, ...]) -> Callable
 def run(request: WorkerRequest) -> WorkerResult:
     import torch
 
-    device = torch.device("cuda", torch.cuda.current_device())
-    stream = torch.cuda.Stream()
+    device, stream = torch.device("cuda", torch.cuda.current_device()), torch.cuda.Stream()
     seconds: dict[str, float] = {}
+    loader.use_package(request.sglang_package)  # a Triton file's `import sglang...` (no-op for CUDA)
     if request.mode == "single":
         # never measure the device here: under a profiler or sanitizer that would be slow and pointless
         return _single(
@@ -754,7 +755,7 @@ def _single(request: WorkerRequest, device, stream, info) -> WorkerResult:
             plan = plan_call(request.contract, case.sizes, case.dtype, case.layout)
             bufs = inputs.Buffers(plan, device)
             bufs.load(inputs.make_images(plan, case.distribution, gen, device))
-            fn = loader.function(libraries[case.unit], case.export)
+            fn = loader.function(libraries[case.unit], case.export, owner="single")
             for _ in range(request.single_calls):
                 fn(*bufs.args())
             torch.cuda.synchronize()

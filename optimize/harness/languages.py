@@ -1,0 +1,213 @@
+"""What differs between a CUDA task and a Triton task, in one place: the typed seam the harness and the loop ask.
+
+Why: ``Task.language`` decides how a candidate becomes something the worker can call, what can
+be checked of it before any GPU time, and which edits the offline search offers; nothing else
+in the harness or the loop should care. So they ask :func:`language_of` and call a
+:class:`Language`; there is no ``if task.language == "triton"`` anywhere else on those paths.
+
+- :class:`Cuda`: nvcc builds through :func:`pipeline.build.build_many` (one tvm-ffi module per
+  build unit); no check before the build (nvcc is the check); the search's proposals are the
+  policy's (``proposed()``); other ops' launchers in the same files are :mod:`optimize.reach`'s.
+- :class:`Triton`: the wrapper's file with the regions spliced in, one library for every unit
+  (:mod:`optimize.harness.triton_library`); before a search point reaches the backend it is
+  compiled for sm_90 on this machine (:func:`optimize.search.triton_check.check_point`), so a
+  point Triton refuses is ``compile_failed`` at no GPU cost; the proposals are the task's
+  tunables (:func:`optimize.search.triton_space.decisions`); the worker gets the carried sglang
+  package (:meth:`Triton.sglang_package`). The LLM coders do not write Triton yet
+  (``search_only``): the loop says so with the fix instead of running CUDA prompts on Python; its
+  regions are its own wrapper's launches and the kernels they start, so none is another op's.
+
+What must stay true: one entry per value of ``Task.language`` (:data:`LANGUAGES`), each method
+pure over its arguments except for the build cache it writes; a refused check is an
+:class:`~pipeline.records.Evaluation` with an outcome of the closed set, never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from contract.layout import SRC_DIR
+from pipeline.config import Config
+from pipeline.records import BuildReport, Candidate, Evaluation, Instantiation, Outcome, Task
+
+if TYPE_CHECKING:
+    from optimize.policy import Decision
+
+
+class Language(Protocol):
+    """The seam: how one language's candidates are built, pre-checked and searched."""
+
+    name: str
+    search_only: bool  # True: only the offline search writes candidates for it (no LLM coder yet)
+
+    def build_units(
+        self,
+        task_dir: str | os.PathLike[str],
+        task: Task,
+        units: Sequence[Sequence[Instantiation]],
+        *,
+        config: Config,
+        regions: Mapping[str, str] | None = None,
+        max_workers: int | None = None,
+        isolate: bool = False,
+    ) -> tuple[BuildReport, list[str]]:
+        """(the merged report, one library path per unit); a failure is ``report.ok`` False, never raised."""
+        ...
+
+    def sglang_package(self, task: Task, config: Config) -> str | None:
+        """The sglang package folder the worker imports ``sglang.<...>`` from, or None."""
+        ...
+
+    def precheck(self, task_dir: str | os.PathLike[str], task: Task, candidate: Candidate) -> Evaluation | None:
+        """``candidate``'s evaluation when a check on this machine already refuses it (no GPU time), else None."""
+        ...
+
+    def search_decisions(
+        self, task: Task, task_dir: str | os.PathLike[str], proposed: Callable[[], list[Decision]]
+    ) -> list[Decision]:
+        """The proposals a search round spans (``proposed``: the policy's, asked only where they apply)."""
+        ...
+
+    def foreign_regions(self, task: Task, regions: Mapping[str, str]) -> frozenset[str]:
+        """The regions of ``task`` that other ops' launchers own (:mod:`optimize.reach`): never edited unmeasured."""
+        ...
+
+
+def candidate_overrides(task_dir: str | os.PathLike[str], task: Task, regions: Mapping[str, str]) -> dict[str, bytes]:
+    """The candidate's versions of the files its regions live in (task sources spliced)."""
+    from extract.splice import apply_regions
+
+    src = pathlib.Path(task_dir) / SRC_DIR
+    files = {}
+    for span in task.editable:
+        if span.file not in files:
+            files[span.file] = (src / span.file).read_bytes()
+    return apply_regions(files, list(task.editable), dict(regions))
+
+
+class Cuda:
+    name = "cuda"
+    search_only = False
+
+    def build_units(
+        self,
+        task_dir: str | os.PathLike[str],
+        task: Task,
+        units: Sequence[Sequence[Instantiation]],
+        *,
+        config: Config,
+        regions: Mapping[str, str] | None = None,
+        max_workers: int | None = None,
+        isolate: bool = False,
+    ) -> tuple[BuildReport, list[str]]:
+        """nvcc over every unit in parallel. Raises what the splice raises for bad regions (the caller's
+        ``compile_failed``) and ToolchainError for a broken machine."""
+        from pipeline.build import BuildJob, build_many, merge_reports, relocate_spans
+
+        overrides = candidate_overrides(task_dir, task, regions) if regions is not None else None
+        editable = tuple(relocate_spans(task.editable, dict(regions))) if regions else tuple(task.editable)
+        jobs = [
+            BuildJob(
+                task_dir=pathlib.Path(task_dir),
+                task=task,
+                instantiations=tuple(unit),
+                cache_root=config.cache / "builds",
+                overrides=overrides,
+                editable=editable,
+            )
+            for unit in units
+        ]
+        reports = build_many(jobs, max_workers=max_workers, isolate=isolate)
+        return merge_reports(reports), [r.library or "" for r in reports]
+
+    def sglang_package(self, task: Task, config: Config) -> str | None:
+        return None  # a tvm-ffi module needs no Python package
+
+    def precheck(self, task_dir: str | os.PathLike[str], task: Task, candidate: Candidate) -> Evaluation | None:
+        return None  # nvcc, in the backend's build, is the check
+
+    def search_decisions(
+        self, task: Task, task_dir: str | os.PathLike[str], proposed: Callable[[], list[Decision]]
+    ) -> list[Decision]:
+        return proposed()
+
+    def foreign_regions(self, task: Task, regions: Mapping[str, str]) -> frozenset[str]:
+        from optimize.reach import foreign_regions, task_wrappers
+
+        return foreign_regions(regions, task_wrappers(task))
+
+
+class Triton:
+    name = "triton"
+    search_only = True
+
+    def build_units(
+        self,
+        task_dir: str | os.PathLike[str],
+        task: Task,
+        units: Sequence[Sequence[Instantiation]],
+        *,
+        config: Config,
+        regions: Mapping[str, str] | None = None,
+        max_workers: int | None = None,
+        isolate: bool = False,
+    ) -> tuple[BuildReport, list[str]]:
+        """The spliced file in the build cache (:func:`optimize.harness.triton_library.build_units`)."""
+        from optimize.harness import triton_library
+
+        return triton_library.build_units(task_dir, task, units, cache_root=config.cache / "triton", regions=regions)
+
+    def sglang_package(self, task: Task, config: Config) -> str | None:
+        """The task's own source tree when it is on this machine, else the configured one
+        (:func:`extract.sources.acquire`: the pinned wheel, unpacked); None where neither is."""
+        from extract.sources import acquire
+        from pipeline.errors import KernelsmithError
+
+        recorded = pathlib.Path(task.source.root)
+        if (recorded / task.module).is_file():
+            return str(recorded)
+        try:
+            return acquire(config.sglang.version, config.cache, config.sglang.src).root
+        except KernelsmithError:  # a file importing sglang then fails in the worker, saying what is missing
+            return None
+
+    def precheck(self, task_dir: str | os.PathLike[str], task: Task, candidate: Candidate) -> Evaluation | None:
+        """Triton's compiler for sm_90 on this machine (:func:`optimize.search.triton_check.check_point`)."""
+        from optimize.search.triton_check import check_point
+
+        check = check_point(pathlib.Path(task_dir), task, candidate.regions, point=candidate.id)
+        if check.outcome == Outcome.ok:
+            return None
+        return Evaluation(
+            op_id=task.op_id,
+            candidate=candidate.id,
+            outcome=check.outcome,
+            detail=f"refused by Triton's compile check for sm_90 on the CPU (no GPU time spent): {check.stderr}",
+            seconds={"build": check.seconds},
+        )
+
+    def search_decisions(
+        self, task: Task, task_dir: str | os.PathLike[str], proposed: Callable[[], list[Decision]]
+    ) -> list[Decision]:
+        """The task's tunables (launch options, block sizes, autotune pins), per token bucket."""
+        from optimize.search.triton_space import decisions
+
+        return decisions(task, pathlib.Path(task_dir))
+
+    def foreign_regions(self, task: Task, regions: Mapping[str, str]) -> frozenset[str]:
+        """None: a Triton task's regions are the kernels its wrapper launches and that wrapper's own launch sites."""
+        return frozenset()
+
+
+LANGUAGES: dict[str, Language] = {"cuda": Cuda(), "triton": Triton()}
+
+
+def language_of(task: Task) -> Language:
+    """The :class:`Language` of ``task`` (``Task.language``)."""
+    return LANGUAGES[task.language]
+
+
+__all__ = ["LANGUAGES", "Cuda", "Language", "Triton", "candidate_overrides", "language_of"]
