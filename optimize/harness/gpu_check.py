@@ -41,25 +41,15 @@ def say(message: str) -> None:
 
 def _prebuild(config, items: list[tuple[Any, Any, dict[str, str] | None]]) -> dict[str, Any]:
     """Build every (task_dir, task, regions) for its catalog plan in one parallel batch."""
-    from optimize.harness.evaluate import candidate_overrides, plan_cases
-    from pipeline.build import BuildJob, build_many, relocate_spans
+    from optimize.harness.evaluate import plan_cases
+    from optimize.harness.languages import cuda_jobs
+    from pipeline.build import build_many
 
     jobs, names = [], []
     for task_dir, task, regions in items:
         plan = plan_cases(task, held_out=0, profile=True)
-        overrides = candidate_overrides(task_dir, task, regions) if regions is not None else None
-        editable = tuple(relocate_spans(task.editable, regions)) if regions else tuple(task.editable)
+        jobs += cuda_jobs(task_dir, task, plan.units, config=config, regions=regions)
         for unit in plan.units:
-            jobs.append(
-                BuildJob(
-                    task_dir=pathlib.Path(task_dir),
-                    task=task,
-                    instantiations=tuple(unit),
-                    cache_root=config.cache / "builds",
-                    overrides=overrides,
-                    editable=editable,
-                )
-            )
             names.append(f"{task.op_id}{'' if regions is None else ' (candidate)'} {'+'.join(i.dtype for i in unit)}")
     start = time.monotonic()
     reports = build_many(jobs)

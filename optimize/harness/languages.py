@@ -35,6 +35,7 @@ from pipeline.records import BuildReport, Candidate, Evaluation, Instantiation, 
 
 if TYPE_CHECKING:
     from optimize.policy import Decision
+    from pipeline.build import BuildJob
 
 
 class Language(Protocol):
@@ -88,6 +89,32 @@ def candidate_overrides(task_dir: str | os.PathLike[str], task: Task, regions: M
     return apply_regions(files, list(task.editable), dict(regions))
 
 
+def cuda_jobs(
+    task_dir: str | os.PathLike[str],
+    task: Task,
+    units: Sequence[Sequence[Instantiation]],
+    *,
+    config: Config,
+    regions: Mapping[str, str] | None = None,
+) -> list[BuildJob]:
+    """One nvcc job per unit, with the candidate's regions spliced in and its spans moved to match."""
+    from pipeline.build import BuildJob, relocate_spans
+
+    overrides = candidate_overrides(task_dir, task, regions) if regions is not None else None
+    editable = tuple(relocate_spans(task.editable, dict(regions))) if regions else tuple(task.editable)
+    return [
+        BuildJob(
+            task_dir=pathlib.Path(task_dir),
+            task=task,
+            instantiations=tuple(unit),
+            cache_root=config.cache / "builds",
+            overrides=overrides,
+            editable=editable,
+        )
+        for unit in units
+    ]
+
+
 class Cuda:
     name = "cuda"
     search_only = False
@@ -105,22 +132,11 @@ class Cuda:
     ) -> tuple[BuildReport, list[str]]:
         """nvcc over every unit in parallel. Raises what the splice raises for bad regions (the caller's
         ``compile_failed``) and ToolchainError for a broken machine."""
-        from pipeline.build import BuildJob, build_many, merge_reports, relocate_spans
+        from pipeline.build import build_many, merge_reports
 
-        overrides = candidate_overrides(task_dir, task, regions) if regions is not None else None
-        editable = tuple(relocate_spans(task.editable, dict(regions))) if regions else tuple(task.editable)
-        jobs = [
-            BuildJob(
-                task_dir=pathlib.Path(task_dir),
-                task=task,
-                instantiations=tuple(unit),
-                cache_root=config.cache / "builds",
-                overrides=overrides,
-                editable=editable,
-            )
-            for unit in units
-        ]
-        reports = build_many(jobs, max_workers=max_workers, isolate=isolate)
+        reports = build_many(
+            cuda_jobs(task_dir, task, units, config=config, regions=regions), max_workers=max_workers, isolate=isolate
+        )
         return merge_reports(reports), [r.library or "" for r in reports]
 
     def sglang_package(self, task: Task, config: Config) -> str | None:
