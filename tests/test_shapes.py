@@ -130,6 +130,11 @@ def test_requires_a_flag_and_unmapped_symbols():
     not_mla = [{"num_tokens": "tokens", "hidden_size": "head_dim", "requires": "!mla"}]
     cases, _ = shapes.shape_cases(_contract({"x": ["num_tokens", "hidden_size"]}), not_mla, (1,), _first_six())
     assert "DeepSeek-V3" not in {c.model for c in cases} and {c.sizes["hidden_size"] for c in cases} == {128}
+    # a list: every flag must hold (MoE models without MLA)
+    moe_gqa = [{"num_tokens": "tokens", "hidden_size": "num_experts", "requires": ["moe", "!mla"]}]
+    cases, _ = shapes.shape_cases(_contract({"x": ["num_tokens", "hidden_size"]}), moe_gqa, (1,), _first_six())
+    assert {c.model for c in cases} == {"Qwen3-235B-A22B", "Mixtral-8x7B"}
+    assert all("requires moe" in c.source and "requires !mla" not in c.source for c in cases)
 
 
 def test_stride_symbols_need_no_mapping():
