@@ -352,19 +352,29 @@ def model_file(model_map: Mapping[str, object], model: Model) -> str | None:
     return next((f for a in model.architectures if (f := file_of_class(model_map, a, model.family))), None)
 
 
+def model_files(model_map: Mapping[str, object], model: Model) -> list[str]:
+    """Every SGLang model file of a catalog model, in the order of its architectures: the main
+    class's and, where the checkpoint also loads one from another file, its MTP / next-n draft
+    class's (GLM-5-Next: ``glm5_next.py`` and ``glm5_next_nextn.py``)."""
+    found = (file_of_class(model_map, a, model.family) for a in model.architectures)
+    return list(dict.fromkeys(f for f in found if f))
+
+
 def select_models(model_map: Mapping[str, object], op: OpEntry, catalog: list[Model]) -> tuple[list[Model], str]:
     """The catalog models ``op`` takes its shapes from, and why (recorded in the task's notes).
 
-    The models whose SGLang model file calls the op (:func:`callers`). Where none does
+    The models one of whose SGLang model files (:func:`model_files`: the main class's, or
+    the draft class's in another file) calls the op (:func:`callers`). Where none does
     (the op is reached only through a run-time choice, or only by model files the catalog
     has no model for), the fallback is every catalog model of the op's family: diffusion
     for an op under ``kernels/ops/diffusion/`` or called only from ``multimodal_gen/``,
     else the LLMs; the width checks of :func:`extract.shapes.shape_cases` then keep what fits.
     """
     files = callers(model_map, op.id)
-    chosen = [m for m in catalog if model_file(model_map, m) in files]
+    calling = {m.name: [f for f in model_files(model_map, m) if f in files] for m in catalog}
+    chosen = [m for m in catalog if calling[m.name]]
     if chosen:
-        named = ", ".join(f"{m.name} ({model_file(model_map, m)})" for m in chosen)
+        named = ", ".join(f"{m.name} ({', '.join(calling[m.name])})" for m in chosen)
         return chosen, f"catalog shapes from the models whose SGLang model file calls this op: {named}"
     diffusion = op.module.startswith("kernels/ops/diffusion/") or (
         bool(files) and all(f.startswith("multimodal_gen/") for f in files)

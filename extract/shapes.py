@@ -10,7 +10,8 @@ A *mapping* says which model dimension each contract symbol takes. It is a list
 of families (``[[shapes]]`` in a curated contract, else :data:`DEFAULT_FAMILIES`);
 each family maps every symbol to an expression over the model's dims and
 ``tokens`` (names, integers and ``*``: ``"tokens*num_experts_per_tok"``) and may
-``require`` a flag or dim (``"!mla"``: only the models without it). E.g. silu_and_mul's ``hidden_size`` is
+``require`` a flag or dim (``"!mla"``: only the models without it), or a list of them
+(all must hold). E.g. silu_and_mul's ``hidden_size`` is
 ``intermediate_size`` for dense MLPs and ``moe_intermediate_size`` (rows =
 tokens x top-k) for MoE experts; rmsnorm's is ``hidden_size``, plus ``head_dim``
 for models that normalise each q/k head and the MLA latent ranks.
@@ -186,6 +187,22 @@ def evaluate_dim(entry: str | int, dims: dict[str, int]) -> int | None:
     return value if value > 0 else None
 
 
+def _requires(family: dict[str, Any]) -> list[str]:
+    """A family's ``requires``: one flag or dim (``"moe"``, ``"!mla"``) or a list of them, all of
+    which must hold (``["!mla", "!linear_attention"]``)."""
+    need = family.get("requires")
+    if not need:
+        return []
+    return [need] if isinstance(need, str) else [str(n) for n in need]
+
+
+def _meets(model: Model, need: str) -> bool:
+    """``"flag"``: the model has that flag set or that dim; ``"!flag"``: it has neither."""
+    if need.startswith("!"):
+        return not (model.flags.get(need[1:]) or model.dims.get(need[1:]))
+    return bool(model.flags.get(need) or model.dims.get(need))
+
+
 def _names(entry: str | int) -> list[str]:
     """The dims a family entry reads, in order of first use (none for an integer)."""
     if isinstance(entry, int):
@@ -246,11 +263,8 @@ def shape_cases(
         if tokens not in (model.token_counts or token_counts):
             continue
         for fam in families:
-            need = fam.get("requires")
-            if need and need.startswith("!"):  # "!mla": the models without that flag
-                if model.flags.get(need[1:]) or model.dims.get(need[1:]):
-                    continue
-            elif need and not (model.flags.get(need) or model.dims.get(need)):
+            needs = _requires(fam)
+            if not all(_meets(model, need) for need in needs):
                 continue
             dims = {**model.dims, "tokens": int(tokens)}
             sizes: dict[str, int] = {}
@@ -279,8 +293,9 @@ def shape_cases(
                 for n in _names(fam[sym])
                 if n != "tokens"
             )
-            if need and not need.startswith("!"):
-                where += f"; requires {need}: {model.sources.get('flag:' + need, need)}"
+            for need in needs:
+                if not need.startswith("!"):
+                    where += f"; requires {need}: {model.sources.get('flag:' + need, need)}"
             if per_token:
                 label = f"{model.name} at {tokens} tokens" + (f" ({rows} rows)" if rows != tokens else "")
             else:

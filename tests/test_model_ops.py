@@ -118,6 +118,21 @@ def test_select_models_callers_then_family_fallback(tmp_path):
     assert [m.name for m in chosen] == ["F"] and "diffusion" in why
 
 
+def test_select_models_reads_every_architecture_file(tmp_path):
+    """A checkpoint whose draft (MTP / next-n) class lives in another model file than its main
+    class takes the shapes of an op only the draft file calls (GLM-5-Next's fused_eh_norm)."""
+    data = model_ops.build_map(_tree(tmp_path), OPS)
+    two = shapes.Model(
+        "T", "", "", {"hidden_size": 64}, {"hidden_size": "x"}, {}, architectures=("Other", "LlamaForCausalLM")
+    )
+    assert model_ops.model_files(data, two) == ["srt/models/other.py", "srt/models/llama.py"]
+    assert model_ops.model_file(data, two) == "srt/models/other.py"
+    ops = {op.id: op for op in OPS}
+    chosen, why = model_ops.select_models(data, ops["norm.fused_add"], [two, _model("O", "Nope")])
+    assert [m.name for m in chosen] == ["T"] and "fallback" not in why
+    assert "T (srt/models/llama.py)" in why
+
+
 def test_map_is_cached_per_process_and_on_disk(tmp_path):
     root = _tree(tmp_path / "tree")
     first = model_ops.load_map(root, OPS, tmp_path / "cache")

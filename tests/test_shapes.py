@@ -28,7 +28,7 @@ def _contract(symbols_shapes: dict[str, list], **kw) -> Contract:
 def test_catalog_models_with_sources():
     models = {m.name: m for m in shapes.load_catalog()}
     assert list(models)[: len(shapes.MODEL_ORDER)] == list(shapes.MODEL_ORDER)
-    assert len(models) >= 18 and {m.family for m in models.values()} == {"llm", "diffusion"}
+    assert len(models) >= 24 and {m.family for m in models.values()} == {"llm", "diffusion"}
     for model in models.values():
         assert model.repo and model.config_url and model.architectures, model.name
         for dim in model.dims:
@@ -64,6 +64,15 @@ def test_catalog_figures():
     assert m["gpt-oss-120b"].dims["num_experts_per_tok"] == 4
     assert '"experts_per_token"' in m["gpt-oss-120b"].sources["num_experts_per_tok"]
     assert m["Qwen3-Next-80B-A3B"].dims["linear_num_value_heads"] == 32
+    # the models added for the model-called ops without shapes (wheel config defaults)
+    assert m["Inkling"].dims["sconv_kernel_size"] == 4 and m["Inkling"].dims["d_rel"] == 16
+    assert "srt/configs/inkling.py" in m["Inkling"].sources["d_rel"]
+    assert m["Qwen4-exp"].dims["hc_count"] == 4
+    assert m["Qwen4-exp"].dims["hidden_size"] == 2560 and "chosen" in m["Qwen4-exp"].sources["hidden_size"]
+    assert m["Muse-Spark"].dims["moe_hidden_size"] == 4096 and m["Muse-Spark"].dims["head_dim"] == 64
+    assert m["Beam"].dims["max_position_embeddings"] == 1048576
+    assert m["GLM-5-Next"].dims["hidden_size"] == 4096 and "qk_rope_head_dim" not in m["GLM-5-Next"].dims
+    assert m["Ernie-Image"].family == "diffusion" and m["Ernie-Image"].dims["intermediate_size"] == 12288
     assert "srt/configs/qwen3_next.py" in m["Qwen3-Next-80B-A3B"].sources["head_dim"]
     assert m["Wan2.1-14B"].token_counts == (32760, 75600) and m["Wan2.1-14B"].dims["hidden_size"] == 5120
     assert m["FLUX.1"].family == "diffusion" and m["FLUX.1"].architectures == ("FluxTransformer2DModel",)
@@ -130,6 +139,11 @@ def test_requires_a_flag_and_unmapped_symbols():
     not_mla = [{"num_tokens": "tokens", "hidden_size": "head_dim", "requires": "!mla"}]
     cases, _ = shapes.shape_cases(_contract({"x": ["num_tokens", "hidden_size"]}), not_mla, (1,), _first_six())
     assert "DeepSeek-V3" not in {c.model for c in cases} and {c.sizes["hidden_size"] for c in cases} == {128}
+    # a list: every flag must hold (MoE models without MLA)
+    moe_gqa = [{"num_tokens": "tokens", "hidden_size": "num_experts", "requires": ["moe", "!mla"]}]
+    cases, _ = shapes.shape_cases(_contract({"x": ["num_tokens", "hidden_size"]}), moe_gqa, (1,), _first_six())
+    assert {c.model for c in cases} == {"Qwen3-235B-A22B", "Mixtral-8x7B"}
+    assert all("requires moe" in c.source and "requires !mla" not in c.source for c in cases)
 
 
 def test_stride_symbols_need_no_mapping():
