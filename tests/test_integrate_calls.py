@@ -22,7 +22,7 @@ OPS = (
     "layernorm.fused_add_rmsnorm",
     "layernorm.rmsnorm",
     "moe.shuffle_weighted_sum",
-    "activation.gelu_and_mul_with_activation_rounding",  # no model sizes it: its one synthetic shape
+    "activation.run_activation",  # no model sizes it: its one synthetic shape
     UNMAPPABLE,
 )
 
@@ -77,7 +77,7 @@ def test_index_tensors_get_their_value_ranges_and_a_synthetic_shape_stands_in(ta
     assert plan.cases and not plan.reason
     ranged = [t for t in plan.cases[0].request["tensors"] if t["value_range"] is not None]
     assert "permutation" in [t["name"] for t in ranged]
-    plan = plan_op(tasks["activation.gelu_and_mul_with_activation_rounding"])
+    plan = plan_op(tasks["activation.run_activation"])
     assert plan.cases and all(c.label.startswith("synthetic") and not c.held_out for c in plan.cases)
 
 

@@ -115,12 +115,14 @@ def test_instantiations_and_recipe(written):
     # every LLM of the catalog, the fallback, said so in the notes
     assert any("fallback" in n and "no SGLang model file" in n for n in rms.notes)
     assert widths == {
+        64: "RMSNormWarpKernel",  # Muse-Spark q/k norm (head_dim)
         128: "RMSNormWarpKernel",  # Qwen3 q/k norm (head_dim)
         256: "RMSNormWarpKernel",  # Qwen3-Next q/k norm (head_dim)
         512: "RMSNormHalfKernel",  # DeepSeek kv_a_layernorm
         1024: "RMSNormKernel",  # DeepSeek-V4 q_lora_rank
         1536: "RMSNormKernel",  # DeepSeek q_a_layernorm
         2048: "RMSNormHalfKernel",  # Qwen3-Next hidden
+        2560: "RMSNormHalfKernel",  # Qwen4-exp hidden
         4096: "RMSNormHalfKernel",
         5120: "RMSNormHalfKernel",
         7168: "RMSNormHalfKernel",
