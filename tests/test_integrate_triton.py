@@ -174,6 +174,35 @@ def test_the_worker_imports_the_triton_op_module_and_its_kernel_spec_from_the_tr
     assert where.startswith(os.path.realpath(sglang_source.root)) and backend == "triton" and same == "True"
 
 
+@pytest.mark.wheel
+def test_the_triton_op_module_does_nothing_at_import_but_import_and_define(merge_state, sglang_source):
+    """Without torch here, the CPU half of "imports in the worker without a GPU-only failure": the module's
+    top level holds imports, (decorated) definitions and plain assignments only, so importing it launches,
+    compiles and queries nothing; its decorators are Triton's own."""
+    import libcst as cst
+
+    _, task, _ = merge_state
+    tree = cst.parse_module((pathlib.Path(sglang_source.root) / task.module).read_bytes())
+    kinds = set()
+    for statement in tree.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                kinds.add(type(small).__name__)
+                if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr)):
+                    assert not any(isinstance(n, cst.Call) for n in _walk(small)), tree.code_for_node(small)
+        else:
+            kinds.add(type(statement).__name__)
+            for decorator in getattr(statement, "decorators", ()):
+                assert tree.code_for_node(decorator.decorator).startswith("triton."), decorator
+    assert kinds <= {"Import", "ImportFrom", "FunctionDef", "ClassDef", "Assign", "AnnAssign", "Expr"}, kinds
+
+
+def _walk(node):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
 # --------------------------------------------------------------------------- patch and PR (CPU)
 
 
@@ -268,6 +297,30 @@ def test_self_check_without_a_gpu_plans_the_triton_op(merge_state, monkeypatch, 
     assert check["op_id"] == OP and check["planned"] and not check["ran"]
     assert check["modules"] == 3 and "cases planned" in check["reason"]
     assert f"kernelsmith integrate --self-check {OP}" in capsys.readouterr().err
+
+
+@pytest.mark.wheel
+def test_the_patched_workers_path_and_launches_are_recorded_per_case(merge_state, tmp_path):
+    _, task, _ = merge_state
+    case = plan_op(task, held_out=0, rng=random.Random(4)).cases[0]
+    via = f"KernelSpec {OP} (backend triton, get_kernel) -> x:y"
+
+    class Answers:  # the two workers' answers, as sglang_worker.cmd_check gives them
+        def __init__(self, answer: dict) -> None:
+            self.answer, self.seen = answer, []
+
+        def request(self, req: dict, *, timeout_s: float) -> dict:
+            self.seen.append(req)
+            return self.answer
+
+    base = Answers({"ok": True, "via": via, "launches": {"m:k": 1}})
+    new = Answers({"ok": True, "status": "pass", "bitwise_equal": True, "via": via, "launches": {"m:k": 1}})
+    checked = sglang_runner._check_case(case, base, new, tmp_path, 0, timeout_s=1)
+    assert checked.status == "pass" and checked.via == via and checked.launches == {"m:k": 1}
+    assert base.seen[0]["triton"]["spec"] == OP and new.seen[0]["mode"] == "compare"
+    new.answer = {"ok": True, "status": "error", "reason": "no kernel of the task launched", "via": via, "launches": {}}
+    checked = sglang_runner._check_case(case, base, new, tmp_path, 1, timeout_s=1)
+    assert checked.status == "error" and "no kernel of the task launched" in checked.reason
 
 
 def test_the_ops_path_is_the_one_every_answered_case_took():
