@@ -73,7 +73,8 @@ def check_sentence(check: OpCheck) -> str:
         for kernel, count in case.launches.items():
             totals[kernel] = totals.get(kernel, 0) + count
     allocated = (
-        ", with the optional outputs passed and again left to the wrapper (the `(outputs allocated)` cases)"
+        ", with the optional outputs passed and, where the inputs hold at most 256 MiB, again left to the wrapper "
+        "(the `(outputs allocated)` cases)"
         if any(c.label.endswith(ALLOCATED) for c in check.cases)
         else ""
     )

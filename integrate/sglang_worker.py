@@ -211,16 +211,29 @@ class Call:
 
     def observed(self) -> tuple[dict[str, Any], dict[str, str]]:
         """(tensors, other values): every tensor argument after the call ("arg:<name>") and
-        what the call returned ("return", "return[i]"); values that are no tensor by repr."""
+        what the call returned ("return", "return[i]"); values that are no tensor by repr. A
+        returned tensor that is an argument's very view (same storage, shape, strides, dtype:
+        ``merge_state_triton`` returns its ``output``) is recorded as that argument, compared as
+        such, and not saved twice."""
         import torch
 
         tensors = {f"arg:{name}": view for name, view in self.buffers.views.items()}
+        views = {
+            (v.data_ptr(), tuple(v.shape), v.stride(), v.dtype): name
+            for name, v in self.buffers.views.items()
+            if v.numel() > 0
+        }
         other: dict[str, str] = {}
         returned = self.returned
         items = list(enumerate(returned)) if isinstance(returned, (tuple, list)) else [(None, returned)]
         for index, value in items:
             key = "return" if index is None else f"return[{index}]"
-            if isinstance(value, torch.Tensor):
+            alias = None
+            if isinstance(value, torch.Tensor) and value.numel() > 0:
+                alias = views.get((value.data_ptr(), tuple(value.shape), value.stride(), value.dtype))
+            if alias is not None:
+                other[key] = f"the argument {alias}"
+            elif isinstance(value, torch.Tensor):
                 tensors[key] = value
             else:
                 other[key] = repr(value)
