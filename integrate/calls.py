@@ -30,8 +30,8 @@ A Triton task (``Task.language == "triton"``) is planned from the same contract 
   :data:`ALLOCATED_MAX_BYTES`): with every argument the signature binds, and again
   with the optional outputs left out (a parameter whose default is ``None`` and that feeds an
   output tensor: ``merge_state_triton(v_a, s_a, v_b, s_b)`` is how SGLang's attention backends
-  call it), labelled ``<label> (outputs allocated)``; the worker then observes what the call
-  returns, which is all that form can change.
+  call it), labelled ``<label> (outputs allocated)``; the worker then observes the inputs after
+  the call and what it returns, which is all that form can change.
 
 What must stay true: an op is planned from its contract as the run completed it
 (:func:`contract.layout.completed_in_run`, applied by the caller) or,
