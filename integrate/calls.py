@@ -17,6 +17,22 @@ knowing anything about the op:
 ``key`` names the JIT module the case needs (the op and the instantiation's
 ``module_args``), so the worker builds each module once, and all of them at once.
 
+A Triton task (``Task.language == "triton"``) is planned from the same contract and
+:class:`pipeline.records.EntrySignature`, with three differences (:func:`triton_request`):
+
+- the request carries ``"triton"``: the ``KernelSpec`` op the wrapper is registered as
+  (``Task.triton.registered_as``, or None), and the launched kernels (``Task.entry_points``,
+  each with the dotted module of its file), so the worker calls the op through SGLang's
+  ``get_kernel`` and proves the tree's kernels launched (:mod:`integrate.triton_probe`);
+- ``key`` is ``<op>|triton|<dtype>``: Triton compiles one kernel per dtype (and per
+  specialisation), not one module per instantiation, so the warm-up compiles each dtype once;
+- every catalog case is planned twice (the second where its inputs hold at most
+  :data:`ALLOCATED_MAX_BYTES`): with every argument the signature binds, and again
+  with the optional outputs left out (a parameter whose default is ``None`` and that feeds an
+  output tensor: ``merge_state_triton(v_a, s_a, v_b, s_b)`` is how SGLang's attention backends
+  call it), labelled ``<label> (outputs allocated)``; the worker then observes the inputs after
+  the call and what it returns, which is all that form can change.
+
 What must stay true: an op is planned from its contract as the run completed it
 (:func:`contract.layout.completed_in_run`, applied by the caller) or,
 with no run, by today's completion rules; nothing here names an op; an op whose
@@ -26,6 +42,7 @@ public function cannot be bound is reported with the reason, never guessed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import secrets
 from collections.abc import Sequence
@@ -49,7 +66,7 @@ class PlannedCase:
     sizes: dict[str, int]
     dtype: str
     seed: int
-    key: str  # the JIT module this case needs: "<op>|<module args>"
+    key: str  # the JIT module this case needs: "<op>|<module args>" ("<op>|triton|<dtype>" for a Triton task)
     held_out: bool
     request: dict[str, JsonValue]
     numel: int  # elements of every tensor the public function is given (picks the cheap warm-up case)
@@ -102,14 +119,44 @@ def _tensor_json(plan: planning.TensorPlan) -> dict[str, JsonValue]:
     return out
 
 
+ALLOCATED = " (outputs allocated)"  # label suffix of a case that leaves the optional outputs to the wrapper
+#: The allocating form runs where the inputs hold at most this many bytes: it checks the wrapper's own
+#: allocation path, which no size changes, and the largest shapes already run in the full form (merge_state_triton:
+#: 156 of its 195 catalog cases; the 39 left out would pass 104 GB more through the two workers' exchange).
+ALLOCATED_MAX_BYTES = 256 << 20
+
+
+def optional_outputs(task: Task, signature: EntrySignature) -> list[str]:
+    """Contract outputs whose parameter defaults to ``None``: the wrapper allocates them when left out."""
+    outputs = {a.tensor.name for a in task.contract.args if a.tensor is not None and a.tensor.role == "output"}
+    return [p.feeds for p in signature.params if p.feeds is not None and p.feeds in outputs and p.default == "None"]
+
+
+def triton_request(task: Task) -> dict[str, JsonValue] | None:
+    """The ``"triton"`` part of a Triton task's requests (None for CUDA): the KernelSpec op and launched kernels."""
+    if task.triton is None:
+        return None
+    from extract.triton_scan import dotted_of
+
+    launched = sorted({(dotted_of(k.file), k.name) for k in task.triton.kernels if k.name in task.entry_points})
+    return {
+        "spec": task.triton.registered_as,
+        "backend": "triton",
+        "kernels": [{"module": module, "name": name} for module, name in launched],
+    }
+
+
 def plan_case(
-    task: Task, signature: EntrySignature, sizes: dict[str, int], dtype: str
+    task: Task, signature: EntrySignature, sizes: dict[str, int], dtype: str, *, omit: Sequence[str] = ()
 ) -> tuple[str, dict[str, JsonValue], int]:
-    """(module key, worker request without label/seed, elements passed) of one call; ContractError when unplannable."""
+    """(module key, worker request without label/seed, elements passed) of one call; ContractError when unplannable.
+
+    ``omit``: contract arguments whose parameters are left at their defaults (:func:`optional_outputs`).
+    """
     pool = contract_sizes.instantiations_for(task.contract, task.instantiations)
     inst = contract_sizes.select_instantiation(task.contract, pool, dtype, sizes)
     plan = planning.plan_call(task.contract, sizes, dtype)
-    fed = {p.feeds for p in signature.params if p.feeds and p.via != "size"}
+    fed = {p.feeds for p in signature.params if p.feeds and p.via != "size" and p.feeds not in omit}
     tensors = [t for t in plan.tensors if t.name in fed]
     for tensor in tensors:
         planning.require_fillable(tensor)
@@ -129,9 +176,16 @@ def plan_case(
         "tensors": [_tensor_json(t) for t in tensors],
         "scalars": scalars,
         "sizes": {k: int(v) for k, v in sizes.items()},
-        "params": [{"name": p.name, "kind": p.kind, "feeds": p.feeds, "via": p.via} for p in signature.params],
+        "params": [
+            {"name": p.name, "kind": p.kind, "feeds": None if p.feeds in omit else p.feeds, "via": p.via}
+            for p in signature.params
+        ],
         "dtype": dtype,
     }
+    triton = triton_request(task)
+    if triton is not None:
+        request["triton"] = triton
+        return f"{task.op_id}|triton|{dtype}", request, sum(t.numel for t in tensors)
     key = "|".join([task.op_id, *inst.module_args])
     return key, request, sum(t.numel for t in tensors)
 
@@ -174,13 +228,19 @@ def plan_op(task: Task, *, held_out: int = HELD_OUT, rng: random.Random | None =
                 labelled.append((f"held-out-{index}", True, contract_sizes.resolve_sizes(task.contract, shape, shapes)))
             except ContractError as err:
                 unplanned[f"held-out-{index}"] = err.message
+    omitted = optional_outputs(task, signature) if task.triton is not None else []
+    forms: list[tuple[str, bool, dict[str, int], list[str]]] = [(*case, []) for case in labelled]
+    if omitted:
+        forms += [(label + ALLOCATED, False, sizes, omitted) for label, held, sizes in labelled if not held]
     cases: list[PlannedCase] = []
-    for label, is_held_out, sizes in labelled:
+    for label, is_held_out, sizes, omit in forms:
         for dtype in dtypes:
             try:
-                key, request, numel = plan_case(task, signature, sizes, dtype)
+                key, request, numel = plan_case(task, signature, sizes, dtype, omit=omit)
             except ContractError as err:
                 unplanned[f"{label} {dtype}"] = err.message
+                continue
+            if omit and _bytes(request) > ALLOCATED_MAX_BYTES:
                 continue
             seed = secrets.randbits(31)
             request = {**request, "label": label, "seed": seed, "key": key}
@@ -189,6 +249,20 @@ def plan_op(task: Task, *, held_out: int = HELD_OUT, rng: random.Random | None =
         "" if cases else "no case could be planned: " + "; ".join(f"{k}: {v}" for k, v in sorted(unplanned.items()))
     )
     return OpPlan(op_id=task.op_id, function=function, cases=cases, reason=reason, unplanned=unplanned)
+
+
+def _bytes(request: dict[str, JsonValue]) -> int:
+    """Bytes of the tensors a planned request passes."""
+    from contract.dtypes import ITEMSIZE
+
+    total = 0
+    tensors = request.get("tensors")
+    for tensor in tensors if isinstance(tensors, list) else []:
+        assert isinstance(tensor, dict)
+        shape, dtype = tensor["shape"], tensor["dtype"]
+        assert isinstance(shape, list) and isinstance(dtype, str)
+        total += math.prod(d for d in shape if isinstance(d, int)) * ITEMSIZE[dtype]
+    return total
 
 
 def warm_cases(plans: Sequence[OpPlan]) -> list[dict[str, JsonValue]]:

@@ -18,9 +18,10 @@ import json
 import pathlib
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from contract.layout import profile_path
-from integrate.errors import SimulatedRunError
+from integrate.errors import KernelsmithError, SimulatedRunError
 from integrate.records import IntegrateReport, Patch
 from optimize.skills import Skill, load_skills
 from pipeline.records import Candidate, RunSummary, read_record
@@ -39,6 +40,10 @@ class OpFacts:
     baseline_profile: dict[str, float] = field(default_factory=dict)  # NcuResult.metrics() of the baseline
     profile_note: str = ""  # why there is no profile
     guarded: bool = False  # a shape dispatch keeps the baseline at some shapes (OpSummary.guarded)
+    language: str = "cuda"  # Task.language of the op's task
+    kernels: tuple[str, ...] = ()  # Triton: the kernels the wrapper launches (Task.entry_points)
+    wrapper: str = ""  # Triton: the wrapper's dotted module:function (TritonFacts.wrapper)
+    registered_as: str | None = None  # Triton: the KernelSpec op the wrapper is registered as
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,7 @@ def gather(report: IntegrateReport, run_dir: pathlib.Path | None = None) -> RunF
         root = chain[-1].id if chain and chain[-1].parent is None else None
         profile, note = _profile(op_dir, root)
         ops[op.op_id] = OpFacts(
+            **_task_facts(pathlib.Path(op.task_dir)),
             op_id=op.op_id,
             skills=tuple(library[i] for i in ids if i in library),
             unknown_skills=tuple(i for i in ids if i not in library),
@@ -149,6 +155,24 @@ def gather(report: IntegrateReport, run_dir: pathlib.Path | None = None) -> RunF
             guarded=guarded.get(op.op_id, False),
         )
     return RunFacts(simulated=simulated, backend=backend, coder=coder, device=device, diff=diff, ops=ops)
+
+
+def _task_facts(task_dir: pathlib.Path) -> dict[str, Any]:
+    """The language and, for a Triton op, its kernels and KernelSpec, from the task; {} when it cannot be read."""
+    from contract.layout import load_task
+
+    try:
+        task = load_task(task_dir)
+    except (OSError, KernelsmithError, ValueError):
+        return {}
+    if task.triton is None:
+        return {"language": task.language}
+    return {
+        "language": task.language,
+        "kernels": tuple(task.entry_points),
+        "wrapper": task.triton.wrapper,
+        "registered_as": task.triton.registered_as,
+    }
 
 
 # --------------------------------------------------------------------------- what the diff changes

@@ -34,6 +34,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 
+from integrate import pr_triton
 from integrate.diffs import sha256
 from integrate.errors import GitError
 from integrate.evidence import OpFacts, RunFacts, gather, launch_facts, refuse_simulated
@@ -111,7 +112,7 @@ def title(report: IntegrateReport) -> str:
     gm = _geomean(speeds)
     gpu = report.gpu or "H200"
     tail = f" (geomean {gm:.2f}x over {len(speeds)} shapes)" if speeds else ""
-    return f"[Kernel] Faster JIT {', '.join(names)} on {gpu}{tail}"
+    return f"[Kernel] Faster {pr_triton.kind(report.patch)} {', '.join(names)} on {gpu}{tail}"
 
 
 def _timings(op: OpChange) -> list[ShapeTiming]:
@@ -210,10 +211,13 @@ def _why(op: OpChange, facts: OpFacts, diff: str, report: IntegrateReport, sim: 
     bottleneck = _bottleneck(op, facts, sim)
     if bottleneck:
         out.append(f"- **Bottleneck.** {bottleneck[0].upper() + bottleneck[1:]}.")
-    launch = launch_facts(diff)
-    out.append(
-        f"- **PDL.** {launch[0]}" if launch else "- **PDL.** The patch does not change how the kernel is launched."
-    )
+    launch = [] if pr_triton.is_triton(facts) else launch_facts(diff)
+    if pr_triton.is_triton(facts):
+        out.append(pr_triton.launch_bullet(diff))
+    else:
+        out.append(
+            f"- **PDL.** {launch[0]}" if launch else "- **PDL.** The patch does not change how the kernel is launched."
+        )
     if facts.skills:
         for skill in facts.skills:
             what = (skill.rationale or skill.effect.summary).strip().replace("\n", " ")
@@ -468,13 +472,22 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     out += ["## Summary", ""]
     src = patch.source
     where = f"sglang {src.version} wheel" if src.kind == "wheel" else f"sglang {src.kind} {src.commit or src.root}"
-    out.append(
-        f"This patch rewrites the CUDA kernels behind {', '.join(f'`{op.op_id}`' for op in patch.ops)} in SGLang's "
-        f"JIT kernel tree. It changes only the kernels' editable regions (checked byte by byte), in "
-        f"{len(patch.files)} file(s), against {where}. No Python file changes, so the public Python API is the "
-        f"same; the kernels' own signatures may change with them, and SGLang's `load_jit` builds the patched "
-        f"sources for the checks below."
-    )
+    op_facts = [facts.ops.get(op.op_id, OpFacts(op_id=op.op_id)) for op in patch.ops]
+    if op_facts and all(pr_triton.is_triton(f) for f in op_facts):
+        out.append(pr_triton.summary(op_facts, patch, where))
+    else:
+        out.append(
+            f"This patch rewrites the CUDA kernels behind {', '.join(f'`{op.op_id}`' for op in patch.ops)} in SGLang's "
+            f"JIT kernel tree. It changes only the kernels' editable regions (checked byte by byte), in "
+            f"{len(patch.files)} file(s), against {where}. "
+            + (
+                "Triton ops' Python files change only in their kernels and launch sites, so the public Python API is the same"
+                if any(pr_triton.is_triton(f) for f in op_facts)
+                else "No Python file changes, so the public Python API is the same"
+            )
+            + "; the kernels' own signatures may change with them, and SGLang's `load_jit` builds the patched "
+            "sources for the checks below."
+        )
     out.append("")
     out += ["| file | regions replaced | bytes before → after |", "|---|---|---|"]
     for f in patch.files:
@@ -541,11 +554,14 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
             by_dtype: dict[str, list] = defaultdict(list)
             for case in check.cases:
                 by_dtype[case.dtype].append(case)
-            out.append(
-                f"Called `{check.function}` in the pristine tree and in the patched copy (SGLang's own `load_jit` "
-                f"compiled each tree's sources into its own cache), on identical seeded inputs at every catalog shape "
-                f"of the task; the patched outputs were judged against the pristine op's."
-            )
+            if check.via or any(c.launches for c in check.cases):
+                out.append(pr_triton.check_sentence(check))
+            else:
+                out.append(
+                    f"Called `{check.function}` in the pristine tree and in the patched copy (SGLang's own `load_jit` "
+                    f"compiled each tree's sources into its own cache), on identical seeded inputs at every catalog shape "
+                    f"of the task; the patched outputs were judged against the pristine op's."
+                )
             out.append("")
             out += [
                 "| dtype | cases | pass | skipped | bitwise equal | max abs err | rtol | atol | outputs poisoned |",
@@ -608,6 +624,10 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
         out += ["Not run: " + (e2e.reason if e2e else report.not_run.get("e2e", "no GPU step ran")) + ".", ""]
     else:
         out += _e2e_tables(e2e)
+        in_layer = {part.removeprefix("SGLang ") for part in e2e.parts.values()}
+        for op in patch.ops:
+            if e2e.recipe and op.op_id not in in_layer:
+                out += [f"`{op.op_id}` is not a step of this layer's recipe: these figures cannot show its change.", ""]
         ob = e2e.one_batch
         if ob is not None and ob.ran:
             out += [

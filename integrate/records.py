@@ -105,6 +105,11 @@ class CheckCase(Record):
     held_out: bool = False  # a fresh shape drawn for this check, not a catalog one
     first_call_s: float | None = None  # the patched call's wall time when it was the first of its JIT module
     timed_out: bool = False  # a worker did not answer within the case's time limit (killed, restarted)
+    # the path the patched call took ("KernelSpec <op> (backend triton, get_kernel) -> <target>"); "" for CUDA
+    via: str = ""
+    launches: dict[str, int] = Field(
+        default_factory=dict
+    )  # Triton: "<module>:<kernel>" -> launches counted in the call
 
 
 class SanitizerRun(Record):
@@ -138,6 +143,7 @@ class OpCheck(Record):
     unplanned: dict[str, str] = Field(default_factory=dict)  # "<case> <dtype>" -> why that case has no plan
     sanitizer: list[SanitizerRun] = Field(default_factory=list)
     command: str = ""  # reproduces this check
+    via: str = ""  # the path every case that ran took (CheckCase.via), when they agree; "" for CUDA
     fixes: list[str] = Field(default_factory=list)  # contract fixes the pristine op's own check demanded (self-check)
 
 

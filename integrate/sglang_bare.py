@@ -13,7 +13,12 @@ tvm-ffi loading are SGLang's own, unchanged.
 The only side effect of the real ``__init__`` that matters for kernels,
 redirecting third-party JIT caches under ``SGLANG_CACHE_DIR``, is reproduced by
 the caller setting every cache variable to a private folder
-(:func:`private_cache_env`).
+(:func:`private_cache_env`). For a Triton op that includes ``TRITON_CACHE_DIR``:
+the pristine and the patched worker each compile their own tree's kernels into
+their own folder, so neither can load a kernel the other compiled. A Triton op's
+module (``sglang.kernels.ops.attention.merge_state``) imports torch and triton at
+the top and nothing that needs a GPU; ``tests/test_integrate_triton.py`` imports
+it through :func:`install` in a fresh interpreter where torch is installed.
 
 Also a pytest plugin: ``-p integrate.sglang_bare`` with ``KS_SGLANG_PACKAGE``
 set installs the same package before SGLang's tests are collected.
@@ -37,7 +42,8 @@ def private_cache_env(cache_dir: str) -> dict[str, str]:
     return {
         "SGLANG_CACHE_DIR": cache_dir,
         "SGLANG_JIT_CACHE_DIR": os.path.join(cache_dir, "jit"),
-        "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
+        "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),  # a Triton op's kernels: one cache per tree
+        "TRITON_HOME": cache_dir,  # Triton's other folders (~/.triton: dumps, overrides) under the same
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
         "CUDA_CACHE_PATH": os.path.join(cache_dir, "nv"),
         "TILELANG_CACHE_DIR": os.path.join(cache_dir, "tilelang"),

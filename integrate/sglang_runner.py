@@ -12,7 +12,9 @@ instantiates. First both workers build every module the checks need at once
 (SGLang's ``parallel_compile`` over one planned call per module). Then, case by
 case, both workers fill the same seeded inputs, call the op's public function by
 parameter name (through its ``BaseFusedOp`` with the JIT backend forced and
-traced, where SGLang registered one), the pristine worker hands everything it
+traced, where SGLang registered one; a Triton op through its ``KernelSpec`` with its
+kernels' launches counted, :mod:`integrate.triton_probe`, Triton compiling into each
+worker's own ``TRITON_CACHE_DIR``), the pristine worker hands everything it
 observed (every tensor argument after the call, every returned value) over
 through a file, and the patched worker judges its own with the optimize stage's
 rules (poisoned outputs, NaN rules, per-dtype tolerances, bitwise equality
@@ -81,6 +83,8 @@ SANITIZER_CASES = 2  # per op: the smallest and one mid-size catalog shape, firs
 
 #: SGLang's and its JIT stack's own settings, kept in the workers' scrubbed environment
 WORKER_KEEP_PREFIXES = ("SGLANG_", "TVM_FFI_", "FLASHINFER_", "TRITON_")
+#: Triton settings never passed on: with them both trees would run one substituted kernel, not their own
+TRITON_DROPPED = ("TRITON_KERNEL_OVERRIDE", "TRITON_OVERRIDE_DIR")
 
 
 def worker_env(cache_dir: pathlib.Path) -> dict[str, str]:
@@ -92,6 +96,8 @@ def worker_env(cache_dir: pathlib.Path) -> dict[str, str]:
 
     env = sandbox.scrubbed_env(cache_dir / "home", os.environ, keep_prefixes=WORKER_KEEP_PREFIXES)
     env.update(private_cache_env(str(cache_dir)))
+    for name in TRITON_DROPPED:
+        env.pop(name, None)
     env["SGLANG_FORCE_FUSED_OP_BACKEND"] = "jit"
     env["PYTHONUNBUFFERED"] = "1"
     # load_jit runs `ninja` from PATH; a venv's ninja (pip package) is not on it unless activated.
@@ -330,6 +336,8 @@ def _check_case(
         outputs=list(b.get("outputs", [])),
         poisoned=bool(b.get("poisoned")),
         first_call_s=b.get("first_call_s"),
+        via=str(b.get("via") or ""),
+        launches={str(k): int(v) for k, v in (b.get("launches") or {}).items()},
     )
 
 
@@ -460,6 +468,7 @@ def check_ops(
                             modules=len(keys),
                             unplanned=dict(plan.unplanned),
                             command=command,
+                            via=common_via(cases),
                         )
                     )
                     if progress is not None:
@@ -473,6 +482,12 @@ def check_ops(
         results = [r.model_copy(update={"sanitizer": [run]}) if r.ran else r for r in results]
     order = {t.op_id: i for i, t in enumerate(tasks)}
     return sorted(results, key=lambda r: order.get(r.op_id, len(order)))
+
+
+def common_via(cases: Sequence[CheckCase]) -> str:
+    """The path the op's answered cases took, when they all took one (a Triton op's KernelSpec); else ""."""
+    paths = {c.via for c in cases if c.status != "skipped" and c.via}
+    return paths.pop() if len(paths) == 1 else ""
 
 
 #: Modules built in one ``warm`` request: the builds of a batch run at once, and its ops are

@@ -30,7 +30,10 @@ to stderr: fd 1 is pointed at fd 2 before anything is imported. Commands:
   rules (:func:`optimize.harness.compare.compare_tensor`); ``mode=run`` only runs
   (for compute-sanitizer). A public function backed by a ``BaseFusedOp`` (found
   by its ``op`` attribute, not by name) is called through it with every call
-  traced, so the check proves the JIT backend ran.
+  traced, so the check proves the JIT backend ran. A Triton op (the request's
+  ``triton``) is called through its ``KernelSpec`` (``get_kernel``) with its
+  kernels' launches counted (:mod:`integrate.triton_probe`): a call that launched
+  none of them is an error; the answer's ``via`` and ``launches`` say what ran.
 - ``layer``: CUDA-graph timing of one whole decoder layer from its recipe's plan
   (:mod:`integrate.layer_worker`, the e2e proxy).
 - ``exit``.
@@ -164,8 +167,14 @@ class Call:
 
         self.req = req
         module = importlib.import_module(req["module"])
-        self.fused = fused_op_of(req["op"], req["module"])
+        self.probe: Any = None
+        self.fused = fused_op_of(req["op"], req["module"]) if req.get("triton") is None else None
         self.fn: Callable[..., Any] = self.fused if self.fused is not None else getattr(module, req["function"])
+        if req.get("triton") is not None:
+            from integrate.triton_probe import Probe
+
+            self.probe = Probe(req["triton"], req["module"], req["function"], _PACKAGE[0])
+            self.fn = self.probe.fn
         plans = []
         for t in req["tensors"]:
             vr = t.get("value_range")
@@ -202,16 +211,29 @@ class Call:
 
     def observed(self) -> tuple[dict[str, Any], dict[str, str]]:
         """(tensors, other values): every tensor argument after the call ("arg:<name>") and
-        what the call returned ("return", "return[i]"); values that are no tensor by repr."""
+        what the call returned ("return", "return[i]"); values that are no tensor by repr. A
+        returned tensor that is an argument's very view (same storage, shape, strides, dtype:
+        ``merge_state_triton`` returns its ``output``) is recorded as that argument, compared as
+        such, and not saved twice."""
         import torch
 
         tensors = {f"arg:{name}": view for name, view in self.buffers.views.items()}
+        views = {
+            (v.data_ptr(), tuple(v.shape), v.stride(), v.dtype): name
+            for name, v in self.buffers.views.items()
+            if v.numel() > 0
+        }
         other: dict[str, str] = {}
         returned = self.returned
         items = list(enumerate(returned)) if isinstance(returned, (tuple, list)) else [(None, returned)]
         for index, value in items:
             key = "return" if index is None else f"return[{index}]"
-            if isinstance(value, torch.Tensor):
+            alias = None
+            if isinstance(value, torch.Tensor) and value.numel() > 0:
+                alias = views.get((value.data_ptr(), tuple(value.shape), value.stride(), value.dtype))
+            if alias is not None:
+                other[key] = f"the argument {alias}"
+            elif isinstance(value, torch.Tensor):
                 tensors[key] = value
             else:
                 other[key] = repr(value)
@@ -219,6 +241,7 @@ class Call:
 
 
 _first_calls: dict[str, float] = {}
+_PACKAGE: list[str] = [""]  # the tree's sglang package folder (main sets it)
 
 
 class _dispatch_trace:
@@ -245,6 +268,13 @@ class _dispatch_trace:
             fused_op.clear_fused_op_trace()
 
 
+def _launches(probe: Any) -> Any:
+    """The probe's launch counter over the call (a Triton op), else an empty one."""
+    import contextlib
+
+    return probe.counting() if probe is not None else contextlib.nullcontext({})
+
+
 def _progress(text: str) -> None:
     """One line in the worker's log (its stderr) before a step that may not return: a hang names its case."""
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
@@ -258,7 +288,7 @@ def cmd_check(req: dict[str, Any]) -> dict[str, Any]:
     call = Call(req)
     torch.cuda.synchronize()
     start = time.perf_counter()
-    with _dispatch_trace(call.fused is not None) as backends:
+    with _dispatch_trace(call.fused is not None) as backends, _launches(call.probe) as launches:
         call()
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
@@ -273,9 +303,14 @@ def cmd_check(req: dict[str, Any]) -> dict[str, Any]:
         "poisoned": bool(call.poisoned),
         "backends": backends,
         "fused_op": call.fused is not None,
+        "via": call.probe.via if call.probe is not None else "",
+        "launches": dict(launches),
     }
     if call.fused is not None and backends != ["jit"]:
         answer.update(status="error", reason=f"SGLang dispatched {req['op']} to {backends}, not the JIT backend")
+        return answer
+    if call.probe is not None and call.probe.verdict():
+        answer.update(status="error", reason=call.probe.verdict())
         return answer
     mode = req.get("mode", "run")
     if mode == "save":
@@ -375,7 +410,10 @@ def cmd_warm(req: dict[str, Any]) -> dict[str, Any]:
         return build
 
     start = time.perf_counter()
-    parallel_compile([builder(c) for c in req["cases"]])
+    serial = [builder(c) for c in req["cases"] if c.get("triton") is not None]
+    parallel_compile([builder(c) for c in req["cases"] if c.get("triton") is None])
+    for build in serial:  # Triton's JIT: one compile at a time (its in-process caches are not made for threads)
+        build()
     torch.cuda.synchronize()
     return {
         "ok": True,
@@ -454,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.append(os.path.abspath(args.kernelsmith))
     import_module("integrate.sglang_bare").install(args.package)
+    _PACKAGE[0] = args.package
 
     if args.oneshot:
         with open(args.oneshot, encoding="utf-8") as handle_:
