@@ -5,19 +5,22 @@
 #   PART=2 bash tools/gpu-owed.sh     # issue 16 row 1 (bench with an op that once failed) + issue 18
 #                                     # (`bench --all`: how many tasks pass at catalog shapes)
 #   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed
-#   PART=4 bash tools/gpu-owed.sh     # issue 19: the Triton GPU tests, then a search round and integrate
-#                                     # over OWED_TRITON_OPS (merge_state_triton first)
+#   PART=4 bash tools/gpu-owed.sh     # issue 19: the Triton harness's GPU tests, then a search round over
+#                                     # OWED_TRITON_OPS (merge_state_triton first)
+#   PART=5 bash tools/gpu-owed.sh RUN_TGZ   # issue 19: integrate of part 4's run through SGLang's KernelSpec
+#                                     # path, then the Triton integrate GPU tests
 # Prepare on the CPU machine first: `make device-prep` (wheels, header deps, the task tarballs of
 # tools/owed-tasks.sh). Carry, per part (64 MiB at most):
 #   1: .whl .dev/wheels .dev/tasks-owed.tar.gz           (integrate reads the sglang wheel)
 #   2: .whl .dev/deps.tar.gz .dev/tasks-all.tar.gz       (tasks carry their sources)
 #   3: .whl .dev/wheels
 #   4: .whl .dev/wheels .dev/tasks-owed.tar.gz           (the GPU tests extract merge_state_triton themselves)
+#   5: .whl .dev/wheels .dev/tasks-owed.tar.gz and part 4's run tarball
 # Everything a part writes under $OUT is packed into one owed-<part>.tgz (a call brings back 8 files).
 set -o pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/owed.env"
-part="${PART:?PART=1, 2, 3 or 4}"
+part="${PART:?PART=1 to 5}"
 pack() { [ -n "${OUT:-}" ] && tar -czf "/tmp/owed-$part.tgz" -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv "/tmp/owed-$part.tgz" "$OUT/"; }
 trap pack EXIT
 OUT="${OUT:-.}"
@@ -58,20 +61,25 @@ case "$part" in
 4)
   source "$here/device-setup.sh" || exit 1
   unpack_tasks .dev/tasks-owed.tar.gz || exit 1
-  timeout "${TESTS_S:-200}" python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_triton_library.py \
+  timeout "${TESTS_S:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_triton_library.py \
     2>&1 | tee "$OUT/triton-gpu-tests.log" | tail -15
   status=$?
-  RUN="${RUN:-triton-owed}" SKILLS="" SWEEP_S="${SWEEP_S:-240}" OPS="$OWED_TRITON_OPS" \
+  RUN="${RUN:-triton-owed}" SKILLS="" SWEEP_S="${SWEEP_S:-360}" OPS="$OWED_TRITON_OPS" \
     bash "$here/gpu-sweep.sh" .dev/tasks-owed.tar.gz
   status=$((status | $?))
-  run_tar="$OUT/run-${RUN:-triton-owed}.tgz"
-  if [ -f "$run_tar" ]; then
-    INTEGRATE_S="${INTEGRATE_S:-100}" bash "$here/gpu-sweep.sh" .dev/tasks-owed.tar.gz "$run_tar"
-    status=$((status | $?))
-  fi
+  ;;
+5)
+  # $1: part 4's run-triton-owed.tgz (out of its owed-4.tgz, put under .dev/)
+  run_tar="${1:?the run tarball part 4 brought back}"
+  source "$here/device-setup.sh" || exit 1
+  INTEGRATE_S="${INTEGRATE_S:-300}" bash "$here/gpu-sweep.sh" .dev/tasks-owed.tar.gz "$run_tar"
+  status=$?
+  timeout "${TESTS_S:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_integrate_triton.py \
+    2>&1 | tee "$OUT/integrate-triton-gpu-tests.log" | tail -15
+  status=$((status | $?))
   ;;
 *)
-  echo "gpu-owed: PART must be 1, 2, 3 or 4, not '$part'" >&2
+  echo "gpu-owed: PART must be 1 to 5, not '$part'" >&2
   exit 2
   ;;
 esac
