@@ -206,7 +206,9 @@ def draw_held_out(
     number; a symbol with ``divisibility`` gets a random multiple up to
     ``max_values`` (else the catalog's largest); other widths keep a catalog
     case's values. A width that an instantiation is specialised on is drawn only
-    among the widths every requested dtype has an instantiation for.
+    among the widths every requested dtype has an instantiation for; where two or more widths
+    are bound that way, they keep a catalog case's values together (nothing records which
+    template integer is which width).
     """
     if count <= 0 or not catalog:
         return []
@@ -225,11 +227,20 @@ def draw_held_out(
             common = set.intersection(*per_dtype)
             bound[w] = {v for v in common if contract.accepts(w, v)}
     recorded = pinned_sizes(pool, dtypes)  # sizes the instantiations were made for
+    # Two or more widths bound only by the same template integers: which integer is which width is
+    # not recorded (hc_combine's Hc<4, 2560> also serves kHcCount=2560, kHiddenSize=4 by set
+    # inclusion, a pairing its baseline refuses), so they keep a catalog case's values, together.
+    template_only = [w for w in bound if w not in recorded]
+    joint = set(template_only) if len(template_only) > 1 else set()
+    for w in joint:
+        del bound[w]
     for w in widths:
         if w in recorded:
             bound[w] = {v for v in recorded[w] if contract.accepts(w, v)}
     cycles: dict[str, list[int]] = {}
     for w in widths:
+        if w in joint:
+            continue
         if w in bound:
             cycles[w] = sorted(bound[w])
         elif w in contract.allowed_values:
@@ -245,6 +256,8 @@ def draw_held_out(
         index = len(out)
         base = dict(rng.choice(base_sizes))
         for w in widths:
+            if w in joint:
+                continue  # the catalog case's value, paired as the catalog pairs it
             if cycles.get(w):
                 base[w] = cycles[w][index % len(cycles[w])] if not missed else rng.choice(cycles[w])
             elif w in contract.divisibility:

@@ -652,3 +652,30 @@ def test_a_width_inside_an_expression_is_specialised_on_too():
     case = synthetic_shape(c, pool)
     assert (case.sizes["kHcCount"], case.sizes["kHiddenSize"]) == (4, 4096)
     assert select_instantiation(c, pool, "bf16", case.sizes) == pool[0]
+
+
+def test_two_widths_bound_by_the_same_template_integers_keep_their_catalog_pairing():
+    """Found reviewing the 24-model catalog (2026-12-04): hc_combine's module is Hc<4, 2560>, and
+    its two widths cycled independently through {4, 2560}, so a held-out draw could pair
+    kHcCount=2560 with kHiddenSize=4, which the set-inclusion check still called servable and
+    the baseline then refuses."""
+    c = Contract(
+        entry="hc",
+        args=[
+            tensor("block", ["num_tokens", "kHiddenSize"], "output"),
+            tensor("residual", ["num_tokens", "kHcCount * kHiddenSize"], "inout"),
+            tensor("weight", ["kHcCount", "kHcCount * kHiddenSize"], "input"),
+        ],
+        symbols=["num_tokens", "kHiddenSize", "kHcCount"],
+    )
+    widths = (2048, 2560, 4096)
+    pool = [inst("bf16", "4", str(w), "true", "bf16_t", export="hc") for w in widths]
+    catalog = [
+        ShapeCase(model="m", tokens=t, sizes={"num_tokens": t, "kHcCount": 4, "kHiddenSize": w})
+        for w in widths
+        for t in (1, 64)
+    ]
+    drawn = draw_held_out(c, catalog, 40, random.Random(3), instantiations=pool, dtypes=["bf16"])
+    assert len(drawn) == 40
+    assert {(s.sizes["kHcCount"], s.sizes["kHiddenSize"]) for s in drawn} <= {(4, w) for w in widths}
+    assert {s.sizes["kHiddenSize"] for s in drawn} == set(widths)  # still every instantiated width
