@@ -59,7 +59,16 @@ NOT_FOLLOWED = ("srt/layers/quantization",)
 
 # Ops SGLang reaches from a model only through a run-time choice, written once with the
 # evidence. op id -> (model files that call it, why).
-OVERRIDES: dict[str, tuple[tuple[str, ...], str]] = {}
+OVERRIDES: dict[str, tuple[tuple[str, ...], str]] = {
+    "moe.moe_align_block_size": (
+        ("srt/models/mixtral.py", "srt/models/qwen3_moe.py", "srt/models/qwen3_next.py"),
+        "their FusedMoE layers run the Triton MoE runner, chosen at run time (srt/layers/quantization/unquant.py's "
+        "create_moe_runner: MoeRunnerBackend.TRITON for bf16 experts when no other runner is asked for), whose "
+        "srt/layers/moe/moe_runner/triton_utils/fused_moe.py aligns tokens through triton_utils/moe_align_block_size.py"
+        " -> sglang.kernels.ops.moe.moe_align_block_size; fp8 DeepSeek-V3 takes DeepGEMM there, gpt-oss's mxfp4 "
+        "triton_kernels",
+    ),
+}
 
 
 @dataclasses.dataclass

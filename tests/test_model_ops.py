@@ -186,3 +186,26 @@ def test_golden_catalog_models_and_their_ops(wheel_map):
         ops = sorted({op for f in files for op in wheel_map["models"][f]["ops"]})
         out[model.name] = {"family": model.family, "files": files, "ops": ops}
     assert_golden(CATALOG_GOLDEN, out, sort_keys=True)
+
+
+@pytest.mark.wheel
+def test_an_op_only_a_run_time_runner_reaches_takes_the_models_its_override_names(wheel_map, sglang_source):
+    """moe_align_block_size is reached through the Triton MoE runner, chosen at run time, so no
+    bf16 MoE model file calls it in the map; with the catalog's new Beam (which calls it
+    directly) it had lost every other MoE model's shapes (2026-12-04). The override names
+    them back; each file it names must exist and must not already call the op."""
+    op_id = "moe.moe_align_block_size"
+    files, why = model_ops.OVERRIDES[op_id]
+    root = pathlib.Path(sglang_source.root)
+    for rel in files:
+        assert (root / rel).is_file(), rel
+        assert op_id not in wheel_map["models"][rel]["ops"], f"{rel} calls it now: drop it from OVERRIDES"
+    assert "moe_runner" in why
+    assert set(files) <= set(model_ops.callers(wheel_map, op_id))
+    from extract.command import build_index
+
+    index, _ = build_index(sglang_source, ROOT / "work" / "cache")
+    op = next(o for o in index.ops if o.id == op_id)
+    chosen, reason = model_ops.select_models(wheel_map, op, shapes.load_catalog())
+    assert {"Mixtral-8x7B", "Qwen3-235B-A22B", "Qwen3-Next-80B-A3B", "Beam"} <= {m.name for m in chosen}
+    assert "fallback" not in reason
