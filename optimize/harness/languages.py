@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from contract.layout import SRC_DIR
 from optimize.agents.edits import CUDA, PYTHON, Dialect
@@ -61,6 +61,10 @@ class Language(Protocol):
 
     def prompt_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> str:
         """What the agents' prompts carry about the task beyond its regions ("" for none)."""
+        ...
+
+    def task_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> dict[str, Any]:
+        """The same facts as data, for ``agent show`` ({} for none)."""
         ...
 
     def coder_decisions(
@@ -158,6 +162,9 @@ class Cuda:
     def prompt_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> str:
         return ""  # the CUDA templates and the regions say it all
 
+    def task_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> dict[str, Any]:
+        return {}  # `agent show` has the contract, shapes, ptxas and ncu
+
     def coder_decisions(
         self,
         task: Task,
@@ -216,9 +223,14 @@ class Triton:
 
     def prompt_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> str:
         """The tunables, autotune configs, launch keywords and token buckets (:func:`optimize.search.triton_space.facts`)."""
-        from optimize.search.triton_space import facts, facts_text
+        from optimize.search.triton_space import facts_text
 
-        return facts_text(facts(task, pathlib.Path(task_dir)))
+        return facts_text(self.task_facts(task, task_dir))
+
+    def task_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> dict[str, Any]:
+        from optimize.search.triton_space import facts
+
+        return facts(task, pathlib.Path(task_dir))
 
     def coder_decisions(
         self,
