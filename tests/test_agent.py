@@ -329,3 +329,37 @@ def test_a_triton_op_is_shown_built_and_submitted_in_python_regions(merge_state,
     assert bad["candidate"] not in {cid for cid, _ in backend.calls}, "a refused candidate used GPU time"
     good = run.submit(MERGE, {LAUNCH: files["good"]}, "8 warps")
     assert good["outcome"] == "ok" and good["accepted"] and (good["candidate"], "round") in backend.calls
+
+
+@pytest.mark.wheel
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_mcp_show_task_and_build_candidate_answer_a_triton_op_without_a_gpu(merge_state):
+    """The MCP tools (in process, offline as `kernelsmith mcp` is without a GPU): show_task gives the Python
+    regions, tunables and buckets; build_candidate answers Triton's error in the region's own line."""
+    from agent.mcp_server import build_server
+    from optimize.errors import GpuRequired
+    from pipeline.config import Config
+
+    tmp, task, regions, _ = merge_state
+    files = triton_candidates(regions, tmp)
+    offline = GpuRequired("no GPU in this test", fix="run it on the GPU machine")
+
+    def no_run(client):
+        raise offline
+
+    server = build_server(no_run, config=Config.model_validate({"work_dir": str(tmp)}), offline=offline)
+
+    async def calls():
+        shown = await server.call_tool("show_task", {"op": MERGE})
+        built = await server.call_tool(
+            "build_candidate", {"op": MERGE, "regions": {"merge_state_kernel": files["undefined"]}}
+        )
+        return shown, built
+
+    shown, built = anyio.run(calls)
+    assert not shown.is_error and shown.structured_content["language"] == "triton"
+    assert shown.structured_content["facts"]["buckets"] == ["T<=64", "T>=512"]
+    assert "   1  merge_state_kernel[" in shown.structured_content["regions"][LAUNCH]
+    answer = built.structured_content
+    assert not built.is_error and answer["ok"] is False and "no_such_fn" in answer["errors"]
+    assert "[region merge_state_kernel line" in answer["errors"]

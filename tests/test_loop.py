@@ -1285,3 +1285,45 @@ def test_the_llm_coders_write_triton_and_only_what_compiles_reaches_the_backend(
     assert best.regions[LAUNCH] == good and best.coder == "llm:repair"
     assert summary.simulated and summary.ops[0].status == "improved"
     assert "SIMULATED" in (tmp_path / "runs/r1" / MERGE / "report.md").read_text()
+
+
+@pytest.mark.wheel
+def test_a_triton_tunable_the_llm_planner_picks_is_applied_by_its_transform(tmp_path, triton_wheel_index):
+    """SIMULATED: with an LLM, a Triton task's tunables are options too, and a chosen one is written by its
+    transform (exact, no coding call), as a CUDA skill's mechanical transform is; the compile check still
+    runs before the backend."""
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed")
+    folder, task, regions, replay = merge_state_task(triton_wheel_index, tmp_path)
+    model = ScriptedModel(["[]", choose("triton_num_warps", "8 warps for decode")])
+    backend = CountingBackend(replay)
+    loop = Loop(config(tmp_path, rounds=1), LoopOptions(run="r1", coder="llm"), backend, model=model, hooks=hooks())
+    summary = loop.run([(folder, task)])
+    assert model.agents() == ["testing", "planning"]
+    (rnd,) = Trajectory(tmp_path / "runs/r1" / MERGE / "trajectory.jsonl").rounds()
+    assert rnd.skill == "triton_num_warps" and rnd.accepted and rnd.attempts[0].agent == "transform"
+    best = read_record(Candidate, tmp_path / "runs/r1" / MERGE / "best" / "candidate.json")
+    assert "num_warps=" in best.regions[LAUNCH] and best.coder == "llm:transform"
+    assert summary.simulated and summary.ops[0].status == "improved"
+
+
+@pytest.mark.wheel
+def test_single_mode_writes_triton_through_its_triton_template(tmp_path, triton_wheel_index):
+    """SIMULATED: --mode single on a Triton task: the single agent's Triton template, Python fences, the facts."""
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed")
+    folder, task, regions, replay = merge_state_task(triton_wheel_index, tmp_path)
+    good = with_num_warps(regions[LAUNCH], 8)
+    model = ScriptedModel(["[]", f"CHOICE: 1\nPLAN: 8 warps\n{python(good, LAUNCH)}"])
+    loop = Loop(
+        config(tmp_path, rounds=1),
+        LoopOptions(run="r1", mode="single", coder="llm"),
+        CountingBackend(replay),
+        model=model,
+        hooks=hooks(),
+    )
+    summary = loop.run([(folder, task)])
+    system, user = (m["content"] for m in model.prompts[1][1])
+    assert "SGLang Triton kernels" in system and f"```python region={LAUNCH}" in user and "tunable " in user
+    (rnd,) = Trajectory(tmp_path / "runs/r1" / MERGE / "trajectory.jsonl").rounds()
+    assert rnd.skill == "triton_rewrite" and rnd.accepted and summary.ops[0].status == "improved"
