@@ -136,13 +136,21 @@ def standalone_error(task: Task, regions: Mapping[str, str], baseline: Mapping[s
 
     Why: libcst often notices a broken launch only at the next statement of the file (past the region),
     so the region's own parse is what names the line a coder wrote."""
+
+    def parse(kind: str, text: str) -> None:
+        cst.parse_expression(text) if kind == "launcher" else cst.parse_module(text)
+
     for span in task.editable:
         text = regions.get(span.name)
         if text is None or text == baseline.get(span.name):
             continue
         try:
-            cst.parse_expression(text) if span.kind == "launcher" else cst.parse_module(text)
+            parse(span.kind, text)
         except cst.ParserSyntaxError as err:
+            try:  # a region that cannot stand alone even as the baseline wrote it (a def nested in an `if`)
+                parse(span.kind, baseline.get(span.name, ""))
+            except cst.ParserSyntaxError:
+                continue  # says nothing: the file's own line (region_line) will
             return f"region {span.name} line {parser_line(err)}: does not parse (libcst): {err}"
     return ""
 
