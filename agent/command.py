@@ -4,8 +4,8 @@ Both open the same run (``--run``, default ``agent``) with the same backend: the
 harness, or ``--replay FILE`` (a simulation: every figure it answers is SIMULATED).
 The command line prints each verb's answer as JSON on stdout; ``submit`` and ``build``
 read the region texts from ``--region NAME=FILE`` (``-`` for stdin) and ``submit`` the
-rationale from ``--rationale``. ``build`` (nvcc only) and ``show`` without a GPU need no
-backend.
+rationale from ``--rationale``. ``build`` (nvcc, or Triton's compile for a Triton op: no GPU) and
+``show`` without a GPU need no backend.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _regions(specs: list[str] | None) -> dict[str, str]:
 
 
 def main(args: Any, config: Config) -> int:
-    if args.verb == "build":  # nvcc only: no backend, no run
+    if args.verb == "build":  # nvcc or triton.compile on this machine: no backend, no run
         if not args.op:
             raise ConfigError("build needs an op", fix="kernelsmith agent build OP --region NAME=FILE")
         built = build_regions(config, args.op, _regions(args.region))

@@ -26,11 +26,13 @@ from agent.verbs import show_task as show_task_only
 from pipeline.config import Config
 from pipeline.errors import KernelsmithError
 
-INSTRUCTIONS = """Kernelsmith checks and times CUDA kernel candidates for SGLang ops against the baseline kernel.
+INSTRUCTIONS = """Kernelsmith checks and times CUDA and Triton kernel candidates for SGLang ops against the baseline.
 You write the code; Kernelsmith's harness judges it (fresh held-out shapes, poisoned outputs, adversarial
 checks, timing in CUDA graphs). Start with list_ops, then show_task and planning_brief for one op; submit
 whole region texts with submit_candidate and read the verdict; call finish to validate the best, then
-integrate on a GPU machine to patch SGLang, check through SGLang's own op and write the PR."""
+integrate on a GPU machine to patch SGLang, check through SGLang's own op and write the PR. A Triton op's
+regions are Python (its @triton.jit kernel and the wrapper's launch); show_task gives its tunables and token
+buckets under facts, and build_candidate runs triton.compile for sm_90 with errors in the region's lines."""
 
 
 def _client_name(ctx: Any, default: str) -> str:
@@ -75,7 +77,8 @@ def build_server(
 
     @server.tool()
     def show_task(op: str, ctx: Context) -> dict[str, Any]:
-        """One op: editable regions with line numbers, the contract, shapes and buckets, ptxas, ncu, what was tried."""
+        """One op: editable regions with line numbers, the contract, shapes and buckets, ptxas, ncu, what was tried;
+        a Triton op's tunables, autotune configs and token buckets under facts."""
         if offline is not None:
             return call(lambda: show_task_only(config, op, offline.message))
         return call(lambda: run_for(ctx).show(op))
@@ -87,7 +90,8 @@ def build_server(
 
     @server.tool()
     def build_candidate(op: str, regions: dict[str, str], ctx: Context) -> dict[str, Any]:
-        """Compile new region texts as the harness would (nvcc, no GPU, nothing recorded): ptxas resources or errors."""
+        """Compile new region texts as the harness would (no GPU, nothing recorded): nvcc's ptxas resources or errors;
+        for a Triton op triton.compile for sm_90, the parser's or Triton's errors in the region's own lines."""
         return call(lambda: build_regions(config, op, regions))
 
     @server.tool()

@@ -8,13 +8,17 @@ harness, or a replay file for tests), then every verb reads the run folder.
 - ``ops``: every extracted task, with its baseline's time ÷ floor per token bucket
   where this run evaluated it, and the best speedup so far;
 - ``show``: the editable regions with line numbers, the contract, the shapes and
-  buckets, ptxas resources, the latest Nsight Compute digest, what was tried;
+  buckets, ptxas resources, the latest Nsight Compute digest, what was tried; the task's
+  ``language`` and, for Triton, its ``facts`` (the tunables with their values, autotune
+  configs, launch keywords, the wrapper's token count and the token buckets);
 - ``brief``: the bottleneck (the profiling summary), the skills that apply with
   their method text, and what not to repeat;
 - ``submit``: new region texts and a rationale -> the round's verdict, the first
   failing check, per-shape speedups, spread and time ÷ floor;
 - ``build``: the candidate compiled as the harness compiles it, on any machine with nvcc
-  (no GPU, nothing recorded): ptxas resources or the compiler's errors;
+  (no GPU, nothing recorded): ptxas resources or the compiler's errors; a Triton task's
+  candidate through Triton's compile for sm_90 on the CPU (the check the loop makes before any
+  GPU time), the parser's or Triton's errors in the region's own line numbers;
 - ``trajectory``, ``finish`` (final validation, best/, summary.json, report.md) and
   ``integrate`` (the patch, SGLang's check, the PR; a GPU machine's step).
 
@@ -33,6 +37,7 @@ from contract.layout import TRAJECTORY_FILE, baseline_regions, has_task, profile
 from optimize.agents import profiling
 from optimize.backends import Backend
 from optimize.errors import TaskMissing
+from optimize.harness.languages import language_of
 from optimize.run_folder import OpState, run_meta_check
 from optimize.session import LoopOptions, Session, load_op_task
 from optimize.trajectory import FAILED, Trajectory, now_iso
@@ -56,13 +61,14 @@ def show_task(config: Config, op_id: str, why: str) -> dict[str, Any]:
     """
     folder, task = load_op_task(config, op_id)
     regions = baseline_regions(read_task_files(folder, task), task)
-    return {**_task_view(op_id, "baseline", task, regions), "why_not_evaluated": why}
+    return {**_task_view(op_id, "baseline", task, folder, regions), "why_not_evaluated": why}
 
 
 def _task_view(
     op_id: str,
     best: str,
     task: Task,
+    folder: pathlib.Path,
     regions: dict[str, str],
     evaluation: Evaluation | None = None,
     ncu: Any = None,
@@ -74,7 +80,9 @@ def _task_view(
         "op": op_id,
         "best": best,
         "evaluated": evaluation is not None,
+        "language": task.language,
         "regions": {name: numbered(text) for name, text in regions.items()},
+        "facts": language_of(task).task_facts(task, folder),
         "contract": task.contract.model_dump(mode="json"),
         "shapes": [s.label for s in task.shapes],
         "buckets": by_bucket(evaluation.timings) if evaluation else {},
@@ -96,7 +104,10 @@ def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[s
     :func:`~optimize.harness.evaluate.canonical_units`: the harness's units, the task's recipe,
     the shared build cache), so a candidate
     that builds here is the one the GPU builds, and its build is then a cache hit there
-    only when the toolchains match. Nothing is recorded in any run.
+    only when the toolchains match. A Triton task's check is its language's
+    (:meth:`optimize.harness.languages.Language.compile_check`: the regions spliced, parsed, and every
+    launched kernel through ``triton.compile`` for sm_90, the check the loop makes before any GPU
+    time). Nothing is recorded in any run.
     """
     from optimize.harness.evaluate import build_units, canonical_units
 
@@ -110,9 +121,12 @@ def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[s
             f"{op_id} has no editable region {', '.join(unknown)}",
             fix=f"use the region names `agent show {op_id}` lists: {', '.join(sorted(known))}",
         )
-    report, _ = build_units(folder, task, canonical_units(task), config=config, regions=dict(regions))
+    report = language_of(task).compile_check(folder, task, regions)  # Triton: triton.compile for sm_90 on the CPU
+    if report is None:  # CUDA: nvcc over the harness's own units
+        report, _ = build_units(folder, task, canonical_units(task), config=config, regions=dict(regions))
     return {
         "op": op_id,
+        "language": task.language,
         "ok": report.ok,
         "seconds": round(report.seconds, 2),
         "cached": report.cached,
@@ -192,7 +206,9 @@ class AgentRun:
         op = self.op(op_id)
         candidate, evaluation, ncu_path = self._best(op)
         ncu = json.loads(ncu_path.read_text(encoding="utf-8")) if ncu_path.is_file() else None
-        return _task_view(op_id, candidate.id, op.task, candidate.regions, evaluation, ncu, op.trajectory.summary())
+        return _task_view(
+            op_id, candidate.id, op.task, op.task_dir, candidate.regions, evaluation, ncu, op.trajectory.summary()
+        )
 
     def brief(self, op_id: str) -> dict[str, Any]:
         op = self.op(op_id)

@@ -55,12 +55,13 @@ What must stay true:
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from collections.abc import Sequence
 from typing import Any
 
 from optimize.agents import coding, planning, profiling, repair, single
-from optimize.agents.edits import CodeResult
+from optimize.agents.edits import CodeResult, Dialect
 from optimize.budget import BUDGETS
 from optimize.errors import LanguageUnsupported
 from optimize.harness.languages import language_of
@@ -184,11 +185,18 @@ class Loop(Session):
         summary = profiling.summarize(base_eval, ncu=ncu)
         features = self.hooks.features(base.regions, base_eval, op.task.build.cuda_cflags, ncu=ncu)
         model = self._model
-        decisions = self.hooks.policy_plan(
-            features, self.skills, traj.history(), llm_available=model is not None, limit=POLICY_LIMIT
-        )
         if self.options.mode == "multi" and model is None and self.config.search.strategy != "off":
             return self._search(op, number, base, best, features)
+        language = language_of(op.task)  # the one seam: the options and the dialect the agents write in
+        decisions = language.coder_decisions(
+            op.task,
+            op.task_dir,
+            lambda: self.hooks.policy_plan(
+                features, self.skills, traj.history(), llm_available=model is not None, limit=POLICY_LIMIT
+            ),
+            traj.history(),
+        )[:POLICY_LIMIT]
+        dialect = self._dialect(op)
         profile_text = summary.text()
         trajectory_text = traj.summary()
         if self.options.mode == "single":
@@ -202,6 +210,7 @@ class Loop(Session):
                 model=model,
                 op_id=op.task.op_id,
                 kinds=op.kinds,
+                dialect=dialect,
             )
             plan, result = step.plan, step.result
         else:
@@ -213,6 +222,7 @@ class Loop(Session):
                 profile_text=profile_text,
                 trajectory_text=trajectory_text,
                 model=model,
+                dialect=dialect,
             )
             if planned is None:
                 return None
@@ -222,6 +232,8 @@ class Loop(Session):
             # exact, reproducible, and it keeps the model's budget for rewrites that need judgement.
             mechanical = model is None or getattr(plan.decision, "mode", None) == "transform"
             transform = self.hooks.transform(skill, features) if mechanical else None
+            if mechanical and transform is None and getattr(plan.decision, "transform", None):
+                transform = _decision_transform(plan.decision.transform)  # a Triton tunable: no skill file
             result = coding.code(
                 plan,
                 skill,
@@ -232,6 +244,7 @@ class Loop(Session):
                 transform=transform,
                 op_id=op.task.op_id,
                 kinds=op.kinds,
+                dialect=dialect,
             )
 
         attempts: list[Attempt] = []
@@ -338,6 +351,11 @@ class Loop(Session):
         chosen, evaluation = (member.candidate, member.evaluation) if member is not None else (None, None)
         return self._record(op, number, found.plan(member), base.id, best, attempts, chosen, evaluation, False)
 
+    def _dialect(self, op: OpState) -> Dialect:
+        """The task's language's dialect with its prompt facts (a Triton task's tunables, configs, buckets)."""
+        language = language_of(op.task)
+        return dataclasses.replace(language.dialect, facts=language.prompt_facts(op.task, op.task_dir))
+
     def _candidate(self, op: OpState, base: Candidate, plan: planning.Plan, result: CodeResult) -> Candidate:
         assert result.regions is not None
         regions = confine(base.regions, result.regions, op.foreign)  # other ops' regions stay as they are
@@ -380,6 +398,7 @@ class Loop(Session):
             trajectory_text=op.trajectory.summary(),
             model=model,
             kinds=op.kinds,
+            dialect=self._dialect(op),
         )
 
     def _guard(
@@ -407,6 +426,7 @@ class Loop(Session):
             kinds=op.kinds,
             slower=slow,
             baseline_regions=op.baseline_regions,
+            dialect=self._dialect(op),
         )
 
     def _single_retry(
@@ -430,4 +450,15 @@ class Loop(Session):
             feedback=feedback,
             previous=plan,
             kinds=op.kinds,
+            dialect=self._dialect(op),
         ).result
+
+
+def _decision_transform(name: str) -> Any:
+    """``f(regions, params)`` running the registered transform ``name`` (:func:`optimize.transforms.apply`)."""
+    from optimize import transforms
+
+    def run(regions: dict[str, str], params: dict[str, Any]) -> dict[str, str]:
+        return transforms.apply(name, regions, params)
+
+    return run

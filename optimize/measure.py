@@ -36,13 +36,27 @@ Precheck = Callable[[Candidate], Evaluation | None]
 
 
 def evaluate_once(
-    op: OpState, candidate: Candidate, stage: Literal["round", "final"], backend: Backend, budget: Budget
+    op: OpState,
+    candidate: Candidate,
+    stage: Literal["round", "final"],
+    backend: Backend,
+    budget: Budget,
+    *,
+    precheck: Precheck | None = None,
 ) -> Evaluation:
-    """``candidate``'s evaluation at ``stage``: the stored one, else measured, charged and stored."""
+    """``candidate``'s evaluation at ``stage``: the stored one, else measured, charged and stored.
+
+    ``precheck``: asked first for a new candidate (an LLM coder's, an outside agent's); the evaluation it
+    answers (a Triton candidate that does not parse or compile: ``compile_failed``) is stored as the
+    candidate's and the backend is never called, so it costs no GPU time."""
     stored = op.stored_evaluation(candidate.id, stage)
     if stored is not None:
         return stored
     op.save_candidate(candidate)
+    refused = precheck(candidate) if precheck is not None else None
+    if refused is not None:
+        write_record(refused, op.eval_path(candidate.id, stage))
+        return refused
     before = backend.gpu_s
     evaluation = backend.evaluate(op.task_dir, op.task, candidate, stage=stage)
     budget.charge_gpu(backend.gpu_s - before)

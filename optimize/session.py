@@ -35,12 +35,12 @@ from contract.layout import task_dir as layout_task_dir
 from optimize import report
 from optimize.acceptance import judge_final, regressed, round_record
 from optimize.agents import planning, testing
-from optimize.agents.edits import whitespace_only
 from optimize.backends import Backend
 from optimize.budget import BUDGETS, FINISHED, Budget
 from optimize.errors import TaskMissing, TrajectoryError
 from optimize.harness.baseline_repair import BaselineRun, repair_baseline
 from optimize.harness.errors import BaselineError
+from optimize.harness.languages import language_of
 from optimize.hooks import CaseValidator, Hooks
 from optimize.llm.client import MeteredModel, Model
 from optimize.measure import evaluate_once, profile_once
@@ -162,8 +162,14 @@ class Session:
         return MeteredModel(self.raw_model, self.budget, log_path=op.dir / "llm.jsonl")
 
     def _evaluate(self, op: OpState, candidate: Candidate, stage: Literal["round", "final"]) -> Evaluation:
-        """Evaluated once per (candidate, stage) (:func:`optimize.measure.evaluate_once`)."""
-        return evaluate_once(op, candidate, stage, self.backend, self.budget)
+        """Evaluated once per (candidate, stage) (:func:`optimize.measure.evaluate_once`); a new candidate's
+        round goes through its language's check on this machine first (a Triton candidate that does not
+        parse or compile for sm_90 is ``compile_failed`` without GPU time; CUDA has none)."""
+        language = language_of(op.task)
+        precheck = None
+        if stage == "round" and not candidate.is_baseline:
+            precheck = lambda c: language.precheck(op.task_dir, op.task, c)  # noqa: E731
+        return evaluate_once(op, candidate, stage, self.backend, self.budget, precheck=precheck)
 
     def profile(self, op: OpState, candidate: Candidate) -> dict[str, float]:
         """Nsight Compute figures, once per candidate (:func:`optimize.measure.profile_once`)."""
@@ -254,7 +260,8 @@ class Session:
                 f"{op.task.op_id} has no editable region {', '.join(unknown)}",
                 fix=f"use the region names the task shows: {', '.join(sorted(base.regions))}",
             )
-        theirs = sorted(k for k in regions if k in op.foreign and not whitespace_only(base.regions[k], regions[k]))
+        same = language_of(op.task).dialect.same  # whitespace the compiler does not read (Python reads indentation)
+        theirs = sorted(k for k in regions if k in op.foreign and not same(base.regions[k], regions[k]))
         if theirs:  # optimize.reach: no check of this op runs them, so the edit would go unmeasured
             raise ConfigError(
                 f"{op.task.op_id}: region {', '.join(theirs)} belongs to another op's launcher in the same file; "
@@ -272,7 +279,7 @@ class Session:
             coder=coder,
             rationale=rationale,
         )
-        if all(whitespace_only(base.regions[k], merged[k]) for k in merged):
+        if all(same(base.regions[k], merged[k]) for k in merged):
             attempts = [
                 Attempt(agent="external", status="no_change", detail="the regions are the best's, whitespace aside")
             ]

@@ -7,6 +7,7 @@ harness verdicts and records as the loop's own coders.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pathlib
 import sys
@@ -245,3 +246,120 @@ def test_a_submission_that_edits_another_ops_region_is_refused_with_the_regions_
     err = capsys.readouterr().err
     assert "belongs to another op's launcher" in err and "edit only the regions this op runs" in err
     assert "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- a Triton op (issue 19 item 4)
+
+MERGE = "attention.merge_state_triton"
+LAUNCH = "launch:merge_state_kernel"
+
+
+@pytest.fixture
+def merge_state(triton_wheel_index, tmp_path):
+    """merge_state_triton from the pinned wheel as a task in tmp_path, its regions, and a SYNTHETIC replay."""
+    from test_loop import merge_state_task
+
+    folder, task, regions, replay = merge_state_task(triton_wheel_index, tmp_path)
+    return tmp_path, task, regions, replay
+
+
+def triton_candidates(regions, tmp_path):
+    """Our own candidate files, built from the task's region text at run time (no SGLang text in the repo)."""
+    from test_loop import with_num_warps
+
+    good = with_num_warps(regions[LAUNCH], 8)
+    kernel = regions["merge_state_kernel"]
+    undefined = kernel.replace("tl.exp(p_lse) + tl.exp(s_lse)", "tl.no_such_fn(p_lse) + tl.exp(s_lse)")
+    assert undefined != kernel, "merge_state_kernel changed: update the test's edit"
+    files = {
+        "good": good,
+        "syntax": good.replace("num_warps=8,", "num_warps=8 8,"),
+        "undefined": undefined,
+    }
+    for name, text in files.items():
+        (tmp_path / f"{name}.py").write_text(text)
+    return files
+
+
+@pytest.mark.wheel
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_a_triton_op_is_shown_built_and_submitted_in_python_regions(merge_state, capsys, monkeypatch):
+    """`agent show` without a GPU: the Python regions numbered, the tunables and the token buckets. `agent build`:
+    triton.compile for sm_90 on this CPU; a syntax error and an undefined tl function are answered in the
+    regions' own line numbers. `agent submit` (SIMULATED, a synthetic replay): the num_warps=8 launch is
+    measured; the syntax error is compile_failed without reaching the backend."""
+    from optimize.backends.gpu import GpuBackend
+
+    tmp, task, regions, replay = merge_state
+    files = triton_candidates(regions, tmp)
+    monkeypatch.setattr(GpuBackend, "available", lambda self: (False, "no GPU in this test"))
+    assert cli(["agent", "show", MERGE, "--work-dir", str(tmp)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["language"] == "triton" and shown["evaluated"] is False
+    assert shown["regions"][LAUNCH].splitlines()[0].startswith("   1  merge_state_kernel[")
+    assert "   2  def merge_state_kernel(" in shown["regions"]["merge_state_kernel"]
+    warps = next(t for t in shown["facts"]["tunables"] if t["what"] == f"{LAUNCH}/num_warps")
+    assert warps["baseline"] == 4 and 8 in warps["values"] and warps["per_bucket"]
+    assert shown["facts"]["buckets"] == ["T<=64", "T>=512"] and shown["facts"]["token_count"]
+
+    def build(name, region):
+        code = cli(["agent", "build", MERGE, "--region", f"{region}={tmp / name}.py", "--work-dir", str(tmp)])
+        return code, json.loads(capsys.readouterr().out)
+
+    code, answer = build("good", LAUNCH)
+    assert code == 0 and answer["ok"] and answer["language"] == "triton" and not answer["errors"]
+    code, answer = build("syntax", LAUNCH)
+    wrong = 1 + next(i for i, line in enumerate(files["syntax"].splitlines()) if "8 8," in line)
+    assert code == 1 and f"region {LAUNCH} line {wrong}: does not parse (libcst)" in answer["errors"]
+    code, answer = build("undefined", "merge_state_kernel")
+    wrong = 1 + next(i for i, line in enumerate(files["undefined"].splitlines()) if "no_such_fn" in line)
+    assert code == 1 and "no_such_fn" in answer["errors"]
+    assert f"[region merge_state_kernel line {wrong}]" in answer["errors"], answer["errors"]
+    assert not (tmp / "runs").exists(), "a build records nothing in any run"
+
+    from test_loop import CountingBackend
+
+    from agent.verbs import AgentRun
+    from pipeline.config import Config
+
+    backend = CountingBackend(replay)
+    run = AgentRun(Config.model_validate({"work_dir": str(tmp)}), "a1", backend, client="test")
+    bad = run.submit(MERGE, {LAUNCH: files["syntax"]}, "8 warps, typo")
+    assert bad["outcome"] == "compile_failed" and f"region {LAUNCH} line" in bad["evaluation"]
+    assert bad["candidate"] not in {cid for cid, _ in backend.calls}, "a refused candidate used GPU time"
+    good = run.submit(MERGE, {LAUNCH: files["good"]}, "8 warps")
+    assert good["outcome"] == "ok" and good["accepted"] and (good["candidate"], "round") in backend.calls
+
+
+@pytest.mark.wheel
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_mcp_show_task_and_build_candidate_answer_a_triton_op_without_a_gpu(merge_state):
+    """The MCP tools (in process, offline as `kernelsmith mcp` is without a GPU): show_task gives the Python
+    regions, tunables and buckets; build_candidate answers Triton's error in the region's own line."""
+    from agent.mcp_server import build_server
+    from optimize.errors import GpuRequired
+    from pipeline.config import Config
+
+    tmp, task, regions, _ = merge_state
+    files = triton_candidates(regions, tmp)
+    offline = GpuRequired("no GPU in this test", fix="run it on the GPU machine")
+
+    def no_run(client):
+        raise offline
+
+    server = build_server(no_run, config=Config.model_validate({"work_dir": str(tmp)}), offline=offline)
+
+    async def calls():
+        shown = await server.call_tool("show_task", {"op": MERGE})
+        built = await server.call_tool(
+            "build_candidate", {"op": MERGE, "regions": {"merge_state_kernel": files["undefined"]}}
+        )
+        return shown, built
+
+    shown, built = anyio.run(calls)
+    assert not shown.is_error and shown.structured_content["language"] == "triton"
+    assert shown.structured_content["facts"]["buckets"] == ["T<=64", "T>=512"]
+    assert "   1  merge_state_kernel[" in shown.structured_content["regions"][LAUNCH]
+    answer = built.structured_content
+    assert not built.is_error and answer["ok"] is False and "no_such_fn" in answer["errors"]
+    assert "[region merge_state_kernel line" in answer["errors"]

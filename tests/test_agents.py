@@ -193,7 +193,22 @@ def test_a_malformed_reply_is_discarded_from_the_model_and_a_good_one_kept():
 # --------------------------------------------------------------------------- prompts
 
 
-@pytest.mark.parametrize("name", ["planning", "coding", "repair", "guard", "single", "testing"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "planning",
+        "coding",
+        "repair",
+        "guard",
+        "single",
+        "testing",
+        "planning_triton",
+        "coding_triton",
+        "repair_triton",
+        "guard_triton",
+        "single_triton",
+    ],
+)
 def test_every_template_renders_strictly(name):
     names = placeholders(name)
     assert names, name
@@ -590,3 +605,43 @@ def test_single_agent_plans_and_codes_in_one_reply():
         model=ScriptedModel(["CHOICE: 2\nno code"]),
     )
     assert fix.plan is step.plan and fix.result.status == "malformed_reply"
+
+
+# --------------------------------------------------------------------------- Triton (Python regions)
+
+PY_REGIONS = {
+    "k": "@triton.jit\ndef k(x_ptr, N: tl.constexpr):\n    i = tl.program_id(0)\n    tl.store(x_ptr + i, i)\n",
+    "launch:k": "k[(n,)](\n        x,\n        n,\n    )",
+}
+
+
+def test_python_regions_are_named_by_their_fence_and_a_broken_one_is_left_to_the_compile_check():
+    from optimize.agents.edits import PYTHON, regions_text
+
+    launch = "k[(n,)](\n        x,\n        n,\n        num_warps=8,\n    )"
+    new = parse_reply(f"```python region=launch:k\n{launch}\n```", PY_REGIONS, PYTHON)
+    assert new == {**PY_REGIONS, "launch:k": launch}  # launch:k, not k (whose name is inside it)
+    header = parse_reply(f"region: launch:k\n```python\n{launch}\n```", PY_REGIONS, PYTHON)
+    assert header["launch:k"] == launch and header["k"] == PY_REGIONS["k"]
+    # unbalanced brackets: Python's compile check answers it (compile_failed with the line), not the parser
+    broken = "k[(n,)](\n        x,\n"
+    result = result_from_reply(f"```python region=launch:k\n{broken}```", PY_REGIONS, agent="coding", dialect=PYTHON)
+    assert result.status == "edited" and result.regions["launch:k"] == broken.rstrip("\n")
+    assert result_from_reply(f"```cuda region=launch:k\n{broken}```", PY_REGIONS, agent="coding").status == (
+        "malformed_reply"
+    )
+    shown = regions_text(PY_REGIONS, {"k": "kernel"}, PYTHON)
+    assert "```python region=launch:k" in shown and "```cuda" not in shown
+
+
+def test_python_indentation_is_a_change_and_spacing_inside_brackets_is_not():
+    from optimize.agents.edits import PYTHON
+
+    same = PY_REGIONS["launch:k"].replace("        x,\n        n,\n", "x, n,\n")
+    assert PYTHON.same(PY_REGIONS["launch:k"], same)
+    body = "@triton.jit\ndef k(x_ptr, N: tl.constexpr):\n    i = tl.program_id(0)\ntl.store(x_ptr + i, i)\n"
+    assert not PYTHON.same(PY_REGIONS["k"], body)  # the store left the function
+    spaced = f"```python region=k\n{PY_REGIONS['k'].replace('x_ptr + i', 'x_ptr  +  i')}```"
+    assert result_from_reply(spaced, PY_REGIONS, agent="coding", dialect=PYTHON).status == "no_change"
+    renamed = f"```python region=k\n{PY_REGIONS['k'].replace('x_ptr + i, i', 'x_ptr + i, i + 1')}```"
+    assert result_from_reply(renamed, PY_REGIONS, agent="coding", dialect=PYTHON).status == "edited"

@@ -10,5 +10,7 @@
 - :mod:`.repair`: bounded fixes after a compile error or mismatch;
 - :mod:`.single`: one agent that plans, codes and checks itself (``--mode single``).
 
-:mod:`.prompts` loads and fills the templates; :mod:`.edits` parses replies.
+:mod:`.prompts` loads and fills the templates; :mod:`.edits` parses replies and holds the
+dialects (:data:`.edits.CUDA`, :data:`.edits.PYTHON`: a Triton task's fences, tokens and
+``*_triton.md`` templates), which :mod:`optimize.harness.languages` chooses per task.
 """

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from optimize.agents.edits import CodeResult, regions_text, result_from_model
+from optimize.agents.edits import CodeResult, Dialect, regions_text, result_from_model
 from optimize.agents.planning import Plan, params_text
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
@@ -43,6 +43,7 @@ def code(
     model: Model | None,
     kinds: Mapping[str, str] | None = None,
     transform: Any = None,
+    dialect: Dialect | None = None,
 ) -> CodeResult:
     """New regions for ``plan``: by the LLM when ``model`` is given, else by ``transform``.
 
@@ -53,7 +54,8 @@ def code(
     if model is None:
         return code_offline(plan, regions, transform)
     messages = render(
-        "coding",
+        dialect.template("coding") if dialect else "coding",
+        facts=dialect.facts if dialect else "",
         op_id=op_id,
         skill=plan.skill,
         params=params_text(plan.params),
@@ -62,13 +64,13 @@ def code(
         risks=_skill_field(skill, "risks") or "(none given)",
         profile=profile_text,
         trajectory=trajectory_text,
-        regions=regions_text(regions, kinds),
+        regions=regions_text(regions, kinds, dialect),
     )
     try:
         reply = model.complete("coding", messages)
     except ModelError as err:
         return CodeResult("model_error", None, str(err), agent="coding")
-    return result_from_model(model, reply, regions, agent="coding")
+    return result_from_model(model, reply, regions, agent="coding", dialect=dialect)
 
 
 def code_offline(plan: Plan, regions: Mapping[str, str], transform: Any) -> CodeResult:

@@ -27,13 +27,24 @@ evaluation to learn nothing (a small model served by llama.cpp did this,
 2026-12-01). Whitespace that can change what the compiler reads (inside a
 literal or a ``#`` directive, between two words, splitting ``++``, ending a
 ``//`` comment) counts as a change.
+
+Languages (:class:`Dialect`, chosen by :mod:`optimize.harness.languages`, never by a test
+on the task here): :data:`CUDA` fences regions as ``cuda``, refuses a region with
+unbalanced brackets as a truncated reply and compares C++ tokens; :data:`PYTHON` (a Triton
+task's kernels and launch sites) fences them as ``python``, compares Python tokens (where
+indentation is read) and refuses nothing here: a Python region that does not parse is the
+candidate's typed ``compile_failed`` with the parser's line, found by the language's check
+before any GPU time (:meth:`optimize.harness.languages.Language.precheck`), and the repair
+agent gets that message, as it gets nvcc's for CUDA.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import re
-from collections.abc import Mapping
+import tokenize
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from optimize.errors import MalformedReply
@@ -63,8 +74,9 @@ TOKEN = re.compile(
 )
 
 
-def parse_reply(reply: str, regions: Mapping[str, str]) -> dict[str, str]:
+def parse_reply(reply: str, regions: Mapping[str, str], dialect: Dialect | None = None) -> dict[str, str]:
     """New region texts from ``reply`` (see module docstring); raises MalformedReply."""
+    dialect = dialect or CUDA
     if not reply or not reply.strip():
         raise MalformedReply("the reply is empty")
     if SEARCH.search(reply):
@@ -72,6 +84,8 @@ def parse_reply(reply: str, regions: Mapping[str, str]) -> dict[str, str]:
     else:
         new = _whole_regions(reply, regions)
     for name, text in new.items():
+        if not dialect.brackets_mean_truncated:
+            continue
         if text != regions[name] and _balanced(regions[name]) and not _balanced(text):
             raise MalformedReply(
                 f"the new text of region {name} has unbalanced brackets (a truncated reply?)",
@@ -211,9 +225,12 @@ def _region_named_before(before: str, regions: Mapping[str, str]) -> str | None:
 
 
 def _names_in(text: str, regions: Mapping[str, str]) -> list[str]:
-    words = set(IDENT.findall(text))
-    found = [name for name in regions if name in words or f"region={name}" in text]
-    return sorted(found)
+    """Region names ``text`` mentions: ``region=NAME`` first, else each name as a whole word (a name
+    inside another, ``merge_state_kernel`` in a Triton launch's ``launch:merge_state_kernel``, is not one)."""
+    named = sorted({name for name in re.findall(r"region=([^\s`]+)", text) if name in regions})
+    if named:
+        return named
+    return sorted(name for name in regions if re.search(rf"(?<![\w:]){re.escape(name)}(?!\w)", text))
 
 
 def _whole_regions(reply: str, regions: Mapping[str, str]) -> dict[str, str]:
@@ -250,7 +267,7 @@ def _whole_regions(reply: str, regions: Mapping[str, str]) -> dict[str, str]:
         else:
             raise MalformedReply(
                 f"cannot tell which of the regions {', '.join(regions)} a code block replaces",
-                fix="name the region in the fence (```cuda region=NAME) or the line above it",
+                fix="name the region in the fence (```cuda region=NAME, ```python region=NAME) or the line above it",
             )
     for name, body in assigned.items():
         out[name] = _match_trailing_newline(regions[name], body)
@@ -335,15 +352,68 @@ def whitespace_only(old: str, new: str) -> bool:
     return old == new or tokens(old) == tokens(new)
 
 
-def result_from_reply(reply: str, regions: Mapping[str, str], *, agent: str) -> CodeResult:
-    """Parse a reply into a CodeResult; a malformed reply becomes a recorded status."""
+def python_whitespace_only(old: str, new: str) -> bool:
+    """``new`` differs from ``old`` only in whitespace Python does not read (indentation counts,
+    and so does a line break outside brackets); text that does not tokenize counts as a change."""
+    if old == new:
+        return True
+    a, b = _python_tokens(old), _python_tokens(new)
+    return a is not None and a == b
+
+
+def _python_tokens(text: str) -> list[tuple[int, str]] | None:
+    """Python's tokens of ``text``; line structure (NEWLINE, INDENT, DEDENT) by type, not spelling."""
+    skip = {tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
+    structure = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+    out = []
     try:
-        new = parse_reply(reply, regions)
+        for t in tokenize.generate_tokens(io.StringIO(text.strip("\n") + "\n").readline):
+            if t.type in skip:
+                continue
+            out.append((t.type, "" if t.type in structure else t.string.rstrip()))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Dialect:
+    """How one language's regions are shown to a model and read back from its reply.
+
+    ``fence``: the info string of a region's code block; ``same(old, new)``: the texts differ only
+    in whitespace the compiler does not read; ``brackets_mean_truncated``: a region whose brackets
+    stop balancing is a truncated reply (``MalformedReply``) rather than code to compile;
+    ``suffix``: the prompt templates' (``coding<suffix>.md``, a file beside each agent, where the
+    CUDA text would mislead); ``facts``: the task's language facts the prompts carry ("" for CUDA).
+    """
+
+    name: str
+    fence: str
+    same: Callable[[str, str], bool]
+    brackets_mean_truncated: bool
+    suffix: str = ""
+    facts: str = ""
+
+    def template(self, agent: str) -> str:
+        return f"{agent}{self.suffix}"
+
+
+CUDA = Dialect("cuda", "cuda", whitespace_only, True)
+PYTHON = Dialect("triton", "python", python_whitespace_only, False, suffix="_triton")
+
+
+def result_from_reply(
+    reply: str, regions: Mapping[str, str], *, agent: str, dialect: Dialect | None = None
+) -> CodeResult:
+    """Parse a reply into a CodeResult; a malformed reply becomes a recorded status."""
+    dialect = dialect or CUDA
+    try:
+        new = parse_reply(reply, regions, dialect)
     except MalformedReply as err:
         return CodeResult("malformed_reply", None, str(err), reply=reply, agent=agent)
     if new == dict(regions):
         return CodeResult("no_change", None, "the reply leaves every region as it was", reply=reply, agent=agent)
-    if all(whitespace_only(regions[name], text) for name, text in new.items()):
+    if all(dialect.same(regions[name], text) for name, text in new.items()):
         changed = ", ".join(name for name, text in new.items() if text != regions[name])
         return CodeResult(
             "no_change",
@@ -355,19 +425,24 @@ def result_from_reply(reply: str, regions: Mapping[str, str], *, agent: str) -> 
     return CodeResult("edited", new, "", reply=reply, agent=agent)
 
 
-def result_from_model(model: Model, reply: Reply, regions: Mapping[str, str], *, agent: str) -> CodeResult:
+def result_from_model(
+    model: Model, reply: Reply, regions: Mapping[str, str], *, agent: str, dialect: Dialect | None = None
+) -> CodeResult:
     """:func:`result_from_reply` of a model's reply; a malformed one is discarded from the
     model's reply cache (:meth:`optimize.llm.client.Model.discard`), so asking again gets a new one."""
-    result = result_from_reply(reply.text, regions, agent=agent)
+    result = result_from_reply(reply.text, regions, agent=agent, dialect=dialect)
     if result.status == "malformed_reply":
         model.discard(reply)
     return result
 
 
-def regions_text(regions: Mapping[str, str], kinds: Mapping[str, str] | None = None) -> str:
-    """Regions laid out for a prompt: a header line and a fenced block each."""
+def regions_text(
+    regions: Mapping[str, str], kinds: Mapping[str, str] | None = None, dialect: Dialect | None = None
+) -> str:
+    """Regions laid out for a prompt: a header line and a fenced block each (fenced in the dialect's language)."""
+    fence = (dialect or CUDA).fence
     parts = []
     for name, text in regions.items():
         kind = f" ({kinds[name]})" if kinds and name in kinds else ""
-        parts.append(f"region: {name}{kind}\n```cuda region={name}\n{text.rstrip()}\n```")
+        parts.append(f"region: {name}{kind}\n```{fence} region={name}\n{text.rstrip()}\n```")
     return "\n\n".join(parts)

@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from optimize.agents.edits import Dialect
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
 from pipeline.errors import ModelError
@@ -115,6 +116,7 @@ def plan(
     profile_text: str,
     trajectory_text: str,
     model: Model | None = None,
+    dialect: Dialect | None = None,
 ) -> Plan | None:
     """The plan for this round, or None when the policy has no option left.
 
@@ -137,7 +139,8 @@ def plan(
     if model is None:
         return default
     messages = render(
-        "planning",
+        dialect.template("planning") if dialect else "planning",
+        facts=dialect.facts if dialect else "",
         op_id=op_id,
         region_names=", ".join(region_names),
         profile=profile_text,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from optimize.agents.edits import CodeResult, regions_text, result_from_model
+from optimize.agents.edits import CodeResult, Dialect, regions_text, result_from_model
 from optimize.agents.planning import Plan, params_text
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
@@ -72,22 +72,25 @@ def repair(
     kinds: Mapping[str, str] | None = None,
     slower: Sequence[ShapeTiming] = (),
     baseline_regions: Mapping[str, str] | None = None,
+    dialect: Dialect | None = None,
 ) -> CodeResult:
     """Fixed (or guarded, when ``slower`` is given) regions for a failed candidate."""
     if slower:
         faster = [t for t in evaluation.timings if t not in slower]
         messages = render(
-            "guard",
+            dialect.template("guard") if dialect else "guard",
+            facts=dialect.facts if dialect else "",
             op_id=op_id,
             slower=_shape_lines(slower),
             faster=_shape_lines(faster),
-            baseline_regions=regions_text(baseline_regions or {}, kinds),
-            regions=regions_text(regions, kinds),
+            baseline_regions=regions_text(baseline_regions or {}, kinds, dialect),
+            regions=regions_text(regions, kinds, dialect),
         )
         agent = "guard"
     else:
         messages = render(
-            "repair",
+            dialect.template("repair") if dialect else "repair",
+            facts=dialect.facts if dialect else "",
             op_id=op_id,
             skill=plan.skill,
             params=params_text(plan.params),
@@ -97,11 +100,11 @@ def repair(
             max_attempts=max_attempts,
             failure=failure_text(evaluation),
             trajectory=trajectory_text,
-            regions=regions_text(regions, kinds),
+            regions=regions_text(regions, kinds, dialect),
         )
         agent = "repair"
     try:
         reply = model.complete("repair", messages)  # the guard is a repair: same model settings
     except ModelError as err:
         return CodeResult("model_error", None, str(err), agent=agent)
-    return result_from_model(model, reply, regions, agent=agent)
+    return result_from_model(model, reply, regions, agent=agent, dialect=dialect)

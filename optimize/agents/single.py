@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from optimize.agents.edits import CodeResult, regions_text, result_from_model
+from optimize.agents.edits import CodeResult, Dialect, regions_text, result_from_model
 from optimize.agents.planning import CHOICE, Plan, decision_params, decision_reason, decision_skill, options_text
 from optimize.agents.prompts import render
 from optimize.agents.repair import failure_text
@@ -50,6 +50,7 @@ def step(
     feedback: str = "",
     previous: Plan | None = None,
     kinds: Mapping[str, str] | None = None,
+    dialect: Dialect | None = None,
 ) -> Step:
     """One reply of the single agent: its plan and its edit.
 
@@ -59,20 +60,21 @@ def step(
     """
     fb = f"Your last candidate failed; fix it (keep the optimization):\n{feedback}\n" if feedback else ""
     messages = render(
-        "single",
+        dialect.template("single") if dialect else "single",
+        facts=dialect.facts if dialect else "",
         op_id=op_id,
         profile=profile_text,
         trajectory=trajectory_text,
         options=options_text(decisions, skills) or "(no options left: use your own idea, CHOICE: 0)",
         feedback=fb,
-        regions=regions_text(regions, kinds),
+        regions=regions_text(regions, kinds, dialect),
     )
     fallback = previous or _plan_for(decisions, 0, "")
     try:
         reply = model.complete("single", messages)
     except ModelError as err:
         return Step(fallback, CodeResult("model_error", None, str(err), agent="single"))
-    result = result_from_model(model, reply, regions, agent="single")
+    result = result_from_model(model, reply, regions, agent="single", dialect=dialect)
     if previous is not None:
         return Step(previous, result)
     match = CHOICE.search(reply.text)

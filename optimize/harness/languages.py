@@ -13,9 +13,18 @@ in the harness or the loop should care. So they ask :func:`language_of` and call
   compiled for sm_90 on this machine (:func:`optimize.search.triton_check.check_point`), so a
   point Triton refuses is ``compile_failed`` at no GPU cost; the proposals are the task's
   tunables (:func:`optimize.search.triton_space.decisions`); the worker gets the carried sglang
-  package (:meth:`Triton.sglang_package`). The LLM coders do not write Triton yet
-  (``search_only``): the loop says so with the fix instead of running CUDA prompts on Python; its
-  regions are its own wrapper's launches and the kernels they start, so none is another op's.
+  package (:meth:`Triton.sglang_package`); its regions are its own wrapper's launches and the
+  kernels they start, so none is another op's.
+
+The coders (issue 19 item 4): :attr:`Language.dialect` is how the LLM agents show regions and read
+replies (:class:`optimize.agents.edits.Dialect`: CUDA's templates and C++ tokens, or Python's fences,
+tokens and the ``*_triton.md`` templates), :meth:`Language.prompt_facts` what the prompts add (a
+Triton task's tunables, autotune configs and token buckets), :meth:`Language.coder_decisions` the
+options the planner picks from (Triton: a free rewrite, then the tunables not tried yet), and
+:meth:`Language.compile_check` what ``agent build`` answers (Triton: :meth:`precheck`'s compile
+check; CUDA: None, nvcc's build is the check). ``search_only`` is False for both: the loop's
+precheck (:func:`optimize.measure.evaluate_once`) refuses a Triton candidate that does not parse or
+compile before any GPU time, with the message in the region's own line numbers.
 
 What must stay true: one entry per value of ``Task.language`` (:data:`LANGUAGES`), each method
 pure over its arguments except for the build cache it writes; a refused check is an
@@ -27,15 +36,20 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from contract.layout import SRC_DIR
+from optimize.agents.edits import CUDA, PYTHON, Dialect
 from pipeline.config import Config
 from pipeline.records import BuildReport, Candidate, Evaluation, Instantiation, Outcome, Task
 
 if TYPE_CHECKING:
     from optimize.policy import Decision
+    from optimize.trajectory import HistoryEntry
     from pipeline.build import BuildJob
+
+#: The free-rewrite option a Triton task's planner offers the LLM coder (no skill file: the plan is the model's).
+TRITON_REWRITE = "triton_rewrite"
 
 
 class Language(Protocol):
@@ -43,6 +57,31 @@ class Language(Protocol):
 
     name: str
     search_only: bool  # True: only the offline search writes candidates for it (no LLM coder yet)
+    dialect: Dialect  # how the LLM agents show its regions and read the replies
+
+    def prompt_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> str:
+        """What the agents' prompts carry about the task beyond its regions ("" for none)."""
+        ...
+
+    def task_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> dict[str, Any]:
+        """The same facts as data, for ``agent show`` ({} for none)."""
+        ...
+
+    def coder_decisions(
+        self,
+        task: Task,
+        task_dir: str | os.PathLike[str],
+        proposed: Callable[[], list[Decision]],
+        history: Sequence[HistoryEntry],
+    ) -> list[Decision]:
+        """The options the LLM planner (and the single agent) choose from, never one that failed before."""
+        ...
+
+    def compile_check(
+        self, task_dir: str | os.PathLike[str], task: Task, regions: Mapping[str, str]
+    ) -> BuildReport | None:
+        """``agent build``'s answer when it is not the harness's build (None: build the units)."""
+        ...
 
     def build_units(
         self,
@@ -118,6 +157,27 @@ def cuda_jobs(
 class Cuda:
     name = "cuda"
     search_only = False
+    dialect = CUDA
+
+    def prompt_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> str:
+        return ""  # the CUDA templates and the regions say it all
+
+    def task_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> dict[str, Any]:
+        return {}  # `agent show` has the contract, shapes, ptxas and ncu
+
+    def coder_decisions(
+        self,
+        task: Task,
+        task_dir: str | os.PathLike[str],
+        proposed: Callable[[], list[Decision]],
+        history: Sequence[HistoryEntry],
+    ) -> list[Decision]:
+        return proposed()  # the policy's skills, already free of failed repeats
+
+    def compile_check(
+        self, task_dir: str | os.PathLike[str], task: Task, regions: Mapping[str, str]
+    ) -> BuildReport | None:
+        return None  # nvcc through the harness's own build units is the check
 
     def build_units(
         self,
@@ -158,7 +218,54 @@ class Cuda:
 
 class Triton:
     name = "triton"
-    search_only = True
+    search_only = False
+    dialect = PYTHON
+
+    def prompt_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> str:
+        """The tunables, autotune configs, launch keywords and token buckets (:func:`optimize.search.triton_space.facts`)."""
+        from optimize.search.triton_space import facts_text
+
+        return facts_text(self.task_facts(task, task_dir))
+
+    def task_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> dict[str, Any]:
+        from optimize.search.triton_space import facts
+
+        return facts(task, pathlib.Path(task_dir))
+
+    def coder_decisions(
+        self,
+        task: Task,
+        task_dir: str | os.PathLike[str],
+        proposed: Callable[[], list[Decision]],
+        history: Sequence[HistoryEntry],
+    ) -> list[Decision]:
+        """A free rewrite (:data:`TRITON_REWRITE`, the LLM codes it), then the task's tunables (each applied by
+        its transform, exactly): those a round already tried and that failed or came out slower are left out,
+        the CUDA policy's rule."""
+        from optimize.policy import Decision
+        from optimize.search.triton_space import decisions
+        from optimize.trajectory import params_key
+
+        rewrite = Decision(
+            skill=TRITON_REWRITE,
+            version=1,
+            title="rewrite the @triton.jit kernel or its launch (the plan says how)",
+            verdict="proposed",
+            mode="llm",
+            reasons=["the model's own change, checked by triton.compile for sm_90 before any GPU time"],
+        )
+        failed = {(h.skill, params_key(h.params)) for h in history if h.failed}
+        return [d for d in [rewrite, *decisions(task, pathlib.Path(task_dir))] if d.key not in failed]
+
+    def compile_check(
+        self, task_dir: str | os.PathLike[str], task: Task, regions: Mapping[str, str]
+    ) -> BuildReport | None:
+        """Triton's compile for sm_90 on this machine (:func:`optimize.search.triton_check.check_point`):
+        ok, or the parser's or Triton's message in the regions' own line numbers."""
+        from optimize.search.triton_check import check_point
+
+        check = check_point(pathlib.Path(task_dir), task, regions)
+        return BuildReport(ok=check.outcome == Outcome.ok, key="", seconds=check.seconds, stderr=check.stderr)
 
     def build_units(
         self,

@@ -352,6 +352,56 @@ def decisions(task: Task, task_dir: pathlib.Path) -> list[Decision]:
     return out
 
 
+def facts(task: Task, task_dir: pathlib.Path) -> dict[str, Any]:
+    """What a coder of this Triton task needs beside its regions (JSON-ready; the LLM prompts and
+    ``agent show`` both read it): the tunables with their baseline and the values offered, what is
+    not tunable and why, the kernels' constexprs and autotune configs, the launches' keywords, the
+    wrapper's token count and the token buckets the task's shapes fall in."""
+    assert task.triton is not None
+    found, skipped, tokens = tunables(task, task_dir)
+    return {
+        "wrapper": task.triton.wrapper,
+        "kernels": [
+            {
+                "name": k.name,
+                "constexprs": [p.name + (f" = {p.default}" if p.default else "") for p in k.params if p.constexpr],
+                "autotune": [c.model_dump(mode="json", exclude_defaults=True) for c in k.autotune],
+                "autotune_key": list(k.autotune_key),
+                "heuristics": list(k.heuristics),
+            }
+            for k in task.triton.kernels
+        ],
+        "launches": [{"kernel": l.kernel, "grid": l.grid, "keywords": dict(l.kwargs)} for l in task.triton.launches],
+        "tunables": [
+            {"what": t.id, "baseline": t.baseline, "values": list(t.values), "per_bucket": t.bucketed} for t in found
+        ],
+        "not_tunable": [{"what": u.what, "why": u.why} for u in skipped],
+        "token_count": tokens or None,
+        "buckets": buckets_of(task),
+    }
+
+
+def facts_text(found: Mapping[str, Any]) -> str:
+    """:func:`facts` as prompt lines."""
+    lines = [f"- wrapper: {found['wrapper']} (token count: {found['token_count'] or 'not known'})"]
+    lines.append(f"- token buckets of the task's shapes: {', '.join(found['buckets']) or '(none)'}")
+    for k in found["kernels"]:
+        lines.append(f"- kernel {k['name']}: constexprs {', '.join(k['constexprs']) or '(none)'}")
+        for config in k["autotune"]:
+            lines.append(f"  autotune config: {config}")
+        if k["autotune_key"]:
+            lines.append(f"  autotune key: {', '.join(k['autotune_key'])}")
+    for launch in found["launches"]:
+        keywords = ", ".join(f"{n}={v}" for n, v in launch["keywords"].items()) or "(none: Triton's defaults)"
+        lines.append(f"- launch {launch['kernel']}[{launch['grid']}]: keywords {keywords}")
+    for t in found["tunables"]:
+        where = " (one value per token bucket)" if t["per_bucket"] else ""
+        lines.append(f"- tunable {t['what']}: baseline {t['baseline']}, values {t['values']}{where}")
+    for u in found["not_tunable"]:
+        lines.append(f"- not tunable {u['what']}: {u['why']}")
+    return "\n".join(lines)
+
+
 def triton_space(task: Task, task_dir: pathlib.Path) -> Space:
     return build_space(decisions(task, task_dir))
 
@@ -384,6 +434,8 @@ __all__ = [
     "buckets_of",
     "choice_id",
     "decisions",
+    "facts",
+    "facts_text",
     "point_id",
     "single_points",
     "token_expression",
