@@ -32,13 +32,6 @@ class TrajectoryError(ConfigError):
     """A trajectory file on disk cannot be read as this version writes it."""
 
 
-class LanguageUnsupported(KernelsmithError):
-    """A task in a language the chosen coder does not write yet (a Triton task with an LLM coder).
-
-    The op fails with this message and the fix; the run's other ops go on.
-    """
-
-
 class MalformedReply(ModelError):
     """An LLM reply that cannot be turned into region texts (recorded, never fatal)."""
 
@@ -69,7 +62,6 @@ __all__ = [
     "EndpointError",
     "GpuRequired",
     "KernelsmithError",
-    "LanguageUnsupported",
     "MalformedBody",
     "MalformedReply",
     "ModelError",

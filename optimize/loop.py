@@ -63,7 +63,6 @@ from typing import Any
 from optimize.agents import coding, planning, profiling, repair, single
 from optimize.agents.edits import CodeResult, Dialect
 from optimize.budget import BUDGETS
-from optimize.errors import LanguageUnsupported
 from optimize.harness.languages import language_of
 from optimize.measure import evaluate_many_once
 from optimize.policy import Decision
@@ -124,15 +123,6 @@ class Loop(Session):
         return self.run_summary(summaries, started)
 
     def run_op(self, task_dir: pathlib.Path, task: Task) -> OpSummary:
-        language = language_of(task)
-        searching = self.options.mode == "multi" and self.raw_model is None and self.config.search.strategy != "off"
-        if language.search_only and not searching:  # before the baseline: no GPU time on an op no coder can edit
-            raise LanguageUnsupported(
-                f"{task.op_id} is a {language.name} task: only the offline search writes {language.name} "
-                f"candidates so far (this run: --mode {self.options.mode}, --coder {self.options.coder}, "
-                f"search.strategy {self.config.search.strategy})",
-                fix="optimize it in a run of its own with --coder offline and the search on (search.strategy auto)",
-            )
         op = self.open_op(task_dir, task)
         if isinstance(op, OpSummary):
             return op

@@ -22,7 +22,7 @@ tokens and the ``*_triton.md`` templates), :meth:`Language.prompt_facts` what th
 Triton task's tunables, autotune configs and token buckets), :meth:`Language.coder_decisions` the
 options the planner picks from (Triton: a free rewrite, then the tunables not tried yet), and
 :meth:`Language.compile_check` what ``agent build`` answers (Triton: :meth:`precheck`'s compile
-check; CUDA: None, nvcc's build is the check). ``search_only`` is False for both: the loop's
+check; CUDA: None, nvcc's build is the check). The loop's
 precheck (:func:`optimize.measure.evaluate_once`) refuses a Triton candidate that does not parse or
 compile before any GPU time, with the message in the region's own line numbers.
 
@@ -56,7 +56,6 @@ class Language(Protocol):
     """The seam: how one language's candidates are built, pre-checked and searched."""
 
     name: str
-    search_only: bool  # True: only the offline search writes candidates for it (no LLM coder yet)
     dialect: Dialect  # how the LLM agents show its regions and read the replies
 
     def prompt_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> str:
@@ -156,7 +155,6 @@ def cuda_jobs(
 
 class Cuda:
     name = "cuda"
-    search_only = False
     dialect = CUDA
 
     def prompt_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> str:
@@ -218,7 +216,6 @@ class Cuda:
 
 class Triton:
     name = "triton"
-    search_only = False
     dialect = PYTHON
 
     def prompt_facts(self, task: Task, task_dir: str | os.PathLike[str]) -> str:
