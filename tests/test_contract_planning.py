@@ -632,10 +632,9 @@ def test_a_width_equal_to_the_synthetic_token_count_is_not_taken_for_it():
     assert _exact(c, case.sizes) and not _exact(c, {**case.sizes, "pack_factor": 903})
 
 
-def test_a_width_inside_an_expression_is_specialised_on_too():
-    """hc_combine's rows are `kHcCount * kHiddenSize` wide and its module is Hc<4, 4096>;
-    the synthetic shape had put 4 into kHiddenSize and left kHcCount at 128."""
-    c = Contract(
+def hc_contract() -> Contract:
+    """hc_combine's: rows `kHcCount * kHiddenSize` wide, both widths template arguments (Hc<4, 4096>)."""
+    return Contract(
         entry="hc",
         args=[
             tensor("block", ["num_tokens", "kHiddenSize"], "output"),
@@ -644,6 +643,12 @@ def test_a_width_inside_an_expression_is_specialised_on_too():
         ],
         symbols=["num_tokens", "kHiddenSize", "kHcCount"],
     )
+
+
+def test_a_width_inside_an_expression_is_specialised_on_too():
+    """hc_combine's rows are `kHcCount * kHiddenSize` wide and its module is Hc<4, 4096>;
+    the synthetic shape had put 4 into kHiddenSize and left kHcCount at 128."""
+    c = hc_contract()
     assert {"kHcCount", "kHiddenSize"} <= width_symbols(c)
     pool = [
         inst("bf16", "4", "4096", "true", "bf16_t", export="hc"),
@@ -659,15 +664,7 @@ def test_two_widths_bound_by_the_same_template_integers_keep_their_catalog_pairi
     its two widths cycled independently through {4, 2560}, so a held-out draw could pair
     kHcCount=2560 with kHiddenSize=4, which the set-inclusion check still called servable and
     the baseline then refuses."""
-    c = Contract(
-        entry="hc",
-        args=[
-            tensor("block", ["num_tokens", "kHiddenSize"], "output"),
-            tensor("residual", ["num_tokens", "kHcCount * kHiddenSize"], "inout"),
-            tensor("weight", ["kHcCount", "kHcCount * kHiddenSize"], "input"),
-        ],
-        symbols=["num_tokens", "kHiddenSize", "kHcCount"],
-    )
+    c = hc_contract()
     widths = (2048, 2560, 4096)
     pool = [inst("bf16", "4", str(w), "true", "bf16_t", export="hc") for w in widths]
     catalog = [
