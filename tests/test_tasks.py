@@ -174,3 +174,20 @@ def test_a_curated_loader_value_naming_modules_applies_to_those_only():
     assert fast["topk"][0] == 2048 and "index_topk" in fast["topk"][1]
     assert "topk" not in loader_fallbacks({}, "kernels/ops/moe/other.py")
     assert loader_fallbacks({}, None)["hc_count"][0] == 4  # an entry naming no module applies everywhere
+
+
+@pytest.mark.wheel
+def test_the_qsa_indexer_ops_are_instantiated_at_their_own_head_dim_not_the_models():
+    """With Qwen4-exp in the catalog (2026-12-04) the QSA indexer ops took its attention head_dim
+    (256) as their loader's head_dim, which their curated contracts refuse (D = 128, the indexer's):
+    no case could be planned. The module-scoped loader value keeps 128."""
+    from test_entry import extract_tasks
+
+    from optimize.harness.health import prepare
+
+    ops = ("attention.qsa_index_k_compress_store", "attention.qsa_index_q_norm_rope_store")
+    root = extract_tasks(ops)
+    for op in ops:
+        assert {i.sizes.get("D") for i in layout.load_task(root / op).instantiations} == {128}, op
+        prep = prepare(root / op)  # what the GPU sweep and tools/plan-tasks.py plan
+        assert prep.plan is not None and prep.plan.checks, (op, prep.row.reason)
