@@ -1,1 +1,16 @@
-"""Kernelsmith's spine: CLI, configuration, records, results store. Imports no torch."""
+"""Kernelsmith's spine: CLI, configuration, records, results store. Imports no torch.
+
+Modules, in dependency order (each imports only modules listed before it):
+
+- ``errors`` (the error families: ConfigError, ModelError, BudgetExhausted), ``stats`` (the one
+  geometric mean), ``gpu`` (``gpu_available``), ``console`` (the rich console), ``digest``
+  (``source_digest``: our code in cache keys), ``sglang_package`` (installing a tree's ``sglang``
+  for a worker), ``sandbox`` (generated code's environment and bubblewrap);
+- ``records`` (the typed, versioned records stages exchange), ``config`` (typed, layered
+  configuration), ``toolchain`` (nvcc and tvm-ffi found), ``deps`` (header-only dependencies);
+- ``store_records``, ``compiler_output`` (nvcc/ptxas output read), ``buckets`` (token buckets and
+  the floor's no-go rule), ``cli`` (the argparse shell), ``store_json`` (the first JSON store,
+  imported);
+- ``build`` (the content-addressed nvcc builder), ``run`` (``kernelsmith run``), ``store`` (the
+  SQLite results store), ``dashboard`` (``track --html``), ``track`` (history and regressions).
+"""
