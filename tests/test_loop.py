@@ -1103,22 +1103,16 @@ def test_an_op_whose_every_bucket_is_at_its_floor_gets_no_round_and_the_report_s
 # --------------------------------------------------------------------------- a Triton task (issue 19)
 
 
-def triton_demo_task(tmp_path):
-    """demo.scaled_add (tests/triton_demo.py, our own code) as a task, and a SYNTHETIC replay for it."""
-    from triton_demo import demo_tree
-
-    from extract import triton_ops, triton_tasks
-
-    index, _ = triton_ops.scan_tree(demo_tree(tmp_path / "tree"), None)
-    task = triton_tasks.write_task(index, next(o for o in index.ops if o.id == "demo.scaled_add"), tmp_path)
+def synthetic_replay(path: pathlib.Path, task, what: str) -> pathlib.Path:
+    """A SYNTHETIC replay of ``task``: its first two shapes' baseline times, every candidate 1.25x."""
     row = {"dtype": "bf16", "spread_pct": 1.0, "gbps": 100.0, "pct_of_copy_bw": 2.0, "time_over_floor": 3.0}
     data = {
         "format": "kernelsmith-replay/1",
         "source": "synthetic",
         "device": "none (hand-written for tests)",
-        "note": "SYNTHETIC: written by tests/test_loop.py for the Triton demo task; nothing was measured",
+        "note": f"SYNTHETIC: written by tests/test_loop.py for {what}; nothing was measured",
         "ops": {
-            "demo.scaled_add": {
+            task.op_id: {
                 "baseline": [
                     {**row, "label": s.label, "sizes": s.sizes, "time_us": 5.0 + i}
                     for i, s in enumerate(task.shapes[:2])
@@ -1127,8 +1121,19 @@ def triton_demo_task(tmp_path):
             }
         },
     }
-    path = tmp_path / "triton.replay.json"
     path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def triton_demo_task(tmp_path):
+    """demo.scaled_add (tests/triton_demo.py, our own code) as a task, and a SYNTHETIC replay for it."""
+    from triton_demo import demo_tree
+
+    from extract import triton_ops, triton_tasks
+
+    index, _ = triton_ops.scan_tree(demo_tree(tmp_path / "tree"), None)
+    task = triton_tasks.write_task(index, next(o for o in index.ops if o.id == "demo.scaled_add"), tmp_path)
+    path = synthetic_replay(tmp_path / "triton.replay.json", task, "the Triton demo task")
     return tmp_path / "tasks" / task.op_id, task, path
 
 
@@ -1184,24 +1189,7 @@ def merge_state_task(index, tmp_path):
 
     task = triton_tasks.write_task(index, next(o for o in index.ops if o.id == MERGE), tmp_path)
     folder = tmp_path / "tasks" / MERGE
-    row = {"dtype": "bf16", "spread_pct": 1.0, "gbps": 100.0, "pct_of_copy_bw": 2.0, "time_over_floor": 3.0}
-    data = {
-        "format": "kernelsmith-replay/1",
-        "source": "synthetic",
-        "device": "none (hand-written for tests)",
-        "note": "SYNTHETIC: written by tests/test_loop.py for merge_state_triton; nothing was measured",
-        "ops": {
-            MERGE: {
-                "baseline": [
-                    {**row, "label": s.label, "sizes": s.sizes, "time_us": 5.0 + i}
-                    for i, s in enumerate(task.shapes[:2])
-                ],
-                "unmatched": {"outcome": "ok", "speedup": 1.25, "detail": "synthetic"},
-            }
-        },
-    }
-    path = tmp_path / "merge.replay.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
+    path = synthetic_replay(tmp_path / "merge.replay.json", task, "merge_state_triton")
     return folder, task, baseline_regions(read_task_files(folder, task), task), path
 
 
