@@ -15,15 +15,19 @@ What must stay true:
   raises :class:`SpliceError` saying which edit or span and how to fix it.
 - :func:`apply_regions` never writes files; it returns new contents for the
   files it touched, so a caller can stage and rename (records.write_record's
-  discipline) or compile from memory.
+  discipline) or compile from memory. :func:`candidate_overrides` is the same over
+  a task folder's own copies (``src/``).
 """
 
 from __future__ import annotations
 
+import os
+import pathlib
 from collections.abc import Iterable, Mapping
 
+from contract.layout import SRC_DIR
 from pipeline.errors import KernelsmithError
-from pipeline.records import Span
+from pipeline.records import Span, Task
 
 Edit = tuple[int, int, bytes]
 
@@ -130,3 +134,13 @@ def apply_regions(files: Mapping[str, bytes], editable: list[Span], regions: Map
                 fix=err.fix,
             ) from err
     return out
+
+
+def candidate_overrides(task_dir: str | os.PathLike[str], task: Task, regions: Mapping[str, str]) -> dict[str, bytes]:
+    """The candidate's versions of the files its regions live in (the task folder's sources spliced)."""
+    src = pathlib.Path(task_dir) / SRC_DIR
+    files = {}
+    for span in task.editable:
+        if span.file not in files:
+            files[span.file] = (src / span.file).read_bytes()
+    return apply_regions(files, list(task.editable), dict(regions))

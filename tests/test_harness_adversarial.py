@@ -143,7 +143,8 @@ def test_cases_target_spans_the_task_has(op):
 @pytest.mark.nvcc
 @pytest.mark.parametrize("op", OPS)
 def test_every_case_builds(op):
-    from optimize.harness.evaluate import candidate_overrides, plan_cases
+    from extract.splice import candidate_overrides
+    from optimize.harness.evaluate import plan_cases
     from pipeline.build import BuildJob, build_many
 
     task_dir, task = _task(op)

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from contract.layout import baseline_regions, read_task_files, task_dir
+from contract.layout import SRC_DIR, baseline_regions, read_task_files, task_dir
 from extract import triton_ops, triton_tasks
 from optimize.harness import loader, triton_library
 from optimize.harness.errors import HarnessError
@@ -148,6 +148,22 @@ def test_the_key_changes_with_the_region_text_and_stays_when_nothing_changes(tin
     text = (pathlib.Path(edited.library).parent / "copy.py").read_text()
     assert "num_warps=8" in text and "num_warps=4" not in text and text.replace("num_warps=8", "num_warps=4") == COPY
     assert triton_library.library_key(task, text.encode()) == edited.key  # the key is the text's, nothing else
+
+
+def test_an_edit_to_another_file_of_the_task_is_a_failed_build_and_an_unchanged_one_is_not(tiny, tmp_path):
+    """The worker loads the wrapper's file alone: an edited helper elsewhere would be imported pristine."""
+    from pipeline.records import Span
+
+    task, folder, regions = tiny["tiny.scaled_copy"]
+    helper = "kernels/ops/tiny/helper.py"
+    copy = folder / SRC_DIR / helper
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text("SCALE = 3.0\n", encoding="utf-8")
+    span = Span(file=helper, start_byte=0, end_byte=len("SCALE = 3.0"), name="SCALE")
+    task = task.model_copy(update={"editable": [*task.editable, span]})
+    report = build(task, folder, tmp_path, regions={**regions, "SCALE": "SCALE = 4.0"})
+    assert not report.ok and helper in report.stderr and "wrapper's own file" in report.stderr
+    assert build(task, folder, tmp_path, regions={**regions, "SCALE": "SCALE = 3.0"}).ok
 
 
 def test_regions_that_do_not_splice_or_parse_are_a_failed_build_with_the_reason(tiny, tmp_path):

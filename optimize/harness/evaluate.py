@@ -47,7 +47,7 @@ from contract.shapes import draw_held_out
 from contract.sizes import instantiations_for, refused_by_checks, resolve_sizes, select_instantiation
 from optimize.harness import isolate, timing
 from optimize.harness.errors import BaselineError, GpuRequired, HarnessError
-from optimize.harness.languages import candidate_overrides, language_of  # noqa: F401  (candidate_overrides: re-exported)
+from optimize.harness.languages import language_of
 from optimize.harness.protocol import DISTRIBUTIONS, CheckCase, TimingCase, WorkerRequest, WorkerResult
 from pipeline.config import Config
 from pipeline.records import (

@@ -38,7 +38,7 @@ import pathlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from contract.layout import SRC_DIR
+from extract.splice import candidate_overrides
 from optimize.agents.edits import CUDA, PYTHON, Dialect
 from pipeline.config import Config
 from pipeline.records import BuildReport, Candidate, Evaluation, Instantiation, Outcome, Task
@@ -113,18 +113,6 @@ class Language(Protocol):
     def foreign_regions(self, task: Task, regions: Mapping[str, str]) -> frozenset[str]:
         """The regions of ``task`` that other ops' launchers own (:mod:`optimize.reach`): never edited unmeasured."""
         ...
-
-
-def candidate_overrides(task_dir: str | os.PathLike[str], task: Task, regions: Mapping[str, str]) -> dict[str, bytes]:
-    """The candidate's versions of the files its regions live in (task sources spliced)."""
-    from extract.splice import apply_regions
-
-    src = pathlib.Path(task_dir) / SRC_DIR
-    files = {}
-    for span in task.editable:
-        if span.file not in files:
-            files[span.file] = (src / span.file).read_bytes()
-    return apply_regions(files, list(task.editable), dict(regions))
 
 
 def cuda_jobs(
@@ -330,4 +318,4 @@ def language_of(task: Task) -> Language:
     return LANGUAGES[task.language]
 
 
-__all__ = ["LANGUAGES", "Cuda", "Language", "Triton", "candidate_overrides", "language_of"]
+__all__ = ["LANGUAGES", "Cuda", "Language", "Triton", "cuda_jobs", "language_of"]

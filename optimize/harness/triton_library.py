@@ -10,7 +10,7 @@ poison, held-out shapes, graph replay, timed-output validation, timing) is the w
 same for both languages.
 
 Build (:func:`build`): the task's copy of the wrapper's file (``src/<task.module>``) with the
-candidate's regions spliced in (:func:`extract.splice.apply_regions` over ``task.editable``, the
+candidate's regions spliced in (:func:`extract.splice.candidate_overrides` over ``task.editable``, the
 text half :func:`integrate.patch.compose` uses too), parsed by libcst, written with a
 :class:`TritonLibrary` manifest into ``cache_root/<key>/``: built in a staging folder, published
 by one rename, never edited after. The key covers the spliced text, the wrapper's module and
@@ -65,7 +65,7 @@ import libcst as cst
 
 from contract.layout import SRC_DIR
 from contract.sizes import instantiations_for
-from extract.splice import SpliceError, apply_regions
+from extract.splice import SpliceError, candidate_overrides
 from optimize.harness.errors import HarnessError
 from pipeline.digest import source_digest
 from pipeline.records import BuildReport, Record, Task, content_hash
@@ -129,9 +129,8 @@ def spliced_text(task_dir: str | os.PathLike[str], task: Task, regions: Mapping[
     original = (src / task.module).read_bytes()
     if regions is None:
         return original
-    files = {span.file: (src / span.file).read_bytes() for span in task.editable}
-    edited = apply_regions(files, list(task.editable), dict(regions))
-    elsewhere = sorted(rel for rel, data in edited.items() if rel != task.module and data != files[rel])
+    edited = candidate_overrides(task_dir, task, regions)
+    elsewhere = sorted(rel for rel, data in edited.items() if rel != task.module and data != (src / rel).read_bytes())
     if elsewhere:
         raise HarnessError(
             f"the candidate edits {', '.join(elsewhere)}; the Triton harness loads edits to the wrapper's own file "
