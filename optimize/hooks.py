@@ -103,16 +103,19 @@ def region_features(
     return features_of_regions(dict(regions), profile=profile, build_flags=build_flags)
 
 
-def skill_transform(skill: Skill | None, features: Features) -> Transform | None:
-    """The skill's mechanical transform as ``f(regions, params) -> regions``, or None."""
-    name = skill.transform if skill is not None else None
-    if not name:
-        return None
+def named_transform(name: str) -> Transform:
+    """The registered transform ``name`` (:data:`optimize.transforms.TRANSFORMS`) as ``f(regions, params) -> regions``."""
 
     def run(regions: dict[str, str], params: dict[str, Any]) -> dict[str, str]:
         return transforms.apply(name, regions, params)
 
     return run
+
+
+def skill_transform(skill: Skill | None, features: Features) -> Transform | None:
+    """The skill's mechanical transform as ``f(regions, params) -> regions``, or None."""
+    name = skill.transform if skill is not None else None
+    return named_transform(name) if name else None
 
 
 @dataclasses.dataclass

@@ -64,6 +64,7 @@ from optimize.agents import coding, planning, profiling, repair, single
 from optimize.agents.edits import CodeResult, Dialect
 from optimize.budget import BUDGETS
 from optimize.harness.languages import language_of
+from optimize.hooks import named_transform
 from optimize.measure import evaluate_many_once
 from optimize.policy import Decision
 from optimize.reach import confine
@@ -223,7 +224,7 @@ class Loop(Session):
             mechanical = model is None or getattr(plan.decision, "mode", None) == "transform"
             transform = self.hooks.transform(skill, features) if mechanical else None
             if mechanical and transform is None and getattr(plan.decision, "transform", None):
-                transform = _decision_transform(plan.decision.transform)  # a Triton tunable: no skill file
+                transform = named_transform(plan.decision.transform)  # a Triton tunable: no skill file
             result = coding.code(
                 plan,
                 skill,
@@ -442,13 +443,3 @@ class Loop(Session):
             kinds=op.kinds,
             dialect=self._dialect(op),
         ).result
-
-
-def _decision_transform(name: str) -> Any:
-    """``f(regions, params)`` running the registered transform ``name`` (:func:`optimize.transforms.apply`)."""
-    from optimize import transforms
-
-    def run(regions: dict[str, str], params: dict[str, Any]) -> dict[str, str]:
-        return transforms.apply(name, regions, params)
-
-    return run
