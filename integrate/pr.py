@@ -211,8 +211,9 @@ def _why(op: OpChange, facts: OpFacts, diff: str, report: IntegrateReport, sim: 
     bottleneck = _bottleneck(op, facts, sim)
     if bottleneck:
         out.append(f"- **Bottleneck.** {bottleneck[0].upper() + bottleneck[1:]}.")
-    launch = [] if pr_triton.is_triton(facts) else launch_facts(diff)
-    if pr_triton.is_triton(facts):
+    triton = pr_triton.is_triton(facts)
+    launch = [] if triton else launch_facts(diff)  # a Triton launch has no PDL: its bullet says what the diff sets
+    if triton:
         out.append(pr_triton.launch_bullet(diff))
     else:
         out.append(
