@@ -221,6 +221,13 @@ def warps_run(merge_state, tmp_path):
     return mine, task, base
 
 
+def work_config(work):
+    """The configuration of a run in ``work``, reading the pinned wheel from the project's cache."""
+    return load_config(
+        overrides={"work_dir": str(work), "sglang": {"cache_dir": str(ROOT / "work" / "cache")}}, environ={}
+    )
+
+
 @pytest.mark.wheel
 def test_integrate_a_triton_candidate_changes_only_its_bytes_and_writes_its_pr(warps_run, sglang_source, monkeypatch):
     from integrate import steps
@@ -228,9 +235,7 @@ def test_integrate_a_triton_candidate_changes_only_its_bytes_and_writes_its_pr(w
 
     work, task, base = warps_run
     monkeypatch.setattr(steps, "gpu_available", lambda: (False, "torch sees no CUDA device"))
-    config = load_config(
-        overrides={"work_dir": str(work), "sglang": {"cache_dir": str(ROOT / "work" / "cache")}}, environ={}
-    )
+    config = work_config(work)
     assert main(build_parser().parse_args(["integrate", "--run", "r1", "--skip-e2e"]), config) == 0
     out = work / "integrate" / "r1"
     patch = json.loads((out / "patch.json").read_text())
@@ -291,9 +296,7 @@ def test_self_check_without_a_gpu_plans_the_triton_op(merge_state, monkeypatch, 
 
     work, _, _ = merge_state
     monkeypatch.setattr(selfcheck, "gpu_available", lambda: (False, "torch sees no CUDA device"))
-    config = load_config(
-        overrides={"work_dir": str(work), "sglang": {"cache_dir": str(ROOT / "work" / "cache")}}, environ={}
-    )
+    config = work_config(work)
     assert selfcheck.self_check([OP], config) == 1
     record = json.loads((work / "integrate" / "self-check" / "self-check.json").read_text())
     [check] = record["checks"]
