@@ -376,7 +376,8 @@ def select_models(model_map: Mapping[str, object], op: OpEntry, catalog: list[Mo
     the draft class's in another file) calls the op (:func:`callers`). Where none does
     (the op is reached only through a run-time choice, or only by model files the catalog
     has no model for), the fallback is every catalog model of the op's family: diffusion
-    for an op under ``kernels/ops/diffusion/`` or called only from ``multimodal_gen/``,
+    for an op under ``kernels/ops/diffusion/`` or ``multimodal_gen/`` (a Triton op's module may be
+    there) or called only from ``multimodal_gen/``,
     else the LLMs; the width checks of :func:`extract.shapes.shape_cases` then keep what fits.
     """
     files = callers(model_map, op.id)
@@ -385,7 +386,7 @@ def select_models(model_map: Mapping[str, object], op: OpEntry, catalog: list[Mo
     if chosen:
         named = ", ".join(f"{m.name} ({', '.join(calling[m.name])})" for m in chosen)
         return chosen, f"catalog shapes from the models whose SGLang model file calls this op: {named}"
-    diffusion = op.module.startswith("kernels/ops/diffusion/") or (
+    diffusion = op.module.startswith(("kernels/ops/diffusion/", "multimodal_gen/")) or (
         bool(files) and all(f.startswith("multimodal_gen/") for f in files)
     )
     family = "diffusion" if diffusion else "llm"

@@ -49,6 +49,10 @@ from pipeline.records import (
 TRITON_INDEX_VERSION = "kernelsmith.triton-index/1"
 _CODE = ("extract/triton_scan.py", "extract/triton_ops.py")
 _MAX_CALL_DEPTH = 6
+# SGLang's tests ship Triton reference kernels (``test/kernels/...``) that check a production
+# kernel; no model or KernelSpec serves with them, so they are counted but never made tasks.
+_TEST_DIR = "test/"
+_TEST_REASON = "a reference kernel of SGLang's tests (test/): no model or KernelSpec serves with it"
 _STRING_METHODS = {"lstrip", "rstrip", "strip", "replace", "removeprefix", "removesuffix", "lower", "upper"}
 
 
@@ -284,7 +288,8 @@ def find_ops(files: Iterable[TritonFile], specs: Iterable[TritonSpec]) -> list[T
             op_id = unique(_group_id(rel, fn), _group_id(rel, fn, stem=True))
             taken.add(op_id)
             kernels = sorted({f"{m}:{k}" for _, (m, k) in tree.launches(rel, fn)})
-            ops.append(TritonOp(id=op_id, module=rel, function=fn, kernels=kernels))
+            reason = _TEST_REASON if rel.startswith(_TEST_DIR) else ""
+            ops.append(TritonOp(id=op_id, module=rel, function=fn, kernels=kernels, reason=reason))
     return ops
 
 

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 
 from extract import contract as contract_mod
 from extract import entry as entry_signature
-from extract import shapes, tasks, triton_contract
+from extract import model_ops, shapes, tasks, triton_contract
 from extract.triton_ops import Tree
 from extract.triton_scan import dotted_of
 from pipeline.digest import source_digest
@@ -45,6 +45,7 @@ from pipeline.records import (
     BuildRecipe,
     FileDigest,
     Instantiation,
+    OpEntry,
     Span,
     Task,
     TritonFacts,
@@ -91,8 +92,24 @@ def task_key(tindex: TritonIndex, op: TritonOp, arch: str, token_counts: Iterabl
     parts.append(curated.read_bytes() if curated.is_file() else b"")
     for path in sorted(shapes.CATALOG_DIR.glob("*.toml")):
         parts += [path.name, path.read_bytes()]
+    parts.append(catalog_models(tindex, op, shapes.load_catalog())[1])  # which models, decided by the model code
     parts.append(source_digest(_OWN_CODE))
     return content_hash(*parts)
+
+
+def _as_entry(op: TritonOp) -> OpEntry:
+    """The op as the model-to-op map reads one: its module and the wrapper SGLang's code calls."""
+    return OpEntry(id=op.id, module=op.module, public_functions=[op.function], entry_points=[], files=[])
+
+
+def catalog_models(tindex: TritonIndex, op: TritonOp, catalog: list[shapes.Model]) -> tuple[list[shapes.Model], str]:
+    """The catalog models whose shapes ``op`` gets and why: the rule a CUDA op follows
+    (:func:`extract.model_ops.select_models`), over a map of the Triton ops alone. A map of both
+    languages would differ: the map stops at an op's public function, so a Triton wrapper that
+    calls a CUDA op would hide the CUDA op from the models that reach it through the wrapper."""
+    root = pathlib.Path(tindex.source.root)
+    entries = [_as_entry(o) for o in tindex.ops]
+    return model_ops.select_models(model_ops.load_map(root, entries), _as_entry(op), catalog)
 
 
 def write_task(
@@ -133,8 +150,9 @@ def write_task(
         contract = contract_mod.apply_curated(contract, curated)
     curated = curated or {}
     dtypes = [d for d in curated.get("dtypes", list(DTYPES)) if d in DTYPES]
-    models = shapes.load_catalog()
-    cases, shape_notes = shapes.shape_cases(contract, curated.get("shapes"), token_counts, models)
+    chosen, why = catalog_models(tindex, op, shapes.load_catalog())
+    notes.append(why)
+    cases, shape_notes = shapes.shape_cases(contract, curated.get("shapes"), token_counts, chosen)
     notes += shape_notes
     kernels = _helpers(tindex, list({(k.file, k.name): k for _, k in launched}.values()))
     launches = list({(launch.file, launch.start_byte): launch for launch, _ in launched}.values())

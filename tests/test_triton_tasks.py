@@ -14,7 +14,7 @@ from golden import assert_golden
 from triton_demo import demo_tree
 
 from contract.layout import load_task
-from extract import triton_ops, triton_tasks
+from extract import shapes, triton_ops, triton_tasks
 from pipeline.errors import ConfigError, StaleRecordError
 from pipeline.records import Task, read_record
 
@@ -170,12 +170,32 @@ def test_merge_state_triton_task(sglang_source, tmp_path):
     args = _args(task)
     assert args["prefix_lse"] == (["num_tokens", "num_heads"], "float32", "input")
     assert args["output"] == (["num_tokens", "num_heads", "head_size"], "T", "output")
-    assert {(c.model, c.tokens, c.sizes["num_heads"], c.sizes["head_size"]) for c in task.shapes} >= {
-        ("Llama-3.1-8B", 1, 32, 128),
-        ("DeepSeek-V3", 4096, 128, 128),
+    # exactly the models whose SGLang model file calls it: DeepSeek-V3's MLA merges its chunked-prefix
+    # passes with it (deepseek_v2.py); Llama's flashinfer backend merges with flashinfer's own kernel
+    assert ("DeepSeek-V3", 4096, 128, 128) in {
+        (c.model, c.tokens, c.sizes["num_heads"], c.sizes["head_size"]) for c in task.shapes
     }
+    assert "Llama-3.1-8B" not in {c.model for c in task.shapes}
+    assert any("DeepSeek-V3 (srt/models/deepseek_v2.py)" in n for n in task.notes)
     assert [s.name for s in task.editable] == ["merge_state_kernel", "launch:merge_state_kernel"]
     assert task.entry_signature.reason == ""
+
+
+@pytest.mark.wheel
+def test_a_triton_op_takes_the_shapes_of_the_models_that_call_it_and_tests_kernels_are_no_ops(
+    triton_wheel_index, tmp_path
+):
+    ops = {o.id: o for o in triton_wheel_index.ops}
+    # mHC is DeepSeek-V4's: before the model-to-op map every catalog model whose widths fit gave shapes
+    task = triton_tasks.write_task(triton_wheel_index, ops["layernorm.hc_broadcast"], tmp_path / "work")
+    assert {c.model for c in task.shapes} == {"DeepSeek-V4"}
+    # a wrapper no model file names falls back to every LLM of the catalog whose widths fit, and says so
+    chosen, why = triton_tasks.catalog_models(
+        triton_wheel_index, ops["speculative.build_qo_indptr_triton"], shapes.load_catalog()
+    )
+    assert "fallback" in why and {m.family for m in chosen} == {"llm"}
+    tests = [o for o in triton_wheel_index.ops if o.module.startswith("test/")]
+    assert tests and all("reference kernel of SGLang's tests" in o.reason for o in tests)
 
 
 def test_nvcc_refuses_a_triton_task_with_the_reason(demo, tmp_path):
