@@ -409,6 +409,13 @@ def write_task(
     program = program or pyops.Program(root)
     notes: list[str] = []
     contract, curated = contract_mod.contract_for(op, index, root, program=program)
+    returned = [a.tensor.name for a in contract.args if a.tensor is not None and a.tensor.returned is not None]
+    if returned:
+        raise ConfigError(
+            f"{op.id}: the curated contract marks {', '.join(returned)} `returned`, which only a Triton wrapper's "
+            "result can be: a CUDA export writes every output into an argument",
+            fix=f"drop `returned` from extract/curated/{op.id}.toml",
+        )
     curated = curated or {}
     dtypes = [d for d in curated.get("dtypes", list(DTYPES)) if d in DTYPES]
     if curated.get("dtypes") and len(dtypes) < len(DTYPES):

@@ -40,7 +40,7 @@ import libcst as cst
 
 from contract.dtypes import lookup, torch_attribute
 from contract.layout import SRC_DIR
-from extract.triton_scan import dotted, literal
+from extract.triton_scan import dotted, literal, positional_binding
 from pipeline.records import BuildReport, KernelResources, ShapeCase, Task, TritonKernel, TritonLaunch, content_hash
 
 TARGET = ("cuda", 90, 32)  # backend, compute capability (sm_90: H200), warp size
@@ -247,8 +247,8 @@ class _Evaluator:
             if isinstance(base, _Tensor):
                 if tail == "size":
                     return base.shape[args[0]] if args else tuple(base.shape)
-                if tail == "stride":
-                    return base.strides()[args[0]]
+                if tail == "stride":  # x.stride(i), or x.stride(): the tuple (a launch's *x.stride())
+                    return base.strides()[args[0]] if args else tuple(base.strides())
                 if tail == "numel":
                     return math.prod(base.shape)
                 if tail == "dim":
@@ -333,10 +333,33 @@ def launch_values(
 ) -> tuple[dict[str, str], dict[str, Any], dict[str, int]]:
     """(signature, constexprs, options) of one launch; Unresolvable names the parameter it cannot settle."""
     ev = _Evaluator(fn, env)
-    given: dict[str, cst.BaseExpression] = {}
     names = [p.name for p in kernel.params]
-    for name, text in zip(names, launch.args):
-        given[name] = cst.parse_expression(text)
+
+    def spread(text: str) -> tuple[Any, ...] | None:
+        try:
+            value = ev.value(cst.parse_expression(text))
+        except (Unresolvable, KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError):
+            return None
+        return tuple(value) if isinstance(value, tuple | list) else None
+
+    def count(text: str) -> int | None:
+        values = spread(text)
+        return None if values is None else len(values)
+
+    given: dict[str, cst.BaseExpression] = {}
+    spread_values: dict[str, Any] = {}  # parameters a *expr argument fills
+    for name, text, index in positional_binding(names, launch.args, count):
+        if index is None:
+            given[name] = cst.parse_expression(text)
+        else:
+            spread_values[name] = (spread(text) or ())[index]
+    for text in (a[2:] for a in launch.args if a.startswith("**")):
+        try:  # **kw of settled keywords; one the evaluator cannot settle (a run-time choice) leaves the defaults
+            keywords = ev.value(cst.parse_expression(text))
+        except (Unresolvable, KeyError, IndexError, TypeError, ZeroDivisionError):
+            keywords = {}
+        for key, value in keywords.items() if isinstance(keywords, dict) else ():
+            spread_values[str(key)] = value
     for name, text in launch.kwargs.items():
         given[name] = cst.parse_expression(text)
     config = kernel.autotune[0] if kernel.autotune else None
@@ -349,7 +372,9 @@ def launch_values(
     signature: dict[str, str] = {}
     constexprs: dict[str, Any] = {}
     for p in kernel.params:
-        if p.name in given:
+        if p.name in spread_values and p.name not in given:
+            value = spread_values[p.name]
+        elif p.name in given:
             try:
                 value = ev.value(given[p.name])
             except (Unresolvable, KeyError, IndexError, TypeError, ZeroDivisionError) as err:

@@ -43,7 +43,7 @@ import libcst as cst
 
 from contract.dtypes import torch_attribute
 from extract.entry import OutermostFunction
-from extract.triton_scan import dotted, literal, names_in, roots
+from extract.triton_scan import dotted, literal, names_in, positional_binding, roots
 from pipeline.errors import ConfigError
 from pipeline.records import ArgSpec, Contract, ScalarSpec, TensorSpec, TritonFile, TritonKernel, TritonLaunch
 
@@ -307,7 +307,7 @@ def _access(
     notes: list[str] = []
     for launch, kernel in launches:
         names = [p.name for p in kernel.params]
-        bound: list[tuple[str, str]] = list(zip(names, launch.args))
+        bound = [(kparam, text) for kparam, text, _ in positional_binding(names, launch.args)]
         bound += [(k, v) for k, v in launch.kwargs.items() if k in names]
         for kparam, text in bound:
             try:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import builtins
 import pathlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import libcst as cst
@@ -115,6 +115,33 @@ def _config(node: cst.BaseExpression, code: str) -> TritonConfig:
 
 
 # =========================================================================== one file
+
+
+def positional_binding(
+    names: Sequence[str], args: Sequence[str], length: Callable[[str], int | None] = lambda expr: None
+) -> list[tuple[str, str, int | None]]:
+    """(kernel parameter, argument text, index into a ``*`` argument or None) for a launch's positional
+    ``args`` (:attr:`pipeline.records.TritonLaunch.args`) over the kernel's parameter ``names``.
+
+    A ``*expr`` argument fills as many parameters as ``length(expr)`` says (``*x.stride()``: one per
+    dimension); where that is unknown (None) the parameters from there on are left unbound, never
+    guessed. A ``**expr`` argument binds no positional parameter (its keywords are the caller's to read).
+    """
+    out: list[tuple[str, str, int | None]] = []
+    cursor = 0
+    for text in args:
+        if text.startswith("**"):
+            continue
+        if text.startswith("*"):
+            count = length(text[1:])
+            if count is None:
+                break
+            out += [(names[cursor + i], text[1:], i) for i in range(count) if cursor + i < len(names)]
+            cursor += count
+        elif cursor < len(names):
+            out.append((names[cursor], text, None))
+            cursor += 1
+    return out
 
 
 def names_in(node: cst.CSTNode) -> set[str]:
@@ -321,7 +348,8 @@ class _FileVisitor(cst.CSTVisitor):
                     end_byte=end,
                     line=line,
                     grid=", ".join(self.mod.code_for_node(s.slice) for s in grid),
-                    args=[self.mod.code_for_node(a.value) for a in node.args if a.keyword is None],
+                    # a starred argument keeps its star ("*x.stride()", "**pdl_kwargs"): positional_binding
+                    args=[a.star + self.mod.code_for_node(a.value) for a in node.args if a.keyword is None],
                     kwargs={a.keyword.value: self.mod.code_for_node(a.value) for a in node.args if a.keyword},
                 )
             )

@@ -13,7 +13,8 @@ What must stay true:
   ("re-run `kernelsmith extract`") rather than guessing. A record that only gains
   fields bumps its own version instead and keeps reading the older ones
   (``READS``): :class:`Task` 2 added ``language`` and ``triton``, and a version-1
-  task.json still loads, as CUDA.
+  task.json still loads, as CUDA; 3 added ``TensorSpec.returned`` (a Triton wrapper's
+  returned outputs), and a version-2 task.json loads with none.
 - Paths inside records are relative: to the sglang *package root* (the folder
   that holds ``kernels/``) for sources, to the task folder for task files. That
   keeps records valid across machines (this one and the GPU machine).
@@ -37,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 #: Task records: 2 added ``language`` ("cuda" | "triton") and ``triton`` (issue 19); 1 still reads.
-TASK_SCHEMA_VERSION = 2
+TASK_SCHEMA_VERSION = 3
 Language = Literal["cuda", "triton"]
 
 Dtype = Literal["bf16", "fp16", "fp32"]
@@ -241,6 +242,11 @@ class TensorSpec(Record):
     # atomics); both sides are sorted along the last dimension first, so the values must
     # still match one for one and every element must still be written.
     order: Literal["rows"] | None = None
+    # A Triton wrapper's output that it allocates and returns, with no parameter to pass it in:
+    # its index among the leaves of the wrapper's result. Such an output is role "output", comes
+    # after every argument the wrapper takes, and the harness hands its buffer to the wrapper's own
+    # allocation (optimize.harness.returned_outputs). None: an argument (every CUDA tensor).
+    returned: int | None = None
 
 
 class ScalarSpec(Record):
@@ -473,7 +479,7 @@ class TritonIndex(VersionedRecord):
 
 class Task(VersionedRecord):
     schema_version: int = TASK_SCHEMA_VERSION
-    READS: ClassVar[tuple[int, ...]] = (1, TASK_SCHEMA_VERSION)
+    READS: ClassVar[tuple[int, ...]] = (1, 2, TASK_SCHEMA_VERSION)
     op_id: str
     module: str
     public_functions: list[str]

@@ -97,11 +97,20 @@ def test_an_unknown_launch_value_names_the_parameter_and_the_fix(demo_task):
 
 @needs_triton
 @pytest.mark.wheel
-def test_merge_state_triton_compiles(sglang_source, tmp_path):
+@pytest.mark.parametrize(
+    ("op_id", "kernel"),
+    [
+        ("attention.merge_state_triton", "merge_state_kernel"),
+        # launched with *input.stride(), *output.stride() and **pdl_kwargs: before the star was kept, the
+        # stride tuple landed in one parameter and every later argument one parameter early
+        ("moe.moe_sum_reduce_triton", "_moe_sum_reduce_kernel"),
+    ],
+)
+def test_real_triton_ops_compile(sglang_source, tmp_path, op_id, kernel):
     root = pathlib.Path(__file__).resolve().parent.parent
     index, _ = triton_ops.scan_tree(sglang_source, root / "work" / "cache")
-    op = next(o for o in index.ops if o.id == "attention.merge_state_triton")
+    op = next(o for o in index.ops if o.id == op_id)
     task = triton_tasks.write_task(index, op, tmp_path / "work")
     report = triton_compile.compile_task(task_dir(tmp_path / "work", task.op_id), task)
     assert report.ok, report.stderr
-    assert [r.kernel for r in report.resources] == ["merge_state_kernel"]
+    assert [r.kernel for r in report.resources] == [kernel]

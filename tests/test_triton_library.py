@@ -418,3 +418,51 @@ def test_a_triton_candidate_that_skips_the_last_token_is_incorrect(merge_state, 
     ev = evaluate(folder, task, cheat, config=gpu_config(tmp_path), shapes=small_shapes(task))
     assert ev.outcome == Outcome.incorrect, ev.detail
     assert "output" in ev.detail, ev.detail
+
+
+# ---------------------------------------------------------------------------- row_logsumexp: returned outputs
+
+LSE = "srt.layers.logsumexp.row_logsumexp"
+#: the launch's grid, and the same launch one row short (the last row's outputs keep the poison)
+ALL_ROWS, ONE_SHORT = "_row_logsumexp_kernel[(num_rows,)]", "_row_logsumexp_kernel[(max(num_rows - 1, 1),)]"
+
+
+@pytest.fixture
+def row_logsumexp(triton_wheel_index, tmp_path):
+    op = next(o for o in triton_wheel_index.ops if o.id == LSE)
+    task = triton_tasks.write_task(triton_wheel_index, op, tmp_path / "work")
+    folder = task_dir(tmp_path / "work", LSE)
+    return task, folder, baseline_regions(read_task_files(folder, task), task)
+
+
+@pytest.mark.wheel
+def test_row_logsumexp_returns_both_outputs_and_its_library_says_so(row_logsumexp, tmp_path):
+    task, folder, regions = row_logsumexp
+    assert triton_library.returned_of(task) == {"out_max": 0, "out_log_sum": 1}
+    assert triton_library.params_of(task) == ["x", "", ""]
+    assert [r for r in regions if r.startswith("launch:")] and ALL_ROWS in regions["launch:_row_logsumexp_kernel"]
+    report = build(task, folder, tmp_path)
+    manifest = triton_library.TritonLibrary.model_validate_json(pathlib.Path(report.library or "").read_text())
+    assert manifest.returned == {"out_max": 0, "out_log_sum": 1} and manifest.params == ["x", "", ""]
+
+
+@pytest.mark.gpu
+@pytest.mark.wheel
+def test_row_logsumexp_outputs_it_allocates_are_checked_like_arguments_on_the_gpu(row_logsumexp, tmp_path):
+    """Against itself every check passes; one row short, the poison the harness handed to the wrapper's
+    torch.empty survives in the last row and the candidate is incorrect."""
+    from optimize.harness.evaluate import evaluate
+    from pipeline.records import Outcome
+
+    task, folder, regions = row_logsumexp
+    shapes = [s for s in task.shapes if s.model == "Llama-3.1-8B" and s.tokens in (1, 64, 512)]
+    itself = Candidate(op_id=LSE, id="itself", parent="baseline", regions=dict(regions), coder="test")
+    ev = evaluate(folder, task, itself, config=gpu_config(tmp_path), shapes=shapes)
+    assert ev.outcome in (Outcome.ok, Outcome.slower), ev.detail
+    assert ev.bitwise_equal and ev.checks_failed == 0 and ev.timed_sets_validated > 0, ev.detail
+    launch = regions["launch:_row_logsumexp_kernel"].replace(ALL_ROWS, ONE_SHORT)
+    short = Candidate(
+        op_id=LSE, id="short", parent="baseline", regions={**regions, "launch:_row_logsumexp_kernel": launch}, coder="t"
+    )
+    ev = evaluate(folder, task, short, config=gpu_config(tmp_path), shapes=shapes)
+    assert ev.outcome == Outcome.incorrect and "out_max" in ev.detail, ev.detail

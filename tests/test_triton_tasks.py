@@ -26,6 +26,8 @@ GOLDEN_TASKS = (
     "elementwise.fused_sigmoid_mul",
     "layernorm.hc_broadcast",
     "moe.fused_moe_router_cudacore",
+    "srt.layers.logsumexp.row_logsumexp",  # outputs the wrapper allocates and returns (`returned`)
+    "moe.moe_sum_reduce_triton",
 )
 
 
@@ -77,7 +79,7 @@ def test_task_folder_and_record(demo, tmp_path):
     task = triton_tasks.write_task(index, ops["demo.scaled_add"], tmp_path / "work")
     folder = tmp_path / "work" / "tasks" / "demo.scaled_add"
     loaded = load_task(folder)
-    assert loaded == task and loaded.language == "triton" and loaded.schema_version == 2
+    assert loaded == task and loaded.language == "triton" and loaded.schema_version == 3
     assert loaded.entry_points == ["scaled_add_kernel"]
     assert loaded.triton.wrapper == "sglang.kernels.ops.demo.scale:scaled_add"
     assert loaded.triton.registered_as == "demo.scaled_add"
@@ -152,8 +154,10 @@ def test_a_version_1_task_reads_as_cuda_and_language_needs_its_facts(demo, tmp_p
     path.write_text(json.dumps(data | {"triton": None}), encoding="utf-8")
     with pytest.raises(StaleRecordError, match="exactly when its language is triton"):
         read_record(Task, path)
-    path.write_text(json.dumps(data | {"schema_version": 3}), encoding="utf-8")
-    with pytest.raises(StaleRecordError, match="reads 1 or 2"):
+    path.write_text(json.dumps(data | {"schema_version": 2}), encoding="utf-8")
+    assert read_record(Task, path) == task.model_copy(update={"schema_version": 2})
+    path.write_text(json.dumps(data | {"schema_version": 4}), encoding="utf-8")
+    with pytest.raises(StaleRecordError, match="reads 1 or 2 or 3"):
         read_record(Task, path)
 
 
@@ -257,3 +261,19 @@ def test_kernelsmith_extract_lists_and_writes_triton_ops(monkeypatch, sglang_sou
     assert main(["extract", "--work-dir", str(work), "--no-compile", "--ops", "attention.merge_state_tritn"]) != 0
     err = capsys.readouterr().err
     assert "closest: attention.merge_state_triton" in err and len(err.strip().splitlines()) <= 2
+
+
+def test_a_starred_launch_argument_fills_one_parameter_per_item_and_an_unknown_length_binds_no_further():
+    from extract.triton_scan import positional_binding
+
+    names = ["x", "x_stride_0", "x_stride_1", "out", "USE_GDC"]
+    args = ["x", "*x.stride()", "out", "**pdl_kwargs"]
+    known = positional_binding(names, args, lambda expr: 2 if expr == "x.stride()" else None)
+    assert known == [
+        ("x", "x", None),
+        ("x_stride_0", "x.stride()", 0),
+        ("x_stride_1", "x.stride()", 1),
+        ("out", "out", None),
+    ]
+    # before the star was kept, `out` was bound to x_stride_1: a wrong parameter, never a missing one
+    assert positional_binding(names, args) == [("x", "x", None)]

@@ -34,11 +34,16 @@ the folder holding the package (added by :func:`use_package`). Triton compiles i
 Outputs: the contract's outputs are arguments (:mod:`extract.triton_contract`: a wrapper's
 ``out=None`` that it allocates when not given, and the kernel stores to, is an ``output``
 argument), and the harness always passes them, so the wrapper writes into the harness's poisoned
-buffers. What must stay true: every tensor the wrapper returns is (a view of) one of its
-arguments. The callable checks it on every call (:func:`returning_arguments`); a wrapper that
-returns a tensor of its own raises :class:`StrayOutput` (the baseline: its contract misses an
-output, the fix is a curated contract naming the optional output parameter, and a wrapper with no
-such parameter is not checkable yet; a candidate: it computes into memory no check reads).
+buffers. An output the wrapper allocates and returns, with no parameter for it, is marked
+``returned`` in the contract (its index among the result's leaves) and comes after the wrapper's
+own arguments: the callable passes the wrapper only those, and the returned ones' buffers are
+handed to the wrapper's own allocations while it runs (:mod:`optimize.harness.returned_outputs`),
+then checked to be what it returned. What must stay true: every tensor the wrapper returns is
+(a view of) one of its arguments or of those buffers. The callable checks it on every call
+(:func:`returning_arguments`); a wrapper that returns a tensor of its own raises
+:class:`StrayOutput` (the baseline: its contract misses an output, the fix is a curated contract
+naming the optional output parameter or the returned output; a candidate: it computes into memory
+no check reads).
 
 What must stay true: importing this module needs neither torch nor triton (both are the worker's);
 a module is executed once per (library, owner) per process and stays loaded for its life, and each
@@ -49,6 +54,7 @@ candidate's module could write the process's memory); the search's candidates on
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import pathlib
@@ -58,7 +64,7 @@ import sys
 import time
 import types
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import libcst as cst
@@ -66,12 +72,13 @@ import libcst as cst
 from contract.layout import SRC_DIR
 from contract.sizes import instantiations_for
 from extract.splice import SpliceError, candidate_overrides
+from optimize.harness import returned_outputs
 from optimize.harness.errors import HarnessError
 from pipeline.digest import source_digest
 from pipeline.records import BuildReport, Record, Task, content_hash
 
 MANIFEST = "triton-library.json"
-KEY_SCHEMA = "kernelsmith.triton-library/1"  # bump when the library changes in a way the key does not see
+KEY_SCHEMA = "kernelsmith.triton-library/2"  # bump when the library changes in a way the key does not see
 OWN_CODE = ("optimize/harness/triton_library.py",)
 STAGING_PREFIX = ".staging-"
 
@@ -85,6 +92,12 @@ class TritonLibrary(Record):
     file: str  # the spliced file's name inside the entry
     exports: list[str]  # export names this library answers (one per dtype: <entry>__<dtype>)
     key: str
+    # per contract argument, in order: the wrapper's parameter it is passed as (by keyword, so an
+    # optional or keyword-only output parameter is reached), "" for an output the wrapper returns
+    params: list[str] = []
+    # the outputs the wrapper allocates and returns (contract name -> index among the result's leaves),
+    # in contract order: their buffers are the call's last arguments and never reach the wrapper
+    returned: dict[str, int] = {}
 
 
 class LibraryLoadFailed(HarnessError):
@@ -141,10 +154,63 @@ def spliced_text(task_dir: str | os.PathLike[str], task: Task, regions: Mapping[
     return edited.get(task.module, original)
 
 
+def returned_of(task: Task) -> dict[str, int]:
+    """The contract's returned outputs (name -> result leaf index); HarnessError unless they are outputs
+    and the contract's last arguments (the wrapper's own parameters come first, in its order)."""
+    args = task.contract.args
+    marked = [(i, a.tensor) for i, a in enumerate(args) if a.tensor is not None and a.tensor.returned is not None]
+    out = {t.name: t.returned for _, t in marked if t.returned is not None}
+    wrong = [t.name for _, t in marked if t.role != "output"]
+    if wrong or [i for i, _ in marked] != list(range(len(args) - len(marked), len(args))):
+        raise HarnessError(
+            f"{task.op_id}: the returned output(s) {', '.join(out)} must be outputs and the contract's last "
+            "arguments" + (f" ({', '.join(wrong)} is not role output)" if wrong else ""),
+            fix=f"reorder extract/curated/{task.op_id}.toml: the wrapper's parameters first, then each output it "
+            'returns (role = "output", returned = its index in the result)',
+        )
+    if len(set(out.values())) != len(out):
+        raise HarnessError(
+            f"{task.op_id}: two returned outputs name the same result item ({out})",
+            fix=f"give each output in extract/curated/{task.op_id}.toml its own `returned` index",
+        )
+    return out
+
+
+def params_of(task: Task) -> list[str]:
+    """Per contract argument, the wrapper's parameter that takes it (the task's ``entry_signature``:
+    the parameter that feeds it), "" for a returned output; HarnessError when one has none."""
+    signature = task.entry_signature
+    returned = returned_of(task)
+    if signature is None:
+        raise HarnessError(
+            f"{task.op_id}: the task has no entry signature, so the wrapper's parameters are unknown",
+            fix=f"re-run `kernelsmith extract --ops {task.op_id}`",
+        )
+    takes = {p.feeds: p.name for p in signature.params if p.feeds and p.via != "size"}
+    out: list[str] = []
+    for arg in task.contract.args:
+        name = arg.tensor.name if arg.tensor is not None else arg.scalar.name if arg.scalar is not None else ""
+        if name in returned:
+            out.append("")
+        elif name in takes:
+            out.append(takes[name])
+        else:
+            raise HarnessError(
+                f"{task.op_id}: contract argument {name} is no parameter of {signature.module}.{signature.function}",
+                fix=f"name the argument as the wrapper's parameter in extract/curated/{task.op_id}.toml, or mark an "
+                "output it allocates and returns with `returned`",
+            )
+    return out
+
+
 def library_key(task: Task, text: bytes) -> str:
     module, function = wrapper_of(task)
     exports = "\n".join(exports_of(task))
-    return content_hash(KEY_SCHEMA, module, function, task.module, text, exports, source_digest(OWN_CODE))
+    returned = ",".join(f"{name}={index}" for name, index in returned_of(task).items())
+    params = ",".join(params_of(task))
+    return content_hash(
+        KEY_SCHEMA, module, function, task.module, text, exports, params, returned, source_digest(OWN_CODE)
+    )
 
 
 def build(
@@ -162,6 +228,7 @@ def build(
 
     module, function = wrapper_of(task)
     try:
+        returned, params = returned_of(task), params_of(task)
         text = spliced_text(task_dir, task, regions)
     except SpliceError as err:
         return failed(f"the regions cannot be spliced into {task.module}: {err}")
@@ -186,7 +253,14 @@ def build(
     try:
         (staging / name).write_bytes(text)
         record = TritonLibrary(
-            module=module, function=function, path=task.module, file=name, exports=exports_of(task), key=key
+            module=module,
+            function=function,
+            path=task.module,
+            file=name,
+            exports=exports_of(task),
+            key=key,
+            params=params,
+            returned=returned,
         )
         (staging / MANIFEST).write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")
         try:
@@ -292,23 +366,44 @@ def function(path: str | os.PathLike[str], export: str, *, owner: str) -> Callab
             f"{library.path} ({owner}) defines no function {library.function}",
             fix=f"keep the wrapper {library.function} in the file (the task's entry)",
         )
-    _CALLABLES[cache_key] = returning_arguments(wrapper, f"{library.path}::{library.function}")
+    where = f"{library.path}::{library.function}"
+    _CALLABLES[cache_key] = returning_arguments(wrapper, where, library.params, library.returned)
     return _CALLABLES[cache_key]
 
 
-def returning_arguments(wrapper: Callable[..., Any], where: str) -> Callable[..., Any]:
-    """``wrapper`` that raises :class:`StrayOutput` when it returns a tensor none of its arguments hold."""
+def returning_arguments(
+    wrapper: Callable[..., Any],
+    where: str,
+    params: Sequence[str] | None = None,
+    returned: Mapping[str, int] | None = None,
+) -> Callable[..., Any]:
+    """``wrapper`` called with the contract's arguments in order, raising :class:`StrayOutput` when it
+    returns a tensor none of them holds.
+
+    ``params`` (per argument, the wrapper's parameter; None: all positional, in order) passes each by
+    keyword. An argument whose parameter is "" is the buffer of a returned output (``returned``: name
+    -> result leaf, in contract order): the wrapper never gets it, its allocations claim it
+    (:func:`optimize.harness.returned_outputs.claimed`) and the named result leaf must be it.
+    """
+    names, leaves = list((returned or {}).keys()), list((returned or {}).values())
 
     def call(*args: Any) -> Any:
-        result = wrapper(*args)
+        if params is None:
+            result = wrapper(*args)
+        else:
+            kwargs = {param: value for param, value in zip(params, args, strict=True) if param}
+            buffers = [value for param, value in zip(params, args, strict=True) if not param]
+            with returned_outputs.claimed(buffers) if buffers else contextlib.nullcontext():
+                result = wrapper(**kwargs)
+            returned_outputs.check(result, buffers, leaves, names, where)
         stray = stray_tensors(result, args)
         if stray:
             raise StrayOutput(
                 f"{where} returned {', '.join(stray)}, not in any argument: the harness checks only the buffers "
                 "it passes, so that result would go unchecked",
                 fix="where the wrapper takes that output as an optional argument, name it in a curated contract "
-                "(extract/curated/<op>.toml) with role output, as merge_state_triton's `output`; a wrapper that "
-                "allocates its result with no such parameter cannot be checked by the harness yet",
+                "(extract/curated/<op>.toml) with role output, as merge_state_triton's `output`; where it has no "
+                "such parameter, name the output after the wrapper's arguments with `returned` = its result index",
             )
         return result
 
@@ -319,22 +414,11 @@ def _is_tensor(value: Any) -> bool:
     return hasattr(value, "untyped_storage") and hasattr(value, "shape")
 
 
-def _leaves(value: Any) -> Iterator[Any]:
-    if isinstance(value, list | tuple):
-        for item in value:
-            yield from _leaves(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _leaves(item)
-    else:
-        yield value
-
-
 def stray_tensors(result: Any, args: Sequence[Any]) -> list[str]:
     """The returned tensors (described) whose storage is no argument's: a tensor's own or a view's is fine."""
     held = {a.untyped_storage().data_ptr() for a in args if _is_tensor(a)}
     out = []
-    for index, leaf in enumerate(_leaves(result)):
+    for index, leaf in enumerate(returned_outputs.leaves(result)):
         if _is_tensor(leaf) and leaf.untyped_storage().data_ptr() not in held:
             out.append(f"a tensor of shape {tuple(leaf.shape)} (result item {index})")
     return out
