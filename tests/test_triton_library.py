@@ -356,12 +356,17 @@ STORE = "        out,\n        mask=head_mask,\n"
 SKIP_LAST = "        out,\n        mask=head_mask & (token_idx < num_tokens - 1),\n"
 
 
+def wheel_task(index, op_id: str, tmp_path):
+    """(task, its folder, its baseline regions) of a Triton op of the pinned wheel, extracted under tmp_path."""
+    op = next(o for o in index.ops if o.id == op_id)
+    task = triton_tasks.write_task(index, op, tmp_path / "work")
+    folder = task_dir(tmp_path / "work", op_id)
+    return task, folder, baseline_regions(read_task_files(folder, task), task)
+
+
 @pytest.fixture
 def merge_state(triton_wheel_index, tmp_path):
-    op = next(o for o in triton_wheel_index.ops if o.id == MERGE)
-    task = triton_tasks.write_task(triton_wheel_index, op, tmp_path / "work")
-    folder = task_dir(tmp_path / "work", MERGE)
-    return task, folder, baseline_regions(read_task_files(folder, task), task)
+    return wheel_task(triton_wheel_index, MERGE, tmp_path)
 
 
 def skip_last_token(regions: dict[str, str]) -> dict[str, str]:
@@ -429,10 +434,7 @@ ALL_ROWS, ONE_SHORT = "_row_logsumexp_kernel[(num_rows,)]", "_row_logsumexp_kern
 
 @pytest.fixture
 def row_logsumexp(triton_wheel_index, tmp_path):
-    op = next(o for o in triton_wheel_index.ops if o.id == LSE)
-    task = triton_tasks.write_task(triton_wheel_index, op, tmp_path / "work")
-    folder = task_dir(tmp_path / "work", LSE)
-    return task, folder, baseline_regions(read_task_files(folder, task), task)
+    return wheel_task(triton_wheel_index, LSE, tmp_path)
 
 
 @pytest.mark.wheel
