@@ -328,6 +328,10 @@ def case_env(task: Task, case: ShapeCase, dtype: str) -> dict[str, Any]:
     return env
 
 
+# what evaluating a launch argument over the contract may raise: each means "not settled here"
+_EVAL_ERRORS = (Unresolvable, KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError)
+
+
 def launch_values(
     fn: cst.FunctionDef, launch: TritonLaunch, kernel: TritonKernel, env: dict[str, Any]
 ) -> tuple[dict[str, str], dict[str, Any], dict[str, int]]:
@@ -338,7 +342,7 @@ def launch_values(
     def spread(text: str) -> tuple[Any, ...] | None:
         try:
             value = ev.value(cst.parse_expression(text))
-        except (Unresolvable, KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError):
+        except _EVAL_ERRORS:
             return None
         return tuple(value) if isinstance(value, tuple | list) else None
 
@@ -356,7 +360,7 @@ def launch_values(
     for text in (a[2:] for a in launch.args if a.startswith("**")):
         try:  # **kw of settled keywords; one the evaluator cannot settle (a run-time choice) leaves the defaults
             keywords = ev.value(cst.parse_expression(text))
-        except (Unresolvable, KeyError, IndexError, TypeError, ZeroDivisionError):
+        except _EVAL_ERRORS:
             keywords = {}
         for key, value in keywords.items() if isinstance(keywords, dict) else ():
             spread_values[str(key)] = value
@@ -377,7 +381,7 @@ def launch_values(
         elif p.name in given:
             try:
                 value = ev.value(given[p.name])
-            except (Unresolvable, KeyError, IndexError, TypeError, ZeroDivisionError) as err:
+            except _EVAL_ERRORS as err:
                 raise Unresolvable(
                     f"{kernel.name}.{p.name} = {cst.Module([]).code_for_node(given[p.name])}: {err}"
                 ) from err
