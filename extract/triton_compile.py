@@ -339,24 +339,25 @@ def launch_values(
     ev = _Evaluator(fn, env)
     names = [p.name for p in kernel.params]
 
-    def spread(text: str) -> tuple[Any, ...] | None:
-        try:
-            value = ev.value(cst.parse_expression(text))
-        except _EVAL_ERRORS:
-            return None
-        return tuple(value) if isinstance(value, tuple | list) else None
+    starred: dict[str, tuple[Any, ...] | None] = {}  # a *expr argument's items, evaluated once
 
     def count(text: str) -> int | None:
-        values = spread(text)
-        return None if values is None else len(values)
+        if text not in starred:
+            try:
+                value = ev.value(cst.parse_expression(text))
+            except _EVAL_ERRORS:
+                value = None
+            starred[text] = tuple(value) if isinstance(value, tuple | list) else None
+        items = starred[text]
+        return None if items is None else len(items)
 
     given: dict[str, cst.BaseExpression] = {}
-    spread_values: dict[str, Any] = {}  # parameters a *expr argument fills
+    spread_values: dict[str, Any] = {}  # parameters a *expr or **expr argument fills
     for name, text, index in positional_binding(names, launch.args, count):
         if index is None:
             given[name] = cst.parse_expression(text)
         else:
-            spread_values[name] = (spread(text) or ())[index]
+            spread_values[name] = (starred[text] or ())[index]
     for text in (a[2:] for a in launch.args if a.startswith("**")):
         try:  # **kw of settled keywords; one the evaluator cannot settle (a run-time choice) leaves the defaults
             keywords = ev.value(cst.parse_expression(text))

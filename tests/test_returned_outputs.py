@@ -200,7 +200,7 @@ def test_arguments_are_passed_by_keyword_so_a_keyword_only_output_parameter_is_r
 
 def test_without_returned_outputs_a_tensor_of_its_own_is_still_stray():
     torch = fake_torch()
-    call = triton_library.returning_arguments(lambda x: torch.empty((3,), device="cuda"), "f.py::g")
+    call = triton_library.returning_arguments(lambda x: torch.empty((3,), device="cuda"), "f.py::g", ["x"], {})
     with pytest.raises(triton_library.StrayOutput, match="`returned`|returned a tensor of shape"):
         call(torch.Tensor((3,), "float32", "cuda:0", 1.0))
 

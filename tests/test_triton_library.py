@@ -147,7 +147,8 @@ def test_the_key_changes_with_the_region_text_and_stays_when_nothing_changes(tin
     assert edited.ok and edited.key != base.key
     text = (pathlib.Path(edited.library).parent / "copy.py").read_text()
     assert "num_warps=8" in text and "num_warps=4" not in text and text.replace("num_warps=8", "num_warps=4") == COPY
-    assert triton_library.library_key(task, text.encode()) == edited.key  # the key is the text's, nothing else
+    how = triton_library.params_of(task), triton_library.returned_of(task)
+    assert triton_library.library_key(task, text.encode(), *how) == edited.key  # the key is the text's, nothing else
 
 
 def test_an_edit_to_another_file_of_the_task_is_a_failed_build_and_an_unchanged_one_is_not(tiny, tmp_path):
@@ -340,9 +341,10 @@ class _Tensor:
 def test_a_wrapper_must_return_only_its_arguments_tensors():
     out, lse, x = _Tensor(100), _Tensor(200), _Tensor(300)
     view = _Tensor(100, (2, 2))  # a view of `out`: same storage
-    honest = triton_library.returning_arguments(lambda *args: (view, lse, None, 3), "f.py::merge")
+    params = ["x", "out", "lse"]
+    honest = triton_library.returning_arguments(lambda **kw: (view, lse, None, 3), "f.py::merge", params, {})
     assert honest(x, out, lse)[0] is view
-    own = triton_library.returning_arguments(lambda *args: {"out": _Tensor(999, (8,))}, "f.py::merge")
+    own = triton_library.returning_arguments(lambda **kw: {"out": _Tensor(999, (8,))}, "f.py::merge", params, {})
     with pytest.raises(triton_library.StrayOutput, match=r"f.py::merge returned a tensor of shape \(8,\)") as err:
         own(x, out, lse)
     assert "curated contract" in str(err.value)

@@ -180,7 +180,6 @@ def params_of(task: Task) -> list[str]:
     """Per contract argument, the wrapper's parameter that takes it (the task's ``entry_signature``:
     the parameter that feeds it), "" for a returned output; HarnessError when one has none."""
     signature = task.entry_signature
-    returned = returned_of(task)
     if signature is None:
         raise HarnessError(
             f"{task.op_id}: the task has no entry signature, so the wrapper's parameters are unknown",
@@ -190,7 +189,7 @@ def params_of(task: Task) -> list[str]:
     out: list[str] = []
     for arg in task.contract.args:
         name = arg.tensor.name if arg.tensor is not None else arg.scalar.name if arg.scalar is not None else ""
-        if name in returned:
+        if arg.tensor is not None and arg.tensor.returned is not None:
             out.append("")
         elif name in takes:
             out.append(takes[name])
@@ -203,14 +202,13 @@ def params_of(task: Task) -> list[str]:
     return out
 
 
-def library_key(task: Task, text: bytes) -> str:
+def library_key(task: Task, text: bytes, params: Sequence[str], returned: Mapping[str, int]) -> str:
+    """The content key: the spliced text, the wrapper, the exports and how the call is made
+    (:func:`params_of`, :func:`returned_of`, which the caller has already computed), and this code."""
     module, function = wrapper_of(task)
     exports = "\n".join(exports_of(task))
-    returned = ",".join(f"{name}={index}" for name, index in returned_of(task).items())
-    params = ",".join(params_of(task))
-    return content_hash(
-        KEY_SCHEMA, module, function, task.module, text, exports, params, returned, source_digest(OWN_CODE)
-    )
+    how = ",".join(params) + "|" + ",".join(f"{name}={index}" for name, index in returned.items())
+    return content_hash(KEY_SCHEMA, module, function, task.module, text, exports, how, source_digest(OWN_CODE))
 
 
 def build(
@@ -241,7 +239,7 @@ def build(
             f"{task.module} does not parse after the edit: line {err.raw_line}: {err.message}\n"
             "fix: the region is not valid Python; write it again"
         )
-    key = library_key(task, text)
+    key = library_key(task, text, params, returned)
     cache_root = pathlib.Path(cache_root)
     entry = cache_root / key
     name = pathlib.PurePosixPath(task.module).name
@@ -372,30 +370,24 @@ def function(path: str | os.PathLike[str], export: str, *, owner: str) -> Callab
 
 
 def returning_arguments(
-    wrapper: Callable[..., Any],
-    where: str,
-    params: Sequence[str] | None = None,
-    returned: Mapping[str, int] | None = None,
+    wrapper: Callable[..., Any], where: str, params: Sequence[str], returned: Mapping[str, int]
 ) -> Callable[..., Any]:
     """``wrapper`` called with the contract's arguments in order, raising :class:`StrayOutput` when it
     returns a tensor none of them holds.
 
-    ``params`` (per argument, the wrapper's parameter; None: all positional, in order) passes each by
-    keyword. An argument whose parameter is "" is the buffer of a returned output (``returned``: name
-    -> result leaf, in contract order): the wrapper never gets it, its allocations claim it
+    ``params`` (per argument, the wrapper's parameter: :func:`params_of`) passes each by keyword. An
+    argument whose parameter is "" is the buffer of a returned output (``returned``: name -> result
+    leaf, in contract order): the wrapper never gets it, its allocations claim it
     (:func:`optimize.harness.returned_outputs.claimed`) and the named result leaf must be it.
     """
-    names, leaves = list((returned or {}).keys()), list((returned or {}).values())
+    names, leaves = list(returned.keys()), list(returned.values())
 
     def call(*args: Any) -> Any:
-        if params is None:
-            result = wrapper(*args)
-        else:
-            kwargs = {param: value for param, value in zip(params, args, strict=True) if param}
-            buffers = [value for param, value in zip(params, args, strict=True) if not param]
-            with returned_outputs.claimed(buffers) if buffers else contextlib.nullcontext():
-                result = wrapper(**kwargs)
-            returned_outputs.check(result, buffers, leaves, names, where)
+        kwargs = {param: value for param, value in zip(params, args, strict=True) if param}
+        buffers = [value for param, value in zip(params, args, strict=True) if not param]
+        with returned_outputs.claimed(buffers) if buffers else contextlib.nullcontext():
+            result = wrapper(**kwargs)
+        returned_outputs.check(result, buffers, leaves, names, where)
         stray = stray_tensors(result, args)
         if stray:
             raise StrayOutput(
