@@ -81,6 +81,7 @@ DEFAULT_FAMILIES: list[dict[str, str]] = [
         "rope_dim": "qk_rope_head_dim",
         "qk_nope_head_dim": "qk_nope_head_dim",
         "v_head_dim": "v_head_dim",
+        "hc_mult": "hc_mult",
     }
 ]
 

@@ -51,6 +51,8 @@ _SCALARS = {"int": "int", "float": "float", "bool": "bool", "str": "str"}
 _TENSOR_READS = ("shape", "size", "stride", "dtype", "device", "numel", "dim", "ndim", "is_contiguous")
 _ALLOCATORS = ("empty_like", "zeros_like", "ones_like", "full_like")
 _NEW_TENSORS = ("empty", "zeros", "ones", "full", "arange", "tensor", "new_empty", "new_zeros", "new_full")
+# what makes a tensor the harness can hand its own buffer to (optimize/harness/returned_outputs.py)
+_FRESH = (*_ALLOCATORS, "empty", "zeros", "ones", "full", "new_empty", "new_zeros", "new_full")
 
 
 def value_names(node: cst.CSTNode) -> set[str]:
@@ -149,6 +151,8 @@ class _Facts:
     assigned: set[str] = dataclasses.field(default_factory=set)
     derives: dict[str, set[str]] = dataclasses.field(default_factory=dict)
     numel: dict[str, str] = dataclasses.field(default_factory=dict)  # tensor -> its element count's expression
+    values: dict[str, cst.BaseExpression] = dataclasses.field(default_factory=dict)  # local -> its one assignment
+    reassigned: set[str] = dataclasses.field(default_factory=set)
 
     def find(self, x: Any) -> Any:
         while self.parent.get(x, x) != x:
@@ -179,6 +183,8 @@ class _Wrapper(OutermostFunction):
         for target in node.targets:
             t = target.target
             for name in names_in(t) if isinstance(t, cst.Tuple | cst.List) else {dotted(t)} - {""}:
+                if name in self.f.assigned:
+                    self.f.reassigned.add(name)
                 self.f.assigned.add(name)
                 self.f.derives.setdefault(name, set()).update(value_names(node.value))
             read = _shape_read(node.value)
@@ -196,6 +202,8 @@ class _Wrapper(OutermostFunction):
                             key = self.f.dim(read[0], i)
                             self.f.union(key, ("name", name))
                             self.f.names.setdefault(key, name)
+            if isinstance(t, cst.Name):
+                self.f.values[t.value] = node.value
             if isinstance(t, cst.Name) and isinstance(node.value, cst.Call):
                 self._allocation(t.value, node.value)
 
@@ -298,6 +306,145 @@ def wrapper_params(module: cst.Module, fn: cst.FunctionDef, facts: _Facts) -> li
     return out
 
 
+def _symbol(facts: _Facts, tensor: str, index: int, symbols: list[str]) -> str:
+    """The size symbol of dimension ``index`` of ``tensor`` (the local its class is named after, else
+    ``<tensor>_dim<i>``), added to ``symbols``."""
+    cls = facts.find((tensor, index))
+    name = next((facts.names[k] for k in facts.names if facts.find(k) == cls), None)
+    if name is None:
+        name = next((n for kind, n in [cls] if kind == "name"), None) if isinstance(cls, tuple) else None
+    symbol = name if isinstance(name, str) and name != tensor else f"{tensor}_dim{index}"
+    if symbol not in symbols:
+        symbols.append(symbol)
+    return symbol
+
+
+def _chosen(node: cst.BaseExpression | None, defaults: dict[str, Any]) -> cst.BaseExpression | None:
+    """``node`` with each ``a if flag else b`` settled by the default of a bool parameter ``flag``
+    (or ``not flag``), the way the contract calls the wrapper; None when a test is anything else."""
+    while isinstance(node, cst.IfExp):
+        test, negated = node.test, False
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, negated = test.expression, True
+        if not (isinstance(test, cst.Name) and isinstance(defaults.get(test.value), bool)):
+            return None
+        node = node.body if defaults[test.value] != negated else node.orelse
+    return node
+
+
+def _returned_allocations(
+    fn: cst.FunctionDef, facts: _Facts, params: list[WrapperParam]
+) -> list[tuple[str, int, cst.Call]]:
+    """The tensors the wrapper allocates and returns: (local, its index in the result, the allocating
+    call), read from the function's last statement, ``return y`` or ``return a, b`` (the path a call
+    with the contract's scalars takes). A local assigned more than once, or a returned parameter (an
+    in-place update the contract already names), is not one."""
+    last = fn.body.body[-1] if isinstance(fn.body, cst.IndentedBlock) and fn.body.body else None
+    if not (isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return)):
+        return []
+    defaults: dict[str, Any] = {}
+    for p in params:
+        try:
+            defaults[p.name] = literal(cst.parse_expression(p.default)) if p.default is not None else None
+        except ValueError:
+            pass
+    value = _chosen(last.body[0].value, defaults)
+    items = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+    names = {p.name for p in params}
+    out = []
+    for index, item in enumerate(items):
+        if not isinstance(item, cst.Name) or item.value in names or item.value in facts.reassigned:
+            continue
+        call = _chosen(facts.values.get(item.value), defaults)
+        if isinstance(call, cst.Call):
+            tail = dotted(call.func).split(".")[-1]
+            if tail in _FRESH:
+                out.append((item.value, index, call))
+    return out
+
+
+def _returned_specs(
+    fresh: list[tuple[str, int, cst.Call]],
+    launches: list[tuple[TritonLaunch, TritonKernel]],
+    facts: _Facts,
+    params: list[WrapperParam],
+    symbols: list[str],
+    unresolved: list[str],
+) -> list[ArgSpec]:
+    """The contract's returned outputs (role output, ``returned`` = the result index), for each fresh
+    allocation a launch stores to and whose shape the wrapper names; the others become notes."""
+    stored, _, _ = _access(launches, facts, {name for name, _, _ in fresh})
+    sized = {p.name for p in params if p.kind == "int"}
+    out = []
+    for name, index, call in fresh:
+        if name not in stored:
+            unresolved.append(f"returned {name}: no launch of the wrapper stores to it; not checked")
+            continue
+        func = dotted(call.func)
+        tail = func.split(".")[-1]
+        like = call.args[0].value if tail in _ALLOCATORS and call.args else None
+        source = func.rsplit(".", 1)[0] if tail.startswith("new_") else like.value if isinstance(like, cst.Name) else ""
+        dtype = facts.dtype.get(name) or (f"@{source}" if source else "float32")
+        if tail in _ALLOCATORS:
+            rank = facts.rank.get(name)
+            shape: list[str | int] | None = [_symbol(facts, name, i, symbols) for i in range(rank)] if rank else None
+        else:
+            shape = _allocated_shape(call, facts, sized, symbols)
+        if not shape:
+            unresolved.append(
+                f"returned {name}: its shape ({cst.Module([]).code_for_node(call)}) names no size "
+                "the contract knows; not checked"
+            )
+            continue
+        tensor = TensorSpec(name=name, shape=shape, dtype=dtype, role="output", returned=index)
+        out.append(ArgSpec(kind="tensor", tensor=tensor))
+    return out
+
+
+def _allocated_shape(call: cst.Call, facts: _Facts, sized: set[str], symbols: list[str]) -> list[str | int] | None:
+    """The shape of ``torch.empty(a, b)`` / ``torch.empty((a, b), ...)`` / ``x.new_empty(...)`` as
+    contract entries: each size an integer or + - * over locals named after a tensor dimension (or int
+    parameters, which become symbols the call passes); None for anything else."""
+    positional = [a.value for a in call.args if a.keyword is None and a.star == ""]
+    if dotted(call.func).split(".")[-1] in ("full", "new_full"):
+        positional = positional[:1]
+    if len(positional) == 1 and isinstance(positional[0], cst.Tuple | cst.List):
+        positional = [e.value for e in positional[0].elements]
+    named: dict[str, str] = {}
+    for dim in positional:
+        if not _arithmetic(dim):
+            return None
+        for n in names_in(dim):
+            cls = facts.find(("name", n))
+            tied = [k for k in facts.parent if isinstance(k, tuple) and k[0] != "name" and facts.find(k) == cls]
+            if tied:
+                named[n] = _symbol(facts, tied[0][0], tied[0][1], symbols)
+            elif n in sized:
+                named[n] = n
+                if n not in symbols:
+                    symbols.append(n)
+            else:
+                return None
+    shape: list[str | int] = []
+    for dim in positional:
+        if isinstance(dim, cst.Integer):
+            shape.append(int(dim.value))
+        else:
+            renamed = dim.visit(_Rename(named))
+            assert isinstance(renamed, cst.BaseExpression)  # renaming names removes no node
+            shape.append(cst.Module([]).code_for_node(renamed))
+    return shape or None
+
+
+class _Rename(cst.CSTTransformer):
+    def __init__(self, names: dict[str, str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        return updated.with_changes(value=self.names.get(updated.value, updated.value))
+
+
 def _access(
     launches: list[tuple[TritonLaunch, TritonKernel]], facts: _Facts, params: set[str]
 ) -> tuple[set[str], set[str], list[str]]:
@@ -344,6 +491,10 @@ def infer_contract(
     fn.visit(_Wrapper(facts))
     params = wrapper_params(module, fn, facts)
     own = [(launch, kernel) for launch, kernel in launches if launch.function == function]
+    fresh = _returned_allocations(fn, facts, params)
+    for name, _, call in fresh:  # a new tensor carries no parameter's storage, whatever its call reads
+        facts.derives[name] = set()
+        _Wrapper(facts)._allocation(name, call)
     untyped = {p.name for p in params if p.kind == "?"}
     pointed, loaded, _ = _access(own, facts, untyped)
     for p in params:  # passed to a pointer the kernel stores to or loads from: a tensor
@@ -383,15 +534,7 @@ def infer_contract(
             if rank == 1 and p.name in facts.numel and not any(k[0] == p.name for k in facts.names):
                 shape = [facts.numel[p.name]]
                 symbols += [n for n in sorted(_expr_names(str(shape[0]))) if n not in symbols]
-            for i in range(rank if not shape else 0):
-                cls = facts.find((p.name, i))
-                name = next((facts.names[k] for k in facts.names if facts.find(k) == cls), None)
-                if name is None:
-                    name = next((n for kind, n in [cls] if kind == "name"), None) if isinstance(cls, tuple) else None
-                symbol = name if isinstance(name, str) and name != p.name else f"{p.name}_dim{i}"
-                shape.append(symbol)
-                if symbol not in symbols:
-                    symbols.append(symbol)
+            shape = shape or [_symbol(facts, p.name, i, symbols) for i in range(rank)]
             dtype = facts.dtype.get(p.name, "T")
             role = "input"
             if p.name in written:
@@ -417,6 +560,8 @@ def infer_contract(
                     fix=f"add a curated contract extract/curated/<op>.toml giving {p.name}",
                 )
             args.append(ArgSpec(kind="scalar", scalar=ScalarSpec(name=p.name, type=p.kind, value=value)))
+    if fresh:
+        args += _returned_specs(fresh, own, facts, params, symbols, unresolved)
     dtypes = {a.tensor.name: a.tensor.dtype for a in args if a.tensor is not None}
     for i, arg in enumerate(args):  # a dtype copied from another tensor (dtype=x.dtype)
         if arg.tensor is not None and arg.tensor.dtype.startswith("@"):

@@ -70,7 +70,7 @@ def test_launch_sites(tmp_path):
     assert data[launch.start_byte : launch.end_byte].startswith(b"scaled_add_kernel[(num_tokens,)](")
     assert data[launch.start_byte : launch.end_byte].endswith(b")")
     assert launch.grid == "(num_tokens,)" and len(launch.args) == 6
-    assert file.functions == ["scaled_add", "offsets", "untyped", "no_shape"]
+    assert file.functions == ["scaled_add", "offsets", "untyped", "no_shape", "gated", "pairs"]
 
 
 def test_a_file_that_does_not_parse_is_a_parse_error(tmp_path):

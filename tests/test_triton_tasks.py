@@ -74,6 +74,32 @@ def test_ranks_from_chained_asserts_and_sizes_from_numel(demo, tmp_path):
     assert task.contract.symbols == ["lens_dim0", "rows", "width"]
 
 
+def test_tensors_the_wrapper_allocates_and_returns_are_returned_outputs(demo, tmp_path):
+    _, index, ops = demo
+    # `out = x if inplace else torch.empty_like(x)`, inplace False by default: a new tensor, so the
+    # launch that stores to out does not make x inout
+    gated = triton_tasks.write_task(index, ops["demo.gated"], tmp_path / "work")
+    assert _args(gated) == {
+        "x": (["rows", "width"], "T", "input"),
+        "inplace": ("bool", False),
+        "out": (["rows", "width"], "T", "output"),
+    }
+    assert [a.tensor.returned for a in gated.contract.args if a.tensor is not None] == [None, 0]
+    # the last statement's tuple, not the early return; sizes from x's dims and the int k
+    pairs = triton_tasks.write_task(index, ops["demo.pairs"], tmp_path / "work")
+    args = _args(pairs)
+    assert args["out"] == (["rows", "width"], "T", "output")  # new_empty: x's dtype
+    assert args["idx"] == (["rows", "k + 1"], "int32", "output")
+    assert "spare" not in args  # no launch stores to it: not checkable, and said so
+    assert pairs.contract.unresolved == ["returned spare: no launch of the wrapper stores to it; not checked"]
+    assert {a.tensor.name: a.tensor.returned for a in pairs.contract.args if a.tensor is not None} == {
+        "x": None,
+        "out": 0,
+        "idx": 1,
+    }
+    assert pairs.contract.symbols == ["rows", "width", "k"]  # the int k sizes idx, so the call passes that size
+
+
 def test_task_folder_and_record(demo, tmp_path):
     source, index, ops = demo
     task = triton_tasks.write_task(index, ops["demo.scaled_add"], tmp_path / "work")

@@ -71,6 +71,24 @@ def untyped(x: torch.Tensor, eps) -> None:
 
 def no_shape(x, y: torch.Tensor) -> None:
     scaled_add_kernel[(1,)](x, y, y, y, 1, 1.0)
+
+
+def gated(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    rows, width = x.shape
+    out = x if inplace else torch.empty_like(x)
+    scaled_add_kernel[(rows,)](x, x, out, out, width, 1.0)
+    return out
+
+
+def pairs(x: torch.Tensor, k: int):
+    rows, width = x.shape
+    out = x.new_empty(rows, width)
+    idx = torch.empty((rows, k + 1), dtype=torch.int32, device=x.device)
+    spare = torch.zeros(rows, device=x.device)
+    scaled_add_kernel[(rows,)](x, x, out, idx, width, 1.0)
+    if rows == 0:
+        return x, x, x
+    return out, idx, spare
 """
 
 REGISTRY = """\
