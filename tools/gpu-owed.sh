@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# The H200 measurements the open issues still owe (after session 16, 2026-12-04), one device call
+# The H200 measurements the open issues still owe (after session 18, 2026-12-05), one device call
 # (about 9 minutes) per part, most valuable first:
+#   PART=5 bash tools/gpu-owed.sh RUN_TGZ   # issue 19: `integrate --run triton-owed` on session 18's
+#                                     # merge_state_triton winner through SGLang's KernelSpec path, then
+#                                     # the same run's search round resumed over the other OWED_TRITON_OPS
 #   PART=1 bash tools/gpu-owed.sh     # issue 14: search round over OWED_SWEEP_OPS, then integrate
-#   PART=2 bash tools/gpu-owed.sh     # issue 16 row 1 (bench with an op that once failed) + issue 18
-#                                     # (`bench --all`: how many tasks pass at catalog shapes)
 #   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed
-#   PART=4 bash tools/gpu-owed.sh     # issue 19: the Triton harness's GPU tests, then a search round over
-#                                     # OWED_TRITON_OPS (merge_state_triton first)
-#   PART=5 bash tools/gpu-owed.sh RUN_TGZ   # issue 19: integrate of part 4's run through SGLang's KernelSpec
-#                                     # path, then the Triton integrate GPU tests
+#   PART=4 bash tools/gpu-owed.sh     # issue 19: a fresh search round over OWED_TRITON_OPS (TESTS=1 first
+#                                     # runs the Triton harness's GPU tests, which passed on 2026-12-05)
+#   PART=2 bash tools/gpu-owed.sh     # issue 16 row 1 + issue 18's `bench --all` (both measured on
+#                                     # 2026-12-05; BENCH_S must exceed the three builds, about 100 s cold)
 # Prepare on the CPU machine first: `make device-prep` (wheels, header deps, the task tarballs of
 # tools/owed-tasks.sh). Carry, per part (64 MiB at most):
 #   1: .whl .dev/wheels .dev/tasks-owed.tar.gz           (integrate reads the sglang wheel)
 #   2: .whl .dev/deps.tar.gz .dev/tasks-all.tar.gz       (tasks carry their sources)
 #   3: .whl .dev/wheels
 #   4: .whl .dev/wheels .dev/tasks-owed.tar.gz           (the GPU tests extract merge_state_triton themselves)
-#   5: .whl .dev/wheels .dev/tasks-owed.tar.gz and part 4's run tarball
+#   5: .whl .dev/wheels .dev/tasks-owed.tar.gz and the run tarball (session 18's: .dev/run-triton-owed.tgz,
+#      out of its owed-4.tgz; without it, run PART=4 instead)
 # Everything a part writes under $OUT is packed into one owed-<part>.tgz (a call brings back 8 files).
 set -o pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -61,22 +63,28 @@ case "$part" in
 4)
   source "$here/device-setup.sh" || exit 1
   unpack_tasks .dev/tasks-owed.tar.gz || exit 1
-  timeout "${TESTS_S:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_triton_library.py \
-    2>&1 | tee "$OUT/triton-gpu-tests.log" | tail -15
-  status=$?
+  if [ "${TESTS:-0}" = 1 ]; then
+    timeout "${TESTS_S:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_triton_library.py \
+      2>&1 | tee "$OUT/triton-gpu-tests.log" | tail -15
+    status=$?
+  fi
   RUN="${RUN:-triton-owed}" SKILLS="" SWEEP_S="${SWEEP_S:-360}" OPS="$OWED_TRITON_OPS" \
     bash "$here/gpu-sweep.sh" .dev/tasks-owed.tar.gz
   status=$((status | $?))
   ;;
 5)
-  # $1: part 4's run-triton-owed.tgz (out of its owed-4.tgz, put under .dev/)
+  # $1: a run tarball of an earlier part 4 (its owed-4.tgz's run-<name>.tgz): integrate first, then the
+  # same run resumed (the ops it finished are skipped, a round it was stopped in goes on)
   run_tar="${1:?the run tarball part 4 brought back}"
-  source "$here/device-setup.sh" || exit 1
-  INTEGRATE_S="${INTEGRATE_S:-300}" bash "$here/gpu-sweep.sh" .dev/tasks-owed.tar.gz "$run_tar"
+  prior=$(tar -tzf "$run_tar" | head -1 | cut -d/ -f1)
+  RUN="$prior" SKILLS="" INTEGRATE_S="${INTEGRATE_S:-200}" SWEEP_S="${SWEEP_S:-240}" OPS="$OWED_TRITON_OPS" \
+    bash "$here/gpu-sweep.sh" .dev/tasks-owed.tar.gz "$run_tar"
   status=$?
-  timeout "${TESTS_S:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_integrate_triton.py \
-    2>&1 | tee "$OUT/integrate-triton-gpu-tests.log" | tail -15
-  status=$((status | $?))
+  if [ "${TESTS:-0}" = 1 ]; then
+    timeout "${TESTS_S:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_integrate_triton.py \
+      2>&1 | tee "$OUT/integrate-triton-gpu-tests.log" | tail -15
+    status=$((status | $?))
+  fi
   ;;
 *)
   echo "gpu-owed: PART must be 1 to 5, not '$part'" >&2
