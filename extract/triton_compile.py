@@ -80,6 +80,16 @@ def triton_available() -> str | None:
 # =========================================================================== the kernel module
 
 
+# A kernel parameter annotated ``torch.Tensor`` is evaluated when the function is defined, and Triton
+# reads the annotation's name only (through a module, which it allows): a module of that name with a
+# class ``Tensor`` stands in for torch, which compiling does not need.
+_TORCH_STUB = (
+    "import types as _types\n\n"
+    'torch = _types.ModuleType("torch")  # the kernels\' torch.Tensor annotations, without torch\n'
+    'torch.Tensor = type("Tensor", (), {})'
+)
+
+
 def kernel_module(source: bytes) -> str:
     """The file's triton imports, literal constants and ``@triton.jit`` functions, nothing else."""
     module = cst.parse_module(source)
@@ -95,6 +105,8 @@ def kernel_module(source: bytes) -> str:
                 )
                 if all(n == "triton" or n.startswith("triton.") for n in names):
                     keep.append(module.code_for_node(stmt).strip())
+                elif names == ["torch"] and isinstance(small, cst.Import) and small.names[0].asname is None:
+                    keep.append(_TORCH_STUB)
             elif isinstance(small, cst.Assign | cst.AnnAssign) and small.value is not None:
                 value = small.value
                 if isinstance(value, cst.Call) and dotted(value.func).endswith("constexpr") and value.args:
@@ -136,17 +148,33 @@ class _Evaluator:
 
     def __init__(self, fn: cst.FunctionDef, env: dict[str, Any]) -> None:
         self.env = env
-        self.assigned: dict[str, cst.BaseExpression] = {}
-        self.unpacked: dict[str, tuple[cst.BaseExpression, int]] = {}
+        # every binding of a local, in source order: (value, None) or (unpacked value, its index);
+        # branches are not followed, so a name bound in both arms of an `if` has two
+        self.bound: dict[str, list[tuple[cst.BaseExpression, int | None]]] = {}
+        self.resolving: set[str] = set()
         for stmt in _statements(fn.body):
             if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1:
                 target = stmt.targets[0].target
                 if isinstance(target, cst.Name) and target.value not in env:
-                    self.assigned.setdefault(target.value, stmt.value)
+                    self.bound.setdefault(target.value, []).append((stmt.value, None))
                 elif isinstance(target, cst.Tuple):
                     for i, el in enumerate(target.elements):
                         if isinstance(el.value, cst.Name):
-                            self.unpacked.setdefault(el.value.value, (stmt.value, i))
+                            self.bound.setdefault(el.value.value, []).append((stmt.value, i))
+
+    def _local(self, name: str, v: Any) -> Any:
+        """A local's value: its first binding that settles without reading the local itself (the
+        other arm's binding when the first one's value refers back to it)."""
+        self.resolving.add(name)
+        try:
+            for whole, i in self.bound[name]:
+                try:
+                    return v(whole) if i is None else v(whole)[i]
+                except _EVAL_ERRORS:
+                    continue
+            raise Unresolvable(name)
+        finally:
+            self.resolving.discard(name)
 
     def value(self, node: cst.BaseExpression, depth: int = 0) -> Any:
         if depth > 24:
@@ -155,11 +183,10 @@ class _Evaluator:
         if isinstance(node, cst.Name):
             if node.value in self.env:
                 return self.env[node.value]
-            if node.value in self.assigned:
-                return v(self.assigned[node.value])
-            if node.value in self.unpacked:
-                whole, i = self.unpacked[node.value]
-                return v(whole)[i]
+            if node.value in self.resolving:
+                raise Unresolvable(f"{node.value} refers to itself")
+            if node.value in self.bound:
+                return self._local(node.value, v)
             try:
                 return literal(node)
             except ValueError as err:
@@ -209,6 +236,15 @@ class _Evaluator:
             return v(node.body) if v(node.test) else v(node.orelse)
         if isinstance(node, cst.Tuple):
             return tuple(v(el.value) for el in node.elements)
+        if isinstance(node, cst.Dict):  # a launch's **config: {"BLOCK_SIZE": ..., "num_warps": ...}
+            out: dict[str, Any] = {}
+            for el in node.elements:  # the entries that settle (one that does not leaves its default)
+                if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
+                    try:
+                        out[str(el.key.evaluated_value)] = v(el.value)
+                    except _EVAL_ERRORS:
+                        continue
+            return out
         return literal(node)
 
     @staticmethod
@@ -317,8 +353,11 @@ def case_env(task: Task, case: ShapeCase, dtype: str) -> dict[str, Any]:
                 for d in t.shape
             ]
             env[t.name] = _Tensor(t.name, dtype if t.dtype == "T" else t.dtype, shape)
-        elif arg.scalar is not None and arg.scalar.value is not None:  # an open scalar stays unknown
+        elif arg.scalar is not None and arg.scalar.value is not None:
             env[arg.scalar.name] = arg.scalar.value
+        elif arg.scalar is not None and arg.scalar.type == "int" and arg.scalar.name in case.sizes:
+            env[arg.scalar.name] = case.sizes[arg.scalar.name]  # an int named after a size takes it, as in a call
+        # any other open scalar stays unknown
     for param in task.entry_signature.params if task.entry_signature else []:
         if param.name not in env and param.default is not None:
             try:
@@ -372,6 +411,8 @@ def launch_values(
     for option in ("num_warps", "num_stages"):
         if option in given:
             options[option] = int(ev.value(given[option]))
+        elif option in spread_values:
+            options[option] = int(spread_values[option])
         elif config is not None and getattr(config, option) is not None:
             options[option] = int(getattr(config, option))
     signature: dict[str, str] = {}

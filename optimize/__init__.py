@@ -15,7 +15,8 @@ lane per local GPU, or Ray tasks across hosts; used by the commands, ``harness.b
 - features (static features + profile facts), transform_edits (byte edits checked to
   parse) -> pdl_transforms (PDL on, late wait, early trigger) -> transforms (the
   mechanical edits' registry and the others; triton_transforms, the libcst edits of a
-  Triton task's regions, comes before it and is registered there),
+  Triton task's regions, and triton_coarsen (program coarsening, over triton_transforms)
+  come before it and are registered there),
   skills (library + rule language), trajectory (round records), policy (the
   deterministic planner);
 - budget, hooks (the loop's typed integration points), run_folder (one op's folder,

@@ -54,6 +54,7 @@ from optimize.features import Features
 from optimize.hint_transforms import WHICH, streaming_hints
 from optimize.pdl_transforms import enable_pdl, pdl_early_trigger, pdl_late_wait
 from optimize.transform_edits import Edit, NotApplicable, TransformError, apply_edits, line_start
+from optimize.triton_coarsen import coarsen_programs
 from optimize.triton_transforms import autotune_pin, block_size, constexpr_default, launch_option
 
 # --------------------------------------------------------------------------- tune_constant
@@ -560,6 +561,21 @@ TRANSFORMS: dict[str, TransformSpec] = {
             (),
             _triton_targets,
             "set the default of a Triton kernel's block-size constexpr",
+            choice=("value",),
+        ),
+        TransformSpec(
+            "triton_coarsen_programs",
+            coarsen_programs,
+            {
+                "launch": "launch region",
+                "kernel": "the launched kernel's region",
+                "axis": "the grid axis",
+                "value": "programs folded into one (a power of two)",
+            }
+            | _BUCKETED,
+            (),
+            _triton_targets,
+            "run several consecutive programs of a Triton grid axis in one program (grid and kernel together)",
             choice=("value",),
         ),
         TransformSpec(

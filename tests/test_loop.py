@@ -1161,6 +1161,10 @@ def test_a_triton_task_is_searched_over_its_tunables_each_point_compiled_before_
 
     monkeypatch.setattr(Triton, "precheck", precheck)
     backend = CountingBackend(replay_path)
+    # the autotune pin only (the demo's launch may also be coarsened: tests/test_triton_coarsen.py)
+    from optimize.search import triton_space
+
+    monkeypatch.setattr(triton_space, "_coarsening", lambda *args: ([], []))
     loop = Loop(config(tmp_path, rounds=2), LoopOptions(run="r1", coder="offline"), backend, hooks=hooks())
     summary = loop.run([(folder, task)])
     traj = Trajectory(tmp_path / "runs/r1/demo.scaled_add/trajectory.jsonl")

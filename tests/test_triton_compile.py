@@ -34,7 +34,9 @@ def test_kernel_module_keeps_triton_and_drops_the_rest():
         b"@triton.autotune(configs=[], key=[])\n@triton.jit\ndef k(p, B: tl.constexpr):\n    pass\n\n"
         b"def wrapper(x):\n    k[(1,)](x, 4)\n"
     )
-    assert "torch" not in text and "from x" not in text and "def wrapper" not in text
+    assert "import torch\n" not in text and "_T = torch" not in text and "from x" not in text
+    assert "def wrapper" not in text
+    assert 'torch = _types.ModuleType("torch")' in text  # what a `torch.Tensor` annotation reads
     assert "_K = 4" in text and "@triton.jit\ndef k(p, B: tl.constexpr):" in text and "autotune" not in text
 
 
@@ -104,6 +106,12 @@ def test_an_unknown_launch_value_names_the_parameter_and_the_fix(demo_task):
         # launched with *input.stride(), *output.stride() and **pdl_kwargs: before the star was kept, the
         # stride tuple landed in one parameter and every later argument one parameter early
         ("moe.moe_sum_reduce_triton", "_moe_sum_reduce_kernel"),
+        # hidden_dim and head_dim are bound in both arms of an `if`: the first binding that settles counts
+        ("elementwise.fused_sigmoid_mul", "_fused_sigmoid_mul_kernel"),
+        # kernel parameters annotated torch.Tensor, which Triton evaluates when the kernel is defined
+        ("attention.prepare_trtllm_nope_sparse_metadata", "prepare_trtllm_nope_sparse_metadata_kernel"),
+        # HC=hc_mult: an open int scalar named after a size symbol takes the case's size
+        ("layernorm.hc_broadcast", "_hc_broadcast_kernel"),
     ],
 )
 def test_real_triton_ops_compile(sglang_source, tmp_path, op_id, kernel):
@@ -114,3 +122,20 @@ def test_real_triton_ops_compile(sglang_source, tmp_path, op_id, kernel):
     report = triton_compile.compile_task(task_dir(tmp_path / "work", task.op_id), task)
     assert report.ok, report.stderr
     assert [r.kernel for r in report.resources] == [kernel]
+
+
+@needs_triton
+@pytest.mark.wheel
+def test_a_launch_with_a_config_dict_compiles_with_its_settled_entries(sglang_source, tmp_path):
+    """fused_moe_router_cudacore launches with **config, config = {"BLOCK_SIZE": next_power_of_2(hidden_dim),
+    "num_warps": ...a value of the platform...}: BLOCK_SIZE settles, num_warps keeps Triton's default."""
+    from contract.completion import complete
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    index, _ = triton_ops.scan_tree(sglang_source, root / "work" / "cache")
+    op = next(o for o in index.ops if o.id == "moe.fused_moe_router_cudacore")
+    task = triton_tasks.write_task(index, op, tmp_path / "work")
+    folder = task_dir(tmp_path / "work", task.op_id)
+    task, _ = complete(task, folder)  # moe_softcapping: completion.toml's rule
+    report = triton_compile.compile_task(folder, task)
+    assert report.ok, report.stderr

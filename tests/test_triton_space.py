@@ -42,13 +42,17 @@ def demo(tmp_path):
 def test_an_autotuned_kernel_offers_a_pin_and_no_launch_options(demo):
     task, folder, _ = demo
     found, skipped, tokens = triton_space.tunables(task, folder)
-    assert [(t.id, t.values) for t in found] == [("scaled_add_kernel/autotune", (0, 1))]
+    assert [(t.id, t.values) for t in found] == [
+        ("launch:scaled_add_kernel/programs[0]", (2, 4, 8)),  # program coarsening (optimize.triton_coarsen)
+        ("scaled_add_kernel/autotune", (0, 1)),
+    ]
     assert {s.what for s in skipped} == {"launch:scaled_add_kernel/num_warps", "launch:scaled_add_kernel/num_stages"}
     assert tokens == "x.shape[0]"  # num_tokens, read from the first required tensor
     space = triton_space.triton_space(task, folder)
     assert [triton_space.point_id(space, p) for p in triton_space.single_points(space)] == [
         "scaled_add_kernel/autotune=0",
         "scaled_add_kernel/autotune=1",
+        *(f"launch:scaled_add_kernel/programs[0]@{b}={k}" for b in ("T<=64", "T>=512") for k in (2, 4, 8)),
     ]
 
 

@@ -49,6 +49,7 @@ ORDER = (
     "triton_autotune_pin",
     "triton_constexpr_default",
     "triton_block_size",
+    "triton_coarsen_programs",
     "triton_launch_option",
 )
 

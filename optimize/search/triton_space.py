@@ -42,6 +42,7 @@ from typing import Any
 import libcst as cst
 
 from contract.layout import SRC_DIR, baseline_regions, read_task_files
+from optimize import triton_coarsen as coarsen
 from optimize import triton_transforms as tt
 from optimize.policy import Decision
 from optimize.search.space import Choice, Space, build_space
@@ -53,7 +54,15 @@ SKILLS = {
     "triton_block_size": "triton_block_size",
     "triton_constexpr_default": "triton_constexpr_default",
     "triton_autotune_pin": "triton_autotune_pin",
+    "triton_coarsen_programs": "triton_coarsen_programs",
 }
+
+
+def what_of(target: Mapping[str, Any]) -> str:
+    """The part of a target a choice sets: an option, a constexpr, ``programs[axis]``, or the autotune list."""
+    if "axis" in target:
+        return f"programs[{target['axis']}]"
+    return str(target.get("option") or target.get("name") or "autotune")
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,9 @@ class Tunable:
     """One thing a point may change: a transform on one target, the baseline's value, the others offered."""
 
     transform: str
-    target: tuple[tuple[str, str], ...]  # launch/option, launch/name, kernel/name or kernel (sorted items)
+    target: tuple[
+        tuple[str, str | int], ...
+    ]  # launch/option, launch/name, kernel/name, kernel, or axis/kernel/launch (sorted items)
     baseline: int | None
     values: tuple[int, ...]
     bucketed: bool  # a launch-side choice, one dimension per token bucket
@@ -69,7 +80,7 @@ class Tunable:
     @property
     def id(self) -> str:
         t = dict(self.target)
-        return f"{t.get('launch') or t.get('kernel')}/{t.get('option') or t.get('name') or 'autotune'}"
+        return f"{t.get('launch') or t.get('kernel')}/{what_of(t)}"
 
 
 @dataclass(frozen=True)
@@ -213,6 +224,45 @@ def _literal_binding(name: str, bound: Mapping[str, list[cst.BaseExpression | No
     return tt.literal_int(values[0]) if len(values) == 1 else None
 
 
+def imports_triton(module: cst.Module) -> bool:
+    """Whether the wrapper's file binds the name ``triton`` (``import triton``): a coarsened grid calls
+    ``triton.cdiv``."""
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Import) and any(
+                    tt.code(a.name) == "triton" and a.asname is None for a in small.names
+                ):
+                    return True
+    return False
+
+
+def _coarsening(
+    call: cst.Call, kernel_text: str, kernel: str, span: str, has_triton: bool
+) -> tuple[list[Tunable], list[Untunable]]:
+    """Program coarsening (:mod:`optimize.triton_coarsen`) per grid axis the kernel reads, bucketed."""
+    what = f"{span}/programs"
+    entries = coarsen.grid_entries(call)
+    if entries is None:
+        return [], [Untunable(what, "the grid is not a literal tuple in the launch (the wrapper computes it)")]
+    if not has_triton:
+        return [], [Untunable(what, "the wrapper's file does not `import triton` (a coarsened grid calls triton.cdiv)")]
+    try:
+        _, fn = tt.parse_kernel(kernel_text, kernel)
+    except tt.TransformError:
+        return [], [Untunable(what, "the kernel's region is not a module-level function")]
+    axes, returns = coarsen.program_axes(fn)
+    p = fn.params
+    if returns or p.kwonly_params or p.star_kwarg or p.star_arg is not cst.MaybeSentinel.DEFAULT:
+        return [], [Untunable(what, "the kernel returns early or takes *args / keyword-only parameters")]
+    out = []
+    for axis in sorted(axes):
+        if axis < len(entries) and tt.literal_int(entries[axis]) is None:
+            target = (("axis", axis), ("kernel", kernel), ("launch", span))
+            out.append(Tunable(coarsen.TRANSFORM, target, 1, coarsen.FACTORS, True))
+    return out, []
+
+
 def tunables(task: Task, task_dir: pathlib.Path) -> tuple[list[Tunable], list[Untunable], str]:
     """(the task's tunables, what looked tunable but is not and why, the token expression or "")."""
     if task.triton is None:
@@ -259,6 +309,9 @@ def tunables(task: Task, task_dir: pathlib.Path) -> tuple[list[Tunable], list[Un
             out.append(
                 Tunable("triton_launch_option", target, baseline, tuple(v for v in choices if v != baseline), True)
             )
+        found, why = _coarsening(call, regions.get(kernel.name, ""), kernel.name, span, imports_triton(module))
+        out += found
+        skipped += why
         for p in kernel.params:
             if not (p.constexpr and is_block_size(p.name)):
                 continue
@@ -410,7 +463,7 @@ def choice_id(choice: Choice) -> str:
     """A choice as text: ``launch:k/num_warps@T<=64=8``, ``k/BLOCK=128``, ``k/autotune=1``."""
     p: dict[str, Any] = choice.as_dict
     where = p.get("launch") or p.get("kernel")
-    what = p.get("option") or p.get("name") or "autotune"
+    what = what_of(p)
     bucket = f"@{p['bucket']}" if p.get("bucket") else ""
     return f"{where}/{what}{bucket}={p.get('value', p.get('index'))}"
 
