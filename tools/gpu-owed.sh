@@ -3,7 +3,7 @@
 # (about 9 minutes) per part, most valuable first:
 #   PART=5 bash tools/gpu-owed.sh RUN_TGZ   # issue 19: `integrate --run triton-owed` on session 18's
 #                                     # merge_state_triton winner through SGLang's KernelSpec path, then
-#                                     # the same run's search round resumed over the other OWED_TRITON_OPS
+#                                     # a new search round (program coarsening in the space) over OWED_TRITON_OPS
 #   PART=1 bash tools/gpu-owed.sh     # issue 14: search round over OWED_SWEEP_OPS, then integrate
 #   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed
 #   PART=4 bash tools/gpu-owed.sh     # issue 19: a fresh search round over OWED_TRITON_OPS (TESTS=1 first
@@ -73,12 +73,12 @@ case "$part" in
   status=$((status | $?))
   ;;
 5)
-  # $1: a run tarball of an earlier part 4 (its owed-4.tgz's run-<name>.tgz): integrate first, then the
-  # same run resumed (the ops it finished are skipped, a round it was stopped in goes on)
+  # $1: a run tarball of an earlier part 4 (its owed-4.tgz's run-<name>.tgz): integrate first, then a new
+  # run (RUN, default triton-owed-2) over the Triton ops: its space has program coarsening (cdfe971),
+  # which the earlier run's did not, so that run is not resumed
   run_tar="${1:?the run tarball part 4 brought back}"
-  prior=$(tar -tzf "$run_tar" | head -1 | cut -d/ -f1)
-  RUN="$prior" SKILLS="" INTEGRATE_S="${INTEGRATE_S:-200}" SWEEP_S="${SWEEP_S:-240}" OPS="$OWED_TRITON_OPS" \
-    bash "$here/gpu-sweep.sh" .dev/tasks-owed.tar.gz "$run_tar"
+  RUN="${RUN:-triton-owed-2}" SKILLS="" INTEGRATE_S="${INTEGRATE_S:-200}" SWEEP_S="${SWEEP_S:-240}" \
+    OPS="$OWED_TRITON_OPS" bash "$here/gpu-sweep.sh" .dev/tasks-owed.tar.gz "$run_tar"
   status=$?
   if [ "${TESTS:-0}" = 1 ]; then
     timeout "${TESTS_S:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_integrate_triton.py \
