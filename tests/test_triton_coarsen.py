@@ -5,10 +5,9 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from triton_demo import demo_tree
+from triton_demo import scaled_add_task
 
 from contract.layout import baseline_regions, read_task_files, task_dir
-from extract import triton_ops, triton_tasks
 from optimize import transforms
 from optimize import triton_coarsen as tc
 from optimize.search import triton_space
@@ -120,11 +119,7 @@ def test_what_cannot_be_coarsened_says_why():
 
 @pytest.fixture
 def demo_task(tmp_path):
-    source = demo_tree(tmp_path)
-    index, _ = triton_ops.scan_tree(source, None)
-    op = next(o for o in index.ops if o.id == "demo.scaled_add")
-    work = tmp_path / "work"
-    task = triton_tasks.write_task(index, op, work)
+    work, task = scaled_add_task(tmp_path)
     return task_dir(work, task.op_id), task
 
 

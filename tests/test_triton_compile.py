@@ -9,7 +9,7 @@ import importlib.util
 import pathlib
 
 import pytest
-from triton_demo import demo_tree
+from triton_demo import scaled_add_task
 
 from contract.layout import task_dir
 from extract import triton_compile, triton_ops, triton_tasks
@@ -21,11 +21,7 @@ needs_triton = pytest.mark.skipif(
 
 @pytest.fixture
 def demo_task(tmp_path):
-    source = demo_tree(tmp_path)
-    index, _ = triton_ops.scan_tree(source, None)
-    op = next(o for o in index.ops if o.id == "demo.scaled_add")
-    work = tmp_path / "work"
-    return work, triton_tasks.write_task(index, op, work)
+    return scaled_add_task(tmp_path)
 
 
 def test_kernel_module_keeps_triton_and_drops_the_rest():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pathlib
 
-from pipeline.records import SourceInfo
+from pipeline.records import SourceInfo, Task
 
 SCALE = """\
 import torch
@@ -131,3 +131,13 @@ def demo_tree(tmp_path: pathlib.Path) -> SourceInfo:
     (ops / "bare.py").write_text(BARE, encoding="utf-8")
     (ops / "broken.py").write_text(BROKEN, encoding="utf-8")
     return SourceInfo(kind="package", root=str(root), version="demo")
+
+
+def scaled_add_task(tmp_path: pathlib.Path) -> tuple[pathlib.Path, Task]:
+    """The demo tree's ``demo.scaled_add`` written as a task under ``tmp_path/work``: (work dir, task)."""
+    from extract import triton_ops, triton_tasks
+
+    index, _ = triton_ops.scan_tree(demo_tree(tmp_path), None)
+    op = next(o for o in index.ops if o.id == "demo.scaled_add")
+    work = tmp_path / "work"
+    return work, triton_tasks.write_task(index, op, work)
