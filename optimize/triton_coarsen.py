@@ -106,14 +106,22 @@ class _Rewrite(cst.CSTTransformer):
         return updated
 
 
-def _coarsened_kernel(fn: cst.FunctionDef, axis: int) -> cst.FunctionDef:
-    kernel = fn.name.value
+def why_not(fn: cst.FunctionDef) -> str:
+    """Why no axis of kernel ``fn`` can be coarsened ("" when one may be)."""
     params = fn.params
     if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params or params.star_kwarg:
-        raise NotApplicable(TRANSFORM, f"{kernel} takes *args or keyword-only parameters")
-    axes, returns = program_axes(fn)
-    if returns:
-        raise NotApplicable(TRANSFORM, f"{kernel} returns early: its body cannot move into a loop")
+        return f"{fn.name.value} takes *args or keyword-only parameters"
+    if program_axes(fn)[1]:
+        return f"{fn.name.value} returns early: its body cannot move into a loop"
+    return ""
+
+
+def _coarsened_kernel(fn: cst.FunctionDef, axis: int) -> cst.FunctionDef:
+    kernel = fn.name.value
+    refused = why_not(fn)
+    if refused:
+        raise NotApplicable(TRANSFORM, refused)
+    axes, _ = program_axes(fn)
     if axis not in axes:
         raise NotApplicable(TRANSFORM, f"{kernel} never reads tl.program_id({axis})")
     assert isinstance(fn.body, cst.IndentedBlock)
@@ -145,6 +153,7 @@ def _coarsened_kernel(fn: cst.FunctionDef, axis: int) -> cst.FunctionDef:
             equal=cst.AssignEqual(),
         ),
     ]
+    params = fn.params
     existing = list(params.params)
     # the new parameters take the list's own layout: one a line when it is laid out so (a trailing comma)
     between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
@@ -206,4 +215,13 @@ def coarsen_programs(
     return out
 
 
-__all__ = ["FACTORS", "TRANSFORM", "coarsen_programs", "extent_param", "factor_param", "grid_entries", "program_axes"]
+__all__ = [
+    "FACTORS",
+    "TRANSFORM",
+    "coarsen_programs",
+    "extent_param",
+    "factor_param",
+    "grid_entries",
+    "program_axes",
+    "why_not",
+]

@@ -70,9 +70,8 @@ class Tunable:
     """One thing a point may change: a transform on one target, the baseline's value, the others offered."""
 
     transform: str
-    target: tuple[
-        tuple[str, str | int], ...
-    ]  # launch/option, launch/name, kernel/name, kernel, or axis/kernel/launch (sorted items)
+    # launch/option, launch/name, kernel/name, kernel, or axis/kernel/launch (sorted items)
+    target: tuple[tuple[str, str | int], ...]
     baseline: int | None
     values: tuple[int, ...]
     bucketed: bool  # a launch-side choice, one dimension per token bucket
@@ -251,10 +250,10 @@ def _coarsening(
         _, fn = tt.parse_kernel(kernel_text, kernel)
     except tt.TransformError:
         return [], [Untunable(what, "the kernel's region is not a module-level function")]
-    axes, returns = coarsen.program_axes(fn)
-    p = fn.params
-    if returns or p.kwonly_params or p.star_kwarg or p.star_arg is not cst.MaybeSentinel.DEFAULT:
-        return [], [Untunable(what, "the kernel returns early or takes *args / keyword-only parameters")]
+    refused = coarsen.why_not(fn)
+    if refused:
+        return [], [Untunable(what, refused)]
+    axes, _ = coarsen.program_axes(fn)
     out = []
     for axis in sorted(axes):
         if axis < len(entries) and tt.literal_int(entries[axis]) is None:
