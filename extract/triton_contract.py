@@ -494,7 +494,8 @@ def infer_contract(
     fresh = _returned_allocations(fn, facts, params)
     for name, _, call in fresh:  # a new tensor carries no parameter's storage, whatever its call reads
         facts.derives[name] = set()
-        _Wrapper(facts)._allocation(name, call)
+        if facts.values[name] is not call:  # chosen out of an if-else: visit_Assign saw no call
+            _Wrapper(facts)._allocation(name, call)
     untyped = {p.name for p in params if p.kind == "?"}
     pointed, loaded, _ = _access(own, facts, untyped)
     for p in params:  # passed to a pointer the kernel stores to or loads from: a tensor

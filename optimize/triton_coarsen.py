@@ -58,7 +58,7 @@ def grid_entries(call: cst.Call) -> list[cst.BaseExpression] | None:
     if len(sub.slice) > 1:
         return [s.slice.value for s in sub.slice if isinstance(s.slice, cst.Index)]
     index = sub.slice[0].slice
-    value = tt._bare(index.value) if isinstance(index, cst.Index) else None
+    value = tt.bare(index.value) if isinstance(index, cst.Index) else None
     if isinstance(value, cst.Tuple):
         return [e.value for e in value.elements]
     return None
@@ -183,25 +183,18 @@ def coarsen_programs(
     (in every token bucket, or in ``bucket`` only)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
         raise TransformError(f"{TRANSFORM}: the factor must be a power of two, not {value!r}")
-    call = tt.parse_launch(regions[launch], launch) if launch in regions else None
-    if call is None:
-        raise TransformError(f"no launch region {launch!r}; regions: {sorted(regions)}")
+    call = tt.launch_call(regions, launch)
     entries = grid_entries(call)
     if entries is None or not 0 <= axis < len(entries):
         raise NotApplicable(TRANSFORM, f"{launch}'s grid is not a literal tuple with an axis {axis}")
     out = dict(regions)
-    module, fn = tt.parse_kernel(regions[kernel], kernel) if kernel in regions else (None, None)
-    if module is None or fn is None:
-        raise TransformError(f"no kernel region {kernel!r}; regions: {sorted(regions)}")
+    module, fn = tt.kernel_region(regions, kernel)
     if not any(p.name.value == factor_param(axis) for p in fn.params.params):
-        out[kernel] = module.with_changes(
-            body=[_coarsened_kernel(fn, axis) if s is fn else s for s in module.body]
-        ).code
-        tt.parse_kernel(out[kernel], kernel)
+        out = tt.kernel_edited(regions, kernel, module, fn, _coarsened_kernel(fn, axis), TRANSFORM)
     given = tt.keyword(call, factor_param(axis))
     extent = tt.keyword(call, extent_param(axis))
     entry = extent.value if extent is not None else entries[axis]
-    factor = tt._new_value(given.value if given is not None else None, value, bucket, tokens, 1)
+    factor = tt.new_value(given.value if given is not None else None, value, bucket, tokens, 1)
     grid_entry = cst.parse_expression(f"triton.cdiv({tt.code(entry)}, {tt.code(factor)})")
     sub = call.func
     assert isinstance(sub, cst.Subscript)
@@ -209,9 +202,9 @@ def coarsen_programs(
     new_sub = sub.deep_replace(old, grid_entry)
     assert isinstance(new_sub, cst.Subscript)
     edited = call.with_changes(func=new_sub)
-    edited = tt._with_keyword(edited, extent_param(axis), entry)
-    edited = tt._with_keyword(edited, factor_param(axis), factor)
-    out[launch] = tt._edited(regions, launch, edited, TRANSFORM)[launch]
+    edited = tt.with_keyword(edited, extent_param(axis), entry)
+    edited = tt.with_keyword(edited, factor_param(axis), factor)
+    out[launch] = tt.edited_launch(regions, launch, edited, TRANSFORM)[launch]
     return out
 
 

@@ -83,7 +83,7 @@ def bucket_test(bucket: str, tokens: str) -> str:
     raise TransformError(f"unknown bucket {bucket!r}; buckets: {[b[0] for b in BUCKETS]}")
 
 
-def _bare(node: cst.BaseExpression) -> cst.BaseExpression:
+def bare(node: cst.BaseExpression) -> cst.BaseExpression:
     return node.with_changes(lpar=[], rpar=[]) if hasattr(node, "lpar") else node
 
 
@@ -91,10 +91,10 @@ def split_chain(node: cst.BaseExpression, tokens: str) -> tuple[dict[str, cst.Ba
     """A keyword value as (bucket -> its value, the fallback): the inverse of :func:`join_chain`."""
     tests = {name: cst.parse_expression(bucket_test(name, tokens)) for name, _, _ in BUCKETS}
     chosen: dict[str, cst.BaseExpression] = {}
-    while isinstance(_bare(node), cst.IfExp):
-        ifexp = _bare(node)
+    while isinstance(bare(node), cst.IfExp):
+        ifexp = bare(node)
         assert isinstance(ifexp, cst.IfExp)
-        test = _bare(ifexp.test)
+        test = bare(ifexp.test)
         bucket = next((name for name, t in tests.items() if t.deep_equals(test)), None)
         if bucket is None or bucket in chosen:
             break
@@ -111,7 +111,7 @@ def join_chain(chosen: Mapping[str, cst.BaseExpression], fallback: cst.BaseExpre
     return "(" + " else ".join(parts) + f" else {code(fallback)})"
 
 
-def _new_value(
+def new_value(
     current: cst.BaseExpression | None, value: int, bucket: str, tokens: str, default: int | None
 ) -> cst.BaseExpression:
     if not bucket:
@@ -144,7 +144,7 @@ def keyword(call: cst.Call, name: str) -> cst.Arg | None:
     return next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
 
 
-def _with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
     """``call`` with keyword ``name`` set to ``value``: replaced in place, else appended in the call's own layout."""
     found = keyword(call, name)
     if found is not None:
@@ -170,7 +170,7 @@ class _Replace(cst.CSTTransformer):
     """Every expression deep-equal to ``old`` (parentheses aside) becomes ``new``."""
 
     def __init__(self, old: cst.BaseExpression, new: cst.BaseExpression) -> None:
-        self.old, self.new, self.count = _bare(old), new, 0
+        self.old, self.new, self.count = bare(old), new, 0
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> Any:
         # names that are not reads keep their spelling: a keyword (BLOCK=BLOCK), an attribute, a lambda's parameter
@@ -180,15 +180,15 @@ class _Replace(cst.CSTTransformer):
             return updated.with_changes(attr=original.attr)
         if isinstance(original, cst.Param) and isinstance(updated, cst.Param):
             return updated.with_changes(name=original.name)
-        if isinstance(original, cst.BaseExpression) and _bare(original).deep_equals(self.old):
+        if isinstance(original, cst.BaseExpression) and bare(original).deep_equals(self.old):
             self.count += 1
             if getattr(original, "lpar", None):  # the original's own parentheses stay, around the bare new value
-                return _bare(self.new).with_changes(lpar=original.lpar, rpar=original.rpar)
+                return bare(self.new).with_changes(lpar=original.lpar, rpar=original.rpar)
             return self.new
         return updated
 
 
-def _edited(regions: Mapping[str, str], span: str, new: cst.Call, transform: str) -> dict[str, str]:
+def edited_launch(regions: Mapping[str, str], span: str, new: cst.Call, transform: str) -> dict[str, str]:
     text = code(new)
     parse_launch(text, span)
     if text == regions[span]:
@@ -196,7 +196,7 @@ def _edited(regions: Mapping[str, str], span: str, new: cst.Call, transform: str
     return {**regions, span: text}
 
 
-def _launch(regions: Mapping[str, str], launch: str) -> cst.Call:
+def launch_call(regions: Mapping[str, str], launch: str) -> cst.Call:
     if launch not in regions:
         raise TransformError(f"no launch region {launch!r}; regions: {sorted(regions)}")
     return parse_launch(regions[launch], launch)
@@ -209,13 +209,13 @@ def launch_option(
     if option not in LAUNCH_OPTIONS:
         raise TransformError(f"launch option must be one of {LAUNCH_OPTIONS}, not {option!r}")
     check_value(option, value)
-    call = _launch(regions, launch)
+    call = launch_call(regions, launch)
     found = keyword(call, option)
     current = found.value if found is not None else None
-    return _edited(
+    return edited_launch(
         regions,
         launch,
-        _with_keyword(call, option, _new_value(current, value, bucket, tokens, DEFAULTS[option])),
+        with_keyword(call, option, new_value(current, value, bucket, tokens, DEFAULTS[option])),
         "triton_launch_option",
     )
 
@@ -225,24 +225,24 @@ def block_size(
 ) -> dict[str, str]:
     """Set constexpr ``name`` the launch passes by keyword; a value passed as a name changes at every use in the launch."""
     check_value(name, value)
-    call = _launch(regions, launch)
+    call = launch_call(regions, launch)
     found = keyword(call, name)
     if found is None:
         raise NotApplicable("triton_block_size", f"{launch} passes no keyword {name}")
     current = found.value
-    new = _new_value(current, value, bucket, tokens, None)
-    if isinstance(_bare(current), cst.Integer):  # a literal: the keyword, and the same number in the grid only
+    new = new_value(current, value, bucket, tokens, None)
+    if isinstance(bare(current), cst.Integer):  # a literal: the keyword, and the same number in the grid only
         grid = call.func
         assert isinstance(grid, cst.Subscript)
         edited_grid = grid.visit(_Replace(current, new))
         assert isinstance(edited_grid, cst.Subscript)
-        return _edited(
-            regions, launch, _with_keyword(call, name, new).with_changes(func=edited_grid), "triton_block_size"
+        return edited_launch(
+            regions, launch, with_keyword(call, name, new).with_changes(func=edited_grid), "triton_block_size"
         )
     replace = _Replace(current, new)
     edited = call.visit(replace)
     assert isinstance(edited, cst.Call)
-    return _edited(regions, launch, edited, "triton_block_size")
+    return edited_launch(regions, launch, edited, "triton_block_size")
 
 
 # --------------------------------------------------------------------------- the kernel region
@@ -259,13 +259,13 @@ def parse_kernel(text: str, kernel: str) -> tuple[cst.Module, cst.FunctionDef]:
     return module, fn
 
 
-def _kernel(regions: Mapping[str, str], kernel: str) -> tuple[cst.Module, cst.FunctionDef]:
+def kernel_region(regions: Mapping[str, str], kernel: str) -> tuple[cst.Module, cst.FunctionDef]:
     if kernel not in regions:
         raise TransformError(f"no kernel region {kernel!r}; regions: {sorted(regions)}")
     return parse_kernel(regions[kernel], kernel)
 
 
-def _kernel_edited(
+def kernel_edited(
     regions: Mapping[str, str],
     kernel: str,
     module: cst.Module,
@@ -283,15 +283,15 @@ def _kernel_edited(
 def constexpr_default(regions: Mapping[str, str], *, kernel: str, name: str, value: int) -> dict[str, str]:
     """Set the default of ``kernel``'s constexpr parameter ``name`` (one the launches do not pass)."""
     check_value(name, value)
-    module, fn = _kernel(regions, kernel)
+    module, fn = kernel_region(regions, kernel)
     param = next((p for p in (*fn.params.params, *fn.params.kwonly_params) if p.name.value == name), None)
     if param is None or param.default is None:
         raise NotApplicable("triton_constexpr_default", f"{kernel} has no parameter {name} with a default")
-    if not isinstance(_bare(param.default), cst.Integer):
+    if not isinstance(bare(param.default), cst.Integer):
         raise NotApplicable("triton_constexpr_default", f"{kernel}.{name}'s default is not an integer literal")
     new = fn.deep_replace(param, param.with_changes(default=cst.Integer(str(value))))
     assert isinstance(new, cst.FunctionDef)
-    return _kernel_edited(regions, kernel, module, fn, new, "triton_constexpr_default")
+    return kernel_edited(regions, kernel, module, fn, new, "triton_constexpr_default")
 
 
 def autotune_call(fn: cst.FunctionDef) -> cst.Call | None:
@@ -310,7 +310,7 @@ def autotune_list(call: cst.Call) -> cst.List | None:
 
 def autotune_pin(regions: Mapping[str, str], *, kernel: str, index: int) -> dict[str, str]:
     """Keep config ``index`` of ``kernel``'s autotune list, alone (its text kept as written)."""
-    module, fn = _kernel(regions, kernel)
+    module, fn = kernel_region(regions, kernel)
     call = autotune_call(fn)
     configs = autotune_list(call) if call is not None else None
     if configs is None:
@@ -322,11 +322,11 @@ def autotune_pin(regions: Mapping[str, str], *, kernel: str, index: int) -> dict
     kept = configs.elements[index].with_changes(comma=configs.elements[-1].comma)
     new = fn.deep_replace(configs, configs.with_changes(elements=[kept]))
     assert isinstance(new, cst.FunctionDef)
-    return _kernel_edited(regions, kernel, module, fn, new, "triton_autotune_pin")
+    return kernel_edited(regions, kernel, module, fn, new, "triton_autotune_pin")
 
 
 def literal_int(node: cst.BaseExpression | None) -> int | None:
-    node = _bare(node) if node is not None else None
+    node = bare(node) if node is not None else None
     if isinstance(node, cst.Integer):
         return int(node.evaluated_value)
     return None
@@ -347,6 +347,13 @@ def names_of(nodes: Sequence[cst.CSTNode]) -> set[str]:
 
 __all__ = [
     "DEFAULTS",
+    "bare",
+    "edited_launch",
+    "kernel_edited",
+    "kernel_region",
+    "launch_call",
+    "new_value",
+    "with_keyword",
     "LAUNCH_OPTIONS",
     "NUM_STAGES",
     "NUM_WARPS",

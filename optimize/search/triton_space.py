@@ -272,6 +272,7 @@ def tunables(task: Task, task_dir: pathlib.Path) -> tuple[list[Tunable], list[Un
     skipped: list[Untunable] = []
     tokens = ""
     passed: dict[str, set[str]] = {}  # kernel -> constexprs some launch passes
+    has_triton = imports_triton(module)
     for span, launch in _launch_spans(task):
         kernel = _kernel_of(task, launch)
         fn = wrapper_function(module, launch.function)
@@ -308,7 +309,7 @@ def tunables(task: Task, task_dir: pathlib.Path) -> tuple[list[Tunable], list[Un
             out.append(
                 Tunable("triton_launch_option", target, baseline, tuple(v for v in choices if v != baseline), True)
             )
-        found, why = _coarsening(call, regions.get(kernel.name, ""), kernel.name, span, imports_triton(module))
+        found, why = _coarsening(call, regions.get(kernel.name, ""), kernel.name, span, has_triton)
         out += found
         skipped += why
         for p in kernel.params:
