@@ -40,7 +40,7 @@ from integrate.errors import GitError
 from integrate.evidence import OpFacts, RunFacts, gather, launch_facts, refuse_simulated
 from integrate.records import E2EResult, IntegrateReport, OpChange, Patch
 from optimize.report import params_text
-from pipeline.buckets import floor_text
+from pipeline.buckets import BUCKETS, bucket_for, floor_text
 from pipeline.records import ShapeTiming
 from pipeline.stats import geomean
 
@@ -287,6 +287,28 @@ def _size_switches(facts: OpFacts) -> list[str]:
     return out
 
 
+def _bucketed_steps(facts: OpFacts, tokens: list[int]) -> list[str]:
+    """A bucketed candidate's (a launch option chosen per token bucket, ``params.bucket``) lines:
+    each bucket's settings and the token counts measured in it, then the buckets left to the baseline."""
+    steps = facts.params.get("steps")
+    chosen: dict[str, list[str]] = defaultdict(list)
+    test = ""
+    for step in steps if isinstance(steps, list) else []:
+        params = step.get("params") if isinstance(step, dict) else None
+        if isinstance(params, dict) and params.get("bucket"):
+            chosen[str(params["bucket"])].append(f"{params.get('option')}={params.get('value')}")
+            test = test or str(params.get("tokens") or "")
+    if not chosen:
+        return []
+    out = [f"- token count read at run time as `{test}`; per bucket ({', '.join(b for b, _, _ in BUCKETS)}):"]
+    for name, _, _ in BUCKETS:
+        measured = [t for t in tokens if bucket_for(t) == name]
+        seen = f" (token counts {', '.join(map(str, measured))} measured)" if measured else " (no shape measured)"
+        settings = ", ".join(chosen[name]) if name in chosen else "the baseline's launch options (fallback)"
+        out.append(f"  - `{name}`: {settings}{seen}")
+    return out
+
+
 def _buckets(op: OpChange, facts: OpFacts, sim: str) -> list[str]:
     """Which token counts the candidate serves with which configuration, and what falls back."""
     out = [f"Buckets and fallbacks (`{op.op_id}`):", ""]
@@ -294,7 +316,10 @@ def _buckets(op: OpChange, facts: OpFacts, sim: str) -> list[str]:
     tokens = sorted({t.sizes.get("num_tokens", 0) for t in timings if "num_tokens" in t.sizes})
     config = params_text(dict(facts.params)) or "no parameters"
     served = f"token counts {', '.join(map(str, tokens))} measured" if tokens else "every shape"
-    if facts.guarded:
+    bucketed = _bucketed_steps(facts, tokens)
+    if bucketed:
+        out += bucketed
+    elif facts.guarded:
         out.append(
             f"- a shape dispatch in the diff keeps the baseline code at the shapes where the candidate was slower; every other "
             f"shape runs the candidate ({config}); {served}."
@@ -565,7 +590,7 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
                 )
             out.append("")
             out += [
-                "| dtype | cases | pass | skipped | bitwise equal | max abs err | rtol | atol | outputs poisoned |",
+                "| dtype | cases | pass | skipped | bitwise equal | max abs err | rtol | atol (or 2^-20 x max\\|expected\\|, if larger) | outputs poisoned |",
                 "|---|---:|---:|---:|---:|---:|---:|---:|---|",
             ]
             for dtype, cases in by_dtype.items():

@@ -200,6 +200,19 @@ def test_tiny_absolute_differences_under_float32_normal_pass():
     assert not judge([0.0], [1e-6], dtype="fp16").ok
 
 
+def test_a_small_difference_of_large_terms_may_differ_by_float32_ulps_of_the_largest_value():
+    # measured on the H200 (2026-12-05): a rope kernel that only reordered its sum of squares; the
+    # same tensor holds values up to about 10
+    assert judge([-1.92225e-06, 10.0], [-1.96695e-06, 10.0]).ok
+    # the floor scales with the tensor: with 1e-3 its largest value, 4.5e-08 is far too much
+    assert not judge([-1.92225e-06, 1e-3], [-1.96695e-06, 1e-3]).ok
+    # and it is far below a real error (here 1e-4 off at a small value), which names the floor it broke
+    v = judge([-1.92225e-06, 10.0], [1e-4, 10.0])
+    assert not v.ok and "9.54e-06 + 0.0156*|expected|" in v.reason
+    # integers stay exact, whatever their size
+    assert not judge([1, 1 << 20], [2, 1 << 20], dtype="int32").ok
+
+
 def test_integer_outputs_must_match_exactly():
     assert judge([3, 4], [3, 4], dtype="int32").ok
     assert not judge([3, 4], [3, 5], dtype="int32").ok

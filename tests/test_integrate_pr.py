@@ -477,6 +477,17 @@ def test_pr_is_written_for_a_reviewer(tmp_path):
         "launches of at most 132 blocks (a test of each launch's own grid) get PDL; larger launches run as the "
         "baseline does there (`pdl_small_grids`)" in switched
     )
+    # a Triton launch option chosen per token bucket: each bucket's settings, and the bucket left to the baseline
+    per_bucket = [
+        {"skill": "triton_num_warps", "params": {"bucket": b, "option": "num_warps", "value": v, "tokens": "x.shape[0]"}}
+        for b, v in (("T<=64", 1), ("T>=512", 8))
+    ]
+    bucketed = render(report, facts=_facts(steps=per_bucket))
+    assert "nothing falls back" not in bucketed
+    assert "- token count read at run time as `x.shape[0]`; per bucket (T<=64, 64<T<512, T>=512):" in bucketed
+    assert "  - `T<=64`: num_warps=1 (token counts 1 measured)" in bucketed
+    assert "  - `64<T<512`: the baseline's launch options (fallback) (no shape measured)" in bucketed
+    assert "  - `T>=512`: num_warps=8 (token counts 4096 measured)" in bucketed
 
 
 def test_a_replay_run_is_labelled_simulated(tmp_path):
