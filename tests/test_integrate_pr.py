@@ -479,7 +479,10 @@ def test_pr_is_written_for_a_reviewer(tmp_path):
     )
     # a Triton launch option chosen per token bucket: each bucket's settings, and the bucket left to the baseline
     per_bucket = [
-        {"skill": "triton_num_warps", "params": {"bucket": b, "option": "num_warps", "value": v, "tokens": "x.shape[0]"}}
+        {
+            "skill": "triton_num_warps",
+            "params": {"bucket": b, "option": "num_warps", "value": v, "tokens": "x.shape[0]"},
+        }
         for b, v in (("T<=64", 1), ("T>=512", 8))
     ]
     bucketed = render(report, facts=_facts(steps=per_bucket))
