@@ -331,7 +331,12 @@ class Loop(Session):
             config=self.config,
             coder=self.options.coder,
             measure=lambda members: evaluate_many_once(
-                op, members, self.backend, self.budget, precheck=lambda c: language.precheck(op.task_dir, op.task, c)
+                op,
+                members,
+                self.backend,
+                self.budget,
+                precheck=lambda c: language.precheck(op.task_dir, op.task, c),
+                jobs=self.config.search.build_jobs,
             ),
             seed=number,
             foreign=op.foreign,

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import pathlib
 import re
+import threading
 
 import pytest
 
@@ -1149,11 +1150,22 @@ def test_a_triton_task_is_searched_over_its_tunables_each_point_compiled_before_
     checked: list[str] = []
     real = Triton.precheck
 
+    running, overlapped = [0], threading.Event()
+    lock = threading.Lock()
+
     def precheck(self, task_dir, task, candidate):
-        checked.append(candidate.id)
-        verdict = real(self, task_dir, task, candidate)  # Triton's compiler, for every point
-        assert verdict is None, verdict.detail  # both pins compile; the first is refused below all the same
-        if len(checked) == 1:
+        with lock:
+            checked.append(candidate.id)
+            running[0] += 1
+            if running[0] > 1:
+                overlapped.set()
+        try:
+            verdict = real(self, task_dir, task, candidate)  # Triton's compiler, for every point
+        finally:
+            with lock:
+                running[0] -= 1
+        assert verdict is None, verdict.detail  # both pins compile; pin 0 is refused below all the same
+        if '"index": 0' in json.dumps(candidate.params, sort_keys=True):  # checks run at once: decide by content
             return Evaluation(
                 op_id=task.op_id, candidate=candidate.id, outcome=Outcome.compile_failed, detail="pin 0 refused"
             )
@@ -1165,13 +1177,17 @@ def test_a_triton_task_is_searched_over_its_tunables_each_point_compiled_before_
     from optimize.search import triton_space
 
     monkeypatch.setattr(triton_space, "_coarsening", lambda *args: ([], []))
-    loop = Loop(config(tmp_path, rounds=2), LoopOptions(run="r1", coder="offline"), backend, hooks=hooks())
+    cfg = config(tmp_path, rounds=2)
+    cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update={"build_jobs": 2})})
+    loop = Loop(cfg, LoopOptions(run="r1", coder="offline"), backend, hooks=hooks())
     summary = loop.run([(folder, task)])
+    assert overlapped.is_set(), "the population's compile checks run at once (search.build_jobs)"
     traj = Trajectory(tmp_path / "runs/r1/demo.scaled_add/trajectory.jsonl")
     first = traj.rounds()[0]
     members = {a.candidate: a for a in first.attempts if a.candidate}
     assert len(checked) == 2 and set(checked) == set(members)
-    refused, other = checked
+    refused = next(c for c in checked if members[c].outcome == Outcome.compile_failed)
+    other = next(c for c in checked if c != refused)
     assert members[refused].outcome == Outcome.compile_failed and "pin 0 refused" in members[refused].detail
     assert refused not in {cid for cid, _ in backend.calls}, "a refused point never reaches the backend"
     assert (other, "round") in backend.calls and first.accepted and first.candidate == other
