@@ -43,7 +43,7 @@ every float dtype): a value computed in float32 as the *difference* of two large
 absolute error of a few float32 ulps of those terms, and after rounding to bf16 that is no longer
 within one ulp of the small result. Measured on the H200 (2026-12-05): a rope kernel that only
 reordered its sum of squares gave ``n0*cos - n1*sin = -1.967e-06`` where the baseline gave
-``-1.922e-06`` (|diff| 4.5e-08, outputs up to about 10), and GELU written as ``x / (1 + exp(-2u))``
+``-1.922e-06`` (|diff| 4.5e-08, in a tensor of normalized heads), and GELU written as ``x / (1 + exp(-2u))``
 differed from the baseline's ``x * 0.5 * (1 + tanhf(u))`` by 4.5e-08 at -9.5e-07, where the
 baseline's own ``1 + tanh`` cancels. Both were rejected by the relative rule alone. The floor is
 relative to the tensor, so it scales with the data, and it is far below any real bug: a skipped
