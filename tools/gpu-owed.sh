@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# The H200 measurements the open issues still owe (after session 18, 2026-12-05), one device call
+# The H200 measurements the open issues still owe (after session 19, 2026-12-05), one device call
 # (about 9 minutes) per part, most valuable first:
-#   PART=5 bash tools/gpu-owed.sh RUN_TGZ   # issue 19: `integrate --run triton-owed` on session 18's
-#                                     # merge_state_triton winner through SGLang's KernelSpec path, then
-#                                     # a new search round (program coarsening in the space) over OWED_TRITON_OPS
+#   PART=4 bash tools/gpu-owed.sh     # issue 19 item 6: a search round over OWED_TRITON_OPS (merge_state_triton
+#                                     # is done: extract, optimize and integrate, 2026-12-05); RUN=<new name>
 #   PART=1 bash tools/gpu-owed.sh     # issue 14: search round over OWED_SWEEP_OPS, then integrate
 #   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed
-#   PART=4 bash tools/gpu-owed.sh     # issue 19: a fresh search round over OWED_TRITON_OPS (TESTS=1 first
-#                                     # runs the Triton harness's GPU tests, which passed on 2026-12-05)
+#   PART=5 bash tools/gpu-owed.sh RUN_TGZ   # integrate a part-4 run (its owed-4.tgz's run-<name>.tgz), then
+#                                     # a new search round over the Triton ops (RUN, default triton-owed-2)
 #   PART=2 bash tools/gpu-owed.sh     # issue 16 row 1 + issue 18's `bench --all` (both measured on
 #                                     # 2026-12-05; BENCH_S must exceed the three builds, about 100 s cold)
+# Hand-written candidates go through tools/gpu-agent.sh (a manifest of region files under .dev/).
 # Prepare on the CPU machine first: `make device-prep` (wheels, header deps, the task tarballs of
 # tools/owed-tasks.sh). Carry, per part (64 MiB at most):
 #   1: .whl .dev/wheels .dev/tasks-owed.tar.gz           (integrate reads the sglang wheel)
