@@ -167,11 +167,13 @@ def in_order(tensor: Any, order: str | None) -> Any:
     return tensor.sort(dim=-1, stable=True).values
 
 
-def absolute_floor(expected: Any, finite: Any, tol: Tolerance) -> float:
-    """``max(atol, scale_atol * max |expected|)`` over the finite elements (the module docstring says why)."""
-    if not tol.scale_atol or count_true(finite) == 0:
+def absolute_floor(magnitude: Any, finite: Any, tol: Tolerance) -> float:
+    """``max(atol, scale_atol * max |expected|)`` over the finite elements (the module docstring says why);
+    ``magnitude`` is ``|expected|``, which the caller's relative limit reads too. With no finite
+    element the largest is 0, so the floor is ``atol``."""
+    if not tol.scale_atol:
         return tol.atol
-    largest = float(expected.abs().where(finite, 0.0).max().item())
+    largest = float(magnitude.where(finite, 0.0).max().item())
     return max(tol.atol, tol.scale_atol * largest)
 
 
@@ -224,8 +226,9 @@ def compare_tensor(
     categories.append(("non-finite mismatch", only(~e_fin & ~same_nonfinite)))
     both = e_fin & g_fin
     diff = (g - e).abs()
-    atol = absolute_floor(e, e_fin, tol)
-    limit = e.abs() * tol.rtol + atol
+    magnitude = e.abs()
+    atol = absolute_floor(magnitude, e_fin, tol)
+    limit = magnitude * tol.rtol + atol
     categories.append(("tolerance", only(both & (diff > limit))))
 
     counts = {label: count_true(mask) for label, mask in categories}
