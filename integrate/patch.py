@@ -58,10 +58,12 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 
+from contract.layout import SRC_DIR
 from integrate.diffs import patch_text, patched_paths, sha256, verify_spans
 from integrate.errors import ConfigError, PatchError
 from integrate.records import FileChange, Layout, OpChange, Patch
 from integrate.triton_splice import check_python
+from optimize.reach import foreign_code, merge_functions, task_wrappers
 from pipeline.errors import StaleRecordError
 from pipeline.records import (
     Candidate,
@@ -217,7 +219,11 @@ def _geomean_of(acc: Accepted) -> float:
 
 
 def _overlap(a: Accepted, b: Accepted) -> str:
-    """The first span of ``a`` that a span of ``b`` in the same file overlaps with other text ("" if none)."""
+    """The first span of ``a`` that a span of ``b`` in the same file overlaps with text that does not combine ("" if none).
+
+    The same span with different texts combines when the two change different functions of it
+    (:func:`optimize.reach.merge_functions`: twin ops' methods of one launcher struct).
+    """
     spans_a, spans_b = _spans_by_name(a.task), _spans_by_name(b.task)
     for name_a, text_a in a.candidate.regions.items():
         sa = spans_a.get(name_a)
@@ -225,10 +231,19 @@ def _overlap(a: Accepted, b: Accepted) -> str:
             sb = spans_b.get(name_b)
             if sa is None or sb is None or sa.file != sb.file:
                 continue
-            same = (sa.start_byte, sa.end_byte) == (sb.start_byte, sb.end_byte) and text_a == text_b
-            if not same and sa.start_byte < sb.end_byte and sb.start_byte < sa.end_byte:
+            if (sa.start_byte, sa.end_byte) == (sb.start_byte, sb.end_byte) and (
+                text_a == text_b or merge_functions(name_a, _baseline_text(a, sa), [text_a, text_b]) is not None
+            ):
+                continue
+            if sa.start_byte < sb.end_byte and sb.start_byte < sa.end_byte:
                 return f"{sa.file}: {name_a}"
     return ""
+
+
+def _baseline_text(acc: Accepted, span: Span) -> str:
+    """The text the task was extracted with at ``span`` ("" without its source copy: then nothing merges)."""
+    source = acc.task_dir / SRC_DIR / span.file
+    return source.read_bytes()[span.start_byte : span.end_byte].decode("utf-8", "replace") if source.is_file() else ""
 
 
 def resolve_overlaps(accepted: list[Accepted]) -> tuple[list[Accepted], dict[str, str]]:
@@ -292,8 +307,6 @@ def _refuse_foreign_edits(acc: Accepted, by_name: dict[str, Span], package_root:
     unmeasured change; optimize leaves those regions alone since 4ffcd35, and a run made before
     it is refused here (mask_topk_ids's H200 candidate also moved moe.hash_topk's trigger).
     """
-    from optimize.reach import foreign_regions, task_wrappers
-
     if acc.task.language != "cuda":
         return
     files: dict[str, bytes] = {}
@@ -303,11 +316,7 @@ def _refuse_foreign_edits(acc: Accepted, by_name: dict[str, Span], package_root:
             target = package_root / span.file
             files[span.file] = target.read_bytes() if target.is_file() else b""
         baseline[name] = files[span.file][span.start_byte : span.end_byte].decode("utf-8", "replace")
-    changed = sorted(
-        name
-        for name in foreign_regions(baseline, task_wrappers(acc.task))
-        if name in acc.candidate.regions and acc.candidate.regions[name] != baseline[name]
-    )
+    changed = foreign_code(baseline, task_wrappers(acc.task)).touched(baseline, acc.candidate.regions)
     if changed:
         raise PatchError(
             f"candidate {acc.candidate.id} of {acc.op_id} changes {', '.join(changed)}, which another op's "
@@ -381,7 +390,7 @@ def compose(accepted: list[Accepted], package_root: pathlib.Path) -> tuple[list[
                     fix="re-run optimize (its best/ folder is out of step with its candidate)",
                 )
         else:
-            unique = _disjoint(path, file_edits)
+            unique = _disjoint(path, _merge_same_spans(old, file_edits))
             new = splice(old, [(e.span.start_byte, e.span.end_byte, e.text) for e in unique])
             matched_best = False  # optimize saw each op alone; no best/src copy has both
         spans = sorted(
@@ -416,6 +425,23 @@ def task_patch(
     layout = layout_of(source)
     files, _ = compose([Accepted(task.op_id, candidate, None, task, task_dir)], layout.package_root)
     return files, patch_text((layout.diff_path(f.path), f.old, f.new, _git_mode(f.mode)) for f in files)
+
+
+def _merge_same_spans(old: bytes, file_edits: list[_Edit]) -> list[_Edit]:
+    """The edits, each span several ops replace differently replaced once by the texts' function-wise merge
+    (:func:`optimize.reach.merge_functions`); texts that do not combine are left for :func:`_disjoint` to refuse."""
+    groups: dict[tuple[int, int], list[_Edit]] = {}
+    for edit in file_edits:
+        groups.setdefault((edit.span.start_byte, edit.span.end_byte), []).append(edit)
+    out: list[_Edit] = []
+    for (start, end), group in groups.items():
+        texts = list(dict.fromkeys(e.text.decode() for e in group))
+        merged = merge_functions(group[0].span.name, old[start:end].decode(), texts) if len(texts) > 1 else None
+        if merged is None:
+            out.extend(group)
+        else:
+            out.append(_Edit(group[0].span, merged.encode(), "+".join(sorted({e.op_id for e in group}))))
+    return out
 
 
 def _disjoint(path: str, file_edits: list[_Edit]) -> list[_Edit]:

@@ -252,7 +252,7 @@ class Loop(Session):
             if candidate.id == base.id:  # nothing left to measure
                 foreign = result.regions != base.regions  # every edit was to another op's regions
                 detail = (
-                    f"the edit changes only regions this op never runs: {', '.join(sorted(op.foreign))}"
+                    f"the edit changes only code this op never runs: {', '.join(op.foreign.names())}"
                     if foreign
                     else "the edit gives back the base's own code"
                 )
@@ -354,7 +354,7 @@ class Loop(Session):
 
     def _candidate(self, op: OpState, base: Candidate, plan: planning.Plan, result: CodeResult) -> Candidate:
         assert result.regions is not None
-        regions = confine(base.regions, result.regions, op.foreign)  # other ops' regions stay as they are
+        regions = confine(base.regions, result.regions, op.foreign)  # other ops' code stays as it is
         candidate = Candidate(
             op_id=op.task.op_id,
             id=candidate_id(regions),

@@ -1,25 +1,40 @@
-"""Which editable regions an op never runs, so that no candidate edits them.
+"""Which editable code an op never runs, so that no candidate edits it unmeasured.
 
 Why: extraction hands an op every function of its kernel file, and a file often holds
 several ops' launchers and kernels (``deepseek_v4/hash_topk.cuh``: ``HashTopKKernel`` for
-moe.hash_topk, ``MaskKernel`` for moe.mask_topk_ids). A transform applied to "every kernel"
-then edits another op's kernel too. The harness validates and times only what this op's
-exports run, so such an edit would reach the patch unmeasured (found in the PR of
-mask_topk_ids's early-trigger candidate, H200 sweep of 2026-12-02).
+moe.hash_topk, ``MaskKernel`` for moe.mask_topk_ids), sometimes in one struct
+(``speculative/ngram_embedding.cuh``: ``NgramEmbeddingKernel`` has one static method per op,
+four ops in all). A transform applied to "every kernel" or "every launch" then edits another
+op's code too. The harness validates and times only what this op's entry runs, so such an
+edit would reach the patch unmeasured (found in the PR of mask_topk_ids's early-trigger
+candidate, H200 sweep of 2026-12-02; and in compute_n_gram_ids's PDL candidate of session 11,
+which also changed the two update_token_table launches).
 
-A region is *foreign* when it is positively another op's: a launcher region none of whose
-launches belongs to an exported wrapper (``Instantiation.wrappers``, template arguments
-dropped), or a kernel only such launches start. What must stay true: when no launch can
-be matched to an export (function-pointer launches, helpers the region model does not
-follow) nothing is foreign, so a region the reach model cannot place stays editable.
+The model: the op's *reachable* host functions are the launchers its entry points export
+(``Instantiation.wrappers`` whose exported name is one of ``Task.entry_points``, template
+arguments dropped) and, transitively, every host function whose name their bodies mention. A
+launch is ours when the function holding it is reachable. Then:
+
+- a launcher region is *foreign* when none of its launches is ours, and a kernel region when
+  only foreign launches start it (as before);
+- inside a launcher region that is ours, a host function that is not reachable is a *foreign
+  function* (``NgramEmbeddingKernel::update_token_table`` for compute_n_gram_ids):
+  :func:`confine` gives it back its baseline text while the op's own methods keep their edits.
+
+What must stay true: when no launch can be matched to an export (function-pointer launches,
+helpers the region model does not follow), nothing is foreign, so code the model cannot place
+stays editable. A name mentioned anywhere in a reachable body makes that function reachable,
+so a mistake makes code *ours*, never foreign. Not covered: struct-level constants shared by
+several ops' methods (``kBlockSize``) stay editable, their effect on the other ops unmeasured.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from optimize.cuda_regions import Region
+from optimize.cuda_regions import Region, RegionFunction
 
 
 def bare_name(wrapper: str) -> str:
@@ -32,69 +47,176 @@ def bare_name(wrapper: str) -> str:
         name = shorter
 
 
-def foreign_regions(regions: Mapping[str, str], wrappers: Iterable[str]) -> frozenset[str]:
-    """Names of the regions that belong to other ops (see the module doc); empty when unsure."""
+@dataclass(frozen=True)
+class Foreign:
+    """The code of a task only other ops run: whole regions, and host functions inside the op's own launcher regions."""
+
+    regions: frozenset[str] = frozenset()
+    functions: Mapping[str, frozenset[str]] = field(default_factory=dict)  # region -> qualified names
+
+    def __bool__(self) -> bool:
+        return bool(self.regions or self.functions)
+
+    def names(self) -> list[str]:
+        """Every foreign region, then every foreign function as ``region: Struct::method``, sorted."""
+        return sorted(self.regions) + sorted(f"{r}: {q}" for r, names in self.functions.items() for q in names)
+
+    def touched(
+        self, base: Mapping[str, str], edited: Mapping[str, str], same: Callable[[str, str], bool] = str.__eq__
+    ) -> list[str]:
+        """The foreign regions and functions (as in :meth:`names`) whose text ``edited`` changes."""
+        out = [r for r in sorted(self.regions) if r in edited and r in base and not same(base[r], edited[r])]
+        for name, qualnames in sorted(self.functions.items()):
+            if name not in edited or name not in base or same(base[name], edited[name]):
+                continue
+            old, new = _functions_in(name, base[name]), _functions_in(name, edited[name])
+            for q in sorted(qualnames):
+                if [t for k, t in old if k == q] != [t for k, t in new if k == q]:
+                    out.append(f"{name}: {q}")
+        return out
+
+
+def _reachable(region: Region, exported: set[str]) -> list[RegionFunction]:
+    """The host functions the exported launchers run, by name, transitively ([] if no export is defined here)."""
+    todo = [f for f in region.hosts if f.qualname in exported or f.name in exported]
+    seen = {id(f): f for f in todo}
+    while todo:
+        body = todo.pop()
+        text = body.doc.src[body.body.start_byte : body.body.end_byte].decode("utf-8", "replace")
+        for f in region.hosts:
+            if id(f) not in seen and re.search(rf"\b{re.escape(f.name)}\b", text):
+                seen[id(f)] = f
+                todo.append(f)
+    return list(seen.values())
+
+
+def foreign_code(regions: Mapping[str, str], wrappers: Iterable[str]) -> Foreign:
+    """What of ``regions`` only other ops run (see the module doc); empty when unsure."""
     exported = {bare_name(w) for w in wrappers}
-    owners = {name.split("::")[0] for name in exported if "::" in name}
     try:
         region = Region(regions)
     except Exception:  # noqa: BLE001 - a region the parser cannot read is left alone
-        return frozenset()
-
-    def ours(launch) -> bool:
-        func = launch.func
-        if func is None:
-            return False
-        return func.qualname in exported or func.name in exported or (func.owner_name or "") in owners
-
+        return Foreign()
+    reachable = {id(f) for f in _reachable(region, exported)}
     mine: set[str] = set()  # our launcher regions and the kernels they start
-    callers: set[str] = set()  # our launcher regions
-    theirs: dict[str, set[str]] = {}  # launcher region -> kernels its launches start
-    names: dict[str, set[str]] = {}  # launcher region -> the functions launching there
-    matched = False
+    theirs: dict[str, set[str]] = {}  # launcher region -> kernels its other launches start
     for launch in region.launches:
         kernels = set(region.launched_kernels(launch))
-        if ours(launch):
-            matched = True
+        if launch.func is not None and id(launch.func) in reachable:
             mine.update(kernels)
             mine.add(launch.doc.span)
-            callers.add(launch.doc.span)
         else:
             theirs.setdefault(launch.doc.span, set()).update(kernels)
-            if launch.func is not None:  # how a caller names it: the struct of a method, else the function
-                names.setdefault(launch.doc.span, set()).add(launch.func.owner_name or launch.func.name)
-    if not matched:
-        return frozenset()
-    # a launcher our launchers call (a helper such as ``launch_kernel<T>(...)``) is ours too
-    grew = True
-    while grew:
-        grew = False
-        for span in [s for s in theirs if s not in mine]:
-            called = any(
-                re.search(rf"\b{re.escape(name)}\b", regions.get(own, ""))
-                for name in names.get(span, ())
-                for own in callers
-            )
-            if called:
-                mine.add(span)
-                callers.add(span)
-                mine.update(theirs[span])
-                grew = True
+    if not mine:
+        return Foreign()
     kernel_span = {k.name: k.doc.span for k in region.kernels}
-    foreign = {span for span in theirs if span not in mine}
+    whole = {span for span in theirs if span not in mine}
     for kernels in theirs.values():
-        foreign.update(kernel_span[k] for k in kernels - mine if k in kernel_span and kernel_span[k] not in mine)
-    return frozenset(name for name in foreign if name in regions)
+        whole.update(kernel_span[k] for k in kernels - mine if k in kernel_span and kernel_span[k] not in mine)
+    functions: dict[str, set[str]] = {}
+    for f in region.hosts:
+        if f.doc.span in mine and f.doc.span in theirs and id(f) not in reachable:
+            functions.setdefault(f.doc.span, set()).add(f.qualname)
+    return Foreign(
+        regions=frozenset(name for name in whole if name in regions),
+        functions={name: frozenset(qs) for name, qs in functions.items() if name in regions},
+    )
 
 
-def confine(base: Mapping[str, str], edited: Mapping[str, str], foreign: frozenset[str]) -> dict[str, str]:
-    """``edited`` with every foreign region given back its ``base`` text."""
-    return {name: (base.get(name, text) if name in foreign else text) for name, text in edited.items()}
+def foreign_regions(regions: Mapping[str, str], wrappers: Iterable[str]) -> frozenset[str]:
+    """Names of the regions that belong wholly to other ops (:func:`foreign_code`'s ``regions``)."""
+    return foreign_code(regions, wrappers).regions
+
+
+def _functions_in(name: str, text: str) -> list[tuple[str, str]]:
+    """(qualified name, definition text) of every function defined in one region text, in order."""
+    region = Region({name: text})
+    return [
+        (f.qualname, f.doc.src[f.node.start_byte : f.node.end_byte].decode("utf-8", "replace")) for f in region.funcs
+    ]
+
+
+def _restore_functions(name: str, base: str, edited: str, qualnames: frozenset[str]) -> str:
+    """``edited`` with the functions named ``qualnames`` given back their ``base`` text.
+
+    Functions are matched by qualified name and order among namesakes (overloads). When the
+    two texts do not define the same such functions, the whole region goes back to ``base``:
+    the op's own edits there are lost, but nothing unmeasured is kept.
+    """
+    try:
+        old = [(k, t) for k, t in _functions_in(name, base) if k in qualnames]
+        doc = Region({name: edited})
+    except Exception:  # noqa: BLE001 - unreadable: keep nothing of the edit
+        return base
+    new = [f for f in doc.funcs if f.qualname in qualnames]
+    if [k for k, _ in old] != [f.qualname for f in new]:
+        return base
+    src = doc.docs[0].src
+    for (_, text), f in sorted(zip(old, new), key=lambda pair: -pair[1].node.start_byte):
+        src = src[: f.node.start_byte] + text.encode("utf-8") + src[f.node.end_byte :]
+    return src.decode("utf-8")
+
+
+def confine(base: Mapping[str, str], edited: Mapping[str, str], foreign: Foreign) -> dict[str, str]:
+    """``edited`` with every foreign region, and every foreign function of a shared region, given back its ``base`` text."""
+    out: dict[str, str] = {}
+    for name, text in edited.items():
+        if name in foreign.regions:
+            out[name] = base.get(name, text)
+        elif name in foreign.functions and name in base and text != base[name]:
+            out[name] = _restore_functions(name, base[name], text, foreign.functions[name])
+        else:
+            out[name] = text
+    return out
+
+
+def merge_functions(name: str, base: str, edits: Sequence[str]) -> str | None:
+    """One text of region ``name`` holding every edit, or None when two of them change the same code.
+
+    Twin ops (compute_n_gram_ids and its _decode twin) share a launcher region and, confined,
+    each edits only its own methods there: the edits combine function by function. They
+    combine only when every text defines the same functions in the same order, the text
+    between functions is the base's in all of them, and no function is changed two different
+    ways. Each op was measured with the other's functions as the base has them, and never
+    runs those (:func:`foreign_code`), so the merged text is what each op measured.
+    """
+    try:
+        texts = [base, *edits]
+        parsed = [Region({name: text}) for text in texts]
+    except Exception:  # noqa: BLE001 - unreadable: no merge
+        return None
+    layouts = []
+    for region in parsed:
+        src = region.docs[0].src
+        funcs = sorted(region.funcs, key=lambda f: f.node.start_byte)
+        if any(a.node.end_byte > b.node.start_byte for a, b in zip(funcs, funcs[1:])):
+            return None  # nested definitions (a local struct's method): not split
+        cuts = [0, *(b for f in funcs for b in (f.node.start_byte, f.node.end_byte)), len(src)]
+        pieces = [src[cuts[i] : cuts[i + 1]] for i in range(len(cuts) - 1)]
+        layouts.append(([f.qualname for f in funcs], pieces[0::2], pieces[1::2]))
+    names, between, bodies = layouts[0]
+    if any(other[0] != names or other[1] != between for other in layouts[1:]):
+        return None
+    merged: list[bytes] = []
+    for i, original in enumerate(bodies):
+        changed = {layout[2][i] for layout in layouts[1:]} - {original}
+        if len(changed) > 1:
+            return None
+        merged.append(changed.pop() if changed else original)
+    out = between[0] + b"".join(body + gap for body, gap in zip(merged, between[1:]))
+    return out.decode("utf-8")
 
 
 def task_wrappers(task) -> list[str]:
-    """The launcher names every instantiation of ``task`` exports (``Instantiation.wrappers``)."""
-    return [target for inst in task.instantiations for _, target in inst.wrappers]
+    """The launchers ``task``'s entry points run: the targets of the wrappers it exports under those names.
+
+    A module often exports several ops' wrappers (all four ngram_embedding ones); the harness
+    calls only ``task.entry_points``. With no wrapper named so, every wrapper counts (unsure).
+    """
+    pairs = [(export, target) for inst in task.instantiations for export, target in inst.wrappers]
+    entries = set(task.entry_points)
+    chosen = [target for export, target in pairs if export in entries]
+    return chosen or [target for _, target in pairs]
 
 
-__all__ = ["bare_name", "confine", "foreign_regions", "task_wrappers"]
+__all__ = ["Foreign", "bare_name", "confine", "foreign_code", "foreign_regions", "merge_functions", "task_wrappers"]

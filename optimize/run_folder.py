@@ -67,8 +67,8 @@ class OpState:
         self.files = files
         self.baseline_regions = baseline_regions
         self.kinds = {span.name: span.kind for span in task.editable}
-        # regions other ops' launchers own (optimize.reach): no candidate may change them unmeasured
-        self.foreign = language_of(task).foreign_regions(task, baseline_regions)
+        # code only other ops run (optimize.reach): no candidate may change it unmeasured
+        self.foreign = language_of(task).foreign_code(task, baseline_regions)
 
     def baseline_candidate(self) -> Candidate:
         return Candidate(

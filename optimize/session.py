@@ -261,12 +261,13 @@ class Session:
                 fix=f"use the region names the task shows: {', '.join(sorted(base.regions))}",
             )
         same = language_of(op.task).dialect.same  # whitespace the compiler does not read (Python reads indentation)
-        theirs = sorted(k for k in regions if k in op.foreign and not same(base.regions[k], regions[k]))
+        theirs = op.foreign.touched(base.regions, {**base.regions, **regions}, same)
         if theirs:  # optimize.reach: no check of this op runs them, so the edit would go unmeasured
             raise ConfigError(
-                f"{op.task.op_id}: region {', '.join(theirs)} belongs to another op's launcher in the same file; "
+                f"{op.task.op_id}: {', '.join(theirs)} belongs to another op in the same file; "
                 "no check of this op runs it, so an edit there would reach the patch unmeasured",
-                fix=f"edit only the regions this op runs: {', '.join(sorted(set(base.regions) - op.foreign))}",
+                fix=f"edit only the code this op runs: {', '.join(sorted(set(base.regions) - op.foreign.regions))}, "
+                f"leaving as they are {', '.join(op.foreign.names())}",
             )
         mark, number, coder = self._meter(), traj.last_round() + 1, f"external:{client}"
         merged = {**base.regions, **regions}

@@ -238,13 +238,13 @@ def test_build_compiles_a_candidate_on_the_cpu_as_the_harness_would(tmp_path, sg
 
 def test_a_submission_that_edits_another_ops_region_is_refused_with_the_regions_it_may_edit(work, capsys, monkeypatch):
     """optimize.reach: a region another op's launcher owns is never run by this op's checks."""
-    from optimize import reach  # what the CUDA language asks (optimize.harness.languages.Cuda.foreign_regions)
+    from optimize import reach  # what the CUDA language asks (optimize.harness.languages.Cuda.foreign_code)
 
-    monkeypatch.setattr(reach, "foreign_regions", lambda regions, wrappers: frozenset({"launch_scale"}))
+    monkeypatch.setattr(reach, "foreign_code", lambda regions, wrappers: reach.Foreign(frozenset({"launch_scale"})))
     (work[0] / "l.cu").write_text(HONEST)
     assert agent(work, "submit", "demo.scale", "--region", f"launch_scale={work[0] / 'l.cu'}") == 2
     err = capsys.readouterr().err
-    assert "belongs to another op's launcher" in err and "edit only the regions this op runs" in err
+    assert "launch_scale belongs to another op" in err and "edit only the code this op runs: scale_kernel" in err
     assert "Traceback" not in err
 
 

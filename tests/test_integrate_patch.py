@@ -129,7 +129,7 @@ def make_task(
         op_id=op_id,
         module=module,
         public_functions=[op_id.partition(".")[2]],
-        entry_points=["run_activation"],
+        entry_points=[entry],
         source=source,
         files=digests,
         instantiations=[
@@ -457,6 +457,41 @@ def test_two_ops_in_one_file_compose_or_conflict(tmp_path, wheel_source):
     assert [a.op_id for a in kept] == ["activation.other"]
     assert list(skipped) == [OP] and "activation.other (1.200x, kept)" in skipped[OP] and "1.040x" in skipped[OP]
     assert resolve_overlaps(accepted[:1]) == (accepted[:1], {}), "one op alone never clashes"
+
+
+def test_twin_ops_that_edit_different_methods_of_one_launcher_struct_are_both_kept(tmp_path, wheel_source):
+    """Issue 14: compute_n_gram_ids and its _decode twin were both accepted, and integrate left one out,
+    since both rewrite NgramEmbeddingKernel. Confined (optimize.reach), each edits only its own method,
+    and the two texts merge function by function. Here: silu_and_mul's and relu2's methods of
+    activation.cuh's ActivationKernel."""
+    from optimize.cuda_spans import definition_spans
+
+    work = tmp_path / "work"
+    root = pathlib.Path(wheel_source.root)
+    data = (root / ACT).read_bytes()
+    (struct,) = [s for s in definition_spans(ACT, data) if s.name == "ActivationKernel"]
+    base = data[struct.start_byte : struct.end_byte].decode()
+    relu2 = silu_contract().model_copy(update={"entry": "run_unary_activation"})
+    make_task(work, wheel_source, OP, [struct])
+    make_task(work, wheel_source, "activation.relu2", [struct], contract=relu2)
+
+    def edit(method: str, note: str) -> str:
+        head = f"static void {method}("
+        at = base.index("{", base.index(head)) + 1
+        return base[:at] + f"  // kernelsmith: {note}\n" + base[at:]
+
+    make_best(work, "r1", OP, {"ActivationKernel": edit("run_activation", "silu")}, timings=[shape("demo[n=1]", 1.1)])
+    make_best(work, "r1", "activation.relu2", {"ActivationKernel": edit("run_unary_activation", "relu2")})
+    accepted, _ = load_run(work / "runs" / "r1", work / "tasks")
+    kept, skipped = resolve_overlaps(accepted)
+    assert [a.op_id for a in kept] == ["activation.relu2", OP] and skipped == {}
+    record = build_patch("r1", work / "runs" / "r1", work / "tasks", wheel_source, work / "integrate" / "r1")
+    new = (pathlib.Path(record.patched_tree) / "sglang" / ACT).read_bytes()
+    assert b"// kernelsmith: silu" in new and b"// kernelsmith: relu2" in new
+    # the same method edited two ways still cannot be combined
+    make_best(work, "r1", "activation.relu2", {"ActivationKernel": edit("run_activation", "other")})
+    accepted, _ = load_run(work / "runs" / "r1", work / "tasks")
+    assert list(resolve_overlaps(accepted)[1]) == ["activation.relu2"]
 
 
 # --------------------------------------------------------------------------- diff format

@@ -8,7 +8,7 @@ import pytest
 
 from optimize import transforms as T
 from optimize.cuda_spans import definition_spans, region_texts
-from optimize.reach import bare_name, confine, foreign_regions
+from optimize.reach import Foreign, bare_name, confine, foreign_code, foreign_regions, merge_functions, task_wrappers
 
 HASH_TOPK = "kernels/jit/csrc/deepseek_v4/hash_topk.cuh"
 
@@ -38,7 +38,7 @@ def test_the_mask_op_owns_its_launcher_and_kernel_and_not_the_hash_ops(hash_topk
 def test_a_transform_confined_to_the_op_edits_only_what_the_op_runs(hash_topk):
     moved = T.apply("pdl_early_trigger", hash_topk, {})
     assert moved["moe_hash_topk_fused"] != hash_topk["moe_hash_topk_fused"], "unconfined: both kernels change"
-    kept = confine(hash_topk, moved, foreign_regions(hash_topk, ["MaskKernel::run"]))
+    kept = confine(hash_topk, moved, foreign_code(hash_topk, ["MaskKernel::run"]))
     changed = {name for name in kept if kept[name] != hash_topk[name]}
     assert changed == {"mask_topk_ids_padded_region"}
 
@@ -88,5 +88,108 @@ def test_integrate_refuses_a_candidate_from_before_the_confinement_that_edits_an
 
     with pytest.raises(PatchError, match="moe_hash_topk_fused, which another op's"):
         _refuse_foreign_edits(accepted(moved), _spans_by_name(task), root)
-    confined = confine(base, moved, foreign_regions(base, [w for i in task.instantiations for _, w in i.wrappers]))
+    confined = confine(base, moved, foreign_code(base, task_wrappers(task)))
     _refuse_foreign_edits(accepted(confined), _spans_by_name(task), root)  # its own kernel's edit passes
+
+
+# --------------------------------------------------------------------------- methods of one launcher struct
+
+NGRAM = "kernels/jit/csrc/speculative/ngram_embedding.cuh"
+NGRAM_WRAPPERS = [
+    ("compute_n_gram_ids", "&NgramEmbeddingKernel::compute_n_gram_ids"),
+    ("compute_n_gram_ids_decode", "&NgramEmbeddingKernel::compute_n_gram_ids_decode"),
+    ("update_token_table", "&NgramEmbeddingKernel::update_token_table"),
+    ("update_token_table_decode", "&NgramEmbeddingKernel::update_token_table_decode"),
+]
+
+
+@pytest.fixture(scope="module")
+def ngram(sglang_source):
+    data = (pathlib.Path(sglang_source.root) / NGRAM).read_bytes()
+    return region_texts({NGRAM: data}, definition_spans(NGRAM, data))
+
+
+def pdl_member(regions, max_blocks):
+    """Session 11's accepted members for the two compute ops: PDL for small grids, trigger after the wait."""
+    return T.apply("pdl_early_trigger", T.apply("enable_pdl", regions, {"max_blocks": max_blocks}), {})
+
+
+def test_an_op_owns_only_its_own_method_of_a_launcher_struct_four_ops_share(ngram):
+    """ngram_embedding's module exports four ops' wrappers from one struct. Session 11's PDL candidate for
+    compute_n_gram_ids also changed the other three launches, which none of its checks ran."""
+    own = foreign_code(ngram, ["&NgramEmbeddingKernel::compute_n_gram_ids"])
+    assert own.regions == {"ComputeNGramIdsDecodeKernel", "UpdateTokenTableKernel", "UpdateTokenTableDecodeKernel"}
+    assert own.functions == {
+        "NgramEmbeddingKernel": {
+            "NgramEmbeddingKernel::compute_n_gram_ids_decode",
+            "NgramEmbeddingKernel::update_token_table",
+            "NgramEmbeddingKernel::update_token_table_decode",
+        }
+    }
+    moved = pdl_member(ngram, 2112)
+    assert len(own.touched(ngram, moved)) == 6, "unconfined, the member edits every op's kernel and launch"
+    kept = confine(ngram, moved, own)
+    assert {n for n in kept if kept[n] != ngram[n]} == {"ComputeNGramIdsKernel", "NgramEmbeddingKernel"}
+    assert own.touched(ngram, kept) == []
+    assert kept["NgramEmbeddingKernel"].count("enable_pdl") == ngram["NgramEmbeddingKernel"].count("enable_pdl") + 1
+
+
+def test_the_twins_confined_edits_of_one_struct_merge_and_conflicting_ones_do_not(ngram):
+    """Integrate's way to keep both compute ops (issue 14: the twins were accepted, one was left out)."""
+    base = ngram["NgramEmbeddingKernel"]
+    texts = []
+    for export, max_blocks in (("compute_n_gram_ids", 2112), ("compute_n_gram_ids_decode", 132)):
+        own = foreign_code(ngram, [f"NgramEmbeddingKernel::{export}"])
+        texts.append(confine(ngram, pdl_member(ngram, max_blocks), own)["NgramEmbeddingKernel"])
+    merged = merge_functions("NgramEmbeddingKernel", base, texts)
+    assert merged is not None and "<= 2112ull" in merged and "<= 132ull" in merged
+    assert merged.count("enable_pdl") == base.count("enable_pdl") + 2
+    assert merge_functions("NgramEmbeddingKernel", base, [texts[0], texts[0]]) == texts[0]
+    # the same method changed two ways, or text between methods changed, does not combine
+    unconfined = pdl_member(ngram, 132)["NgramEmbeddingKernel"]
+    assert merge_functions("NgramEmbeddingKernel", base, [texts[0], unconfined]) is None
+    between = texts[1].replace("struct NgramEmbeddingKernel {", "struct NgramEmbeddingKernel {  // moved", 1)
+    assert between != texts[1], "the struct head changed in SGLang: update the test's edit"
+    assert merge_functions("NgramEmbeddingKernel", base, [texts[0], between]) is None
+
+
+def test_a_launcher_only_other_ops_methods_call_is_theirs_and_their_kernel_too(sglang_source):
+    """activation.cuh: relu2 runs run_unary_activation (act_kernel); silu_and_mul runs run_activation, which
+    calls the struct's launch helper (act_and_mul_kernel). Issue 14's first H200 run spent a round of
+    silu_and_mul on launch_bounds for act_kernel, which that op never launches."""
+    path = "kernels/jit/csrc/elementwise/activation.cuh"
+    data = (pathlib.Path(sglang_source.root) / path).read_bytes()
+    regions = region_texts({path: data}, definition_spans(path, data))
+    silu = foreign_code(regions, ["ActivationKernel<bf16_t, true>::run_activation"])
+    relu2 = foreign_code(regions, ["ActivationKernel<bf16_t, true>::run_unary_activation"])
+    assert "act_kernel" in silu.regions and "act_and_mul_kernel" not in silu.regions
+    assert "act_and_mul_kernel" in relu2.regions and "act_kernel" not in relu2.regions
+    assert "ActivationKernel::launch" not in silu.functions["ActivationKernel"], "a helper the entry calls is ours"
+    assert "ActivationKernel::launch" in relu2.functions["ActivationKernel"]
+
+
+def test_a_shared_region_whose_foreign_method_cannot_be_matched_goes_back_whole():
+    base = {
+        "k": KERNEL_A,
+        "S": "struct S { static void a(float* x) { LaunchKernel(1, 32, d)(k, x); } "
+        "static void b(float* x) { LaunchKernel(2, 32, d)(k, x); } };",
+    }
+    own = foreign_code(base, ["S::a"])
+    assert own.functions == {"S": {"S::b"}} and not own.regions
+    both = {"k": KERNEL_A, "S": base["S"].replace("(1, 32", "(1, 64").replace("(2, 32", "(2, 64")}
+    assert confine(base, both, own)["S"] == base["S"].replace("(1, 32", "(1, 64"), "b's edit is given back"
+    dropped = {"k": KERNEL_A, "S": "struct S { static void a(float* x) { LaunchKernel(1, 64, d)(k, x); } };"}
+    assert confine(base, dropped, own)["S"] == base["S"], "b removed: nothing of the edit is kept"
+    assert own.touched(base, dropped) == ["S: S::b"]
+    assert Foreign().names() == [] and not Foreign()
+
+
+class _Task:
+    def __init__(self, entry_points, wrappers):
+        self.entry_points = entry_points
+        self.instantiations = [type("I", (), {"wrappers": wrappers})()]
+
+
+def test_an_op_s_launchers_are_the_wrappers_its_entry_points_export():
+    assert task_wrappers(_Task(["compute_n_gram_ids"], NGRAM_WRAPPERS)) == ["&NgramEmbeddingKernel::compute_n_gram_ids"]
+    assert len(task_wrappers(_Task(["run"], NGRAM_WRAPPERS))) == 4, "no export named so: every wrapper (unsure)"

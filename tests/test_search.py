@@ -290,6 +290,8 @@ def test_a_real_search_round_builds_only_points_that_compose(sglang_source, tmp_
 def test_a_point_whose_edits_all_land_in_another_ops_regions_is_not_measured(tmp_path):
     """With ``launch`` another op's launcher (optimize.reach), the block-size points edit nothing
     of this op's: they do not compose and are never built; the unroll points keep their kernel edit."""
+    from optimize.reach import Foreign
+
     base = base_candidate()
     decisions = [decision("tune_block_size", "tune_constant", name="kBlockSize", owner="launch", value=128)] + [
         decision("unroll_constant_loops", "add_pragma_unroll", factor=0, runtime_loops=False)
@@ -302,7 +304,14 @@ def test_a_point_whose_edits_all_land_in_another_ops_regions_is_not_measured(tmp
 
     config = Config.model_validate({"work_dir": str(tmp_path)})
     found = search_round(
-        base, None, decisions, config=config, coder="offline", measure=measure, seed=1, foreign=frozenset({"launch"})
+        base,
+        None,
+        decisions,
+        config=config,
+        coder="offline",
+        measure=measure,
+        seed=1,
+        foreign=Foreign(frozenset({"launch"})),
     )
     assert measured, "the unroll point is measured"
     assert all(c.regions["launch"] == LAUNCHER for c in measured), "another op's region is never changed"

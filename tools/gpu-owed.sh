@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# The H200 measurements the open issues still owe (after session 19, 2026-12-05), one device call
+# The H200 measurements the open issues still owe (after session 20, 2026-12-05), one device call
 # (about 9 minutes) per part, most valuable first:
 #   first, issue 14 (not a part: its region files are SGLang-derived, kept in .dev/agent/, described in
-#   BENCHMARKS.md section 2, session 19): session 19's hand-written minimax_qknorm_rope and bias_gelu_tanh
-#   candidates, under f7fed2f's compare floor, then the adversarial kernels on the GPU (that floor must
-#   still refuse every one):
-#     RUN=agent-s19c CLIENT=claude bash tools/gpu-agent.sh .dev/tasks-s19.tar.gz .dev/agent/manifest-s19c.tsv
+#   BENCHMARKS.md section 2, sessions 19 and 20): two agent runs, then the adversarial kernels on the GPU
+#   (f7fed2f's compare floor must still refuse every one):
+#     RUN=agent-s20a CLIENT=claude SUBMIT_S=80 FINISH_S=110 INTEGRATE_S=150 \
+#       bash tools/gpu-agent.sh .dev/tasks-s20.tar.gz .dev/agent/manifest-s20a.tsv
+#         # minimax_qknorm_rope (16-byte half-warp), bias_gelu_tanh (exp form), kimi_k2_moe_fused_gate
+#         # (warp per token, REDUX top-k; with and without PDL)
+#     RUN=agent-s20b CLIENT=claude SUBMIT_S=80 FINISH_S=110 INTEGRATE_S=150 \
+#       bash tools/gpu-agent.sh .dev/tasks-s20.tar.gz .dev/agent/manifest-s20b.tsv
+#         # the compute_n_gram_ids twins, each confined to its own method (integrate merges them), and
+#         # minimax's 8-byte variant
 #     source tools/device-setup.sh; python3 -m pytest -q -m gpu tests/test_harness_adversarial.py
-#   (.dev/tasks-s19.tar.gz: `tar -czf .dev/tasks-s19.tar.gz -C work tasks/attention.minimax_qknorm_rope
-#   tasks/activation.bias_gelu_tanh tasks/moe.mask_topk_ids` after `make device-prep`)
+#   (.dev/tasks-s20.tar.gz: `tar -czf .dev/tasks-s20.tar.gz -C work tasks/attention.minimax_qknorm_rope
+#   tasks/activation.bias_gelu_tanh tasks/moe.mask_topk_ids tasks/lora.kimi_k2_moe_fused_gate
+#   tasks/embeddings.compute_n_gram_ids tasks/embeddings.compute_n_gram_ids_decode` after `make device-prep`;
+#   carry .whl .dev/wheels .dev/tasks-s20.tar.gz .dev/agent)
 #   PART=4 bash tools/gpu-owed.sh     # issue 19 item 6: a search round over OWED_TRITON_OPS (merge_state_triton
 #                                     # is done: extract, optimize and integrate, 2026-12-05); RUN=<new name>
 #   PART=1 bash tools/gpu-owed.sh     # issue 14: search round over OWED_SWEEP_OPS, then integrate

@@ -45,6 +45,7 @@ from pipeline.records import BuildReport, Candidate, Evaluation, Instantiation, 
 
 if TYPE_CHECKING:
     from optimize.policy import Decision
+    from optimize.reach import Foreign
     from optimize.trajectory import HistoryEntry
     from pipeline.build import BuildJob
 
@@ -110,8 +111,8 @@ class Language(Protocol):
         """The proposals a search round spans (``proposed``: the policy's, asked only where they apply)."""
         ...
 
-    def foreign_regions(self, task: Task, regions: Mapping[str, str]) -> frozenset[str]:
-        """The regions of ``task`` that other ops' launchers own (:mod:`optimize.reach`): never edited unmeasured."""
+    def foreign_code(self, task: Task, regions: Mapping[str, str]) -> Foreign:
+        """The code of ``task`` only other ops run (:mod:`optimize.reach`): never edited unmeasured."""
         ...
 
 
@@ -196,10 +197,10 @@ class Cuda:
     ) -> list[Decision]:
         return proposed()
 
-    def foreign_regions(self, task: Task, regions: Mapping[str, str]) -> frozenset[str]:
-        from optimize.reach import foreign_regions, task_wrappers
+    def foreign_code(self, task: Task, regions: Mapping[str, str]) -> Foreign:
+        from optimize.reach import foreign_code, task_wrappers
 
-        return foreign_regions(regions, task_wrappers(task))
+        return foreign_code(regions, task_wrappers(task))
 
 
 class Triton:
@@ -305,9 +306,11 @@ class Triton:
 
         return decisions(task, pathlib.Path(task_dir))
 
-    def foreign_regions(self, task: Task, regions: Mapping[str, str]) -> frozenset[str]:
+    def foreign_code(self, task: Task, regions: Mapping[str, str]) -> Foreign:
         """None: a Triton task's regions are the kernels its wrapper launches and that wrapper's own launch sites."""
-        return frozenset()
+        from optimize.reach import Foreign
+
+        return Foreign()
 
 
 LANGUAGES: dict[str, Language] = {"cuda": Cuda(), "triton": Triton()}

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from optimize.acceptance import judge_round
 from optimize.agents.planning import Plan
 from optimize.policy import Decision
-from optimize.reach import confine
+from optimize.reach import Foreign, confine
 from optimize.run_folder import clip, why
 from optimize.search.space import Space, Unrealizable, build_space, realize
 from optimize.search.tuner import Point, run_search
@@ -121,13 +121,14 @@ def search_round(
     coder: str,
     measure: MeasureMany,
     seed: int,
-    foreign: frozenset[str] = frozenset(),
+    foreign: Foreign | None = None,
 ) -> SearchRound:
     """Search the space the proposals span around ``base``; see the module doc.
 
-    ``foreign``: regions other ops own (:mod:`optimize.reach`); a point's edits to them are
+    ``foreign``: the code only other ops run (:mod:`optimize.reach`); a point's edits to it are
     given back, and a point that edits nothing else does not compose.
     """
+    others = foreign or Foreign()
     space = build_space(decisions, config.search.skills)
     result = SearchRound(space=space)
     if space.size <= 1:
@@ -142,9 +143,9 @@ def search_round(
         if key not in made:
             try:
                 regions, steps = realize(space, point, base.regions)
-                kept = confine(base.regions, regions, foreign)
+                kept = confine(base.regions, regions, others)
                 if kept == base.regions and regions != base.regions:  # every edit was another op's
-                    raise Unrealizable(f"edits only regions this op never runs ({', '.join(sorted(foreign))})")
+                    raise Unrealizable(f"edits only code this op never runs ({', '.join(others.names())})")
                 made[key] = (kept, steps)
             except Unrealizable as err:
                 made[key] = err
