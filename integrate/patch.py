@@ -63,7 +63,7 @@ from integrate.diffs import patch_text, patched_paths, sha256, verify_spans
 from integrate.errors import ConfigError, PatchError
 from integrate.records import FileChange, Layout, OpChange, Patch
 from integrate.triton_splice import check_python
-from optimize.reach import foreign_code, merge_functions, task_wrappers
+from optimize.reach import foreign_code, merge_functions, outside_text, task_wrappers
 from pipeline.errors import StaleRecordError
 from pipeline.records import (
     Candidate,
@@ -316,7 +316,8 @@ def _refuse_foreign_edits(acc: Accepted, by_name: dict[str, Span], package_root:
             target = package_root / span.file
             files[span.file] = target.read_bytes() if target.is_file() else b""
         baseline[name] = files[span.file][span.start_byte : span.end_byte].decode("utf-8", "replace")
-    changed = foreign_code(baseline, task_wrappers(acc.task)).touched(baseline, acc.candidate.regions)
+    foreign = foreign_code(baseline, task_wrappers(acc.task), outside_text(files, acc.task.editable))
+    changed = foreign.touched(baseline, acc.candidate.regions)
     if changed:
         raise PatchError(
             f"candidate {acc.candidate.id} of {acc.op_id} changes {', '.join(changed)}, which another op's "

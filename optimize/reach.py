@@ -12,8 +12,11 @@ which also changed the two update_token_table launches).
 
 The model: the op's *reachable* host functions are the launchers its entry points export
 (``Instantiation.wrappers`` whose exported name is one of ``Task.entry_points``, template
-arguments dropped) and, transitively, every host function whose name their bodies mention. A
-launch is ours when the function holding it is reachable. Then:
+arguments dropped), every host function the task's files name outside the editable regions
+(a ``#define LAUNCH(...) helper<...>(...)`` that a launcher calls: moe_topk_softmax.cuh's
+``topkGatingSoftmaxLauncherHelper``; who uses that text is not known, so it counts as ours) and,
+transitively, every host function whose name their bodies mention. A launch is ours when the
+function holding it is reachable. Then:
 
 - a launcher region is *foreign* when none of its launches is ours, and a kernel region when
   only foreign launches start it (as before);
@@ -76,28 +79,45 @@ class Foreign:
         return out
 
 
-def _reachable(region: Region, exported: set[str]) -> list[RegionFunction]:
-    """The host functions the exported launchers run, by name, transitively ([] if no export is defined here)."""
-    todo = [f for f in region.hosts if f.qualname in exported or f.name in exported]
+def _mentions(text: str, f: RegionFunction, within: str | None) -> bool:
+    """Whether ``text`` (a body of a method of ``within``, or free text) may call ``f``.
+
+    A free function by its name; a method by ``Struct::name`` (template arguments allowed), through
+    an object (``.name`` / ``->name``), or by its bare name from a method of its own struct: so
+    ``run`` in one struct's method does not make every struct's ``run`` reachable.
+    """
+    name = re.escape(f.name)
+    if f.owner_name is None or f.owner_name == within:
+        return re.search(rf"\b{name}\b", text) is not None
+    owner = re.escape(f.owner_name)
+    return re.search(rf"\b{owner}\s*(<[^;{{}}]*?>)?\s*::\s*(template\s+)?{name}\b|(\.|->)\s*{name}\b", text) is not None
+
+
+def _reachable(region: Region, exported: set[str], outside: str) -> list[RegionFunction]:
+    """The host functions the exported launchers (or the text outside the regions) run, by name, transitively."""
+    todo = [f for f in region.hosts if f.qualname in exported or f.name in exported or _mentions(outside, f, None)]
     seen = {id(f): f for f in todo}
     while todo:
         body = todo.pop()
         text = body.doc.src[body.body.start_byte : body.body.end_byte].decode("utf-8", "replace")
         for f in region.hosts:
-            if id(f) not in seen and re.search(rf"\b{re.escape(f.name)}\b", text):
+            if id(f) not in seen and _mentions(text, f, body.owner_name):
                 seen[id(f)] = f
                 todo.append(f)
     return list(seen.values())
 
 
-def foreign_code(regions: Mapping[str, str], wrappers: Iterable[str]) -> Foreign:
-    """What of ``regions`` only other ops run (see the module doc); empty when unsure."""
+def foreign_code(regions: Mapping[str, str], wrappers: Iterable[str], outside: str = "") -> Foreign:
+    """What of ``regions`` only other ops run (see the module doc); empty when unsure.
+
+    ``outside``: the task files' text outside the regions (:func:`outside_text`).
+    """
     exported = {bare_name(w) for w in wrappers}
     try:
         region = Region(regions)
     except Exception:  # noqa: BLE001 - a region the parser cannot read is left alone
         return Foreign()
-    reachable = {id(f) for f in _reachable(region, exported)}
+    reachable = {id(f) for f in _reachable(region, exported, outside)}
     mine: set[str] = set()  # our launcher regions and the kernels they start
     theirs: dict[str, set[str]] = {}  # launcher region -> kernels its other launches start
     for launch in region.launches:
@@ -121,6 +141,25 @@ def foreign_code(regions: Mapping[str, str], wrappers: Iterable[str]) -> Foreign
         regions=frozenset(name for name in whole if name in regions),
         functions={name: frozenset(qs) for name, qs in functions.items() if name in regions},
     )
+
+
+def outside_text(files: Mapping[str, bytes], spans: Iterable) -> str:
+    """The text of the files holding a span (``Span``: file, start_byte, end_byte) outside every span, comments dropped.
+
+    Only those files: the headers they include define helpers of their own (``LaunchKernel::launch``)
+    whose names would make every namesake in the regions look called.
+    """
+    by_file: dict[str, list[tuple[int, int]]] = {}
+    for span in spans:
+        by_file.setdefault(span.file, []).append((span.start_byte, span.end_byte))
+    parts: list[str] = []
+    for path, cuts in sorted(by_file.items()):
+        data, at = files.get(path, b""), 0
+        for start, end in sorted(cuts):
+            parts.append(data[at:start].decode("utf-8", "replace"))
+            at = max(at, end)
+        parts.append(data[at:].decode("utf-8", "replace"))
+    return re.sub(r"/\*.*?\*/|//[^\n]*", " ", "\n".join(parts), flags=re.S)
 
 
 def foreign_regions(regions: Mapping[str, str], wrappers: Iterable[str]) -> frozenset[str]:
@@ -219,4 +258,13 @@ def task_wrappers(task) -> list[str]:
     return chosen or [target for _, target in pairs]
 
 
-__all__ = ["Foreign", "bare_name", "confine", "foreign_code", "foreign_regions", "merge_functions", "task_wrappers"]
+__all__ = [
+    "Foreign",
+    "bare_name",
+    "confine",
+    "foreign_code",
+    "foreign_regions",
+    "merge_functions",
+    "outside_text",
+    "task_wrappers",
+]

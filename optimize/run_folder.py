@@ -68,7 +68,7 @@ class OpState:
         self.baseline_regions = baseline_regions
         self.kinds = {span.name: span.kind for span in task.editable}
         # code only other ops run (optimize.reach): no candidate may change it unmeasured
-        self.foreign = language_of(task).foreign_code(task, baseline_regions)
+        self.foreign = language_of(task).foreign_code(task, baseline_regions, files)
 
     def baseline_candidate(self) -> Candidate:
         return Candidate(

@@ -240,7 +240,7 @@ def test_a_submission_that_edits_another_ops_region_is_refused_with_the_regions_
     """optimize.reach: a region another op's launcher owns is never run by this op's checks."""
     from optimize import reach  # what the CUDA language asks (optimize.harness.languages.Cuda.foreign_code)
 
-    monkeypatch.setattr(reach, "foreign_code", lambda regions, wrappers: reach.Foreign(frozenset({"launch_scale"})))
+    monkeypatch.setattr(reach, "foreign_code", lambda *_: reach.Foreign(frozenset({"launch_scale"})))
     (work[0] / "l.cu").write_text(HONEST)
     assert agent(work, "submit", "demo.scale", "--region", f"launch_scale={work[0] / 'l.cu'}") == 2
     err = capsys.readouterr().err

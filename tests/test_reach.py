@@ -8,7 +8,16 @@ import pytest
 
 from optimize import transforms as T
 from optimize.cuda_spans import definition_spans, region_texts
-from optimize.reach import Foreign, bare_name, confine, foreign_code, foreign_regions, merge_functions, task_wrappers
+from optimize.reach import (
+    Foreign,
+    bare_name,
+    confine,
+    foreign_code,
+    foreign_regions,
+    merge_functions,
+    outside_text,
+    task_wrappers,
+)
 
 HASH_TOPK = "kernels/jit/csrc/deepseek_v4/hash_topk.cuh"
 
@@ -193,3 +202,33 @@ class _Task:
 def test_an_op_s_launchers_are_the_wrappers_its_entry_points_export():
     assert task_wrappers(_Task(["compute_n_gram_ids"], NGRAM_WRAPPERS)) == ["&NgramEmbeddingKernel::compute_n_gram_ids"]
     assert len(task_wrappers(_Task(["run"], NGRAM_WRAPPERS))) == 4, "no export named so: every wrapper (unsure)"
+
+
+def test_a_launcher_only_a_macro_outside_the_regions_calls_stays_the_ops(sglang_source):
+    """moe_topk_softmax.cuh: topkGatingSoftmaxKernelLauncher (which topk_softmax calls) reaches
+    topkGatingSoftmaxLauncherHelper only through the file-level `#define LAUNCH_SOFTMAX(...)`, which no region holds. Who expands it is not known, so
+    the helper and its kernel stay editable; by region text alone they would look like another op's."""
+    path = "kernels/jit/csrc/moe/moe_topk_softmax.cuh"
+    data = (pathlib.Path(sglang_source.root) / path).read_bytes()
+    spans = definition_spans(path, data)
+    regions = region_texts({path: data}, spans)
+    blind = foreign_code(regions, ["topkGatingSoftmaxKernelLauncher<bf16_t>"])
+    assert {"topkGatingSoftmaxLauncherHelper", "topkGatingSoftmax"} <= blind.regions
+    outside = outside_text({path: data, "kernels/jit/include/sgl_kernel/utils.cuh": b"void launch();"}, spans)
+    assert "#define LAUNCH_SOFTMAX" in outside and "void launch()" not in outside, "only the spans' files"
+    assert not foreign_code(regions, ["topkGatingSoftmaxKernelLauncher<bf16_t>"], outside)
+
+
+def test_a_method_is_reached_by_its_struct_s_name_not_by_a_namesake():
+    """Two ops' launcher structs both name their method `run` (silu_and_mul's post-quant file has three):
+    `A::run` in our code reaches A's, never B's."""
+    regions = {
+        "ka": KERNEL_A,
+        "kb": KERNEL_B,
+        "A": "struct A { static void run(float* x) { LaunchKernel(1, 32, d)(kernel_a, x); } };",
+        "B": "struct B { static void run(float* x) { LaunchKernel(1, 32, d)(kernel_b, x); } };",
+        "go": "void go(float* x) { A::run(x); }",
+    }
+    assert foreign_code(regions, ["go"]).regions == {"B", "kb"}
+    regions["go"] = "void go(float* x) { A::run(x); B::template run<2>(x); }"
+    assert not foreign_code(regions, ["go"])

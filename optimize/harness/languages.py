@@ -111,8 +111,8 @@ class Language(Protocol):
         """The proposals a search round spans (``proposed``: the policy's, asked only where they apply)."""
         ...
 
-    def foreign_code(self, task: Task, regions: Mapping[str, str]) -> Foreign:
-        """The code of ``task`` only other ops run (:mod:`optimize.reach`): never edited unmeasured."""
+    def foreign_code(self, task: Task, regions: Mapping[str, str], files: Mapping[str, bytes]) -> Foreign:
+        """The code of ``task`` only other ops run (:mod:`optimize.reach`; ``files``: the task's sources): never edited unmeasured."""
         ...
 
 
@@ -197,10 +197,10 @@ class Cuda:
     ) -> list[Decision]:
         return proposed()
 
-    def foreign_code(self, task: Task, regions: Mapping[str, str]) -> Foreign:
-        from optimize.reach import foreign_code, task_wrappers
+    def foreign_code(self, task: Task, regions: Mapping[str, str], files: Mapping[str, bytes]) -> Foreign:
+        from optimize.reach import foreign_code, outside_text, task_wrappers
 
-        return foreign_code(regions, task_wrappers(task))
+        return foreign_code(regions, task_wrappers(task), outside_text(files, task.editable))
 
 
 class Triton:
@@ -306,7 +306,7 @@ class Triton:
 
         return decisions(task, pathlib.Path(task_dir))
 
-    def foreign_code(self, task: Task, regions: Mapping[str, str]) -> Foreign:
+    def foreign_code(self, task: Task, regions: Mapping[str, str], files: Mapping[str, bytes]) -> Foreign:
         """None: a Triton task's regions are the kernels its wrapper launches and that wrapper's own launch sites."""
         from optimize.reach import Foreign
 
