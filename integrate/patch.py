@@ -301,7 +301,7 @@ def _spans_by_name(task: Task) -> dict[str, Span]:
 
 
 def _refuse_foreign_edits(acc: Accepted, by_name: dict[str, Span], package_root: pathlib.Path) -> None:
-    """A PatchError when the candidate changes a region another op's launcher owns.
+    """A PatchError when the candidate changes code only other ops run (a region, or a method of a shared struct).
 
     No check of the op runs such a region (:mod:`optimize.reach`), so the patch would carry an
     unmeasured change; optimize leaves those regions alone since 4ffcd35, and a run made before

@@ -15,19 +15,19 @@ The model: the op's *reachable* host functions are the launchers its entry point
 arguments dropped), every host function the task's files name outside the editable regions
 (a ``#define LAUNCH(...) helper<...>(...)`` that a launcher calls: moe_topk_softmax.cuh's
 ``topkGatingSoftmaxLauncherHelper``; who uses that text is not known, so it counts as ours) and,
-transitively, every host function whose name their bodies mention. A launch is ours when the
-function holding it is reachable. Then:
+transitively, every host function their bodies mention (:func:`_mentions`). A launch is ours
+when the function holding it is reachable. Then:
 
 - a launcher region is *foreign* when none of its launches is ours, and a kernel region when
-  only foreign launches start it (as before);
+  only foreign launches start it;
 - inside a launcher region that is ours, a host function that is not reachable is a *foreign
   function* (``NgramEmbeddingKernel::update_token_table`` for compute_n_gram_ids):
   :func:`confine` gives it back its baseline text while the op's own methods keep their edits.
 
 What must stay true: when no launch can be matched to an export (function-pointer launches,
 helpers the region model does not follow), nothing is foreign, so code the model cannot place
-stays editable. A name mentioned anywhere in a reachable body makes that function reachable,
-so a mistake makes code *ours*, never foreign. Not covered: struct-level constants shared by
+stays editable. Mentions are read generously (any text that may call a function counts), so a
+mistake makes code *ours*, never foreign. Not covered: struct-level constants shared by
 several ops' methods (``kBlockSize``) stay editable, their effect on the other ops unmeasured.
 """
 
@@ -162,11 +162,6 @@ def outside_text(files: Mapping[str, bytes], spans: Iterable) -> str:
     return re.sub(r"/\*.*?\*/|//[^\n]*", " ", "\n".join(parts), flags=re.S)
 
 
-def foreign_regions(regions: Mapping[str, str], wrappers: Iterable[str]) -> frozenset[str]:
-    """Names of the regions that belong wholly to other ops (:func:`foreign_code`'s ``regions``)."""
-    return foreign_code(regions, wrappers).regions
-
-
 def _functions_in(name: str, text: str) -> list[tuple[str, str]]:
     """(qualified name, definition text) of every function defined in one region text, in order."""
     region = Region({name: text})
@@ -263,7 +258,6 @@ __all__ = [
     "bare_name",
     "confine",
     "foreign_code",
-    "foreign_regions",
     "merge_functions",
     "outside_text",
     "task_wrappers",
