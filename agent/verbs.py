@@ -107,7 +107,8 @@ def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[s
     only when the toolchains match. A Triton task's check is its language's
     (:meth:`optimize.harness.languages.Language.compile_check`: the regions spliced, parsed, and every
     launched kernel through ``triton.compile`` for sm_90, the check the loop makes before any GPU
-    time). Nothing is recorded in any run.
+    time). Nothing is recorded in any run. ``foreign`` names the code of other ops the regions
+    change (:mod:`optimize.reach`), which ``submit`` would refuse: known before any GPU time.
     """
     from optimize.harness.evaluate import build_units, canonical_units
 
@@ -121,7 +122,11 @@ def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[s
             f"{op_id} has no editable region {', '.join(unknown)}",
             fix=f"use the region names `agent show {op_id}` lists: {', '.join(sorted(known))}",
         )
-    report = language_of(task).compile_check(folder, task, regions)  # Triton: triton.compile for sm_90 on the CPU
+    language = language_of(task)
+    files = read_task_files(folder, task)
+    base = baseline_regions(files, task)
+    foreign = language.foreign_code(task, base, files).touched(base, {**base, **regions}, language.dialect.same)
+    report = language.compile_check(folder, task, regions)  # Triton: triton.compile for sm_90 on the CPU
     if report is None:  # CUDA: nvcc over the harness's own units
         report, _ = build_units(folder, task, canonical_units(task), config=config, regions=dict(regions))
     return {
@@ -132,6 +137,7 @@ def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[s
         "cached": report.cached,
         "ptxas": [r.model_dump(mode="json") for r in report.resources],
         "errors": report.stderr if not report.ok else "",
+        "foreign": foreign,
     }
 
 

@@ -237,7 +237,10 @@ def test_build_compiles_a_candidate_on_the_cpu_as_the_harness_would(tmp_path, sg
 
 
 def test_a_submission_that_edits_another_ops_region_is_refused_with_the_regions_it_may_edit(work, capsys, monkeypatch):
-    """optimize.reach: a region another op's launcher owns is never run by this op's checks."""
+    """optimize.reach: a region another op's launcher owns is never run by this op's checks. `agent build`
+    names it too, before any GPU time."""
+    import shutil
+
     from optimize import reach  # what the CUDA language asks (optimize.harness.languages.Cuda.foreign_code)
 
     monkeypatch.setattr(reach, "foreign_code", lambda *_: reach.Foreign(frozenset({"launch_scale"})))
@@ -246,6 +249,13 @@ def test_a_submission_that_edits_another_ops_region_is_refused_with_the_regions_
     err = capsys.readouterr().err
     assert "launch_scale belongs to another op" in err and "edit only the code this op runs: scale_kernel" in err
     assert "Traceback" not in err
+    if shutil.which("nvcc") is None:
+        return  # the build half needs nvcc (CI has it)
+    built = cli(
+        ["agent", "build", "demo.scale", "--region", f"launch_scale={work[0] / 'l.cu'}", "--work-dir", str(work[0])]
+    )
+    answer = json.loads(capsys.readouterr().out)
+    assert built == (0 if answer["ok"] else 1) and answer["foreign"] == ["launch_scale"]
 
 
 # --------------------------------------------------------------------------- a Triton op (issue 19 item 4)

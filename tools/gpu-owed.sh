@@ -3,15 +3,17 @@
 # (about 9 minutes) per part, most valuable first:
 #   first, issue 14 (not a part: its region files are SGLang-derived, kept in .dev/agent/, described in
 #   BENCHMARKS.md section 2, sessions 19 and 20): two agent runs, then the adversarial kernels on the GPU
-#   (f7fed2f's compare floor must still refuse every one):
+#   (f7fed2f's compare floor must still refuse every one). On the CPU machine first:
+#   `bash tools/agent-check.sh .dev/agent/manifest-s20a.tsv` (and s20b): every submission builds and
+#   edits only its own op's code:
 #     RUN=agent-s20a CLIENT=claude SUBMIT_S=80 FINISH_S=110 INTEGRATE_S=150 \
 #       bash tools/gpu-agent.sh .dev/tasks-s20.tar.gz .dev/agent/manifest-s20a.tsv
-#         # minimax_qknorm_rope (16-byte half-warp), bias_gelu_tanh (exp form), kimi_k2_moe_fused_gate
-#         # (warp per token, REDUX top-k; with and without PDL)
+#         # minimax_qknorm_rope (16-byte half-warp; 8-byte), kimi_k2_moe_fused_gate (warp per token,
+#         # REDUX top-k; with and without PDL)
 #     RUN=agent-s20b CLIENT=claude SUBMIT_S=80 FINISH_S=110 INTEGRATE_S=150 \
 #       bash tools/gpu-agent.sh .dev/tasks-s20.tar.gz .dev/agent/manifest-s20b.tsv
-#         # the compute_n_gram_ids twins, each confined to its own method (integrate merges them), and
-#         # minimax's 8-byte variant
+#         # bias_gelu_tanh (exp form; two vectors a trip with an incremental bias column; both), and the
+#         # compute_n_gram_ids twins, each confined to its own method (integrate merges them)
 #     source tools/device-setup.sh; python3 -m pytest -q -m gpu tests/test_harness_adversarial.py
 #   (.dev/tasks-s20.tar.gz: `tar -czf .dev/tasks-s20.tar.gz -C work tasks/attention.minimax_qknorm_rope
 #   tasks/activation.bias_gelu_tanh tasks/moe.mask_topk_ids tasks/lora.kimi_k2_moe_fused_gate
