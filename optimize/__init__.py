@@ -10,10 +10,12 @@ lane per local GPU, or Ray tasks across hosts; used by the commands, ``harness.b
 - errors: the stage's error types;
 - cuda_text -> cuda_regions -> cuda_spans, cuda_facts, reach: the CUDA-region toolkit
   (tree-sitter text and preprocessor; the Region model of the editable spans;
-  span texts and definition spans; what their code does; which regions other ops'
-  launchers own, so that no candidate edits them unmeasured);
-- features (static features + profile facts), transform_edits (byte edits checked to
-  parse) -> pdl_transforms (PDL on, late wait, early trigger) -> transforms (the
+  span texts and definition spans; what their code does; which code only other ops
+  run, so that no candidate edits it unmeasured);
+- transform_edits (byte edits checked to parse) -> hint_transforms (evict-first typed
+  accesses), divmod_transforms (a strided loop's quotient and remainder carried): their
+  site counts feed features (static features + profile facts) -> pdl_transforms (PDL on,
+  late wait, early trigger) -> transforms (the
   mechanical edits' registry and the others; triton_transforms, the libcst edits of a
   Triton task's regions, and triton_coarsen (program coarsening, over triton_transforms)
   come before it and are registered there),

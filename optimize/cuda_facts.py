@@ -198,6 +198,21 @@ class LoopInfo:
     invariant_loads: int
 
 
+def initialized_from(src: bytes, body: Node, pattern: re.Pattern[str], before: int) -> set[str]:
+    """Names ``body`` declares before byte ``before`` with an initializer matching ``pattern``
+    (``const int64_t stride = blockDim.x * gridDim.x;`` for ``gridDim``)."""
+    out: set[str] = set()
+    for n in ts.walk(body):
+        if n.type == "init_declarator" and n.start_byte < before:
+            name, value = n.child_by_field_name("declarator"), n.child_by_field_name("value")
+            if name is not None and value is not None and pattern.search(text_of(src, value)):
+                out.add(text_of(src, name))
+    return out
+
+
+_GRID_DIM = re.compile(r"\bgridDim\b")
+
+
 def loops_of(region: Region, f: RegionFunction) -> list[LoopInfo]:
     out: list[LoopInfo] = []
     src = f.doc.src
@@ -214,7 +229,11 @@ def loops_of(region: Region, f: RegionFunction) -> list[LoopInfo]:
                     bound = cond.child_by_field_name("left")
             compile_time = bound is not None and region.is_compile_time(f.doc, bound)
             update = m.get("update", [None])[0]
-            grid_stride = update is not None and b"gridDim" in src[update.start_byte : update.end_byte]
+            # by gridDim itself, or by a name set from it (bias_gelu's `vec_id += stride`)
+            grid_stride = update is not None and (
+                b"gridDim" in src[update.start_byte : update.end_byte]
+                or bool(_idents(src, update) & initialized_from(src, f.body, _GRID_DIM, update.start_byte))
+            )
             loop_var = None
             init = m.get("init", [None])[0]
             if init is not None:

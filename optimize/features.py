@@ -62,6 +62,7 @@ from optimize.cuda_facts import (
 from optimize.cuda_regions import Region
 from optimize.cuda_spans import region_texts
 from optimize.cuda_text import named_children, parse_number, text_of
+from optimize.divmod_transforms import strided_divmod_sites
 from optimize.hint_transforms import typed_access_sites
 from pipeline.records import Evaluation, KernelResources, Record, Span
 
@@ -214,6 +215,9 @@ class StaticFeatures(Record):
     cache_hints: bool = Field(False, description="cache-hinted loads or stores (__ldg, ld.global.nc, __stcs ...)")
     typed_accesses: int = Field(
         0, description="device::load_as / store_as calls in device code outside structs (streaming_hints can hint them)"
+    )
+    strided_divmod: int = Field(
+        0, description="v / m and v % m of a kernel's strided loop variable (incremental_divmod can carry them)"
     )
     cp_async: bool = Field(False, description="cp.async (Ampere-style asynchronous copies)")
     tma: bool = Field(False, description="bulk / tensor copies (cp.async.bulk, CUtensorMap, mbarrier)")
@@ -589,6 +593,7 @@ def _features_of_regions(
         int64_index=int64,
         cache_hints=cache_hints,
         typed_accesses=typed_access_sites(region),
+        strided_divmod=strided_divmod_sites(region),
         cp_async=cp_async,
         tma=tma,
         tensor_core_ops=tensor,

@@ -50,6 +50,7 @@ from optimize.cuda_text import (
     strip_parens,
     text_of,
 )
+from optimize.divmod_transforms import incremental_divmod
 from optimize.features import Features
 from optimize.hint_transforms import WHICH, streaming_hints
 from optimize.pdl_transforms import enable_pdl, pdl_early_trigger, pdl_late_wait
@@ -438,6 +439,10 @@ def _streaming_targets(features: Features, point: dict[str, Any]) -> list[dict[s
     return [{"what": what}] if features.static.typed_accesses and what in WHICH else []
 
 
+def _divmod_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{}] if features.static.strided_divmod else []
+
+
 def _triton_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
     """None on a CUDA region: a Triton task's targets come from its record (:mod:`optimize.search.triton_space`)."""
     return []
@@ -526,6 +531,14 @@ TRANSFORMS: dict[str, TransformSpec] = {
             _unroll_targets,
             "#pragma unroll before for-loops",
             choice=("factor",),
+        ),
+        TransformSpec(
+            "incremental_divmod",
+            incremental_divmod,
+            {"kernel": "one kernel (None: every kernel)"},
+            (),
+            _divmod_targets,
+            "carry a strided loop variable's quotient and remainder instead of dividing every trip",
         ),
         TransformSpec(
             "streaming_hints",

@@ -240,6 +240,7 @@ CASES: dict[str, tuple[dict, dict]] = {
     "streaming_cache_hints": ({"cache_hints": False, "typed_accesses": 4}, {"cache_hints": True, "typed_accesses": 4}),
     "index_math_32bit": ({"int64_index": True}, {"int64_index": False}),
     "reduce_integer_division": ({"int_divmod_runtime": 1}, {"int_divmod_runtime": 0}),
+    "incremental_divmod": ({"strided_divmod": 1}, {"strided_divmod": 0}),
     "packed_conversions": ({"elementwise": True}, {"elementwise": True, "packed_casts": True}),
 }
 
