@@ -22,7 +22,9 @@ carry of one when the remainder passes ``m``.
                                                 }
 
 What must stay true (the transform refuses a loop otherwise):
-- ``v`` is the loop's one declared variable, changed only by the update ``v += S``;
+- ``v`` is the loop's one declared variable, changed only by the update ``v += S`` and not
+  declared again inside (a shadowing inner loop), and the loop sits in a block (the new
+  declarations go right before it);
 - ``E`` reads ``threadIdx`` / ``blockIdx``, or a name initialized from them (a grid- or block-stride loop: ``v``, ``S`` and
   ``M`` are non-negative there, where C++'s ``/`` and ``%`` agree with the carried values), and like
   ``S`` and ``M`` it reads no memory and has no side effect, since it is evaluated again;
@@ -111,6 +113,17 @@ def _from_thread_index(src: bytes, body: Node, value: Node) -> bool:
     return bool(_names(src, value) & initialized_from(src, body, _THREAD_INDEX, value.start_byte))
 
 
+def _declared(src: bytes, body: Node) -> set[str]:
+    """Names the body declares (an inner loop's own ``v`` would shadow the outer one)."""
+    out: set[str] = set()
+    for n in ts.walk(body):
+        if n.type in ("init_declarator", "declaration"):
+            name = n.child_by_field_name("declarator")
+            if name is not None and name.type == "identifier":
+                out.add(text_of(src, name))
+    return out
+
+
 def _names(src: bytes, node: Node) -> set[str]:
     return {text_of(src, n) for n in ts.walk(node) if n.type in ("identifier", "field_identifier")}
 
@@ -141,8 +154,11 @@ def strided_loops(f: RegionFunction) -> list[StridedLoop]:
         if not _invariant_text(src, step):
             continue
         assigned = _assigned(src, body)
-        if var in assigned or _names(src, step) & assigned:
+        if var in assigned or _names(src, step) & assigned or var in _declared(src, body):
             continue
+        holder = node.parent
+        if holder is None or holder.type != "compound_statement":
+            continue  # `if (c) for (...)`: declarations put before the loop would become the if's body
         divisions: dict[str, list[tuple[Node, str]]] = {}
         for n in ts.walk(body):
             if n.type != "binary_expression":

@@ -127,6 +127,12 @@ def test_the_carried_values_index_exactly_what_the_divisions_did(tmp_path):
         "__global__ void k(long* o, long n, long m, long* s) { for (long v = s[threadIdx.x]; v < n; v += 32) { o[v] = v % m; } }",
         # the divisor is read from memory, which the body may write
         "__global__ void k(long* o, long n, long* m) { for (long v = threadIdx.x; v < n; v += 32) { o[v] = v % m[0]; } }",
+        # an inner loop declares its own v: the outer v's divisions cannot be told apart by name
+        "__global__ void k(long* o, long n, long m) { for (long v = threadIdx.x; v < n; v += 32) {"
+        " for (long v = 0; v < 2; ++v) o[v] = v % m; } }",
+        # a loop that is an if's whole body: declarations before it would change what the if runs
+        "__global__ void k(long* o, long n, long m, bool c) {"
+        " if (c) for (long v = threadIdx.x; v < n; v += 32) { o[v] = v % m; } }",
         # not a kernel
         "void k(long* o, long n, long m) { for (long v = threadIdx.x; v < n; v += 32) { o[v] = v % m; } }",
     ],
