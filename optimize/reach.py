@@ -170,25 +170,46 @@ def _functions_in(name: str, text: str) -> list[tuple[str, str]]:
     ]
 
 
+def _split(name: str, text: str) -> tuple[list[str], list[bytes], list[bytes]] | None:
+    """Region text ``name`` cut at its function definitions: (qualified names, the n + 1 texts between
+    and around them, the n definitions), so that joining gaps and definitions alternately gives it back.
+    None when it does not parse or a definition holds another (a local struct's method)."""
+    try:
+        region = Region({name: text})
+    except Exception:  # noqa: BLE001 - unreadable: not split
+        return None
+    src = region.docs[0].src
+    funcs = sorted(region.funcs, key=lambda f: f.node.start_byte)
+    if any(a.node.end_byte > b.node.start_byte for a, b in zip(funcs, funcs[1:])):
+        return None
+    cuts = [0, *(b for f in funcs for b in (f.node.start_byte, f.node.end_byte)), len(src)]
+    pieces = [src[cuts[i] : cuts[i + 1]] for i in range(len(cuts) - 1)]
+    return [f.qualname for f in funcs], pieces[0::2], pieces[1::2]
+
+
+def _join(gaps: list[bytes], bodies: list[bytes]) -> str:
+    return (gaps[0] + b"".join(body + gap for body, gap in zip(bodies, gaps[1:]))).decode("utf-8")
+
+
 def _restore_functions(name: str, base: str, edited: str, qualnames: frozenset[str]) -> str:
     """``edited`` with the functions named ``qualnames`` given back their ``base`` text.
 
     Functions are matched by qualified name and order among namesakes (overloads). When the
-    two texts do not define the same such functions, the whole region goes back to ``base``:
-    the op's own edits there are lost, but nothing unmeasured is kept.
+    two texts do not define the same such functions, or either cannot be cut at its functions
+    (:func:`_split`), the whole region goes back to ``base``: the op's own edits there are lost,
+    but nothing unmeasured is kept.
     """
-    try:
-        old = [(k, t) for k, t in _functions_in(name, base) if k in qualnames]
-        doc = Region({name: edited})
-    except Exception:  # noqa: BLE001 - unreadable: keep nothing of the edit
+    old, new = _split(name, base), _split(name, edited)
+    if old is None or new is None:
         return base
-    new = [f for f in doc.funcs if f.qualname in qualnames]
-    if [k for k, _ in old] != [f.qualname for f in new]:
+    theirs_old = [i for i, q in enumerate(old[0]) if q in qualnames]
+    theirs_new = [j for j, q in enumerate(new[0]) if q in qualnames]
+    if [old[0][i] for i in theirs_old] != [new[0][j] for j in theirs_new]:
         return base
-    src = doc.docs[0].src
-    for (_, text), f in sorted(zip(old, new), key=lambda pair: -pair[1].node.start_byte):
-        src = src[: f.node.start_byte] + text.encode("utf-8") + src[f.node.end_byte :]
-    return src.decode("utf-8")
+    bodies = list(new[2])
+    for i, j in zip(theirs_old, theirs_new):
+        bodies[j] = old[2][i]
+    return _join(new[1], bodies)
 
 
 def confine(base: Mapping[str, str], edited: Mapping[str, str], foreign: Foreign) -> dict[str, str]:
@@ -214,20 +235,10 @@ def merge_functions(name: str, base: str, edits: Sequence[str]) -> str | None:
     ways. Each op was measured with the other's functions as the base has them, and never
     runs those (:func:`foreign_code`), so the merged text is what each op measured.
     """
-    try:
-        texts = [base, *edits]
-        parsed = [Region({name: text}) for text in texts]
-    except Exception:  # noqa: BLE001 - unreadable: no merge
+    split = [_split(name, text) for text in [base, *edits]]
+    layouts = [layout for layout in split if layout is not None]
+    if len(layouts) < len(split):
         return None
-    layouts = []
-    for region in parsed:
-        src = region.docs[0].src
-        funcs = sorted(region.funcs, key=lambda f: f.node.start_byte)
-        if any(a.node.end_byte > b.node.start_byte for a, b in zip(funcs, funcs[1:])):
-            return None  # nested definitions (a local struct's method): not split
-        cuts = [0, *(b for f in funcs for b in (f.node.start_byte, f.node.end_byte)), len(src)]
-        pieces = [src[cuts[i] : cuts[i + 1]] for i in range(len(cuts) - 1)]
-        layouts.append(([f.qualname for f in funcs], pieces[0::2], pieces[1::2]))
     names, between, bodies = layouts[0]
     if any(other[0] != names or other[1] != between for other in layouts[1:]):
         return None
@@ -237,8 +248,7 @@ def merge_functions(name: str, base: str, edits: Sequence[str]) -> str | None:
         if len(changed) > 1:
             return None
         merged.append(changed.pop() if changed else original)
-    out = between[0] + b"".join(body + gap for body, gap in zip(merged, between[1:]))
-    return out.decode("utf-8")
+    return _join(between, merged)
 
 
 def task_wrappers(task) -> list[str]:

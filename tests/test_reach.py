@@ -231,3 +231,18 @@ def test_a_method_is_reached_by_its_struct_s_name_not_by_a_namesake():
     assert foreign_code(regions, ["go"]).regions == {"B", "kb"}
     regions["go"] = "void go(float* x) { A::run(x); B::template run<2>(x); }"
     assert not foreign_code(regions, ["go"])
+
+
+def test_a_shared_region_with_a_definition_inside_another_goes_back_whole():
+    """A method holding a local struct's method cannot be cut into disjoint definitions: giving a foreign one
+    back by byte offsets would splice inside a span already replaced, so the region is given back whole."""
+    base = {
+        "k": KERNEL_A,
+        "S": "struct S { static void a(float* x) { LaunchKernel(1, 32, d)(k, x); } "
+        "static void b(float* x) { struct L { void f() {} }; LaunchKernel(2, 32, d)(k, x); } };",
+    }
+    own = foreign_code(base, ["S::a"])
+    assert "S::b" in own.functions["S"]
+    both = {"k": KERNEL_A, "S": base["S"].replace("(1, 32", "(1, 64").replace("(2, 32", "(2, 64")}
+    assert confine(base, both, own)["S"] == base["S"]
+    assert merge_functions("S", base["S"], [both["S"]]) is None
