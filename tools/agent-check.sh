@@ -9,15 +9,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 manifest="${1:?a manifest of submissions (OP <tab> RATIONALE <tab> REGION=FILE ...)}"
 ks="${KS:-.venv/bin/kernelsmith}"
+source tools/manifest.sh
 status=0
-n=0
-while IFS=$'\t' read -r op _rationale regions; do
-  [ -z "$op" ] && continue
-  case "$op" in \#*) continue ;; esac
-  n=$((n + 1))
-  flags=()
-  for r in $regions; do flags+=(--region "$r"); done
-  answer=$("$ks" agent build "$op" "${flags[@]}" 2>&1)
+check() {  # N OP RATIONALE --region ...
+  local n="$1" op="$2" answer verdict rc
+  shift 3
+  answer=$("$ks" agent build "$op" "$@" 2>&1)
   verdict=$(printf '%s' "$answer" | python3 -c '
 import json, sys
 text = sys.stdin.read()
@@ -34,5 +31,6 @@ sys.exit(1 if bad else 0)')
   rc=$?
   echo "$n $op: $verdict"
   [ $rc -ne 0 ] && status=1
-done < "$manifest"
+}
+each_submission "$manifest" check
 exit $status

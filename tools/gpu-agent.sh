@@ -10,6 +10,7 @@
 # integrate.log, run-$RUN.tgz (the run without per-candidate source trees) and agent.log.
 set -o pipefail
 source "$(dirname "$0")/device-setup.sh" || exit 1
+source "$(dirname "$0")/manifest.sh"
 OUT="${OUT:-.}"
 tasks="${1:?a tarball of work/tasks}"
 manifest="${2:?a manifest of submissions}"
@@ -17,20 +18,17 @@ run="${RUN:-agent}"
 client="${CLIENT:-cli}"
 unpack_tasks "$tasks" || exit 1
 status=0
-n=0
-while IFS=$'\t' read -r op rationale regions; do
-  [ -z "$op" ] && continue
-  case "$op" in \#*) continue ;; esac
-  n=$((n + 1))
-  flags=()
-  for r in $regions; do flags+=(--region "$r"); done
+submit() {  # N OP RATIONALE --region ...
+  local n="$1" op="$2" rationale="$3"
+  shift 3
   echo "== submit $n: $op" | tee -a "$OUT/agent.log"
-  timeout "${SUBMIT_S:-150}" python3 -m pipeline.cli agent submit "$op" "${flags[@]}" --rationale "$rationale" \
+  timeout "${SUBMIT_S:-150}" python3 -m pipeline.cli agent submit "$op" "$@" --rationale "$rationale" \
     --run "$run" --client "$client" > "$OUT/submit-$n.json" 2>> "$OUT/agent.log"
   status=$((status | $?))
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['outcome'], d['speedup_geomean'], d['detail'][:300])" \
     "$OUT/submit-$n.json" 2>/dev/null | tee -a "$OUT/agent.log"
-done < "$manifest"
+}
+each_submission "$manifest" submit
 timeout "${FINISH_S:-200}" python3 -m pipeline.cli agent finish --run "$run" > "$OUT/finish.json" 2>> "$OUT/agent.log"
 status=$((status | $?))
 tail -c 3000 "$OUT/finish.json"
