@@ -8,7 +8,11 @@
 # was accepted, `kernelsmith integrate --run $RUN --skip-e2e` (SGLang's build and public op).
 # Outputs in $OUT: submit-N.json (each verdict as the interface answered it), finish.json,
 # integrate.log, run-$RUN.tgz (the run without per-candidate source trees) and agent.log.
+# THEN_TESTS="PYTEST ARGS" fills what is left of the call (CALL_S, default 580 s from the start) with
+# `pytest -m gpu` over those arguments, output in $OUT/tests.log (e.g. the adversarial kernels:
+# THEN_TESTS="tests/test_harness_adversarial.py -k judged_as_expected").
 set -o pipefail
+started=$(date +%s)
 source "$(dirname "$0")/device-setup.sh" || exit 1
 source "$(dirname "$0")/manifest.sh"
 OUT="${OUT:-.}"
@@ -38,5 +42,13 @@ if grep -q '"status": "improved"' "$OUT/finish.json"; then
   status=$((status | $?))
   tail -30 "$OUT/integrate.log"
   tar -czf "$OUT/integrate-$run.tgz" -C work --exclude='*/tree' --exclude='*/cache' "integrate/$run" 2>/dev/null
+fi
+echo "agent run: rc $status, wall $(($(date +%s) - started)) s" | tee -a "$OUT/agent.log"
+left=$((${CALL_S:-580} - $(date +%s) + started))
+if [ -n "${THEN_TESTS:-}" ] && [ "$left" -gt 40 ]; then
+  # shellcheck disable=SC2086  # THEN_TESTS is pytest's words
+  timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider -rA --durations=0 $THEN_TESTS > "$OUT/tests.log" 2>&1
+  echo "tests: rc $?, limit $left s" | tee -a "$OUT/tests.log"
+  tail -25 "$OUT/tests.log"
 fi
 exit $status
