@@ -11,6 +11,13 @@ What must stay true:
   evaluations replay free).
 - A spent budget is a :class:`~pipeline.errors.BudgetExhausted` raised *before* a
   model call (the loop records the stop reason), never a half-written record.
+- The wall budget is shared fairly among the ops of a serial run: each op may spend the
+  wall seconds left divided by the ops left (:meth:`Budget.begin_share`), so one op's long
+  search cannot leave the next ones nothing. A spent share ends that op's rounds (stop
+  reason ``wall_share``, checked between populations like every budget) and hands what it
+  did not use to the ops after it; it is not a run-wide stop. Why: on the H200
+  (2026-12-05) ``kernelsmith run`` spent its 300 s on silu_and_mul's one round (18
+  candidates, 288 s), so fused_add_rmsnorm had no round and rmsnorm was skipped.
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ from pipeline.buckets import AT_FLOOR
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted
 
-StopReason = Literal["rounds", "tokens", "dollars", "wall_time", "gpu_time", "no_options", "converged", "at_floor"]
+StopReason = Literal[
+    "rounds", "tokens", "dollars", "wall_time", "gpu_time", "wall_share", "no_options", "converged", "at_floor"
+]
 #: Run-wide budgets: one spent stops every op after it.
 BUDGETS: tuple[StopReason, ...] = ("tokens", "dollars", "wall_time", "gpu_time")
 #: Stops because an op's work is done, not because anything ran out (reported as a normal end).
@@ -50,6 +59,8 @@ class Budget:
         self.clock = clock
         self.start = clock()
         self._lock = threading.Lock()  # ops running at once (optimize.scale.ops) charge one budget
+        self.share_from_s: float | None = None  # wall_s when the current op's share began (None: no share)
+        self.share_s = 0.0
 
     @property
     def wall_s(self) -> float:
@@ -67,12 +78,27 @@ class Budget:
             return "gpu_time"
         return None
 
+    def begin_share(self, ops_left: int) -> None:
+        """The op starting now may spend the wall seconds left over ``ops_left`` (itself included).
+        The last op (``ops_left`` 1) has the rest of the run's budget, which :meth:`exhausted` guards."""
+        self.share_from_s = self.wall_s if ops_left > 1 else None
+        self.share_s = max(0.0, self.limits.wall_s - self.wall_s) / max(ops_left, 1)
+
+    def share_spent(self) -> bool:
+        return self.share_from_s is not None and self.wall_s - self.share_from_s >= self.share_s
+
+    def stop(self) -> StopReason | None:
+        """Why no more GPU work may start for the current op: a run-wide budget, else its wall share."""
+        return self.exhausted() or ("wall_share" if self.share_spent() else None)
+
     def message(self, reason: str) -> str:
         return {
             "tokens": f"token budget spent ({self.tokens} of {self.limits.tokens})",
             "dollars": f"dollar budget spent (${self.cost_usd:.4f} of ${self.limits.dollars_usd:g})",
             "wall_time": f"wall-time budget spent ({self.wall_s:.0f} of {self.limits.wall_s:g} s)",
             "gpu_time": f"GPU-time budget spent ({self.gpu_s:.0f} of {self.limits.gpu_s:g} s)",
+            "wall_share": f"its share of the run's {self.limits.wall_s:g} s wall budget is spent (the seconds "
+            "left when it began, over the ops left), so the ops after it have their turn",
             "rounds": f"round budget reached ({self.limits.rounds} rounds per op)",
             "no_options": "the policy has no untried applicable skill left",
             "at_floor": f"every token bucket of the best runs within {AT_FLOOR:g}x of its floor: "
@@ -86,6 +112,7 @@ class Budget:
             "dollars": "raise budget.dollars_usd and rerun the same --run to continue",
             "wall_time": "raise budget.wall_s and rerun the same --run to continue",
             "gpu_time": "raise budget.gpu_s and rerun the same --run to continue",
+            "wall_share": "rerun the same --run to continue this op, or raise budget.wall_s",
             "rounds": "pass a larger --rounds with the same --run to continue",
         }.get(reason, "")
 

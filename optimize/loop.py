@@ -42,7 +42,9 @@ What must stay true:
   run and resume from what the trajectories on disk recorded (a round killed
   halfway has no line, so its spend is not on disk; its cached replies and
   stored evaluations replay free). A spent budget ends the run with a recorded
-  stop reason, never mid-write.
+  stop reason, never mid-write. The wall budget is shared fairly: an op whose share is
+  spent (:meth:`optimize.budget.Budget.begin_share`) stops with ``wall_share`` and the next
+  op has its turn.
 - A run belongs to one extraction of each task: resuming after the task's
   editable regions changed is refused (:class:`TrajectoryError`).
 - Nothing is reported as measured that a replay produced: the run summary and
@@ -103,7 +105,8 @@ class Loop(Session):
         started = now_iso()
         summaries: list[OpSummary] = []
         stopped: str | None = None
-        for task_dir, task in ops:
+        for index, (task_dir, task) in enumerate(ops):
+            self.budget.begin_share(len(ops) - index)
             if stopped is not None:
                 summaries.append(
                     OpSummary(
@@ -161,10 +164,13 @@ class Loop(Session):
         best = op.trajectory.best()
         if best is not None and best.timings and set(no_go(best.timings)) == {bucket_of(t) for t in best.timings}:
             return "at_floor"  # every bucket within AT_FLOOR of its floor: nothing left worth a round
+        spent = self.budget.stop()  # before "converged": a round a budget cut short searched only part of its space
+        if spent is not None:
+            return spent
         last = rounds[-1] if rounds else None
         if last is not None and not last.accepted and last.attempts and all(a.agent == "search" for a in last.attempts):
             return "converged"  # the same best gives the same space: a next round would read it all back
-        return self.budget.exhausted()
+        return None
 
     def _round(self, op: OpState, number: int) -> RoundRecord | None:
         traj = op.trajectory
@@ -342,8 +348,9 @@ class Loop(Session):
             foreign=op.foreign,
         )
         attempts, member = found.outcome()
-        if member is None and found.budget_spent:
-            raise BudgetExhausted(self.budget.message(self.budget.exhausted() or "gpu_time"), where="gpu_time")
+        if member is None and found.budget_spent:  # measure left members unmeasured: only when stop() says why
+            reason = self.budget.stop() or "wall_share"
+            raise BudgetExhausted(self.budget.message(reason), fix=self.budget.fix(reason), where=reason)
         chosen, evaluation = (member.candidate, member.evaluation) if member is not None else (None, None)
         return self._record(op, number, found.plan(member), base.id, best, attempts, chosen, evaluation, False)
 

@@ -79,12 +79,12 @@ def evaluate_many_once(
     ``precheck``: each new candidate is checked first, ``jobs`` checks at once (it must be safe to
     call from threads); one it refuses has that evaluation stored (``compile_failed``, ``timeout``)
     and never reaches the backend. None for the candidates left
-    unmeasured because a budget is spent (checked before the population is measured: a
-    population is never cut in the middle).
+    unmeasured because a budget or the op's wall share is spent (:meth:`Budget.stop`, checked
+    before the population is measured: a population is never cut in the middle).
     """
     out: list[Evaluation | None] = [op.stored_evaluation(c.id, "round") for c in candidates]
     fresh = [i for i, e in enumerate(out) if e is None]
-    if not fresh or budget.exhausted() is not None:
+    if not fresh or budget.stop() is not None:  # a run-wide budget, or the op's wall share
         return out
     for i in fresh:
         op.save_candidate(candidates[i])

@@ -1335,3 +1335,66 @@ def test_single_mode_writes_triton_through_its_triton_template(tmp_path, triton_
     assert "SGLang Triton kernels" in system and f"```python region={LAUNCH}" in user and "tunable " in user
     (rnd,) = Trajectory(tmp_path / "runs/r1" / MERGE / "trajectory.jsonl").rounds()
     assert rnd.skill == "triton_rewrite" and rnd.accepted and summary.ops[0].status == "improved"
+
+
+class ClockedBackend(CountingBackend):
+    """A replay whose every evaluation and profile takes ``step_s`` of the loop's clock (a GPU's wall time)."""
+
+    def __init__(self, path, *, step_s: float):
+        super().__init__(path)
+        self.now_s = 0.0
+        self.step_s = step_s
+
+    def clock(self) -> float:
+        return self.now_s
+
+    def evaluate(self, task_dir, task, candidate, *, stage="round"):
+        self.now_s += self.step_s
+        return super().evaluate(task_dir, task, candidate, stage=stage)
+
+    def profile(self, task_dir, task, candidate):
+        self.now_s += self.step_s
+        return super().profile(task_dir, task, candidate)
+
+
+def run_clocked(tmp_path, *, wall_s: float, step_s: float, ops: int = 2):
+    names = ["demo.scale", "demo.copy"][:ops]
+    tasks = [write_task(tmp_path, name) for name in names]
+    backend = ClockedBackend(two_op_replay(tmp_path), step_s=step_s)
+    cfg = Config.model_validate(
+        {
+            "work_dir": str(tmp_path),
+            "budget": {"rounds": 3, "wall_s": wall_s},
+            "search": {"strategy": "auto", "population": 2, "evals_per_round": 6},
+        }
+    )
+    loop = Loop(cfg, LoopOptions(run="r1", coder="offline"), backend, hooks=hooks(), clock=backend.clock)
+    summary = loop.run(tasks)
+    return summary, [Trajectory(tmp_path / f"runs/r1/{name}/trajectory.jsonl") for name in names]
+
+
+def measured(record) -> int:
+    return len([a for a in record.attempts if a.candidate])
+
+
+def test_a_wall_budget_spent_inside_a_search_round_is_reported_as_wall_time(tmp_path):
+    # one op (no share), 10 s an evaluation or profile, 15 s in all: the baseline ends at 10 s,
+    # the round's profile at 20 s, so its first population is refused by the run's wall budget
+    # (this stop was labelled "GPU-time budget spent" on the H200, 2026-12-05)
+    summary, (traj,) = run_clocked(tmp_path, wall_s=15.0, step_s=10.0, ops=1)
+    stop = [r for r in traj.records if r.kind == "stop"]
+    assert summary.ops[0].stop_reason == "wall_time" and stop[-1].stop_reason == "wall_time"
+    assert stop[-1].detail.startswith("wall-time budget spent"), stop[-1].detail
+
+
+def test_the_wall_budget_is_shared_so_every_op_gets_its_round(tmp_path):
+    # 100 s for two ops at 15 s an evaluation or profile: the first op may spend 50 s (baseline,
+    # profile, one population of 2 = 60 s), so its round stops after that population and the
+    # second op still has its baseline and a round instead of being skipped
+    summary, (first, second) = run_clocked(tmp_path, wall_s=100.0, step_s=15.0)
+    assert summary.ops[0].stop_reason == "wall_share", summary.ops[0]
+    assert [measured(r) for r in first.rounds()] == [2]
+    assert summary.ops[1].status != "skipped" and len(second.rounds()) == 1
+    # one op alone has the whole budget: its round measures two populations
+    alone, (only,) = run_clocked(tmp_path / "alone", wall_s=100.0, step_s=15.0, ops=1)
+    assert [measured(r) for r in only.rounds()] == [4]
