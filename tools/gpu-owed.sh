@@ -1,29 +1,22 @@
 #!/usr/bin/env bash
-# The H200 measurements the open issues still owe (after session 21, 2026-12-05), one device call
+# The H200 measurements the open issues still owe (after session 22, 2026-12-05), one device call
 # (about 9 minutes) per part, most valuable first:
 #   first, issue 14 (not a part: its region files are SGLang-derived, kept in .dev/agent/, described in
-#   BENCHMARKS.md section 2, sessions 19 and 20): two agent runs, each followed by the adversarial kernels'
-#   GPU tests for the time the call has left (f7fed2f's compare floor must still refuse every one). On the
-#   CPU machine first: `bash tools/agent-check.sh .dev/agent/manifest-c1.tsv` (and c2): every submission
-#   builds and edits only its own op's code. Session 21 (2026-12-05) split session 20's two manifests by
-#   goal, the ops that count toward "10 ops integrated" first (c1 = s20b lines 4-5 + s20a lines 3-4;
-#   c2 = s20b lines 2-3 + s20a lines 1-2; s20b's exp-only line is dropped: c2's "both" line has it):
-#     RUN=agent-s21a CLIENT=claude SUBMIT_S=70 FINISH_S=100 INTEGRATE_S=190 \
-#       THEN_TESTS="tests/test_harness_adversarial.py -k judged_as_expected" \
-#       bash tools/gpu-agent.sh .dev/tasks-s20.tar.gz .dev/agent/manifest-c1.tsv
-#         # the compute_n_gram_ids twins, each confined to its own method (integrate merges them), and
-#         # kimi_k2_moe_fused_gate (warp per token, REDUX top-k; with and without PDL)
-#     then the same with RUN=agent-s21b and .dev/agent/manifest-c2.tsv:
-#         # bias_gelu_tanh (two vectors a trip with an incremental bias column; that and the exp form),
-#         # minimax_qknorm_rope (16-byte half-warp; 8-byte)
+#   BENCHMARKS.md section 2, sessions 19, 20 and 22). On the CPU machine first:
+#   `bash tools/agent-check.sh .dev/agent/manifest-c3.tsv`: every submission builds and edits only its op.
+#     RUN=agent-s22k CLIENT=claude SUBMIT_S=75 FINISH_S=60 INTEGRATE_S=100 \
+#       bash tools/gpu-agent.sh .dev/tasks-s20.tar.gz .dev/agent/manifest-c3.tsv
+#         # kimi_k2_moe_fused_gate, warp per token, with and without PDL, its ties now broken as the
+#         # baseline kernel of the same row count breaks them (session 22's two were refused on ties)
 #   (.dev/tasks-s20.tar.gz: `tar -czf .dev/tasks-s20.tar.gz -C work tasks/attention.minimax_qknorm_rope
 #   tasks/activation.bias_gelu_tanh tasks/moe.mask_topk_ids tasks/lora.kimi_k2_moe_fused_gate
 #   tasks/embeddings.compute_n_gram_ids tasks/embeddings.compute_n_gram_ids_decode` after `make device-prep`;
 #   carry .whl .dev/wheels .dev/tasks-s20.tar.gz .dev/agent)
+#   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed; owed
+#                                     # again at 03b874c (the wall budget shared among the three ops)
 #   PART=4 bash tools/gpu-owed.sh     # issue 19 item 6: a search round over OWED_TRITON_OPS (merge_state_triton
 #                                     # is done: extract, optimize and integrate, 2026-12-05); RUN=<new name>
 #   PART=1 bash tools/gpu-owed.sh     # issue 14: search round over OWED_SWEEP_OPS, then integrate
-#   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed
 #   PART=5 bash tools/gpu-owed.sh RUN_TGZ   # integrate a part-4 run (its owed-4.tgz's run-<name>.tgz), then
 #                                     # a new search round over the Triton ops (RUN, default triton-owed-2)
 #   PART=2 bash tools/gpu-owed.sh     # issue 16 row 1 + issue 18's `bench --all` (both measured on
