@@ -32,6 +32,7 @@ from optimize.cuda_text import (
     last_name,
     matches,
     named_children,
+    names_in,
     parse_number,
     prev_named_sibling,
     strip_parens,
@@ -232,7 +233,7 @@ def loops_of(region: Region, f: RegionFunction) -> list[LoopInfo]:
             # by gridDim itself, or by a name set from it (bias_gelu's `vec_id += stride`)
             grid_stride = update is not None and (
                 b"gridDim" in src[update.start_byte : update.end_byte]
-                or bool(_idents(src, update) & initialized_from(src, f.body, _GRID_DIM, update.start_byte))
+                or bool(names_in(src, update) & initialized_from(src, f.body, _GRID_DIM, update.start_byte))
             )
             loop_var = None
             init = m.get("init", [None])[0]
@@ -249,10 +250,6 @@ def loops_of(region: Region, f: RegionFunction) -> list[LoopInfo]:
     return out
 
 
-def _idents(src: bytes, node: Node) -> set[str]:
-    return {text_of(src, n) for n in ts.walk(node) if n.type == "identifier"}
-
-
 def _invariant_loads(src: bytes, body: Node, loop_var: str) -> int:
     """Loads in a run-time loop whose arguments do not depend on the loop variable."""
     dependent = {loop_var}
@@ -263,15 +260,15 @@ def _invariant_loads(src: bytes, body: Node, loop_var: str) -> int:
             if d.type != "init_declarator":
                 continue
             value = d.child_by_field_name("value")
-            if value is not None and _idents(src, value) & dependent:
-                dependent |= _idents(src, d.child_by_field_name("declarator"))
+            if value is not None and names_in(src, value) & dependent:
+                dependent |= names_in(src, d.child_by_field_name("declarator"))
     count = 0
     for m in matches("calls", body):
         name = last_name(text_of(src, m["callee"][0]))
         if name not in _LOAD_NAMES:
             continue
         args = m["args"][0]
-        ids = _idents(src, args)
+        ids = names_in(src, args)
         if ids and not ids & dependent:
             count += 1
     return count

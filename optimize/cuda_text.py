@@ -59,6 +59,12 @@ def text_of(src: bytes, node: Node) -> str:
     return src[node.start_byte : node.end_byte].decode("utf-8", "replace")
 
 
+def names_in(src: bytes, node: Node, *, fields: bool = False) -> set[str]:
+    """The identifiers ``node`` spans; with ``fields``, member names too (``p.x`` gives ``p`` and ``x``)."""
+    kinds = ("identifier", "field_identifier") if fields else ("identifier",)
+    return {text_of(src, n) for n in ts.walk(node) if n.type in kinds}
+
+
 def last_name(text: str) -> str:
     """``device::warp::reduce_sum<32>`` -> ``reduce_sum``."""
     text = re.sub(r"<.*>$", "", text.strip(), flags=re.S)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from extract import treesitter as ts
 from optimize.cuda_facts import initialized_from
 from optimize.cuda_regions import Region, RegionFunction
-from optimize.cuda_text import Node, matches, prev_named_sibling, text_of
+from optimize.cuda_text import Node, matches, names_in, prev_named_sibling, text_of
 from optimize.transform_edits import Edit, NotApplicable, apply_edits, indent_of
 
 _ASSIGN = re.compile(r"(\+\+|--|(?<![=!<>])=(?!=)|\batomic\w*)")
@@ -110,7 +110,7 @@ def _from_thread_index(src: bytes, body: Node, value: Node) -> bool:
     """Whether ``value`` reads threadIdx / blockIdx, itself or through a name the function initializes from them."""
     if _THREAD_INDEX.search(text_of(src, value)):
         return True
-    return bool(_names(src, value) & initialized_from(src, body, _THREAD_INDEX, value.start_byte))
+    return bool(names_in(src, value, fields=True) & initialized_from(src, body, _THREAD_INDEX, value.start_byte))
 
 
 def _declared(src: bytes, body: Node) -> set[str]:
@@ -122,10 +122,6 @@ def _declared(src: bytes, body: Node) -> set[str]:
             if name is not None and name.type == "identifier":
                 out.add(text_of(src, name))
     return out
-
-
-def _names(src: bytes, node: Node) -> set[str]:
-    return {text_of(src, n) for n in ts.walk(node) if n.type in ("identifier", "field_identifier")}
 
 
 def strided_loops(f: RegionFunction) -> list[StridedLoop]:
@@ -149,12 +145,12 @@ def strided_loops(f: RegionFunction) -> list[StridedLoop]:
         if update.type != "assignment_expression" or text_of(src, update.child_by_field_name("operator")) != "+=":
             continue
         left, step = update.child_by_field_name("left"), update.child_by_field_name("right")
-        if left is None or step is None or text_of(src, left) != var or var in _names(src, step):
+        if left is None or step is None or text_of(src, left) != var or var in names_in(src, step, fields=True):
             continue
         if not _invariant_text(src, step):
             continue
         assigned = _assigned(src, body)
-        if var in assigned or _names(src, step) & assigned or var in _declared(src, body):
+        if var in assigned or names_in(src, step, fields=True) & assigned or var in _declared(src, body):
             continue
         holder = node.parent
         if holder is None or holder.type != "compound_statement":
@@ -167,7 +163,11 @@ def strided_loops(f: RegionFunction) -> list[StridedLoop]:
             lhs, rhs = n.child_by_field_name("left"), n.child_by_field_name("right")
             if op not in ("/", "%") or lhs is None or rhs is None or lhs.type != "identifier":
                 continue
-            if text_of(src, lhs) != var or var in _names(src, rhs) or _names(src, rhs) & assigned:
+            if (
+                text_of(src, lhs) != var
+                or var in names_in(src, rhs, fields=True)
+                or names_in(src, rhs, fields=True) & assigned
+            ):
                 continue
             if not _invariant_text(src, rhs):
                 continue
