@@ -315,4 +315,31 @@ def test_a_point_whose_edits_all_land_in_another_ops_regions_is_not_measured(tmp
     )
     assert measured, "the unroll point is measured"
     assert all(c.regions["launch"] == LAUNCHER for c in measured), "another op's region is never changed"
-    assert any("never runs (launch)" in why for _, why in found.unrealizable)
+    # the block-size dimension edits only ``launch``: it is left out of the space, and the round says so
+    assert [d.transform for d in found.space.dimensions] == ["add_pragma_unroll"]
+    assert len(found.foreign) == 1 and "never runs" in found.summary()
+
+
+@pytest.mark.wheel
+def test_silu_and_mul_searches_no_dimension_of_a_kernel_it_never_launches(sglang_source, tmp_path):
+    """activation.cuh on the H200 (2026-12-05): silu_and_mul's 2560-point space held launch bounds of
+    ``act_kernel`` (relu2's), 4x its real size. The round leaves that dimension out, keeps its own
+    kernel's, and measures the same candidates a draw would make."""
+    from optimize.reach import foreign_code
+
+    path = "kernels/jit/csrc/elementwise/activation.cuh"
+    data = (pathlib.Path(sglang_source.root) / path).read_bytes()
+    regions = region_texts({path: data}, definition_spans(path, data))
+    others = foreign_code(regions, ["ActivationKernel<bf16_t, true>::run_activation"])
+    decisions = plan(features_of_regions(regions), load_skills(), [], llm_available=False, limit=256)
+    full = build_space(decisions)
+    assert any("act_kernel" in d.name for d in full.dimensions), "SGLang changed: pick another shared file"
+    base = Candidate(op_id="activation.silu_and_mul", id=candidate_id(regions), parent=None, regions=regions)
+    config = Config.model_validate({"work_dir": str(tmp_path), "search": {"evals_per_round": 8}})
+    found = search_round(
+        base, None, decisions, config=config, coder="offline", measure=lambda c: [None] * len(c), seed=1, foreign=others
+    )
+    names = [d.name for d in found.space.dimensions]
+    assert not any("act_kernel" in n for n in names) and any("act_and_mul_kernel" in n for n in names)
+    assert found.foreign and all("act_kernel" in n for n in found.foreign)
+    assert found.space.size * 4 == full.size

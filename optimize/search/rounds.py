@@ -21,7 +21,7 @@ What must stay true:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from optimize.acceptance import judge_round
@@ -29,7 +29,7 @@ from optimize.agents.planning import Plan
 from optimize.policy import Decision
 from optimize.reach import Foreign, confine
 from optimize.run_folder import clip, why
-from optimize.search.space import Space, Unrealizable, build_space, realize
+from optimize.search.space import Dimension, Space, Unrealizable, build_space, realize
 from optimize.search.tuner import Point, run_search
 from optimize.trajectory import Attempt, candidate_id
 from pipeline.config import Config
@@ -59,6 +59,7 @@ class SearchRound:
     batches: list[int] = field(default_factory=list)  # points measured per batch (new and read back)
     winner: Member | None = None
     budget_spent: bool = False
+    foreign: list[str] = field(default_factory=list)  # dimensions left out: they edit only other ops' code
 
     def summary(self) -> str:
         new = len(self.members)
@@ -66,6 +67,8 @@ class SearchRound:
             f"search ({self.strategy}) over {self.space.describe()}",
             f"{new} candidates in {len(self.batches)} batch(es) {self.batches}",
         ]
+        if self.foreign:
+            parts.append(f"left out, as they edit only code this op never runs: {', '.join(self.foreign)}")
         if self.unrealizable:
             parts.append(f"{len(self.unrealizable)} points whose transforms do not compose")
         if self.budget_spent:
@@ -129,8 +132,8 @@ def search_round(
     given back, and a point that edits nothing else does not compose.
     """
     others = foreign or Foreign()
-    space = build_space(decisions, config.search.skills)
-    result = SearchRound(space=space)
+    space, dropped = _own_dimensions(build_space(decisions, config.search.skills), base.regions, others)
+    result = SearchRound(space=space, foreign=dropped)
     if space.size <= 1:
         return result
     noise = config.harness.noise_pct
@@ -231,6 +234,34 @@ def search_round(
     if accepted:
         result.winner = max(accepted, key=lambda mv: (mv[1].speedup_geomean or 0.0, mv[0].candidate.id))[0]
     return result
+
+
+def _own_dimensions(space: Space, regions: Mapping[str, str], others: Foreign) -> tuple[Space, list[str]]:
+    """``space`` without the dimensions each of whose choices, applied alone, edits only code other ops
+    run (``confine`` gives every edit back), and the names of those left out.
+
+    Why: every point that differs from another only there names the same candidate, so the
+    strategy would spend draws on repeats (silu_and_mul's space on the H200, 2026-12-05, held
+    ``set_launch_bounds`` of ``act_kernel``, which it never launches: 4x its real size). A
+    choice that does not compose alone (a follower of a PDL launch) keeps its dimension.
+    """
+    if not others:
+        return space, []
+    kept: list[Dimension] = []
+    dropped: list[Dimension] = []
+    for dim in space.dimensions:
+        foreign_only = True
+        for value in dim.values[1:]:
+            try:
+                edited, _ = realize(space, {dim.name: value}, regions)
+            except Unrealizable:
+                foreign_only = False
+                break
+            if edited == regions or confine(regions, edited, others) != regions:
+                foreign_only = False
+                break
+        (dropped if foreign_only else kept).append(dim)
+    return Space(dimensions=tuple(kept)), [d.name for d in dropped]
 
 
 def _cost(evaluation: Evaluation, noise_pct: float) -> float | str:
