@@ -254,6 +254,23 @@ def test_a_sort_or_selection_op_is_marked_not_byte_bound_and_others_stay_byte_bo
     assert again.contract.byte_bound is False and not [f for f in more.filled if f.kind == "floor"], "filled once"
 
 
+def test_the_n_gram_decode_gather_has_no_floor_and_its_prefill_twin_keeps_one():
+    """compute_n_gram_ids_decode reads a few tokens a row of a table sized for whole contexts: on the
+    H200 (2026-12-05) both its baseline and its candidate ran at 0.107 of the floor its tensors give."""
+    args = (
+        tensor("ne_token_table", ["batch + 8", 4096], dtype="int32"),
+        tensor("n_gram_ids", ["batch", 12], dtype="int32", role="output"),
+    )
+    decode = task_of(*args, symbols=("batch",)).model_copy(update={"op_id": "embeddings.compute_n_gram_ids_decode"})
+    done, record = completion.complete(decode)
+    assert done.contract.byte_bound is False
+    assert [f.rule for f in record.filled if f.kind == "floor"] == [
+        "completion.toml: embeddings.compute_n_gram_ids_decode"
+    ]
+    prefill = decode.model_copy(update={"op_id": "embeddings.compute_n_gram_ids"})
+    assert completion.complete(prefill)[0].contract.byte_bound is True
+
+
 def test_an_order_rule_names_the_op_and_its_outputs_and_combines_with_a_role_the_baseline_proves():
     """topk_transform_paged's indices are compared as per-row sets (TensorSpec.order); the baseline's
     own role fix for the same tensor later does not drop it (fixes are applied in order, not by name)."""
