@@ -157,6 +157,13 @@ class SearchConfig(Section):
     # by pairs of choices instead (on the H200, 2026-12-02, the uncut 1024-point spaces of relu2
     # and per_token_quant_fp8 built 3 and 2 members of a population of 16).
     restrict_points: int = Field(default=512, ge=0)
+    # A space the round samples (larger than ``evals_per_round``) is first measured one choice at a
+    # time: each dimension's choices alone, at most ``population`` of them, in transform order (PDL
+    # first); the genetic algorithm then starts from the choices that beat the best, composed. Why:
+    # every offline win on the H200 so far was one choice (PDL on fused_add_rmsnorm, the PDL sweeps
+    # of sessions 11 and 14), while the random first draws of 2026-12-05's `kernelsmith run` each
+    # composed three or four choices and none was accepted.
+    singles_first: bool = True
     # The skills a run may plan with (ids of optimize/skills/*.toml; empty: the whole library).
     # A sweep over many ops that measures one family of transforms names that family here
     # (``--skills``), so no population is spent on the others.

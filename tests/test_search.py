@@ -281,7 +281,8 @@ def test_a_real_search_round_builds_only_points_that_compose(sglang_source, tmp_
     )
     found = search_round(base, None, decisions, config=config, coder="offline", measure=measure, seed=5)
     # full: 16 draws, each a point that composes; the all-keep point (the base, never rebuilt) may be one
-    assert found.strategy == "genetic_algorithm" and batches and batches[0] >= 15
+    assert found.strategy == "one choice at a time then genetic_algorithm" and sum(batches) >= 15
+    assert all(len(m.point) == 1 for m in found.members[: batches[0]]), "the first batch: each choice alone"
     space = found.space
     for member in found.members:  # each is its point's candidate, made again here
         assert realize(space, member.point, regions)[0] == member.candidate.regions
@@ -343,3 +344,40 @@ def test_silu_and_mul_searches_no_dimension_of_a_kernel_it_never_launches(sglang
     assert not any("act_kernel" in n for n in names) and any("act_and_mul_kernel" in n for n in names)
     assert found.foreign and all("act_kernel" in n for n in found.foreign)
     assert found.space.size * 4 == full.size
+
+
+@pytest.mark.wheel
+def test_a_sampled_space_is_measured_one_choice_at_a_time_first_then_the_winners_composed(sglang_source, tmp_path):
+    """fused_add_rmsnorm (384 points): its first batch is each choice alone, PDL's first (the only
+    offline win on the H200 so far was pdl_enable alone); the next batch starts from the choices
+    that beat the base, composed."""
+    regions, _ = real(sglang_source.root, "fused_add_rmsnorm.cuh")
+    decisions = plan(features_of_regions(regions), load_skills(), [], llm_available=False, limit=256)
+    base = Candidate(op_id="layernorm.fused_add_rmsnorm", id=candidate_id(regions), parent=None, regions=regions)
+    speedup = {"pdl_enable": 1.07, "launch_bounds": 1.04}
+    batches: list[list[str]] = []
+
+    def measure(cands):
+        batches.append([c.skill or "" for c in cands])
+        return [
+            Evaluation(
+                op_id=base.op_id, candidate=c.id, outcome=Outcome.ok, timings=[timing(speedup.get(c.skill or "", 0.97))]
+            )
+            for c in cands
+        ]
+
+    config = Config.model_validate({"work_dir": str(tmp_path), "search": {"population": 8, "evals_per_round": 16}})
+    found = search_round(base, None, decisions, config=config, coder="offline", measure=measure, seed=3)
+    first = batches[0]
+    assert len(first) == 8 and first[0] == "pdl_enable" and all("+" not in skill for skill in first)
+    assert "pdl_enable+launch_bounds" in batches[1], batches[1]
+    assert found.winner is not None and found.winner.candidate.skill in ("pdl_enable+launch_bounds", "pdl_enable")
+    # off: the genetic algorithm's own random first draws
+    off = Config.model_validate(
+        {"work_dir": str(tmp_path), "search": {"population": 8, "evals_per_round": 16, "singles_first": False}}
+    )
+    batches.clear()
+    assert search_round(base, None, decisions, config=off, coder="offline", measure=measure, seed=3).strategy == (
+        "genetic_algorithm"
+    )
+    assert any("+" in skill for skill in batches[0])

@@ -30,7 +30,7 @@ from optimize.policy import Decision
 from optimize.reach import Foreign, confine
 from optimize.run_folder import clip, why
 from optimize.search.space import Dimension, Space, Unrealizable, build_space, realize
-from optimize.search.tuner import Point, run_search
+from optimize.search.tuner import Point, choose_strategy, run_search
 from optimize.trajectory import Attempt, candidate_id
 from pipeline.config import Config
 from pipeline.records import Candidate, Evaluation, Outcome, Step
@@ -221,19 +221,55 @@ def search_round(
                 out[index] = _cost(by_id[member_id].evaluation, noise)
         return out
 
-    result.strategy, _, result.batches = run_search(
-        space,
-        costs,
-        strategy=config.search.strategy,
-        population=config.search.population,
-        max_evals=config.search.evals_per_round,
-        seed=seed,
-        valid=composes if space.size <= config.search.restrict_points else pairs_compose,
+    evals = config.search.evals_per_round
+    x0: Point | None = None
+    singles: list[Point] = []
+    if config.search.singles_first and choose_strategy(config.search.strategy, space.size, evals) != "brute_force":
+        singles = [{d.name: v} for d in space.dimensions for v in d.values[1:] if composes({d.name: v})][
+            : config.search.population
+        ]
+    if singles:
+        found = costs(singles)
+        result.batches.append(len(singles))
+        if any(cost is None for cost in found):
+            return result  # a budget was spent before the singles were measured
+        x0 = _compose_improving(singles, found, 1.0 / (best_geomean or 1.0), composes)
+        evals -= len(singles)
+    strategy, _, batches = (
+        run_search(
+            space,
+            costs,
+            strategy=config.search.strategy,
+            population=config.search.population,
+            max_evals=evals,
+            seed=seed,
+            valid=composes if space.size <= config.search.restrict_points else pairs_compose,
+            x0=x0,
+        )
+        if evals > 0
+        else ("", [], [])
     )
+    result.strategy = " then ".join(x for x in ("one choice at a time" if singles else "", strategy) if x)
+    result.batches += batches
     accepted = [(m, v) for m in result.members if (v := judge_round(m.evaluation, best_geomean, noise)).accepted]
     if accepted:
         result.winner = max(accepted, key=lambda mv: (mv[1].speedup_geomean or 0.0, mv[0].candidate.id))[0]
     return result
+
+
+def _compose_improving(
+    singles: Sequence[Point], found: Sequence[float | str | None], base_cost: float, composes: Callable[[Point], bool]
+) -> Point | None:
+    """The point that takes, in each dimension, the single choice that beat the base most (None when
+    none did, or when those choices do not compose): the genetic algorithm's first draw."""
+    best: dict[str, tuple[float, int]] = {}
+    for point, cost in zip(singles, found):
+        if isinstance(cost, float) and cost < base_cost:
+            ((name, value),) = point.items()
+            if name not in best or cost < best[name][0]:
+                best[name] = (cost, value)
+    point = {name: value for name, (_, value) in best.items()}
+    return point if point and composes(point) else None
 
 
 def _own_dimensions(space: Space, regions: Mapping[str, str], others: Foreign) -> tuple[Space, list[str]]:

@@ -77,6 +77,7 @@ def run_search(
     max_evals: int,
     seed: int,
     valid: Callable[[Point], bool] | None = None,
+    x0: Point | None = None,
 ) -> tuple[str, list[Trial], list[int]]:
     """Search ``space``; returns (the strategy used, every trial in order, the size of each batch measured).
 
@@ -84,6 +85,8 @@ def run_search(
     Tuner as the space's restriction, so a population is never spent on points that cannot be
     built (the H200, 2026-12-02: 10 of fused_add_rmsnorm's 32 draws did not compose, and its
     populations of 16 built 8 candidates each).
+
+    ``x0``: a point the genetic algorithm puts in its first population (it must be valid).
     """
     util, Options, strategy_map, Runner, Searchspace = _kernel_tuner()
     tune_params = space.tune_params()
@@ -145,6 +148,8 @@ def run_search(
     options: dict[str, Any] = {}
     if name == "genetic_algorithm":
         options = {"popsize": population, "maxiter": max(1, max_evals // max(1, population) + 1)}
+        if x0 is not None:
+            options["x0"] = [int(x0.get(k, 0)) for k in keys]
     elif name == "random_sample":
         options = {"fraction": min(1.0, max_evals / max(1, searchspace.size))}
     if searchspace.size <= 1:  # the base alone: nothing to search
