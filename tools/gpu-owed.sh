@@ -13,7 +13,8 @@
 #   tasks/embeddings.compute_n_gram_ids tasks/embeddings.compute_n_gram_ids_decode` after `make device-prep`;
 #   carry .whl .dev/wheels .dev/tasks-s20.tar.gz .dev/agent)
 #   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed; owed
-#                                     # again at 03b874c (the wall budget shared among the three ops)
+#                                     # again after 03b874c (the wall budget shared among the three ops),
+#                                     # 39ded03 (no foreign dimensions) and aa2ad1f (one choice at a time first)
 #   PART=4 bash tools/gpu-owed.sh     # issue 19 item 6: a search round over OWED_TRITON_OPS (merge_state_triton
 #                                     # is done: extract, optimize and integrate, 2026-12-05); RUN=<new name>
 #   PART=1 bash tools/gpu-owed.sh     # issue 14: search round over OWED_SWEEP_OPS, then integrate
