@@ -381,3 +381,8 @@ def test_a_sampled_space_is_measured_one_choice_at_a_time_first_then_the_winners
         "genetic_algorithm"
     )
     assert any("+" in skill for skill in batches[0])
+    # a budget spent before the singles are measured: no draw follows them
+    spent = search_round(
+        base, None, decisions, config=config, coder="offline", measure=lambda c: [None] * len(c), seed=3
+    )
+    assert spent.budget_spent and spent.batches == [8] and not spent.members

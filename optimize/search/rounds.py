@@ -231,10 +231,8 @@ def search_round(
     if singles:
         found = costs(singles)
         result.batches.append(len(singles))
-        if any(cost is None for cost in found):
-            return result  # a budget was spent before the singles were measured
         x0 = _compose_improving(singles, found, 1.0 / (best_geomean or 1.0), composes)
-        evals -= len(singles)
+        evals = 0 if any(cost is None for cost in found) else evals - len(singles)  # None: a budget is spent
     strategy, _, batches = (
         run_search(
             space,
