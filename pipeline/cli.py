@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pathlib
 import signal
 import sys
+import tempfile
 import threading
+import time
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -283,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    config = None
     try:
         config = load_config(args.config, overrides=_overrides(args), flags=FLAGS)
         module_name, func_name = HANDLERS[args.command].split(":")
@@ -304,13 +309,45 @@ def _main(args: argparse.Namespace) -> int:
         print(INTERRUPTED, file=sys.stderr)
         return 130
     except Exception as err:
-        if not _interrupted(err):
+        if _interrupted(err):
+            print(INTERRUPTED, file=sys.stderr)  # the interrupt, surfaced as what it broke on the way out
+            return 130
+        if os.environ.get("KERNELSMITH_TRACEBACK"):
             raise
-        print(INTERRUPTED, file=sys.stderr)  # the interrupt, surfaced as what it broke on the way out
-        return 130
+        print(f"internal error: {_crash_report(err, args.command, config)}", file=sys.stderr)
+        return INTERNAL_ERROR
 
 
 INTERRUPTED = "interrupted: results written so far are kept; re-run the same command to resume"
+INTERNAL_ERROR = 70  # EX_SOFTWARE: a Kernelsmith bug, not the user's input
+
+
+def _crash_report(err: Exception, command: str, config: Any) -> str:
+    """One line for a Kernelsmith bug (an exception no stage types): what and where, with the
+    traceback saved to a file rather than printed, since the records written so far stay valid
+    and a rerun resumes from them (as the H200 sweep of 2026-12-05 showed, a bug in one op's
+    round came after another op's accepted candidate)."""
+    frames = traceback.extract_tb(err.__traceback__)
+    where = f" at {pathlib.Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    text = "".join(traceback.format_exception(err))
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    saved = "not saved (no writable folder)"
+    for folder in ((config.work / "crashes") if config is not None else None, pathlib.Path(tempfile.gettempdir())):
+        if folder is None:
+            continue
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"kernelsmith-{stamp}-{command}.txt"
+            path.write_text(text)
+        except OSError:
+            continue
+        saved = f"saved in {path}"
+        break
+    return (
+        f"{type(err).__name__}: {err}{where}. This is a Kernelsmith bug, not your input. The results written "
+        f"so far are kept and rerunning the same command resumes. The traceback is {saved}: please report "
+        "it with that file (KERNELSMITH_TRACEBACK=1 prints it instead)"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -504,5 +504,31 @@ def test_an_interrupt_that_breaks_a_lock_on_its_way_out_is_still_an_interrupt(mo
     assert cli.main(["track"]) == 130
     assert "interrupted: results written so far are kept" in capsys.readouterr().err
     monkeypatch.setitem(cli.HANDLERS, "track", "fake_stage:bug")
+    monkeypatch.setenv("KERNELSMITH_TRACEBACK", "1")
     with pytest.raises(RuntimeError, match="a bug"):
         cli.main(["track"])
+
+
+def test_a_kernelsmith_bug_is_one_line_and_its_traceback_is_saved(monkeypatch, capsys, tmp_path):
+    """No traceback reaches the user (the H200 sweep of 2026-12-05 printed one for a ValueError in
+    build_space): the bug's type, message and place in one line, exit 70, the traceback in a file
+    under the work folder, and KERNELSMITH_TRACEBACK=1 to see it raised."""
+    import sys
+    import types
+
+    from pipeline import cli
+
+    def plain_bug(args, config):
+        raise ValueError("tuple.index(x): x not in tuple")
+
+    monkeypatch.delenv("KERNELSMITH_TRACEBACK", raising=False)
+    monkeypatch.setitem(sys.modules, "fake_stage", types.SimpleNamespace(bug=plain_bug))
+    monkeypatch.setitem(cli.HANDLERS, "track", "fake_stage:bug")
+    assert cli.main(["track", "--work-dir", str(tmp_path / "w")]) == 70
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("internal error: ValueError: tuple.index(x): x not in tuple at test_faults_files.py:")
+    assert "in plain_bug" in err and "rerunning the same command resumes" in err
+    saved = list((tmp_path / "w" / "crashes").glob("kernelsmith-*-track.txt"))
+    assert len(saved) == 1 and f"saved in {saved[0]}" in err
+    assert "Traceback (most recent call last)" in saved[0].read_text() and "plain_bug" in saved[0].read_text()

@@ -90,6 +90,26 @@ def test_points_that_do_not_compose_are_unrealizable_not_errors(sglang_source):
         realize(act, {block.name: big, bounds.name: 1}, {})
 
 
+def test_every_transform_has_a_place_in_the_order():
+    """A transform missing from ORDER broke build_space on the H200 (ValueError, 2026-12-05)."""
+    from optimize import transforms
+    from optimize.search.space import ORDER
+
+    assert sorted(ORDER) == sorted(transforms.TRANSFORMS)
+
+
+@pytest.mark.wheel
+def test_bias_gelu_s_space_carries_its_division_before_unrolling(sglang_source):
+    """The sweep's skills on bias_gelu.cuh: incremental_divmod is a dimension, composed with the others."""
+    regions, space = real(sglang_source.root, "bias_gelu.cuh")
+    names = [d.transform for d in space.dimensions]
+    assert "incremental_divmod" in names
+    divmod = next(d for d in space.dimensions if d.transform == "incremental_divmod")
+    composed, steps = realize(space, {divmod.name: 1}, regions)
+    assert [s.skill for s in steps] == ["incremental_divmod"]
+    assert "vec_id % row_vecs" not in composed["bias_gelu_tanh_kernel"]
+
+
 def toy_space(*sizes: int) -> Space:
     from optimize.search.space import Choice
 

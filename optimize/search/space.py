@@ -35,13 +35,16 @@ from pipeline.records import Step
 
 #: Transforms applied in this order, whatever order the proposals came in: PDL first (the
 #: early trigger moves the trigger PDL placed), constants before the attributes that depend on
-#: them, the hinted accesses before fast math (both rename callees; fast math, anywhere, last).
+#: them, the carried divisions before the unroll pragma (a pragma must stay next to its loop, and
+#: the carries are declared above the loop), the hinted accesses before fast math (both rename
+#: callees; fast math, anywhere, last). Every transform of ``transforms.TRANSFORMS`` is here.
 ORDER = (
     "enable_pdl",
     "pdl_late_wait",
     "pdl_early_trigger",
     "tune_constant",
     "set_launch_bounds",
+    "incremental_divmod",
     "add_pragma_unroll",
     "streaming_hints",
     "fast_math",
