@@ -72,7 +72,7 @@ from optimize.policy import Decision
 from optimize.reach import confine
 from optimize.run_folder import OpState, clip, why
 from optimize.search.rounds import search_round
-from optimize.session import Session
+from optimize.session import OP_DONE, Session
 from optimize.trajectory import (
     Attempt,
     RoundRecord,
@@ -151,7 +151,9 @@ class Loop(Session):
                     traj.append(self._stop_record(op, stop, mark))
                 break
             traj.append(record.model_copy(update=self._spent_since(mark)))
-        return self.close_op(op, stop)
+        summary = self.close_op(op, stop)
+        self._tick(op, OP_DONE)
+        return summary
 
     def _tick(self, op: OpState, number: int) -> None:
         if self.progress is not None:

@@ -229,6 +229,7 @@ class RunConfig(Section):
     optimize_wall_s: float = Field(default=300.0, gt=0)
     search_evals_per_round: int = Field(default=16, ge=1)
     search_population: int = Field(default=8, ge=1)
+    search_promote: int = Field(default=1, ge=1)  # members of a screened population timed in full
 
 
 class ScaleConfig(Section):

@@ -100,6 +100,7 @@ def run_capped(config: Any) -> Any:
         update={
             "evals_per_round": min(config.search.evals_per_round, config.run.search_evals_per_round),
             "population": min(config.search.population, config.run.search_population),
+            "promote": min(config.search.promote, config.run.search_promote),
         }
     )
     return config.model_copy(update={"budget": budget, "search": search})

@@ -141,8 +141,11 @@ def test_a_population_is_screened_at_one_shape_per_bucket_and_only_the_best_are_
     out = population.evaluate_population(tmp_path, task, members, config=config)
 
     first, second = requests
-    assert len(first.population) == 4 and len(first.checks) == len(second.checks) == 16, "checked in full, twice"
+    assert len(first.population) == 4 and len(second.checks) == 16, "the promoted are checked in full"
     assert sorted(t.sizes["num_tokens"] for t in first.timings) == [8, 256, 2048], "one per bucket, nearest the median"
+    # screened members are checked where they are timed (silu_and_mul's 252 checks cost 7.8 s a member
+    # on the H200, 2026-12-05), each such shape in both dtypes
+    assert sorted(c.sizes["num_tokens"] for c in first.checks) == [8, 8, 256, 256, 2048, 2048]
     assert len(second.population) == 2 and len(second.timings) == 8, "the two best, timed at every shape"
     assert [pathlib.Path(libs[0]).stem for libs in second.population] == ["x1.2", "x1.5"]
     by_id = {e.candidate: e for e in out}
@@ -155,6 +158,20 @@ def test_a_population_is_screened_at_one_shape_per_bucket_and_only_the_best_are_
     verdict = judge_round(by_id["c3"], None, 3.0)
     assert not verdict.accepted and "not promoted to full timing" in verdict.detail
     assert judge_round(by_id["c2"], None, 3.0).accepted
+
+
+def test_screening_checks_are_the_screened_shapes_and_every_held_out_one():
+    from optimize.harness.population import screening_checks
+    from optimize.harness.protocol import CheckCase, TimingCase
+
+    def at(n: int, held_out: bool = False) -> CheckCase:
+        return CheckCase(label=f"{n}", sizes={"t": n}, dtype="bf16", export="e", held_out=held_out, seed=n)
+
+    checks = [at(1), at(8), at(8), at(4096), at(7, held_out=True), at(5000, held_out=True)]
+    screen = [TimingCase(label="8", sizes={"t": 8}, dtype="bf16", export="e")]
+    assert [c.label for c in screening_checks(checks, screen)] == ["8", "8", "7", "5000"]
+    elsewhere = [TimingCase(label="9", sizes={"t": 9}, dtype="bf16", export="e")]
+    assert screening_checks(checks, elsewhere) == checks, "no check at the screened sizes: all of them"
 
 
 def test_screening_takes_a_shape_per_bucket_by_the_catalog_token_count():
@@ -171,3 +188,73 @@ def test_screening_takes_a_shape_per_bucket_by_the_catalog_token_count():
     assert sorted(c.tokens for c in picked) == [8, 16384]  # one per bucket: T<=64 and T>=512
     blind = [c.model_copy(update={"tokens": None}) for c in cases]
     assert len(screening(blind, per_bucket=1)) == 1, "without the token count every case is one bucket"
+
+
+def test_screened_members_are_built_at_the_units_they_are_screened_at_and_the_promoted_at_every_unit(
+    monkeypatch, tmp_path
+):
+    """rmsnorm has a build unit per width; a population of 8 members, each building all of them one
+    unit at a time, was most of a round. Screening builds the units its cases use; the promoted are
+    then built at every unit (cached ones served), and one that does not build there is
+    compile_failed, never timed in full."""
+    from test_harness_evaluate import DEVICE, RMS, make_task, rms_inst
+
+    from pipeline.records import ShapeCase
+
+    shapes = [
+        ShapeCase(model="M", tokens=n, sizes={"num_tokens": n, "hidden_size": w})
+        for n in (1, 8, 64, 512, 2048)
+        for w in (512, 1024, 4096)
+    ]
+    task = make_task(RMS, shapes, [rms_inst(d, w) for w in (512, 1024, 4096) for d in ("bf16", "fp16")])
+    builds: list[tuple[str, list[str]]] = []
+    requests: list[WorkerRequest] = []
+
+    def build_units(task_dir, task, units, *, config, regions=None, max_workers=None, isolate=False):
+        name = (regions or {}).get("r", "base")
+        widths = [unit[0].template_args[0] for unit in units]
+        builds.append((name, widths))
+        if name == "x1.5-breaks-at-4096" and "4096" in widths:
+            return BuildReport(ok=False, key="k", seconds=0.1, stderr="k.cuh(9): error: too many resources"), []
+        return BuildReport(ok=True, key="k", seconds=0.1), [f"/lib/{name}@{w}.so" for w in widths]
+
+    def run_request(request, config, workdir):
+        requests.append(request)
+        workdir.mkdir(parents=True, exist_ok=True)
+        for i, libs in enumerate(request.population):
+            used = {c.unit for c in request.checks} | {t.unit for t in request.timings}
+            assert all(libs[u] for u in used), "a case names a unit that was not built"
+            factor = float(pathlib.Path(libs[next(iter(used))]).stem.split("@")[0][1:4])
+            timings = [
+                timing(10.0, 10.0 / factor, label=c.label, sizes=c.sizes, dtype=c.dtype) for c in request.timings
+            ]
+            result = WorkerResult(status="ok", checks=[check()], timings=timings, seconds={"test": 1.0}, device=DEVICE)
+            write_record(result, worker.member_path(workdir / "result.json", i))
+        return WorkerRun("finished", 0, 5.0, "", WorkerResult(status="ok"))
+
+    monkeypatch.setattr(evaluate, "build_units", build_units)
+    monkeypatch.setattr(
+        population, "build_baseline", lambda *a, **k: (BuildReport(ok=True, key="b", seconds=0), ["/lib/base.so"] * 3)
+    )
+    monkeypatch.setattr(population, "run_request", run_request)
+    config = Config.model_validate({"work_dir": str(tmp_path), "harness": {"held_out_shapes": 0}})
+    names = ["x0.9", "x1.2", "x1.5-breaks-at-4096", "x1.1"]
+    out = {
+        e.candidate: e
+        for e in population.evaluate_population(
+            tmp_path, task, [cand(i, n) for i, n in enumerate(names)], config=config
+        )
+    }
+
+    first, second = requests
+    screened_widths = sorted(
+        {c.sizes["hidden_size"] for c in first.checks} | {t.sizes["hidden_size"] for t in first.timings}
+    )
+    assert 4096 not in screened_widths, "screening needs fewer units than the task has"
+    assert all(sorted(int(w) for w in widths) == screened_widths for name, widths in builds[:4])
+    # promoted: x1.5 (fails at 4096) and x1.2; both rebuilt at every width, only x1.2 timed in full
+    assert sorted(name for name, widths in builds[4:] if len(widths) == 3) == ["x1.2", "x1.5-breaks-at-4096"]
+    assert [pathlib.Path(libs[0]).stem.split("@")[0] for libs in second.population] == ["x1.2"]
+    assert out["c2"].outcome == Outcome.compile_failed and "too many resources" in out["c2"].detail
+    assert out["c1"].outcome == Outcome.ok and not out["c1"].screened and len(out["c1"].timings) == len(shapes)
+    assert out["c0"].screened and out["c3"].screened, "x0.9 (slower) and x1.1 were not promoted"

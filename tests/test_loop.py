@@ -1398,3 +1398,57 @@ def test_the_wall_budget_is_shared_so_every_op_gets_its_round(tmp_path):
     # one op alone has the whole budget: its round measures more than one population
     alone, (only,) = run_clocked(tmp_path / "alone", wall_s=100.0, step_s=15.0, ops=1)
     assert [measured(r) > 2 for r in only.rounds()] == [True]
+
+
+def test_an_op_s_progress_ends_when_its_rounds_do_not_when_the_run_does(tmp_path):
+    """The command's bar for an op stops its clock at OP_DONE: on the H200 (2026-12-05) silu_and_mul's
+    bar read 4:38 for a 138 s round, because every bar was completed only when the whole run ended."""
+    from optimize.session import OP_DONE
+
+    calls: list[tuple[str, int]] = []
+    ops = [write_task(tmp_path, "demo.scale"), write_task(tmp_path, "demo.copy")]
+    loop = Loop(
+        config(tmp_path, search="off", rounds=2),
+        LoopOptions(run="r1", coder="offline"),
+        CountingBackend(two_op_replay(tmp_path)),
+        hooks=hooks(),
+        progress=lambda op_id, number, total: calls.append((op_id, number)),
+    )
+    loop.run(ops)
+    assert [op for op, _ in calls] == sorted((op for op, _ in calls), key=["demo.scale", "demo.copy"].index)
+    for op_id in ("demo.scale", "demo.copy"):
+        numbers = [n for op, n in calls if op == op_id]
+        assert numbers[0] == 1 and numbers[-1] == OP_DONE and OP_DONE not in numbers[:-1], (op_id, numbers)
+
+
+def test_later_ops_baselines_are_built_while_the_first_is_measured(monkeypatch, tmp_path):
+    """`building_ahead`: the ops after the first have their baselines built (every core, one op at a
+    time) in the background; a failure there is left to the op's own build, and a replay builds nothing."""
+    import threading
+
+    from contract import completion
+    from optimize import command
+    from optimize.harness import bench
+
+    started = threading.Event()
+    release = threading.Event()
+    seen: list[tuple[list[str], dict]] = []
+
+    def prebuild(items, config, **kwargs):
+        seen.append(([task.op_id for _, task in items], kwargs))
+        started.set()
+        release.wait(5)
+        raise RuntimeError("nvcc crashed")  # left to the op's own build
+
+    monkeypatch.setattr(bench, "prebuild", prebuild)
+    monkeypatch.setattr(completion, "complete", lambda task, path: (task, None))
+    tasks = [write_task(tmp_path, name) for name in ("demo.scale", "demo.copy", "demo.third")]
+    cfg = config(tmp_path)
+    with command.building_ahead(tasks, cfg, enabled=True):
+        assert started.wait(5), "the build starts before the loop's first op ends"
+        release.set()
+    assert seen[0][0] == ["demo.copy", "demo.third"]
+    assert seen[0][1]["ops_at_once"] == 1 and seen[0][1]["unit_jobs"] is None
+    with command.building_ahead(tasks, cfg, enabled=False), command.building_ahead(tasks[:1], cfg, enabled=True):
+        pass
+    assert len(seen) == 1, "a replay, or one op, builds nothing ahead"

@@ -125,6 +125,7 @@ def test_optimize_inside_run_gets_the_run_wall_budget_unless_the_budget_is_lower
     assert CONFIGS["integrate"].budget.wall_s == 3600.0, "only optimize's budget is capped"
     assert "wall budget 300 s: run.optimize_wall_s; 16 points a round in populations of 8" in err
     assert (CONFIGS["optimize"].search.evals_per_round, CONFIGS["optimize"].search.population) == (16, 8)
+    assert (CONFIGS["optimize"].search.promote, CONFIGS["integrate"].search.promote) == (1, 2)
     assert CONFIGS["integrate"].search.evals_per_round == 32, "only optimize's search is capped"
     monkeypatch.setenv("KERNELSMITH_BUDGET__WALL_S", "120")
     code, _ = _run([], True, monkeypatch, capsys)

@@ -594,11 +594,14 @@ def prebuild(
     *,
     dtypes: Sequence[str] | None,
     stream: TextIO | None = None,
+    ops_at_once: int | None = None,
+    unit_jobs: int | None = 1,
 ) -> int:
     """Build every task's baseline modules at once, ``search.build_jobs`` nvcc processes, into the
     build cache; returns how many built. Why: the census spent about 15 s an op on the H200
     (2026-12-02), mostly one nvcc at a time. A failure here is left to the op's own build,
-    which reports it in its row."""
+    which reports it in its row. ``ops_at_once`` ops (default ``search.build_jobs``) each build
+    ``unit_jobs`` units at a time (None: as many as the machine has cores)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from optimize.harness.evaluate import build_units, plan_cases
@@ -607,13 +610,13 @@ def prebuild(
         path, task = item
         try:
             plan = plan_cases(task, held_out=0, timing_dtypes=dtypes, profile=True)
-            report, _ = build_units(path, task, plan.units, config=config, max_workers=1)
+            report, _ = build_units(path, task, plan.units, config=config, max_workers=unit_jobs)
         except Exception:  # noqa: BLE001 - the op's own build, in the loop, says what went wrong
             return False
         return report.ok
 
     start = time.monotonic()
-    jobs = max(1, min(config.search.build_jobs, len(folders)))
+    jobs = max(1, min(ops_at_once or config.search.build_jobs, len(folders)))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         built = sum(pool.map(one, folders))
     print(

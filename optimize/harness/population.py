@@ -10,14 +10,16 @@ checks and times them one after another against the baseline, each exactly as
 All members share one case plan, held-out shapes included (drawn fresh for the
 population), so their figures compare with each other as well as with the baseline.
 
-Screening (``search.screen_per_bucket``, ``search.promote``): the timing, not the build
-or the worker start, is most of a member's cost (about 20 s of fused_add_rmsnorm's 24
-shapes on the H200, 2026-12-02). So every member is checked at every shape as before but
-first timed only at :func:`screening`'s few shapes (one per token bucket and timing dtype).
-Only the best (:func:`promote`), correct and faster than the baseline there, are then
-checked and timed at every shape; the others keep their screening figures, marked
-``Evaluation.screened``, which ranks them in the search and is never accepted
-(:func:`optimize.acceptance.judge_round`).
+Screening (``search.screen_per_bucket``, ``search.promote``): the timing and the checks,
+not the build or the worker start, are most of a member's cost (about 20 s of
+fused_add_rmsnorm's 24 shapes on the H200, 2026-12-02; 7.8 s of checks for each of
+silu_and_mul's 252 cases, 2026-12-05, which cost its round 62 s before any member was
+timed in full). So every member is first timed only at :func:`screening`'s few shapes
+(one per token bucket and timing dtype) and checked only there and at the held-out shapes
+(:func:`screening_checks`). Only the best (:func:`promote`), correct and faster than the
+baseline there, are then checked and timed at every shape; the others keep their
+screening figures, marked ``Evaluation.screened``, which ranks them in the search and is
+never accepted (:func:`optimize.acceptance.judge_round`).
 
 Faults: the worker writes each member's result when it is known. A member that kills
 the worker (a fault, an abort, the deadline: ``harness.worker_timeout_s`` per member)
@@ -51,7 +53,7 @@ from optimize.harness.protocol import CheckCase, TimingCase, WorkerRequest, Work
 from optimize.harness.worker import member_path
 from pipeline.buckets import bucket_for, tokens_of
 from pipeline.config import Config
-from pipeline.records import Candidate, Evaluation, Outcome, Task
+from pipeline.records import Candidate, Evaluation, Instantiation, Outcome, Task
 from pipeline.stats import speedup_geomean
 
 
@@ -67,34 +69,78 @@ def evaluate_population(
         return []
     plan = plan_cases(task, held_out=config.harness.held_out_shapes)
     _, base_libs = build_baseline(task_dir, task, plan.units, config=config)
-    jobs = max(1, min(config.search.build_jobs, len(candidates)))
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        built = list(
-            pool.map(
-                lambda c: build_candidate(
-                    task_dir, task, plan.units, c, config=config, started=time.monotonic(), max_workers=1
-                ),
-                candidates,
-            )
-        )
+    screen = screening(plan.timings, config.search.screen_per_bucket)
+    screens = len(screen) < len(plan.timings) and len(candidates) > config.search.promote
+    checks = screening_checks(plan.checks, screen) if screens else plan.checks
+    # screened members are built at the units their cases use (rmsnorm has 12, one per width)
+    first_units = sorted({c.unit for c in checks} | {t.unit for t in (screen if screens else plan.timings)})
+    built = _build(task_dir, task, plan.units, candidates, first_units, config)
     results: list[Evaluation | None] = [b.failed for b in built]
     pending = [i for i, b in enumerate(built) if b.failed is None]
     members = _Members(task, candidates, built, base_libs, plan.checks, config)
-    screen = screening(plan.timings, config.search.screen_per_bucket)
-    if len(screen) < len(plan.timings) and len(pending) > config.search.promote:
-        members.judge(pending, screen, results)
+    if screens and len(pending) > config.search.promote:
+        members.judge(pending, screen, results, checks=checks)
         promoted = promote({i: results[i] for i in pending}, config.search.promote)
         for index in pending:
             first = results[index]
             if index not in promoted and first is not None and first.outcome in (Outcome.ok, Outcome.slower):
                 results[index] = first.model_copy(update={"screened": True})
         screened = {i: results[i] for i in promoted}
+        if len(first_units) < len(plan.units):  # the promoted are built at every unit (the first ones cached)
+            whole = _build(task_dir, task, plan.units, [candidates[i] for i in promoted], None, config)
+            for index, again in zip(list(promoted), whole):
+                again.seconds += built[index].seconds
+                built[index] = again
+                if again.failed is not None:
+                    results[index] = again.failed
+                    promoted.remove(index)
+                    screened.pop(index)
         members.judge(promoted, plan.timings, results)
         for index, first in screened.items():
             results[index] = _with_screening_time(results[index], first)
     else:
+        if len(first_units) < len(plan.units):  # too few members to screen: every unit after all
+            built[:] = _build(task_dir, task, plan.units, candidates, None, config)
+            results = [b.failed for b in built]
+            pending = [i for i, b in enumerate(built) if b.failed is None]
         members.judge(pending, plan.timings, results)
     return [r for r in results if r is not None]
+
+
+def _build(
+    task_dir: str | os.PathLike[str],
+    task: Task,
+    units: Sequence[Sequence[Instantiation]],
+    candidates: Sequence[Candidate],
+    only: Sequence[int] | None,
+    config: Config,
+) -> list[CandidateBuild]:
+    """Each candidate built at the units numbered ``only`` (None: all), ``search.build_jobs`` nvcc
+    processes in all: candidates at once, and a candidate's units at once when there are fewer
+    candidates than jobs. Libraries of the units left out are "" (no case may name them)."""
+    chosen = list(range(len(units))) if only is None else list(only)
+    jobs = max(1, min(config.search.build_jobs, len(candidates)))
+    per_candidate = max(1, config.search.build_jobs // jobs)
+
+    def one(candidate: Candidate) -> CandidateBuild:
+        made = build_candidate(
+            task_dir,
+            task,
+            [units[u] for u in chosen],
+            candidate,
+            config=config,
+            started=time.monotonic(),
+            max_workers=per_candidate,
+        )
+        if made.failed is None and len(chosen) < len(units):
+            libraries = [""] * len(units)
+            for u, library in zip(chosen, made.libraries):
+                libraries[u] = library
+            made.libraries = libraries
+        return made
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, candidates))
 
 
 def screening(timings: Sequence[TimingCase], per_bucket: int) -> list[TimingCase]:
@@ -113,6 +159,17 @@ def screening(timings: Sequence[TimingCase], per_bucket: int) -> list[TimingCase
         nearest = sorted(range(len(ordered)), key=lambda i: (abs(i - middle), i))[:per_bucket]
         chosen.update(id(ordered[i]) for i in nearest)
     return [c for c in timings if id(c) in chosen]
+
+
+def screening_checks(checks: Sequence[CheckCase], screen: Sequence[TimingCase]) -> list[CheckCase]:
+    """The checks a member is screened with: those at the sizes it is screened at, and the
+    held-out ones that need no other build unit (a fresh shape is what catches code fitted to
+    the catalog). Every check when none is at those sizes. A screened member is never accepted,
+    so a subset is enough to rank by; a promoted one is built and checked in full."""
+    sizes = {tuple(sorted(t.sizes.items())) for t in screen}
+    units = {t.unit for t in screen}
+    chosen = [c for c in checks if tuple(sorted(c.sizes.items())) in sizes or (c.held_out and c.unit in units)]
+    return chosen if any(not c.held_out for c in chosen) else list(checks)
 
 
 def promote(screened: dict[int, Evaluation | None], count: int) -> list[int]:
@@ -155,9 +212,17 @@ class _Members:
         self.task, self.candidates, self.built = task, candidates, built
         self.base_libs, self.checks, self.config = base_libs, checks, config
 
-    def judge(self, indices: Sequence[int], timings: Sequence[TimingCase], results: list[Evaluation | None]) -> None:
-        """Check and time the members at ``indices`` (at ``timings``) into ``results``; a member
-        that takes the worker down is blamed alone and the rest go on in a fresh worker."""
+    def judge(
+        self,
+        indices: Sequence[int],
+        timings: Sequence[TimingCase],
+        results: list[Evaluation | None],
+        *,
+        checks: Sequence[CheckCase] | None = None,
+    ) -> None:
+        """Check (with ``checks``, default all of the plan's) and time the members at ``indices``
+        (at ``timings``) into ``results``; a member that takes the worker down is blamed alone
+        and the rest go on in a fresh worker."""
         task, config, built, candidates = self.task, self.config, self.built, self.candidates
         pending = list(indices)
         while pending:
@@ -167,7 +232,7 @@ class _Members:
                 contract=task.contract,
                 baseline_libraries=self.base_libs,
                 population=[built[i].libraries for i in pending],
-                checks=self.checks,
+                checks=list(self.checks if checks is None else checks),
                 timings=list(timings),
                 harness=config.harness,
                 device_cache_dir=str(config.cache / "device"),
@@ -220,4 +285,4 @@ def _evaluation(
     return to_evaluation(task.op_id, candidate.id, run, build=built.report, build_s=built.seconds, config=config)
 
 
-__all__ = ["evaluate_population", "promote", "screening"]
+__all__ = ["evaluate_population", "promote", "screening", "screening_checks"]
