@@ -597,11 +597,10 @@ def prebuild(
     ops_at_once: int | None = None,
     unit_jobs: int | None = 1,
 ) -> int:
-    """Build every task's baseline modules at once, ``search.build_jobs`` nvcc processes, into the
-    build cache; returns how many built. Why: the census spent about 15 s an op on the H200
-    (2026-12-02), mostly one nvcc at a time. A failure here is left to the op's own build,
-    which reports it in its row. ``ops_at_once`` ops (default ``search.build_jobs``) each build
-    ``unit_jobs`` units at a time (None: as many as the machine has cores)."""
+    """Every task's baseline modules built into the build cache, ``ops_at_once`` ops (default
+    ``search.build_jobs``) at once, each ``unit_jobs`` units at a time (None: every core); how many
+    built. Why: the census spent about 15 s an op on the H200 (2026-12-02), mostly one nvcc at a
+    time. A failure here is left to the op's own build, which reports it in its row."""
     from concurrent.futures import ThreadPoolExecutor
 
     from optimize.harness.evaluate import build_units, plan_cases
