@@ -597,10 +597,9 @@ def prebuild(
     ops_at_once: int | None = None,
     unit_jobs: int | None = 1,
 ) -> int:
-    """Every task's baseline modules built into the build cache, ``ops_at_once`` ops (default
-    ``search.build_jobs``) at once, each ``unit_jobs`` units at a time (None: every core); how many
-    built. Why: the census spent about 15 s an op on the H200 (2026-12-02), mostly one nvcc at a
-    time. A failure here is left to the op's own build, which reports it in its row."""
+    """Every task's baseline built into the build cache, ``ops_at_once`` ops at once (default ``search.build_jobs``),
+    ``unit_jobs`` units each (None: every core); how many built. Why: the census spent 15 s an op, one nvcc at a
+    time (H200, 2026-12-02). A failure here is left to the op's own build, which reports it in its row."""
     from concurrent.futures import ThreadPoolExecutor
 
     from optimize.harness.evaluate import build_units, plan_cases
