@@ -15,9 +15,10 @@ not the build or the worker start, are most of a member's cost (about 20 s of
 fused_add_rmsnorm's 24 shapes on the H200, 2026-12-02; 7.8 s of checks for each of
 silu_and_mul's 252 cases, 2026-12-05, which cost its round 62 s before any member was
 timed in full). So every member is first timed only at :func:`screening`'s few shapes
-(one per token bucket and timing dtype) and checked only there and at the held-out shapes
-(:func:`screening_checks`). Only the best (:func:`promote`), correct and faster than the
-baseline there, are then checked and timed at every shape; the others keep their
+(one per token bucket and timing dtype), checked only there and at the held-out shapes
+of those build units (:func:`screening_checks`), and built only at those units. Only the
+best (:func:`promote`), correct and faster than the baseline there, are then built,
+checked and timed at every shape; the others keep their
 screening figures, marked ``Evaluation.screened``, which ranks them in the search and is
 never accepted (:func:`optimize.acceptance.judge_round`).
 
