@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
-# The H200 measurements the open issues still owe (after session 22, 2026-12-05), one device call
+# The H200 measurements the open issues still owe (after session 23, 2026-12-05), one device call
 # (about 9 minutes) per part, most valuable first:
-#   first, issue 14 (not a part: its region files are SGLang-derived, kept in .dev/agent/, described in
-#   BENCHMARKS.md section 2, sessions 19, 20 and 22). On the CPU machine first:
-#   `bash tools/agent-check.sh .dev/agent/manifest-c3.tsv`: every submission builds and edits only its op.
-#     RUN=agent-s22k CLIENT=claude SUBMIT_S=75 FINISH_S=60 INTEGRATE_S=100 \
-#       bash tools/gpu-agent.sh .dev/tasks-s20.tar.gz .dev/agent/manifest-c3.tsv
-#         # kimi_k2_moe_fused_gate, warp per token, with and without PDL, its ties now broken as the
-#         # baseline kernel of the same row count breaks them (session 22's two were refused on ties)
+#   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed; owed
+#                                     # again after b8ca7cf (screened members built and checked only where
+#                                     # they are screened, builds sharing every core, later ops' baselines
+#                                     # built ahead, one promoted member inside run). Carry .whl .dev/wheels.
+#                                     # Pass: all three ops get a round and the run ends within 10 minutes.
+#   then issue 14's hand-written candidates (SGLang-derived region files in .dev/agent/, described in
+#   BENCHMARKS.md section 2, sessions 19-23). On the CPU machine first:
+#   `bash tools/agent-check.sh .dev/agent/manifest-c4.tsv`: every submission builds and edits only its op.
+#     RUN=agent-s23k CLIENT=claude SUBMIT_S=120 FINISH_S=80 INTEGRATE_S=100 \
+#       bash tools/gpu-agent.sh .dev/tasks-s20.tar.gz .dev/agent/manifest-c4.tsv
+#         # kimi_k2_moe_fused_gate bucketed: the baseline's block-per-token kernel up to 512 rows, the
+#         # tie-exact warp-per-token kernel above (session 23: correct, 0.86-0.90x at <= 64 rows,
+#         # 1.10-1.18x at 4096 and 16384 rows); with and without PDL
 #   (.dev/tasks-s20.tar.gz: `tar -czf .dev/tasks-s20.tar.gz -C work tasks/attention.minimax_qknorm_rope
 #   tasks/activation.bias_gelu_tanh tasks/moe.mask_topk_ids tasks/lora.kimi_k2_moe_fused_gate
 #   tasks/embeddings.compute_n_gram_ids tasks/embeddings.compute_n_gram_ids_decode` after `make device-prep`;
 #   carry .whl .dev/wheels .dev/tasks-s20.tar.gz .dev/agent)
-#   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed; owed
-#                                     # again after 03b874c (the wall budget shared among the three ops),
-#                                     # 39ded03 (no foreign dimensions) and aa2ad1f (one choice at a time first)
+#   PART=1 RUN=sweep-owed-2 bash tools/gpu-owed.sh  # issue 14: search round over OWED_SWEEP_OPS (the rest of
+#                                     # session 23's sweep, which crashed on bias_gelu_tanh), then integrate
 #   PART=4 bash tools/gpu-owed.sh     # issue 19 item 6: a search round over OWED_TRITON_OPS (merge_state_triton
 #                                     # is done: extract, optimize and integrate, 2026-12-05); RUN=<new name>
-#   PART=1 bash tools/gpu-owed.sh     # issue 14: search round over OWED_SWEEP_OPS, then integrate
 #   PART=5 bash tools/gpu-owed.sh RUN_TGZ   # integrate a part-4 run (its owed-4.tgz's run-<name>.tgz), then
 #                                     # a new search round over the Triton ops (RUN, default triton-owed-2)
 #   PART=2 bash tools/gpu-owed.sh     # issue 16 row 1 + issue 18's `bench --all` (both measured on
