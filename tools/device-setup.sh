@@ -15,6 +15,15 @@ cp -n .dev/wheels/sglang-*.whl work/cache/wheels/ 2>/dev/null || true
 if [ ! -d .dev/deps ] && [ -f .dev/deps.tar.gz ]; then tar -xzf .dev/deps.tar.gz -C .dev; fi
 if [ -d .dev/deps ]; then export HEADER_DEPS_DIR=$PWD/.dev/deps; fi
 ks() { python3 -m pipeline.cli "$@"; }
+# The code a call ran, in $OUT/code.txt: the device copy's git HEAD can lag the working tree it was
+# given (2026-12-05: HEAD said 3f9bf6d while 403de63's files ran), so the count of tracked files that
+# differ from that HEAD and a digest of them all come too; `tools/code-digest.sh` on the CPU machine
+# prints the same digest for the working tree there.
+if [ -n "${OUT:-}" ] && [ ! -f "$OUT/code.txt" ]; then
+  { echo "HEAD $(git rev-parse --short HEAD 2>/dev/null)"
+    echo "tracked files differing from HEAD: $(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
+    echo "digest $(bash tools/code-digest.sh)"; } > "$OUT/code.txt"
+fi
 # unpack_tasks TARBALL: work/tasks from a tarball made on the CPU machine, and the GPU's name,
 # driver and memory in $OUT/gpu.txt (every figure that comes back says which machine made it)
 unpack_tasks() {
