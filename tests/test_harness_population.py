@@ -6,7 +6,7 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from test_harness_evaluate import check, rms_task, timing
+from test_harness_evaluate import DEVICE, check, rms_task, timing
 
 from optimize.harness import evaluate, population, worker
 from optimize.harness.isolate import WorkerRun
@@ -17,6 +17,22 @@ from pipeline.records import BuildReport, Candidate, Outcome, write_record
 
 def cand(i: int, text: str = "") -> Candidate:
     return Candidate(op_id="layernorm.rmsnorm", id=f"c{i}", parent="base", regions={"r": text or f"code {i}"})
+
+
+def answer(request: WorkerRequest, workdir: pathlib.Path, index: int, factor: float) -> None:
+    """Member ``index``'s result: correct, ``factor`` times as fast as the baseline at every timed shape."""
+    timings = [timing(10.0, 10.0 / factor, label=c.label, sizes=c.sizes, dtype=c.dtype) for c in request.timings]
+    result = WorkerResult(status="ok", checks=[check()], timings=timings, seconds={"test": 1.0}, device=DEVICE)
+    write_record(result, worker.member_path(workdir / "result.json", index))
+
+
+def stage(monkeypatch, build_units, run_request, base_libs: list[str]) -> None:
+    """Builds, the baseline's build and the worker replaced for one population."""
+    monkeypatch.setattr(evaluate, "build_units", build_units)
+    monkeypatch.setattr(
+        population, "build_baseline", lambda *a, **k: (BuildReport(ok=True, key="b", seconds=0), base_libs)
+    )
+    monkeypatch.setattr(population, "run_request", run_request)
 
 
 @pytest.fixture
@@ -105,7 +121,7 @@ def test_a_population_is_screened_at_one_shape_per_bucket_and_only_the_best_are_
     every shape. Now every member is checked in full, timed at one shape per token bucket, and only the
     two best that beat the baseline there are timed at every shape; the others are marked screened and
     can never be accepted."""
-    from test_harness_evaluate import DEVICE, RMS, make_task, rms_inst
+    from test_harness_evaluate import RMS, make_task, rms_inst
 
     from optimize.acceptance import judge_round
     from pipeline.records import ShapeCase
@@ -123,19 +139,10 @@ def test_a_population_is_screened_at_one_shape_per_bucket_and_only_the_best_are_
         requests.append(request)
         workdir.mkdir(parents=True, exist_ok=True)
         for i, libs in enumerate(request.population):
-            factor = speed[pathlib.Path(libs[0]).stem]
-            timings = [
-                timing(10.0, 10.0 / factor, label=c.label, sizes=c.sizes, dtype=c.dtype) for c in request.timings
-            ]
-            result = WorkerResult(status="ok", checks=[check()], timings=timings, seconds={"test": 1.0}, device=DEVICE)
-            write_record(result, worker.member_path(workdir / "result.json", i))
+            answer(request, workdir, i, speed[pathlib.Path(libs[0]).stem])
         return WorkerRun("finished", 0, 5.0, "", WorkerResult(status="ok"))
 
-    monkeypatch.setattr(evaluate, "build_units", build_units)
-    monkeypatch.setattr(
-        population, "build_baseline", lambda *a, **k: (BuildReport(ok=True, key="b", seconds=0), ["/lib/base.so"])
-    )
-    monkeypatch.setattr(population, "run_request", run_request)
+    stage(monkeypatch, build_units, run_request, ["/lib/base.so"])
     config = Config.model_validate({"work_dir": str(tmp_path), "harness": {"held_out_shapes": 0}})
     members = [cand(i, text) for i, text in enumerate(speed)]
     out = population.evaluate_population(tmp_path, task, members, config=config)
@@ -197,7 +204,7 @@ def test_screened_members_are_built_at_the_units_they_are_screened_at_and_the_pr
     unit at a time, was most of a round. Screening builds the units its cases use; the promoted are
     then built at every unit (cached ones served), and one that does not build there is
     compile_failed, never timed in full."""
-    from test_harness_evaluate import DEVICE, RMS, make_task, rms_inst
+    from test_harness_evaluate import RMS, make_task, rms_inst
 
     from pipeline.records import ShapeCase
 
@@ -224,19 +231,10 @@ def test_screened_members_are_built_at_the_units_they_are_screened_at_and_the_pr
         for i, libs in enumerate(request.population):
             used = {c.unit for c in request.checks} | {t.unit for t in request.timings}
             assert all(libs[u] for u in used), "a case names a unit that was not built"
-            factor = float(pathlib.Path(libs[next(iter(used))]).stem.split("@")[0][1:4])
-            timings = [
-                timing(10.0, 10.0 / factor, label=c.label, sizes=c.sizes, dtype=c.dtype) for c in request.timings
-            ]
-            result = WorkerResult(status="ok", checks=[check()], timings=timings, seconds={"test": 1.0}, device=DEVICE)
-            write_record(result, worker.member_path(workdir / "result.json", i))
+            answer(request, workdir, i, float(pathlib.Path(libs[next(iter(used))]).stem.split("@")[0][1:4]))
         return WorkerRun("finished", 0, 5.0, "", WorkerResult(status="ok"))
 
-    monkeypatch.setattr(evaluate, "build_units", build_units)
-    monkeypatch.setattr(
-        population, "build_baseline", lambda *a, **k: (BuildReport(ok=True, key="b", seconds=0), ["/lib/base.so"] * 3)
-    )
-    monkeypatch.setattr(population, "run_request", run_request)
+    stage(monkeypatch, build_units, run_request, ["/lib/base.so"] * 3)
     config = Config.model_validate({"work_dir": str(tmp_path), "harness": {"held_out_shapes": 0}})
     names = ["x0.9", "x1.2", "x1.5-breaks-at-4096", "x1.1"]
     out = {
