@@ -18,9 +18,9 @@ timed in full). So every member is first timed only at :func:`screening`'s few s
 (one per token bucket and timing dtype), checked only there and at the held-out shapes
 of those build units (:func:`screening_checks`), and built only at those units. Only the
 best (:func:`promote`), correct and faster than the baseline there, are then built,
-checked and timed at every shape; the others keep their
-screening figures, marked ``Evaluation.screened``, which ranks them in the search and is
-never accepted (:func:`optimize.acceptance.judge_round`).
+checked and timed at every shape; the others keep their screening figures, marked
+``Evaluation.screened``, which ranks them in the search and is never accepted
+(:func:`optimize.acceptance.judge_round`).
 
 Faults: the worker writes each member's result when it is known. A member that kills
 the worker (a fault, an abort, the deadline: ``harness.worker_timeout_s`` per member)
