@@ -343,8 +343,9 @@ def _crash_report(err: Exception, command: str, config: Any) -> str:
             continue
         saved = f"saved in {path}"
         break
+    first = (str(err).splitlines() or [""])[0]  # one line, whatever the message holds
     return (
-        f"{type(err).__name__}: {err}{where}. This is a Kernelsmith bug, not your input. The results written "
+        f"{type(err).__name__}: {first}{where}. This is a Kernelsmith bug, not your input. The results written "
         f"so far are kept and rerunning the same command resumes. The traceback is {saved}: please report "
         "it with that file (KERNELSMITH_TRACEBACK=1 prints it instead)"
     )
