@@ -100,3 +100,16 @@ def test_a_timed_failure_names_shape_dtype_buffer_set_and_the_comparison():
     assert text.startswith("timed shape llama-8b T=8 bf16, buffer set 1 of 37 ")
     assert "CUDA-graph timing replay, 37 calls" in text and "candidate's graph" in text
     assert text.endswith(reason)
+
+
+def test_the_clock_note_reads_nvidia_smi_s_line_and_is_empty_without_one(monkeypatch):
+    """The worker logs each population member's clocks (a paired baseline's time switched between two
+    values from one member to the next on the H200, 2026-12-05); no nvidia-smi, or an N/A field, is ""."""
+    from optimize.harness.timing import clock_note, clock_text
+
+    assert clock_text("1980, 3201, 121.37, 38\n") == ", SM 1980 MHz, memory 3201 MHz, 121.37 W, 38 C"
+    assert clock_text("1980, 3201, [N/A], 38") == ""
+    assert clock_text("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.") == ""
+    assert clock_text("") == ""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert clock_note() == ""

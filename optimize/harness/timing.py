@@ -22,7 +22,9 @@ lazily.
 from __future__ import annotations
 
 import math
+import os
 import random
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -194,3 +196,33 @@ def time_graphs(
     for name, start, end in events:
         out[name].append(start.elapsed_time(end) * 1000.0 / calls[name])
     return out
+
+
+#: The clocks, power and temperature of the device, as nvidia-smi reports them (one line, no units).
+CLOCK_QUERY = ("--query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu", "--format=csv,noheader,nounits")
+
+
+def clock_note() -> str:
+    """The device's clocks now, for a worker's log (", SM 1980 MHz, memory 3201 MHz, 121.4 W, 38 C"),
+    or "" when nvidia-smi is missing or says nothing usable.
+
+    Why: on the H200 (2026-12-05) a paired baseline's time took one of two values, about 0.35 µs a
+    launch apart, from one member of a population to the next; the log says whether the clocks
+    moved with it. The first ordinal of ``CUDA_VISIBLE_DEVICES`` is the worker's device."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    which = ["-i", visible] if visible.isdigit() else []
+    try:
+        done = subprocess.run(["nvidia-smi", *which, *CLOCK_QUERY], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return clock_text(done.stdout)
+
+
+def clock_text(csv: str) -> str:
+    """:func:`clock_note`'s text from nvidia-smi's first line of :data:`CLOCK_QUERY` ("" if it is not that)."""
+    fields = [f.strip() for f in (csv.strip().splitlines() or [""])[0].split(",")]
+    try:
+        sm, mem, power, temp = (float(f) for f in fields)
+    except ValueError:  # "[N/A]", an error text, or not four fields
+        return ""
+    return f", SM {sm:g} MHz, memory {mem:g} MHz, {power:g} W, {temp:g} C"

@@ -690,7 +690,7 @@ def run_population(request: WorkerRequest, result_path: str) -> WorkerResult:
     """
     done, crashed = 0, False
     for index, libraries in enumerate(request.population):
-        log(f"population member {index}")
+        log(f"population member {index}{timing.clock_note()}")
         member = request.model_copy(update={"mode": "evaluate", "candidate_libraries": libraries, "population": []})
         result = run(member)
         write_record(result, member_path(result_path, index))
