@@ -204,6 +204,26 @@ def test_screened_members_are_built_at_the_units_they_are_screened_at_and_the_pr
     unit at a time, was most of a round. Screening builds the units its cases use; the promoted are
     then built at every unit (cached ones served), and one that does not build there is
     compile_failed, never timed in full."""
+    names = ["x0.9", "x1.2", "x1.5-breaks-at-4096", "x1.1"]
+    shapes, builds, requests, out = lazy_population(monkeypatch, tmp_path, names)
+
+    first, second = requests
+    screened_widths = sorted(
+        {c.sizes["hidden_size"] for c in first.checks} | {t.sizes["hidden_size"] for t in first.timings}
+    )
+    assert 4096 not in screened_widths, "screening needs fewer units than the task has"
+    assert all(sorted(int(w) for w in widths) == screened_widths for name, widths in builds[:4])
+    # promoted: x1.5 (fails at 4096) and x1.2; both rebuilt at every width, only x1.2 timed in full
+    assert sorted(name for name, widths in builds[4:] if len(widths) == 3) == ["x1.2", "x1.5-breaks-at-4096"]
+    assert [pathlib.Path(libs[0]).stem.split("@")[0] for libs in second.population] == ["x1.2"]
+    assert out["c2"].outcome == Outcome.compile_failed and "too many resources" in out["c2"].detail
+    assert out["c1"].outcome == Outcome.ok and not out["c1"].screened and len(out["c1"].timings) == len(shapes)
+    assert out["c0"].screened and out["c3"].screened, "x0.9 (slower) and x1.1 were not promoted"
+
+
+def lazy_population(monkeypatch, tmp_path, names: list[str]):
+    """Members named "x<speedup>[-breaks-at-<width>]" evaluated over rmsnorm-like build units, one per
+    width (512, 1024, 4096): (shapes, builds as (name, widths), worker requests, evaluations by id)."""
     from test_harness_evaluate import RMS, make_task, rms_inst
 
     from pipeline.records import ShapeCase
@@ -221,7 +241,7 @@ def test_screened_members_are_built_at_the_units_they_are_screened_at_and_the_pr
         name = (regions or {}).get("r", "base")
         widths = [unit[0].template_args[0] for unit in units]
         builds.append((name, widths))
-        if name == "x1.5-breaks-at-4096" and "4096" in widths:
+        if "-breaks-at-" in name and name.rsplit("-", 1)[1] in widths:
             return BuildReport(ok=False, key="k", seconds=0.1, stderr="k.cuh(9): error: too many resources"), []
         return BuildReport(ok=True, key="k", seconds=0.1), [f"/lib/{name}@{w}.so" for w in widths]
 
@@ -236,23 +256,26 @@ def test_screened_members_are_built_at_the_units_they_are_screened_at_and_the_pr
 
     stage(monkeypatch, build_units, run_request, ["/lib/base.so"] * 3)
     config = Config.model_validate({"work_dir": str(tmp_path), "harness": {"held_out_shapes": 0}})
-    names = ["x0.9", "x1.2", "x1.5-breaks-at-4096", "x1.1"]
     out = {
         e.candidate: e
         for e in population.evaluate_population(
             tmp_path, task, [cand(i, n) for i, n in enumerate(names)], config=config
         )
     }
+    return shapes, builds, requests, out
 
-    first, second = requests
-    screened_widths = sorted(
-        {c.sizes["hidden_size"] for c in first.checks} | {t.sizes["hidden_size"] for t in first.timings}
-    )
-    assert 4096 not in screened_widths, "screening needs fewer units than the task has"
-    assert all(sorted(int(w) for w in widths) == screened_widths for name, widths in builds[:4])
-    # promoted: x1.5 (fails at 4096) and x1.2; both rebuilt at every width, only x1.2 timed in full
-    assert sorted(name for name, widths in builds[4:] if len(widths) == 3) == ["x1.2", "x1.5-breaks-at-4096"]
-    assert [pathlib.Path(libs[0]).stem.split("@")[0] for libs in second.population] == ["x1.2"]
-    assert out["c2"].outcome == Outcome.compile_failed and "too many resources" in out["c2"].detail
-    assert out["c1"].outcome == Outcome.ok and not out["c1"].screened and len(out["c1"].timings) == len(shapes)
-    assert out["c0"].screened and out["c3"].screened, "x0.9 (slower) and x1.1 were not promoted"
+
+def test_members_too_few_to_screen_once_built_are_built_at_every_unit_and_judged_in_full(monkeypatch, tmp_path):
+    """Three members would be screened (more than the two promoted), but one does not build at the
+    screening units: the two left are built at every unit and judged in full in one worker, and
+    the broken one is not built again."""
+    names = ["x1.2", "x1.3-breaks-at-512", "x1.1"]
+    shapes, builds, requests, out = lazy_population(monkeypatch, tmp_path, names)
+    (only,) = requests
+    assert len(only.population) == 2 and len(only.timings) == len(shapes), "judged in full, at every shape"
+    assert all(all(libs) for libs in only.population), "built at every unit"
+    assert [name for name, _ in builds].count("x1.3-breaks-at-512") == 1
+    assert sorted(name for name, widths in builds if len(widths) == 3) == ["x1.1", "x1.2"]
+    assert out["c1"].outcome == Outcome.compile_failed and "too many resources" in out["c1"].detail
+    assert [out[c].outcome for c in ("c0", "c2")] == [Outcome.ok, Outcome.ok]
+    assert not out["c0"].screened and len(out["c0"].timings) == len(shapes)

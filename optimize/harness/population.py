@@ -79,6 +79,19 @@ def evaluate_population(
     results: list[Evaluation | None] = [b.failed for b in built]
     pending = [i for i, b in enumerate(built) if b.failed is None]
     members = _Members(task, candidates, built, base_libs, plan.checks, config)
+
+    def built_in_full(indices: list[int]) -> list[int]:
+        """The members at ``indices`` built at every unit (the first ones cached): those that built;
+        one that does not build there has its ``compile_failed`` result."""
+        if len(first_units) == len(plan.units):
+            return indices
+        whole = _build(task_dir, task, plan.units, [candidates[i] for i in indices], None, config)
+        for index, again in zip(indices, whole):
+            again.seconds += built[index].seconds
+            built[index] = again
+            results[index] = again.failed
+        return [i for i in indices if results[i] is None]
+
     if screens and len(pending) > config.search.promote:
         members.judge(pending, screen, results, checks=checks)
         promoted = promote({i: results[i] for i in pending}, config.search.promote)
@@ -87,24 +100,12 @@ def evaluate_population(
             if index not in promoted and first is not None and first.outcome in (Outcome.ok, Outcome.slower):
                 results[index] = first.model_copy(update={"screened": True})
         screened = {i: results[i] for i in promoted}
-        if len(first_units) < len(plan.units):  # the promoted are built at every unit (the first ones cached)
-            whole = _build(task_dir, task, plan.units, [candidates[i] for i in promoted], None, config)
-            for index, again in zip(list(promoted), whole):
-                again.seconds += built[index].seconds
-                built[index] = again
-                if again.failed is not None:
-                    results[index] = again.failed
-                    promoted.remove(index)
-                    screened.pop(index)
+        promoted = built_in_full(promoted)
         members.judge(promoted, plan.timings, results)
-        for index, first in screened.items():
-            results[index] = _with_screening_time(results[index], first)
-    else:
-        if len(first_units) < len(plan.units):  # too few members to screen: every unit after all
-            built[:] = _build(task_dir, task, plan.units, candidates, None, config)
-            results = [b.failed for b in built]
-            pending = [i for i, b in enumerate(built) if b.failed is None]
-        members.judge(pending, plan.timings, results)
+        for index in promoted:
+            results[index] = _with_screening_time(results[index], screened[index])
+    else:  # too few members built to screen: each is judged in full
+        members.judge(built_in_full(pending), plan.timings, results)
     return [r for r in results if r is not None]
 
 
