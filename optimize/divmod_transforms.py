@@ -145,12 +145,13 @@ def strided_loops(f: RegionFunction) -> list[StridedLoop]:
         if update.type != "assignment_expression" or text_of(src, update.child_by_field_name("operator")) != "+=":
             continue
         left, step = update.child_by_field_name("left"), update.child_by_field_name("right")
-        if left is None or step is None or text_of(src, left) != var or var in names_in(src, step, fields=True):
+        if left is None or step is None or text_of(src, left) != var:
             continue
-        if not _invariant_text(src, step):
+        step_names = names_in(src, step, fields=True)
+        if var in step_names or not _invariant_text(src, step):
             continue
         assigned = _assigned(src, body)
-        if var in assigned or names_in(src, step, fields=True) & assigned or var in _declared(src, body):
+        if var in assigned or step_names & assigned or var in _declared(src, body):
             continue
         holder = node.parent
         if holder is None or holder.type != "compound_statement":
@@ -163,13 +164,10 @@ def strided_loops(f: RegionFunction) -> list[StridedLoop]:
             lhs, rhs = n.child_by_field_name("left"), n.child_by_field_name("right")
             if op not in ("/", "%") or lhs is None or rhs is None or lhs.type != "identifier":
                 continue
-            if (
-                text_of(src, lhs) != var
-                or var in names_in(src, rhs, fields=True)
-                or names_in(src, rhs, fields=True) & assigned
-            ):
+            if text_of(src, lhs) != var:
                 continue
-            if not _invariant_text(src, rhs):
+            divisor_names = names_in(src, rhs, fields=True)
+            if var in divisor_names or divisor_names & assigned or not _invariant_text(src, rhs):
                 continue
             divisions.setdefault(" ".join(text_of(src, rhs).split()), []).append((n, op))
         if divisions:
