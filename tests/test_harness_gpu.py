@@ -248,6 +248,26 @@ def test_graph_timing_and_device_ceilings(torch, tmp_path):
     times = [us for _, us in info.copy_latency_us]
     assert sizes == list(roofline.LATENCY_BYTES) and all(t > 0 for t in times)
     assert times[-1] > times[0], "moving 256 MiB takes longer than moving 4 KiB"
+    variants = info.floor_variants_us
+    empties = {"one-element add_", "empty kernel", "empty kernel + PDL"}
+    assert {"torch copy_", "vector copy", "vector copy + PDL"} | empties == set(variants)
+    copies = [times for name, times in variants.items() if name not in empties]
+    for i, (size, fastest) in enumerate(info.copy_latency_us):
+        assert fastest == min(times[i][1] for times in copies) and all(times[i][0] == size for times in copies)
+    assert info.min_kernel_us == min(variants[name][0][1] for name in empties)
+
+
+def test_the_floor_copy_copies_exactly_its_bytes(torch):
+    """The hand-written floor kernel moves every 16-byte vector and nothing past the end."""
+    from optimize.harness.floor_kernels import FloorKernels
+
+    kernels = FloorKernels()
+    for pdl in (False, True):
+        src = torch.randint(0, 255, (3 * 4096 + 48,), dtype=torch.uint8, device="cuda")
+        dst = torch.zeros(src.numel() + 64, dtype=torch.uint8, device="cuda")
+        kernels.copy(dst[: src.numel()], src, torch.cuda.current_stream(), pdl=pdl)
+        torch.cuda.synchronize()
+        assert torch.equal(dst[: src.numel()], src) and not dst[src.numel() :].any()
 
 
 def test_worker_checks_and_times_a_real_baseline(tmp_path):

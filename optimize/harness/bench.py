@@ -151,6 +151,8 @@ def timing_table(results: Sequence[OpBench]) -> list[str]:
 
 
 def timing_section(command: str, results: Sequence[OpBench], when: str, environment: str) -> str:
+    from optimize.harness import roofline
+
     device = next((op.device for op in results if op.device is not None), None)
     name = device.name if device else "unknown GPU"
     lines = [f"## Baselines — {when}, {name}", "", f"Command: `{command}`", ""]
@@ -161,13 +163,11 @@ def timing_section(command: str, results: Sequence[OpBench], when: str, environm
             f"{device.min_kernel_us:.2f} µs; torch {device.torch}, CUDA {device.cuda}. {environment}",
             "",
         ]
-        if device.copy_latency_us:
-            shown = ", ".join(f"{size // 1024} KiB {us:.2f} µs" for size, us in device.copy_latency_us)
-            lines += [f"Copy latency (bytes moved: µs per copy, back to back in a graph): {shown}", ""]
+        lines += roofline.latency_lines(device)
     lines += [
         "Method: CUDA-graph replays of back-to-back calls rotating over buffer sets of at least 3x L2, median of "
         "repeats; GB/s from the contract's bytes (inputs read once, outputs written once, inout both); "
-        "floor = max(bytes / copy bandwidth, smallest-kernel time, the measured copy time at that size). "
+        "floor = max(bytes / copy bandwidth, smallest-kernel time, the fastest measured copy at that size). "
         "eager/compile: the PyTorch reference "
         "(optimize/harness/references.py) in the same dtype, captured and timed the same way.",
         "",

@@ -133,10 +133,13 @@ class DeviceInfo(Record):
     l2_bytes: int
     copy_gbps: float  # large device-to-device copy, bytes read + written per second / 1e9
     copy_spread_pct: float
-    min_kernel_us: float  # an empty kernel, back to back in a CUDA graph
+    min_kernel_us: float  # an empty kernel back to back in a CUDA graph, the faster of plain and PDL
     # (bytes moved, µs): device-to-device copies moving that many bytes (half read, half
     # written), back to back in a CUDA graph; [] in caches from before it (issue 14 item 6)
     copy_latency_us: list[tuple[int, float]] = Field(default_factory=list)
+    # what the floors above were the fastest of (optimize.harness.floor_kernels): variant ->
+    # [(bytes moved, µs per call)], bytes 0 for the empty kernels; {} in caches from before it
+    floor_variants_us: dict[str, list[tuple[int, float]]] = Field(default_factory=dict)
     torch: str
     cuda: str
     measured_at: str

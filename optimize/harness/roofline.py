@@ -12,12 +12,14 @@ entries whose value is an arithmetic expression of the size symbols are added
 
 - copy bandwidth: a large device-to-device copy (2 x 1 GiB), bytes read plus
   bytes written over the median time;
-- smallest-kernel time: an empty kernel launched back to back in a CUDA graph,
-  the per-launch median: no kernel of any size takes less;
-- copy latency: at sizes from 4 KiB to 256 MiB moved, a device-to-device copy back to
-  back in a CUDA graph (:func:`copy_latency_us`): what a well-written streaming kernel
-  needs to move that many bytes where a dependent DRAM round trip, not bandwidth, sets
-  the time.
+- smallest-kernel time: an empty kernel launched back to back in a CUDA graph, plain
+  and with PDL, the per-launch median of the faster: no kernel of any size takes less;
+- copy latency: at sizes from 4 KiB to 256 MiB moved, copies back to back in a CUDA
+  graph (:func:`copy_latency_us`), the fastest of torch's ``copy_`` and a hand-written
+  16-byte-vector copy, plain and with PDL (:mod:`optimize.harness.floor_kernels`):
+  what a well-written streaming kernel needs to move that many bytes where a dependent
+  DRAM round trip, not bandwidth, sets the time. Every variant's times are kept in the
+  record (``floor_variants_us``), so a report can say which one set the floor.
 
 Per shape: ``floor = max(bytes / copy bandwidth, smallest-kernel time, latency floor)``,
 the latency floor being the copy time measured at the largest size not above the
@@ -30,10 +32,11 @@ torch lazily.
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import pathlib
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -151,6 +154,26 @@ def shape_timing(
     )
 
 
+def latency_lines(device: DeviceInfo) -> list[str]:
+    """Markdown: the copy latency floor per size, and every timed variant's figures (what set it)."""
+    if not device.copy_latency_us:
+        return []
+    shown = ", ".join(f"{size // 1024} KiB {us:.2f} µs" for size, us in device.copy_latency_us)
+    lines = [f"Copy latency (bytes moved: µs per copy, back to back in a graph, the fastest variant): {shown}", ""]
+    copies = {v: dict(times) for v, times in device.floor_variants_us.items() if any(size for size, _ in times)}
+    empties = {v: times[0][1] for v, times in device.floor_variants_us.items() if v not in copies and times}
+    if copies:
+        lines += ["| bytes moved | " + " | ".join(copies) + " |", "|---|" + "---|" * len(copies)]
+        for size, _ in device.copy_latency_us:
+            lines.append(
+                f"| {size // 1024} KiB | " + " | ".join(f"{t.get(size, 0.0):.3f}" for t in copies.values()) + " |"
+            )
+        lines.append("")
+    if empties:
+        lines += ["Empty kernel (µs per launch): " + ", ".join(f"{v} {us:.3f}" for v, us in empties.items()), ""]
+    return lines
+
+
 def cache_path(cache_dir: str | pathlib.Path, gpu_name: str) -> pathlib.Path:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", gpu_name).strip("-") or "gpu"
     return pathlib.Path(cache_dir) / f"{safe}.json"
@@ -194,16 +217,20 @@ def measure(name: str | None = None) -> DeviceInfo:
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     copy = copy_bandwidth()
-    empty = summarize(empty_kernel_us())
-    latency = copy_latency_us()
+    empties = {variant: summarize(samples).median for variant, samples in empty_kernel_us().items()}
+    latency, by_variant = copy_latency_us()
     return DeviceInfo(
         name=name or props.name,
         sm_count=props.multi_processor_count,
         l2_bytes=int(getattr(props, "L2_cache_size", 0)),
         copy_gbps=round(copy.median, 2),
         copy_spread_pct=round(copy.spread_pct, 3),
-        min_kernel_us=round(empty.median, 4),
+        min_kernel_us=round(min(empties.values()), 4),
         copy_latency_us=latency,
+        floor_variants_us={
+            **{variant: [(0, round(us, 4))] for variant, us in empties.items()},
+            **by_variant,
+        },
         torch=torch.__version__,
         cuda=str(torch.version.cuda),
         measured_at=datetime.now(UTC).replace(microsecond=0).isoformat(),
@@ -239,47 +266,6 @@ def copy_bandwidth(nbytes: int = COPY_BYTES, repeats: int = COPY_REPEATS):
     return summarize(samples)
 
 
-_EMPTY_PTX = """.version {version}
-.target sm_{arch}
-.address_size 64
-.visible .entry ks_empty()
-{{
-  ret;
-}}
-"""
-
-
-class _EmptyKernel:
-    """An empty kernel loaded from PTX through the driver API (no nvcc, no extension)."""
-
-    def __init__(self) -> None:
-        import torch
-
-        major, minor = torch.cuda.get_device_capability()
-        version = "8.0" if major < 10 else "8.7"
-        ptx = _EMPTY_PTX.format(version=version, arch=f"{major}{minor}").encode() + b"\0"
-        self.cuda = ctypes.CDLL("libcuda.so.1")
-        self.cuda.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-        self.module = ctypes.c_void_p()
-        self.fn = ctypes.c_void_p()
-        torch.cuda.synchronize()  # makes torch's primary context current on this thread
-        self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(ptx)), "cuModuleLoadData")
-        self._check(
-            self.cuda.cuModuleGetFunction(ctypes.byref(self.fn), self.module, b"ks_empty"), "cuModuleGetFunction"
-        )
-
-    @staticmethod
-    def _check(code: int, what: str) -> None:
-        if code != 0:
-            raise RuntimeError(f"{what} failed with CUresult {code}")
-
-    def launch(self, stream: Any) -> None:
-        self._check(
-            self.cuda.cuLaunchKernel(self.fn, 1, 1, 1, 32, 1, 1, 0, ctypes.c_void_p(stream.cuda_stream), None, None),
-            "cuLaunchKernel",
-        )
-
-
 #: total bytes moved (half read, half written) at which the copy latency is measured: 4 KiB .. 256 MiB
 LATENCY_BYTES = tuple(4096 * 4**i for i in range(9))
 LATENCY_CALLS = 64  # copies back to back in one graph
@@ -287,52 +273,85 @@ LATENCY_CALLS = 64  # copies back to back in one graph
 
 def copy_latency_us(
     sizes: Sequence[int] = LATENCY_BYTES, calls: int = LATENCY_CALLS, repeats: int = EMPTY_REPEATS
-) -> list[tuple[int, float]]:
-    """(bytes moved, median µs per copy) of device-to-device copies, back to back in a CUDA graph.
+) -> tuple[list[tuple[int, float]], dict[str, list[tuple[int, float]]]]:
+    """Per size of bytes moved, the fastest per-call µs of torch's copy and the floor copy kernels.
 
-    The same buffers every call, so the data is L2-resident where it fits: that makes the
-    time a lower bound for a kernel whose data the harness rotates out of L2.
+    Returns (the fastest at each size, every variant's times). Each copy is timed back to
+    back in a CUDA graph, the same buffers every call, so the data is L2-resident where it
+    fits: that makes the time a lower bound for a kernel whose data the harness rotates out
+    of L2. Without the floor kernels (no driver library, or a GPU older than sm_90) only
+    torch's copy is timed.
     """
     import torch
 
-    from optimize.harness.timing import capture, summarize, time_graphs
+    from optimize.harness.timing import summarize
 
     stream = torch.cuda.Stream()
-    out: list[tuple[int, float]] = []
+    kernels = _floor_kernels()
+    by_variant: dict[str, list[tuple[int, float]]] = {}
     for total in sizes:
-        src = torch.zeros(max(1, total // 2), dtype=torch.uint8, device="cuda")
+        src = torch.zeros(max(16, total // 2), dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
-
-        def copy(dst: Any = dst, src: Any = src) -> None:
-            dst.copy_(src)
-
-        with torch.cuda.stream(stream):
-            copy()
-        stream.synchronize()
-        graph = capture([copy] * calls, stream)
-        samples = time_graphs({"copy": graph}, {"copy": calls}, repeats, stream)["copy"]
-        out.append((total, round(summarize(samples).median, 4)))
-        del graph, src, dst
+        calls_of: dict[str, Callable[[], Any]] = {"torch copy_": functools.partial(dst.copy_, src)}
+        if kernels is not None:  # launched on ``stream``, which the calls are captured on
+            for variant, pdl in (("vector copy", False), ("vector copy + PDL", True)):
+                calls_of[variant] = functools.partial(kernels.copy, dst, src, stream, pdl=pdl)
+        for variant, call in calls_of.items():
+            samples = _graph_samples(variant, call, calls, repeats, stream)
+            if samples:
+                by_variant.setdefault(variant, []).append((total, round(summarize(samples).median, 4)))
+        del src, dst
     torch.cuda.empty_cache()
-    return out
+    at = {variant: dict(times) for variant, times in by_variant.items()}
+    fastest = [
+        (size, min(t[size] for t in at.values() if size in t)) for size in sizes if any(size in t for t in at.values())
+    ]
+    return fastest, by_variant
 
 
-def empty_kernel_us(launches: int = EMPTY_LAUNCHES, repeats: int = EMPTY_REPEATS) -> list[float]:
-    """Per-launch microseconds of an empty kernel, back to back in a CUDA graph."""
+def empty_kernel_us(launches: int = EMPTY_LAUNCHES, repeats: int = EMPTY_REPEATS) -> dict[str, list[float]]:
+    """Per-launch µs samples of the smallest kernels back to back in a CUDA graph, per variant.
+
+    The empty floor kernel plain and with PDL, and a one-element torch ``add_`` (which
+    always runs, so the result is never empty while torch works)."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    kernels = _floor_kernels()
+    one = torch.zeros(1, device="cuda")
+    calls_of: dict[str, Callable[[], Any]] = {"one-element add_": functools.partial(one.add_, 1.0)}
+    if kernels is not None:  # launched on ``stream``, which the calls are captured on
+        for variant, name in (("empty kernel", "ks_empty"), ("empty kernel + PDL", "ks_empty_pdl")):
+            calls_of[variant] = functools.partial(kernels.launch, name, 1, stream)
+    out = {variant: _graph_samples(variant, call, launches, repeats, stream) for variant, call in calls_of.items()}
+    return {variant: samples for variant, samples in out.items() if samples}
+
+
+def _graph_samples(variant: str, call: Any, calls: int, repeats: int, stream: Any) -> list[float]:
+    """Per-call µs samples of ``call`` back to back in a CUDA graph; [] (and a warning) if it fails.
+
+    A floor kernel the driver refuses to launch or capture costs its variant, never the
+    measurement: the others still bound the floor (torch's copy always runs)."""
     import torch
 
     from optimize.harness.timing import capture, time_graphs
 
-    stream = torch.cuda.Stream()
     try:
-        kernel = _EmptyKernel()
-        call = lambda: kernel.launch(torch.cuda.current_stream())  # noqa: E731
+        with torch.cuda.stream(stream):
+            call()
+        stream.synchronize()
+        graph = capture([call] * calls, stream)
+        return time_graphs({variant: graph}, {variant: calls}, repeats, stream)[variant]
+    except RuntimeError as error:
+        print(f"device floors: {variant} left out: {error}", file=sys.stderr)
+        return []
+
+
+def _floor_kernels():
+    """:class:`optimize.harness.floor_kernels.FloorKernels`, or None where they cannot load."""
+    from optimize.harness.floor_kernels import FloorKernels
+
+    try:
+        return FloorKernels()
     except (OSError, RuntimeError):
-        # no driver library through ctypes: a one-element torch kernel is the next smallest thing
-        one = torch.zeros(1, device="cuda")
-        call = lambda: one.add_(1.0)  # noqa: E731
-    with torch.cuda.stream(stream):
-        call()
-    stream.synchronize()
-    graph = capture([call] * launches, stream)
-    return time_graphs({"empty": graph}, {"empty": launches}, repeats, stream)["empty"]
+        return None
