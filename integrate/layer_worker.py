@@ -99,6 +99,31 @@ def _torch_part(part: str, args: Sequence[torch.Tensor]) -> Call:
     raise KeyError(f"unknown torch part {part!r}")
 
 
+def _build_concurrently(per_buf: Mapping[str, Call], names: Sequence[str]) -> None:
+    """First calls of the SGLang steps ``names`` at once, so their JIT modules build in parallel.
+
+    SGLang's own ``parallel_compile`` runs them in threads; the launches all go to the one
+    current stream, so the GPU still runs them one after another (no race on the shared
+    buffers, only another order, which a warm-up does not care about). A failure is left to
+    the eager warm-up that follows, which says which step failed or skips an optional one.
+    """
+    try:
+        from sglang.kernels.jit.utils import parallel_compile
+    except ImportError:  # a tree without it: the eager warm-up builds one module at a time
+        return
+
+    def first_call(call: Call) -> Call:
+        def build() -> None:
+            try:
+                call()
+            except Exception:  # noqa: BLE001 - reported by the eager warm-up after this
+                pass
+
+        return build
+
+    parallel_compile([first_call(per_buf[name]) for name in names if name in per_buf])
+
+
 def cmd_layer(req: JsonDict) -> JsonDict:
     """Time the planned layer, the SGLang steps alone, and each step alone, in CUDA graphs."""
     import torch
@@ -151,6 +176,8 @@ def cmd_layer(req: JsonDict) -> JsonDict:
         return lambda: fn(*args, **kwargs)
 
     calls = [{str(s["name"]): step_call(s, buf) for s in steps} for buf in bufs]
+    if req.get("parallel_build"):
+        _build_concurrently(calls[0], [str(s["name"]) for s in steps if s.get("op") is not None])
     for per_buf in calls:  # warm up eagerly: JIT builds and loads happen here, never inside a capture
         for step in steps:
             name = str(step["name"])

@@ -18,6 +18,12 @@ What must stay true:
   did not use to the ops after it; it is not a run-wide stop. Why: on the H200
   (2026-12-05) ``kernelsmith run`` spent its 300 s on silu_and_mul's one round (18
   candidates, 288 s), so fused_add_rmsnorm had no round and rmsnorm was skipped.
+- Every op gets its first population (only a run-wide budget stops it), and after that a
+  population starts only if it is expected to end inside the op's share (the last op: inside
+  the run's budget), the expectation being as long as the op's last population
+  (:meth:`Budget.note_population`). Why: checked only between populations, a share was
+  overrun by a whole population: on an H100 (2026-12-05) fused_add_rmsnorm's second
+  population took the seconds rmsnorm needed, and rmsnorm got no round (301 of 300 s).
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ class Budget:
         self._lock = threading.Lock()  # ops running at once (optimize.scale.ops) charge one budget
         self.share_from_s: float | None = None  # wall_s when the current op's share began (None: no share)
         self.share_s = 0.0
+        self.populations = 0  # measured by the current op since its share began
+        self.population_s = 0.0  # wall seconds the current op's last population took
 
     @property
     def wall_s(self) -> float:
@@ -83,9 +91,20 @@ class Budget:
         The last op (``ops_left`` 1) has the rest of the run's budget, which :meth:`exhausted` guards."""
         self.share_from_s = self.wall_s if ops_left > 1 else None
         self.share_s = max(0.0, self.limits.wall_s - self.wall_s) / max(ops_left, 1)
+        self.populations, self.population_s = 0, 0.0
+
+    def note_population(self, seconds: float) -> None:
+        """The current op measured a population in ``seconds`` of wall time (what the next is expected to take)."""
+        self.populations += 1
+        self.population_s = max(0.0, float(seconds))
+
+    def share_end_s(self) -> float:
+        """The wall second the current op's share ends at (the run's budget for the last op)."""
+        return self.share_from_s + self.share_s if self.share_from_s is not None else self.limits.wall_s
 
     def share_spent(self) -> bool:
-        return self.share_from_s is not None and self.wall_s - self.share_from_s >= self.share_s
+        """After the op's first population: its share is spent, or the next population is expected to end past it."""
+        return self.populations > 0 and self.wall_s + self.population_s >= self.share_end_s()
 
     def stop(self) -> StopReason | None:
         """Why no more GPU work may start for the current op: a run-wide budget, else its wall share."""
@@ -98,7 +117,8 @@ class Budget:
             "wall_time": f"wall-time budget spent ({self.wall_s:.0f} of {self.limits.wall_s:g} s)",
             "gpu_time": f"GPU-time budget spent ({self.gpu_s:.0f} of {self.limits.gpu_s:g} s)",
             "wall_share": f"its share of the run's {self.limits.wall_s:g} s wall budget is spent (the seconds "
-            "left when it began, over the ops left), so the ops after it have their turn",
+            f"left when it began, over the ops left), or its next population (about {self.population_s:.0f} s, as "
+            "long as its last) would end past it, so the ops after it have their turn",
             "rounds": f"round budget reached ({self.limits.rounds} rounds per op)",
             "no_options": "the policy has no untried applicable skill left",
             "at_floor": f"every token bucket of the best runs within {AT_FLOOR:g}x of its floor: "

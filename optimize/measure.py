@@ -80,12 +80,14 @@ def evaluate_many_once(
     call from threads); one it refuses has that evaluation stored (``compile_failed``, ``timeout``)
     and never reaches the backend. None for the candidates left
     unmeasured because a budget or the op's wall share is spent (:meth:`Budget.stop`, checked
-    before the population is measured: a population is never cut in the middle).
+    before the population is measured: a population is never cut in the middle). A measured
+    population's wall time goes to :meth:`Budget.note_population`: the next is expected to take as long.
     """
     out: list[Evaluation | None] = [op.stored_evaluation(c.id, "round") for c in candidates]
     fresh = [i for i, e in enumerate(out) if e is None]
     if not fresh or budget.stop() is not None:  # a run-wide budget, or the op's wall share
         return out
+    started = budget.clock()
     for i in fresh:
         op.save_candidate(candidates[i])
     if precheck is not None:
@@ -104,6 +106,7 @@ def evaluate_many_once(
     before = backend.gpu_s
     evaluations = backend.evaluate_many(op.task_dir, op.task, [candidates[i] for i in fresh])
     budget.charge_gpu(backend.gpu_s - before)
+    budget.note_population(budget.clock() - started)
     for i, evaluation in zip(fresh, evaluations):
         write_record(evaluation, op.eval_path(candidates[i].id, "round"))
         out[i] = evaluation

@@ -200,6 +200,45 @@ def test_one_batch_runs_the_trees_with_the_scrubbed_environment(tmp_path, monkey
     assert env["SGLANG_FORCE_FUSED_OP_BACKEND"] == "jit" and env["PYTHONPATH"].startswith(str(tmp_path / "a"))
 
 
+def test_both_trees_build_their_modules_at_once_before_any_timing(tmp_path, monkeypatch):
+    """The warm-up goes to both workers before either answer is awaited, and its samples are dropped."""
+    import integrate.sglang_runner as runner
+
+    events: list[tuple[str, str, dict]] = []
+
+    class FakeWorker:
+        def __init__(self, name, package, cache_dir, log, **kwargs):
+            self.name = name
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def send(self, req):
+            events.append(("send", self.name, req))
+
+        def receive(self, req, *, timeout_s):
+            events.append(("receive", self.name, req))
+            us = 1000.0 if req.get("parallel_build") else 10.0  # a warm-up figure must never reach a row
+            return {"ops": ["input_norm"], "samples_us": {"layer": [us] * 3, "input_norm": [us / 10] * 3}}
+
+        def request(self, req, *, timeout_s):
+            self.send(req)
+            return self.receive(req, timeout_s=timeout_s)
+
+    monkeypatch.setattr(runner, "TreeWorker", FakeWorker)
+    result = e2e.run_layers(tmp_path, tmp_path, tmp_path, decode=(1,), prefill=(4096,), rounds=1, repeats=5)
+    warm = [(kind, who) for kind, who, req in events if req.get("parallel_build")]
+    assert warm == [("send", "baseline"), ("send", "patched"), ("receive", "baseline"), ("receive", "patched")]
+    (first_warm,) = {id(req): req for _, _, req in events if req.get("parallel_build")}.values()
+    assert first_warm["max_sets"] == 1 and first_warm["repeats"] == 1 and first_warm["plan"]["tokens"] == 1
+    timed = [req for kind, _, req in events if kind == "send" and not req.get("parallel_build")]
+    assert len(timed) == 4 and all(req["repeats"] == 5 for req in timed), "two points, one round, two trees"
+    assert [r.baseline_us for r in result.rows] == [10.0, 10.0]
+
+
 @pytest.mark.gpu
 def test_layer_proxy_on_the_gpu(sglang_source, tmp_path):
     """Pristine tree against itself: both sides measure, nothing is skipped but what the tree lacks."""

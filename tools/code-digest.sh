@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
-# A digest of the tracked files' contents as they are on disk (not as git last committed them):
-# the same on the CPU machine and on the device copy of the same working tree. See device-setup.sh.
-cd "$(dirname "$0")/.." && git ls-files -z | xargs -0 sha1sum 2>/dev/null | sha1sum | cut -c1-16
+# A digest of the contents, as they are on disk (not as git last committed them), of the tracked files
+# and the untracked ones git does not ignore: the same on the CPU machine and on the device copy of the
+# same working tree. Untracked too, because the device copy's git index can lag the tree it was given
+# (2026-12-05: a file added since its HEAD read as untracked there). See device-setup.sh.
+cd "$(dirname "$0")/.." && git ls-files -z --cached --others --exclude-standard | xargs -0 sha1sum 2>/dev/null | sha1sum | cut -c1-16
