@@ -22,6 +22,7 @@ import argparse
 import datetime
 import importlib
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -108,7 +109,10 @@ def run_capped(config: Any) -> Any:
 
 def main(args: argparse.Namespace, config: Any) -> int:
     run = getattr(args, "run", None) or datetime.datetime.now().strftime("run-%Y%m%d-%H%M%S")
-    say = lambda text: print(text, file=sys.stderr)  # noqa: E731
+    started = time.monotonic()
+
+    def say(text: str) -> None:  # each line says when in the run it was printed (item 7's ten minutes)
+        print(f"[{time.monotonic() - started:5.0f} s] {text}", file=sys.stderr)
 
     gpu, device = has_gpu()
     say("== extract" + (" (no compile check: optimize builds the baselines on this GPU machine)" if gpu else ""))
@@ -135,4 +139,6 @@ def main(args: argparse.Namespace, config: Any) -> int:
     code = int(_stage("integrate")(stage_args("integrate", args, run), config) or 0)
     if code != 0:
         say(f"integrate reported a failure (exit {code}); see work/integrate/{run}/PR.md")
+    else:
+        say(f"done: extract, optimize and integrate of run {run}")
     return code

@@ -81,7 +81,10 @@ def test_with_gpu_all_stages_share_one_run(monkeypatch, capsys):
     assert opt.ops == ["layernorm.rmsnorm"] and opt.rounds == 3 and opt.mode == "multi" and opt.replay is None
     assert integ.in_place is False and integ.git_branch is None and integ.skip_e2e is False
     assert all(args.work_dir == "w" for _, args in CALLS)
-    assert f"== integrate (run {opt.run})" in err
+    assert (
+        f"] == integrate (run {opt.run})" in err and f"s] done: extract, optimize and integrate of run {opt.run}" in err
+    )
+    assert all(line.startswith("[") for line in err.splitlines() if "== " in line), "each stage says when it began"
     assert CALLS[0][1].no_compile is True, "with a GPU, optimize's own build is the compile check"
 
 
