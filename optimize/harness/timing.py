@@ -144,6 +144,25 @@ def timed_failure(label: str, dtype: str, set_index: int, sets: int, calls: int,
 # ---------------------------------------------------------------------------- GPU
 
 
+_STREAM: list[Any] = []
+
+
+def process_stream() -> Any:
+    """The one CUDA stream this process checks and times on, made on first use.
+
+    Why one: ``torch.cuda.Stream()`` hands out the next stream of torch's pool, and in one
+    population worker (H100, 2026-12-05) each member made its own: the paired baseline of
+    members 0 and 1 took 1.51 µs a call and that of members 2-7 1.85 µs, in every population
+    (``tools/stream-probe.py`` asks whether the stream is why). Members compared on one stream
+    are at least compared alike, whatever the cause.
+    """
+    import torch
+
+    if not _STREAM:
+        _STREAM.append(torch.cuda.Stream())
+    return _STREAM[0]
+
+
 def capture(calls: Sequence[Callable[[], Any]], stream: Any) -> Any:
     """A CUDA graph of ``calls`` made back to back on ``stream`` (a non-default stream).
 

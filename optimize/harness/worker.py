@@ -632,7 +632,7 @@ def _bind(fn: Callable[..., Any], args: list[Any] | tuple[Any, ...]) -> Callable
 def run(request: WorkerRequest) -> WorkerResult:
     import torch
 
-    device, stream = torch.device("cuda", torch.cuda.current_device()), torch.cuda.Stream()
+    device, stream = torch.device("cuda", torch.cuda.current_device()), timing.process_stream()
     seconds: dict[str, float] = {}
     loader.use_package(request.sglang_package)  # a Triton file's `import sglang...` (no-op for CUDA)
     if request.mode == "single":
