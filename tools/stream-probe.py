@@ -1,10 +1,11 @@
-"""Does a graph's per-call time depend on which torch pool stream it is replayed on? (GPU machine only)
+"""Does a graph's per-call time depend on the streams its process has used? (GPU machine only)
 
 Why: in one population worker (H100, 2026-12-05) the paired baseline of members 0 and 1 took
-1.51 µs a call and that of members 2-7 1.85 µs, in every population; each member's run made
-its own ``torch.cuda.Stream()``, the next stream of torch's pool. This times the same small
-baseline-like graph (a 4 KiB copy, 64 calls) on eight pool streams in turn, then on the first
-again, and prints µs per call for each. Usage: ``python3 tools/stream-probe.py``.
+1.51 µs a call and that of members 2-7 1.85 µs, in every population, while each member's run
+made its own ``torch.cuda.Stream()`` (the next stream of torch's pool); with one stream per
+process (997c6c6) every member got 1.51 µs. This times the same small graph (a 4 KiB copy,
+64 calls) on stream A, then again after one copy was run on each of streams B, C and D, and
+prints µs per call. Usage: ``python3 tools/stream-probe.py``.
 """
 
 from __future__ import annotations
@@ -25,11 +26,15 @@ def per_call_us(stream: torch.cuda.Stream, calls: int = 64, repeats: int = 15) -
 
 
 def main() -> None:
-    streams = [torch.cuda.Stream() for _ in range(8)]
-    for _ in range(3):  # leave the idle clocks first
-        per_call_us(streams[0])
-    for i, stream in enumerate([*streams, streams[0]]):
-        print(f"pool stream {i % 8} (id {stream.stream_id}): {per_call_us(stream):.3f} us per call")
+    a = torch.cuda.Stream()
+    for i in range(4):
+        print(f"stream A, time {i}: {per_call_us(a):.3f} us per call")
+    for name in "BCD":
+        other = torch.cuda.Stream()
+        with torch.cuda.stream(other):
+            torch.zeros(16, device="cuda").add_(1)
+        other.synchronize()
+        print(f"stream A after one kernel on stream {name}: {per_call_us(a):.3f}, {per_call_us(a):.3f} us per call")
 
 
 if __name__ == "__main__":
