@@ -23,6 +23,7 @@ if [ -n "${OUT:-}" ] && [ ! -f "$OUT/code.txt" ]; then
   { echo "HEAD $(git rev-parse --short HEAD 2>/dev/null)"
     echo "tracked files differing from HEAD: $(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
     echo "digest $(bash tools/code-digest.sh)"; } > "$OUT/code.txt"
+  bash tools/code-digest.sh --files > "$OUT/code-files.txt"
 fi
 # unpack_tasks TARBALL: work/tasks from a tarball made on the CPU machine, and the GPU's name,
 # driver and memory in $OUT/gpu.txt (every figure that comes back says which machine made it)
