@@ -195,7 +195,7 @@ def cmd_layer(req: JsonDict) -> JsonDict:
     names = [str(s["name"]) for s in steps if str(s["name"]) not in skipped]
     sglang = [str(s["name"]) for s in steps if s.get("op") is not None and str(s["name"]) not in skipped]
     n = timing.calls_per_graph(int(req.get("graph_calls", 20)), sets)
-    stream = torch.cuda.Stream()
+    stream = timing.process_stream()  # one stream per worker process: timing.process_stream says why
 
     def sequence(per_buf: Mapping[str, Call], which: Sequence[str]) -> Call:
         def run() -> None:
