@@ -219,7 +219,8 @@ def _measured(
     for op in summary.ops:
         if op.stop_reason and op.stop_reason not in ("rounds", *FINISHED):
             print(
-                f"stopped ({op.op_id}): {loop.budget.message(op.stop_reason)}; fix: {loop.budget.fix(op.stop_reason)}",
+                f"stopped ({op.op_id}): {op.stop_detail or loop.budget.message(op.stop_reason)}; "
+                f"fix: {loop.budget.fix(op.stop_reason)}",
                 file=sys.stderr,
             )
         if op.status == "failed":

@@ -308,10 +308,11 @@ class Session:
     def close_op(self, op: OpState, stop: str | None) -> OpSummary:
         """Final validation of the best, the op's summary and its report."""
         traj = op.trajectory
-        if stop in ("rounds", *BUDGETS, *FINISHED) and not self._has_stop(op, stop):  # one stop line per op
+        if stop in ("rounds", "wall_share", *BUDGETS, *FINISHED) and not self._has_stop(op, stop):  # one stop line
             traj.append(self._stop_record(op, stop, self._meter()))
+        stop_detail = self.budget.message(stop) if stop else ""  # before the final validation moves the clock
         best = self._finalize(op)
-        summary = op_summary(op, stop, best)
+        summary = op_summary(op, stop, best).model_copy(update={"stop_detail": stop_detail})
         failure = model_failure(self._model, op)
         if failure is not None and summary.status == "no_improvement":
             summary = summary.model_copy(update={"status": "model_failed", "detail": failure})

@@ -618,6 +618,9 @@ class OpSummary(Record):
     guarded: bool = False  # best keeps the baseline at some shapes through a shape dispatch
     skills: list[str] = Field(default_factory=list)  # skills on the path from the baseline to the best
     detail: str = ""
+    # why the op stopped, in the words of the moment it stopped (a budget's message read at the end
+    # of the run would give every op the last op's figures); "" in records from before it
+    stop_detail: str = ""
 
 
 class RunSummary(VersionedRecord):

@@ -1357,10 +1357,22 @@ class ClockedBackend(CountingBackend):
         return super().profile(task_dir, task, candidate)
 
 
-def run_clocked(tmp_path, *, wall_s: float, step_s: float, ops: int = 2):
+class OpClockedBackend(ClockedBackend):
+    """A ClockedBackend whose evaluations of each op take that op's own ``steps_s[op_id]``."""
+
+    def __init__(self, path, *, steps_s: dict[str, float]):
+        super().__init__(path, step_s=0.0)
+        self.steps_s = steps_s
+
+    def evaluate(self, task_dir, task, candidate, *, stage="round"):
+        self.now_s += self.steps_s[task.op_id]
+        return CountingBackend.evaluate(self, task_dir, task, candidate, stage=stage)
+
+
+def run_clocked(tmp_path, *, wall_s: float, step_s: float, ops: int = 2, backend=None):
     names = ["demo.scale", "demo.copy"][:ops]
     tasks = [write_task(tmp_path, name) for name in names]
-    backend = ClockedBackend(two_op_replay(tmp_path), step_s=step_s)
+    backend = backend or ClockedBackend(two_op_replay(tmp_path), step_s=step_s)
     cfg = Config.model_validate(
         {
             "work_dir": str(tmp_path),
@@ -1398,6 +1410,18 @@ def test_the_wall_budget_is_shared_so_every_op_gets_its_round(tmp_path):
     # one op alone has the whole budget: its round measures more than one population
     alone, (only,) = run_clocked(tmp_path / "alone", wall_s=100.0, step_s=15.0, ops=1)
     assert [measured(r) > 2 for r in only.rounds()] == [True]
+
+
+def test_each_op_s_stop_is_told_in_the_words_of_the_moment_it_stopped(tmp_path):
+    # demo.scale's evaluations take 15 s and demo.copy's 5 s: the first stops on its share after a
+    # population of 2 (30 s), and its summary must say 30 s, not the 10 s of the last op's population
+    # (the command printed every op's stop from the budget's state at the end of the run)
+    backend = OpClockedBackend(two_op_replay(tmp_path), steps_s={"demo.scale": 15.0, "demo.copy": 5.0})
+    summary, (first, _) = run_clocked(tmp_path, wall_s=100.0, step_s=0.0, backend=backend)
+    assert summary.ops[0].stop_reason == "wall_share"
+    assert "about 30 s" in summary.ops[0].stop_detail, summary.ops[0].stop_detail
+    stops = [r for r in first.records if r.kind == "stop"]
+    assert [r.stop_reason for r in stops] == ["wall_share"] and stops[0].detail == summary.ops[0].stop_detail
 
 
 def test_an_op_s_progress_ends_when_its_rounds_do_not_when_the_run_does(tmp_path):
