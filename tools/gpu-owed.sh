@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The H200 measurements the open issues still owe (after session 23, 2026-12-05), one device call
+# The H200 measurements the open issues still owe (after session 24, 2026-12-05), one device call
 # (about 9 minutes) per part, most valuable first:
-#   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed; owed
-#                                     # again after b8ca7cf (screened members built and checked only where
-#                                     # they are screened, builds sharing every core, later ops' baselines
-#                                     # built ahead, one promoted member inside run). Carry .whl .dev/wheels.
+#   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed. Met on
+#                                     # an H100 in session 24 (rc 0 in 434 s, a round for each default op);
+#                                     # owed on an H200. Carry .whl .dev/wheels; RUN_S=560 leaves room.
 #                                     # Pass: all three ops get a round and the run ends within 10 minutes.
+#   PART=6 bash tools/gpu-owed.sh     # issue 14 item 6 (about 90 s): the floor kernels' figures on this
+#                                     # GPU (one stream), tools/stream-probe.py, and `bench --ops
+#                                     # moe.mask_topk_ids` (its baseline read 0.64-0.86 x the old floor).
+#                                     # Carry .whl .dev/wheels .dev/deps.tar.gz .dev/tasks-s20.tar.gz
 #   then issue 14's hand-written candidates (SGLang-derived region files in .dev/agent/, described in
 #   BENCHMARKS.md section 2, sessions 19-23). On the CPU machine first:
 #   `bash tools/agent-check.sh .dev/agent/manifest-c4.tsv`: every submission builds and edits only its op.
@@ -33,13 +36,14 @@
 #   2: .whl .dev/deps.tar.gz .dev/tasks-all.tar.gz       (tasks carry their sources)
 #   3: .whl .dev/wheels
 #   4: .whl .dev/wheels .dev/tasks-owed.tar.gz           (the GPU tests extract merge_state_triton themselves)
+#   6: .whl .dev/wheels .dev/deps.tar.gz .dev/tasks-s20.tar.gz
 #   5: .whl .dev/wheels .dev/tasks-owed.tar.gz and the run tarball (session 18's: .dev/run-triton-owed.tgz,
 #      out of its owed-4.tgz; without it, run PART=4 instead)
 # Everything a part writes under $OUT is packed into one owed-<part>.tgz (a call brings back 8 files).
 set -o pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/owed.env"
-part="${PART:?PART=1 to 5}"
+part="${PART:?PART=1 to 6}"
 pack() { [ -n "${OUT:-}" ] && tar -czf "/tmp/owed-$part.tgz" -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv "/tmp/owed-$part.tgz" "$OUT/"; }
 trap pack EXIT
 OUT="${OUT:-.}"
@@ -103,8 +107,17 @@ case "$part" in
     status=$((status | $?))
   fi
   ;;
+6)
+  source "$here/device-setup.sh" || exit 1
+  unpack_tasks .dev/tasks-s20.tar.gz || exit 1
+  timeout 60 python3 "$here/stream-probe.py" 2>&1 | tee "$OUT/stream-probe.txt"
+  timeout "${BENCH_S:-150}" python3 -m pipeline.cli bench --ops moe.mask_topk_ids 2>&1 | tee "$OUT/bench-mask.log" | tail -20
+  status=$?
+  git diff BENCHMARKS.md > "$OUT/bench-mask.diff"
+  cp work/cache/device/*.json "$OUT/" 2>/dev/null
+  ;;
 *)
-  echo "gpu-owed: PART must be 1 to 5, not '$part'" >&2
+  echo "gpu-owed: PART must be 1 to 6, not '$part'" >&2
   exit 2
   ;;
 esac
