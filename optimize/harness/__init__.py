@@ -16,9 +16,10 @@ half is the :mod:`contract` package), compare
 (verdicts), references (float64 and eager PyTorch), languages (the one seam on ``Task.language``:
 build, sglang package, pre-check, search proposals), triton_library (a Triton task's spliced
 file, built content-addressed and loaded as one module per owner), loader (tvm-ffi modules and
-Triton libraries), isolate +
-worker (process isolation), timing (graphs, interleaving, spread), floor_kernels (the
-hand-written PTX kernels the floors are timed with), roofline (bytes, device ceilings), adversarial (the cheat suite), baseline_repair (the one
+Triton libraries), isolate + worker (process isolation), timing (graphs, interleaving,
+spread, the one stream per process), floor_kernels (the hand-written PTX kernels the floors
+are timed with), roofline (bytes, device ceilings), adversarial (the cheat suite),
+baseline_repair (the one
 "baseline contradicts its contract -> fix -> run again" loop of the sweep and the
 optimize loop), health (the ``bench --all`` sweep), population (a search population built
 at once and evaluated in one worker).

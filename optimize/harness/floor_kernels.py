@@ -4,9 +4,11 @@ Why hand-written: a floor must be a lower bound, so it is timed on the best plai
 the work, not on whatever torch launches. On the H200 (2026-12-05) torch's ``copy_`` of a
 small uint8 tensor took 0.87 µs per call back to back in a graph, above what
 ``moe.mask_topk_ids``'s baseline takes for more bytes (0.75 µs at 64 tokens): its time ÷ floor
-read 0.64-0.86, which is no floor. Two things separate them: torch's copy is a general
-element-wise kernel, and SGLang's kernels launch with programmatic dependent launch (PDL),
-which lets one launch's start overlap the previous kernel's tail.
+read 0.64-0.86, which is no floor. SGLang's kernels launch with programmatic dependent launch
+(PDL), which lets one launch's start overlap the previous kernel's tail; torch's copy does not.
+On an H100 (2026-12-05, one stream; BENCHMARKS.md section 2, session 24) at 4 KiB moved: torch's
+copy 0.98 µs, ``ks_copy16`` 1.17 µs plain and 0.755 µs with PDL; ``ks_empty`` 0.79 µs plain
+and 0.50 µs with PDL. The launch, not the access width, is what the floor was missing.
 
 So each floor kernel comes in two launches, plain and with PDL (the
 ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`` attribute; the kernel triggers its

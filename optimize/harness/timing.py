@@ -150,11 +150,13 @@ _STREAM: list[Any] = []
 def process_stream() -> Any:
     """The one CUDA stream this process checks and times on, made on first use.
 
-    Why one: ``torch.cuda.Stream()`` hands out the next stream of torch's pool, and in one
-    population worker (H100, 2026-12-05) each member made its own: the paired baseline of
-    members 0 and 1 took 1.51 µs a call and that of members 2-7 1.85 µs, in every population
-    (``tools/stream-probe.py`` asks whether the stream is why). Members compared on one stream
-    are at least compared alike, whatever the cause.
+    Why one: once a process has run a kernel on a second (non-default) stream, graphs on its
+    first take about 0.17 µs a call more, for good (H100, 2026-12-05, ``tools/stream-probe.py``:
+    a 4 KiB copy graph 0.99 -> 1.17 µs a call). Each population member used to make its own
+    ``torch.cuda.Stream()`` (the next stream of torch's pool), so members 0 and 1 were timed in
+    the fast state and the others in the slow one (silu_and_mul's paired baseline 1.51 against
+    1.85 µs), and a PDL candidate, whose overlap hides the gap, screened faster than it was.
+    With one stream every member, its baseline and the device floors are timed alike.
     """
     import torch
 
