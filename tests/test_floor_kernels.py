@@ -8,9 +8,9 @@ import shutil
 import subprocess
 
 import pytest
+from test_harness_evaluate import DEVICE
 
 from optimize.harness import floor_kernels, roofline
-from optimize.harness.protocol import DeviceInfo
 
 
 def _cuda_include() -> pathlib.Path | None:
@@ -98,23 +98,17 @@ def test_the_pdl_attribute_allows_programmatic_serialization():
 
 
 def test_the_report_says_which_variant_set_each_floor():
-    device = DeviceInfo(
-        name="G",
-        sm_count=1,
-        l2_bytes=1,
-        copy_gbps=4000.0,
-        copy_spread_pct=1.0,
-        min_kernel_us=0.61,
-        copy_latency_us=[(4096, 0.7), (16384, 0.9)],
-        floor_variants_us={
-            "empty kernel": [(0, 0.74)],
-            "empty kernel + PDL": [(0, 0.61)],
-            "torch copy_": [(4096, 0.87), (16384, 1.08)],
-            "vector copy + PDL": [(4096, 0.7), (16384, 0.9)],
-        },
-        torch="t",
-        cuda="c",
-        measured_at="now",
+    device = DEVICE.model_copy(
+        update={
+            "min_kernel_us": 0.61,
+            "copy_latency_us": [(4096, 0.7), (16384, 0.9)],
+            "floor_variants_us": {
+                "empty kernel": [(0, 0.74)],
+                "empty kernel + PDL": [(0, 0.61)],
+                "torch copy_": [(4096, 0.87), (16384, 1.08)],
+                "vector copy + PDL": [(4096, 0.7), (16384, 0.9)],
+            },
+        }
     )
     text = "\n".join(roofline.latency_lines(device))
     assert "4 KiB 0.70 µs, 16 KiB 0.90 µs" in text
