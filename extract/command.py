@@ -485,7 +485,8 @@ def main(args: Any, config: Config) -> int:
             )
             if not all_ops:
                 line = (
-                    f"{report.seconds:.1f} s, {len(report.resources)} kernels in ptxas report"
+                    # compiler seconds summed over the task's units, which build in parallel: not wall time
+                    f"{report.seconds:.1f} s of compiler time, {len(report.resources)} kernels in ptxas report"
                     if report and report.ok
                     else reason
                 )
