@@ -9,6 +9,9 @@
 #                                     # GPU (one stream), tools/stream-probe.py, and `bench --ops
 #                                     # moe.mask_topk_ids` (its baseline read 0.64-0.86 x the old floor).
 #                                     # Carry .whl .dev/wheels .dev/deps.tar.gz .dev/tasks-s20.tar.gz
+#   Parts 3 and 6 fit one call (about 450 + 90 s; carry the four paths of part 6, 61 MB):
+#     RUN_S=480 PART=3 bash tools/gpu-owed.sh; PART=6 bash tools/gpu-owed.sh
+#   (part 6's owed-6.tgz then holds part 3's owed-3.tgz)
 #   then issue 14's hand-written candidates (SGLang-derived region files in .dev/agent/, described in
 #   BENCHMARKS.md section 2, sessions 19-23). On the CPU machine first:
 #   `bash tools/agent-check.sh .dev/agent/manifest-c4.tsv`: every submission builds and edits only its op.
