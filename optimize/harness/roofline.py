@@ -349,8 +349,10 @@ def _graph_samples(variant: str, call: Any, calls: int, repeats: int, stream: An
         return []
 
 
+@functools.cache
 def _floor_kernels():
-    """:class:`optimize.harness.floor_kernels.FloorKernels`, or None where they cannot load."""
+    """:class:`optimize.harness.floor_kernels.FloorKernels`, or None where they cannot load (once a
+    process: the smallest-kernel and the copy-latency measurements share one loaded module)."""
     from optimize.harness.floor_kernels import FloorKernels
 
     try:

@@ -21,6 +21,7 @@ lazily.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
@@ -144,9 +145,7 @@ def timed_failure(label: str, dtype: str, set_index: int, sets: int, calls: int,
 # ---------------------------------------------------------------------------- GPU
 
 
-_STREAM: list[Any] = []
-
-
+@functools.cache
 def process_stream() -> Any:
     """The one CUDA stream this process checks and times on, made on first use.
 
@@ -160,9 +159,7 @@ def process_stream() -> Any:
     """
     import torch
 
-    if not _STREAM:
-        _STREAM.append(torch.cuda.Stream())
-    return _STREAM[0]
+    return torch.cuda.Stream()
 
 
 def capture(calls: Sequence[Callable[[], Any]], stream: Any) -> Any:
