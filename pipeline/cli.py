@@ -332,9 +332,8 @@ def _crash_report(err: Exception, command: str, config: Any) -> str:
     text = "".join(traceback.format_exception(err))
     stamp = time.strftime("%Y%m%dT%H%M%S")
     saved = "not saved (no writable folder)"
-    for folder in ((config.work / "crashes") if config is not None else None, pathlib.Path(tempfile.gettempdir())):
-        if folder is None:
-            continue
+    folders = ([config.work / "crashes"] if config is not None else []) + [pathlib.Path(tempfile.gettempdir())]
+    for folder in folders:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"kernelsmith-{stamp}-{command}.txt"
