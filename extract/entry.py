@@ -18,7 +18,12 @@ contract argument it feeds:
 - ``via="name"``: no call shows it, but the parameter has the name of a contract
   argument nothing else feeds;
 - ``via="size"``: it feeds no argument but is named after one of the contract's
-  size symbols (``topk``, ``head_dim``): it is passed that size.
+  size symbols (``topk``, ``head_dim``): it is passed that size;
+- ``via="build"``: it has no default and feeds no argument, but reaches (traced the
+  same way) a parameter of the module's JIT loader that every instantiation fixed at
+  the value SGLang's caller chooses at run time (``is_neox``: a curated loader value,
+  :attr:`pipeline.records.Instantiation.run_time`): it is passed the value the
+  module was built for.
 
 What must stay true: nothing is guessed. A parameter without a default that
 feeds no contract argument makes the function uncallable from the contract,
@@ -30,7 +35,7 @@ wrapper: the reason records it.
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import libcst as cst
 
@@ -92,15 +97,32 @@ class _Body(OutermostFunction):
         self.calls.append(node)
 
 
+def _bound(callee: cst.FunctionDef, call: cst.Call) -> list[tuple[str, cst.BaseExpression]]:
+    """(callee parameter, argument expression) of each argument ``call`` passes ``callee``."""
+    order = [p.name.value for p, kind in _params_of(callee) if kind in ("positional_only", "positional_or_keyword")]
+    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    return [*zip(order, positional), *((a.keyword.value, a.value) for a in call.args if a.keyword is not None)]
+
+
+#: what :class:`_Tracer` records for a parameter that reaches the JIT loader's parameter ``<name>``
+LOADER = "loader:"
+
+
 class _Tracer:
-    """Which contract argument each parameter of a module-level function feeds."""
+    """Which contract argument each parameter of a module-level function feeds, or
+    (``LOADER + name``) which parameter of the JIT loader ``loader`` it reaches."""
 
     def __init__(
-        self, functions: dict[str, cst.FunctionDef], entry_points: Sequence[str], arg_names: Sequence[str]
+        self,
+        functions: dict[str, cst.FunctionDef],
+        entry_points: Sequence[str],
+        arg_names: Sequence[str],
+        loader: str | None = None,
     ) -> None:
         self.functions = functions
         self.entry_points = set(entry_points)
         self.arg_names = list(arg_names)
+        self.loader = loader
         self._memo: dict[str, dict[str, str]] = {}
 
     def feeds(self, name: str, stack: tuple[str, ...] = ()) -> dict[str, str]:
@@ -130,6 +152,12 @@ class _Tracer:
                 return root(expr.body, seen) or root(expr.orelse, seen)
             return None
 
+        def put(param: str, feed: str) -> None:
+            # the first feed found wins, except that a contract argument beats a loader parameter
+            # (``_jit_module(k.dtype)`` before ``module.run(q, k)``: ``k`` feeds the argument k)
+            if param not in out or (out[param].startswith(LOADER) and not feed.startswith(LOADER)):
+                out[param] = feed
+
         for call in body.calls:
             func = call.func
             positional = [a for a in call.args if a.keyword is None and not a.star]
@@ -137,22 +165,19 @@ class _Tracer:
                 for index, arg in enumerate(positional[: len(self.arg_names)]):
                     param = root(arg.value)
                     if param is not None and self.arg_names[index]:
-                        out.setdefault(param, self.arg_names[index])
+                        put(param, self.arg_names[index])
+            elif isinstance(func, cst.Name) and func.value == self.loader and func.value in self.functions:
+                for loader_param, expr in _bound(self.functions[func.value], call):
+                    param = root(expr)
+                    if param is not None:
+                        put(param, LOADER + loader_param)
             elif isinstance(func, cst.Name) and func.value in self.functions and func.value != name:
-                callee = self.functions[func.value]
                 inner = self.feeds(func.value, (*stack, name))
-                order = [
-                    p.name.value
-                    for p, kind in _params_of(callee)
-                    if kind in ("positional_only", "positional_or_keyword")
-                ]
-                bound: list[tuple[str, cst.BaseExpression]] = list(zip(order, (a.value for a in positional)))
-                bound += [(a.keyword.value, a.value) for a in call.args if a.keyword is not None]
-                for callee_param, expr in bound:
+                for callee_param, expr in _bound(self.functions[func.value], call):
                     if callee_param in inner:
                         param = root(expr)
                         if param is not None:
-                            out.setdefault(param, inner[callee_param])
+                            put(param, inner[callee_param])
         self._memo[name] = out
         return out
 
@@ -202,9 +227,21 @@ def asserted_values(fn: cst.FunctionDef, constants: dict[str, cst.BaseExpression
 
 
 def read_signature(
-    root: pathlib.Path, module_path: str, function: str, contract: Contract, entry_points: Sequence[str]
+    root: pathlib.Path,
+    module_path: str,
+    function: str,
+    contract: Contract,
+    entry_points: Sequence[str],
+    *,
+    loader: str | None = None,
+    built: Collection[str] = (),
 ) -> EntrySignature:
-    """The public function ``function`` of ``root/module_path`` and the contract argument each parameter feeds."""
+    """The public function ``function`` of ``root/module_path`` and the contract argument each parameter feeds.
+
+    ``loader``: the JIT loader function of the module (``_jit_fused_rope_module``); ``built``:
+    its parameters every instantiation fixed at a run-time value (Instantiation.run_time). A
+    parameter without a default that reaches one of those is ``via="build"``, not missing.
+    """
     dotted = dotted_name(module_path)
     path = root / module_path
     try:
@@ -221,9 +258,11 @@ def read_signature(
             reason=f"{function} is not a top-level def of {module_path}: its parameters cannot be read",
         )
     arg_names = _arg_names(contract)
-    traced = _Tracer(functions, [contract.entry] if contract.entry in entry_points else entry_points, arg_names).feeds(
-        function
-    )
+    traced = _Tracer(
+        functions, [contract.entry] if contract.entry in entry_points else entry_points, arg_names, loader
+    ).feeds(function)
+    reaches = {p: f.removeprefix(LOADER) for p, f in traced.items() if f.startswith(LOADER)}
+    traced = {p: f for p, f in traced.items() if p not in reaches}
     allowed = asserted_values(fn, parsed.constants)
     fed: set[str] = set()
     symbols = set(contract.symbols)
@@ -241,6 +280,11 @@ def read_signature(
         if feeds is not None:
             fed.add(feeds)
         default = module.code_for_node(param.default) if param.default is not None else None
+        loader_param = reaches.get(name) if feeds is None and default is None else None
+        if loader_param is not None and loader_param in built:
+            via = "build"
+        else:
+            loader_param = None
         params.append(
             EntryParam(
                 name=name,
@@ -249,10 +293,11 @@ def read_signature(
                 default=default,
                 feeds=feeds,
                 via=via,
+                loader_param=loader_param,
                 allowed=allowed.get(name, []),
             )
         )
-        if feeds is None and default is None and kind not in ("var_positional", "var_keyword"):
+        if feeds is None and default is None and via != "build" and kind not in ("var_positional", "var_keyword"):
             missing.append(name)
     returns = module.code_for_node(fn.returns.annotation) if fn.returns is not None else None
     reason = ""

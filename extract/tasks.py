@@ -261,6 +261,7 @@ def plan_instantiations(
                         wrappers=inst.wrappers,
                         sizes=inst.pins,
                         size_free=inst.size_free,
+                        run_time=inst.run_time,
                     )
                 )
             if case is not None:
@@ -500,7 +501,13 @@ def write_task(
         shapes=cases,
         notes=list(dict.fromkeys(notes)),
         entry_signature=entry_signature.read_signature(
-            root, op.module, entry_signature.public_function(op.id, op.public_functions), contract, op.entry_points
+            root,
+            op.module,
+            entry_signature.public_function(op.id, op.public_functions),
+            contract,
+            op.entry_points,
+            loader=call.function if call.module == op.module else None,
+            built=set.intersection(*(set(i.run_time) for i in instantiations)),
         ),
     )
     publish(task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts))

@@ -11,7 +11,7 @@ them through the signature extract recorded (:class:`pipeline.records.EntrySigna
 knowing anything about the op:
 
 ``{"cmd": "check", "op", "module", "function", "tensors": [TensorPlan fields],
-"scalars": {name: value}, "sizes": {...}, "params": [{"name", "kind", "feeds", "via"}],
+"scalars": {name: value}, "sizes": {...}, "params": [{"name", "kind", "feeds", "via", "value"?}],
 "dtype", "seed", "key"}``
 
 ``key`` names the JIT module the case needs (the op and the instantiation's
@@ -52,7 +52,7 @@ from contract import plan as planning
 from contract import shapes as shape_draws
 from contract import sizes as contract_sizes
 from optimize.harness.errors import ContractError
-from pipeline.records import EntrySignature, ShapeCase, Task
+from pipeline.records import EntryParam, EntrySignature, ShapeCase, Task
 
 HELD_OUT = 2  # held-out draws per op, on top of the catalog shapes
 JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
@@ -146,6 +146,18 @@ def triton_request(task: Task) -> dict[str, JsonValue] | None:
     }
 
 
+def _param_json(param: EntryParam, omit: Sequence[str], built: dict[str, JsonValue]) -> JsonValue:
+    out: dict[str, JsonValue] = {
+        "name": param.name,
+        "kind": param.kind,
+        "feeds": None if param.feeds in omit else param.feeds,
+        "via": param.via,
+    }
+    if param.name in built:
+        out["value"] = built[param.name]
+    return out
+
+
 def plan_case(
     task: Task, signature: EntrySignature, sizes: dict[str, int], dtype: str, *, omit: Sequence[str] = ()
 ) -> tuple[str, dict[str, JsonValue], int]:
@@ -168,6 +180,16 @@ def plan_case(
     missing = [p.feeds for p in signature.params if p.via == "size" and p.feeds not in sizes]
     if missing:
         raise ContractError(f"sizes {missing} are not resolved at this shape", fix="add them to the shape catalog")
+    built: dict[str, JsonValue] = {}
+    for p in signature.params:
+        if p.via == "build":
+            if p.loader_param not in inst.run_time:
+                raise ContractError(
+                    f"parameter {p.name} reaches the loader's {p.loader_param}, which the instantiation "
+                    f"{inst.module_args} was not built for a run-time value of",
+                    fix="re-run `kernelsmith extract` for the op",
+                )
+            built[p.name] = inst.run_time[p.loader_param or ""]
     request: dict[str, JsonValue] = {
         "cmd": "check",
         "op": task.op_id,
@@ -176,10 +198,7 @@ def plan_case(
         "tensors": [_tensor_json(t) for t in tensors],
         "scalars": scalars,
         "sizes": {k: int(v) for k, v in sizes.items()},
-        "params": [
-            {"name": p.name, "kind": p.kind, "feeds": None if p.feeds in omit else p.feeds, "via": p.via}
-            for p in signature.params
-        ],
+        "params": [_param_json(p, omit, built) for p in signature.params],
         "dtype": dtype,
     }
     triton = triton_request(task)

@@ -110,17 +110,20 @@ def bind(
 ) -> tuple[list[Any], dict[str, Any]]:
     """(positional, keyword) arguments of the public function: each parameter that feeds a
     contract argument gets that tensor or scalar (a ``via="size"`` one the size), by name;
-    positional-only ones by position. A parameter that feeds nothing keeps its default."""
+    positional-only ones by position; a ``via="build"`` one the run-time value the module was
+    built for (``"value"``). A parameter that feeds nothing keeps its default."""
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     skipped = None
     for param in params:
         feeds = param.get("feeds")
-        if feeds is None:
+        if param["via"] == "build":
+            value = param["value"]
+        elif feeds is None:
             if param["kind"] == "positional_only":
                 skipped = param["name"]
             continue
-        if param["via"] == "size":
+        elif param["via"] == "size":
             value = int(sizes[feeds])
         elif feeds in tensors:
             value = tensors[feeds]

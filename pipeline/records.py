@@ -195,6 +195,11 @@ class Instantiation(Record):
     # flags): its integer template arguments are constants (a thread count, kimi's
     # MlaOutputGateKernel<256>), never widths, and it serves every shape.
     size_free: bool = False
+    # Loader parameters SGLang's caller chooses at run time with no default (``is_neox``),
+    # at the value this instantiation was built for (a curated loader value, or a bool flag's
+    # plain path, named in the task's notes): integrate passes it to the public function's
+    # parameter that reaches the loader (EntryParam ``via="build"``).
+    run_time: dict[str, bool | int | float | str] = Field(default_factory=dict)
 
     def serves(self, sizes: Mapping[str, int]) -> bool | None:
         """Whether this instantiation was made for ``sizes``; None when it records no sizes."""
@@ -351,8 +356,11 @@ class EntryParam(Record):
     # value reaches the JIT entry as; None: it feeds none (a mode flag, an optional extra)
     feeds: str | None = None
     # how it was found: traced through the wrapper's call, same name, or a size symbol's name
-    # (then ``feeds`` names the size symbol, Contract.symbols, not an argument)
-    via: Literal["name", "call", "size", ""] = ""
+    # (then ``feeds`` names the size symbol, Contract.symbols, not an argument); "build": it
+    # feeds no argument but reaches the JIT loader's parameter ``loader_param``, which the
+    # build fixed (Instantiation.run_time): it is passed the value the module was built for
+    via: Literal["name", "call", "size", "build", ""] = ""
+    loader_param: str | None = None
     # string values the wrapper asserts the parameter is one of (``assert op_name in SUPPORTED``,
     # SUPPORTED a module-level set/tuple/list of string literals), sorted; [] = none stated
     allowed: list[str] = Field(default_factory=list)

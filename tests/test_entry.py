@@ -29,10 +29,11 @@ OPS = (
     "moe.shuffle_weighted_sum",
     "quantization.per_token_quant_fp8",
     "attention.fused_qk_norm_rope",
-    "attention.apply_rope_with_cos_sin_cache_inplace",  # is_neox: required, feeds no argument
+    # is_neox: required, feeds no argument, reaches the loader (built for a curated value)
+    "attention.apply_rope_with_cos_sin_cache_inplace",
     "activation.run_unary_activation",  # op_name: asserted in a module-level set
 )
-UNMAPPABLE = "attention.apply_rope_with_cos_sin_cache_inplace"
+BUILT = "attention.apply_rope_with_cos_sin_cache_inplace"
 
 pytestmark = pytest.mark.wheel
 
@@ -74,14 +75,29 @@ def test_the_default_ops_feed_their_contract_by_the_wrappers_calls(extracted):
     assert feeds["layernorm.fused_add_rmsnorm"]["cast_x_before_out_mul"] == (None, "")
     for op, (_, task) in extracted.items():
         assert task.entry_signature.module == dotted_name(task.module)
-        assert (task.entry_signature.reason == "") == (op != UNMAPPABLE), op
+        assert task.entry_signature.reason == "", op
 
 
-def test_an_unmappable_function_says_which_parameter_and_why(extracted):
-    signature = extracted[UNMAPPABLE][1].entry_signature
-    assert "is_neox" in signature.reason and "no default and feed no argument" in signature.reason
-    (is_neox,) = [p for p in signature.params if p.name == "is_neox"]
-    assert is_neox.kind == "keyword_only" and not is_neox.has_default and is_neox.feeds is None
+def test_a_parameter_the_build_fixed_is_passed_the_built_value(extracted, sglang_source):
+    """apply_rope_with_cos_sin_cache_inplace(q, k, cos_sin_cache, positions, *, is_neox) ->
+    apply_rope_inplace(..., is_neox=is_neox) -> _jit_fused_rope_module(is_neox, ...): every
+    instantiation is built with the curated is_neox = True, so the parameter takes that value;
+    without the loader traced, or with the value not fixed by the build, it is a reason."""
+    task = extracted[BUILT][1]
+    (is_neox,) = [p for p in task.entry_signature.params if p.name == "is_neox"]
+    assert (is_neox.kind, is_neox.has_default, is_neox.feeds) == ("keyword_only", False, None)
+    assert (is_neox.via, is_neox.loader_param) == ("build", "is_neox")
+    assert [i.run_time for i in task.instantiations] == [{"is_neox": True}] * len(task.instantiations)
+    feeds = {p.name: (p.feeds, p.via) for p in task.entry_signature.params}
+    assert feeds["q"] == ("q", "call") and feeds["k"] == ("k", "call"), "the loader's k.dtype does not hide k"
+    root = pathlib.Path(sglang_source.root)
+    args = (root, task.module, "apply_rope_with_cos_sin_cache_inplace", task.contract, task.entry_points)
+    for loader, built in (("_jit_fused_rope_module", ()), (None, ("is_neox",))):
+        signature = entry.read_signature(*args, loader=loader, built=built)
+        assert "is_neox" in signature.reason and "no default and feed no argument" in signature.reason, loader
+        (param,) = [p for p in signature.params if p.name == "is_neox"]
+        assert (param.via, param.loader_param) == ("", None)
+    assert entry.read_signature(*args, loader="_jit_fused_rope_module", built=("is_neox",)) == task.entry_signature
 
 
 def test_a_missing_function_is_a_reason_not_an_error(sglang_source):

@@ -10,12 +10,13 @@ import json
 import random
 
 import pytest
-from test_entry import UNMAPPABLE, extract_tasks
+from test_entry import BUILT, extract_tasks
 
 from contract.completion import complete
 from contract.dtypes import POISON_BITS
 from contract.layout import load_task
-from integrate.calls import HELD_OUT, plan_op, task_dtypes, warm_cases, why_uncallable
+from integrate.calls import HELD_OUT, plan_case, plan_op, task_dtypes, warm_cases, why_uncallable
+from optimize.harness.errors import ContractError
 
 OPS = (
     "activation.silu_and_mul",
@@ -23,7 +24,7 @@ OPS = (
     "layernorm.rmsnorm",
     "moe.shuffle_weighted_sum",
     "activation.run_activation",  # no model sizes it: its one synthetic shape
-    UNMAPPABLE,
+    BUILT,
 )
 
 pytestmark = pytest.mark.wheel
@@ -81,13 +82,20 @@ def test_index_tensors_get_their_value_ranges_and_a_synthetic_shape_stands_in(ta
     assert plan.cases and all(c.label.startswith("synthetic") and not c.held_out for c in plan.cases)
 
 
-def test_an_unmappable_op_is_reported_with_its_reason(tasks):
-    plan = plan_op(tasks[UNMAPPABLE])
-    assert (
-        plan.cases == []
-        and "is_neox" in plan.reason
-        and plan.reason == why_uncallable(tasks[UNMAPPABLE].entry_signature)
-    )
+def test_a_value_the_build_fixed_reaches_the_request_and_an_unmappable_op_is_reported(tasks):
+    plan = plan_op(tasks[BUILT], held_out=0)
+    assert plan.cases and not plan.reason
+    for case in plan.cases:
+        (is_neox,) = [p for p in case.request["params"] if p["name"] == "is_neox"]
+        assert is_neox == {"name": "is_neox", "kind": "keyword_only", "feeds": None, "via": "build", "value": True}
+    signature = tasks[BUILT].entry_signature
+    assert signature is not None
+    unfixed = [i.model_copy(update={"run_time": {}}) for i in tasks[BUILT].instantiations]
+    with pytest.raises(ContractError, match="is_neox.*re-run|was not built for"):
+        plan_case(tasks[BUILT].model_copy(update={"instantiations": unfixed}), signature, plan.cases[0].sizes, "bf16")
+    unmappable = signature.model_copy(update={"reason": "parameter(s) is_neox ... no default"})
+    plan = plan_op(tasks[BUILT].model_copy(update={"entry_signature": unmappable}))
+    assert plan.cases == [] and plan.reason == why_uncallable(unmappable)
     old = tasks["layernorm.rmsnorm"].model_copy(
         update={"entry_signature": None}
     )  # a task.json from before extract.entry

@@ -150,9 +150,10 @@ def test_the_worker_binds_parameters_by_name_and_keeps_defaults():
         {"name": "expert_ids", "kind": "positional_or_keyword", "feeds": None, "via": ""},
         {"name": "eps", "kind": "keyword_only", "feeds": "eps", "via": "name"},
         {"name": "topk", "kind": "keyword_only", "feeds": "topk", "via": "size"},
+        {"name": "is_neox", "kind": "keyword_only", "feeds": None, "via": "build", "value": False},
     ]
     args, kwargs = bind(params, {"input": "X", "output": "O"}, {"eps": 1e-6}, {"topk": 8})
-    assert args == ["X"] and kwargs == {"out": "O", "eps": 1e-6, "topk": 8}
+    assert args == ["X"] and kwargs == {"out": "O", "eps": 1e-6, "topk": 8, "is_neox": False}
     with pytest.raises(ValueError, match="follows skipped"):
         bind(
             [{"name": "skipped", "kind": "positional_only", "feeds": None, "via": ""}, params[0]],

@@ -95,6 +95,9 @@ class Instance:
     notes: list[str]
     pins: dict[str, int] = dataclasses.field(default_factory=dict)  # sizes read from tensor shapes
     size_free: bool = False  # no loader parameter took a size (see records.Instantiation.size_free)
+    # loader parameters the op's caller chooses at run time, at the value this instance used
+    # (a curated fallback or a bool flag's plain path; see records.Instantiation.run_time)
+    run_time: dict[str, bool | int | float | str] = dataclasses.field(default_factory=dict)
 
     def strings(self, key: str) -> list[str]:
         value = self.kwargs.get(key) or []
@@ -270,6 +273,7 @@ def instantiate(
                 )
                 site_values[name] = refusal
     kwargs: dict[str, Any] = {}
+    run_time: dict[str, bool | int | float | str] = {}
     for param in loader.params():
         name = param.name.value
         passed = site_values.get(name)
@@ -290,12 +294,14 @@ def instantiate(
             continue  # bind_params evaluates the default
         if fallbacks and name in fallbacks:
             kwargs[name], why = fallbacks[name]
+            if isinstance(kwargs[name], (bool, int, float, str)):
+                run_time[name] = int(kwargs[name]) if isinstance(kwargs[name], Constant) else kwargs[name]
             notes.append(f"loader parameter `{name}` = {kwargs[name]!r}, chosen at run time by SGLang's caller: {why}")
             continue
         if param.annotation is not None and loader.module.code(param.annotation.annotation) == "bool":
             # a flag the caller decides at run time: the plain path (False), as the
             # harness calls an open bool scalar; the task's notes say so
-            kwargs[name] = False
+            kwargs[name] = run_time[name] = False
             reason = f" ({passed})" if isinstance(passed, Unresolvable) else ""
             notes.append(
                 f"loader parameter `{name}` (bool) = False, the plain path: its value is chosen at run time{reason}"
@@ -318,5 +324,12 @@ def instantiate(
     # Only dtypes and flags reached the loader: nothing it made can depend on a size.
     size_free = not pins and all(isinstance(v, (DtypeValue, bool, Constant)) for v in kwargs.values())
     return Instance(
-        list(capture.args), list(capture.template_args), wrappers, dict(capture.kwargs), notes, pins, size_free
+        list(capture.args),
+        list(capture.template_args),
+        wrappers,
+        dict(capture.kwargs),
+        notes,
+        pins,
+        size_free,
+        run_time,
     )
