@@ -278,6 +278,31 @@ def test_a_budget_spent_before_a_population_ends_the_search_with_what_was_measur
     assert found.budget_spent and not found.members and found.winner is None
 
 
+def test_a_round_with_nothing_to_search_says_why_each_allowed_skill_was_rejected(tmp_path):
+    """moe.topk_sigmoid, H200 2026-12-05: the round's record read "search () over 0 points over 0
+    dimensions: ; 0 candidates in 0 batch(es) []"; it now names each allowed skill and why not."""
+    rejected = [
+        Decision(skill=s, version=1, title=s, verdict="rejected", reasons=[why])
+        for s, why in (
+            ("pdl_enable", "the launch already enables PDL"),
+            ("fast_math_intrinsics", "no libm call in the kernel"),
+            ("tune_block_size", "not among the run's skills"),
+        )
+    ]
+    config = Config.model_validate(
+        {"work_dir": str(tmp_path), "search": {"skills": ["pdl_enable", "fast_math_intrinsics"]}}
+    )
+    found = search_round(base_candidate(), None, rejected, config=config, coder="offline", measure=lambda c: [], seed=1)
+    attempts, winner = found.outcome()
+    assert winner is None and [a.status for a in attempts] == ["not_applicable"]
+    assert attempts[0].detail == (
+        "nothing to search: no allowed skill proposes a change to this op's code (pdl_enable: the launch "
+        "already enables PDL; fast_math_intrinsics: no libm call in the kernel)"
+    )
+    found = search_round(base_candidate(), None, [], config=config, coder="offline", measure=lambda c: [], seed=1)
+    assert found.summary().endswith("(the policy made no proposal)")
+
+
 @pytest.mark.wheel
 @pytest.mark.parametrize("restrict_points", [512, 0])
 def test_a_real_search_round_builds_only_points_that_compose(sglang_source, tmp_path, restrict_points):

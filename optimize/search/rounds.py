@@ -60,8 +60,12 @@ class SearchRound:
     winner: Member | None = None
     budget_spent: bool = False
     foreign: list[str] = field(default_factory=list)  # dimensions left out: they edit only other ops' code
+    rejected: list[str] = field(default_factory=list)  # "skill: why" of each allowed skill the policy rejected
 
     def summary(self) -> str:
+        if not self.space.dimensions:
+            why_not = "; ".join(self.rejected) or "the policy made no proposal"
+            return f"nothing to search: no allowed skill proposes a change to this op's code ({why_not})"
         new = len(self.members)
         parts = [
             f"search ({self.strategy}) over {self.space.describe()}",
@@ -111,6 +115,15 @@ class SearchRound:
         )
 
 
+def _rejections(decisions: Sequence[Decision], skills: Sequence[str]) -> list[str]:
+    """``skill: why`` for each skill (of the run's allowed ones) the policy rejected, first reason each."""
+    out: dict[str, str] = {}
+    for d in decisions:
+        if not d.proposed and (not skills or d.skill in skills):
+            out.setdefault(d.skill, d.reason or "rejected")
+    return [f"{skill}: {reason}" for skill, reason in out.items()]
+
+
 def _geomean(evaluation: Evaluation) -> float:
     return speedup_geomean(evaluation.timings) or 0.0
 
@@ -133,7 +146,7 @@ def search_round(
     """
     others = foreign or Foreign()
     space, dropped = _own_dimensions(build_space(decisions, config.search.skills), base.regions, others)
-    result = SearchRound(space=space, foreign=dropped)
+    result = SearchRound(space=space, foreign=dropped, rejected=_rejections(decisions, config.search.skills))
     if space.size <= 1:
         return result
     noise = config.harness.noise_pct
