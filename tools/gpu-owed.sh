@@ -1,31 +1,28 @@
 #!/usr/bin/env bash
-# The H200 measurements the open issues still owe (after session 24, 2026-12-05), one device call
-# (about 9 minutes) per part, most valuable first:
-#   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed. Met on
-#                                     # an H100 in session 24 (rc 0 in 434 s, a round for each default op);
-#                                     # owed on an H200. Carry .whl .dev/wheels; RUN_S=560 leaves room.
-#                                     # Pass: all three ops get a round and the run ends within 10 minutes.
+# The H200 measurements of the open issues, one device call (about 9 minutes) per part. After
+# session 25 (2026-12-05) nothing of issue 14 is owed here: parts 3 and 6 and the rest of part 1's
+# sweep ran on the H200 (BENCHMARKS.md section 2, session 25). Kept to measure again:
+#   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed
+#                                     # (H200: rc 0 in 446 s, a round for each default op). Carry .whl
+#                                     # .dev/wheels; RUN_S=560 leaves room.
 #   PART=6 bash tools/gpu-owed.sh     # issue 14 item 6 (about 90 s): the floor kernels' figures on this
 #                                     # GPU (one stream), tools/stream-probe.py, and `bench --ops
-#                                     # moe.mask_topk_ids` (its baseline read 0.64-0.86 x the old floor).
-#                                     # Carry .whl .dev/wheels .dev/deps.tar.gz .dev/tasks-s20.tar.gz
-#   Parts 3 and 6 fit one call (about 450 + 90 s; carry the four paths of part 6, 61 MB):
+#                                     # moe.mask_topk_ids`. Carry .whl .dev/wheels .dev/tasks-s20.tar.gz
+#   Parts 3 and 6 fit one call (about 450 + 50 s; .dev/deps.tar.gz does not fit beside them under
+#   the 64 MiB limit, and neither part needs it):
 #     RUN_S=480 PART=3 bash tools/gpu-owed.sh; PART=6 bash tools/gpu-owed.sh
 #   (part 6's owed-6.tgz then holds part 3's owed-3.tgz)
-#   then issue 14's hand-written candidates (SGLang-derived region files in .dev/agent/, described in
-#   BENCHMARKS.md section 2, sessions 19-23). On the CPU machine first:
-#   `bash tools/agent-check.sh .dev/agent/manifest-c4.tsv`: every submission builds and edits only its op.
+#   Hand-written candidates (SGLang-derived region files in .dev/agent/) go through tools/gpu-agent.sh;
+#   on the CPU machine first `bash tools/agent-check.sh <manifest>`: every submission builds and edits
+#   only its op. Session 25's kimi run:
 #     RUN=agent-s23k CLIENT=claude SUBMIT_S=120 FINISH_S=80 INTEGRATE_S=100 \
 #       bash tools/gpu-agent.sh .dev/tasks-s20.tar.gz .dev/agent/manifest-c4.tsv
-#         # kimi_k2_moe_fused_gate bucketed: the baseline's block-per-token kernel up to 512 rows, the
-#         # tie-exact warp-per-token kernel above (session 23: correct, 0.86-0.90x at <= 64 rows,
-#         # 1.10-1.18x at 4096 and 16384 rows); with and without PDL
 #   (.dev/tasks-s20.tar.gz: `tar -czf .dev/tasks-s20.tar.gz -C work tasks/attention.minimax_qknorm_rope
 #   tasks/activation.bias_gelu_tanh tasks/moe.mask_topk_ids tasks/lora.kimi_k2_moe_fused_gate
 #   tasks/embeddings.compute_n_gram_ids tasks/embeddings.compute_n_gram_ids_decode` after `make device-prep`;
 #   carry .whl .dev/wheels .dev/tasks-s20.tar.gz .dev/agent)
-#   PART=1 RUN=sweep-owed-2 bash tools/gpu-owed.sh  # issue 14: search round over OWED_SWEEP_OPS (the rest of
-#                                     # session 23's sweep, which crashed on bias_gelu_tanh), then integrate
+#   PART=1 RUN=<new name> bash tools/gpu-owed.sh  # issue 14: a search round over OWED_SWEEP_OPS, then
+#                                     # integrate (finished in session 25 as sweep-owed-2 and -3)
 #   PART=4 bash tools/gpu-owed.sh     # issue 19 item 6: a search round over OWED_TRITON_OPS (merge_state_triton
 #                                     # is done: extract, optimize and integrate, 2026-12-05); RUN=<new name>
 #   PART=5 bash tools/gpu-owed.sh RUN_TGZ   # integrate a part-4 run (its owed-4.tgz's run-<name>.tgz), then
@@ -39,7 +36,7 @@
 #   2: .whl .dev/deps.tar.gz .dev/tasks-all.tar.gz       (tasks carry their sources)
 #   3: .whl .dev/wheels
 #   4: .whl .dev/wheels .dev/tasks-owed.tar.gz           (the GPU tests extract merge_state_triton themselves)
-#   6: .whl .dev/wheels .dev/deps.tar.gz .dev/tasks-s20.tar.gz
+#   6: .whl .dev/wheels .dev/tasks-s20.tar.gz
 #   5: .whl .dev/wheels .dev/tasks-owed.tar.gz and the run tarball (session 18's: .dev/run-triton-owed.tgz,
 #      out of its owed-4.tgz; without it, run PART=4 instead)
 # Everything a part writes under $OUT is packed into one owed-<part>.tgz (a call brings back 8 files).
