@@ -49,16 +49,32 @@ def _entry(text: str, name: str) -> str:
 
 def test_pdl_kernels_trigger_first_and_wait_before_touching_memory():
     text = floor_kernels.ptx(9, 0)
-    for name in ("ks_empty", "ks_copy16"):
+    for name in ("ks_empty", "ks_copy16", "ks_read16", "ks_fill16"):
         assert "griddepcontrol" not in _entry(text, name), f"{name} is the plain launch"
         body = _entry(text, f"{name}_pdl")
         trigger, wait = body.index("griddepcontrol.launch_dependents"), body.index("griddepcontrol.wait")
         assert trigger < wait
-        if "ld.global" in body:
-            assert wait < body.index("ld.global") < body.index("st.global"), "no access before the wait"
+        accesses = [body.index(a) for a in ("ld.global", "st.global") if a in body]
+        assert all(wait < at for at in accesses), f"{name}: no access before the wait"
+        if name != "ks_empty":
+            assert body.replace(floor_kernels.PDL_PROLOGUE, "") == _entry(text, name).replace(
+                f"{name}(", f"{name}_pdl("
+            ), f"{name}: the PDL launch does the same work"
+            assert "setp.ge.u64" in body, f"{name}: threads past n16 touch nothing"
     copy = _entry(text, "ks_copy16")
     assert "ld.global.v4.u32" in copy and "st.global.v4.u32" in copy, "16 bytes per access"
-    assert "setp.ge.u64" in copy, "threads past n16 write nothing"
+
+
+def test_the_read_stream_loads_every_vector_and_stores_only_the_impossible_fold():
+    """The loads feed a predicate the kernel stores under, so ptxas cannot drop them; a zero-filled
+    source folds to 0, never the magic word, so the stream writes nothing."""
+    read = _entry(floor_kernels.ptx(9, 0), "ks_read16")
+    assert "ld.global.v4.u32" in read and read.count("st.global") == 1
+    assert f"setp.ne.u32 %p, %r8, {floor_kernels.SINK_MAGIC};" in read
+    assert read.index("@%p bra DONE", read.index("setp.ne.u32")) < read.index("st.global.u32")
+    assert floor_kernels.SINK_MAGIC != 0
+    fill = _entry(floor_kernels.ptx(9, 0), "ks_fill16")
+    assert "ld.global" not in fill and "st.global.v4.u32" in fill, "the write stream only writes, 16 bytes a thread"
 
 
 def test_launch_structs_match_cuda_h(tmp_path):
@@ -115,5 +131,10 @@ def test_the_report_says_which_variant_set_each_floor():
     assert "| bytes moved | torch copy_ | vector copy + PDL |" in text
     assert "| 16 KiB | 1.080 | 0.900 |" in text
     assert "empty kernel 0.740, empty kernel + PDL 0.610" in text
+    assert "Read latency" not in text, "a cache from before the read and write streams shows the copy alone"
+    patterns = device.model_copy(update={"read_latency_us": [(4096, 0.55)], "write_latency_us": [(4096, 0.5)]})
+    text = "\n".join(roofline.latency_lines(patterns))
+    assert "Read latency (bytes read: µs per call" in text and "4 KiB 0.55 µs" in text
+    assert "Write latency (bytes written: µs per call" in text and "4 KiB 0.50 µs" in text
     old_cache = device.model_copy(update={"copy_latency_us": [], "floor_variants_us": {}})
     assert roofline.latency_lines(old_cache) == []

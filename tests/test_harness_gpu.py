@@ -270,6 +270,26 @@ def test_the_floor_copy_copies_exactly_its_bytes(torch):
         assert torch.equal(dst[: src.numel()], src) and not dst[src.numel() :].any()
 
 
+def test_the_read_and_write_streams_touch_exactly_their_bytes(torch):
+    """The fill stream zeroes every 16-byte vector and nothing past the end; the read stream, over a
+    zero-filled source, leaves its sink alone; both time on this GPU (issue 14 item 6's curves)."""
+    from optimize.harness import roofline
+    from optimize.harness.floor_kernels import FloorKernels
+
+    kernels = FloorKernels()
+    stream = torch.cuda.current_stream()
+    for pdl in (False, True):
+        dst = torch.full((3 * 4096 + 48 + 64,), 7, dtype=torch.uint8, device="cuda")
+        kernels.fill(dst[:-64], stream, pdl=pdl)
+        sink = torch.full((4,), 3, dtype=torch.int32, device="cuda")
+        kernels.read(torch.zeros(3 * 4096 + 48, dtype=torch.uint8, device="cuda"), sink, stream, pdl=pdl)
+        torch.cuda.synchronize()
+        assert not dst[:-64].any() and bool((dst[-64:] == 7).all()) and sink.tolist() == [3] * 4
+    for pattern in ("read", "write"):
+        fastest, by_variant = roofline.latency_us(pattern, sizes=(4096, 1 << 20), repeats=3)
+        assert [size for size, _ in fastest] == [4096, 1 << 20] and all(us > 0 for _, us in fastest), by_variant
+
+
 def test_worker_checks_and_times_a_real_baseline(tmp_path):
     """End to end on the silu_and_mul task: build, worker process, checks, timing."""
     from contract.layout import load_task

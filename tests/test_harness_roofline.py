@@ -6,7 +6,7 @@ import pytest
 
 from contract.plan import plan_call
 from optimize.harness import roofline
-from optimize.harness.protocol import DeviceInfo
+from optimize.harness.protocol import DeviceInfo, Traffic
 from pipeline.records import ArgSpec, Contract, ScalarSpec, TensorSpec
 
 
@@ -110,6 +110,45 @@ def test_shape_timing_figures():
         label="T", sizes={}, dtype="bf16", time_us=3.0, spread_pct=0, nbytes=100, device=DEVICE
     )
     assert tiny.time_over_floor == pytest.approx(1.5) and tiny.speedup is None
+
+
+def test_traffic_splits_the_tensors_bytes_into_read_and_written():
+    silu = plan_call(SILU, {"num_tokens": 8, "hidden_size": 4096}, "bf16")
+    assert roofline.contract_traffic(silu) == Traffic(read=8 * 2 * 4096 * 2, written=8 * 4096 * 2)
+    fused = plan_call(FUSED, {"num_tokens": 8, "hidden_size": 4096}, "bf16")
+    # input and residual are inout (read and written), the weight is read
+    assert roofline.contract_traffic(fused) == Traffic(read=2 * 8 * 4096 * 2 + 4096 * 2, written=2 * 8 * 4096 * 2)
+
+
+def test_the_latency_floor_prices_the_access_pattern():
+    """Copy at 2 min(R, W), read stream at R, write stream at W: the slowest of the three, each off
+    its curve at the largest size not above; the copy at R + W without the split or the curves."""
+    device = DEVICE.model_copy(
+        update={
+            "copy_gbps": 4000.0,
+            "min_kernel_us": 0.4,
+            "copy_latency_us": [(4096, 0.6), (65536, 0.7), (1 << 20, 1.0)],
+            "read_latency_us": [(4096, 0.5), (65536, 0.55), (1 << 20, 0.8)],
+            "write_latency_us": [(4096, 0.45), (65536, 0.5), (1 << 20, 0.9)],
+        }
+    )
+    read_mostly = Traffic(read=1 << 20, written=4096)  # a router: reads the logits, writes a few ids
+    nbytes = read_mostly.read + read_mostly.written
+    assert roofline.pattern_latency_us(read_mostly, device) == 0.8, "the read stream of 1 MiB, not a 1 MiB copy"
+    assert roofline.device_floor_us(nbytes, device, read_mostly) == 0.8
+    assert roofline.device_floor_us(nbytes, device) == 1.0, "no split: the copy at the bytes moved"
+    balanced = Traffic(read=1 << 19, written=1 << 19)
+    assert roofline.device_floor_us(1 << 20, device, balanced) == 1.0, "R = W: the copy of R + W bytes"
+    write_mostly = Traffic(read=0, written=1 << 20)
+    assert roofline.device_floor_us(1 << 20, device, write_mostly) == 0.9
+    tiny = Traffic(read=64, written=64)
+    assert roofline.device_floor_us(128, device, tiny) == 0.4, "below every curve: the smallest kernel"
+    old_cache = device.model_copy(update={"read_latency_us": [], "write_latency_us": []})
+    assert roofline.device_floor_us(nbytes, old_cache, read_mostly) == 1.0
+    row = roofline.shape_timing(
+        label="L", sizes={}, dtype="bf16", time_us=1.6, spread_pct=0, nbytes=nbytes, device=device, traffic=read_mostly
+    )
+    assert row.time_over_floor == pytest.approx(2.0)
 
 
 def test_device_cache_round_trip_and_safe_names(tmp_path):

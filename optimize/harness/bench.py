@@ -142,6 +142,7 @@ def timing_table(results: Sequence[OpBench]) -> list[str]:
                 device=op.device,
                 byte_bound=t.byte_bound,
                 tokens=t.tokens,
+                traffic=t.traffic,
             )
             lines.append(
                 f"| {op.op_id} | {t.dtype} | {t.label} | {row.time_us:.2f} | {row.spread_pct:.1f} | {row.gbps:.0f} | "
@@ -167,9 +168,9 @@ def timing_section(command: str, results: Sequence[OpBench], when: str, environm
     lines += [
         "Method: CUDA-graph replays of back-to-back calls rotating over buffer sets of at least 3x L2, median of "
         "repeats; GB/s from the contract's bytes (inputs read once, outputs written once, inout both); "
-        "floor = max(bytes / copy bandwidth, smallest-kernel time, the fastest measured copy at that size). "
-        "eager/compile: the PyTorch reference "
-        "(optimize/harness/references.py) in the same dtype, captured and timed the same way.",
+        "floor = max(bytes / copy bandwidth, smallest-kernel time, the latency of the shape's access pattern: "
+        "the slowest of the copy, read and write streams its bytes read and written need, each a lower bound). "
+        "eager/compile: the PyTorch reference (optimize/harness/references.py) in the same dtype, timed the same way.",
         "",
     ]
     lines += timing_table(results)
@@ -464,7 +465,7 @@ def store_batch(
         device = device or op.device
         for t in op.rows:
             gbps = t.bytes / (t.baseline_us * 1e3) if t.baseline_us else None
-            floor = roofline.device_floor_us(t.bytes, op.device) if op.device and t.byte_bound else None
+            floor = roofline.device_floor_us(t.bytes, op.device, t.traffic) if op.device and t.byte_bound else None
             rows.append(
                 Row(
                     op_id=op.op_id,
@@ -476,14 +477,9 @@ def store_batch(
                     floor_us=floor,
                 )
             )
-            if t.eager_us is not None:
-                rows.append(
-                    Row(op_id=op.op_id, dtype=t.dtype, shape=t.label, variant="torch_eager", time_us=t.eager_us)
-                )
-            if t.compile_us is not None:
-                rows.append(
-                    Row(op_id=op.op_id, dtype=t.dtype, shape=t.label, variant="torch_compile", time_us=t.compile_us)
-                )
+            for variant, us in (("torch_eager", t.eager_us), ("torch_compile", t.compile_us)):
+                if us is not None:
+                    rows.append(Row(op_id=op.op_id, dtype=t.dtype, shape=t.label, variant=variant, time_us=us))
     if rows and device is not None:
         ResultsStore(config.work).add(
             Measurement(

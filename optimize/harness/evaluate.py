@@ -568,6 +568,7 @@ def shape_timings(result: WorkerResult, candidate_given: bool) -> list[ShapeTimi
                 baseline_us=base,
                 byte_bound=t.byte_bound,
                 tokens=t.tokens,
+                traffic=t.traffic,
             )
         )
     return out

@@ -31,41 +31,15 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-PTX_TEMPLATE = """.version {version}
+HEADER = """.version {version}
 .target sm_{arch}
 .address_size 64
-
-.visible .entry ks_empty()
-{{
-  ret;
-}}
-
-.visible .entry ks_empty_pdl()
-{{
-  griddepcontrol.launch_dependents;
-  griddepcontrol.wait;
-  ret;
-}}
-
-.visible .entry ks_copy16(.param .u64 dst, .param .u64 src, .param .u64 n16)
-{{
-{copy_body}
-}}
-
-.visible .entry ks_copy16_pdl(.param .u64 dst, .param .u64 src, .param .u64 n16)
-{{
-  griddepcontrol.launch_dependents;
-  griddepcontrol.wait;
-{copy_body}
-}}
 """
 
-# thread i (of the whole grid) copies the 16 bytes at offset 16 * i, if i < n16
-COPY_BODY = """  .reg .pred %p;
-  .reg .b32 %r<8>;
+# thread i (of the whole grid) handles the 16 bytes at offset 16 * i, if i < n16; %rd5 = 16 * i
+INDEX = """  .reg .pred %p;
+  .reg .b32 %r<9>;
   .reg .b64 %rd<8>;
-  ld.param.u64 %rd1, [dst];
-  ld.param.u64 %rd2, [src];
   ld.param.u64 %rd3, [n16];
   mov.u32 %r1, %ctaid.x;
   mov.u32 %r2, %ntid.x;
@@ -76,14 +50,56 @@ COPY_BODY = """  .reg .pred %p;
   setp.ge.u64 %p, %rd4, %rd3;
   @%p bra DONE;
   shl.b64 %rd5, %rd4, 4;
+"""
+
+# the copy: load the source's vector, store it at the same offset of the destination
+COPY_BODY = """  ld.param.u64 %rd1, [dst];
+  ld.param.u64 %rd2, [src];
   cvta.to.global.u64 %rd6, %rd2;
   add.u64 %rd6, %rd6, %rd5;
   ld.global.v4.u32 {%r4, %r5, %r6, %r7}, [%rd6];
   cvta.to.global.u64 %rd7, %rd1;
   add.u64 %rd7, %rd7, %rd5;
-  st.global.v4.u32 [%rd7], {%r4, %r5, %r6, %r7};
-DONE:
-  ret;"""
+  st.global.v4.u32 [%rd7], {%r4, %r5, %r6, %r7};"""
+
+# the read stream: load the source's vector and fold it into one word, stored (to the 4-byte sink)
+# only if it equals SINK_MAGIC, which a zero-filled source never does: the loads cannot be dropped
+SINK_MAGIC = 0x5EED5EED
+READ_BODY = f"""  ld.param.u64 %rd2, [src];
+  cvta.to.global.u64 %rd6, %rd2;
+  add.u64 %rd6, %rd6, %rd5;
+  ld.global.v4.u32 {{%r4, %r5, %r6, %r7}}, [%rd6];
+  xor.b32 %r8, %r4, %r5;
+  xor.b32 %r8, %r8, %r6;
+  xor.b32 %r8, %r8, %r7;
+  setp.ne.u32 %p, %r8, {SINK_MAGIC};
+  @%p bra DONE;
+  ld.param.u64 %rd1, [sink];
+  cvta.to.global.u64 %rd7, %rd1;
+  st.global.u32 [%rd7], %r8;"""
+
+# the write stream: store a zero vector at the destination's offset
+FILL_BODY = """  ld.param.u64 %rd1, [dst];
+  cvta.to.global.u64 %rd7, %rd1;
+  add.u64 %rd7, %rd7, %rd5;
+  mov.b32 %r4, 0;
+  st.global.v4.u32 [%rd7], {%r4, %r4, %r4, %r4};"""
+
+# (kernel, its .u64 parameters in launch order, body): each is emitted plain and as <kernel>_pdl
+KERNELS = (
+    ("ks_empty", (), ""),
+    ("ks_copy16", ("dst", "src", "n16"), INDEX + COPY_BODY + "\nDONE:"),
+    ("ks_read16", ("src", "n16", "sink"), INDEX + READ_BODY + "\nDONE:"),
+    ("ks_fill16", ("dst", "n16"), INDEX + FILL_BODY + "\nDONE:"),
+)
+PDL_PROLOGUE = "  griddepcontrol.launch_dependents;\n  griddepcontrol.wait;\n"
+
+
+def _entry(name: str, params: tuple[str, ...], body: str, pdl: bool) -> str:
+    signature = ", ".join(f".param .u64 {p}" for p in params)
+    lines = (PDL_PROLOGUE if pdl else "") + (body + "\n" if body else "") + "  ret;"
+    return f".visible .entry {name}{'_pdl' if pdl else ''}({signature})\n{{\n{lines}\n}}\n"
+
 
 COPY_THREADS = 256  # per block
 VECTOR_BYTES = 16
@@ -93,7 +109,8 @@ PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID, cuda.h
 def ptx(major: int, minor: int) -> str:
     """The floor kernels' PTX for compute capability ``major.minor`` (PDL needs 9.0 or newer)."""
     version = "8.0" if major < 10 else "8.7"
-    return PTX_TEMPLATE.format(version=version, arch=f"{major}{minor}", copy_body=COPY_BODY)
+    entries = [_entry(name, params, body, pdl) for name, params, body in KERNELS for pdl in (False, True)]
+    return "\n".join([HEADER.format(version=version, arch=f"{major}{minor}"), *entries])
 
 
 class LaunchAttribute(ctypes.Structure):
@@ -129,7 +146,7 @@ def pdl_attribute() -> LaunchAttribute:
 class FloorKernels:
     """The floor kernels of this process's current CUDA context (torch's primary context)."""
 
-    NAMES = ("ks_empty", "ks_empty_pdl", "ks_copy16", "ks_copy16_pdl")
+    NAMES = tuple(name + suffix for name, _, _ in KERNELS for suffix in ("", "_pdl"))
 
     def __init__(self) -> None:
         import torch
@@ -177,10 +194,30 @@ class FloorKernels:
 
     def copy(self, dst: Any, src: Any, stream: Any, *, pdl: bool) -> None:
         """Copy ``src`` into ``dst`` (same size, a multiple of 16 bytes, 16-byte aligned)."""
-        nbytes = src.numel() * src.element_size()
-        if nbytes % VECTOR_BYTES or src.data_ptr() % VECTOR_BYTES or dst.data_ptr() % VECTOR_BYTES:
-            raise ValueError(f"the floor copy moves whole aligned 16-byte vectors, not {nbytes} bytes")
-        n16 = nbytes // VECTOR_BYTES
+        n16 = _vectors(src, dst)
+        self._stream("ks_copy16", n16, stream, (dst.data_ptr(), src.data_ptr(), n16), pdl)
+
+    def read(self, src: Any, sink: Any, stream: Any, *, pdl: bool) -> None:
+        """Read every 16-byte vector of ``src`` (zero-filled: nothing is stored to the 4-byte ``sink``)."""
+        if sink.numel() * sink.element_size() < 4:
+            raise ValueError("the read stream's sink holds one 4-byte word")
+        n16 = _vectors(src)
+        self._stream("ks_read16", n16, stream, (src.data_ptr(), n16, sink.data_ptr()), pdl)
+
+    def fill(self, dst: Any, stream: Any, *, pdl: bool) -> None:
+        """Write zeros over every 16-byte vector of ``dst``."""
+        n16 = _vectors(dst)
+        self._stream("ks_fill16", n16, stream, (dst.data_ptr(), n16), pdl)
+
+    def _stream(self, kernel: str, n16: int, stream: Any, args: tuple[int, ...], pdl: bool) -> None:
         grid = max(1, -(-n16 // COPY_THREADS))
-        name = "ks_copy16_pdl" if pdl else "ks_copy16"
-        self.launch(name, grid, stream, (dst.data_ptr(), src.data_ptr(), n16), block=COPY_THREADS)
+        self.launch(kernel + ("_pdl" if pdl else ""), grid, stream, args, block=COPY_THREADS)
+
+
+def _vectors(*tensors: Any) -> int:
+    """The 16-byte vectors of the first tensor; ValueError unless every one is whole, aligned and as large."""
+    nbytes = tensors[0].numel() * tensors[0].element_size()
+    for t in tensors:
+        if t.numel() * t.element_size() != nbytes or nbytes % VECTOR_BYTES or t.data_ptr() % VECTOR_BYTES:
+            raise ValueError(f"the floor kernels move whole aligned 16-byte vectors, not {nbytes} bytes")
+    return nbytes // VECTOR_BYTES

@@ -101,6 +101,15 @@ class CheckResult(Record):
     seconds: float = 0.0
 
 
+class Traffic(Record):
+    """Bytes one call reads and writes through the contract's tensors (inputs read once, outputs
+    written once, inout both; ``Contract.extra_bytes`` is in neither, its direction unknown): the
+    access pattern :func:`optimize.harness.roofline.device_floor_us` prices."""
+
+    read: int
+    written: int
+
+
 class TimingResult(Record):
     label: str
     sizes: dict[str, int]
@@ -123,6 +132,7 @@ class TimingResult(Record):
     validated_sets: int = 0
     byte_bound: bool = True  # the contract's Contract.byte_bound: whether time ÷ floor applies
     tokens: int | None = None  # TimingCase.tokens, passed through
+    traffic: Traffic | None = None  # the bytes' split into read and written; None from older workers
 
 
 class DeviceInfo(Record):
@@ -140,6 +150,10 @@ class DeviceInfo(Record):
     # what the floors above were the fastest of (optimize.harness.floor_kernels): variant ->
     # [(bytes moved, µs per call)], bytes 0 for the empty kernels; {} in caches from before it
     floor_variants_us: dict[str, list[tuple[int, float]]] = Field(default_factory=dict)
+    # (bytes read, µs) of a read-only stream and (bytes written, µs) of a write-only one, timed like
+    # the copies (the fastest variant at each size); [] in caches from before them
+    read_latency_us: list[tuple[int, float]] = Field(default_factory=list)
+    write_latency_us: list[tuple[int, float]] = Field(default_factory=list)
     torch: str
     cuda: str
     measured_at: str

@@ -21,9 +21,19 @@ entries whose value is an arithmetic expression of the size symbols are added
   DRAM round trip, not bandwidth, sets the time. Every variant's times are kept in the
   record (``floor_variants_us``), so a report can say which one set the floor.
 
-Per shape: ``floor = max(bytes / copy bandwidth, smallest-kernel time, latency floor)``,
-the latency floor being the copy time measured at the largest size not above the
-shape's bytes (a lower bound: copy time grows with size), and a kernel's ``time / floor``
+- read and write latency (issue 14 item 6, "per access pattern"): the same, for a
+  stream that only reads (16-byte vector loads) and one that only writes (16-byte
+  stores, and torch's ``zero_``), at the same sizes (bytes read, bytes written).
+
+Per shape: ``floor = max(bytes / copy bandwidth, smallest-kernel time, latency floor)``.
+The latency floor prices the shape's access pattern (:class:`Traffic`: R bytes read, W
+written through its tensors): the largest of the copy moving ``2 min(R, W)`` bytes, the
+read stream of R bytes and the write stream of W bytes, each read off its curve at the
+largest size not above (a lower bound: time grows with size). A call must do at least
+each of those three streams' work, so none of them can exceed it, while a copy of
+``R + W`` bytes, the floor before, overprices a call that reads far more than it writes
+(or the reverse). Without the split (an older worker) or the read and write curves (an
+older cache), the copy time at ``R + W`` bytes stands in. A kernel's ``time / floor``
 says how much room is left (1.0 = at the ceiling).
 
 The byte counting and floors are pure Python (CPU-tested); measuring imports
@@ -43,7 +53,7 @@ from typing import Any
 from contract.plan import CallPlan
 from contract.sizes import eval_expr
 from optimize.harness.errors import ContractError
-from optimize.harness.protocol import DeviceInfo
+from optimize.harness.protocol import DeviceInfo, Traffic
 from pipeline.records import Contract, ShapeTiming
 
 COPY_BYTES = 1 << 30  # each of source and destination
@@ -78,6 +88,12 @@ def contract_bytes(plan: CallPlan, contract: Contract | None = None) -> int:
     return total
 
 
+def contract_traffic(plan: CallPlan) -> Traffic:
+    """The tensors' bytes of one call, split: inputs and inout read, outputs and inout written."""
+    read = sum(t.nbytes for t in plan.tensors if t.role in ("input", "inout"))
+    return Traffic(read=read, written=sum(t.nbytes for t in plan.tensors if t.role in ("output", "inout")))
+
+
 def floor_us(nbytes: int, copy_gbps: float, min_kernel_us: float, latency: Sequence[tuple[int, float]] = ()) -> float:
     """The fastest any kernel moving ``nbytes`` can be on this device, in microseconds."""
     return max(nbytes / (copy_gbps * 1e3), min_kernel_us, latency_floor_us(nbytes, latency))
@@ -89,9 +105,21 @@ def latency_floor_us(nbytes: int, latency: Sequence[tuple[int, float]]) -> float
     return max(below, default=0.0)
 
 
-def device_floor_us(nbytes: int, device: DeviceInfo) -> float:
-    """:func:`floor_us` with every ceiling ``device`` measured."""
-    return floor_us(nbytes, device.copy_gbps, device.min_kernel_us, device.copy_latency_us)
+def pattern_latency_us(traffic: Traffic, device: DeviceInfo) -> float:
+    """The latency floor of ``traffic``'s access pattern (see the module doc); 0 where no curve reaches."""
+    return max(
+        latency_floor_us(2 * min(traffic.read, traffic.written), device.copy_latency_us),
+        latency_floor_us(traffic.read, device.read_latency_us),
+        latency_floor_us(traffic.written, device.write_latency_us),
+    )
+
+
+def device_floor_us(nbytes: int, device: DeviceInfo, traffic: Traffic | None = None) -> float:
+    """:func:`floor_us` with every ceiling ``device`` measured, the latency floor of ``traffic``'s
+    pattern where both are known (else the copy's at ``nbytes``)."""
+    if traffic is None or not (device.read_latency_us and device.write_latency_us):
+        return floor_us(nbytes, device.copy_gbps, device.min_kernel_us, device.copy_latency_us)
+    return max(floor_us(nbytes, device.copy_gbps, device.min_kernel_us), pattern_latency_us(traffic, device))
 
 
 def written_bytes(plan: CallPlan) -> int:
@@ -135,9 +163,10 @@ def shape_timing(
     baseline_us: float | None = None,
     byte_bound: bool = True,
     tokens: int | None = None,
+    traffic: Traffic | None = None,
 ) -> ShapeTiming:
     gbps = nbytes / (time_us * 1e3) if time_us > 0 else 0.0
-    floor = device_floor_us(nbytes, device)
+    floor = device_floor_us(nbytes, device, traffic)
     return ShapeTiming(
         label=label,
         sizes=sizes,
@@ -155,11 +184,21 @@ def shape_timing(
 
 
 def latency_lines(device: DeviceInfo) -> list[str]:
-    """Markdown: the copy latency floor per size, and every timed variant's figures (what set it)."""
+    """Markdown: the latency floors per size (copy, read, write), and every timed variant's figures (what set them)."""
     if not device.copy_latency_us:
         return []
-    shown = ", ".join(f"{size // 1024} KiB {us:.2f} µs" for size, us in device.copy_latency_us)
-    lines = [f"Copy latency (bytes moved: µs per copy, back to back in a graph, the fastest variant): {shown}", ""]
+    lines = []
+    for what, moved, curve in (
+        ("Copy", "bytes moved", device.copy_latency_us),
+        ("Read", "bytes read", device.read_latency_us),
+        ("Write", "bytes written", device.write_latency_us),
+    ):
+        if curve:
+            shown = ", ".join(f"{size // 1024} KiB {us:.2f} µs" for size, us in curve)
+            lines += [
+                f"{what} latency ({moved}: µs per call, back to back in a graph, the fastest variant): {shown}",
+                "",
+            ]
     copies = {v: dict(times) for v, times in device.floor_variants_us.items() if any(size for size, _ in times)}
     empties = {v: times[0][1] for v, times in device.floor_variants_us.items() if v not in copies and times}
     if copies:
@@ -218,7 +257,7 @@ def measure(name: str | None = None) -> DeviceInfo:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     copy = copy_bandwidth()
     empties = {variant: summarize(samples).median for variant, samples in empty_kernel_us().items()}
-    latency, by_variant = copy_latency_us()
+    curves = {pattern: latency_us(pattern) for pattern in PATTERNS}
     return DeviceInfo(
         name=name or props.name,
         sm_count=props.multi_processor_count,
@@ -226,10 +265,12 @@ def measure(name: str | None = None) -> DeviceInfo:
         copy_gbps=round(copy.median, 2),
         copy_spread_pct=round(copy.spread_pct, 3),
         min_kernel_us=round(min(empties.values()), 4),
-        copy_latency_us=latency,
+        copy_latency_us=curves["copy"][0],
+        read_latency_us=curves["read"][0],
+        write_latency_us=curves["write"][0],
         floor_variants_us={
             **{variant: [(0, round(us, 4))] for variant, us in empties.items()},
-            **by_variant,
+            **{variant: times for _, by_variant in curves.values() for variant, times in by_variant.items()},
         },
         torch=torch.__version__,
         cuda=str(torch.version.cuda),
@@ -266,47 +307,75 @@ def copy_bandwidth(nbytes: int = COPY_BYTES, repeats: int = COPY_REPEATS):
     return summarize(samples)
 
 
-#: total bytes moved (half read, half written) at which the copy latency is measured: 4 KiB .. 256 MiB
+#: bytes moved at which the latencies are measured, 4 KiB .. 256 MiB (a copy: half read, half written)
 LATENCY_BYTES = tuple(4096 * 4**i for i in range(9))
-LATENCY_CALLS = 64  # copies back to back in one graph
+LATENCY_CALLS = 64  # calls back to back in one graph
+#: the access patterns timed, each a family of variants (:func:`_pattern_calls`)
+PATTERNS = ("copy", "read", "write")
 
 
-def copy_latency_us(
-    sizes: Sequence[int] = LATENCY_BYTES, calls: int = LATENCY_CALLS, repeats: int = EMPTY_REPEATS
+def latency_us(
+    pattern: str, sizes: Sequence[int] = LATENCY_BYTES, calls: int = LATENCY_CALLS, repeats: int = EMPTY_REPEATS
 ) -> tuple[list[tuple[int, float]], dict[str, list[tuple[int, float]]]]:
-    """Per size of bytes moved, the fastest per-call µs of torch's copy and the floor copy kernels.
+    """Per size of bytes moved, the fastest per-call µs of ``pattern``'s variants (:data:`PATTERNS`).
 
-    Returns (the fastest at each size, every variant's times). Each copy is timed back to
+    Returns (the fastest at each size, every variant's times). Each call is timed back to
     back in a CUDA graph, the same buffers every call, so the data is L2-resident where it
     fits: that makes the time a lower bound for a kernel whose data the harness rotates out
     of L2. Without the floor kernels (no driver library, or a GPU older than sm_90) only
-    torch's copy is timed.
+    torch's variants are timed (the read pattern has none: its curve is then empty).
     """
     import torch
 
     from optimize.harness.timing import process_stream, summarize
 
     stream = process_stream()  # the stream the worker times on (timing.process_stream says why)
-    kernels = _floor_kernels()
     by_variant: dict[str, list[tuple[int, float]]] = {}
     for total in sizes:
-        src = torch.zeros(max(16, total // 2), dtype=torch.uint8, device="cuda")
-        dst = torch.empty_like(src)
-        calls_of: dict[str, Callable[[], Any]] = {"torch copy_": functools.partial(dst.copy_, src)}
-        if kernels is not None:  # launched on ``stream``, which the calls are captured on
-            for variant, pdl in (("vector copy", False), ("vector copy + PDL", True)):
-                calls_of[variant] = functools.partial(kernels.copy, dst, src, stream, pdl=pdl)
-        for variant, call in calls_of.items():
+        for variant, call in _pattern_calls(pattern, total, stream).items():
             samples = _graph_samples(variant, call, calls, repeats, stream)
             if samples:
                 by_variant.setdefault(variant, []).append((total, round(summarize(samples).median, 4)))
-        del src, dst
-    torch.cuda.empty_cache()
+        torch.cuda.empty_cache()
     at = {variant: dict(times) for variant, times in by_variant.items()}
     fastest = [
         (size, min(t[size] for t in at.values() if size in t)) for size in sizes if any(size in t for t in at.values())
     ]
     return fastest, by_variant
+
+
+def _pattern_calls(pattern: str, total: int, stream: Any) -> dict[str, Callable[[], Any]]:
+    """Variant name -> a call moving ``total`` bytes in ``pattern`` (the buffers live in the calls).
+
+    copy: torch's ``copy_`` and the vector copy (half the bytes each way); read: the read stream
+    over a zero-filled source; write: torch's ``zero_`` and the fill stream. Each floor kernel
+    plain and with PDL, launched on ``stream``, which the calls are captured on."""
+    import torch
+
+    kernels = _floor_kernels()
+    calls: dict[str, Callable[[], Any]] = {}
+    if pattern == "copy":
+        src = torch.zeros(max(16, total // 2), dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        calls["torch copy_"] = functools.partial(dst.copy_, src)
+        for suffix, pdl in (("", False), (" + PDL", True)):
+            if kernels is not None:
+                calls["vector copy" + suffix] = functools.partial(kernels.copy, dst, src, stream, pdl=pdl)
+    elif pattern == "read":
+        src = torch.zeros(max(16, total), dtype=torch.uint8, device="cuda")
+        sink = torch.zeros(4, dtype=torch.int32, device="cuda")
+        for suffix, pdl in (("", False), (" + PDL", True)):
+            if kernels is not None:
+                calls["read stream" + suffix] = functools.partial(kernels.read, src, sink, stream, pdl=pdl)
+    elif pattern == "write":
+        dst = torch.empty(max(16, total), dtype=torch.uint8, device="cuda")
+        calls["torch zero_"] = dst.zero_
+        for suffix, pdl in (("", False), (" + PDL", True)):
+            if kernels is not None:
+                calls["fill stream" + suffix] = functools.partial(kernels.fill, dst, stream, pdl=pdl)
+    else:
+        raise ValueError(f"unknown access pattern {pattern!r}: one of {', '.join(PATTERNS)}")
+    return calls
 
 
 def empty_kernel_us(launches: int = EMPTY_LAUNCHES, repeats: int = EMPTY_REPEATS) -> dict[str, list[float]]:

@@ -502,6 +502,7 @@ class Timer:
             written_bytes=roofline.written_bytes(plan),
             validated_sets=validated,
             tokens=case.tokens,
+            traffic=roofline.contract_traffic(plan),
         )
         del graphs, bufsets, arg_lists
         _free()
