@@ -13,7 +13,8 @@ lane per local GPU, or Ray tasks across hosts; used by the commands, ``harness.b
   span texts and definition spans; what their code does; which code only other ops
   run, so that no candidate edits it unmeasured);
 - transform_edits (byte edits checked to parse) -> hint_transforms (evict-first typed
-  accesses), divmod_transforms (a strided loop's quotient and remainder carried): their
+  accesses), divmod_transforms (a strided loop's quotient and remainder carried),
+  dispatch_transforms (a launcher's size switch given larger power-of-two cases): their
   site counts feed features (static features + profile facts) -> pdl_transforms (PDL on,
   late wait, early trigger) -> transforms (the
   mechanical edits' registry and the others; triton_transforms, the libcst edits of a

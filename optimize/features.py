@@ -62,6 +62,7 @@ from optimize.cuda_facts import (
 from optimize.cuda_regions import Region
 from optimize.cuda_spans import region_texts
 from optimize.cuda_text import named_children, parse_number, text_of
+from optimize.dispatch_transforms import size_switches
 from optimize.divmod_transforms import strided_divmod_sites
 from optimize.hint_transforms import typed_access_sites
 from pipeline.records import Evaluation, KernelResources, Record, Span
@@ -219,6 +220,11 @@ class StaticFeatures(Record):
     strided_divmod: int = Field(
         0, description="v / m and v % m of a kernel's strided loop variable (incremental_divmod can carry them)"
     )
+    size_dispatch: int = Field(
+        0,
+        description="host switches over a run-time size with power-of-two cases and a generic default "
+        "(extend_size_dispatch can add larger cases)",
+    )
     cp_async: bool = Field(False, description="cp.async (Ampere-style asynchronous copies)")
     tma: bool = Field(False, description="bulk / tensor copies (cp.async.bulk, CUtensorMap, mbarrier)")
     tensor_core_ops: bool = Field(False, description="mma / wgmma / wmma in device code")
@@ -295,6 +301,8 @@ class Features(Record):
     launches: list[LaunchSite] = Field(default_factory=list)
     constants: list[TunableConstant] = Field(default_factory=list)
     math_sites: dict[str, int] = Field(default_factory=dict)  # fast_math op -> occurrences in device code
+    # host function -> the largest case of its size switch (optimize.dispatch_transforms.size_switches)
+    size_switches: dict[str, int] = Field(default_factory=dict)
     spans: list[str] = Field(default_factory=list)
 
     def flat(self) -> dict[str, Any]:
@@ -535,6 +543,7 @@ def _features_of_regions(
         default=0,
     )
     reduction = any(k.warp_reduce or k.cta_reduce for k in kernels)
+    switches = size_switches(region)
     static = StaticFeatures(
         num_kernels=len(kernels),
         num_device_functions=sum(1 for f in region.funcs if f.kind == "device"),
@@ -594,6 +603,7 @@ def _features_of_regions(
         cache_hints=cache_hints,
         typed_accesses=typed_access_sites(region),
         strided_divmod=strided_divmod_sites(region),
+        size_dispatch=len(switches),
         cp_async=cp_async,
         tma=tma,
         tensor_core_ops=tensor,
@@ -608,6 +618,7 @@ def _features_of_regions(
         launches=launches,
         constants=constants,
         math_sites=math_sites,
+        size_switches={s.function.name: max(s.labels) for s in switches},
         spans=list(regions),
     )
 

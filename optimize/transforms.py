@@ -50,6 +50,7 @@ from optimize.cuda_text import (
     strip_parens,
     text_of,
 )
+from optimize.dispatch_transforms import MAX_CASE, extend_size_dispatch
 from optimize.divmod_transforms import incremental_divmod
 from optimize.features import Features
 from optimize.hint_transforms import WHICH, streaming_hints
@@ -443,6 +444,17 @@ def _divmod_targets(features: Features, point: dict[str, Any]) -> list[dict[str,
     return [{}] if features.static.strided_divmod else []
 
 
+def _dispatch_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per size switch, the next ``above`` powers of two past its largest case (as one choice)."""
+    above = int(point.get("above", 1))
+    out = []
+    for function, top in sorted(features.size_switches.items()):
+        values = [top << i for i in range(1, above + 1) if top << i <= MAX_CASE]
+        if len(values) == above:
+            out.append({"function": function, "values": values})
+    return out
+
+
 def _triton_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
     """None on a CUDA region: a Triton task's targets come from its record (:mod:`optimize.search.triton_space`)."""
     return []
@@ -539,6 +551,15 @@ TRANSFORMS: dict[str, TransformSpec] = {
             (),
             _divmod_targets,
             "carry a strided loop variable's quotient and remainder instead of dividing every trip",
+        ),
+        TransformSpec(
+            "extend_size_dispatch",
+            extend_size_dispatch,
+            {"values": "the powers of two to add as cases", "function": "the launcher whose switch is extended"},
+            ("above",),
+            _dispatch_targets,
+            "add larger power-of-two cases to a launcher's switch over a size, copying its largest case",
+            choice=("values",),
         ),
         TransformSpec(
             "streaming_hints",

@@ -46,6 +46,7 @@ ORDER = (
     "set_launch_bounds",
     "incremental_divmod",
     "add_pragma_unroll",
+    "extend_size_dispatch",
     "streaming_hints",
     "fast_math",
     # Triton (one task never mixes them with the CUDA ones): the kernel's list, then the launch

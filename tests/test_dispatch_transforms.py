@@ -1,0 +1,133 @@
+"""optimize.dispatch_transforms: a launcher's size switch given larger power-of-two cases.
+
+On real SGLang source: moe_topk_sigmoid.cuh's launcher switches the expert count over 1..256 and
+sends 512 experts to its generic two-kernel path; topk_softmax's, the same family, reaches 512.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import pytest
+
+from optimize import transforms as T
+from optimize.cuda_regions import Region
+from optimize.cuda_spans import definition_spans, region_texts
+from optimize.dispatch_transforms import extend_size_dispatch, size_dispatch_sites, size_switches
+from optimize.transform_edits import NotApplicable, TransformError
+
+SIGMOID = "kernels/jit/csrc/moe/moe_topk_sigmoid.cuh"
+SOFTMAX = "kernels/jit/csrc/moe/moe_topk_softmax.cuh"
+LAUNCHER = "topkGatingSigmoidKernelLauncher"
+
+
+def wheel_regions(sglang_source, path: str) -> dict[str, str]:
+    data = (pathlib.Path(sglang_source.root) / path).read_bytes()
+    return region_texts({path: data}, definition_spans(path, data))
+
+
+@pytest.mark.wheel
+def test_the_sigmoid_gate_s_launcher_gets_case_512_copied_from_case_256(sglang_source):
+    regions = wheel_regions(sglang_source, SIGMOID)
+    (switch,) = size_switches(Region(regions))
+    assert (switch.function.name, switch.subject) == (LAUNCHER, "num_experts")
+    assert switch.labels == (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    new = T.apply("extend_size_dispatch", regions, {"values": [512], "function": LAUNCHER})
+    assert {k for k in new if new[k] != regions[k]} == {LAUNCHER}
+    old, edited = regions[LAUNCHER], new[LAUNCHER]
+    case_256 = "    case 256:\n      LAUNCH_SIGMOID(T, 256, WARPS_PER_TB);\n      break;\n"
+    assert case_256 in old, "moe_topk_sigmoid.cuh changed in SGLang: update the test"
+    assert edited == old.replace(case_256, case_256 + case_256.replace("256", "512"))
+    two = extend_size_dispatch(regions, values=[1024, 512])
+    assert two[LAUNCHER].index("case 512:") < two[LAUNCHER].index("case 1024:") < two[LAUNCHER].index("default:")
+
+
+@pytest.mark.wheel
+def test_a_switch_that_already_reaches_the_size_is_not_extended(sglang_source):
+    regions = wheel_regions(sglang_source, SOFTMAX)
+    (switch,) = size_switches(Region(regions))
+    assert max(switch.labels) == 512
+    with pytest.raises(NotApplicable, match="already reaches 512"):
+        extend_size_dispatch(regions, values=[512])
+    assert "case 1024:" in extend_size_dispatch(regions, values=[1024])[switch.function.name]
+
+
+@pytest.mark.wheel
+def test_the_policy_proposes_the_next_one_and_two_powers_of_two(sglang_source):
+    from optimize.features import features_of_regions
+    from optimize.policy import decide
+    from optimize.skills import load_skills
+
+    features = features_of_regions(wheel_regions(sglang_source, SIGMOID))
+    assert features.static.size_dispatch == 1 and features.size_switches == {LAUNCHER: 256}
+    decisions = decide(features, load_skills(), [], llm_available=False, limit=50)
+    proposed = [d.params for d in decisions if d.skill == "specialize_size_dispatch" and d.proposed]
+    assert proposed == [{"function": LAUNCHER, "values": [512]}, {"function": LAUNCHER, "values": [512, 1024]}]
+
+
+SWITCH = """void launch(int n) {{
+  switch (n) {{
+{cases}
+  }}
+}}
+"""
+
+
+def _regions(cases: str) -> dict[str, str]:
+    return {"launch": SWITCH.format(cases=cases)}
+
+
+@pytest.mark.parametrize(
+    "cases,why",
+    [
+        ("    case 1: go<1>(); break;\n    case 2: go<2>(); break;", "no default"),
+        ("    case 2: go<2>(); break;\n    case 3: go<3>(); break;\n    default: slow(n);", "one power of two"),
+        ("    case K1: go<1>(); break;\n    case 2: go<2>(); break;\n    default: slow(n);", "a named label"),
+        ("    case 1: go<1>(); break;\n    case 2: go<2>();\n    default: slow(n);", "falls through"),
+        ("    case 1: go<1>(); break;\n    case 2: go_two(); break;\n    default: slow(n);", "no specialisation"),
+    ],
+)
+def test_a_switch_the_copy_would_get_wrong_is_left_alone(cases, why):
+    regions = _regions(cases)
+    assert size_dispatch_sites(Region(regions)) == 0, why
+    with pytest.raises(NotApplicable):
+        extend_size_dispatch(regions, values=[4])
+
+
+def test_values_must_be_powers_of_two_above_the_cases():
+    regions = _regions("    case 1: go<1>(); break;\n    case 2: go<2>(); break;\n    default: slow(n);")
+    assert size_dispatch_sites(Region(regions)) == 1
+    assert "    case 4: go<4>(); break;" in extend_size_dispatch(regions, values=[4])["launch"]
+    for bad in ([3], [], [True], [1 << 20]):
+        with pytest.raises(TransformError):
+            extend_size_dispatch(regions, values=bad)
+    with pytest.raises(NotApplicable, match="already reaches 2"):
+        extend_size_dispatch(regions, values=[2, 4])
+
+
+@pytest.mark.nvcc
+@pytest.mark.wheel
+def test_the_extended_launcher_builds_for_sm_90a(tmp_path, capsys):
+    """The 512 and 1024 cases instantiate the fused gate's template (its static_asserts hold): the
+    candidate builds as the harness would (`kernelsmith agent build`, nvcc for sm_90a, no GPU)."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc")
+    pytest.importorskip("tvm_ffi.libinfo")
+    from contract.layout import load_task
+    from pipeline.cli import main
+
+    op = "moe.topk_sigmoid"
+    assert main(["extract", "--no-compile", "--work-dir", str(tmp_path), "--ops", op]) == 0
+    task_dir = tmp_path / "tasks" / op
+    task = load_task(task_dir)
+    regions = region_texts(task_dir / "src", task.editable)
+    region = tmp_path / "launcher.cuh"
+    region.write_text(extend_size_dispatch(regions, values=[512, 1024])[LAUNCHER])
+    capsys.readouterr()
+    code = main(["agent", "build", op, "--region", f"{LAUNCHER}={region}", "--work-dir", str(tmp_path)])
+    answer = json.loads(capsys.readouterr().out)
+    assert code == 0 and answer["ok"], answer["errors"]
+    built = [r["kernel"] for r in answer["ptxas"] if "topkGatingSigmoid" in r["kernel"]]
+    assert any("Li512E" in k for k in built) and any("Li1024E" in k for k in built), built
