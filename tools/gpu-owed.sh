@@ -21,6 +21,11 @@
 #   tasks/activation.bias_gelu_tanh tasks/moe.mask_topk_ids tasks/lora.kimi_k2_moe_fused_gate
 #   tasks/embeddings.compute_n_gram_ids tasks/embeddings.compute_n_gram_ids_decode` after `make device-prep`;
 #   carry .whl .dev/wheels .dev/tasks-s20.tar.gz .dev/agent)
+#   PART=7 bash tools/gpu-owed.sh     # issue 14, next (about 6 minutes): the read and write floor
+#                                     # kernels' GPU test, `bench --ops` of two routers (reads far more than
+#                                     # they write: the per-pattern floor), then a search round of
+#                                     # specialize_size_dispatch over OWED_DISPATCH_OPS (case 512 for the
+#                                     # sigmoid gates) and integrate. Carry .whl .dev/wheels .dev/tasks-owed.tar.gz
 #   PART=1 RUN=<new name> bash tools/gpu-owed.sh  # issue 14: a search round over OWED_SWEEP_OPS, then
 #                                     # integrate (finished in session 25 as sweep-owed-2 and -3)
 #   PART=4 bash tools/gpu-owed.sh     # issue 19 item 6: a search round over OWED_TRITON_OPS (merge_state_triton
@@ -37,13 +42,14 @@
 #   3: .whl .dev/wheels
 #   4: .whl .dev/wheels .dev/tasks-owed.tar.gz           (the GPU tests extract merge_state_triton themselves)
 #   6: .whl .dev/wheels .dev/tasks-s20.tar.gz
+#   7: .whl .dev/wheels .dev/tasks-owed.tar.gz
 #   5: .whl .dev/wheels .dev/tasks-owed.tar.gz and the run tarball (session 18's: .dev/run-triton-owed.tgz,
 #      out of its owed-4.tgz; without it, run PART=4 instead)
 # Everything a part writes under $OUT is packed into one owed-<part>.tgz (a call brings back 8 files).
 set -o pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/owed.env"
-part="${PART:?PART=1 to 6}"
+part="${PART:?PART=1 to 7}"
 pack() { [ -n "${OUT:-}" ] && tar -czf "/tmp/owed-$part.tgz" -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv "/tmp/owed-$part.tgz" "$OUT/"; }
 trap pack EXIT
 OUT="${OUT:-.}"
@@ -116,8 +122,29 @@ case "$part" in
   git diff BENCHMARKS.md > "$OUT/bench-mask.diff"
   cp work/cache/device/*.json "$OUT/" 2>/dev/null
   ;;
+7)
+  source "$here/device-setup.sh" || exit 1
+  unpack_tasks .dev/tasks-owed.tar.gz || exit 1
+  timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -k "floor_copy or read_and_write_streams" \
+    tests/test_harness_gpu.py 2>&1 | tee "$OUT/floor-tests.log" | tail -5
+  status=$?
+  # shellcheck disable=SC2086  # the op list is words
+  timeout "${BENCH_S:-150}" python3 -m pipeline.cli bench --ops $OWED_DISPATCH_OPS moe.topk_softmax 2>&1 \
+    | tee "$OUT/bench-patterns.log" | tail -12
+  status=$((status | $?))
+  git diff BENCHMARKS.md > "$OUT/bench-patterns.diff"
+  cp work/cache/device/*.json "$OUT/" 2>/dev/null
+  RUN="${RUN:-dispatch}" SKILLS="specialize_size_dispatch" SWEEP_S="${SWEEP_S:-200}" OPS="$OWED_DISPATCH_OPS" \
+    bash "$here/gpu-sweep.sh" .dev/tasks-owed.tar.gz
+  status=$((status | $?))
+  run_tar="$OUT/run-${RUN:-dispatch}.tgz"
+  if [ -f "$run_tar" ]; then
+    INTEGRATE_S="${INTEGRATE_S:-120}" bash "$here/gpu-sweep.sh" .dev/tasks-owed.tar.gz "$run_tar"
+    status=$((status | $?))
+  fi
+  ;;
 *)
-  echo "gpu-owed: PART must be 1 to 6, not '$part'" >&2
+  echo "gpu-owed: PART must be 1 to 7, not '$part'" >&2
   exit 2
   ;;
 esac

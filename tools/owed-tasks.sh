@@ -17,11 +17,12 @@ cuda=$(cd work && grep -l '"language": "cuda"' tasks/*/task.json | xargs -n1 dir
 # shellcheck disable=SC2086  # folder names are words
 tar -czf .dev/tasks-all.tar.gz -C work $cuda
 # shellcheck disable=SC2086  # the op lists are words
-missing=$(for op in $OWED_SWEEP_OPS $OWED_BENCH_OPS $OWED_TRITON_OPS; do [ -f "work/tasks/$op/task.json" ] || echo "$op"; done)
+owed=$(printf '%s\n' $OWED_SWEEP_OPS $OWED_BENCH_OPS $OWED_TRITON_OPS $OWED_DISPATCH_OPS | sort -u)
+missing=$(for op in $owed; do [ -f "work/tasks/$op/task.json" ] || echo "$op"; done)
 if [ -n "$missing" ]; then
   echo "owed-tasks: no task for: $missing (see work/coverage.json); fix tools/owed.env" >&2
   exit 1
 fi
 # shellcheck disable=SC2086
-tar -czf .dev/tasks-owed.tar.gz -C work $(for op in $OWED_SWEEP_OPS $OWED_BENCH_OPS $OWED_TRITON_OPS; do echo "tasks/$op"; done)
+tar -czf .dev/tasks-owed.tar.gz -C work $(for op in $owed; do echo "tasks/$op"; done)
 du -h .dev/tasks-all.tar.gz .dev/tasks-owed.tar.gz
