@@ -6,9 +6,9 @@ small uint8 tensor took 0.87 µs per call back to back in a graph, above what
 ``moe.mask_topk_ids``'s baseline takes for more bytes (0.75 µs at 64 tokens): its time ÷ floor
 read 0.64-0.86, which is no floor. SGLang's kernels launch with programmatic dependent launch
 (PDL), which lets one launch's start overlap the previous kernel's tail; torch's copy does not.
-On an H100 (2026-12-05, one stream; BENCHMARKS.md section 2, session 24) at 4 KiB moved: torch's
-copy 0.98 µs, ``ks_copy16`` 1.17 µs plain and 0.755 µs with PDL; ``ks_empty`` 0.79 µs plain
-and 0.50 µs with PDL. The launch, not the access width, is what the floor was missing.
+On the H200 (2026-12-05, one stream; BENCHMARKS.md section 2, session 25) at 4 KiB moved: torch's
+copy 0.873 µs, ``ks_copy16`` 1.105 µs plain and 0.616 µs with PDL; ``ks_empty`` 0.504 µs plain
+and 0.402 µs with PDL. The launch, not the access width, is what the floor was missing.
 
 So each floor kernel comes in two launches, plain and with PDL (the
 ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`` attribute; the kernel triggers its
@@ -18,12 +18,17 @@ and latest wait the data allows), and :mod:`optimize.harness.roofline` keeps the
 - ``ks_empty``: does nothing (the smallest-kernel floor);
 - ``ks_copy16``: one 16-byte vector load and store per thread, the widest access a thread
   has, no loop: at the sizes where latency, not bandwidth, sets the time, this is what a
-  well-written streaming kernel does.
+  well-written streaming kernel does;
+- ``ks_read16`` and ``ks_fill16``: the same stream that only reads (each thread folds its
+  vector into a word it stores only if it equals :data:`SINK_MAGIC`, which a zero-filled
+  source never does) and one that only writes: the floors of a call that reads far more
+  than it writes, or the reverse (issue 14 item 6, "per access pattern").
 
 No nvcc at run time: the PTX is assembled by the driver (``cuModuleLoadData``), and the
 CPU tests assemble the same text with ``ptxas`` so a typo fails in CI, not on the GPU.
-What must stay true: the kernels write exactly ``n16`` vectors and read nothing outside
-the source, so a floor never times less work than the bytes it is charged with.
+What must stay true: the copy and the fill write exactly ``n16`` vectors, the read stream
+reads exactly ``n16`` and writes nothing, and none reads outside its source, so a floor
+never times less work than the bytes it is charged with.
 """
 
 from __future__ import annotations
