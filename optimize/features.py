@@ -301,8 +301,10 @@ class Features(Record):
     launches: list[LaunchSite] = Field(default_factory=list)
     constants: list[TunableConstant] = Field(default_factory=list)
     math_sites: dict[str, int] = Field(default_factory=dict)  # fast_math op -> occurrences in device code
-    # host function -> the largest case of its size switch (optimize.dispatch_transforms.size_switches)
-    size_switches: dict[str, int] = Field(default_factory=dict)
+    # host function -> (the name it switches on, its largest case) (optimize.dispatch_transforms.size_switches)
+    size_switches: dict[str, tuple[str, int]] = Field(default_factory=dict)
+    # size symbol -> its values among the measured shapes, sorted ({} without an evaluation)
+    measured_sizes: dict[str, list[int]] = Field(default_factory=dict)
     spans: list[str] = Field(default_factory=list)
 
     def flat(self) -> dict[str, Any]:
@@ -352,20 +354,32 @@ def features(
     )
 
 
+def measured_sizes(evaluation: Evaluation) -> dict[str, list[int]]:
+    """Each size symbol's values among ``evaluation``'s timed shapes, sorted."""
+    symbols = {name for t in evaluation.timings for name in t.sizes}
+    return {name: sorted({t.sizes[name] for t in evaluation.timings if name in t.sizes}) for name in sorted(symbols)}
+
+
 def features_of_regions(
     regions: Mapping[str, str],
     *,
     profile: ProfileFacts | Evaluation | None = None,
     dtype_bytes: int = 2,
     build_flags: Sequence[str] | None = None,
+    sizes: Mapping[str, list[int]] | None = None,
 ) -> Features:
     """Features of region texts (span name -> text): the baseline's or a candidate's.
 
     ``build_flags`` are the op's nvcc flags (the task's recipe): they decide facts the
     source cannot, such as ``--use_fast_math`` already turning ``expf`` into ``__expf``
-    (an H200 round spent on that swap measured 1.000x, 2026-11-29).
+    (an H200 round spent on that swap measured 1.000x, 2026-11-29). ``sizes``: the measured
+    shapes' size values (:func:`measured_sizes`; taken from ``profile`` when it is an evaluation).
     """
     found = _features_of_regions(regions, profile=profile, dtype_bytes=dtype_bytes)
+    if sizes is None and isinstance(profile, Evaluation):
+        sizes = measured_sizes(profile)
+    if sizes:
+        found = found.model_copy(update={"measured_sizes": {k: list(v) for k, v in sizes.items()}})
     if build_flags is None:
         return found
     fast = any(flag in ("--use_fast_math", "-use_fast_math") for flag in build_flags)
@@ -618,7 +632,7 @@ def _features_of_regions(
         launches=launches,
         constants=constants,
         math_sites=math_sites,
-        size_switches={s.function.name: max(s.labels) for s in switches},
+        size_switches={s.function.name: (s.subject, max(s.labels)) for s in switches},
         spans=list(regions),
     )
 

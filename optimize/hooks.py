@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from optimize import policy, transforms
 from optimize.agents.testing import ProposedCase
-from optimize.features import Features, ProfileFacts, features_of_regions
+from optimize.features import Features, ProfileFacts, features_of_regions, measured_sizes
 from optimize.harness.tools import NcuResult
 from optimize.policy import Decision
 from optimize.skills import Skill
@@ -100,7 +100,8 @@ def region_features(
     profile: ProfileFacts | Evaluation | None = evaluation
     if evaluation is not None and ncu:
         profile = ProfileFacts.from_evaluation(evaluation, ncu=ncu)
-    return features_of_regions(dict(regions), profile=profile, build_flags=build_flags)
+    sizes = measured_sizes(evaluation) if evaluation is not None else None
+    return features_of_regions(dict(regions), profile=profile, build_flags=build_flags, sizes=sizes)
 
 
 def named_transform(name: str) -> Transform:

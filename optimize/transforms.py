@@ -445,12 +445,15 @@ def _divmod_targets(features: Features, point: dict[str, Any]) -> list[dict[str,
 
 
 def _dispatch_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per size switch, the next ``above`` powers of two past its largest case (as one choice)."""
+    """Per size switch, the next ``above`` powers of two past its largest case (as one choice); where
+    the profile knows the values the switched name takes in the measured shapes, only when each of
+    them is one (a case serves its value alone: no build goes to a size no shape has)."""
     above = int(point.get("above", 1))
     out = []
-    for function, top in sorted(features.size_switches.items()):
+    for function, (subject, top) in sorted(features.size_switches.items()):
+        measured = features.measured_sizes.get(subject)
         values = [top << i for i in range(1, above + 1) if top << i <= MAX_CASE]
-        if len(values) == above:
+        if len(values) == above and (measured is None or set(values) <= set(measured)):
             out.append({"function": function, "values": values})
     return out
 

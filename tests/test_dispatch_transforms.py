@@ -55,16 +55,28 @@ def test_a_switch_that_already_reaches_the_size_is_not_extended(sglang_source):
 
 
 @pytest.mark.wheel
-def test_the_policy_proposes_the_next_one_and_two_powers_of_two(sglang_source):
+def test_the_policy_proposes_only_cases_the_measured_shapes_take(sglang_source):
+    """Without a profile: the next one and two powers of two. With the baseline's shapes (topk_sigmoid's
+    catalog: 8, 128, 256, 288 and 512 experts): case 512 only; with none past 256: nothing to build."""
     from optimize.features import features_of_regions
     from optimize.policy import decide
     from optimize.skills import load_skills
 
     features = features_of_regions(wheel_regions(sglang_source, SIGMOID))
-    assert features.static.size_dispatch == 1 and features.size_switches == {LAUNCHER: 256}
-    decisions = decide(features, load_skills(), [], llm_available=False, limit=50)
-    proposed = [d.params for d in decisions if d.skill == "specialize_size_dispatch" and d.proposed]
-    assert proposed == [{"function": LAUNCHER, "values": [512]}, {"function": LAUNCHER, "values": [512, 1024]}]
+    assert features.static.size_dispatch == 1 and features.size_switches == {LAUNCHER: ("num_experts", 256)}
+
+    def proposed(sizes: dict[str, list[int]]) -> list[dict]:
+        measured = features.model_copy(update={"measured_sizes": sizes})
+        decisions = decide(measured, load_skills(), [], llm_available=False, limit=50)
+        return [d.params for d in decisions if d.skill == "specialize_size_dispatch" and d.proposed]
+
+    assert proposed({}) == [
+        {"function": LAUNCHER, "values": [512]},
+        {"function": LAUNCHER, "values": [512, 1024]},
+    ]
+    catalog = {"num_experts": [8, 128, 256, 288, 512], "num_tokens": [1, 16384]}
+    assert proposed(catalog) == [{"function": LAUNCHER, "values": [512]}]
+    assert proposed({"num_experts": [8, 128, 256, 288]}) == []
 
 
 SWITCH = """void launch(int n) {{
@@ -131,3 +143,35 @@ def test_the_extended_launcher_builds_for_sm_90a(tmp_path, capsys):
     assert code == 0 and answer["ok"], answer["errors"]
     built = [r["kernel"] for r in answer["ptxas"] if "topkGatingSigmoid" in r["kernel"]]
     assert any("Li512E" in k for k in built) and any("Li1024E" in k for k in built), built
+
+
+def test_the_measured_sizes_come_from_the_baseline_s_evaluation():
+    """The loop plans from region_features(regions, the baseline's evaluation): its timed shapes' sizes
+    reach the features, with or without ncu figures, and decide which cases are worth a build."""
+    from optimize.hooks import region_features
+    from pipeline.records import Evaluation, Outcome, ShapeTiming
+
+    def timing(experts: int, tokens: int) -> ShapeTiming:
+        sizes = {"n": experts, "num_tokens": tokens}
+        return ShapeTiming(
+            label=f"m[n={experts}]",
+            sizes=sizes,
+            dtype="bf16",
+            time_us=2.0,
+            spread_pct=1.0,
+            gbps=1.0,
+            pct_of_copy_bw=1.0,
+            time_over_floor=2.0,
+        )
+
+    evaluation = Evaluation(
+        op_id="demo", candidate="c", outcome=Outcome.ok, timings=[timing(4, 1), timing(2, 512), timing(4, 512)]
+    )
+    regions = _regions("    case 1: go<1>(); break;\n    case 2: go<2>(); break;\n    default: slow(n);")
+    for ncu in (None, {"dram_throughput_pct": 40.0}):
+        features = region_features(regions, evaluation, ncu=ncu)
+        assert features.measured_sizes == {"n": [2, 4], "num_tokens": [1, 512]}
+        assert T.expand_targets("extend_size_dispatch", features, {"above": [1, 2]}) == [
+            {"function": "launch", "values": [4]}
+        ]
+    assert region_features(regions, None).measured_sizes == {}
