@@ -445,15 +445,15 @@ def _divmod_targets(features: Features, point: dict[str, Any]) -> list[dict[str,
 
 
 def _dispatch_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per size switch, the next ``above`` powers of two past its largest case (as one choice); where
-    the profile knows the values the switched name takes in the measured shapes, only when each of
-    them is one (a case serves its value alone: no build goes to a size no shape has)."""
+    """Per size switch, the next ``above`` powers of two past its largest case (as one choice). With
+    the measured shapes known, only when the switched name is one of their sizes and each value is
+    one it takes there (a case serves its value alone: no build goes to a size no shape has)."""
     above = int(point.get("above", 1))
     out = []
     for function, (subject, top) in sorted(features.size_switches.items()):
-        measured = features.measured_sizes.get(subject)
+        measured = set(features.measured_sizes.get(subject, ())) if features.measured_sizes else None
         values = [top << i for i in range(1, above + 1) if top << i <= MAX_CASE]
-        if len(values) == above and (measured is None or set(values) <= set(measured)):
+        if len(values) == above and (measured is None or set(values) <= measured):
             out.append({"function": function, "values": values})
     return out
 

@@ -77,6 +77,7 @@ def test_the_policy_proposes_only_cases_the_measured_shapes_take(sglang_source):
     catalog = {"num_experts": [8, 128, 256, 288, 512], "num_tokens": [1, 16384]}
     assert proposed(catalog) == [{"function": LAUNCHER, "values": [512]}]
     assert proposed({"num_experts": [8, 128, 256, 288]}) == []
+    assert proposed({"num_tokens": [1, 512]}) == [], "a switch over no measured size: nothing to go on"
 
 
 SWITCH = """void launch(int n) {{
