@@ -183,13 +183,14 @@ def plan_case(
     built: dict[str, JsonValue] = {}
     for p in signature.params:
         if p.via == "build":
-            if p.loader_param not in inst.run_time:
+            fixed = inst.run_time.get(p.loader_param) if p.loader_param is not None else None
+            if fixed is None:
                 raise ContractError(
                     f"parameter {p.name} reaches the loader's {p.loader_param}, which the instantiation "
                     f"{inst.module_args} was not built for a run-time value of",
                     fix="re-run `kernelsmith extract` for the op",
                 )
-            built[p.name] = inst.run_time[p.loader_param or ""]
+            built[p.name] = fixed
     request: dict[str, JsonValue] = {
         "cmd": "check",
         "op": task.op_id,

@@ -107,17 +107,12 @@ def size_switches(region: Region) -> list[SizeSwitch]:
                 if not has_default or len(powers) < 2:
                     continue
                 top, largest = max(labelled, key=lambda item: item[0])
-                statements = [c for c in largest.named_children if c is not largest.child_by_field_name("value")]
                 literals = _literals(largest, src, top)
-                if not statements or statements[-1].type != "break_statement" or len(literals) < 2:
+                # the case's last child: the label when it has no statement, never a break then
+                if largest.named_children[-1].type != "break_statement" or len(literals) < 2:
                     continue
                 out.append(SizeSwitch(f, subject, tuple(v for v, _ in labelled), largest, tuple(literals)))
     return out
-
-
-def size_dispatch_sites(region: Region) -> int:
-    """How many switches :func:`extend_size_dispatch` could give a larger power-of-two case."""
-    return len(size_switches(region))
 
 
 def extend_size_dispatch(
@@ -155,4 +150,4 @@ def extend_size_dispatch(
     return apply_edits("extend_size_dispatch", regions, edits)
 
 
-__all__ = ["SizeSwitch", "extend_size_dispatch", "size_dispatch_sites", "size_switches"]
+__all__ = ["SizeSwitch", "extend_size_dispatch", "size_switches"]

@@ -15,7 +15,7 @@ import pytest
 from optimize import transforms as T
 from optimize.cuda_regions import Region
 from optimize.cuda_spans import definition_spans, region_texts
-from optimize.dispatch_transforms import extend_size_dispatch, size_dispatch_sites, size_switches
+from optimize.dispatch_transforms import extend_size_dispatch, size_switches
 from optimize.transform_edits import NotApplicable, TransformError
 
 SIGMOID = "kernels/jit/csrc/moe/moe_topk_sigmoid.cuh"
@@ -100,18 +100,19 @@ def _regions(cases: str) -> dict[str, str]:
         ("    case K1: go<1>(); break;\n    case 2: go<2>(); break;\n    default: slow(n);", "a named label"),
         ("    case 1: go<1>(); break;\n    case 2: go<2>();\n    default: slow(n);", "falls through"),
         ("    case 1: go<1>(); break;\n    case 2: go_two(); break;\n    default: slow(n);", "no specialisation"),
+        ("    case 1: go<1>(); break;\n    case 2:\n    default: slow(n);", "the largest case is empty"),
     ],
 )
 def test_a_switch_the_copy_would_get_wrong_is_left_alone(cases, why):
     regions = _regions(cases)
-    assert size_dispatch_sites(Region(regions)) == 0, why
+    assert size_switches(Region(regions)) == [], why
     with pytest.raises(NotApplicable):
         extend_size_dispatch(regions, values=[4])
 
 
 def test_values_must_be_powers_of_two_above_the_cases():
     regions = _regions("    case 1: go<1>(); break;\n    case 2: go<2>(); break;\n    default: slow(n);")
-    assert size_dispatch_sites(Region(regions)) == 1
+    assert len(size_switches(Region(regions))) == 1
     assert "    case 4: go<4>(); break;" in extend_size_dispatch(regions, values=[4])["launch"]
     for bad in ([3], [], [True], [1 << 20]):
         with pytest.raises(TransformError):

@@ -10,19 +10,18 @@ prints µs per call. Usage: ``python3 tools/stream-probe.py``.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from optimize.harness.timing import capture, summarize, time_graphs
+from optimize.harness.roofline import graph_samples
+from optimize.harness.timing import summarize
 
 
 def per_call_us(stream: torch.cuda.Stream, calls: int = 64, repeats: int = 15) -> float:
     src = torch.zeros(2048, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    with torch.cuda.stream(stream):
-        dst.copy_(src)
-    stream.synchronize()
-    graph = capture([lambda: dst.copy_(src)] * calls, stream)
-    return summarize(time_graphs({"copy": graph}, {"copy": calls}, repeats, stream)["copy"]).median
+    return summarize(graph_samples("copy", functools.partial(dst.copy_, src), calls, repeats, stream)).median
 
 
 def main() -> None:

@@ -330,12 +330,19 @@ def latency_us(
     from optimize.harness.timing import process_stream, summarize
 
     stream = process_stream()  # the stream the worker times on (timing.process_stream says why)
+
+    def medians(total: int) -> dict[str, float]:
+        """Each variant's median at ``total`` bytes; its buffers, held by the calls, go when it returns."""
+        timed = {
+            v: graph_samples(v, call, calls, repeats, stream)
+            for v, call in _pattern_calls(pattern, total, stream).items()
+        }
+        return {variant: round(summarize(samples).median, 4) for variant, samples in timed.items() if samples}
+
     by_variant: dict[str, list[tuple[int, float]]] = {}
     for total in sizes:
-        for variant, call in _pattern_calls(pattern, total, stream).items():
-            samples = _graph_samples(variant, call, calls, repeats, stream)
-            if samples:
-                by_variant.setdefault(variant, []).append((total, round(summarize(samples).median, 4)))
+        for variant, us in medians(total).items():
+            by_variant.setdefault(variant, []).append((total, us))
         torch.cuda.empty_cache()
     at = {variant: dict(times) for variant, times in by_variant.items()}
     fastest = [
@@ -352,29 +359,26 @@ def _pattern_calls(pattern: str, total: int, stream: Any) -> dict[str, Callable[
     plain and with PDL, launched on ``stream``, which the calls are captured on."""
     import torch
 
-    kernels = _floor_kernels()
     calls: dict[str, Callable[[], Any]] = {}
+    args: tuple[Any, ...]  # the buffers the floor kernel takes before its stream
     if pattern == "copy":
         src = torch.zeros(max(16, total // 2), dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
         calls["torch copy_"] = functools.partial(dst.copy_, src)
-        for suffix, pdl in (("", False), (" + PDL", True)):
-            if kernels is not None:
-                calls["vector copy" + suffix] = functools.partial(kernels.copy, dst, src, stream, pdl=pdl)
+        variant, method, args = "vector copy", "copy", (dst, src)
     elif pattern == "read":
         src = torch.zeros(max(16, total), dtype=torch.uint8, device="cuda")
-        sink = torch.zeros(4, dtype=torch.int32, device="cuda")
-        for suffix, pdl in (("", False), (" + PDL", True)):
-            if kernels is not None:
-                calls["read stream" + suffix] = functools.partial(kernels.read, src, sink, stream, pdl=pdl)
+        variant, method, args = "read stream", "read", (src, torch.zeros(4, dtype=torch.int32, device="cuda"))
     elif pattern == "write":
         dst = torch.empty(max(16, total), dtype=torch.uint8, device="cuda")
         calls["torch zero_"] = dst.zero_
-        for suffix, pdl in (("", False), (" + PDL", True)):
-            if kernels is not None:
-                calls["fill stream" + suffix] = functools.partial(kernels.fill, dst, stream, pdl=pdl)
+        variant, method, args = "fill stream", "fill", (dst,)
     else:
         raise ValueError(f"unknown access pattern {pattern!r}: one of {', '.join(PATTERNS)}")
+    kernels = _floor_kernels()
+    if kernels is not None:  # FloorKernels.copy/read/fill(*buffers, stream, *, pdl)
+        for suffix, pdl in (("", False), (" + PDL", True)):
+            calls[variant + suffix] = functools.partial(getattr(kernels, method), *args, stream, pdl=pdl)
     return calls
 
 
@@ -394,11 +398,11 @@ def empty_kernel_us(launches: int = EMPTY_LAUNCHES, repeats: int = EMPTY_REPEATS
     if kernels is not None:  # launched on ``stream``, which the calls are captured on
         for variant, name in (("empty kernel", "ks_empty"), ("empty kernel + PDL", "ks_empty_pdl")):
             calls_of[variant] = functools.partial(kernels.launch, name, 1, stream)
-    out = {variant: _graph_samples(variant, call, launches, repeats, stream) for variant, call in calls_of.items()}
+    out = {variant: graph_samples(variant, call, launches, repeats, stream) for variant, call in calls_of.items()}
     return {variant: samples for variant, samples in out.items() if samples}
 
 
-def _graph_samples(variant: str, call: Any, calls: int, repeats: int, stream: Any) -> list[float]:
+def graph_samples(variant: str, call: Any, calls: int, repeats: int, stream: Any) -> list[float]:
     """Per-call µs samples of ``call`` back to back in a CUDA graph; [] (and a warning) if it fails.
 
     A floor kernel the driver refuses to launch or capture costs its variant, never the
