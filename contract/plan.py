@@ -63,12 +63,18 @@ def canonical_dtype(name: str, case_dtype: str) -> str:
     return short
 
 
+#: The roles (TensorSpec.role) whose values the harness draws before a call, and those whose contents
+#: after it are compared with the baseline's; a scratch tensor is in neither.
+FILLED_ROLES = ("input", "inout")
+JUDGED_ROLES = ("output", "inout")
+
+
 @dataclass(frozen=True)
 class TensorPlan:
     """Where one tensor argument lives inside its flat storage."""
 
     name: str
-    role: str  # input | output | inout
+    role: str  # input | output | inout | scratch (TensorSpec.role)
     dtype: str  # short spelling: bf16, fp16, fp32, int32, ...
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # in elements
@@ -103,6 +109,16 @@ class TensorPlan:
     @property
     def is_float(self) -> bool:
         return self.dtype in FLOAT_DTYPES
+
+    @property
+    def filled(self) -> bool:
+        """Whether the call reads values the harness draws (input, inout); the others start as poison."""
+        return self.role in FILLED_ROLES
+
+    @property
+    def judged(self) -> bool:
+        """Whether the contents after the call are compared with the baseline's (output, inout)."""
+        return self.role in JUDGED_ROLES
 
 
 @dataclass(frozen=True)
@@ -251,7 +267,7 @@ def needs_value_range(role: str, short_dtype: str, value_range: object) -> bool:
     """Whether the harness must be told a tensor's values: an integer (not bool)
     tensor the kernel reads (indices, metadata) with no ``value_range``. The one
     rule behind :func:`require_fillable` and the completion step's "open" tensors."""
-    return role != "output" and short_dtype not in FLOAT_DTYPES and short_dtype != "bool" and value_range is None
+    return role in FILLED_ROLES and short_dtype not in FLOAT_DTYPES and short_dtype != "bool" and value_range is None
 
 
 def require_fillable(plan: TensorPlan) -> None:

@@ -200,7 +200,7 @@ class Call:
         self.checksum = {
             t.name: int(images[t.name].view(inputs.bits_dtype(t.dtype)).to(torch.int64).sum().item())
             for t in plans
-            if t.role != "output"
+            if t.filled
         }
         self.poisoned = {t.name for t in plans if t.role == "output"}
         self.args, self.kwargs = bind(req["params"], self.buffers.views, req["scalars"], req["sizes"])
@@ -213,14 +213,15 @@ class Call:
         self.returned = self.fn(*self.args, **self.kwargs)
 
     def observed(self) -> tuple[dict[str, Any], dict[str, str]]:
-        """(tensors, other values): every tensor argument after the call ("arg:<name>") and
+        """(tensors, other values): every tensor argument but scratch after the call ("arg:<name>") and
         what the call returned ("return", "return[i]"); values that are no tensor by repr. A
         returned tensor that is an argument's very view (same storage, shape, strides, dtype:
         ``merge_state_triton`` returns its ``output``) is recorded as that argument, compared as
         such, and not saved twice."""
         import torch
 
-        tensors = {f"arg:{name}": view for name, view in self.buffers.views.items()}
+        scratch = {t.name for t in self.plan.tensors if t.role == "scratch"}  # SGLang's own scratch: never compared
+        tensors = {f"arg:{name}": view for name, view in self.buffers.views.items() if name not in scratch}
         views = {
             (v.data_ptr(), tuple(v.shape), v.stride(), v.dtype): name
             for name, v in self.buffers.views.items()

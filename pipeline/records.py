@@ -231,7 +231,11 @@ class TensorSpec(Record):
     name: str
     shape: list[str | int]  # symbols from the contract's SymbolicSize names, or literals
     dtype: str  # "T" = the instantiation dtype, else a concrete torch dtype name ("int32")
-    role: Literal["input", "output", "inout"]
+    # "scratch": a buffer the op may use for intermediate values, which SGLang's wrapper allocates
+    # and drops (moe_topk_sigmoid's workspace, "float32 scratch" in its docstring): it starts as
+    # poison, a write outside it still fails, and its contents are never compared, so a candidate
+    # that needs no scratch (a fused path) is not held to the baseline's intermediate values.
+    role: Literal["input", "output", "inout", "scratch"]
     strides: list[str | int] | None = None  # None = contiguous
     # For index tensors: [low, high], inclusive; an entry may be an expression of size
     # symbols and integer scalars ("num_experts - 1", "min(capacity, 128) - 1").

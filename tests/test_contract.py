@@ -511,7 +511,8 @@ def test_the_topk_gates_scratch_and_bias_are_sized_as_sglangs_wrappers_allocate_
         contract = load_task(tmp_path / "tasks" / op).contract
         tensors = {a.tensor.name: a.tensor for a in contract.args if a.tensor is not None}
         scratch = tensors.get("workspace") or tensors["softmax_workspace"]
-        assert (scratch.shape, scratch.dtype, scratch.role) == (["num_tokens * num_experts"], "float32", "inout"), op
+        # scratch, not inout: a fused path that never writes it must not fail on it (H100, 2026-12-05)
+        assert (scratch.shape, scratch.dtype, scratch.role) == (["num_tokens * num_experts"], "float32", "scratch"), op
         bias = tensors["correction_bias"]
         assert (bias.shape, bias.dtype, bias.role) == (["num_experts"], "float32", "input"), op
         assert contract.origin == "curated"

@@ -120,6 +120,31 @@ def test_traffic_splits_the_tensors_bytes_into_read_and_written():
     assert roofline.contract_traffic(fused) == Traffic(read=2 * 8 * 4096 * 2 + 4096 * 2, written=2 * 8 * 4096 * 2)
 
 
+def test_a_scratch_tensor_is_neither_drawn_nor_judged_nor_counted():
+    """SGLang's wrapper allocates and drops a scratch buffer: no kernel has to touch it, so the floor
+    counts none of its bytes, the harness draws no values for it and never compares it."""
+    gate = Contract(
+        entry="topk",
+        args=[
+            t("logits", ["n", "e"], "input"),
+            t("ids", ["n", "k"], "output"),
+            t("workspace", ["n * e"], "scratch"),
+            t("state", ["n"], "inout"),
+        ],
+        symbols=["n", "e", "k"],
+    )
+    plan = plan_call(gate, {"n": 4, "e": 8, "k": 2}, "fp32")
+    roles = {p.name: (p.filled, p.judged) for p in plan.tensors}
+    assert roles == {
+        "logits": (True, False),
+        "ids": (False, True),
+        "workspace": (False, False),
+        "state": (True, True),
+    }
+    assert roofline.contract_bytes(plan) == 4 * 8 * 4 + 4 * 2 * 4 + 2 * 4 * 4
+    assert roofline.contract_traffic(plan) == Traffic(read=4 * 8 * 4 + 4 * 4, written=4 * 2 * 4 + 4 * 4)
+
+
 def test_the_latency_floor_prices_the_access_pattern():
     """Copy at 2 min(R, W), read stream at R, write stream at W: the slowest of the three, each off
     its curve at the largest size not above; the copy at R + W without the split or the curves."""

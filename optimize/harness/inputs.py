@@ -222,10 +222,10 @@ class Buffers:
 
 
 def make_images(plan: CallPlan, distribution: Distribution, gen, device, *, outputs: str = "poison") -> dict[str, Any]:
-    """Images for every tensor: inputs/inout get values, outputs get poison or garbage."""
+    """Images for every tensor: inputs/inout get values, outputs and scratch get poison or garbage."""
     images = {}
     for t in plan.tensors:
-        if t.role == "output":
+        if not t.filled:
             images[t.name] = poison_image(t, device) if outputs == "poison" else garbage_image(t, gen, device)
         else:
             images[t.name] = input_image(t, distribution, gen, device)

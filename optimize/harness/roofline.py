@@ -74,11 +74,10 @@ fraction of the floor (1/20 for one launch in a 20-call graph)."""
 
 
 def contract_bytes(plan: CallPlan, contract: Contract | None = None) -> int:
-    """Fewest bytes one call must move: inputs once, outputs once, inout twice."""
+    """Fewest bytes one call must move: inputs once, outputs once, inout twice, scratch never."""
     total = 0
     for tensor in plan.tensors:
-        factor = 2 if tensor.role == "inout" else 1
-        total += factor * tensor.nbytes
+        total += (tensor.filled + tensor.judged) * tensor.nbytes
     if contract is not None:
         for value in contract.extra_bytes.values():
             try:
@@ -89,9 +88,9 @@ def contract_bytes(plan: CallPlan, contract: Contract | None = None) -> int:
 
 
 def contract_traffic(plan: CallPlan) -> Traffic:
-    """The tensors' bytes of one call, split: inputs and inout read, outputs and inout written."""
-    read = sum(t.nbytes for t in plan.tensors if t.role in ("input", "inout"))
-    return Traffic(read=read, written=sum(t.nbytes for t in plan.tensors if t.role in ("output", "inout")))
+    """The tensors' bytes of one call, split: inputs and inout read, outputs and inout written (scratch: neither)."""
+    read = sum(t.nbytes for t in plan.tensors if t.filled)
+    return Traffic(read=read, written=sum(t.nbytes for t in plan.tensors if t.judged))
 
 
 def floor_us(nbytes: int, copy_gbps: float, min_kernel_us: float, latency: Sequence[tuple[int, float]] = ()) -> float:

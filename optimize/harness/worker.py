@@ -141,7 +141,7 @@ class Checker:
         plan = plan_call(self.contract, case.sizes, case.dtype, case.layout, rng)
         images_x = inputs.make_images(plan, case.distribution, gen, self.device, outputs="poison")
         images_y = inputs.make_images(plan, case.distribution, gen, self.device, outputs="garbage")
-        decoy = {t.name: inputs.decoy_image(images_x[t.name], t) for t in plan.tensors if t.role != "output"}
+        decoy = {t.name: inputs.decoy_image(images_x[t.name], t) for t in plan.tensors if t.filled}
         inside = {}
         for t in plan.tensors:
             mask = torch.zeros(t.storage_numel, dtype=torch.bool, device=self.device)
@@ -183,7 +183,7 @@ class Checker:
         outputs_x = {n: img for n, img in images_x.items() if n not in decoy}
         inputs_y = {n: img for n, img in images_y.items() if n in decoy}
         outputs_y = {n: img for n, img in images_y.items() if n not in decoy}
-        inputs_only = {t.name for t in plan.tensors if t.role == "input"}  # checked in place, never kept
+        inputs_only = {t.name for t in plan.tensors if not t.judged}  # checked in place, never kept
 
         # run 1: eager, stream-ordered against decoys
         log(f"{who}: {case.label} {case.dtype} {case.distribution} {case.layout}: run 1 (eager)")
@@ -294,7 +294,7 @@ class Checker:
         bitwise = True
         max_abs = 0.0
         for t in plan.tensors:
-            if t.role == "input":
+            if not t.judged:
                 continue
             for run_index, (base, cand) in enumerate(zip(base_runs, checked)):
                 exp_view = compare.in_order(inputs.view_of(base.storages[t.name], t), t.order)
@@ -524,7 +524,7 @@ class Timer:
 
         sets = len(bufsets)
         chosen = timing.sets_to_validate(sets, random.Random(random.SystemRandom().randrange(1 << 62)))
-        kept = [t for t in plan.tensors if t.role != "input"]
+        kept = [t for t in plan.tensors if t.judged]
         snapshots: dict[str, dict[int, dict[str, Any]]] = {}
         for name in ("baseline", "candidate"):
             for bufs in bufsets:
