@@ -167,7 +167,7 @@ def timing_section(command: str, results: Sequence[OpBench], when: str, environm
         lines += roofline.latency_lines(device)
     lines += [
         "Method: CUDA-graph replays of back-to-back calls rotating over buffer sets of at least 3x L2, median of "
-        "repeats; GB/s from the contract's bytes (inputs read once, outputs written once, inout both); "
+        "repeats; GB/s from the contract's bytes (inputs read once, outputs written once, inout both, scratch neither); "
         "floor = max(bytes / copy bandwidth, smallest-kernel time, the latency of the shape's access pattern: "
         "the slowest of the copy, read and write streams its bytes read and written need, each a lower bound). "
         "eager/compile: the PyTorch reference (optimize/harness/references.py) in the same dtype, timed the same way.",

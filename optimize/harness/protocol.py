@@ -103,7 +103,7 @@ class CheckResult(Record):
 
 class Traffic(Record):
     """Bytes one call reads and writes through the contract's tensors (inputs read once, outputs
-    written once, inout both; ``Contract.extra_bytes`` is in neither, its direction unknown): the
+    written once, inout both, scratch neither; ``Contract.extra_bytes`` is in neither, its direction unknown): the
     access pattern :func:`optimize.harness.roofline.device_floor_us` prices."""
 
     read: int
