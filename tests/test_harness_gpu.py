@@ -357,3 +357,27 @@ def test_ncu_profiles_a_real_baseline(tmp_path):
     assert metrics["duration_us"] > 1 and 0 < metrics["dram_throughput_pct"] <= 100
     assert 0 < metrics["achieved_occupancy_pct"] <= 100
     assert any(key.startswith("stall_") for key in metrics), metrics
+
+
+def test_a_fused_path_that_leaves_sglangs_scratch_unwritten_passes(tmp_path):
+    """topk_sigmoid's launcher with `case 512:` fuses the generic path, which filled the workspace with
+    every sigmoid first. The workspace is scratch (SGLang's wrapper drops it), so only topk_weights and
+    topk_ids are judged; as inout it failed on the workspace alone (H100, 2026-12-05)."""
+    from contract.layout import baseline_regions, load_task, read_task_files
+    from optimize.dispatch_transforms import extend_size_dispatch
+    from optimize.harness.evaluate import evaluate
+    from optimize.trajectory import candidate_id
+    from pipeline.config import load_config
+    from pipeline.records import Candidate
+
+    task_dir = ROOT / "work" / "tasks" / "moe.topk_sigmoid"
+    if not (task_dir / "task.json").is_file():
+        pytest.skip("run `kernelsmith extract --ops moe.topk_sigmoid` first")
+    task = load_task(task_dir)
+    regions = extend_size_dispatch(baseline_regions(read_task_files(task_dir, task), task), values=[512])
+    fused = Candidate(op_id=task.op_id, id=candidate_id(regions), parent="base", regions=regions, coder="test")
+    shapes = [s for s in task.shapes if s.sizes.get("num_experts") == 512 and s.sizes.get("num_tokens", 0) <= 64]
+    assert shapes, "topk_sigmoid's catalog has no 512-expert shape: pick another"
+    config = load_config(overrides={"work_dir": str(ROOT / "work"), "harness": {"held_out_shapes": 2}})
+    ev = evaluate(task_dir, task, fused, config=config, shapes=shapes)
+    assert ev.outcome.value == "ok", ev.detail
