@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 measurements of the open issues, one device call (about 9 minutes) per part. After
-# session 25 (2026-12-05) nothing of issue 14 is owed here: parts 3 and 6 and the rest of part 1's
-# sweep ran on the H200 (BENCHMARKS.md section 2, session 25). Kept to measure again:
+# session 26 (2026-12-05) issue 14 owes part 7's dispatch round (below): parts 3 and 6 and the rest
+# of part 1's sweep ran on the H200 (BENCHMARKS.md section 2, session 25). Kept to measure again:
 #   PART=3 bash tools/gpu-owed.sh     # issue 14 item 7: `kernelsmith run` on a wiped work dir, timed
 #                                     # (H200: rc 0 in 446 s, a round for each default op). Carry .whl
 #                                     # .dev/wheels; RUN_S=560 leaves room.
@@ -21,11 +21,14 @@
 #   tasks/activation.bias_gelu_tanh tasks/moe.mask_topk_ids tasks/lora.kimi_k2_moe_fused_gate
 #   tasks/embeddings.compute_n_gram_ids tasks/embeddings.compute_n_gram_ids_decode` after `make device-prep`;
 #   carry .whl .dev/wheels .dev/tasks-s20.tar.gz .dev/agent)
-#   PART=7 bash tools/gpu-owed.sh     # issue 14, next (about 6 minutes): the read and write floor
-#                                     # kernels' GPU test, `bench --ops` of two routers (reads far more than
-#                                     # they write: the per-pattern floor), then a search round of
-#                                     # specialize_size_dispatch over OWED_DISPATCH_OPS (case 512 for the
-#                                     # sigmoid gates) and integrate. Carry .whl .dev/wheels .dev/tasks-owed.tar.gz
+#   RUN=dispatch2 PART=7 bash tools/gpu-owed.sh  # issue 14, next (about 4 minutes): the read and write
+#                                     # floor kernels' GPU test and the scratch test (case 512 passes with the
+#                                     # workspace unwritten), `bench --ops` of the routers under the per-pattern
+#                                     # floor, then a search round of specialize_size_dispatch over
+#                                     # OWED_DISPATCH_OPS (case 512 for the sigmoid gates) and integrate.
+#                                     # Session 26 (H100, 187 s) measured the floors; its round was incorrect
+#                                     # on the workspace alone, which is scratch since bf85d5b: run it again
+#                                     # after `make device-prep`. Carry .whl .dev/wheels .dev/tasks-owed.tar.gz
 #   PART=1 RUN=<new name> bash tools/gpu-owed.sh  # issue 14: a search round over OWED_SWEEP_OPS, then
 #                                     # integrate (finished in session 25 as sweep-owed-2 and -3)
 #   PART=4 bash tools/gpu-owed.sh     # issue 19 item 6: a search round over OWED_TRITON_OPS (merge_state_triton
@@ -125,7 +128,7 @@ case "$part" in
 7)
   source "$here/device-setup.sh" || exit 1
   unpack_tasks .dev/tasks-owed.tar.gz || exit 1
-  timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -k "floor_copy or read_and_write_streams" \
+  timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rs -k "floor_copy or read_and_write_streams or scratch" \
     tests/test_harness_gpu.py 2>&1 | tee "$OUT/floor-tests.log" | tail -5
   status=$?
   # shellcheck disable=SC2086  # the op list is words
