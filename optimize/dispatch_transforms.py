@@ -116,9 +116,11 @@ def size_switches(region: Region) -> list[SizeSwitch]:
 
 
 def extend_size_dispatch(
-    regions: Mapping[str, str], *, values: Sequence[int], function: str | None = None
+    regions: Mapping[str, str], *, values: Sequence[int], function: str | None = None, subject: str | None = None
 ) -> dict[str, str]:
-    """Add ``case V:`` for each of ``values`` to each size switch (of ``function``; see the module doc)."""
+    """Add ``case V:`` for each of ``values`` to each size switch (of ``function``, over ``subject``; see
+    the module doc). One launcher may switch over two sizes (set_mla_kv_concat_q_fp8): ``subject``
+    keeps a value meant for one of them out of the other."""
     wanted = sorted(set(values))
     if not wanted or any(isinstance(v, bool) or not isinstance(v, int) or not _is_power_of_two(v) for v in wanted):
         raise TransformError(f"extend_size_dispatch: values must be powers of two, got {list(values)!r}")
@@ -127,7 +129,9 @@ def extend_size_dispatch(
     edits: list[Edit] = []
     why_not: list[str] = []
     for switch in size_switches(Region(regions)):
-        if function is not None and switch.function.name != function:
+        if (function is not None and switch.function.name != function) or (
+            subject is not None and switch.subject != subject
+        ):
             continue
         top = max(switch.labels)
         if wanted[0] <= top:

@@ -301,8 +301,9 @@ class Features(Record):
     launches: list[LaunchSite] = Field(default_factory=list)
     constants: list[TunableConstant] = Field(default_factory=list)
     math_sites: dict[str, int] = Field(default_factory=dict)  # fast_math op -> occurrences in device code
-    # host function -> (the name it switches on, its largest case) (optimize.dispatch_transforms.size_switches)
-    size_switches: dict[str, tuple[str, int]] = Field(default_factory=dict)
+    # (host function, the name it switches on, its largest case), one per distinct switch, sorted
+    # (optimize.dispatch_transforms.size_switches; a launcher may switch over two sizes)
+    size_switches: list[tuple[str, str, int]] = Field(default_factory=list)
     # size symbol -> its values among the measured shapes, sorted ({} without an evaluation)
     measured_sizes: dict[str, list[int]] = Field(default_factory=dict)
     spans: list[str] = Field(default_factory=list)
@@ -632,7 +633,7 @@ def _features_of_regions(
         launches=launches,
         constants=constants,
         math_sites=math_sites,
-        size_switches={s.function.name: (s.subject, max(s.labels)) for s in switches},
+        size_switches=sorted({(s.function.name, s.subject, max(s.labels)) for s in switches}),
         spans=list(regions),
     )
 

@@ -450,11 +450,11 @@ def _dispatch_targets(features: Features, point: dict[str, Any]) -> list[dict[st
     one it takes there (a case serves its value alone: no build goes to a size no shape has)."""
     above = int(point.get("above", 1))
     out = []
-    for function, (subject, top) in sorted(features.size_switches.items()):
+    for function, subject, top in features.size_switches:
         measured = set(features.measured_sizes.get(subject, ())) if features.measured_sizes else None
         values = [top << i for i in range(1, above + 1) if top << i <= MAX_CASE]
         if len(values) == above and (measured is None or set(values) <= measured):
-            out.append({"function": function, "values": values})
+            out.append({"function": function, "subject": subject, "values": values})
     return out
 
 
@@ -558,7 +558,11 @@ TRANSFORMS: dict[str, TransformSpec] = {
         TransformSpec(
             "extend_size_dispatch",
             extend_size_dispatch,
-            {"values": "the powers of two to add as cases", "function": "the launcher whose switch is extended"},
+            {
+                "values": "the powers of two to add as cases",
+                "function": "the launcher whose switch is extended",
+                "subject": "the size the switch is over",
+            },
             ("above",),
             _dispatch_targets,
             "add larger power-of-two cases to a launcher's switch over a size, copying its largest case",

@@ -63,7 +63,7 @@ def test_the_policy_proposes_only_cases_the_measured_shapes_take(sglang_source):
     from optimize.skills import load_skills
 
     features = features_of_regions(wheel_regions(sglang_source, SIGMOID))
-    assert features.static.size_dispatch == 1 and features.size_switches == {LAUNCHER: ("num_experts", 256)}
+    assert features.static.size_dispatch == 1 and features.size_switches == [(LAUNCHER, "num_experts", 256)]
 
     def proposed(sizes: dict[str, list[int]]) -> list[dict]:
         measured = features.model_copy(update={"measured_sizes": sizes})
@@ -71,11 +71,11 @@ def test_the_policy_proposes_only_cases_the_measured_shapes_take(sglang_source):
         return [d.params for d in decisions if d.skill == "specialize_size_dispatch" and d.proposed]
 
     assert proposed({}) == [
-        {"function": LAUNCHER, "values": [512]},
-        {"function": LAUNCHER, "values": [512, 1024]},
+        {"function": LAUNCHER, "subject": "num_experts", "values": [512]},
+        {"function": LAUNCHER, "subject": "num_experts", "values": [512, 1024]},
     ]
     catalog = {"num_experts": [8, 128, 256, 288, 512], "num_tokens": [1, 16384]}
-    assert proposed(catalog) == [{"function": LAUNCHER, "values": [512]}]
+    assert proposed(catalog) == [{"function": LAUNCHER, "subject": "num_experts", "values": [512]}]
     assert proposed({"num_experts": [8, 128, 256, 288]}) == []
     assert proposed({"num_tokens": [1, 512]}) == [], "a switch over no measured size: nothing to go on"
 
@@ -174,6 +174,39 @@ def test_the_measured_sizes_come_from_the_baseline_s_evaluation():
         features = region_features(regions, evaluation, ncu=ncu)
         assert features.measured_sizes == {"n": [2, 4], "num_tokens": [1, 512]}
         assert T.expand_targets("extend_size_dispatch", features, {"above": [1, 2]}) == [
-            {"function": "launch", "values": [4]}
+            {"function": "launch", "subject": "n", "values": [4]}
         ]
     assert region_features(regions, None).measured_sizes == {}
+
+
+def test_two_switches_in_one_launcher_are_two_facts_and_a_subject_picks_one():
+    """set_mla_kv_concat_q_fp8's launcher switches over two sizes: each is its own fact and target,
+    and a value meant for one switch never lands in the other."""
+    from optimize.features import features_of_regions
+
+    regions = {
+        "launch": """void launch(int n, int w) {
+  switch (n) {
+    case 1: go<1>(); break;
+    case 2: go<2>(); break;
+    default: slow(n);
+  }
+  switch (w) {
+    case 4: run<4>(); break;
+    case 8: run<8>(); break;
+    default: crawl(w);
+  }
+}
+"""
+    }
+    features = features_of_regions(regions)
+    assert features.size_switches == [("launch", "n", 2), ("launch", "w", 8)]
+    only_w = extend_size_dispatch(regions, values=[16], function="launch", subject="w")["launch"]
+    assert "case 16: run<16>(); break;" in only_w and "go<16>" not in only_w
+    both = extend_size_dispatch(regions, values=[16], function="launch")["launch"]
+    assert "go<16>" in both and "run<16>" in both
+    targets = T.TRANSFORMS["extend_size_dispatch"].targets(features, {"above": 1})
+    assert targets == [
+        {"function": "launch", "subject": "n", "values": [4]},
+        {"function": "launch", "subject": "w", "values": [16]},
+    ]
