@@ -17,11 +17,12 @@
 #   only its op. Session 25's kimi run:
 #     RUN=agent-s23k CLIENT=claude SUBMIT_S=120 FINISH_S=80 INTEGRATE_S=100 \
 #       bash tools/gpu-agent.sh .dev/tasks-s20.tar.gz .dev/agent/manifest-c4.tsv
-#   Session 26's sigmoid gates (one warp per row for the default path up to 512 experts; built for
-#   sm_90a, not yet run), after `make device-prep`:
+#   Session 26's MoE gates (one warp per row for the default path up to 512 experts, GLM-5-Next's 288;
+#   built for sm_90a, not yet run): the sigmoid gates (manifest-c5) and the softmax gates, whose merges
+#   follow cub's tree so ties match (manifest-c6), one call each, after `make device-prep`:
 #     RUN=agent-s26 CLIENT=claude SUBMIT_S=150 FINISH_S=100 INTEGRATE_S=120 \
 #       bash tools/gpu-agent.sh .dev/tasks-owed.tar.gz .dev/agent/manifest-c5.tsv
-#   (carry .whl .dev/wheels .dev/tasks-owed.tar.gz .dev/agent)
+#   (carry .whl .dev/wheels .dev/tasks-owed.tar.gz .dev/agent; RUN=agent-s26b and manifest-c6.tsv next)
 #   (.dev/tasks-s20.tar.gz: `tar -czf .dev/tasks-s20.tar.gz -C work tasks/attention.minimax_qknorm_rope
 #   tasks/activation.bias_gelu_tanh tasks/moe.mask_topk_ids tasks/lora.kimi_k2_moe_fused_gate
 #   tasks/embeddings.compute_n_gram_ids tasks/embeddings.compute_n_gram_ids_decode` after `make device-prep`;
