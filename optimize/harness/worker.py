@@ -183,7 +183,7 @@ class Checker:
         outputs_x = {n: img for n, img in images_x.items() if n not in decoy}
         inputs_y = {n: img for n, img in images_y.items() if n in decoy}
         outputs_y = {n: img for n, img in images_y.items() if n not in decoy}
-        inputs_only = {t.name for t in plan.tensors if not t.judged}  # checked in place, never kept
+        unjudged = {t.name for t in plan.tensors if not t.judged}  # inputs and scratch: checked in place, never kept
 
         # run 1: eager, stream-ordered against decoys
         log(f"{who}: {case.label} {case.dtype} {case.distribution} {case.layout}: run 1 (eager)")
@@ -195,7 +195,7 @@ class Checker:
         self._call(impl, fn, args, case, "run 1")
         self._sync(impl, case, "run 1")
         self._check_untouched(impl, plan, images_x, bufs.storages, inside, "run 1", case)
-        run1 = RunOutput({n: s.clone() for n, s in bufs.storages.items() if n not in inputs_only})
+        run1 = RunOutput({n: s.clone() for n, s in bufs.storages.items() if n not in unjudged})
 
         # run 2: captured in a CUDA graph, replayed on new inputs over finite garbage
         log(f"{who}: {case.label} {case.dtype}: run 2 (CUDA graph replay)")
@@ -217,7 +217,7 @@ class Checker:
             self._fail(impl, "crashed", f"graph replay failed: {err}", case)
         self._sync(impl, case, "run 2")
         self._check_untouched(impl, plan, images_y, bufs.storages, inside, "run 2", case)
-        run2 = RunOutput({n: s.clone() for n, s in bufs.storages.items() if n not in inputs_only})
+        run2 = RunOutput({n: s.clone() for n, s in bufs.storages.items() if n not in unjudged})
         del graph, bufs
         return run1, run2
 
