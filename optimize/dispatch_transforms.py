@@ -33,7 +33,7 @@ agrees with the generic path (ties, rounding) for the checks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from optimize.cuda_regions import Region, RegionFunction
@@ -64,15 +64,18 @@ def _number(src: bytes, node: Node) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _literals(node: Node, src: bytes, value: int) -> list[Node]:
-    out: list[Node] = []
+def _descendants(node: Node) -> Iterator[Node]:
+    """``node`` and every node under it (depth first)."""
     stack = [node]
     while stack:
         cursor = stack.pop()
-        if cursor.type == "number_literal" and _number(src, cursor) == value:
-            out.append(cursor)
+        yield cursor
         stack.extend(cursor.children)
-    return sorted(out, key=lambda n: n.start_byte)
+
+
+def _literals(node: Node, src: bytes, value: int) -> list[Node]:
+    found = (n for n in _descendants(node) if n.type == "number_literal" and _number(src, n) == value)
+    return sorted(found, key=lambda n: n.start_byte)
 
 
 def size_switches(region: Region) -> list[SizeSwitch]:
@@ -80,10 +83,7 @@ def size_switches(region: Region) -> list[SizeSwitch]:
     out: list[SizeSwitch] = []
     for f in region.hosts:
         src = f.doc.src
-        stack = [f.body]
-        while stack:
-            node = stack.pop()
-            stack.extend(node.children)
+        for node in _descendants(f.body):
             if node.type != "switch_statement":
                 continue
             condition, body = node.child_by_field_name("condition"), node.child_by_field_name("body")

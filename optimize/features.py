@@ -374,11 +374,9 @@ def features_of_regions(
     ``build_flags`` are the op's nvcc flags (the task's recipe): they decide facts the
     source cannot, such as ``--use_fast_math`` already turning ``expf`` into ``__expf``
     (an H200 round spent on that swap measured 1.000x, 2026-11-29). ``sizes``: the measured
-    shapes' size values (:func:`measured_sizes`; taken from ``profile`` when it is an evaluation).
+    shapes' size values (:func:`measured_sizes`, which :func:`optimize.hooks.region_features` passes).
     """
     found = _features_of_regions(regions, profile=profile, dtype_bytes=dtype_bytes)
-    if sizes is None and isinstance(profile, Evaluation):
-        sizes = measured_sizes(profile)
     if sizes:
         found = found.model_copy(update={"measured_sizes": {k: list(v) for k, v in sizes.items()}})
     if build_flags is None:

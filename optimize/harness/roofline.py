@@ -74,10 +74,10 @@ fraction of the floor (1/20 for one launch in a 20-call graph)."""
 
 
 def contract_bytes(plan: CallPlan, contract: Contract | None = None) -> int:
-    """Fewest bytes one call must move: inputs once, outputs once, inout twice, scratch never."""
-    total = 0
-    for tensor in plan.tensors:
-        total += (tensor.filled + tensor.judged) * tensor.nbytes
+    """Fewest bytes one call must move: what :func:`contract_traffic` reads and writes (inout both
+    ways, scratch neither), plus the contract's ``extra_bytes``."""
+    traffic = contract_traffic(plan)
+    total = traffic.read + traffic.written
     if contract is not None:
         for value in contract.extra_bytes.values():
             try:
