@@ -356,6 +356,43 @@ def _fits(inst: Instantiation, case: Any) -> bool:
 # =========================================================================== main
 
 
+def task_for(index: Index, op: OpEntry, config: Config, program: pyops.Program) -> tuple[Task, str]:
+    """``op``'s task in the work folder: the one there when it is current, else written anew;
+    with "current" or "written". Raises what :func:`extract.tasks.write_task` raises."""
+    work = config.work
+    token_counts = tuple(config.extract.token_counts)
+    key = tasks.task_key(index, op, config.extract.arch, token_counts)
+    if tasks.is_current(work, op.id, key):
+        try:
+            return layout.load_task(layout.task_dir(work, op.id)), "current"
+        except StaleRecordError as err:  # damaged or another version: write it again
+            print(f"  {op.id}: rewriting the task: {err.message}")
+    task = tasks.write_task(
+        index, op, work, arch=config.extract.arch, token_counts=token_counts, program=program, key=key
+    )
+    return task, "written"
+
+
+def ensure_tasks(config: Config, op_ids: Iterable[str]) -> dict[str, Task | str]:
+    """A task for each of ``op_ids`` (CUDA ops of the index), written without the compile check where missing;
+    an op that cannot be a task maps to the reason. For final validation's companions (:mod:`optimize.reach_ops`)."""
+    source = sources.acquire(config.sglang.version, config.cache, config.sglang.src)
+    index, _ = build_index(source, config.cache)
+    by_id = {op.id: op for op in index.ops}
+    program = pyops.Program(pathlib.Path(source.root))
+    out: dict[str, Task | str] = {}
+    for op_id in op_ids:
+        op = by_id.get(op_id)
+        if op is None:
+            out[op_id] = f"{op_id} is not a CUDA op of the index of {source.root}"
+            continue
+        try:
+            out[op_id] = task_for(index, op, config, program)[0]
+        except KernelsmithError as err:
+            out[op_id] = err.message
+    return out
+
+
 def main(args: Any, config: Config) -> int:
     work = config.work
     work.mkdir(parents=True, exist_ok=True)
@@ -403,7 +440,6 @@ def main(args: Any, config: Config) -> int:
         return max(cuda_status, _triton(args, config, index, [op for op in requested or [] if op not in known]))
     selected = select_ops(index, requested, all_ops)
     compile_check = config.extract.compile_check and not getattr(args, "no_compile", False)
-    token_counts = tuple(config.extract.token_counts)
     program = pyops.Program(pathlib.Path(source.root))
     results: dict[str, OpResult] = {}
     to_compile: dict[str, Task] = {}
@@ -413,19 +449,7 @@ def main(args: Any, config: Config) -> int:
         folder = layout.task_dir(work, op.id)
         folders[op.id] = folder
         try:
-            key = tasks.task_key(index, op, config.extract.arch, token_counts)
-            task: Task | None = None
-            if tasks.is_current(work, op.id, key):
-                try:
-                    task = layout.load_task(folder)
-                    state = "current"
-                except StaleRecordError as err:  # damaged or another version: write it again
-                    print(f"  {op.id}: rewriting the task: {err.message}")
-            if task is None:
-                task = tasks.write_task(
-                    index, op, work, arch=config.extract.arch, token_counts=token_counts, program=program, key=key
-                )
-                state = "written"
+            task, state = task_for(index, op, config, program)
         except KernelsmithError as err:
             results[op.id] = OpResult(
                 op_id=op.id,

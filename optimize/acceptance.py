@@ -22,7 +22,7 @@ from typing import Any
 
 from optimize.run_folder import clip, why
 from optimize.trajectory import RoundOutcome, RoundRecord, regions_hash
-from pipeline.records import Candidate, Evaluation, Outcome, ShapeTiming
+from pipeline.records import Candidate, Evaluation, Outcome, ReachVerdict, ShapeTiming
 from pipeline.stats import geomean
 
 MIN_GAIN_PCT = 1.0  # a new best must beat the current best's geomean by this much (or the noise band)
@@ -103,6 +103,25 @@ def judge_final(evaluation: Evaluation, noise_pct: float) -> Verdict:
     speedups = [t.speedup for t in evaluation.timings if t.speedup is not None]
     low = min(speedups) if speedups else None
     return Verdict(outcome, detail, geomean(speedups), low, slow, accepted=outcome == RoundOutcome.ok)
+
+
+def judge_reach(verdict: Verdict, reach: Sequence[ReachVerdict]) -> Verdict:
+    """Final validation's verdict once the candidate was judged at the ops that share its code
+    (:mod:`optimize.reach_ops`): the first companion that blocks (failed, or not judged) makes it
+    not accepted, with that op's outcome (``incorrect`` when it was never evaluated: unproven)."""
+    blocking = [r for r in reach if r.blocks]
+    if not verdict.accepted or not blocking:
+        return verdict
+    first = blocking[0]
+    if first.outcome is not None and first.outcome != Outcome.ok:
+        outcome = RoundOutcome.of(first.outcome)
+    else:
+        outcome = RoundOutcome.slower if first.regressed_shapes else RoundOutcome.incorrect
+    where = f" (it runs the changed {', '.join(first.regions)})" if first.regions else ""
+    word = "not judged" if first.status == "not_judged" else outcome.value
+    more = f"; {len(blocking) - 1} other op(s) too" if len(blocking) > 1 else ""
+    detail = f"final validation: {word} at {first.op_id}{where}: {first.detail}{more}"
+    return Verdict(outcome, detail, verdict.speedup_geomean, verdict.speedup_min, verdict.slow, accepted=False)
 
 
 def round_record(

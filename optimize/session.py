@@ -33,7 +33,7 @@ from contract.layout import TRAJECTORY_FILE, baseline_regions, completed_in_run,
 from contract.layout import run_dir as layout_run_dir
 from contract.layout import task_dir as layout_task_dir
 from optimize import report
-from optimize.acceptance import judge_final, regressed, round_record
+from optimize.acceptance import judge_final, judge_reach, regressed, round_record
 from optimize.agents import planning, testing
 from optimize.backends import Backend
 from optimize.budget import BUDGETS, FINISHED, Budget
@@ -44,6 +44,7 @@ from optimize.harness.languages import language_of
 from optimize.hooks import CaseValidator, Hooks
 from optimize.llm.client import MeteredModel, Model
 from optimize.measure import evaluate_once, profile_once
+from optimize.reach_ops import changes, companions, transplant
 from optimize.run_folder import OpState, clip, model_failure, op_summary, why
 from optimize.trajectory import (
     Attempt,
@@ -55,12 +56,14 @@ from optimize.trajectory import (
     regions_hash,
 )
 from pipeline.config import Config
-from pipeline.errors import BudgetExhausted, ConfigError
+from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
 from pipeline.records import (
     Candidate,
     Evaluation,
+    Index,
     OpSummary,
     Outcome,
+    ReachVerdict,
     RunSummary,
     ShapeTiming,
     Task,
@@ -154,7 +157,9 @@ class Session:
     def _spent_on_disk(self) -> dict[str, float]:
         total = {"tokens": 0.0, "cost_usd": 0.0, "wall_s": 0.0, "gpu_s": 0.0}
         if self.run_dir.is_dir():
-            for path in sorted(self.run_dir.glob(f"*/{TRAJECTORY_FILE}")):
+            for path in sorted(
+                [*self.run_dir.glob(f"*/{TRAJECTORY_FILE}"), *self.run_dir.glob(f"*/reach/*/{TRAJECTORY_FILE}")]
+            ):
                 for key, value in Trajectory(path).spent().items():
                     total[key] += value
         return total
@@ -330,6 +335,94 @@ class Session:
         report.write_op_report(op.dir / "report.md", text)
         return summary
 
+    # ------------------------------------------------------------------ the ops that share the code
+
+    def _companions(self, task: Task) -> dict[str, tuple[pathlib.Path, Task] | str]:
+        """Every other op that compiles a file ``task`` may edit (:func:`optimize.reach_ops.companions`,
+        over the extraction index), with its task, extracted now when missing, or why there is none.
+        Without an index (a work folder not made by ``extract``) the tasks on disk stand in for it."""
+        index_path = self.config.work / "index.json"
+        out: dict[str, tuple[pathlib.Path, Task] | str] = {}
+        if index_path.exists():
+            ids = companions(read_record(Index, index_path).ops, task)
+        else:
+            files = {span.file for span in task.editable}
+            root = self.config.work / "tasks"
+            found = [load_task(d) for d in sorted(root.iterdir()) if has_task(d)] if root.is_dir() else []
+            ids = sorted(t.op_id for t in found if t.op_id != task.op_id and files & {s.file for s in t.editable})
+        missing = [op_id for op_id in ids if not has_task(layout_task_dir(self.config.work, op_id))]
+        if missing:
+            from extract.command import ensure_tasks
+
+            try:
+                written = ensure_tasks(self.config, missing)
+            except KernelsmithError as err:
+                written = dict.fromkeys(missing, err.message)
+            out.update({op_id: why for op_id, why in written.items() if isinstance(why, str)})
+        for op_id in ids:
+            if op_id not in out:
+                out[op_id] = load_op_task(self.config, op_id)
+        return out
+
+    def _judge_reach(self, op: OpState, candidate: Candidate) -> list[ReachVerdict]:
+        """``candidate`` judged at every other op that runs code it changes, at that op's own shapes, as
+        final validation judges it at its own (:mod:`optimize.reach_ops`). Each companion's folder is
+        ``<op>/reach/<companion>/`` (its completed contract, baseline and evaluations), so a rerun reads
+        them back and integrate never mistakes it for an op of the run."""
+        changed = changes(op.baseline_regions, candidate.regions)
+        verdicts: list[ReachVerdict] = []
+        for op_id, found in sorted(self._companions(op.task).items()):
+            if isinstance(found, str):
+                verdicts.append(ReachVerdict(op_id=op_id, status="not_judged", detail=f"no task: {found}"))
+                continue
+            task_dir, task = found
+            verdicts.append(self._judge_at(op, candidate, changed, task_dir, task))
+        return verdicts
+
+    def _judge_at(
+        self, op: OpState, candidate: Candidate, changed: dict[str, str], task_dir: pathlib.Path, task: Task
+    ) -> ReachVerdict:
+        files = read_task_files(task_dir, task)
+        base = baseline_regions(files, task)
+        moved = transplant(op.task, op.baseline_regions, changed, task, files, base)
+        if moved.status != "reached":
+            return ReachVerdict(op_id=task.op_id, status=moved.status, detail=moved.detail)
+        there = OpState(op.dir / "reach", task_dir, task, files, base)
+        try:
+            there.task = self._completed(there)
+            if there.trajectory.baseline() is None:
+                self._baseline(there)
+        except KernelsmithError as err:  # BaselineError, a contract that cannot be completed, a spent budget
+            return ReachVerdict(
+                op_id=task.op_id,
+                status="not_judged",
+                regions=moved.touched,
+                detail=f"its baseline could not be evaluated: {err.message}",
+            )
+        transplanted = Candidate(
+            op_id=task.op_id,
+            id=candidate_id(moved.regions),
+            parent=there.baseline_candidate().id,
+            regions=moved.regions,
+            skill=candidate.skill,
+            params=candidate.params,
+            coder=candidate.coder,
+            rationale=f"{op.task.op_id}'s candidate {candidate.id}, judged where {task.op_id} runs it",
+            steps=candidate.steps,
+        )
+        evaluation = self._evaluate(there, transplanted, "final")
+        verdict = judge_final(evaluation, self.config.harness.noise_pct)
+        return ReachVerdict(
+            op_id=task.op_id,
+            status="held" if verdict.accepted else "failed",
+            detail=verdict.detail if not verdict.accepted else f"correct, geomean {verdict.speedup_geomean or 0:.3f}x",
+            regions=moved.touched,
+            outcome=evaluation.outcome,
+            speedup_geomean=verdict.speedup_geomean,
+            speedup_min=verdict.speedup_min,
+            regressed_shapes=[f"{t.label} {t.dtype}" for t in verdict.slow],
+        )
+
     def _has_stop(self, op: OpState, reason: str) -> bool:
         """A stop line with this reason is already on disk after the last round (a rerun adds none)."""
         for record in reversed(op.trajectory.records):
@@ -482,6 +575,10 @@ class Session:
             candidate = op.candidate(top.candidate)
             evaluation = self._evaluate(op, candidate, "final")
             verdict = judge_final(evaluation, self.config.harness.noise_pct)
+            reach: list[ReachVerdict] = []
+            if verdict.accepted and self.config.search.judge_companions:
+                reach = self._judge_reach(op, candidate)
+                verdict = judge_reach(verdict, reach)
             traj.append(
                 RoundRecord(
                     kind="final",
@@ -501,6 +598,7 @@ class Session:
                     guarded=top.guarded,
                     accepted=verdict.accepted,
                     best=top.candidate if verdict.accepted else None,
+                    reach=reach,
                     **self._spent_since(mark),
                 )
             )

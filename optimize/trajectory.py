@@ -37,7 +37,7 @@ from pydantic import Field, ValidationError
 
 from optimize.errors import TrajectoryError
 from pipeline.buckets import floor_text
-from pipeline.records import Outcome, Record, ShapeTiming, VersionedRecord, content_hash
+from pipeline.records import Outcome, ReachVerdict, Record, ShapeTiming, VersionedRecord, content_hash
 
 
 class RoundOutcome(str, enum.Enum):
@@ -109,6 +109,8 @@ class RoundRecord(VersionedRecord):
     accepted: bool = False  # this round's candidate became the best
     best: str | None = None  # best candidate id after this line
     stop_reason: str | None = None  # kind == "stop"
+    # kind == "final": the candidate at every other op that runs code it changes (optimize.reach_ops)
+    reach: list[ReachVerdict] = Field(default_factory=list)
     tokens: int = 0
     cost_usd: float = 0.0
     wall_s: float = 0.0

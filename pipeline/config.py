@@ -168,6 +168,10 @@ class SearchConfig(Section):
     # A sweep over many ops that measures one family of transforms names that family here
     # (``--skills``), so no population is spent on the others.
     skills: list[str] = Field(default_factory=list)
+    # Final validation also judges the best at every other op that runs code it changes, at that
+    # op's own shapes (optimize.reach_ops: rope.cuh serves three ops, activation.cuh nine). Off only
+    # to reproduce runs from before it: a candidate then reaches the patch judged at its own op alone.
+    judge_companions: bool = True
 
 
 class HarnessConfig(Section):

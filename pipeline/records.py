@@ -615,6 +615,36 @@ class Evaluation(VersionedRecord):
     screened: bool = False
 
 
+class ReachVerdict(Record):
+    """How a candidate fares at another op whose entry points run code it changes.
+
+    Why: ops share kernel files (rope.cuh serves apply_rope_inplace, its cos/sin-cache
+    twin and the KV-cache store), so a candidate judged only at its own entry points can be
+    slower where another op calls the same code (H200, 2026-12-07: apply_rope_inplace at
+    1.065x alone made the Llama layer's rope step slower). ``status`` is a closed set:
+
+    - ``not_reached``: every change is code this op never runs (:mod:`optimize.reach`);
+    - ``held``: evaluated at this op's own shapes, correct and slower at none beyond the band;
+    - ``failed``: evaluated there and incorrect, or slower beyond the band;
+    - ``not_judged``: reached but not evaluated (no task, a different copy of the region,
+      a baseline that fails its own checks). It blocks acceptance: unproven is not proven.
+    """
+
+    op_id: str
+    status: Literal["not_reached", "held", "failed", "not_judged"]
+    detail: str = ""
+    regions: list[str] = Field(default_factory=list)  # the changed regions this op runs
+    outcome: Outcome | None = None  # the op's final evaluation outcome, when evaluated
+    speedup_geomean: float | None = None
+    speedup_min: float | None = None
+    regressed_shapes: list[str] = Field(default_factory=list)
+
+    @property
+    def blocks(self) -> bool:
+        """True when this verdict keeps the candidate from being accepted."""
+        return self.status in ("failed", "not_judged")
+
+
 class OpSummary(Record):
     """One op's result in an optimize run (what `integrate` reads)."""
 
