@@ -37,6 +37,7 @@ import pathlib
 
 from integrate import e2e as e2e_mod
 from integrate.errors import ConfigError, KernelsmithError
+from integrate.reached import checked_tasks, patch_reach
 from integrate.records import IntegrateReport
 from integrate.sglang_runner import check_ops
 from integrate.sglang_tests import op_tests
@@ -58,6 +59,7 @@ def latest_run(runs_dir: pathlib.Path) -> str:
 
 
 def main(args: argparse.Namespace, config: Config) -> int:
+    from extract.command import ensure_tasks
     from extract.sources import acquire
     from integrate.patch import build_patch, load_run, resolve_overlaps
 
@@ -82,9 +84,17 @@ def main(args: argparse.Namespace, config: Config) -> int:
     patch = build_patch(
         run, run_dir, work / "tasks", source, out_dir, in_place=bool(args.in_place), accepted=accepted, skipped=skipped
     )
-    report = IntegrateReport(run=run, patch=patch)
+    reach = patch_reach(work, accepted, lambda ids: ensure_tasks(config, ids))
+    for op_id, others in sorted(reach.ops.items()):
+        if others:
+            say(f"{op_id}: its change also runs in {', '.join(others)}: checked there too")
+    report = IntegrateReport(run=run, patch=patch, reach=reach.ops, reach_unknown=reach.unknown)
     report, good = gpu_steps(
-        report, [a.task for a in accepted], out_dir, e2e=not getattr(args, "skip_e2e", False), runners=RUNNERS
+        report,
+        checked_tasks(reach, accepted, run_dir),
+        out_dir,
+        e2e=not getattr(args, "skip_e2e", False),
+        runners=RUNNERS,
     )
     if getattr(args, "skip_e2e", False):
         report = report.model_copy(update={"not_run": {**report.not_run, "e2e": "skipped with --skip-e2e"}})

@@ -44,20 +44,25 @@ Partial re-runs are the top's business (:mod:`integrate.command` calls
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from integrate.layer_worker import CONTEXT
 from integrate.recipe import DEFAULT_RECIPE, LayerRecipe, Phase, load_recipe, plan
-from integrate.records import Change, E2EResult, LayerTiming, OneBatchResult, PartTiming
+from integrate.records import AATiming, Change, ContextTiming, E2EResult, LayerTiming, OneBatchResult, PartTiming
 from optimize.harness.timing import Stats, summarize
 from pipeline.records import Dtype
 
 ENV_MODEL = "ONE_BATCH_MODEL_PATH"
+AA_TREE = "tree-aa"  # under the integrate folder: the pristine copy of the A/A comparison, removed after
+WORKER_NAMES = {"baseline": "baseline", "patched": "patched", "copy": "pristine-copy"}
 ONE_BATCH_MODULE = "sglang.benchmark.one_batch"
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 ASSUMPTION = (
@@ -84,17 +89,42 @@ def points(recipe: LayerRecipe | None = None) -> list[tuple[Phase, int]]:
 
 
 def noise_band_pct(baseline: Stats, patched: Stats, layer_baseline_us: float | None = None) -> float:
-    """THE noise band of a comparison, in percent of ``layer_baseline_us`` (default: this part's baseline).
+    """The spread band of a comparison, in percent of ``layer_baseline_us`` (default: this part's baseline).
 
     Half the wider of the two trees' p10-p90 spreads, in microseconds: a patched
     median closer than that to the baseline median lies inside the band the
     replays of one tree scatter over, so the difference is not shown to be real.
+    A verdict widens it by the A/A comparison (:func:`band_with_aa`).
     """
     reference = layer_baseline_us if layer_baseline_us is not None else baseline.median
     if reference <= 0:
         return float("inf")
     half_us = max(baseline.p90 - baseline.p10, patched.p90 - patched.p10) / 2.0
     return half_us / reference * 100.0
+
+
+def aa_timing(baseline: Stats, copy: Stats) -> AATiming:
+    """The pristine copy against the pristine tree: what a change measures as when there is none."""
+    change = (copy.median - baseline.median) / baseline.median * 100.0
+    band = noise_band_pct(baseline, copy)
+    return AATiming(
+        copy_us=copy.median,
+        copy_spread_pct=copy.spread_pct,
+        change_pct=change,
+        band_pct=band,
+        inside=abs(change) <= band,
+    )
+
+
+def band_with_aa(band_pct: float, aa: AATiming | None, scale: float = 1.0) -> float:
+    """THE noise band a verdict uses: the A/B spread band, widened to the A/A's observed difference and
+    its own spread band (``scale`` turns the A/A's percentages of its part into the band's reference).
+
+    Why: on the H200 (2026-12-07) the Llama layer's verdicts came out "slower" at +0.4 % against a
+    spread band of 0.13-0.26 %, with nothing to say whether two identical trees differ that much."""
+    if aa is None:
+        return band_pct
+    return max(band_pct, abs(aa.change_pct) * scale, aa.band_pct * scale)
 
 
 def judge(change_pct: float, band_pct: float) -> Change:
@@ -104,9 +134,16 @@ def judge(change_pct: float, band_pct: float) -> Change:
     return "faster" if change_pct < 0 else "slower"
 
 
-def part_timing(baseline: Stats, patched: Stats, layer_baseline_us: float) -> PartTiming:
-    """One part of the layer: its own change and its change as a share of the whole layer."""
+def _stats(samples: Mapping[str, Mapping[str, list[float]]], tree: str, graph: str) -> Stats | None:
+    values = samples.get(tree, {}).get(graph)
+    return summarize(values) if values else None
+
+
+def part_timing(baseline: Stats, patched: Stats, layer_baseline_us: float, copy: Stats | None = None) -> PartTiming:
+    """One part of the layer: its own change and its change as a share of the whole layer, A/A beside it."""
     share = (patched.median - baseline.median) / layer_baseline_us * 100.0
+    aa = aa_timing(baseline, copy) if copy is not None else None
+    band = band_with_aa(noise_band_pct(baseline, patched, layer_baseline_us), aa, baseline.median / layer_baseline_us)
     return PartTiming(
         baseline_us=baseline.median,
         patched_us=patched.median,
@@ -114,7 +151,25 @@ def part_timing(baseline: Stats, patched: Stats, layer_baseline_us: float) -> Pa
         patched_spread_pct=patched.spread_pct,
         change_pct=(patched.median - baseline.median) / baseline.median * 100.0,
         share_of_layer_pct=share,
-        verdict=judge(share, noise_band_pct(baseline, patched, layer_baseline_us)),
+        verdict=judge(share, band),
+        aa=aa,
+        noise_band_pct=band,
+    )
+
+
+def context_timing(neighbours: Sequence[str], baseline: Stats, patched: Stats, copy: Stats | None) -> ContextTiming:
+    """One SGLang step in its neighbourhood graph, judged on the neighbourhood's own time."""
+    change = (patched.median - baseline.median) / baseline.median * 100.0
+    aa = aa_timing(baseline, copy) if copy is not None else None
+    band = band_with_aa(noise_band_pct(baseline, patched), aa)
+    return ContextTiming(
+        neighbours=list(neighbours),
+        baseline_us=baseline.median,
+        patched_us=patched.median,
+        change_pct=change,
+        noise_band_pct=band,
+        verdict=judge(change, band),
+        aa=aa,
     )
 
 
@@ -126,16 +181,25 @@ def layer_timing(
     layers: int,
     kv_len: int | None,
     steps: Sequence[str],
+    contexts: Mapping[str, Sequence[str]] | None = None,
 ) -> LayerTiming:
-    """The record of one point from the pooled samples of both trees (``samples[tree][graph]``)."""
+    """The record of one point from the pooled samples of the trees (``samples[tree][graph]``; tree
+    "baseline", "patched" and, for A/A, "copy")."""
     b, p = summarize(samples["baseline"]["layer"]), summarize(samples["patched"]["layer"])
+    c = _stats(samples, "copy", "layer")
     change = (p.median - b.median) / b.median * 100.0
-    band = noise_band_pct(b, p)
+    aa = aa_timing(b, c) if c is not None else None
+    band = band_with_aa(noise_band_pct(b, p), aa)
     non_gemm = None
-    if samples["baseline"].get("non_gemm") and samples["patched"].get("non_gemm"):
-        non_gemm = part_timing(
-            summarize(samples["baseline"]["non_gemm"]), summarize(samples["patched"]["non_gemm"]), b.median
-        )
+    nb, np_ = _stats(samples, "baseline", "non_gemm"), _stats(samples, "patched", "non_gemm")
+    if nb is not None and np_ is not None:
+        non_gemm = part_timing(nb, np_, b.median, _stats(samples, "copy", "non_gemm"))
+    context = {}
+    for name, around in (contexts or {}).items():
+        label = f"{CONTEXT}{name}"
+        cb, cp = _stats(samples, "baseline", label), _stats(samples, "patched", label)
+        if cb is not None and cp is not None:
+            context[name] = context_timing(around, cb, cp, _stats(samples, "copy", label))
     return LayerTiming(
         phase=phase,
         tokens=tokens,
@@ -155,6 +219,8 @@ def layer_timing(
             for name in steps
             if samples["baseline"].get(name) and samples["patched"].get(name)
         },
+        aa=aa,
+        context=context,
     )
 
 
@@ -180,8 +246,10 @@ def run_layers(
     decode: Sequence[int] | None = None,
     prefill: Sequence[int] | None = None,
     command: str = "",
+    aa: bool = True,
 ) -> E2EResult:
-    """Whole-layer timings for every point of the recipe, both trees, alternating order per round."""
+    """Whole-layer timings for every point of the recipe: the pristine and the patched tree and, with
+    ``aa``, a byte-for-byte copy of the pristine one (A/A), in an order that turns each round."""
     from integrate.sglang_runner import TreeWorker
 
     recipe = recipe or load_recipe(DEFAULT_RECIPE)
@@ -194,35 +262,57 @@ def run_layers(
     skipped: dict[str, str] = {}
     ops: list[str] = []
     attention = ""
-    with (
-        TreeWorker("baseline", baseline_pkg, out_dir / "cache" / "baseline", logs / "e2e-baseline.log") as base,
-        TreeWorker("patched", patched_pkg, out_dir / "cache" / "patched", logs / "e2e-patched.log") as new,
-    ):
-        workers = {"baseline": base, "patched": new}
-        if todo:
-            _build_both(workers, plan(recipe, *todo[0]), dtype, timeout_s)
-        for phase, tokens in todo:
-            req = {
-                "cmd": "layer",
-                "plan": plan(recipe, phase, tokens),
-                "dtype": dtype,
-                "repeats": repeats,
-                "graph_calls": graph_calls,
-                "l2_multiple": l2_multiple,
+    copy_pkg = out_dir / AA_TREE / baseline_pkg.name
+    if aa:
+        from integrate.patch import copy_package
+
+        shutil.rmtree(copy_pkg.parent, ignore_errors=True)
+        copy_package(baseline_pkg, copy_pkg)
+    trees = [("baseline", baseline_pkg), ("patched", patched_pkg), *([("copy", copy_pkg)] if aa else [])]
+    try:
+        with contextlib.ExitStack() as stack:
+            workers = {
+                who: stack.enter_context(
+                    TreeWorker(WORKER_NAMES[who], package, out_dir / "cache" / who, logs / f"e2e-{who}.log")
+                )
+                for who, package in trees
             }
-            samples: dict[str, dict[str, list[float]]] = {"baseline": {}, "patched": {}}
-            for r in range(rounds):
-                order = ["baseline", "patched"] if r % 2 == 0 else ["patched", "baseline"]
-                for who in order:
-                    answer = workers[who].request({**req, "seed": r}, timeout_s=timeout_s)
-                    skipped.update({f"{name} ({phase})": why for name, why in answer.get("skipped", {}).items()})
-                    ops = list(answer["ops"])
-                    attention = str(answer.get("attention", attention))
-                    for name, values in answer["samples_us"].items():
-                        samples[who].setdefault(name, []).extend(float(v) for v in values)
-            rows.append(
-                layer_timing(phase, tokens, samples, layers=recipe.layers, kv_len=recipe.proxy.kv_len, steps=ops)
-            )
+            if todo:
+                _build_all(workers, plan(recipe, *todo[0]), dtype, timeout_s)
+            for phase, tokens in todo:
+                req = {
+                    "cmd": "layer",
+                    "plan": plan(recipe, phase, tokens),
+                    "dtype": dtype,
+                    "repeats": repeats,
+                    "graph_calls": graph_calls,
+                    "l2_multiple": l2_multiple,
+                }
+                samples: dict[str, dict[str, list[float]]] = {who: {} for who in workers}
+                contexts: dict[str, list[str]] = {}
+                for r in range(rounds):
+                    for who in round_order(list(workers), r):
+                        answer = workers[who].request({**req, "seed": r}, timeout_s=timeout_s)
+                        skipped.update({f"{name} ({phase})": why for name, why in answer.get("skipped", {}).items()})
+                        ops = list(answer["ops"])
+                        contexts = dict(answer.get("contexts", {}))
+                        attention = str(answer.get("attention", attention))
+                        for name, values in answer["samples_us"].items():
+                            samples[who].setdefault(name, []).extend(float(v) for v in values)
+                rows.append(
+                    layer_timing(
+                        phase,
+                        tokens,
+                        samples,
+                        layers=recipe.layers,
+                        kv_len=recipe.proxy.kv_len,
+                        steps=ops,
+                        contexts=contexts,
+                    )
+                )
+    finally:
+        if aa:
+            shutil.rmtree(copy_pkg.parent, ignore_errors=True)
     parts = recipe.parts()
     return E2EResult(
         ran=True,
@@ -241,8 +331,15 @@ def run_layers(
     )
 
 
-def _build_both(workers: Mapping[str, Any], first: dict[str, Any], dtype: Dtype, timeout_s: float) -> None:
-    """Both trees build the layer's SGLang modules at once, before any timing.
+def round_order(trees: Sequence[str], r: int) -> list[str]:
+    """The trees' order in round ``r``: turned by one each round, so each tree runs first, second, ...
+    equally often over as many rounds as there are trees (two trees: alternating)."""
+    k = r % len(trees)
+    return [*trees[k:], *trees[:k]]
+
+
+def _build_all(workers: Mapping[str, Any], first: dict[str, Any], dtype: Dtype, timeout_s: float) -> None:
+    """Every tree builds the layer's SGLang modules at once, before any timing.
 
     Why: each tree JIT-builds its ops on first call into its own private cache (the patched
     tree's code must never share builds with the pristine one), and one tree at a time that

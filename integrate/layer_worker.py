@@ -15,8 +15,10 @@ builds and loads happen there, never inside a capture); buffer sets are rotated
 so the footprint is at least ``l2_multiple`` x L2 (a layer's weights alone
 usually are, so one set is common); then CUDA graphs of ``graph_calls`` layers
 back to back are captured for the whole layer (``layer``), for the SGLang steps
-alone (``non_gemm``: everything but the torch parts) and for every step alone,
-and their replays are timed with CUDA events, interleaved. One sample = replay
+alone (``non_gemm``: everything but the torch parts), for every step alone, and
+for every SGLang step in its neighbourhood (``context:<step>``: the step between
+the layer's steps before and after it, :func:`neighbourhoods`), and their replays
+are timed with CUDA events, interleaved. One sample = replay
 time / calls.
 
 What must stay true: an optional step this tree cannot run (no such function, or
@@ -124,6 +126,24 @@ def _build_concurrently(per_buf: Mapping[str, Call], names: Sequence[str]) -> No
     parallel_compile([first_call(per_buf[name]) for name in names if name in per_buf])
 
 
+CONTEXT = "context:"  # the sample label of a step timed in its neighbourhood: "context:<step>"
+
+
+def neighbourhoods(names: Sequence[str], sglang: Sequence[str]) -> dict[str, list[str]]:
+    """Each SGLang step with the steps just before and after it in the layer, in order.
+
+    Layers repeat, so the first step's predecessor is the last step (the previous layer's) and
+    the last step's successor is the first. A layer of fewer than three steps has no
+    neighbourhood smaller than itself: none is timed."""
+    if len(names) < 3:
+        return {}
+    out = {}
+    for i, name in enumerate(names):
+        if name in sglang:
+            out[name] = [names[i - 1], name, names[(i + 1) % len(names)]]
+    return out
+
+
 def cmd_layer(req: JsonDict) -> JsonDict:
     """Time the planned layer, the SGLang steps alone, and each step alone, in CUDA graphs."""
     import torch
@@ -204,7 +224,13 @@ def cmd_layer(req: JsonDict) -> JsonDict:
 
         return run
 
-    groups: dict[str, Sequence[str]] = {"layer": names, "non_gemm": sglang, **{name: [name] for name in names}}
+    contexts = neighbourhoods(names, sglang)
+    groups: dict[str, Sequence[str]] = {
+        "layer": names,
+        "non_gemm": sglang,
+        **{name: [name] for name in names},
+        **{f"{CONTEXT}{name}": around for name, around in contexts.items()},
+    }
     graphs = {}
     with torch.cuda.stream(stream):
         for label, which in groups.items():
@@ -215,6 +241,7 @@ def cmd_layer(req: JsonDict) -> JsonDict:
         "ok": True,
         "ops": names,
         "sglang_ops": sglang,
+        "contexts": contexts,
         "samples_us": samples,
         "skipped": skipped,
         "sets": sets,

@@ -6,7 +6,9 @@ reproduces it. Its status line is computed, never asserted:
 
 - **ready**: every op was checked through SGLang on the GPU and passed;
 - **draft**: something that proves the patch did not run (no GPU here, no
-  adapter for an op); the list says what;
+  adapter for an op), or a model-step recipe that runs the changed code was slower
+  beyond its A/A-widened band at some point (:func:`integrate.pr_model.regressions`);
+  the list says what and where;
 - **failing**: a correctness check or an SGLang test failed.
 
 For the reviewer, beyond the figures (facts from :mod:`integrate.evidence`): why
@@ -34,10 +36,11 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 
-from integrate import pr_triton
+from integrate import pr_model, pr_triton
 from integrate.diffs import sha256
 from integrate.errors import GitError
 from integrate.evidence import OpFacts, RunFacts, gather, launch_facts, refuse_simulated
+from integrate.pr_model import fmt as _fmt
 from integrate.records import E2EResult, IntegrateReport, OpChange, Patch
 from optimize.report import params_text
 from pipeline.buckets import BUCKETS, bucket_for, floor_text
@@ -73,6 +76,7 @@ def status(report: IntegrateReport) -> tuple[str, list[str]]:
         failing.append(f"{step} broke: {why.splitlines()[0] if why else ''}")
     for step, why in report.not_run.items():
         missing.append(f"{step}: {why}")
+    missing += [f"slower in the model step: {where}" for where in pr_model.regressions(report)]
     if failing:
         return "failing", failing + missing
     if missing:
@@ -94,12 +98,6 @@ def _speedup(t: ShapeTiming) -> float | None:
     if t.baseline_us and t.time_us:
         return t.baseline_us / t.time_us
     return None
-
-
-def _fmt(value: float | None, spec: str = ".2f", none: str = "—") -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return none
-    return format(value, spec)
 
 
 def _function_name(op_id: str) -> str:
@@ -340,82 +338,6 @@ def _buckets(op: OpChange, facts: OpFacts, sim: str) -> list[str]:
     return out
 
 
-def _legacy_e2e_table(e2e: E2EResult) -> list[str]:
-    """A record from before the whole-layer proxy: its rows are the non-GEMM ops alone, and are labelled so."""
-    out = [
-        (
-            f"Recorded by the older layer proxy: one {e2e.model} decoder layer's **non-GEMM ops only** ({' → '.join(e2e.ops)}), "
-            "no GEMM and no attention, so the change below is NOT a share of a whole layer. Re-run integrate for the whole-layer figure."
-        ),
-        "",
-        "| phase | tokens | baseline µs (non-GEMM) | patched µs (non-GEMM) | change of the non-GEMM ops |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for row in e2e.rows:
-        out.append(
-            f"| {row.phase} | {row.tokens} | {row.baseline_us:.2f} (±{row.baseline_spread_pct:.1f}%) | "
-            f"{row.patched_us:.2f} (±{row.patched_spread_pct:.1f}%) | {row.change_pct:+.1f}% |"
-        )
-    return [*out, "", f"Assumption: {e2e.assumption}", ""]
-
-
-def _e2e_tables(e2e: E2EResult) -> list[str]:
-    """The whole-layer table (share of the layer, spread, "no change" inside the noise band) and the non-GEMM one."""
-    if not e2e.recipe:
-        return _legacy_e2e_table(e2e)
-    steps = " → ".join(f"{name} ({e2e.parts.get(name, '?')})" for name in e2e.ops)
-    kv = (
-        f" Decode: each of the B sequences attends with 1 new token over a KV cache of {e2e.kv_len} tokens; prefill is causal over its T tokens."
-        if e2e.kv_len
-        else ""
-    )
-    out = [
-        (
-            f"One whole {e2e.model} decoder layer ({e2e.dtype}) from the recipe `{e2e.recipe or '?'}`: {steps}. "
-            f"Attention: {e2e.attention or 'torch SDPA'}.{kv} Many layers back to back in one CUDA graph, buffer sets rotated "
-            "over at least 3x L2, pristine and patched trees alternating over rounds; medians of the pooled replays, spread = "
-            "(p90 − p10) / median. The noise band is half the wider of the two trees' p10–p90 spreads; a change inside it is "
-            "reported as **no change**."
-        ),
-    ]
-    for op, why in e2e.skipped_ops.items():
-        out.append(f"- `{op}` is not in the layer: {why}")
-    out += [
-        "",
-        "**Whole layer** (change as a share of the whole layer's time):",
-        "",
-        "| phase | tokens | KV len | baseline µs/layer | patched µs/layer | change | noise band | verdict | implied tok/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---|",
-    ]
-    for row in e2e.rows:
-        out.append(
-            f"| {row.phase} | {row.tokens} | {row.kv_len if row.kv_len else '—'} | {row.baseline_us:.2f} (±{row.baseline_spread_pct:.1f}%) | "
-            f"{row.patched_us:.2f} (±{row.patched_spread_pct:.1f}%) | {row.change_pct:+.2f}% | ±{_fmt(row.noise_band_pct)}% | "
-            f"{row.verdict or '—'} | {row.baseline_tokens_per_s:,.0f} → {row.patched_tokens_per_s:,.0f} |"
-        )
-    rows = [r for r in e2e.rows if r.non_gemm is not None]
-    if rows:
-        out += [
-            "",
-            (
-                "**Non-GEMM part only** (SGLang's ops alone, back to back, NOT the whole layer; the change is given on its own "
-                "and as a share of the whole layer's time):"
-            ),
-            "",
-            "| phase | tokens | baseline µs | patched µs | change of the part | share of the layer | verdict |",
-            "|---|---:|---:|---:|---:|---:|---|",
-        ]
-        for row in rows:
-            ng = row.non_gemm
-            assert ng is not None
-            out.append(
-                f"| {row.phase} | {row.tokens} | {ng.baseline_us:.2f} (±{ng.baseline_spread_pct:.1f}%) | "
-                f"{ng.patched_us:.2f} (±{ng.patched_spread_pct:.1f}%) | {ng.change_pct:+.1f}% | {ng.share_of_layer_pct:+.2f}% | {ng.verdict} |"
-            )
-    out += ["", f"Assumption: {e2e.assumption}", ""]
-    return out
-
-
 def _reproduce(report: IntegrateReport, e2e: E2EResult | None, facts: RunFacts) -> list[str]:
     """Commands a reviewer can paste from the kernelsmith repository root: no path of the machine it ran on."""
     patch = report.patch
@@ -649,11 +571,7 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     if e2e is None or not e2e.ran:
         out += ["Not run: " + (e2e.reason if e2e else report.not_run.get("e2e", "no GPU step ran")) + ".", ""]
     else:
-        out += _e2e_tables(e2e)
-        in_layer = {part.removeprefix("SGLang ") for part in e2e.parts.values()}
-        for op in patch.ops:
-            if e2e.recipe and op.op_id not in in_layer:
-                out += [f"`{op.op_id}` is not a step of this layer's recipe: these figures cannot show its change.", ""]
+        out += pr_model.section(report)
         ob = e2e.one_batch
         if ob is not None and ob.ran:
             out += [

@@ -174,6 +174,19 @@ class TestRun(Record):
 Change = Literal["faster", "slower", "no change"]
 
 
+class AATiming(Record):
+    """A/A: a byte-for-byte copy of the pristine tree, built and timed like the patched one, in the same rounds.
+
+    Why: two trees with identical ops can time apart (build, memory placement, which runs first); a
+    change no larger than what the copy shows is not shown to be the patch's (integrate.e2e's METHOD)."""
+
+    copy_us: float
+    copy_spread_pct: float
+    change_pct: float  # (copy - pristine) / pristine * 100: what no change at all measures as
+    band_pct: float  # half the wider of the two trees' p10-p90 spreads, in % of the pristine median
+    inside: bool  # |change_pct| <= band_pct: the spread-based band covers the A/A difference
+
+
 class PartTiming(Record):
     """One part of the decoder layer (the SGLang ops alone, or one step), both trees."""
 
@@ -184,6 +197,23 @@ class PartTiming(Record):
     change_pct: float  # (patched - baseline) / this part's baseline * 100
     share_of_layer_pct: float  # (patched - baseline) / the WHOLE layer's baseline * 100
     verdict: Change  # integrate.e2e.judge: "no change" inside the noise band
+    aa: AATiming | None = None  # the pristine copy against the pristine tree (None: a record from before A/A)
+    noise_band_pct: float | None = None  # in % of the whole layer, A/A included (integrate.e2e.noise_band_pct)
+
+
+class ContextTiming(Record):
+    """One SGLang step in its neighbourhood: the step with the layer's steps before and after it, in one graph.
+
+    Why: a gain from launch overlap (PDL's early trigger, a late wait) shows only when the kernels around
+    the step are the ones a model runs; replayed after itself the op overlaps with its own copy."""
+
+    neighbours: list[str]  # the steps of the graph, in order (the step in the middle)
+    baseline_us: float
+    patched_us: float
+    change_pct: float  # (patched - baseline) / baseline * 100 of the neighbourhood
+    noise_band_pct: float  # in % of the neighbourhood's baseline, A/A included
+    verdict: Change
+    aa: AATiming | None = None
 
 
 class LayerTiming(Record):
@@ -205,6 +235,8 @@ class LayerTiming(Record):
     patched_tokens_per_s: float
     non_gemm: PartTiming | None = None  # the SGLang ops alone, back to back (NOT the whole layer)
     ops_us: dict[str, dict[str, float]] = Field(default_factory=dict)  # step -> {"baseline": us, "patched": us}
+    aa: AATiming | None = None  # the whole layer, pristine copy against pristine (None: a record from before A/A)
+    context: dict[str, ContextTiming] = Field(default_factory=dict)  # SGLang step -> it in its neighbourhood
 
 
 class OneBatchResult(Record):
@@ -248,6 +280,10 @@ class IntegrateReport(VersionedRecord):
     failed_steps: dict[str, str] = Field(default_factory=dict)  # step -> the error that broke it
     branch: str | None = None  # --git-branch result
     commit: str | None = None
+    # op -> the other ops whose entry points run code its candidate changes (integrate.reached): checked
+    # through SGLang beside it, and what tells whether a layer recipe's step runs the patch
+    reach: dict[str, list[str]] = Field(default_factory=dict)
+    reach_unknown: dict[str, str] = Field(default_factory=dict)  # companion op -> why its reach is unknown
 
 
 # --------------------------------------------------------------------------- self-check

@@ -27,18 +27,67 @@ What must stay true: a change the model cannot place at a companion is ``not_jud
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import pathlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from contract.layout import has_task, load_task
+from contract.layout import task_dir as layout_task_dir
 from optimize.reach import confine, foreign_code, outside_text, task_wrappers
-from pipeline.records import OpEntry, Task
+from pipeline.errors import KernelsmithError
+from pipeline.records import Index, OpEntry, Task, read_record
+
+#: Writes the tasks of ops missing from the work folder: op id -> its Task, or why there is none
+#: (:func:`extract.command.ensure_tasks` bound to a config).
+Ensure = Callable[[list[str]], Mapping[str, "Task | str"]]
 
 
 def companions(ops: Iterable[OpEntry], task: Task) -> list[str]:
     """The ops (ids, sorted) other than ``task``'s whose JIT module compiles a file ``task`` may edit."""
     files = {span.file for span in task.editable}
     return sorted({op.id for op in ops if op.id != task.op_id and files & set(op.files)})
+
+
+@dataclass(frozen=True)
+class Companion:
+    """An op that compiles a file the task may edit: its task folder and task, or why it has none."""
+
+    op_id: str
+    task_dir: pathlib.Path | None = None
+    task: Task | None = None
+    why: str = ""
+
+
+def find_companions(work: pathlib.Path, task: Task, ensure: Ensure | None = None) -> list[Companion]:
+    """:func:`companions` of ``task`` over the work folder's extraction index (``index.json``), with their
+    tasks, sorted by op id. A missing task is asked of ``ensure`` (None: it stays missing, with the fix).
+    Without an index (a work folder ``extract`` did not make) the tasks on disk stand in for it."""
+    index_path = work / "index.json"
+    if index_path.exists():
+        ids = companions(read_record(Index, index_path).ops, task)
+    else:
+        files = {span.file for span in task.editable}
+        root = work / "tasks"
+        found = [load_task(d) for d in sorted(root.iterdir()) if has_task(d)] if root.is_dir() else []
+        ids = sorted(t.op_id for t in found if t.op_id != task.op_id and files & {s.file for s in t.editable})
+    missing = [op_id for op_id in ids if not has_task(layout_task_dir(work, op_id))]
+    written: Mapping[str, Task | str] = {}
+    if missing and ensure is not None:
+        try:
+            written = ensure(missing)
+        except KernelsmithError as err:
+            written = dict.fromkeys(missing, err.message)
+    out = []
+    for op_id in ids:
+        folder = layout_task_dir(work, op_id)
+        if op_id in missing:
+            got = written.get(op_id, f"no task; run `kernelsmith extract --ops {op_id}`")
+            if isinstance(got, str):
+                out.append(Companion(op_id, why=got))
+                continue
+        out.append(Companion(op_id, folder, load_task(folder)))
+    return out
 
 
 def changes(baseline: Mapping[str, str], regions: Mapping[str, str]) -> dict[str, str]:

@@ -44,7 +44,7 @@ from optimize.harness.languages import language_of
 from optimize.hooks import CaseValidator, Hooks
 from optimize.llm.client import MeteredModel, Model
 from optimize.measure import evaluate_once, profile_once
-from optimize.reach_ops import changes, companions, transplant
+from optimize.reach_ops import changes, find_companions, transplant
 from optimize.run_folder import OpState, clip, model_failure, op_summary, why
 from optimize.trajectory import (
     Attempt,
@@ -60,7 +60,6 @@ from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
 from pipeline.records import (
     Candidate,
     Evaluation,
-    Index,
     OpSummary,
     Outcome,
     ReachVerdict,
@@ -337,46 +336,20 @@ class Session:
 
     # ------------------------------------------------------------------ the ops that share the code
 
-    def _companions(self, task: Task) -> dict[str, tuple[pathlib.Path, Task] | str]:
-        """Every other op that compiles a file ``task`` may edit (:func:`optimize.reach_ops.companions`,
-        over the extraction index), with its task, extracted now when missing, or why there is none.
-        Without an index (a work folder not made by ``extract``) the tasks on disk stand in for it."""
-        index_path = self.config.work / "index.json"
-        out: dict[str, tuple[pathlib.Path, Task] | str] = {}
-        if index_path.exists():
-            ids = companions(read_record(Index, index_path).ops, task)
-        else:
-            files = {span.file for span in task.editable}
-            root = self.config.work / "tasks"
-            found = [load_task(d) for d in sorted(root.iterdir()) if has_task(d)] if root.is_dir() else []
-            ids = sorted(t.op_id for t in found if t.op_id != task.op_id and files & {s.file for s in t.editable})
-        missing = [op_id for op_id in ids if not has_task(layout_task_dir(self.config.work, op_id))]
-        if missing:
-            from extract.command import ensure_tasks
-
-            try:
-                written = ensure_tasks(self.config, missing)
-            except KernelsmithError as err:
-                written = dict.fromkeys(missing, err.message)
-            out.update({op_id: why for op_id, why in written.items() if isinstance(why, str)})
-        for op_id in ids:
-            if op_id not in out:
-                out[op_id] = load_op_task(self.config, op_id)
-        return out
-
     def _judge_reach(self, op: OpState, candidate: Candidate) -> list[ReachVerdict]:
         """``candidate`` judged at every other op that runs code it changes, at that op's own shapes, as
         final validation judges it at its own (:mod:`optimize.reach_ops`). Each companion's folder is
         ``<op>/reach/<companion>/`` (its completed contract, baseline and evaluations), so a rerun reads
         them back and integrate never mistakes it for an op of the run."""
+        from extract.command import ensure_tasks
+
         changed = changes(op.baseline_regions, candidate.regions)
         verdicts: list[ReachVerdict] = []
-        for op_id, found in sorted(self._companions(op.task).items()):
-            if isinstance(found, str):
-                verdicts.append(ReachVerdict(op_id=op_id, status="not_judged", detail=f"no task: {found}"))
+        for found in find_companions(self.config.work, op.task, lambda ids: ensure_tasks(self.config, ids)):
+            if found.task is None or found.task_dir is None:
+                verdicts.append(ReachVerdict(op_id=found.op_id, status="not_judged", detail=f"no task: {found.why}"))
                 continue
-            task_dir, task = found
-            verdicts.append(self._judge_at(op, candidate, changed, task_dir, task))
+            verdicts.append(self._judge_at(op, candidate, changed, found.task_dir, found.task))
         return verdicts
 
     def _judge_at(

@@ -229,14 +229,73 @@ def test_both_trees_build_their_modules_at_once_before_any_timing(tmp_path, monk
             return self.receive(req, timeout_s=timeout_s)
 
     monkeypatch.setattr(runner, "TreeWorker", FakeWorker)
-    result = e2e.run_layers(tmp_path, tmp_path, tmp_path, decode=(1,), prefill=(4096,), rounds=1, repeats=5)
+    package = tmp_path / "pristine" / "sglang"
+    (package / "kernels").mkdir(parents=True)
+    (package / "kernels" / "op.py").write_text("X = 1\n")
+    seen_copy: list[bool] = []
+    real_build = e2e._build_all
+
+    def build_all(workers, first, dtype, timeout_s):  # the copy exists while the workers run
+        seen_copy.append((tmp_path / "out" / e2e.AA_TREE / "sglang" / "kernels" / "op.py").read_text() == "X = 1\n")
+        return real_build(workers, first, dtype, timeout_s)
+
+    monkeypatch.setattr(e2e, "_build_all", build_all)
+    result = e2e.run_layers(package, package, tmp_path / "out", decode=(1,), prefill=(4096,), rounds=1, repeats=5)
     warm = [(kind, who) for kind, who, req in events if req.get("parallel_build")]
-    assert warm == [("send", "baseline"), ("send", "patched"), ("receive", "baseline"), ("receive", "patched")]
+    assert warm == [
+        ("send", "baseline"),
+        ("send", "patched"),
+        ("send", "pristine-copy"),
+        ("receive", "baseline"),
+        ("receive", "patched"),
+        ("receive", "pristine-copy"),
+    ]
     (first_warm,) = {id(req): req for _, _, req in events if req.get("parallel_build")}.values()
     assert first_warm["max_sets"] == 1 and first_warm["repeats"] == 1 and first_warm["plan"]["tokens"] == 1
     timed = [req for kind, _, req in events if kind == "send" and not req.get("parallel_build")]
-    assert len(timed) == 4 and all(req["repeats"] == 5 for req in timed), "two points, one round, two trees"
+    assert len(timed) == 6 and all(req["repeats"] == 5 for req in timed), "two points, one round, three trees"
     assert [r.baseline_us for r in result.rows] == [10.0, 10.0]
+    assert all(r.aa is not None and r.aa.change_pct == 0.0 for r in result.rows)
+    assert seen_copy == [True] and not (tmp_path / "out" / e2e.AA_TREE).exists(), "the A/A copy is removed after"
+
+
+def test_each_tree_takes_each_place_in_the_round_order():
+    trees = ["baseline", "patched", "copy"]
+    orders = [e2e.round_order(trees, r) for r in range(3)]
+    assert orders == [trees, ["patched", "copy", "baseline"], ["copy", "baseline", "patched"]]
+    assert {tuple(o.index(t) for o in orders) for t in trees} == {(0, 2, 1), (1, 0, 2), (2, 1, 0)}
+    assert e2e.round_order(["baseline", "patched"], 1) == ["patched", "baseline"]  # two trees: alternating
+
+
+def test_an_a_a_difference_wider_than_the_spread_widens_the_band():
+    """Two identical trees 1 % apart: a patched change of 0.6 % is inside what no change measures as."""
+    tight = [100.0, 100.05, 99.95] * 4
+    samples = {
+        "baseline": {"layer": tight, "context:rope": [10.0, 10.01, 9.99] * 4},
+        "patched": {"layer": [x * 1.006 for x in tight], "context:rope": [10.5, 10.51, 10.49] * 4},
+        "copy": {"layer": [x * 1.01 for x in tight], "context:rope": [10.0, 10.01, 9.99] * 4},
+    }
+    row = layer_timing("decode", 1, samples, layers=32, kv_len=2048, steps=[], contexts={"rope": ["a", "rope", "b"]})
+    assert row.aa is not None and row.aa.change_pct == pytest.approx(1.0) and not row.aa.inside
+    assert row.noise_band_pct == pytest.approx(1.0) and row.verdict == "no change"
+    without = layer_timing(
+        "decode", 1, {k: v for k, v in samples.items() if k != "copy"}, layers=32, kv_len=2048, steps=[]
+    )
+    assert without.aa is None and without.verdict == "slower", "the spread band alone calls it slower"
+    ctx = row.context["rope"]
+    assert ctx.neighbours == ["a", "rope", "b"] and ctx.change_pct == pytest.approx(5.0) and ctx.verdict == "slower"
+    assert ctx.aa is not None and ctx.aa.inside
+
+
+def test_each_sglang_step_is_timed_between_its_neighbours_wrapping_around_the_layer():
+    from integrate.layer_worker import neighbourhoods
+
+    names = ["input_norm", "qkv_proj", "rope", "attention", "down_proj"]
+    assert neighbourhoods(names, ["input_norm", "rope"]) == {
+        "input_norm": ["down_proj", "input_norm", "qkv_proj"],
+        "rope": ["qkv_proj", "rope", "attention"],
+    }
+    assert neighbourhoods(["a", "b"], ["a"]) == {}
 
 
 @pytest.mark.gpu
@@ -251,3 +310,5 @@ def test_layer_proxy_on_the_gpu(sglang_source, tmp_path):
         assert row.non_gemm.baseline_us < row.baseline_us, "the SGLang ops alone take less than the whole layer"
         assert abs(row.change_pct) < 5, "the same tree on both sides must time alike"
         assert set(row.ops_us) == set(result.ops)
+        assert row.aa is not None and abs(row.aa.change_pct) < 5
+        assert set(row.context) == {n for n in result.ops if result.parts[n].startswith("SGLang")}

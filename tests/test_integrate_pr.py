@@ -572,3 +572,104 @@ def test_an_older_e2e_record_is_labelled_non_gemm_only(tmp_path):
     assert "**non-GEMM ops only**" in text and "NOT a share of a whole layer" in text
     assert "| decode | 1 | 10.00 (±1.0%) | 9.50 (±1.1%) | -5.0% |" in text
     assert "Whole layer" not in text
+
+
+# --------------------------------------------------------------------------- the model step holds the PR
+
+
+def _with_rope(report: IntegrateReport, *, reach: dict[str, list[str]], verdict: str, ctx_verdict: str = "no change"):
+    """``report``'s layer gains a rope step (apply_rope_with_cos_sin_cache_inplace) and the decode row the
+    given whole-layer verdict, A/A figures and the rope step in context."""
+    from integrate.records import AATiming, ContextTiming
+
+    e2e = report.e2e
+    assert e2e is not None
+    aa = AATiming(copy_us=10.01, copy_spread_pct=0.3, change_pct=0.1, band_pct=0.15, inside=True)
+    ctx = ContextTiming(
+        neighbours=["qkv_proj", "rope", "attention"],
+        baseline_us=4.0,
+        patched_us=4.2 if ctx_verdict == "slower" else 4.0,
+        change_pct=5.0 if ctx_verdict == "slower" else 0.0,
+        noise_band_pct=0.4,
+        verdict=ctx_verdict,  # type: ignore[arg-type]
+        aa=aa,
+    )
+    decode = e2e.rows[0].model_copy(
+        update={
+            "patched_us": 10.05 if verdict == "slower" else 10.0,
+            "change_pct": 0.5 if verdict == "slower" else 0.0,
+            "noise_band_pct": 0.2,
+            "verdict": verdict,
+            "aa": aa,
+            "context": {"rope": ctx},
+        }
+    )
+    e2e = e2e.model_copy(
+        update={
+            "ops": ["input_norm", "qkv_proj", "rope", "attention", "silu_and_mul"],
+            "parts": {**e2e.parts, "rope": "SGLang attention.apply_rope_with_cos_sin_cache_inplace"},
+            "rows": [decode, *e2e.rows[1:]],
+        }
+    )
+    patch = report.patch.model_copy(
+        update={"ops": [op.model_copy(update={"op_id": "attention.apply_rope_inplace"}) for op in report.patch.ops]}
+    )
+    checks = [c.model_copy(update={"op_id": "attention.apply_rope_inplace"}) for c in report.checks]
+    tests = [t.model_copy(update={"op_id": "attention.apply_rope_inplace"}) for t in report.tests]
+    return report.model_copy(update={"e2e": e2e, "patch": patch, "reach": reach, "checks": checks, "tests": tests})
+
+
+def test_a_layer_that_runs_the_change_through_another_op_says_so_and_its_slower_point_keeps_the_pr_draft(tmp_path):
+    report = _with_rope(
+        full_report(tmp_path),
+        reach={"attention.apply_rope_inplace": ["attention.apply_rope_with_cos_sin_cache_inplace"]},
+        verdict="slower",
+        ctx_verdict="slower",
+    )
+    state, reasons = status(report)
+    assert state == "draft"
+    assert any(
+        "Llama-3.1-8B decode T=1: the whole layer +0.50% (band ±0.20%, A/A +0.10% (±0.15%))" in r for r in reasons
+    )
+    assert any(
+        "`attention.apply_rope_with_cos_sin_cache_inplace` in context (qkv_proj → rope → attention) +5.00%" in r
+        for r in reasons
+    )
+    text = render(report)
+    assert "This layer runs the changed code at: `rope` (attention.apply_rope_with_cos_sin_cache_inplace)" in text
+    assert "cannot show" not in text and "No step of this layer's recipe" not in text
+    assert "**Slower in the model step** (this keeps the PR in draft):" in text
+    assert (
+        "| decode | 1 | rope | qkv_proj → rope → attention | 4.00 | 4.20 | +5.00% | +0.10% (±0.15%) | ±0.40% | slower |"
+        in text
+    )
+    assert "| -5.00% |" not in text.split("**Whole layer**")[1].split("\n")[4]  # the decode row is the slower one now
+    assert "A/A (copy − pristine) |" in text
+
+
+def test_a_layer_that_runs_the_change_and_is_not_slower_leaves_the_pr_ready(tmp_path):
+    report = _with_rope(
+        full_report(tmp_path),
+        reach={"attention.apply_rope_inplace": ["attention.apply_rope_with_cos_sin_cache_inplace"]},
+        verdict="no change",
+    )
+    assert status(report) == ("ready", [])
+
+
+def test_a_slower_layer_that_runs_none_of_the_change_does_not_hold_the_pr(tmp_path):
+    report = _with_rope(full_report(tmp_path), reach={"attention.apply_rope_inplace": []}, verdict="slower")
+    assert status(report) == ("ready", [])
+    text = render(report)
+    assert "No step of this layer's recipe runs the changed code (`attention.apply_rope_inplace`" in text
+
+
+def test_an_op_whose_reach_is_unknown_counts_as_running_the_change(tmp_path):
+    report = _with_rope(full_report(tmp_path), reach={"attention.apply_rope_inplace": []}, verdict="slower")
+    report = report.model_copy(
+        update={"reach_unknown": {"attention.apply_rope_with_cos_sin_cache_inplace": "no task: no wheel here"}}
+    )
+    state, reasons = status(report)
+    assert state == "draft" and any("the whole layer +0.50%" in r for r in reasons)
+    assert "Whether `attention.apply_rope_with_cos_sin_cache_inplace` runs the changed code is unknown" in render(
+        report
+    )

@@ -226,3 +226,22 @@ def test_judge_companions_off_keeps_the_old_rule(tmp_path):
     summary, traj = _run_with_twin(tmp_path, 0.9, judge_companions=False)
     (final,) = traj.finals()
     assert final.accepted and final.reach == [] and summary.ops[0].status == "improved"
+
+
+# --------------------------------------------------------------------------- integrate: the patch's reach
+
+
+def test_integrate_checks_every_op_the_patch_reaches(rope_tasks, tmp_path):
+    from integrate.patch import Accepted
+    from integrate.reached import checked_tasks, patch_reach
+    from pipeline.records import Candidate
+
+    own, _, base = rope_tasks["attention.apply_rope_inplace"]
+    regions = {**base, "FusedRopeKernel": _edit_method(base["FusedRopeKernel"], " run(")}
+    candidate = Candidate(op_id=own.op_id, id="c1", parent="b0", regions=regions, coder="offline")
+    acc = Accepted(own.op_id, candidate, None, own, ROOT / "work" / "tasks" / own.op_id)
+    reach = patch_reach(ROOT / "work", [acc])
+    assert reach.ops == {own.op_id: ["attention.apply_rope_with_cos_sin_cache_inplace"]}
+    assert list(reach.tasks) == ["attention.apply_rope_with_cos_sin_cache_inplace"] and reach.unknown == {}
+    tasks = checked_tasks(reach, [acc], tmp_path / "runs" / "r1")
+    assert [t.op_id for t in tasks] == [own.op_id, "attention.apply_rope_with_cos_sin_cache_inplace"]
