@@ -477,16 +477,72 @@ def run(
     return result.model_copy(update={"one_batch": one_batch(baseline_pkg, patched_pkg, out_dir)})
 
 
+def pristine_runs(package: pathlib.Path, out_dir: pathlib.Path, runs: int, **options: Any) -> list[E2EResult]:
+    """The layer proxy on the pristine tree against itself, ``runs`` times: the A/A evidence.
+
+    Each run compares the pristine tree with itself loaded a second time (its own worker and JIT
+    cache: the A/B side, where any difference is noise) and with a byte-for-byte copy of it (the
+    A/A side). Every result is written as ``<out_dir>/pristine-<i>.json`` as soon as it exists."""
+    from pipeline.records import write_record
+
+    results = []
+    for i in range(runs):
+        result = run_layers(
+            package, package, out_dir, command=f"python -m integrate.e2e --pristine --runs {runs}", **options
+        )
+        write_record(result, out_dir / f"pristine-{i + 1}.json")
+        results.append(result)
+    return results
+
+
+def inside_counts(results: Sequence[E2EResult]) -> dict[str, tuple[int, int]]:
+    """Over the points of ``results``: how many pristine-vs-pristine differences lie inside the band that
+    point reports ("A/B": the second load of the same tree, judged with A/A; "A/A, spread": the copy
+    against the spread band alone), as (inside, points)."""
+    rows = [row for result in results for row in result.rows]
+    ab = sum(row.verdict == "no change" for row in rows)
+    aa = sum(bool(row.aa and row.aa.inside) for row in rows)
+    return {"A/B": (ab, len(rows)), "A/A, spread": (aa, len(rows))}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m integrate.e2e --run RUN``: re-run only the end-to-end step of a run's patch."""
+    """``python -m integrate.e2e --run RUN``: re-run only the end-to-end step of a run's patch;
+    ``python -m integrate.e2e --pristine [--runs N]``: the pristine tree against itself (A/A)."""
     import argparse
 
     from integrate.steps import e2e_only
 
     parser = argparse.ArgumentParser(prog="python -m integrate.e2e", description=main.__doc__)
-    parser.add_argument("--run", required=True)
+    parser.add_argument("--run", default=None)
     parser.add_argument("--work-dir", default=None)
+    parser.add_argument("--pristine", action="store_true", help="time the pristine tree against itself (A/A)")
+    parser.add_argument("--runs", type=int, default=3, help="with --pristine: how many runs")
     args = parser.parse_args(argv)
+    if args.pristine:
+        from extract.sources import acquire
+        from pipeline.config import load_config
+
+        config = load_config(overrides={"work_dir": args.work_dir} if args.work_dir else None)
+        source = acquire(config.sglang.version, config.cache, config.sglang.src)
+        out_dir = config.work / "integrate" / "pristine"
+        results = pristine_runs(pathlib.Path(source.root), out_dir, args.runs)
+        for result in results:
+            for row in result.rows:
+                aa = row.aa
+                print(
+                    f"{row.phase} T={row.tokens}: A/B {row.change_pct:+.3f}% (band ±{row.noise_band_pct:.3f}%, {row.verdict}); "
+                    + (
+                        f"A/A {aa.change_pct:+.3f}% (spread band ±{aa.band_pct:.3f}%, inside: {aa.inside})"
+                        if aa
+                        else ""
+                    )
+                )
+        for name, (inside, total) in inside_counts(results).items():
+            print(f"{name}: {inside} of {total} points inside their band")
+        print(f"records: {out_dir}/pristine-*.json")
+        return 0
+    if not args.run:
+        parser.error("give --run RUN, or --pristine")
     return e2e_only(args.run, run, work_dir=args.work_dir)
 
 

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Kernel wins judged where users feel it, in one device call:
+#   OPS="op ..." RUN=NAME AA_RUNS=3 bash tools/gpu-model-step.sh TASKS_TARBALL
+# 1. with OPS, `kernelsmith run --run $RUN --ops $OPS`: optimize's final validation judges the best at
+#    every other op that runs the code it changes (optimize.reach_ops); integrate checks those ops
+#    through SGLang too and times the layer recipe with the A/A copy and each changed step in context
+#    (RUN_S, default 480 s; a step stopped by it keeps what it wrote, and the same RUN resumes);
+# 2. with AA_RUNS, `python -m integrate.e2e --pristine --runs $AA_RUNS`: the pristine tree against
+#    itself, the A/A evidence for the layer proxy's band (AA_S, default 240 s; each run's record is
+#    written as it ends).
+# The tarball holds work/index.json and work/tasks/<op> for OPS (made on the CPU machine: `kernelsmith
+# extract --ops ...`, then `tar -czf X -C work index.json tasks/<op> ...`); carry .whl and .dev/wheels.
+# Outputs in $OUT: run.log, run.tgz (the run and integrate records, without src/, the trees and
+# the caches; candidates hold SGLang-derived text: keep them under work/, never commit them), aa.log, aa.tgz, gpu.txt, code.txt.
+set -o pipefail
+source "$(dirname "$0")/device-setup.sh" || exit 1
+OUT="${OUT:-.}"
+unpack_tasks "${1:?a tarball of work/index.json and work/tasks}" || exit 1
+status=0
+
+if [ -n "${OPS:-}" ]; then
+  run="${RUN:?RUN names the run}"
+  start=$(date +%s)
+  # shellcheck disable=SC2086  # OPS is a list of op ids
+  timeout "${RUN_S:-480}" python3 -m pipeline.cli run --run "$run" --ops $OPS > "$OUT/run.log" 2>&1
+  status=$((status | $?))
+  echo "kernelsmith run: $(($(date +%s) - start)) s wall" | tee -a "$OUT/run.log"
+  tail -40 "$OUT/run.log"
+  tar -czf "$OUT/run.tgz" -C work --exclude='src' --exclude='tree' --exclude='tree-aa' --exclude='cache' \
+    "runs/$run" "integrate/$run" 2>/dev/null
+fi
+
+if [ "${AA_RUNS:-0}" != 0 ]; then
+  timeout "${AA_S:-240}" python3 -m integrate.e2e --pristine --runs "$AA_RUNS" > "$OUT/aa.log" 2>&1
+  status=$((status | $?))
+  tail -30 "$OUT/aa.log"
+  tar -czf "$OUT/aa.tgz" -C work --exclude='cache' --exclude='tree-aa' integrate/pristine 2>/dev/null
+fi
+exit $status
