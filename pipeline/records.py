@@ -618,10 +618,8 @@ class Evaluation(VersionedRecord):
 class ReachVerdict(Record):
     """How a candidate fares at another op whose entry points run code it changes.
 
-    Why: ops share kernel files (rope.cuh serves apply_rope_inplace, its cos/sin-cache
-    twin and the KV-cache store), so a candidate judged only at its own entry points can be
-    slower where another op calls the same code (H200, 2026-12-07: apply_rope_inplace at
-    1.065x alone made the Llama layer's rope step slower). ``status`` is a closed set:
+    Why: ops share kernel files (rope.cuh serves three ops), so a candidate judged at its own
+    entry points alone can be slower where another op runs the same code. ``status``:
 
     - ``not_reached``: every change is code this op never runs (:mod:`optimize.reach`);
     - ``held``: evaluated at this op's own shapes, correct and slower at none beyond the band;

@@ -63,6 +63,47 @@ def test_calls_per_graph_uses_every_set():
     assert timing.calls_per_graph(20, 700) == 700
 
 
+@pytest.mark.parametrize("sets", [2, 3, 5, 64])
+@pytest.mark.parametrize("graph_calls", [1, 20, 21])
+def test_no_call_reads_the_inputs_the_call_before_on_its_buffers_read(sets, graph_calls):
+    """Within a replay and from one replay to the next, consecutive calls on one buffer set read the two
+    input images in turn (odd sets hold the second image: inputs.load_sets)."""
+    calls = timing.rotated_calls(graph_calls, sets)
+    assert calls >= graph_calls and calls % sets == 0 and (calls // sets) % 2 == 0
+    order = timing.rotation(calls, sets) * 2  # two replays back to back
+    image = lambda q: q % 2  # noqa: E731 - the image set q was loaded with
+    for s in range(sets):
+        uses = [image(q) for out, q in order if out == s]
+        assert all(a != b for a, b in zip(uses, uses[1:])), (s, uses)
+
+
+def test_a_kernel_that_skips_when_its_output_holds_a_number_is_caught_by_the_rotation():
+    """The cheat of tests/adversarial/act_skip_when_answered.cuh, simulated over the schedule: the timed
+    graph replayed after its buffers are reloaded (outputs poisoned) leaves, in some set, the answer to
+    other inputs than the baseline's last call read. With every call reading one image (the schedule
+    before the rotation) it leaves exactly the baseline's answers and passes."""
+
+    def final_outputs(order, sets, skip):
+        out = [None] * sets  # None: poison
+        for s, q in order:
+            answer = f"f(image {q % 2})"
+            if not (skip and out[s] is not None):
+                out[s] = answer
+        return out
+
+    sets = 4
+    order = timing.rotation(timing.rotated_calls(20, sets), sets)
+    assert final_outputs(order, sets, skip=True) != final_outputs(order, sets, skip=False)
+    before = [(i % sets, 0) for i in range(timing.calls_per_graph(20, sets))]
+    assert final_outputs(before, sets, skip=True) == final_outputs(before, sets, skip=False)
+
+
+def test_two_sets_are_partners_and_an_odd_last_set_reads_its_neighbour():
+    assert [timing.input_partner(s, 4) for s in range(4)] == [1, 0, 3, 2]
+    assert [timing.input_partner(s, 3) for s in range(3)] == [1, 0, 1]
+    assert timing.input_partner(0, 1) == 0  # one set: nothing to rotate with (the worker notes it)
+
+
 # ---------------------------------------------------------------------------- validating what was timed
 
 

@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.dtypes import FLOAT_DTYPES
+from optimize.harness import inputs
 
 
 @dataclass(frozen=True)
@@ -345,3 +346,30 @@ def changed_reason(plan: Any, changed_mask: Any, before: Any, after: Any, *, wha
     was = int(before.flatten()[index].item()) & mask
     now = int(after.flatten()[index].item()) & mask
     return f"{what}: {describe_storage_index(plan, index)} changed from bits {was:#x} to {now:#x} ({count} elements changed)"
+
+
+def timed_reason(t, expected_storage, got_storage, *, normwise: bool) -> str:
+    """Why one tensor of one timed buffer set is wrong, or "" (see ``optimize.harness.worker.Timer._validate``)."""
+    exp_view = in_order(inputs.view_of(expected_storage, t), t.order)
+    got_view = in_order(inputs.view_of(got_storage, t), t.order)
+    if t.role == "inout" and normwise:
+        err, problem = relative_error(got_view, exp_view)
+        if problem:
+            return f"{t.name}: {problem.replace('the reference', 'the baseline')}"
+        bound = tolerance(t.dtype).ref_rel
+        if err > bound:
+            return f"{t.name}: ||candidate - baseline|| / ||baseline|| = {err:.3g} > {bound:.3g}"
+        return ""
+    bits_t = inputs.bits_dtype(t.dtype)
+    poisoned = t.role == "output"
+    poison = inputs.poison_value(t.dtype)
+    verdict = compare_tensor(
+        t.name,
+        exp_view,
+        got_view,
+        t.dtype,
+        shape=t.shape,
+        not_written=(got_view.view(bits_t) == poison) if poisoned else None,
+        expected_not_written=(exp_view.view(bits_t) == poison) if poisoned else None,
+    )
+    return "" if verdict.ok else verdict.reason

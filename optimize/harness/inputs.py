@@ -209,8 +209,13 @@ class Buffers:
         }
         self.views = {t.name: view_of(self.storages[t.name], t) for t in plan.tensors}
 
-    def args(self) -> list[Any]:
-        return [self.views[a.name] if isinstance(a, TensorPlan) else a for a in self.plan.args]
+    def args(self, inputs_from: Buffers | None = None) -> list[Any]:
+        """The call's arguments; with ``inputs_from``, its ``input`` tensors are that set's (the rotation)."""
+        other = inputs_from or self
+        return [
+            (other if a.role == "input" else self).views[a.name] if isinstance(a, TensorPlan) else a
+            for a in self.plan.args
+        ]
 
     def load(self, images: dict[str, Any]) -> None:
         """Copy whole-storage images into the buffers (on the current stream)."""
@@ -219,6 +224,19 @@ class Buffers:
 
     def nbytes(self) -> int:
         return sum(s.numel() * s.element_size() for s in self.storages.values())
+
+
+def second_inputs(plan: CallPlan, distribution: Distribution, gen, device) -> dict[str, Any]:
+    """A second image of the plan's ``input`` tensors, drawn afresh (the timing rotation's)."""
+    return {t.name: input_image(t, distribution, gen, device) for t in plan.tensors if t.role == "input"}
+
+
+def load_sets(bufsets: list[Buffers], images: dict[str, Any], second: dict[str, Any]) -> None:
+    """Every set from ``images``; the odd sets' inputs from ``second`` (``optimize.harness.timing.rotation``)."""
+    for i, bufs in enumerate(bufsets):
+        bufs.load(images)
+        if i % 2:
+            bufs.load(second)
 
 
 def make_images(plan: CallPlan, distribution: Distribution, gen, device, *, outputs: str = "poison") -> dict[str, Any]:

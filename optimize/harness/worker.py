@@ -448,38 +448,36 @@ class Timer:
         gen = torch.Generator(device=self.device)
         gen.manual_seed(random.SystemRandom().randrange(1 << 62))
         per_set = sum(t.storage_numel * t.itemsize for t in plan.tensors)
-        sets = timing.buffer_sets(per_set, self.info.l2_bytes, req.harness.l2_multiple)
+        sets = max(2, timing.buffer_sets(per_set, self.info.l2_bytes, req.harness.l2_multiple))  # 2: the rotation
         free, _ = torch.cuda.mem_get_info()
         notes = []
         budget = int(free * TIMING_MEMORY_FRACTION)
         if sets * per_set > budget and sets > 1:
             sets = max(1, budget // per_set)
-            notes.append(f"buffer sets limited to {sets} by free memory")
+            notes.append(f"buffer sets limited to {sets} by free memory" + (": inputs not rotated" if sets < 2 else ""))
         images = inputs.make_images(plan, "normal", gen, self.device, outputs="poison")
-        bufsets = []
-        for _ in range(sets):
-            bufs = inputs.Buffers(plan, self.device)
-            bufs.load(images)
-            bufsets.append(bufs)
-        calls = timing.calls_per_graph(req.harness.graph_calls, sets)
+        second = inputs.second_inputs(plan, "normal", gen, self.device)
+        bufsets = [inputs.Buffers(plan, self.device) for _ in range(sets)]
+        inputs.load_sets(bufsets, images, second)
+        calls = timing.rotated_calls(req.harness.graph_calls, sets)
         impls = {"baseline": loader.function(req.baseline_libraries[case.unit], case.export, owner="baseline")}
         if req.candidate_libraries:
             impls["candidate"] = loader.function(req.candidate_libraries[case.unit], case.export, owner="candidate")
         graphs, counts = {}, {}
-        arg_lists = [b.args() for b in bufsets]
+        arg_lists = [bufsets[s].args(inputs_from=bufsets[q]) for s, q in timing.rotation(calls, sets)]
         for name, fn in impls.items():
             with torch.cuda.stream(self.stream):
                 fn(*arg_lists[0])
             self.stream.synchronize()
-            graphs[name] = timing.capture([_bind(fn, arg_lists[i % sets]) for i in range(calls)], self.stream)
+            graphs[name] = timing.capture([_bind(fn, args) for args in arg_lists], self.stream)
             counts[name] = calls
         if self.reference is not None and (req.torch_eager or req.torch_compile):
             self._add_torch(self.reference, plan, bufsets, sets, calls, graphs, counts, notes)
         samples = timing.time_graphs(graphs, counts, req.harness.repeats, self.stream)
         validated = 0
         if "candidate" in graphs:
-            validated = self._validate(case, plan, images, bufsets, graphs, calls)
-        del images
+            validated = self._validate(case, plan, (images, second), bufsets, graphs, calls)
+        del images, second
         stats = {name: timing.summarize(values) for name, values in samples.items()}
         base = stats["baseline"]
         cand = stats.get("candidate")
@@ -511,8 +509,8 @@ class Timer:
     def _validate(self, case: TimingCase, plan, images, bufsets, graphs, calls: int) -> int:
         """Compare the candidate's timed graph with the baseline's on the same inputs; returns the sets compared.
 
-        Each graph is replayed once after every set is reloaded from ``images``
-        (inputs and inouts restored, outputs NaN-poisoned), so both start from the same
+        Each graph is replayed once after every set is reloaded from ``images`` (the image and the
+        rotation's second inputs: inputs and inouts restored, outputs NaN-poisoned), so both start from the same
         state and an output element a call skipped still holds the poison. Outputs and
         inouts used once per replay are judged element by element
         (:func:`compare.compare_tensor`, the task's tolerance); an inout updated
@@ -527,8 +525,7 @@ class Timer:
         kept = [t for t in plan.tensors if t.judged]
         snapshots: dict[str, dict[int, dict[str, Any]]] = {}
         for name in ("baseline", "candidate"):
-            for bufs in bufsets:
-                bufs.load(images)
+            inputs.load_sets(bufsets, *images)
             try:
                 graphs[name].replay()
                 torch.cuda.synchronize()
@@ -542,7 +539,7 @@ class Timer:
         for i in chosen:
             uses = timing.set_uses(i, sets, calls)
             for t in kept:
-                reason = _timed_reason(
+                reason = compare.timed_reason(
                     t, snapshots["baseline"][i][t.name], snapshots["candidate"][i][t.name], normwise=uses > 1
                 )
                 if reason:
@@ -594,33 +591,6 @@ class Timer:
 
 class TimedMismatch(Exception):
     """The candidate's timed graph produced outputs the baseline's did not (the message is the report)."""
-
-
-def _timed_reason(t, expected_storage, got_storage, *, normwise: bool) -> str:
-    """Why one tensor of one timed buffer set is wrong, or "" (see :meth:`Timer._validate`)."""
-    exp_view = compare.in_order(inputs.view_of(expected_storage, t), t.order)
-    got_view = compare.in_order(inputs.view_of(got_storage, t), t.order)
-    if t.role == "inout" and normwise:
-        err, problem = compare.relative_error(got_view, exp_view)
-        if problem:
-            return f"{t.name}: {problem.replace('the reference', 'the baseline')}"
-        bound = compare.tolerance(t.dtype).ref_rel
-        if err > bound:
-            return f"{t.name}: ||candidate - baseline|| / ||baseline|| = {err:.3g} > {bound:.3g}"
-        return ""
-    bits_t = inputs.bits_dtype(t.dtype)
-    poisoned = t.role == "output"
-    poison = inputs.poison_value(t.dtype)
-    verdict = compare.compare_tensor(
-        t.name,
-        exp_view,
-        got_view,
-        t.dtype,
-        shape=t.shape,
-        not_written=(got_view.view(bits_t) == poison) if poisoned else None,
-        expected_not_written=(exp_view.view(bits_t) == poison) if poisoned else None,
-    )
-    return "" if verdict.ok else verdict.reason
 
 
 def _bind(fn: Callable[..., Any], args: list[Any] | tuple[Any, ...]) -> Callable[[], Any]:
