@@ -11,7 +11,7 @@ CUDA graphs) and adds what the loop needs around it:
   machine never pretends to optimize;
 - ``gpu_s`` accumulates the test + profile seconds each evaluation reports, for
   the GPU budget;
-- final validation adds a ``compute-sanitizer --tool memcheck`` pass of the
+- final validation adds compute-sanitizer passes (memcheck, racecheck, synccheck, initcheck) of the
   candidate where the tool is installed (:meth:`GpuBackend._sanitize`);
 - every evaluation is also written to a replay file
   (``<run>/measurements.replay.json``, :func:`optimize.backends.replay.record`),
@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import functools
 import importlib.util
+import math
 import os
 import pathlib
 import shutil
@@ -176,20 +177,20 @@ class GpuBackend:
             self.gpu_s += time.monotonic() - start  # builds included: the harness reports no split here
 
     def _sanitize(self, task_dir: Any, task: Task, candidate: Candidate, evaluation: Evaluation) -> Evaluation:
-        """Run the candidate once per check case under ``compute-sanitizer --tool memcheck``.
+        """Run the candidate under each of :data:`SANITIZER_TOOLS` (``compute-sanitizer --tool <tool>``).
 
-        Uses the harness's own case planning, builds (cached) and worker in its
-        ``single`` mode (call the candidate, nothing else), so the sanitizer sees
-        only the candidate's kernels. A memcheck error makes the outcome
-        ``crashed`` with the sanitizer's report; a missing tool or a sanitizer
-        timeout is stated in the detail, never passed off as a clean run.
+        Uses the harness's own case planning, builds (cached) and worker in its ``single`` mode
+        (call the candidate, nothing else), so the sanitizer sees only the candidate's kernels:
+        memcheck over :func:`sanitizer_checks`, racecheck, synccheck and initcheck over one small
+        case per dtype (:func:`small_checks`; they slow kernels far more). A memcheck error makes the
+        outcome ``crashed``; a racecheck, synccheck or initcheck error ``incorrect``, unless the
+        baseline reports errors under the same tool at the same cases (then it is noted, not held
+        against the candidate). A missing tool or a sanitizer that outruns its deadline is stated in
+        the detail as not run, never passed off as a clean run.
         """
-        tool = shutil.which("compute-sanitizer")
-        if tool is None:
-            return _note(evaluation, "compute-sanitizer: not on PATH here, memcheck not run")
+        if shutil.which("compute-sanitizer") is None:
+            return _note(evaluation, "compute-sanitizer: not on PATH here; " + ", ".join(SANITIZER_TOOLS) + " not run")
         from optimize.harness import evaluate as harness
-        from optimize.harness import isolate
-        from optimize.harness.languages import language_of
         from optimize.harness.protocol import WorkerRequest
 
         plan = harness.plan_cases(task, held_out=min(2, self.config.harness.held_out_shapes), profile=False)
@@ -198,54 +199,62 @@ class GpuBackend:
             task_dir, task, plan.units, config=self.config, regions=candidate.regions
         )
         if not report.ok:  # the same regions built a moment ago; a failure now is the machine's
-            return _note(evaluation, "compute-sanitizer: the candidate did not rebuild, memcheck not run")
-        checks = sanitizer_checks(plan.checks)
-        request = WorkerRequest(
-            mode="single",
-            op_id=task.op_id,
-            contract=task.contract,
-            baseline_libraries=base_libs,
-            candidate_libraries=cand_libs,
-            checks=checks,
-            harness=self.config.harness,
-            device_cache_dir=str(self.config.cache / "device"),
-            single_calls=1,
-            sglang_package=language_of(task).sglang_package(task, self.config),
-        )
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
-        workdir = self.config.work / "harness" / f"{stamp}-sanitize-{candidate.id[:12]}"
-        prefix = [
-            tool,
-            "--tool",
-            "memcheck",
-            "--error-exitcode",
-            str(SANITIZER_EXIT),
-            "--print-limit",
-            "20",
-            sys.executable,
-            "-m",
-            isolate.WORKER_MODULE,
-        ]
-        timeout_s = min(self.config.harness.worker_timeout_s * SANITIZER_SLOWDOWN, SANITIZER_MAX_S)
-        run = isolate.run_worker(request, workdir, timeout_s=timeout_s, argv_prefix=prefix)
-        self.gpu_s += run.seconds
-        seconds = dict(evaluation.seconds) | {"sanitize": round(run.seconds, 3)}
-        if run.status == "finished":
-            return _note(evaluation, f"compute-sanitizer memcheck: clean over {len(checks)} cases", seconds)
-        if run.status == "timeout":
-            return _note(
-                evaluation, f"compute-sanitizer: timed out after {timeout_s:g} s, memcheck not verified", seconds
+            return _note(evaluation, "compute-sanitizer: the candidate did not rebuild, not run")
+
+        def request(checks: list[Any], libraries: Any) -> WorkerRequest:
+            from optimize.harness.languages import language_of
+
+            return WorkerRequest(
+                mode="single",
+                op_id=task.op_id,
+                contract=task.contract,
+                baseline_libraries=base_libs,
+                candidate_libraries=libraries,
+                checks=checks,
+                harness=self.config.harness,
+                device_cache_dir=str(self.config.cache / "device"),
+                single_calls=1,
+                sglang_package=language_of(task).sglang_package(task, self.config),
             )
-        return evaluation.model_copy(
-            update={
-                "outcome": Outcome.crashed,
-                "seconds": seconds,
-                "detail": f"compute-sanitizer memcheck failed (exit {run.returncode}):\n{run.stderr_tail}",
-            }
-        )
+
+        seconds = dict(evaluation.seconds)
+        for name in SANITIZER_TOOLS:
+            checks = sanitizer_checks(plan.checks) if name == "memcheck" else small_checks(plan.checks)
+            found = self._sanitizer_run(name, request(checks, cand_libs), candidate.id, seconds)
+            if found.status == "clean":
+                evaluation = _note(evaluation, f"compute-sanitizer {name}: clean over {len(checks)} cases", seconds)
+            elif found.status in ("unavailable", "failed"):  # the tool refused, crashed or outran its deadline
+                why = found.detail.strip().splitlines()[-1:] or ["no output"]
+                evaluation = _note(evaluation, f"compute-sanitizer {name}: not run ({found.status}: {why[0]})", seconds)
+            elif name != "memcheck" and self._sanitizer_run(name, request(checks, None), "baseline", seconds).errors:
+                evaluation = _note(
+                    evaluation, f"compute-sanitizer {name}: the baseline reports errors too, not held", seconds
+                )
+            else:
+                return evaluation.model_copy(
+                    update={
+                        "outcome": Outcome.crashed if name == "memcheck" else Outcome.incorrect,
+                        "seconds": seconds,
+                        "detail": f"compute-sanitizer {name}: {found.errors} errors:\n{found.detail}",
+                    }
+                )
+        return evaluation
+
+    def _sanitizer_run(self, name: str, request: Any, tag: str, seconds: dict[str, float]) -> Any:
+        """:func:`optimize.harness.tools.run_sanitizer` of ``request``, its seconds charged and added to ``seconds``."""
+        from optimize.harness.tools import run_sanitizer
+
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
+        workdir = self.config.work / "harness" / f"{stamp}-{name}-{tag[:12]}"
+        timeout_s = min(self.config.harness.worker_timeout_s * SANITIZER_SLOWDOWN, SANITIZER_MAX_S)
+        start = time.monotonic()
+        found = run_sanitizer(request, workdir, name, timeout_s=timeout_s)
+        spent = time.monotonic() - start
+        self.gpu_s += spent
+        seconds[f"sanitize_{name}"] = round(seconds.get(f"sanitize_{name}", 0.0) + spent, 3)
+        return found
 
 
-SANITIZER_EXIT = 86  # memcheck errors; distinct from the worker's own exit codes
 SANITIZER_SLOWDOWN = 20  # memcheck runs kernels this many times slower, roughly
 SANITIZER_MAX_S = 300.0
 SANITIZER_MAX_TOKENS = 8
@@ -260,6 +269,21 @@ def sanitizer_checks(checks):
     case (widths are >= 64 everywhere in the catalog).
     """
     return [c for c in checks if c.held_out or min(c.sizes.values(), default=0) <= SANITIZER_MAX_TOKENS]
+
+
+SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+
+
+def small_checks(checks):
+    """One check case per dtype, the smallest (fewest elements): racecheck, synccheck and initcheck
+    track every shared-memory access or barrier and slow kernels 100x or more; a missing barrier or a
+    read of memory nothing wrote shows at one small shape as well as at any."""
+    smallest: dict[str, Any] = {}
+    for case in checks:
+        size = math.prod(case.sizes.values()) if case.sizes else 0
+        if case.dtype not in smallest or size < math.prod(smallest[case.dtype].sizes.values() or [0]):
+            smallest[case.dtype] = case
+    return list(smallest.values())
 
 
 def _gpu_seconds(evaluation: Evaluation) -> float:

@@ -505,6 +505,12 @@ def to_evaluation(
         parts.append(f"{common['timed_sets_validated']} timed buffer sets match the baseline")
     if skipped:
         parts.append(f"{len(skipped)} held-out cases skipped ({skipped[0].reason})")
+    unrepeatable = [c for c in result.checks if c.baseline_repeatable is False]
+    if unrepeatable:
+        parts.append(
+            f"the baseline does not repeat bit for bit at {len(unrepeatable)} case(s) (atomics?), so no repeat is "
+            f"asked of the candidate there (first: {unrepeatable[0].label} {unrepeatable[0].dtype})"
+        )
     if bitwise:
         parts.append("bitwise equal to the baseline" if all(bitwise) else "not bitwise equal (within tolerance)")
     outcome = Outcome.ok

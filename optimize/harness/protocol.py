@@ -98,6 +98,9 @@ class CheckResult(Record):
     max_abs_err: float | None = None  # candidate vs baseline, over finite elements
     ref_rel_err: float | None = None  # ||impl - ref|| / ||ref|| of the checked impl
     baseline_ref_rel_err: float | None = None
+    # the baseline's graph replayed on run 1's inputs gave run 1's outputs bit for bit (None: not tried);
+    # where it did not (atomics), the candidate is not held to repeatability at this case
+    baseline_repeatable: bool | None = None
     seconds: float = 0.0
 
 

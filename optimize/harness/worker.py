@@ -113,6 +113,7 @@ class Impl:
 @dataclass
 class RunOutput:
     storages: dict[str, Any]  # output/inout name -> flat storage snapshot after the run
+    repeatable: bool | None = None  # run 1 only: its inputs replayed once more gave its outputs bit for bit
 
 
 class Checker:
@@ -162,6 +163,13 @@ class Checker:
             else:
                 cand_runs = self._run_impl(self.candidate, case, plan, images_x, images_y, decoy, inside)
                 verdict = self._judge(case, plan, images_x, base_runs, cand_runs)
+                if base_runs[0].repeatable and not cand_runs[0].repeatable:
+                    raise CaseFailure(
+                        "incorrect",
+                        f"{case_name(case)}, run 3 (run 1's inputs replayed through the graph): the outputs differ "
+                        "bit for bit from run 1's, where the baseline's repeat exactly (a race?)",
+                    )
+            verdict["baseline_repeatable"] = base_runs[0].repeatable
         except CaseFailure as failure:
             if failure.kind == "baseline_failed":
                 raise
@@ -218,6 +226,17 @@ class Checker:
         self._sync(impl, case, "run 2")
         self._check_untouched(impl, plan, images_y, bufs.storages, inside, "run 2", case)
         run2 = RunOutput({n: s.clone() for n, s in bufs.storages.items() if n not in unjudged})
+        # run 3: run 1's inputs and poison again, through the graph: a race or an unsynchronised
+        # reduction shows as outputs that move between runs of the same inputs
+        bufs.load(decoy)
+        bufs.load(outputs_x)
+        bufs.load(inputs_x)
+        try:
+            graph.replay()
+        except Exception as err:  # noqa: BLE001
+            self._fail(impl, "crashed", f"graph replay failed: {err}", case)
+        self._sync(impl, case, "run 3")
+        run1.repeatable = all(bool(torch.equal(bufs.storages[n], run1.storages[n])) for n in run1.storages)
         del graph, bufs
         return run1, run2
 
