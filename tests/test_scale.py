@@ -145,6 +145,10 @@ def test_optimize_over_two_fake_gpus_spreads_the_ops_and_equals_the_serial_run(t
 
 
 def test_a_lane_whose_unit_fails_loses_that_op_alone_and_says_why(tmp_path, monkeypatch, capsys):
+    # The demo ops share one source file, so each is every other's companion in final validation, and
+    # a companion whose evaluation raises leaves a candidate unproven (test_reach_ops). This test is about
+    # a lane's failure staying in its lane, so the ops are judged at their own entry points alone.
+    monkeypatch.setenv("KERNELSMITH_SEARCH__JUDGE_COMPANIONS", "false")
     for op in OPS:
         write_task(tmp_path, op)
     replay = replay_of(tmp_path)
