@@ -282,8 +282,8 @@ def test_a_timed_mismatch_from_the_worker_is_incorrect_with_its_report():
 
 def test_a_candidate_faster_than_the_physical_floor_is_incorrect_not_a_speedup():
     # 200 MB of outputs at 4000 GB/s cannot take less than 50 us; 3 us is a skipped launch
-    honest = timing(60.0, 55.0, written_bytes=200_000_000)
-    cheat = timing(60.0, 3.0, written_bytes=200_000_000)
+    honest = timing(60.0, 55.0, must_move_bytes=200_000_000)
+    cheat = timing(60.0, 3.0, must_move_bytes=200_000_000)
     e = ev.to_evaluation(
         "op",
         "c",
@@ -306,7 +306,7 @@ def test_a_candidate_faster_than_the_physical_floor_is_incorrect_not_a_speedup()
 
 
 def test_a_baseline_time_below_the_floor_is_implausible_too():
-    fast = timing(3.0, None, written_bytes=200_000_000)
+    fast = timing(3.0, None, must_move_bytes=200_000_000)
     result = WorkerResult(status="ok", checks=[check()], timings=[fast], device=DEVICE)
     e = ev.to_evaluation("op", "baseline", run_of(result), build=BUILD, build_s=0, config=CONFIG, candidate_given=False)
     assert e.outcome == Outcome.incorrect and "the baseline takes 3 us" in e.detail
@@ -315,7 +315,7 @@ def test_a_baseline_time_below_the_floor_is_implausible_too():
         "c",
         run_of(
             WorkerResult(
-                status="ok", checks=[check()], timings=[timing(3.0, 60.0, written_bytes=200_000_000)], device=DEVICE
+                status="ok", checks=[check()], timings=[timing(3.0, 60.0, must_move_bytes=200_000_000)], device=DEVICE
             )
         ),
         build=BUILD,

@@ -186,11 +186,16 @@ def test_device_cache_round_trip_and_safe_names(tmp_path):
     assert roofline.load_cached(tmp_path, "NVIDIA H200") is None
 
 
-def test_written_bytes_count_outputs_only():
+def test_the_floor_counts_every_byte_along_the_rows():
     silu = plan_call(SILU, {"num_tokens": 8, "hidden_size": 4096}, "bf16")
-    assert roofline.written_bytes(silu) == 8 * 4096 * 2
+    assert roofline.row_symbol(SILU) == "num_tokens"
+    assert roofline.must_move_bytes(silu, SILU) == 8 * 4096 * 2 + 8 * 8192 * 2  # the output, and the input read
     fused = plan_call(FUSED, {"num_tokens": 8, "hidden_size": 4096}, "bf16")
-    assert roofline.written_bytes(fused) == 0  # an inout may be touched at a few rows: no certain bytes
+    # an in-place op gets a floor: input and residual read and written; the weight (another leading size) not
+    assert roofline.row_symbol(FUSED) == "num_tokens"
+    assert roofline.must_move_bytes(fused, FUSED) == 2 * 2 * 8 * 4096 * 2
+    # an op whose floor does not apply is held to its outputs alone
+    assert roofline.must_move_bytes(silu, SILU.model_copy(update={"byte_bound": False})) == 8 * 4096 * 2
 
 
 def test_a_time_below_the_written_floor_is_implausible():

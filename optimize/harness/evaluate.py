@@ -540,7 +540,7 @@ def implausible_times(result: WorkerResult, candidate_given: bool) -> str:
             timed.append(("candidate", t.candidate_us))
         for who, time_us in timed:
             reason = roofline.implausible_reason(
-                who, t.label, t.dtype, time_us, t.written_bytes, result.device.copy_gbps
+                who, t.label, t.dtype, time_us, t.must_move_bytes, result.device.copy_gbps
             )
             if reason:
                 return reason

@@ -128,9 +128,9 @@ class TimingResult(Record):
     eager_us: float | None = None
     compile_us: float | None = None
     notes: list[str] = Field(default_factory=list)
-    # bytes of the output tensors, written in full by every call: the plausibility floor's bytes
-    # (roofline.written_bytes); 0 = not counted (no floor check)
-    written_bytes: int = 0
+    # bytes every call certainly moves (outputs written; inputs and inouts along the rows read): the floor's bytes
+    # (roofline.must_move_bytes); 0 = not counted (no floor check)
+    must_move_bytes: int = 0
     # buffer sets whose outputs, after the timed replays, were compared with the baseline's
     validated_sets: int = 0
     byte_bound: bool = True  # the contract's Contract.byte_bound: whether time ÷ floor applies

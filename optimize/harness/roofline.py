@@ -63,7 +63,7 @@ COPIES_PER_SAMPLE = 5
 EMPTY_LAUNCHES = 512
 EMPTY_REPEATS = 15
 IMPLAUSIBLE_FRACTION = 0.8
-"""A timed median below this fraction of :func:`written_floor_us` is not a measurement but a skipped launch.
+"""A timed median below this fraction of :func:`written_floor_us` of :func:`must_move_bytes` is not a measurement but a skipped launch.
 
 Why 0.8 and not closer to 1: the floor divides bytes *written* by the measured copy
 bandwidth, which counts read plus write traffic; a pure write stream can beat a copy
@@ -121,15 +121,45 @@ def device_floor_us(nbytes: int, device: DeviceInfo, traffic: Traffic | None = N
     return max(floor_us(nbytes, device.copy_gbps, device.min_kernel_us), pattern_latency_us(traffic, device))
 
 
-def written_bytes(plan: CallPlan) -> int:
-    """Bytes one call certainly moves: every element of every ``output`` tensor, written once.
+def row_symbol(contract: Contract) -> str | None:
+    """The size symbol the op's rows run along (the token count): the leading dimension of its outputs,
+    else the leading dimension most of its tensors share (an in-place op); None when it is not one."""
+    specs = [a.tensor for a in contract.args if a.tensor is not None and a.tensor.shape]
+    leading = [str(t.shape[0]) for t in specs if t.role == "output"]
+    if leading:
+        return leading[0] if len(set(leading)) == 1 else None
+    counts: dict[str, int] = {}
+    for t in specs:
+        counts[str(t.shape[0])] = counts.get(str(t.shape[0]), 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    if not ranked or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
+        return None
+    return ranked[0][0]
 
-    Only outputs are counted because only they are known to be touched in full (the
-    checks fail a kernel that leaves an output element unwritten). An input may be read
-    sparsely (a gathered table) and an inout touched at a few rows (a KV cache written
-    at T slots), so counting them could put the floor above an honest kernel's time.
-    """
-    return sum(t.nbytes for t in plan.tensors if t.role == "output")
+
+def must_move_bytes(plan: CallPlan, contract: Contract) -> int:
+    """Bytes every call certainly moves, the floor a timed median is held to (:func:`implausible_reason`).
+
+    Every element of every ``output`` is written. For an op whose floor applies (``Contract.byte_bound``),
+    so is read every input, and read and written every inout, that runs along the op's rows
+    (:func:`row_symbol`: the same leading size as its outputs): silu_and_mul's input, fused_add_rmsnorm's
+    input and residual, rope's q and k. A tensor of another leading size may be touched at a few rows
+    (a cos/sin table gathered by position, a KV cache written at T slots) and is not counted; scratch never.
+
+    Why: counting outputs alone gave an op whose outputs are all in place (fused_add_rmsnorm) no floor at
+    all, and silu_and_mul a quarter of its traffic, so a skipped launch could pass as a fast one."""
+    written = sum(t.nbytes for t in plan.tensors if t.role == "output")
+    row = row_symbol(contract) if contract.byte_bound else None
+    if row is None:
+        return written
+    specs = {a.tensor.name: a.tensor for a in contract.args if a.tensor is not None}
+    along = {n for n, t in specs.items() if t.shape and str(t.shape[0]) == row}
+    for t in plan.tensors:
+        if t.name in along and t.role == "input":
+            written += t.nbytes
+        elif t.name in along and t.role == "inout":
+            written += 2 * t.nbytes
+    return written
 
 
 def written_floor_us(nbytes: int, copy_gbps: float) -> float:
@@ -145,7 +175,7 @@ def implausible_reason(who: str, label: str, dtype: str, time_us: float, nbytes:
     return (
         f"implausible time: the {who} takes {time_us:.4g} us per call at timed shape {label} {dtype}, "
         f"below {IMPLAUSIBLE_FRACTION:g} x the physical floor of {floor:.4g} us "
-        f"({nbytes} bytes of outputs at the measured copy bandwidth of {copy_gbps:g} GB/s): "
+        f"({nbytes} bytes every call must move at the measured copy bandwidth of {copy_gbps:g} GB/s): "
         "it cannot have done the work on every call of the timed graph (skipped launches inside the capture?)"
     )
 

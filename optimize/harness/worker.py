@@ -516,7 +516,7 @@ class Timer:
             eager_us=stats["eager"].median if "eager" in stats else None,
             compile_us=stats["compile"].median if "compile" in stats else None,
             notes=notes,
-            written_bytes=roofline.written_bytes(plan),
+            must_move_bytes=roofline.must_move_bytes(plan, contract),
             validated_sets=validated,
             tokens=case.tokens,
             traffic=roofline.contract_traffic(plan),
