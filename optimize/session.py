@@ -383,7 +383,9 @@ class Session:
             rationale=f"{op.task.op_id}'s candidate {candidate.id}, judged where {task.op_id} runs it",
             steps=candidate.steps,
         )
-        evaluation = self._evaluate(there, transplanted, "final")
+        # a harness evaluation as final validation's (fresh held-out shapes, the timed graphs checked), without
+        # its sanitizer passes: those ran on the candidate's own op, over the same code
+        evaluation = self._evaluate(there, transplanted, "round")
         verdict = judge_final(evaluation, self.config.harness.noise_pct)
         return ReachVerdict(
             op_id=task.op_id,
