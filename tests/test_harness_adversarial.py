@@ -76,6 +76,13 @@ def test_the_suite_covers_cheats_of_the_timed_graphs():
     assert not any(c.timed for c in CASES if c.name in ("act_partial_write", "act_cached_result", "act_honest"))
 
 
+def test_a_race_is_in_the_suite_and_judged_by_final_validation():
+    """The race needs what only final validation has (racecheck), or the repeat of run 1's inputs."""
+    races = [c for c in CASES if "missing barrier" in c.cheat]
+    assert races and all(c.final and c.expect == "incorrect" for c in races)
+    assert all("racecheck" in c.reason and "run 3" in c.reason for c in races)
+
+
 def test_parse_case_reads_the_timed_flag(tmp_path):
     head = "// kernelsmith-adversarial\n// op: a\n// span: k\n// expect: incorrect\n"
     path = tmp_path / "x.cuh"
@@ -172,10 +179,15 @@ def test_every_case_builds(op):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_adversarial_case_is_judged_as_expected(case):
+    from optimize.backends.gpu import GpuBackend
     from optimize.harness.evaluate import evaluate
 
     task_dir, task = _task(case.op)
-    evaluation = evaluate(task_dir, task, adversarial.candidate_for(case, task), config=_config(), profile=case.timed)
+    candidate = adversarial.candidate_for(case, task)
+    if case.final:  # final validation: the harness, then compute-sanitizer's tools
+        evaluation = GpuBackend(_config()).evaluate(task_dir, task, candidate, stage="final")
+    else:
+        evaluation = evaluate(task_dir, task, candidate, config=_config(), profile=case.timed)
     ok, why = adversarial.judge(case, evaluation)
     assert ok, why
 

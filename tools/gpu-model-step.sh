@@ -7,7 +7,9 @@
 #    (RUN_S, default 480 s; a step stopped by it keeps what it wrote, and the same RUN resumes);
 # 2. with AA_RUNS, `python -m integrate.e2e --pristine --runs $AA_RUNS`: the pristine tree against
 #    itself, the A/A evidence for the layer proxy's band (AA_S, default 240 s; each run's record is
-#    written as it ends).
+#    written as it ends);
+# 3. with GPU_TESTS (pytest arguments), those GPU tests (TESTS_S, default 200 s), e.g.
+#    GPU_TESTS='tests/test_harness_adversarial.py -k "skip_when_answered or fused_race or honest"'.
 # The tarball holds work/index.json and work/tasks/<op> for OPS (made on the CPU machine: `kernelsmith
 # extract --ops ...`, then `tar -czf X -C work index.json tasks/<op> ...`); carry .whl and .dev/wheels.
 # Outputs in $OUT: run.log, run.tgz (the run and integrate records, without src/, the trees and
@@ -35,5 +37,11 @@ if [ "${AA_RUNS:-0}" != 0 ]; then
   status=$((status | $?))
   tail -30 "$OUT/aa.log"
   tar -czf "$OUT/aa.tgz" -C work --exclude='cache' --exclude='tree-aa' integrate/pristine 2>/dev/null
+fi
+
+if [ -n "${GPU_TESTS:-}" ]; then
+  eval "timeout ${TESTS_S:-200} python3 -m pytest -q -m gpu -p no:cacheprovider -rs $GPU_TESTS" > "$OUT/tests.log" 2>&1
+  status=$((status | $?))
+  tail -15 "$OUT/tests.log"
 fi
 exit $status

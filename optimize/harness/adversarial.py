@@ -11,6 +11,7 @@ comments::
     // reason: never written      (a regular expression the Evaluation's detail must match)
     // cheat: what it does wrong, in one line
     // timed: yes                 (optional: evaluate with timing; the cheat shows only in the timed graphs)
+    // stage: final               (optional: judged by final validation, its sanitizer passes included)
 
 A harness change that lets any of them through is a regression; the GPU test
 ``tests/test_harness_adversarial.py`` and ``python -m optimize.harness.gpu_check``
@@ -30,7 +31,7 @@ from pipeline.records import Candidate, Evaluation, Task, content_hash
 
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "tests" / "adversarial"
 MARKER = "// kernelsmith-adversarial"
-_META = re.compile(r"^//\s*(op|span|expect|reason|cheat|timed):\s?(.*)$")
+_META = re.compile(r"^//\s*(op|span|expect|reason|cheat|timed|stage):\s?(.*)$")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class AdversarialCase:
     text: str
     path: pathlib.Path
     timed: bool = False  # evaluate with timing: a cheat of the timed CUDA graphs passes every untimed check
+    final: bool = False  # judged by final validation (optimize.backends.gpu: compute-sanitizer's tools too)
 
 
 def parse_case(path: pathlib.Path) -> AdversarialCase:
@@ -70,7 +72,14 @@ def parse_case(path: pathlib.Path) -> AdversarialCase:
         text=text,
         path=path,
         timed=_yes(path, meta.get("timed", "no")),
+        final=_final(path, meta.get("stage", "round")),
     )
+
+
+def _final(path: pathlib.Path, value: str) -> bool:
+    if value not in ("round", "final"):
+        raise ValueError(f"{path}: `// stage:` must be round or final, not {value!r}")
+    return value == "final"
 
 
 def _yes(path: pathlib.Path, value: str) -> bool:
