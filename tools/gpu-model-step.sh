@@ -13,7 +13,7 @@
 # The tarball holds work/index.json and work/tasks/<op> for OPS (made on the CPU machine: `kernelsmith
 # extract --ops ...`, then `tar -czf X -C work index.json tasks/<op> ...`); carry .whl and .dev/wheels.
 # Outputs in $OUT: run.log, run.tgz (the run and integrate records, without src/, the trees and
-# the caches; candidates hold SGLang-derived text: keep them under work/, never commit them), aa.log, aa.tgz, gpu.txt, code.txt.
+# the caches; candidates hold SGLang-derived text: keep them under work/, never commit them), aa.log, aa.tgz, tests.log, gpu.txt, code.txt.
 set -o pipefail
 source "$(dirname "$0")/device-setup.sh" || exit 1
 OUT="${OUT:-.}"
