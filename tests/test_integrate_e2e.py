@@ -21,6 +21,7 @@ from integrate.e2e import (
 )
 from integrate.errors import RecipeError
 from integrate.recipe import DEFAULT_RECIPE, load_recipe, plan
+from integrate.records import E2EResult
 from optimize.harness.timing import summarize
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -312,3 +313,32 @@ def test_layer_proxy_on_the_gpu(sglang_source, tmp_path):
         assert set(row.ops_us) == set(result.ops)
         assert row.aa is not None and abs(row.aa.change_pct) < 5
         assert set(row.context) == {n for n in result.ops if result.parts[n].startswith("SGLang")}
+
+
+def test_pristine_runs_count_the_points_inside_their_band(tmp_path, monkeypatch):
+    """``python -m integrate.e2e --pristine``: each run's record is written as it ends, and the A/A counts are
+    over every point of every run."""
+    from pipeline.records import read_record
+
+    def one(i, verdict, inside):
+        aa = e2e.aa_timing(summarize([100.0, 100.1, 99.9]), summarize([100.0, 100.1, 99.9] if inside else [103.0] * 3))
+        row = layer_timing(
+            "decode",
+            8,
+            {"baseline": {"layer": [100.0] * 3}, "patched": {"layer": [100.0] * 3}},
+            layers=32,
+            kv_len=1,
+            steps=[],
+        )
+        return row.model_copy(update={"verdict": verdict, "aa": aa})
+
+    answers = iter(
+        [
+            E2EResult(ran=True, rows=[one(0, "no change", True), one(1, "no change", True)]),
+            E2EResult(ran=True, rows=[one(2, "slower", False), one(3, "no change", True)]),
+        ]
+    )
+    monkeypatch.setattr(e2e, "run_layers", lambda *a, **kw: next(answers))
+    results = e2e.pristine_runs(tmp_path / "sglang", tmp_path / "out", 2)
+    assert [read_record(E2EResult, tmp_path / "out" / f"pristine-{i}.json") for i in (1, 2)] == results
+    assert e2e.inside_counts(results) == {"A/B": (3, 4), "A/A, spread": (3, 4)}
