@@ -154,6 +154,18 @@ def build_index(source: SourceInfo, cache_dir: pathlib.Path | None = None) -> tu
 # =========================================================================== op selection
 
 
+def closest(name: str, ids: Iterable[str], n: int = 5) -> list[str]:
+    """The known op ids nearest ``name`` (difflib's ratio, an edit-distance measure), over every id given:
+    both languages' where the caller knows both, so a CUDA op's typo is not answered with Triton ops alone.
+    A bare function name or a group matches on the part after the dot."""
+    known = list(dict.fromkeys(ids))
+    close = difflib.get_close_matches(name, known, n=n, cutoff=0.4)
+    if not close:
+        tail = name.split(".")[-1]
+        close = [i for i in known if i.split(".")[-1] == tail or i.startswith(name + ".")][:n]
+    return close
+
+
 def select_ops(index: Index, requested: Iterable[str] | None, all_ops: bool) -> list[OpEntry]:
     """The ops to write tasks for; unknown ids raise UnknownOpError naming the closest ids."""
     by_id = {op.id: op for op in index.ops}
@@ -162,14 +174,7 @@ def select_ops(index: Index, requested: Iterable[str] | None, all_ops: bool) -> 
     wanted = list(requested or DEFAULT_OPS)
     unknown = [op for op in wanted if op not in by_id]
     if unknown:
-        lines = []
-        for name in unknown:
-            close = difflib.get_close_matches(name, list(by_id), n=5, cutoff=0.4)
-            if not close:
-                # a bare function name or a group: match on the part after the dot too
-                tail = name.split(".")[-1]
-                close = [i for i in by_id if i.split(".")[-1] == tail or i.startswith(name + ".")][:5]
-            lines.append(f"{name!r} (closest: {', '.join(close) if close else 'none'})")
+        lines = [f"{name!r} (closest: {', '.join(closest(name, by_id)) or 'none'})" for name in unknown]
         raise UnknownOpError(
             f"unknown op {'; '.join(lines)}",
             fix="use an id from `kernelsmith extract --list` (<ops group>.<public function>)",
@@ -557,10 +562,8 @@ def _triton(args: Any, config: Config, index: Index, requested: list[str]) -> in
         return triton_command.main(args, config, source, tindex, list(tindex.ops))
     unknown = [op for op in requested if op not in by_id]
     if unknown:
-        lines = [
-            f"{name!r} (closest: {', '.join(difflib.get_close_matches(name, list(by_id), n=5, cutoff=0.4)) or 'none'})"
-            for name in unknown
-        ]
+        both = [*by_id, *(op.id for op in index.ops)]
+        lines = [f"{name!r} (closest: {', '.join(closest(name, both)) or 'none'})" for name in unknown]
         raise UnknownOpError(
             f"unknown op {'; '.join(lines)}",
             fix="use an id from `kernelsmith extract --list` (CUDA and Triton ops)",

@@ -14,7 +14,6 @@ profile: the PR says none was taken); a run is *simulated* when its
 
 from __future__ import annotations
 
-import json
 import pathlib
 import re
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import Any
 from contract.layout import profile_path
 from integrate.errors import KernelsmithError, SimulatedRunError
 from integrate.records import IntegrateReport, Patch
+from optimize.run_folder import read_run_meta
 from optimize.skills import Skill, load_skills
 from pipeline.records import Candidate, RunSummary, read_record
 
@@ -67,9 +67,8 @@ def simulated_run(run_dir: pathlib.Path) -> tuple[bool, str]:
     if summary.is_file():
         record = read_record(RunSummary, summary)
         return record.simulated, record.backend
-    meta = run_dir / "run.json"
-    if meta.is_file():
-        data = json.loads(meta.read_text(encoding="utf-8"))
+    data = read_run_meta(run_dir)
+    if data:
         backend = str(data.get("backend", ""))
         return backend == REPLAY_BACKEND, f"{backend} {data.get('replay') or ''}".strip()
     return False, ""
@@ -128,8 +127,7 @@ def gather(report: IntegrateReport, run_dir: pathlib.Path | None = None) -> RunF
     device = None
     coder = ""
     guarded: dict[str, bool] = {}
-    if (run_dir / "run.json").is_file():
-        coder = str(json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("coder", ""))
+    coder = str(read_run_meta(run_dir).get("coder") or "")
     if (run_dir / "summary.json").is_file():
         summary = read_record(RunSummary, run_dir / "summary.json")
         device, coder = summary.device, summary.coder

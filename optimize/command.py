@@ -88,6 +88,10 @@ def main(args: Any, config: Config) -> int:
             fix="set llm.base_url in kernelsmith.toml (or KERNELSMITH_LLM__BASE_URL), or use --coder offline",
         )
 
+    if coder == "offline":
+        from optimize.search.tuner import check_strategy
+
+        check_strategy(config.search.strategy)  # before any work: an unknown one leaves no run folder
     # The measurement backend comes first: no tokens are spent where nothing can be measured.
     replay_file = getattr(args, "replay", None)
     if replay_file:

@@ -30,7 +30,7 @@ from extract.splice import apply_regions
 from optimize.harness.languages import language_of
 from optimize.llm.client import MeteredModel, Model
 from optimize.trajectory import RoundOutcome, RoundRecord, Trajectory, candidate_id
-from pipeline.errors import ConfigError, KernelsmithError
+from pipeline.errors import ConfigError, KernelsmithError, StaleRecordError
 from pipeline.records import (
     Candidate,
     Evaluation,
@@ -190,11 +190,33 @@ def clip(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def read_run_meta(run_dir: pathlib.Path) -> dict[str, str | None]:
+    """``run.json`` of a run folder ({} when there is none). A file that is not a JSON object is the
+    user's to mend (hand-edited, cut short by a full disk), never a Kernelsmith bug: one error with the fix."""
+    path = run_dir / "run.json"
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        where = f" at line {err.lineno}" if isinstance(err, json.JSONDecodeError) else ""
+        raise StaleRecordError(
+            f"{path} is not valid JSON{where}: {err}",
+            fix=f"restore it, or delete it to record the run's options anew on the next `--run {run_dir.name}`",
+        ) from None
+    if not isinstance(data, dict):
+        raise StaleRecordError(
+            f"{path} holds {type(data).__name__}, not the run's options (a JSON object)",
+            fix=f"restore it, or delete it to record the run's options anew on the next `--run {run_dir.name}`",
+        )
+    return data
+
+
 def run_meta_check(run_dir: pathlib.Path, meta: Mapping[str, str | None], *, write: bool = True) -> None:
     """Refuse to resume a run with another mode/coder/backend (its rounds would mix); record a new run's."""
     path = run_dir / "run.json"
     if path.exists():
-        old = json.loads(path.read_text(encoding="utf-8"))
+        old = read_run_meta(run_dir)
         for key in ("mode", "coder", "backend"):
             if old.get(key) != meta.get(key):
                 raise ConfigError(

@@ -21,7 +21,6 @@ produced is reported as measured (see :mod:`optimize.loop`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import time
 from collections.abc import Callable, Sequence
@@ -45,7 +44,7 @@ from optimize.hooks import CaseValidator, Hooks
 from optimize.llm.client import MeteredModel, Model
 from optimize.measure import evaluate_once, profile_once
 from optimize.reach_ops import changes, find_companions, transplant
-from optimize.run_folder import OpState, clip, model_failure, op_summary, why
+from optimize.run_folder import OpState, clip, model_failure, op_summary, read_run_meta, why
 from optimize.trajectory import (
     Attempt,
     RoundOutcome,
@@ -207,9 +206,7 @@ class Session:
     def run_summary(self, summaries: list[OpSummary], started: str | None = None) -> RunSummary:
         """The run's ``summary.json`` over ``summaries`` (written; the start time is run.json's when it exists)."""
         started = started or now_iso()
-        meta = self.run_dir / "run.json"
-        if meta.exists():
-            started = json.loads(meta.read_text(encoding="utf-8")).get("started_at", started)
+        started = str(read_run_meta(self.run_dir).get("started_at") or started)
         result = RunSummary(
             run=self.options.run,
             mode=self.options.mode,

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipeline.config import DEFAULT_OPS, load_config
-from pipeline.errors import BudgetExhausted, KernelsmithError, not_writable
+from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError, not_writable
 
 # subcommand -> "module:function" receiving (args, config) and returning an exit code
 HANDLERS = {
@@ -300,10 +300,9 @@ def _main(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
     except OSError as err:
-        typed = not_writable(err, pathlib.Path(err.filename).parent if err.filename else "a folder it needs")
-        if typed is None:
-            raise
-        print(f"error: {typed}", file=sys.stderr)  # a read-only work dir: one line naming it, no traceback
+        readonly = not_writable(err, pathlib.Path(err.filename).parent if err.filename else "a folder it needs")
+        typed: KernelsmithError = readonly or path_error(err)
+        print(f"error: {typed}", file=sys.stderr)  # one line naming the path and the fix, no traceback
         return typed.exit_code
     except KeyboardInterrupt:
         print(INTERRUPTED, file=sys.stderr)
@@ -316,6 +315,22 @@ def _main(args: argparse.Namespace) -> int:
             raise
         print(f"internal error: {_crash_report(err, args.command, config)}", file=sys.stderr)
         return INTERNAL_ERROR
+
+
+def path_error(err: OSError) -> KernelsmithError:
+    """An operating-system error about a path the user gave or the machine holds, as one typed error.
+
+    Why: a ``--work-dir`` or ``track --html`` that names an existing file raised ``FileExistsError``
+    from ``mkdir``, and the user saw a traceback; the path is theirs to fix, so they get the path,
+    what is wrong with it and the fix (exit 2), as for every other input error."""
+    path = err.filename or "a path"
+    if isinstance(err, (FileExistsError, NotADirectoryError)):
+        return ConfigError(f"{path} is a file where a folder is needed", fix="pass a folder's path, or move the file")
+    if isinstance(err, IsADirectoryError):
+        return ConfigError(f"{path} is a folder where a file is needed", fix="pass a file's path")
+    if isinstance(err, FileNotFoundError):
+        return ConfigError(f"{path} does not exist", fix="check the path")
+    return ConfigError(f"{path}: {err.strerror or err}", fix="check the path, the disk and its permissions")
 
 
 INTERRUPTED = "interrupted: results written so far are kept; re-run the same command to resume"

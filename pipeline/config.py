@@ -271,6 +271,15 @@ class Config(Section):
     scale: ScaleConfig = Field(default_factory=ScaleConfig)
     run: RunConfig = Field(default_factory=RunConfig)
 
+    @field_validator("work_dir")
+    @classmethod
+    def _a_folder(cls, value: str) -> str:
+        """The work folder may not exist yet, but where it does it must be a folder: every stage writes in it."""
+        path = pathlib.Path(value)
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"{path.resolve()} is a file where a folder is needed: pass a folder's path")
+        return value
+
     @property
     def work(self) -> pathlib.Path:
         return pathlib.Path(self.work_dir).resolve()

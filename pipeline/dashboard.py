@@ -97,6 +97,14 @@ def _index(
     regressions: list[Regression],
     noise_pct: float,
 ) -> pathlib.Path:
+    if not by_op:  # an empty store: a page that says so, rather than an empty table or no page at all
+        path = out / "index.html"
+        empty = (
+            "<p>No measurements yet: the results store holds no batch. Run <code>kernelsmith bench</code> or "
+            "<code>kernelsmith track run</code> on a GPU machine, then <code>kernelsmith track --html</code> again.</p>"
+        )
+        path.write_text(_page("Kernelsmith: SGLang kernel performance", empty), encoding="utf-8")
+        return path
     head = "".join(f"<th>{html.escape(s)}</th>" for s in sources)
     lines = [f"<table><tr><th>op</th>{head}</tr>"]
     for op, items in sorted(by_op.items()):

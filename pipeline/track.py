@@ -77,9 +77,16 @@ def main(args: Any, config: Any) -> int:
     fail = bool(getattr(args, "fail_on_regression", False))
     keys = store.keys()
     rows = store.history(op)
+    html_dir = getattr(args, "html", None)
     if not rows:
         scope = f" for {op}" if op else ""
-        console.print(f"no measurements{scope} in {store.root} yet: run `kernelsmith bench` on a GPU machine first")
+        said = f"no measurements{scope} in {store.root} yet: run `kernelsmith bench` on a GPU machine first"
+        if html_dir:
+            from pipeline.dashboard import write_dashboard
+
+            pages = write_dashboard(store, html_dir, noise_pct=config.harness.noise_pct)
+            said += f"; the dashboard says so ({pages[0]})"
+        console.print(said)
         return 1 if fail else 0
     found = store.regressions(noise_pct=config.harness.noise_pct, op_id=op)
     if found:
@@ -100,7 +107,6 @@ def main(args: Any, config: Any) -> int:
     for line in per_op_lines(store, op):
         table.add_row(line[0], str(line[1]), *line[2:])
     console.print(table)
-    html_dir = getattr(args, "html", None)
     if html_dir:
         from pipeline.dashboard import write_dashboard
 

@@ -532,3 +532,58 @@ def test_a_kernelsmith_bug_is_one_line_and_its_traceback_is_saved(monkeypatch, c
     saved = list((tmp_path / "w" / "crashes").glob("kernelsmith-*-track.txt"))
     assert len(saved) == 1 and f"saved in {saved[0]}" in err
     assert "Traceback (most recent call last)" in saved[0].read_text() and "plain_bug" in saved[0].read_text()
+
+
+# --------------------------------------------------------------------------- issue 47: paths and records of the user's
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["extract", "--ops", "activation.silu_and_mul", "--work-dir", "{file}"],
+        ["track", "--html", "{file}", "--work-dir", "{tmp}"],
+        ["optimize", "--ops", OP, "--work-dir", "{file}", "--replay", str(REPLAY)],
+    ],
+)
+def test_a_path_that_is_a_file_where_a_folder_is_needed_is_one_line(tmp_path, capsys, argv):
+    target = tmp_path / "afile"
+    target.write_text("not a folder")
+    code, text = run_cli(capsys, *[a.format(file=target, tmp=tmp_path) for a in argv])
+    assert code == 2, text
+    assert "Traceback" not in text and "internal error" not in text and "Kernelsmith bug" not in text
+    assert f"{target} is a file where a folder is needed" in text and "fix:" in text
+
+
+def test_track_html_on_an_empty_store_says_so_and_writes_a_page_that_says_so(tmp_path, capsys):
+    code, text = run_cli(capsys, "track", "--html", str(tmp_path / "dash"), "--work-dir", str(tmp_path))
+    assert code == 0 and "no measurements" in text and "the dashboard says so" in text
+    page = (tmp_path / "dash" / "index.html").read_text(encoding="utf-8")
+    assert "No measurements yet" in page
+
+
+@pytest.mark.parametrize("damaged", ["{not json", "[1, 2]", b"\xff\xfe\x00binary"])
+def test_a_damaged_run_json_is_the_users_record_to_mend_not_a_bug(tmp_path, capsys, damaged):
+    write_task(tmp_path)
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    if isinstance(damaged, bytes):
+        (run_dir / "run.json").write_bytes(damaged)
+    else:
+        (run_dir / "run.json").write_text(damaged, encoding="utf-8")
+    code, text = run_cli(
+        capsys,
+        "optimize",
+        "--ops",
+        OP,
+        "--work-dir",
+        str(tmp_path),
+        "--run",
+        "r1",
+        "--coder",
+        "offline",
+        "--replay",
+        str(REPLAY),
+    )
+    assert code == 2, text
+    assert "Traceback" not in text and "Kernelsmith bug" not in text
+    assert f"{run_dir / 'run.json'}" in text and "delete it to record the run's options anew" in text

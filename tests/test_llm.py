@@ -415,3 +415,22 @@ def test_a_local_endpoint_s_defaults_reach_the_openai_client_and_settings_still_
     assert LlmClient(chosen, environ={"OPENAI_API_KEY": "k"}).transport.client.timeout == 30.0
     with pytest.raises(ValueError):
         config(timeout_s=0)
+
+
+def test_a_refused_connection_says_so_at_once_and_is_not_retried(tmp_path):
+    """Nothing listens on the port (a real socket on 127.0.0.1, no server): one attempt, no backoff,
+    and the error says "refused the connection" with the fix, not "raise llm.timeout_s"."""
+    import socket
+
+    with socket.socket() as probe:  # a port that was free a moment ago and has no listener now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    sleeps: list[float] = []
+    transport = OpenAITransport(url, "test-key", timeout_s=5.0)
+    client = LlmClient(config(base_url=url, cache=False), transport=transport, sleep=sleeps.append)
+    with pytest.raises(ModelError) as err:
+        client.complete("coding", MESSAGES)
+    assert "refused the connection" in err.value.message and str(port) in err.value.message
+    assert "start the server" in (err.value.fix or "") and "timeout_s" not in (err.value.fix or "")
+    assert sleeps == [], "a refused connection is not retried"

@@ -278,14 +278,29 @@ def backoff_s(attempt: int, retry_after: float | None = None) -> float:
     return delay
 
 
+def _refused(err: BaseException) -> bool:
+    """Whether a connection error is a refused connection (nothing listens at the address): its cause chain
+    holds ``ConnectionRefusedError`` or says so. Retrying that only waits (about 30 s by default)."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ConnectionRefusedError) or "connection refused" in str(cause).lower():
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def _classify(err: Exception) -> str:
-    """'retry', 'config', 'model' or 'raise' for an exception raised by a transport."""
+    """'retry', 'refused', 'config', 'model' or 'raise' for an exception raised by a transport."""
     import openai
 
     if isinstance(err, (MalformedBody, json.JSONDecodeError)):
         return "retry"
     if isinstance(err, ModelError):
         return "raise"
+    if isinstance(err, openai.APIConnectionError) and _refused(err):
+        return "refused"
     if isinstance(err, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
         return "retry"
     if isinstance(err, openai.APIStatusError):
@@ -426,6 +441,13 @@ class LlmClient:
                 kind = _classify(err)
                 if kind == "raise":
                     raise
+                if kind == "refused":
+                    raise EndpointError(
+                        f"the LLM endpoint {self.config.base_url or '(transport)'} refused the connection: "
+                        "nothing listens at that address",
+                        fix="start the server, or correct llm.base_url (host and port)",
+                        detail=str(err),
+                    ) from err
                 if kind == "config":
                     raise ConfigError(
                         f"the LLM endpoint refused the request ({getattr(err, 'status_code', '?')}): {err}",

@@ -53,6 +53,19 @@ def choose_strategy(requested: str, size: int, max_evals: int) -> str:
     return "brute_force" if size - 1 <= max_evals else SAMPLING_STRATEGY
 
 
+def check_strategy(requested: str) -> None:
+    """Refuse an unknown ``search.strategy`` before any work starts (``auto``, ``off`` or a Kernel Tuner
+    strategy); an unknown one found inside round 1 left a run folder of built candidates behind."""
+    if requested in ("auto", "off"):
+        return
+    strategy_map = _kernel_tuner()[2]
+    if requested not in strategy_map:
+        raise SearchError(
+            f"unknown search strategy {requested!r}",
+            fix=f"pass --search auto, off or one of: {', '.join(sorted(strategy_map))}",
+        )
+
+
 def _kernel_tuner() -> tuple[Any, Any, Any, Any, Any]:
     try:
         from kernel_tuner import util
@@ -207,4 +220,13 @@ def _measuring() -> Iterator[None]:
         numpy.random.set_state(mine_np)
 
 
-__all__ = ["Measure", "Point", "SAMPLING_STRATEGY", "SearchError", "Trial", "choose_strategy", "run_search"]
+__all__ = [
+    "Measure",
+    "Point",
+    "SAMPLING_STRATEGY",
+    "SearchError",
+    "Trial",
+    "check_strategy",
+    "choose_strategy",
+    "run_search",
+]
