@@ -6,8 +6,12 @@ Compute), planning (the policy's ranked skills with their method text), its skil
 library, trajectory, budget, harness and final validation do their parts; the agent
 only writes region texts. Modules, in dependency order:
 
+- :mod:`agent.tasks`: an op id looked up (an unknown one answered with the closest known
+  ids of the indexes or task folders), and the code of a task only other ops run, marked
+  with who runs it, exactly as the session refuses edits to it;
 - :mod:`agent.verbs`: the verbs over one run's records (ops, show, brief, submit,
-  trajectory, finish, integrate), each answering plain JSON data;
+  trajectory, finish, integrate), each answering plain JSON data; the reading verbs need no
+  GPU, the measuring ones refuse without one before any work;
 - :mod:`agent.mcp_server`: the same verbs as MCP tools over stdio, on the official
   ``mcp`` SDK (``kernelsmith mcp``);
 - :mod:`agent.command`: ``kernelsmith agent VERB ...`` (a person, or an agent

@@ -4,8 +4,13 @@ Both open the same run (``--run``, default ``agent``) with the same backend: the
 harness, or ``--replay FILE`` (a simulation: every figure it answers is SIMULATED).
 The command line prints each verb's answer as JSON on stdout; ``submit`` and ``build``
 read the region texts from ``--region NAME=FILE`` (``-`` for stdin) and ``submit`` the
-rationale from ``--rationale``. ``build`` (nvcc, or Triton's compile for a Triton op: no GPU) and
-``show`` without a GPU need no backend.
+rationale from ``--rationale``.
+
+Without a GPU and without ``--replay`` (issue 47: a new user's first commands on a laptop all
+failed with the GPU error) the verbs that only read answer from the tasks and the run's records
+(``ops``, ``show``, ``brief``, ``trajectory``; ``build`` compiles on the CPU), and the verbs that
+measure (``submit``, ``finish``, ``integrate``) refuse before any work (before a region file or
+stdin is read), in one line with the fix (:meth:`agent.verbs.AgentRun.measuring`).
 """
 
 from __future__ import annotations
@@ -14,23 +19,26 @@ import json
 import sys
 from typing import Any
 
-from agent.verbs import AgentRun, build_regions, show_task
-from optimize.errors import GpuRequired
+from agent.verbs import MEASURING, AgentRun, build_regions
+from optimize.backends import Backend
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 
+OP_VERBS = ("show", "brief", "build", "submit", "trajectory")  # the verbs about one op
 
-def _backend(args: Any, config: Config) -> Any:
+
+def _backend(args: Any, config: Config) -> tuple[Backend | None, str]:
+    """The measurement backend (the replay file, else this machine's GPU), or None and why there is none."""
     replay = getattr(args, "replay", None)
     if replay:
         from optimize.backends.replay import ReplayBackend
 
-        return ReplayBackend(replay)
+        return ReplayBackend(replay), ""
     from optimize.backends.gpu import GpuBackend
 
     backend = GpuBackend(config)
-    backend.require()
-    return backend
+    ok, why = backend.available()
+    return (backend, "") if ok else (None, why)
 
 
 def _regions(specs: list[str] | None) -> dict[str, str]:
@@ -53,26 +61,25 @@ def _regions(specs: list[str] | None) -> dict[str, str]:
 
 
 def main(args: Any, config: Config) -> int:
-    if args.verb == "build":  # nvcc or triton.compile on this machine: no backend, no run
-        if not args.op:
-            raise ConfigError("build needs an op", fix="kernelsmith agent build OP --region NAME=FILE")
+    verb = args.verb
+    if verb in OP_VERBS and not args.op:
+        raise ConfigError(
+            f"`kernelsmith agent {verb}` needs an op",
+            fix=f"kernelsmith agent {verb} OP (`kernelsmith agent ops` lists them)",
+        )
+    if verb == "build":  # nvcc or triton.compile on this machine: no backend, no run
         built = build_regions(config, args.op, _regions(args.region))
         json.dump(built, sys.stdout, indent=1, default=str)
         print()
         return 0 if built["ok"] else 1
-    try:
-        backend = _backend(args, config)
-    except GpuRequired as err:
-        if args.verb != "show" or not args.op:
-            raise
-        print(f"note: {err.message}; showing the task only (nothing evaluated)", file=sys.stderr)
-        json.dump(show_task(config, args.op, err.message), sys.stdout, indent=1, default=str)
-        print()
-        return 0
-    if getattr(backend, "simulated", False):
+    backend, why = _backend(args, config)
+    run = AgentRun(config, args.run or "agent", backend, client=args.client or "cli", no_gpu=why)
+    if verb in MEASURING:
+        run.measuring(verb)  # before any work: no file read, no op opened
+    if backend is None:
+        print(f"note: {why}; answering from the tasks and run {run.run}'s records (nothing measured)", file=sys.stderr)
+    elif getattr(backend, "simulated", False):
         print(backend.describe(), file=sys.stderr)
-    run = AgentRun(config, args.run or "agent", backend, client=args.client or "cli")
-    verb = args.verb
     answer: Any
     if verb == "ops":
         answer = run.ops()
@@ -92,26 +99,26 @@ def main(args: Any, config: Config) -> int:
 def mcp_main(args: Any, config: Config) -> int:
     """Serve the verbs over stdio until the client closes the connection.
 
-    On a machine without a GPU (and no ``--replay``) the server still starts: ``show_task``
-    answers the task itself and ``build_candidate`` compiles, as on the command line; every
-    tool that measures answers the GPU error and its fix, so a coder on a laptop can read
-    tasks and compile candidates before it needs the GPU machine.
+    On a machine without a GPU (and no ``--replay``) the server still starts and the tools that
+    read answer as on the command line (``list_ops``, ``show_task``, ``planning_brief``,
+    ``trajectory``; ``build_candidate`` compiles); every tool that measures answers the GPU error
+    and its fix, so a coder on a laptop can read tasks and compile candidates before it needs the
+    GPU machine.
     """
     from agent.mcp_server import build_server
 
-    offline: GpuRequired | None = None
-    try:
-        backend = _backend(args, config)
-    except GpuRequired as err:
-        backend, offline = None, err
-        print(f"note: {err.message}; serving show_task (the task only) and build_candidate", file=sys.stderr)
+    backend, why = _backend(args, config)
+    if backend is None:
+        print(
+            f"note: {why}; list_ops, show_task, planning_brief, trajectory and build_candidate answer here, "
+            "submit_candidate, finish and integrate need a GPU or --replay FILE",
+            file=sys.stderr,
+        )
 
     def make_run(client: str) -> AgentRun:
-        if offline is not None:
-            raise offline
-        return AgentRun(config, args.run or "agent", backend, client=client)
+        return AgentRun(config, args.run or "agent", backend, client=client, no_gpu=why)
 
-    server = build_server(make_run, config=config, offline=offline, default_client=args.client or "mcp")
+    server = build_server(make_run, config=config, default_client=args.client or "mcp")
     server.run("stdio")
     return 0
 

@@ -10,7 +10,9 @@ when the handshake names none), so its rounds are recorded as ``external:<name>`
 
 What must stay true: a Kernelsmith error reaches the agent as a tool error carrying
 the message and the fix, never a traceback, and the server keeps serving; nothing is
-printed on stdout but the protocol (the logs go to stderr).
+printed on stdout but the protocol (the logs go to stderr). Without a GPU (no ``--replay``)
+the tools that read answer as with one (the run's records, or the task itself where the run
+has not opened the op): the instructions' first call, ``list_ops``, works everywhere (issue 47).
 """
 
 from __future__ import annotations
@@ -22,15 +24,17 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from agent.verbs import AgentRun, build_regions
-from agent.verbs import show_task as show_task_only
 from pipeline.config import Config
 from pipeline.errors import KernelsmithError
 
 INSTRUCTIONS = """Kernelsmith checks and times CUDA and Triton kernel candidates for SGLang ops against the baseline.
 You write the code; Kernelsmith's harness judges it (fresh held-out shapes, poisoned outputs, adversarial
-checks, timing in CUDA graphs). Start with list_ops, then show_task and planning_brief for one op; submit
-whole region texts with submit_candidate and read the verdict; call finish to validate the best, then
-integrate on a GPU machine to patch SGLang, check through SGLang's own op and write the PR. A Triton op's
+checks, timing in CUDA graphs). Start with list_ops, then show_task and planning_brief for one op; edit only
+the regions show_task lists as editable (not_editable: code only other ops run, which submit refuses); check
+a candidate compiles with build_candidate; submit whole region texts with submit_candidate and read the
+verdict; call finish to validate the best, then integrate to patch SGLang, check through SGLang's own op and
+write the PR. On a machine without a GPU list_ops, show_task, planning_brief, trajectory and build_candidate
+still answer; submit_candidate, finish and integrate say so and need the GPU machine. A Triton op's
 regions are Python (its @triton.jit kernel and the wrapper's launch); show_task gives its tunables and token
 buckets under facts, and build_candidate runs triton.compile for sm_90 with errors in the region's lines."""
 
@@ -39,7 +43,7 @@ def _client_name(ctx: Any, default: str) -> str:
     try:
         info = ctx.session.client_params.clientInfo
         name = str(info.name or "").strip()
-    except AttributeError:
+    except (AttributeError, ValueError):  # no handshake, or called outside a request (in process)
         name = ""
     return "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in name)[:40] or default
 
@@ -48,13 +52,12 @@ def build_server(
     make_run: Callable[[str], AgentRun],
     *,
     config: Config,
-    offline: KernelsmithError | None = None,
     default_client: str = "mcp",
 ) -> MCPServer:
     """The MCP server; ``make_run(client)`` opens the run for a client (one per client name).
 
-    ``offline``: why no run can be opened here (no GPU); ``show_task`` then answers the task
-    itself and ``build_candidate`` needs no run either."""
+    A run without a backend (no GPU here) answers the reading tools and refuses the measuring
+    ones itself (:class:`agent.verbs.AgentRun`); ``build_candidate`` needs no run."""
     server = MCPServer("kernelsmith", instructions=INSTRUCTIONS)
     runs: dict[str, AgentRun] = {}
 
@@ -77,15 +80,15 @@ def build_server(
 
     @server.tool()
     def show_task(op: str, ctx: Context) -> dict[str, Any]:
-        """One op: editable regions with line numbers, the contract, shapes and buckets, ptxas, ncu, what was tried;
-        a Triton op's tunables, autotune configs and token buckets under facts."""
-        if offline is not None:
-            return call(lambda: show_task_only(config, op, offline.message))
+        """One op: its regions with line numbers, which are editable (not_editable: code only other ops run, with
+        who runs it), the contract, shapes and buckets, ptxas, ncu, what was tried; a Triton op's tunables,
+        autotune configs and token buckets under facts. Without a GPU: the run's records, or the task itself."""
         return call(lambda: run_for(ctx).show(op))
 
     @server.tool()
     def planning_brief(op: str, ctx: Context) -> dict[str, Any]:
-        """The bottleneck, the skills that apply (with their method text) and what not to repeat."""
+        """The bottleneck, the skills that apply (with their method text) and what not to repeat; for an op not
+        evaluated yet (no GPU here), the skills its code's static features call for."""
         return call(lambda: run_for(ctx).brief(op))
 
     @server.tool()
@@ -96,7 +99,8 @@ def build_server(
 
     @server.tool()
     def submit_candidate(op: str, regions: dict[str, str], rationale: str, ctx: Context) -> dict[str, Any]:
-        """Submit new texts for some editable regions (the others stay the best's) and get the harness's verdict."""
+        """Submit new texts for some editable regions (the others stay the best's) and get the harness's verdict
+        (needs the GPU machine, or a server started with --replay)."""
         return call(lambda: run_for(ctx).submit(op, regions, rationale))
 
     @server.tool()

@@ -5,12 +5,21 @@ command line print the same thing. A run is opened per op on first use: the task
 contract completed and its baseline evaluated once (through the backend: the GPU
 harness, or a replay file for tests), then every verb reads the run folder.
 
+Without a backend (a machine with no GPU and no ``--replay``: issue 47) the verbs that only
+read still answer, from the task and the run's records: ``ops``, ``trajectory``, ``show``
+and ``brief`` (an op the run has not opened: the task itself, ``evaluated: false``, and the
+skills its code's static features call for); ``build`` never needed one. The verbs that
+measure (``submit``, ``finish``, ``integrate``) raise :class:`~optimize.errors.GpuRequired`
+with the fix before any work (:meth:`AgentRun.measuring`).
+
 - ``ops``: every extracted task, with its baseline's time ÷ floor per token bucket
   where this run evaluated it, and the best speedup so far;
-- ``show``: the editable regions with line numbers, the contract, the shapes and
-  buckets, ptxas resources, the latest Nsight Compute digest, what was tried; the task's
-  ``language`` and, for Triton, its ``facts`` (the tunables with their values, autotune
-  configs, launch keywords, the wrapper's token count and the token buckets);
+- ``show``: the regions with line numbers, which of them this op may edit (``editable``)
+  and the code only other ops run (``not_editable``, with who runs it: ``submit`` refuses a
+  change there), the contract, the shapes and buckets, ptxas resources, the latest Nsight
+  Compute digest, what was tried; the task's ``language`` and, for Triton, its ``facts`` (the
+  tunables with their values, autotune configs, launch keywords, the wrapper's token count and
+  the token buckets);
 - ``brief``: the bottleneck (the profiling summary), the skills that apply with
   their method text, and what not to repeat;
 - ``submit``: new region texts and a rationale -> the round's verdict, the first
@@ -33,18 +42,41 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
-from contract.layout import TRAJECTORY_FILE, baseline_regions, has_task, profile_path, read_task_files, tasks_root
+from agent.tasks import load_op, not_editable
+from contract.layout import (
+    TRAJECTORY_FILE,
+    baseline_regions,
+    completed_in_run,
+    has_task,
+    profile_path,
+    read_task_files,
+    tasks_root,
+)
+from contract.layout import run_dir as layout_run_dir
 from optimize.agents import profiling
 from optimize.backends import Backend
-from optimize.errors import TaskMissing
+from optimize.errors import GpuRequired, TaskMissing, TrajectoryError
 from optimize.harness.languages import language_of
+from optimize.harness.tools import NcuResult
+from optimize.hooks import Hooks
+from optimize.policy import Decision
+from optimize.reach import Foreign
 from optimize.run_folder import OpState, run_meta_check
-from optimize.session import LoopOptions, Session, load_op_task
-from optimize.trajectory import FAILED, Trajectory, now_iso
+from optimize.session import LoopOptions, Session
+from optimize.skills import Skill
+from optimize.trajectory import FAILED, Trajectory, now_iso, regions_hash
 from pipeline.buckets import by_bucket
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError
-from pipeline.records import Candidate, Evaluation, OpSummary, Task
+from pipeline.records import Candidate, Evaluation, OpSummary, Task, read_record
+
+#: The verbs that measure, and what each measures: without a backend they refuse before any work.
+MEASURING = {
+    "submit": "it evaluates the candidate",
+    "finish": "final validation measures each op's best",
+    "integrate": "it checks the patch through SGLang's own op",
+}
+READING = "ops, show, brief, trajectory and build"  # what works without a GPU, for the fix lines
 
 
 def numbered(text: str) -> str:
@@ -59,9 +91,12 @@ def show_task(config: Config, op_id: str, why: str) -> dict[str, Any]:
     figures a run adds (buckets, ptxas, ncu, what was tried) are left empty, and ``evaluated``
     says why.
     """
-    folder, task = load_op_task(config, op_id)
-    regions = baseline_regions(read_task_files(folder, task), task)
-    return {**_task_view(op_id, "baseline", task, folder, regions), "why_not_evaluated": why}
+    folder, task = load_op(config, op_id)
+    files = read_task_files(folder, task)
+    regions = baseline_regions(files, task)
+    foreign = language_of(task).foreign_code(task, regions, files)
+    marks = not_editable(config, task, foreign, regions, files)
+    return {**_task_view(op_id, "baseline", task, folder, regions, foreign, marks), "why_not_evaluated": why}
 
 
 def _task_view(
@@ -70,18 +105,24 @@ def _task_view(
     task: Task,
     folder: pathlib.Path,
     regions: dict[str, str],
+    foreign: Foreign,
+    marks: dict[str, str],
     evaluation: Evaluation | None = None,
     ncu: Any = None,
     tried: Any = None,
 ) -> dict[str, Any]:
-    """What ``show`` answers, with or without a run: the regions numbered, the contract, the shapes,
-    and what an evaluation adds (buckets, ptxas) where there is one."""
+    """What ``show`` answers, with or without a run: the regions numbered, which of them this op may edit
+    (``editable``: every region but the code only other ops run; ``not_editable``: that code, whole regions
+    and functions inside this op's own regions, each with why, as :func:`agent.tasks.not_editable` says),
+    the contract, the shapes, and what an evaluation adds (buckets, ptxas) where there is one."""
     return {
         "op": op_id,
         "best": best,
         "evaluated": evaluation is not None,
         "language": task.language,
         "regions": {name: numbered(text) for name, text in regions.items()},
+        "editable": [name for name in regions if name not in foreign.regions],
+        "not_editable": marks,
         "facts": language_of(task).task_facts(task, folder),
         "contract": task.contract.model_dump(mode="json"),
         "shapes": [s.label for s in task.shapes],
@@ -114,7 +155,7 @@ def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[s
 
     if not isinstance(regions, dict) or not regions or not all(isinstance(v, str) for v in regions.values()):
         raise ConfigError("a build needs region texts", fix='give {"<region name>": "<new text>", ...}')
-    folder, task = load_op_task(config, op_id)
+    folder, task = load_op(config, op_id)
     known = {span.name for span in task.editable}
     unknown = sorted(set(regions) - known)
     if unknown:
@@ -142,16 +183,50 @@ def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[s
 
 
 class AgentRun:
-    """One optimize run driven by an outside coder; see the module doc."""
+    """One optimize run driven by an outside coder; see the module doc.
 
-    def __init__(self, config: Config, run: str, backend: Backend, *, client: str = "cli") -> None:
+    ``backend`` None: no GPU here and no ``--replay`` (``no_gpu`` says why): the reading verbs answer
+    from the task and the run's records, the measuring ones raise :class:`GpuRequired` first.
+    """
+
+    def __init__(
+        self, config: Config, run: str, backend: Backend | None, *, client: str = "cli", no_gpu: str = ""
+    ) -> None:
         self.config, self.run, self.backend, self.client = config, run, backend, client
-        self.session = Session(config, LoopOptions(run=run, mode="multi", coder="external"), backend)
+        self.no_gpu = no_gpu or "no measurement backend (no GPU found, no --replay given)"
+        self.run_dir = layout_run_dir(config.work, run)
+        self.hooks = Hooks()
+        self._session: Session | None = None
+        self._skill_library: dict[str, Skill] | None = None
         self._open: dict[str, OpState] = {}
 
     # ------------------------------------------------------------------ helpers
 
+    def measuring(self, verb: str) -> None:
+        """Raise :class:`GpuRequired` for ``verb`` (one of :data:`MEASURING`) where there is no backend.
+
+        Why before any work: a refusal after an op was opened or the region files (stdin) read costs the
+        coder for nothing; the refusal names what works here instead (issue 47)."""
+        if self.backend is None:
+            raise GpuRequired(
+                f"`{verb}` needs a CUDA GPU ({MEASURING.get(verb, 'it measures')}), "
+                f"and this machine has none usable: {self.no_gpu}",
+                fix="run it on the GPU machine, or pass --replay FILE to replay recorded timings (a simulation: "
+                f"nothing is measured); {READING} work here without a GPU",
+            )
+
+    @property
+    def session(self) -> Session:
+        """The session that evaluates (its backend needed: see :meth:`measuring`)."""
+        if self._session is None:
+            self.measuring("evaluate")
+            assert self.backend is not None
+            options = LoopOptions(run=self.run, mode="multi", coder="external")
+            self._session = Session(self.config, options, self.backend, hooks=self.hooks)
+        return self._session
+
     def _start(self) -> None:
+        assert self.backend is not None
         meta = {
             "run": self.run,
             "mode": "multi",
@@ -160,26 +235,61 @@ class AgentRun:
             "replay": str(getattr(self.backend, "path", "")) or None,
             "started_at": now_iso(),
         }
-        run_meta_check(self.session.run_dir, meta)
+        run_meta_check(self.run_dir, meta)
 
     def op(self, op_id: str) -> OpState:
-        """The op opened in this run (its baseline evaluated on first use)."""
+        """The op opened in this run (its baseline evaluated on first use: the backend's work)."""
         if op_id in self._open:
             return self._open[op_id]
+        session = self.session
         self._start()
-        folder, task = load_op_task(self.config, op_id)
-        opened = self.session.open_op(folder, task)
+        folder, task = load_op(self.config, op_id)
+        opened = session.open_op(folder, task)
         if isinstance(opened, OpSummary):
             raise BudgetExhausted(opened.detail or "a budget is spent", where=opened.stop_reason or "budget")
         self._open[op_id] = opened
         return opened
 
+    def _recorded(self, op_id: str) -> OpState | None:
+        """The op as this run recorded it, read without a backend; None where the run has not opened it.
+
+        The same state :meth:`optimize.session.Session.open_op` gives a recorded op (its completed
+        contract, its trajectory), and nothing is written."""
+        folder, task = load_op(self.config, op_id)
+        baseline = self._trajectory(op_id).baseline()
+        if baseline is None:
+            return None
+        files = read_task_files(folder, task)
+        op = OpState(self.run_dir, folder, task, files, baseline_regions(files, task))
+        if baseline.regions_hash != regions_hash(op.baseline_regions):
+            raise TrajectoryError(
+                f"the task of {op_id} changed since run {self.run} started (its editable regions differ)",
+                fix="start a new --run for the re-extracted task",
+            )
+        op.task = completed_in_run(task, op.dir) or task
+        return op
+
+    def _opened(self, op_id: str) -> OpState | None:
+        """The op with a backend (opened, evaluated once); without one, as recorded (None: not opened)."""
+        return self.op(op_id) if self.backend is not None else self._recorded(op_id)
+
     def _trajectory(self, op_id: str) -> Trajectory:
-        return Trajectory(self.session.run_dir / op_id / TRAJECTORY_FILE)
+        return Trajectory(self.run_dir / op_id / TRAJECTORY_FILE)
 
     def _best_eval(self, op: OpState) -> Evaluation | None:
         best = op.trajectory.best()
         return op.stored_evaluation(best.candidate, "round") if best and best.candidate else None
+
+    def _marks(self, op: OpState) -> dict[str, str]:
+        return not_editable(self.config, op.task, op.foreign, op.baseline_regions, op.files)
+
+    def _ncu(self, op: OpState, candidate: Candidate, ncu_path: pathlib.Path) -> dict[str, float]:
+        """The candidate's Nsight Compute figures where the run has them (never measured here)."""
+        if not ncu_path.is_file():
+            return {}
+        if self.backend is not None:
+            return self.session.profile(op, candidate)
+        return read_record(NcuResult, ncu_path).metrics() if self.config.harness.ncu_profile else {}
 
     # ------------------------------------------------------------------ verbs
 
@@ -209,40 +319,96 @@ class AgentRun:
         return candidate, self._best_eval(op), profile_path(op.dir, candidate.id)
 
     def show(self, op_id: str) -> dict[str, Any]:
-        op = self.op(op_id)
+        op = self._opened(op_id)
+        if op is None:
+            return show_task(self.config, op_id, self.no_gpu)
         candidate, evaluation, ncu_path = self._best(op)
         ncu = json.loads(ncu_path.read_text(encoding="utf-8")) if ncu_path.is_file() else None
         return _task_view(
-            op_id, candidate.id, op.task, op.task_dir, candidate.regions, evaluation, ncu, op.trajectory.summary()
+            op_id,
+            candidate.id,
+            op.task,
+            op.task_dir,
+            candidate.regions,
+            op.foreign,
+            self._marks(op),
+            evaluation,
+            ncu,
+            op.trajectory.summary(),
         )
 
     def brief(self, op_id: str) -> dict[str, Any]:
-        op = self.op(op_id)
+        """The bottleneck, the skills that apply and what not to repeat; where the run has no evaluation of
+        the op (no backend here, op not opened) the skills its code's static features call for."""
+        op = self._opened(op_id)
+        if op is None:
+            return self._static_brief(op_id)
         candidate, evaluation, ncu_path = self._best(op)
-        ncu = self.session.profile(op, candidate) if ncu_path.is_file() else {}
+        ncu = self._ncu(op, candidate, ncu_path)
         summary = profiling.summarize(evaluation, ncu=ncu) if evaluation else None
         features = (
-            self.session.hooks.features(candidate.regions, evaluation, op.task.build.cuda_cflags, ncu=ncu)
+            self.hooks.features(candidate.regions, evaluation, op.task.build.cuda_cflags, ncu=ncu)
             if evaluation
             else None
         )
         history = op.trajectory.history()
         decisions = (
-            self.session.hooks.policy_plan(features, self.session.skills, history, llm_available=True, limit=12)
+            self.hooks.policy_plan(features, self._skills(), history, llm_available=True, limit=12)
             if features is not None
             else []
         )
-        skills = []
-        for d in decisions:
-            skill = self.session.skills.get(d.skill)
-            method = skill.method.strip() if skill is not None else ""
-            skills.append({"skill": d.skill, "params": d.params, "why": d.reason, "method": method})
         avoid = [
             {"skill": h.skill, "params": h.params, "outcome": h.outcome.value} for h in history if h.outcome in FAILED
         ]
-        return {"op": op_id, "bottleneck": summary.text() if summary else "", "skills": skills, "do_not_repeat": avoid}
+        return {
+            "op": op_id,
+            "evaluated": evaluation is not None,
+            "bottleneck": summary.text() if summary else "",
+            "skills": self._skill_rows(decisions),
+            "do_not_repeat": avoid,
+            "not_editable": self._marks(op),
+        }
+
+    def _static_brief(self, op_id: str) -> dict[str, Any]:
+        """``brief`` of an op no evaluation of which is at hand: the policy over the baseline's static features.
+
+        Why: the planning brief is what a coder reads before writing; the skills the code's own text
+        calls for (vector loads, launch bounds, PDL) need no GPU, only the bottleneck does."""
+        folder, task = load_op(self.config, op_id)
+        files = read_task_files(folder, task)
+        regions = baseline_regions(files, task)
+        foreign = language_of(task).foreign_code(task, regions, files)
+        features = self.hooks.features(regions, None, task.build.cuda_cflags, ncu={})
+        decisions = self.hooks.policy_plan(features, self._skills(), [], llm_available=True, limit=12)
+        return {
+            "op": op_id,
+            "evaluated": False,
+            "why_not_evaluated": self.no_gpu,
+            "bottleneck": "",
+            "skills": self._skill_rows(decisions),
+            "do_not_repeat": [],
+            "not_editable": not_editable(self.config, task, foreign, regions, files),
+        }
+
+    def _skills(self) -> dict[str, Skill]:
+        """The skill library the session plans with (loaded here the same way where there is no session)."""
+        if self._session is not None:
+            return self._session.skills
+        if self._skill_library is None:
+            self._skill_library = self.hooks.load_skills(self.config.search.skills)
+        return self._skill_library
+
+    def _skill_rows(self, decisions: Sequence[Decision]) -> list[dict[str, Any]]:
+        skills = self._skills()
+        rows = []
+        for d in decisions:
+            skill = skills.get(d.skill)
+            method = skill.method.strip() if skill is not None else ""
+            rows.append({"skill": d.skill, "params": d.params, "why": d.reason, "method": method})
+        return rows
 
     def submit(self, op_id: str, regions: dict[str, str], rationale: str) -> dict[str, Any]:
+        self.measuring("submit")
         if not isinstance(regions, dict) or not regions or not all(isinstance(v, str) for v in regions.values()):
             raise ConfigError("a submission needs region texts", fix='give {"<region name>": "<new text>", ...}')
         op = self.op(op_id)
@@ -275,7 +441,11 @@ class AgentRun:
     def trajectory(self, op_id: str) -> list[dict[str, Any]]:
         traj = self._trajectory(op_id)
         if not traj.path.is_file():
-            raise TaskMissing(f"run {self.run} has no op {op_id} yet", fix=f"`kernelsmith agent show {op_id}` opens it")
+            load_op(self.config, op_id)  # an unknown op says so, with the closest ids
+            raise TaskMissing(
+                f"run {self.run} has no op {op_id} yet (no {traj.path})",
+                fix=f"`kernelsmith agent submit {op_id} ...` opens it (or `agent show {op_id}` with a GPU or --replay)",
+            )
         return [
             {
                 "kind": r.kind,
@@ -293,10 +463,10 @@ class AgentRun:
 
     def finish(self, op_ids: Sequence[str] | None = None) -> dict[str, Any]:
         """Final validation of each op's best, then the run's summary.json (what integrate reads)."""
-        run_dir = self.session.run_dir
-        ops = list(op_ids or sorted(p.parent.name for p in run_dir.glob(f"*/{TRAJECTORY_FILE}")))
+        self.measuring("finish")
+        ops = list(op_ids or sorted(p.parent.name for p in self.run_dir.glob(f"*/{TRAJECTORY_FILE}")))
         if not ops:
-            raise TaskMissing(f"run {self.run} has no op yet", fix="`kernelsmith agent show OP` opens one")
+            raise TaskMissing(f"run {self.run} has no op yet", fix="`kernelsmith agent submit OP ...` opens one")
         summaries = [self.session.close_op(self.op(op_id), "external") for op_id in ops]
         result = self.session.run_summary(summaries)
         return json.loads(result.model_dump_json())
@@ -306,7 +476,8 @@ class AgentRun:
         from integrate import command as integrate_command
         from pipeline.cli import build_parser
 
-        if not (self.session.run_dir / "summary.json").is_file():
+        self.measuring("integrate")
+        if not (self.run_dir / "summary.json").is_file():
             raise ConfigError(f"run {self.run} is not finished", fix="`kernelsmith agent finish` validates it first")
         args = build_parser().parse_args(["integrate", "--run", self.run, "--work-dir", str(self.config.work)])
         code = int(integrate_command.main(args, self.config) or 0)
@@ -314,4 +485,4 @@ class AgentRun:
         return {"exit_code": code, "pr": str(pr) if pr.is_file() else None}
 
 
-__all__ = ["AgentRun", "build_regions", "numbered", "show_task"]
+__all__ = ["MEASURING", "AgentRun", "build_regions", "numbered", "show_task"]

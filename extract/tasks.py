@@ -347,7 +347,15 @@ def _numeric_key(args: list[str]) -> list[Any]:
 # --------------------------------------------------------------------------- keys
 
 
-def task_key(index: Index, op: OpEntry, arch: str, token_counts: Iterable[int], files: list[str] | None = None) -> str:
+def task_key(
+    index: Index,
+    op: OpEntry,
+    arch: str,
+    token_counts: Iterable[int],
+    files: list[str] | None = None,
+    *,
+    cache_dir: pathlib.Path | None = None,
+) -> str:
     """Content key of every input of a task (see the module docstring).
 
     ``files`` defaults to the include closure of ``op.files``; the key stored by
@@ -367,16 +375,19 @@ def task_key(index: Index, op: OpEntry, arch: str, token_counts: Iterable[int], 
     parts.append(curated.read_bytes() if curated.is_file() else b"")
     for path in sorted(shapes.CATALOG_DIR.glob("*.toml")):
         parts += [path.name, path.read_bytes()]
-    parts.append(catalog_models(index, op, shapes.load_catalog())[1])  # which models, decided by the model code
+    # which models, decided by the model code
+    parts.append(catalog_models(index, op, shapes.load_catalog(), cache_dir=cache_dir)[1])
     parts.append(source_digest(_OWN_CODE))
     return content_hash(*parts)
 
 
-def catalog_models(index: Index, op: OpEntry, catalog: list[shapes.Model]) -> tuple[list[shapes.Model], str]:
+def catalog_models(
+    index: Index, op: OpEntry, catalog: list[shapes.Model], *, cache_dir: pathlib.Path | None = None
+) -> tuple[list[shapes.Model], str]:
     """The catalog models whose shapes ``op`` gets and why (:func:`extract.model_ops.select_models`
-    over the model-to-op map of the index's SGLang tree)."""
+    over the model-to-op map of the index's SGLang tree, kept under ``cache_dir`` when given)."""
     root = pathlib.Path(index.source.root)
-    return model_ops.select_models(model_ops.load_map(root, index.ops), op, catalog)
+    return model_ops.select_models(model_ops.load_map(root, index.ops, cache_dir), op, catalog)
 
 
 def is_current(work_dir: str | os.PathLike[str], op_id: str, key: str) -> bool:
@@ -399,6 +410,7 @@ def write_task(
     token_counts: Iterable[int] = DEFAULT_TOKEN_COUNTS,
     program: pyops.Program | None = None,
     key: str | None = None,
+    cache_dir: pathlib.Path | None = None,
 ) -> Task:
     """Write ``work_dir/tasks/<op.id>/`` (``src/`` + ``task.json``) and return the task.
 
@@ -424,7 +436,7 @@ def write_task(
             f"dtypes {', '.join(d for d in DTYPES if d not in dtypes)} excluded by the curated contract (see its comments)"
         )
     catalog = shapes.load_catalog()
-    chosen, why = catalog_models(index, op, catalog)
+    chosen, why = catalog_models(index, op, catalog, cache_dir=cache_dir)
     notes.append(why)
     cases, shape_notes = shapes.shape_cases(contract, curated.get("shapes"), token_counts, chosen)
     notes += shape_notes
@@ -510,7 +522,9 @@ def write_task(
             built=set.intersection(*(set(i.run_time) for i in instantiations)),
         ),
     )
-    publish(task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts))
+    publish(
+        task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts, cache_dir=cache_dir)
+    )
     return task
 
 

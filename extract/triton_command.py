@@ -86,7 +86,7 @@ def main(args: Any, config: Config, source: SourceInfo, index: TritonIndex, sele
     compiled = 0
     for op in selected:
         try:
-            key = triton_tasks.task_key(index, op, config.extract.arch, token_counts)
+            key = triton_tasks.task_key(index, op, config.extract.arch, token_counts, cache_dir=config.cache)
             task: Task | None = None
             state = "written"
             if is_current(work, op.id, key):
@@ -97,7 +97,13 @@ def main(args: Any, config: Config, source: SourceInfo, index: TritonIndex, sele
                     task = None
             if task is None:
                 task = triton_tasks.write_task(
-                    index, op, work, arch=config.extract.arch, token_counts=token_counts, key=key
+                    index,
+                    op,
+                    work,
+                    arch=config.extract.arch,
+                    token_counts=token_counts,
+                    key=key,
+                    cache_dir=config.cache,
                 )
         except KernelsmithError as err:
             results[op.id] = err.message

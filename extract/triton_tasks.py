@@ -83,7 +83,9 @@ def task_files(tindex: TritonIndex, op: TritonOp) -> list[str]:
     return sorted({op.module, *(k.partition(":")[0] for k in op.kernels)})
 
 
-def task_key(tindex: TritonIndex, op: TritonOp, arch: str, token_counts: Iterable[int]) -> str:
+def task_key(
+    tindex: TritonIndex, op: TritonOp, arch: str, token_counts: Iterable[int], *, cache_dir: pathlib.Path | None = None
+) -> str:
     root = pathlib.Path(tindex.source.root)
     parts: list[str | bytes] = ["triton", op.model_dump_json(), arch, ",".join(map(str, token_counts))]
     for rel in task_files(tindex, op):
@@ -92,7 +94,8 @@ def task_key(tindex: TritonIndex, op: TritonOp, arch: str, token_counts: Iterabl
     parts.append(curated.read_bytes() if curated.is_file() else b"")
     for path in sorted(shapes.CATALOG_DIR.glob("*.toml")):
         parts += [path.name, path.read_bytes()]
-    parts.append(catalog_models(tindex, op, shapes.load_catalog())[1])  # which models, decided by the model code
+    # which models, decided by the model code
+    parts.append(catalog_models(tindex, op, shapes.load_catalog(), cache_dir=cache_dir)[1])
     parts.append(source_digest(_OWN_CODE))
     return content_hash(*parts)
 
@@ -102,14 +105,16 @@ def _as_entry(op: TritonOp) -> OpEntry:
     return OpEntry(id=op.id, module=op.module, public_functions=[op.function], entry_points=[], files=[])
 
 
-def catalog_models(tindex: TritonIndex, op: TritonOp, catalog: list[shapes.Model]) -> tuple[list[shapes.Model], str]:
+def catalog_models(
+    tindex: TritonIndex, op: TritonOp, catalog: list[shapes.Model], *, cache_dir: pathlib.Path | None = None
+) -> tuple[list[shapes.Model], str]:
     """The catalog models whose shapes ``op`` gets and why: the rule a CUDA op follows
     (:func:`extract.model_ops.select_models`), over a map of the Triton ops alone. A map of both
     languages would differ: the map stops at an op's public function, so a Triton wrapper that
     calls a CUDA op would hide the CUDA op from the models that reach it through the wrapper."""
     root = pathlib.Path(tindex.source.root)
     entries = [_as_entry(o) for o in tindex.ops]
-    return model_ops.select_models(model_ops.load_map(root, entries), _as_entry(op), catalog)
+    return model_ops.select_models(model_ops.load_map(root, entries, cache_dir), _as_entry(op), catalog)
 
 
 def write_task(
@@ -120,6 +125,7 @@ def write_task(
     arch: str = "sm_90a",
     token_counts: Iterable[int] = tasks.DEFAULT_TOKEN_COUNTS,
     key: str | None = None,
+    cache_dir: pathlib.Path | None = None,
 ) -> Task:
     """Write ``work_dir/tasks/<op.id>/`` for a Triton op and return the task; ConfigError when it cannot be one."""
     token_counts = tuple(token_counts)
@@ -150,7 +156,7 @@ def write_task(
         contract = contract_mod.apply_curated(contract, curated)
     curated = curated or {}
     dtypes = [d for d in curated.get("dtypes", list(DTYPES)) if d in DTYPES]
-    chosen, why = catalog_models(tindex, op, shapes.load_catalog())
+    chosen, why = catalog_models(tindex, op, shapes.load_catalog(), cache_dir=cache_dir)
     notes.append(why)
     cases, shape_notes = shapes.shape_cases(contract, curated.get("shapes"), token_counts, chosen)
     notes += shape_notes
@@ -201,7 +207,13 @@ def write_task(
             registered_as=op.registered_as,
         ),
     )
-    tasks.publish(task, root, closure, pathlib.Path(work_dir), key or task_key(tindex, op, arch, token_counts))
+    tasks.publish(
+        task,
+        root,
+        closure,
+        pathlib.Path(work_dir),
+        key or task_key(tindex, op, arch, token_counts, cache_dir=cache_dir),
+    )
     return task
 
 

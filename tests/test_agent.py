@@ -60,10 +60,115 @@ def test_show_without_a_gpu_shows_the_task_and_other_verbs_still_refuse(work, ca
     assert shown["evaluated"] is False and "no GPU in this test" in shown["why_not_evaluated"]
     assert shown["regions"]["launch_scale"].splitlines()[1].startswith("   2    constexpr int kBlockSize = 256;")
     assert shown["contract"]["entry"] == "scale" and len(shown["shapes"]) == 3 and shown["tried"] == []
-    assert "showing the task only" in captured.err
+    assert "answering from the tasks" in captured.err
     assert not (tmp / "runs").exists(), "nothing was opened or recorded"
     assert cli(["agent", "submit", "demo.scale", "--region", "launch_scale=-", "--work-dir", str(tmp)]) != 0
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def _run_files(tmp):
+    runs = tmp / "runs"
+    return {str(p): p.stat().st_mtime_ns for p in runs.rglob("*") if p.is_file()} if runs.exists() else {}
+
+
+def test_without_a_gpu_the_reading_verbs_answer_and_the_measuring_ones_refuse_before_any_work(
+    work, capsys, monkeypatch
+):
+    """Issue 47: on a CPU machine `agent ops`, `brief`, `trajectory` (and `show` without an op) exited 2 with the
+    GPU error. The verbs that only read answer from the task and the run's records (a run recorded elsewhere, here
+    replayed, included); submit, finish and integrate refuse in one line with the fix before reading a region file
+    or stdin, opening an op or writing anything."""
+    from optimize.backends.gpu import GpuBackend
+
+    monkeypatch.setattr(GpuBackend, "available", lambda self: (False, "no GPU in this test"))
+    tmp, _ = work
+
+    def offline(*argv):
+        return cli(["agent", *argv, "--work-dir", str(tmp), "--run", "a1"])
+
+    assert offline("ops") == 0
+    assert json.loads(capsys.readouterr().out) == [{"op": "demo.scale", "evaluated_in_run": False}]
+    assert offline("brief", "demo.scale") == 0
+    brief = json.loads(capsys.readouterr().out)
+    assert brief["evaluated"] is False and "no GPU in this test" in brief["why_not_evaluated"]
+    assert brief["skills"] and all(row["method"] for row in brief["skills"]), "the code's static features plan"
+    assert offline("trajectory", "demo.scale") == 2
+    err = capsys.readouterr().err
+    assert "run a1 has no op demo.scale yet" in err and "CUDA GPU" not in err
+    assert offline("show") == 2
+    err = capsys.readouterr().err
+    assert "needs an op" in err and "kernelsmith agent ops" in err and "CUDA GPU" not in err
+
+    class Unread:
+        def read(self, *_):
+            raise AssertionError("stdin was read before the GPU refusal")
+
+    monkeypatch.setattr(sys, "stdin", Unread())
+    for argv in (["submit", "demo.scale", "--region", "launch_scale=-"], ["finish"], ["integrate"]):
+        assert offline(*argv) == 2
+        err = capsys.readouterr().err
+        assert f"`{argv[0]}` needs a CUDA GPU" in err and "no GPU in this test" in err, err
+        assert "--replay FILE" in err and "show, brief, trajectory" in err and "Traceback" not in err
+        assert [line.split(":")[0] for line in err.strip().splitlines()] == ["error", "fix"]
+    assert not (tmp / "runs").exists(), "nothing was opened or recorded"
+
+    # a run recorded where timings were had (replayed here) is read back here without a GPU, nothing rewritten
+    (tmp / "honest.cu").write_text(HONEST)
+    assert agent(work, "submit", "demo.scale", "--region", f"launch_scale={tmp / 'honest.cu'}") == 0
+    honest = json.loads(capsys.readouterr().out)["candidate"]
+    before = _run_files(tmp)
+    assert offline("ops") == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["evaluated_in_run"] and row["best_speedup_geomean"] == pytest.approx(1.08)
+    assert offline("show", "demo.scale") == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["evaluated"] is True and shown["best"] == honest and shown["buckets"] and shown["tried"]
+    assert "kBlockSize = 128" in shown["regions"]["launch_scale"]
+    assert offline("brief", "demo.scale") == 0
+    assert json.loads(capsys.readouterr().out)["evaluated"] is True
+    assert offline("trajectory", "demo.scale") == 0
+    rounds = json.loads(capsys.readouterr().out)
+    assert [r["coder"] for r in rounds if r["kind"] == "round"] == ["external:cli"]
+    assert _run_files(tmp) == before, "reading a run writes nothing"
+
+
+def test_mcp_tools_that_read_answer_without_a_gpu_and_submit_refuses_with_the_fix(work):
+    """In process, as `kernelsmith mcp` serves on a machine without a GPU: list_ops (the instructions' first call),
+    show_task, planning_brief and trajectory answer; submit_candidate, finish and integrate answer the GPU error."""
+    from agent.mcp_server import INSTRUCTIONS, build_server
+    from agent.verbs import AgentRun
+    from pipeline.config import Config
+
+    tmp, _ = work
+    config = Config.model_validate({"work_dir": str(tmp)})
+    server = build_server(
+        lambda client: AgentRun(config, "m1", None, client=client, no_gpu="no GPU here"), config=config
+    )
+
+    async def calls():
+        out = {}
+        for name, arguments in [
+            ("list_ops", {}),
+            ("show_task", {"op": "demo.scale"}),
+            ("planning_brief", {"op": "demo.scale"}),
+            ("submit_candidate", {"op": "demo.scale", "regions": {"launch_scale": HONEST}, "rationale": "y"}),
+            ("finish", {}),
+        ]:
+            try:
+                out[name] = await server.call_tool(name, arguments)
+            except Exception as err:  # the SDK raises a tool's error in process
+                out[name] = err
+        return out
+
+    answers = anyio.run(calls)
+    assert "Start with list_ops" in INSTRUCTIONS
+    assert [row["op"] for row in answers["list_ops"].structured_content["result"]] == ["demo.scale"]
+    assert answers["show_task"].structured_content["evaluated"] is False
+    assert answers["planning_brief"].structured_content["skills"]
+    for name in ("submit_candidate", "finish"):
+        assert isinstance(answers[name], Exception) and "needs a CUDA GPU" in str(answers[name]), answers[name]
+        assert "--replay FILE" in str(answers[name])
+    assert not (tmp / "runs").exists()
 
 
 def test_cli_verbs_submit_an_honest_and_a_cheating_candidate(work, capsys):
@@ -111,7 +216,8 @@ def test_cli_errors_name_the_fix_and_print_no_traceback(work, capsys):
     assert "no editable region no_such_region" in err and "launch_scale" in err and "Traceback" not in err
     assert agent(work, "show", "no.such_op") != 0
     err = capsys.readouterr().err
-    assert "kernelsmith extract --ops no.such_op" in err and "Traceback" not in err
+    assert "unknown op 'no.such_op'" in err and "kernelsmith agent ops" in err and "Traceback" not in err
+    assert "extract --ops no.such_op" not in err, "never extract an op id no index knows"
 
 
 def test_mcp_server_over_stdio_with_the_sdks_client(work):
@@ -146,7 +252,8 @@ def test_mcp_server_over_stdio_with_the_sdks_client(work):
     assert shown.structured_content["contract"]["entry"] == "scale"
     assert cheat.structured_content["outcome"] == "incorrect"
     assert honest.structured_content["outcome"] == "ok" and honest.structured_content["accepted"]
-    assert bad.is_error and "kernelsmith extract --ops no.such_op" in bad.content[0].text
+    assert bad.is_error and "unknown op 'no.such_op'" in bad.content[0].text
+    assert "extract --ops no.such_op" not in bad.content[0].text
     coders = {r["coder"] for r in traj.structured_content["result"] if r["kind"] == "round"}
     assert len(coders) == 1 and next(iter(coders)).startswith("external:")
 
@@ -170,13 +277,17 @@ def test_mcp_server_without_a_gpu_shows_tasks_and_refuses_measuring_with_the_fix
         async with stdio_client(params) as streams:
             async with ClientSession(streams[0], streams[1]) as session:
                 await session.initialize()
+                listed = await session.call_tool("list_ops", {})
                 shown = await session.call_tool("show_task", {"op": "demo.scale"})
+                brief = await session.call_tool("planning_brief", {"op": "demo.scale"})
                 submitted = await session.call_tool(
                     "submit_candidate", {"op": "demo.scale", "regions": {"launch_scale": HONEST}, "rationale": "y"}
                 )
-                return shown, submitted
+                return listed, shown, brief, submitted
 
-    shown, submitted = anyio.run(session_run)
+    listed, shown, brief, submitted = anyio.run(session_run)
+    assert not listed.is_error and listed.structured_content["result"][0]["op"] == "demo.scale", "issue 47"
+    assert not brief.is_error and brief.structured_content["evaluated"] is False
     assert not shown.is_error and shown.structured_content["evaluated"] is False
     assert shown.structured_content["regions"]["launch_scale"].splitlines()[1].startswith("   2    constexpr int")
     assert submitted.is_error and "needs a CUDA GPU" in submitted.content[0].text
@@ -347,17 +458,17 @@ def test_mcp_show_task_and_build_candidate_answer_a_triton_op_without_a_gpu(merg
     """The MCP tools (in process, offline as `kernelsmith mcp` is without a GPU): show_task gives the Python
     regions, tunables and buckets; build_candidate answers Triton's error in the region's own line."""
     from agent.mcp_server import build_server
-    from optimize.errors import GpuRequired
+    from agent.verbs import AgentRun
     from pipeline.config import Config
 
     tmp, task, regions, _ = merge_state
     files = triton_candidates(regions, tmp)
-    offline = GpuRequired("no GPU in this test", fix="run it on the GPU machine")
+    config = Config.model_validate({"work_dir": str(tmp)})
 
-    def no_run(client):
-        raise offline
+    def no_backend(client):
+        return AgentRun(config, "m1", None, client=client, no_gpu="no GPU in this test")
 
-    server = build_server(no_run, config=Config.model_validate({"work_dir": str(tmp)}), offline=offline)
+    server = build_server(no_backend, config=config)
 
     async def calls():
         shown = await server.call_tool("show_task", {"op": MERGE})
