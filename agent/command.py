@@ -53,6 +53,11 @@ def _regions(specs: list[str] | None) -> dict[str, str]:
             raise ConfigError(
                 f"--region {name}: cannot read {path}: {err.strerror}", fix="give a readable file"
             ) from err
+        except UnicodeDecodeError as err:  # the user's file, not a Kernelsmith bug
+            raise ConfigError(
+                f"--region {name}: {path} is not UTF-8 text (byte {err.start}: {err.reason})",
+                fix="give the region's new source text as a UTF-8 file",
+            ) from None
     if not regions:
         raise ConfigError(
             "submit needs at least one --region NAME=FILE", fix="name the region and the file with its new text"

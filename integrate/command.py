@@ -43,6 +43,7 @@ from integrate.sglang_runner import check_ops
 from integrate.sglang_tests import op_tests
 from integrate.steps import Runners, gpu_steps, print_summary, publish, say
 from pipeline.config import Config
+from pipeline.output import emit
 
 
 def latest_run(runs_dir: pathlib.Path) -> str:
@@ -114,6 +115,7 @@ def main(args: argparse.Namespace, config: Config) -> int:
         pr_path = publish(report, out_dir, run_dir)
         say(f"committed {commit[:12]} on new branch {args.git_branch} of {patch.tree_root} (not pushed)")
     print_summary(report, pr_path)
+    emit(args, report)
     if report.gpu is None:
         say(
             f"no GPU here: the patch is made and verified; correctness, SGLang's tests and end-to-end need a GPU machine: `kernelsmith integrate --run {run}`"

@@ -43,6 +43,7 @@ from optimize.run_folder import run_meta_check
 from optimize.session import CODERS, MODES, OP_DONE, LoopOptions, load_op_task
 from optimize.trajectory import now_iso
 from pipeline.config import DEFAULT_OPS, Config
+from pipeline.output import emit
 
 
 def _ops(args: Any, config: Config) -> list[str]:
@@ -219,6 +220,7 @@ def _measured(
             progress.update(bar, completed=progress.tasks[bar].total)
 
     make_console().print(report.console_table(summary))
+    emit(args, summary)
     print(f"run folder: {run_dir}", file=sys.stderr)
     for op in summary.ops:
         if op.stop_reason and op.stop_reason not in ("rounds", *FINISHED):

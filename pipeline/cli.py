@@ -10,6 +10,7 @@ family's exit code.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import pathlib
@@ -24,6 +25,7 @@ from typing import Any
 
 from pipeline.config import DEFAULT_OPS, load_config
 from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError, not_writable
+from pipeline.output import EMIT, document
 
 # subcommand -> "module:function" receiving (args, config) and returning an exit code
 HANDLERS = {
@@ -39,12 +41,23 @@ HANDLERS = {
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
+    loud = parser.add_mutually_exclusive_group()
+    loud.add_argument("--quiet", "-q", action="store_true", help="no progress lines: errors and results only")
+    loud.add_argument(
+        "--verbose", "-v", action="store_true", help="a Kernelsmith bug's traceback printed (KERNELSMITH_TRACEBACK=1)"
+    )
     parser.add_argument("--config", help="config file (TOML); default ./kernelsmith.toml if present")
     parser.add_argument("--work-dir", help="where tasks, runs and caches live (default ./work)")
     parser.add_argument(
         "--sglang", metavar="PATH", help="sglang checkout or package folder (else SGLANG_SRC, else the pinned wheel)"
     )
     parser.add_argument("--sglang-version", help="pinned sglang wheel version (default 0.5.23)")
+
+
+def _json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="print the result as one JSON document on stdout (progress on stderr)"
+    )
 
 
 def _scale(parser: argparse.ArgumentParser) -> None:
@@ -79,8 +92,19 @@ def _ops(parser: argparse.ArgumentParser, *, default_all: bool = False) -> None:
     parser.add_argument("--all", action="store_true", help="every op the index knows")
 
 
+def _version() -> str:
+    """The installed distribution's version (``pyproject.toml``'s, through the package metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kernelsmith")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed: `make install`)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelsmith", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"kernelsmith {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("extract", help="index SGLang's kernels and write standalone tasks")
@@ -97,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("optimize", help="run the agent loop on extracted tasks")
     _common(p)
+    _json(p)
     _ops(p)
     p.add_argument("--coder", choices=["llm", "offline"], help="default: llm when an endpoint is configured")
     p.add_argument("--mode", choices=["multi", "single"], default="multi")
@@ -123,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("integrate", help="patch winners into an SGLang tree and prove them")
     _common(p)
+    _json(p)
     p.add_argument("--run", help="optimize run to integrate (default: the latest)")
     p.add_argument("--in-place", action="store_true", help="patch the sglang tree given by --sglang/SGLANG_SRC itself")
     p.add_argument(
@@ -140,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="measure baselines on the GPU and write BENCHMARKS.md")
     _common(p)
+    _json(p)
     _ops(p)
     p.add_argument("--output", default="BENCHMARKS.md")
     p.add_argument("--no-torch-compile", action="store_true")
@@ -153,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("track", help="measurement history and regressions (nightly tracking)")
     _common(p)
+    _json(p)
     p.add_argument("action", nargs="?", choices=["show", "run"], default="show", help="run: the census, one batch")
     p.add_argument("--tasks", help="run: a folder with tasks/ or a tarball of one (extract --all --no-compile)")
     p.add_argument("--ops", nargs="+", metavar="OP", help="run: only these ops")
@@ -292,7 +320,7 @@ def _main(args: argparse.Namespace) -> int:
         config = load_config(args.config, overrides=_overrides(args), flags=FLAGS)
         module_name, func_name = HANDLERS[args.command].split(":")
         handler = getattr(importlib.import_module(module_name), func_name)
-        return int(handler(args, config) or 0)
+        return _run(handler, args, config)
     except BudgetExhausted as err:
         print(f"stopped: {err}", file=sys.stderr)
         return err.exit_code
@@ -311,7 +339,7 @@ def _main(args: argparse.Namespace) -> int:
         if _interrupted(err):
             print(INTERRUPTED, file=sys.stderr)  # the interrupt, surfaced as what it broke on the way out
             return 130
-        if os.environ.get("KERNELSMITH_TRACEBACK"):
+        if os.environ.get("KERNELSMITH_TRACEBACK") or getattr(args, "verbose", False):
             raise
         print(f"internal error: {_crash_report(err, args.command, config)}", file=sys.stderr)
         return INTERNAL_ERROR
@@ -331,6 +359,26 @@ def path_error(err: OSError) -> KernelsmithError:
     if isinstance(err, FileNotFoundError):
         return ConfigError(f"{path} does not exist", fix="check the path")
     return ConfigError(f"{path}: {err.strerror or err}", fix="check the path, the disk and its permissions")
+
+
+def _run(handler: Any, args: argparse.Namespace, config: Any) -> int:
+    """The handler, with ``--quiet`` (progress lines dropped) and ``--json`` (progress lines on stderr,
+    the emitted result as one JSON document on stdout: :mod:`pipeline.output`)."""
+    as_json = bool(getattr(args, "json", False))
+    if as_json:
+        setattr(args, EMIT, [])
+    if not (as_json or getattr(args, "quiet", False)):
+        return int(handler(args, config) or 0)
+    sink = sys.stderr if as_json else open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    try:
+        with contextlib.redirect_stdout(sink):
+            code = int(handler(args, config) or 0)
+    finally:
+        if sink is not sys.stderr:
+            sink.close()
+    if as_json:
+        print(document(args.command, code, getattr(args, EMIT)))
+    return code
 
 
 INTERRUPTED = "interrupted: results written so far are kept; re-run the same command to resume"

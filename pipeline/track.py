@@ -23,6 +23,7 @@ from typing import Any
 from rich.table import Table
 
 from pipeline.console import console as make_console
+from pipeline.output import emit
 from pipeline.stats import geomean
 from pipeline.store import ResultsStore
 from pipeline.store_records import REFERENCE_VARIANTS
@@ -87,6 +88,7 @@ def main(args: Any, config: Any) -> int:
             pages = write_dashboard(store, html_dir, noise_pct=config.harness.noise_pct)
             said += f"; the dashboard says so ({pages[0]})"
         console.print(said)
+        emit(args, {"batches": 0, "regressions": [], "ops": []})
         return 1 if fail else 0
     found = store.regressions(noise_pct=config.harness.noise_pct, op_id=op)
     if found:
@@ -107,6 +109,15 @@ def main(args: Any, config: Any) -> int:
     for line in per_op_lines(store, op):
         table.add_row(line[0], str(line[1]), *line[2:])
     console.print(table)
+    columns = ("op", "batches", "newest_sglang", "newest_vs_previous", "time_over_floor", "device")
+    emit(
+        args,
+        {
+            "batches": len(keys),
+            "regressions": found,
+            "ops": [dict(zip(columns, line, strict=False)) for line in per_op_lines(store, op)],
+        },
+    )
     if html_dir:
         from pipeline.dashboard import write_dashboard
 

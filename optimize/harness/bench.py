@@ -47,6 +47,7 @@ from typing import Any, TextIO
 from optimize.harness.languages import language_of
 from optimize.harness.protocol import DeviceInfo, TimingResult, WorkerRequest, WorkerResult
 from pipeline.config import DEFAULT_OPS, Config
+from pipeline.output import emit
 from pipeline.records import Task
 
 SECTION_MARKER = "<!-- kernelsmith-bench: {command} -->"
@@ -556,6 +557,7 @@ def main(args: Any, config: Config) -> int:
                 pool.close(wait=False)
         env = f"Wall time of the bench run: {time.monotonic() - start:.0f} s."
         _write_timing(config, output, command, results, tasks, when, env)
+        emit(args, results)
         return 1 if any(r.error for r in results) else 0
     _write_section(output, command, section)
     return 1 if failed else 0
