@@ -53,6 +53,7 @@ from extract import pyops, sources, tasks
 from extract.errors import ToolchainError, UnknownOpError
 from pipeline.build import first_error, merge_reports
 from pipeline.config import DEFAULT_OPS, Config
+from pipeline.console import progress, working
 from pipeline.digest import source_digest
 from pipeline.errors import ConfigError, KernelsmithError, NotWritable, StaleRecordError
 from pipeline.records import (
@@ -129,8 +130,9 @@ def build_index(source: SourceInfo, cache_dir: pathlib.Path | None = None) -> tu
     from extract.index import scan_tree  # imported here: --help and --list from cache stay light
 
     started = time.perf_counter()
-    scan = scan_tree(source)
-    ops, op_modules = pyops.scan_ops(source, scan)
+    with working("indexing SGLang's CUDA kernels and the Python that loads them (once per source)"):
+        scan = scan_tree(source)
+        ops, op_modules = pyops.scan_ops(source, scan)
     index = Index(
         source=source,
         files=scan.files,
@@ -480,7 +482,7 @@ def main(args: Any, config: Config) -> int:
     results: dict[str, OpResult] = {}
     to_compile: dict[str, Task] = {}
     folders: dict[str, pathlib.Path] = {}
-    for op in selected:
+    for op in progress(selected, "tasks", len(selected)) if all_ops else selected:
         t0 = time.perf_counter()
         folder = layout.task_dir(work, op.id)
         folders[op.id] = folder

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 
 from extract.pyops.modules import _resolve_relative, dotted_name
 from extract.shapes import Model
+from pipeline.console import working
 from pipeline.records import OpEntry
 
 # Where model files live (package-relative); every ``*.py`` below with an ``EntryClass``.
@@ -314,7 +315,8 @@ def load_map(root: pathlib.Path, ops: list[OpEntry], cache_dir: pathlib.Path | N
             except (OSError, ValueError):
                 data = None
         if data is None:
-            data = build_map(root, ops)
+            with working("reading SGLang's model files for the models each op serves (once per source)"):
+                data = build_map(root, ops)
             if path is not None:
                 try:
                     path.parent.mkdir(parents=True, exist_ok=True)

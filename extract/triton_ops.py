@@ -33,6 +33,7 @@ from typing import Any
 import libcst as cst
 
 from extract.triton_scan import dotted, dotted_of, literal, module_rel, scan_file, triton_files
+from pipeline.console import progress, working
 from pipeline.digest import source_digest
 from pipeline.errors import KernelsmithError, NotWritable
 from pipeline.records import (
@@ -345,7 +346,8 @@ def scan_tree(source: SourceInfo, cache_dir: pathlib.Path | None = None) -> tupl
             pass  # damaged: scan again
     started = time.perf_counter()
     specs = [s for rel in spec_files for s in read_specs(rel, blobs[rel])]
-    files = {rel: scan_file(rel, blobs[rel]) for rel in kernel_files}
+    with working(f"scanning {len(kernel_files)} files for Triton kernels (once per SGLang source)"):
+        files = {rel: scan_file(rel, blobs[rel]) for rel in progress(kernel_files, "Triton files", len(kernel_files))}
     for spec in specs:  # a registered wrapper may live in a file without kernels
         wrapper = next((r for r in module_rel(spec.module) if r in blobs), None)
         if wrapper is not None and wrapper not in files:
