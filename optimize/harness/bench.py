@@ -167,14 +167,13 @@ def timing_section(command: str, results: Sequence[OpBench], when: str, environm
         ]
         lines += roofline.latency_lines(device)
     lines += [
-        "Method: CUDA-graph replays of back-to-back calls rotating over buffer sets of at least 3x L2 (so no call "
-        "reads what the L2 still holds from its last use: the L2 is exceeded, not flushed), median of repeats; two input "
-        "images alternate on each set's output buffers, so no call finds its answer already in place; after the "
-        "timing, sampled sets of each timed graph (a fresh random draw each evaluation) are compared with the "
-        "baseline's, and a median below 0.8x the floor of the bytes every call must move is rejected; GB/s from the contract's bytes (inputs read once, outputs written once, inout both, scratch neither); "
-        "floor = max(bytes / copy bandwidth, smallest-kernel time, the latency of the shape's access pattern: "
-        "the slowest of the copy, read and write streams its bytes read and written need, each a lower bound). "
-        "eager/compile: the PyTorch reference (optimize/harness/references.py) in the same dtype, timed the same way.",
+        "Method: CUDA-graph replays of back-to-back calls over buffer sets of at least 3x L2 (the L2 is exceeded, not "
+        "flushed), two input images alternating on each set's outputs (no call finds its answer in place), median of "
+        "repeats; sampled sets of each timed graph (a fresh draw each evaluation) are compared with the baseline's, and "
+        "a median below 0.8x the floor of the bytes every call must move is rejected. GB/s from the contract's bytes "
+        "(inputs read once, outputs written once, inout both, scratch neither); floor = max(bytes / copy bandwidth, "
+        "smallest-kernel time, the latency of the shape's access pattern: the slowest of the copy, read and write "
+        "streams its bytes need). eager/compile: the PyTorch reference (harness/references.py), timed the same way.",
         "",
     ]
     lines += timing_table(results)
