@@ -11,14 +11,14 @@ carry of one when the remainder passes ``m``.
 :func:`incremental_divmod` rewrites each such loop of a kernel::
 
     // before                                   // after
-    for (T v = E; v < n; v += S) {             auto ks_r0 = static_cast<T>(E) % (M);
-      ... v % M ... v / M ...                   auto ks_q0 = static_cast<T>(E) / (M);
-    }                                           const auto ks_sr0 = (S) % (M);
-                                                const auto ks_sq0 = (S) / (M);
-                                                for (T v = E; v < n; v += S, ks_r0 += ks_sr0,
-                                                     ks_q0 += ks_sq0 + (ks_r0 >= (M)),
-                                                     ks_r0 -= ks_r0 >= (M) ? (M) : 0) {
-                                                  ... ks_r0 ... ks_q0 ...
+    for (T v = E; v < n; v += S) {             auto carry_r0 = static_cast<T>(E) % (M);
+      ... v % M ... v / M ...                   auto carry_q0 = static_cast<T>(E) / (M);
+    }                                           const auto carry_sr0 = (S) % (M);
+                                                const auto carry_sq0 = (S) / (M);
+                                                for (T v = E; v < n; v += S, carry_r0 += carry_sr0,
+                                                     carry_q0 += carry_sq0 + (carry_r0 >= (M)),
+                                                     carry_r0 -= carry_r0 >= (M) ? (M) : 0) {
+                                                  ... carry_r0 ... carry_q0 ...
                                                 }
 
 What must stay true (the transform refuses a loop otherwise):
@@ -191,17 +191,20 @@ def incremental_divmod(regions: Mapping[str, str], *, kernel: str | None = None)
         for number, loop in enumerate(strided_loops(f)):
             first = loop.init if loop.var_type == "auto" else f"static_cast<{loop.var_type}>({loop.init})"
             pad = indent_of(src, loop.node).decode()
-            lines, carries = [f"// kernelsmith incremental_divmod: {loop.var}'s quotients and remainders carried"], []
+            lines, carries = (
+                [f"// {loop.var}'s quotients and remainders, carried from step to step instead of divided again"],
+                [],
+            )
             for index, (divisor, sites) in enumerate(sorted(loop.divisions.items())):
                 tag, ops = f"{number}_{index}", {op for _, op in sites}
-                r, q = f"ks_r{tag}", f"ks_q{tag}"
+                r, q = f"carry_r{tag}", f"carry_q{tag}"
                 lines.append(f"auto {r} = ({first}) % ({divisor});")
-                lines.append(f"const auto ks_sr{tag} = ({loop.step}) % ({divisor});")
-                carries.append(f"{r} += ks_sr{tag}")
+                lines.append(f"const auto carry_sr{tag} = ({loop.step}) % ({divisor});")
+                carries.append(f"{r} += carry_sr{tag}")
                 if "/" in ops:
                     lines.append(f"auto {q} = ({first}) / ({divisor});")
-                    lines.append(f"const auto ks_sq{tag} = ({loop.step}) / ({divisor});")
-                    carries.append(f"{q} += ks_sq{tag} + ({r} >= ({divisor}))")
+                    lines.append(f"const auto carry_sq{tag} = ({loop.step}) / ({divisor});")
+                    carries.append(f"{q} += carry_sq{tag} + ({r} >= ({divisor}))")
                 carries.append(f"{r} -= {r} >= ({divisor}) ? ({divisor}) : 0")
                 edits += [Edit(span, n.start_byte, n.end_byte, (r if op == "%" else q).encode()) for n, op in sites]
             at = loop.node

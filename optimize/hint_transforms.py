@@ -6,7 +6,7 @@ SGLang's elementwise and norm kernels read and write global memory through
 (activations in, activations out) an evict-first hint keeps it from pushing out of
 L2 what is read again (a norm's weight, the next kernel's input).
 :func:`streaming_hints` renames those calls in kernels and device functions to
-``ks_load_cs`` / ``ks_store_cs`` and puts their definitions, once, before the first
+``load_as_streaming`` / ``store_as_streaming`` and puts their definitions, once, before the first
 edited function: for a 16-, 8- or 4-byte ``T`` aligned to its size they go through
 ``__ldcs`` / ``__stcs`` on ``int4`` / ``int2`` / ``int`` (the same bytes, the same
 order), any other ``T`` falls back to the plain access.
@@ -26,14 +26,14 @@ from optimize.cuda_regions import Region, RegionFunction
 from optimize.transform_edits import Edit, NotApplicable, TransformError, apply_edits
 
 #: SGLang's typed access -> the hinted one (``device::`` qualified or not)
-RENAMES = {"load_as": "ks_load_cs", "store_as": "ks_store_cs"}
+RENAMES = {"load_as": "load_as_streaming", "store_as": "store_as_streaming"}
 WHICH = {"loads": ("load_as",), "stores": ("store_as",), "both": ("load_as", "store_as")}
 
-HELPERS = b"""#ifndef KERNELSMITH_STREAMING_HINTS
-#define KERNELSMITH_STREAMING_HINTS
-// kernelsmith streaming_hints: device::load_as / store_as with evict-first hints (ld/st.global.cs)
+HELPERS = b"""#ifndef SGL_STREAMING_ACCESS_DEFINED
+#define SGL_STREAMING_ACCESS_DEFINED
+// device::load_as / store_as with an evict-first (streaming) cache hint: ld/st.global.cs
 template <typename T>
-__device__ __forceinline__ T ks_load_cs(const void* ptr, int64_t offset = 0) {
+__device__ __forceinline__ T load_as_streaming(const void* ptr, int64_t offset = 0) {
   const T* p = static_cast<const T*>(ptr) + offset;
   if constexpr (sizeof(T) == 16 && alignof(T) >= 16) {
     const int4 v = __ldcs(reinterpret_cast<const int4*>(p));
@@ -49,7 +49,7 @@ __device__ __forceinline__ T ks_load_cs(const void* ptr, int64_t offset = 0) {
   }
 }
 template <typename T>
-__device__ __forceinline__ void ks_store_cs(void* ptr, std::type_identity_t<T> val, int64_t offset = 0) {
+__device__ __forceinline__ void store_as_streaming(void* ptr, std::type_identity_t<T> val, int64_t offset = 0) {
   T* p = static_cast<T*>(ptr) + offset;
   if constexpr (sizeof(T) == 16 && alignof(T) >= 16) {
     __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&val));
@@ -61,7 +61,7 @@ __device__ __forceinline__ void ks_store_cs(void* ptr, std::type_identity_t<T> v
     *p = val;
   }
 }
-#endif  // KERNELSMITH_STREAMING_HINTS
+#endif  // SGL_STREAMING_ACCESS_DEFINED
 
 """
 

@@ -10,14 +10,14 @@ and the grid is ``K`` times smaller.
 
 The edit, on axis ``a`` with factor ``K`` (:func:`coarsen_programs`):
 
-- the kernel region gains two parameters with neutral defaults, ``ks_extent_<a>=-1`` (the axis's
-  real extent) and ``KS_PROGRAMS_<a>: tl.constexpr = 1`` (the factor), and its body (a docstring
-  stays first) runs inside ``for _ks_step_<a> in tl.static_range(KS_PROGRAMS_<a>)``, guarded by
-  ``_ks_pid_<a> < ks_extent_<a>`` for the last program's overhang; ``tl.program_id(a)`` reads
-  ``_ks_pid_<a>`` and ``tl.num_programs(a)`` the real extent. A launch that passes neither
+- the kernel region gains two parameters with neutral defaults, ``coarse_extent_<a>=-1`` (the axis's
+  real extent) and ``COARSE_PROGRAMS_<a>: tl.constexpr = 1`` (the factor), and its body (a docstring
+  stays first) runs inside ``for _coarse_step_<a> in tl.static_range(COARSE_PROGRAMS_<a>)``, guarded by
+  ``_coarse_pid_<a> < coarse_extent_<a>`` for the last program's overhang; ``tl.program_id(a)`` reads
+  ``_coarse_pid_<a>`` and ``tl.num_programs(a)`` the real extent. A launch that passes neither
   parameter runs the body once, unguarded, as before: another caller of the kernel is unaffected;
 - the launch region's grid entry ``E`` becomes ``triton.cdiv(E, K)`` and the launch passes
-  ``ks_extent_<a>=E`` and ``KS_PROGRAMS_<a>=K``. With a token bucket, ``K`` is the same
+  ``coarse_extent_<a>=E`` and ``COARSE_PROGRAMS_<a>=K``. With a token bucket, ``K`` is the same
   per-bucket chain as a launch option's (:func:`optimize.triton_transforms.bucket_test`), the
   baseline's 1 the fallback, written in the grid and the keyword alike; Triton compiles one
   specialization per factor.
@@ -44,11 +44,11 @@ TRANSFORM = "triton_coarsen_programs"
 
 
 def extent_param(axis: int) -> str:
-    return f"ks_extent_{axis}"
+    return f"coarse_extent_{axis}"
 
 
 def factor_param(axis: int) -> str:
-    return f"KS_PROGRAMS_{axis}"
+    return f"COARSE_PROGRAMS_{axis}"
 
 
 def grid_entries(call: cst.Call) -> list[cst.BaseExpression] | None:
@@ -99,7 +99,7 @@ class _Rewrite(cst.CSTTransformer):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         base = tt.code(original.func.value) if isinstance(original.func, cst.Attribute) else "tl"
         if _axis_of(original, "program_id") == self.axis:
-            return cst.Name(f"_ks_pid_{self.axis}")
+            return cst.Name(f"_coarse_pid_{self.axis}")
         if _axis_of(original, "num_programs") == self.axis:
             extent = extent_param(self.axis)
             return cst.parse_expression(f"{base}.where({extent} < 0, {tt.code(updated)}, {extent})")
@@ -130,7 +130,7 @@ def _coarsened_kernel(fn: cst.FunctionDef, axis: int) -> cst.FunctionDef:
     if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr):
         if isinstance(body[0].body[0].value, cst.SimpleString | cst.ConcatenatedString):
             doc, body = body[:1], body[1:]
-    extent, factor, step, pid = extent_param(axis), factor_param(axis), f"_ks_step_{axis}", f"_ks_pid_{axis}"
+    extent, factor, step, pid = extent_param(axis), factor_param(axis), f"_coarse_step_{axis}", f"_coarse_pid_{axis}"
     loop = cst.parse_statement(
         f"for {step} in tl.static_range({factor}):\n"
         f"    {pid} = tl.program_id({axis}) * {factor} + {step}\n"

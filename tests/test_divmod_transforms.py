@@ -33,11 +33,15 @@ def test_bias_gelu_s_bias_column_is_carried_instead_of_a_64_bit_modulo_per_vecto
     assert "vec_id % row_vecs" in kernel, "bias_gelu.cuh changed in SGLang: update the test"
     new = T.apply("incremental_divmod", regions, {})
     edited = new["bias_gelu_tanh_kernel"]
-    assert "vec_id % row_vecs" not in edited and "b.load(bias, ks_r0_0);" in edited
+    assert "vec_id % row_vecs" not in edited and "b.load(bias, carry_r0_0);" in edited
     assert (
-        "auto ks_r0_0 = (static_cast<int64_t>(" in edited and "const auto ks_sr0_0 = (stride) % (row_vecs);" in edited
+        "auto carry_r0_0 = (static_cast<int64_t>(" in edited
+        and "const auto carry_sr0_0 = (stride) % (row_vecs);" in edited
     )
-    assert "vec_id += stride, ks_r0_0 += ks_sr0_0, ks_r0_0 -= ks_r0_0 >= (row_vecs) ? (row_vecs) : 0)" in edited
+    assert (
+        "vec_id += stride, carry_r0_0 += carry_sr0_0, carry_r0_0 -= carry_r0_0 >= (row_vecs) ? (row_vecs) : 0)"
+        in edited
+    )
     assert {k for k in new if new[k] != regions[k]} == {"bias_gelu_tanh_kernel"}
 
 
@@ -46,9 +50,9 @@ def test_rope_s_token_and_head_come_from_one_carried_quotient_and_remainder(sgla
     regions = wheel_regions(sglang_source, "kernels/jit/csrc/elementwise/rope.cuh")
     new = incremental_divmod(regions, kernel="fused_rope_kernel")
     edited = new["fused_rope_kernel"]
-    assert "const int64_t token_id = ks_q0_0;" in edited and "const int64_t head_id = ks_r0_0;" in edited
+    assert "const int64_t token_id = carry_q0_0;" in edited and "const int64_t head_id = carry_r0_0;" in edited
     assert "idx / num_q_and_k_heads" not in edited and "idx % num_q_and_k_heads" not in edited
-    assert "ks_q0_0 += ks_sq0_0 + (ks_r0_0 >= (num_q_and_k_heads))" in edited
+    assert "carry_q0_0 += carry_sq0_0 + (carry_r0_0 >= (num_q_and_k_heads))" in edited
 
 
 KERNELS = {
@@ -98,7 +102,7 @@ int main() {
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler (g++)")
 def test_the_carried_values_index_exactly_what_the_divisions_did(tmp_path):
     new = incremental_divmod(KERNELS)
-    assert new["pairs"].index("#pragma unroll 2") > new["pairs"].index("ks_sr0_1"), "the pragma stays on its loop"
+    assert new["pairs"].index("#pragma unroll 2") > new["pairs"].index("carry_sr0_1"), "the pragma stays on its loop"
     assert "v % 3 ==" not in new["pairs"] and "v % cols" not in new["pairs"] and "v / cols" not in new["pairs"]
 
     def run(kernels: dict[str, str], name: str) -> str:

@@ -176,10 +176,10 @@ def test_streaming_hints_rename_only_the_typed_accesses_and_define_the_helpers_o
     assert out[first].startswith(HELPERS.decode()), "the helpers go before the first edited kernel, once"
     for name in act:
         body = out[name].removeprefix(HELPERS.decode()) if name == first else out[name]
-        assert body == act[name].replace("device::load_as<", "ks_load_cs<"), name
-    assert sum(o.count("#define KERNELSMITH_STREAMING_HINTS") for o in out.values()) == 1
+        assert body == act[name].replace("device::load_as<", "load_as_streaming<"), name
+    assert sum(o.count("#define SGL_STREAMING_ACCESS_DEFINED") for o in out.values()) == 1
     both = T.streaming_hints(act)
-    assert "ks_store_cs<vec_t>(params.out, out, vec_id);" in both["act_kernel"]
+    assert "store_as_streaming<vec_t>(params.out, out, vec_id);" in both["act_kernel"]
     assert "device::store_as" not in "".join(both.values())
     with pytest.raises(NotApplicable, match="no device::load_as/store_as call"):
         T.streaming_hints(fused)  # its accesses go through other helpers
@@ -517,3 +517,34 @@ def test_pdl_late_wait_moves_the_wait_past_memory_free_setup_only(fused):
         T.pdl_late_wait(fused)  # PDL off: no wait to move
     with pytest.raises(NotApplicable):
         T.pdl_late_wait(out)  # already as late as the data allows
+
+
+# --------------------------------------------------------------------------- upstream form
+
+
+@pytest.mark.wheel
+def test_no_transform_writes_a_tool_name_into_sglangs_sources(act, rms, fused, sglang_source):
+    """What goes upstream carries SGLang's names, not ours (issue 44): every mechanical CUDA skill's every
+    target on four of SGLang's own files adds no 'kernelsmith', ks_ or KS_ to the text."""
+    import re
+
+    from optimize.skills import load_skills
+
+    rope = load(sglang_source.root, "rope.cuh")[3]
+    branded = re.compile(r"kernelsmith|\bks_|\bKS_", re.IGNORECASE)
+    applied = 0
+    for skill in load_skills():
+        if skill.transform is None or skill.transform.startswith("triton_"):
+            continue
+        for regions in (act, rms, fused, rope):
+            feats = features_of_regions(regions)
+            for params in T.expand_targets(skill.transform, feats, skill.grid):
+                try:
+                    out = T.apply(skill.transform, regions, params)
+                except (NotApplicable, TransformError):
+                    continue
+                applied += 1
+                for name, text in out.items():
+                    before = len(branded.findall(regions.get(name, "")))
+                    assert len(branded.findall(text)) == before, (skill.id, params, name, branded.findall(text))
+    assert applied > 20, "the test must see the transforms at work"

@@ -29,14 +29,19 @@ REGIONS = {"k": KERNEL, "launch:k": LAUNCH}
 
 def test_the_body_runs_once_per_folded_program_guarded_and_the_grid_shrinks():
     out = tc.coarsen_programs(REGIONS, launch="launch:k", kernel="k", axis=0, value=4)
-    assert out["launch:k"] == "k[(triton.cdiv(num_rows, 4), 2)](x, out, n, B=64, ks_extent_0=num_rows, KS_PROGRAMS_0=4)"
+    assert (
+        out["launch:k"]
+        == "k[(triton.cdiv(num_rows, 4), 2)](x, out, n, B=64, coarse_extent_0=num_rows, COARSE_PROGRAMS_0=4)"
+    )
     kernel = out["k"]
-    assert "def k(x, out, n, B: tl.constexpr, ks_extent_0=-1, KS_PROGRAMS_0: tl.constexpr = 1):\n" in kernel
-    assert kernel.index('"""one row a program"""') < kernel.index("for _ks_step_0 in tl.static_range(KS_PROGRAMS_0):")
-    assert "_ks_pid_0 = tl.program_id(0) * KS_PROGRAMS_0 + _ks_step_0" in kernel
-    assert "if (ks_extent_0 < 0) | (_ks_pid_0 < ks_extent_0):" in kernel  # the last program's overhang
-    assert "            row = _ks_pid_0\n" in kernel  # the body, two levels in
-    assert "rows = tl.where(ks_extent_0 < 0, tl.num_programs(0), ks_extent_0)" in kernel  # the real extent
+    assert "def k(x, out, n, B: tl.constexpr, coarse_extent_0=-1, COARSE_PROGRAMS_0: tl.constexpr = 1):\n" in kernel
+    assert kernel.index('"""one row a program"""') < kernel.index(
+        "for _coarse_step_0 in tl.static_range(COARSE_PROGRAMS_0):"
+    )
+    assert "_coarse_pid_0 = tl.program_id(0) * COARSE_PROGRAMS_0 + _coarse_step_0" in kernel
+    assert "if (coarse_extent_0 < 0) | (_coarse_pid_0 < coarse_extent_0):" in kernel  # the last program's overhang
+    assert "            row = _coarse_pid_0\n" in kernel  # the body, two levels in
+    assert "rows = tl.where(coarse_extent_0 < 0, tl.num_programs(0), coarse_extent_0)" in kernel  # the real extent
     assert "col = tl.program_id(axis=1)" in kernel  # another axis stays
 
 
@@ -78,14 +83,14 @@ def test_a_caller_that_passes_nothing_runs_the_kernel_as_before():
         def store(p, v):
             seen.append((p, v))
 
-    fn = "def run(x, out, n, B, ks_extent_0=-1, KS_PROGRAMS_0=1):\n" + body
+    fn = "def run(x, out, n, B, coarse_extent_0=-1, COARSE_PROGRAMS_0=1):\n" + body
     env: dict = {"tl": TL}
     exec(fn, env)  # noqa: S102  (our own test text)
     env["run"](0, 0, 10, 64)
     assert seen == [(50, 9 + 1)]  # row 5 (program 5), rows = 9 (num_programs), col 1
     seen.clear()
     pid[0] = 2
-    env["run"](0, 0, 10, 64, ks_extent_0=11, KS_PROGRAMS_0=4)  # program 2 of cdiv(11, 4): rows 8, 9, 10
+    env["run"](0, 0, 10, 64, coarse_extent_0=11, COARSE_PROGRAMS_0=4)  # program 2 of cdiv(11, 4): rows 8, 9, 10
     assert seen == [(80, 12), (90, 12), (100, 12)]
 
 
@@ -97,7 +102,7 @@ def test_a_second_edit_of_the_same_axis_changes_the_launch_only():
     assert twice["k"] == once["k"]
     factor = "(2 if x.shape[0] <= 64 else 4)"
     assert twice["launch:k"] == (
-        f"k[(triton.cdiv(num_rows, {factor}), 2)](x, out, n, B=64, ks_extent_0=num_rows, KS_PROGRAMS_0={factor})"
+        f"k[(triton.cdiv(num_rows, {factor}), 2)](x, out, n, B=64, coarse_extent_0=num_rows, COARSE_PROGRAMS_0={factor})"
     )
 
 
