@@ -47,7 +47,8 @@ from pipeline.buckets import BUCKETS, bucket_for, floor_text
 from pipeline.records import ShapeTiming
 from pipeline.stats import geomean
 
-SECTIONS = ("## Summary", "## Performance", "## Correctness", "## End-to-end", "## Reproduce")
+#: SGLang's pull-request template (.github/pull_request_template.md), in its order
+SECTIONS = ("## Motivation", "## Modifications", "## Accuracy Tests", "## Benchmark and Profiling", "## Checklist")
 
 
 # --------------------------------------------------------------------------- status
@@ -343,7 +344,7 @@ def _reproduce(report: IntegrateReport, e2e: E2EResult | None, facts: RunFacts) 
     patch = report.patch
     run = report.run
     ops = " ".join(op.op_id for op in patch.ops)
-    out = ["## Reproduce", ""]
+    out = ["### Reproduce", ""]
     out.append(f"Environment: {report.gpu or 'no GPU (the GPU steps did not run)'}, torch {report.torch or '—'}.")
     out.append("")
     out += [
@@ -416,8 +417,7 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     out += [f"- {r}" for r in reasons]
     out.append("")
 
-    # ---- summary
-    out += ["## Summary", ""]
+    head, out = out, ["## Motivation", ""]
     src = patch.source
     where = f"sglang {src.version} wheel" if src.kind == "wheel" else f"sglang {src.kind} {src.commit or src.root}"
     op_facts = [facts.ops.get(op.op_id, OpFacts(op_id=op.op_id)) for op in patch.ops]
@@ -437,6 +437,9 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
             "sources for the checks below."
         )
     out.append("")
+    for op in patch.ops:
+        out += _why(op, facts.ops.get(op.op_id, OpFacts(op_id=op.op_id)), facts.diff, report, sim)
+    motivation, out = out, ["## Modifications", ""]
     out += ["| file | regions replaced | bytes before → after |", "|---|---|---|"]
     for f in patch.files:
         spans = ", ".join(f"`{s.name}`" for s in f.spans)
@@ -444,7 +447,6 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     out.append("")
     out += _diff_block(facts.diff, len(patch.files))
     for op in patch.ops:
-        out += _why(op, facts.ops.get(op.op_id, OpFacts(op_id=op.op_id)), facts.diff, report, sim)
         out += _buckets(op, facts.ops.get(op.op_id, OpFacts(op_id=op.op_id)), sim)
     if patch.skipped:
         out.append("")
@@ -458,8 +460,7 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
         out.append("Not verified: " + "; ".join(f"{k} ({v})" for k, v in patch.not_verified.items()) + ".")
     out.append("")
 
-    # ---- performance
-    out += ["## Performance", ""]
+    modifications, out = out, ["### The kernel alone (isolated: each op replayed after itself)", ""]
     if facts.simulated:
         out += ["**SIMULATED: every per-shape time below was replayed from a file, not measured.**", ""]
     out.append(
@@ -472,7 +473,7 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     out.append("")
     for op in patch.ops:
         timings = _timings(op)
-        out.append(f"### `{op.op_id}`")
+        out.append(f"#### `{op.op_id}`")
         out.append("")
         if not timings:
             out += ["No per-shape timings were recorded for this candidate.", ""]
@@ -489,8 +490,7 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
         gm = _geomean(s for s in (_speedup(t) for t in timings) if s)
         out += ["", f"Geomean speedup{sim} {_fmt(gm, '.3f')}x over {len(timings)} shape x dtype points.", ""]
 
-    # ---- correctness
-    out += ["## Correctness", ""]
+    kernel, out = out, ["## Accuracy Tests", ""]
     if not report.checks:
         out += ["Not checked through SGLang: " + report.not_run.get("correctness", "no GPU step ran") + ".", ""]
     for check in report.checks:
@@ -565,8 +565,7 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
             out.append(f"- `{test.op_id}`: not run: {test.reason}")
     out.append("")
 
-    # ---- end to end
-    out += ["## End-to-end", ""]
+    accuracy, out = out, ["### The model step", ""]
     e2e = report.e2e
     if e2e is None or not e2e.ran:
         out += ["Not run: " + (e2e.reason if e2e else report.not_run.get("e2e", "no GPU step ran")) + ".", ""]
@@ -586,9 +585,36 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
         elif ob is not None:
             out += [f"`sglang.benchmark.one_batch`: not run: {ob.reason}.", ""]
 
-    # ---- reproduce
+    model = out
+    out = [*head, *motivation, *modifications, *accuracy, "## Benchmark and Profiling", "", *model, *kernel]
     out += _reproduce(report, e2e, facts)
+    out += _checklist(report)
     return relative("\n".join(out), report).replace(_DIFF_SLOT, facts.diff.rstrip("\n"))
+
+
+def _checklist(report: IntegrateReport) -> list[str]:
+    """SGLang's checklist, each box ticked only where the records show it done."""
+    checks = [c for c in report.checks if c.planned]
+    cases = sum(len(c.cases) for c in checks)
+    checked = bool(checks) and all(c.ran and not c.failed for c in checks)
+    steps = pr_model.changed_steps(report)
+    model_ok = bool(steps) and not pr_model.regressions(report)
+    groups = sorted({op.op_id.partition(".")[0] for op in report.patch.ops})
+    box = lambda done: "[x]" if done else "[ ]"  # noqa: E731
+    return [
+        "## Checklist",
+        "",
+        f"- {box(checked)} Accuracy: every case through SGLang's public op matches the pristine op ({cases} cases).",
+        f"- {box(model_ok)} Model step: a layer recipe runs the change and is slower at no point beyond its A/A band.",
+        "- [ ] A registered test under "
+        + ", ".join(f"`test/registered/kernels/ops/{g}/`" for g in groups)
+        + " (to add).",
+        "- [ ] A `marker` benchmark under "
+        + ", ".join(f"`test/registered/kernels/benchmark/{g}/`" for g in groups)
+        + " (to add).",
+        "- [ ] Formatted with SGLang's pre-commit hooks.",
+        "",
+    ]
 
 
 def write_pr(report: IntegrateReport, path: pathlib.Path, *, run_dir: str = "") -> pathlib.Path:

@@ -42,7 +42,7 @@ def test_integrate_without_gpu_makes_the_patch_and_a_draft_pr(one_op_run, no_gpu
     assert set(report["not_run"]) == {"correctness", "sglang tests", "e2e"}
     assert "kernelsmith integrate --run r1" in report["not_run"]["correctness"]
     pr = (out / "PR.md").read_text()
-    assert "**Status: DRAFT" in pr and "## Reproduce" in pr
+    assert "**Status: DRAFT" in pr and "### Reproduce" in pr
     err = capsys.readouterr().err
     assert "no GPU here" in err and "PR: " in err and "(draft)" in err
 

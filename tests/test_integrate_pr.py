@@ -268,7 +268,7 @@ def test_status_is_computed_from_the_records(tmp_path):
     for section in SECTIONS:
         assert section in text
     assert "Not checked through SGLang: no GPU here (torch is not installed)." in text
-    assert "## End-to-end\n\nNot run:" in text
+    assert "### The model step\n\nNot run:" in text
 
     bad_sanitizer = full_report(tmp_path)
     check = bad_sanitizer.checks[0].model_copy(
@@ -673,3 +673,19 @@ def test_an_op_whose_reach_is_unknown_counts_as_running_the_change(tmp_path):
     assert "Whether `attention.apply_rope_with_cos_sin_cache_inplace` runs the changed code is unknown" in render(
         report
     )
+
+
+def test_the_pr_follows_sglangs_template_and_ticks_only_what_the_records_show(tmp_path):
+    text = render(full_report(tmp_path))
+    assert [line for line in text.splitlines() if line.startswith("## ")] == list(SECTIONS)
+    bench = text.split("## Benchmark and Profiling")[1]
+    assert bench.index("### The model step") < bench.index(
+        "### The kernel alone (isolated: each op replayed after itself)"
+    )
+    checklist = text.split("## Checklist")[1]
+    assert "- [x] Accuracy: every case through SGLang's public op matches the pristine op (9 cases)." in checklist
+    # the layer of full_report runs the changed silu_and_mul and is slower nowhere
+    assert "- [x] Model step:" in checklist
+    assert "- [ ] A registered test under `test/registered/kernels/ops/activation/` (to add)." in checklist
+    failing = full_report(tmp_path, failing=True)
+    assert "- [ ] Accuracy:" in render(failing)
