@@ -71,6 +71,15 @@ from pipeline.records import (
 
 FINAL_TRIES = 3  # candidates tried in final validation before keeping the baseline
 
+
+def _held(geomean: float | None, evaluation: Evaluation) -> str:
+    """A companion's verdict that held, in words: its geomean, or that it has no timed shape to have one
+    (an op no catalog model calls: apply_rope_inplace_with_kvcache on the H100, 2026-12-07, read "0.000x")."""
+    if geomean is None:
+        return f"correct ({evaluation.checks_passed} checks); not timed: no catalog shape"
+    return f"correct, geomean {geomean:.3f}x"
+
+
 #: ``progress(op_id, round number, rounds per op)`` before each round, and with round number
 #: :data:`OP_DONE` once the op's rounds are over (the command's progress bars: a finished op's bar
 #: stops its clock; on the H200, 2026-12-05, silu_and_mul's showed 4:38 for a 138 s round).
@@ -387,7 +396,7 @@ class Session:
         return ReachVerdict(
             op_id=task.op_id,
             status="held" if verdict.accepted else "failed",
-            detail=verdict.detail if not verdict.accepted else f"correct, geomean {verdict.speedup_geomean or 0:.3f}x",
+            detail=verdict.detail if not verdict.accepted else _held(verdict.speedup_geomean, evaluation),
             regions=moved.touched,
             outcome=evaluation.outcome,
             speedup_geomean=verdict.speedup_geomean,

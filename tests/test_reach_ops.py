@@ -245,3 +245,12 @@ def test_integrate_checks_every_op_the_patch_reaches(rope_tasks, tmp_path):
     assert list(reach.tasks) == ["attention.apply_rope_with_cos_sin_cache_inplace"] and reach.unknown == {}
     tasks = checked_tasks(reach, [acc], tmp_path / "runs" / "r1")
     assert [t.op_id for t in tasks] == [own.op_id, "attention.apply_rope_with_cos_sin_cache_inplace"]
+
+
+def test_a_companion_with_no_timed_shape_says_so_rather_than_a_zero_speedup():
+    from optimize.session import _held
+    from pipeline.records import Evaluation, Outcome
+
+    ev = Evaluation(op_id="x", candidate="c", outcome=Outcome.ok, checks_passed=18)
+    assert _held(None, ev) == "correct (18 checks); not timed: no catalog shape"
+    assert _held(1.0641, ev) == "correct, geomean 1.064x"
