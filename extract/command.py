@@ -534,7 +534,8 @@ def main(args: Any, config: Config) -> int:
     if to_compile:
         print(f"compile check: {len(to_compile)} task(s), {config.extract.jobs} parallel job(s)")
         try:
-            built = compile_tasks(folders, to_compile, config.cache / "builds", config.extract.jobs)
+            with working(f"nvcc: building every instantiation of {len(to_compile)} task(s) for {config.extract.arch}"):
+                built = compile_tasks(folders, to_compile, config.cache / "builds", config.extract.jobs)
         except ToolchainError as err:
             toolchain_error = err
             built = {}
