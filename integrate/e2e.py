@@ -16,17 +16,21 @@ imports one tree, builds its ops with SGLang's own ``load_jit``, captures many
 layers back to back in one CUDA graph (buffer sets rotated so the working set is
 at least 3x L2, as a real model streams different weights and activations per
 layer) and times replays with CUDA events (:mod:`optimize.harness.timing`); it
-also times the SGLang ops alone (the *non-GEMM* part) and every step alone. The
-two trees are measured in alternating order over several rounds, and the pooled
-samples give a median and a p10-p90 spread per tree.
+also times the SGLang ops alone (the *non-GEMM* part), every step alone, and each
+SGLang step between the layer's steps before and after it (*in context*). Three
+trees are measured in the same rounds, their order turning each round: the
+pristine tree, the patched one and a byte-for-byte copy of the pristine one, built
+and loaded like the patched one (*A/A*: what a change measures as when there is
+none). The pooled samples give a median and a p10-p90 spread per tree.
 
 The change is reported as a share of the WHOLE layer's time: ``(patched -
 baseline) / baseline layer``, for the whole layer and for the non-GEMM part
 (labelled so: its share of the whole layer, and its change on its own). The noise
-band is defined once, in :func:`noise_band_pct`: half the wider of the two trees'
-p10-p90 spreads. A change whose size is inside it is reported as "no change"
-(:func:`judge`): the patched median then lies inside the band over which the
-replays of one tree scatter.
+band is defined once, in :func:`noise_band_pct` and :func:`band_with_aa`: half the wider of the two trees'
+p10-p90 spreads, widened to the A/A's difference and its own band
+(:func:`band_with_aa`). A change whose size is inside it is reported as "no change"
+(:func:`judge`): the patched median then lies no farther from the pristine one than
+two identical trees do.
 
 The implied tokens/s is ``tokens / (layer time x layers)``: the whole layer, but
 no embedding, LM head, sampling or scheduling, so an upper bound
