@@ -91,12 +91,18 @@ def show_task(config: Config, op_id: str, why: str) -> dict[str, Any]:
     figures a run adds (buckets, ptxas, ncu, what was tried) are left empty, and ``evaluated``
     says why.
     """
+    folder, task, regions, foreign, marks = _baseline_of(config, op_id)
+    return {**_task_view(op_id, "baseline", task, folder, regions, foreign, marks), "why_not_evaluated": why}
+
+
+def _baseline_of(config: Config, op_id: str) -> tuple[pathlib.Path, Task, dict[str, str], Foreign, dict[str, str]]:
+    """An op's task as extracted, with no run: its folder, the task, its baseline regions, the code only other
+    ops run and why each piece of it may not be edited (what ``show`` and ``brief`` answer without a GPU)."""
     folder, task = load_op(config, op_id)
     files = read_task_files(folder, task)
     regions = baseline_regions(files, task)
     foreign = language_of(task).foreign_code(task, regions, files)
-    marks = not_editable(config, task, foreign, regions, files)
-    return {**_task_view(op_id, "baseline", task, folder, regions, foreign, marks), "why_not_evaluated": why}
+    return folder, task, regions, foreign, not_editable(config, task, foreign, regions, files)
 
 
 def _task_view(
@@ -374,10 +380,7 @@ class AgentRun:
 
         Why: the planning brief is what a coder reads before writing; the skills the code's own text
         calls for (vector loads, launch bounds, PDL) need no GPU, only the bottleneck does."""
-        folder, task = load_op(self.config, op_id)
-        files = read_task_files(folder, task)
-        regions = baseline_regions(files, task)
-        foreign = language_of(task).foreign_code(task, regions, files)
+        _, task, regions, _, marks = _baseline_of(self.config, op_id)
         features = self.hooks.features(regions, None, task.build.cuda_cflags, ncu={})
         decisions = self.hooks.policy_plan(features, self._skills(), [], llm_available=True, limit=12)
         return {
@@ -387,7 +390,7 @@ class AgentRun:
             "bottleneck": "",
             "skills": self._skill_rows(decisions),
             "do_not_repeat": [],
-            "not_editable": not_editable(self.config, task, foreign, regions, files),
+            "not_editable": marks,
         }
 
     def _skills(self) -> dict[str, Skill]:

@@ -376,12 +376,9 @@ def task_for(index: Index, op: OpEntry, config: Config, program: pyops.Program) 
         except StaleRecordError as err:  # damaged or another version: write it again
             print(f"  {op.id}: rewriting the task: {err.message}")
     refused = config.cache / "extract-refused" / f"{key}.json"  # the key covers every input of the task
-    if refused.is_file():
-        try:
-            known = json.loads(refused.read_text(encoding="utf-8"))
-            raise ConfigError(str(known["message"]), fix=str(known.get("fix") or "")) from None
-        except (ValueError, KeyError, TypeError, OSError):
-            pass  # a damaged cache entry: try the op again
+    known = _refusal(refused)
+    if known is not None:
+        raise known
     try:
         task = tasks.write_task(
             index,
@@ -397,6 +394,16 @@ def task_for(index: Index, op: OpEntry, config: Config, program: pyops.Program) 
         _remember_refusal(refused, op.id, err)
         raise
     return task, "written"
+
+
+def _refusal(path: pathlib.Path) -> ConfigError | None:
+    """The refusal kept at ``path`` (:func:`_remember_refusal`); None where there is none or it cannot be read
+    (a damaged entry: the op is tried again)."""
+    try:
+        known = json.loads(path.read_text(encoding="utf-8"))
+        return ConfigError(str(known["message"]), fix=str(known.get("fix") or ""))
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
 
 
 def _remember_refusal(path: pathlib.Path, op_id: str, err: KernelsmithError) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from contract.layout import baseline_regions, completed_in_run, read_task_files
 from integrate.patch import Accepted
-from optimize.reach_ops import Ensure, changes, find_companions, transplant
+from optimize.reach_ops import Ensure, place
 from pipeline.records import Task
 
 
@@ -44,19 +44,14 @@ def patch_reach(work: pathlib.Path, accepted: Sequence[Accepted], ensure: Ensure
     tasks: dict[str, Task] = {}
     unknown: dict[str, str] = {}
     for acc in accepted:
-        files = read_task_files(acc.task_dir, acc.task)
-        base = baseline_regions(files, acc.task)
-        changed = changes(base, acc.candidate.regions)
+        base = baseline_regions(read_task_files(acc.task_dir, acc.task), acc.task)
         reached: list[str] = []
-        for comp in find_companions(work, acc.task, ensure):
-            if comp.task is None or comp.task_dir is None:
-                unknown[comp.op_id] = comp.why
-                continue
-            comp_files = read_task_files(comp.task_dir, comp.task)
-            moved = transplant(acc.task, base, changed, comp.task, comp_files, baseline_regions(comp_files, comp.task))
-            if moved.status == "not_judged":
-                unknown[comp.op_id] = moved.detail
+        for placed in place(work, acc.task, base, acc.candidate.regions, ensure):
+            comp, moved = placed.companion, placed.moved
+            if moved is None or moved.status == "not_judged":
+                unknown[comp.op_id] = comp.why if moved is None else moved.detail
             elif moved.status == "reached":
+                assert comp.task is not None
                 reached.append(comp.op_id)
                 if comp.op_id not in own:
                     tasks[comp.op_id] = comp.task

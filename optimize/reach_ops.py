@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from contract.layout import has_task, load_task
+from contract.layout import baseline_regions, has_task, load_task, read_task_files
 from contract.layout import task_dir as layout_task_dir
 from optimize.reach import confine, foreign_code, outside_text, task_wrappers
 from pipeline.errors import KernelsmithError
@@ -142,3 +142,35 @@ def transplant(
             f"every change is code {task.op_id} never runs ({', '.join(foreign.touched(baseline, edited)) or 'foreign'})",
         )
     return Transplant("reached", "", edited, touched)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A candidate's changes at one companion: the companion, and where it has a task, its sources, its baseline
+    regions and the :class:`Transplant` (``moved``) there."""
+
+    companion: Companion
+    files: dict[str, bytes] = field(default_factory=dict)
+    baseline: dict[str, str] = field(default_factory=dict)
+    moved: Transplant | None = None  # None: the companion has no task (``companion.why``)
+
+
+def place(
+    work: pathlib.Path,
+    own: Task,
+    own_baseline: Mapping[str, str],
+    regions: Mapping[str, str],
+    ensure: Ensure | None = None,
+) -> list[Placed]:
+    """``regions`` (a candidate of ``own``) at every companion of ``own`` (:func:`find_companions`): the one
+    walk final validation and integrate both make, each then judging or checking what is reached."""
+    changed = changes(own_baseline, regions)
+    out = []
+    for comp in find_companions(work, own, ensure):
+        if comp.task is None or comp.task_dir is None:
+            out.append(Placed(comp))
+            continue
+        files = read_task_files(comp.task_dir, comp.task)
+        base = baseline_regions(files, comp.task)
+        out.append(Placed(comp, files, base, transplant(own, own_baseline, changed, comp.task, files, base)))
+    return out

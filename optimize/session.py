@@ -43,7 +43,7 @@ from optimize.harness.languages import language_of
 from optimize.hooks import CaseValidator, Hooks
 from optimize.llm.client import MeteredModel, Model
 from optimize.measure import evaluate_once, profile_once
-from optimize.reach_ops import changes, find_companions, transplant
+from optimize.reach_ops import Placed, place
 from optimize.run_folder import OpState, clip, model_failure, op_summary, read_run_meta, why
 from optimize.trajectory import (
     Attempt,
@@ -349,24 +349,20 @@ class Session:
         them back and integrate never mistakes it for an op of the run."""
         from extract.command import ensure_tasks
 
-        changed = changes(op.baseline_regions, candidate.regions)
-        verdicts: list[ReachVerdict] = []
-        for found in find_companions(self.config.work, op.task, lambda ids: ensure_tasks(self.config, ids)):
-            if found.task is None or found.task_dir is None:
-                verdicts.append(ReachVerdict(op_id=found.op_id, status="not_judged", detail=f"no task: {found.why}"))
-                continue
-            verdicts.append(self._judge_at(op, candidate, changed, found.task_dir, found.task))
-        return verdicts
+        ensure = lambda ids: ensure_tasks(self.config, ids)  # noqa: E731
+        return [
+            self._judge_at(op, candidate, placed)
+            for placed in place(self.config.work, op.task, op.baseline_regions, candidate.regions, ensure)
+        ]
 
-    def _judge_at(
-        self, op: OpState, candidate: Candidate, changed: dict[str, str], task_dir: pathlib.Path, task: Task
-    ) -> ReachVerdict:
-        files = read_task_files(task_dir, task)
-        base = baseline_regions(files, task)
-        moved = transplant(op.task, op.baseline_regions, changed, task, files, base)
+    def _judge_at(self, op: OpState, candidate: Candidate, placed: Placed) -> ReachVerdict:
+        comp, moved = placed.companion, placed.moved
+        if moved is None or comp.task is None or comp.task_dir is None:
+            return ReachVerdict(op_id=comp.op_id, status="not_judged", detail=f"no task: {comp.why}")
         if moved.status != "reached":
-            return ReachVerdict(op_id=task.op_id, status=moved.status, detail=moved.detail)
-        there = OpState(op.dir / "reach", task_dir, task, files, base)
+            return ReachVerdict(op_id=comp.op_id, status=moved.status, detail=moved.detail)
+        task = comp.task
+        there = OpState(op.dir / "reach", comp.task_dir, task, placed.files, placed.baseline)
         try:
             there.task = self._completed(there)
             if there.trajectory.baseline() is None:

@@ -278,12 +278,10 @@ def small_checks(checks):
     """One check case per dtype, the smallest (fewest elements): racecheck, synccheck and initcheck
     track every shared-memory access or barrier and slow kernels 100x or more; a missing barrier or a
     read of memory nothing wrote shows at one small shape as well as at any."""
-    smallest: dict[str, Any] = {}
+    by_dtype: dict[str, list[Any]] = {}
     for case in checks:
-        size = math.prod(case.sizes.values()) if case.sizes else 0
-        if case.dtype not in smallest or size < math.prod(smallest[case.dtype].sizes.values() or [0]):
-            smallest[case.dtype] = case
-    return list(smallest.values())
+        by_dtype.setdefault(case.dtype, []).append(case)
+    return [min(cases, key=lambda c: math.prod(c.sizes.values()) if c.sizes else 0) for cases in by_dtype.values()]
 
 
 def _gpu_seconds(evaluation: Evaluation) -> float:
