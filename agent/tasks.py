@@ -116,8 +116,7 @@ def _wrappers_by_op(config: Config, task: Task) -> dict[str, list[str]]:
         for op_id in companions(index.ops, task):
             entry = by_id[op_id]
             pairs = [(export, target) for call in entry.load_jit for export, target in call.cuda_wrappers]
-            chosen = [target for export, target in pairs if export in entry.entry_points]
-            out[op_id] = chosen or [target for _, target in pairs]
+            out[op_id] = reach.entry_wrappers(pairs, entry.entry_points)
         return out
     files = {span.file for span in task.editable}
     for op_id in task_ops(config.work):

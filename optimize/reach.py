@@ -257,8 +257,14 @@ def task_wrappers(task) -> list[str]:
     A module often exports several ops' wrappers (all four ngram_embedding ones); the harness
     calls only ``task.entry_points``. With no wrapper named so, every wrapper counts (unsure).
     """
-    pairs = [(export, target) for inst in task.instantiations for export, target in inst.wrappers]
-    entries = set(task.entry_points)
+    return entry_wrappers([(e, t) for inst in task.instantiations for e, t in inst.wrappers], task.entry_points)
+
+
+def entry_wrappers(pairs: Iterable[tuple[str, str]], entry_points: Iterable[str]) -> list[str]:
+    """The targets of the (export, target) ``pairs`` exported under one of ``entry_points``; every target when
+    none is (unsure). For a task's instantiations, or an index entry's ``load_jit`` calls."""
+    pairs = list(pairs)
+    entries = set(entry_points)
     chosen = [target for export, target in pairs if export in entries]
     return chosen or [target for _, target in pairs]
 
@@ -267,6 +273,7 @@ __all__ = [
     "Foreign",
     "bare_name",
     "confine",
+    "entry_wrappers",
     "foreign_code",
     "merge_functions",
     "outside_text",

@@ -200,7 +200,7 @@ def test_the_floor_counts_every_byte_along_the_rows():
 
 def test_a_time_below_the_written_floor_is_implausible():
     nbytes = 400_000_000  # 400 MB of outputs at 4000 GB/s: 100 us at least
-    assert roofline.written_floor_us(nbytes, 4000.0) == pytest.approx(100.0)
+    assert roofline.must_move_floor_us(nbytes, 4000.0) == pytest.approx(100.0)
     assert roofline.implausible_reason("candidate", "L", "bf16", 100.0, nbytes, 4000.0) == ""
     edge = roofline.IMPLAUSIBLE_FRACTION * 100.0
     assert roofline.implausible_reason("candidate", "L", "bf16", edge, nbytes, 4000.0) == ""

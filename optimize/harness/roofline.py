@@ -63,10 +63,11 @@ COPIES_PER_SAMPLE = 5
 EMPTY_LAUNCHES = 512
 EMPTY_REPEATS = 15
 IMPLAUSIBLE_FRACTION = 0.8
-"""A timed median below this fraction of :func:`written_floor_us` of :func:`must_move_bytes` is not a measurement but a skipped launch.
+"""A timed median below this fraction of :func:`must_move_floor_us` is not a measurement but a skipped launch.
 
-Why 0.8 and not closer to 1: the floor divides bytes *written* by the measured copy
-bandwidth, which counts read plus write traffic; a pure write stream can beat a copy
+Why 0.8 and not closer to 1: the floor divides the bytes every call must move (for an op
+whose outputs are all it is sure of, bytes *written*) by the measured copy bandwidth,
+which counts read plus write traffic; a pure write stream can beat a copy
 by about 10 % on HBM (the H200's copy reaches ~4.27 TB/s of a 4.8 TB/s peak), and a
 median still carries the timing spread (a few percent). 0.8 leaves room for both,
 while a launcher that skips the work on most calls of a graph lands at a small
@@ -162,14 +163,14 @@ def must_move_bytes(plan: CallPlan, contract: Contract) -> int:
     return written
 
 
-def written_floor_us(nbytes: int, copy_gbps: float) -> float:
-    """The time below which writing ``nbytes`` cannot happen on this device (0 when unknown)."""
+def must_move_floor_us(nbytes: int, copy_gbps: float) -> float:
+    """The time below which moving ``nbytes`` (:func:`must_move_bytes`) cannot happen on this device (0 when unknown)."""
     return nbytes / (copy_gbps * 1e3) if copy_gbps > 0 and nbytes > 0 else 0.0
 
 
 def implausible_reason(who: str, label: str, dtype: str, time_us: float, nbytes: int, copy_gbps: float) -> str:
     """Empty when ``time_us`` is physically possible for a call writing ``nbytes``, else why not."""
-    floor = written_floor_us(nbytes, copy_gbps)
+    floor = must_move_floor_us(nbytes, copy_gbps)
     if floor <= 0 or time_us >= IMPLAUSIBLE_FRACTION * floor:
         return ""
     return (
