@@ -5,6 +5,8 @@
 #    every other op that runs the code it changes (optimize.reach_ops); integrate checks those ops
 #    through SGLang too and times the layer recipe with the A/A copy and each changed step in context
 #    (RUN_S, default 480 s; a step stopped by it keeps what it wrote, and the same RUN resumes);
+#    with RUN and no OPS, `kernelsmith integrate --run $RUN` alone, on a run the tarball carries
+#    (work/runs/$RUN, made by an earlier call's run.tgz);
 # 2. with AA_RUNS, `python -m integrate.e2e --pristine --runs $AA_RUNS`: the pristine tree against
 #    itself, the A/A evidence for the layer proxy's band (AA_S, default 240 s; each run's record is
 #    written as it ends);
@@ -30,6 +32,14 @@ if [ -n "${OPS:-}" ]; then
   tail -40 "$OUT/run.log"
   tar -czf "$OUT/run.tgz" -C work --exclude='src' --exclude='tree' --exclude='tree-aa' --exclude='cache' \
     "runs/$run" "integrate/$run" 2>/dev/null
+elif [ -n "${RUN:-}" ]; then
+  start=$(date +%s)
+  timeout "${RUN_S:-480}" python3 -m pipeline.cli integrate --run "$RUN" > "$OUT/run.log" 2>&1
+  status=$((status | $?))
+  echo "kernelsmith integrate: $(($(date +%s) - start)) s wall" | tee -a "$OUT/run.log"
+  tail -40 "$OUT/run.log"
+  tar -czf "$OUT/run.tgz" -C work --exclude='src' --exclude='tree' --exclude='tree-aa' --exclude='cache' \
+    "integrate/$RUN" 2>/dev/null
 fi
 
 if [ "${AA_RUNS:-0}" != 0 ]; then
@@ -40,7 +50,7 @@ if [ "${AA_RUNS:-0}" != 0 ]; then
 fi
 
 if [ -n "${GPU_TESTS:-}" ]; then
-  eval "timeout ${TESTS_S:-200} python3 -m pytest -q -m gpu -p no:cacheprovider -rs $GPU_TESTS" > "$OUT/tests.log" 2>&1
+  eval "timeout -s INT -k 30 ${TESTS_S:-200} python3 -m pytest -q -m gpu -p no:cacheprovider -rs $GPU_TESTS" > "$OUT/tests.log" 2>&1
   status=$((status | $?))
   tail -15 "$OUT/tests.log"
 fi
