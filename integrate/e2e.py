@@ -121,14 +121,18 @@ def aa_timing(baseline: Stats, copy: Stats) -> AATiming:
 
 
 def band_with_aa(band_pct: float, aa: AATiming | None, scale: float = 1.0) -> float:
-    """THE noise band a verdict uses: the A/B spread band, widened to the A/A's observed difference and
-    its own spread band (``scale`` turns the A/A's percentages of its part into the band's reference).
+    """THE noise band a verdict uses: the A/B spread band, or, when wider, the A/A's observed difference
+    plus its own spread band (``scale`` turns the A/A's percentages of its part into the band's
+    reference). A verdict needs a change beyond both what two identical trees measured apart and how
+    much that measure moves.
 
     Why: on the H200 (2026-12-07) the Llama layer's verdicts came out "slower" at +0.4 % against a
-    spread band of 0.13-0.26 %, with nothing to say whether two identical trees differ that much."""
+    spread band of 0.13-0.26 %, with nothing to say whether two identical trees differ that much. On
+    the H100 (2026-12-07) the A/A copy measured +0.78 % (spread band 0.30 %) at decode T=1 and the
+    patched tree +0.79 %: the larger of the two alone (0.78 %) called that "slower"."""
     if aa is None:
         return band_pct
-    return max(band_pct, abs(aa.change_pct) * scale, aa.band_pct * scale)
+    return max(band_pct, (abs(aa.change_pct) + aa.band_pct) * scale)
 
 
 def judge(change_pct: float, band_pct: float) -> Change:
