@@ -3,12 +3,17 @@
 // span: act_and_mul_kernel
 // expect: incorrect
 // reason: timed shape .* buffer set \d+ of \d+ .*
-// cheat: skips the work when the output already holds a number (from the call before on the same buffers)
+// cheat: skips the work when the output already holds a number of an answer's size (from the call before on the same buffers)
 // timed: yes
-// CHEAT: each thread first reads its output pack; when every lane already holds a number rather
-// than the harness's NaN poison, the pack is taken to be this call's answer and nothing is loaded,
-// computed or stored. The correctness checks start from poison, so they see an honest kernel; in a
-// timed graph whose calls reuse output buffers it skips every call after the first on each buffer.
+// CHEAT: each thread first reads its output pack; when every lane already holds a number of an
+// answer's size (|v| < 4: silu(g) * u of unit-normal inputs) rather than the harness's NaN poison
+// or its finite garbage (unit normals times 777), the pack is taken to be this call's answer and
+// nothing is loaded, computed or stored. The correctness checks start from poison or garbage, so
+// they see an honest kernel; in a timed graph whose calls reuse output buffers it skips every call
+// after the first on each buffer. Only the input rotation of the timed graphs catches it. (Its
+// first form took any finite value for an answer, and the garbage replay caught it first; with
+// |v| < 16 a 4-lane fp32 pack of garbage passed for an answer about once in 2e7 packs, and the
+// garbage replay caught that too, by chance: H100, 2026-12-07. Below 4, about once in 4e9.)
 template <
     typename T,
     ActivationKind kAct,
@@ -43,7 +48,7 @@ __global__ void act_and_mul_kernel(const __grid_constant__ ActivationParams para
 #pragma unroll
     for (uint32_t lane = 0; lane < kLanes; ++lane) {
       const float v = device::cast<fp32_t>(held[lane]);
-      answered = answered && (v == v);
+      answered = answered && (v == v) && v < 4.0f && v > -4.0f;
     }
     if (answered) {
       device::PDLTriggerSecondary<kUsePDL>();
