@@ -258,7 +258,7 @@ def _why(op: OpChange, facts: OpFacts, diff: str, report: IntegrateReport, sim: 
     return out
 
 
-#: The transforms whose ``max_blocks`` makes a run-time switch on the launch's grid, and what it switches.
+#: The transforms whose ``blocks_per_sm`` makes a run-time switch on the launch's grid, and what it switches.
 _SWITCHED = {
     "enable_pdl": "PDL",
     "pdl_early_trigger": "the early PDL trigger (the trigger at the kernel's end stays)",
@@ -275,12 +275,19 @@ def _size_switches(facts: OpFacts) -> list[str]:
         if transform not in _SWITCHED:
             continue
         chosen = step.get("params") or {}
-        blocks = int(chosen.get("max_blocks", 0) or 0) if isinstance(chosen, dict) else 0
-        if blocks <= 0:
+        if not isinstance(chosen, dict):
+            continue
+        per_sm = int(chosen.get("blocks_per_sm", 0) or 0)
+        blocks = int(chosen.get("max_blocks", 0) or 0)  # records written before 2026-12-07: a literal count
+        if per_sm > 0:
+            size = f"{per_sm} block(s) per SM of the device"
+        elif blocks > 0:
+            size = f"{blocks} blocks"
+        else:
             continue
         inside = " (the kernel's wait and trigger run only in those grids too)" if chosen.get("in_kernel") else ""
         out.append(
-            f"launches of at most {blocks} blocks (a test of each launch's own grid) get {_SWITCHED[str(transform)]}"
+            f"launches of at most {size} (a test of each launch's own grid) get {_SWITCHED[str(transform)]}"
             f"{inside}; larger launches run as the baseline does there (`{step.get('skill')}`)"
         )
     return out

@@ -22,12 +22,13 @@ _WAIT_STMT = b"device::PDLWaitPrimary<true>();"
 _TRIGGER_STMT = b"device::PDLTriggerSecondary<true>();"
 
 
-def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0, in_kernel: bool = False) -> dict[str, str]:
+def enable_pdl(regions: Mapping[str, str], *, blocks_per_sm: int = 0, in_kernel: bool = False) -> dict[str, str]:
     """Launch with programmatic dependent launch where the launcher leaves it off.
 
-    ``max_blocks`` > 0: only launches of at most that many blocks get PDL, decided at run
-    time from the launch's own grid (``[&] { const dim3 g = GRID; ... }()`` in place of
-    ``true``), so one launcher serves both sides of a size threshold: the grid grows with the
+    ``blocks_per_sm`` > 0: only launches of at most that many blocks per SM of the device get
+    PDL, decided at run time from the launch's own grid and the device's SM count
+    (``[&] { const dim3 pdl_grid = GRID; ... }()`` in place of ``true``; :func:`_pdl_switch`), so
+    one launcher serves both sides of a size threshold on every card: the grid grows with the
     token count, and on the H200 (2026-12-02) PDL made moe.shuffle_weighted_sum 1.15-1.2x
     faster at 1-8 tokens and 2x slower at 512+ tokens of top-2 routing. The grid
     expression is evaluated once more, so one with a side effect (``++``, ``--``, an
@@ -40,15 +41,15 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0, in_kernel: bo
     SGLang's to decide (``is_arch_support_pdl()`` is true on Hopper) and are left
     alone; triple-chevron launches cannot carry the attribute and need a rewrite.
 
-    ``in_kernel`` (with ``max_blocks``): the kernel's added wait and trigger run only in grids of
-    at most ``max_blocks`` blocks too (``if (gridDim.x * gridDim.y * gridDim.z <= N)``), so a
+    ``in_kernel`` (with ``blocks_per_sm``): the kernel's added wait and trigger run only in grids
+    of at most that many blocks per SM too (:func:`_grid_guard`), so a
     launch above the threshold runs none of PDL's instructions. Why: on the H200
     (2026-12-02) moe.shuffle_weighted_sum with the switch was still 0.51x at Mixtral top-2,
     T >= 512, where its grid (T x 16 blocks of 128 threads) is far above the threshold and PDL is
     off; what differs from the baseline there is these statements in 262144 tiny blocks (T=16384) (which
     of the two costs is not measured, nor yet whether the guard helps). The guard is the launch's own
-    test seen from inside (the grid is the launch's), so a kernel that may start early always
-    waits. It is applied only to a kernel every launch of which this edit switches; a kernel
+    test seen from inside (the grid is the launch's, and the kernel's count of SMs is never below
+    the launcher's), so a kernel that may start early always waits. It is applied only to a kernel every launch of which this edit switches; a kernel
     also launched another way keeps the plain wait. A wait the grid product overflows into
     running is harmless: without PDL it returns at once.
 
@@ -59,8 +60,8 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0, in_kernel: bo
     last when it has no trigger (exit implies the trigger anyway; this only makes it
     explicit).
     """
-    if in_kernel and max_blocks <= 0:
-        raise NotApplicable("enable_pdl", "in_kernel needs max_blocks > 0 (the grid size to test)")
+    if in_kernel and blocks_per_sm <= 0:
+        raise NotApplicable("enable_pdl", "in_kernel needs blocks_per_sm > 0 (the grid size to test)")
     region = Region(regions)
     edits: list[Edit] = []
     started: set[str] = set()
@@ -77,7 +78,7 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0, in_kernel: bo
                 f"{where}: {'<<<>>>' if launch.chevron else 'runtime'} launch (needs a rewrite to add the attribute)"
             )
             continue
-        on = _pdl_switch(src, launch.grid, max_blocks)
+        on = _pdl_switch(src, launch.grid, blocks_per_sm)
         if on is None:
             skipped.append(f"{where}: the grid has no side-effect-free expression to size PDL by")
             continue
@@ -114,7 +115,7 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0, in_kernel: bo
                 switched[name][-1] = True
     if not edits:
         raise NotApplicable("enable_pdl", "no launch leaves PDL off" + (f" ({'; '.join(skipped)})" if skipped else ""))
-    guard = _grid_guard(max_blocks)
+    guard = _grid_guard(blocks_per_sm)
     if in_kernel and not any(all(switched.get(name, [False])) for name in started):
         # the same edit as without in_kernel: say so, so a search does not build it twice
         raise NotApplicable("enable_pdl", "in_kernel: every started kernel is also launched another way")
@@ -147,18 +148,32 @@ def enable_pdl(regions: Mapping[str, str], *, max_blocks: int = 0, in_kernel: bo
     return apply_edits("enable_pdl", regions, edits)
 
 
-def _grid_guard(max_blocks: int) -> bytes:
-    """The device-side test that this grid has at most ``max_blocks`` blocks (uniform: every thread sees one grid)."""
-    return b"if (gridDim.x * gridDim.y * gridDim.z <= " + str(int(max_blocks)).encode() + b"u) "
+def _grid_guard(blocks_per_sm: int) -> bytes:
+    """The device-side test that this grid has at most ``blocks_per_sm`` blocks per SM (uniform: every
+    thread sees one grid).
+
+    The kernel counts SMs with PTX's ``%nsmid`` (the SM identifiers' bound), plus one: PTX says it may
+    exceed the SM count (identifiers need not be contiguous), and on sm_90 and sm_100 it has been seen
+    one below it. Either way the kernel's bound is at least the launcher's (:func:`_pdl_switch`, the
+    device's attribute), which is what safety needs: every grid the launcher gives PDL waits."""
+    return (
+        b"if (gridDim.x * gridDim.y * gridDim.z <= " + str(int(blocks_per_sm)).encode() + b"u * [] { unsigned ids; "
+        b'asm("mov.u32 %0, %%nsmid;" : "=r"(ids)); return ids + 1u; }()) '
+    )
 
 
 _SIDE_EFFECT = re.compile(rb"\+\+|--|(?<![=!<>])=(?!=)")
 
 
-def _pdl_switch(src: bytes, grid: Node | None, max_blocks: int) -> bytes | None:
-    """``true``, or the run-time test that the launch's grid has at most ``max_blocks`` blocks
-    (None: no grid expression that may be evaluated twice)."""
-    if max_blocks <= 0:
+def _pdl_switch(src: bytes, grid: Node | None, blocks_per_sm: int) -> bytes | None:
+    """``true``, or the run-time test that the launch's grid has at most ``blocks_per_sm`` blocks per SM
+    of the current device (None: no grid expression that may be evaluated twice).
+
+    Why per SM: a literal block count is one card's (528 = the H200's 132 SMs x 4); the device's own
+    count (``cudaDevAttrMultiProcessorCount``, read once per launcher) makes the same rule fit the
+    H100 PCIe's 114 SMs and the B200's 148. The CUDA runtime's call, not SGLang's
+    ``host::runtime::get_sm_count``: most kernel files do not include ``sgl_kernel/runtime.cuh``."""
+    if blocks_per_sm <= 0:
         return b"true"
     if grid is None:
         return None
@@ -166,8 +181,10 @@ def _pdl_switch(src: bytes, grid: Node | None, max_blocks: int) -> bytes | None:
     if _SIDE_EFFECT.search(text):
         return None
     return (
-        b"[&] { const dim3 pdl_grid = " + text + b"; return static_cast<unsigned long long>(pdl_grid.x) * pdl_grid.y"
-        b" * pdl_grid.z <= " + str(int(max_blocks)).encode() + b"ull; }()"
+        b"[&] { const dim3 pdl_grid = " + text + b"; static const unsigned long long sm_count = [] { int device = 0, "
+        b"count = 0; cudaGetDevice(&device); cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device); "
+        b"return static_cast<unsigned long long>(count); }(); return static_cast<unsigned long long>(pdl_grid.x) * "
+        b"pdl_grid.y * pdl_grid.z <= " + str(int(blocks_per_sm)).encode() + b"ull * sm_count; }()"
     )
 
 
@@ -196,7 +213,9 @@ def _pdl_kernels(
             yield k, src, named_children(k.body), wait, trigger, at_end
 
 
-def pdl_early_trigger(regions: Mapping[str, str], *, kernel: str | None = None, max_blocks: int = 0) -> dict[str, str]:
+def pdl_early_trigger(
+    regions: Mapping[str, str], *, kernel: str | None = None, blocks_per_sm: int = 0
+) -> dict[str, str]:
     """Move a kernel's trailing PDL trigger to just after its PDL wait.
 
     The trigger only lets the next PDL-launched kernel be *scheduled*; per the PTX
@@ -207,10 +226,9 @@ def pdl_early_trigger(regions: Mapping[str, str], *, kernel: str | None = None, 
     changes. Applies to kernels whose trigger is the body's last statement, with
     the wait at the body's top level and work between them.
 
-    ``max_blocks`` > 0: the trailing trigger stays, and a copy of it runs right after the
-    wait only in grids of at most that many blocks (``if (gridDim.x * gridDim.y *
-    gridDim.z <= N)``; the grid is the same for every thread, so every block takes the
-    same branch). Small, decode-sized grids get the head start; large grids, whose last
+    ``blocks_per_sm`` > 0: the trailing trigger stays, and a copy of it runs right after the
+    wait only in grids of at most that many blocks per SM (:func:`_grid_guard`; the grid is the
+    same for every thread, so every block takes the same branch). Small, decode-sized grids get the head start; large grids, whose last
     wave the dependent's blocks would crowd (bias_gelu_tanh at 5120x512 on the H200,
     2026-12-02: 0.94x with the early trigger, 1.11x at one token), trigger as the
     baseline does. A second trigger in a block that has triggered has no further effect.
@@ -221,9 +239,9 @@ def pdl_early_trigger(regions: Mapping[str, str], *, kernel: str | None = None, 
             continue
         if not (_alone_on_line(src, trigger) and _alone_on_line(src, wait)):
             continue
-        if max_blocks > 0:
+        if blocks_per_sm > 0:
             at = line_end(src, wait.end_byte)
-            copy = indent_of(src, wait) + _grid_guard(max_blocks) + src[trigger.start_byte : trigger.end_byte] + b"\n"
+            copy = indent_of(src, wait) + _grid_guard(blocks_per_sm) + src[trigger.start_byte : trigger.end_byte] + b"\n"
             edits.append(Edit(k.doc.span, at, at, copy))
         else:
             edits += _move_line(k.doc.span, src, trigger, line_end(src, wait.end_byte))

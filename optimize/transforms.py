@@ -410,17 +410,17 @@ def _fast_math_targets(features: Features, point: dict[str, Any]) -> list[dict[s
 def _enable_pdl_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
     if not any(l.pdl in ("off", "absent") for l in features.launches):
         return []
-    blocks = int(point.get("max_blocks", 0))
-    if not blocks:
+    per_sm = int(point.get("blocks_per_sm", 0))
+    if not per_sm:
         return [{}]
-    return [{"max_blocks": blocks, "in_kernel": True} if point.get("in_kernel") else {"max_blocks": blocks}]
+    return [{"blocks_per_sm": per_sm, "in_kernel": True} if point.get("in_kernel") else {"blocks_per_sm": per_sm}]
 
 
 def _early_trigger_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
     if not any(k.pdl_trigger_at_end and k.launched for k in features.kernels):
         return []
-    blocks = int(point.get("max_blocks", 0))
-    return [{"max_blocks": blocks} if blocks else {}]
+    per_sm = int(point.get("blocks_per_sm", 0))
+    return [{"blocks_per_sm": per_sm} if per_sm else {}]
 
 
 def _late_wait_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
@@ -506,25 +506,25 @@ TRANSFORMS: dict[str, TransformSpec] = {
             "enable_pdl",
             enable_pdl,
             {
-                "max_blocks": "PDL only for launches of at most this many blocks, decided at run time (0: always)",
-                "in_kernel": "with max_blocks: the kernel's wait and trigger run only in such grids too",
+                "blocks_per_sm": "PDL only for launches of at most this many blocks per SM, decided at run time (0: always)",
+                "in_kernel": "with blocks_per_sm: the kernel's wait and trigger run only in such grids too",
             },
             (),
             _enable_pdl_targets,
             "turn programmatic dependent launch on (for every grid, or for small ones)",
-            choice=("max_blocks", "in_kernel"),
+            choice=("blocks_per_sm", "in_kernel"),
         ),
         TransformSpec(
             "pdl_early_trigger",
             pdl_early_trigger,
             {
                 "kernel": "one kernel (None: every kernel)",
-                "max_blocks": "trigger early only in grids of at most this many blocks, decided at run time (0: always)",
+                "blocks_per_sm": "trigger early only in grids of at most this many blocks per SM, decided at run time (0: always)",
             },
             (),
             _early_trigger_targets,
             "trigger dependents right after the PDL wait (in every grid, or in small ones)",
-            choice=("max_blocks",),
+            choice=("blocks_per_sm",),
         ),
         TransformSpec(
             "pdl_late_wait",

@@ -471,12 +471,14 @@ def test_pr_is_written_for_a_reviewer(tmp_path):
     assert "a shape dispatch in the diff keeps the baseline code" in guarded
     assert "SIMULATED" not in text
     # a run-time size switch (pdl_small_grids) is a bucket: the PR says what serves each side of it
-    switched = render(report, facts=_facts(steps=[{"skill": "pdl_small_grids", "params": {"max_blocks": 132}}]))
+    switched = render(report, facts=_facts(steps=[{"skill": "pdl_small_grids", "params": {"blocks_per_sm": 4}}]))
     assert "nothing falls back" not in switched
     assert (
-        "launches of at most 132 blocks (a test of each launch's own grid) get PDL; larger launches run as the "
-        "baseline does there (`pdl_small_grids`)" in switched
+        "launches of at most 4 block(s) per SM of the device (a test of each launch's own grid) get PDL; larger "
+        "launches run as the baseline does there (`pdl_small_grids`)" in switched
     )
+    legacy = render(report, facts=_facts(steps=[{"skill": "pdl_small_grids", "params": {"max_blocks": 132}}]))
+    assert "launches of at most 132 blocks (a test of each launch's own grid) get PDL" in legacy, "older records"
     # a Triton launch option chosen per token bucket: each bucket's settings, and the bucket left to the baseline
     per_bucket = [
         {

@@ -117,9 +117,9 @@ def ngram(sglang_source):
     return region_texts({NGRAM: data}, definition_spans(NGRAM, data))
 
 
-def pdl_member(regions, max_blocks):
+def pdl_member(regions, blocks_per_sm):
     """Session 11's accepted members for the two compute ops: PDL for small grids, trigger after the wait."""
-    return T.apply("pdl_early_trigger", T.apply("enable_pdl", regions, {"max_blocks": max_blocks}), {})
+    return T.apply("pdl_early_trigger", T.apply("enable_pdl", regions, {"blocks_per_sm": blocks_per_sm}), {})
 
 
 def test_an_op_owns_only_its_own_method_of_a_launcher_struct_four_ops_share(ngram):
@@ -146,15 +146,15 @@ def test_the_twins_confined_edits_of_one_struct_merge_and_conflicting_ones_do_no
     """Integrate's way to keep both compute ops (issue 14: the twins were accepted, one was left out)."""
     base = ngram["NgramEmbeddingKernel"]
     texts = []
-    for export, max_blocks in (("compute_n_gram_ids", 2112), ("compute_n_gram_ids_decode", 132)):
+    for export, blocks_per_sm in (("compute_n_gram_ids", 16), ("compute_n_gram_ids_decode", 1)):
         own = foreign_code(ngram, [f"NgramEmbeddingKernel::{export}"])
-        texts.append(confine(ngram, pdl_member(ngram, max_blocks), own)["NgramEmbeddingKernel"])
+        texts.append(confine(ngram, pdl_member(ngram, blocks_per_sm), own)["NgramEmbeddingKernel"])
     merged = merge_functions("NgramEmbeddingKernel", base, texts)
-    assert merged is not None and "<= 2112ull" in merged and "<= 132ull" in merged
+    assert merged is not None and "<= 16ull * sm_count" in merged and "<= 1ull * sm_count" in merged
     assert merged.count("enable_pdl") == base.count("enable_pdl") + 2
     assert merge_functions("NgramEmbeddingKernel", base, [texts[0], texts[0]]) == texts[0]
     # the same method changed two ways, or text between methods changed, does not combine
-    unconfined = pdl_member(ngram, 132)["NgramEmbeddingKernel"]
+    unconfined = pdl_member(ngram, 1)["NgramEmbeddingKernel"]
     assert merge_functions("NgramEmbeddingKernel", base, [texts[0], unconfined]) is None
     between = texts[1].replace("struct NgramEmbeddingKernel {", "struct NgramEmbeddingKernel {  // moved", 1)
     assert between != texts[1], "the struct head changed in SGLang: update the test's edit"

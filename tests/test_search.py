@@ -44,7 +44,7 @@ def test_fused_add_rmsnorm_space_composes_pdl_bounds_and_unroll(sglang_source):
     # transform and target
     assert names[:3] == ["enable_pdl", "pdl_late_wait", "pdl_early_trigger"]
     assert any(n.startswith("set_launch_bounds") and "fused_add_rmsnorm_reg_kernel" in n for n in names)
-    # PDL off, always, or for grids of at most 132 / 528 / 2112 blocks, each with the kernel's
+    # PDL off, always, or for grids of at most 1 / 4 / 16 blocks per SM, each with the kernel's
     # statements guarded by the same test or not: 8 x 48
     assert space.size == len(list(points(space))) == 384
     # a point of three transforms changes the code in three places, each as its transform alone would

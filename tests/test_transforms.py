@@ -20,6 +20,12 @@ from optimize.transforms import Edit, NotApplicable, TransformError
 
 ELEMENTWISE = "kernels/jit/csrc/elementwise"
 
+#: The in-kernel test of a grid of at most 4 blocks per SM (optimize.pdl_transforms._grid_guard).
+GUARD_4 = (
+    "if (gridDim.x * gridDim.y * gridDim.z <= 4u * [] { unsigned ids; "
+    'asm("mov.u32 %0, %%nsmid;" : "=r"(ids)); return ids + 1u; }()) '
+)
+
 
 def load(root: str, name: str) -> tuple[str, bytes, list, dict[str, str]]:
     path = f"{ELEMENTWISE}/{name}"
@@ -143,19 +149,20 @@ def test_pdl_early_trigger_moves_the_trigger_line_after_the_wait(act):
 
 @pytest.mark.wheel
 def test_pdl_early_trigger_below_a_grid_size_keeps_the_trailing_trigger(act):
-    """max_blocks: a guarded copy of the trigger after the wait; the baseline's trailing trigger stays."""
-    out = T.pdl_early_trigger(act, kernel="act_and_mul_kernel", max_blocks=528)
+    """blocks_per_sm: a guarded copy of the trigger after the wait; the baseline's trailing trigger stays.
+    The guard counts the device's SMs from inside the kernel: no card's block count is written in."""
+    out = T.pdl_early_trigger(act, kernel="act_and_mul_kernel", blocks_per_sm=4)
     text = act["act_and_mul_kernel"]
     wait = "  PDLWaitPrimary<kUsePDL>();\n"
-    guarded = "  if (gridDim.x * gridDim.y * gridDim.z <= 528u) PDLTriggerSecondary<kUsePDL>();\n"
+    guarded = f"  {GUARD_4}PDLTriggerSecondary<kUsePDL>();\n"
     only_changed(act, out, {"act_and_mul_kernel": once(text, wait, wait + guarded)})
     assert out["act_and_mul_kernel"].rstrip().endswith("PDLTriggerSecondary<kUsePDL>();\n}".rstrip())
-    assert T.apply("pdl_early_trigger", act, {"max_blocks": 0}) == T.pdl_early_trigger(act), "0: always early"
-    grid = {"max_blocks": [132, 528, 2112]}
+    assert T.apply("pdl_early_trigger", act, {"blocks_per_sm": 0}) == T.pdl_early_trigger(act), "0: always early"
+    grid = {"blocks_per_sm": [1, 4, 16]}
     assert T.expand_targets("pdl_early_trigger", features_of_regions(act), grid) == [
-        {"max_blocks": 132},
-        {"max_blocks": 528},
-        {"max_blocks": 2112},
+        {"blocks_per_sm": 1},
+        {"blocks_per_sm": 4},
+        {"blocks_per_sm": 16},
     ]
 
 
@@ -259,13 +266,15 @@ def test_enable_pdl_flips_the_literal_and_guards_the_kernel(fused):
 def test_enable_pdl_below_a_grid_size_decides_at_run_time_from_the_launch_grid(fused):
     """The bucketed form (pdl_small_grids): the literal becomes a test of the launch's own grid,
     the kernel gets the same wait and trigger as with PDL always on."""
-    out = T.enable_pdl(fused, max_blocks=528)
+    out = T.enable_pdl(fused, blocks_per_sm=4)
     always = T.enable_pdl(fused)
     grid = "static_cast<uint>(N.unwrap())"
     assert fused["FusedAddRMSNormKernel"].count(f"LaunchKernel({grid}, threads") == 1
     switch = (
-        f"[&] {{ const dim3 pdl_grid = {grid}; return static_cast<unsigned long long>(pdl_grid.x) * pdl_grid.y"
-        " * pdl_grid.z <= 528ull; }()"
+        f"[&] {{ const dim3 pdl_grid = {grid}; static const unsigned long long sm_count = [] {{ int device = 0, "
+        "count = 0; cudaGetDevice(&device); cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device); "
+        "return static_cast<unsigned long long>(count); }(); return static_cast<unsigned long long>(pdl_grid.x) * "
+        "pdl_grid.y * pdl_grid.z <= 4ull * sm_count; }()"
     )
     expected_launcher = once(fused["FusedAddRMSNormKernel"], ".enable_pdl(false)(", f".enable_pdl({switch})(")
     only_changed(
@@ -276,16 +285,17 @@ def test_enable_pdl_below_a_grid_size_decides_at_run_time_from_the_launch_grid(f
             "FusedAddRMSNormKernel": expected_launcher,
         },
     )
-    assert T.apply("enable_pdl", fused, {"max_blocks": 0}) == always, "0 blocks: PDL for every grid"
+    assert T.apply("enable_pdl", fused, {"blocks_per_sm": 0}) == always, "0 blocks: PDL for every grid"
+    assert "528" not in out["FusedAddRMSNormKernel"] and "132" not in out["FusedAddRMSNormKernel"]
 
 
 def test_enable_pdl_below_a_grid_size_refuses_a_grid_with_a_side_effect():
     kern = "__global__ void k(int n) { if (n) {} }"
     bumped = {"L": "void run(int n) { LaunchKernel(n++, 128, dev)(k, n); }", "k": kern}
     with pytest.raises(NotApplicable, match="side-effect-free"):
-        T.enable_pdl(bumped, max_blocks=132)
+        T.enable_pdl(bumped, blocks_per_sm=1)
     plain = {"L": "void run(int n) { LaunchKernel(n == 1 ? 2 : n, 128, dev)(k, n); }", "k": kern}
-    assert "const dim3 pdl_grid = n == 1 ? 2 : n;" in T.enable_pdl(plain, max_blocks=132)["L"]
+    assert "const dim3 pdl_grid = n == 1 ? 2 : n;" in T.enable_pdl(plain, blocks_per_sm=1)["L"]
 
 
 def test_enable_pdl_in_kernel_runs_the_wait_and_trigger_only_in_the_grids_that_get_pdl():
@@ -293,8 +303,8 @@ def test_enable_pdl_in_kernel_runs_the_wait_and_trigger_only_in_the_grids_that_g
     kernel also launched another way (here with PDL already on, for every grid) keeps the plain wait."""
     kern = "__global__ void k(int n) {\n  if (n) {}\n}"
     one = {"L": "void run(int n) {\n  LaunchKernel(n, 128, dev)(k, n);\n}", "k": kern}
-    guard = "if (gridDim.x * gridDim.y * gridDim.z <= 528u) "
-    out = T.enable_pdl(one, max_blocks=528, in_kernel=True)
+    guard = GUARD_4
+    out = T.enable_pdl(one, blocks_per_sm=4, in_kernel=True)
     assert out["k"] == (
         "__global__ void k(int n) {\n"
         f"  {guard}device::PDLWaitPrimary<true>();\n"
@@ -302,15 +312,15 @@ def test_enable_pdl_in_kernel_runs_the_wait_and_trigger_only_in_the_grids_that_g
         f"  {guard}device::PDLTriggerSecondary<true>();\n"
         "}"
     )
-    assert out["L"] == T.enable_pdl(one, max_blocks=528)["L"], "the launch's switch is the same"
+    assert out["L"] == T.enable_pdl(one, blocks_per_sm=4)["L"], "the launch's switch is the same"
     two = {
         "L": "void run(int n) {\n  LaunchKernel(n, 128, dev)(k, n);\n  LaunchKernel(n, 128, dev).enable_pdl(true)(k, n);\n}",
         "k": kern,
     }
     with pytest.raises(NotApplicable, match="also launched another way"):
-        T.enable_pdl(two, max_blocks=528, in_kernel=True)
-    assert guard not in T.enable_pdl(two, max_blocks=528)["k"]
-    with pytest.raises(NotApplicable, match="needs max_blocks"):
+        T.enable_pdl(two, blocks_per_sm=4, in_kernel=True)
+    assert guard not in T.enable_pdl(two, blocks_per_sm=4)["k"]
+    with pytest.raises(NotApplicable, match="needs blocks_per_sm"):
         T.enable_pdl(one, in_kernel=True)
 
 
@@ -445,11 +455,11 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
             ("fast_math", {"ops": ["expf", "tanhf", "fdividef"]}),
             ("set_launch_bounds", {"kernel": "act_and_mul_kernel", "max_threads": 128, "min_blocks": 2}),
             ("tune_constant", {"name": "kBlockSize", "value": 128}),
-            ("pdl_early_trigger", {"max_blocks": 132}),  # the grid-guarded trigger compiles in the kernel
+            ("pdl_early_trigger", {"blocks_per_sm": 1}),  # the grid-guarded trigger compiles in the kernel
             ("streaming_hints", {"what": "both"}),
         ],
         "fused_add_rmsnorm.cuh": [
-            ("enable_pdl", {"max_blocks": 528, "in_kernel": True}),  # the switch, in the launcher and the kernel
+            ("enable_pdl", {"blocks_per_sm": 4, "in_kernel": True}),  # the switch, in the launcher and the kernel
             ("add_pragma_unroll", {}),
             ("fast_math", {"ops": ["rcp"]}),
             ("set_launch_bounds", {"kernel": "fused_add_rmsnorm_reg_kernel", "max_threads": 1024}),
