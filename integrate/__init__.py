@@ -5,7 +5,8 @@ Modules, in dependency order (each imports only those before it, and the floors 
 patched copy), ``sglang_bare``, ``calls`` (each op's calls planned from its contract; a Triton op's
 through its KernelSpec), ``triton_probe`` (in the worker: a Triton op's callable and its kernels' launches
 counted), ``sglang_worker`` (run in a subprocess per tree), ``sglang_runner`` (proves it through SGLang's
-own ops on the GPU), ``sglang_tests`` (SGLang's tests), ``e2e`` (measures a model layer),
-``evidence`` (run facts for the PR), ``pr_triton`` (the PR's Triton sentences), ``pr`` (writes PR.md), ``steps`` (the GPU steps the entry points share), ``selfcheck``
+own ops on the GPU), ``sglang_tests`` (SGLang's tests), ``upstream_tests`` (the SGLang-form test and
+``marker`` benchmark written for each op of the PR, and run), ``e2e`` (measures a model layer),
+``evidence`` (run facts for the PR), ``pr_triton`` (the PR's Triton sentences), ``pr_upstream`` (its sentences on the generated tests), ``pr`` (writes PR.md), ``steps`` (the GPU steps the entry points share), ``selfcheck``
 (``--self-check``), ``command`` (the top: nothing imports it). See integrate/README.md.
 """

@@ -42,6 +42,7 @@ from integrate.records import IntegrateReport
 from integrate.sglang_runner import check_ops
 from integrate.sglang_tests import op_tests
 from integrate.steps import Runners, gpu_steps, print_summary, publish, say
+from integrate.upstream_tests import check as upstream_check
 from pipeline.config import Config
 from pipeline.output import emit
 
@@ -147,4 +148,4 @@ def _swap(report: IntegrateReport, good: bool, out_dir: pathlib.Path) -> tuple[I
     return report.model_copy(update={"patch": swapped}), good
 
 
-RUNNERS = Runners(check=check_ops, tests=op_tests, e2e=e2e_mod.run)
+RUNNERS = Runners(check=check_ops, tests=op_tests, e2e=e2e_mod.run, upstream=upstream_check)

@@ -36,7 +36,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 
-from integrate import pr_model, pr_triton
+from integrate import pr_model, pr_triton, pr_upstream
 from integrate.diffs import sha256
 from integrate.errors import GitError
 from integrate.evidence import OpFacts, RunFacts, gather, launch_facts, refuse_simulated
@@ -78,6 +78,9 @@ def status(report: IntegrateReport) -> tuple[str, list[str]]:
     for step, why in report.not_run.items():
         missing.append(f"{step}: {why}")
     missing += [f"slower in the model step: {where}" for where in pr_model.regressions(report)]
+    broken, absent = pr_upstream.problems(report)
+    failing += broken
+    missing += absent
     if failing:
         return "failing", failing + missing
     if missing:
@@ -572,6 +575,8 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
             out.append(f"- `{test.op_id}`: not run: {test.reason}")
     out.append("")
 
+    out += pr_upstream.accuracy(report)
+
     accuracy, out = out, ["### The model step", ""]
     e2e = report.e2e
     if e2e is None or not e2e.ran:
@@ -594,6 +599,7 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
 
     model = out
     out = [*head, *motivation, *modifications, *accuracy, "## Benchmark and Profiling", "", *model, *kernel]
+    out += pr_upstream.benchmark(report)
     out += _reproduce(report, e2e, facts)
     out += _checklist(report)
     return relative("\n".join(out), report).replace(_DIFF_SLOT, facts.diff.rstrip("\n"))
@@ -613,12 +619,7 @@ def _checklist(report: IntegrateReport) -> list[str]:
         "",
         f"- {box(checked)} Accuracy: every case through SGLang's public op matches the pristine op ({cases} cases).",
         f"- {box(model_ok)} Model step: a layer recipe runs the change and is slower at no point beyond its A/A band.",
-        "- [ ] A registered test under "
-        + ", ".join(f"`test/registered/kernels/ops/{g}/`" for g in groups)
-        + " (to add).",
-        "- [ ] A `marker` benchmark under "
-        + ", ".join(f"`test/registered/kernels/benchmark/{g}/`" for g in groups)
-        + " (to add).",
+        *pr_upstream.checklist(report, groups),
         "- [ ] Formatted with SGLang's pre-commit hooks.",
         "",
     ]

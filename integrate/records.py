@@ -168,6 +168,34 @@ class TestRun(Record):
     log: str = ""  # path of the full output
 
 
+class BenchRun(Record):
+    """A generated ``marker`` benchmark (integrate.upstream_tests) run against one tree."""
+
+    op_id: str
+    tree: Literal["pristine", "patched"]
+    ran: bool
+    reason: str = ""  # why it did not run, or how it failed
+    table: str = ""  # marker's printed table, verbatim
+    command: str = ""
+    log: str = ""
+
+
+#: Under an integrate folder: the generated test and benchmark, laid out as SGLang's repository.
+UPSTREAM_DIR = "upstream"
+
+
+class UpstreamCheck(Record):
+    """The SGLang-form test and benchmark generated for one op of the PR, and what they showed."""
+
+    op_id: str
+    generated: bool
+    missing: str = ""  # what is missing for them, when not generated
+    test_file: str = ""  # SGLang-repository-relative
+    bench_file: str = ""
+    test: TestRun | None = None  # the generated test against the patched tree
+    bench: list[BenchRun] = Field(default_factory=list)  # the benchmark, pristine then patched
+
+
 # --------------------------------------------------------------------------- end to end
 
 
@@ -284,6 +312,8 @@ class IntegrateReport(VersionedRecord):
     # through SGLang beside it, and what tells whether a layer recipe's step runs the patch
     reach: dict[str, list[str]] = Field(default_factory=dict)
     reach_unknown: dict[str, str] = Field(default_factory=dict)  # companion op -> why its reach is unknown
+    # per op of the PR: the SGLang-form test and benchmark generated for it (integrate.upstream_tests)
+    upstream: list[UpstreamCheck] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- self-check

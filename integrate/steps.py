@@ -5,8 +5,9 @@ re-runs (:func:`integrate.sglang_runner.main`, :func:`integrate.e2e.main`) all r
 these; they live below all of them so that nothing imports :mod:`integrate.command`,
 which is the top of the stage (no import circle).
 
-- :func:`gpu_steps`: correctness through SGLang, SGLang's tests, end-to-end; each
-  recorded as run, failed or not run (and why) in the report;
+- :func:`gpu_steps`: correctness through SGLang, SGLang's tests (and the SGLang-form test and
+  benchmark generated for each op, written without a GPU too), end-to-end; each recorded as run,
+  failed or not run (and why) in the report;
 - :func:`check_only` / :func:`e2e_only`: re-run one step of a run's patch and
   refresh ``report.json`` and ``PR.md``;
 - :class:`Runners`: the steps' implementations, handed in by the caller, so this
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from integrate.errors import ConfigError, KernelsmithError
-from integrate.records import E2EResult, IntegrateReport, OpCheck, Patch, TestRun
+from integrate.records import E2EResult, IntegrateReport, OpCheck, Patch, TestRun, UpstreamCheck
 from pipeline.gpu import gpu_available
 from pipeline.records import Task, read_record, write_record
 
@@ -63,6 +64,14 @@ class OpTests(Protocol):
     ) -> TestRun: ...
 
 
+class UpstreamRun(Protocol):
+    """:func:`integrate.upstream_tests.check`."""
+
+    def __call__(
+        self, task: Task, out_dir: pathlib.Path, baseline_pkg: pathlib.Path, patched_pkg: pathlib.Path, *, run: bool
+    ) -> UpstreamCheck: ...
+
+
 class E2ERun(Protocol):
     """:func:`integrate.e2e.run`."""
 
@@ -85,6 +94,7 @@ class Runners:
     check: CheckOps | None = None
     tests: OpTests | None = None
     e2e: E2ERun | None = None
+    upstream: UpstreamRun | None = None  # with tests: the SGLang-form test and benchmark, generated and run
 
 
 def say(text: str) -> None:
@@ -138,6 +148,8 @@ def gpu_steps(
         for step, wanted in (("correctness", checks), ("sglang tests", tests), ("e2e", e2e)):
             if wanted:
                 update["not_run"][step] = why
+        if tests and runners.upstream is not None:  # the files are part of the PR: written here too
+            update["upstream"] = _upstream(runners.upstream, tasks, out_dir, patch, run=False)
         return report.model_copy(update=update), True
     update.update(gpu=device, torch=_torch_version(), failed_steps=dict(report.failed_steps))
     baseline_pkg, patched_pkg = _packages(patch)
@@ -184,6 +196,10 @@ def gpu_steps(
                 update["failed_steps"]["sglang tests"] = f"{task.op_id}: {err}"
         update["tests"] = runs
         good = good and not any(t.ran and (t.failed or t.errors) for t in runs)
+        if runners.upstream is not None:
+            update["upstream"] = _upstream(runners.upstream, tasks, out_dir, patch, run=True)
+            generated = [u.test for u in update["upstream"] if u.test is not None]
+            good = good and not any(t.ran and (t.failed or t.errors) for t in generated)
     if e2e:
         update["not_run"].pop("e2e", None)
         update["failed_steps"].pop("e2e", None)
@@ -199,6 +215,22 @@ def gpu_steps(
             update["failed_steps"]["e2e"] = str(err)
             say(f"error: end-to-end: {err}")
     return report.model_copy(update=update), good
+
+
+def _upstream(
+    runner: UpstreamRun, tasks: list[Task], out_dir: pathlib.Path, patch: Patch, *, run: bool
+) -> list[UpstreamCheck]:
+    """Each op of the PR's SGLang-form test and benchmark (the ops its change also reaches are checked
+    through SGLang, not given tests of their own); one op's failure to run is its record, not the step's."""
+    baseline_pkg, patched_pkg = _packages(patch)
+    own = {op.op_id for op in patch.ops}
+    out: list[UpstreamCheck] = []
+    for task in (t for t in tasks if t.op_id in own):
+        try:
+            out.append(runner(task, out_dir, baseline_pkg, patched_pkg, run=run))
+        except (OSError, KernelsmithError, subprocess.SubprocessError) as err:
+            out.append(UpstreamCheck(op_id=task.op_id, generated=False, missing=f"could not write or run: {err}"))
+    return out
 
 
 def _message(err: BaseException) -> str:
@@ -240,6 +272,13 @@ def print_summary(report: IntegrateReport, pr_path: pathlib.Path) -> None:
             else f"not run: {test.reason}"
         )
         say(f"  {test.op_id} SGLang tests: {state}")
+    for u in report.upstream:
+        if not u.generated:
+            say(f"  {u.op_id} SGLang-form test: not written: {u.missing}")
+            continue
+        test = u.test.summary or u.test.reason if u.test is not None else "written, not run"
+        benches = "; ".join(f"{b.tree} {'ran' if b.ran else b.reason}" for b in u.bench)
+        say(f"  {u.op_id} SGLang-form test {u.test_file}: {test}" + (f"; benchmark: {benches}" if benches else ""))
     if report.e2e is not None:
         if report.e2e.ran:
             for row in report.e2e.rows:

@@ -241,7 +241,9 @@ def pdl_early_trigger(
             continue
         if blocks_per_sm > 0:
             at = line_end(src, wait.end_byte)
-            copy = indent_of(src, wait) + _grid_guard(blocks_per_sm) + src[trigger.start_byte : trigger.end_byte] + b"\n"
+            copy = (
+                indent_of(src, wait) + _grid_guard(blocks_per_sm) + src[trigger.start_byte : trigger.end_byte] + b"\n"
+            )
             edits.append(Edit(k.doc.span, at, at, copy))
         else:
             edits += _move_line(k.doc.span, src, trigger, line_end(src, wait.end_byte))

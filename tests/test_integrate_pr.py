@@ -688,6 +688,63 @@ def test_the_pr_follows_sglangs_template_and_ticks_only_what_the_records_show(tm
     assert "- [x] Accuracy: every case through SGLang's public op matches the pristine op (9 cases)." in checklist
     # the layer of full_report runs the changed silu_and_mul and is slower nowhere
     assert "- [x] Model step:" in checklist
-    assert "- [ ] A registered test under `test/registered/kernels/ops/activation/` (to add)." in checklist
+    assert "- [ ] A registered test: `test/registered/kernels/ops/activation/` (to add or to run)." in checklist
     failing = full_report(tmp_path, failing=True)
     assert "- [ ] Accuracy:" in render(failing)
+
+
+def _upstream(op_id="activation.silu_and_mul", *, generated=True, failed=0, bench_ran=True):
+    from integrate.records import BenchRun, TestRun, UpstreamCheck
+
+    if not generated:
+        return UpstreamCheck(op_id=op_id, generated=False, missing="no torch reference for it")
+    test = TestRun(op_id=op_id, ran=True, passed=295 - failed, failed=failed, summary=f"{295 - failed} passed")
+    table = "   num_tokens  hidden_size |  jit(us) | jit(GB/s)\n0  10  512 |  1.2406 |  23.06"
+    bench = [
+        BenchRun(
+            op_id=op_id,
+            tree=tree,
+            ran=bench_ran,
+            table=table if bench_ran else "",
+            reason="" if bench_ran else "exit 1: ImportError",
+        )
+        for tree in ("pristine", "patched")
+    ]
+    return UpstreamCheck(
+        op_id=op_id,
+        generated=True,
+        test_file="test/registered/kernels/ops/activation/test_silu_and_mul.py",
+        bench_file="test/registered/kernels/benchmark/activation/bench_silu_and_mul.py",
+        test=test,
+        bench=bench,
+    )
+
+
+def test_the_generated_sglang_test_and_benchmark_tick_their_boxes_and_show_their_tables(tmp_path):
+    report = full_report(tmp_path).model_copy(update={"upstream": [_upstream()]})
+    assert status(report) == ("ready", [])
+    text = render(report)
+    assert (
+        "- `test/registered/kernels/ops/activation/test_silu_and_mul.py` (activation.silu_and_mul): against the patched tree: `295 passed`"
+        in text
+    )
+    checklist = text.split("## Checklist")[1]
+    assert "- [x] A registered test: `test/registered/kernels/ops/activation/test_silu_and_mul.py`." in checklist
+    assert (
+        "- [x] A `marker` benchmark: `test/registered/kernels/benchmark/activation/bench_silu_and_mul.py`." in checklist
+    )
+    bench = text.split("## Benchmark and Profiling")[1].split("## Checklist")[0]
+    assert bench.count("jit(GB/s)") == 2, "the pristine and the patched table"
+
+
+def test_a_pr_op_without_a_generated_test_or_with_a_failing_one_is_not_ready(tmp_path):
+    missing = full_report(tmp_path).model_copy(update={"upstream": [_upstream(generated=False)]})
+    state, reasons = status(missing)
+    assert state == "draft" and reasons == ["activation.silu_and_mul: no SGLang-form test: no torch reference for it"]
+    assert "- `activation.silu_and_mul`: none yet: no torch reference for it" in render(missing)
+    failing = full_report(tmp_path).model_copy(update={"upstream": [_upstream(failed=3)]})
+    assert status(failing)[0] == "failing"
+    unbenched = full_report(tmp_path).model_copy(update={"upstream": [_upstream(bench_ran=False)]})
+    state, reasons = status(unbenched)
+    assert state == "draft" and any("did not run against the pristine tree: exit 1: ImportError" in r for r in reasons)
+    assert "- [ ] A `marker` benchmark:" in render(unbenched)

@@ -1,0 +1,91 @@
+"""The PR's sentences about the SGLang-form test and benchmark generated for its ops.
+
+SGLang takes a JIT kernel change with a registered test and a ``marker`` benchmark
+(:mod:`integrate.upstream_tests` writes both); the PR lists them as files it adds, says what the
+test showed against the patched tree, and shows the benchmark's table against the pristine and the
+patched tree side by side. An op of the PR with no generated test, or one that failed, keeps the PR
+a draft (:func:`problems`), and the draft says what is missing.
+"""
+
+from __future__ import annotations
+
+from integrate.records import UPSTREAM_DIR, IntegrateReport, UpstreamCheck
+
+
+def _own(report: IntegrateReport) -> list[UpstreamCheck]:
+    ops = {op.op_id for op in report.patch.ops}
+    return [u for u in report.upstream if u.op_id in ops]
+
+
+def problems(report: IntegrateReport) -> tuple[list[str], list[str]]:
+    """(failing, missing): what keeps the PR from "ready" on these files' account."""
+    failing, missing = [], []
+    seen = {u.op_id for u in report.upstream}
+    for u in _own(report):
+        if not u.generated:
+            missing.append(f"{u.op_id}: no SGLang-form test: {u.missing}")
+            continue
+        if u.test is not None and u.test.ran and (u.test.failed or u.test.errors):
+            failing.append(f"{u.op_id}: the generated test `{u.test_file}`: {u.test.summary or 'failed'}")
+        elif u.test is not None and not u.test.ran:
+            missing.append(f"{u.op_id}: the generated test did not run: {u.test.reason}")
+        for bench in u.bench:
+            if not bench.ran:
+                missing.append(
+                    f"{u.op_id}: the generated benchmark did not run against the {bench.tree} tree: {bench.reason}"
+                )
+    if report.upstream and any(op.op_id not in seen for op in report.patch.ops):
+        missing += [f"{op.op_id}: no SGLang-form test written" for op in report.patch.ops if op.op_id not in seen]
+    return failing, missing
+
+
+def accuracy(report: IntegrateReport) -> list[str]:
+    """The "Accuracy Tests" subsection: the tests this PR adds, and what they showed."""
+    own = _own(report)
+    if not own:
+        return []
+    out = ["### Tests this PR adds", ""]
+    for u in own:
+        if not u.generated:
+            out.append(f"- `{u.op_id}`: none yet: {u.missing}")
+            continue
+        if u.test is None:
+            state = "not run yet (no GPU where the PR was written)"
+        elif u.test.ran:
+            state = f"against the patched tree: `{u.test.summary}`"
+        else:
+            state = f"not run: {u.test.reason}"
+        out.append(f"- `{u.test_file}` ({u.op_id}): {state}")
+    out += ["", f"The files are in this bundle's `{UPSTREAM_DIR}/` folder, at their places in SGLang's repository.", ""]
+    return out
+
+
+def benchmark(report: IntegrateReport) -> list[str]:
+    """The ``marker`` benchmark's tables, pristine then patched, verbatim, after the kernel figures."""
+    runs = [(u, b) for u in _own(report) for b in u.bench]
+    if not runs:
+        return []
+    out = ["### SGLang's `marker` benchmark (added by this PR)", ""]
+    for u, bench in runs:
+        out.append(f"`{bench.command or u.bench_file}`:" if bench.ran else f"`{u.bench_file}`, {bench.tree} tree:")
+        out += ["", "```", bench.table, "```", ""] if bench.ran else [f"not run: {bench.reason}", ""]
+    return out
+
+
+def checklist(report: IntegrateReport, groups: list[str]) -> list[str]:
+    """The checklist's two boxes for the registered test and the benchmark, ticked from the records."""
+    own = _own(report)
+    tested = bool(own) and all(u.test is not None and u.test.ran and not (u.test.failed or u.test.errors) for u in own)
+    benched = bool(own) and all(len(u.bench) == 2 and all(b.ran for b in u.bench) for u in own)
+    files = [u for u in own if u.generated]
+    box = lambda done: "[x]" if done else "[ ]"  # noqa: E731
+    tests = ", ".join(f"`{u.test_file}`" for u in files) or ", ".join(
+        f"`test/registered/kernels/ops/{g}/`" for g in groups
+    )
+    benches = ", ".join(f"`{u.bench_file}`" for u in files) or ", ".join(
+        f"`test/registered/kernels/benchmark/{g}/`" for g in groups
+    )
+    return [
+        f"- {box(tested)} A registered test: {tests}" + ("" if tested else " (to add or to run)") + ".",
+        f"- {box(benched)} A `marker` benchmark: {benches}" + ("" if benched else " (to add or to run)") + ".",
+    ]
