@@ -255,9 +255,15 @@ def run_layers(
     prefill: Sequence[int] | None = None,
     command: str = "",
     aa: bool = True,
+    start: int = 0,
 ) -> E2EResult:
     """Whole-layer timings for every point of the recipe: the pristine and the patched tree and, with
-    ``aa``, a byte-for-byte copy of the pristine one (A/A), in an order that turns each round."""
+    ``aa``, a byte-for-byte copy of the pristine one (A/A), in an order that turns each round.
+
+    ``start`` turns the order the trees' workers start in (:func:`round_order` of it): the rounds'
+    turning order evens out which tree runs first, not which process started first, and
+    :func:`pristine_runs` turns it per run so the A/A evidence shows whether a difference follows
+    the start."""
     from integrate.sglang_runner import TreeWorker
 
     recipe = recipe or load_recipe(DEFAULT_RECIPE)
@@ -277,14 +283,17 @@ def run_layers(
         shutil.rmtree(copy_pkg.parent, ignore_errors=True)
         copy_package(baseline_pkg, copy_pkg)
     trees = [("baseline", baseline_pkg), ("patched", patched_pkg), *([("copy", copy_pkg)] if aa else [])]
+    packages = dict(trees)
+    started = round_order([who for who, _ in trees], start)
     try:
         with contextlib.ExitStack() as stack:
-            workers = {
+            launched = {
                 who: stack.enter_context(
-                    TreeWorker(WORKER_NAMES[who], package, out_dir / "cache" / who, logs / f"e2e-{who}.log")
+                    TreeWorker(WORKER_NAMES[who], packages[who], out_dir / "cache" / who, logs / f"e2e-{who}.log")
                 )
-                for who, package in trees
+                for who in started
             }
+            workers = {who: launched[who] for who, _ in trees}  # the rounds' order is the trees' order
             if todo:
                 _build_all(workers, plan(recipe, *todo[0]), dtype, timeout_s)
             for phase, tokens in todo:
@@ -336,6 +345,7 @@ def run_layers(
         rows=rows,
         assumption=ASSUMPTION.format(layers=recipe.layers, kv_len=recipe.proxy.kv_len),
         command=command,
+        start_order=started,
     )
 
 
@@ -496,7 +506,12 @@ def pristine_runs(package: pathlib.Path, out_dir: pathlib.Path, runs: int, **opt
     results = []
     for i in range(runs):
         result = run_layers(
-            package, package, out_dir, command=f"python -m integrate.e2e --pristine --runs {runs}", **options
+            package,
+            package,
+            out_dir,
+            command=f"python -m integrate.e2e --pristine --runs {runs}",
+            start=i,  # each run starts another tree first
+            **options,
         )
         write_record(result, out_dir / f"pristine-{i + 1}.json")
         results.append(result)
@@ -535,6 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out_dir = config.work / "integrate" / "pristine"
         results = pristine_runs(pathlib.Path(source.root), out_dir, args.runs)
         for result in results:
+            print(f"workers started: {' then '.join(result.start_order)}")
             for row in result.rows:
                 aa = row.aa
                 print(

@@ -291,6 +291,9 @@ class E2EResult(Record):
     assumption: str = ""
     command: str = ""
     one_batch: OneBatchResult | None = None
+    # the order the trees' workers started in (each its own process, CUDA context and allocations):
+    # on the H100 (2026-12-07) the first-started tree was the fastest at decode T=256 in 4 of 4 runs
+    start_order: list[str] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- report
