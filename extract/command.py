@@ -345,6 +345,49 @@ def compile_tasks(
     return out
 
 
+def check_unbuilt(
+    config: Config, items: list[tuple[pathlib.Path, Task]], *, say: Any = print
+) -> list[tuple[pathlib.Path, Task]]:
+    """The compile check, late, for the CUDA tasks written without it (``--no-compile``): each is
+    built for the configured target, the instantiations the baseline cannot compile are dropped with
+    a note (as :func:`compile_tasks` does at extract), and the task is saved. The others are
+    returned as given.
+
+    Why: on the H200 (2026-12-07) two of ten ops in an optimize run failed whole because their
+    tasks, extracted with ``--no-compile``, kept an instantiation that does not build; with the check
+    both built. What must stay true: a task the check cannot run on (no nvcc here) is returned as
+    given, with one line saying so, and its own build reports what fails."""
+    unchecked = {t.op_id: (d, t) for d, t in items if t.baseline_build is None and t.language == "cuda"}
+    if not unchecked:
+        return items
+    say(f"compile check of {len(unchecked)} task(s) extracted without it: {', '.join(sorted(unchecked))}")
+    try:
+        with working(f"nvcc: building every instantiation for {config.extract.arch}"):
+            built = compile_tasks(
+                {op: d for op, (d, _) in unchecked.items()},
+                {op: t for op, (_, t) in unchecked.items()},
+                config.cache / "builds",
+                config.extract.jobs,
+            )
+    except ToolchainError as err:
+        say(f"compile check not run: {err.message}; each op's own build will say what fails")
+        return items
+    out = []
+    for folder, task in items:
+        if task.op_id not in built:
+            out.append((folder, task))
+            continue
+        checked, reason = built[task.op_id]
+        layout.save_task(checked, config.work)
+        dropped = len(task.instantiations) - len(checked.instantiations)
+        if reason:
+            say(f"  {task.op_id}: its baseline does not build: {reason}")
+        elif dropped:
+            say(f"  {task.op_id}: {checked.notes[-1]}")
+        out.append((folder, checked))
+    return out
+
+
 def _hopeless(stderr: str) -> bool:
     """A failure no instantiation can avoid: a missing header or dependency."""
     low = stderr.lower()

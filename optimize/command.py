@@ -151,6 +151,10 @@ def _measured(
     """The run itself, once the backend (and the pool, None for the serial path) is there."""
     ops = _ops(args, config)
     tasks = [load_op_task(config, op) for op in ops]
+    if not replay_file:  # an instantiation that cannot build never reaches the GPU
+        from extract.command import check_unbuilt
+
+        tasks = check_unbuilt(config, tasks, say=lambda line: print(line, file=sys.stderr))
 
     run = getattr(args, "run", None) or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = layout.run_dir(config.work, run)

@@ -168,6 +168,60 @@ def test_compile_check_drops_an_instantiation_the_baseline_cannot_compile(sglang
     assert len(result.shapes) == len(task.shapes)
 
 
+@pytest.mark.nvcc
+def test_optimize_checks_a_task_extracted_without_the_compile_check_and_drops_what_cannot_build(
+    sglang_source, tmp_path, monkeypatch
+):
+    """The issue's two failed ops: a --no-compile task keeping an instantiation that does not build. The
+    late check drops it with a note and saves the task; a task already checked is left as it is."""
+    from extract import pyops, tasks
+    from pipeline.config import load_config
+
+    monkeypatch.setenv("KERNELSMITH_SGLANG__CACHE_DIR", str(ROOT / "work" / "cache"))
+    config = load_config(overrides={"work_dir": str(tmp_path / "work")})
+    index = build_index(sglang_source, ROOT / "work" / "cache")[0]
+    op = next(o for o in index.ops if o.id == "layernorm.fused_add_rmsnorm")
+    task = tasks.write_task(index, op, config.work, program=pyops.Program(pathlib.Path(index.source.root)))
+    assert task.baseline_build is None
+    fp32 = task.instantiations[0].model_copy(
+        update={
+            "dtype": "fp32",
+            "module_args": ["fused_add_rmsnorm", "false", "fp32_t"],
+            "template_args": ["false", "fp32_t"],
+            "wrappers": [("fused_add_rmsnorm", "FusedAddRMSNormKernel<false, fp32_t>::run")],
+        }
+    )
+    widened = task.model_copy(update={"instantiations": [*task.instantiations, fp32]})
+    layout.save_task(widened, config.work)
+    folder = layout.task_dir(config.work, op.id)
+    lines: list[str] = []
+    ((_, checked),) = command.check_unbuilt(config, [(folder, widened)], say=lines.append)
+    assert [i.dtype for i in checked.instantiations] == ["bf16", "fp16"]
+    assert checked.baseline_build is not None and checked.baseline_build.ok
+    assert layout.load_task(folder) == checked, "saved, so integrate and a rerun see the same task"
+    assert any("instantiations dropped, the baseline does not compile them: fp32<false, fp32_t>" in x for x in lines)
+    again: list[str] = []
+    assert command.check_unbuilt(config, [(folder, checked)], say=again.append) == [(folder, checked)]
+    assert again == [], "a checked task is not built again"
+
+
+def test_the_late_compile_check_without_nvcc_says_so_and_leaves_the_tasks(monkeypatch, tmp_path):
+    from pipeline.config import load_config
+    from pipeline.errors import ToolchainError
+    from pipeline.records import Task
+
+    def no_nvcc(*args, **kwargs):
+        raise ToolchainError("nvcc not found on PATH", fix="install the CUDA toolkit")
+
+    monkeypatch.setattr(command, "compile_tasks", no_nvcc)
+    config = load_config(overrides={"work_dir": str(tmp_path / "work")})
+    task = Task.model_construct(op_id="activation.silu_and_mul", baseline_build=None, language="cuda")
+    lines: list[str] = []
+    items = [(tmp_path, task)]
+    assert command.check_unbuilt(config, items, say=lines.append) is items
+    assert lines[-1].startswith("compile check not run: nvcc not found on PATH")
+
+
 def test_extract_all_reports_the_tasks_with_catalog_shapes(env, monkeypatch, capsys):
     """`extract --all` (here narrowed to two ops) counts the tasks that have a catalog model's shapes
     in coverage.json and its summary line, and records each op's count."""
