@@ -12,5 +12,6 @@ Modules, in dependency order (each imports only modules listed before it):
   the floor's no-go rule), ``cli`` (the argparse shell), ``store_json`` (the first JSON store,
   imported);
 - ``build`` (the content-addressed nvcc builder), ``run`` (``kernelsmith run``), ``store`` (the
-  SQLite results store), ``dashboard`` (``track --html``), ``track`` (history and regressions).
+  SQLite results store), ``history`` (its batches as JSON lines kept with the project, and the
+  store rebuilt from them), ``dashboard`` (``track --html``), ``track`` (history and regressions).
 """

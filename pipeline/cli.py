@@ -181,7 +181,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("track", help="measurement history and regressions (nightly tracking)")
     _common(p)
     _json(p)
-    p.add_argument("action", nargs="?", choices=["show", "run"], default="show", help="run: the census, one batch")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["show", "run", "export", "rebuild"],
+        default="show",
+        help="run: the census, one batch; export: the store's batches as JSON lines into --history; "
+        "rebuild: the store from --history",
+    )
+    p.add_argument("--history", metavar="DIR", help="export, rebuild: the JSON-lines folder (default history/census)")
     p.add_argument("--tasks", help="run: a folder with tasks/ or a tarball of one (extract --all --no-compile)")
     p.add_argument("--ops", nargs="+", metavar="OP", help="run: only these ops")
     p.add_argument("--op", help="only this op id")

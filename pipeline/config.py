@@ -195,6 +195,10 @@ class HarnessConfig(Section):
     # optimize: profile the baseline and each new best with Nsight Compute (where ncu is
     # installed) and give its DRAM throughput, occupancy and warp stalls to the planner
     ncu_profile: bool = True
+    # `track run` also writes each census batch as JSON lines here (pipeline.history), a folder the
+    # project can commit, from which `track rebuild` remakes the store; "" writes none. A relative
+    # path is beside the work folder (work/ at the repository's root: its history/census/)
+    history_dir: str = "history/census"
 
 
 class IntegrateConfig(Section):
@@ -283,6 +287,14 @@ class Config(Section):
     @property
     def work(self) -> pathlib.Path:
         return pathlib.Path(self.work_dir).resolve()
+
+    @property
+    def history(self) -> pathlib.Path | None:
+        """The JSON-lines folder of the census batches (``harness.history_dir``), None for none."""
+        if not self.harness.history_dir:
+            return None
+        path = pathlib.Path(self.harness.history_dir)
+        return path if path.is_absolute() else self.work.parent / path
 
     @property
     def cache(self) -> pathlib.Path:

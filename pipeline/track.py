@@ -67,6 +67,31 @@ def per_op_lines(store: ResultsStore, op: str | None) -> list[tuple[str, int, st
     return out
 
 
+def _history(args: Any, config: Any, store: ResultsStore, console: Any) -> int:
+    """``track export`` / ``track rebuild``: the store and the JSON-lines folder (pipeline.history)."""
+    import pathlib
+
+    from pipeline import history
+
+    given = getattr(args, "history", None)
+    folder = pathlib.Path(given) if given else config.history or config.work.parent / history.DEFAULT_FOLDER
+    if args.action == "export":
+        written = history.export(store, folder)
+        console.print(f"{len(written)} batch(es) written to {folder} ({len(store.keys())} in the store)")
+        emit(args, {"written": [str(p) for p in written]})
+        return 0
+    if not folder.is_dir():
+        console.print(f"no history folder at {folder}: nothing to rebuild from (give --history DIR)")
+        emit(args, {"read": 0, "problems": []})
+        return 1
+    read, problems = history.rebuild(store, folder)
+    for problem in problems:
+        console.print(f"[yellow]left out: {problem}[/yellow]")
+    console.print(f"{read} batch(es) read from {folder} into {store.db_path}; {len(problems)} left out")
+    emit(args, {"read": read, "problems": [str(p) for p in problems]})
+    return 0
+
+
 def main(args: Any, config: Any) -> int:
     if getattr(args, "action", "show") == "run":  # the census (optimize floor), named like the CLI's handlers
         import importlib
@@ -74,6 +99,8 @@ def main(args: Any, config: Any) -> int:
         return int(importlib.import_module("optimize.harness.census").main(args, config) or 0)
     store = ResultsStore(config.work)
     console = make_console()
+    if getattr(args, "action", "show") in ("export", "rebuild"):
+        return _history(args, config, store, console)
     op = getattr(args, "op", None)
     fail = bool(getattr(args, "fail_on_regression", False))
     keys = store.keys()

@@ -37,6 +37,7 @@ def test_the_census_measures_real_shaped_ops_keeps_going_past_a_failure_and_stor
         return OpBench(op_id=task.op_id, rows=[timing(10.0, None)], device=DEVICE)
 
     monkeypatch.setattr(bench, "bench_op", bench_op)
+    monkeypatch.setenv("KERNELSMITH_HARNESS__HISTORY_DIR", str(tmp_path / "history"))
     assert cli(["track", "run", "--work-dir", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert seen == ["demo.broken", "demo.scale"], "the synthetic-only task is not part of the census"
@@ -44,6 +45,10 @@ def test_the_census_measures_real_shaped_ops_keeps_going_past_a_failure_and_stor
     (key,) = ResultsStore(tmp_path).keys()
     batch = ResultsStore(tmp_path).get(key)
     assert {r.op_id for r in batch.rows} == {"demo.scale"} and batch.command == "kernelsmith track run"
+    from pipeline.history import read_folder
+
+    (kept,) = list(read_folder(tmp_path / "history"))
+    assert kept == (key, batch), "the batch is also plain data, in the folder the project keeps"
 
 
 def test_the_census_reads_a_tarball_of_tasks_made_on_the_cpu_machine(tmp_path, monkeypatch, capsys):

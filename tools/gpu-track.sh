@@ -23,4 +23,6 @@ for tarball in "$@"; do
   tail -2 "$OUT/$name.log"
 done
 cp work/results/results.sqlite "$OUT/" 2>/dev/null
+# each batch as JSON lines (harness.history_dir): copy them into the repository's history/census/ and commit
+mkdir -p "$OUT/history" && cp history/census/*.jsonl "$OUT/history/" 2>/dev/null
 exit $status

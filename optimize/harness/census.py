@@ -141,6 +141,12 @@ def _store(
     tasks = sorted(tasks, key=lambda t: order.get(t.op_id, len(order)))
     notes = {files_note(t.op_id): json.dumps({f.path: f.sha256[:16] for f in t.files}, sort_keys=True) for t in tasks}
     store_batch(config, command, results, source, notes)
+    if config.history is not None:  # the batch as plain data too, in a folder the project keeps
+        from pipeline.history import export
+        from pipeline.store import ResultsStore
+
+        for path in export(ResultsStore(config.work), config.history):
+            print(f"history: {path}", file=sys.stderr)
 
 
 __all__ = ["censused", "main", "real_shaped"]
