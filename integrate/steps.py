@@ -276,9 +276,9 @@ def print_summary(report: IntegrateReport, pr_path: pathlib.Path) -> None:
         if not u.generated:
             say(f"  {u.op_id} SGLang-form test: not written: {u.missing}")
             continue
-        test = u.test.summary or u.test.reason if u.test is not None else "written, not run"
+        shown = (u.test.summary or u.test.reason) if u.test is not None else "written, not run"
         benches = "; ".join(f"{b.tree} {'ran' if b.ran else b.reason}" for b in u.bench)
-        say(f"  {u.op_id} SGLang-form test {u.test_file}: {test}" + (f"; benchmark: {benches}" if benches else ""))
+        say(f"  {u.op_id} SGLang-form test {u.test_file}: {shown}" + (f"; benchmark: {benches}" if benches else ""))
     if report.e2e is not None:
         if report.e2e.ran:
             for row in report.e2e.rows:
