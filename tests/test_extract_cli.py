@@ -141,14 +141,8 @@ def test_coverage_counts_modules(sglang_source):
     assert cov.ops_with_catalog_shapes == 1, "silu_and_mul's result here has no catalog shape"
 
 
-@pytest.mark.nvcc
-def test_compile_check_drops_an_instantiation_the_baseline_cannot_compile(sglang_source, tmp_path):
-    """fused_add_rmsnorm has no fp32 VecTypeTrait: an fp32 instantiation must be dropped, bf16/fp16 kept."""
-    from extract import pyops, tasks
-
-    index = build_index(sglang_source, ROOT / "work" / "cache")[0]
-    op = next(o for o in index.ops if o.id == "layernorm.fused_add_rmsnorm")
-    task = tasks.write_task(index, op, tmp_path, program=pyops.Program(pathlib.Path(index.source.root)))
+def _with_fp32(task):
+    """fused_add_rmsnorm's task with an fp32 instantiation, which its baseline cannot compile."""
     fp32 = task.instantiations[0].model_copy(
         update={
             "dtype": "fp32",
@@ -157,7 +151,18 @@ def test_compile_check_drops_an_instantiation_the_baseline_cannot_compile(sglang
             "wrappers": [("fused_add_rmsnorm", "FusedAddRMSNormKernel<false, fp32_t>::run")],
         }
     )
-    widened = task.model_copy(update={"instantiations": [*task.instantiations, fp32]})
+    return task.model_copy(update={"instantiations": [*task.instantiations, fp32]})
+
+
+@pytest.mark.nvcc
+def test_compile_check_drops_an_instantiation_the_baseline_cannot_compile(sglang_source, tmp_path):
+    """fused_add_rmsnorm has no fp32 VecTypeTrait: an fp32 instantiation must be dropped, bf16/fp16 kept."""
+    from extract import pyops, tasks
+
+    index = build_index(sglang_source, ROOT / "work" / "cache")[0]
+    op = next(o for o in index.ops if o.id == "layernorm.fused_add_rmsnorm")
+    task = tasks.write_task(index, op, tmp_path, program=pyops.Program(pathlib.Path(index.source.root)))
+    widened = _with_fp32(task)
     folder = layout.task_dir(tmp_path, op.id)
     built = command.compile_tasks({op.id: folder}, {op.id: widened}, tmp_path / "builds", jobs=2)
     result, reason = built[op.id]
@@ -183,15 +188,7 @@ def test_optimize_checks_a_task_extracted_without_the_compile_check_and_drops_wh
     op = next(o for o in index.ops if o.id == "layernorm.fused_add_rmsnorm")
     task = tasks.write_task(index, op, config.work, program=pyops.Program(pathlib.Path(index.source.root)))
     assert task.baseline_build is None
-    fp32 = task.instantiations[0].model_copy(
-        update={
-            "dtype": "fp32",
-            "module_args": ["fused_add_rmsnorm", "false", "fp32_t"],
-            "template_args": ["false", "fp32_t"],
-            "wrappers": [("fused_add_rmsnorm", "FusedAddRMSNormKernel<false, fp32_t>::run")],
-        }
-    )
-    widened = task.model_copy(update={"instantiations": [*task.instantiations, fp32]})
+    widened = _with_fp32(task)
     layout.save_task(widened, config.work)
     folder = layout.task_dir(config.work, op.id)
     lines: list[str] = []
