@@ -468,9 +468,47 @@ _BUCKETED = {
     "tokens": "the wrapper's expression of the token count (with bucket)",
 }
 
+#: The registry, in the order a composed point applies its transforms (``search.space.ORDER`` is
+#: this order): PDL first (the early trigger moves the trigger PDL placed), constants before the
+#: attributes that depend on them, the carried divisions before the unroll pragma (a pragma must stay
+#: next to its loop, and the carries are declared above the loop), the hinted accesses before fast
+#: math (both rename callees; fast math, anywhere, last); then Triton's (one task never mixes them
+#: with the CUDA ones): the kernel's list, then the launch.
 TRANSFORMS: dict[str, TransformSpec] = {
     spec.name: spec
     for spec in (
+        TransformSpec(
+            "enable_pdl",
+            enable_pdl,
+            {
+                "blocks_per_sm": "PDL only for launches of at most this many blocks per SM, decided at run time (0: always)",
+                "in_kernel": "with blocks_per_sm: the kernel's wait and trigger run only in such grids too",
+            },
+            (),
+            _enable_pdl_targets,
+            "turn programmatic dependent launch on (for every grid, or for small ones)",
+            choice=("blocks_per_sm", "in_kernel"),
+        ),
+        TransformSpec(
+            "pdl_late_wait",
+            pdl_late_wait,
+            {"kernel": "one kernel (None: every kernel)"},
+            (),
+            _late_wait_targets,
+            "move the PDL wait past the statements after it that read no memory",
+        ),
+        TransformSpec(
+            "pdl_early_trigger",
+            pdl_early_trigger,
+            {
+                "kernel": "one kernel (None: every kernel)",
+                "blocks_per_sm": "trigger early only in grids of at most this many blocks per SM, decided at run time (0: always)",
+            },
+            (),
+            _early_trigger_targets,
+            "trigger dependents right after the PDL wait (in every grid, or in small ones)",
+            choice=("blocks_per_sm",),
+        ),
         TransformSpec(
             "tune_constant",
             tune_constant,
@@ -494,45 +532,12 @@ TRANSFORMS: dict[str, TransformSpec] = {
             choice=("max_threads", "min_blocks"),
         ),
         TransformSpec(
-            "fast_math",
-            fast_math,
-            {"ops": f"subset of {sorted(FAST_MATH_OPS)}"},
-            (),
-            _fast_math_targets,
-            "precise math -> fast intrinsics in device code",
-            choice=("ops",),
-        ),
-        TransformSpec(
-            "enable_pdl",
-            enable_pdl,
-            {
-                "blocks_per_sm": "PDL only for launches of at most this many blocks per SM, decided at run time (0: always)",
-                "in_kernel": "with blocks_per_sm: the kernel's wait and trigger run only in such grids too",
-            },
-            (),
-            _enable_pdl_targets,
-            "turn programmatic dependent launch on (for every grid, or for small ones)",
-            choice=("blocks_per_sm", "in_kernel"),
-        ),
-        TransformSpec(
-            "pdl_early_trigger",
-            pdl_early_trigger,
-            {
-                "kernel": "one kernel (None: every kernel)",
-                "blocks_per_sm": "trigger early only in grids of at most this many blocks per SM, decided at run time (0: always)",
-            },
-            (),
-            _early_trigger_targets,
-            "trigger dependents right after the PDL wait (in every grid, or in small ones)",
-            choice=("blocks_per_sm",),
-        ),
-        TransformSpec(
-            "pdl_late_wait",
-            pdl_late_wait,
+            "incremental_divmod",
+            incremental_divmod,
             {"kernel": "one kernel (None: every kernel)"},
             (),
-            _late_wait_targets,
-            "move the PDL wait past the statements after it that read no memory",
+            _divmod_targets,
+            "carry a strided loop variable's quotient and remainder instead of dividing every trip",
         ),
         TransformSpec(
             "add_pragma_unroll",
@@ -546,14 +551,6 @@ TRANSFORMS: dict[str, TransformSpec] = {
             _unroll_targets,
             "#pragma unroll before for-loops",
             choice=("factor",),
-        ),
-        TransformSpec(
-            "incremental_divmod",
-            incremental_divmod,
-            {"kernel": "one kernel (None: every kernel)"},
-            (),
-            _divmod_targets,
-            "carry a strided loop variable's quotient and remainder instead of dividing every trip",
         ),
         TransformSpec(
             "extend_size_dispatch",
@@ -578,12 +575,30 @@ TRANSFORMS: dict[str, TransformSpec] = {
             choice=("what",),
         ),
         TransformSpec(
-            "triton_launch_option",
-            launch_option,
-            {"launch": "launch region", "option": "num_warps or num_stages", "value": "the new value"} | _BUCKETED,
+            "fast_math",
+            fast_math,
+            {"ops": f"subset of {sorted(FAST_MATH_OPS)}"},
+            (),
+            _fast_math_targets,
+            "precise math -> fast intrinsics in device code",
+            choice=("ops",),
+        ),
+        TransformSpec(
+            "triton_autotune_pin",
+            autotune_pin,
+            {"kernel": "kernel region", "index": "the config kept"},
             (),
             _triton_targets,
-            "set a Triton launch's num_warps / num_stages (in every bucket or one)",
+            "keep one config of a Triton kernel's autotune list",
+            choice=("index",),
+        ),
+        TransformSpec(
+            "triton_constexpr_default",
+            constexpr_default,
+            {"kernel": "kernel region", "name": "the constexpr parameter", "value": "a power of two"},
+            (),
+            _triton_targets,
+            "set the default of a Triton kernel's block-size constexpr",
             choice=("value",),
         ),
         TransformSpec(
@@ -593,15 +608,6 @@ TRANSFORMS: dict[str, TransformSpec] = {
             (),
             _triton_targets,
             "set a block-size constexpr a Triton launch passes (grid and block together)",
-            choice=("value",),
-        ),
-        TransformSpec(
-            "triton_constexpr_default",
-            constexpr_default,
-            {"kernel": "kernel region", "name": "the constexpr parameter", "value": "a power of two"},
-            (),
-            _triton_targets,
-            "set the default of a Triton kernel's block-size constexpr",
             choice=("value",),
         ),
         TransformSpec(
@@ -620,13 +626,13 @@ TRANSFORMS: dict[str, TransformSpec] = {
             choice=("value",),
         ),
         TransformSpec(
-            "triton_autotune_pin",
-            autotune_pin,
-            {"kernel": "kernel region", "index": "the config kept"},
+            "triton_launch_option",
+            launch_option,
+            {"launch": "launch region", "option": "num_warps or num_stages", "value": "the new value"} | _BUCKETED,
             (),
             _triton_targets,
-            "keep one config of a Triton kernel's autotune list",
-            choice=("index",),
+            "set a Triton launch's num_warps / num_stages (in every bucket or one)",
+            choice=("value",),
         ),
     )
 }

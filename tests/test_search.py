@@ -90,12 +90,23 @@ def test_points_that_do_not_compose_are_unrealizable_not_errors(sglang_source):
         realize(act, {block.name: big, bounds.name: 1}, {})
 
 
-def test_every_transform_has_a_place_in_the_order():
-    """A transform missing from ORDER broke build_space on the H200 (ValueError, 2026-12-05)."""
+def test_every_transform_has_a_place_in_the_order_and_the_order_is_written_once():
+    """A transform missing from ORDER broke build_space on the H200 (ValueError, 2026-12-05): the order
+    is now the registry's own, and what it must keep is checked here."""
     from optimize import transforms
     from optimize.search.space import ORDER
 
-    assert sorted(ORDER) == sorted(transforms.TRANSFORMS)
+    assert ORDER == tuple(transforms.TRANSFORMS)
+    before = [
+        ("enable_pdl", "pdl_early_trigger"),  # the early trigger moves the trigger PDL placed
+        ("enable_pdl", "pdl_late_wait"),
+        ("tune_constant", "set_launch_bounds"),  # constants before the attributes that use them
+        ("incremental_divmod", "add_pragma_unroll"),  # the pragma stays next to its loop
+        ("streaming_hints", "fast_math"),  # both rename callees; fast math last
+    ]
+    assert all(ORDER.index(a) < ORDER.index(b) for a, b in before)
+    cuda = [t for t in ORDER if not t.startswith("triton_")]
+    assert ORDER[: len(cuda)] == tuple(cuda), "Triton's transforms after every CUDA one"
 
 
 @pytest.mark.wheel

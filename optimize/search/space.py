@@ -33,29 +33,9 @@ from optimize import transforms
 from optimize.policy import Decision
 from pipeline.records import Step
 
-#: Transforms applied in this order, whatever order the proposals came in: PDL first (the
-#: early trigger moves the trigger PDL placed), constants before the attributes that depend on
-#: them, the carried divisions before the unroll pragma (a pragma must stay next to its loop, and
-#: the carries are declared above the loop), the hinted accesses before fast math (both rename
-#: callees; fast math, anywhere, last). Every transform of ``transforms.TRANSFORMS`` is here.
-ORDER = (
-    "enable_pdl",
-    "pdl_late_wait",
-    "pdl_early_trigger",
-    "tune_constant",
-    "set_launch_bounds",
-    "incremental_divmod",
-    "add_pragma_unroll",
-    "extend_size_dispatch",
-    "streaming_hints",
-    "fast_math",
-    # Triton (one task never mixes them with the CUDA ones): the kernel's list, then the launch
-    "triton_autotune_pin",
-    "triton_constexpr_default",
-    "triton_block_size",
-    "triton_coarsen_programs",
-    "triton_launch_option",
-)
+#: Transforms applied in this order, whatever order the proposals came in: the registry's own
+#: order (:data:`optimize.transforms.TRANSFORMS` says why it is this one), written once.
+ORDER = tuple(transforms.TRANSFORMS)
 
 #: A transform whose target appears only after another one ran: (after, skill, transform, params).
 FOLLOWERS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
