@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent.tasks import load_op, not_editable
+from contract import layout
 from contract.layout import (
     TRAJECTORY_FILE,
     baseline_regions,
@@ -480,7 +481,7 @@ class AgentRun:
         from pipeline.cli import build_parser
 
         self.measuring("integrate")
-        if not (self.run_dir / "summary.json").is_file():
+        if not layout.summary_path(self.run_dir).is_file():
             raise ConfigError(f"run {self.run} is not finished", fix="`kernelsmith agent finish` validates it first")
         args = build_parser().parse_args(["integrate", "--run", self.run, "--work-dir", str(self.config.work)])
         code = int(integrate_command.main(args, self.config) or 0)

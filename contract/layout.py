@@ -33,6 +33,16 @@ SRC_DIR = "src"
 KEY_FILE = ".extract-key"
 COMPLETION_FILE = "contract_completion.json"  # beside an op's trajectory in a run folder
 TRAJECTORY_FILE = "trajectory.jsonl"  # an op's rounds in a run folder, append-only
+# a run folder: runs/<run>/{run.json, summary.json, measurements.replay.json, <op>/...}
+RUN_FILE = "run.json"  # the run's mode, coder and backend (a rerun must match them)
+SUMMARY_FILE = "summary.json"  # the run's per-op outcome
+REPLAY_FILE = "measurements.replay.json"  # every measurement of a GPU run, for replaying it
+# an op's folder in a run: <op>/{test_plan.json, candidates/, evaluations/, best/, profiles/}
+TEST_PLAN_FILE = "test_plan.json"
+CANDIDATES_DIR = "candidates"  # <id>.json: each candidate's regions and steps
+EVALUATIONS_DIR = "evaluations"  # <id>.<stage>.json: each evaluation of a candidate
+BEST_DIR = "best"  # the validated best: candidate.json, evaluation.json, regions/<name>.txt, src/
+BEST_CANDIDATE_FILE = "candidate.json"  # in best/
 
 
 def tasks_root(work_dir: str | os.PathLike[str]) -> pathlib.Path:
@@ -53,6 +63,26 @@ def run_dir(work_dir: str | os.PathLike[str], run: str) -> pathlib.Path:
 def run_op_dir(work_dir: str | os.PathLike[str], run: str, op_id: str) -> pathlib.Path:
     """``<work>/runs/<run>/<op_id>``: one op's folder in a run."""
     return run_dir(work_dir, run) / op_id
+
+
+def summary_path(run_folder: str | os.PathLike[str]) -> pathlib.Path:
+    """``<run>/summary.json``."""
+    return pathlib.Path(run_folder) / SUMMARY_FILE
+
+
+def candidate_path(op_dir: str | os.PathLike[str], candidate_id: str) -> pathlib.Path:
+    """``<run>/<op>/candidates/<id>.json``."""
+    return pathlib.Path(op_dir) / CANDIDATES_DIR / f"{candidate_id}.json"
+
+
+def evaluation_path(op_dir: str | os.PathLike[str], candidate_id: str, stage: str) -> pathlib.Path:
+    """``<run>/<op>/evaluations/<id>.<stage>.json``."""
+    return pathlib.Path(op_dir) / EVALUATIONS_DIR / f"{candidate_id}.{stage}.json"
+
+
+def best_candidate_path(op_dir: str | os.PathLike[str]) -> pathlib.Path:
+    """``<run>/<op>/best/candidate.json``: the validated best's candidate record."""
+    return pathlib.Path(op_dir) / BEST_DIR / BEST_CANDIDATE_FILE
 
 
 def profile_path(op_dir: str | os.PathLike[str], candidate_id: str) -> pathlib.Path:

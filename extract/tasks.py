@@ -47,6 +47,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from contract import layout
 from contract.layout import KEY_FILE, SRC_DIR, task_dir
 from contract.shapes import synthetic_shape
 from extract import contract as contract_mod
@@ -393,7 +394,7 @@ def catalog_models(
 def is_current(work_dir: str | os.PathLike[str], op_id: str, key: str) -> bool:
     folder = task_dir(work_dir, op_id)
     key_file = folder / KEY_FILE
-    if not (folder / "task.json").is_file() or not key_file.is_file():
+    if not layout.has_task(folder) or not key_file.is_file():
         return False
     return key_file.read_text(encoding="utf-8").strip() == key
 
@@ -554,7 +555,7 @@ def publish(task: Task, root: pathlib.Path, closure: list[str], work_dir: pathli
             target = staging / SRC_DIR / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(root / rel, target)  # copyfile: no read-only mode bits from the wheel tree
-        write_record(task, staging / "task.json")
+        write_record(task, staging / layout.TASK_FILE)
         (staging / KEY_FILE).write_text(key + "\n", encoding="utf-8")
         replace_dir(staging, final)
     finally:

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract import layout
 from contract.layout import profile_path
 from integrate.errors import KernelsmithError, SimulatedRunError
 from integrate.records import IntegrateReport, Patch
@@ -63,7 +64,7 @@ def default_run_dir(patch: Patch) -> pathlib.Path:
 
 def simulated_run(run_dir: pathlib.Path) -> tuple[bool, str]:
     """(simulated?, the backend as recorded); (False, "") when the run folder records neither."""
-    summary = run_dir / "summary.json"
+    summary = layout.summary_path(run_dir)
     if summary.is_file():
         record = read_record(RunSummary, summary)
         return record.simulated, record.backend
@@ -89,12 +90,12 @@ def refuse_simulated(patch: Patch, run_dir: pathlib.Path | None = None) -> None:
 def _chain(op_dir: pathlib.Path, best: str) -> list[Candidate]:
     """Candidates from the best back to the baseline (whatever of the chain is on disk)."""
     out: list[Candidate] = []
-    path = op_dir / "best" / "candidate.json"
+    path = layout.best_candidate_path(op_dir)
     cid: str | None = best
     seen: set[str] = set()
     while cid and cid not in seen:
         seen.add(cid)
-        candidate_path = op_dir / "candidates" / f"{cid}.json"
+        candidate_path = layout.candidate_path(op_dir, cid)
         if candidate_path.is_file():
             path = candidate_path
         elif not (path.is_file() and read_record(Candidate, path).id == cid):
@@ -128,8 +129,8 @@ def gather(report: IntegrateReport, run_dir: pathlib.Path | None = None) -> RunF
     coder = ""
     guarded: dict[str, bool] = {}
     coder = str(read_run_meta(run_dir).get("coder") or "")
-    if (run_dir / "summary.json").is_file():
-        summary = read_record(RunSummary, run_dir / "summary.json")
+    if layout.summary_path(run_dir).is_file():
+        summary = read_record(RunSummary, layout.summary_path(run_dir))
         device, coder = summary.device, summary.coder
         guarded = {op.op_id: op.guarded for op in summary.ops}
     diff_path = pathlib.Path(patch.patch_file)

@@ -58,7 +58,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 
-from contract.layout import SRC_DIR
+from contract.layout import SRC_DIR, has_task, summary_path
 from integrate.diffs import patch_text, patched_paths, sha256, verify_spans
 from integrate.errors import ConfigError, PatchError
 from integrate.records import FileChange, Layout, OpChange, Patch
@@ -142,7 +142,7 @@ def _op_statuses(run_dir: pathlib.Path) -> dict:
     """op id -> OpSummary from the run's summary.json, or {} when there is none yet."""
     from pipeline.records import RunSummary
 
-    path = run_dir / "summary.json"
+    path = summary_path(run_dir)
     if not path.is_file():
         return {}
     try:
@@ -197,7 +197,7 @@ def load_run(run_dir: pathlib.Path, tasks_dir: pathlib.Path) -> tuple[list[Accep
             skipped[op_id] = f"the candidate's evaluation outcome is {evaluation.outcome.value}"
             continue
         task_dir = tasks_dir / op_id
-        if not (task_dir / "task.json").is_file():
+        if not has_task(task_dir):
             raise ConfigError(
                 f"the task of {op_id} is missing ({task_dir}/task.json)",
                 fix=f"re-run `kernelsmith extract --ops {op_id}` with the same SGLang sources",

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import uuid
 
+from contract import layout
 from integrate.errors import KernelsmithError
 from integrate.records import OpCheck, SelfCheck
 from pipeline.config import Config
@@ -115,12 +116,12 @@ def load_tasks(tasks_dir: pathlib.Path, ops: list[str]) -> tuple[list[Task], dic
     if ops:
         names = list(ops)
     else:
-        names = sorted(p.name for p in tasks_dir.iterdir() if (p / "task.json").is_file()) if tasks_dir.is_dir() else []
+        names = sorted(p.name for p in tasks_dir.iterdir() if layout.has_task(p)) if tasks_dir.is_dir() else []
     tasks: list[Task] = []
     failed: dict[str, str] = {}
     for op in names:
         folder = tasks_dir / op
-        if not (folder / "task.json").is_file():
+        if not layout.has_task(folder):
             failed[op] = f"no task at {folder}: run `kernelsmith extract --ops {op}` first"
             continue
         try:

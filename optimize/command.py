@@ -175,7 +175,7 @@ def _measured(
         model = LlmClient(config.llm, cache_dir=config.cache / "llm")
     run_meta_check(run_dir, meta)
     if not replay_file:
-        backend.record_to = run_dir / "measurements.replay.json"
+        backend.record_to = run_dir / layout.REPLAY_FILE
     if pool is not None:
         from optimize.scale.backend import BackendSpec, ScaledBackend
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Sequence
 
+from contract import layout
 from optimize.trajectory import RoundRecord, Trajectory
 from pipeline.buckets import AT_FLOOR, by_bucket, floor_text, no_go
 from pipeline.records import Evaluation, OpSummary, RunSummary, ShapeTiming, write_record
@@ -152,7 +153,7 @@ def write_op_report(path: pathlib.Path, text: str) -> None:
 
 
 def write_summary(run_dir: pathlib.Path, summary: RunSummary) -> pathlib.Path:
-    return write_record(summary, run_dir / "summary.json")
+    return write_record(summary, layout.summary_path(run_dir))
 
 
 def console_table(summary: RunSummary):

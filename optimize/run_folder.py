@@ -25,6 +25,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 
+from contract import layout
 from contract.layout import TRAJECTORY_FILE
 from extract.splice import apply_regions
 from optimize.harness.languages import language_of
@@ -81,17 +82,17 @@ class OpState:
         )
 
     def save_candidate(self, candidate: Candidate) -> None:
-        path = self.dir / "candidates" / f"{candidate.id}.json"
+        path = layout.candidate_path(self.dir, candidate.id)
         if not path.exists():
             write_record(candidate, path)
 
     def candidate(self, cid: str) -> Candidate:
         if cid == candidate_id(self.baseline_regions):
             return self.baseline_candidate()
-        return read_record(Candidate, self.dir / "candidates" / f"{cid}.json")
+        return read_record(Candidate, layout.candidate_path(self.dir, cid))
 
     def eval_path(self, cid: str, stage: str) -> pathlib.Path:
-        return self.dir / "evaluations" / f"{cid}.{stage}.json"
+        return layout.evaluation_path(self.dir, cid, stage)
 
     def stored_evaluation(self, cid: str, stage: str) -> Evaluation | None:
         path = self.eval_path(cid, stage)
@@ -160,7 +161,7 @@ def write_best(
     staging = pathlib.Path(tempfile.mkdtemp(prefix=".best.", dir=op_dir))
     staging.chmod(0o755)  # mkdtemp makes it private; best/ is for people and `integrate` to read
     try:
-        write_record(candidate, staging / "candidate.json")
+        write_record(candidate, staging / layout.BEST_CANDIDATE_FILE)
         if evaluation is not None:
             write_record(evaluation, staging / "evaluation.json")
         for name, text in candidate.regions.items():
@@ -171,7 +172,7 @@ def write_best(
                 target = staging / "src" / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
-        replace_dir(staging, op_dir / "best")
+        replace_dir(staging, op_dir / layout.BEST_DIR)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -193,7 +194,7 @@ def clip(text: str, limit: int = 2000) -> str:
 def read_run_meta(run_dir: pathlib.Path) -> dict[str, str | None]:
     """``run.json`` of a run folder ({} when there is none). A file that is not a JSON object is the
     user's to mend (hand-edited, cut short by a full disk), never a Kernelsmith bug: one error with the fix."""
-    path = run_dir / "run.json"
+    path = run_dir / layout.RUN_FILE
     if not path.exists():
         return {}
     try:
@@ -214,7 +215,7 @@ def read_run_meta(run_dir: pathlib.Path) -> dict[str, str | None]:
 
 def run_meta_check(run_dir: pathlib.Path, meta: Mapping[str, str | None], *, write: bool = True) -> None:
     """Refuse to resume a run with another mode/coder/backend (its rounds would mix); record a new run's."""
-    path = run_dir / "run.json"
+    path = run_dir / layout.RUN_FILE
     if path.exists():
         old = read_run_meta(run_dir)
         for key in ("mode", "coder", "backend"):

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypedDict
 
+from contract import layout
 from contract.completion import Completion
 from contract.layout import COMPLETION_FILE as RECORD_FILE
 from contract.layout import TRAJECTORY_FILE, baseline_regions, completed_in_run, has_task, load_task, read_task_files
@@ -436,7 +437,7 @@ class Session:
 
     def _baseline(self, op: OpState) -> None:
         mark = self._meter()
-        plan_path = op.dir / "test_plan.json"
+        plan_path = op.dir / layout.TEST_PLAN_FILE
         if not plan_path.exists():
             validate: CaseValidator | None = getattr(self.backend, "validate_cases", None)
             plan = testing.plan_tests(

@@ -241,3 +241,42 @@ def test_every_attribute_of_an_imported_project_module_exists() -> None:
                 if not hasattr(module, node.attr) and f"{target}.{node.attr}" not in known:
                     missing.append(f"{name}:{node.lineno}: {target} has no {node.attr}")
     assert missing == [], "attributes that do not exist:\n" + "\n".join(sorted(set(missing)))
+
+
+def test_the_task_and_run_folder_names_are_spelt_once_in_contract_layout():
+    """The house issue: run-folder paths were spelt again in integrate/patch.py and integrate/evidence.py.
+    A file name of a task or run folder written as a string anywhere but contract/layout.py fails here
+    (docstrings aside); gpu_check's summary.json is its own report in its own output folder."""
+    from contract import layout
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    names = {
+        layout.TASK_FILE,
+        layout.RUN_FILE,
+        layout.SUMMARY_FILE,
+        layout.REPLAY_FILE,
+        layout.TEST_PLAN_FILE,
+        layout.TRAJECTORY_FILE,
+        layout.COMPLETION_FILE,
+        layout.BEST_CANDIDATE_FILE,
+    }
+    allowed = {("optimize/harness/gpu_check.py", "summary.json")}
+    found = []
+    for pkg in ("pipeline", "contract", "extract", "optimize", "integrate", "agent"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            rel = str(path.relative_to(root))
+            if rel == "contract/layout.py":
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            docstrings = {
+                id(node.body[0].value)
+                for node in ast.walk(tree)
+                if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                and node.body
+                and isinstance(node.body[0], ast.Expr)
+            }
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings:
+                    if (rel, node.value) not in allowed:
+                        found.append(f"{rel}:{node.lineno} {node.value!r}")
+    assert found == [], "spell these through contract.layout: " + ", ".join(found)

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
+from contract import layout
 from contract.completion import BASELINE_REPAIRS, Completion
 from optimize.harness.baseline_repair import BaselineRun, repair_baseline
 from optimize.harness.isolate import WorkerRun
@@ -123,7 +124,7 @@ def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
     from optimize.harness.evaluate import plan_cases
 
     prep = _Prepared(task_dir=task_dir, row=HealthRow(op_id=task_dir.name))
-    task_json = task_dir / "task.json"
+    task_json = task_dir / layout.TASK_FILE
     prep.key = content_hash(task_json.read_bytes() if task_json.is_file() else b"", harness_fingerprint())[:32]
     try:
         task = load_task(task_dir)

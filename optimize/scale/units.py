@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from contract import layout
 from optimize.harness import isolate
 from pipeline.config import Config
 from pipeline.errors import KernelsmithError
@@ -119,7 +120,7 @@ def task_files(task_dir: pathlib.Path | None) -> dict[str, bytes]:
 
 def _same_task(task_dir: pathlib.Path, files: Mapping[str, bytes]) -> bool:
     try:
-        return (task_dir / "task.json").read_bytes() == files.get("task.json")
+        return (task_dir / layout.TASK_FILE).read_bytes() == files.get(layout.TASK_FILE)
     except OSError:
         return False
 
@@ -139,7 +140,7 @@ def arrive(unit: Unit, files: Mapping[str, bytes], *, root: pathlib.Path | None 
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
     folder = root / "tasks" / digest.hexdigest()[:24] / unit.task_dir.name
-    if not (folder / "task.json").is_file():
+    if not layout.has_task(folder):
         staging = folder.parent / f"{STAGING}{uuid.uuid4().hex}"
         for name, data in files.items():
             target = staging / name
