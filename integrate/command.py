@@ -108,8 +108,8 @@ def main(args: argparse.Namespace, config: Config) -> int:
 
         state, _ = status(report)
         body = (
-            f"Kernelsmith run {run}: {', '.join(op.op_id for op in patch.ops)}.\n"
-            f"Status when committed: {state}. Evidence and reproduction commands: PR.md of that run."
+            f"Ops: {', '.join(op.op_id for op in patch.ops)}.\n"
+            f"Status when committed: {state}. Evidence and reproduction commands: the PR description."
         )
         commit = commit_branch(patch, args.git_branch, title(report), body)
         report = report.model_copy(update={"branch": args.git_branch, "commit": commit})

@@ -112,9 +112,9 @@ def title(report: IntegrateReport) -> str:
     names = [_function_name(op.op_id) for op in report.patch.ops]
     speeds = [s for op in report.patch.ops for s in (_speedup(t) for t in _timings(op)) if s]
     gm = _geomean(speeds)
-    gpu = report.gpu or "H200"
+    where = f" on {report.gpu}" if report.gpu else ""  # no GPU step yet: no card is claimed
     tail = f" (geomean {gm:.2f}x over {len(speeds)} shapes)" if speeds else ""
-    return f"[Kernel] Faster {pr_triton.kind(report.patch)} {', '.join(names)} on {gpu}{tail}"
+    return f"[Kernel] Faster {pr_triton.kind(report.patch)} {', '.join(names)}{where}{tail}"
 
 
 def _timings(op: OpChange) -> list[ShapeTiming]:
@@ -669,7 +669,7 @@ def commit_branch(
         )
     checkout = pathlib.Path(patch.tree_root)
     if _git(checkout, "check-ref-format", "--branch", branch, check=False).returncode != 0:
-        raise GitError(f"{branch!r} is not a valid branch name", fix="pick a name like kernelsmith/silu-and-mul")
+        raise GitError(f"{branch!r} is not a valid branch name", fix="pick a name like perf/silu-and-mul")
     if _git(checkout, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).returncode == 0:
         raise GitError(
             f"branch {branch} already exists in {checkout}", fix="pick another --git-branch name, or delete that branch"

@@ -284,7 +284,8 @@ def test_title_without_timings(tmp_path):
             update={"ops": [OpChange(op_id=OP, candidate="c", task_dir="t", spans=[], files=[])]}
         ),
     )
-    assert title(report) == "[Kernel] Faster JIT silu_and_mul on H200"
+    assert title(report) == "[Kernel] Faster JIT silu_and_mul", "no GPU step yet: no card is named"
+    assert title(report.model_copy(update={"gpu": "NVIDIA H100 80GB HBM3"})).endswith(" on NVIDIA H100 80GB HBM3")
 
 
 # --------------------------------------------------------------------------- git branch
