@@ -363,7 +363,18 @@ def _reproduce(report: IntegrateReport, e2e: E2EResult | None, facts: RunFacts) 
         _layout_apply(patch),
         "",
     ]
-    out += ["# the tasks, extracted from the same SGLang sources", f"kernelsmith extract --ops {ops}", ""]
+    sglang_own = pr_upstream.commands(report)
+    if sglang_own:
+        out += [
+            "# SGLang's own tools, in a checkout with the patch and the files of upstream/ applied",
+            *sglang_own,
+            "",
+        ]
+    out += [
+        "# how the candidate was found: the tasks, extracted from the same SGLang sources",
+        f"kernelsmith extract --ops {ops}",
+        "",
+    ]
     for op in patch.ops:
         out.append(
             f"# per-shape table of {op.op_id}: the optimize run's final validation (work/runs/{run}/{op.op_id}/best/evaluation.json)"
@@ -690,7 +701,9 @@ def commit_branch(
         _git(worktree, "apply", "--index", "--whitespace=nowarn", str(pathlib.Path(patch.patch_file).resolve()))
         identity: list[str] = []
         if not _git(worktree, "config", "user.email", check=False).stdout.strip():
-            identity = ["-c", "user.name=kernelsmith", "-c", "user.email=kernelsmith@localhost"]
+            # no identity configured: a neutral one (what goes upstream names no tool); the user
+            # amends the author before pushing (`git commit --amend --reset-author`)
+            identity = ["-c", "user.name=kernel patch", "-c", "user.email=kernel-patch@localhost"]
         _git(
             worktree, *identity, "commit", "--quiet", "-F", "-", input_=f"{message_title}\n\n{message_body}\n".encode()
         )

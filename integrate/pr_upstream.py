@@ -89,3 +89,9 @@ def checklist(report: IntegrateReport, groups: list[str]) -> list[str]:
         f"- {box(tested)} A registered test: {tests}" + ("" if tested else " (to add or to run)") + ".",
         f"- {box(benched)} A `marker` benchmark: {benches}" + ("" if benched else " (to add or to run)") + ".",
     ]
+
+
+def commands(report: IntegrateReport) -> list[str]:
+    """The reproduce lines that use SGLang's own tools: the registered test and the benchmark."""
+    files = [u for u in _own(report) if u.generated]
+    return [f"python -m pytest -q {u.test_file}" for u in files] + [f"python {u.bench_file}" for u in files]

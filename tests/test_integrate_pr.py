@@ -736,6 +736,10 @@ def test_the_generated_sglang_test_and_benchmark_tick_their_boxes_and_show_their
     )
     bench = text.split("## Benchmark and Profiling")[1].split("## Checklist")[0]
     assert bench.count("jit(GB/s)") == 2, "the pristine and the patched table"
+    reproduce = text.split("### Reproduce")[1]
+    own = reproduce.index("python -m pytest -q test/registered/kernels/ops/activation/test_silu_and_mul.py")
+    assert own < reproduce.index("kernelsmith extract"), "SGLang's own tools come before how the candidate was found"
+    assert "python test/registered/kernels/benchmark/activation/bench_silu_and_mul.py" in reproduce
 
 
 def test_a_pr_op_without_a_generated_test_or_with_a_failing_one_is_not_ready(tmp_path):
