@@ -42,7 +42,7 @@ import json
 import pathlib
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import Field
@@ -346,7 +346,7 @@ def compile_tasks(
 
 
 def check_unbuilt(
-    config: Config, items: list[tuple[pathlib.Path, Task]], *, say: Any = print
+    config: Config, items: list[tuple[pathlib.Path, Task]], *, say: Callable[[str], object] = print
 ) -> list[tuple[pathlib.Path, Task]]:
     """The compile check, late, for the CUDA tasks written without it (``--no-compile``): each is
     built for the configured target, the instantiations the baseline cannot compile are dropped with

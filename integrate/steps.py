@@ -149,7 +149,7 @@ def gpu_steps(
             if wanted:
                 update["not_run"][step] = why
         if tests and runners.upstream is not None:  # the files are part of the PR: written here too
-            update["upstream"] = _upstream(runners.upstream, tasks, out_dir, patch, run=False)
+            update["upstream"] = _upstream(runners.upstream, tasks, out_dir, patch, _packages(patch), run=False)
         return report.model_copy(update=update), True
     update.update(gpu=device, torch=_torch_version(), failed_steps=dict(report.failed_steps))
     baseline_pkg, patched_pkg = _packages(patch)
@@ -197,7 +197,8 @@ def gpu_steps(
         update["tests"] = runs
         good = good and not any(t.ran and (t.failed or t.errors) for t in runs)
         if runners.upstream is not None:
-            update["upstream"] = _upstream(runners.upstream, tasks, out_dir, patch, run=True)
+            packages = (baseline_pkg, patched_pkg)
+            update["upstream"] = _upstream(runners.upstream, tasks, out_dir, patch, packages, run=True)
             generated = [u.test for u in update["upstream"] if u.test is not None]
             good = good and not any(t.ran and (t.failed or t.errors) for t in generated)
     if e2e:
@@ -218,11 +219,17 @@ def gpu_steps(
 
 
 def _upstream(
-    runner: UpstreamRun, tasks: list[Task], out_dir: pathlib.Path, patch: Patch, *, run: bool
+    runner: UpstreamRun,
+    tasks: list[Task],
+    out_dir: pathlib.Path,
+    patch: Patch,
+    packages: tuple[pathlib.Path, pathlib.Path],
+    *,
+    run: bool,
 ) -> list[UpstreamCheck]:
     """Each op of the PR's SGLang-form test and benchmark (the ops its change also reaches are checked
     through SGLang, not given tests of their own); one op's failure to run is its record, not the step's."""
-    baseline_pkg, patched_pkg = _packages(patch)
+    baseline_pkg, patched_pkg = packages
     own = {op.op_id for op in patch.ops}
     out: list[UpstreamCheck] = []
     for task in (t for t in tasks if t.op_id in own):

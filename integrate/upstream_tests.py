@@ -324,16 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     patched = pathlib.Path(args.patched) if args.patched else baseline
     ok, device = gpu_available()
     for op in args.ops:
-        task = load_task(pathlib.Path(args.tasks) / op)
-        if not ok:
-            outcome = generate(task)
-            if isinstance(outcome, Generated):
-                write(outcome, out / UPSTREAM_DIR)
-                print(f"{op}: wrote {outcome.test_path} and {outcome.bench_path}; not run: no GPU here ({device})")
-            else:
-                print(f"{op}: not generated: {outcome.missing}")
+        record = check(load_task(pathlib.Path(args.tasks) / op), out, baseline, patched, run=ok)
+        if not record.generated:
+            print(f"{op}: not generated: {record.missing}")
             continue
-        record = check(task, out, baseline, patched)
+        if not ok:
+            print(f"{op}: wrote {record.test_file} and {record.bench_file}; not run: no GPU here ({device})")
+            continue
         (out / f"upstream-{op}.json").write_text(json.dumps(record.model_dump(), indent=1), encoding="utf-8")
         test = record.test
         print(f"{op}: test " + (f"{test.summary or test.reason}" if test else record.missing))

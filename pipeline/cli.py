@@ -189,7 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run: the census, one batch; export: the store's batches as JSON lines into --history; "
         "rebuild: the store from --history",
     )
-    p.add_argument("--history", metavar="DIR", help="export, rebuild: the JSON-lines folder (default history/census)")
+    p.add_argument(
+        "--history", metavar="DIR", help="export, rebuild: the JSON-lines folder (default harness.history_dir)"
+    )
     p.add_argument("--tasks", help="run: a folder with tasks/ or a tarball of one (extract --all --no-compile)")
     p.add_argument("--ops", nargs="+", metavar="OP", help="run: only these ops")
     p.add_argument("--op", help="only this op id")

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from pipeline.records import SCHEMA_VERSION
 from pipeline.store import ResultsStore, batch_key
 from pipeline.store_records import Measurement, Row
 
-#: Where the project keeps its own history (relative to the repository root), e.g. `track export`.
-DEFAULT_FOLDER = pathlib.Path("history") / "census"
 _ROW_FIELDS = ("op_id", "dtype", "shape", "variant", "time_us", "spread_pct", "gbps", "floor_us")
 
 
@@ -112,6 +111,7 @@ def read_file(path: pathlib.Path) -> tuple[str, Measurement] | Problem:
         return Problem(path, 0, f"{len(rows)} rows where the batch line says {head.get('rows')}; the batch is left out")
     try:
         measurement = Measurement(
+            schema_version=head.get("schema_version", SCHEMA_VERSION),
             device=head["device"],
             taken_at=head["taken_at"],
             command=head["command"],
@@ -136,14 +136,11 @@ def read_folder(folder: pathlib.Path) -> Iterator[tuple[str, Measurement] | Prob
 
 
 def export(store: ResultsStore, folder: pathlib.Path) -> list[pathlib.Path]:
-    """Every batch of the store not yet in ``folder``, written; returns the files written now."""
-    existing = {p.name for p in folder.glob("*.jsonl")} if folder.is_dir() else set()
-    written = []
-    for key in store.keys():
-        batch = store.get(key)
-        if file_name(key, batch) not in existing:
-            written.append(write_batch(folder, key, batch))
-    return written
+    """Every batch of the store not yet in ``folder``, written; returns the files written now. Only the
+    missing batches are read from the store (a file's name ends with its batch's key): the census
+    exports after every batch, and a store holds many."""
+    there = {p.stem.rpartition("-")[2] for p in folder.glob("*.jsonl")} if folder.is_dir() else set()
+    return [write_batch(folder, key, store.get(key)) for key in store.keys() if key not in there]
 
 
 def rebuild(store: ResultsStore, folder: pathlib.Path) -> tuple[int, list[Problem]]:
@@ -159,4 +156,4 @@ def rebuild(store: ResultsStore, folder: pathlib.Path) -> tuple[int, list[Proble
     return read, problems
 
 
-__all__ = ["DEFAULT_FOLDER", "Problem", "export", "read_file", "read_folder", "rebuild", "write_batch"]
+__all__ = ["Problem", "export", "read_file", "read_folder", "rebuild", "write_batch"]

@@ -74,7 +74,11 @@ def _history(args: Any, config: Any, store: ResultsStore, console: Any) -> int:
     from pipeline import history
 
     given = getattr(args, "history", None)
-    folder = pathlib.Path(given) if given else config.history or config.work.parent / history.DEFAULT_FOLDER
+    folder = pathlib.Path(given) if given else config.history
+    if folder is None:
+        console.print('no history folder: harness.history_dir is "" (off); give --history DIR')
+        emit(args, {"read": 0, "problems": []} if args.action == "rebuild" else {"written": []})
+        return 1
     if args.action == "export":
         written = history.export(store, folder)
         console.print(f"{len(written)} batch(es) written to {folder} ({len(store.keys())} in the store)")
