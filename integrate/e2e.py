@@ -1,11 +1,12 @@
 """End-to-end evidence: one whole decoder layer through SGLang, pristine vs patched.
 
-The model-step proxy. The layer comes from a recipe (:mod:`integrate.recipe`,
+The model-step proxy. A layer comes from a recipe (:mod:`integrate.recipe`,
 ``integrate/layers/<model>.toml``): the model's figures, its steps in order and
-their shapes. Today's recipe is a Llama-3.1-8B middle layer: SGLang's input
-fused_add_rmsnorm, the qkv GEMM, SGLang's RoPE, attention, the o GEMM, SGLang's
-post-attention fused_add_rmsnorm, the gate/up GEMM, SGLang's silu_and_mul and the
-down GEMM. GEMMs run through torch (cuBLAS) on bf16 weights of the model's sizes;
+their shapes, each step with the SGLang file and line that runs it. Integrate runs
+every recipe with a step that runs changed code (:func:`run`; the default recipe,
+a Llama-3.1-8B middle layer, when none does): Llama-3.1-8B (dense) and
+Qwen3-235B-A22B (MoE: q/k norm, the router's top-k, the experts as torch grouped
+GEMMs around SGLang's silu_and_mul). GEMMs run through torch (cuBLAS) on bf16 weights of the model's sizes;
 attention through torch's ``scaled_dot_product_attention``: at decode, B sequences
 x 1 query token over a KV cache of ``proxy.kv_len`` tokens each (stated in the
 record and the PR), at prefill causal over the T tokens. This module holds no op
@@ -58,8 +59,19 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from integrate.errors import KernelsmithError
 from integrate.layer_worker import CONTEXT
-from integrate.recipe import DEFAULT_RECIPE, LayerRecipe, Phase, load_recipe, plan
+from integrate.recipe import (
+    DEFAULT_RECIPE,
+    LAYER_DIR,
+    LayerRecipe,
+    Phase,
+    all_recipes,
+    check_sources,
+    load_recipe,
+    plan,
+    recipes_for,
+)
 from integrate.records import AATiming, Change, ContextTiming, E2EResult, LayerTiming, OneBatchResult, PartTiming
 from optimize.harness.timing import Stats, summarize
 from pipeline.records import Dtype
@@ -341,6 +353,7 @@ def run_layers(
         attention=attention,
         ops=ops,
         parts={name: parts[name] for name in ops if name in parts},
+        sources={step.name: step.source for step in recipe.steps if step.source and step.name in ops},
         skipped_ops=skipped,
         rows=rows,
         assumption=ASSUMPTION.format(layers=recipe.layers, kv_len=recipe.proxy.kv_len),
@@ -488,11 +501,35 @@ def run(
     out_dir: pathlib.Path,
     *,
     command: str = "",
-    recipe: LayerRecipe | None = None,
-) -> E2EResult:
-    """The layer proxy, then the one_batch adapter: what :mod:`integrate.command` calls for its e2e step."""
-    result = run_layers(baseline_pkg, patched_pkg, out_dir, command=command, recipe=recipe)
-    return result.model_copy(update={"one_batch": one_batch(baseline_pkg, patched_pkg, out_dir)})
+    ops: Sequence[str] = (),
+    recipes: Sequence[LayerRecipe] | None = None,
+) -> list[E2EResult]:
+    """The layer proxy of every recipe with a step that runs one of ``ops`` (the changed code's ops;
+    with none, the default recipe), then the one_batch adapter: :mod:`integrate.command`'s e2e step.
+
+    A recipe that does not load, whose ``source`` lines are not in this tree, or whose run breaks
+    gives a result that did not run and says why; the other recipes run on and keep their figures."""
+    broken: dict[str, str] = {}
+    if recipes is None:
+        loaded, broken = all_recipes()
+        recipes = recipes_for(ops, loaded)
+    results = [E2EResult(ran=False, recipe=f"{LAYER_DIR.name}/{name}", reason=why) for name, why in broken.items()]
+    for recipe in recipes:
+        where = _relative(pathlib.Path(recipe.path))
+        moved = check_sources(recipe, baseline_pkg)
+        if moved:
+            results.append(E2EResult(ran=False, model=recipe.model, recipe=where, reason="; ".join(moved)))
+            continue
+        try:
+            results.append(run_layers(baseline_pkg, patched_pkg, out_dir, command=command, recipe=recipe))
+        except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
+            reason = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
+            results.append(E2EResult(ran=False, model=recipe.model, recipe=where, reason=f"it broke: {reason}"))
+    ran = [i for i, r in enumerate(results) if r.ran]
+    if ran:  # the whole-server adapter once, on the first recipe that ran
+        first = results[ran[0]]
+        results[ran[0]] = first.model_copy(update={"one_batch": one_batch(baseline_pkg, patched_pkg, out_dir)})
+    return results
 
 
 def pristine_runs(package: pathlib.Path, out_dir: pathlib.Path, runs: int, **options: Any) -> list[E2EResult]:
@@ -540,6 +577,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--pristine", action="store_true", help="time the pristine tree against itself (A/A)")
     parser.add_argument("--runs", type=int, default=3, help="with --pristine: how many runs")
+    parser.add_argument(
+        "--recipe", default=None, help=f"with --pristine: a layer recipe file (default: {_relative(DEFAULT_RECIPE)})"
+    )
     args = parser.parse_args(argv)
     if args.pristine:
         from extract.sources import acquire
@@ -547,8 +587,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         config = load_config(overrides={"work_dir": args.work_dir} if args.work_dir else None)
         source = acquire(config.sglang.version, config.cache, config.sglang.src)
-        out_dir = config.work / "integrate" / "pristine"
-        results = pristine_runs(pathlib.Path(source.root), out_dir, args.runs)
+        try:
+            recipe = load_recipe(pathlib.Path(args.recipe) if args.recipe else DEFAULT_RECIPE)
+        except KernelsmithError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        default = pathlib.Path(recipe.path).resolve() == DEFAULT_RECIPE.resolve()
+        out_dir = config.work / "integrate" / ("pristine" if default else f"pristine-{pathlib.Path(recipe.path).stem}")
+        results = pristine_runs(pathlib.Path(source.root), out_dir, args.runs, recipe=recipe)
         for result in results:
             print(f"workers started: {' then '.join(result.start_order)}")
             for row in result.rows:

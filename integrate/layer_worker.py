@@ -44,13 +44,50 @@ Call = Callable[[], object]
 def _torch_dtype(name: str, model: str) -> torch.dtype:
     import torch
 
-    table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int64": torch.int64}
+    table = {
+        "bf16": torch.bfloat16,
+        "fp16": torch.float16,
+        "fp32": torch.float32,
+        "int64": torch.int64,
+        "int32": torch.int32,
+    }
     return table[model if name == "model" else name]
 
 
 def _public(path: str) -> Callable[..., object]:
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)
+
+
+ROUTING_SEED = 20261207  # one fixed draw: every routing tensor of a point agrees, in every buffer set
+
+
+def _routing(tokens: int, experts: int, topk: int) -> dict[str, torch.Tensor]:
+    """A top-``topk`` routing of ``tokens`` tokens over ``experts`` experts, uniform and distinct per
+    token, in the forms the recipe's routing inits name: the ids [T, k], the rows in expert order
+    (each row's token), each expert's end offset (cumulative rows, int32: torch._grouped_mm's
+    ``offs``), each (token, slot)'s row, and the renormalised weights [T, k]."""
+    import torch
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(ROUTING_SEED)
+    ids = torch.rand(tokens, experts, generator=gen, device="cuda").argsort(dim=1)[:, :topk]
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)  # slot indices (token * k + j) in expert order
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device="cuda")
+    counts = torch.bincount(flat, minlength=experts)
+    weights = torch.rand(tokens, topk, generator=gen, device="cuda") + 0.1
+    return {
+        "topk_ids": ids.to(torch.int32),
+        "moe_rows": order // topk,
+        "moe_offsets": counts.cumsum(0).to(torch.int32),
+        "moe_inverse": inverse.view(tokens, topk),
+        "moe_weights": weights / weights.sum(dim=1, keepdim=True),
+    }
+
+
+ROUTING_INITS = frozenset({"topk_ids", "moe_rows", "moe_offsets", "moe_inverse", "moe_weights"})
 
 
 def _tensor(spec: JsonDict, model_dtype: str, gen: torch.Generator) -> torch.Tensor:
@@ -63,6 +100,11 @@ def _tensor(spec: JsonDict, model_dtype: str, gen: torch.Generator) -> torch.Ten
     params = spec.get("params") or {}
     if init == "empty":
         return torch.empty(shape, dtype=dtype, device="cuda")
+    if init in ROUTING_INITS:
+        value = _routing(int(params["tokens"]), int(params["experts"]), int(params["topk"]))[init]
+        if list(value.shape) != shape:
+            raise ValueError(f"routing init {init}: shape {list(value.shape)}, the plan says {shape}")
+        return value.to(dtype).contiguous()
     if init == "positions":
         return torch.randint(0, int(params["high"]), shape, generator=gen, device="cuda", dtype=dtype)
     if init == "rope_cos_sin":
@@ -98,6 +140,25 @@ def _torch_part(part: str, args: Sequence[torch.Tensor]) -> Call:
         return lambda: out3.copy_(
             F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
         )
+    if part == "moe_gather":
+        inp, rows, out = args
+        return lambda: torch.index_select(inp, 0, rows, out=out)
+    if part == "grouped_linear":
+        inp, weight, offsets, out = args
+        weight_t = weight.transpose(1, 2)  # [E, in, out], column-major: what _grouped_mm takes
+        return lambda: out.copy_(torch._grouped_mm(inp, weight_t, offs=offsets))
+    if part == "moe_combine":
+        inp, inverse, weights, out = args
+        tokens, topk = inverse.shape
+        slots = inverse.reshape(-1)
+        gathered = torch.empty((tokens * topk, inp.shape[1]), dtype=inp.dtype, device=inp.device)
+        w3, g3, o3 = weights.view(tokens, 1, topk), gathered.view(tokens, topk, -1), out.view(tokens, 1, -1)
+
+        def combine() -> None:
+            torch.index_select(inp, 0, slots, out=gathered)
+            torch.bmm(w3, g3, out=o3)
+
+        return combine
     raise KeyError(f"unknown torch part {part!r}")
 
 

@@ -589,11 +589,11 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     out += pr_upstream.accuracy(report)
 
     accuracy, out = out, ["### The model step", ""]
-    e2e = report.e2e
-    if e2e is None or not e2e.ran:
-        out += ["Not run: " + (e2e.reason if e2e else report.not_run.get("e2e", "no GPU step ran")) + ".", ""]
-    else:
-        out += pr_model.section(report)
+    if not report.e2e:
+        out += ["Not run: " + report.not_run.get("e2e", "no GPU step ran") + ".", ""]
+    out += pr_model.section(report)
+    e2e = next((r for r in report.e2e if r.one_batch is not None), None)
+    if e2e is not None:
         ob = e2e.one_batch
         if ob is not None and ob.ran:
             out += [
@@ -611,7 +611,7 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     model = out
     out = [*head, *motivation, *modifications, *accuracy, "## Benchmark and Profiling", "", *model, *kernel]
     out += pr_upstream.benchmark(report)
-    out += _reproduce(report, e2e, facts)
+    out += _reproduce(report, report.e2e[0] if report.e2e else None, facts)
     out += _checklist(report)
     return relative("\n".join(out), report).replace(_DIFF_SLOT, facts.diff.rstrip("\n"))
 
@@ -621,8 +621,7 @@ def _checklist(report: IntegrateReport) -> list[str]:
     checks = [c for c in report.checks if c.planned]
     cases = sum(len(c.cases) for c in checks)
     checked = bool(checks) and all(c.ran and not c.failed for c in checks)
-    steps = pr_model.changed_steps(report)
-    model_ok = bool(steps) and not pr_model.regressions(report)
+    model_ok = pr_model.runs_change(report) and not pr_model.regressions(report)
     groups = sorted({op.op_id.partition(".")[0] for op in report.patch.ops})
     box = lambda done: "[x]" if done else "[ ]"  # noqa: E731
     return [

@@ -9,8 +9,8 @@ the pristine tree against it) and judged against the band that A/A widens.
 What must stay true:
 - A step "runs the change" when its op is a patched op, or one the patch reaches, or one whose
   reach could not be decided: the PR never says a layer cannot show a change it may show.
-- :func:`regressions` lists every point where a layer that runs the change was slower beyond
-  its band; :func:`integrate.pr.status` keeps such a PR in draft and says where.
+- :func:`regressions` lists every point, in every recipe whose layer runs the change, where it was
+  slower beyond its band; :func:`integrate.pr.status` keeps such a PR in draft and says where.
 """
 
 from __future__ import annotations
@@ -33,10 +33,9 @@ def changed_ops(report: IntegrateReport) -> set[str]:
     return own | reached | set(report.reach_unknown)
 
 
-def changed_steps(report: IntegrateReport) -> dict[str, str]:
-    """The layer recipe's steps that run changed code: step name -> its op id."""
-    e2e = report.e2e
-    if e2e is None or not e2e.ran:
+def changed_steps(report: IntegrateReport, e2e: E2EResult) -> dict[str, str]:
+    """The steps of one recipe's layer that run changed code: step name -> its op id."""
+    if not e2e.ran:
         return {}
     changed = changed_ops(report)
     out = {}
@@ -51,12 +50,22 @@ def _aa(aa: AATiming | None) -> str:
     return "—" if aa is None else f"{aa.change_pct:+.2f}% (±{aa.band_pct:.2f}%)"
 
 
+def runs_change(report: IntegrateReport) -> bool:
+    """Whether some recipe that ran has a step that runs the changed code."""
+    return any(changed_steps(report, e2e) for e2e in report.e2e)
+
+
 def regressions(report: IntegrateReport) -> list[str]:
     """Every point where the layer, the SGLang ops alone or a changed step in its neighbourhood was
-    slower beyond its band, in a recipe that runs the change; [] when it runs none or did not run."""
-    steps = changed_steps(report)
-    e2e = report.e2e
-    if not steps or e2e is None:
+    slower beyond its band, in every recipe that runs the change; [] when none runs it or none ran."""
+    out: list[str] = []
+    for e2e in report.e2e:
+        out += _regressions(e2e, changed_steps(report, e2e))
+    return out
+
+
+def _regressions(e2e: E2EResult, steps: dict[str, str]) -> list[str]:
+    if not steps:
         return []
     out: list[str] = []
     for row in e2e.rows:
@@ -100,7 +109,10 @@ def _legacy_table(e2e: E2EResult) -> list[str]:
 
 
 def _method(e2e: E2EResult, aa: bool) -> str:
-    steps = " → ".join(f"{name} ({e2e.parts.get(name, '?')})" for name in e2e.ops)
+    steps = " → ".join(
+        f"{name} ({e2e.parts.get(name, '?')}" + (f", `{e2e.sources[name]}`" if name in e2e.sources else "") + ")"
+        for name in e2e.ops
+    )
     kv = (
         f" Decode: each of the B sequences attends with 1 new token over a KV cache of {e2e.kv_len} tokens; prefill is causal over its T tokens."
         if e2e.kv_len
@@ -190,10 +202,22 @@ def tables(e2e: E2EResult, steps: dict[str, str] | None = None) -> list[str]:
 
 
 def section(report: IntegrateReport) -> list[str]:
-    """``## End-to-end``'s body for a proxy that ran: which steps run the change, then the tables."""
-    e2e = report.e2e
-    assert e2e is not None and e2e.ran
-    steps = changed_steps(report)
+    """The model step's body: per recipe, which steps run the change, then the tables; a recipe that
+    did not run says why."""
+    out: list[str] = []
+    several = len(report.e2e) > 1
+    for e2e in report.e2e:
+        if several:
+            out += [f"#### {e2e.model or e2e.recipe}", ""]
+        if not e2e.ran:
+            out += [f"Not run: {e2e.reason}.", ""]
+            continue
+        out += _one(report, e2e)
+    return out
+
+
+def _one(report: IntegrateReport, e2e: E2EResult) -> list[str]:
+    steps = changed_steps(report, e2e)
     out: list[str] = []
     if e2e.recipe:
         if steps:
@@ -209,7 +233,7 @@ def section(report: IntegrateReport) -> list[str]:
         for op_id, why in sorted(report.reach_unknown.items()):
             out += [f"Whether `{op_id}` runs the changed code is unknown ({why}); it is counted as running it.", ""]
     out += tables(e2e, steps)
-    slower = regressions(report)
+    slower = _regressions(e2e, steps)
     if slower:
         out += ["**Slower in the model step** (this keeps the PR in draft):", ""]
         out += [f"- {line}" for line in slower]

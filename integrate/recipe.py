@@ -29,6 +29,10 @@ Recipe file (TOML)::
     name = "qkv_proj"
     torch = "linear"             # a torch reference part: see TORCH_PARTS
     args = ["x", "w_qkv", "qkv"]
+    source = "srt/models/llama.py:244"   # where SGLang's model runs the step (checked: check_sources)
+
+An argument is a tensor or figure name, or a literal inline table: ``{ expr = "num_experts + 1" }``
+(an integer expression, as shapes are), ``{ text = "softmax" }`` (a string) or ``{ none = true }``.
 
 Shape entries are integer expressions (``"2 * intermediate_size"``) over the
 figures, ``T`` (the step's tokens; at decode one per sequence), ``kv_len`` and
@@ -49,7 +53,9 @@ never op names.
 from __future__ import annotations
 
 import pathlib
+import re
 import tomllib
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -70,10 +76,34 @@ TORCH_PARTS: dict[str, tuple[str, ...]] = {
     "linear": ("input", "weight", "out"),  # out = input @ weight.T (torch.mm, cuBLAS); weight [out, in]
     "attention_decode": ("q", "k_cache", "v_cache", "out"),  # q [B, H, D]; caches [B, KV, L, D]; out [B, H*D]
     "attention_causal": ("q", "k", "v", "out"),  # q [T, H, D]; k, v [T, KV, D], causal; out [T, H*D]
+    # MoE experts (a stand-in for SGLang's Triton fused_moe, whose kernels are not JIT ops): the routed
+    # rows gathered in expert order, one grouped GEMM per projection, and the top-k rows summed back
+    "moe_gather": ("input", "rows", "out"),  # out = input[rows]; rows [T*k] (moe_rows)
+    "grouped_linear": ("input", "weight", "offsets", "out"),  # torch._grouped_mm; weight [E, out, in]
+    "moe_combine": ("input", "inverse", "weights", "out"),  # out[t] = sum_j weights[t, j] * input[inverse[t, j]]
 }
-Init = Literal["randn", "norm_weight", "weight", "empty", "rope_cos_sin", "positions"]
-#: the params each init needs (figure names or integer expressions)
-INIT_PARAMS: dict[str, frozenset[str]] = {"rope_cos_sin": frozenset({"theta"}), "positions": frozenset({"high"})}
+Init = Literal[
+    "randn",
+    "norm_weight",
+    "weight",
+    "empty",
+    "rope_cos_sin",
+    "positions",
+    "topk_ids",
+    "moe_rows",
+    "moe_offsets",
+    "moe_inverse",
+    "moe_weights",
+]
+_ROUTING = frozenset({"tokens", "experts", "topk"})
+#: the params each init needs (figure names or integer expressions). The routing inits (top-k ids, the
+#: rows in expert order, each expert's end offset, each slot's row, the renormalised weights) all come
+#: from one fixed draw per (tokens, experts, topk), so they agree with each other in every buffer set.
+INIT_PARAMS: dict[str, frozenset[str]] = {
+    "rope_cos_sin": frozenset({"theta"}),
+    "positions": frozenset({"high"}),
+    **{init: _ROUTING for init in ("topk_ids", "moe_rows", "moe_offsets", "moe_inverse", "moe_weights")},
+}
 STEP_SYMBOLS = ("T",)  # symbols a shape may use besides the figures and the proxy settings
 RESERVED = frozenset({"layer", "non_gemm"})  # sample names the worker uses for whole graphs
 
@@ -83,6 +113,21 @@ class Figure(Record):
 
     value: float
     source: str  # e.g. 'meta-llama/Llama-3.1-8B config.json "hidden_size"'
+    integer: bool = False  # a count (the catalog's dims): passed to a step as an int
+
+
+class Given(Record):
+    """A literal argument: an integer expression over the sizes, a string, or None."""
+
+    expr: str | None = None
+    text: str | None = None
+    none: bool = False
+
+    @model_validator(mode="after")
+    def _one(self) -> Given:
+        if (self.expr is not None) + (self.text is not None) + self.none != 1:
+            raise ValueError("a literal argument is exactly one of { expr = ... }, { text = ... }, { none = true }")
+        return self
 
 
 class Proxy(Record):
@@ -96,7 +141,7 @@ class TensorDef(Record):
     shape: list[str | int]
     init: Init = "randn"
     params: dict[str, str] = Field(default_factory=dict)
-    dtype: Literal["model", "fp32", "int64"] = "model"
+    dtype: Literal["model", "fp32", "int64", "int32"] = "model"
     phase: Phase | None = None
     shared: bool = False  # one copy for every buffer set (read-only tables)
 
@@ -106,10 +151,11 @@ class Step(Record):
     op: str | None = None  # SGLang op id
     function: str | None = None  # dotted path of the tree's public function
     torch: str | None = None  # a name in TORCH_PARTS
-    args: list[str]
-    kwargs: dict[str, bool | int | float | str] = Field(default_factory=dict)
+    args: list[str | Given]
+    kwargs: dict[str, bool | int | float | str | Given] = Field(default_factory=dict)
     phase: Phase | None = None
     optional: bool = False
+    source: str = ""  # "srt/models/<file>.py:<line>": where SGLang's model runs this step (check_sources)
 
     @model_validator(mode="after")
     def _one_kind(self) -> Step:
@@ -119,6 +165,8 @@ class Step(Record):
             raise ValueError("an SGLang step needs `function`, the dotted path of the tree's public function")
         if self.torch is not None and self.torch not in TORCH_PARTS:
             raise ValueError(f"unknown torch part {self.torch!r}; known: {', '.join(TORCH_PARTS)}")
+        if self.source and not re.fullmatch(r"[\w./-]+\.py:\d+", self.source):
+            raise ValueError(f"source {self.source!r} is not <package-relative file>.py:<line>")
         if self.torch is not None and len(self.args) != len(TORCH_PARTS[self.torch]):
             raise ValueError(
                 f"torch part {self.torch} takes {len(TORCH_PARTS[self.torch])} arguments ({', '.join(TORCH_PARTS[self.torch])})"
@@ -186,7 +234,9 @@ def load_recipe(path: pathlib.Path = DEFAULT_RECIPE, *, catalog_dir: pathlib.Pat
             "name a model of extract/shapes/",
         )
     entry = catalog[model]
-    figures = {name: Figure(value=value, source=entry.sources[name]) for name, value in entry.dims.items()}
+    figures = {
+        name: Figure(value=value, source=entry.sources[name], integer=True) for name, value in entry.dims.items()
+    }
     repo = entry.repo or model
     for name, raw in (data.get("figures") or {}).items():
         if name in figures:
@@ -211,7 +261,7 @@ def load_recipe(path: pathlib.Path = DEFAULT_RECIPE, *, catalog_dir: pathlib.Pat
         if extra:
             raise _fail(path, f"figures.{name}", f"unknown keys {extra}", "use value, key or derived")
         source = f'{repo} config.json "{raw["key"]}"' if raw.get("key") else f"{repo} config.json: {raw['derived']}"
-        figures[name] = Figure(value=float(raw["value"]), source=source)
+        figures[name] = Figure(value=float(raw["value"]), source=source, integer=isinstance(raw["value"], int))
     if "num_hidden_layers" not in figures:
         raise _fail(path, "model", f"the catalog entry {model} has no num_hidden_layers", "add it to the catalog")
     try:
@@ -219,7 +269,9 @@ def load_recipe(path: pathlib.Path = DEFAULT_RECIPE, *, catalog_dir: pathlib.Pat
         tensors = {name: TensorDef.model_validate(raw) for name, raw in (data.get("tensors") or {}).items()}
         steps = [Step.model_validate(raw) for raw in data.get("steps") or []]
     except ValidationError as err:
-        first = err.errors()[0]
+        errors = err.errors()
+        # an argument matches none of a union's kinds: say why it is not a literal, the kind it meant
+        first = next((e for e in errors if "literal argument" in e.get("msg", "")), errors[0])
         where = ".".join(str(p) for p in first.get("loc", ()))
         raise _fail(
             path, where or "entry", first.get("msg", str(err)), "see integrate/recipe.py for the format"
@@ -241,6 +293,11 @@ def _sizes(recipe: LayerRecipe, tokens: int) -> dict[str, int]:
     sizes = {name: int(f.value) for name, f in recipe.figures.items() if float(f.value).is_integer()}
     sizes.update(T=tokens, kv_len=recipe.proxy.kv_len, rope_positions=recipe.proxy.rope_positions)
     return sizes
+
+
+def _names(step: Step) -> list[str]:
+    """The tensor and figure names a step uses (its literal arguments left out)."""
+    return [a for a in [*step.args, *step.kwargs.values()] if isinstance(a, str)]
 
 
 def _validate(recipe: LayerRecipe, path: pathlib.Path) -> None:
@@ -290,7 +347,20 @@ def _validate(recipe: LayerRecipe, path: pathlib.Path) -> None:
                     "give each step its own name",
                 )
             seen.add(step.name)
-            for arg in [*step.args, *(v for v in step.kwargs.values() if isinstance(v, str))]:
+            for given in [*step.args, *step.kwargs.values()]:
+                if isinstance(given, Given) and given.expr is not None:
+                    try:
+                        missing = expr_symbols(given.expr) - known
+                    except ContractError as err:
+                        raise _fail(path, f"steps.{step.name}", err.message, "write an integer expression") from err
+                    if missing:
+                        raise _fail(
+                            path,
+                            f"steps.{step.name}",
+                            f"{given.expr!r} uses unknown names {sorted(missing)} (known: {', '.join(sorted(known))})",
+                            "fix the expression",
+                        )
+            for arg in _names(step):
                 used = recipe.tensors.get(arg)
                 if used is not None:
                     if used.phase not in (None, phase):
@@ -307,7 +377,7 @@ def _validate(recipe: LayerRecipe, path: pathlib.Path) -> None:
                         f"argument {arg!r} is neither a tensor nor a figure",
                         "declare it under [tensors] or [figures]",
                     )
-            if step.torch is not None and any(a not in recipe.tensors for a in step.args):
+            if step.torch is not None and any(not isinstance(a, str) or a not in recipe.tensors for a in step.args):
                 raise _fail(path, f"steps.{step.name}", "a torch part takes tensors only", "pass tensor names")
     for phase, tokens in recipe.points():
         plan(recipe, phase, tokens)  # every shape evaluates (exact division, positive sizes)
@@ -318,7 +388,7 @@ def plan(recipe: LayerRecipe, phase: Phase, tokens: int) -> dict[str, object]:
     sizes = _sizes(recipe, tokens)
     values = recipe.values()
     steps = recipe.steps_in(phase)
-    used = {a for s in steps for a in [*s.args, *(v for v in s.kwargs.values() if isinstance(v, str))]}
+    used = {a for s in steps for a in _names(s)}
     tensors: dict[str, object] = {}
     for name, tensor in recipe.tensors.items():
         if tensor.phase not in (None, phase) or name not in used:
@@ -343,9 +413,22 @@ def plan(recipe: LayerRecipe, phase: Phase, tokens: int) -> dict[str, object]:
             "shared": tensor.shared,
         }
 
-    def arg(value: str | bool | float) -> dict[str, object]:
+    def arg(value: str | bool | float | Given) -> dict[str, object]:
+        if isinstance(value, Given):
+            if value.expr is not None:
+                try:
+                    return {"value": eval_expr(value.expr, sizes)}
+                except ContractError as err:
+                    raise RecipeError(
+                        f"layer recipe {recipe.path}: {value.expr!r} at {phase} T={tokens}: {err.message}",
+                        fix="fix the expression",
+                    ) from err
+            return {"value": value.text}  # None for { none = true }
         if isinstance(value, str):
-            return {"tensor": value} if value in recipe.tensors else {"value": values[value]}
+            if value in recipe.tensors:
+                return {"tensor": value}
+            figure = recipe.figures[value]
+            return {"value": int(figure.value) if figure.integer else figure.value}
         return {"value": value}
 
     return {
@@ -365,3 +448,51 @@ def plan(recipe: LayerRecipe, phase: Phase, tokens: int) -> dict[str, object]:
             for s in steps
         ],
     }
+
+
+def check_sources(recipe: LayerRecipe, package: pathlib.Path) -> list[str]:
+    """Each step whose ``source`` is not in the tree ``package`` (the sglang package root): the file is
+    gone (a model file that moved) or is shorter than the line. One line per step, naming the fix."""
+    problems = []
+    for step in recipe.steps:
+        if not step.source:
+            continue
+        rel, _, line = step.source.rpartition(":")
+        path = package / rel
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").count("\n") + 1
+        except OSError:
+            problems.append(
+                f"layer recipe {recipe.path}: step {step.name}: {rel} is not in this tree (the model file moved?); "
+                "fix: point the step's `source` at the file and line that run it now"
+            )
+            continue
+        if int(line) > lines:
+            problems.append(
+                f"layer recipe {recipe.path}: step {step.name}: {step.source} is past the end of the file ({lines} lines); "
+                "fix: update the step's `source` line"
+            )
+    return problems
+
+
+def all_recipes(layer_dir: pathlib.Path = LAYER_DIR) -> tuple[list[LayerRecipe], dict[str, str]]:
+    """Every recipe of ``layer_dir`` that loads, and file name -> why for each that does not (a broken
+    recipe never stops the others)."""
+    good: list[LayerRecipe] = []
+    bad: dict[str, str] = {}
+    for path in sorted(layer_dir.glob("*.toml")):
+        try:
+            good.append(load_recipe(path))
+        except RecipeError as err:
+            bad[path.name] = f"{err.message} (fix: {err.fix})" if err.fix else err.message
+    return good, bad
+
+
+def recipes_for(ops: Iterable[str], recipes: Sequence[LayerRecipe]) -> list[LayerRecipe]:
+    """The recipes with a step that runs one of ``ops`` (the changed code's ops), in file order; with
+    none, the default recipe alone, so the PR still shows the layer around the change."""
+    wanted = set(ops)
+    hit = [r for r in recipes if any(step.op in wanted for step in r.steps)]
+    if hit:
+        return hit
+    return [r for r in recipes if pathlib.Path(r.path).resolve() == DEFAULT_RECIPE.resolve()][:1]

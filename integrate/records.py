@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from pipeline.records import Dtype, Evaluation, Record, SourceInfo, Span, VersionedRecord
 
@@ -286,6 +286,7 @@ class E2EResult(Record):
     attention: str = ""  # what computed attention (torch SDPA and its version)
     ops: list[str] = Field(default_factory=list)  # step sequence of one layer, in order
     parts: dict[str, str] = Field(default_factory=dict)  # step -> "SGLang <op id>" or "torch <part>"
+    sources: dict[str, str] = Field(default_factory=dict)  # step -> where SGLang's model runs it ("srt/models/x.py:N")
     skipped_ops: dict[str, str] = Field(default_factory=dict)  # step -> why it is not in the proxy
     rows: list[LayerTiming] = Field(default_factory=list)
     assumption: str = ""
@@ -306,7 +307,9 @@ class IntegrateReport(VersionedRecord):
     torch: str | None = None
     checks: list[OpCheck] = Field(default_factory=list)
     tests: list[TestRun] = Field(default_factory=list)
-    e2e: E2EResult | None = None
+    # one per layer recipe the proxy ran (integrate.e2e.recipes_for: every recipe with a step that runs
+    # changed code, else the default one); a record written before there were several held one result
+    e2e: list[E2EResult] = Field(default_factory=list)
     not_run: dict[str, str] = Field(default_factory=dict)  # step -> why it did not run
     failed_steps: dict[str, str] = Field(default_factory=dict)  # step -> the error that broke it
     branch: str | None = None  # --git-branch result
@@ -317,6 +320,14 @@ class IntegrateReport(VersionedRecord):
     reach_unknown: dict[str, str] = Field(default_factory=dict)  # companion op -> why its reach is unknown
     # per op of the PR: the SGLang-form test and benchmark generated for it (integrate.upstream_tests)
     upstream: list[UpstreamCheck] = Field(default_factory=list)
+
+    @field_validator("e2e", mode="before")
+    @classmethod
+    def _one_result_before(cls, value: object) -> object:
+        """A report of one recipe (before several were run) reads as a list of it."""
+        if value is None:
+            return []
+        return [value] if isinstance(value, (dict, E2EResult)) else value
 
 
 # --------------------------------------------------------------------------- self-check

@@ -73,11 +73,17 @@ class UpstreamRun(Protocol):
 
 
 class E2ERun(Protocol):
-    """:func:`integrate.e2e.run`."""
+    """:func:`integrate.e2e.run`: one result per layer recipe it ran (those that run ``ops``)."""
 
     def __call__(
-        self, baseline_pkg: pathlib.Path, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, command: str
-    ) -> E2EResult: ...
+        self,
+        baseline_pkg: pathlib.Path,
+        patched_pkg: pathlib.Path,
+        out_dir: pathlib.Path,
+        *,
+        command: str,
+        ops: Sequence[str],
+    ) -> list[E2EResult]: ...
 
 
 @dataclass(frozen=True)
@@ -204,17 +210,25 @@ def gpu_steps(
     if e2e:
         update["not_run"].pop("e2e", None)
         update["failed_steps"].pop("e2e", None)
+        from integrate.pr_model import changed_ops
+
         try:
             assert runners.e2e is not None
-            update["e2e"] = runners.e2e(
-                baseline_pkg, patched_pkg, out_dir, command=f"kernelsmith integrate --run {run}"
+            results = runners.e2e(
+                baseline_pkg,
+                patched_pkg,
+                out_dir,
+                command=f"kernelsmith integrate --run {run}",
+                ops=sorted(changed_ops(report)),
             )
         except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
-            good = False
-            message = _message(err)
-            update["e2e"] = E2EResult(ran=False, reason=f"it broke: {message}")
-            update["failed_steps"]["e2e"] = str(err)
+            results = [E2EResult(ran=False, reason=f"it broke: {_message(err)}")]
             say(f"error: end-to-end: {err}")
+        update["e2e"] = results
+        broke = [f"{r.model or r.recipe or 'layer proxy'}: {r.reason}" for r in results if not r.ran]
+        if broke:  # each recipe that did not run says why; the others' figures are kept
+            good = False
+            update["failed_steps"]["e2e"] = "; ".join(broke)
     return report.model_copy(update=update), good
 
 
@@ -286,14 +300,14 @@ def print_summary(report: IntegrateReport, pr_path: pathlib.Path) -> None:
         shown = (u.test.summary or u.test.reason) if u.test is not None else "written, not run"
         benches = "; ".join(f"{b.tree} {'ran' if b.ran else b.reason}" for b in u.bench)
         say(f"  {u.op_id} SGLang-form test {u.test_file}: {shown}" + (f"; benchmark: {benches}" if benches else ""))
-    if report.e2e is not None:
-        if report.e2e.ran:
-            for row in report.e2e.rows:
-                say(
-                    f"  e2e {row.phase} tokens={row.tokens}: {row.baseline_us:.2f} -> {row.patched_us:.2f} us/layer ({row.change_pct:+.1f}%)"
-                )
-        else:
-            say(f"  e2e: not run: {report.e2e.reason}")
+    for result in report.e2e:
+        name = result.model or result.recipe or "layer proxy"
+        if not result.ran:
+            say(f"  e2e {name}: not run: {result.reason}")
+        for row in result.rows:
+            say(
+                f"  e2e {name} {row.phase} tokens={row.tokens}: {row.baseline_us:.2f} -> {row.patched_us:.2f} us/layer ({row.change_pct:+.1f}%)"
+            )
     state, reasons = status(report)
     say(f"PR: {pr_path} ({state})")
     for reason in reasons:

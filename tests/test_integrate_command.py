@@ -38,7 +38,7 @@ def test_integrate_without_gpu_makes_the_patch_and_a_draft_pr(one_op_run, no_gpu
     out = work / "integrate" / "r1"
     assert (out / "sglang.patch").read_bytes().startswith(b"diff --git a/sglang/" + ACT.encode())
     report = json.loads((out / "report.json").read_text())
-    assert report["gpu"] is None and report["checks"] == [] and report["tests"] == [] and report["e2e"] is None
+    assert report["gpu"] is None and report["checks"] == [] and report["tests"] == [] and report["e2e"] == []
     assert set(report["not_run"]) == {"correctness", "sglang tests", "e2e"}
     assert "kernelsmith integrate --run r1" in report["not_run"]["correctness"]
     pr = (out / "PR.md").read_text()

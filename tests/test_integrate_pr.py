@@ -562,16 +562,16 @@ def test_git_branch_refuses_a_replay_run(tmp_path, checkout):
 
 def test_an_older_e2e_record_is_labelled_non_gemm_only(tmp_path):
     report = full_report(tmp_path)
-    old = report.e2e.model_copy(
+    old = report.e2e[0].model_copy(
         update={
             "recipe": "",
             "rows": [
                 r.model_copy(update={"non_gemm": None, "verdict": None, "noise_band_pct": None})
-                for r in report.e2e.rows
+                for r in report.e2e[0].rows
             ],
         }
     )
-    text = render(report.model_copy(update={"e2e": old}), facts=_facts())
+    text = render(report.model_copy(update={"e2e": [old]}), facts=_facts())
     assert "**non-GEMM ops only**" in text and "NOT a share of a whole layer" in text
     assert "| decode | 1 | 10.00 (±1.0%) | 9.50 (±1.1%) | -5.0% |" in text
     assert "Whole layer" not in text
@@ -585,8 +585,7 @@ def _with_rope(report: IntegrateReport, *, reach: dict[str, list[str]], verdict:
     given whole-layer verdict, A/A figures and the rope step in context."""
     from integrate.records import AATiming, ContextTiming
 
-    e2e = report.e2e
-    assert e2e is not None
+    e2e = report.e2e[0]
     aa = AATiming(copy_us=10.01, copy_spread_pct=0.3, change_pct=0.1, band_pct=0.15, inside=True)
     ctx = ContextTiming(
         neighbours=["qkv_proj", "rope", "attention"],
@@ -619,7 +618,7 @@ def _with_rope(report: IntegrateReport, *, reach: dict[str, list[str]], verdict:
     )
     checks = [c.model_copy(update={"op_id": "attention.apply_rope_inplace"}) for c in report.checks]
     tests = [t.model_copy(update={"op_id": "attention.apply_rope_inplace"}) for t in report.tests]
-    return report.model_copy(update={"e2e": e2e, "patch": patch, "reach": reach, "checks": checks, "tests": tests})
+    return report.model_copy(update={"e2e": [e2e], "patch": patch, "reach": reach, "checks": checks, "tests": tests})
 
 
 def test_a_layer_that_runs_the_change_through_another_op_says_so_and_its_slower_point_keeps_the_pr_draft(tmp_path):
@@ -753,3 +752,29 @@ def test_a_pr_op_without_a_generated_test_or_with_a_failing_one_is_not_ready(tmp
     state, reasons = status(unbenched)
     assert state == "draft" and any("did not run against the pristine tree: exit 1: ImportError" in r for r in reasons)
     assert "- [ ] A `marker` benchmark:" in render(unbenched)
+
+
+def test_every_recipe_the_proxy_ran_has_its_own_part_and_any_of_them_holds_the_pr(tmp_path):
+    """Two recipes: the Llama layer does not run the change, a second one (the MoE layer's rope step)
+    does and is slower; a third did not run and says why. The PR is a draft because of the second."""
+    report = _with_rope(full_report(tmp_path), reach={"attention.apply_rope_inplace": []}, verdict="slower")
+    llama = report.e2e[0].model_copy(update={"parts": {**report.e2e[0].parts, "rope": "torch linear"}})
+    moe = report.e2e[0].model_copy(
+        update={"model": "Qwen3-235B-A22B", "recipe": "integrate/layers/qwen3-235b-a22b.toml", "one_batch": None}
+    )
+    broke = E2EResult(ran=False, model="GLM-5-Next", reason="it broke: the worker died")
+    report = report.model_copy(
+        update={
+            "e2e": [llama, moe, broke],
+            "reach": {"attention.apply_rope_inplace": ["attention.apply_rope_with_cos_sin_cache_inplace"]},
+        }
+    )
+    state, reasons = status(report)
+    assert state == "draft" and any(
+        r.startswith("slower in the model step: Qwen3-235B-A22B decode T=1") for r in reasons
+    )
+    assert not any("Llama-3.1-8B decode" in r for r in reasons)
+    text = render(report)
+    model = text.split("### The model step")[1]
+    assert model.index("#### Llama-3.1-8B") < model.index("#### Qwen3-235B-A22B") < model.index("#### GLM-5-Next")
+    assert "Not run: it broke: the worker died." in model

@@ -1,0 +1,170 @@
+"""integrate.recipe and integrate.e2e.run over several layer recipes: which recipes a change runs in,
+the literal arguments and routing tensors of the MoE recipe, the SGLang lines each step names, and a
+recipe that cannot run (a broken file, a moved model file, a run that breaks) costing only itself."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import pytest
+
+from integrate import e2e
+from integrate.errors import RecipeError, WorkerError
+from integrate.recipe import (
+    DEFAULT_RECIPE,
+    LAYER_DIR,
+    all_recipes,
+    check_sources,
+    load_recipe,
+    plan,
+    recipes_for,
+)
+from integrate.records import E2EResult
+
+QWEN = LAYER_DIR / "qwen3-235b-a22b.toml"
+
+
+def test_the_moe_recipe_is_qwen3_moes_decoder_layer_in_sglangs_order():
+    r = load_recipe(QWEN)
+    assert r.model == "Qwen3-235B-A22B" and r.layers == 94 and r.points() == [("decode", t) for t in (1, 8, 32, 64)]
+    assert [s.name for s in r.steps_in("decode")] == [
+        "input_norm",
+        "qkv_proj",
+        "qk_norm",
+        "rope",
+        "attention",
+        "o_proj",
+        "post_attention_norm",
+        "router",
+        "topk",
+        "experts_gather",
+        "experts_gate_up",
+        "silu_and_mul",
+        "experts_down",
+        "experts_sum",
+    ]
+    ops = {s.op for s in r.steps if s.op}
+    assert ops == {
+        "layernorm.fused_add_rmsnorm",
+        "layernorm.fused_inplace_qknorm",
+        "attention.apply_rope_with_cos_sin_cache_inplace",
+        "moe.moe_fused_gate",
+        "activation.silu_and_mul",
+    }
+    assert all(s.source for s in r.steps), "every step names the SGLang line that runs it"
+
+
+def test_literal_arguments_and_counts_reach_the_plan_as_python_values():
+    p = plan(load_recipe(QWEN), "decode", 8)
+    steps = {s["name"]: s for s in p["steps"]}
+    topk = steps["topk"]
+    assert topk["args"] == [{"tensor": "router_logits"}, {"value": None}, {"value": 8}]
+    assert isinstance(topk["args"][2]["value"], int), "a catalog count is passed as an int (Triton specialises on it)"
+    assert topk["kwargs"] == {"scoring_func": {"value": "softmax"}, "renormalize": {"value": True}}
+    assert steps["qk_norm"]["kwargs"] == {"head_dim": {"value": 128}}
+    shapes = {name: t["shape"] for name, t in p["tensors"].items()}
+    assert shapes["w13"] == [128, 2 * 1536, 4096] and shapes["w2"] == [128, 4096, 1536]
+    assert shapes["routed"] == [64, 4096] and shapes["moe_inverse"] == [8, 8] and shapes["moe_offsets"] == [128]
+    routing = p["tensors"]["moe_offsets"]
+    assert routing["params"]["tokens"] == 8 and routing["shared"] and routing["dtype"] == "int32"
+
+
+def _write_variant(tmp_path: pathlib.Path, old: str, new: str, name: str = "variant.toml") -> pathlib.Path:
+    text = QWEN.read_text()
+    assert old in text
+    path = tmp_path / name
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "says"),
+    [
+        ('{ text = "softmax" }', '{ text = "softmax", none = true }', "exactly one of"),
+        ("{ none = true }", '{ expr = "num_expertz + 1" }', "unknown names ['num_expertz']"),
+        (
+            'source = "srt/models/qwen3_moe.py:898"',
+            'source = "qwen3_moe line 898"',
+            "is not <package-relative file>.py:<line>",
+        ),
+    ],
+)
+def test_a_bad_literal_or_source_fails_the_recipe_with_its_step(tmp_path, old, new, says):
+    with pytest.raises(RecipeError) as err:
+        load_recipe(_write_variant(tmp_path, old, new))
+    assert says in str(err.value) and "variant.toml" in str(err.value)
+
+
+def test_a_change_is_timed_in_every_recipe_that_runs_it_and_otherwise_in_the_default_one():
+    recipes, broken = all_recipes()
+    assert broken == {}
+    models = lambda ops: [r.model for r in recipes_for(ops, recipes)]  # noqa: E731
+    assert models(["activation.silu_and_mul"]) == ["Llama-3.1-8B", "Qwen3-235B-A22B"]
+    assert models(["layernorm.fused_inplace_qknorm"]) == ["Qwen3-235B-A22B"]
+    assert models(["moe.shuffle_weighted_sum"]) == ["Llama-3.1-8B"], "no recipe runs it: the default shows the layer"
+    assert pathlib.Path(recipes_for([], recipes)[0].path) == DEFAULT_RECIPE
+
+
+def test_every_step_source_is_a_line_of_the_pinned_sglang(sglang_source):
+    root = pathlib.Path(sglang_source.root)
+    for recipe in all_recipes()[0]:
+        assert check_sources(recipe, root) == [], recipe.path
+
+
+def test_a_moved_model_file_or_a_short_one_is_named_with_its_step_and_fix(tmp_path):
+    recipe = load_recipe(QWEN)
+    (tmp_path / "srt" / "models").mkdir(parents=True)
+    (tmp_path / "srt" / "models" / "qwen3_moe.py").write_text("x = 1\n")
+    problems = check_sources(recipe, tmp_path)
+    assert any("step input_norm: srt/models/qwen3_moe.py:898 is past the end of the file" in p for p in problems)
+    assert any(
+        "step topk: srt/layers/moe/topk.py is not in this tree (the model file moved?)" in p and "fix:" in p
+        for p in problems
+    )
+
+
+def test_one_recipe_that_cannot_run_costs_only_itself(tmp_path, monkeypatch, sglang_source):
+    """A broken recipe file, a recipe whose model file moved and one whose run breaks each give a result
+    that did not run and says why; the recipe that can run is timed and keeps its figures."""
+    root = pathlib.Path(sglang_source.root)
+    layers = tmp_path / "layers"
+    layers.mkdir()
+    shutil.copy(DEFAULT_RECIPE, layers / DEFAULT_RECIPE.name)
+    shutil.copy(QWEN, layers / QWEN.name)
+    (layers / "broken.toml").write_text('model = "Llama-3.1-8B"\n[[steps]]\nname = 1\n')
+    moved = _write_variant(layers, "srt/models/qwen3_moe.py:898", "srt/models/qwen3_moe_v2.py:898", "moved.toml")
+    loaded, broken = all_recipes(layers)
+    assert list(broken) == ["broken.toml"] and "layer recipe" in broken["broken.toml"]
+    timed: list[str] = []
+
+    def run_layers(baseline, patched, out_dir, *, command, recipe):
+        if pathlib.Path(recipe.path).name == QWEN.name:
+            raise WorkerError("the worker died: CUDA error: an illegal memory access", fix="see the worker log")
+        timed.append(recipe.model)
+        return E2EResult(ran=True, model=recipe.model, recipe=recipe.path)
+
+    monkeypatch.setattr(e2e, "run_layers", run_layers)
+    monkeypatch.setattr(e2e, "all_recipes", lambda: (loaded, broken))
+    monkeypatch.setattr(e2e, "one_batch", lambda *a: None)
+    results = e2e.run(root, root, tmp_path / "out", ops=["layernorm.fused_add_rmsnorm"])
+    assert timed == ["Llama-3.1-8B"]
+    by = {pathlib.Path(r.recipe).name: r for r in results}
+    assert by[DEFAULT_RECIPE.name].ran
+    assert not by["broken.toml"].ran and "layer recipe" in by["broken.toml"].reason
+    assert not by["moved.toml"].ran and "srt/models/qwen3_moe_v2.py is not in this tree" in by["moved.toml"].reason
+    assert not by[QWEN.name].ran and by[QWEN.name].reason.startswith("it broke: the worker died")
+    assert moved.exists()
+
+
+@pytest.mark.gpu
+def test_the_moe_layer_on_the_gpu(sglang_source, tmp_path):
+    """Qwen3-235B-A22B's layer, pristine against itself: every step runs (the routing tensors agree, the
+    grouped GEMMs take them), the SGLang ops alone are a part of the layer, and A/A stays near zero."""
+    package = pathlib.Path(sglang_source.root)
+    result = e2e.run_layers(package, package, tmp_path, recipe=load_recipe(QWEN), decode=(1, 64), rounds=1, repeats=5)
+    assert result.ran and [r.tokens for r in result.rows] == [1, 64] and result.skipped_ops == {}
+    assert result.ops[-1] == "experts_sum" and result.sources["topk"] == "srt/layers/moe/topk.py:1301"
+    for row in result.rows:
+        assert row.non_gemm is not None and 0 < row.non_gemm.baseline_us < row.baseline_us
+        assert set(row.ops_us) == set(result.ops) and abs(row.change_pct) < 5
