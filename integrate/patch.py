@@ -1,9 +1,8 @@
 """Splice accepted candidates into SGLang and write ``sglang.patch``.
 
-Inputs: an optimize run (``work/runs/<run>/<op>/best/candidate.json`` and
-``best/evaluation.json``), the tasks it optimized (``work/tasks/<op>/``), and the
-pristine SGLang tree (the unpacked pinned wheel, or the tree given by
-``SGLANG_SRC`` / ``--sglang``).
+Inputs: an optimize run (``work/runs/<run>/<op>/best/candidate.json`` and ``best/evaluation.json``),
+the tasks it optimized (``work/tasks/<op>/``), and the pristine SGLang tree (the unpacked pinned
+wheel, or the tree given by ``SGLANG_SRC`` / ``--sglang``).
 
 Outputs, under ``work/integrate/<run>/``:
 
@@ -712,6 +711,7 @@ def build_patch(
                 files=sorted({s.file for s in acc.task.editable if s.name in acc.candidate.regions} & touched),
                 evaluation=acc.evaluation,
                 rationale=acc.candidate.rationale,
+                skills=acc.candidate.skill_ids,
             )
             for acc in accepted
         ],

@@ -78,6 +78,7 @@ def status(report: IntegrateReport) -> tuple[str, list[str]]:
     for step, why in report.not_run.items():
         missing.append(f"{step}: {why}")
     missing += [f"slower in the model step: {where}" for where in pr_model.regressions(report)]
+    missing += pr_model.overlap_unshown(report)
     broken, absent = pr_upstream.problems(report)
     failing += broken
     missing += absent
@@ -496,6 +497,12 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
         timings = _timings(op)
         out.append(f"#### `{op.op_id}`")
         out.append("")
+        if pr_model.overlap_only(op.skills):
+            out += [
+                f"Its gain is launch overlap ({' + '.join(op.skills)}): replayed after itself it overlaps its own "
+                "next call, which no model runs. Its figure is the in-context one (The model step, above).",
+                "",
+            ]
         if not timings:
             out += ["No per-shape timings were recorded for this candidate.", ""]
             continue

@@ -15,9 +15,13 @@ What must stay true:
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 
 from integrate.records import AATiming, E2EResult, IntegrateReport
+from optimize.skills import load_skills
+from optimize.transforms import TRANSFORMS
 
 
 def fmt(value: float | None, spec: str = ".2f", none: str = "—") -> str:
@@ -43,6 +47,39 @@ def changed_steps(report: IntegrateReport, e2e: E2EResult) -> dict[str, str]:
         part = e2e.parts.get(name, "")
         if part.startswith("SGLang ") and part.removeprefix("SGLang ") in changed:
             out[name] = part.removeprefix("SGLang ")
+    return out
+
+
+@functools.cache
+def _overlap_skills() -> frozenset[str]:
+    """The skills whose transform's gain is launch overlap (``TransformSpec.overlap``: PDL)."""
+    return frozenset(s.id for s in load_skills() if s.transform in TRANSFORMS and TRANSFORMS[s.transform].overlap)
+
+
+def overlap_only(skills: Sequence[str]) -> bool:
+    """Whether a candidate made by ``skills`` owes its whole gain to launch overlap (PDL): then the
+    kernel replayed after itself cannot show it, and only its neighbourhood in a model can."""
+    return bool(skills) and set(skills) <= _overlap_skills()
+
+
+def overlap_unshown(report: IntegrateReport) -> list[str]:
+    """Why each launch-overlap-only op is not yet proven: it is accepted on its in-context figure, so
+    some recipe that ran must time a step running its change in context, faster beyond the band."""
+    out = []
+    for op in report.patch.ops:
+        if not overlap_only(op.skills):
+            continue
+        runs = {op.op_id, *report.reach.get(op.op_id, [])}
+        seen: list[str] = []
+        for e2e in report.e2e:
+            steps = {name for name, op_id in changed_steps(report, e2e).items() if op_id in runs}
+            seen += [ctx.verdict for row in e2e.rows for name, ctx in row.context.items() if name in steps]
+        if "faster" in seen:
+            continue
+        why = "no layer recipe that ran times a step running it" if not seen else "no in-context point is faster"
+        out.append(
+            f"{op.op_id}: its gain is launch overlap ({' + '.join(op.skills)}), judged in context only, and {why}"
+        )
     return out
 
 

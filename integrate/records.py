@@ -59,6 +59,7 @@ class OpChange(Record):
     files: list[str]  # package-relative paths it touches
     evaluation: Evaluation | None = None  # the optimize stage's verdict on this candidate
     rationale: str = ""
+    skills: list[str] = Field(default_factory=list)  # the skills whose transforms made it (Candidate.skill_ids)
 
 
 class Patch(VersionedRecord):

@@ -353,6 +353,9 @@ class TransformSpec:
     # the parameters that choose *how* (a value, a factor); the others name *what* (a constant,
     # a kernel): a search makes one dimension per transform and target, its values the choices
     choice: tuple[str, ...] = ()
+    # its gain is launch overlap with the kernels around it (PDL), which a kernel replayed after
+    # itself misstates: a candidate made only of such transforms is judged on its in-context figure
+    overlap: bool = False
 
 
 def _tune_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
@@ -488,6 +491,7 @@ TRANSFORMS: dict[str, TransformSpec] = {
             _enable_pdl_targets,
             "turn programmatic dependent launch on (for every grid, or for small ones)",
             choice=("blocks_per_sm", "in_kernel"),
+            overlap=True,
         ),
         TransformSpec(
             "pdl_late_wait",
@@ -496,6 +500,7 @@ TRANSFORMS: dict[str, TransformSpec] = {
             (),
             _late_wait_targets,
             "move the PDL wait past the statements after it that read no memory",
+            overlap=True,
         ),
         TransformSpec(
             "pdl_early_trigger",
@@ -508,6 +513,7 @@ TRANSFORMS: dict[str, TransformSpec] = {
             _early_trigger_targets,
             "trigger dependents right after the PDL wait (in every grid, or in small ones)",
             choice=("blocks_per_sm",),
+            overlap=True,
         ),
         TransformSpec(
             "tune_constant",

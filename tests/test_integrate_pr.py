@@ -778,3 +778,29 @@ def test_every_recipe_the_proxy_ran_has_its_own_part_and_any_of_them_holds_the_p
     model = text.split("### The model step")[1]
     assert model.index("#### Llama-3.1-8B") < model.index("#### Qwen3-235B-A22B") < model.index("#### GLM-5-Next")
     assert "Not run: it broke: the worker died." in model
+
+
+def test_a_launch_overlap_candidate_waits_for_its_in_context_figure(tmp_path):
+    """A candidate made only by PDL skills is accepted on its in-context figure: "no change" in context is
+    not enough for "ready"; "faster" at one point of a recipe that runs it is."""
+    report = _with_rope(
+        full_report(tmp_path),
+        reach={"attention.apply_rope_inplace": ["attention.apply_rope_with_cos_sin_cache_inplace"]},
+        verdict="no change",
+    )
+    ops = [op.model_copy(update={"skills": ["pdl_enable", "pdl_trigger_small_grids"]}) for op in report.patch.ops]
+    report = report.model_copy(update={"patch": report.patch.model_copy(update={"ops": ops})})
+    state, reasons = status(report)
+    assert state == "draft" and any(
+        "attention.apply_rope_inplace: its gain is launch overlap (pdl_enable + pdl_trigger_small_grids)" in r
+        and "no in-context point is faster" in r
+        for r in reasons
+    )
+    assert "Its gain is launch overlap (pdl_enable + pdl_trigger_small_grids)" in render(report)
+    e2e = report.e2e[0]
+    row = e2e.rows[0]
+    faster = row.model_copy(update={"context": {"rope": row.context["rope"].model_copy(update={"verdict": "faster"})}})
+    shown = report.model_copy(update={"e2e": [e2e.model_copy(update={"rows": [faster, *e2e.rows[1:]]})]})
+    assert status(shown) == ("ready", [])
+    mixed = [op.model_copy(update={"skills": ["pdl_enable", "streaming_cache_hints"]}) for op in report.patch.ops]
+    assert status(report.model_copy(update={"patch": report.patch.model_copy(update={"ops": mixed})})) == ("ready", [])
