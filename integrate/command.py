@@ -70,6 +70,14 @@ def main(args: argparse.Namespace, config: Config) -> int:
 
         return self_check(list(args.self_check), config)
     work = config.work
+    if getattr(args, "merge_from", None):
+        from integrate.merge import merge_runs
+
+        if not args.run:
+            raise ConfigError("--from needs --run NAME, the merged build's name", fix="add --run all (or another name)")
+        built = merge_runs(work, args.run, args.merge_from)
+        for op_id, found_in in built.ops.items():
+            say(f"{args.run}: {op_id} from run {found_in}")
     run = args.run or latest_run(work / "runs")
     run_dir = work / "runs" / run
     out_dir = work / "integrate" / run
@@ -90,7 +98,12 @@ def main(args: argparse.Namespace, config: Config) -> int:
     for op_id, others in sorted(reach.ops.items()):
         if others:
             say(f"{op_id}: its change also runs in {', '.join(others)}: checked there too")
-    report = IntegrateReport(run=run, patch=patch, reach=reach.ops, reach_unknown=reach.unknown)
+    from integrate.merge import read_merged
+
+    merged = read_merged(run_dir)
+    report = IntegrateReport(
+        run=run, patch=patch, reach=reach.ops, reach_unknown=reach.unknown, merged_from=merged.ops if merged else {}
+    )
     report, good = gpu_steps(
         report,
         checked_tasks(reach, accepted, run_dir),

@@ -377,15 +377,19 @@ def _reproduce(report: IntegrateReport, e2e: E2EResult | None, facts: RunFacts) 
         "",
     ]
     for op in patch.ops:
+        found_in = report.merged_from.get(op.op_id, run)
         out.append(
-            f"# per-shape table of {op.op_id}: the optimize run's final validation (work/runs/{run}/{op.op_id}/best/evaluation.json)"
+            f"# per-shape table of {op.op_id}: the optimize run's final validation (work/runs/{found_in}/{op.op_id}/best/evaluation.json)"
         )
         coder = f" --coder {facts.coder}" if facts.coder else ""
-        out.append(f"kernelsmith optimize --ops {op.op_id}{coder} --run {run}")
+        out.append(f"kernelsmith optimize --ops {op.op_id}{coder} --run {found_in}")
+    merged = " --from " + " ".join(dict.fromkeys(report.merged_from.values())) if report.merged_from else ""
     out += [
         "",
-        "# patch, correctness through SGLang, SGLang's tests, end-to-end, this file",
-        f"kernelsmith integrate --run {run}",
+        "# patch (every op's candidate at once), correctness through SGLang, SGLang's tests, end-to-end, this file"
+        if merged
+        else "# patch, correctness through SGLang, SGLang's tests, end-to-end, this file",
+        f"kernelsmith integrate --run {run}{merged}",
     ]
     commands = [c.command for c in report.checks if c.command]
     if commands:
@@ -459,6 +463,12 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
             "sources for the checks below."
         )
     out.append("")
+    if report.merged_from:
+        out += [
+            f"All {len(patch.ops)} changes are applied together: the checks and the model step below run with every "
+            "one of them at once, as a user of SGLang would get them.",
+            "",
+        ]
     for op in patch.ops:
         out += _why(op, facts.ops.get(op.op_id, OpFacts(op_id=op.op_id)), facts.diff, report, sim)
     motivation, out = out, ["## Modifications", ""]

@@ -321,6 +321,8 @@ class IntegrateReport(VersionedRecord):
     reach_unknown: dict[str, str] = Field(default_factory=dict)  # companion op -> why its reach is unknown
     # per op of the PR: the SGLang-form test and benchmark generated for it (integrate.upstream_tests)
     upstream: list[UpstreamCheck] = Field(default_factory=list)
+    # a merged build (integrate --from): op -> the optimize run its candidate came from (integrate.merge)
+    merged_from: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("e2e", mode="before")
     @classmethod
@@ -329,6 +331,20 @@ class IntegrateReport(VersionedRecord):
         if value is None:
             return []
         return [value] if isinstance(value, (dict, E2EResult)) else value
+
+
+# --------------------------------------------------------------------------- merged build
+
+
+class MergedRun(VersionedRecord):
+    """``work/runs/<run>/merged.json``: a run folder assembled from several runs' accepted candidates
+    (:mod:`integrate.merge`), the one build of everything."""
+
+    run: str
+    date: str
+    sources: list[str]  # the runs merged, in the order given
+    ops: dict[str, str]  # op id -> the run its candidate came from
+    left_out: dict[str, str] = Field(default_factory=dict)  # op id -> why no run gave it an accepted candidate
 
 
 # --------------------------------------------------------------------------- self-check

@@ -156,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--skip-e2e", action="store_true", help="skip end-to-end measurements")
     p.add_argument(
+        "--from",
+        dest="merge_from",
+        nargs="+",
+        metavar="RUN",
+        help="one build of everything: --run NAME is first assembled from these runs' accepted candidates",
+    )
+    p.add_argument(
         "--self-check",
         nargs="*",
         metavar="OP",
