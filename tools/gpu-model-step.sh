@@ -6,7 +6,8 @@
 #    through SGLang too and times the layer recipe with the A/A copy and each changed step in context
 #    (RUN_S, default 480 s; a step stopped by it keeps what it wrote, and the same RUN resumes);
 #    with RUN and no OPS, `kernelsmith integrate --run $RUN` alone, on a run the tarball carries
-#    (work/runs/$RUN, made by an earlier call's run.tgz);
+#    (work/runs/$RUN, made by an earlier call's run.tgz); with FROM="RUN1 RUN2 ..." too, the one build
+#    of everything: `kernelsmith integrate --run $RUN --from $FROM` (every accepted candidate at once);
 # 2. with AA_RUNS, `python -m integrate.e2e --pristine --runs $AA_RUNS`: the pristine tree against
 #    itself, the A/A evidence for the layer proxy's band (AA_S, default 240 s; each run's record is
 #    written as it ends); AA_RECIPE names another layer recipe (e.g. integrate/layers/qwen3-235b-a22b.toml);
@@ -34,12 +35,13 @@ if [ -n "${OPS:-}" ]; then
     "runs/$run" "integrate/$run" 2>/dev/null
 elif [ -n "${RUN:-}" ]; then
   start=$(date +%s)
-  timeout "${RUN_S:-480}" python3 -m pipeline.cli integrate --run "$RUN" > "$OUT/run.log" 2>&1
+  # shellcheck disable=SC2086  # FROM is a list of run names
+  timeout "${RUN_S:-480}" python3 -m pipeline.cli integrate --run "$RUN" ${FROM:+--from $FROM} > "$OUT/run.log" 2>&1
   status=$((status | $?))
   echo "kernelsmith integrate: $(($(date +%s) - start)) s wall" | tee -a "$OUT/run.log"
   tail -40 "$OUT/run.log"
   tar -czf "$OUT/run.tgz" -C work --exclude='src' --exclude='tree' --exclude='tree-aa' --exclude='cache' \
-    "integrate/$RUN" 2>/dev/null
+    "integrate/$RUN" ${FROM:+"runs/$RUN/merged.json"} 2>/dev/null
 fi
 
 if [ "${AA_RUNS:-0}" != 0 ]; then
