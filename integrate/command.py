@@ -63,7 +63,8 @@ def latest_run(runs_dir: pathlib.Path) -> str:
 def main(args: argparse.Namespace, config: Config) -> int:
     from extract.command import ensure_tasks
     from extract.sources import acquire
-    from integrate.patch import build_patch, load_run, resolve_overlaps
+    from integrate.patch import build_patch, layout_of, load_run, resolve_overlaps
+    from integrate.series import write_series
 
     if getattr(args, "self_check", None) is not None:
         from integrate.selfcheck import self_check
@@ -94,6 +95,7 @@ def main(args: argparse.Namespace, config: Config) -> int:
     patch = build_patch(
         run, run_dir, work / "tasks", source, out_dir, in_place=bool(args.in_place), accepted=accepted, skipped=skipped
     )
+    series = write_series(accepted, layout_of(source), out_dir)
     reach = patch_reach(work, accepted, lambda ids: ensure_tasks(config, ids))
     for op_id, others in sorted(reach.ops.items()):
         if others:
@@ -102,7 +104,12 @@ def main(args: argparse.Namespace, config: Config) -> int:
 
     merged = read_merged(run_dir)
     report = IntegrateReport(
-        run=run, patch=patch, reach=reach.ops, reach_unknown=reach.unknown, merged_from=merged.ops if merged else {}
+        run=run,
+        patch=patch,
+        reach=reach.ops,
+        reach_unknown=reach.unknown,
+        merged_from=merged.ops if merged else {},
+        series=series,
     )
     report, good = gpu_steps(
         report,

@@ -34,7 +34,7 @@ import shutil
 import subprocess
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from integrate import pr_model, pr_triton, pr_upstream
 from integrate.diffs import sha256
@@ -122,15 +122,22 @@ def _timings(op: OpChange) -> list[ShapeTiming]:
     return list(op.evaluation.timings) if op.evaluation is not None else []
 
 
-def _layout_apply(patch: Patch) -> str:
-    """Apply commands, run from the kernelsmith repository root (where ``work/`` is)."""
-    name = f"$PWD/work/integrate/{patch.run}/{pathlib.Path(patch.patch_file).name}"
+def _layout_apply(patch: Patch, parts: Sequence[str] = ()) -> str:
+    """Apply commands, run from the kernelsmith repository root (where ``work/`` is); ``parts``: a
+    series' patch files to apply in order instead of ``sglang.patch``."""
+    folder = f"$PWD/work/integrate/{patch.run}"
+    if parts:
+        files = " ".join(f"{folder}/{p}" for p in parts)
+        apply = 'for p in $P; do git apply "$p"; done'
+    else:
+        files = f"{folder}/{pathlib.Path(patch.patch_file).name}"
+        apply = 'git apply "$P"'
     if patch.layout == "checkout":
-        return f'P="{name}" && cd <sglang checkout at {patch.source.commit or "the same commit"}> && git apply "$P"'
+        return f'P="{files}" && cd <sglang checkout at {patch.source.commit or "the same commit"}> && {apply}'
     version = patch.source.version or "?"
     return (
-        f"P=\"{name}\" && pip download --no-deps sglang=={version} && unzip -q sglang-{version}-*.whl 'sglang/*' -d sglang-{version} "
-        f'&& cd sglang-{version} && git apply "$P"   # or: patch -p1 < "$P"'
+        f"P=\"{files}\" && pip download --no-deps sglang=={version} && unzip -q sglang-{version}-*.whl 'sglang/*' -d sglang-{version} "
+        f"&& cd sglang-{version} && {apply}" + ("" if parts else '   # or: patch -p1 < "$P"')
     )
 
 
@@ -358,10 +365,13 @@ def _reproduce(report: IntegrateReport, e2e: E2EResult | None, facts: RunFacts) 
     out = ["### Reproduce", ""]
     out.append(f"Environment: {report.gpu or 'no GPU (the GPU steps did not run)'}, torch {report.torch or '—'}.")
     out.append("")
+    parts = [p.file for p in report.series if p.index <= report.series_part]
     out += [
         "```sh",
-        "# apply the patch (sglang.patch, beside this file) to a fresh copy of the sources",
-        _layout_apply(patch),
+        f"# apply parts 1-{report.series_part} of the series, in order, to a fresh copy of the sources"
+        if parts
+        else "# apply the patch (sglang.patch, beside this file) to a fresh copy of the sources",
+        _layout_apply(patch, parts),
         "",
     ]
     sglang_own = pr_upstream.commands(report)
@@ -463,6 +473,18 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
             "sources for the checks below."
         )
     out.append("")
+    if report.series_part:
+        part = report.series[report.series_part - 1]
+        earlier = ", ".join(f"{p.index} ({p.family})" for p in report.series[: part.index - 1]) or "none"
+        out += [
+            f"Part {part.index} of {len(report.series)} of a series, one pull request per op family ({part.family} "
+            f"here); parts before it, to apply first: {earlier}. The model-step figures below were measured with "
+            f"all {len(report.series)} parts applied.",
+            "",
+        ]
+    elif report.series:
+        listed = "; ".join(f"{p.index}. {p.family}: {', '.join(f'`{o}`' for o in p.ops)}" for p in report.series)
+        out += [f"Also written as a series of {len(report.series)} pull requests, one per op family: {listed}.", ""]
     if report.merged_from:
         out += [
             f"All {len(patch.ops)} changes are applied together: the checks and the model step below run with every "
@@ -652,11 +674,20 @@ def _checklist(report: IntegrateReport) -> list[str]:
     ]
 
 
-def write_pr(report: IntegrateReport, path: pathlib.Path, *, run_dir: str = "") -> pathlib.Path:
+def write_pr(
+    report: IntegrateReport, path: pathlib.Path, *, run_dir: str = "", diff: str | None = None
+) -> pathlib.Path:
+    """Write ``render(report)`` to ``path``; ``diff``: the diff to show instead of ``sglang.patch``'s
+    (a series part's)."""
+    from dataclasses import replace
+
     from integrate.patch import _write_atomic
 
+    facts = gather(report, pathlib.Path(run_dir) if run_dir else None)
+    if diff is not None:
+        facts = replace(facts, diff=diff)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, render(report, run_dir=run_dir).encode())
+    _write_atomic(path, render(report, run_dir=run_dir, facts=facts).encode())
     return path
 
 

@@ -298,6 +298,20 @@ class E2EResult(Record):
     start_order: list[str] = Field(default_factory=list)
 
 
+# --------------------------------------------------------------------------- series
+
+
+class SeriesPart(Record):
+    """One family's part of a patch written as a series (:mod:`integrate.series`)."""
+
+    index: int  # 1-based: apply parts 1..index-1 first
+    family: str  # the op ids' group, e.g. "activation"
+    ops: list[str]
+    file: str  # relative to the integrate folder: series/NN-<family>.patch
+    sha256: str
+    files: list[str]  # package-relative paths the part changes
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -323,6 +337,9 @@ class IntegrateReport(VersionedRecord):
     upstream: list[UpstreamCheck] = Field(default_factory=list)
     # a merged build (integrate --from): op -> the optimize run its candidate came from (integrate.merge)
     merged_from: dict[str, str] = Field(default_factory=dict)
+    # the patch as one part per op family, applying in order (integrate.series); [] for one family
+    series: list[SeriesPart] = Field(default_factory=list)
+    series_part: int = 0  # a family's PR: its part's index (0: the PR of the whole patch)
 
     @field_validator("e2e", mode="before")
     @classmethod

@@ -268,9 +268,14 @@ def _torch_version() -> str | None:
 
 
 def publish(report: IntegrateReport, out_dir: pathlib.Path, run_dir: pathlib.Path) -> pathlib.Path:
+    """report.json and PR.md; for a patch written as a series, each family's PR beside its part."""
     from integrate.pr import write_pr
+    from integrate.series import family_report
 
     write_record(report, out_dir / REPORT)
+    for part in report.series:
+        diff = (out_dir / part.file).read_text(encoding="utf-8", errors="replace")
+        write_pr(family_report(report, part), (out_dir / part.file).with_suffix(".md"), run_dir=str(run_dir), diff=diff)
     return write_pr(report, out_dir / PR_FILE, run_dir=str(run_dir))
 
 
