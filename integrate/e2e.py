@@ -4,9 +4,11 @@ The model-step proxy. A layer comes from a recipe (:mod:`integrate.recipe`,
 ``integrate/layers/<model>.toml``): the model's figures, its steps in order and
 their shapes, each step with the SGLang file and line that runs it. Integrate runs
 every recipe with a step that runs changed code (:func:`run`; the default recipe,
-a Llama-3.1-8B middle layer, when none does): Llama-3.1-8B (dense) and
+a Llama-3.1-8B middle layer, when none does): Llama-3.1-8B (dense),
 Qwen3-235B-A22B (MoE: q/k norm, the router's top-k, the experts as torch grouped
-GEMMs around SGLang's silu_and_mul). GEMMs run through torch (cuBLAS) on bf16 weights of the model's sizes;
+GEMMs around SGLang's silu_and_mul) and DeepSeek-V3 (fp8, MLA: SGLang's fp8
+quantization, RoPE, MLA cache store, router GEMM and silu_and_mul between labelled
+stand-ins for the AOT, DeepGEMM, FA3 and FlashInfer kernels). GEMMs run through torch (cuBLAS) on bf16 weights of the model's sizes;
 attention through torch's ``scaled_dot_product_attention``: at decode, B sequences
 x 1 query token over a KV cache of ``proxy.kv_len`` tokens each (stated in the
 record and the PR), at prefill causal over the T tokens. This module holds no op

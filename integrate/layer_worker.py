@@ -59,6 +59,7 @@ def _public(path: str) -> Callable[..., object]:
     return getattr(importlib.import_module(module), name)
 
 
+RMS_EPS = 1e-6  # the torch RMSNorm stand-ins' epsilon (their time does not depend on it)
 ROUTING_SEED = 20261207  # one fixed draw: every routing tensor of a point agrees, in every buffer set
 
 
@@ -112,11 +113,14 @@ def _tensor(spec: JsonDict, model_dtype: str, gen: torch.Generator) -> torch.Ten
         inv_freq = 1.0 / (float(params["theta"]) ** (torch.arange(0, dim, 2, device="cuda", dtype=torch.float32) / dim))
         freqs = torch.outer(torch.arange(rows, device="cuda", dtype=torch.float32), inv_freq)
         return torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(dtype).contiguous()
-    values = torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32)
+    # drawn in the tensor's own float type: an fp32 draw of a MoE layer's expert weights first would
+    # need twice their bytes again, in each of the three workers at once
+    draw = dtype if dtype.is_floating_point else torch.float32
+    values = torch.randn(shape, generator=gen, device="cuda", dtype=draw)
     if init == "norm_weight":
-        values = values * 0.1 + 1.0
+        values.mul_(0.1).add_(1.0)
     elif init == "weight":
-        values = values / math.sqrt(shape[-1])  # keeps a projection's output near unit scale
+        values.div_(math.sqrt(shape[-1]))  # keeps a projection's output near unit scale
     return values.to(dtype)
 
 
@@ -140,9 +144,60 @@ def _torch_part(part: str, args: Sequence[torch.Tensor]) -> Call:
         return lambda: out3.copy_(
             F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
         )
-    if part == "moe_gather":
+    if part == "linear_fp8":  # weight [N, K/2] bf16: the bytes and tensor-core time of an fp8 [N, K] GEMM
+        inp, weight, out = args
+        half = inp[:, : weight.shape[1]]
+        return lambda: torch.mm(half, weight.t(), out=out)
+    if part == "add_rmsnorm":  # residual += x; x = rmsnorm(residual) * weight
+        inp, residual, weight = args
+        shape = (inp.shape[-1],)
+
+        def add_norm() -> None:
+            residual.add_(inp)
+            inp.copy_(F.rms_norm(residual, shape, weight, RMS_EPS))
+
+        return add_norm
+    if part == "rmsnorm":
+        inp, weight = args
+        shape = (inp.shape[-1],)
+        return lambda: inp.copy_(F.rms_norm(inp, shape, weight, RMS_EPS))
+    if part == "bmm":
+        a, b, out = args
+        return lambda: torch.bmm(a, b, out=out)
+    if part == "router_topk":  # sigmoid scores, top-k experts, renormalised weights
+        logits, weights, ids = args
+        k = ids.shape[1]
+
+        def route() -> None:
+            top = torch.topk(logits.float().sigmoid(), k, dim=-1)
+            ids.copy_(top.indices)
+            weights.copy_(top.values / top.values.sum(dim=-1, keepdim=True))
+
+        return route
+    if part == "attention_mla_decode":  # absorbed MLA: B heads of [latent | rope] queries over one latent cache
+        q_nope, q_pe, latent, out = (
+            args  # [H, B, Dl] (heads first, as the absorb bmm leaves it), [B, H, Dr], [B, L, Dl + Dr], [H, B, Dl]
+        )
+        heads, batch, d_latent = q_nope.shape
+        keys = latent.unsqueeze(1)  # [B, 1, L, Dl + Dr]
+        values = latent[..., :d_latent].unsqueeze(1)
+        out4 = out.permute(1, 0, 2).unsqueeze(2)  # [B, H, 1, Dl], a view of out
+        scale = 1.0 / math.sqrt(q_nope.shape[-1] + q_pe.shape[-1])
+
+        def attend() -> None:
+            q = torch.cat([q_nope.transpose(0, 1), q_pe], dim=-1).unsqueeze(2)  # [B, H, 1, Dl + Dr]
+            out4.copy_(F.scaled_dot_product_attention(q, keys, values, scale=scale, enable_gqa=True))
+
+        return attend
+    if part == "grouped_linear_fp8":  # weight [E, N, K/2] bf16: the bytes and time of fp8 [E, N, K] experts
+        inp, weight, offsets, out = args
+        half = inp[:, : weight.shape[2]]
+        weight_t = weight.transpose(1, 2)
+        return lambda: out.copy_(torch._grouped_mm(half, weight_t, offs=offsets))
+    if part == "moe_gather":  # the rows' first out-width columns (all of them, but for an fp8 stand-in)
         inp, rows, out = args
-        return lambda: torch.index_select(inp, 0, rows, out=out)
+        src = inp[:, : out.shape[1]]
+        return lambda: torch.index_select(src, 0, rows, out=out)
     if part == "grouped_linear":
         inp, weight, offsets, out = args
         weight_t = weight.transpose(1, 2)  # [E, in, out], column-major: what _grouped_mm takes
@@ -246,7 +301,11 @@ def cmd_layer(req: JsonDict) -> JsonDict:
     ]
 
     def resolve(entry: JsonDict, buf: Mapping[str, torch.Tensor]) -> Any:
-        return buf[entry["tensor"]] if "tensor" in entry else entry["value"]
+        if "tensor" in entry:
+            return buf[entry["tensor"]]
+        if "dtype" in entry:  # a literal torch dtype (``{ dtype = "fp32" }`` in the recipe)
+            return _torch_dtype(str(entry["dtype"]), model_dtype)
+        return entry["value"]
 
     def step_call(step: JsonDict, buf: Mapping[str, torch.Tensor]) -> Call:
         args = [resolve(a, buf) for a in step["args"]]

@@ -32,7 +32,8 @@ Recipe file (TOML)::
     source = "srt/models/llama.py:244"   # where SGLang's model runs the step (checked: check_sources)
 
 An argument is a tensor or figure name, or a literal inline table: ``{ expr = "num_experts + 1" }``
-(an integer expression, as shapes are), ``{ text = "softmax" }`` (a string) or ``{ none = true }``.
+(an integer expression, as shapes are), ``{ text = "softmax" }`` (a string), ``{ dtype = "fp32" }``
+(a torch dtype) or ``{ none = true }``.
 
 Shape entries are integer expressions (``"2 * intermediate_size"``) over the
 figures, ``T`` (the step's tokens; at decode one per sequence), ``kv_len`` and
@@ -78,9 +79,18 @@ TORCH_PARTS: dict[str, tuple[str, ...]] = {
     "attention_causal": ("q", "k", "v", "out"),  # q [T, H, D]; k, v [T, KV, D], causal; out [T, H*D]
     # MoE experts (a stand-in for SGLang's Triton fused_moe, whose kernels are not JIT ops): the routed
     # rows gathered in expert order, one grouped GEMM per projection, and the top-k rows summed back
-    "moe_gather": ("input", "rows", "out"),  # out = input[rows]; rows [T*k] (moe_rows)
+    "moe_gather": ("input", "rows", "out"),  # out = input[rows, :out width]; rows [T*k] (moe_rows)
     "grouped_linear": ("input", "weight", "offsets", "out"),  # torch._grouped_mm; weight [E, out, in]
     "moe_combine": ("input", "inverse", "weights", "out"),  # out[t] = sum_j weights[t, j] * input[inverse[t, j]]
+    # stand-ins for kernels that are neither JIT ops nor torch's (sgl_kernel's AOT norms, DeepGEMM's
+    # fp8 GEMMs, FlashInfer's router, FA3's MLA): each recipe header says which step stands in for what
+    "linear_fp8": ("input", "weight", "out"),  # weight [N, K/2] bf16 over input[:, :K/2]: fp8 [N, K]'s bytes and time
+    "grouped_linear_fp8": ("input", "weight", "offsets", "out"),  # the same for experts [E, N, K/2]
+    "add_rmsnorm": ("input", "residual", "weight"),  # residual += input; input = rmsnorm(residual)
+    "rmsnorm": ("input", "weight"),  # in place
+    "bmm": ("a", "b", "out"),  # torch.bmm
+    "router_topk": ("logits", "weights", "ids"),  # sigmoid, top-k, renormalised
+    "attention_mla_decode": ("q_nope", "q_pe", "latent", "out"),  # [H,B,Dl], [B,H,Dr], [B,L,Dl+Dr] -> [H,B,Dl]
 }
 Init = Literal[
     "randn",
@@ -117,16 +127,19 @@ class Figure(Record):
 
 
 class Given(Record):
-    """A literal argument: an integer expression over the sizes, a string, or None."""
+    """A literal argument: an integer expression over the sizes, a string, a torch dtype, or None."""
 
     expr: str | None = None
     text: str | None = None
+    dtype: Literal["bf16", "fp16", "fp32", "int32", "int64"] | None = None
     none: bool = False
 
     @model_validator(mode="after")
     def _one(self) -> Given:
-        if (self.expr is not None) + (self.text is not None) + self.none != 1:
-            raise ValueError("a literal argument is exactly one of { expr = ... }, { text = ... }, { none = true }")
+        if (self.expr is not None) + (self.text is not None) + (self.dtype is not None) + self.none != 1:
+            raise ValueError(
+                "a literal argument is exactly one of { expr = ... }, { text = ... }, { dtype = ... }, { none = true }"
+            )
         return self
 
 
@@ -423,6 +436,8 @@ def plan(recipe: LayerRecipe, phase: Phase, tokens: int) -> dict[str, object]:
                         f"layer recipe {recipe.path}: {value.expr!r} at {phase} T={tokens}: {err.message}",
                         fix="fix the expression",
                     ) from err
+            if value.dtype is not None:
+                return {"dtype": value.dtype}
             return {"value": value.text}  # None for { none = true }
         if isinstance(value, str):
             if value in recipe.tensors:

@@ -23,6 +23,7 @@ from integrate.recipe import (
 from integrate.records import E2EResult
 
 QWEN = LAYER_DIR / "qwen3-235b-a22b.toml"
+DEEPSEEK = LAYER_DIR / "deepseek-v3.toml"
 
 
 def test_the_moe_recipe_is_qwen3_moes_decoder_layer_in_sglangs_order():
@@ -53,6 +54,28 @@ def test_the_moe_recipe_is_qwen3_moes_decoder_layer_in_sglangs_order():
         "activation.silu_and_mul",
     }
     assert all(s.source for s in r.steps), "every step names the SGLang line that runs it"
+
+
+def test_the_deepseek_recipe_runs_its_jit_ops_between_labelled_stand_ins():
+    r = load_recipe(DEEPSEEK)
+    assert r.model == "DeepSeek-V3" and r.points() == [("decode", t) for t in (1, 8, 16)]
+    ops = [s.op for s in r.steps if s.op]
+    assert ops.count("quantization.per_token_group_quant") == 5, "one quantization before each fp8 GEMM"
+    assert set(ops) == {
+        "quantization.per_token_group_quant",
+        "attention.apply_rope_with_cos_sin_cache_inplace",
+        "kvcache.set_mla_kv_buffer",
+        "gemm.tiny_gemm_bf16",
+        "activation.silu_and_mul",
+    }
+    assert "layernorm.fused_add_rmsnorm" not in ops, "DeepSeek's norms are sgl_kernel's AOT ones, not the JIT op"
+    p = plan(r, "decode", 8)
+    steps = {s["name"]: s for s in p["steps"]}
+    assert steps["router"]["kwargs"] == {"out_dtype": {"dtype": "fp32"}}
+    assert steps["rope"]["kwargs"] == {"is_neox": {"value": False}}
+    shapes = {name: t["shape"] for name, t in p["tensors"].items()}
+    assert shapes["w13"] == [257, 2 * 2048, 7168 // 2], "fp8 experts stand in as bf16 over half of K: the same bytes"
+    assert shapes["moe_inverse"] == [8, 9] and shapes["routed"] == [72, 3584]
 
 
 def test_literal_arguments_and_counts_reach_the_plan_as_python_values():
@@ -100,7 +123,8 @@ def test_a_change_is_timed_in_every_recipe_that_runs_it_and_otherwise_in_the_def
     recipes, broken = all_recipes()
     assert broken == {}
     models = lambda ops: [r.model for r in recipes_for(ops, recipes)]  # noqa: E731
-    assert models(["activation.silu_and_mul"]) == ["Llama-3.1-8B", "Qwen3-235B-A22B"]
+    assert models(["activation.silu_and_mul"]) == ["DeepSeek-V3", "Llama-3.1-8B", "Qwen3-235B-A22B"]
+    assert models(["quantization.per_token_group_quant", "kvcache.set_mla_kv_buffer"]) == ["DeepSeek-V3"]
     assert models(["layernorm.fused_inplace_qknorm"]) == ["Qwen3-235B-A22B"]
     assert models(["moe.shuffle_weighted_sum"]) == ["Llama-3.1-8B"], "no recipe runs it: the default shows the layer"
     assert pathlib.Path(recipes_for([], recipes)[0].path) == DEFAULT_RECIPE
@@ -158,13 +182,16 @@ def test_one_recipe_that_cannot_run_costs_only_itself(tmp_path, monkeypatch, sgl
 
 
 @pytest.mark.gpu
-def test_the_moe_layer_on_the_gpu(sglang_source, tmp_path):
-    """Qwen3-235B-A22B's layer, pristine against itself: every step runs (the routing tensors agree, the
-    grouped GEMMs take them), the SGLang ops alone are a part of the layer, and A/A stays near zero."""
+@pytest.mark.parametrize("path", [QWEN, DEEPSEEK], ids=["qwen3-moe", "deepseek-v3"])
+def test_the_moe_layers_on_the_gpu(sglang_source, tmp_path, path):
+    """Each MoE layer, pristine against itself: every step runs (the routing tensors agree, the grouped
+    GEMMs take them, the stand-ins run), the SGLang ops alone are a part of the layer, A/A stays near zero."""
     package = pathlib.Path(sglang_source.root)
-    result = e2e.run_layers(package, package, tmp_path, recipe=load_recipe(QWEN), decode=(1, 64), rounds=1, repeats=5)
-    assert result.ran and [r.tokens for r in result.rows] == [1, 64] and result.skipped_ops == {}
-    assert result.ops[-1] == "experts_sum" and result.sources["topk"] == "srt/layers/moe/topk.py:1301"
+    recipe = load_recipe(path)
+    points = (1, recipe.proxy.decode[-1])
+    result = e2e.run_layers(package, package, tmp_path, recipe=recipe, decode=points, rounds=1, repeats=5)
+    assert result.ran and [r.tokens for r in result.rows] == list(points) and result.skipped_ops == {}
+    assert result.ops[-1] == "experts_sum" and set(result.sources) == set(result.ops)
     for row in result.rows:
         assert row.non_gemm is not None and 0 < row.non_gemm.baseline_us < row.baseline_us
         assert set(row.ops_us) == set(result.ops) and abs(row.change_pct) < 5
