@@ -191,11 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "action",
         nargs="?",
-        choices=["show", "run", "export", "rebuild"],
+        choices=["show", "run", "ab", "export", "rebuild"],
         default="show",
-        help="run: the census, one batch; export: the store's batches as JSON lines into --history; "
-        "rebuild: the store from --history",
+        help="run: the census, one batch; ab: two releases' kernels of each op timed in one worker (--old, --new); "
+        "export: the store's batches as JSON lines into --history; rebuild: the store from --history",
     )
+    p.add_argument("--old", metavar="TASKS", help="ab: the older release's tasks (a folder with tasks/ or a tarball)")
+    p.add_argument("--new", metavar="TASKS", help="ab: the newer release's tasks (default: the work folder's)")
     p.add_argument(
         "--history", metavar="DIR", help="export, rebuild: the JSON-lines folder (default harness.history_dir)"
     )

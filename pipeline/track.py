@@ -23,6 +23,7 @@ from typing import Any
 from rich.table import Table
 
 from pipeline.console import console as make_console
+from pipeline.errors import ConfigError
 from pipeline.output import emit
 from pipeline.stats import geomean
 from pipeline.store import ResultsStore
@@ -97,10 +98,14 @@ def _history(args: Any, config: Any, store: ResultsStore, console: Any) -> int:
 
 
 def main(args: Any, config: Any) -> int:
-    if getattr(args, "action", "show") == "run":  # the census (optimize floor), named like the CLI's handlers
+    action = getattr(args, "action", "show")
+    if action in ("run", "ab"):  # the census and the release A/B (optimize floor), named like the CLI's handlers
         import importlib
 
-        return int(importlib.import_module("optimize.harness.census").main(args, config) or 0)
+        if action == "ab" and not getattr(args, "old", None):
+            raise ConfigError("track ab needs --old TASKS (the older release's tasks)", fix="add --old DIR_OR_TARBALL")
+        module = "optimize.harness.census" if action == "run" else "optimize.harness.release_ab"
+        return int(importlib.import_module(module).main(args, config) or 0)
     store = ResultsStore(config.work)
     console = make_console()
     if getattr(args, "action", "show") in ("export", "rebuild"):

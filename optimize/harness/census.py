@@ -39,7 +39,8 @@ from pipeline.records import Task
 from pipeline.store_records import files_note
 
 
-def _tasks_root(config: Config, given: str | None) -> pathlib.Path:
+def tasks_root_of(config: Config, given: str | None) -> pathlib.Path:
+    """The tasks/ folder of ``given`` (a folder holding tasks/, or a tarball of one), else the work folder's."""
     if not given:
         return tasks_root(config.work)
     path = pathlib.Path(given)
@@ -61,7 +62,7 @@ def real_shaped(tasks_root: pathlib.Path) -> list[tuple[pathlib.Path, Task]]:
 
 
 def main(args: Any, config: Config) -> int:
-    root = _tasks_root(config, getattr(args, "tasks", None))
+    root = tasks_root_of(config, getattr(args, "tasks", None))
     if not root.is_dir():
         raise TaskMissing(f"no tasks under {root}", fix="run `kernelsmith extract --all --no-compile`, or pass --tasks")
     folders = real_shaped(root)

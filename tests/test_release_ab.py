@@ -1,0 +1,119 @@
+"""optimize.harness.release_ab (`kernelsmith track ab`): two releases' kernels of an op in one worker.
+CPU: when two releases can be compared, the verdict of a worker record, a batch that resumes and keeps
+one op's trouble to itself. GPU: the same release against itself is no change (the false-alarm check)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import ensure_default_tasks
+
+from contract.layout import load_task
+from optimize.harness import release_ab
+from optimize.harness.release_ab import ReleaseAB, judge, not_comparable, old_units
+from pipeline.cli import build_parser
+from pipeline.cli import main as cli_main
+from pipeline.config import load_config
+from pipeline.errors import ConfigError
+from pipeline.records import Evaluation, Outcome, ShapeTiming, read_record, write_record
+
+OP = "activation.silu_and_mul"
+HEAD = {"op_id": OP, "old": "0.5.22", "new": "0.5.23"}
+
+
+def _timed(speedups: list[float], spread: float = 0.5) -> Evaluation:
+    timings = [
+        ShapeTiming(
+            label=f"T={i}",
+            sizes={"num_tokens": i},
+            dtype="bf16",
+            time_us=10.0 / s,
+            spread_pct=spread,
+            gbps=1.0,
+            pct_of_copy_bw=1.0,
+            time_over_floor=2.0,
+            baseline_us=10.0,
+            speedup=s,
+        )
+        for i, s in enumerate(speedups, start=1)
+    ]
+    return Evaluation(op_id=OP, candidate="release 0.5.22", outcome=Outcome.ok, timings=timings)
+
+
+@pytest.mark.parametrize(
+    ("speedups", "verdict"),
+    [([1.20, 1.18, 1.25], "regression"), ([0.80, 0.85, 0.82], "improvement"), ([1.001, 0.999, 1.0], "no change")],
+)
+def test_the_new_release_is_the_baseline_so_an_old_kernel_faster_than_it_is_a_regression(speedups, verdict):
+    result = judge(HEAD, _timed(speedups), noise_pct=2.0)
+    assert result.verdict == verdict
+    if verdict == "regression":
+        assert result.change_pct is not None and result.change_pct > 15 and "new vs old +" in result.detail
+
+
+def test_a_worker_that_found_the_releases_disagree_gives_no_verdict():
+    bad = Evaluation(op_id=OP, candidate="x", outcome=Outcome.incorrect, detail="max_abs_err 3.0 at T=8")
+    result = judge(HEAD, bad, noise_pct=2.0)
+    assert result.verdict == "failed" and "incorrect: max_abs_err 3.0" in result.detail
+
+
+def test_two_releases_compare_only_when_the_worker_can_call_both_the_same_way():
+    task = load_task(ensure_default_tasks() / OP)
+    assert not_comparable(task, task) == ""
+    moved = task.model_copy(update={"contract": task.contract.model_copy(update={"entry": "run_other"})})
+    assert not_comparable(moved, task) == f"the entry changed: run_other -> {task.contract.entry}"
+    fewer = task.model_copy(update={"contract": task.contract.model_copy(update={"args": task.contract.args[:1]})})
+    said = not_comparable(fewer, task)
+    assert said == f"the arguments changed (1 -> {len(task.contract.args)} arguments)"
+    units = [[task.instantiations[0]]]
+    assert old_units(task, units) == units
+    other = [i.model_copy(update={"template_args": [*i.template_args, "7"]}) for i in task.instantiations]
+    missing = old_units(task.model_copy(update={"instantiations": other}), units)
+    assert isinstance(missing, str) and missing.startswith("the old release has no bf16 instantiation")
+
+
+def test_a_batch_writes_each_record_as_it_ends_and_a_rerun_skips_them(tmp_path, monkeypatch):
+    tasks = ensure_default_tasks()
+    old, new = tmp_path / "old" / "tasks", tmp_path / "new" / "tasks"
+    for root in (old, new):
+        root.mkdir(parents=True)
+    shutil.copytree(tasks / OP, new / OP)
+    shutil.copytree(tasks / "layernorm.fused_add_rmsnorm", new / "layernorm.fused_add_rmsnorm")
+    shutil.copytree(tasks / OP, old / OP)  # the old release lacks fused_add_rmsnorm
+    calls: list[str] = []
+
+    def compare(old_dir, old_task, new_dir, new_task, *, config):
+        calls.append(new_task.op_id)
+        return ReleaseAB(op_id=new_task.op_id, old="a", new="b", verdict="no change", detail="ok")
+
+    monkeypatch.setattr(release_ab, "compare", compare)
+    argv = ["track", "ab", "--old", str(old.parent), "--new", str(new.parent), "--work-dir", str(tmp_path / "work")]
+    assert cli_main(argv) == 0
+    assert calls == [OP]
+    records = sorted((tmp_path / "work" / "track" / "ab").glob("*/*.json"))
+    by_op = {p.stem: read_record(ReleaseAB, p) for p in records}
+    assert by_op[OP].verdict == "no change"
+    assert by_op["layernorm.fused_add_rmsnorm"].verdict == "not comparable"
+    assert "the old release has no task for it" in by_op["layernorm.fused_add_rmsnorm"].detail
+    calls.clear()
+    assert cli_main(argv) == 0 and calls == [], "a rerun keeps the records it finds"
+
+
+def test_ab_without_the_old_release_says_what_to_add(tmp_path):
+    from pipeline.track import main as track_main
+
+    args = build_parser().parse_args(["track", "ab"])
+    with pytest.raises(ConfigError, match="track ab needs --old"):
+        track_main(args, load_config(overrides={"work_dir": str(tmp_path)}, environ={}))
+
+
+@pytest.mark.gpu
+def test_a_release_against_itself_is_no_change(tmp_path):
+    """The A/A of the release A/B: the same task as old and new, in one worker, is not a regression."""
+    tasks = ensure_default_tasks()
+    task = load_task(tasks / OP)
+    config = load_config(overrides={"work_dir": str(tmp_path)}, environ={})
+    result = release_ab.compare(tasks / OP, task, tasks / OP, task, config=config)
+    assert result.verdict == "no change", result.detail
+    write_record(result, tmp_path / "aa.json")
