@@ -199,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--old", metavar="TASKS", help="ab: the older release's tasks (a folder with tasks/ or a tarball)")
     p.add_argument("--new", metavar="TASKS", help="ab: the newer release's tasks (default: the work folder's)")
     p.add_argument(
+        "--plant",
+        type=int,
+        metavar="N",
+        help="ab: the new release runs each timed call N times (a planted regression the verdict must flag)",
+    )
+    p.add_argument(
         "--history", metavar="DIR", help="export, rebuild: the JSON-lines folder (default harness.history_dir)"
     )
     p.add_argument("--tasks", help="run: a folder with tasks/ or a tarball of one (extract --all --no-compile)")

@@ -83,7 +83,7 @@ def test_a_batch_writes_each_record_as_it_ends_and_a_rerun_skips_them(tmp_path, 
     shutil.copytree(tasks / OP, old / OP)  # the old release lacks fused_add_rmsnorm
     calls: list[str] = []
 
-    def compare(old_dir, old_task, new_dir, new_task, *, config):
+    def compare(old_dir, old_task, new_dir, new_task, *, config, plant):
         calls.append(new_task.op_id)
         return ReleaseAB(op_id=new_task.op_id, old="a", new="b", verdict="no change", detail="ok")
 
@@ -117,3 +117,31 @@ def test_a_release_against_itself_is_no_change(tmp_path):
     result = release_ab.compare(tasks / OP, task, tasks / OP, task, config=config)
     assert result.verdict == "no change", result.detail
     write_record(result, tmp_path / "aa.json")
+
+
+def test_a_planted_regression_asks_the_worker_for_the_extra_pass_and_refuses_an_in_place_op(monkeypatch):
+    tasks = ensure_default_tasks()
+    task = load_task(tasks / OP)
+    config = load_config(environ={})
+    seen = []
+    monkeypatch.setattr(release_ab, "build_baseline", lambda *a, **k: (None, ["lib.so"]))
+    monkeypatch.setattr(release_ab, "run_request", lambda request, *a: seen.append(request) or "run")
+    monkeypatch.setattr(release_ab, "to_evaluation", lambda *a, **k: _timed([2.0, 1.9, 2.1]))
+    result = release_ab.compare(tasks / OP, task, tasks / OP, task, config=config, plant=2)
+    assert seen[0].planted_passes == 2 and seen[0].candidate_libraries == ["lib.so"]
+    assert result.verdict == "regression" and result.planted_passes == 2
+    norm = load_task(tasks / "layernorm.fused_add_rmsnorm")
+    refused = release_ab.compare(tasks, norm, tasks, norm, config=config, plant=2)
+    assert refused.verdict == "not comparable" and "in place" in refused.detail
+
+
+@pytest.mark.gpu
+def test_a_planted_extra_pass_is_flagged_at_about_its_size(tmp_path):
+    """The planted regression: the new build runs silu_and_mul twice per call; the verdict flags it, and
+    its size is about +100 % (one kernel run twice back to back in a CUDA graph)."""
+    tasks = ensure_default_tasks()
+    task = load_task(tasks / OP)
+    config = load_config(overrides={"work_dir": str(tmp_path)}, environ={})
+    result = release_ab.compare(tasks / OP, task, tasks / OP, task, config=config, plant=2)
+    assert result.verdict == "regression", result.detail
+    assert result.change_pct is not None and 60 <= result.change_pct <= 140, result.detail

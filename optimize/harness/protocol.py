@@ -82,6 +82,9 @@ class WorkerRequest(VersionedRecord):
     # a Triton task's carried sglang package folder: its file's `import sglang.<...>` resolves there
     # (optimize.harness.triton_library.use_package); None for CUDA and for a file that imports no sglang
     sglang_package: str | None = None
+    # track ab --plant N: the baseline's timed graphs call its entry N times per call (an extra pass: a
+    # regression of known size, which the release A/B must flag; optimize.harness.release_ab)
+    planted_passes: int = Field(default=1, ge=1)
 
 
 class CheckResult(Record):

@@ -49,6 +49,7 @@ class ReleaseAB(Record):
     verdict: Verdict
     change_pct: float | None = None  # (new - old) / old over the timed shapes' geomean; + = the new one is slower
     threshold_pct: float | None = None  # the noise threshold the verdict used
+    planted_passes: int = 1  # --plant: the new build ran its entry this many times per call (a known regression)
     detail: str = ""
     evaluation: Evaluation | None = None  # the worker's record: per-shape times (baseline = new, candidate = old)
 
@@ -92,9 +93,18 @@ def _arg_name(arg: ArgSpec) -> str:
     return spec.name if spec is not None else "?"
 
 
-def compare(old_dir: pathlib.Path, old: Task, new_dir: pathlib.Path, new: Task, *, config: Config) -> ReleaseAB:
-    """Time the two builds of one op in one worker; see the module doc."""
+def compare(
+    old_dir: pathlib.Path, old: Task, new_dir: pathlib.Path, new: Task, *, config: Config, plant: int = 1
+) -> ReleaseAB:
+    """Time the two builds of one op in one worker; see the module doc. ``plant`` > 1: the new build
+    runs its entry that many times per timed call, a regression of known size (+100 % for 2 passes of
+    an op that is one kernel) that the verdict must flag; refused for an op that writes its inputs,
+    whose second pass would compute something else."""
     head = {"op_id": new.op_id, "old": old.source.version or old.source.commit or "old", "new": _release(new)}
+    written = [a.tensor.name for a in new.contract.args if a.tensor is not None and a.tensor.role == "inout"]
+    if plant > 1 and written:
+        why = f"--plant: it writes {', '.join(written)} in place, so a second pass computes something else"
+        return ReleaseAB(**head, verdict="not comparable", planted_passes=plant, detail=why)
     why = not_comparable(old, new)
     if why:
         return ReleaseAB(**head, verdict="not comparable", detail=why)
@@ -119,12 +129,13 @@ def compare(old_dir: pathlib.Path, old: Task, new_dir: pathlib.Path, new: Task, 
         harness=config.harness,
         device_cache_dir=str(config.cache / "device"),
         sglang_package=language_of(new).sglang_package(new, config),
+        planted_passes=plant,
     )
     run = run_request(request, config, worker_dir(config, new.op_id, "release-ab"))
     evaluation = to_evaluation(
         new.op_id, f"release {head['old']}", run, build=old_report, build_s=time.monotonic() - started, config=config
     )
-    return judge(head, evaluation, config.harness.noise_pct)
+    return judge(head, evaluation, config.harness.noise_pct).model_copy(update={"planted_passes": plant})
 
 
 def judge(head: dict[str, str], evaluation: Evaluation, noise_pct: float) -> ReleaseAB:
@@ -169,13 +180,15 @@ def main(args: Any, config: Config) -> int:
         say(f"no task with a catalog shape under {new_root}: nothing to compare")
         return 1
     out_dir = None
+    plant = int(getattr(args, "plant", None) or 1)
     results: list[ReleaseAB] = []
     for op_id in wanted:
         if op_id not in new_tasks:
             say(f"{op_id}: no task with a catalog shape in the new release ({new_root})")
             continue
         new_dir, new = new_tasks[op_id]
-        out_dir = out_dir or config.work / AB_DIR / f"{_label(old_root, old_tasks)}-vs-{_release(new)}"
+        tail = f"-planted{plant}" if plant > 1 else ""
+        out_dir = out_dir or config.work / AB_DIR / f"{_label(old_root, old_tasks)}-vs-{_release(new)}{tail}"
         record_path = out_dir / f"{op_id}.json"
         if record_path.is_file():
             results.append(read_record(ReleaseAB, record_path))
@@ -185,7 +198,7 @@ def main(args: Any, config: Config) -> int:
             result = ReleaseAB(op_id=op_id, old="?", new=_release(new), verdict="not comparable", detail=why)
         else:
             old_dir, old = old_tasks[op_id]
-            result = compare(old_dir, old, new_dir, new, config=config)
+            result = compare(old_dir, old, new_dir, new, config=config, plant=plant)
         write_record(result, record_path)
         results.append(result)
         say(f"{op_id}: {result.verdict}: {result.detail}")

@@ -488,7 +488,8 @@ class Timer:
             with torch.cuda.stream(self.stream):
                 fn(*arg_lists[0])
             self.stream.synchronize()
-            graphs[name] = timing.capture([_bind(fn, args) for args in arg_lists], self.stream)
+            passes = req.planted_passes if name == "baseline" else 1  # track ab --plant: an extra pass, known size
+            graphs[name] = timing.capture([_bind(fn, args) for args in arg_lists for _ in range(passes)], self.stream)
             counts[name] = calls
         if self.reference is not None and (req.torch_eager or req.torch_compile):
             self._add_torch(self.reference, plan, bufsets, sets, calls, graphs, counts, notes)
