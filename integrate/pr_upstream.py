@@ -4,10 +4,14 @@ SGLang takes a JIT kernel change with a registered test and a ``marker`` benchma
 (:mod:`integrate.upstream_tests` writes both); the PR lists them as files it adds, says what the
 test showed against the patched tree, and shows the benchmark's table against the pristine and the
 patched tree side by side. An op of the PR with no generated test, or one that failed, keeps the PR
-a draft (:func:`problems`), and the draft says what is missing.
+a draft (:func:`problems`), and the draft says what is missing; so does a line of the patch or of a
+generated file that spells the tool's name (:func:`tool_names`).
 """
 
 from __future__ import annotations
+
+import pathlib
+import re
 
 from integrate.records import UPSTREAM_DIR, IntegrateReport, UpstreamCheck
 
@@ -36,7 +40,33 @@ def problems(report: IntegrateReport) -> tuple[list[str], list[str]]:
                 )
     if report.upstream and any(op.op_id not in seen for op in report.patch.ops):
         missing += [f"{op.op_id}: no SGLang-form test written" for op in report.patch.ops if op.op_id not in seen]
+    missing += [f"it names the tool: {where}; upstream code names no tool" for where in tool_names(report)]
     return failing, missing
+
+
+TOOL_NAME = re.compile(r"kernelsmith", re.IGNORECASE)
+
+
+def tool_names(report: IntegrateReport) -> list[str]:
+    """Where what goes upstream (the patch's added lines, the files of ``upstream/``) spells the tool's
+    name: ``<file>:<line>`` each. A maintainer takes SGLang's own idioms, never a tool's brand."""
+    out_dir = pathlib.Path(report.patch.patch_file).parent
+    found: list[str] = []
+    patch = pathlib.Path(report.patch.patch_file)
+    if patch.is_file():
+        current = ""
+        for number, line in enumerate(patch.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+            if line.startswith("+++ "):
+                current = line[4:].removeprefix("b/")
+            elif line.startswith("+") and TOOL_NAME.search(line):
+                found.append(f"`{current}` (sglang.patch line {number})")
+    folder = out_dir / UPSTREAM_DIR
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        if path.is_file():
+            for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+                if TOOL_NAME.search(line):
+                    found.append(f"`{path.relative_to(folder).as_posix()}` line {number}")
+    return found
 
 
 def accuracy(report: IntegrateReport) -> list[str]:

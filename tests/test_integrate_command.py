@@ -409,3 +409,20 @@ def test_a_rerun_after_an_interrupted_self_check_applies_the_demanded_dtype_firs
     assert (
         check.ran and check.passed == 1 and check.fixes == ["out: dtype float32 (baseline: check: out must be float32)"]
     )
+
+
+def test_a_patch_or_upstream_file_that_names_the_tool_keeps_the_pr_a_draft(one_op_run, no_gpu):
+    """The fixture's candidate writes `// kernelsmith: ...` comments into SGLang's kernel: the PR says where."""
+    from integrate.pr import status
+    from integrate.records import IntegrateReport
+    from pipeline.records import read_record
+
+    work = one_op_run
+    assert main(build_parser().parse_args(["integrate", "--run", "r1"]), _config(work)) == 0
+    out = work / "integrate" / "r1"
+    report = read_record(IntegrateReport, out / "report.json")
+    _, reasons = status(report)
+    named = [r for r in reasons if r.startswith("it names the tool:")]
+    assert named and f"`sglang/{ACT}` (sglang.patch line" in named[0]
+    (out / "upstream" / "note.py").write_text("# made by Kernelsmith\n")
+    assert any("`note.py` line 1" in r for r in status(report)[1])
