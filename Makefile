@@ -81,10 +81,10 @@ deps: $(STAMP)
 	$(BIN)/python tools/fetch-deps.py .dev/deps
 	tar -czf .dev/deps.tar.gz -C .dev deps
 
-# Everything tools/gpu-owed.sh carries to the GPU machine, made here (about 3 min): the wheels, the
-# header deps and the task tarballs of tools/owed-tasks.sh (tools/owed.env names the ops).
+# Everything tools/gpu-remeasure.sh carries to the GPU machine, made here (about 3 min): the wheels, the
+# header deps and the task tarballs of tools/remeasure-tasks.sh (tools/remeasure.env names the ops).
 device-prep: device-wheels deps
-	KS=$(KS) bash tools/owed-tasks.sh
+	KS=$(KS) bash tools/remeasure-tasks.sh
 
 clean:
 	rm -rf work .pytest_cache build *.egg-info

@@ -6,7 +6,7 @@ small uint8 tensor took 0.87 µs per call back to back in a graph, above what
 ``moe.mask_topk_ids``'s baseline takes for more bytes (0.75 µs at 64 tokens): its time ÷ floor
 read 0.64-0.86, which is no floor. SGLang's kernels launch with programmatic dependent launch
 (PDL), which lets one launch's start overlap the previous kernel's tail; torch's copy does not.
-On the H200 (2026-12-05, one stream; BENCHMARKS.md section 2, session 25) at 4 KiB moved: torch's
+On the H200 (2026-12-05, one stream; BENCHMARKS.md section 7, "Floors") at 4 KiB moved: torch's
 copy 0.873 µs, ``ks_copy16`` 1.105 µs plain and 0.616 µs with PDL; ``ks_empty`` 0.504 µs plain
 and 0.402 µs with PDL. The launch, not the access width, is what the floor was missing.
 
