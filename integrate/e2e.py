@@ -7,8 +7,9 @@ every recipe with a step that runs changed code (:func:`run`; the default recipe
 a Llama-3.1-8B middle layer, when none does): Llama-3.1-8B (dense),
 Qwen3-235B-A22B (MoE: q/k norm, the router's top-k, the experts as torch grouped
 GEMMs around SGLang's silu_and_mul) and DeepSeek-V3 (fp8, MLA: SGLang's fp8
-quantization, RoPE, MLA cache store, router GEMM and silu_and_mul between labelled
-stand-ins for the AOT, DeepGEMM, FA3 and FlashInfer kernels). GEMMs run through torch (cuBLAS) on bf16 weights of the model's sizes;
+quantization, RoPE, MLA cache store, router GEMM and silu_and_mul between
+labelled stand-ins for the AOT, DeepGEMM, FA3 and FlashInfer kernels). GEMMs run
+through torch (cuBLAS) on bf16 weights of the model's sizes;
 attention through torch's ``scaled_dot_product_attention``: at decode, B sequences
 x 1 query token over a KV cache of ``proxy.kv_len`` tokens each (stated in the
 record and the PR), at prefill causal over the T tokens. This module holds no op
@@ -286,6 +287,7 @@ def run_layers(
         *(("prefill", t) for t in (recipe.proxy.prefill if prefill is None else prefill)),
     ]
     logs = out_dir / "logs"
+    stem = pathlib.Path(recipe.path).stem  # each recipe's workers log apart
     rows: list[LayerTiming] = []
     skipped: dict[str, str] = {}
     ops: list[str] = []
@@ -303,7 +305,9 @@ def run_layers(
         with contextlib.ExitStack() as stack:
             launched = {
                 who: stack.enter_context(
-                    TreeWorker(WORKER_NAMES[who], packages[who], out_dir / "cache" / who, logs / f"e2e-{who}.log")
+                    TreeWorker(
+                        WORKER_NAMES[who], packages[who], out_dir / "cache" / who, logs / f"e2e-{stem}-{who}.log"
+                    )
                 )
                 for who in started
             }

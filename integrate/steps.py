@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from integrate.errors import ConfigError, KernelsmithError
+from integrate.pr_model import changed_ops
 from integrate.records import E2EResult, IntegrateReport, OpCheck, Patch, TestRun, UpstreamCheck
 from pipeline.gpu import gpu_available
 from pipeline.records import Task, read_record, write_record
@@ -210,8 +211,6 @@ def gpu_steps(
     if e2e:
         update["not_run"].pop("e2e", None)
         update["failed_steps"].pop("e2e", None)
-        from integrate.pr_model import changed_ops
-
         try:
             assert runners.e2e is not None
             results = runners.e2e(
