@@ -133,8 +133,15 @@ def main(args: argparse.Namespace, config: Config) -> int:
         )
         commit = commit_branch(patch, args.git_branch, title(report), body)
         report = report.model_copy(update={"branch": args.git_branch, "commit": commit})
-        pr_path = publish(report, out_dir, run_dir)
         say(f"committed {commit[:12]} on new branch {args.git_branch} of {patch.tree_root} (not pushed)")
+        if report.series:
+            from integrate.pr import commit_series
+
+            parts = commit_series(report, args.git_branch, f"Status when committed: {state}.")
+            report = report.model_copy(update={"series": parts})
+            for part in parts:
+                say(f"  part {part.index} ({part.family}): {part.commit[:12]} on new branch {part.branch}")
+        pr_path = publish(report, out_dir, run_dir)
     print_summary(report, pr_path)
     emit(args, report)
     if report.gpu is None:

@@ -41,7 +41,7 @@ from integrate.diffs import sha256
 from integrate.errors import GitError
 from integrate.evidence import OpFacts, RunFacts, gather, launch_facts, refuse_simulated
 from integrate.pr_model import fmt as _fmt
-from integrate.records import E2EResult, IntegrateReport, OpChange, Patch
+from integrate.records import E2EResult, IntegrateReport, OpChange, Patch, SeriesPart
 from optimize.report import params_text
 from pipeline.buckets import BUCKETS, bucket_for, floor_text
 from pipeline.records import ShapeTiming
@@ -707,10 +707,19 @@ def _git(
 
 
 def commit_branch(
-    patch: Patch, branch: str, message_title: str, message_body: str, *, run_dir: pathlib.Path | None = None
+    patch: Patch,
+    branch: str,
+    message_title: str,
+    message_body: str,
+    *,
+    run_dir: pathlib.Path | None = None,
+    base: str = "HEAD",
+    diff: pathlib.Path | None = None,
 ) -> str:
     """Commit the patch on a new branch ``branch`` of the checkout; return the commit id. Never pushes.
 
+    ``diff`` and ``base``: one part of a series (:mod:`integrate.series`), applied on the branch of the
+    part before it; HEAD's files are checked against the patch only for the first part.
     A patch from a replayed (simulated) run is refused first (:func:`integrate.evidence.refuse_simulated`).
     """
     refuse_simulated(patch, run_dir)
@@ -732,7 +741,7 @@ def commit_branch(
         raise GitError(
             f"branch {branch} already exists in {checkout}", fix="pick another --git-branch name, or delete that branch"
         )
-    for f in patch.files:
+    for f in patch.files if base == "HEAD" else []:
         shown = _git(checkout, "show", f"HEAD:{f.diff_path}", check=False)
         if shown.returncode != 0 or sha256(shown.stdout) != f.sha256_before:
             raise GitError(
@@ -743,9 +752,10 @@ def commit_branch(
     worktree = tmp / "wt"
     created = False
     try:
-        _git(checkout, "worktree", "add", "--quiet", "-b", branch, str(worktree), "HEAD")
+        _git(checkout, "worktree", "add", "--quiet", "-b", branch, str(worktree), base)
         created = True
-        _git(worktree, "apply", "--index", "--whitespace=nowarn", str(pathlib.Path(patch.patch_file).resolve()))
+        applied = diff if diff is not None else pathlib.Path(patch.patch_file)
+        _git(worktree, "apply", "--index", "--whitespace=nowarn", str(applied.resolve()))
         identity: list[str] = []
         if not _git(worktree, "config", "user.email", check=False).stdout.strip():
             # no identity configured: a neutral one (what goes upstream names no tool); the user
@@ -767,3 +777,29 @@ def commit_branch(
             _git(checkout, "worktree", "remove", "--force", str(worktree), check=False)
         shutil.rmtree(tmp, ignore_errors=True)
     return commit
+
+
+def commit_series(
+    report: IntegrateReport, branch: str, body: str, *, run_dir: pathlib.Path | None = None
+) -> list[SeriesPart]:
+    """Each part of the report's series on its own branch, ``<branch>-<NN>-<family>``, each made from the
+    branch of the part before it (the first from HEAD), committed with its family PR's title; returns the
+    parts with their branch and commit. Never pushes. A part that fails leaves the ones before it."""
+    from integrate.series import family_report
+
+    out_dir = pathlib.Path(report.patch.patch_file).parent
+    base, done = "HEAD", []
+    for part in report.series:
+        name = f"{branch}-{part.index:02d}-{part.family}"
+        commit = commit_branch(
+            report.patch,
+            name,
+            title(family_report(report, part)),
+            f"Ops: {', '.join(part.ops)}. Part {part.index} of {len(report.series)}.\n{body}",
+            run_dir=run_dir,
+            base=base,
+            diff=out_dir / part.file,
+        )
+        done.append(part.model_copy(update={"branch": name, "commit": commit}))
+        base = name
+    return done

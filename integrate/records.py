@@ -310,6 +310,8 @@ class SeriesPart(Record):
     file: str  # relative to the integrate folder: series/NN-<family>.patch
     sha256: str
     files: list[str]  # package-relative paths the part changes
+    branch: str = ""  # --git-branch: the part's branch (<branch>-<NN>-<family>), stacked on the part before
+    commit: str = ""
 
 
 # --------------------------------------------------------------------------- report

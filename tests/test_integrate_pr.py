@@ -804,3 +804,42 @@ def test_a_launch_overlap_candidate_waits_for_its_in_context_figure(tmp_path):
     assert status(shown) == ("ready", [])
     mixed = [op.model_copy(update={"skills": ["pdl_enable", "streaming_cache_hints"]}) for op in report.patch.ops]
     assert status(report.model_copy(update={"patch": report.patch.model_copy(update={"ops": mixed})})) == ("ready", [])
+
+
+def test_git_branch_stacks_one_branch_per_part_of_a_series(tmp_path, sglang_source):
+    """Two families (activation, layernorm): `<branch>-01-activation` from HEAD, `<branch>-02-layernorm` on it,
+    each with its part's diff and its family PR's title; the last holds the whole patch's bytes."""
+    from test_integrate_patch import RMS, two_op_run
+
+    from extract.sources import acquire
+    from integrate.patch import layout_of, load_run
+    from integrate.pr import commit_series
+    from integrate.series import write_series
+
+    repo = tmp_path / "sglang"
+    pkg = repo / "python" / "sglang"
+    for rel in (ACT, RMS, "kernels/jit/include/sgl_kernel/utils.cuh"):
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pathlib.Path(sglang_source.root) / rel, pkg / rel)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=dev", "-c", "user.email=dev@example.com", "commit", "-qm", "base")
+    source = acquire("0.5.23", tmp_path / "cache", str(repo))
+    work = two_op_run(tmp_path, source)
+    out = work / "integrate" / "r1"
+    patch = build_patch("r1", work / "runs" / "r1", work / "tasks", source, out)
+    accepted, _ = load_run(work / "runs" / "r1", work / "tasks")
+    report = IntegrateReport(run="r1", patch=patch, series=write_series(accepted, layout_of(source), out))
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    parts = commit_series(report, "perf/all", "body")
+    assert [p.branch for p in parts] == ["perf/all-01-activation", "perf/all-02-layernorm"]
+    assert _git(repo, "rev-parse", f"{parts[1].commit}^").strip() == parts[0].commit, "part 2 sits on part 1"
+    assert _git(repo, "rev-parse", f"{parts[0].commit}^").strip() == head
+    assert _git(repo, "diff", "--name-only", parts[0].commit, parts[1].commit).split() == [f"python/sglang/{RMS}"]
+    assert "silu_and_mul" in _git(repo, "log", "-1", "--format=%s", parts[0].commit)
+    for rel in (ACT, RMS):
+        assert (
+            _git(repo, "show", f"{parts[1].commit}:python/sglang/{rel}").encode()
+            == (pathlib.Path(patch.patched_tree) / patch.prefix / rel).read_bytes()
+        )
+    assert _git(repo, "rev-parse", "HEAD").strip() == head and _git(repo, "status", "--porcelain") == ""
