@@ -254,12 +254,79 @@ def _relative(path: pathlib.Path) -> str:
         return path.name
 
 
+class Trees:
+    """The trees' workers, started once and shared by every recipe a run times: the pristine tree,
+    the patched tree and, with ``aa``, a byte-for-byte copy of the pristine one (A/A).
+
+    ``start`` turns the order the workers start in (:func:`round_order` of it): the rounds' turning
+    order evens out which tree runs first, not which process started first, and
+    :func:`pristine_runs` turns it per run so the A/A evidence shows whether a difference follows
+    the start. Each worker keeps its JIT builds in ``out_dir/cache/<tree>``, so a second recipe
+    loads what the first built."""
+
+    def __init__(
+        self, baseline_pkg: pathlib.Path, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, aa: bool, start: int
+    ) -> None:
+        self.aa = aa
+        self.copy_pkg = out_dir / AA_TREE / baseline_pkg.name
+        self.packages = {"baseline": baseline_pkg, "patched": patched_pkg, **({"copy": self.copy_pkg} if aa else {})}
+        self.started = round_order(list(self.packages), start)
+        self.out_dir = out_dir
+        self.workers: dict[str, Any] = {}
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Trees:
+        from integrate.sglang_runner import TreeWorker
+
+        try:
+            if self.aa:
+                from integrate.patch import copy_package
+
+                shutil.rmtree(self.copy_pkg.parent, ignore_errors=True)
+                copy_package(self.packages["baseline"], self.copy_pkg)
+            logs = self.out_dir / "logs"
+            launched = {
+                who: self._stack.enter_context(
+                    TreeWorker(
+                        WORKER_NAMES[who], self.packages[who], self.out_dir / "cache" / who, logs / f"e2e-{who}.log"
+                    )
+                )
+                for who in self.started
+            }
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        self.workers = {who: launched[who] for who in self.packages}  # the rounds' order is the trees' order
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._stack.close()
+        finally:
+            if self.aa:
+                shutil.rmtree(self.copy_pkg.parent, ignore_errors=True)
+
+
 def run_layers(
     baseline_pkg: pathlib.Path,
     patched_pkg: pathlib.Path,
     out_dir: pathlib.Path,
     *,
     recipe: LayerRecipe | None = None,
+    aa: bool = True,
+    start: int = 0,
+    **options: Any,
+) -> E2EResult:
+    """Whole-layer timings for every point of the recipe on its own :class:`Trees` (``options``:
+    :func:`time_recipe`'s)."""
+    with Trees(baseline_pkg, patched_pkg, out_dir, aa=aa, start=start) as trees:
+        return time_recipe(trees, recipe or load_recipe(DEFAULT_RECIPE), **options)
+
+
+def time_recipe(
+    trees: Trees,
+    recipe: LayerRecipe,
+    *,
     dtype: Dtype = "bf16",
     rounds: int = 3,
     repeats: int = 15,
@@ -269,85 +336,51 @@ def run_layers(
     decode: Sequence[int] | None = None,
     prefill: Sequence[int] | None = None,
     command: str = "",
-    aa: bool = True,
-    start: int = 0,
 ) -> E2EResult:
-    """Whole-layer timings for every point of the recipe: the pristine and the patched tree and, with
-    ``aa``, a byte-for-byte copy of the pristine one (A/A), in an order that turns each round.
-
-    ``start`` turns the order the trees' workers start in (:func:`round_order` of it): the rounds'
-    turning order evens out which tree runs first, not which process started first, and
-    :func:`pristine_runs` turns it per run so the A/A evidence shows whether a difference follows
-    the start."""
-    from integrate.sglang_runner import TreeWorker
-
-    recipe = recipe or load_recipe(DEFAULT_RECIPE)
+    """Whole-layer timings for every point of the recipe on the trees' workers, in an order that
+    turns each round."""
     todo: list[tuple[Phase, int]] = [
         *(("decode", b) for b in (recipe.proxy.decode if decode is None else decode)),
         *(("prefill", t) for t in (recipe.proxy.prefill if prefill is None else prefill)),
     ]
-    logs = out_dir / "logs"
-    stem = pathlib.Path(recipe.path).stem  # each recipe's workers log apart
+    workers = trees.workers
     rows: list[LayerTiming] = []
     skipped: dict[str, str] = {}
     ops: list[str] = []
     attention = ""
-    copy_pkg = out_dir / AA_TREE / baseline_pkg.name
-    if aa:
-        from integrate.patch import copy_package
-
-        shutil.rmtree(copy_pkg.parent, ignore_errors=True)
-        copy_package(baseline_pkg, copy_pkg)
-    trees = [("baseline", baseline_pkg), ("patched", patched_pkg), *([("copy", copy_pkg)] if aa else [])]
-    packages = dict(trees)
-    started = round_order([who for who, _ in trees], start)
-    try:
-        with contextlib.ExitStack() as stack:
-            launched = {
-                who: stack.enter_context(
-                    TreeWorker(
-                        WORKER_NAMES[who], packages[who], out_dir / "cache" / who, logs / f"e2e-{stem}-{who}.log"
-                    )
-                )
-                for who in started
-            }
-            workers = {who: launched[who] for who, _ in trees}  # the rounds' order is the trees' order
-            if todo:
-                _build_all(workers, plan(recipe, *todo[0]), dtype, timeout_s)
-            for phase, tokens in todo:
-                req = {
-                    "cmd": "layer",
-                    "plan": plan(recipe, phase, tokens),
-                    "dtype": dtype,
-                    "repeats": repeats,
-                    "graph_calls": graph_calls,
-                    "l2_multiple": l2_multiple,
-                }
-                samples: dict[str, dict[str, list[float]]] = {who: {} for who in workers}
-                contexts: dict[str, list[str]] = {}
-                for r in range(rounds):
-                    for who in round_order(list(workers), r):
-                        answer = workers[who].request({**req, "seed": r}, timeout_s=timeout_s)
-                        skipped.update({f"{name} ({phase})": why for name, why in answer.get("skipped", {}).items()})
-                        ops = list(answer["ops"])
-                        contexts = dict(answer.get("contexts", {}))
-                        attention = str(answer.get("attention", attention))
-                        for name, values in answer["samples_us"].items():
-                            samples[who].setdefault(name, []).extend(float(v) for v in values)
-                rows.append(
-                    layer_timing(
-                        phase,
-                        tokens,
-                        samples,
-                        layers=recipe.layers,
-                        kv_len=recipe.proxy.kv_len,
-                        steps=ops,
-                        contexts=contexts,
-                    )
-                )
-    finally:
-        if aa:
-            shutil.rmtree(copy_pkg.parent, ignore_errors=True)
+    if todo:
+        _build_all(workers, plan(recipe, *todo[0]), dtype, timeout_s)
+    for phase, tokens in todo:
+        req = {
+            "cmd": "layer",
+            "plan": plan(recipe, phase, tokens),
+            "dtype": dtype,
+            "repeats": repeats,
+            "graph_calls": graph_calls,
+            "l2_multiple": l2_multiple,
+        }
+        samples: dict[str, dict[str, list[float]]] = {who: {} for who in workers}
+        contexts: dict[str, list[str]] = {}
+        for r in range(rounds):
+            for who in round_order(list(workers), r):
+                answer = workers[who].request({**req, "seed": r}, timeout_s=timeout_s)
+                skipped.update({f"{name} ({phase})": why for name, why in answer.get("skipped", {}).items()})
+                ops = list(answer["ops"])
+                contexts = dict(answer.get("contexts", {}))
+                attention = str(answer.get("attention", attention))
+                for name, values in answer["samples_us"].items():
+                    samples[who].setdefault(name, []).extend(float(v) for v in values)
+        rows.append(
+            layer_timing(
+                phase,
+                tokens,
+                samples,
+                layers=recipe.layers,
+                kv_len=recipe.proxy.kv_len,
+                steps=ops,
+                contexts=contexts,
+            )
+        )
     parts = recipe.parts()
     return E2EResult(
         ran=True,
@@ -364,7 +397,7 @@ def run_layers(
         rows=rows,
         assumption=ASSUMPTION.format(layers=recipe.layers, kv_len=recipe.proxy.kv_len),
         command=command,
-        start_order=started,
+        start_order=trees.started,
     )
 
 
@@ -520,17 +553,26 @@ def run(
         loaded, broken = all_recipes()
         recipes = recipes_for(ops, loaded)
     results = [E2EResult(ran=False, recipe=f"{LAYER_DIR.name}/{name}", reason=why) for name, why in broken.items()]
-    for recipe in recipes:
-        where = _relative(pathlib.Path(recipe.path))
-        moved = check_sources(recipe, baseline_pkg)
-        if moved:
-            results.append(E2EResult(ran=False, model=recipe.model, recipe=where, reason="; ".join(moved)))
-            continue
-        try:
-            results.append(run_layers(baseline_pkg, patched_pkg, out_dir, command=command, recipe=recipe))
-        except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
-            reason = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
-            results.append(E2EResult(ran=False, model=recipe.model, recipe=where, reason=f"it broke: {reason}"))
+    trees: Trees | None = None
+    try:
+        for recipe in recipes:
+            where = _relative(pathlib.Path(recipe.path))
+            moved = check_sources(recipe, baseline_pkg)
+            if moved:
+                results.append(E2EResult(ran=False, model=recipe.model, recipe=where, reason="; ".join(moved)))
+                continue
+            try:
+                trees = trees or Trees(baseline_pkg, patched_pkg, out_dir, aa=True, start=0).__enter__()
+                results.append(time_recipe(trees, recipe, command=command))
+            except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
+                reason = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
+                results.append(E2EResult(ran=False, model=recipe.model, recipe=where, reason=f"it broke: {reason}"))
+                if trees is not None:  # a worker that broke is not trusted with the next recipe: fresh ones
+                    trees.__exit__(None, None, None)
+                    trees = None
+    finally:
+        if trees is not None:
+            trees.__exit__(None, None, None)
     ran = [i for i, r in enumerate(results) if r.ran]
     if ran:  # the whole-server adapter once, on the first recipe that ran
         first = results[ran[0]]

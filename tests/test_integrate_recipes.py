@@ -155,29 +155,48 @@ def test_one_recipe_that_cannot_run_costs_only_itself(tmp_path, monkeypatch, sgl
     layers = tmp_path / "layers"
     layers.mkdir()
     shutil.copy(DEFAULT_RECIPE, layers / DEFAULT_RECIPE.name)
-    shutil.copy(QWEN, layers / QWEN.name)
+    shutil.copy(QWEN, layers / "a-qwen3.toml")  # sorts first: the recipe after it needs fresh workers
     (layers / "broken.toml").write_text('model = "Llama-3.1-8B"\n[[steps]]\nname = 1\n')
     moved = _write_variant(layers, "srt/models/qwen3_moe.py:898", "srt/models/qwen3_moe_v2.py:898", "moved.toml")
     loaded, broken = all_recipes(layers)
     assert list(broken) == ["broken.toml"] and "layer recipe" in broken["broken.toml"]
     timed: list[str] = []
+    started: list[str] = []
 
-    def run_layers(baseline, patched, out_dir, *, command, recipe):
-        if pathlib.Path(recipe.path).name == QWEN.name:
+    class FakeWorker:  # one per tree; the recipes share them until one breaks
+        def __init__(self, name, package, cache_dir, log, **kwargs):
+            self.name = name
+
+        def __enter__(self):
+            started.append(self.name)
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    def time_recipe(trees, recipe, *, command):
+        if pathlib.Path(recipe.path).name == "a-qwen3.toml":
             raise WorkerError("the worker died: CUDA error: an illegal memory access", fix="see the worker log")
         timed.append(recipe.model)
         return E2EResult(ran=True, model=recipe.model, recipe=recipe.path)
 
-    monkeypatch.setattr(e2e, "run_layers", run_layers)
+    import integrate.sglang_runner as runner
+
+    monkeypatch.setattr(runner, "TreeWorker", FakeWorker)
+    monkeypatch.setattr(e2e, "time_recipe", time_recipe)
     monkeypatch.setattr(e2e, "all_recipes", lambda: (loaded, broken))
     monkeypatch.setattr(e2e, "one_batch", lambda *a: None)
-    results = e2e.run(root, root, tmp_path / "out", ops=["layernorm.fused_add_rmsnorm"])
+    results = e2e.run(root, root, tmp_path / "out", ops=["layernorm.fused_add_rmsnorm", "activation.silu_and_mul"])
     assert timed == ["Llama-3.1-8B"]
+    assert started == ["baseline", "patched", "pristine-copy"] * 2, (
+        "the trees started once, then afresh after the break"
+    )
     by = {pathlib.Path(r.recipe).name: r for r in results}
     assert by[DEFAULT_RECIPE.name].ran
     assert not by["broken.toml"].ran and "layer recipe" in by["broken.toml"].reason
     assert not by["moved.toml"].ran and "srt/models/qwen3_moe_v2.py is not in this tree" in by["moved.toml"].reason
-    assert not by[QWEN.name].ran and by[QWEN.name].reason.startswith("it broke: the worker died")
+    assert not by["a-qwen3.toml"].ran and by["a-qwen3.toml"].reason.startswith("it broke: the worker died")
+    assert not (tmp_path / "out" / e2e.AA_TREE).exists(), "the A/A copy is removed after"
     assert moved.exists()
 
 
