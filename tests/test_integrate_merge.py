@@ -9,31 +9,15 @@ import pathlib
 import pytest
 from test_integrate_command import _config, no_gpu  # noqa: F401 (fixtures)
 from test_integrate_patch import ACT, OP, act_span, edited_kernel, make_best, one_op_run, wheel_source  # noqa: F401
+from test_search import timing
 
 from integrate.command import main
 from integrate.errors import ConfigError
 from integrate.merge import MERGED_FILE, merge_runs, read_merged
 from pipeline.cli import build_parser
-from pipeline.records import Outcome, ShapeTiming
+from pipeline.records import Outcome
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _timing(speedup: float) -> list[ShapeTiming]:
-    return [
-        ShapeTiming(
-            label="T=8",
-            sizes={"T": 8},
-            dtype="bf16",
-            time_us=10.0 / speedup,
-            spread_pct=1.0,
-            gbps=100.0,
-            pct_of_copy_bw=5.0,
-            time_over_floor=3.0,
-            baseline_us=10.0,
-            speedup=speedup,
-        )
-    ]
 
 
 def _second_run(
@@ -44,7 +28,7 @@ def _second_run(
     text = edited_kernel(root) + "\n"
     patched = data[: span.start_byte] + text.encode() + data[span.end_byte :]
     make_best(
-        work, run, OP, {"act_and_mul_kernel": text}, best_src={ACT: patched}, timings=_timing(speedup), outcome=outcome
+        work, run, OP, {"act_and_mul_kernel": text}, best_src={ACT: patched}, timings=[timing(speedup)], outcome=outcome
     )
 
 

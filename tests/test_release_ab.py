@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 from conftest import ensure_default_tasks
+from test_search import timing
 
 from contract.layout import load_task
 from optimize.harness import release_ab
@@ -16,29 +17,16 @@ from pipeline.cli import build_parser
 from pipeline.cli import main as cli_main
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
-from pipeline.records import Evaluation, Outcome, ShapeTiming, read_record, write_record
+from pipeline.records import Evaluation, Outcome, read_record, write_record
 
 OP = "activation.silu_and_mul"
 HEAD = {"op_id": OP, "old": "0.5.22", "new": "0.5.23"}
 
 
-def _timed(speedups: list[float], spread: float = 0.5) -> Evaluation:
-    timings = [
-        ShapeTiming(
-            label=f"T={i}",
-            sizes={"num_tokens": i},
-            dtype="bf16",
-            time_us=10.0 / s,
-            spread_pct=spread,
-            gbps=1.0,
-            pct_of_copy_bw=1.0,
-            time_over_floor=2.0,
-            baseline_us=10.0,
-            speedup=s,
-        )
-        for i, s in enumerate(speedups, start=1)
-    ]
-    return Evaluation(op_id=OP, candidate="release 0.5.22", outcome=Outcome.ok, timings=timings)
+def _timed(speedups: list[float]) -> Evaluation:
+    return Evaluation(
+        op_id=OP, candidate="release 0.5.22", outcome=Outcome.ok, timings=[timing(s, 0.5) for s in speedups]
+    )
 
 
 @pytest.mark.parametrize(

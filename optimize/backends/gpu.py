@@ -202,19 +202,14 @@ class GpuBackend:
             return _note(evaluation, "compute-sanitizer: the candidate did not rebuild, not run")
 
         def request(checks: list[Any], libraries: Any) -> WorkerRequest:
-            from optimize.harness.languages import language_of
-
-            return WorkerRequest(
-                mode="single",
-                op_id=task.op_id,
-                contract=task.contract,
-                baseline_libraries=base_libs,
+            return harness.worker_request(
+                task,
+                base_libs,
+                config=self.config,
                 candidate_libraries=libraries,
                 checks=checks,
-                harness=self.config.harness,
-                device_cache_dir=str(self.config.cache / "device"),
+                mode="single",
                 single_calls=1,
-                sglang_package=language_of(task).sglang_package(task, self.config),
             )
 
         seconds = dict(evaluation.seconds)

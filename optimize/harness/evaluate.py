@@ -410,17 +410,8 @@ def evaluate(
             return built.failed
         cand_report, cand_libs = built.report, built.libraries
     build_s = time.monotonic() - started
-    request = WorkerRequest(
-        mode="evaluate",
-        op_id=task.op_id,
-        contract=task.contract,
-        baseline_libraries=base_libs,
-        candidate_libraries=cand_libs,
-        checks=plan.checks,
-        timings=plan.timings,
-        harness=config.harness,
-        device_cache_dir=str(config.cache / "device"),
-        sglang_package=language_of(task).sglang_package(task, config),
+    request = worker_request(
+        task, base_libs, config=config, candidate_libraries=cand_libs, checks=plan.checks, timings=plan.timings
     )
     workdir = worker_dir(config, task.op_id, cid[:16])
     run = run_request(request, config, workdir)
@@ -432,6 +423,35 @@ def evaluate(
         build_s=build_s,
         config=config,
         candidate_given=candidate is not None,
+    )
+
+
+def worker_request(
+    task: Task,
+    baseline_libraries: list[str],
+    *,
+    config: Config,
+    candidate_libraries: list[str] | None = None,
+    checks: Sequence[CheckCase] = (),
+    timings: Sequence[TimingCase] = (),
+    **options: Any,
+) -> WorkerRequest:
+    """A worker request for ``task`` (mode "evaluate" unless ``options`` says otherwise): its contract,
+    the modules, the cases, the harness settings and where the device's figures and a Triton task's
+    package live. ``candidate_libraries``: the candidate's modules (another release's, for the release
+    A/B); ``options``: the request's other fields (``mode``, ``stop_at_first_failure``, ...)."""
+    return WorkerRequest(
+        mode=options.pop("mode", "evaluate"),
+        op_id=task.op_id,
+        contract=task.contract,
+        baseline_libraries=baseline_libraries,
+        candidate_libraries=candidate_libraries,
+        checks=list(checks),
+        timings=list(timings),
+        harness=config.harness,
+        device_cache_dir=str(config.cache / "device"),
+        sglang_package=language_of(task).sglang_package(task, config),
+        **options,
     )
 
 
@@ -632,17 +652,7 @@ def validate_cases(
     if not checks:
         return verdicts
     _, libs = build_baseline(task_dir, task, units.built(), config=config)
-    request = WorkerRequest(
-        mode="evaluate",
-        op_id=task.op_id,
-        contract=task.contract,
-        baseline_libraries=libs,
-        checks=checks,
-        harness=config.harness,
-        device_cache_dir=str(config.cache / "device"),
-        stop_at_first_failure=False,
-        sglang_package=language_of(task).sglang_package(task, config),
-    )
+    request = worker_request(task, libs, config=config, checks=checks, stop_at_first_failure=False)
     run = run_request(request, config, worker_dir(config, task.op_id, "validate"))
     if run.result is None:
         return [(False, f"{run.summary}: {run.stderr_tail[-300:]}")] * len(cases)

@@ -29,9 +29,15 @@ from typing import Any, Literal
 
 from contract.layout import has_task, load_task
 from optimize.harness.census import real_shaped, tasks_root_of
-from optimize.harness.evaluate import build_baseline, overall, plan_cases, run_request, to_evaluation, worker_dir
-from optimize.harness.languages import language_of
-from optimize.harness.protocol import WorkerRequest
+from optimize.harness.evaluate import (
+    build_baseline,
+    overall,
+    plan_cases,
+    run_request,
+    to_evaluation,
+    worker_dir,
+    worker_request,
+)
 from pipeline.config import Config
 from pipeline.errors import KernelsmithError
 from pipeline.records import ArgSpec, Evaluation, Instantiation, Outcome, Record, Task, read_record, write_record
@@ -118,17 +124,13 @@ def compare(
         old_report, old_libs = build_baseline(old_dir, old, twins, config=config)
     except KernelsmithError as err:
         return ReleaseAB(**head, verdict="failed", detail=f"a build failed: {err.message}")
-    request = WorkerRequest(
-        mode="evaluate",
-        op_id=new.op_id,
-        contract=new.contract,
-        baseline_libraries=new_libs,
+    request = worker_request(
+        new,
+        new_libs,
+        config=config,
         candidate_libraries=old_libs,
         checks=plan.checks,
         timings=plan.timings,
-        harness=config.harness,
-        device_cache_dir=str(config.cache / "device"),
-        sglang_package=language_of(new).sglang_package(new, config),
         planted_passes=plant,
     )
     run = run_request(request, config, worker_dir(config, new.op_id, "release-ab"))
