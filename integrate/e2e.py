@@ -77,7 +77,7 @@ from integrate.recipe import (
 )
 from integrate.records import AATiming, Change, ContextTiming, E2EResult, LayerTiming, OneBatchResult, PartTiming
 from optimize.harness.timing import Stats, summarize
-from pipeline.records import Dtype
+from pipeline.records import Dtype, write_record
 
 ENV_MODEL = "ONE_BATCH_MODEL_PATH"
 AA_TREE = "tree-aa"  # under the integrate folder: the pristine copy of the A/A comparison, removed after
@@ -547,7 +547,8 @@ def run(
     with none, the default recipe), then the one_batch adapter: :mod:`integrate.command`'s e2e step.
 
     A recipe that does not load, whose ``source`` lines are not in this tree, or whose run breaks
-    gives a result that did not run and says why; the other recipes run on and keep their figures."""
+    gives a result that did not run and says why; the other recipes run on and keep their figures.
+    Each recipe's result is also written to ``out_dir/e2e/<recipe>.json`` as it ends."""
     broken: dict[str, str] = {}
     if recipes is None:
         loaded, broken = all_recipes()
@@ -564,6 +565,8 @@ def run(
             try:
                 trees = trees or Trees(baseline_pkg, patched_pkg, out_dir, aa=True, start=0).__enter__()
                 results.append(time_recipe(trees, recipe, command=command))
+                # kept as soon as it exists: a run stopped in a later recipe loses none of this one
+                write_record(results[-1], out_dir / "e2e" / f"{pathlib.Path(recipe.path).stem}.json")
             except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
                 reason = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
                 results.append(E2EResult(ran=False, model=recipe.model, recipe=where, reason=f"it broke: {reason}"))
@@ -586,8 +589,6 @@ def pristine_runs(package: pathlib.Path, out_dir: pathlib.Path, runs: int, **opt
     Each run compares the pristine tree with itself loaded a second time (its own worker and JIT
     cache: the A/B side, where any difference is noise) and with a byte-for-byte copy of it (the
     A/A side). Every result is written as ``<out_dir>/pristine-<i>.json`` as soon as it exists."""
-    from pipeline.records import write_record
-
     results = []
     for i in range(runs):
         result = run_layers(

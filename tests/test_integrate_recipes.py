@@ -21,6 +21,7 @@ from integrate.recipe import (
     recipes_for,
 )
 from integrate.records import E2EResult
+from pipeline.records import read_record
 
 QWEN = LAYER_DIR / "qwen3-235b-a22b.toml"
 DEEPSEEK = LAYER_DIR / "deepseek-v3.toml"
@@ -197,6 +198,8 @@ def test_one_recipe_that_cannot_run_costs_only_itself(tmp_path, monkeypatch, sgl
     assert not by["moved.toml"].ran and "srt/models/qwen3_moe_v2.py is not in this tree" in by["moved.toml"].reason
     assert not by["a-qwen3.toml"].ran and by["a-qwen3.toml"].reason.startswith("it broke: the worker died")
     assert not (tmp_path / "out" / e2e.AA_TREE).exists(), "the A/A copy is removed after"
+    kept = read_record(E2EResult, tmp_path / "out" / "e2e" / "llama-3.1-8b.json")
+    assert kept.model == "Llama-3.1-8B", "each recipe's result is written as it ends"
     assert moved.exists()
 
 
