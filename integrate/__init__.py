@@ -2,11 +2,15 @@
 
 Modules, in dependency order (each imports only those before it, and the floors below):
 ``errors``, ``records``, ``diffs``, ``triton_splice`` (a spliced Triton file still parses), ``patch`` (makes and verifies ``sglang.patch`` and the
-patched copy), ``sglang_bare``, ``calls`` (each op's calls planned from its contract; a Triton op's
+patched copy), ``series`` (the patch as one part per op family), ``sglang_bare``, ``calls`` (each op's calls planned from its contract; a Triton op's
 through its KernelSpec), ``triton_probe`` (in the worker: a Triton op's callable and its kernels' launches
 counted), ``sglang_worker`` (run in a subprocess per tree), ``sglang_runner`` (proves it through SGLang's
 own ops on the GPU), ``sglang_tests`` (SGLang's tests), ``upstream_tests`` (the SGLang-form test and
-``marker`` benchmark written for each op of the PR, and run), ``e2e`` (measures a model layer),
-``evidence`` (run facts for the PR), ``pr_triton`` (the PR's Triton sentences), ``pr_upstream`` (its sentences on the generated tests), ``pr`` (writes PR.md), ``steps`` (the GPU steps the entry points share), ``selfcheck``
-(``--self-check``), ``command`` (the top: nothing imports it). See integrate/README.md.
+``marker`` benchmark written for each op of the PR, and run), ``recipe`` and ``layer_worker`` (a model
+layer as data, and its timing in the worker), ``e2e`` (measures every model layer that runs the change),
+``evidence`` (run facts for the PR), ``merge`` (several runs' accepted candidates as one run),
+``reached`` (which other ops a patch changes), ``pr_triton`` (the PR's Triton sentences), ``pr_upstream``
+(its sentences on the generated tests), ``pr_model`` (its model-step section), ``pr`` (writes PR.md),
+``steps`` (the GPU steps the entry points share), ``selfcheck`` (``--self-check``), ``command`` (the top:
+nothing imports it). See integrate/README.md.
 """

@@ -21,8 +21,9 @@ spread, the one stream per process), floor_kernels (the hand-written PTX kernels
 are timed with), roofline (bytes, device ceilings), adversarial (the cheat suite),
 baseline_repair (the one
 "baseline contradicts its contract -> fix -> run again" loop of the sweep and the
-optimize loop), health (the ``bench --all`` sweep), population (a search population built
-at once and evaluated in one worker).
+optimize loop), health (the ``bench --all`` sweep), census (``track run``), release_ab
+(``track ab``: two releases' builds of an op in one worker), population (a search population
+built at once and evaluated in one worker).
 """
 
 from __future__ import annotations
