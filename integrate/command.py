@@ -124,7 +124,8 @@ def main(args: argparse.Namespace, config: Config) -> int:
         report, good = _swap(report, good, out_dir)
     pr_path = publish(report, out_dir, run_dir)
     if getattr(args, "git_branch", None):
-        from integrate.pr import commit_branch, status, title
+        from integrate.branch import commit_branch
+        from integrate.pr import status, title
 
         state, _ = status(report)
         body = (
@@ -135,7 +136,7 @@ def main(args: argparse.Namespace, config: Config) -> int:
         report = report.model_copy(update={"branch": args.git_branch, "commit": commit})
         say(f"committed {commit[:12]} on new branch {args.git_branch} of {patch.tree_root} (not pushed)")
         if report.series:
-            from integrate.pr import commit_series
+            from integrate.branch import commit_series
 
             parts = commit_series(report, args.git_branch, f"Status when committed: {state}.")
             report = report.model_copy(update={"series": parts})

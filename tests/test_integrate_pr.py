@@ -9,9 +9,10 @@ import subprocess
 import pytest
 from test_integrate_patch import ACT, OP, act_span, edited_kernel, make_best, make_task
 
+from integrate.branch import commit_branch
 from integrate.errors import GitError
 from integrate.patch import build_patch
-from integrate.pr import SECTIONS, commit_branch, render, status, title
+from integrate.pr import SECTIONS, render, status, title
 from integrate.records import (
     CheckCase,
     E2EResult,
@@ -812,8 +813,8 @@ def test_git_branch_stacks_one_branch_per_part_of_a_series(tmp_path, sglang_sour
     from test_integrate_patch import RMS, two_op_run
 
     from extract.sources import acquire
+    from integrate.branch import commit_series
     from integrate.patch import layout_of, load_run
-    from integrate.pr import commit_series
     from integrate.series import write_series
 
     repo = tmp_path / "sglang"
