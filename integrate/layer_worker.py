@@ -175,14 +175,14 @@ def _torch_part(part: str, args: Sequence[torch.Tensor]) -> Call:
 
         return route
     if part == "attention_mla_decode":  # absorbed MLA: B heads of [latent | rope] queries over one latent cache
-        q_nope, q_pe, latent, out = (
-            args  # [H, B, Dl] (heads first, as the absorb bmm leaves it), [B, H, Dr], [B, L, Dl + Dr], [H, B, Dl]
-        )
-        heads, batch, d_latent = q_nope.shape
+        # q_nope [H, B, Dl] (heads first, as the absorb bmm leaves it), q_pe [B, H, Dr],
+        # latent [B, L, Dl + Dr], out [H, B, Dl]
+        q_nope, q_pe, latent, out = args
+        d_latent = q_nope.shape[-1]
         keys = latent.unsqueeze(1)  # [B, 1, L, Dl + Dr]
         values = latent[..., :d_latent].unsqueeze(1)
         out4 = out.permute(1, 0, 2).unsqueeze(2)  # [B, H, 1, Dl], a view of out
-        scale = 1.0 / math.sqrt(q_nope.shape[-1] + q_pe.shape[-1])
+        scale = 1.0 / math.sqrt(d_latent + q_pe.shape[-1])
 
         def attend() -> None:
             q = torch.cat([q_nope.transpose(0, 1), q_pe], dim=-1).unsqueeze(2)  # [B, H, 1, Dl + Dr]
