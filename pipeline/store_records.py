@@ -1,12 +1,14 @@
-"""The results store's records: a batch of measurements, its rows, a regression found over the history."""
+"""The results store's records: a batch of measurements, its rows, a regression found over the history,
+and the release A/B of one op that confirms or retracts it (``kernelsmith track ab``)."""
 
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 from pydantic import Field
 
-from pipeline.records import Record, VersionedRecord
+from pipeline.records import Evaluation, Record, VersionedRecord
 
 #: Variants that time a reference (PyTorch), not a kernel: never a kernel regression.
 REFERENCE_VARIANTS = ("torch_eager", "torch_compile")
@@ -69,3 +71,21 @@ def changed_files(before: Measurement, after: Measurement, op_id: str) -> list[s
 
 
 __all__ = ["Measurement", "REFERENCE_VARIANTS", "Regression", "Row", "changed_files", "files_note"]
+
+
+Verdict = Literal["regression", "improvement", "no change", "not comparable", "failed"]
+AB_DIR = "track/ab"  # under the work folder: <old>-vs-<new>/<op>.json
+
+
+class ReleaseAB(Record):
+    """One op's two releases, timed in one worker (the new one as the baseline)."""
+
+    op_id: str
+    old: str  # the releases' SGLang versions (or commits)
+    new: str
+    verdict: Verdict
+    change_pct: float | None = None  # (new - old) / old over the timed shapes' geomean; + = the new one is slower
+    threshold_pct: float | None = None  # the noise threshold the verdict used
+    planted_passes: int = 1  # --plant: the new build ran its entry this many times per call (a known regression)
+    detail: str = ""
+    evaluation: Evaluation | None = None  # the worker's record: per-shape times (baseline = new, candidate = old)

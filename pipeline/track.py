@@ -17,17 +17,19 @@ one line per op: its batches, the newest figures' change against the batch befor
 
 from __future__ import annotations
 
+import pathlib
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.table import Table
 
 from pipeline.console import console as make_console
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, KernelsmithError
 from pipeline.output import emit
+from pipeline.records import read_record
 from pipeline.stats import geomean
 from pipeline.store import ResultsStore
-from pipeline.store_records import REFERENCE_VARIANTS
+from pipeline.store_records import AB_DIR, REFERENCE_VARIANTS, Regression, ReleaseAB
 
 
 def _age_h(taken_at: str) -> float | None:
@@ -127,15 +129,18 @@ def main(args: Any, config: Any) -> int:
         emit(args, {"batches": 0, "regressions": [], "ops": []})
         return 1 if fail else 0
     found = store.regressions(noise_pct=config.harness.noise_pct, op_id=op)
+    ab = release_verdicts(config.work)
+    confirmed = [confirmation(reg, ab) for reg in found]
+    standing = [reg for reg, why in zip(found, confirmed, strict=True) if not why.startswith("retracted")]
     if found:
-        console.print(f"[red]{len(found)} regression(s):[/red]")
-        for reg in found:
+        console.print(f"[red]{len(standing)} regression(s)[/red] ({len(found) - len(standing)} retracted):")
+        for reg, why in zip(found, confirmed, strict=True):
             where = f" (introduced in sglang {reg.introduced_sglang}, before: {reg.before_sglang})"
             if reg.changed_files:
                 where += f"; kernel files changed: {', '.join(reg.changed_files)}"
             console.print(
                 f"  {reg.op_id} {reg.dtype} {reg.shape} {reg.variant}: {reg.best_us:.2f} -> {reg.now_us:.2f} us "
-                f"(+{reg.slowdown_pct}%, band {reg.band_pct}%){where}"
+                f"(+{reg.slowdown_pct}%, band {reg.band_pct}%){where}; {why}"
             )
     else:
         console.print("no regressions")
@@ -150,7 +155,9 @@ def main(args: Any, config: Any) -> int:
         args,
         {
             "batches": len(keys),
-            "regressions": found,
+            "regressions": [
+                reg.model_dump() | {"confirmation": why} for reg, why in zip(found, confirmed, strict=True)
+            ],
             "ops": [dict(zip(columns, line, strict=False)) for line in per_op_lines(store, op)],
         },
     )
@@ -168,4 +175,34 @@ def main(args: Any, config: Any) -> int:
             f"[red]the newest batch is {shown} old, more than --max-age-h {limit:g}: a night is missing[/red]"
         )
         return 1 if fail else 0
-    return 1 if found and fail else 0
+    return 1 if standing and fail else 0
+
+
+def release_verdicts(work: pathlib.Path) -> dict[tuple[str, str, str], ReleaseAB]:
+    """(op, old release, new release) -> the release A/B's record (``kernelsmith track ab``), the planted
+    runs left out."""
+    out: dict[tuple[str, str, str], ReleaseAB] = {}
+    for path in sorted((work / AB_DIR).glob("*/*.json")):
+        try:
+            record = read_record(ReleaseAB, path)
+        except KernelsmithError:
+            continue  # a record that does not read confirms nothing; `track ab` writes it again
+        if record.planted_passes == 1:
+            out[(record.op_id, record.old, record.new)] = record
+    return out
+
+
+def confirmation(reg: Regression, ab: dict[tuple[str, str, str], ReleaseAB]) -> str:
+    """What the in-process release A/B says of a step found across batches (the only verdict: batches
+    of different days and machines give a trend)."""
+    record = ab.get((reg.op_id, reg.before_sglang, reg.introduced_sglang))
+    if record is None:
+        return (
+            "a trend across batches, not a verdict: confirm it with `kernelsmith track ab --old <tasks of "
+            f"{reg.before_sglang or 'the release before'}> --new <tasks of {reg.introduced_sglang or 'this one'}> --ops {reg.op_id}`"
+        )
+    if record.verdict == "regression":
+        return f"confirmed by the release A/B in one worker ({record.change_pct:+.2f}%)"
+    if record.verdict in ("no change", "improvement"):
+        return f"retracted: the release A/B in one worker found {record.verdict} ({record.detail})"
+    return f"not confirmed: the release A/B was {record.verdict} ({record.detail})"

@@ -91,3 +91,31 @@ def test_a_table_printed_to_a_log_keeps_its_cells_whole(monkeypatch, capsys):
     assert console().width == LOG_COLUMNS
     monkeypatch.setenv("COLUMNS", "100")
     assert console(stderr=True).width == 100
+
+
+def test_a_step_across_batches_is_a_trend_until_the_release_ab_confirms_or_retracts_it(tmp_path, capsys):
+    """Only the in-process release A/B (`track ab`) gives a verdict: without it a step is labelled a trend
+    (and still fails the nightly check); a confirming A/B says so; a retracting one keeps it from failing."""
+    from pipeline.records import write_record
+    from pipeline.store_records import AB_DIR, ReleaseAB
+
+    store = ResultsStore(tmp_path)
+    old = _batch(161.0, "2026-11-29T00:00:00+00:00").model_copy(update={"sglang": "0.5.22"})
+    store.add(old)
+    store.add(_batch(200.0, "2026-11-30T00:00:00+00:00"))
+    assert track.main(_args(), _config(tmp_path)) == 1
+    assert "a trend across batches, not a verdict" in " ".join(capsys.readouterr().out.split())
+    record = ReleaseAB(
+        op_id="activation.silu_and_mul", old="0.5.22", new="0.5.23", verdict="regression", change_pct=23.9
+    )
+    path = tmp_path / AB_DIR / "0.5.22-vs-0.5.23" / "activation.silu_and_mul.json"
+    write_record(record, path)
+    assert track.main(_args(), _config(tmp_path)) == 1
+    assert "confirmed by the release A/B in one worker (+23.90%)" in " ".join(capsys.readouterr().out.split())
+    write_record(record.model_copy(update={"verdict": "no change", "detail": "new vs old +0.4%"}), path)
+    assert track.main(_args(), _config(tmp_path)) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "0 regression(s) (1 retracted)" in out and "retracted: the release A/B in one worker found no change" in out
+    planted = tmp_path / AB_DIR / "0.5.22-vs-0.5.23-planted2" / "activation.silu_and_mul.json"
+    write_record(record.model_copy(update={"planted_passes": 2}), planted)
+    assert track.main(_args(), _config(tmp_path)) == 0, "a planted run confirms nothing"

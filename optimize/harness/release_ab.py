@@ -25,7 +25,7 @@ import pathlib
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from contract.layout import has_task, load_task
 from optimize.harness.census import real_shaped, tasks_root_of
@@ -40,24 +40,8 @@ from optimize.harness.evaluate import (
 )
 from pipeline.config import Config
 from pipeline.errors import KernelsmithError
-from pipeline.records import ArgSpec, Evaluation, Instantiation, Outcome, Record, Task, read_record, write_record
-
-Verdict = Literal["regression", "improvement", "no change", "not comparable", "failed"]
-AB_DIR = "track/ab"  # under the work folder: <old>-vs-<new>/<op>.json
-
-
-class ReleaseAB(Record):
-    """One op's two releases, timed in one worker (the new one as the baseline)."""
-
-    op_id: str
-    old: str  # the releases' SGLang versions (or commits)
-    new: str
-    verdict: Verdict
-    change_pct: float | None = None  # (new - old) / old over the timed shapes' geomean; + = the new one is slower
-    threshold_pct: float | None = None  # the noise threshold the verdict used
-    planted_passes: int = 1  # --plant: the new build ran its entry this many times per call (a known regression)
-    detail: str = ""
-    evaluation: Evaluation | None = None  # the worker's record: per-shape times (baseline = new, candidate = old)
+from pipeline.records import ArgSpec, Evaluation, Instantiation, Outcome, Task, read_record, write_record
+from pipeline.store_records import AB_DIR, ReleaseAB, Verdict
 
 
 def old_units(old: Task, units: Sequence[Sequence[Instantiation]]) -> list[list[Instantiation]] | str:
