@@ -118,6 +118,14 @@ def test_a_planted_regression_asks_the_worker_for_the_extra_pass_and_refuses_an_
     result = release_ab.compare(tasks / OP, task, tasks / OP, task, config=config, plant=2)
     assert seen[0].planted_passes == 2 and seen[0].candidate_libraries == ["lib.so"]
     assert result.verdict == "regression" and result.planted_passes == 2
+    from optimize.harness.errors import BaselineError
+
+    def baseline_failed(*a, **k):
+        raise BaselineError("the baseline of activation.silu_and_mul failed its checks", fix="check the task")
+
+    monkeypatch.setattr(release_ab, "to_evaluation", baseline_failed)
+    failed = release_ab.compare(tasks / OP, task, tasks / OP, task, config=config)
+    assert failed.verdict == "failed" and "the new release: the baseline" in failed.detail, "one op's record"
     norm = load_task(tasks / "layernorm.fused_add_rmsnorm")
     refused = release_ab.compare(tasks, norm, tasks, norm, config=config, plant=2)
     assert refused.verdict == "not comparable" and "in place" in refused.detail

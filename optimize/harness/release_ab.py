@@ -29,6 +29,7 @@ from typing import Any
 
 from contract.layout import has_task, load_task
 from optimize.harness.census import real_shaped, tasks_root_of
+from optimize.harness.errors import BaselineError
 from optimize.harness.evaluate import (
     build_baseline,
     overall,
@@ -118,9 +119,17 @@ def compare(
         planted_passes=plant,
     )
     run = run_request(request, config, worker_dir(config, new.op_id, "release-ab"))
-    evaluation = to_evaluation(
-        new.op_id, f"release {head['old']}", run, build=old_report, build_s=time.monotonic() - started, config=config
-    )
+    try:
+        evaluation = to_evaluation(
+            new.op_id,
+            f"release {head['old']}",
+            run,
+            build=old_report,
+            build_s=time.monotonic() - started,
+            config=config,
+        )
+    except BaselineError as err:  # the new release's kernel failed its own checks: this op's record, not the batch's
+        return ReleaseAB(**head, verdict="failed", planted_passes=plant, detail=f"the new release: {err.message}")
     return judge(head, evaluation, config.harness.noise_pct).model_copy(update={"planted_passes": plant})
 
 
