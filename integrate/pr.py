@@ -480,7 +480,7 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     elif report.series:
         listed = "; ".join(f"{p.index}. {p.family}: {', '.join(f'`{o}`' for o in p.ops)}" for p in report.series)
         out += [f"Also written as a series of {len(report.series)} pull requests, one per op family: {listed}.", ""]
-    if report.merged_from:
+    if report.merged_from and len(patch.ops) > 1:
         out += [
             f"All {len(patch.ops)} changes are applied together: the checks and the model step below run with every "
             "one of them at once, as a user of SGLang would get them.",
