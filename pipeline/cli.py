@@ -35,6 +35,7 @@ HANDLERS = {
     "bench": "optimize.harness.bench:main",
     "run": "pipeline.run:main",
     "track": "pipeline.track:main",
+    "headroom": "integrate.headroom:main",
     "agent": "agent.command:main",
     "mcp": "agent.command:mcp_main",
 }
@@ -184,6 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="--all: start no build or check after S seconds, still write the table (harness.sweep_budget_s); a rerun resumes",
     )
     _scale(p)
+
+    p = sub.add_parser(
+        "headroom", help="which ops a kernel at its floor would save the most model-step time on (store x recipes)"
+    )
+    _common(p)
+    _json(p)
 
     p = sub.add_parser("track", help="measurement history and regressions (nightly tracking)")
     _common(p)

@@ -1,0 +1,147 @@
+"""``kernelsmith headroom``: which ops could save the most model-step time, from the store and the recipes.
+
+Why: a kernel 3x over its floor that runs once per model step is worth less than one 1.3x over its
+floor that every decoder layer runs. So the census's figures (each op's time and floor at each
+catalog shape, :mod:`pipeline.store`) are weighed by how often a model step runs the op: the layer
+recipes (:mod:`integrate.recipe`) say which SGLang ops each model's decoder layer calls and how many
+times, and the model's layer count multiplies it. The sum over a recipe's steps at one decode point is
+the time a perfect kernel (one at its floor) would save per decode step of that model.
+
+Reading a row: ``gap_us`` = time - floor of one call, at the store's newest batch that measured the op
+at that model and token count (bf16, the baseline kernel); ``per_step_us`` = gap x calls per layer x
+layers. Ops the store measured that no recipe runs are listed after, by their worst time ÷ floor, so
+they are not lost; ops a recipe runs that the store never measured at its shapes are named too.
+
+What must stay true: pure reading (the store and the recipe files); a row without a floor (an op that is
+not byte-bound) saves nothing here and says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from integrate.recipe import LayerRecipe, all_recipes
+from pipeline.console import console as make_console
+from pipeline.output import emit
+from pipeline.store import ResultsStore
+from pipeline.store_records import Row
+
+DTYPE = "bf16"
+_TOKENS = re.compile(r"(?:^|,)(?:num_tokens|T|tokens|batch_size)=(\d+)(?:,|\])")
+
+
+@dataclass(frozen=True)
+class Saving:
+    """One op at one decode point of one model."""
+
+    op_id: str
+    model: str
+    tokens: int
+    time_us: float
+    floor_us: float | None
+    calls_per_layer: int
+    layers: int
+
+    @property
+    def gap_us(self) -> float:
+        return max(0.0, self.time_us - self.floor_us) if self.floor_us else 0.0
+
+    @property
+    def per_step_us(self) -> float:
+        return self.gap_us * self.calls_per_layer * self.layers
+
+
+def shape_of(label: str) -> tuple[str, int | None]:
+    """(model, tokens) of a store row's shape label ``Model[dim=..,..]`` (tokens None when it names none)."""
+    model, _, dims = label.partition("[")
+    found = _TOKENS.search(dims)
+    return model, int(found.group(1)) if found else None
+
+
+def newest_rows(store: ResultsStore) -> dict[tuple[str, str, int], Row]:
+    """(op, model, tokens) -> the newest baseline bf16 row of the store at that model and token count."""
+    out: dict[tuple[str, str, int], Row] = {}
+    for _, _, row in store.history():
+        if row.variant != "baseline" or row.dtype != DTYPE:
+            continue
+        model, tokens = shape_of(row.shape)
+        if tokens is not None:
+            out[(row.op_id, model, tokens)] = row  # history order: a later batch replaces an earlier one
+    return out
+
+
+def savings(recipes: Sequence[LayerRecipe], rows: dict[tuple[str, str, int], Row]) -> tuple[list[Saving], list[str]]:
+    """Every (op, model, decode point) a recipe runs and the store measured, most per-step time first;
+    and "op at model T=n" for each one the store has no row for."""
+    found: list[Saving] = []
+    missing: list[str] = []
+    for recipe in recipes:
+        counts: dict[str, int] = {}
+        for step in recipe.steps_in("decode"):
+            if step.op is not None:
+                counts[step.op] = counts.get(step.op, 0) + 1
+        for tokens in recipe.proxy.decode:
+            for op_id, calls in sorted(counts.items()):
+                row = rows.get((op_id, recipe.model, tokens))
+                if row is None:
+                    missing.append(f"{op_id} at {recipe.model} T={tokens}")
+                    continue
+                found.append(Saving(op_id, recipe.model, tokens, row.time_us, row.floor_us, calls, recipe.layers))
+    return sorted(found, key=lambda s: (-s.per_step_us, s.op_id, s.model, s.tokens)), missing
+
+
+def unweighed(rows: dict[tuple[str, str, int], Row], recipes: Sequence[LayerRecipe]) -> list[tuple[str, float]]:
+    """(op, worst time ÷ floor) of each op the store measured that no recipe runs, worst first."""
+    run = {step.op for recipe in recipes for step in recipe.steps if step.op}
+    worst: dict[str, float] = {}
+    for (op_id, _, _), row in rows.items():
+        if op_id in run or not row.floor_us:
+            continue
+        worst[op_id] = max(worst.get(op_id, 0.0), row.time_us / row.floor_us)
+    return sorted(worst.items(), key=lambda item: -item[1])
+
+
+def main(args: Any, config: Any) -> int:
+    console = make_console()
+    recipes, broken = all_recipes()
+    for name, why in broken.items():
+        console.print(f"recipe {name} left out: {why}")
+    rows = newest_rows(ResultsStore(config.work))
+    found, missing = savings(recipes, rows)
+    others = unweighed(rows, recipes)
+    if not rows:
+        console.print(
+            f"no bf16 baseline rows with a token count in {config.work / 'results'}: run `kernelsmith track run` "
+            "(the census) on a GPU machine first, or `kernelsmith track rebuild` from history/census/"
+        )
+    table = Table(title="what a kernel at its floor would save per decode step (µs), most first")
+    for col in ("op", "model", "T", "time µs", "floor µs", "time ÷ floor", "calls/layer", "layers", "per step µs"):
+        table.add_column(col, overflow="fold")
+    for s in found:
+        ratio = f"{s.time_us / s.floor_us:.2f}" if s.floor_us else "no floor"
+        floor = f"{s.floor_us:.2f}" if s.floor_us else "—"
+        table.add_row(
+            s.op_id, s.model, str(s.tokens), f"{s.time_us:.2f}", floor, ratio, str(s.calls_per_layer), str(s.layers),
+            f"{s.per_step_us:.1f}",
+        )  # fmt: skip
+    console.print(table)
+    if others:
+        console.print(
+            "measured, but no recipe runs them (worst time ÷ floor): " + ", ".join(f"{o} {r:.2f}" for o, r in others)
+        )
+    if missing:
+        console.print(f"run by a recipe, not measured at its shapes ({len(missing)}): " + "; ".join(missing))
+    emit(
+        args,
+        {
+            "savings": [s.__dict__ | {"gap_us": s.gap_us, "per_step_us": s.per_step_us} for s in found],
+            "no_recipe": [{"op_id": o, "worst_time_over_floor": r} for o, r in others],
+            "not_measured": missing,
+        },
+    )
+    return 0

@@ -1,0 +1,80 @@
+"""integrate.headroom (`kernelsmith headroom`): the census's time over floor weighed by how often each
+model's decoder layer runs the op, from the store and the layer recipes; no GPU."""
+
+from __future__ import annotations
+
+import json
+
+from integrate.headroom import newest_rows, savings, shape_of, unweighed
+from integrate.recipe import LAYER_DIR, all_recipes, load_recipe
+from pipeline.cli import main as cli_main
+from pipeline.store import Measurement, ResultsStore, Row
+
+LLAMA = load_recipe(LAYER_DIR / "llama-3.1-8b.toml")
+
+
+def _batch(sglang: str, rows: list[Row]) -> Measurement:
+    return Measurement(
+        device="NVIDIA H200", taken_at="2026-12-07T00:00:00+00:00", command="c", sglang=sglang, rows=rows
+    )
+
+
+def _row(op: str, label: str, time_us: float, floor_us: float | None = 2.0, **kw) -> Row:
+    return Row(
+        op_id=op,
+        dtype=kw.get("dtype", "bf16"),
+        shape=label,
+        time_us=time_us,
+        floor_us=floor_us,
+        variant=kw.get("variant", "baseline"),
+    )
+
+
+def test_a_label_names_its_model_and_token_count():
+    assert shape_of("Llama-3.1-8B[hidden_size=4096,num_tokens=8]") == ("Llama-3.1-8B", 8)
+    assert shape_of("Qwen3-235B-A22B[T=64,hidden_size=4096]") == ("Qwen3-235B-A22B", 64)
+    assert shape_of("synthetic[n=128]") == ("synthetic", None)
+
+
+def test_an_op_a_layer_runs_twice_weighs_twice_and_the_newest_batch_counts(tmp_path):
+    store = ResultsStore(tmp_path)
+    norm = "layernorm.fused_add_rmsnorm"
+    store.add(_batch("0.5.22", [_row(norm, "Llama-3.1-8B[hidden_size=4096,num_tokens=8]", 9.0)]))
+    store.add(
+        _batch(
+            "0.5.23",
+            [
+                _row(norm, "Llama-3.1-8B[hidden_size=4096,num_tokens=8]", 5.0),  # newer: replaces 9.0
+                _row("activation.silu_and_mul", "Llama-3.1-8B[hidden_size=14336,num_tokens=8]", 4.0),
+                _row(norm, "Llama-3.1-8B[hidden_size=4096,num_tokens=8]", 1.0, variant="torch_eager"),
+                _row("moe.shuffle_weighted_sum", "DeepSeek-V3[hidden_size=7168,num_tokens=8]", 12.0, floor_us=3.0),
+            ],
+        )
+    )
+    rows = newest_rows(store)
+    found, missing = savings([LLAMA], rows)
+    by_op = {(s.op_id, s.tokens): s for s in found}
+    norm8 = by_op[(norm, 8)]
+    assert norm8.time_us == 5.0 and norm8.calls_per_layer == 2, "input and post-attention norms: two calls a layer"
+    assert norm8.per_step_us == (5.0 - 2.0) * 2 * 32
+    assert by_op[("activation.silu_and_mul", 8)].per_step_us == (4.0 - 2.0) * 1 * 32
+    assert found[0].op_id == norm, "most per-step time first"
+    assert (
+        f"{norm} at Llama-3.1-8B T=1" in missing
+        and "attention.apply_rope_with_cos_sin_cache_inplace at Llama-3.1-8B T=8" in missing
+    )
+    assert unweighed(rows, [LLAMA]) == [("moe.shuffle_weighted_sum", 4.0)]
+
+
+def test_the_command_ranks_from_the_work_folders_store(tmp_path, capsys):
+    store = ResultsStore(tmp_path / "work")
+    store.add(
+        _batch("0.5.23", [_row("activation.silu_and_mul", "Qwen3-235B-A22B[hidden_size=1536,num_tokens=64]", 6.0)])
+    )
+    assert cli_main(["headroom", "--json", "--work-dir", str(tmp_path / "work")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(s["op_id"], s["model"], s["tokens"]) for s in doc["result"]["savings"]] == [
+        ("activation.silu_and_mul", "Qwen3-235B-A22B", 64)
+    ]
+    assert doc["result"]["savings"][0]["per_step_us"] == (6.0 - 2.0) * 1 * 94
+    assert len(all_recipes()[0]) == 3
