@@ -12,12 +12,16 @@ at that model and token count (bf16, the baseline kernel); ``per_step_us`` = gap
 layers. Ops the store measured that no recipe runs are listed after, by their worst time ÷ floor, so
 they are not lost; ops a recipe runs that the store never measured at its shapes are named too.
 
-What must stay true: pure reading (the store and the recipe files); a row without a floor (an op that is
-not byte-bound) saves nothing here and says so.
+Beside the ranking, each ranked op's task says whether its launches use PDL and which skills' rules hold
+for its kernel (the mechanical ones apart: those the offline coder applies).
+
+What must stay true: pure reading (the store, the recipe files, the tasks); a row without a floor (an op
+that is not byte-bound) saves nothing here and says so.
 """
 
 from __future__ import annotations
 
+import pathlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +29,10 @@ from typing import Any
 
 from rich.table import Table
 
+from contract.layout import has_task, load_task, task_dir
 from integrate.recipe import LayerRecipe, all_recipes
+from optimize.features import features
+from optimize.skills import load_skills
 from pipeline.console import console as make_console
 from pipeline.output import emit
 from pipeline.store import ResultsStore
@@ -95,6 +102,40 @@ def savings(recipes: Sequence[LayerRecipe], rows: dict[tuple[str, str, int], Row
     return sorted(found, key=lambda s: (-s.per_step_us, s.op_id, s.model, s.tokens)), missing
 
 
+@dataclass(frozen=True)
+class TaskFacts:
+    """What the op's task says of its kernel: whether its launches use PDL, and the skills whose rule
+    holds for it (mechanical ones, which the offline coder can apply, apart)."""
+
+    pdl: str  # "on" (every launch, or by a template flag), "off", "mixed", or "no launch found"
+    mechanical: list[str]
+    other: list[str]
+
+
+def task_facts(work: pathlib.Path, op_ids: Sequence[str]) -> dict[str, TaskFacts]:
+    """:class:`TaskFacts` of each op with a CUDA task in the work folder (others are left out)."""
+    library = load_skills()
+    out: dict[str, TaskFacts] = {}
+    for op_id in op_ids:
+        folder = task_dir(work, op_id)
+        if not has_task(folder):
+            continue
+        task = load_task(folder)
+        if task.language != "cuda":
+            continue
+        found = features(folder / "src", task.editable, build_flags=task.build.cuda_cflags)
+        modes = {launch.pdl for launch in found.launches}
+        on = modes & {"on", "flag"}
+        pdl = "no launch found" if not modes else "on" if modes == on else "mixed" if on else "off"
+        skills = library.applicable(found)
+        out[op_id] = TaskFacts(
+            pdl=pdl,
+            mechanical=[k.id for k in skills if k.transform],
+            other=[k.id for k in skills if not k.transform],
+        )
+    return out
+
+
 def unweighed(rows: dict[tuple[str, str, int], Row], recipes: Sequence[LayerRecipe]) -> list[tuple[str, float]]:
     """(op, worst time ÷ floor) of each op the store measured that no recipe runs, worst first."""
     run = {step.op for recipe in recipes for step in recipe.steps if step.op}
@@ -119,6 +160,7 @@ def main(args: Any, config: Any) -> int:
             f"no bf16 baseline rows with a token count in {config.work / 'results'}: run `kernelsmith track run` "
             "(the census) on a GPU machine first, or `kernelsmith track rebuild` from history/census/"
         )
+    facts = task_facts(config.work, sorted({s.op_id for s in found}))
     table = Table(title="what a kernel at its floor would save per decode step (µs), most first")
     for col in ("op", "model", "T", "time µs", "floor µs", "time ÷ floor", "calls/layer", "layers", "per step µs"):
         table.add_column(col, overflow="fold")
@@ -130,6 +172,11 @@ def main(args: Any, config: Any) -> int:
             f"{s.per_step_us:.1f}",
         )  # fmt: skip
     console.print(table)
+    for op_id, fact in facts.items():
+        console.print(
+            f"{op_id}: PDL {fact.pdl}; mechanical skills that apply: {', '.join(fact.mechanical) or 'none'}; "
+            f"others: {', '.join(fact.other) or 'none'}"
+        )
     if others:
         console.print(
             "measured, but no recipe runs them (worst time ÷ floor): " + ", ".join(f"{o} {r:.2f}" for o, r in others)
@@ -142,6 +189,7 @@ def main(args: Any, config: Any) -> int:
             "savings": [s.__dict__ | {"gap_us": s.gap_us, "per_step_us": s.per_step_us} for s in found],
             "no_recipe": [{"op_id": o, "worst_time_over_floor": r} for o, r in others],
             "not_measured": missing,
+            "tasks": {op_id: fact.__dict__ for op_id, fact in facts.items()},
         },
     )
     return 0

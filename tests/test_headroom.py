@@ -78,3 +78,23 @@ def test_the_command_ranks_from_the_work_folders_store(tmp_path, capsys):
     ]
     assert doc["result"]["savings"][0]["per_step_us"] == (6.0 - 2.0) * 1 * 94
     assert len(all_recipes()[0]) == 3
+
+
+def test_each_ranked_ops_task_says_whether_it_uses_pdl_and_which_skills_apply():
+    from conftest import ensure_default_tasks
+
+    from integrate.headroom import task_facts
+
+    work = ensure_default_tasks().parent
+    facts = task_facts(work, ["activation.silu_and_mul", "layernorm.fused_add_rmsnorm", "no.such_op"])
+    assert set(facts) == {"activation.silu_and_mul", "layernorm.fused_add_rmsnorm"}
+    assert (
+        facts["layernorm.fused_add_rmsnorm"].pdl == "off"
+        and "pdl_enable" in facts["layernorm.fused_add_rmsnorm"].mechanical
+    )
+    assert (
+        facts["activation.silu_and_mul"].pdl == "on" and "pdl_enable" not in facts["activation.silu_and_mul"].mechanical
+    )
+    assert all(
+        skill not in facts["activation.silu_and_mul"].mechanical for skill in facts["activation.silu_and_mul"].other
+    )
