@@ -7,9 +7,8 @@ wheel, or the tree given by ``SGLANG_SRC`` / ``--sglang``).
 Outputs, under ``work/integrate/<run>/``:
 
 - ``sglang.patch``: a git-style unified diff against the pristine tree.
-- ``tree/``: a patched COPY of the package (same layout as the pristine tree),
-  which the GPU steps import. The pristine tree is never written, except with
-  ``--in-place`` (below).
+- ``tree/``: a patched COPY of the package (same layout as the pristine tree), which the GPU steps
+  import. The pristine tree is never written, except with ``--in-place`` (below).
 - ``patch.json``: a :class:`integrate.records.Patch` record.
 
 Diff paths, by layout (the folder the patch applies in, with ``git apply`` or
@@ -712,6 +711,7 @@ def build_patch(
                 evaluation=acc.evaluation,
                 rationale=acc.candidate.rationale,
                 skills=acc.candidate.skill_ids,
+                coder=acc.candidate.coder,
             )
             for acc in accepted
         ],

@@ -5,15 +5,18 @@ SGLang takes a JIT kernel change with a registered test and a ``marker`` benchma
 test showed against the patched tree, and shows the benchmark's table against the pristine and the
 patched tree side by side. An op of the PR with no generated test, or one that failed, keeps the PR
 a draft (:func:`problems`), and the draft says what is missing; so does a line of the patch or of a
-generated file that spells the tool's name (:func:`tool_names`).
+generated file that spells the tool's name (:func:`tool_names`), and a rewrite (:func:`rewrites`), which
+SGLang takes in its ``kda_kernels/`` landing zone, not as an in-place edit.
 """
 
 from __future__ import annotations
 
+import functools
 import pathlib
 import re
 
-from integrate.records import UPSTREAM_DIR, IntegrateReport, UpstreamCheck
+from integrate.records import UPSTREAM_DIR, IntegrateReport, OpChange, UpstreamCheck
+from optimize.skills import load_skills
 
 
 def _own(report: IntegrateReport) -> list[UpstreamCheck]:
@@ -41,7 +44,30 @@ def problems(report: IntegrateReport) -> tuple[list[str], list[str]]:
     if report.upstream and any(op.op_id not in seen for op in report.patch.ops):
         missing += [f"{op.op_id}: no SGLang-form test written" for op in report.patch.ops if op.op_id not in seen]
     missing += [f"it names the tool: {where}; upstream code names no tool" for where in tool_names(report)]
+    missing += [
+        f"{op.op_id}: a rewrite ({op.coder or 'coder unknown'}; skills: {', '.join(op.skills) or 'none'}) lands in SGLang's kda_kernels/ zone with a KernelBackend.KDA registration and a "
+        f"fallback outside its validated shapes; this patch still changes the kernel in place"
+        for op in rewrites(report)
+    ]
     return failing, missing
+
+
+@functools.cache
+def _mechanical() -> frozenset[str]:
+    return frozenset(skill.id for skill in load_skills() if skill.transform)
+
+
+def rewrites(report: IntegrateReport) -> list[OpChange]:
+    """The PR's ops whose candidate is a rewrite: written by an LLM or an outside agent, or made by a
+    skill no mechanical transform implements. SGLang takes such a kernel as a new KDA-backend
+    implementation, not as an edit of its JIT kernel; a tuned one (the offline coder's launch
+    configuration, PDL, hints, unrolling) is patched in place. A record from before the coder was
+    kept (coder "") with no skill is not judged."""
+    return [
+        op
+        for op in report.patch.ops
+        if op.coder.partition(":")[0] in ("llm", "external") or (op.skills and not set(op.skills) <= _mechanical())
+    ]
 
 
 TOOL_NAME = re.compile(r"kernelsmith", re.IGNORECASE)

@@ -60,6 +60,7 @@ class OpChange(Record):
     evaluation: Evaluation | None = None  # the optimize stage's verdict on this candidate
     rationale: str = ""
     skills: list[str] = Field(default_factory=list)  # the skills whose transforms made it (Candidate.skill_ids)
+    coder: str = ""  # Candidate.coder ("offline:search", "llm:coding", "external:claude"; "" in older records)
 
 
 class Patch(VersionedRecord):

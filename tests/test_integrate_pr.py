@@ -844,3 +844,21 @@ def test_git_branch_stacks_one_branch_per_part_of_a_series(tmp_path, sglang_sour
             == (pathlib.Path(patch.patched_tree) / patch.prefix / rel).read_bytes()
         )
     assert _git(repo, "rev-parse", "HEAD").strip() == head and _git(repo, "status", "--porcelain") == ""
+
+
+def test_a_rewrite_is_a_draft_that_names_the_kda_landing_zone_and_a_tuned_kernel_is_not(tmp_path):
+    """An outside agent's or an LLM's kernel (or one made by a skill no transform implements) lands in
+    SGLang's kda_kernels/ zone, which integrate does not write yet: the PR says so and stays a draft."""
+    report = full_report(tmp_path)
+    assert status(report)[0] == "ready"
+
+    def with_op(**update):
+        ops = [op.model_copy(update=update) for op in report.patch.ops]
+        return report.model_copy(update={"patch": report.patch.model_copy(update={"ops": ops})})
+
+    state, reasons = status(with_op(coder="external:claude"))
+    assert state == "draft" and any(
+        "a rewrite (external:claude; skills: none) lands in SGLang's kda_kernels/" in r for r in reasons
+    )
+    assert status(with_op(coder="offline:search", skills=["warp_per_row"]))[0] == "draft"
+    assert status(with_op(coder="offline:search", skills=["pdl_enable", "streaming_cache_hints"])) == ("ready", [])
