@@ -48,8 +48,8 @@ def write_series(accepted: Sequence[Accepted], layout: TreeLayout, out_dir: path
     pristine: dict[str, tuple[bytes, int]] = {}
     texts: list[bytes] = []
     parts: list[SeriesPart] = []
-    for index, name in enumerate(families, start=1):
-        files, _ = compose([a for a in accepted if family(a.op_id) in families[:index]], layout.package_root)
+    for upto, name in enumerate(families, start=1):
+        files, _ = compose([a for a in accepted if family(a.op_id) in families[:upto]], layout.package_root)
         changed = []
         for f in files:
             pristine.setdefault(f.path, (f.old, f.mode))
@@ -57,8 +57,11 @@ def write_series(accepted: Sequence[Accepted], layout: TreeLayout, out_dir: path
             if before != f.new:
                 changed.append((f.path, before, f.new, f.mode))
                 current[f.path] = f.new
+        if not changed:  # its spans already hold these texts (another family's same edit): no part of its own
+            continue
         text = patch_text((layout.diff_path(p), old, new, _git_mode(mode)) for p, old, new, mode in changed)
         texts.append(text)
+        index = len(parts) + 1
         parts.append(
             SeriesPart(
                 index=index,
@@ -69,6 +72,9 @@ def write_series(accepted: Sequence[Accepted], layout: TreeLayout, out_dir: path
                 files=[p for p, *_ in changed],
             )
         )
+    if len(parts) < 2:
+        shutil.rmtree(folder, ignore_errors=True)
+        return []
     _check_in_order(texts, layout, pristine, current)
     staging = out_dir / f".{SERIES_DIR}.staging"
     shutil.rmtree(staging, ignore_errors=True)
