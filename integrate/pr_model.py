@@ -51,15 +51,21 @@ def changed_steps(report: IntegrateReport, e2e: E2EResult) -> dict[str, str]:
 
 
 @functools.cache
-def _overlap_skills() -> frozenset[str]:
-    """The skills whose transform's gain is launch overlap (``TransformSpec.overlap``: PDL)."""
-    return frozenset(s.id for s in load_skills() if s.transform in TRANSFORMS and TRANSFORMS[s.transform].overlap)
+def skill_transforms() -> dict[str, str]:
+    """Skill id -> the mechanical transform that implements it, for the skills that have one (the
+    others are text for an LLM or an outside agent)."""
+    return {s.id: s.transform for s in load_skills() if s.transform}
 
 
 def overlap_only(skills: Sequence[str]) -> bool:
-    """Whether a candidate made by ``skills`` owes its whole gain to launch overlap (PDL): then the
-    kernel replayed after itself cannot show it, and only its neighbourhood in a model can."""
-    return bool(skills) and set(skills) <= _overlap_skills()
+    """Whether a candidate made by ``skills`` owes its whole gain to launch overlap (PDL,
+    ``TransformSpec.overlap``): then the kernel replayed after itself cannot show it, and only its
+    neighbourhood in a model can."""
+    transforms = skill_transforms()
+    return bool(skills) and all(
+        skill in transforms and transforms[skill] in TRANSFORMS and TRANSFORMS[transforms[skill]].overlap
+        for skill in skills
+    )
 
 
 def overlap_unshown(report: IntegrateReport) -> list[str]:

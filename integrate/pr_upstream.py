@@ -11,12 +11,11 @@ SGLang takes in its ``kda_kernels/`` landing zone, not as an in-place edit.
 
 from __future__ import annotations
 
-import functools
 import pathlib
 import re
 
+from integrate.pr_model import skill_transforms
 from integrate.records import UPSTREAM_DIR, IntegrateReport, OpChange, UpstreamCheck
-from optimize.skills import load_skills
 
 
 def _own(report: IntegrateReport) -> list[UpstreamCheck]:
@@ -52,11 +51,6 @@ def problems(report: IntegrateReport) -> tuple[list[str], list[str]]:
     return failing, missing
 
 
-@functools.cache
-def _mechanical() -> frozenset[str]:
-    return frozenset(skill.id for skill in load_skills() if skill.transform)
-
-
 def rewrites(report: IntegrateReport) -> list[OpChange]:
     """The PR's ops whose candidate is a rewrite: written by an LLM or an outside agent, or made by a
     skill no mechanical transform implements. SGLang takes such a kernel as a new KDA-backend
@@ -66,7 +60,8 @@ def rewrites(report: IntegrateReport) -> list[OpChange]:
     return [
         op
         for op in report.patch.ops
-        if op.coder.partition(":")[0] in ("llm", "external") or (op.skills and not set(op.skills) <= _mechanical())
+        if op.coder.partition(":")[0] in ("llm", "external")
+        or (op.skills and not set(op.skills) <= skill_transforms().keys())
     ]
 
 
