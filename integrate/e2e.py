@@ -62,7 +62,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from integrate.errors import KernelsmithError
+from integrate.errors import KernelsmithError, broke_with
 from integrate.layer_worker import CONTEXT
 from integrate.recipe import (
     DEFAULT_RECIPE,
@@ -294,12 +294,16 @@ class Trees:
                 for who in self.started
             }
         except BaseException:
-            self.__exit__(None, None, None)
+            self.close()
             raise
         self.workers = {who: launched[who] for who in self.packages}  # the rounds' order is the trees' order
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the workers and remove the A/A copy."""
         try:
             self._stack.close()
         finally:
@@ -568,14 +572,15 @@ def run(
                 # kept as soon as it exists: a run stopped in a later recipe loses none of this one
                 write_record(results[-1], out_dir / "e2e" / f"{pathlib.Path(recipe.path).stem}.json")
             except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
-                reason = err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
-                results.append(E2EResult(ran=False, model=recipe.model, recipe=where, reason=f"it broke: {reason}"))
+                results.append(
+                    E2EResult(ran=False, model=recipe.model, recipe=where, reason=f"it broke: {broke_with(err)}")
+                )
                 if trees is not None:  # a worker that broke is not trusted with the next recipe: fresh ones
-                    trees.__exit__(None, None, None)
+                    trees.close()
                     trees = None
     finally:
         if trees is not None:
-            trees.__exit__(None, None, None)
+            trees.close()
     ran = [i for i, r in enumerate(results) if r.ran]
     if ran:  # the whole-server adapter once, on the first recipe that ran
         first = results[ran[0]]

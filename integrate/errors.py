@@ -55,7 +55,13 @@ class RecipeError(ConfigError):
     """A layer recipe file is invalid (fixed by editing the file)."""
 
 
+def broke_with(err: BaseException) -> str:
+    """What a broken step records: our errors' own message, else the exception's type and text."""
+    return err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
+
+
 __all__ = [
+    "broke_with",
     "ConfigError",
     "GitError",
     "KernelsmithError",

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from integrate.errors import ConfigError, KernelsmithError
+from integrate.errors import ConfigError, KernelsmithError, broke_with
 from integrate.pr_model import changed_ops
 from integrate.records import E2EResult, IntegrateReport, OpCheck, Patch, TestRun, UpstreamCheck
 from pipeline.gpu import gpu_available
@@ -176,7 +176,7 @@ def gpu_steps(
             )
         except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
             good = False
-            message = _message(err)
+            message = broke_with(err)
             update["checks"] = [
                 OpCheck(op_id=t.op_id, function="", ran=False, reason=f"a worker failed: {message}") for t in tasks
             ]
@@ -221,7 +221,7 @@ def gpu_steps(
                 ops=sorted(changed_ops(report)),
             )
         except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
-            results = [E2EResult(ran=False, reason=f"it broke: {_message(err)}")]
+            results = [E2EResult(ran=False, reason=f"it broke: {broke_with(err)}")]
             say(f"error: end-to-end: {err}")
         update["e2e"] = results
         broke = [f"{r.model or r.recipe or 'layer proxy'}: {r.reason}" for r in results if not r.ran]
@@ -251,11 +251,6 @@ def _upstream(
         except (OSError, KernelsmithError, subprocess.SubprocessError) as err:
             out.append(UpstreamCheck(op_id=task.op_id, generated=False, missing=f"could not write or run: {err}"))
     return out
-
-
-def _message(err: BaseException) -> str:
-    """What a broken GPU step records: our errors' own message, else the exception's type and text."""
-    return err.message if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
 
 
 def _torch_version() -> str | None:
