@@ -154,7 +154,7 @@ def main(args: argparse.Namespace, config: Config) -> int:
 
 def _swap(report: IntegrateReport, good: bool, out_dir: pathlib.Path) -> tuple[IntegrateReport, bool]:
     """``--in-place``: write the user's tree only when the GPU checks ran on the patched copy and passed."""
-    from integrate.patch import swap_in_place
+    from integrate.in_place import swap_in_place
 
     patch = report.patch
     tree = patch.tree_root

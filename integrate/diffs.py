@@ -43,9 +43,12 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_diff(path: str, old: bytes, new: bytes, *, mode: str = "100644", context: int = 3) -> bytes:
-    """One file's git-style diff from ``old`` to ``new`` (``path`` without a/ b/)."""
-    if old == new:
+def file_diff(
+    path: str, old: bytes, new: bytes, *, mode: str = "100644", context: int = 3, created: bool = False
+) -> bytes:
+    """One file's git-style diff from ``old`` to ``new`` (``path`` without a/ b/); ``created``: a new
+    file (``old`` empty), written as git writes one, from ``/dev/null``."""
+    if old == new and not created:
         return b""
     a_lines = _lines(old)
     b_lines = _lines(new)
@@ -60,10 +63,17 @@ def file_diff(path: str, old: bytes, new: bytes, *, mode: str = "100644", contex
             lineterm=b"",
         )
     )
-    out = [
-        b"diff --git a/%s b/%s\n" % (path.encode(), path.encode()),
-        b"index %s..%s %s\n" % (git_blob_sha1(old)[:12].encode(), git_blob_sha1(new)[:12].encode(), mode.encode()),
-    ]
+    out = [b"diff --git a/%s b/%s\n" % (path.encode(), path.encode())]
+    if created:
+        out += [
+            b"new file mode %s\n" % mode.encode(),
+            b"index %s..%s\n" % (b"0" * 12, git_blob_sha1(new)[:12].encode()),
+        ]
+        body[0] = b"--- /dev/null"
+    else:
+        out.append(
+            b"index %s..%s %s\n" % (git_blob_sha1(old)[:12].encode(), git_blob_sha1(new)[:12].encode(), mode.encode())
+        )
     # body[0:2] are the ---/+++ headers (lineterm=b"" left them bare); "@@" starts
     # a hunk header (content lines start with " ", "-" or "+").
     out += [body[0] + b"\n", body[1] + b"\n"]
@@ -86,9 +96,9 @@ def _lines(data: bytes) -> list[bytes]:
     return lines
 
 
-def patch_text(files: Iterable[tuple[str, bytes, bytes, str]]) -> bytes:
-    """Concatenate per-file diffs: (diff path, old, new, git mode) in the given order."""
-    return b"".join(file_diff(path, old, new, mode=mode) for path, old, new, mode in files)
+def patch_text(files: Iterable[tuple[str, bytes, bytes, str, bool]]) -> bytes:
+    """Concatenate per-file diffs: (diff path, old, new, git mode, created) in the given order."""
+    return b"".join(file_diff(path, old, new, mode=mode, created=created) for path, old, new, mode, created in files)
 
 
 _DIFF_HEADER = re.compile(rb"^diff --git a/(\S+) b/(\S+)$", re.M)

@@ -37,12 +37,11 @@ What must stay true:
   reproduces exactly the expected bytes. Any failure raises
   :class:`PatchError` before the tree or ``sglang.patch`` is touched.
 - ``--in-place``: :func:`build_patch` never writes the user's tree; it builds and
-  verifies the patched copy like any run, and the GPU checks run on that copy.
-  Only when they ran and passed does :func:`swap_in_place` write the tree: each
-  original is backed up, and each file is replaced by an atomic rename. If any
-  replacement or the final hash check fails, every file already replaced is
-  restored from its backup, and the error says so. A CPU-only run, or one whose
-  checks fail, leaves the tree byte for byte as it was.
+  verifies the patched copy like any run, and the GPU checks run on that copy; only
+  then does :func:`integrate.in_place.swap_in_place` write the tree.
+- A rewrite lands beside its kernel as a KDA implementation (:mod:`integrate.landing`,
+  :func:`land_rewrites`): new files, and insertions into existing ones, each verified
+  like a span edit; the kernel it replaces stays pristine.
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ from dataclasses import dataclass
 from contract.layout import SRC_DIR, has_task, summary_path
 from integrate.diffs import patch_text, patched_paths, sha256, verify_spans
 from integrate.errors import ConfigError, PatchError
+from integrate.landing import KdaLanding, NotLanded, is_rewrite, kda_landing, merge
 from integrate.records import FileChange, Layout, OpChange, Patch
 from integrate.triton_splice import check_python
 from optimize.reach import foreign_code, merge_functions, outside_text, task_wrappers
@@ -287,6 +287,7 @@ class NewFile:
     spans: list[Span]
     ops: list[str]
     mode: int
+    created: bool = False  # a new file (a KDA landing's): ``old`` is empty and nothing is there in the tree
 
 
 def _spans_by_name(task: Task) -> dict[str, Span]:
@@ -325,15 +326,18 @@ def _refuse_foreign_edits(acc: Accepted, by_name: dict[str, Span], package_root:
         )
 
 
-def compose(accepted: list[Accepted], package_root: pathlib.Path) -> tuple[list[NewFile], bool]:
+def compose(
+    accepted: list[Accepted], package_root: pathlib.Path
+) -> tuple[list[NewFile], bool, dict[str, KdaLanding | NotLanded]]:
     """The new bytes of every file the accepted candidates touch, verified.
 
     A file touched by one op is rebuilt with :func:`extract.splice.apply_regions`
     (exactly what the optimize stage compiled). A file touched by several ops
     gets all their span edits at once with :func:`extract.splice.splice`; their
     spans must not overlap, except the same span replaced by the same text.
-    Returns the files and whether every single-op file was also compared with
-    the copy optimize wrote to ``best/src/``.
+    A rewrite then lands as a KDA implementation where it can (:func:`land_rewrites`). Returns the
+    files, whether every single-op file was also compared with the copy optimize wrote to
+    ``best/src/``, and each rewrite's landing.
     """
     from extract.splice import apply_regions, splice
 
@@ -402,7 +406,46 @@ def compose(accepted: list[Accepted], package_root: pathlib.Path) -> tuple[list[
         if new == old:
             continue
         out.append(NewFile(path, old, new, spans, ops, target.stat().st_mode))
-    return out, matched_best
+    files, landings = land_rewrites(accepted, out, package_root)
+    return files, matched_best and not any(isinstance(x, KdaLanding) for x in landings.values()), landings
+
+
+def land_rewrites(
+    accepted: list[Accepted], files: list[NewFile], package_root: pathlib.Path
+) -> tuple[list[NewFile], dict[str, KdaLanding | NotLanded]]:
+    """Each rewrite's in-place edit swapped for its KDA landing (:mod:`integrate.landing`), where it can land.
+
+    Returns the files and, per rewrite, its landing or why it stays an in-place edit. Every edit of an
+    existing file is checked to be insertions only (zero-width spans); the kernel file stays pristine.
+    """
+    outcomes: dict[str, KdaLanding | NotLanded] = {}
+    landed: list[KdaLanding] = []
+    for acc in accepted:
+        if not is_rewrite(acc.candidate.coder, acc.candidate.skill_ids):
+            continue
+        own = [f for f in files if acc.op_id in f.ops]
+        shared = [f.path for f in own if f.ops != [acc.op_id]]
+        outcome = (
+            NotLanded(acc.op_id, f"{', '.join(shared)} also carries another op's change")
+            if shared
+            else kda_landing(acc.task, acc.evaluation, acc.candidate, {f.path: f.new for f in own}, package_root)
+        )
+        taken = {f.path for x in landed for f in x.files if f.old is None}
+        if isinstance(outcome, KdaLanding) and taken & {f.path for f in outcome.files if f.old is None}:
+            outcome = NotLanded(acc.op_id, "another rewrite of this patch lands files of the same names")
+        outcomes[acc.op_id] = outcome
+        if isinstance(outcome, KdaLanding):
+            landed.append(outcome)
+    replaced = {x.replaces for x in landed}
+    out = [f for f in files if f.path not in replaced]
+    for edit in merge(landed):
+        spans = edit.spans() if edit.old is not None else []
+        if edit.old is not None:
+            verify_spans(edit.path, edit.old, edit.new, [(s.start_byte, s.end_byte) for s in spans])
+        ops = sorted(x.op_id for x in landed if any(f.path == edit.path for f in x.files))
+        mode = (package_root / edit.path).stat().st_mode if edit.old is not None else 0o100644
+        out.append(NewFile(edit.path, edit.old or b"", edit.new, spans, ops, mode, created=edit.old is None))
+    return sorted(out, key=lambda f: f.path), outcomes
 
 
 def task_patch(
@@ -422,8 +465,8 @@ def task_patch(
         coder="integrate:task_patch",
     )
     layout = layout_of(source)
-    files, _ = compose([Accepted(task.op_id, candidate, None, task, task_dir)], layout.package_root)
-    return files, patch_text((layout.diff_path(f.path), f.old, f.new, _git_mode(f.mode)) for f in files)
+    files, _, _ = compose([Accepted(task.op_id, candidate, None, task, task_dir)], layout.package_root)
+    return files, patch_text((layout.diff_path(f.path), f.old, f.new, _git_mode(f.mode), f.created) for f in files)
 
 
 def _merge_same_spans(old: bytes, file_edits: list[_Edit]) -> list[_Edit]:
@@ -496,7 +539,7 @@ def verify_applies(text: bytes, layout: TreeLayout, files: list[NewFile]) -> tup
             continue
         with tempfile.TemporaryDirectory(prefix="ks-apply-") as tmp:
             root = pathlib.Path(tmp) / "tree"
-            for f in files:
+            for f in (f for f in files if not f.created):  # a created file is the diff's to make
                 dest = root / layout.diff_path(f.path)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(f.old)
@@ -519,7 +562,7 @@ def verify_applies(text: bytes, layout: TreeLayout, files: list[NewFile]) -> tup
 # --------------------------------------------------------------------------- trees
 
 
-def _write_atomic(path: pathlib.Path, data: bytes, mode: int | None = None) -> None:
+def write_atomic(path: pathlib.Path, data: bytes, mode: int | None = None) -> None:
     tmp = path.parent / f".{path.name}.ks-{uuid.uuid4().hex}"
     try:
         with open(tmp, "wb") as handle:
@@ -559,7 +602,8 @@ def materialize(layout: TreeLayout, files: list[NewFile], dest: pathlib.Path) ->
         package = staging / layout.prefix
         copy_package(layout.package_root, package)
         for f in files:
-            _write_atomic(package / f.path, f.new)
+            (package / f.path).parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(package / f.path, f.new)
         for f in files:
             if sha256((package / f.path).read_bytes()) != sha256(f.new):
                 raise PatchError(f"the patched copy of {f.path} does not hash as expected after writing")
@@ -573,65 +617,14 @@ def materialize(layout: TreeLayout, files: list[NewFile], dest: pathlib.Path) ->
     return dest
 
 
-def apply_in_place(layout: TreeLayout, files: list[NewFile], backup_dir: pathlib.Path) -> None:
-    """Replace the files of the original tree, one atomic rename each, restoring all on failure."""
-    root = layout.package_root
-    for f in files:
-        current = (root / f.path).read_bytes()
-        if current != f.old:
-            raise PatchError(
-                f"{root / f.path} changed since the patch was computed; nothing was modified", fix="re-run integrate"
-            )
-    backup_dir.mkdir(parents=True, exist_ok=True)
-    for f in files:
-        backup = backup_dir / f.path
-        backup.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(backup, f.old)
-        if backup.read_bytes() != f.old:
-            raise PatchError(f"could not back up {f.path} to {backup}; nothing was modified")
-    replaced: list[NewFile] = []
-    step = ""
-    try:
-        for f in files:
-            step = f"replacing {f.path}"
-            _write_atomic(root / f.path, f.new, f.mode)
-            replaced.append(f)
-        step = "checking the replaced files"
-        for f in files:
-            if sha256((root / f.path).read_bytes()) != sha256(f.new):
-                raise PatchError(f"{root / f.path} does not hash as expected after the swap")
-    except BaseException as err:
-        problems = []
-        for f in reversed(replaced):
-            try:
-                _restore(root / f.path, backup_dir / f.path, f)
-            except OSError as restore_err:  # pragma: no cover - reported, never swallowed
-                problems.append(f"{f.path}: {restore_err}")
-        if problems:
-            raise PatchError(
-                f"in-place patch failed while {step}, and restoring failed for: {'; '.join(problems)}",
-                fix=f"copy the originals back from {backup_dir} by hand",
-                detail=str(err),
-            ) from err
-        raise PatchError(
-            f"in-place patch failed while {step}; every file was restored from {backup_dir}",
-            detail=f"{type(err).__name__}: {err}",
-        ) from err
-
-
-def _restore(target: pathlib.Path, backup: pathlib.Path, f: NewFile) -> None:
-    data = backup.read_bytes()
-    if data != f.old:
-        raise OSError(f"backup {backup} does not hold the original bytes")
-    tmp = target.parent / f".{target.name}.ks-restore-{uuid.uuid4().hex}"
-    tmp.write_bytes(data)
-    os.chmod(tmp, f.mode & 0o7777)
-    os.replace(tmp, target)  # the real rename, never the test hook
-    if target.read_bytes() != f.old:
-        raise OSError(f"{target} does not hold the original bytes after restoring")
-
-
 # --------------------------------------------------------------------------- entry
+
+
+def _landing_fields(outcome: KdaLanding | NotLanded | None) -> dict[str, str]:
+    """OpChange's landing fields: a KDA landing's target and guard, or why a rewrite stays in place."""
+    if isinstance(outcome, KdaLanding):
+        return {"landing": "kda", "kda_target": outcome.target, "kda_guard": outcome.guard}
+    return {"landing_note": outcome.reason} if outcome is not None else {}
 
 
 def build_patch(
@@ -647,7 +640,7 @@ def build_patch(
 ) -> Patch:
     """Make, verify and publish the patch of a run; return its record (also written to patch.json).
 
-    Never writes the source tree, ``in_place`` or not (see :func:`swap_in_place`).
+    Never writes the source tree, ``in_place`` or not (see :func:`integrate.in_place.swap_in_place`).
     """
     if accepted is None:
         accepted, skipped = load_run(run_dir, tasks_dir)
@@ -658,8 +651,8 @@ def build_patch(
             "--in-place would rewrite the shared, read-only cache of the pinned sglang wheel",
             fix="give the tree to patch with --sglang PATH (or SGLANG_SRC), or drop --in-place to get a patched copy",
         )
-    files, matched_best = compose(accepted, layout.package_root)
-    text = patch_text((layout.diff_path(f.path), f.old, f.new, _git_mode(f.mode)) for f in files)
+    files, matched_best, landings = compose(accepted, layout.package_root)
+    text = patch_text((layout.diff_path(f.path), f.old, f.new, _git_mode(f.mode), f.created) for f in files)
     verified, not_verified = (["spans"], {})
     if matched_best:
         verified.append("best/src")
@@ -674,7 +667,7 @@ def build_patch(
     backups = None
     if files:
         patched_tree = str(materialize(layout, files, out_dir / TREE_DIR))
-        _write_atomic(patch_path, text)
+        write_atomic(patch_path, text)
     baseline_tree = None
     # ``in_place`` only refuses a tree that may not be written (above): the swap itself is
     # swap_in_place's, after the GPU checks passed on the patched copy.
@@ -690,6 +683,7 @@ def build_patch(
         patch_sha256=sha256(text),
         files=[
             FileChange(
+                created=f.created,
                 path=f.path,
                 diff_path=layout.diff_path(f.path),
                 sha256_before=sha256(f.old),
@@ -712,6 +706,7 @@ def build_patch(
                 rationale=acc.candidate.rationale,
                 skills=acc.candidate.skill_ids,
                 coder=acc.candidate.coder,
+                **_landing_fields(landings.get(acc.op_id)),
             )
             for acc in accepted
         ],
@@ -722,64 +717,6 @@ def build_patch(
         backups=backups,
         verified=verified,
         not_verified=not_verified,
-    )
-    write_record(record, out_dir / PATCH_RECORD)
-    return record
-
-
-def swap_in_place(patch: Patch, out_dir: pathlib.Path) -> Patch:
-    """Write a checked patch into the tree it was taken from (``--in-place``); return the updated record.
-
-    Call only after the GPU checks passed on ``patch.patched_tree``: the bytes written
-    are that copy's, each checked against the hash the patch recorded, and every original
-    must still hash as it did when the patch was made. The pristine op is kept at
-    ``baseline/`` (later GPU re-runs compare against it), the originals at ``backup/``;
-    on any failure every file is restored (:func:`apply_in_place`). Also rewrites
-    ``patch.json``.
-    """
-    if patch.in_place or not patch.files:
-        return patch
-    if patch.source.kind == "wheel":
-        raise ConfigError(
-            "--in-place would rewrite the shared, read-only cache of the pinned sglang wheel",
-            fix="give the tree to patch with --sglang PATH (or SGLANG_SRC), or drop --in-place to get a patched copy",
-        )
-    if patch.patched_tree is None:
-        raise PatchError("the patch has no patched copy to take the checked files from", fix="re-run integrate")
-    tree_root = pathlib.Path(patch.tree_root)
-    layout = TreeLayout(patch.layout, tree_root / patch.prefix, tree_root, patch.prefix)
-    copy = pathlib.Path(patch.patched_tree) / patch.prefix
-    files = []
-    for change in patch.files:
-        target = layout.package_root / change.path
-        try:
-            old, new, mode = target.read_bytes(), (copy / change.path).read_bytes(), target.stat().st_mode
-        except OSError as err:
-            raise PatchError(
-                f"cannot read {change.path} for the in-place swap; nothing was modified",
-                fix="check the tree and the patched copy are readable, then re-run integrate --in-place",
-                detail=str(err),
-            ) from err
-        if sha256(old) != change.sha256_before:
-            raise PatchError(
-                f"{target} changed since the patch was computed; nothing was modified", fix="re-run integrate"
-            )
-        if sha256(new) != change.sha256_after:
-            raise PatchError(
-                f"the checked copy {copy / change.path} changed since the checks; nothing was modified",
-                fix="re-run integrate --in-place",
-            )
-        files.append(NewFile(change.path, old, new, change.spans, change.ops, mode))
-    baseline_tree = str(materialize(layout, [], out_dir / BASELINE_DIR))
-    backups = out_dir / BACKUP_DIR
-    apply_in_place(layout, files, backups)
-    record = patch.model_copy(
-        update={
-            "in_place": True,
-            "baseline_tree": baseline_tree,
-            "backups": str(backups),
-            "verified": [*patch.verified, "in-place hashes"],
-        }
     )
     write_record(record, out_dir / PATCH_RECORD)
     return record

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 
 from integrate import pr_model, pr_triton, pr_upstream
 from integrate.evidence import OpFacts, RunFacts, gather, launch_facts
+from integrate.landing import unreached
 from integrate.pr_model import fmt as _fmt
 from integrate.records import E2EResult, IntegrateReport, OpChange, Patch
 from optimize.report import params_text
@@ -60,6 +61,7 @@ def status(report: IntegrateReport) -> tuple[str, list[str]]:
         for san in check.sanitizer:
             if san.ran and san.errors:
                 failing.append(f"{check.op_id}: compute-sanitizer {san.tool} reports {san.errors} errors")
+    failing += unreached(report.patch, report.checks)
     for test in report.tests:
         if test.ran and (test.failed or test.errors):
             failing.append(f"{test.op_id}: SGLang's tests: {test.failed} failed, {test.errors} errors")
@@ -491,9 +493,10 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     motivation, out = out, ["## Modifications", ""]
     out += ["| file | regions replaced | bytes before → after |", "|---|---|---|"]
     for f in patch.files:
-        spans = ", ".join(f"`{s.name}`" for s in f.spans)
+        spans = "new file" if f.created else ", ".join(f"`{s.name}`" for s in f.spans)
         out.append(f"| `{f.diff_path}` | {spans} | {f.size_before} → {f.size_after} |")
     out.append("")
+    out += pr_upstream.landings(report)
     out += _diff_block(facts.diff, len(patch.files))
     for op in patch.ops:
         out += _buckets(op, facts.ops.get(op.op_id, OpFacts(op_id=op.op_id)), sim)
@@ -557,7 +560,9 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
             by_dtype: dict[str, list] = defaultdict(list)
             for case in check.cases:
                 by_dtype[case.dtype].append(case)
-            if check.via or any(c.launches for c in check.cases):
+            if check.kda_cases is not None:
+                out.append(pr_upstream.kda_sentence(check))
+            elif check.via or any(c.launches for c in check.cases):
                 out.append(pr_triton.check_sentence(check))
             else:
                 out.append(
@@ -676,11 +681,11 @@ def write_pr(
     (a series part's)."""
     from dataclasses import replace
 
-    from integrate.patch import _write_atomic
+    from integrate.patch import write_atomic
 
     facts = gather(report, pathlib.Path(run_dir) if run_dir else None)
     if diff is not None:
         facts = replace(facts, diff=diff)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, render(report, run_dir=run_dir, facts=facts).encode())
+    write_atomic(path, render(report, run_dir=run_dir, facts=facts).encode())
     return path

@@ -15,12 +15,11 @@ What must stay true:
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 
+from integrate.landing import skill_transforms
 from integrate.records import AATiming, E2EResult, IntegrateReport
-from optimize.skills import load_skills
 from optimize.transforms import TRANSFORMS
 
 
@@ -48,13 +47,6 @@ def changed_steps(report: IntegrateReport, e2e: E2EResult) -> dict[str, str]:
         if part.startswith("SGLang ") and part.removeprefix("SGLang ") in changed:
             out[name] = part.removeprefix("SGLang ")
     return out
-
-
-@functools.cache
-def skill_transforms() -> dict[str, str]:
-    """Skill id -> the mechanical transform that implements it, for the skills that have one (the
-    others are text for an LLM or an outside agent)."""
-    return {s.id: s.transform for s in load_skills() if s.transform}
 
 
 def overlap_only(skills: Sequence[str]) -> bool:

@@ -5,8 +5,8 @@ SGLang takes a JIT kernel change with a registered test and a ``marker`` benchma
 test showed against the patched tree, and shows the benchmark's table against the pristine and the
 patched tree side by side. An op of the PR with no generated test, or one that failed, keeps the PR
 a draft (:func:`problems`), and the draft says what is missing; so does a line of the patch or of a
-generated file that spells the tool's name (:func:`tool_names`), and a rewrite (:func:`rewrites`), which
-SGLang takes in its ``kda_kernels/`` landing zone, not as an in-place edit.
+generated file that spells the tool's name (:func:`tool_names`), and a rewrite (:func:`rewrites`) that
+could not land in SGLang's ``kda_kernels/`` zone (:mod:`integrate.landing`) and stays an in-place edit.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import pathlib
 import re
 
-from integrate.pr_model import skill_transforms
-from integrate.records import UPSTREAM_DIR, IntegrateReport, OpChange, UpstreamCheck
+from integrate.landing import is_rewrite
+from integrate.records import UPSTREAM_DIR, IntegrateReport, OpChange, OpCheck, UpstreamCheck
 
 
 def _own(report: IntegrateReport) -> list[UpstreamCheck]:
@@ -44,25 +44,19 @@ def problems(report: IntegrateReport) -> tuple[list[str], list[str]]:
         missing += [f"{op.op_id}: no SGLang-form test written" for op in report.patch.ops if op.op_id not in seen]
     missing += [f"it names the tool: {where}; upstream code names no tool" for where in tool_names(report)]
     missing += [
-        f"{op.op_id}: a rewrite ({op.coder or 'coder unknown'}; skills: {', '.join(op.skills) or 'none'}) lands in SGLang's kda_kernels/ zone with a KernelBackend.KDA registration and a "
-        f"fallback outside its validated shapes; this patch still changes the kernel in place"
+        f"{op.op_id}: a rewrite ({op.coder or 'coder unknown'}; skills: {', '.join(op.skills) or 'none'}) belongs in SGLang's "
+        f"kda_kernels/ zone with a KernelBackend.KDA registration and a fallback outside its validated shapes, "
+        f"and could not land there: {op.landing_note or 'no reason recorded'}; this patch still changes the kernel in place"
         for op in rewrites(report)
+        if op.landing != "kda"
     ]
     return failing, missing
 
 
 def rewrites(report: IntegrateReport) -> list[OpChange]:
-    """The PR's ops whose candidate is a rewrite: written by an LLM or an outside agent, or made by a
-    skill no mechanical transform implements. SGLang takes such a kernel as a new KDA-backend
-    implementation, not as an edit of its JIT kernel; a tuned one (the offline coder's launch
-    configuration, PDL, hints, unrolling) is patched in place. A record from before the coder was
-    kept (coder "") with no skill is not judged."""
-    return [
-        op
-        for op in report.patch.ops
-        if op.coder.partition(":")[0] in ("llm", "external")
-        or (op.skills and not set(op.skills) <= skill_transforms().keys())
-    ]
+    """The PR's ops whose candidate is a rewrite (:func:`integrate.landing.is_rewrite`): SGLang takes
+    such a kernel as a new KDA-backend implementation, not as an edit of its JIT kernel."""
+    return [op for op in report.patch.ops if is_rewrite(op.coder, op.skills)]
 
 
 TOOL_NAME = re.compile(r"kernelsmith", re.IGNORECASE)
@@ -146,3 +140,33 @@ def commands(report: IntegrateReport) -> list[str]:
     """The reproduce lines that use SGLang's own tools: the registered test and the benchmark."""
     files = [u for u in _own(report) if u.generated]
     return [f"python -m pytest -q {u.test_file}" for u in files] + [f"python {u.bench_file}" for u in files]
+
+
+def landings(report: IntegrateReport) -> list[str]:
+    """The "Modifications" lines on each rewrite that lands as a KDA implementation: where it lives,
+    how it is registered and when the public function calls it."""
+    out = []
+    for op in (op for op in report.patch.ops if op.landing == "kda"):
+        module, _, fn = op.kda_target.partition(":")
+        guard = op.kda_guard.partition(":")[2]
+        out.append(
+            f"- `{op.op_id}` is a rewritten kernel, so it lands beside the JIT kernel it replaces, in "
+            f"`kda_kernels/` (`{module}`, with its CUDA source under `kda_kernels/csrc/`), registered as "
+            f"`KernelBackend.KDA` for the SM arch it was validated on, with a provenance row in the zone's README. "
+            f"The public function calls it through `get_kernel` where `{guard}` holds (the dtypes, ranks, "
+            f"contiguity, size ranges and modes it was checked on) and keeps the JIT kernel everywhere else; "
+            f"the JIT kernel's source is unchanged."
+        )
+    return [*out, ""] if out else []
+
+
+def kda_sentence(check: OpCheck) -> str:
+    """How the SGLang check proved the registry dispatched to a KDA landing."""
+    reached = check.kda_cases or 0
+    ran = sum(c.status != "skipped" for c in check.cases)
+    return (
+        f"Called `{check.function}` in the pristine tree and in the patched copy on identical seeded inputs; in "
+        f"the patched copy the public function dispatches through SGLang's registry, and the KDA KernelSpec's "
+        f"target was counted: {reached} of {ran} cases reached it (the others lie outside its guard and took the "
+        "JIT kernel). The patched outputs were judged against the pristine op's."
+    )

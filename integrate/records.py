@@ -47,6 +47,7 @@ class FileChange(Record):
     size_after: int
     spans: list[Span]  # the editable spans replaced in this file (byte offsets of the pristine file)
     ops: list[str]  # op ids whose candidates edit this file
+    created: bool = False  # a file the patch adds (a KDA landing's); sha256_before is the empty file's
 
 
 class OpChange(Record):
@@ -61,6 +62,12 @@ class OpChange(Record):
     rationale: str = ""
     skills: list[str] = Field(default_factory=list)  # the skills whose transforms made it (Candidate.skill_ids)
     coder: str = ""  # Candidate.coder ("offline:search", "llm:coding", "external:claude"; "" in older records)
+    # where it lands in SGLang (integrate.landing): its JIT kernel edited in place, or a rewrite as a
+    # KDA implementation (kda_target: its KernelSpec target; kda_guard: the public function's guard)
+    landing: Literal["in_place", "kda"] = "in_place"
+    kda_target: str = ""
+    kda_guard: str = ""
+    landing_note: str = ""  # a rewrite left in place: why it could not land as a KDA implementation
 
 
 class Patch(VersionedRecord):
@@ -146,6 +153,9 @@ class OpCheck(Record):
     sanitizer: list[SanitizerRun] = Field(default_factory=list)
     command: str = ""  # reproduces this check
     via: str = ""  # the path every case that ran took (CheckCase.via), when they agree; "" for CUDA
+    # a KDA landing (the patched tree registers a KDA KernelSpec for the op): passing cases whose call
+    # reached it through the public function's dispatch; None where the tree has no KDA spec for the op
+    kda_cases: int | None = None
     fixes: list[str] = Field(default_factory=list)  # contract fixes the pristine op's own check demanded (self-check)
 
 

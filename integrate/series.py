@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from integrate.diffs import patch_text, sha256
 from integrate.errors import PatchError
-from integrate.patch import Accepted, TreeLayout, _git_mode, _tool_env, _write_atomic, compose
+from integrate.patch import Accepted, TreeLayout, _git_mode, _tool_env, compose, write_atomic
 from integrate.records import IntegrateReport, SeriesPart
 
 SERIES_DIR = "series"
@@ -49,17 +49,18 @@ def write_series(accepted: Sequence[Accepted], layout: TreeLayout, out_dir: path
     texts: list[bytes] = []
     parts: list[SeriesPart] = []
     for upto, name in enumerate(families, start=1):
-        files, _ = compose([a for a in accepted if family(a.op_id) in families[:upto]], layout.package_root)
+        files, _, _ = compose([a for a in accepted if family(a.op_id) in families[:upto]], layout.package_root)
         changed = []
         for f in files:
-            pristine.setdefault(f.path, (f.old, f.mode))
+            if not f.created:  # a created file has no pristine copy: its part adds it
+                pristine.setdefault(f.path, (f.old, f.mode))
             before = current.get(f.path, f.old)
             if before != f.new:
-                changed.append((f.path, before, f.new, f.mode))
+                changed.append((f.path, before, f.new, f.mode, f.created and f.path not in current))
                 current[f.path] = f.new
         if not changed:  # its spans already hold these texts (another family's same edit): no part of its own
             continue
-        text = patch_text((layout.diff_path(p), old, new, _git_mode(mode)) for p, old, new, mode in changed)
+        text = patch_text((layout.diff_path(p), old, new, _git_mode(mode), made) for p, old, new, mode, made in changed)
         texts.append(text)
         index = len(parts) + 1
         parts.append(
@@ -80,7 +81,7 @@ def write_series(accepted: Sequence[Accepted], layout: TreeLayout, out_dir: path
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     for part, text in zip(parts, texts, strict=True):
-        _write_atomic(staging / pathlib.PurePosixPath(part.file).name, text)
+        write_atomic(staging / pathlib.PurePosixPath(part.file).name, text)
     shutil.rmtree(folder, ignore_errors=True)
     staging.rename(folder)
     return parts

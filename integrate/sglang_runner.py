@@ -469,6 +469,7 @@ def check_ops(
                             unplanned=dict(plan.unplanned),
                             command=command,
                             via=common_via(cases),
+                            kda_cases=kda_cases(cases),
                         )
                     )
                     if progress is not None:
@@ -482,6 +483,13 @@ def check_ops(
         results = [r.model_copy(update={"sanitizer": [run]}) if r.ran else r for r in results]
     order = {t.op_id: i for i, t in enumerate(tasks)}
     return sorted(results, key=lambda r: order.get(r.op_id, len(order)))
+
+
+def kda_cases(cases: Sequence[CheckCase]) -> int | None:
+    """Passing cases whose call reached the op's KDA implementation; None where the patched tree has none."""
+    if not any(k.startswith("kda:") for c in cases for k in c.launches):
+        return None
+    return sum(c.status == "pass" and any(k.startswith("kda:") and n > 0 for k, n in c.launches.items()) for c in cases)
 
 
 def common_via(cases: Sequence[CheckCase]) -> str:

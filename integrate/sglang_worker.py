@@ -34,6 +34,9 @@ to stderr: fd 1 is pointed at fd 2 before anything is imported. Commands:
   ``triton``) is called through its ``KernelSpec`` (``get_kernel``) with its
   kernels' launches counted (:mod:`integrate.triton_probe`): a call that launched
   none of them is an error; the answer's ``via`` and ``launches`` say what ran.
+  Where the tree's registry holds a ``KernelBackend.KDA`` spec for the op (a rewrite
+  landed beside its JIT kernel, :mod:`integrate.landing`), the spec's target is counted
+  (``launches["kda:<target>"]``): whether the public function's dispatch reached it.
 - ``layer``: CUDA-graph timing of one whole decoder layer from its recipe's plan
   (:mod:`integrate.layer_worker`, the e2e proxy).
 - ``exit``.
@@ -173,6 +176,7 @@ class Call:
         self.probe: Any = None
         self.fused = fused_op_of(req["op"], req["module"]) if req.get("triton") is None else None
         self.fn: Callable[..., Any] = self.fused if self.fused is not None else getattr(module, req["function"])
+        self.kda = _kda_counted(req["op"])
         if req.get("triton") is not None:
             from integrate.triton_probe import Probe
 
@@ -245,6 +249,41 @@ class Call:
 
 
 _first_calls: dict[str, float] = {}
+_kda_calls: dict[str, int] = {}  # a KDA KernelSpec's target -> calls that reached it
+
+
+def _kda_counted(op: str) -> str | None:
+    """The target of ``op``'s KDA KernelSpec in this tree, every call of it counted from now on;
+    None where the registry has none. The count wraps the target where the registry loads it from,
+    and the selector's cache is cleared, so ``get_kernel(op, KernelBackend.KDA)`` hands out the
+    counted function: a call counts only if the public function's own dispatch reached it."""
+    import importlib
+
+    try:
+        from sglang.kernels import selector
+        from sglang.kernels.registry import registry
+        from sglang.kernels.spec import KernelBackend
+    except ImportError:  # a tree from before SGLang's kernel registry
+        return None
+    spec = next((s for s in registry.get(op) if s.backend == KernelBackend.KDA), None)
+    if spec is None:
+        return None
+    target = spec.target
+    if target not in _kda_calls:
+        module_name, _, attr = target.partition(":")
+        module = importlib.import_module(module_name)
+        inner = getattr(module, attr)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            _kda_calls[target] += 1
+            return inner(*args, **kwargs)
+
+        _kda_calls[target] = 0
+        setattr(module, attr, counted)
+        selector._resolve.cache_clear()
+    return target
+
+
 _PACKAGE: list[str] = [""]  # the tree's sglang package folder (main sets it)
 
 
@@ -292,9 +331,19 @@ def cmd_check(req: dict[str, Any]) -> dict[str, Any]:
     call = Call(req)
     torch.cuda.synchronize()
     start = time.perf_counter()
+    kda_before = _kda_calls.get(call.kda or "", 0)
     with _dispatch_trace(call.fused is not None) as backends, _launches(call.probe) as launches:
         call()
     torch.cuda.synchronize()
+    via = call.probe.via if call.probe is not None else ""
+    if call.kda is not None:
+        reached = _kda_calls[call.kda] - kda_before
+        launches = {**launches, f"kda:{call.kda}": reached}
+        via = (
+            f"KernelSpec {req['op']} (backend KDA, get_kernel) -> {call.kda}"
+            if reached
+            else "its JIT kernel (outside the KDA guard)"
+        )
     elapsed = time.perf_counter() - start
     first_call_s = None
     if req["key"] not in _first_calls:
@@ -307,7 +356,7 @@ def cmd_check(req: dict[str, Any]) -> dict[str, Any]:
         "poisoned": bool(call.poisoned),
         "backends": backends,
         "fused_op": call.fused is not None,
-        "via": call.probe.via if call.probe is not None else "",
+        "via": via,
         "launches": dict(launches),
     }
     if call.fused is not None and backends != ["jit"]:

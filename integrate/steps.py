@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from integrate.errors import ConfigError, KernelsmithError, broke_with
+from integrate.landing import unreached
 from integrate.pr_model import changed_ops
 from integrate.records import E2EResult, IntegrateReport, OpCheck, Patch, TestRun, UpstreamCheck
 from pipeline.gpu import gpu_available
@@ -183,6 +184,7 @@ def gpu_steps(
             update["failed_steps"]["correctness"] = str(err)
             say(f"error: correctness through SGLang: {err}")
         good = good and all(c.ran and not c.failed for c in update["checks"] if c.planned)
+        good = good and not unreached(patch, update["checks"])
         good = good and not any(s.ran and s.errors for c in update["checks"] for s in c.sanitizer)
     if tests:
         update["not_run"].pop("sglang tests", None)

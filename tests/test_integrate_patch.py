@@ -23,7 +23,8 @@ from extract.entry import read_signature
 from integrate import patch as patch_mod
 from integrate.diffs import Segment, file_diff, outside_segments, patched_paths, sha256, verify_spans
 from integrate.errors import ConfigError, PatchError
-from integrate.patch import build_patch, layout_of, load_run, resolve_overlaps, swap_in_place
+from integrate.in_place import swap_in_place
+from integrate.patch import build_patch, layout_of, load_run, resolve_overlaps
 from integrate.records import Patch
 from pipeline.errors import StaleRecordError
 from pipeline.records import (
@@ -162,9 +163,10 @@ def make_best(
     timings: list[ShapeTiming] | None = None,
     rationale: str = "unrolled vector loop",
     best_src: dict[str, bytes] | None = None,
+    coder: str = "offline",
 ) -> Candidate:
     cid = content_hash(*sorted(f"{k}\0{v}" for k, v in regions.items()))[:16]
-    cand = Candidate(op_id=op_id, id=cid, parent=parent, regions=regions, coder="offline", rationale=rationale)
+    cand = Candidate(op_id=op_id, id=cid, parent=parent, regions=regions, coder=coder, rationale=rationale)
     best = work / "runs" / run / op_id / "best"
     write_record(cand, best / "candidate.json")
     if best_src is not None:

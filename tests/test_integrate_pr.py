@@ -846,9 +846,10 @@ def test_git_branch_stacks_one_branch_per_part_of_a_series(tmp_path, sglang_sour
     assert _git(repo, "rev-parse", "HEAD").strip() == head and _git(repo, "status", "--porcelain") == ""
 
 
-def test_a_rewrite_is_a_draft_that_names_the_kda_landing_zone_and_a_tuned_kernel_is_not(tmp_path):
-    """An outside agent's or an LLM's kernel (or one made by a skill no transform implements) lands in
-    SGLang's kda_kernels/ zone, which integrate does not write yet: the PR says so and stays a draft."""
+def test_a_rewrite_left_in_place_is_a_draft_that_says_why_and_a_tuned_kernel_is_not(tmp_path):
+    """An outside agent's or an LLM's kernel (or one made by a skill no transform implements) belongs in
+    SGLang's kda_kernels/ zone; one that could not land there (tests/test_integrate_landing.py) stays an
+    in-place edit, and the PR says why and stays a draft."""
     report = full_report(tmp_path)
     assert status(report)[0] == "ready"
 
@@ -858,7 +859,14 @@ def test_a_rewrite_is_a_draft_that_names_the_kda_landing_zone_and_a_tuned_kernel
 
     state, reasons = status(with_op(coder="external:claude"))
     assert state == "draft" and any(
-        "a rewrite (external:claude; skills: none) lands in SGLang's kda_kernels/" in r for r in reasons
+        "a rewrite (external:claude; skills: none) belongs in SGLang's kda_kernels/" in r
+        and "could not land there: no reason recorded" in r
+        for r in reasons
     )
+    landed = with_op(coder="external:claude", landing="kda")
+    state, reasons = status(landed)
+    assert state == "failing" and any("no case reached its KDA implementation" in r for r in reasons)
+    reached = landed.model_copy(update={"checks": [c.model_copy(update={"kda_cases": 3}) for c in landed.checks]})
+    assert status(reached) == ("ready", [])
     assert status(with_op(coder="offline:search", skills=["warp_per_row"]))[0] == "draft"
     assert status(with_op(coder="offline:search", skills=["pdl_enable", "streaming_cache_hints"])) == ("ready", [])
