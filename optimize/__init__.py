@@ -16,7 +16,8 @@ lane per local GPU, or Ray tasks across hosts; used by the commands, ``harness.b
   accesses), divmod_transforms (a strided loop's quotient and remainder carried),
   dispatch_transforms (a launcher's size switch given larger power-of-two cases): their
   site counts feed features (static features + profile facts) -> pdl_transforms (PDL on,
-  late wait, early trigger) -> transforms (the
+  late wait, early trigger), grid_transforms (a grid-stride kernel's grid capped at whole
+  waves of the device) -> transforms (the
   mechanical edits' registry and the others; triton_transforms, the libcst edits of a
   Triton task's regions, and triton_coarsen (program coarsening, over triton_transforms)
   come before it and are registered there),

@@ -53,6 +53,7 @@ from optimize.cuda_text import (
 from optimize.dispatch_transforms import MAX_CASE, extend_size_dispatch
 from optimize.divmod_transforms import incremental_divmod
 from optimize.features import Features
+from optimize.grid_transforms import cap_grid
 from optimize.hint_transforms import WHICH, streaming_hints
 from optimize.pdl_transforms import enable_pdl, pdl_early_trigger, pdl_late_wait
 from optimize.transform_edits import Edit, NotApplicable, TransformError, apply_edits, line_start
@@ -443,6 +444,14 @@ def _streaming_targets(features: Features, point: dict[str, Any]) -> list[dict[s
     return [{"what": what}] if features.static.typed_accesses and what in WHICH else []
 
 
+def _cap_grid_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
+    """A kernel that already strides by the grid, launched by a grid not yet sized to the machine
+    (the transform checks each launch itself)."""
+    if not features.static.grid_stride_loop or features.static.persistent_grid:
+        return []
+    return [{"waves": int(point.get("waves", 1))}]
+
+
 def _divmod_targets(features: Features, point: dict[str, Any]) -> list[dict[str, Any]]:
     return [{}] if features.static.strided_divmod else []
 
@@ -536,6 +545,15 @@ TRANSFORMS: dict[str, TransformSpec] = {
             _launch_bounds_targets,
             "add or set __launch_bounds__ on a kernel",
             choice=("max_threads", "min_blocks"),
+        ),
+        TransformSpec(
+            "cap_grid",
+            cap_grid,
+            {"waves": "the grid is capped at this many full waves: occupancy x SMs, asked of the device at run time"},
+            (),
+            _cap_grid_targets,
+            "cap a grid-stride kernel's grid at whole waves of the device",
+            choice=("waves",),
         ),
         TransformSpec(
             "incremental_divmod",

@@ -241,6 +241,7 @@ CASES: dict[str, tuple[dict, dict]] = {
     "index_math_32bit": ({"int64_index": True}, {"int64_index": False}),
     "reduce_integer_division": ({"int_divmod_runtime": 1}, {"int_divmod_runtime": 0}),
     "incremental_divmod": ({"strided_divmod": 1}, {"strided_divmod": 0}),
+    "grid_waves": ({"grid_stride_loop": True}, {"grid_stride_loop": True, "persistent_grid": True}),
     "specialize_size_dispatch": ({"size_dispatch": 1}, {"size_dispatch": 0}),
     "packed_conversions": ({"elementwise": True}, {"elementwise": True, "packed_casts": True}),
 }
