@@ -50,7 +50,7 @@ from contract import constraints, dtypes
 from contract.errors import ContractError
 from contract.plan import ANY_SIZE, canonical_dtype, needs_value_range, plan_call, scalar_value
 from contract.sizes import eval_expr, expr_symbols, shape_symbols, tensor_specs, token_symbol
-from pipeline.records import ArgSpec, Contract, Record, Task, TensorSpec, VersionedRecord
+from pipeline.records import ArgSpec, Contract, Instantiation, Record, Task, TensorSpec, VersionedRecord
 
 RULES_PATH = pathlib.Path(__file__).with_name("completion.toml")
 BASELINE_REPAIRS = 3  # re-evaluations of a baseline after it contradicted its contract
@@ -85,6 +85,15 @@ class Completion(VersionedRecord):
     op_id: str
     filled: list[Filled] = Field(default_factory=list)
     open: list[str] = Field(default_factory=list)  # still open, in the harness's own words
+    # a task extracted without its compile check: the instantiations nvcc refuses, left out of every
+    # call of the run (instantiation_key), and nvcc's reason
+    dropped: list[str] = Field(default_factory=list)
+    dropped_reason: str = ""
+
+
+def instantiation_key(inst: Instantiation) -> str:
+    """``fp32 <fp32_t>``: how a record names one instantiation (its dtype and template arguments)."""
+    return f"{inst.dtype} <{', '.join(inst.template_args)}>"
 
 
 @functools.lru_cache(maxsize=4)

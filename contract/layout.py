@@ -21,7 +21,7 @@ import os
 import pathlib
 from collections.abc import Mapping
 
-from contract.completion import Completion, apply
+from contract.completion import Completion, apply, instantiation_key
 from contract.errors import TaskMissing
 from pipeline.errors import ConfigError, StaleRecordError
 from pipeline.records import Task, read_record, write_record
@@ -169,4 +169,5 @@ def completed_in_run(task: Task, op_dir: pathlib.Path) -> Task | None:
     if not path.exists():
         return None
     record = read_record(Completion, path)
-    return task.model_copy(update={"contract": apply(task.contract, record.filled)})
+    kept = [i for i in task.instantiations if instantiation_key(i) not in set(record.dropped)]
+    return task.model_copy(update={"contract": apply(task.contract, record.filled), "instantiations": kept})

@@ -97,6 +97,10 @@ class Spent(TypedDict):
     gpu_s: float
 
 
+#: A backend's ``buildable(task_dir, task)``: a ``--no-compile`` task without the instantiations nvcc
+#: refuses, their keys and nvcc's reason; None when nothing is to drop (the GPU backend's).
+Buildable = Callable[[pathlib.Path, Task], "tuple[Task, list[str], str] | None"]
+
 #: What one baseline run gave the repair loop: its evaluation, or the error the backend raised.
 BaselineOutcome = Evaluation | BaselineError
 
@@ -432,6 +436,11 @@ class Session:
         if recorded is not None:
             return recorded
         task, record = testing.complete_contract(op.task, op.task_dir, model=self._model)
+        narrow: Buildable | None = getattr(self.backend, "buildable", None)
+        found = narrow(op.task_dir, task) if narrow is not None else None
+        if found is not None:  # extracted with --no-compile: what nvcc refuses is left out of the whole run
+            task, dropped, why = found
+            record = record.model_copy(update={"dropped": dropped, "dropped_reason": why})
         write_record(record, op.dir / RECORD_FILE)
         return task
 
@@ -464,7 +473,7 @@ class Session:
                 speedup_geomean=1.0,
                 speedup_min=1.0,
                 best=candidate.id,
-                detail=evaluation.detail,
+                detail=_with_dropped(evaluation.detail, op.dir / RECORD_FILE),
                 **self._spent_since(mark),
             )
         )
@@ -584,3 +593,11 @@ class Session:
                 op.write_best(top)
                 return top
         return None
+
+
+def _with_dropped(detail: str, completion: pathlib.Path) -> str:
+    """The baseline's detail, with what the run left out of a ``--no-compile`` task and why."""
+    why = read_record(Completion, completion).dropped_reason if completion.is_file() else ""
+    return (
+        f"{detail}; left out of this run (the task was extracted without its compile check): {why}" if why else detail
+    )

@@ -371,3 +371,33 @@ def test_a_baseline_that_does_not_build_says_whether_extract_checked_it(tmp_path
     with pytest.raises(BaselineError) as broken:
         ev.build_baseline(tmp_path, checked, [checked.instantiations], config=cfg)
     assert "toolchain" in broken.value.fix and "--no-compile" not in broken.value.fix
+
+
+def test_a_no_compile_task_is_narrowed_to_what_nvcc_builds(tmp_path, monkeypatch):
+    """ev.buildable, what the optimize loop asks once per op and run: each instantiation is built alone
+    where the whole set fails, and those nvcc refuses are dropped with its reason; a compile-checked
+    task, one that builds, and one of which nothing builds are left as they are."""
+    from pipeline.records import BuildReport
+
+    task = rms_task()
+    refused = {("fp16", "128")}
+
+    def build(task_dir, task, units, *, config, **_):
+        bad = [i for unit in units for i in unit if (i.dtype, i.module_args[1]) in refused]
+        report = BuildReport(
+            ok=not bad, key="k", seconds=1.0, stderr="x.cuh(9): error: static assertion failed" if bad else ""
+        )
+        return report, []
+
+    monkeypatch.setattr(ev, "build_units", build)
+    cfg = Config.model_validate({"work_dir": str(tmp_path)})
+    narrowed, dropped, why = ev.buildable(tmp_path, task, config=cfg)
+    assert [(i.dtype, i.module_args[1]) for i in dropped] == [("fp16", "128")]
+    assert len(narrowed.instantiations) == len(task.instantiations) - 1 and dropped[0] not in narrowed.instantiations
+    assert why.startswith("nvcc refuses fp16 <") and "static assertion failed" in why
+    checked = task.model_copy(update={"baseline_build": BuildReport(ok=True, key="k", seconds=1.0)})
+    assert ev.buildable(tmp_path, checked, config=cfg) is None
+    refused.clear()
+    assert ev.buildable(tmp_path, task, config=cfg) is None
+    refused.update((i.dtype, i.module_args[1]) for i in task.instantiations)
+    assert ev.buildable(tmp_path, task, config=cfg) is None

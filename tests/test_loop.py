@@ -1476,3 +1476,41 @@ def test_later_ops_baselines_are_built_while_the_first_is_measured(monkeypatch, 
     with command.building_ahead(tasks, cfg, enabled=False), command.building_ahead(tasks[:1], cfg, enabled=True):
         pass
     assert len(seen) == 1, "a replay, or one op, builds nothing ahead"
+
+
+def test_a_no_compile_task_runs_without_what_nvcc_refuses_and_says_so(tmp_path):
+    """The backend's buildable (the GPU backend's: optimize.harness.evaluate.buildable) narrows a task
+    extracted with --no-compile once per run: the completion record keeps what was left out and why,
+    the baseline round says it, and a resumed run or integrate (completed_in_run) calls the same task."""
+    from contract.completion import instantiation_key
+    from contract.layout import completed_in_run
+
+    task_dir, task = write_task(tmp_path)
+    extra = task.instantiations[0].model_copy(update={"dtype": "fp16", "template_args": ["fp16_t"]})
+    task = task.model_copy(update={"instantiations": [*task.instantiations, extra]})
+    write_record(task, task_dir / "task.json")
+    asked = []
+
+    class Narrowing(CountingBackend):
+        def buildable(self, task_dir, task):
+            asked.append(task.op_id)
+            kept = [i for i in task.instantiations if i.dtype != "fp16"]
+            return (
+                task.model_copy(update={"instantiations": kept}),
+                [instantiation_key(extra)],
+                "nvcc refuses fp16 <fp16_t> (x)",
+            )
+
+    loop = Loop(config(tmp_path, rounds=1), LoopOptions(run="r1", coder="offline"), Narrowing(), hooks=hooks())
+    loop.run([(task_dir, task)])
+    op_dir = tmp_path / "runs" / "r1" / "demo.scale"
+    assert asked == ["demo.scale"]
+    assert [i.dtype for i in completed_in_run(task, op_dir).instantiations] == ["fp32"]
+    baseline = Trajectory(op_dir / "trajectory.jsonl").baseline()
+    assert (
+        "left out of this run (the task was extracted without its compile check): nvcc refuses fp16" in baseline.detail
+    )
+    Loop(config(tmp_path, rounds=1), LoopOptions(run="r1", coder="offline"), Narrowing(), hooks=hooks()).run(
+        [(task_dir, task)]
+    )
+    assert asked == ["demo.scale"], "decided once per run: a resumed run reads the record"

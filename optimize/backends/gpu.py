@@ -166,6 +166,18 @@ class GpuBackend:
             )
         return result
 
+    def buildable(self, task_dir: Any, task: Task) -> tuple[Task, list[str], str] | None:
+        """A ``--no-compile`` task without the instantiations nvcc refuses (:func:`optimize.harness.evaluate.buildable`):
+        (the narrowed task, the refused ones' keys, why), or None when nothing is to drop."""
+        from contract.completion import instantiation_key
+        from optimize.harness.evaluate import buildable
+
+        found = buildable(task_dir, task, config=self.config)
+        if found is None:
+            return None
+        narrowed, refused, why = found
+        return narrowed, [instantiation_key(i) for i in refused], why
+
     def validate_cases(self, task_dir: Any, task: Task, cases: Any) -> list[tuple[bool, str]]:
         """Run the testing agent's proposals on the baseline alone (kept only if clean)."""
         from optimize.harness.evaluate import validate_cases

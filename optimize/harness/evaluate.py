@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from contract.completion import instantiation_key
 from contract.dtypes import cpp_spelling
 from contract.plan import layouts_for
 from contract.shapes import draw_held_out
@@ -272,11 +273,31 @@ def without_refused(
     return task.model_copy(update={"instantiations": [i for i in task.instantiations if i not in refused]}), refused
 
 
+def buildable(
+    task_dir: str | os.PathLike[str], task: Task, *, config: Config
+) -> tuple[Task, list[Instantiation], str] | None:
+    """(``task`` without the instantiations nvcc refuses, those, the reason) for a task extracted
+    without its compile check (``--no-compile``) whose baseline does not build as it is; None when it
+    builds, was compile-checked at extraction, or nothing narrower builds either (the baseline's own
+    error then says why). The optimize loop calls it once per op and run, before the baseline."""
+    if task.baseline_build is not None:
+        return None
+    plan = plan_cases(task, held_out=0, profile=False)
+    report, _ = build_units(task_dir, task, plan.units, config=config)
+    if report.ok:
+        return None
+    found = without_refused(task, plan.units, lambda units: build_units(task_dir, task, units, config=config)[0])
+    if found is None:
+        return None
+    narrowed, refused = found
+    return narrowed, refused, refusal(refused, report.stderr)
+
+
 def refusal(refused: Sequence[Instantiation], stderr: str) -> str:
     """ "nvcc refuses fp32 <fp32_t> (its first error)": what a row says of :func:`without_refused`'s drops."""
     from pipeline.compiler_output import first_error
 
-    which = ", ".join(f"{i.dtype} <{', '.join(i.template_args)}>" for i in refused)
+    which = ", ".join(instantiation_key(i) for i in refused)
     return f"nvcc refuses {which} ({first_error(stderr)[:160]})"
 
 
