@@ -57,9 +57,9 @@ from contract.layout import run_dir as layout_run_dir
 from optimize.agents import profiling
 from optimize.backends import Backend
 from optimize.errors import GpuRequired, TaskMissing, TrajectoryError
-from optimize.harness.languages import language_of
 from optimize.harness.tools import NcuResult
 from optimize.hooks import Hooks
+from optimize.languages import language_of
 from optimize.policy import Decision
 from optimize.reach import Foreign
 from optimize.run_folder import OpState, run_meta_check
@@ -153,7 +153,7 @@ def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[s
     the shared build cache), so a candidate
     that builds here is the one the GPU builds, and its build is then a cache hit there
     only when the toolchains match. A Triton task's check is its language's
-    (:meth:`optimize.harness.languages.Language.compile_check`: the regions spliced, parsed, and every
+    (:meth:`optimize.harness.languages.Build.compile_check`: the regions spliced, parsed, and every
     launched kernel through ``triton.compile`` for sm_90, the check the loop makes before any GPU
     time). Nothing is recorded in any run. ``foreign`` names the code of other ops the regions
     change (:mod:`optimize.reach`), which ``submit`` would refuse: known before any GPU time.
@@ -174,7 +174,7 @@ def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[s
     files = read_task_files(folder, task)
     base = baseline_regions(files, task)
     foreign = language.foreign_code(task, base, files).touched(base, {**base, **regions}, language.dialect.same)
-    report = language.compile_check(folder, task, regions)  # Triton: triton.compile for sm_90 on the CPU
+    report = language.build.compile_check(folder, task, regions)  # Triton: triton.compile for sm_90 on the CPU
     if report is None:  # CUDA: nvcc over the harness's own units
         report, _ = build_units(folder, task, canonical_units(task), config=config, regions=dict(regions))
     return {
@@ -267,7 +267,8 @@ class AgentRun:
         if baseline is None:
             return None
         files = read_task_files(folder, task)
-        op = OpState(self.run_dir, folder, task, files, baseline_regions(files, task))
+        regions = baseline_regions(files, task)
+        op = OpState(self.run_dir, folder, task, files, regions, language_of(task).foreign_code(task, regions, files))
         if baseline.regions_hash != regions_hash(op.baseline_regions):
             raise TrajectoryError(
                 f"the task of {op_id} changed since run {self.run} started (its editable regions differ)",

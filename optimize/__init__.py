@@ -4,8 +4,8 @@ Sub-packages: ``harness`` (testing + profiling core), ``llm`` (clients, cache,
 fakes), ``agents`` (testing, profiling, planning, coding, repair, single),
 ``backends`` (gpu, replay), ``search`` (space -> tuner -> rounds: the offline
 coder's search over composed transforms), ``scale`` (units of work spread over GPUs: a
-lane per local GPU, or Ray tasks across hosts; used by the commands, ``harness.bench`` and
-``harness.census``). Top-level modules in dependency order:
+lane per local GPU, or Ray tasks across hosts; used by the commands and by :mod:`bench` above).
+Top-level modules in dependency order:
 
 - errors: the stage's error types;
 - cuda_text -> cuda_regions -> cuda_spans, cuda_facts, reach: the CUDA-region toolkit
@@ -22,7 +22,8 @@ lane per local GPU, or Ray tasks across hosts; used by the commands, ``harness.b
   Triton task's regions, and triton_coarsen (program coarsening, over triton_transforms)
   come before it and are registered there),
   skills (library + rule language), trajectory (round records), policy (the
-  deterministic planner);
+  deterministic planner); languages (the coder's half of the seam on ``Task.language``: dialect,
+  options, facts, foreign code, over ``harness.languages``' build half);
 - budget, hooks (the loop's typed integration points), run_folder (one op's folder,
   best/, run.json, summary lines), acceptance (regressions, minimum gain, round
   verdicts), measure (evaluations and profiles once each, GPU time charged; a search population

@@ -130,7 +130,7 @@ def building_ahead(tasks: Sequence[tuple[pathlib.Path, Any]], config: Config, *,
         yield
         return
     from contract.completion import complete
-    from optimize.harness.bench import prebuild
+    from optimize.harness.evaluate import prebuild
 
     def build() -> None:
         try:

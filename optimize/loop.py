@@ -65,8 +65,8 @@ from typing import Any
 from optimize.agents import coding, planning, profiling, repair, single
 from optimize.agents.edits import CodeResult, Dialect
 from optimize.budget import BUDGETS
-from optimize.harness.languages import language_of
 from optimize.hooks import named_transform
+from optimize.languages import language_of
 from optimize.measure import evaluate_many_once
 from optimize.policy import Decision
 from optimize.reach import confine
@@ -343,7 +343,7 @@ class Loop(Session):
                 members,
                 self.backend,
                 self.budget,
-                precheck=lambda c: language.precheck(op.task_dir, op.task, c),
+                precheck=lambda c: language.build.precheck(op.task_dir, op.task, c),
                 jobs=self.config.search.build_jobs,
             ),
             seed=number,

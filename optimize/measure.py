@@ -1,7 +1,7 @@
 """The loop's measurements: each candidate evaluated once per stage and profiled once, stored, GPU time charged.
 
 A search population (:func:`evaluate_many_once`) is measured in one backend call, after the
-language's check on this machine (:meth:`optimize.harness.languages.Language.precheck`: a Triton
+language's check on this machine (:meth:`optimize.harness.languages.Build.precheck`: a Triton
 point compiled for sm_90) has taken out the members it refuses, at no GPU cost.
 
 Why: GPU time is the scarcest budget and a run must resume without measuring

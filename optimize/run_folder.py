@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from contract import layout
 from contract.layout import TRAJECTORY_FILE
 from extract.splice import apply_regions
-from optimize.harness.languages import language_of
 from optimize.llm.client import MeteredModel, Model
+from optimize.reach import Foreign
 from optimize.trajectory import RoundOutcome, RoundRecord, Trajectory, candidate_id
 from pipeline.errors import ConfigError, KernelsmithError, StaleRecordError
 from pipeline.records import (
@@ -60,6 +60,7 @@ class OpState:
         task: Task,
         files: dict[str, bytes],
         baseline_regions: dict[str, str],
+        foreign: Foreign,
     ) -> None:
         self.task_dir = task_dir
         self.task = task
@@ -68,8 +69,9 @@ class OpState:
         self.files = files
         self.baseline_regions = baseline_regions
         self.kinds = {span.name: span.kind for span in task.editable}
-        # code only other ops run (optimize.reach): no candidate may change it unmeasured
-        self.foreign = language_of(task).foreign_code(task, baseline_regions, files)
+        # code only other ops run (optimize.reach, as the task's language finds it:
+        # optimize.languages.Language.foreign_code): no candidate may change it unmeasured
+        self.foreign = foreign
 
     def baseline_candidate(self) -> Candidate:
         return Candidate(

@@ -40,8 +40,8 @@ from optimize.budget import BUDGETS, FINISHED, Budget
 from optimize.errors import TaskMissing, TrajectoryError
 from optimize.harness.baseline_repair import BaselineRun, repair_baseline
 from optimize.harness.errors import BaselineError
-from optimize.harness.languages import language_of
 from optimize.hooks import CaseValidator, Hooks
+from optimize.languages import language_of
 from optimize.llm.client import MeteredModel, Model
 from optimize.measure import evaluate_once, profile_once
 from optimize.reach_ops import Placed, place
@@ -188,7 +188,7 @@ class Session:
         language = language_of(op.task)
         precheck = None
         if stage == "round" and not candidate.is_baseline:
-            precheck = lambda c: language.precheck(op.task_dir, op.task, c)  # noqa: E731
+            precheck = lambda c: language.build.precheck(op.task_dir, op.task, c)  # noqa: E731
         return evaluate_once(op, candidate, stage, self.backend, self.budget, precheck=precheck)
 
     def profile(self, op: OpState, candidate: Candidate) -> dict[str, float]:
@@ -243,7 +243,8 @@ class Session:
         """The op's run folder, its completed contract and its baseline evaluated (once per run);
         an :class:`OpSummary` ("skipped") when a budget is spent before the baseline."""
         files = read_task_files(task_dir, task)
-        op = OpState(self.run_dir, task_dir, task, files, baseline_regions(files, task))
+        regions = baseline_regions(files, task)
+        op = OpState(self.run_dir, task_dir, task, files, regions, language_of(task).foreign_code(task, regions, files))
         self._model = self._metered(op)
         op.task = self._completed(op)
         recorded = op.trajectory.baseline()
@@ -367,7 +368,8 @@ class Session:
         if moved.status != "reached":
             return ReachVerdict(op_id=comp.op_id, status=moved.status, detail=moved.detail)
         task = comp.task
-        there = OpState(op.dir / "reach", comp.task_dir, task, placed.files, placed.baseline)
+        foreign = language_of(task).foreign_code(task, placed.baseline, placed.files)
+        there = OpState(op.dir / "reach", comp.task_dir, task, placed.files, placed.baseline, foreign)
         try:
             there.task = self._completed(there)
             if there.trajectory.baseline() is None:

@@ -32,7 +32,7 @@ HANDLERS = {
     "extract": "extract.command:main",
     "optimize": "optimize.command:main",
     "integrate": "integrate.command:main",
-    "bench": "optimize.harness.bench:main",
+    "bench": "bench.bench:main",
     "run": "pipeline.run:main",
     "track": "pipeline.track:main",
     "headroom": "integrate.headroom:main",

@@ -106,7 +106,7 @@ def main(args: Any, config: Any) -> int:
 
         if action == "ab" and not getattr(args, "old", None):
             raise ConfigError("track ab needs --old TASKS (the older release's tasks)", fix="add --old DIR_OR_TARBALL")
-        module = "optimize.harness.census" if action == "run" else "optimize.harness.release_ab"
+        module = "bench.census" if action == "run" else "bench.release_ab"
         return int(importlib.import_module(module).main(args, config) or 0)
     store = ResultsStore(config.work)
     console = make_console()

@@ -352,7 +352,7 @@ def test_a_submission_that_edits_another_ops_region_is_refused_with_the_regions_
     names it too, before any GPU time."""
     import shutil
 
-    from optimize import reach  # what the CUDA language asks (optimize.harness.languages.Cuda.foreign_code)
+    from optimize import reach  # what the CUDA language asks (optimize.languages.Cuda.foreign_code)
 
     monkeypatch.setattr(reach, "foreign_code", lambda *_: reach.Foreign(frozenset({"launch_scale"})))
     (work[0] / "l.cu").write_text(HONEST)

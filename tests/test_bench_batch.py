@@ -12,8 +12,9 @@ import pytest
 from test_harness_evaluate import DEVICE, timing
 from test_loop import write_task
 
-from optimize.harness import bench, evaluate, worker
-from optimize.harness.bench import BatchInterrupted, OpBench
+from bench import bench
+from bench.bench import BatchInterrupted, OpBench
+from optimize.harness import evaluate, worker
 from optimize.harness.protocol import WorkerRequest, WorkerResult
 from pipeline.config import Config
 from pipeline.records import write_record
@@ -82,7 +83,7 @@ def _on_a_gpu(monkeypatch):
     from pipeline import gpu
 
     monkeypatch.setattr(gpu, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
-    monkeypatch.setattr(bench, "prebuild", lambda items, config, **kw: None)
+    monkeypatch.setattr(evaluate, "prebuild", lambda items, config, **kw: None)
 
 
 def _folders(items):

@@ -7,10 +7,10 @@ import tarfile
 from test_harness_evaluate import DEVICE, timing
 from test_loop import write_task
 
+from bench import bench
+from bench.bench import OpBench
 from contract.layout import save_task
 from contract.sizes import SYNTHETIC_MODEL
-from optimize.harness import bench
-from optimize.harness.bench import OpBench
 from pipeline.cli import main as cli
 from pipeline.records import ShapeCase
 from pipeline.store import ResultsStore

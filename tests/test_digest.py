@@ -25,8 +25,8 @@ def test_digest_covers_content_and_place_and_ignores_patterns_that_match_nothing
 
 
 def test_the_task_key_and_the_verdict_key_cover_the_contract_package():
+    from bench import health
     from extract import tasks
-    from optimize.harness import health
 
     assert "contract/*.py" in tasks._OWN_CODE
     assert {"contract/*.py", "contract/*.toml"} <= set(health._FINGERPRINT_GLOBS)

@@ -250,7 +250,7 @@ def test_the_sweep_learns_a_wrong_role_from_the_baseline_itself():
     kernel that mutates `input`, standing in as the oracle), or never writes one its
     contract calls an output: the worker reports it as role evidence, the sweep re-checks
     with the tensor inout and says so in the row."""
-    from optimize.harness import health
+    from bench import health
     from optimize.harness.evaluate import build_units
 
     task_dir, task = _task("activation.silu_and_mul")

@@ -1,4 +1,4 @@
-"""BENCHMARKS.md sections and tables (optimize.harness.bench), no GPU."""
+"""BENCHMARKS.md sections and tables (bench.bench), no GPU."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from optimize.harness import bench, health
+from bench import bench, health
 from optimize.harness.protocol import DeviceInfo, TimingResult
 
 DEVICE = DeviceInfo(
@@ -301,7 +301,7 @@ def test_health_sweep_reports_the_first_nvcc_error(tmp_path, monkeypatch):
 
 
 def test_harness_fingerprint_covers_the_worker():
-    root = pathlib.Path(health.__file__).resolve().parents[2]
+    root = pathlib.Path(health.__file__).resolve().parents[1]
     covered = {p.relative_to(root).as_posix() for g in health._FINGERPRINT_GLOBS for p in root.glob(g)}
     assert {"optimize/harness/worker.py", "optimize/harness/compare.py", "pipeline/build.py"} <= covered
 
@@ -861,7 +861,7 @@ def test_bench_and_the_census_time_an_op_whose_untimed_instantiation_nvcc_refuse
     """Found on the H200 (2026-12-02): the census's --no-compile tarballs keep rmsnorm_hf's and
     fused_inplace_qknorm's fp32 instantiations, which static_assert; the op got no row in any release.
     bench/track run narrow as the sweep does (each instantiation alone) and say so in the row."""
-    from optimize.harness import bench
+    from bench import bench
     from pipeline.records import BuildReport
 
     work = tmp_path / "work"

@@ -1,6 +1,6 @@
 """The import graph: floors, no cycles, no arrows that run back up.
 
-The floors are pipeline -> contract -> extract -> optimize -> integrate -> agent: a
+The floors are pipeline -> contract -> extract -> optimize -> bench -> integrate -> agent: a
 module may import its own floor and the floors below it, never one above, and
 the project's modules form no import cycle. Imports inside function bodies and
 under ``TYPE_CHECKING`` count too: a lazy import hides an arrow, it does not
@@ -21,7 +21,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FLOORS = ("pipeline", "contract", "extract", "optimize", "integrate", "agent")
+FLOORS = ("pipeline", "contract", "extract", "optimize", "bench", "integrate", "agent")
 MAX_LINES = 800
 
 

@@ -1144,7 +1144,7 @@ def test_a_triton_task_is_searched_over_its_tunables_each_point_compiled_before_
     is the task's tunables (the autotune pin), every new point goes through Triton's compile check for
     sm_90 on this CPU first (the real one), and a point the check refuses is recorded compile_failed
     without reaching the backend; trajectory, best/ and report are written as for CUDA."""
-    from optimize.harness.languages import Triton
+    from optimize.harness.languages import TritonBuild as Triton
 
     folder, task, replay_path = triton_demo_task(tmp_path)
     checked: list[str] = []
@@ -1452,7 +1452,7 @@ def test_later_ops_baselines_are_built_while_the_first_is_measured(monkeypatch, 
 
     from contract import completion
     from optimize import command
-    from optimize.harness import bench
+    from optimize.harness import evaluate
 
     started = threading.Event()
     release = threading.Event()
@@ -1464,7 +1464,7 @@ def test_later_ops_baselines_are_built_while_the_first_is_measured(monkeypatch, 
         release.wait(5)
         raise RuntimeError("nvcc crashed")  # left to the op's own build
 
-    monkeypatch.setattr(bench, "prebuild", prebuild)
+    monkeypatch.setattr(evaluate, "prebuild", prebuild)
     monkeypatch.setattr(completion, "complete", lambda task, path: (task, None))
     tasks = [write_task(tmp_path, name) for name in ("demo.scale", "demo.copy", "demo.third")]
     cfg = config(tmp_path)

@@ -1,4 +1,4 @@
-"""optimize.harness.release_ab (`kernelsmith track ab`): two releases' kernels of an op in one worker.
+"""bench.release_ab (`kernelsmith track ab`): two releases' kernels of an op in one worker.
 CPU: when two releases can be compared, the verdict of a worker record, a batch that resumes and keeps
 one op's trouble to itself. GPU: the same release against itself is no change (the false-alarm check)."""
 
@@ -10,9 +10,9 @@ import pytest
 from conftest import ensure_default_tasks
 from test_search import timing
 
+from bench import release_ab
+from bench.release_ab import ReleaseAB, judge, not_comparable, old_units
 from contract.layout import load_task
-from optimize.harness import release_ab
-from optimize.harness.release_ab import ReleaseAB, judge, not_comparable, old_units
 from pipeline.cli import build_parser
 from pipeline.cli import main as cli_main
 from pipeline.config import load_config

@@ -17,10 +17,10 @@ import pytest
 from test_harness_evaluate import DEVICE, timing
 from test_loop import REPLAY, write_task
 
+from bench import bench
+from bench.bench import OpBench
 from optimize.backends.replay import ReplayBackend
 from optimize.errors import GpuRequired
-from optimize.harness import bench
-from optimize.harness.bench import OpBench
 from optimize.scale import local, units
 from optimize.scale.devices import lanes
 from optimize.scale.local import LocalPool

@@ -183,7 +183,7 @@ def test_the_qsa_indexer_ops_are_instantiated_at_their_own_head_dim_not_the_mode
     no case could be planned. The module-scoped loader value keeps 128."""
     from test_entry import extract_tasks
 
-    from optimize.harness.health import prepare
+    from bench.health import prepare
 
     ops = ("attention.qsa_index_k_compress_store", "attention.qsa_index_q_norm_rope_store")
     root = extract_tasks(ops)

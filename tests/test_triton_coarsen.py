@@ -140,7 +140,7 @@ def test_the_search_offers_each_axis_the_kernel_reads_per_token_bucket(demo_task
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 def test_a_coarsened_point_compiles_for_sm90_on_the_cpu(demo_task):
-    from optimize.search.triton_check import check_point
+    from optimize.harness.triton_check import check_point
 
     folder, task = demo_task
     regions = baseline_regions(read_task_files(folder, task), task)

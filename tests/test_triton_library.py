@@ -22,7 +22,7 @@ from contract.layout import SRC_DIR, baseline_regions, read_task_files, task_dir
 from extract import triton_ops, triton_tasks
 from optimize.harness import loader, triton_library
 from optimize.harness.errors import HarnessError
-from optimize.harness.languages import language_of
+from optimize.languages import language_of
 from pipeline.config import Config
 from pipeline.records import Candidate, SourceInfo
 
@@ -241,9 +241,9 @@ def test_a_cuda_task_gets_no_package_and_no_precheck():
     task = make_task()
     language = language_of(task)
     assert language.name == "cuda"
-    assert language.sglang_package(task, Config()) is None
+    assert language.build.sglang_package(task, Config()) is None
     assert (
-        language.precheck(
+        language.build.precheck(
             "/nonexistent", task, Candidate(op_id=task.op_id, id="x", parent="baseline", regions={}, coder="test")
         )
         is None
@@ -393,7 +393,7 @@ def test_the_cheat_compiles_so_only_the_gpu_checks_can_refuse_it(merge_state, tm
     """The GPU test below is needed: Triton's CPU check passes the cheating candidate."""
     task, folder, regions = merge_state
     cheat = Candidate(op_id=MERGE, id="cheat", parent="baseline", regions=skip_last_token(regions), coder="test")
-    assert language_of(task).precheck(folder, task, cheat) is None
+    assert language_of(task).build.precheck(folder, task, cheat) is None
     assert build(task, folder, tmp_path, regions=cheat.regions).ok
 
 

@@ -16,7 +16,8 @@ from triton_demo import demo_tree
 from contract.layout import baseline_regions, read_task_files, task_dir
 from extract import triton_ops, triton_tasks
 from optimize import triton_transforms as tt
-from optimize.search import triton_check, triton_space
+from optimize.harness import triton_check
+from optimize.search import triton_space
 from optimize.search.space import realize
 from pipeline.records import Outcome
 

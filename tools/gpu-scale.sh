@@ -19,7 +19,7 @@ gpus=$(nvidia-smi -L | wc -l)
 mkdir -p "$stage/unpacked" && tar -xzf "$tarball" -C "$stage/unpacked"
 ops=$(python3 - "$stage/unpacked" "${SCALE_OPS:-32}" <<'PY'
 import pathlib, sys
-from optimize.harness.census import real_shaped
+from bench.census import real_shaped
 root = pathlib.Path(sys.argv[1])
 root = root / "tasks" if (root / "tasks").is_dir() else root
 print(" ".join(folder.name for folder, _ in real_shaped(root)[: int(sys.argv[2])]))

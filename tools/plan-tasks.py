@@ -18,7 +18,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimize.harness.health import prepare  # noqa: E402
+from bench.health import prepare  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

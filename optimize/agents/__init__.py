@@ -12,5 +12,5 @@
 
 :mod:`.prompts` loads and fills the templates; :mod:`.edits` parses replies and holds the
 dialects (:data:`.edits.CUDA`, :data:`.edits.PYTHON`: a Triton task's fences, tokens and
-``*_triton.md`` templates), which :mod:`optimize.harness.languages` chooses per task.
+``*_triton.md`` templates), which :mod:`optimize.languages` chooses per task.
 """

@@ -28,13 +28,13 @@ evaluation to learn nothing (a small model served by llama.cpp did this,
 literal or a ``#`` directive, between two words, splitting ``++``, ending a
 ``//`` comment) counts as a change.
 
-Languages (:class:`Dialect`, chosen by :mod:`optimize.harness.languages`, never by a test
+Languages (:class:`Dialect`, chosen by :mod:`optimize.languages`, never by a test
 on the task here): :data:`CUDA` fences regions as ``cuda``, refuses a region with
 unbalanced brackets as a truncated reply and compares C++ tokens; :data:`PYTHON` (a Triton
 task's kernels and launch sites) fences them as ``python``, compares Python tokens (where
 indentation is read) and refuses nothing here: a Python region that does not parse is the
 candidate's typed ``compile_failed`` with the parser's line, found by the language's check
-before any GPU time (:meth:`optimize.harness.languages.Language.precheck`), and the repair
+before any GPU time (:meth:`optimize.harness.languages.Build.precheck`), and the repair
 agent gets that message, as it gets nvcc's for CUDA.
 """
 

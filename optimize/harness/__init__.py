@@ -1,4 +1,6 @@
-"""The evaluation harness: the deterministic core of the testing and profiling agents.
+"""The evaluation harness: the measurement core under the testing and profiling agents and the
+``bench`` / ``track`` commands (:mod:`bench`, above the optimizer). It imports nothing of
+``optimize/`` above it: the language seam's coder half is :mod:`optimize.languages`.
 
 Public entry points (imported lazily, so importing the package needs no torch):
 
@@ -8,22 +10,20 @@ Public entry points (imported lazily, so importing the package needs no torch):
 - :func:`profile` (``optimize.harness.tools.profile_ncu``) and :func:`sanitize`
   (``optimize.harness.tools.sanitize``): Nsight Compute figures and
   compute-sanitizer verdicts for final candidates ("unavailable" without the tools).
-- ``kernelsmith bench`` -> :func:`optimize.harness.bench.main`.
 - ``python -m optimize.harness.gpu_check --out DIR``: the harness's own GPU check.
 
 Modules, one per concern: inputs (filling argument buffers on the GPU; the planning
 half is the :mod:`contract` package), compare
-(verdicts), references (float64 and eager PyTorch), languages (the one seam on ``Task.language``:
-build, sglang package, pre-check, search proposals), triton_library (a Triton task's spliced
+(verdicts), references (float64 and eager PyTorch), languages (the build half of the seam on
+``Task.language``: build, sglang package, pre-check), triton_check (a Triton point compiled
+for sm_90 on this machine), triton_library (a Triton task's spliced
 file, built content-addressed and loaded as one module per owner), loader (tvm-ffi modules and
 Triton libraries), isolate + worker (process isolation), timing (graphs, interleaving,
 spread, the one stream per process), floor_kernels (the hand-written PTX kernels the floors
 are timed with), roofline (bytes, device ceilings), adversarial (the cheat suite),
 baseline_repair (the one
 "baseline contradicts its contract -> fix -> run again" loop of the sweep and the
-optimize loop), health (the ``bench --all`` sweep), census (``track run``), release_ab
-(``track ab``: two releases' builds of an op in one worker), population (a search population
-built at once and evaluated in one worker).
+optimize loop), population (a search population built at once and evaluated in one worker).
 """
 
 from __future__ import annotations

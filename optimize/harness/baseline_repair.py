@@ -4,9 +4,9 @@ Why: the baseline is the oracle, also about its own contract. Where a baseline
 run shows that extract guessed wrong (it writes an "input", never writes an
 "output", its own check demands another dtype), the contract is fixed from that
 evidence and the baseline runs again. The ``bench --all`` sweep
-(:func:`optimize.harness.health.check`), the optimize loop
+(:func:`bench.health.check`), the optimize loop
 (``optimize.loop.Loop``'s baseline evaluation) and ``bench --ops`` when an op's
-baseline fails in the worker (:func:`optimize.harness.bench.learn_contract`) all
+baseline fails in the worker (:func:`bench.bench.learn_contract`) all
 learn this way; they differ only in how they run the baseline and where they
 write what was learned, so the loop itself is this one function, and what is
 fixed, how it is named and how often a baseline runs again cannot drift apart

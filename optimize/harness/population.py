@@ -49,7 +49,7 @@ from optimize.harness.evaluate import (
     to_evaluation,
     worker_dir,
 )
-from optimize.harness.languages import language_of
+from optimize.harness.languages import build_of
 from optimize.harness.protocol import CheckCase, TimingCase, WorkerRequest, WorkerResult
 from optimize.harness.worker import member_path
 from pipeline.buckets import bucket_for, tokens_of
@@ -238,7 +238,7 @@ class _Members:
                 timings=list(timings),
                 harness=config.harness,
                 device_cache_dir=str(config.cache / "device"),
-                sglang_package=language_of(task).sglang_package(task, config),
+                sglang_package=build_of(task).sglang_package(task, config),
             )
             workdir = worker_dir(config, task.op_id, f"population-{len(pending)}")
             timed = config.model_copy(

@@ -83,7 +83,7 @@ class WorkerRequest(VersionedRecord):
     # (optimize.harness.triton_library.use_package); None for CUDA and for a file that imports no sglang
     sglang_package: str | None = None
     # track ab --plant N: the baseline's timed graphs call its entry N times per call (an extra pass: a
-    # regression of known size, which the release A/B must flag; optimize.harness.release_ab)
+    # regression of known size, which the release A/B must flag; bench.release_ab)
     planted_passes: int = Field(default=1, ge=1)
 
 

@@ -34,7 +34,7 @@ from typing import Literal
 from pydantic import Field
 
 from optimize.harness import isolate
-from optimize.harness.languages import language_of
+from optimize.harness.languages import build_of
 from optimize.harness.protocol import WorkerRequest
 from pipeline.records import Record
 
@@ -348,7 +348,7 @@ def _request_for(task_dir, task, candidate, config, shapes=None, held_out=0) -> 
         timings=plan.timings,
         harness=config.harness,
         device_cache_dir=str(config.cache / "device"),
-        sglang_package=language_of(task).sglang_package(task, config),
+        sglang_package=build_of(task).sglang_package(task, config),
     )
     kernels = sorted({span.name for span in task.editable if span.kind == "kernel"})
     return request, kernels

@@ -14,7 +14,7 @@ Modules, in dependency order:
 - :mod:`optimize.search.triton_space`: a Triton task's tunables (launch options, block
   sizes, constexpr defaults, autotune pins; per token bucket) as the same decisions, so
   ``build_space`` makes its space;
-- :mod:`optimize.search.triton_check`: a Triton point compiled for sm_90 on the CPU, a typed
+- :mod:`optimize.harness.triton_check`: a Triton point compiled for sm_90 on the CPU, a typed
   ``PointCheck``;
 - :mod:`optimize.search.tuner`: Kernel Tuner's strategies driven over a space, with a
   runner that measures each batch (a population) through a callback;

@@ -47,7 +47,7 @@ from contract import layout
 from contract.completion import BASELINE_REPAIRS, Completion
 from optimize.harness.baseline_repair import BaselineRun, repair_baseline
 from optimize.harness.isolate import WorkerRun
-from optimize.harness.languages import language_of
+from optimize.harness.languages import build_of
 from pipeline.build import first_error, usable_cpus
 from pipeline.digest import source_digest
 from pipeline.records import BuildReport, ShapeCase, Task, VersionedRecord, content_hash, read_record, write_record
@@ -61,6 +61,7 @@ CHECK_GRACE_S = 60.0  # with a budget: how long checks already running may take 
 # plans and completes contracts with, and the pipeline floor (builder, records, toolchain).
 _FINGERPRINT_GLOBS = (
     "optimize/harness/*.py",
+    "bench/*.py",
     "optimize/harness/*.toml",
     "contract/*.py",
     "contract/*.toml",
@@ -387,7 +388,7 @@ def _request(task, contract, plan, libraries: list[str], config):
         harness=config.harness,
         device_cache_dir=str(config.cache / "device"),
         stop_at_first_failure=True,
-        sglang_package=language_of(task).sglang_package(task, config),
+        sglang_package=build_of(task).sglang_package(task, config),
     )
 
 

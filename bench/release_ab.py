@@ -27,8 +27,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bench.census import real_shaped, tasks_root_of
 from contract.layout import has_task, load_task
-from optimize.harness.census import real_shaped, tasks_root_of
 from optimize.harness.errors import BaselineError
 from optimize.harness.evaluate import (
     build_baseline,

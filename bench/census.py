@@ -2,7 +2,7 @@
 
 Every task with real-model shapes (a shape from the catalog, not only the synthetic one
 :func:`contract.shapes.synthetic_shape` invents) has its baseline timed at those shapes
-(:func:`optimize.harness.bench.bench_op`); the rows go into the store as one batch
+(:func:`bench.bench.bench_op`); the rows go into the store as one batch
 labelled with the tasks' SGLang version or commit, so ``kernelsmith track`` follows the
 kernels across releases.
 
@@ -30,10 +30,10 @@ import tarfile
 import time
 from typing import Any
 
+from bench.bench import OpBench, bench_folders, source_of, store_batch
 from contract.layout import has_task, load_task, tasks_root
 from contract.sizes import SYNTHETIC_MODEL
 from optimize.errors import TaskMissing
-from optimize.harness.bench import OpBench, bench_folders, source_of, store_batch
 from pipeline.config import Config
 from pipeline.records import Task
 from pipeline.store_records import files_note

@@ -13,7 +13,7 @@ Two modes:
   pass its own generated tests? One line per task with the reason for each
   failure, and the contracts static inference could not fully determine
   (``contract.unresolved``). The sweep itself lives in
-  :mod:`optimize.harness.health` (parallel builds, concurrent checks, resumable).
+  :mod:`bench.health` (parallel builds, concurrent checks, resumable).
 
 Every run replaces its own section of BENCHMARKS.md (sections are keyed by the
 exact command) and keeps every other section; it also adds a batch to the
@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from optimize.harness.languages import language_of
+from optimize.harness import evaluate
+from optimize.harness.languages import build_of
 from optimize.harness.protocol import DeviceInfo, TimingResult, WorkerRequest, WorkerResult
 from pipeline.config import DEFAULT_OPS, Config
 from pipeline.output import emit
@@ -234,9 +235,9 @@ _NO_BUILD = "baseline does not build"
 def _bench_once(
     task_dir: pathlib.Path, task: Any, config: Config, *, dtypes: Sequence[str] | None, compile_: bool
 ) -> OpBench:
+    from bench.health import _cause
     from optimize.errors import GpuRequired
     from optimize.harness.evaluate import run_request, worker_dir
-    from optimize.harness.health import _cause
     from pipeline.errors import KernelsmithError, NotWritable
 
     try:
@@ -301,7 +302,7 @@ def _bench_request(
         device_cache_dir=str(config.cache / "device"),
         torch_eager=task.contract.reference is not None,
         torch_compile=compile_ and task.contract.reference is not None,
-        sglang_package=language_of(task).sglang_package(task, config),
+        sglang_package=build_of(task).sglang_package(task, config),
     ), notes
 
 
@@ -433,7 +434,7 @@ def learn_contract(task_dir: pathlib.Path, task: Any, config: Config) -> tuple[A
                 harness=config.harness,
                 device_cache_dir=str(config.cache / "device"),
                 stop_at_first_failure=True,
-                sglang_package=language_of(current).sglang_package(current, config),
+                sglang_package=build_of(current).sglang_package(current, config),
             )
             done = run_request(request, config, worker_dir(config, current.op_id, "bench-check"))
         except (GpuRequired, NotWritable):
@@ -506,7 +507,7 @@ def main(args: Any, config: Config) -> int:
     output = pathlib.Path(getattr(args, "output", None) or "BENCHMARKS.md")
     start = time.monotonic()
     if getattr(args, "all", False):
-        from optimize.harness.health import health_all, health_section
+        from bench.health import health_all, health_section
 
         model = None
         if config.llm.configured:  # the testing agent fills what the completion rules leave open
@@ -588,43 +589,6 @@ def source_of(tasks: Sequence[Task], default: str) -> str:
     return next((v for t in reversed(tasks) if (v := t.source.version or t.source.commit)), default)
 
 
-def prebuild(
-    folders: Sequence[tuple[pathlib.Path, Task]],
-    config: Config,
-    *,
-    dtypes: Sequence[str] | None,
-    stream: TextIO | None = None,
-    ops_at_once: int | None = None,
-    unit_jobs: int | None = 1,
-) -> int:
-    """Every task's baseline built into the build cache, ``ops_at_once`` ops at once (default ``search.build_jobs``),
-    ``unit_jobs`` units each (None: every core); how many built. Why: the census spent 15 s an op, one nvcc at a
-    time (H200, 2026-12-02). A failure here is left to the op's own build, which reports it in its row."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from optimize.harness.evaluate import build_units, plan_cases
-
-    def one(item: tuple[pathlib.Path, Task]) -> bool:
-        path, task = item
-        try:
-            plan = plan_cases(task, held_out=0, timing_dtypes=dtypes, profile=True)
-            report, _ = build_units(path, task, plan.units, config=config, max_workers=unit_jobs)
-        except Exception:  # noqa: BLE001 - the op's own build, in the loop, says what went wrong
-            return False
-        return report.ok
-
-    start = time.monotonic()
-    jobs = max(1, min(ops_at_once or config.search.build_jobs, len(folders)))
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        built = sum(pool.map(one, folders))
-    print(
-        f"built {built} of {len(folders)} baselines at once ({jobs} jobs) in {time.monotonic() - start:.0f} s",
-        file=stream or sys.stdout,
-        flush=True,
-    )
-    return built
-
-
 def bench_folders(
     folders: Sequence[tuple[pathlib.Path, Task]],
     config: Config,
@@ -644,7 +608,7 @@ def bench_folders(
     whose fix is a GPU machine or a writable work dir, and no section is written).
     ``measured`` is told each op's result as soon as it is known, so a caller interrupted
     part-way (Ctrl-C, SIGTERM) still holds everything measured before. On a GPU machine every
-    baseline is built first, all at once (:func:`prebuild`), so the timing loop finds them in
+    baseline is built first, all at once (:func:`optimize.harness.evaluate.prebuild`), so the timing loop finds them in
     the build cache instead of waiting on one nvcc at a time. Ops are timed in batches of
     :data:`BATCH_OPS` (:func:`batch_members`); an op a batch did not measure is timed alone
     after every batch, because its path (a fresh worker, the contract repair's rebuilds) can
@@ -665,7 +629,7 @@ def bench_folders(
     items = [(path, task) for (path, _), task in zip(folders, tasks)]
     batched = len(items) > 1 and gpu_available()[0]
     if batched:
-        prebuild(items, config, dtypes=dtypes, stream=out)
+        evaluate.prebuild(items, config, dtypes=dtypes, stream=out)
     if pool is not None:
         return _bench_pooled(
             pool, items, config, dtypes=dtypes, compile_=compile_, label=label, out=out, measured=measured

@@ -1,0 +1,10 @@
+"""Kernelsmith's commands that measure SGLang as it is, above the optimizer: ``kernelsmith bench``
+(one op's baseline, or ``--all``: does every baseline build, run and pass), ``kernelsmith track run``
+(a release's census, one batch) and ``kernelsmith track ab`` (two releases' kernels in one worker).
+
+They time through the measurement core, :mod:`optimize.harness` (build, worker, timing, compare), and
+spread over GPUs with :mod:`optimize.scale`; nothing in ``optimize/`` imports them.
+
+Modules, in dependency order: ``health`` (``bench --all``), ``bench`` (one op's row; the store's
+batches), ``census`` (``track run``), ``release_ab`` (``track ab``).
+"""
