@@ -53,7 +53,7 @@ from contract.errors import ContractError
 from contract.plan import canonical_dtype
 from integrate.records import OpCheck, Patch
 from optimize.skills import load_skills
-from pipeline.records import Candidate, EntryParam, Evaluation, Span, Task, TensorSpec
+from pipeline.records import EntryParam, Evaluation, Span, Task, TensorSpec
 
 KDA_DIR = "kernels/kda_kernels"
 KDA_PREFIX = "kda_"  # JIT module and custom-op names of the KDA copy: never the pristine kernel's cache entries
@@ -122,16 +122,12 @@ class NotLanded:
 
 
 def kda_landing(
-    task: Task,
-    evaluation: Evaluation | None,
-    candidate: Candidate,
-    changed: dict[str, bytes],
-    package_root: pathlib.Path,
+    task: Task, evaluation: Evaluation | None, changed: dict[str, bytes], package_root: pathlib.Path
 ) -> KdaLanding | NotLanded:
     """The KDA landing of one rewrite (see the module docstring); ``changed``: path -> new bytes of the
     files the in-place edit would change."""
     try:
-        return _land(task, evaluation, candidate, changed, package_root)
+        return _land(task, evaluation, changed, package_root)
     except _Refused as why:
         return NotLanded(task.op_id, str(why))
 
@@ -140,9 +136,7 @@ class _Refused(Exception):
     pass
 
 
-def _land(
-    task: Task, evaluation: Evaluation | None, candidate: Candidate, changed: dict[str, bytes], root: pathlib.Path
-) -> KdaLanding:
+def _land(task: Task, evaluation: Evaluation | None, changed: dict[str, bytes], root: pathlib.Path) -> KdaLanding:
     signature = task.entry_signature
     if task.language != "cuda":
         raise _Refused("a Triton rewrite's KDA landing is not written yet (only CUDA JIT kernels are)")

@@ -428,7 +428,7 @@ def land_rewrites(
         outcome = (
             NotLanded(acc.op_id, f"{', '.join(shared)} also carries another op's change")
             if shared
-            else kda_landing(acc.task, acc.evaluation, acc.candidate, {f.path: f.new for f in own}, package_root)
+            else kda_landing(acc.task, acc.evaluation, {f.path: f.new for f in own}, package_root)
         )
         taken = {f.path for x in landed for f in x.files if f.old is None}
         if isinstance(outcome, KdaLanding) and taken & {f.path for f in outcome.files if f.old is None}:

@@ -25,7 +25,6 @@ from integrate.landing import is_rewrite, kda_landing, unreached
 from integrate.patch import build_patch
 from integrate.pr import status
 from integrate.records import IntegrateReport, OpCheck
-from pipeline.records import Candidate
 
 OP = "layernorm.fused_add_rmsnorm"
 CUH = "kernels/jit/csrc/elementwise/fused_add_rmsnorm.cuh"
@@ -130,7 +129,6 @@ def test_a_rewrite_that_cannot_land_stays_in_place_and_the_pr_says_why(tmp_path)
     refused = kda_landing(
         task.model_copy(update={"entry_signature": sig.model_copy(update={"params": params})}),
         None,
-        Candidate(op_id=OP, id="c", parent="b", regions={}, coder="external:agent"),
         {CUH: b"x"},
         pathlib.Path(task.source.root),
     )
@@ -139,7 +137,6 @@ def test_a_rewrite_that_cannot_land_stays_in_place_and_the_pr_says_why(tmp_path)
     triton = kda_landing(
         task.model_copy(update={"language": "triton"}),
         None,
-        Candidate(op_id=OP, id="c", parent="b", regions={}),
         {CUH: b"x"},
         pathlib.Path(task.source.root),
     )
