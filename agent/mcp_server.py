@@ -26,8 +26,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from agent.verbs import AgentRun, build_regions
 from pipeline.config import Config
 from pipeline.errors import KernelsmithError
+from pipeline.target import TARGET
 
-INSTRUCTIONS = """Kernelsmith checks and times CUDA and Triton kernel candidates for SGLang ops against the baseline.
+INSTRUCTIONS = f"""Kernelsmith checks and times CUDA and Triton kernel candidates for SGLang ops against the baseline.
 You write the code; Kernelsmith's harness judges it (fresh held-out shapes, poisoned outputs, adversarial
 checks, timing in CUDA graphs). Start with list_ops, then show_task and planning_brief for one op; edit only
 the regions show_task lists as editable (not_editable: code only other ops run, which submit refuses); check
@@ -36,7 +37,7 @@ verdict; call finish to validate the best, then integrate to patch SGLang, check
 write the PR. On a machine without a GPU list_ops, show_task, planning_brief, trajectory and build_candidate
 still answer; submit_candidate, finish and integrate say so and need the GPU machine. A Triton op's
 regions are Python (its @triton.jit kernel and the wrapper's launch); show_task gives its tunables and token
-buckets under facts, and build_candidate runs triton.compile for sm_90 with errors in the region's lines."""
+buckets under facts, and build_candidate runs triton.compile for {TARGET.arch} with errors in the region's lines."""
 
 
 def _client_name(ctx: Any, default: str) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from contract import dtypes as dtype_table
 from pipeline.records import DTYPES
+from pipeline.target import TARGET
 
 # Constants of include/sgl_kernel/utils.cuh for sm_90a (Hopper):
 # kMaxVecBytes = SGL_ARCH_BLACKWELL_OR_GREATER ? 32 : 16.
@@ -25,7 +26,7 @@ ARCH_CONSTANTS: dict[str, int] = {
     "kWarpThreads": 32,
     "SGL_ARCH_BLACKWELL_OR_GREATER": 0,
     "SGL_ARCH_HOPPER_OR_GREATER": 1,
-    "SGL_CUDA_ARCH": 900,
+    "SGL_CUDA_ARCH": TARGET.sgl_cuda_arch,
 }
 # C++ element types -> (torch dtype name, bytes), from the one dtype table.
 CPP_TYPES: dict[str, tuple[str, int]] = {

@@ -72,6 +72,7 @@ from pipeline.records import (
     replace_dir,
     write_record,
 )
+from pipeline.target import TARGET
 
 INCLUDE_DIR = "kernels/jit/include"
 DEFAULT_TOKEN_COUNTS = (1, 8, 64, 512, 4096, 16384)
@@ -85,7 +86,7 @@ def arch_number(arch: str) -> int:
     """``sm_90a`` -> 900 (SGLang's ``-DSGL_CUDA_ARCH``)."""
     match = re.fullmatch(r"sm_(\d+)[a-z]?", arch)
     if not match:
-        raise ConfigError(f"arch {arch!r} is not of the form sm_<N>[a]", fix='use e.g. extract.arch = "sm_90a"')
+        raise ConfigError(f"arch {arch!r} is not of the form sm_<N>[a]", fix=f'use e.g. extract.arch = "{TARGET.arch}"')
     return int(match.group(1)) * 10
 
 
@@ -407,7 +408,7 @@ def write_task(
     op: OpEntry,
     work_dir: str | os.PathLike[str],
     *,
-    arch: str = "sm_90a",
+    arch: str = TARGET.arch,
     token_counts: Iterable[int] = DEFAULT_TOKEN_COUNTS,
     program: pyops.Program | None = None,
     key: str | None = None,

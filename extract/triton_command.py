@@ -26,6 +26,7 @@ from extract.tasks import is_current
 from pipeline.config import Config
 from pipeline.errors import KernelsmithError, NotWritable, StaleRecordError
 from pipeline.records import Index, SourceInfo, Task, TritonIndex, TritonOp, VersionedRecord, write_record
+from pipeline.target import TARGET
 
 
 class TritonCoverage(VersionedRecord):
@@ -125,7 +126,9 @@ def main(args: Any, config: Config, source: SourceInfo, index: TritonIndex, sele
             check = (
                 "compile check skipped"
                 if task.baseline_build is None
-                else ("compiles (triton, sm_90)" if ok else f"compile check FAILED: {task.baseline_build.stderr}")
+                else (
+                    f"compiles (triton, {TARGET.arch})" if ok else f"compile check FAILED: {task.baseline_build.stderr}"
+                )
             )
             print(f"  {op.id}: triton task {state} ({len(task.shapes)} shapes), {check}")
     if all_ops:
@@ -147,7 +150,7 @@ def main(args: Any, config: Config, source: SourceInfo, index: TritonIndex, sele
         print(
             f"triton coverage: {coverage.files} files with @triton.jit -> {coverage.files_with_task} yield a task; "
             f"{coverage.ops_with_task}/{coverage.ops} ops have tasks"
-            + (f", {compiled} compiled (triton, sm_90)" if compile_check else " (compile check not run)")
+            + (f", {compiled} compiled (triton, {TARGET.arch})" if compile_check else " (compile check not run)")
         )
         for reason, count in reasons.most_common():
             print(f"  {count} ops: {reason}")

@@ -42,8 +42,9 @@ from contract.dtypes import lookup, torch_attribute
 from contract.layout import SRC_DIR
 from extract.triton_scan import dotted, literal, positional_binding
 from pipeline.records import BuildReport, KernelResources, ShapeCase, Task, TritonKernel, TritonLaunch, content_hash
+from pipeline.target import TARGET as GPU
 
-TARGET = ("cuda", 90, 32)  # backend, compute capability (sm_90: H200), warp size
+TRITON_TARGET = ("cuda", GPU.capability[0] * 10 + GPU.capability[1], 32)  # backend, compute capability, warp size
 #: contract dtype -> triton signature type
 _SIG = {
     "fp32": "fp32",
@@ -501,7 +502,7 @@ def compile_task(task_dir: pathlib.Path, task: Task, *, timeout_s: float = 300.0
         for i, (rel, text) in enumerate(sorted(modules.items())):
             names[rel] = f"ks_kernels_{i}"
             pathlib.Path(tmp, f"{names[rel]}.py").write_text(text, encoding="utf-8")
-        spec = {"dir": tmp, "target": list(TARGET), "jobs": [{**j, "module": names[j["file"]]} for j in jobs]}
+        spec = {"dir": tmp, "target": list(TRITON_TARGET), "jobs": [{**j, "module": names[j["file"]]} for j in jobs]}
         pathlib.Path(tmp, "spec.json").write_text(json.dumps(spec, default=str), encoding="utf-8")
         env_vars = {**os.environ, "TRITON_CACHE_DIR": str(pathlib.Path(tmp, "cache")), "TRITON_DEFAULT_FP_FUSION": "1"}
         try:

@@ -55,6 +55,7 @@ from pipeline.records import (
     TritonOp,
     content_hash,
 )
+from pipeline.target import TARGET
 
 _OWN_CODE = ("extract/**/*.py", "extract/curated/*.toml", "contract/*.py")
 
@@ -122,7 +123,7 @@ def write_task(
     op: TritonOp,
     work_dir: str | os.PathLike[str],
     *,
-    arch: str = "sm_90a",
+    arch: str = TARGET.arch,
     token_counts: Iterable[int] = tasks.DEFAULT_TOKEN_COUNTS,
     key: str | None = None,
     cache_dir: pathlib.Path | None = None,

@@ -26,6 +26,7 @@ import re
 
 from extract import treesitter as ts
 from extract.treesitter import Node
+from pipeline.target import TARGET
 
 QUERY_DIR = pathlib.Path(__file__).resolve().parent / "queries"
 GRAMMAR = "cuda"
@@ -174,7 +175,7 @@ def contains_double(src: bytes, node: Node) -> bool:
 #: Preprocessor symbols as the Hopper build sees them (``-DSGL_CUDA_ARCH=900``, CUDA 13);
 #: ``None`` = known to be undefined. Symbols not listed are unknown: both branches count.
 PREPROCESSOR: dict[str, int | None] = {
-    "SGL_CUDA_ARCH": 900,
+    "SGL_CUDA_ARCH": TARGET.sgl_cuda_arch,
     "SGL_ARCH_HOPPER_OR_GREATER": 1,
     "SGL_ARCH_BLACKWELL_OR_GREATER": 0,
     "USE_ROCM": None,

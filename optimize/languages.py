@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from optimize.agents.edits import CUDA, PYTHON, Dialect
 from optimize.harness.languages import Build, CudaBuild, TritonBuild
 from pipeline.records import Task
+from pipeline.target import TARGET
 
 if TYPE_CHECKING:
     from optimize.policy import Decision
@@ -147,7 +148,7 @@ class Triton:
             title="rewrite the @triton.jit kernel or its launch (the plan says how)",
             verdict="proposed",
             mode="llm",
-            reasons=["the model's own change, checked by triton.compile for sm_90 before any GPU time"],
+            reasons=[f"the model's own change, checked by triton.compile for {TARGET.arch} before any GPU time"],
         )
         failed = {(h.skill, params_key(h.params)) for h in history if h.failed}
         return [d for d in [rewrite, *decisions(task, pathlib.Path(task_dir))] if d.key not in failed]

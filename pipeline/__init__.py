@@ -2,7 +2,8 @@
 
 Modules, in dependency order (each imports only modules listed before it):
 
-- ``errors`` (the error families: ConfigError, ModelError, BudgetExhausted), ``stats`` (the one
+- ``target`` (the GPU target, written once), ``errors`` (the error families: ConfigError, ModelError,
+  BudgetExhausted), ``stats`` (the one
   geometric mean), ``gpu`` (``gpu_available``), ``console`` (the rich console), ``digest``
   (``source_digest``: our code in cache keys), ``sglang_package`` (installing a tree's ``sglang``
   for a worker), ``sandbox`` (generated code's environment and bubblewrap);

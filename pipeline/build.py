@@ -78,6 +78,7 @@ from pipeline.compiler_output import annotate_diagnostics, first_error, parse_pt
 from pipeline.errors import ConfigError, ToolchainError
 from pipeline.records import BuildRecipe, BuildReport, Instantiation, Span, Task, content_hash
 from pipeline.sandbox import scrubbed_env
+from pipeline.target import TARGET
 from pipeline.toolchain import find_nvcc, toolchain_fingerprint  # noqa: F401  (re-exported: the build API)
 
 KEY_SCHEMA = "kernelsmith.build/1"  # bump when the build changes in a way the key does not see
@@ -213,7 +214,7 @@ def _read_tree(root: pathlib.Path) -> dict[str, bytes]:
 def _gencode(arch: str) -> str:
     match = _ARCH.fullmatch(arch)
     if match is None:
-        raise ConfigError(f"build arch {arch!r} is not of the form sm_<N>[a]", fix='use e.g. arch = "sm_90a"')
+        raise ConfigError(f"build arch {arch!r} is not of the form sm_<N>[a]", fix=f'use e.g. arch = "{TARGET.arch}"')
     target = match.group(1)
     return f"-gencode=arch=compute_{target},code=sm_{target}"
 

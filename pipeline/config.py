@@ -31,6 +31,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipeline.errors import ConfigError
+from pipeline.target import TARGET
 
 DEFAULT_SGLANG_VERSION = "0.5.23"
 DEFAULT_OPS = ("activation.silu_and_mul", "layernorm.fused_add_rmsnorm", "layernorm.rmsnorm")
@@ -48,7 +49,7 @@ class SglangConfig(Section):
 
 
 class ExtractConfig(Section):
-    arch: str = "sm_90a"
+    arch: str = TARGET.arch
     jobs: int = Field(default=max(1, (os.cpu_count() or 1)), ge=1)
     compile_check: bool = True
     token_counts: list[int] = Field(default_factory=lambda: [1, 8, 64, 512, 4096, 16384])

@@ -36,6 +36,8 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from pipeline.target import TARGET
+
 SCHEMA_VERSION = 1
 #: Task records: 2 added ``language`` ("cuda" | "triton") and ``triton`` (issue 19); 1 still reads.
 TASK_SCHEMA_VERSION = 3
@@ -223,7 +225,7 @@ class BuildRecipe(Record):
     include_dirs: list[str]
     cuda_cflags: list[str]  # SGLang's defaults + the op's extra flags
     cflags: list[str] = Field(default_factory=lambda: ["-std=c++20", "-O3"])
-    arch: str = "sm_90a"
+    arch: str = TARGET.arch
     header_only: bool = True
 
 

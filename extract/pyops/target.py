@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from contract import dtypes as dtype_table
+from pipeline.target import TARGET
 
 # Platform probes SGLang's helpers consult, answered for CUDA on sm_90a.
 PLATFORM: dict[str, Any] = {
@@ -45,14 +46,25 @@ class Facts(dict[str, Any]):
 
 # Calls that probe the GPU, answered for one H200 (sm_90a, 132 SMs): the machine tasks target.
 PLATFORM_CALLS: dict[str, Any] = {
-    "get_jit_cuda_arch": Facts(major=9, minor=0, suffix="a", target_name="9.0a", jit_flag="-DSGL_CUDA_ARCH=900"),
-    "torch.cuda.get_device_capability": (9, 0),
+    "get_jit_cuda_arch": Facts(
+        major=TARGET.capability[0],
+        minor=TARGET.capability[1],
+        suffix=TARGET.suffix,
+        target_name=TARGET.target_name,
+        jit_flag=TARGET.jit_flag,
+    ),
+    "torch.cuda.get_device_capability": TARGET.capability,
     "torch.cuda.current_device": 0,
     "torch.cuda.is_available": True,
     "torch.cuda.device_count": 1,
-    "torch.cuda.get_device_properties": Facts(major=9, minor=0, multi_processor_count=132, name="NVIDIA H200"),
-    "get_device_capability": (9, 0),
-    "get_device_sm": 90,
+    "torch.cuda.get_device_properties": Facts(
+        major=TARGET.capability[0],
+        minor=TARGET.capability[1],
+        multi_processor_count=TARGET.sm_count,
+        name=TARGET.name,
+    ),
+    "get_device_capability": TARGET.capability,
+    "get_device_sm": TARGET.capability[0] * 10 + TARGET.capability[1],
 }
 
 # Package paths SGLang's loaders build include directories from

@@ -159,7 +159,7 @@ class FloorKernels:
         major, minor = torch.cuda.get_device_capability()
         if major < 9:
             raise RuntimeError(
-                f"the floor kernels use PDL (griddepcontrol), which needs sm_90 or newer, not sm_{major}{minor}"
+                f"the floor kernels use PDL (griddepcontrol), which needs compute capability 9.0 or newer, not {major}.{minor}"
             )
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self.cuda.cuLaunchKernelEx.argtypes = [

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 from extract.splice import candidate_overrides
 from pipeline.config import Config
 from pipeline.records import BuildReport, Candidate, Evaluation, Instantiation, Outcome, Task
+from pipeline.target import TARGET
 
 if TYPE_CHECKING:
     from pipeline.build import BuildJob
@@ -181,7 +182,7 @@ class TritonBuild:
             op_id=task.op_id,
             candidate=candidate.id,
             outcome=check.outcome,
-            detail=f"refused by Triton's compile check for sm_90 on the CPU (no GPU time spent): {check.stderr}",
+            detail=f"refused by Triton's compile check for {TARGET.arch} on the CPU (no GPU time spent): {check.stderr}",
             seconds={"build": check.seconds},
         )
 
