@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pathlib
 import shutil
-import subprocess
 
 import pytest
+from test_transforms import compile_for_sm90a, spliced
 
 from optimize import transforms as T
 from optimize.cuda_spans import definition_spans, region_texts
@@ -92,36 +92,19 @@ def test_block_index_outside_the_loop_and_other_launch_forms_are_refused():
 
 
 def test_the_capped_launcher_builds_for_sm90a(tmp_path, sglang_source):
-    tvm_ffi = pytest.importorskip("tvm_ffi.libinfo")
+    pytest.importorskip("tvm_ffi.libinfo")
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
     root = pathlib.Path(sglang_source.root)
     data, spans, regions = load(str(root), BIAS)
     regions = cap_grid(regions, waves=2)
-    out = bytearray(data)
-    for span in sorted(spans, key=lambda s: -s.start_byte):
-        out[span.start_byte : span.end_byte] = regions[span.name].encode()
     patched = tmp_path / "bias_residual_add.cuh"
-    patched.write_bytes(bytes(out))
+    patched.write_bytes(spliced(data, spans, regions))
     unit = tmp_path / "check.cu"
     unit.write_text(
         f'#include "{patched}"\n'
         "template struct sglang::bias_residual_add::Kernel<true>;\n"
         "template struct sglang::bias_residual_add::Kernel<false>;\n"
     )
-    cmd = [
-        "nvcc",
-        "-std=c++20",
-        "-O3",
-        "--expt-relaxed-constexpr",
-        "-DSGL_CUDA_ARCH=900",
-        "-gencode=arch=compute_90a,code=sm_90a",
-        f"-I{tvm_ffi.find_include_path()}",
-        f"-I{root / 'kernels/jit/include'}",
-        "-c",
-        str(unit),
-        "-o",
-        str(tmp_path / "check.o"),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = compile_for_sm90a(unit, root, tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -34,6 +34,37 @@ def load(root: str, name: str) -> tuple[str, bytes, list, dict[str, str]]:
     return path, data, spans, region_texts({path: data}, spans)
 
 
+def spliced(data: bytes, spans: list, regions: dict[str, str]) -> bytes:
+    """The file with every span's region text put back."""
+    out = bytearray(data)
+    for span in sorted(spans, key=lambda s: -s.start_byte):
+        out[span.start_byte : span.end_byte] = regions[span.name].encode()
+    return bytes(out)
+
+
+def compile_for_sm90a(unit: pathlib.Path, root: pathlib.Path, tmp_path: pathlib.Path, *extra: str):
+    """``nvcc -c`` of ``unit`` as SGLang's JIT builds for Hopper (its include dirs and flags); the
+    completed process, whose stderr carries ptxas' report with ``-Xptxas -v``."""
+    import tvm_ffi.libinfo
+
+    cmd = [
+        "nvcc",
+        "-std=c++20",
+        "-O3",
+        "--expt-relaxed-constexpr",
+        "-DSGL_CUDA_ARCH=900",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        f"-I{tvm_ffi.libinfo.find_include_path()}",
+        f"-I{root / 'kernels/jit/include'}",
+        *extra,
+        "-c",
+        str(unit),
+        "-o",
+        str(tmp_path / "check.o"),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
 @pytest.fixture(scope="module")
 def act(sglang_source):
     return load(sglang_source.root, "activation.cuh")[3]
@@ -445,7 +476,7 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
     fused_add_rmsnorm (PDL below 528 blocks + unroll + __frcp_rn + launch bounds) patched into their files,
     instantiated, built with -c (no --use_fast_math); the hinted accesses are evict-first (.cs) in the PTX and
     __tanhf is the one-instruction tanh.approx.f32, which the precise tanhf never emits."""
-    tvm_ffi = pytest.importorskip("tvm_ffi.libinfo")
+    pytest.importorskip("tvm_ffi.libinfo")
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
     root = pathlib.Path(sglang_source.root)
@@ -468,36 +499,15 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
         path, data, spans, regions = load(str(root), name)
         for transform, params in steps:
             regions = T.apply(transform, regions, params)
-        out = bytearray(data)
-        for span in sorted(spans, key=lambda s: -s.start_byte):
-            out[span.start_byte : span.end_byte] = regions[span.name].encode()
         patched[name] = tmp_path / name
-        patched[name].write_bytes(bytes(out))
+        patched[name].write_bytes(spliced(data, spans, regions))
     unit = tmp_path / "check.cu"
     unit.write_text(
         f'#include "{patched["activation.cuh"]}"\n#include "{patched["fused_add_rmsnorm.cuh"]}"\n'
         "template struct sglang::ActivationKernel<sglang::bf16_t, true>;\n"
         "template struct sglang::FusedAddRMSNormKernel<false, sglang::bf16_t>;\n"
     )
-    cmd = [
-        "nvcc",
-        "-std=c++20",
-        "-O3",
-        "--expt-relaxed-constexpr",
-        "-DSGL_CUDA_ARCH=900",
-        "-gencode=arch=compute_90a,code=sm_90a",
-        f"-I{tvm_ffi.find_include_path()}",
-        f"-I{root / 'kernels/jit/include'}",
-        "-Xptxas",
-        "-v",
-        "-keep",  # the PTX stays, to see the hints
-        f"-keep-dir={tmp_path}",
-        "-c",
-        str(unit),
-        "-o",
-        str(tmp_path / "check.o"),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = compile_for_sm90a(unit, root, tmp_path, "-Xptxas", "-v", "-keep", f"-keep-dir={tmp_path}")  # PTX kept
     assert done.returncode == 0, done.stderr[-4000:]
     # the kernels really were generated (ptxas reports them), with the fused one at 1024 threads max
     assert "act_and_mul_kernel" in done.stderr and "fused_add_rmsnorm_reg_kernel" in done.stderr
