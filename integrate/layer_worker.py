@@ -177,16 +177,19 @@ def _torch_part(part: str, args: Sequence[torch.Tensor]) -> Call:
     if part == "attention_mla_decode":  # absorbed MLA: B heads of [latent | rope] queries over one latent cache
         # q_nope [H, B, Dl] (heads first, as the absorb bmm leaves it), q_pe [B, H, Dr],
         # latent [B, L, Dl + Dr], out [H, B, Dl]
+        # The H heads share one latent cache, so they are the query positions of one head: the same
+        # scores as multi-query attention without expanding the cache H times (SDPA's GQA path
+        # materialised it: 9 GiB at T=16, an OOM beside two other trees on an 80 GB H100, 2026-12-07).
         q_nope, q_pe, latent, out = args
         d_latent = q_nope.shape[-1]
         keys = latent.unsqueeze(1)  # [B, 1, L, Dl + Dr]
         values = latent[..., :d_latent].unsqueeze(1)
-        out4 = out.permute(1, 0, 2).unsqueeze(2)  # [B, H, 1, Dl], a view of out
+        out4 = out.permute(1, 0, 2).unsqueeze(1)  # [B, 1, H, Dl], a view of out
         scale = 1.0 / math.sqrt(d_latent + q_pe.shape[-1])
 
         def attend() -> None:
-            q = torch.cat([q_nope.transpose(0, 1), q_pe], dim=-1).unsqueeze(2)  # [B, H, 1, Dl + Dr]
-            out4.copy_(F.scaled_dot_product_attention(q, keys, values, scale=scale, enable_gqa=True))
+            q = torch.cat([q_nope.transpose(0, 1), q_pe], dim=-1).unsqueeze(1)  # [B, 1, H, Dl + Dr]
+            out4.copy_(F.scaled_dot_product_attention(q, keys, values, scale=scale))
 
         return attend
     if part == "grouped_linear_fp8":  # weight [E, N, K/2] bf16: the bytes and time of fp8 [E, N, K] experts

@@ -35,7 +35,7 @@ def test_the_registry_dispatches_the_public_function_to_the_kda_landing(tmp_path
         c for c in check.cases if c.status == "pass" and any(n for k, n in c.launches.items() if k.startswith("kda:"))
     ]
     assert all("backend KDA" in c.via for c in inside)
-    assert any(p.name.startswith("kda_fused_add_rmsnorm") for p in (out / "cache" / "patched").rglob("*")), (
+    assert any("kda_fused_add_rmsnorm" in p.name for p in (out / "cache" / "patched").rglob("*")), (
         "the landing builds under its own JIT module name"
     )
     assert not any("kda_" in p.name for p in (out / "cache" / "baseline").rglob("*"))
