@@ -1,9 +1,8 @@
 """Typed, frozen, versioned records: the only way stages talk to each other.
 
-Every record that crosses a stage boundary is defined here and written to disk as
-JSON by :func:`write_record` (staging file + rename, so a reader never sees half a
-record). A run can therefore be inspected with `cat`, resumed after a crash and
-replayed in a test.
+Every record that crosses a stage boundary is defined here and written to disk as JSON by
+:func:`write_record` (staging file + rename, so a reader never sees half a record). A run can
+therefore be inspected with `cat`, resumed after a crash and replayed in a test.
 
 What must stay true:
 - Records are frozen and reject unknown keys (``extra="forbid"``): a typo in a
@@ -15,9 +14,9 @@ What must stay true:
   (``READS``): :class:`Task` 2 added ``language`` and ``triton``, and a version-1
   task.json still loads, as CUDA; 3 added ``TensorSpec.returned`` (a Triton wrapper's
   returned outputs), and a version-2 task.json loads with none.
-- Paths inside records are relative: to the sglang *package root* (the folder
-  that holds ``kernels/``) for sources, to the task folder for task files. That
-  keeps records valid across machines (this one and the GPU machine).
+- Paths inside records are relative: to the sglang *package root* (the folder that holds
+  ``kernels/``) for sources, to the task folder for task files, so records stay valid across
+  machines (this one and the GPU machine).
 - This module imports neither torch nor CUDA.
 """
 
