@@ -431,8 +431,11 @@ def land_rewrites(
             else kda_landing(acc.task, acc.evaluation, {f.path: f.new for f in own}, package_root)
         )
         taken = {f.path for x in landed for f in x.files if f.old is None}
+        in_place = {f.path for f in files if acc.op_id not in f.ops}
         if isinstance(outcome, KdaLanding) and taken & {f.path for f in outcome.files if f.old is None}:
             outcome = NotLanded(acc.op_id, "another rewrite of this patch lands files of the same names")
+        elif isinstance(outcome, KdaLanding) and (both := in_place & {f.path for f in outcome.files}):
+            outcome = NotLanded(acc.op_id, f"{', '.join(sorted(both))} also carries another op's in-place change")
         outcomes[acc.op_id] = outcome
         if isinstance(outcome, KdaLanding):
             landed.append(outcome)
