@@ -63,7 +63,7 @@ from optimize.languages import language_of
 from optimize.policy import Decision
 from optimize.reach import Foreign
 from optimize.run_folder import OpState, run_meta_check
-from optimize.session import LoopOptions, Session
+from optimize.session import LoopOptions, Session, op_state
 from optimize.skills import Skill
 from optimize.trajectory import FAILED, Trajectory, now_iso, regions_hash
 from pipeline.buckets import by_bucket
@@ -267,8 +267,7 @@ class AgentRun:
         if baseline is None:
             return None
         files = read_task_files(folder, task)
-        regions = baseline_regions(files, task)
-        op = OpState(self.run_dir, folder, task, files, regions, language_of(task).foreign_code(task, regions, files))
+        op = op_state(self.run_dir, folder, task, files, baseline_regions(files, task))
         if baseline.regions_hash != regions_hash(op.baseline_regions):
             raise TrajectoryError(
                 f"the task of {op_id} changed since run {self.run} started (its editable regions differ)",

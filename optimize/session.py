@@ -243,8 +243,7 @@ class Session:
         """The op's run folder, its completed contract and its baseline evaluated (once per run);
         an :class:`OpSummary` ("skipped") when a budget is spent before the baseline."""
         files = read_task_files(task_dir, task)
-        regions = baseline_regions(files, task)
-        op = OpState(self.run_dir, task_dir, task, files, regions, language_of(task).foreign_code(task, regions, files))
+        op = op_state(self.run_dir, task_dir, task, files, baseline_regions(files, task))
         self._model = self._metered(op)
         op.task = self._completed(op)
         recorded = op.trajectory.baseline()
@@ -368,8 +367,7 @@ class Session:
         if moved.status != "reached":
             return ReachVerdict(op_id=comp.op_id, status=moved.status, detail=moved.detail)
         task = comp.task
-        foreign = language_of(task).foreign_code(task, placed.baseline, placed.files)
-        there = OpState(op.dir / "reach", comp.task_dir, task, placed.files, placed.baseline, foreign)
+        there = op_state(op.dir / "reach", comp.task_dir, task, placed.files, placed.baseline)
         try:
             there.task = self._completed(there)
             if there.trajectory.baseline() is None:
@@ -603,3 +601,10 @@ def _with_dropped(detail: str, completion: pathlib.Path) -> str:
     return (
         f"{detail}; left out of this run (the task was extracted without its compile check): {why}" if why else detail
     )
+
+
+def op_state(
+    run_dir: pathlib.Path, task_dir: pathlib.Path, task: Task, files: dict[str, bytes], regions: dict[str, str]
+) -> OpState:
+    """An op's run folder, with the code only other ops run as the task's language finds it."""
+    return OpState(run_dir, task_dir, task, files, regions, language_of(task).foreign_code(task, regions, files))
