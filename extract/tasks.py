@@ -72,7 +72,7 @@ from pipeline.records import (
     replace_dir,
     write_record,
 )
-from pipeline.target import TARGET
+from pipeline.target import TARGET, capability_of
 
 INCLUDE_DIR = "kernels/jit/include"
 DEFAULT_TOKEN_COUNTS = (1, 8, 64, 512, 4096, 16384)
@@ -84,10 +84,11 @@ _OWN_CODE = ("extract/**/*.py", "extract/queries/**/*.scm", "extract/curated/*.t
 
 def arch_number(arch: str) -> int:
     """``sm_90a`` -> 900 (SGLang's ``-DSGL_CUDA_ARCH``)."""
-    match = re.fullmatch(r"sm_(\d+)[a-z]?", arch)
-    if not match:
-        raise ConfigError(f"arch {arch!r} is not of the form sm_<N>[a]", fix=f'use e.g. extract.arch = "{TARGET.arch}"')
-    return int(match.group(1)) * 10
+    try:
+        major, minor = capability_of(arch)
+    except ValueError as err:
+        raise ConfigError(str(err), fix=f'use e.g. extract.arch = "{TARGET.arch}"') from err
+    return major * 100 + minor * 10
 
 
 def default_cuda_cflags(arch: str) -> list[str]:

@@ -44,7 +44,7 @@ from extract.triton_scan import dotted, literal, positional_binding
 from pipeline.records import BuildReport, KernelResources, ShapeCase, Task, TritonKernel, TritonLaunch, content_hash
 from pipeline.target import TARGET as GPU
 
-TRITON_TARGET = ("cuda", GPU.capability[0] * 10 + GPU.capability[1], 32)  # backend, compute capability, warp size
+TRITON_TARGET = ("cuda", GPU.sm, 32)  # backend, compute capability, warp size
 #: contract dtype -> triton signature type
 _SIG = {
     "fp32": "fp32",

@@ -25,6 +25,7 @@ from contract.dtypes import TABLE, torch_name
 from contract.errors import ContractError
 from contract.plan import canonical_dtype
 from pipeline.records import EntryParam, Evaluation, Task, TensorSpec
+from pipeline.target import capability_of
 
 KDA_PREFIX = "kda_"  # JIT module and custom-op names of the KDA copy: never the pristine kernel's cache entries
 
@@ -290,11 +291,11 @@ def _docstring(task: Task, relative: str, guard: str) -> str:
 
 
 def arch_of(task: Task) -> tuple[int, int]:
-    for flag in task.build.cuda_cflags:
-        if flag.startswith("-DSGL_CUDA_ARCH="):
-            value = int(flag.split("=", 1)[1])
-            return value // 100, (value // 10) % 10
-    raise Refused("the task does not record the SM arch it was built for (-DSGL_CUDA_ARCH)")
+    """The compute capability the task was built and judged for (its build recipe's arch)."""
+    try:
+        return capability_of(task.build.arch)
+    except ValueError as err:
+        raise Refused(f"the task's build arch: {err}") from err
 
 
 # --------------------------------------------------------------------------- the guard

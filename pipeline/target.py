@@ -17,6 +17,15 @@ import re
 from dataclasses import dataclass
 
 
+def capability_of(arch: str) -> tuple[int, int]:
+    """``sm_90a`` -> (9, 0), ``sm_100a`` -> (10, 0): the compute capability an nvcc arch names
+    (the last digit is the minor version); ValueError for another form."""
+    match = re.fullmatch(r"sm_(\d+)(\d)[a-z]?", arch)
+    if match is None:
+        raise ValueError(f"arch {arch!r} is not of the form sm_<N>[a]")
+    return int(match.group(1)), int(match.group(2))
+
+
 @dataclass(frozen=True)
 class GpuTarget:
     arch: str  # nvcc's -gencode spelling: sm_<major><minor>[a]
@@ -29,8 +38,13 @@ class GpuTarget:
 
     @property
     def capability(self) -> tuple[int, int]:
-        digits = self.arch[3:].rstrip("a")
-        return int(digits[:-1]), int(digits[-1])
+        return capability_of(self.arch)
+
+    @property
+    def sm(self) -> int:
+        """``90``: the capability as one number (Triton's target, SGLang's ``get_device_sm``)."""
+        major, minor = self.capability
+        return major * 10 + minor
 
     @property
     def suffix(self) -> str:
@@ -39,8 +53,7 @@ class GpuTarget:
     @property
     def sgl_cuda_arch(self) -> int:
         """The ``SGL_CUDA_ARCH`` SGLang's JIT defines: major x 100 + minor x 10 (900 on Hopper)."""
-        major, minor = self.capability
-        return major * 100 + minor * 10
+        return self.sm * 10
 
     @property
     def jit_flag(self) -> str:
@@ -55,4 +68,4 @@ class GpuTarget:
 
 TARGET = GpuTarget(arch="sm_90a", sm_count=132, name="NVIDIA H200")
 
-__all__ = ["TARGET", "GpuTarget"]
+__all__ = ["TARGET", "GpuTarget", "capability_of"]

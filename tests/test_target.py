@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from pipeline.target import TARGET, GpuTarget
+from pipeline.target import TARGET, GpuTarget, capability_of
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FLOORS = ("pipeline", "contract", "extract", "optimize", "bench", "integrate", "agent")
@@ -52,3 +52,6 @@ def test_the_target_s_figures_follow_its_arch():
     assert (blackwell.capability, blackwell.sgl_cuda_arch, blackwell.target_name) == ((10, 0), 1000, "10.0a")
     with pytest.raises(ValueError, match="sm_<N>"):
         GpuTarget(arch="hopper", sm_count=1, name="x")
+    assert [capability_of(a) for a in ("sm_90", "sm_90a", "sm_120")] == [(9, 0), (9, 0), (12, 0)]
+    with pytest.raises(ValueError, match="sm_<N>"):
+        capability_of("sm_9")

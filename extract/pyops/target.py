@@ -64,7 +64,7 @@ PLATFORM_CALLS: dict[str, Any] = {
         name=TARGET.name,
     ),
     "get_device_capability": TARGET.capability,
-    "get_device_sm": TARGET.capability[0] * 10 + TARGET.capability[1],
+    "get_device_sm": TARGET.sm,
 }
 
 # Package paths SGLang's loaders build include directories from
