@@ -58,16 +58,17 @@ def cap_grid(regions: Mapping[str, str], *, waves: int = 1) -> dict[str, str]:
             continue
         assert launch.grid is not None and launch.block is not None and launch.kernel is not None
         src = launch.doc.src
-        device = text_of(src, named_children(launch.ctor.child_by_field_name("arguments"))[2]).strip()
-        statement = _statement_of(launch.outer)
-        count = names.get(where, 0)
-        names[where] = count + 1
-        name = RESIDENT if count == 0 else f"{RESIDENT}{count}"
-        args = named_children(launch.ctor.child_by_field_name("arguments"))
+        args = named_children(launch.ctor.child_by_field_name("arguments"))  # grid, block, device[, smem]
         smem = text_of(src, args[3]).strip() if len(args) > 3 else "0"
-        indent = indent_of(src, statement)
-        body = _one_wave(text_of(src, launch.kernel).strip(), text_of(src, launch.block).strip(), smem, device)
+        body = _one_wave(
+            text_of(src, launch.kernel).strip(), text_of(src, launch.block).strip(), smem, text_of(src, args[2]).strip()
+        )
         if _constant(region, launch):
+            count = names.get(where, 0)
+            names[where] = count + 1
+            name = RESIDENT if count == 0 else f"{RESIDENT}{count}"
+            statement = _statement_of(launch.outer)
+            indent = indent_of(src, statement)
             at = line_start(src, statement.start_byte)
             lines = [f"static const uint32_t {name} = [&] {{", *(f"  {line}" for line in body), "}();"]
             edits.append(Edit(launch.doc.span, at, at, b"".join(indent + line.encode() + b"\n" for line in lines)))
