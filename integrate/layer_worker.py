@@ -157,6 +157,9 @@ def _torch_part(part: str, args: Sequence[torch.Tensor]) -> Call:
             inp.copy_(F.rms_norm(residual, shape, weight, RMS_EPS))
 
         return add_norm
+    if part == "sigmoid_mul":  # input *= sigmoid(gate), in torch's two kernels
+        inp, gate = args
+        return lambda: inp.mul_(torch.sigmoid(gate))
     if part == "rmsnorm":
         inp, weight = args
         shape = (inp.shape[-1],)
@@ -272,7 +275,8 @@ def cmd_layer(req: JsonDict) -> JsonDict:
     plan: JsonDict = req["plan"]
     model_dtype = str(req["dtype"])
     steps: list[JsonDict] = list(plan["steps"])
-    specs: dict[str, JsonDict] = dict(plan["tensors"])
+    specs: dict[str, JsonDict] = {n: s for n, s in dict(plan["tensors"]).items() if "view" not in s}
+    views: dict[str, JsonDict] = {n: s for n, s in dict(plan["tensors"]).items() if "view" in s}
     skipped: dict[str, str] = {}
     functions: dict[str, Callable[..., object]] = {}
     for step in steps:
@@ -302,6 +306,8 @@ def cmd_layer(req: JsonDict) -> JsonDict:
         {**shared, **{n: _tensor(s, model_dtype, gen) for n, s in specs.items() if not s.get("shared")}}
         for _ in range(sets)
     ]
+    for buf in bufs:  # a view shares its tensor's memory and strides (``q[..., :rotary_dim]``)
+        buf.update({n: buf[str(v["view"])].narrow(-1, 0, int(v["narrow"])) for n, v in views.items()})
 
     def resolve(entry: JsonDict, buf: Mapping[str, torch.Tensor]) -> Any:
         if "tensor" in entry:

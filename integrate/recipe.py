@@ -15,9 +15,11 @@ Recipe file (TOML)::
     kv_len = 2048                # decode: KV-cache tokens each sequence attends to
     rope_positions = 8192        # rows of the cos/sin cache
     decode = [1, 8, 32]          # sequences per decode step (one token each)
+    layers = "num_hidden_layers" # the model's layers this layer stands for (the default)
     prefill = [4096]             # tokens of one prefill step
     [tensors]                    # name -> shape (expressions), init, dtype, phase, shared
     x = { shape = ["T", "hidden_size"] }
+    q_rot = { view = { of = "q", narrow = "rotary_dim" } }   # q[..., :rotary_dim]: a view, not a copy
     [[steps]]                    # in the layer's order
     name = "input_norm"
     op = "layernorm.fused_add_rmsnorm"                          # an SGLang op: op id and the
@@ -91,6 +93,7 @@ TORCH_PARTS: dict[str, tuple[str, ...]] = {
     "bmm": ("a", "b", "out"),  # torch.bmm
     "router_topk": ("logits", "weights", "ids"),  # sigmoid, top-k, renormalised
     "attention_mla_decode": ("q_nope", "q_pe", "latent", "out"),  # [H,B,Dl], [B,H,Dr], [B,L,Dl+Dr] -> [H,B,Dl]
+    "sigmoid_mul": ("input", "gate"),  # input *= sigmoid(gate): torch's two kernels, as a gated attention runs them
 }
 Init = Literal[
     "randn",
@@ -144,19 +147,40 @@ class Given(Record):
 
 
 class Proxy(Record):
+    # how many of the model's layers this recipe's layer stands for (an integer expression over the
+    # figures): all of them, or one kind of a hybrid model's layers
+    layers: str = "num_hidden_layers"
     kv_len: int = Field(gt=0)
     rope_positions: int = Field(gt=0)
     decode: list[int] = Field(default_factory=list)
     prefill: list[int] = Field(default_factory=list)
 
 
+class View(Record):
+    """A view of another tensor: the first ``narrow`` entries of its last dimension (SGLang's
+    ``q[..., :rotary_dim]`` for a partial RoPE), so a step sees the same strides the model passes."""
+
+    of: str
+    narrow: str  # an integer expression over the sizes
+
+
 class TensorDef(Record):
-    shape: list[str | int]
+    shape: list[str | int] = Field(default_factory=list)
     init: Init = "randn"
     params: dict[str, str] = Field(default_factory=dict)
     dtype: Literal["model", "fp32", "int64", "int32"] = "model"
     phase: Phase | None = None
     shared: bool = False  # one copy for every buffer set (read-only tables)
+    view: View | None = None  # instead of shape, init, params, dtype and shared: a view of a tensor
+
+    @model_validator(mode="after")
+    def _shape_or_view(self) -> TensorDef:
+        if self.view is None and not self.shape:
+            raise ValueError("a tensor needs `shape` (or `view`, a view of another tensor)")
+        own = self.model_fields_set & {"shape", "init", "params", "dtype", "shared", "phase"}
+        if self.view is not None and own:
+            raise ValueError(f"a view takes its {', '.join(sorted(own))} from the tensor it views: remove them")
+        return self
 
 
 class Step(Record):
@@ -195,11 +219,16 @@ class Step(Record):
 class LayerRecipe(Record):
     model: str
     path: str  # the file it was read from
-    layers: int  # the model's decoder layers (num_hidden_layers)
+    layers: int  # the model's decoder layers this layer stands for (proxy.layers)
     figures: dict[str, Figure]
     proxy: Proxy
     tensors: dict[str, TensorDef]
     steps: list[Step]
+
+    def base(self, name: str) -> TensorDef:
+        """The tensor that holds ``name``'s memory: itself, or the tensor it is a view of."""
+        tensor = self.tensors[name]
+        return self.tensors[tensor.view.of] if tensor.view is not None else tensor
 
     def values(self) -> dict[str, float]:
         return {name: f.value for name, f in self.figures.items()}
@@ -289,10 +318,15 @@ def load_recipe(path: pathlib.Path = DEFAULT_RECIPE, *, catalog_dir: pathlib.Pat
         raise _fail(
             path, where or "entry", first.get("msg", str(err)), "see integrate/recipe.py for the format"
         ) from err
+    sizes = {name: int(f.value) for name, f in figures.items() if float(f.value).is_integer()}
+    try:
+        layers = eval_expr(proxy.layers, sizes)
+    except ContractError as err:
+        raise _fail(path, "proxy.layers", err.message, "write an integer expression over the figures") from err
     recipe = LayerRecipe(
         model=model,
         path=str(path),
-        layers=int(figures["num_hidden_layers"].value),
+        layers=layers,
         figures=figures,
         proxy=proxy,
         tensors=tensors,
@@ -324,7 +358,16 @@ def _validate(recipe: LayerRecipe, path: pathlib.Path) -> None:
             raise _fail(
                 path, f"tensors.{name}", "the name is taken (a figure or a reserved sample name)", "rename the tensor"
             )
-        for entry in [*tensor.shape, *tensor.params.values()]:
+        if tensor.view is not None:
+            base = recipe.tensors.get(tensor.view.of)
+            if base is None or base.view is not None:
+                raise _fail(
+                    path,
+                    f"tensors.{name}",
+                    f"view.of {tensor.view.of!r} is not a tensor of this recipe (or is a view itself)",
+                    "name a tensor declared with a shape under [tensors]",
+                )
+        for entry in [*tensor.shape, *tensor.params.values(), *([tensor.view.narrow] if tensor.view else [])]:
             try:
                 missing = expr_symbols(entry) - known
             except ContractError as err:
@@ -376,7 +419,7 @@ def _validate(recipe: LayerRecipe, path: pathlib.Path) -> None:
             for arg in _names(step):
                 used = recipe.tensors.get(arg)
                 if used is not None:
-                    if used.phase not in (None, phase):
+                    if recipe.base(arg).phase not in (None, phase):
                         raise _fail(
                             path,
                             f"steps.{step.name}",
@@ -402,9 +445,20 @@ def plan(recipe: LayerRecipe, phase: Phase, tokens: int) -> dict[str, object]:
     values = recipe.values()
     steps = recipe.steps_in(phase)
     used = {a for s in steps for a in _names(s)}
+    used |= {t.view.of for n, t in recipe.tensors.items() if n in used and t.view is not None}
     tensors: dict[str, object] = {}
     for name, tensor in recipe.tensors.items():
-        if tensor.phase not in (None, phase) or name not in used:
+        if recipe.base(name).phase not in (None, phase) or name not in used:
+            continue
+        if tensor.view is not None:
+            try:
+                narrow = eval_expr(tensor.view.narrow, sizes)
+            except ContractError as err:
+                raise RecipeError(
+                    f"layer recipe {recipe.path}: tensors.{name} at {phase} T={tokens}: {err.message}",
+                    fix="fix view.narrow",
+                ) from err
+            tensors[name] = {"view": tensor.view.of, "narrow": narrow}
             continue
         try:
             shape = [eval_expr(entry, sizes) for entry in tensor.shape]

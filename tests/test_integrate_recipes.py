@@ -25,6 +25,7 @@ from pipeline.records import read_record
 
 QWEN = LAYER_DIR / "qwen3-235b-a22b.toml"
 DEEPSEEK = LAYER_DIR / "deepseek-v3.toml"
+QWEN_NEXT = LAYER_DIR / "qwen3-next-80b-a3b.toml"
 
 
 def test_the_moe_recipe_is_qwen3_moes_decoder_layer_in_sglangs_order():
@@ -79,6 +80,48 @@ def test_the_deepseek_recipe_runs_its_jit_ops_between_labelled_stand_ins():
     assert shapes["moe_inverse"] == [8, 9] and shapes["routed"] == [72, 3584]
 
 
+def test_the_qwen3_next_recipe_is_its_gated_attention_layer_with_a_partial_rope_on_views():
+    r = load_recipe(QWEN_NEXT)
+    assert r.model == "Qwen3-Next-80B-A3B" and r.layers == 12, "one in four layers is full attention"
+    assert load_recipe(DEEPSEEK).layers == 58, "DeepSeek-V3's first three layers are dense, not this MoE layer"
+    names = [s.name for s in r.steps_in("decode")]
+    assert names.index("rope") < names.index("attention") < names.index("output_gate") < names.index("o_proj")
+    assert names.index("shared_down") < names.index("router") and names[-1] == "shared_gate_add"
+    assert {s.op for s in r.steps if s.op} == {
+        "attention.apply_rope_with_cos_sin_cache_inplace",
+        "activation.silu_and_mul",
+        "moe.moe_fused_gate",
+        "elementwise.fused_gate_sigmoid_mul_add",
+    }
+    p = plan(r, "decode", 8)
+    rope = next(s for s in p["steps"] if s["name"] == "rope")
+    assert rope["args"][:2] == [{"tensor": "q_rot"}, {"tensor": "k_rot"}]
+    assert p["tensors"]["q_rot"] == {"view": "q", "narrow": 64}, "q[..., :64] of a 256-wide head, as SGLang passes it"
+    assert p["tensors"]["q"]["shape"] == [8, 16, 256], "a view brings the tensor it views into the plan"
+    assert p["tensors"]["cos_sin"]["shape"] == [8192, 64]
+    assert p["tensors"]["w13"]["shape"] == [512, 1024, 2048] and p["tensors"]["moe_inverse"]["shape"] == [8, 10]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "says"),
+    [
+        ('q_rot = { view = { of = "q",', 'q_rot = { view = { of = "qq",', "view.of 'qq' is not a tensor"),
+        ('k_rot = { view = { of = "k",', 'k_rot = { view = { of = "q_rot",', "(or is a view itself)"),
+        ('narrow = "rotary_dim" } }', 'narrow = "rotary_dims" } }', "unknown names ['rotary_dims']"),
+        ("q_rot = { view =", 'q_rot = { shape = ["T"], view =', "takes its shape from the tensor it views"),
+        ('q_rot = { view = { of = "q", narrow = "rotary_dim" } }', "q_rot = { }", "needs `shape` (or `view`"),
+        ('layers = "num_hidden_layers / full_attention_interval"', 'layers = "num_hidden_layers / 5"', "proxy.layers"),
+    ],
+)
+def test_a_bad_view_or_layer_count_fails_the_recipe_with_its_entry(tmp_path, old, new, says):
+    text = QWEN_NEXT.read_text()
+    assert old in text
+    (tmp_path / "variant.toml").write_text(text.replace(old, new, 1))
+    with pytest.raises(RecipeError) as err:
+        load_recipe(tmp_path / "variant.toml")
+    assert says in str(err.value) and "variant.toml" in str(err.value)
+
+
 def test_literal_arguments_and_counts_reach_the_plan_as_python_values():
     p = plan(load_recipe(QWEN), "decode", 8)
     steps = {s["name"]: s for s in p["steps"]}
@@ -124,7 +167,13 @@ def test_a_change_is_timed_in_every_recipe_that_runs_it_and_otherwise_in_the_def
     recipes, broken = all_recipes()
     assert broken == {}
     models = lambda ops: [r.model for r in recipes_for(ops, recipes)]  # noqa: E731
-    assert models(["activation.silu_and_mul"]) == ["DeepSeek-V3", "Llama-3.1-8B", "Qwen3-235B-A22B"]
+    assert models(["activation.silu_and_mul"]) == [
+        "DeepSeek-V3",
+        "Llama-3.1-8B",
+        "Qwen3-235B-A22B",
+        "Qwen3-Next-80B-A3B",
+    ]
+    assert models(["elementwise.fused_gate_sigmoid_mul_add"]) == ["Qwen3-Next-80B-A3B"]
     assert models(["quantization.per_token_group_quant", "kvcache.set_mla_kv_buffer"]) == ["DeepSeek-V3"]
     assert models(["layernorm.fused_inplace_qknorm"]) == ["Qwen3-235B-A22B"]
     assert models(["moe.shuffle_weighted_sum"]) == ["Llama-3.1-8B"], "no recipe runs it: the default shows the layer"
@@ -204,7 +253,7 @@ def test_one_recipe_that_cannot_run_costs_only_itself(tmp_path, monkeypatch, sgl
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", [QWEN, DEEPSEEK], ids=["qwen3-moe", "deepseek-v3"])
+@pytest.mark.parametrize("path", [QWEN, DEEPSEEK, QWEN_NEXT], ids=["qwen3-moe", "deepseek-v3", "qwen3-next"])
 def test_the_moe_layers_on_the_gpu(sglang_source, tmp_path, path):
     """Each MoE layer, pristine against itself: every step runs (the routing tensors agree, the grouped
     GEMMs take them, the stand-ins run), the SGLang ops alone are a part of the layer, A/A stays near zero."""
@@ -213,7 +262,7 @@ def test_the_moe_layers_on_the_gpu(sglang_source, tmp_path, path):
     points = (1, recipe.proxy.decode[-1])
     result = e2e.run_layers(package, package, tmp_path, recipe=recipe, decode=points, rounds=1, repeats=5)
     assert result.ran and [r.tokens for r in result.rows] == list(points) and result.skipped_ops == {}
-    assert result.ops[-1] == "experts_sum" and set(result.sources) == set(result.ops)
+    assert result.ops[-1] == recipe.steps[-1].name and set(result.sources) == set(result.ops)
     for row in result.rows:
         assert row.non_gemm is not None and 0 < row.non_gemm.baseline_us < row.baseline_us
         assert set(row.ops_us) == set(result.ops) and abs(row.change_pct) < 5
