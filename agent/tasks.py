@@ -31,7 +31,8 @@ from optimize.reach_ops import companions
 from optimize.session import load_op_task
 from pipeline.config import Config
 from pipeline.errors import ConfigError, KernelsmithError, UnknownOpError
-from pipeline.records import Index, Task, TritonIndex, read_record
+from pipeline.record_io import read_record
+from pipeline.records import Index, Task, TritonIndex
 
 INDEX_FILE = "index.json"  # extract's CUDA index, under the work dir
 TRITON_INDEX_FILE = "triton_index.json"  # extract's Triton index, beside it

@@ -69,7 +69,9 @@ from optimize.trajectory import FAILED, Trajectory, now_iso, regions_hash
 from pipeline.buckets import by_bucket
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError
-from pipeline.records import Candidate, Evaluation, OpSummary, Task, read_record
+from pipeline.record_io import read_record
+from pipeline.records import Task
+from pipeline.run_records import Candidate, Evaluation, OpSummary
 
 #: The verbs that measure, and what each measures: without a backend they refuse before any work.
 MEASURING = {

@@ -50,7 +50,8 @@ from optimize.harness.isolate import WorkerRun
 from optimize.harness.languages import build_of
 from pipeline.build import first_error, usable_cpus
 from pipeline.digest import source_digest
-from pipeline.records import BuildReport, ShapeCase, Task, VersionedRecord, content_hash, read_record, write_record
+from pipeline.record_io import VersionedRecord, content_hash, read_record, write_record
+from pipeline.records import BuildReport, ShapeCase, Task
 
 if TYPE_CHECKING:
     from optimize.harness.evaluate import CasePlan

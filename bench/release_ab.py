@@ -41,7 +41,9 @@ from optimize.harness.evaluate import (
 )
 from pipeline.config import Config
 from pipeline.errors import KernelsmithError
-from pipeline.records import ArgSpec, Evaluation, Instantiation, Outcome, Task, read_record, write_record
+from pipeline.record_io import read_record, write_record
+from pipeline.records import ArgSpec, Instantiation, Task
+from pipeline.run_records import Evaluation, Outcome
 from pipeline.store_records import AB_DIR, ReleaseAB, Verdict
 
 

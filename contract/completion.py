@@ -50,7 +50,8 @@ from contract import constraints, dtypes
 from contract.errors import ContractError
 from contract.plan import ANY_SIZE, canonical_dtype, needs_value_range, plan_call, scalar_value
 from contract.sizes import eval_expr, expr_symbols, shape_symbols, tensor_specs, token_symbol
-from pipeline.records import ArgSpec, Contract, Instantiation, Record, Task, TensorSpec, VersionedRecord
+from pipeline.record_io import Record, VersionedRecord
+from pipeline.records import ArgSpec, Contract, Instantiation, Task, TensorSpec
 
 RULES_PATH = pathlib.Path(__file__).with_name("completion.toml")
 BASELINE_REPAIRS = 3  # re-evaluations of a baseline after it contradicted its contract

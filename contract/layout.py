@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from contract.completion import Completion, apply, instantiation_key
 from contract.errors import TaskMissing
 from pipeline.errors import ConfigError, StaleRecordError
-from pipeline.records import Task, read_record, write_record
+from pipeline.record_io import read_record, write_record
+from pipeline.records import Task
 
 TASKS_DIR = "tasks"  # under the work dir: one folder per op
 RUNS_DIR = "runs"  # under the work dir: one folder per optimize run

@@ -56,19 +56,8 @@ from pipeline.config import DEFAULT_OPS, Config
 from pipeline.console import progress, working
 from pipeline.digest import source_digest
 from pipeline.errors import ConfigError, KernelsmithError, NotWritable, StaleRecordError
-from pipeline.records import (
-    BuildReport,
-    Index,
-    Instantiation,
-    OpEntry,
-    Record,
-    SourceInfo,
-    Task,
-    VersionedRecord,
-    content_hash,
-    read_record,
-    write_record,
-)
+from pipeline.record_io import Record, VersionedRecord, content_hash, read_record, write_record
+from pipeline.records import BuildReport, Index, Instantiation, OpEntry, SourceInfo, Task
 
 INDEX_VERSION = "kernelsmith.index/1"
 

@@ -94,7 +94,8 @@ from pydantic import Field
 from extract import treesitter as ts
 from extract.file_scan import FileScan, RawLauncher, scan_job
 from extract.macros import collect_macros
-from pipeline.records import FileDigest, KernelDef, LauncherDef, ParseIssue, Record, SourceInfo
+from pipeline.record_io import Record
+from pipeline.records import FileDigest, KernelDef, LauncherDef, ParseIssue, SourceInfo
 
 SUFFIXES: tuple[str, ...] = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc")
 

@@ -14,7 +14,7 @@ What must stay true:
   (two insertions at the same point are ambiguous and also refused). Bad input
   raises :class:`SpliceError` saying which edit or span and how to fix it.
 - :func:`apply_regions` never writes files; it returns new contents for the
-  files it touched, so a caller can stage and rename (records.write_record's
+  files it touched, so a caller can stage and rename (record_io.write_record's
   discipline) or compile from memory. :func:`candidate_overrides` is the same over
   a task folder's own copies (``src/``).
 """

@@ -56,6 +56,7 @@ from extract import model_ops, pyops, shapes
 from pipeline import deps as build_deps
 from pipeline.digest import source_digest
 from pipeline.errors import ConfigError
+from pipeline.record_io import content_hash, replace_dir, write_record
 from pipeline.records import (
     DTYPES,
     BuildRecipe,
@@ -68,9 +69,6 @@ from pipeline.records import (
     ShapeCase,
     Span,
     Task,
-    content_hash,
-    replace_dir,
-    write_record,
 )
 from pipeline.target import TARGET, capability_of
 

@@ -25,7 +25,8 @@ from extract import triton_compile, triton_ops, triton_tasks
 from extract.tasks import is_current
 from pipeline.config import Config
 from pipeline.errors import KernelsmithError, NotWritable, StaleRecordError
-from pipeline.records import Index, SourceInfo, Task, TritonIndex, TritonOp, VersionedRecord, write_record
+from pipeline.record_io import VersionedRecord, write_record
+from pipeline.records import Index, SourceInfo, Task, TritonIndex, TritonOp
 from pipeline.target import TARGET
 
 

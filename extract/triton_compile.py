@@ -41,7 +41,8 @@ import libcst as cst
 from contract.dtypes import lookup, torch_attribute
 from contract.layout import SRC_DIR
 from extract.triton_scan import dotted, literal, positional_binding
-from pipeline.records import BuildReport, KernelResources, ShapeCase, Task, TritonKernel, TritonLaunch, content_hash
+from pipeline.record_io import content_hash
+from pipeline.records import BuildReport, KernelResources, ShapeCase, Task, TritonKernel, TritonLaunch
 from pipeline.target import TARGET as GPU
 
 TRITON_TARGET = ("cuda", GPU.sm, 32)  # backend, compute capability, warp size

@@ -36,16 +36,8 @@ from extract.triton_scan import dotted, dotted_of, literal, module_rel, scan_fil
 from pipeline.console import progress, working
 from pipeline.digest import source_digest
 from pipeline.errors import KernelsmithError, NotWritable
-from pipeline.records import (
-    SourceInfo,
-    TritonFile,
-    TritonIndex,
-    TritonOp,
-    TritonSpec,
-    content_hash,
-    read_record,
-    write_record,
-)
+from pipeline.record_io import content_hash, read_record, write_record
+from pipeline.records import SourceInfo, TritonFile, TritonIndex, TritonOp, TritonSpec
 
 TRITON_INDEX_VERSION = "kernelsmith.triton-index/1"
 _CODE = ("extract/triton_scan.py", "extract/triton_ops.py")

@@ -40,6 +40,7 @@ from extract.triton_ops import Tree
 from extract.triton_scan import dotted_of
 from pipeline.digest import source_digest
 from pipeline.errors import ConfigError
+from pipeline.record_io import content_hash
 from pipeline.records import (
     DTYPES,
     BuildRecipe,
@@ -53,7 +54,6 @@ from pipeline.records import (
     TritonKernel,
     TritonLaunch,
     TritonOp,
-    content_hash,
 )
 from pipeline.target import TARGET
 

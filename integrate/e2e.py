@@ -77,7 +77,8 @@ from integrate.recipe import (
 )
 from integrate.records import AATiming, Change, ContextTiming, E2EResult, LayerTiming, OneBatchResult, PartTiming
 from optimize.harness.timing import Stats, summarize
-from pipeline.records import Dtype, write_record
+from pipeline.record_io import write_record
+from pipeline.records import Dtype
 
 ENV_MODEL = "ONE_BATCH_MODEL_PATH"
 AA_TREE = "tree-aa"  # under the integrate folder: the pristine copy of the A/A comparison, removed after

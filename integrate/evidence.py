@@ -25,7 +25,8 @@ from integrate.errors import KernelsmithError, SimulatedRunError
 from integrate.records import IntegrateReport, Patch
 from optimize.run_folder import read_run_meta
 from optimize.skills import Skill, load_skills
-from pipeline.records import Candidate, RunSummary, read_record
+from pipeline.record_io import read_record
+from pipeline.run_records import Candidate, RunSummary
 
 REPLAY_BACKEND = "replay"  # run.json's "backend" for a replayed run (optimize.command)
 

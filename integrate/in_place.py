@@ -19,7 +19,7 @@ from integrate.diffs import sha256
 from integrate.errors import ConfigError, PatchError
 from integrate.patch import BACKUP_DIR, BASELINE_DIR, PATCH_RECORD, NewFile, TreeLayout, materialize, write_atomic
 from integrate.records import Patch
-from pipeline.records import write_record
+from pipeline.record_io import write_record
 
 
 def apply_in_place(layout: TreeLayout, files: list[NewFile], backup_dir: pathlib.Path) -> None:

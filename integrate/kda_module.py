@@ -24,7 +24,8 @@ import libcst as cst
 from contract.dtypes import TABLE, torch_name
 from contract.errors import ContractError
 from contract.plan import canonical_dtype
-from pipeline.records import EntryParam, Evaluation, Task, TensorSpec
+from pipeline.records import EntryParam, Task, TensorSpec
+from pipeline.run_records import Evaluation
 from pipeline.target import capability_of
 
 KDA_PREFIX = "kda_"  # JIT module and custom-op names of the KDA copy: never the pristine kernel's cache entries

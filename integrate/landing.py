@@ -49,7 +49,8 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from integrate.kda_module import Refused, arch_of, binds, is_import, kda_module
 from integrate.records import OpCheck, Patch
 from optimize.skills import load_skills
-from pipeline.records import Evaluation, Span, Task
+from pipeline.records import Span, Task
+from pipeline.run_records import Evaluation
 
 KDA_DIR = "kernels/kda_kernels"
 

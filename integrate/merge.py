@@ -30,7 +30,7 @@ from integrate.errors import ConfigError
 from integrate.evidence import simulated_run
 from integrate.patch import _geomean_of, load_run
 from integrate.records import MergedRun
-from pipeline.records import read_record, write_record
+from pipeline.record_io import read_record, write_record
 
 MERGED_FILE = "merged.json"
 

@@ -63,17 +63,9 @@ from integrate.records import FileChange, Layout, OpChange, Patch
 from integrate.triton_splice import check_python
 from optimize.reach import foreign_code, merge_functions, outside_text, task_wrappers
 from pipeline.errors import StaleRecordError
-from pipeline.records import (
-    Candidate,
-    Evaluation,
-    Outcome,
-    SourceInfo,
-    Span,
-    Task,
-    content_hash,
-    read_record,
-    write_record,
-)
+from pipeline.record_io import content_hash, read_record, write_record
+from pipeline.records import SourceInfo, Span, Task
+from pipeline.run_records import Candidate, Evaluation, Outcome
 from pipeline.stats import speedup_geomean
 
 CANDIDATE_FILE = "best/candidate.json"
@@ -138,7 +130,7 @@ class Accepted:
 
 def _op_statuses(run_dir: pathlib.Path) -> dict:
     """op id -> OpSummary from the run's summary.json, or {} when there is none yet."""
-    from pipeline.records import RunSummary
+    from pipeline.run_records import RunSummary
 
     path = summary_path(run_dir)
     if not path.is_file():

@@ -40,7 +40,7 @@ from integrate.pr_model import fmt as _fmt
 from integrate.records import E2EResult, IntegrateReport, OpChange, Patch
 from optimize.report import params_text
 from pipeline.buckets import BUCKETS, bucket_for, floor_text
-from pipeline.records import ShapeTiming
+from pipeline.run_records import ShapeTiming
 from pipeline.stats import geomean
 
 #: SGLang's pull-request template (.github/pull_request_template.md), in its order

@@ -67,7 +67,7 @@ from contract.errors import ContractError
 from contract.sizes import eval_expr, expr_symbols
 from extract.shapes import load_catalog
 from integrate.errors import RecipeError
-from pipeline.records import Record
+from pipeline.record_io import Record
 
 LAYER_DIR = pathlib.Path(__file__).resolve().parent / "layers"
 DEFAULT_RECIPE = LAYER_DIR / "llama-3.1-8b.toml"

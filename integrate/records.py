@@ -3,7 +3,7 @@
 They live here rather than in :mod:`pipeline.records` because no other stage
 reads them; they follow the same rules (frozen, ``extra="forbid"``,
 ``schema_version`` on the top-level ones, written with
-:func:`pipeline.records.write_record`).
+:func:`pipeline.record_io.write_record`).
 
 Files of one integrate run:
 
@@ -28,7 +28,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from pipeline.records import Dtype, Evaluation, Record, SourceInfo, Span, VersionedRecord
+from pipeline.record_io import Record, VersionedRecord
+from pipeline.records import Dtype, SourceInfo, Span
+from pipeline.run_records import Evaluation
 
 Layout = Literal["wheel", "checkout", "package"]
 

@@ -42,7 +42,8 @@ from integrate.records import OpCheck, SelfCheck
 from pipeline.config import Config
 from pipeline.errors import StaleRecordError
 from pipeline.gpu import gpu_available
-from pipeline.records import SourceInfo, Task, read_record, write_record
+from pipeline.record_io import read_record, write_record
+from pipeline.records import SourceInfo, Task
 
 OUT = "self-check"
 RECORD = "self-check.json"

@@ -31,7 +31,8 @@ from integrate.landing import unreached
 from integrate.pr_model import changed_ops
 from integrate.records import E2EResult, IntegrateReport, OpCheck, Patch, TestRun, UpstreamCheck
 from pipeline.gpu import gpu_available
-from pipeline.records import Task, read_record, write_record
+from pipeline.record_io import read_record, write_record
+from pipeline.records import Task
 
 REPORT = "report.json"
 PR_FILE = "PR.md"

@@ -3,7 +3,7 @@
 Why: the optimize loop (:mod:`optimize.loop`) accepts a candidate only when it is
 correct, slower than the baseline at no catalog shape beyond the noise band, and
 its geometric-mean speedup beats the current best's by at least the minimum
-gain. Those rules are numbers over an :class:`~pipeline.records.Evaluation`, so
+gain. Those rules are numbers over an :class:`~pipeline.run_records.Evaluation`, so
 they live here as plain functions, apart from the loop's bookkeeping.
 
 What must stay true:
@@ -22,7 +22,7 @@ from typing import Any
 
 from optimize.run_folder import clip, why
 from optimize.trajectory import RoundOutcome, RoundRecord, regions_hash
-from pipeline.records import Candidate, Evaluation, Outcome, ReachVerdict, ShapeTiming
+from pipeline.run_records import Candidate, Evaluation, Outcome, ReachVerdict, ShapeTiming
 from pipeline.stats import geomean
 
 MIN_GAIN_PCT = 1.0  # a new best must beat the current best's geomean by this much (or the noise band)

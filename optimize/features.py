@@ -65,7 +65,9 @@ from optimize.cuda_text import named_children, parse_number, text_of
 from optimize.dispatch_transforms import size_switches
 from optimize.divmod_transforms import strided_divmod_sites
 from optimize.hint_transforms import typed_access_sites
-from pipeline.records import Evaluation, KernelResources, Record, Span
+from pipeline.record_io import Record
+from pipeline.records import KernelResources, Span
+from pipeline.run_records import Evaluation
 
 _ROLE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("unroll", re.compile(r"unroll", re.I)),

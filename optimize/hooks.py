@@ -31,7 +31,8 @@ from optimize.policy import Decision
 from optimize.skills import Skill
 from optimize.skills import load_skills as _load_skills
 from optimize.trajectory import HistoryEntry
-from pipeline.records import Candidate, Evaluation, Task
+from pipeline.records import Task
+from pipeline.run_records import Candidate, Evaluation
 
 #: A skill's mechanical transform as the coding agent calls it: ``f(regions, params) -> regions``.
 Transform = Callable[[dict[str, str], dict[str, Any]], dict[str, str]]

@@ -81,15 +81,8 @@ from optimize.trajectory import (
 )
 from pipeline.buckets import bucket_of, no_go
 from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
-from pipeline.records import (
-    Candidate,
-    Evaluation,
-    OpSummary,
-    Outcome,
-    RunSummary,
-    ShapeTiming,
-    Task,
-)
+from pipeline.records import Task
+from pipeline.run_records import Candidate, Evaluation, OpSummary, Outcome, RunSummary, ShapeTiming
 
 POLICY_LIMIT = 8  # options the planner sees (mechanical ones rank below LLM rewrites; keep some in view)
 SEARCH_LIMIT = 256  # a search round spans every mechanical proposal

@@ -30,7 +30,8 @@ from optimize.budget import Budget
 from optimize.harness.tools import NcuResult
 from optimize.hooks import Profiler
 from optimize.run_folder import OpState
-from pipeline.records import Candidate, Evaluation, read_record, write_record
+from pipeline.record_io import read_record, write_record
+from pipeline.run_records import Candidate, Evaluation
 
 #: A check before any GPU time: the candidate's evaluation when it already refuses it, else None.
 Precheck = Callable[[Candidate], Evaluation | None]

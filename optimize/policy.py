@@ -49,7 +49,7 @@ from optimize.features import Features
 from optimize.skills import Skill, SkillLibrary
 from optimize.trajectory import HistoryEntry, RoundOutcome, params_key
 from optimize.transforms import TRANSFORMS, expand_targets
-from pipeline.records import Record
+from pipeline.record_io import Record
 
 GIVE_UP_AFTER = 3  # failures of one skill (any params) before the policy drops it
 MECHANICAL_BONUS_OFFLINE = 0.15

@@ -36,7 +36,8 @@ from contract.layout import baseline_regions, has_task, load_task, read_task_fil
 from contract.layout import task_dir as layout_task_dir
 from optimize.reach import confine, foreign_code, outside_text, task_wrappers
 from pipeline.errors import KernelsmithError
-from pipeline.records import Index, OpEntry, Task, read_record
+from pipeline.record_io import read_record
+from pipeline.records import Index, OpEntry, Task
 
 #: Writes the tasks of ops missing from the work folder: op id -> its Task, or why there is none
 #: (:func:`extract.command.ensure_tasks` bound to a config).

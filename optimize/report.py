@@ -3,7 +3,7 @@
 Why markdown and JSON: a person reads ``report.md`` (per-shape table: baseline,
 candidate, time over floor, speedup; the skills on the path to the best; every
 round in one line); ``integrate`` reads ``summary.json``
-(:class:`pipeline.records.RunSummary`).
+(:class:`pipeline.run_records.RunSummary`).
 
 What must stay true: a replayed run says SIMULATED at the top of every report and
 ``simulated: true`` in the summary; its figures are never presented as
@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from contract import layout
 from optimize.trajectory import RoundRecord, Trajectory
 from pipeline.buckets import AT_FLOOR, by_bucket, floor_text, no_go
-from pipeline.records import Evaluation, OpSummary, RunSummary, ShapeTiming, write_record
+from pipeline.record_io import write_record
+from pipeline.run_records import Evaluation, OpSummary, RunSummary, ShapeTiming
 
 
 def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:

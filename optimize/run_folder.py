@@ -11,7 +11,7 @@ reasons a round record carries.
 What must stay true:
 - A candidate and an evaluation are written once per id (and stage); a resumed
   run reads them back instead of measuring again.
-- ``best/`` appears whole or not at all (staged, then :func:`pipeline.records.replace_dir`),
+- ``best/`` appears whole or not at all (staged, then :func:`pipeline.record_io.replace_dir`),
   and is readable by others (``integrate`` may run as another user).
 - ``run.json`` is written once, by rename, when the run starts; it is never edited.
 """
@@ -32,18 +32,9 @@ from optimize.llm.client import MeteredModel, Model
 from optimize.reach import Foreign
 from optimize.trajectory import RoundOutcome, RoundRecord, Trajectory, candidate_id
 from pipeline.errors import ConfigError, KernelsmithError, StaleRecordError
-from pipeline.records import (
-    Candidate,
-    Evaluation,
-    OpSummary,
-    Outcome,
-    Span,
-    Task,
-    file_mode,
-    read_record,
-    replace_dir,
-    write_record,
-)
+from pipeline.record_io import file_mode, read_record, replace_dir, write_record
+from pipeline.records import Span, Task
+from pipeline.run_records import Candidate, Evaluation, OpSummary, Outcome
 
 
 class OpState:

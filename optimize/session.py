@@ -57,18 +57,9 @@ from optimize.trajectory import (
 )
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
-from pipeline.records import (
-    Candidate,
-    Evaluation,
-    OpSummary,
-    Outcome,
-    ReachVerdict,
-    RunSummary,
-    ShapeTiming,
-    Task,
-    read_record,
-    write_record,
-)
+from pipeline.record_io import read_record, write_record
+from pipeline.records import Task
+from pipeline.run_records import Candidate, Evaluation, OpSummary, Outcome, ReachVerdict, RunSummary, ShapeTiming
 
 FINAL_TRIES = 3  # candidates tried in final validation before keeping the baseline
 

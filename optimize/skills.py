@@ -61,7 +61,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from optimize.cuda_facts import GridKind
 from optimize.features import FEATURE_NAMES, Features, ProfileFacts, StaticFeatures
 from pipeline.errors import ConfigError
-from pipeline.records import Record
+from pipeline.record_io import Record
 
 SKILL_DIR = pathlib.Path(__file__).resolve().parent / "skills"
 

@@ -37,13 +37,14 @@ from pydantic import Field, ValidationError
 
 from optimize.errors import TrajectoryError
 from pipeline.buckets import floor_text
-from pipeline.records import Outcome, ReachVerdict, Record, ShapeTiming, VersionedRecord, content_hash
+from pipeline.record_io import Record, VersionedRecord, content_hash
+from pipeline.run_records import Outcome, ReachVerdict, ShapeTiming
 
 
 class RoundOutcome(str, enum.Enum):
     """How a round ended: an evaluation outcome, or why nothing was evaluated.
 
-    The first seven values are :class:`pipeline.records.Outcome`'s; the others
+    The first seven values are :class:`pipeline.run_records.Outcome`'s; the others
     cover rounds whose coder produced nothing to evaluate.
     """
 

@@ -7,7 +7,9 @@ Modules, in dependency order (each imports only modules listed before it):
   geometric mean), ``gpu`` (``gpu_available``), ``console`` (the rich console), ``digest``
   (``source_digest``: our code in cache keys), ``sglang_package`` (installing a tree's ``sglang``
   for a worker), ``sandbox`` (generated code's environment and bubblewrap);
-- ``records`` (the typed, versioned records stages exchange), ``config`` (typed, layered
+- ``record_io`` (the records' base classes, schema versions, atomic writes and versioned reads),
+  ``records`` (extract's: the index and the tasks), ``run_records`` (optimize's: candidates,
+  evaluations, summaries), ``config`` (typed, layered
   configuration), ``toolchain`` (nvcc and tvm-ffi found), ``deps`` (header-only dependencies);
 - ``store_records``, ``compiler_output`` (nvcc/ptxas output read), ``buckets`` (token buckets and
   the floor's no-go rule), ``cli`` (the argparse shell), ``store_json`` (the first JSON store,

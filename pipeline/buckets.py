@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from pipeline.records import ShapeTiming
+from pipeline.run_records import ShapeTiming
 from pipeline.stats import geomean
 
 #: (name, lowest token count, highest token count)

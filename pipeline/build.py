@@ -24,7 +24,7 @@ compiler messages name package-relative files and nothing depends on where the
 cache lives.
 
 Cache (``cache_root/<key>/``), what must stay true:
-- ``key`` = :func:`pipeline.records.content_hash` over the wrapper text, every file
+- ``key`` = :func:`pipeline.record_io.content_hash` over the wrapper text, every file
   of the task's ``src/`` tree with overrides applied, the compile and link
   argument lists (in a location-free form: ``@tvm_ffi``-style tokens, paths
   relative to the staging folder), whether we link, the arch, and the toolchain
@@ -76,7 +76,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pipeline import deps, toolchain
 from pipeline.compiler_output import annotate_diagnostics, first_error, parse_ptxas, relocate_spans, strip_ptxas  # noqa: F401  (re-exported: the build API)
 from pipeline.errors import ConfigError, ToolchainError
-from pipeline.records import BuildRecipe, BuildReport, Instantiation, Span, Task, content_hash
+from pipeline.record_io import content_hash
+from pipeline.records import BuildRecipe, BuildReport, Instantiation, Span, Task
 from pipeline.sandbox import scrubbed_env
 from pipeline.target import TARGET
 from pipeline.toolchain import find_nvcc, toolchain_fingerprint  # noqa: F401  (re-exported: the build API)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from pipeline.records import SCHEMA_VERSION
+from pipeline.record_io import SCHEMA_VERSION
 from pipeline.store import ResultsStore, batch_key
 from pipeline.store_records import Measurement, Row
 

@@ -1,19 +1,13 @@
-"""Typed, frozen, versioned records: the only way stages talk to each other.
+"""Extract's records: the index of SGLang's kernels and ops, and each op's standalone task.
 
-Every record that crosses a stage boundary is defined here and written to disk as JSON by
-:func:`write_record` (staging file + rename, so a reader never sees half a record). A run can
-therefore be inspected with `cat`, resumed after a crash and replayed in a test.
+The base classes, the schema versions and the disk format (atomic writes, versioned reads) are
+:mod:`pipeline.record_io`'s; optimize's records are :mod:`pipeline.run_records`'.
 
 What must stay true:
-- Records are frozen and reject unknown keys (``extra="forbid"``): a typo in a
-  producer is an error at write time, not a silent ``None`` downstream.
-- Every top-level record carries ``schema_version``. Bump :data:`SCHEMA_VERSION`
-  when a field changes meaning; readers refuse other versions with a clear fix
-  ("re-run `kernelsmith extract`") rather than guessing. A record that only gains
-  fields bumps its own version instead and keeps reading the older ones
-  (``READS``): :class:`Task` 2 added ``language`` and ``triton``, and a version-1
-  task.json still loads, as CUDA; 3 added ``TensorSpec.returned`` (a Triton wrapper's
-  returned outputs), and a version-2 task.json loads with none.
+- A record that only gains fields bumps its own version and keeps reading the older ones
+  (``READS``): :class:`Task` 2 added ``language`` and ``triton``, and a version-1 task.json still
+  loads, as CUDA; 3 added ``TensorSpec.returned`` (a Triton wrapper's returned outputs), and a
+  version-2 task.json loads with none.
 - Paths inside records are relative: to the sglang *package root* (the folder that holds
   ``kernels/``) for sources, to the task folder for task files, so records stay valid across
   machines (this one and the GPU machine).
@@ -22,22 +16,14 @@ What must stay true:
 
 from __future__ import annotations
 
-import enum
-import hashlib
-import json
-import os
-import pathlib
-import shutil
-import tempfile
-import uuid
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from pipeline.record_io import Record, VersionedRecord
 from pipeline.target import TARGET
 
-SCHEMA_VERSION = 1
 #: Task records: 2 added ``language`` ("cuda" | "triton") and ``triton`` (issue 19); 1 still reads.
 TASK_SCHEMA_VERSION = 3
 Language = Literal["cuda", "triton"]
@@ -46,18 +32,6 @@ Dtype = Literal["bf16", "fp16", "fp32"]
 DTYPES: tuple[Dtype, ...] = ("bf16", "fp16", "fp32")
 # SGLang's make_cpp_args spelling of each dtype (kernels/jit/utils/compile/cpp_args.py).
 CPP_DTYPE: dict[str, str] = {"bf16": "bf16_t", "fp16": "fp16_t", "fp32": "fp32_t"}
-
-
-class Record(BaseModel):
-    """Base of every on-disk record: frozen, strict about keys."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class VersionedRecord(Record):
-    schema_version: int = SCHEMA_VERSION
-    #: the schema versions :func:`read_record` accepts for this record (the ones that only lacked fields)
-    READS: ClassVar[tuple[int, ...]] = (SCHEMA_VERSION,)
 
 
 # --------------------------------------------------------------------------- source
@@ -520,281 +494,3 @@ class Task(VersionedRecord):
         if self.schema_version < 2 and self.language != "cuda":
             raise ValueError("a schema_version 1 task is CUDA (language came with version 2)")
         return self
-
-
-# --------------------------------------------------------------------------- optimize
-
-
-class Outcome(str, enum.Enum):
-    """The closed set of things an evaluation can end in."""
-
-    ok = "ok"
-    compile_failed = "compile_failed"
-    incorrect = "incorrect"
-    timeout = "timeout"
-    crashed = "crashed"
-    slower = "slower"
-    budget_exhausted = "budget_exhausted"
-
-
-class Step(Record):
-    """One mechanical transform of a composed candidate: the skill and the parameters it was applied with."""
-
-    skill: str
-    params: dict[str, Any] = Field(default_factory=dict)
-
-
-class Candidate(VersionedRecord):
-    """A proposed replacement for a task's editable region."""
-
-    op_id: str
-    id: str  # content hash of the region texts
-    parent: str | None  # candidate id it was derived from (None = baseline)
-    regions: dict[str, str]  # span name -> new text for that span
-    skill: str | None = None  # a composed candidate: its steps' skills joined by "+"
-    params: dict[str, Any] = Field(default_factory=dict)
-    coder: str = "baseline"
-    rationale: str = ""
-    # a search point: the transforms that made it from its parent, in the order applied
-    steps: list[Step] = Field(default_factory=list)
-
-    @property
-    def skill_ids(self) -> list[str]:
-        """The skills that made this candidate from its parent (its steps', else its one skill)."""
-        if self.steps:
-            return [s.skill for s in self.steps]
-        return [self.skill] if self.skill else []
-
-    @property
-    def is_baseline(self) -> bool:
-        """The unmodified SGLang kernel (no parent, made by no coder): evaluated on its own, as the reference."""
-        return self.parent is None and self.coder == "baseline"
-
-
-class ShapeTiming(Record):
-    label: str
-    sizes: dict[str, int]
-    dtype: Dtype
-    time_us: float
-    spread_pct: float
-    gbps: float
-    pct_of_copy_bw: float
-    time_over_floor: float
-    baseline_us: float | None = None
-    speedup: float | None = None
-    floor_applies: bool = True  # False: the contract says the op is not byte-bound; time_over_floor is not a figure
-    # the catalog shape's token count (ShapeCase.tokens): the bucket of a shape whose sizes name no
-    # num_tokens (bias_gelu_tanh's num_rows, dispatch_probability's num_topk_entries); None: from sizes
-    tokens: int | None = None
-
-    @property
-    def over_floor(self) -> float | None:
-        """time ÷ floor where it means something (None: the floor does not apply to this op)."""
-        return self.time_over_floor if self.floor_applies else None
-
-
-class Evaluation(VersionedRecord):
-    op_id: str
-    candidate: str
-    outcome: Outcome
-    detail: str = ""
-    build: BuildReport | None = None
-    checks_passed: int = 0
-    checks_failed: int = 0
-    bitwise_equal: bool | None = None
-    max_abs_err: float | None = None
-    timings: list[ShapeTiming] = Field(default_factory=list)
-    seconds: dict[str, float] = Field(default_factory=dict)  # build / test / profile split
-    # Baseline-only evaluations: tensors whose role the baseline contradicted
-    # ("written" input, "never_written" output); see contract.completion.
-    role_evidence: dict[str, str] = Field(default_factory=dict)
-    # Buffer sets of the timed CUDA graphs whose outputs were compared with the baseline's
-    # (summed over the timed shapes; 0 when nothing was timed or there was no candidate).
-    timed_sets_validated: int = 0
-    # A search population member checked at every shape but timed only at the screening
-    # shapes (optimize.harness.population), not promoted to full timing: never accepted.
-    screened: bool = False
-
-
-class ReachVerdict(Record):
-    """How a candidate fares at another op whose entry points run code it changes.
-
-    Why: ops share kernel files (rope.cuh serves three ops), so a candidate judged at its own
-    entry points alone can be slower where another op runs the same code. ``status``:
-
-    - ``not_reached``: every change is code this op never runs (:mod:`optimize.reach`);
-    - ``held``: evaluated at this op's own shapes, correct and slower at none beyond the band;
-    - ``failed``: evaluated there and incorrect, or slower beyond the band;
-    - ``not_judged``: reached but not evaluated (no task, a different copy of the region,
-      a baseline that fails its own checks). It blocks acceptance: unproven is not proven.
-    """
-
-    op_id: str
-    status: Literal["not_reached", "held", "failed", "not_judged"]
-    detail: str = ""
-    regions: list[str] = Field(default_factory=list)  # the changed regions this op runs
-    outcome: Outcome | None = None  # the op's final evaluation outcome, when evaluated
-    speedup_geomean: float | None = None
-    speedup_min: float | None = None
-    regressed_shapes: list[str] = Field(default_factory=list)
-
-    @property
-    def blocks(self) -> bool:
-        """True when this verdict keeps the candidate from being accepted."""
-        return self.status in ("failed", "not_judged")
-
-
-class OpSummary(Record):
-    """One op's result in an optimize run (what `integrate` reads)."""
-
-    op_id: str
-    # model_failed: every LLM call of the op failed (endpoint errors) and nothing was found faster
-    status: Literal["improved", "no_improvement", "failed", "skipped", "model_failed"]
-    stop_reason: str | None = None
-    rounds: int = 0
-    best: str | None = None  # validated best candidate id; None = the baseline stays
-    best_dir: str | None = None  # relative to the run folder: <op>/best (candidate.json, regions/, src/)
-    speedup_geomean: float | None = None  # over catalog shapes and dtypes, vs the baseline
-    speedup_min: float | None = None
-    guarded: bool = False  # best keeps the baseline at some shapes through a shape dispatch
-    skills: list[str] = Field(default_factory=list)  # skills on the path from the baseline to the best
-    detail: str = ""
-    # why the op stopped, in the words of the moment it stopped (a budget's message read at the end
-    # of the run would give every op the last op's figures); "" in records from before it
-    stop_detail: str = ""
-
-
-class RunSummary(VersionedRecord):
-    """``work/runs/<run>/summary.json``: the run as a whole."""
-
-    run: str
-    mode: Literal["multi", "single"]
-    coder: Literal["llm", "offline", "external"]
-    backend: str
-    simulated: bool  # True: timings replayed from a file, not measured in this run
-    device: str | None = None
-    started_at: str
-    finished_at: str
-    tokens: int = 0
-    cost_usd: float = 0.0
-    wall_s: float = 0.0
-    gpu_s: float = 0.0
-    ops: list[OpSummary] = Field(default_factory=list)
-
-
-# --------------------------------------------------------------------------- io
-
-R = TypeVar("R", bound=BaseModel)
-
-
-def file_mode() -> int:
-    """The mode a new file gets under this process's umask (``0o666 & ~umask``).
-
-    ``tempfile.mkstemp`` creates its file 0600 whatever the umask says; a record written
-    through it and renamed into place would stay unreadable to teammates and CI artifact
-    readers, so every staging file is given this mode before it is published.
-    """
-    status = pathlib.Path("/proc/self/status")
-    try:
-        for line in status.read_text(encoding="ascii").splitlines():
-            if line.startswith("Umask:"):
-                return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)  # no /proc: read it by setting it (and restore it at once)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def write_record(record: BaseModel, path: str | os.PathLike[str]) -> pathlib.Path:
-    """Write atomically: a staging file in the same folder, then rename.
-
-    The file gets the mode the umask decides (:func:`file_mode`). A folder that cannot
-    be written raises :class:`pipeline.errors.NotWritable` naming it."""
-    from pipeline.errors import not_writable
-
-    path = pathlib.Path(path)
-    text = record.model_dump_json(indent=2) + "\n"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as err:
-        typed = not_writable(err, path.parent)
-        if typed is None:
-            raise
-        raise typed from err
-    try:
-        os.fchmod(fd, file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException as err:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        typed = not_writable(err, path.parent) if isinstance(err, OSError) else None
-        if typed is None:
-            raise
-        raise typed from err
-    return path
-
-
-def replace_dir(staging: pathlib.Path, target: pathlib.Path) -> None:
-    """Publish the finished folder ``staging`` at ``target`` by rename, replacing any folder there.
-
-    A reader sees the old folder or the new one, never a mix: the old one is first
-    renamed aside (``.old-<name>-<random>`` beside it), the new one renamed in, then
-    the old one removed. ``staging`` must sit in the same filesystem as ``target``
-    (the rename is what makes it atomic); cleaning it up on failure is the caller's.
-    """
-    if target.exists():
-        trash = target.parent / f".old-{target.name}-{uuid.uuid4().hex[:8]}"
-        os.replace(target, trash)
-        os.replace(staging, target)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(staging, target)
-
-
-def read_record(cls: type[R], path: str | os.PathLike[str]) -> R:
-    """Read a record, refusing other schema versions with the fix in the message."""
-    from pydantic import ValidationError
-
-    from pipeline.errors import StaleRecordError
-
-    path = pathlib.Path(path)
-    fix = "re-run the stage that wrote it (for tasks: `kernelsmith extract`)"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise StaleRecordError(f"{path} is not a record (not UTF-8 text)", fix=fix) from err
-    if not text.strip():
-        raise StaleRecordError(f"{path} is empty (a write that never finished?)", fix=fix)
-    try:
-        data = json.loads(text)
-    except ValueError as err:
-        raise StaleRecordError(f"{path} is not valid JSON (truncated?): {err}", fix=fix) from err
-    reads = getattr(cls, "READS", (SCHEMA_VERSION,))
-    version = data.get("schema_version", reads[-1]) if isinstance(data, dict) else None
-    if version not in reads:
-        raise StaleRecordError(
-            f"{path} has schema_version {version}, this kernelsmith reads {' or '.join(map(str, reads))}",
-            fix=fix,
-        )
-    try:
-        return cls.model_validate(data)
-    except ValidationError as err:
-        first = err.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top)"
-        raise StaleRecordError(
-            f"{path} does not hold a valid {cls.__name__} ({err.error_count()} problem(s); {where}: {first['msg']})",
-            fix=fix,
-        ) from err
-
-
-def content_hash(*parts: str | bytes) -> str:
-    """sha256 over length-prefixed parts, so ("ab","c") and ("a","bc") differ."""
-    digest = hashlib.sha256()
-    for part in parts:
-        data = part.encode() if isinstance(part, str) else part
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    return digest.hexdigest()

@@ -32,7 +32,7 @@ import sys
 from collections.abc import Iterator
 
 from pipeline.errors import NotWritable, StaleRecordError, not_writable
-from pipeline.records import content_hash, file_mode
+from pipeline.record_io import content_hash, file_mode
 from pipeline.store_records import REFERENCE_VARIANTS, Measurement, Regression, Row, changed_files
 
 DB_NAME = "results.sqlite"

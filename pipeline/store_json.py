@@ -25,7 +25,7 @@ import tempfile
 from datetime import UTC, datetime
 
 from pipeline.errors import StaleRecordError
-from pipeline.records import SCHEMA_VERSION, content_hash, file_mode
+from pipeline.record_io import SCHEMA_VERSION, content_hash, file_mode
 from pipeline.store_records import Measurement
 
 

@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from pipeline.records import Evaluation, Record, VersionedRecord
+from pipeline.record_io import Record, VersionedRecord
+from pipeline.run_records import Evaluation
 
 #: Variants that time a reference (PyTorch), not a kernel: never a kernel regression.
 REFERENCE_VARIANTS = ("torch_eager", "torch_compile")

@@ -26,7 +26,7 @@ from rich.table import Table
 from pipeline.console import console as make_console
 from pipeline.errors import ConfigError, KernelsmithError
 from pipeline.output import emit
-from pipeline.records import read_record
+from pipeline.record_io import read_record
 from pipeline.stats import geomean
 from pipeline.store import ResultsStore
 from pipeline.store_records import AB_DIR, REFERENCE_VARIANTS, Regression, ReleaseAB

@@ -17,7 +17,8 @@ import pytest
 from test_loop import LAUNCHER, REPLAY, write_task
 
 from pipeline.cli import main as cli
-from pipeline.records import RunSummary, read_record
+from pipeline.record_io import read_record
+from pipeline.run_records import RunSummary
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HONEST = LAUNCHER.replace("kBlockSize = 256", "kBlockSize = 128")
@@ -305,7 +306,7 @@ def test_build_compiles_a_candidate_on_the_cpu_as_the_harness_would(tmp_path, sg
 
     from test_build import make_task
 
-    from pipeline.records import write_record
+    from pipeline.record_io import write_record
 
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")

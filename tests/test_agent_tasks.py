@@ -16,7 +16,7 @@ from test_loop import write_task
 
 from contract.layout import baseline_regions, load_task, read_task_files
 from pipeline.cli import main as cli
-from pipeline.records import write_record
+from pipeline.record_io import write_record
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MASK, HASH = "moe.mask_topk_ids", "moe.hash_topk"

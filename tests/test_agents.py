@@ -13,13 +13,8 @@ from optimize.errors import MalformedReply
 from optimize.llm.fakes import ScriptedModel
 from optimize.skills import load_skills
 from pipeline.errors import ModelError
-from pipeline.records import (
-    BuildReport,
-    Evaluation,
-    KernelResources,
-    Outcome,
-    ShapeTiming,
-)
+from pipeline.records import BuildReport, KernelResources
+from pipeline.run_records import Evaluation, Outcome, ShapeTiming
 
 KERNEL = """__global__ void scale_kernel(float* out, const float* in, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -16,7 +16,7 @@ from optimize.backends import gpu
 from optimize.harness.protocol import CheckCase
 from optimize.harness.tools import SanitizerResult
 from pipeline.config import Config
-from pipeline.records import Candidate, Evaluation, Outcome
+from pipeline.run_records import Candidate, Evaluation, Outcome
 
 
 def _case(label: str, dtype: str, n: int, held_out: bool = False) -> CheckCase:

@@ -17,7 +17,7 @@ from bench.bench import BatchInterrupted, OpBench
 from optimize.harness import evaluate, worker
 from optimize.harness.protocol import WorkerRequest, WorkerResult
 from pipeline.config import Config
-from pipeline.records import write_record
+from pipeline.record_io import write_record
 
 
 def _items(work, names):

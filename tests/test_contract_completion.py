@@ -359,7 +359,7 @@ def test_no_model_call_when_the_rules_leave_nothing_open():
 
 
 def test_a_run_keeps_its_completion_and_later_stages_call_the_kernel_the_same_way(tmp_path):
-    from pipeline.records import write_record
+    from pipeline.record_io import write_record
 
     task = task_of(tensor("x", ["tokens", "hidden"]), scalar("page_size", "int"))
     assert layout.completed_in_run(task, tmp_path) is None

@@ -151,7 +151,7 @@ def test_the_measured_sizes_come_from_the_baseline_s_evaluation():
     """The loop plans from region_features(regions, the baseline's evaluation): its timed shapes' sizes
     reach the features, with or without ncu figures, and decide which cases are worth a build."""
     from optimize.hooks import region_features
-    from pipeline.records import Evaluation, Outcome, ShapeTiming
+    from pipeline.run_records import Evaluation, Outcome, ShapeTiming
 
     def timing(experts: int, tokens: int) -> ShapeTiming:
         sizes = {"n": experts, "num_tokens": tokens}

@@ -23,7 +23,8 @@ from contract import layout
 from extract import sources
 from pipeline.cli import main
 from pipeline.errors import NotWritable, SourceError, StaleRecordError
-from pipeline.records import SCHEMA_VERSION, Record, Task, file_mode, read_record, write_record
+from pipeline.record_io import SCHEMA_VERSION, Record, file_mode, read_record, write_record
+from pipeline.records import Task
 from pipeline.store import Measurement, ResultsStore, Row
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -20,7 +20,8 @@ from optimize.features import (
     features,
     features_of_regions,
 )
-from pipeline.records import BuildReport, Evaluation, KernelResources, Outcome, ShapeTiming
+from pipeline.records import BuildReport, KernelResources
+from pipeline.run_records import Evaluation, Outcome, ShapeTiming
 
 ELEMENTWISE = "kernels/jit/csrc/elementwise"
 

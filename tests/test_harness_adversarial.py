@@ -14,7 +14,7 @@ import re
 import pytest
 
 from optimize.harness import adversarial
-from pipeline.records import Evaluation, Outcome
+from pipeline.run_records import Evaluation, Outcome
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = adversarial.load_cases()

@@ -100,17 +100,8 @@ def test_health_section_counts_and_reasons():
 
 
 def _write_task(work, op, *, shape=("num_tokens",), catalog=True, extra_args=(), sizes=None):
-    from pipeline.records import (
-        ArgSpec,
-        BuildRecipe,
-        Contract,
-        Instantiation,
-        ShapeCase,
-        SourceInfo,
-        Task,
-        TensorSpec,
-        write_record,
-    )
+    from pipeline.record_io import write_record
+    from pipeline.records import ArgSpec, BuildRecipe, Contract, Instantiation, ShapeCase, SourceInfo, Task, TensorSpec
 
     contract = Contract(
         entry="e",
@@ -320,7 +311,8 @@ def test_health_plans_a_synthetic_shape_where_no_model_sizes_the_op(tmp_path):
 def test_a_contract_without_arguments_is_not_called(tmp_path):
     """compress_norm_rope_store: extract found no C++ entry for the export, so the contract
     had no arguments, and the sweep called the baseline with none ("Expected 5 but got 0")."""
-    from pipeline.records import Task, read_record, write_record
+    from pipeline.record_io import read_record, write_record
+    from pipeline.records import Task
 
     work = tmp_path / "work"
     _write_task(work, "n.op")
@@ -335,7 +327,8 @@ def test_a_contract_without_arguments_is_not_called(tmp_path):
 
 
 def test_health_tests_the_smallest_catalog_shape_the_kernels_checks_accept(tmp_path):
-    from pipeline.records import ShapeCase, Task, read_record, write_record
+    from pipeline.record_io import read_record, write_record
+    from pipeline.records import ShapeCase, Task
 
     work = tmp_path / "work"
     _write_task(work, "p.op")
@@ -616,7 +609,8 @@ def test_a_resized_shape_keeps_to_the_modules_built(tmp_path, monkeypatch):
     from optimize.harness.isolate import WorkerRun
     from optimize.harness.protocol import CheckResult, WorkerResult
     from pipeline.config import load_config
-    from pipeline.records import ArgSpec, Instantiation, Task, TensorSpec, read_record, write_record
+    from pipeline.record_io import read_record, write_record
+    from pipeline.records import ArgSpec, Instantiation, Task, TensorSpec
 
     work = tmp_path / "work"
     x = ArgSpec(kind="tensor", tensor=TensorSpec(name="emb", shape=["num_tokens", "hidden"], dtype="T", role="input"))
@@ -747,7 +741,8 @@ def test_a_dtype_the_baseline_refuses_outright_is_not_tested(tmp_path, monkeypat
     from optimize.harness.isolate import WorkerRun
     from optimize.harness.protocol import CheckResult, WorkerResult
     from pipeline.config import load_config
-    from pipeline.records import Instantiation, Task, read_record, write_record
+    from pipeline.record_io import read_record, write_record
+    from pipeline.records import Instantiation, Task
 
     refused, message, dropped = _REFUSALS[form]
     work = tmp_path / "work"
@@ -805,7 +800,8 @@ def test_a_dtype_the_baseline_refuses_outright_is_not_tested(tmp_path, monkeypat
 def _three_dtype_task(work):
     """(task c.op with bf16, fp16 and fp32 instantiations, written under ``work``; its config)."""
     from pipeline.config import load_config
-    from pipeline.records import Instantiation, Task, read_record, write_record
+    from pipeline.record_io import read_record, write_record
+    from pipeline.records import Instantiation, Task
 
     _write_task(work, "c.op")
     path = work / "tasks" / "c.op" / "task.json"
@@ -1096,7 +1092,7 @@ def test_bench_in_a_read_only_work_dir_is_one_line_naming_it_and_writes_no_secti
     from test_faults_files import read_only
 
     from pipeline.cli import main
-    from pipeline.records import write_record
+    from pipeline.record_io import write_record
 
     work, _ = _four_ops(tmp_path)
     _bench_worker(monkeypatch, fixable=None, calls=[])

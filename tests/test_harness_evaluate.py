@@ -17,7 +17,6 @@ from pipeline.records import (
     BuildReport,
     Contract,
     Instantiation,
-    Outcome,
     ScalarSpec,
     ShapeCase,
     SourceInfo,
@@ -25,6 +24,7 @@ from pipeline.records import (
     Task,
     TensorSpec,
 )
+from pipeline.run_records import Outcome
 
 
 def t(name, shape, role, strides=None):

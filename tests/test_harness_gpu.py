@@ -315,7 +315,7 @@ def test_a_population_is_built_at_once_and_judged_member_by_member_in_one_worker
     from optimize.harness.population import evaluate_population
     from optimize.trajectory import candidate_id
     from pipeline.config import load_config
-    from pipeline.records import Candidate
+    from pipeline.run_records import Candidate
 
     task_dir = ROOT / "work" / "tasks" / "activation.silu_and_mul"
     if not (task_dir / "task.json").is_file():
@@ -368,7 +368,7 @@ def test_a_fused_path_that_leaves_sglangs_scratch_unwritten_passes(tmp_path):
     from optimize.harness.evaluate import evaluate
     from optimize.trajectory import candidate_id
     from pipeline.config import load_config
-    from pipeline.records import Candidate
+    from pipeline.run_records import Candidate
 
     task_dir = ROOT / "work" / "tasks" / "moe.topk_sigmoid"
     if not (task_dir / "task.json").is_file():

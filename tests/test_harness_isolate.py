@@ -26,7 +26,7 @@ def stand_in(script: str) -> list[str]:
 FINISH = """
 import sys
 from optimize.harness.protocol import WorkerRequest, WorkerResult
-from pipeline.records import write_record
+from pipeline.record_io import write_record
 req = WorkerRequest.model_validate_json(open(sys.argv[1]).read())
 print("working on", req.op_id, file=sys.stderr)
 write_record(WorkerResult(status="ok", detail="saw " + req.op_id), sys.argv[2])
@@ -121,7 +121,7 @@ def test_ctrl_c_while_waiting_kills_the_worker_it_started(tmp_path):
 SEE_DEVICE = """
 import os, sys
 from optimize.harness.protocol import WorkerResult
-from pipeline.records import write_record
+from pipeline.record_io import write_record
 write_record(WorkerResult(status="ok", detail=os.environ.get("CUDA_VISIBLE_DEVICES", "unset")), sys.argv[2])
 """
 
@@ -156,7 +156,7 @@ def test_a_worker_that_keeps_logging_outlives_the_stall_limit(tmp_path):
     script = """
 import sys, time
 from optimize.harness.protocol import WorkerResult
-from pipeline.records import write_record
+from pipeline.record_io import write_record
 for i in range(8):
     print("case", i, file=sys.stderr, flush=True)
     time.sleep(0.4)

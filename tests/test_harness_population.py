@@ -12,7 +12,9 @@ from optimize.harness import evaluate, population, worker
 from optimize.harness.isolate import WorkerRun
 from optimize.harness.protocol import WorkerRequest, WorkerResult
 from pipeline.config import Config
-from pipeline.records import BuildReport, Candidate, Outcome, write_record
+from pipeline.record_io import write_record
+from pipeline.records import BuildReport
+from pipeline.run_records import Candidate, Outcome
 
 
 def cand(i: int, text: str = "") -> Candidate:

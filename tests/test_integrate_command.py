@@ -15,7 +15,7 @@ from integrate.command import latest_run, main
 from integrate.errors import ConfigError, GitError
 from pipeline.cli import build_parser
 from pipeline.config import load_config
-from pipeline.records import Outcome
+from pipeline.run_records import Outcome
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -111,7 +111,7 @@ def test_self_check_without_gpu_records_every_plan_and_exits_1(one_op_run, monke
     with the op's task loaded and a task that does not exist reported with the fix."""
     from integrate import selfcheck
     from integrate.records import SelfCheck
-    from pipeline.records import read_record
+    from pipeline.record_io import read_record
 
     monkeypatch.setattr(selfcheck, "gpu_available", lambda: (False, "torch sees no CUDA device"))
     work = one_op_run
@@ -134,7 +134,7 @@ def test_self_check_keeps_a_worker_failure_as_data(one_op_run, monkeypatch, caps
     """GPU 'present', but the workers cannot import SGLang here: the record says why, exit 1."""
     from integrate import selfcheck
     from integrate.records import SelfCheck
-    from pipeline.records import read_record
+    from pipeline.record_io import read_record
 
     monkeypatch.setattr(selfcheck, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
     work = one_op_run
@@ -176,7 +176,7 @@ def test_a_self_check_rerun_keeps_what_was_proved_and_a_cpu_run_never_replaces_i
     the config's limits reach the runner; a later run on a CPU machine leaves the GPU's record alone."""
     from integrate import selfcheck
     from integrate.records import SelfCheck
-    from pipeline.records import read_record
+    from pipeline.record_io import read_record
 
     work = one_op_run
     out = work / "integrate" / "self-check"
@@ -337,7 +337,7 @@ def test_a_dtype_the_pristine_op_demands_fixes_the_contract_and_the_op_is_checke
     self-check applies that demand, as the sweep does, and checks the op once more."""
     from integrate import selfcheck, sglang_runner
     from integrate.records import SelfCheck
-    from pipeline.records import read_record
+    from pipeline.record_io import read_record
 
     calls: list[str] = []
     check_ops = _demanding_check_ops(calls)
@@ -389,7 +389,7 @@ def test_a_rerun_after_an_interrupted_self_check_applies_the_demanded_dtype_firs
     what the earlier record shows first: one call, with the demanded dtype, and the fix said."""
     from integrate import selfcheck, sglang_runner
     from integrate.records import SelfCheck
-    from pipeline.records import read_record
+    from pipeline.record_io import read_record
 
     calls: list[str] = []
     monkeypatch.setattr(selfcheck, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
@@ -415,7 +415,7 @@ def test_a_patch_or_upstream_file_that_names_the_tool_keeps_the_pr_a_draft(one_o
     """The fixture's candidate writes `// kernelsmith: ...` comments into SGLang's kernel: the PR says where."""
     from integrate.pr import status
     from integrate.records import IntegrateReport
-    from pipeline.records import read_record
+    from pipeline.record_io import read_record
 
     work = one_op_run
     assert main(build_parser().parse_args(["integrate", "--run", "r1"]), _config(work)) == 0

@@ -374,7 +374,7 @@ def test_layer_proxy_on_the_gpu(sglang_source, tmp_path):
 def test_pristine_runs_count_the_points_inside_their_band(tmp_path, monkeypatch):
     """``python -m integrate.e2e --pristine``: each run's record is written as it ends, and the A/A counts are
     over every point of every run."""
-    from pipeline.records import read_record
+    from pipeline.record_io import read_record
 
     def one(i, verdict, inside):
         aa = e2e.aa_timing(summarize([100.0, 100.1, 99.9]), summarize([100.0, 100.1, 99.9] if inside else [103.0] * 3))

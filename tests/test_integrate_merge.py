@@ -15,7 +15,7 @@ from integrate.command import main
 from integrate.errors import ConfigError
 from integrate.merge import MERGED_FILE, merge_runs, read_merged
 from pipeline.cli import build_parser
-from pipeline.records import Outcome
+from pipeline.run_records import Outcome
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -27,25 +27,20 @@ from integrate.in_place import swap_in_place
 from integrate.patch import build_patch, layout_of, load_run, resolve_overlaps
 from integrate.records import Patch
 from pipeline.errors import StaleRecordError
+from pipeline.record_io import content_hash, read_record, write_record
 from pipeline.records import (
     ArgSpec,
     BuildRecipe,
-    Candidate,
     Contract,
-    Evaluation,
     FileDigest,
     Instantiation,
-    Outcome,
     ShapeCase,
-    ShapeTiming,
     SourceInfo,
     Span,
     Task,
     TensorSpec,
-    content_hash,
-    read_record,
-    write_record,
 )
+from pipeline.run_records import Candidate, Evaluation, Outcome, ShapeTiming
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ACT = "kernels/jit/csrc/elementwise/activation.cuh"
@@ -569,7 +564,8 @@ def test_layout_of_a_checkout_uses_python_sglang_paths(tmp_path, wheel_source):
 def test_an_op_without_improvement_is_reported_as_such(tmp_path):
     """The H200 run's PR said 'optimize did not finish' for ops that finished with no gain."""
     from integrate.patch import load_run
-    from pipeline.records import OpSummary, RunSummary, write_record
+    from pipeline.record_io import write_record
+    from pipeline.run_records import OpSummary, RunSummary
 
     run_dir = tmp_path / "runs" / "r"
     (run_dir / "activation.silu_and_mul").mkdir(parents=True)

@@ -26,7 +26,8 @@ from integrate.records import (
     SanitizerRun,
     TestRun,
 )
-from pipeline.records import Evaluation, Outcome, ShapeTiming, SourceInfo, Span
+from pipeline.records import SourceInfo, Span
+from pipeline.run_records import Evaluation, Outcome, ShapeTiming
 
 
 def timings() -> list[ShapeTiming]:
@@ -507,7 +508,8 @@ def test_a_replay_run_is_labelled_simulated(tmp_path):
 
 def test_gather_reads_the_run_folder(tmp_path):
     from integrate.evidence import gather, simulated_run
-    from pipeline.records import Candidate, RunSummary, write_record
+    from pipeline.record_io import write_record
+    from pipeline.run_records import Candidate, RunSummary
 
     run_dir = tmp_path / "runs" / "r1"
     report = full_report(tmp_path)

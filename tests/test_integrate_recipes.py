@@ -21,7 +21,7 @@ from integrate.recipe import (
     recipes_for,
 )
 from integrate.records import E2EResult
-from pipeline.records import read_record
+from pipeline.record_io import read_record
 
 QWEN = LAYER_DIR / "qwen3-235b-a22b.toml"
 DEEPSEEK = LAYER_DIR / "deepseek-v3.toml"

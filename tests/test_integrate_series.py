@@ -14,7 +14,7 @@ from integrate.patch import layout_of, load_run
 from integrate.records import IntegrateReport
 from integrate.series import SERIES_DIR, family, write_series
 from pipeline.cli import build_parser
-from pipeline.records import read_record
+from pipeline.record_io import read_record
 
 
 def test_two_families_give_two_parts_that_apply_in_order_and_a_pr_each(tmp_path, wheel_source, no_gpu):

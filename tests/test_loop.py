@@ -27,24 +27,20 @@ from optimize.session import LoopOptions
 from optimize.skills import SkillError
 from optimize.trajectory import RoundOutcome, Trajectory, params_key
 from pipeline.config import Config
+from pipeline.record_io import read_record, write_record
 from pipeline.records import (
     ArgSpec,
     BuildRecipe,
-    Candidate,
     Contract,
-    Evaluation,
     FileDigest,
     Instantiation,
-    Outcome,
-    RunSummary,
     ShapeCase,
     SourceInfo,
     Span,
     Task,
     TensorSpec,
-    read_record,
-    write_record,
 )
+from pipeline.run_records import Candidate, Evaluation, Outcome, RunSummary
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPLAY = HERE / "fixtures" / "replay" / "demo.replay.json"
@@ -715,7 +711,8 @@ def test_replay_file_errors_name_the_problem(tmp_path):
 def test_a_gpu_runs_recording_replays_its_measurements(tmp_path):
     """What GpuBackend writes (replay.record) reproduces the same evaluations in a replay."""
     from optimize.backends import replay
-    from pipeline.records import BuildReport, Evaluation, Outcome, ShapeTiming
+    from pipeline.records import BuildReport
+    from pipeline.run_records import Evaluation, Outcome, ShapeTiming
 
     task = make_task()
     regions = {"scale_kernel": KERNEL, "launch_scale": LAUNCHER}

@@ -80,7 +80,7 @@ def test_integrate_refuses_a_candidate_from_before_the_confinement_that_edits_an
     from contract.layout import load_task
     from integrate.patch import Accepted, PatchError, _refuse_foreign_edits, _spans_by_name
     from pipeline.cli import main
-    from pipeline.records import Candidate
+    from pipeline.run_records import Candidate
 
     assert main(["extract", "--no-compile", "--work-dir", str(tmp_path), "--ops", "moe.mask_topk_ids"]) == 0
     task_dir = tmp_path / "tasks" / "moe.mask_topk_ids"

@@ -21,7 +21,8 @@ from optimize.reach_ops import changes, companions, transplant
 from optimize.session import LoopOptions
 from optimize.trajectory import RoundOutcome, Trajectory
 from pipeline.config import Config
-from pipeline.records import Index, OpEntry, read_record
+from pipeline.record_io import read_record
+from pipeline.records import Index, OpEntry
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ROPE = (
@@ -234,7 +235,7 @@ def test_judge_companions_off_keeps_the_old_rule(tmp_path):
 def test_integrate_checks_every_op_the_patch_reaches(rope_tasks, tmp_path):
     from integrate.patch import Accepted
     from integrate.reached import checked_tasks, patch_reach
-    from pipeline.records import Candidate
+    from pipeline.run_records import Candidate
 
     own, _, base = rope_tasks["attention.apply_rope_inplace"]
     regions = {**base, "FusedRopeKernel": _edit_method(base["FusedRopeKernel"], " run(")}
@@ -249,7 +250,7 @@ def test_integrate_checks_every_op_the_patch_reaches(rope_tasks, tmp_path):
 
 def test_a_companion_with_no_timed_shape_says_so_rather_than_a_zero_speedup():
     from optimize.session import _held
-    from pipeline.records import Evaluation, Outcome
+    from pipeline.run_records import Evaluation, Outcome
 
     ev = Evaluation(op_id="x", candidate="c", outcome=Outcome.ok, checks_passed=18)
     assert _held(None, ev) == "correct (18 checks); not timed: no catalog shape"

@@ -17,7 +17,8 @@ from pipeline.cli import build_parser
 from pipeline.cli import main as cli_main
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
-from pipeline.records import Evaluation, Outcome, read_record, write_record
+from pipeline.record_io import read_record, write_record
+from pipeline.run_records import Evaluation, Outcome
 
 OP = "activation.silu_and_mul"
 HEAD = {"op_id": OP, "old": "0.5.22", "new": "0.5.23"}

@@ -28,7 +28,8 @@ from optimize.scale.pool import map_units, open_pool
 from optimize.scale.units import Done, Lost, Raised, Unit
 from pipeline.cli import main as cli
 from pipeline.config import Config
-from pipeline.records import RunSummary, read_record
+from pipeline.record_io import read_record
+from pipeline.run_records import RunSummary
 from pipeline.store import ResultsStore
 
 OPS = ("demo.scale", "demo.copy", "demo.fill", "demo.norm")
@@ -400,7 +401,7 @@ class LosingPool:
 
 def test_every_backend_call_of_a_lost_unit_is_a_typed_outcome_saying_why(tmp_path):
     from optimize.scale.backend import BackendSpec, ScaledBackend
-    from pipeline.records import Candidate, Outcome
+    from pipeline.run_records import Candidate, Outcome
 
     folder, task = write_task(tmp_path)
     backend = ScaledBackend(

@@ -17,7 +17,7 @@ from optimize.search.tuner import choose_strategy, run_search
 from optimize.skills import load_skills
 from optimize.trajectory import candidate_id
 from pipeline.config import Config
-from pipeline.records import Candidate, Evaluation, Outcome, ShapeTiming
+from pipeline.run_records import Candidate, Evaluation, Outcome, ShapeTiming
 
 ELEMENTWISE = "kernels/jit/csrc/elementwise"
 

@@ -96,7 +96,7 @@ def test_a_table_printed_to_a_log_keeps_its_cells_whole(monkeypatch, capsys):
 def test_a_step_across_batches_is_a_trend_until_the_release_ab_confirms_or_retracts_it(tmp_path, capsys):
     """Only the in-process release A/B (`track ab`) gives a verdict: without it a step is labelled a trend
     (and still fails the nightly check); a confirming A/B says so; a retracting one keeps it from failing."""
-    from pipeline.records import write_record
+    from pipeline.record_io import write_record
     from pipeline.store_records import AB_DIR, ReleaseAB
 
     store = ResultsStore(tmp_path)

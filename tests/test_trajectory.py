@@ -13,7 +13,7 @@ from optimize.trajectory import (
     candidate_id,
     regions_hash,
 )
-from pipeline.records import Outcome, ShapeTiming
+from pipeline.run_records import Outcome, ShapeTiming
 from pipeline.stats import geomean
 
 

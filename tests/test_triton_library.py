@@ -24,7 +24,8 @@ from optimize.harness import loader, triton_library
 from optimize.harness.errors import HarnessError
 from optimize.languages import language_of
 from pipeline.config import Config
-from pipeline.records import Candidate, SourceInfo
+from pipeline.records import SourceInfo
+from pipeline.run_records import Candidate
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
@@ -402,7 +403,7 @@ def test_the_cheat_compiles_so_only_the_gpu_checks_can_refuse_it(merge_state, tm
 def test_merge_state_triton_baseline_against_itself_on_the_gpu(merge_state, tmp_path):
     """The baseline's file loaded twice (two modules): every check passes bitwise, the timed graphs agree."""
     from optimize.harness.evaluate import evaluate
-    from pipeline.records import Outcome
+    from pipeline.run_records import Outcome
 
     task, folder, regions = merge_state
     shapes = small_shapes(task)
@@ -418,7 +419,7 @@ def test_merge_state_triton_baseline_against_itself_on_the_gpu(merge_state, tmp_
 def test_a_triton_candidate_that_skips_the_last_token_is_incorrect(merge_state, tmp_path):
     """The last token's output is never stored: the NaN poison survives there, and the harness says so."""
     from optimize.harness.evaluate import evaluate
-    from pipeline.records import Outcome
+    from pipeline.run_records import Outcome
 
     task, folder, regions = merge_state
     cheat = Candidate(op_id=MERGE, id="cheat", parent="baseline", regions=skip_last_token(regions), coder="test")
@@ -456,7 +457,7 @@ def test_row_logsumexp_outputs_it_allocates_are_checked_like_arguments_on_the_gp
     """Against itself every check passes; one row short, the poison the harness handed to the wrapper's
     torch.empty survives in the last row and the candidate is incorrect."""
     from optimize.harness.evaluate import evaluate
-    from pipeline.records import Outcome
+    from pipeline.run_records import Outcome
 
     task, folder, regions = row_logsumexp
     shapes = [s for s in task.shapes if s.model == "Llama-3.1-8B" and s.tokens in (1, 64, 512)]

@@ -19,7 +19,7 @@ from optimize import triton_transforms as tt
 from optimize.harness import triton_check
 from optimize.search import triton_space
 from optimize.search.space import realize
-from pipeline.records import Outcome
+from pipeline.run_records import Outcome
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "triton_space"
 #: real Triton ops whose baseline compiles on the CPU: bucketed launch options; unbucketed; block sizes with the grid

@@ -16,7 +16,8 @@ from triton_demo import demo_tree
 from contract.layout import load_task
 from extract import shapes, triton_ops, triton_tasks
 from pipeline.errors import ConfigError, StaleRecordError
-from pipeline.records import Task, read_record
+from pipeline.record_io import read_record
+from pipeline.records import Task
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "triton_tasks"
 #: Triton tasks with real-model (catalog) shapes in sglang 0.5.23

@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import Field
 
 from optimize.features import top_stall
-from pipeline.records import Evaluation, Record
+from pipeline.record_io import Record
+from pipeline.run_records import Evaluation
 from pipeline.stats import geomean
 
 LAUNCH_BOUND_US = 4.0  # below this a kernel is dominated by launch and tail latency

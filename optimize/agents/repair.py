@@ -24,7 +24,7 @@ from optimize.agents.planning import Plan, params_text
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
 from pipeline.errors import ModelError
-from pipeline.records import Evaluation, Outcome, ShapeTiming
+from pipeline.run_records import Evaluation, Outcome, ShapeTiming
 
 MAX_FAILURE_CHARS = 4000
 

@@ -24,7 +24,7 @@ from optimize.agents.prompts import render
 from optimize.agents.repair import failure_text
 from optimize.llm.client import Model
 from pipeline.errors import ModelError
-from pipeline.records import Evaluation, ShapeTiming
+from pipeline.run_records import Evaluation, ShapeTiming
 
 OWN_IDEA = "single:own"
 PLAN = re.compile(

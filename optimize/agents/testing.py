@@ -46,7 +46,8 @@ from contract.sizes import expr_symbols, shape_symbols
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
 from pipeline.errors import ModelError
-from pipeline.records import Record, ShapeCase, Task, VersionedRecord
+from pipeline.record_io import Record, VersionedRecord
+from pipeline.records import ShapeCase, Task
 
 Distribution = Literal["normal", "uniform", "edge"]
 MAX_PROPOSALS = 6

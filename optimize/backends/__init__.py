@@ -16,7 +16,8 @@ import os
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
-from pipeline.records import Candidate, Evaluation, Task
+from pipeline.records import Task
+from pipeline.run_records import Candidate, Evaluation
 
 
 class Backend(Protocol):

@@ -36,7 +36,8 @@ from typing import Any, Literal
 from optimize.backends import replay
 from optimize.errors import GpuRequired
 from pipeline.config import Config
-from pipeline.records import Candidate, Evaluation, Outcome, Task
+from pipeline.records import Task
+from pipeline.run_records import Candidate, Evaluation, Outcome
 
 PROBE = "import torch, sys; ok = torch.cuda.is_available(); print(torch.cuda.get_device_name(0) if ok else ''); sys.exit(0 if ok else 3)"
 

@@ -75,7 +75,9 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from optimize.errors import ReplayError
-from pipeline.records import BuildReport, Candidate, Evaluation, Outcome, ShapeTiming, Task, file_mode
+from pipeline.record_io import file_mode
+from pipeline.records import BuildReport, Task
+from pipeline.run_records import Candidate, Evaluation, Outcome, ShapeTiming
 
 FORMAT = "kernelsmith-replay/1"
 DEFAULT_SECONDS = {"build": 0.0, "test": 1.0, "profile": 1.0}

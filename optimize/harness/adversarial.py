@@ -27,7 +27,9 @@ import re
 from dataclasses import dataclass
 
 from contract.layout import baseline_regions, read_task_files
-from pipeline.records import Candidate, Evaluation, Task, content_hash
+from pipeline.record_io import content_hash
+from pipeline.records import Task
+from pipeline.run_records import Candidate, Evaluation
 
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "tests" / "adversarial"
 MARKER = "// kernelsmith-adversarial"

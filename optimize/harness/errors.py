@@ -3,7 +3,7 @@
 Why separate types: a broken *setup* (no GPU, a baseline that does not build, a
 contract the harness cannot turn into tensors) must stop a run with the fix,
 while a broken *candidate* is never an exception at all: it is a typed
-:class:`pipeline.records.Outcome` in its Evaluation. Nothing in here may be used
+:class:`pipeline.run_records.Outcome` in its Evaluation. Nothing in here may be used
 to report a candidate's failure.
 """
 

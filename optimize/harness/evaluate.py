@@ -4,9 +4,9 @@ Flow: plan the cases (catalog shapes, plus held-out shapes drawn fresh from
 ``os.urandom`` for this evaluation) -> build the baseline and the candidate
 (only the instantiations those cases need) -> one worker process runs the
 correctness checks and then the interleaved timing -> an
-:class:`~pipeline.records.Evaluation`.
+:class:`~pipeline.run_records.Evaluation`.
 
-Outcomes (the closed set in :class:`~pipeline.records.Outcome`):
+Outcomes (the closed set in :class:`~pipeline.run_records.Outcome`):
 
 - ``compile_failed``: the regions do not splice, or nvcc/the linker fails (a Triton task: its
   spliced file does not parse, :mod:`optimize.harness.triton_library`);
@@ -52,17 +52,8 @@ from optimize.harness.errors import BaselineError, GpuRequired, HarnessError
 from optimize.harness.languages import build_of
 from optimize.harness.protocol import DISTRIBUTIONS, CheckCase, TimingCase, WorkerRequest, WorkerResult
 from pipeline.config import Config
-from pipeline.records import (
-    DTYPES,
-    BuildReport,
-    Candidate,
-    Evaluation,
-    Instantiation,
-    Outcome,
-    ShapeCase,
-    ShapeTiming,
-    Task,
-)
+from pipeline.records import DTYPES, BuildReport, Instantiation, ShapeCase, Task
+from pipeline.run_records import Candidate, Evaluation, Outcome, ShapeTiming
 
 TIMING_DTYPES_DEFAULT = ("bf16",)  # the dtype models are served in; others are checked, not timed
 

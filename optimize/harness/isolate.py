@@ -43,7 +43,7 @@ from typing import Literal
 
 from optimize.harness.protocol import WorkerRequest, WorkerResult
 from pipeline import sandbox
-from pipeline.records import write_record
+from pipeline.record_io import write_record
 
 TAIL_CHARS = 4000
 WORKER_MODULE = "optimize.harness.worker"

@@ -14,7 +14,7 @@ dialect, its options, its facts) is the other half, :mod:`optimize.languages`, a
 
 What must stay true: one entry per value of ``Task.language`` (:data:`BUILDS`), each method pure over
 its arguments except for the build cache it writes; a refused check is an
-:class:`~pipeline.records.Evaluation` with an outcome of the closed set, never an exception.
+:class:`~pipeline.run_records.Evaluation` with an outcome of the closed set, never an exception.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from extract.splice import candidate_overrides
 from pipeline.config import Config
-from pipeline.records import BuildReport, Candidate, Evaluation, Instantiation, Outcome, Task
+from pipeline.records import BuildReport, Instantiation, Task
+from pipeline.run_records import Candidate, Evaluation, Outcome
 from pipeline.target import TARGET
 
 if TYPE_CHECKING:

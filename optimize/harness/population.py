@@ -54,7 +54,8 @@ from optimize.harness.protocol import CheckCase, TimingCase, WorkerRequest, Work
 from optimize.harness.worker import member_path
 from pipeline.buckets import bucket_for, tokens_of
 from pipeline.config import Config
-from pipeline.records import Candidate, Evaluation, Instantiation, Outcome, Task
+from pipeline.records import Instantiation, Task
+from pipeline.run_records import Candidate, Evaluation, Outcome
 from pipeline.stats import speedup_geomean
 
 

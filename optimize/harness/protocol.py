@@ -15,7 +15,7 @@ What must stay true:
 - A result file exists only if the worker got to the end; a missing file means
   the worker died, and the parent reports ``crashed`` or ``timeout``.
 - These records are internal to the harness; what other stages see is
-  :class:`pipeline.records.Evaluation`.
+  :class:`pipeline.run_records.Evaluation`.
 - No torch here: the parent imports this on CPU-only machines.
 """
 
@@ -27,7 +27,8 @@ from pydantic import Field
 
 from contract.plan import Layout
 from pipeline.config import HarnessConfig
-from pipeline.records import Contract, Dtype, Record, VersionedRecord
+from pipeline.record_io import Record, VersionedRecord
+from pipeline.records import Contract, Dtype
 
 Distribution = Literal["normal", "uniform", "edge"]
 DISTRIBUTIONS: tuple[Distribution, ...] = ("normal", "uniform", "edge")

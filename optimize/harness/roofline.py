@@ -54,7 +54,8 @@ from contract.plan import CallPlan
 from contract.sizes import eval_expr
 from optimize.harness.errors import ContractError
 from optimize.harness.protocol import DeviceInfo, Traffic
-from pipeline.records import Contract, ShapeTiming
+from pipeline.records import Contract
+from pipeline.run_records import ShapeTiming
 
 COPY_BYTES = 1 << 30  # each of source and destination
 COPY_REPEATS = 20
@@ -257,7 +258,7 @@ def load_cached(cache_dir: str | pathlib.Path, gpu_name: str) -> DeviceInfo | No
 
 
 def save(info: DeviceInfo, cache_dir: str | pathlib.Path) -> pathlib.Path:
-    from pipeline.records import write_record
+    from pipeline.record_io import write_record
 
     return write_record(info, cache_path(cache_dir, info.name))
 

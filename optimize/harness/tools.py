@@ -36,7 +36,7 @@ from pydantic import Field
 from optimize.harness import isolate
 from optimize.harness.languages import build_of
 from optimize.harness.protocol import WorkerRequest
-from pipeline.records import Record
+from pipeline.record_io import Record
 
 NCU_CORE_METRICS = (
     "gpu__time_duration.sum",

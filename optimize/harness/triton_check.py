@@ -37,7 +37,9 @@ from extract.triton_scan import scan_file
 from optimize import triton_transforms as tt
 from pipeline.buckets import BUCKETS, bucket_for
 from pipeline.compiler_output import relocate_spans
-from pipeline.records import Outcome, Record, ShapeCase, Task, TritonLaunch
+from pipeline.record_io import Record
+from pipeline.records import ShapeCase, Task, TritonLaunch
+from pipeline.run_records import Outcome
 
 
 class PointCheck(Record):

@@ -75,7 +75,8 @@ from extract.splice import SpliceError, candidate_overrides
 from optimize.harness import returned_outputs
 from optimize.harness.errors import HarnessError
 from pipeline.digest import source_digest
-from pipeline.records import BuildReport, Record, Task, content_hash
+from pipeline.record_io import Record, content_hash
+from pipeline.records import BuildReport, Task
 
 MANIFEST = "triton-library.json"
 KEY_SCHEMA = "kernelsmith.triton-library/2"  # bump when the library changes in a way the key does not see

@@ -68,7 +68,8 @@ from optimize.harness.protocol import (
     WorkerResult,
 )
 from optimize.harness.triton_library import LibraryLoadFailed
-from pipeline.records import Contract, write_record
+from pipeline.record_io import write_record
+from pipeline.records import Contract
 
 SLEEP_CYCLES = 1_000_000  # ~0.5 ms at H200 clocks: far longer than any launch latency
 EXIT_NO_GPU = 3

@@ -12,7 +12,7 @@ What must stay true:
   matches on the messages alone, whatever endpoint answered.
 - Only replies an agent could use stay: the client never stores a body it could not
   read, and an agent that cannot parse a reply removes its entry (:meth:`ReplyCache.remove`).
-- Entries are written with :func:`pipeline.records.write_record` (staging file +
+- Entries are written with :func:`pipeline.record_io.write_record` (staging file +
   rename): a reader never sees half an entry. An unreadable entry is a miss and
   is replaced, never patched.
 - Each entry keeps the prompt it answered, so a cache folder is also a readable
@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pipeline.records import VersionedRecord, content_hash, write_record
+from pipeline.record_io import VersionedRecord, content_hash, write_record
 
 Message = dict[str, str]
 

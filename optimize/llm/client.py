@@ -46,7 +46,7 @@ from optimize.llm.cache import CachedReply, Message, ReplyCache, endpoint_id, pr
 from optimize.llm.prices import check_priced, cost_usd
 from pipeline.config import LlmConfig
 from pipeline.errors import BudgetExhausted, ConfigError, ModelError
-from pipeline.records import content_hash
+from pipeline.record_io import content_hash
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0

@@ -28,7 +28,8 @@ from typing import Any, Literal
 from optimize.scale.pool import Pool
 from optimize.scale.units import Done, Lost, Raised, Unit
 from pipeline.config import Config
-from pipeline.records import Candidate, Evaluation, Outcome, Task
+from pipeline.records import Task
+from pipeline.run_records import Candidate, Evaluation, Outcome
 
 
 @dataclass(frozen=True)

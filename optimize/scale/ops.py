@@ -27,7 +27,8 @@ from optimize.session import LoopOptions, Progress
 from optimize.trajectory import now_iso
 from pipeline.config import Config
 from pipeline.errors import ConfigError, KernelsmithError
-from pipeline.records import OpSummary, RunSummary, Task
+from pipeline.records import Task
+from pipeline.run_records import OpSummary, RunSummary
 
 
 def run_ops(

@@ -33,7 +33,7 @@ from optimize.search.space import Dimension, Space, Unrealizable, build_space, r
 from optimize.search.tuner import Point, choose_strategy, run_search
 from optimize.trajectory import Attempt, candidate_id
 from pipeline.config import Config
-from pipeline.records import Candidate, Evaluation, Outcome, Step
+from pipeline.run_records import Candidate, Evaluation, Outcome, Step
 from pipeline.stats import speedup_geomean
 
 #: measure(candidates) -> their evaluations in order, or None where the budget left them unmeasured

@@ -31,7 +31,7 @@ from typing import Any
 
 from optimize import transforms
 from optimize.policy import Decision
-from pipeline.records import Step
+from pipeline.run_records import Step
 
 #: Transforms applied in this order, whatever order the proposals came in: the registry's own
 #: order (:data:`optimize.transforms.TRANSFORMS` says why it is this one), written once.
