@@ -5,6 +5,7 @@
 They time through the measurement core, :mod:`optimize.harness` (build, worker, timing, compare), and
 spread over GPUs with :mod:`optimize.scale`; nothing in ``optimize/`` imports them.
 
-Modules, in dependency order: ``health`` (``bench --all``), ``bench`` (one op's row; the store's
+Modules, in dependency order: ``sections`` (BENCHMARKS.md's generated sections: tables, method line),
+``health`` (``bench --all``), ``bench`` (one op's row; the store's
 batches), ``census`` (``track run``), ``release_ab`` (``track ab``).
 """

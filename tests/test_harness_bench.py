@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from bench import bench, health
+from bench import bench, health, sections
 from optimize.harness.protocol import DeviceInfo, TimingResult
 
 DEVICE = DeviceInfo(
@@ -35,29 +35,29 @@ Intro text.
 
 
 def test_upsert_appends_then_replaces_only_its_own_section():
-    first = bench.upsert_section(EXISTING, "kernelsmith bench --ops a", "## Baselines — day 1\n\n| x |\n")
+    first = sections.upsert_section(EXISTING, "kernelsmith bench --ops a", "## Baselines — day 1\n\n| x |\n")
     assert first.startswith(EXISTING)
     assert "<!-- kernelsmith-bench: kernelsmith bench --ops a -->\n## Baselines — day 1" in first
-    second = bench.upsert_section(first, "kernelsmith bench --all", "## Baseline health — day 1\n\nrows\n")
-    third = bench.upsert_section(second, "kernelsmith bench --ops a", "## Baselines — day 2\n\n| y |\n")
+    second = sections.upsert_section(first, "kernelsmith bench --all", "## Baseline health — day 1\n\nrows\n")
+    third = sections.upsert_section(second, "kernelsmith bench --ops a", "## Baselines — day 2\n\n| y |\n")
     assert "day 1\n\n| x |" not in third and "## Baselines — day 2\n\n| y |" in third
     assert "## Baseline health — day 1\n\nrows" in third  # the other command's section is kept
     assert third.startswith(EXISTING)
     assert third.count("<!-- kernelsmith-bench:") == 2
-    assert bench.upsert_section(third, "kernelsmith bench --ops a", "## Baselines — day 2\n\n| y |\n") == third
+    assert sections.upsert_section(third, "kernelsmith bench --ops a", "## Baselines — day 2\n\n| y |\n") == third
 
 
 def test_section_ends_at_the_next_foreign_heading():
-    text = bench.upsert_section("# B\n", "cmd", "## Mine\n\nold\n") + "\n## Hand-written notes\n\nkeep me\n"
-    out = bench.upsert_section(text, "cmd", "## Mine\n\nnew\n")
+    text = sections.upsert_section("# B\n", "cmd", "## Mine\n\nold\n") + "\n## Hand-written notes\n\nkeep me\n"
+    out = sections.upsert_section(text, "cmd", "## Mine\n\nnew\n")
     assert "new" in out and "old" not in out and "## Hand-written notes\n\nkeep me" in out
 
 
 def test_canonical_command():
     args = argparse.Namespace(ops=["a.b", "c.d"], all=False, no_torch_compile=True, output="BENCHMARKS.md")
-    assert bench.canonical_command(args) == "kernelsmith bench --ops a.b c.d --no-torch-compile"
+    assert sections.canonical_command(args) == "kernelsmith bench --ops a.b c.d --no-torch-compile"
     assert (
-        bench.canonical_command(argparse.Namespace(ops=None, all=True, output="X.md"))
+        sections.canonical_command(argparse.Namespace(ops=None, all=True, output="X.md"))
         == "kernelsmith bench --all --output X.md"
     )
 
@@ -78,7 +78,7 @@ def test_timing_section_has_header_and_raw_rows():
     )
     ok = bench.OpBench(op_id="activation.silu_and_mul", rows=[row], device=DEVICE)
     broken = bench.OpBench(op_id="layernorm.rmsnorm", error="baseline does not build: nvcc error")
-    text = bench.timing_section("kernelsmith bench", [ok, broken], "2026-11-29", "Wall 10 s.")
+    text = sections.timing_section("kernelsmith bench", [ok, broken], "2026-11-29", "Wall 10 s.")
     assert text.startswith("## Baselines — 2026-11-29, NVIDIA H200")
     assert "Command: `kernelsmith bench`" in text and "copy bandwidth 4269 GB/s" in text
     line = next(x for x in text.splitlines() if x.startswith("| activation.silu_and_mul"))
@@ -407,7 +407,7 @@ def test_bench_budget_flag_sets_the_sweep_budget():
 
     args = build_parser().parse_args(["bench", "--all", "--budget-s", "280"])
     assert load_config(overrides=_overrides(args), environ={}).harness.sweep_budget_s == 280.0
-    assert bench.canonical_command(args) == "kernelsmith bench --all"  # the section key ignores the budget
+    assert sections.canonical_command(args) == "kernelsmith bench --all"  # the section key ignores the budget
 
 
 def test_health_names_a_contract_the_worker_cannot_call_before_any_build(tmp_path):
