@@ -12,8 +12,9 @@ Top-level modules in dependency order:
   (tree-sitter text and preprocessor; the Region model of the editable spans;
   span texts and definition spans; what their code does; which code only other ops
   run, so that no candidate edits it unmeasured);
-- transform_edits (byte edits checked to parse) -> hint_transforms (evict-first typed
-  accesses), divmod_transforms (a strided loop's quotient and remainder carried),
+- transform_edits (byte edits checked to parse) -> knob_transforms (a constant's value,
+  ``__launch_bounds__``, ``#pragma unroll``), math_transforms (fast intrinsics), hint_transforms
+  (evict-first typed accesses), divmod_transforms (a strided loop's quotient and remainder carried),
   dispatch_transforms (a launcher's size switch given larger power-of-two cases): their
   site counts feed features (static features + profile facts) -> pdl_transforms (PDL on,
   late wait, early trigger), grid_transforms (a grid-stride kernel's grid capped at whole
