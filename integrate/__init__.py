@@ -10,7 +10,8 @@ own ops on the GPU), ``sglang_tests`` (SGLang's tests), ``upstream_tests`` (the 
 layer as data, and its timing in the worker), ``e2e`` (measures every model layer that runs the change),
 ``evidence`` (run facts for the PR), ``merge`` (several runs' accepted candidates as one run),
 ``reached`` (which other ops a patch changes), ``headroom`` (the census weighed by the recipes), ``pr_triton`` (the PR's Triton sentences), ``pr_upstream``
-(its sentences on the generated tests), ``pr_model`` (its model-step section), ``pr`` (writes PR.md), ``branch`` (``--git-branch``),
+(its sentences on the generated tests), ``pr_model`` (its model-step section), ``pr_sections`` (the reviewer's sections:
+why, buckets, reproduce, checklist), ``pr`` (writes PR.md), ``branch`` (``--git-branch``),
 ``steps`` (the GPU steps the entry points share), ``selfcheck`` (``--self-check``), ``command`` (the top:
 nothing imports it). See integrate/README.md.
 """
