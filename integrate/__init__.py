@@ -7,7 +7,8 @@ through its KernelSpec), ``triton_probe`` (in the worker: a Triton op's callable
 counted), ``sglang_worker`` (run in a subprocess per tree), ``sglang_runner`` (proves it through SGLang's
 own ops on the GPU), ``sglang_tests`` (SGLang's tests), ``upstream_tests`` (the SGLang-form test and
 ``marker`` benchmark written for each op of the PR, and run), ``recipe`` and ``layer_worker`` (a model
-layer as data, and its timing in the worker), ``e2e`` (measures every model layer that runs the change),
+layer as data, and its timing in the worker), ``layer_verdicts`` (a layer point's change, band, A/A and verdict),
+``e2e`` (measures every model layer that runs the change),
 ``evidence`` (run facts for the PR), ``merge`` (several runs' accepted candidates as one run),
 ``reached`` (which other ops a patch changes), ``headroom`` (the census weighed by the recipes), ``pr_triton`` (the PR's Triton sentences), ``pr_upstream``
 (its sentences on the generated tests), ``pr_model`` (its model-step section), ``pr_sections`` (the reviewer's sections:

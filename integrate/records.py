@@ -238,9 +238,11 @@ class PartTiming(Record):
     patched_spread_pct: float
     change_pct: float  # (patched - baseline) / this part's baseline * 100
     share_of_layer_pct: float  # (patched - baseline) / the WHOLE layer's baseline * 100
-    verdict: Change  # integrate.e2e.judge: "no change" inside the noise band
+    verdict: Change  # integrate.layer_verdicts.judge: "no change" inside the noise band
     aa: AATiming | None = None  # the pristine copy against the pristine tree (None: a record from before A/A)
-    noise_band_pct: float | None = None  # in % of the whole layer, A/A included (integrate.e2e.noise_band_pct)
+    noise_band_pct: float | None = (
+        None  # in % of the whole layer, A/A included (integrate.layer_verdicts.noise_band_pct)
+    )
 
 
 class ContextTiming(Record):
@@ -270,7 +272,7 @@ class LayerTiming(Record):
     patched_spread_pct: float
     change_pct: float  # (patched - baseline) / baseline * 100 of the whole layer; negative = faster
     noise_band_pct: float | None = (
-        None  # integrate.e2e.noise_band_pct; |change| inside it is "no change" (None: an older record)
+        None  # integrate.layer_verdicts.noise_band_pct; |change| inside it is "no change" (None: an older record)
     )
     verdict: Change | None = None  # None: a record from before the whole-layer proxy (not judged)
     baseline_tokens_per_s: float  # tokens / (layers x whole-layer time): an upper bound (no embedding, head, sampling)

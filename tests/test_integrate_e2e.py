@@ -8,18 +8,10 @@ import sys
 
 import pytest
 
-from integrate import e2e
-from integrate.e2e import (
-    implied_tokens_per_s,
-    judge,
-    layer_timing,
-    noise_band_pct,
-    one_batch,
-    parse_one_batch,
-    points,
-    runtime_importable,
-)
+from integrate import e2e, layer_verdicts
+from integrate.e2e import one_batch, parse_one_batch, points, runtime_importable
 from integrate.errors import RecipeError
+from integrate.layer_verdicts import implied_tokens_per_s, judge, layer_timing, noise_band_pct
 from integrate.recipe import DEFAULT_RECIPE, load_recipe, plan
 from integrate.records import E2EResult
 from optimize.harness.timing import summarize
@@ -341,7 +333,7 @@ def test_a_change_as_large_as_the_a_a_difference_is_no_change():
     row = layer_timing("decode", 1, samples, layers=32, kv_len=2048, steps=[])
     assert row.aa is not None and row.aa.change_pct == pytest.approx(0.78)
     assert row.noise_band_pct > abs(row.change_pct) and row.verdict == "no change"
-    assert e2e.band_with_aa(0.1, row.aa) == pytest.approx(row.aa.change_pct + row.aa.band_pct)
+    assert layer_verdicts.band_with_aa(0.1, row.aa) == pytest.approx(row.aa.change_pct + row.aa.band_pct)
 
 
 def test_each_sglang_step_is_timed_between_its_neighbours_wrapping_around_the_layer():
@@ -377,7 +369,9 @@ def test_pristine_runs_count_the_points_inside_their_band(tmp_path, monkeypatch)
     from pipeline.record_io import read_record
 
     def one(i, verdict, inside):
-        aa = e2e.aa_timing(summarize([100.0, 100.1, 99.9]), summarize([100.0, 100.1, 99.9] if inside else [103.0] * 3))
+        aa = layer_verdicts.aa_timing(
+            summarize([100.0, 100.1, 99.9]), summarize([100.0, 100.1, 99.9] if inside else [103.0] * 3)
+        )
         row = layer_timing(
             "decode",
             8,

@@ -1,0 +1,166 @@
+"""A layer run's verdicts: the arithmetic that turns the three trees' samples (pristine, patched, the
+pristine copy) into each point's change, its noise band, the A/A difference beside it and the verdict,
+for the whole layer, the SGLang ops' part and each changed step in context.
+
+Why a module of its own: :mod:`integrate.e2e` runs the trees and the recipes; what counts as "faster"
+or "slower" is written once, here, and is the same for every recipe and for ``--pristine``.
+
+What must stay true: a verdict of "faster" or "slower" needs a change beyond the band, and the band
+is never narrower than the A/A copy's observed difference plus its spread (:func:`band_with_aa`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from integrate.layer_worker import CONTEXT
+from integrate.recipe import Phase
+from integrate.records import AATiming, Change, ContextTiming, LayerTiming, PartTiming
+from optimize.harness.timing import Stats, summarize
+
+
+def implied_tokens_per_s(tokens: int, layer_us: float, layers: int) -> float:
+    """Tokens per second if a step cost only ``layers`` x this layer's time."""
+    if layer_us <= 0:
+        return float("nan")
+    return tokens / (layer_us * layers * 1e-6)
+
+
+def noise_band_pct(baseline: Stats, patched: Stats, layer_baseline_us: float | None = None) -> float:
+    """The spread band of a comparison, in percent of ``layer_baseline_us`` (default: this part's baseline).
+
+    Half the wider of the two trees' p10-p90 spreads, in microseconds: a patched
+    median closer than that to the baseline median lies inside the band the
+    replays of one tree scatter over, so the difference is not shown to be real.
+    A verdict widens it by the A/A comparison (:func:`band_with_aa`).
+    """
+    reference = layer_baseline_us if layer_baseline_us is not None else baseline.median
+    if reference <= 0:
+        return float("inf")
+    half_us = max(baseline.p90 - baseline.p10, patched.p90 - patched.p10) / 2.0
+    return half_us / reference * 100.0
+
+
+def aa_timing(baseline: Stats, copy: Stats) -> AATiming:
+    """The pristine copy against the pristine tree: what a change measures as when there is none."""
+    change = (copy.median - baseline.median) / baseline.median * 100.0
+    band = noise_band_pct(baseline, copy)
+    return AATiming(
+        copy_us=copy.median,
+        copy_spread_pct=copy.spread_pct,
+        change_pct=change,
+        band_pct=band,
+        inside=abs(change) <= band,
+    )
+
+
+def band_with_aa(band_pct: float, aa: AATiming | None, scale: float = 1.0) -> float:
+    """THE noise band a verdict uses: the A/B spread band, or, when wider, the A/A's observed difference
+    plus its own spread band (``scale`` turns the A/A's percentages of its part into the band's
+    reference). A verdict needs a change beyond both what two identical trees measured apart and how
+    much that measure moves.
+
+    Why: on the H200 (2026-12-07) the Llama layer's verdicts came out "slower" at +0.4 % against a
+    spread band of 0.13-0.26 %, with nothing to say whether two identical trees differ that much. On
+    the H100 (2026-12-07) the A/A copy measured +0.78 % (spread band 0.30 %) at decode T=1 and the
+    patched tree +0.79 %: the larger of the two alone (0.78 %) called that "slower"."""
+    if aa is None:
+        return band_pct
+    return max(band_pct, (abs(aa.change_pct) + aa.band_pct) * scale)
+
+
+def judge(change_pct: float, band_pct: float) -> Change:
+    """faster / slower / "no change" (a change no larger than the noise band)."""
+    if abs(change_pct) <= band_pct:
+        return "no change"
+    return "faster" if change_pct < 0 else "slower"
+
+
+def _stats(samples: Mapping[str, Mapping[str, list[float]]], tree: str, graph: str) -> Stats | None:
+    values = samples.get(tree, {}).get(graph)
+    return summarize(values) if values else None
+
+
+def part_timing(baseline: Stats, patched: Stats, layer_baseline_us: float, copy: Stats | None = None) -> PartTiming:
+    """One part of the layer: its own change and its change as a share of the whole layer, A/A beside it."""
+    share = (patched.median - baseline.median) / layer_baseline_us * 100.0
+    aa = aa_timing(baseline, copy) if copy is not None else None
+    band = band_with_aa(noise_band_pct(baseline, patched, layer_baseline_us), aa, baseline.median / layer_baseline_us)
+    return PartTiming(
+        baseline_us=baseline.median,
+        patched_us=patched.median,
+        baseline_spread_pct=baseline.spread_pct,
+        patched_spread_pct=patched.spread_pct,
+        change_pct=(patched.median - baseline.median) / baseline.median * 100.0,
+        share_of_layer_pct=share,
+        verdict=judge(share, band),
+        aa=aa,
+        noise_band_pct=band,
+    )
+
+
+def context_timing(neighbours: Sequence[str], baseline: Stats, patched: Stats, copy: Stats | None) -> ContextTiming:
+    """One SGLang step in its neighbourhood graph, judged on the neighbourhood's own time."""
+    change = (patched.median - baseline.median) / baseline.median * 100.0
+    aa = aa_timing(baseline, copy) if copy is not None else None
+    band = band_with_aa(noise_band_pct(baseline, patched), aa)
+    return ContextTiming(
+        neighbours=list(neighbours),
+        baseline_us=baseline.median,
+        patched_us=patched.median,
+        change_pct=change,
+        noise_band_pct=band,
+        verdict=judge(change, band),
+        aa=aa,
+    )
+
+
+def layer_timing(
+    phase: Phase,
+    tokens: int,
+    samples: dict[str, dict[str, list[float]]],
+    *,
+    layers: int,
+    kv_len: int | None,
+    steps: Sequence[str],
+    contexts: Mapping[str, Sequence[str]] | None = None,
+) -> LayerTiming:
+    """The record of one point from the pooled samples of the trees (``samples[tree][graph]``; tree
+    "baseline", "patched" and, for A/A, "copy")."""
+    b, p = summarize(samples["baseline"]["layer"]), summarize(samples["patched"]["layer"])
+    c = _stats(samples, "copy", "layer")
+    change = (p.median - b.median) / b.median * 100.0
+    aa = aa_timing(b, c) if c is not None else None
+    band = band_with_aa(noise_band_pct(b, p), aa)
+    non_gemm = None
+    nb, np_ = _stats(samples, "baseline", "non_gemm"), _stats(samples, "patched", "non_gemm")
+    if nb is not None and np_ is not None:
+        non_gemm = part_timing(nb, np_, b.median, _stats(samples, "copy", "non_gemm"))
+    context = {}
+    for name, around in (contexts or {}).items():
+        label = f"{CONTEXT}{name}"
+        cb, cp = _stats(samples, "baseline", label), _stats(samples, "patched", label)
+        if cb is not None and cp is not None:
+            context[name] = context_timing(around, cb, cp, _stats(samples, "copy", label))
+    return LayerTiming(
+        phase=phase,
+        tokens=tokens,
+        kv_len=kv_len if phase == "decode" else None,
+        baseline_us=b.median,
+        patched_us=p.median,
+        baseline_spread_pct=b.spread_pct,
+        patched_spread_pct=p.spread_pct,
+        change_pct=change,
+        noise_band_pct=band,
+        verdict=judge(change, band),
+        baseline_tokens_per_s=implied_tokens_per_s(tokens, b.median, layers),
+        patched_tokens_per_s=implied_tokens_per_s(tokens, p.median, layers),
+        non_gemm=non_gemm,
+        ops_us={
+            name: {who: summarize(samples[who][name]).median for who in ("baseline", "patched")}
+            for name in steps
+            if samples["baseline"].get(name) and samples["patched"].get(name)
+        },
+        aa=aa,
+        context=context,
+    )
