@@ -30,15 +30,8 @@ from typing import Any
 from bench.census import real_shaped, tasks_root_of
 from contract.layout import has_task, load_task
 from optimize.harness.errors import BaselineError
-from optimize.harness.evaluate import (
-    build_baseline,
-    overall,
-    plan_cases,
-    run_request,
-    to_evaluation,
-    worker_dir,
-    worker_request,
-)
+from optimize.harness.evaluate import build_baseline, plan_cases, run_request, worker_dir, worker_request
+from optimize.harness.verdict import overall, to_evaluation
 from pipeline.config import Config
 from pipeline.errors import KernelsmithError
 from pipeline.record_io import read_record, write_record

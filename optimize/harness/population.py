@@ -46,11 +46,11 @@ from optimize.harness.evaluate import (
     build_candidate,
     plan_cases,
     run_request,
-    to_evaluation,
     worker_dir,
 )
 from optimize.harness.languages import build_of
 from optimize.harness.protocol import CheckCase, TimingCase, WorkerRequest, WorkerResult
+from optimize.harness.verdict import to_evaluation
 from optimize.harness.worker import member_path
 from pipeline.buckets import bucket_for, tokens_of
 from pipeline.config import Config
