@@ -16,5 +16,6 @@ Modules, in dependency order (each imports only modules listed before it):
   imported);
 - ``build`` (the content-addressed nvcc builder), ``run`` (``kernelsmith run``), ``store`` (the
   SQLite results store), ``history`` (its batches as JSON lines kept with the project, and the
-  store rebuilt from them), ``dashboard`` (``track --html``), ``track`` (history and regressions).
+  store rebuilt from them), ``ab_verdicts`` (what the release A/B says of a step: confirmed,
+  retracted or a trend), ``dashboard`` (``track --html``), ``track`` (history and regressions).
 """

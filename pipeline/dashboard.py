@@ -6,8 +6,14 @@
   where a standing regression was introduced by that source and green where the geomean
   fell beyond the noise band;
 - ``op-<op>.html``: per token bucket, a time plot of every shape across the batches
-  (matplotlib, inline SVG) with the noise band shaded around the first point, then every
-  point with the command that reproduces it.
+  (matplotlib, inline SVG) with the noise band shaded around the first point, the release A/B's
+  A/A band (dashed) where ``track ab`` timed the release against itself, and each step the
+  release A/B confirmed marked where it was introduced; then the steps with what the A/B says of
+  each, the kernel files that changed and the release diff they are in, and every point with the
+  command that reproduces it.
+
+A step found across batches is a trend; only the release A/B (:mod:`pipeline.ab_verdicts`) confirms
+or retracts it, and a retracted one is not coloured red.
 
 What must stay true: the pages are self-contained (inline SVG and CSS, no script, no
 network), and every figure on them comes from the store.
@@ -19,11 +25,16 @@ import html
 import io
 import pathlib
 import re
+from collections.abc import Mapping
 
+from pipeline.ab_verdicts import confirmation
 from pipeline.buckets import BUCKETS, bucket_for, tokens_in_label
 from pipeline.stats import geomean
 from pipeline.store import ResultsStore
-from pipeline.store_records import REFERENCE_VARIANTS, Measurement, Regression, Row
+from pipeline.store_records import REFERENCE_VARIANTS, Measurement, Regression, ReleaseAB, Row
+
+ABVerdicts = Mapping[tuple[str, str, str], ReleaseAB]
+RELEASE_DIFF = "https://github.com/sgl-project/sglang/compare/v{old}...v{new}"
 
 STYLE = """body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}td.op{text-align:left}
@@ -41,8 +52,17 @@ def _slug(op: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", op)
 
 
-def _plot(series: dict[str, list[tuple[int, float, float]]], labels: list[str], noise_pct: float) -> str:
-    """One bucket's shapes over the batches, as inline SVG (matplotlib, Agg)."""
+def _plot(
+    series: dict[str, list[tuple[int, float, float]]],
+    labels: list[str],
+    noise_pct: float,
+    *,
+    aa_pct: float | None = None,
+    steps: Mapping[int, str] | None = None,
+) -> str:
+    """One bucket's shapes over the batches, as inline SVG (matplotlib, Agg). ``aa_pct``: the release
+    A/B's A/A band (dashed, around each shape's first point); ``steps``: batch index -> the label of a
+    step the release A/B confirmed there (a vertical line)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -55,6 +75,16 @@ def _plot(series: dict[str, list[tuple[int, float, float]]], labels: list[str], 
         ax.plot(xs, ys, marker="o", label=shape)
         band = max(noise_pct, 2.0 * points[0][2]) / 100.0
         ax.fill_between(xs, [ys[0] * (1 - band)] * len(xs), [ys[0] * (1 + band)] * len(xs), alpha=0.12)
+        if aa_pct is not None:
+            for sign in (-1, 1):
+                ax.plot(
+                    xs, [ys[0] * (1 + sign * aa_pct / 100.0)] * len(xs), linestyle="--", linewidth=0.7, color="grey"
+                )
+    for index, text in sorted((steps or {}).items()):
+        ax.axvline(index, color="red", linewidth=1.0)
+        ax.annotate(
+            text, (index, 1.0), xycoords=("data", "axes fraction"), fontsize=6, color="red", ha="left", va="top"
+        )
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("time (µs)")
@@ -67,8 +97,12 @@ def _plot(series: dict[str, list[tuple[int, float, float]]], labels: list[str], 
     return text[text.index("<svg") :]
 
 
-def write_dashboard(store: ResultsStore, out_dir: str | pathlib.Path, *, noise_pct: float) -> list[pathlib.Path]:
-    """Write index.html and one page per op into ``out_dir``; returns the files written."""
+def write_dashboard(
+    store: ResultsStore, out_dir: str | pathlib.Path, *, noise_pct: float, ab: ABVerdicts | None = None
+) -> list[pathlib.Path]:
+    """Write index.html and one page per op into ``out_dir``; returns the files written. ``ab``: the
+    release A/B records (:func:`pipeline.ab_verdicts.release_verdicts`) that confirm or retract steps."""
+    ab = ab or {}
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     history = [(k, b, r) for k, b, r in store.history() if r.variant not in REFERENCE_VARIANTS]
@@ -84,9 +118,10 @@ def write_dashboard(store: ResultsStore, out_dir: str | pathlib.Path, *, noise_p
     by_op: dict[str, list[tuple[str, Measurement, Row]]] = {}
     for item in history:
         by_op.setdefault(item[2].op_id, []).append(item)
-    written = [_index(out, by_op, sources, regressions, noise_pct)]
+    written = [_index(out, by_op, sources, regressions, noise_pct, ab)]
     for op, items in sorted(by_op.items()):
-        written.append(_op_page(out, op, items, keys, batches, [r for r in regressions if r.op_id == op], noise_pct))
+        mine = [r for r in regressions if r.op_id == op]
+        written.append(_op_page(out, op, items, keys, batches, mine, noise_pct, ab))
     return written
 
 
@@ -96,6 +131,7 @@ def _index(
     sources: list[str],
     regressions: list[Regression],
     noise_pct: float,
+    ab: ABVerdicts,
 ) -> pathlib.Path:
     if not by_op:  # an empty store: a page that says so, rather than an empty table or no page at all
         path = out / "index.html"
@@ -117,12 +153,16 @@ def _index(
                 continue
             value = geomean(r.time_us for r in here) or 0.0
             over = geomean(r.time_us / r.floor_us for r in here if r.floor_us)
-            css = ""
-            if any(r.op_id == op and r.introduced_sglang == source for r in regressions):
-                css = "reg"
+            css, mark = "", ""
+            found = [r for r in regressions if r.op_id == op and r.introduced_sglang == source]
+            if found:
+                said = confirmation(found[0], ab)
+                css = "" if said.startswith("retracted") else "reg"
+                kind = next((k for k in ("confirmed", "retracted") if said.startswith(k)), "trend")
+                mark = f" <small>{'trend' if kind == 'trend' else 'A/B: ' + kind}</small>"
             elif previous is not None and value < previous * (1 - noise_pct / 100.0):
                 css = "imp"
-            shown = f"{value:.2f}" + (f" <small>({over:.2f}× floor)</small>" if over is not None else "")
+            shown = f"{value:.2f}" + (f" <small>({over:.2f}× floor)</small>" if over is not None else "") + mark
             cells.append(f"<td class='{css}'>{shown}</td>")
             previous = value
         link = f"<a href='op-{_slug(op)}.html'>{html.escape(op)}</a>"
@@ -133,8 +173,10 @@ def _index(
         f"time ÷ floor (floor = max(bytes ÷ copy bandwidth, the smallest kernel, a copy's latency at that size) on "
         f"the batch's GPU; 1 = at the "
         f"ceiling; absent where the batch did not record its floor). Red: a standing regression "
-        f"introduced there (asv step detection, band max({noise_pct:g}%, 2 × spread)); green: faster than the "
-        f"source before beyond {noise_pct:g}%. {len(regressions)} regression(s).</p>"
+        f"introduced there (asv step detection, band max({noise_pct:g}%, 2 × spread)), marked <em>A/B: confirmed</em> "
+        f"where the release A/B (both releases' kernels in one worker, <code>kernelsmith track ab</code>) found it "
+        f"too and <em>trend</em> where none has yet; a step the release A/B retracted is not red. Green: faster "
+        f"than the source before beyond {noise_pct:g}%. {len(regressions)} step(s) across batches.</p>"
     )
     path = out / "index.html"
     path.write_text(_page("Kernelsmith: SGLang kernel performance", note + "\n".join(lines)), encoding="utf-8")
@@ -149,18 +191,40 @@ def _op_page(
     batches: dict[str, Measurement],
     regressions: list[Regression],
     noise_pct: float,
+    ab: ABVerdicts,
 ) -> pathlib.Path:
     labels = [f"{batches[k].sglang} {batches[k].taken_at[:10]}" for k in keys]
     body = ["<p><a href='index.html'>all ops</a></p>"]
+    mine = [r for (o, _, _), r in sorted(ab.items()) if o == op]
+    aa = [r for r in mine if r.old == r.new and r.change_pct is not None and r.threshold_pct is not None]
+    aa_pct = max(abs(r.change_pct or 0.0) + (r.threshold_pct or 0.0) for r in aa) if aa else None
+    steps: dict[int, str] = {}
     if regressions:
         body.append("<ul>")
         for r in regressions:
+            said = confirmation(r, ab)
+            diff = ""
+            if r.before_sglang and r.introduced_sglang:
+                url = RELEASE_DIFF.format(old=r.before_sglang, new=r.introduced_sglang)
+                diff = f"; <a href='{html.escape(url)}'>the release diff</a>"
             body.append(
                 f"<li>{html.escape(r.dtype)} {html.escape(r.shape)}: {r.best_us:.2f} → {r.now_us:.2f} µs "
                 f"(+{r.slowdown_pct}%), introduced in sglang {html.escape(r.introduced_sglang)}"
-                + (f"; changed: {html.escape(', '.join(r.changed_files))}" if r.changed_files else "")
-                + "</li>"
+                + (f"; kernel files changed: {html.escape(', '.join(r.changed_files))}" if r.changed_files else "")
+                + f"{diff}; {html.escape(said)}</li>"
             )
+            if said.startswith("confirmed"):
+                first = next((i for i, k in enumerate(keys) if batches[k].sglang == r.introduced_sglang), None)
+                if first is not None:
+                    steps[first] = f"A/B: {r.introduced_sglang} slower"
+        body.append("</ul>")
+    if mine:
+        body.append("<h2>Release A/B in one worker</h2><ul>")
+        for rec in mine:
+            what = "A/A (the release against itself)" if rec.old == rec.new else f"{rec.old} → {rec.new}"
+            change = f"{rec.change_pct:+.2f}%" if rec.change_pct is not None else "—"
+            band = f" (threshold {rec.threshold_pct:.2f}%)" if rec.threshold_pct is not None else ""
+            body.append(f"<li>{html.escape(what)}: {html.escape(rec.verdict)}, {change}{band}</li>")
         body.append("</ul>")
     for name, _, _ in BUCKETS:
         series: dict[str, list[tuple[int, float, float]]] = {}
@@ -170,7 +234,8 @@ def _op_page(
                     (keys.index(key), row.time_us, row.spread_pct)
                 )
         if series:
-            body.append(f"<h2>{html.escape(name)}</h2>{_plot(series, labels, noise_pct)}")
+            plot = _plot(series, labels, noise_pct, aa_pct=aa_pct, steps=steps)
+            body.append(f"<h2>{html.escape(name)}</h2>{plot}")
     body.append("<h2>Every point</h2><table><tr><th>batch</th><th>shape</th><th>dtype</th><th>variant</th>")
     body.append("<th>µs</th><th>spread %</th><th>reproduce</th></tr>")
     for _, batch, row in items:

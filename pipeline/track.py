@@ -23,13 +23,13 @@ from typing import Any
 
 from rich.table import Table
 
+from pipeline.ab_verdicts import confirmation, release_verdicts
 from pipeline.console import console as make_console
-from pipeline.errors import ConfigError, KernelsmithError
+from pipeline.errors import ConfigError
 from pipeline.output import emit
-from pipeline.record_io import read_record
 from pipeline.stats import geomean
 from pipeline.store import ResultsStore
-from pipeline.store_records import AB_DIR, REFERENCE_VARIANTS, Regression, ReleaseAB
+from pipeline.store_records import REFERENCE_VARIANTS
 
 
 def _age_h(taken_at: str) -> float | None:
@@ -72,7 +72,6 @@ def per_op_lines(store: ResultsStore, op: str | None) -> list[tuple[str, int, st
 
 def _history(args: Any, config: Any, store: ResultsStore, console: Any) -> int:
     """``track export`` / ``track rebuild``: the store and the JSON-lines folder (pipeline.history)."""
-    import pathlib
 
     from pipeline import history
 
@@ -164,7 +163,7 @@ def main(args: Any, config: Any) -> int:
     if html_dir:
         from pipeline.dashboard import write_dashboard
 
-        pages = write_dashboard(store, html_dir, noise_pct=config.harness.noise_pct)
+        pages = write_dashboard(store, html_dir, noise_pct=config.harness.noise_pct, ab=ab)
         console.print(f"dashboard: {len(pages)} pages in {html_dir} (open {pages[0]})")
     newest = store.get(keys[-1])
     age = _age_h(newest.taken_at)
@@ -176,33 +175,3 @@ def main(args: Any, config: Any) -> int:
         )
         return 1 if fail else 0
     return 1 if standing and fail else 0
-
-
-def release_verdicts(work: pathlib.Path) -> dict[tuple[str, str, str], ReleaseAB]:
-    """(op, old release, new release) -> the release A/B's record (``kernelsmith track ab``), the planted
-    runs left out."""
-    out: dict[tuple[str, str, str], ReleaseAB] = {}
-    for path in sorted((work / AB_DIR).glob("*/*.json")):
-        try:
-            record = read_record(ReleaseAB, path)
-        except KernelsmithError:
-            continue  # a record that does not read confirms nothing; `track ab` writes it again
-        if record.planted_passes == 1:
-            out[(record.op_id, record.old, record.new)] = record
-    return out
-
-
-def confirmation(reg: Regression, ab: dict[tuple[str, str, str], ReleaseAB]) -> str:
-    """What the in-process release A/B says of a step found across batches (the only verdict: batches
-    of different days and machines give a trend)."""
-    record = ab.get((reg.op_id, reg.before_sglang, reg.introduced_sglang))
-    if record is None:
-        return (
-            "a trend across batches, not a verdict: confirm it with `kernelsmith track ab --old <tasks of "
-            f"{reg.before_sglang or 'the release before'}> --new <tasks of {reg.introduced_sglang or 'this one'}> --ops {reg.op_id}`"
-        )
-    if record.verdict == "regression":
-        return f"confirmed by the release A/B in one worker ({record.change_pct:+.2f}%)"
-    if record.verdict in ("no change", "improvement"):
-        return f"retracted: the release A/B in one worker found {record.verdict} ({record.detail})"
-    return f"not confirmed: the release A/B was {record.verdict} ({record.detail})"

@@ -15,6 +15,7 @@ import pytest
 
 from pipeline.dashboard import write_dashboard
 from pipeline.store import Measurement, ResultsStore, Row
+from pipeline.store_records import ReleaseAB
 
 RELEASES = ("0.5.20", "0.5.21", "0.5.22", "0.5.23")
 
@@ -64,6 +65,52 @@ def test_pages_say_which_release_regressed_and_give_every_point_its_command(tmp_
     assert "torch_eager" not in (tmp_path / "site" / "op-layernorm.rmsnorm.html").read_text()
 
 
+def _ab(step_verdict: str) -> dict[tuple[str, str, str], ReleaseAB]:
+    """SYNTHETIC release A/B records: the 0.5.21 -> 0.5.22 step of silu_and_mul, and 0.5.23's A/A."""
+    step = ReleaseAB(
+        op_id="activation.silu_and_mul",
+        old="0.5.21",
+        new="0.5.22",
+        verdict=step_verdict,
+        change_pct=29.7 if step_verdict == "regression" else 0.4,
+        threshold_pct=3.0,
+    )
+    aa = ReleaseAB(
+        op_id="activation.silu_and_mul",
+        old="0.5.23",
+        new="0.5.23",
+        verdict="no change",
+        change_pct=0.4,
+        threshold_pct=3.0,
+    )
+    return {(r.op_id, r.old, r.new): r for r in (step, aa)}
+
+
+def test_a_step_the_release_ab_confirmed_is_marked_on_its_plot_beside_the_aa_band(tmp_path):
+    write_dashboard(_store(tmp_path), tmp_path / "site", noise_pct=3.0, ab=_ab("regression"))
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert index.count("class='reg'") == 1 and index.count("<small>A/B: confirmed</small>") == 1
+    op = (tmp_path / "site" / "op-activation.silu_and_mul.html").read_text()
+    assert "confirmed by the release A/B in one worker (+29.70%)" in op
+    assert "https://github.com/sgl-project/sglang/compare/v0.5.21...v0.5.22" in op, "the release diff it is in"
+    assert "A/A (the release against itself): no change, +0.40% (threshold 3.00%)" in op
+    assert op.count("A/B: 0.5.22 slower") == 2, "the confirmed step marked on both buckets' plots"
+    assert "stroke-dasharray" in op, "the A/A band drawn dashed"
+    without = write_dashboard(_store(tmp_path), tmp_path / "plain", noise_pct=3.0)
+    plain = next(p for p in without if p.name == "op-activation.silu_and_mul.html").read_text()
+    assert (
+        "A/B: 0.5.22 slower" not in plain and "<small>trend</small>" in (tmp_path / "plain" / "index.html").read_text()
+    )
+
+
+def test_a_step_the_release_ab_retracted_is_not_red(tmp_path):
+    write_dashboard(_store(tmp_path), tmp_path / "site", noise_pct=3.0, ab=_ab("no change"))
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "class='reg'" not in index and "<small>A/B: retracted</small>" in index
+    op = (tmp_path / "site" / "op-activation.silu_and_mul.html").read_text()
+    assert "retracted: the release A/B in one worker found no change" in op and "A/B: 0.5.22 slower" not in op
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
@@ -73,7 +120,7 @@ def test_the_dashboard_loads_in_headless_chromium_without_console_errors_and_its
     browser = _chromium()
     if browser is None:
         pytest.skip("no Chromium here (Debian: apt-get install chromium)")
-    pages = write_dashboard(_store(tmp_path), tmp_path / "site", noise_pct=3.0)
+    pages = write_dashboard(_store(tmp_path), tmp_path / "site", noise_pct=3.0, ab=_ab("regression"))
     common = [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=1"]
     for page in pages:
         done = subprocess.run(
