@@ -14,7 +14,8 @@ Modules, in dependency order (each imports only modules listed before it):
 - ``store_records``, ``compiler_output`` (nvcc/ptxas output read), ``buckets`` (token buckets and
   the floor's no-go rule), ``cli`` (the argparse shell), ``store_json`` (the first JSON store,
   imported);
-- ``build`` (the content-addressed nvcc builder), ``run`` (``kernelsmith run``), ``store`` (the
+- ``build_plan`` (what one build is: its translation unit, flags, export names and key), ``build``
+  (the content-addressed nvcc builder that runs it), ``run`` (``kernelsmith run``), ``store`` (the
   SQLite results store), ``history`` (its batches as JSON lines kept with the project, and the
   store rebuilt from them), ``ab_verdicts`` (what the release A/B says of a step: confirmed,
   retracted or a trend), ``dashboard`` (``track --html``), ``track`` (history and regressions).

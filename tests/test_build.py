@@ -19,6 +19,7 @@ import time
 import pytest
 
 from pipeline import build as B
+from pipeline import build_plan as P
 from pipeline import compiler_output as CO
 from pipeline.records import (
     BuildRecipe,
@@ -187,9 +188,9 @@ def test_strip_ptxas_keeps_warnings_only():
 
 
 def test_export_names_and_wrapper_text():
-    assert B.export_name("run_activation", BF16) == "run_activation__bf16"
+    assert P.export_name("run_activation", BF16) == "run_activation__bf16"
     recipe = BuildRecipe(cuda_files=[ACTIVATION], include_dirs=["kernels/jit/include"], cuda_cflags=CFLAGS)
-    text = B.wrapper_source(recipe, [BF16, FP16])
+    text = P.wrapper_source(recipe, [BF16, FP16])
     lines = text.splitlines()
     assert "#include <tvm/ffi/function.h>" in lines and "#include <tvm/ffi/container/tensor.h>" in lines
     assert f'#include "src/{ACTIVATION}"' in lines
@@ -200,9 +201,9 @@ def test_export_names_and_wrapper_text():
         "}  // namespace sglang",
     ]
     with pytest.raises(ValueError, match="requested twice"):
-        B.wrapper_source(recipe, [BF16, BF16])
+        P.wrapper_source(recipe, [BF16, BF16])
     with pytest.raises(ValueError, match="at least one"):
-        B.wrapper_source(recipe, [])
+        P.wrapper_source(recipe, [])
 
 
 def test_relocate_spans_follows_region_growth():
@@ -249,14 +250,14 @@ def test_publish_losing_the_race_keeps_the_winner(tmp_path):
     loser = tmp_path / ".staging-loser"
     for folder, payload in ((winner, b"winner"), (loser, b"loser")):
         folder.mkdir()
-        (folder / B.LIBRARY_NAME).write_bytes(payload)
-        report = BuildReport(ok=True, key="key", seconds=1.0, library=B.LIBRARY_NAME)
-        (folder / B.REPORT_NAME).write_text(report.model_dump_json())
+        (folder / P.LIBRARY_NAME).write_bytes(payload)
+        report = BuildReport(ok=True, key="key", seconds=1.0, library=P.LIBRARY_NAME)
+        (folder / P.REPORT_NAME).write_text(report.model_dump_json())
     assert B._publish(winner, entry) is True
     assert B._publish(loser, entry) is False
-    assert (entry / B.LIBRARY_NAME).read_bytes() == b"winner"
+    assert (entry / P.LIBRARY_NAME).read_bytes() == b"winner"
     assert not loser.exists()
-    assert B._read_entry(entry).library == str(entry / B.LIBRARY_NAME)
+    assert B._read_entry(entry).library == str(entry / P.LIBRARY_NAME)
 
 
 def test_publish_replaces_a_broken_entry(tmp_path):
@@ -265,9 +266,9 @@ def test_publish_replaces_a_broken_entry(tmp_path):
     (entry / "junk").write_text("half a build from a crash")  # no build.json
     staging = tmp_path / ".staging-x"
     staging.mkdir()
-    (staging / B.LIBRARY_NAME).write_bytes(b"so")
-    (staging / B.REPORT_NAME).write_text(
-        BuildReport(ok=True, key="key", seconds=1.0, library=B.LIBRARY_NAME).model_dump_json()
+    (staging / P.LIBRARY_NAME).write_bytes(b"so")
+    (staging / P.REPORT_NAME).write_text(
+        BuildReport(ok=True, key="key", seconds=1.0, library=P.LIBRARY_NAME).model_dump_json()
     )
     assert B._publish(staging, entry) is True
     assert B._read_entry(entry) is not None and not (entry / "junk").exists()
@@ -279,24 +280,24 @@ def test_publish_replaces_a_broken_entry(tmp_path):
 @pytest.mark.nvcc
 def test_cache_key_covers_flags_sources_overrides_and_is_location_free(task_setup, tmp_path):
     task_dir, task, _ = task_setup
-    base = B.build_key(task_dir, task, [BF16])
-    assert base == B.build_key(task_dir, task, [BF16])
-    assert base != B.build_key(task_dir, task, [BF16], extra_cuda_cflags=["-lineinfo"])
-    assert base != B.build_key(
+    base = P.build_key(task_dir, task, [BF16])
+    assert base == P.build_key(task_dir, task, [BF16])
+    assert base != P.build_key(task_dir, task, [BF16], extra_cuda_cflags=["-lineinfo"])
+    assert base != P.build_key(
         task_dir, task.model_copy(update={"build": task.build.model_copy(update={"cuda_cflags": CFLAGS[:-1]})}), [BF16]
     )
-    assert base != B.build_key(task_dir, task, [BF16], link=False)
-    assert base != B.build_key(task_dir, task, [FP16])
+    assert base != P.build_key(task_dir, task, [BF16], link=False)
+    assert base != P.build_key(task_dir, task, [FP16])
     original = (task_dir / "src" / ACTIVATION).read_bytes()
-    assert base != B.build_key(task_dir, task, [BF16], overrides={ACTIVATION: original + b" "})
-    assert base == B.build_key(task_dir, task, [BF16], overrides={ACTIVATION: original})
+    assert base != P.build_key(task_dir, task, [BF16], overrides={ACTIVATION: original + b" "})
+    assert base == P.build_key(task_dir, task, [BF16], overrides={ACTIVATION: original})
     # a byte of a header the unit includes indirectly
     moved = tmp_path / "elsewhere"
     shutil.copytree(task_dir, moved)
-    assert B.build_key(moved, task, [BF16]) == base  # where the task lives is not an input
+    assert P.build_key(moved, task, [BF16]) == base  # where the task lives is not an input
     vec = moved / "src" / "kernels/jit/include/sgl_kernel/vec.cuh"
     vec.write_bytes(vec.read_bytes() + b"\n")
-    assert B.build_key(moved, task, [BF16]) != base
+    assert P.build_key(moved, task, [BF16]) != base
 
 
 def _fake_flashinfer(root: pathlib.Path, header: bytes = b"#pragma once\n") -> pathlib.Path:
@@ -321,18 +322,18 @@ def test_a_header_dependency_is_resolved_keyed_by_contents_and_named_when_missin
     monkeypatch.setattr(deps.importlib.util, "find_spec", lambda name: None)  # no installed flashinfer here
     monkeypatch.delenv(deps.DEPS_DIR_ENV, raising=False)
     with pytest.raises(ConfigError, match="make deps"):
-        B.plan(task_dir, needs, [BF16])
+        P.plan(task_dir, needs, [BF16])
     one = _fake_flashinfer(tmp_path / "one")
     monkeypatch.setenv(deps.DEPS_DIR_ENV, str(one))
-    the_plan = B.plan(task_dir, needs, [BF16])
+    the_plan = P.plan(task_dir, needs, [BF16])
     assert "-I@dep:cutlass#0" in the_plan.compile_args and "-I@dep:cutlass#1" in the_plan.compile_args
     resolved = the_plan.resolve(the_plan.compile_args)
     assert f"-I{one}/flashinfer/data/cutlass/include" in resolved
-    assert the_plan.key != B.plan(task_dir, task, [BF16]).key
+    assert the_plan.key != P.plan(task_dir, task, [BF16]).key
     monkeypatch.setenv(deps.DEPS_DIR_ENV, str(_fake_flashinfer(tmp_path / "two")))
-    assert B.plan(task_dir, needs, [BF16]).key == the_plan.key  # the same headers elsewhere
+    assert P.plan(task_dir, needs, [BF16]).key == the_plan.key  # the same headers elsewhere
     monkeypatch.setenv(deps.DEPS_DIR_ENV, str(_fake_flashinfer(tmp_path / "three", b"#pragma once // v2\n")))
-    assert B.plan(task_dir, needs, [BF16]).key != the_plan.key  # a changed header
+    assert P.plan(task_dir, needs, [BF16]).key != the_plan.key  # a changed header
     with pytest.raises(ConfigError, match="not one kernelsmith can provide"):
         deps.find("mathdx")
 
@@ -342,7 +343,7 @@ def test_override_paths_must_stay_inside_the_tree(task_setup):
     task_dir, task, _ = task_setup
     for bad in ("../escape.cuh", "/abs/x.cuh"):
         with pytest.raises(ValueError, match="inside it"):
-            B.build_key(task_dir, task, [BF16], overrides={bad: b""})
+            P.build_key(task_dir, task, [BF16], overrides={bad: b""})
 
 
 # --------------------------------------------------------------------------- real builds
@@ -353,17 +354,17 @@ def test_cold_build_links_a_module_with_resources(built):
     assert built.ok, built.stderr
     assert not built.cached
     library = pathlib.Path(built.library)
-    assert library.is_file() and library.name == B.LIBRARY_NAME and library.parent.name == built.key
+    assert library.is_file() and library.name == P.LIBRARY_NAME and library.parent.name == built.key
     assert built.resources and all(r.registers > 0 for r in built.resources)
     assert all("act_and_mul_kernel" in (r.demangled or "") for r in built.resources)
     assert "ptxas info" not in built.stderr
     entry = library.parent
     assert {p.name for p in entry.iterdir()} == {
-        B.LIBRARY_NAME,
-        B.REPORT_NAME,
-        B.INPUTS_NAME,
-        B.LOG_NAME,
-        B.WRAPPER_NAME,
+        P.LIBRARY_NAME,
+        P.REPORT_NAME,
+        P.INPUTS_NAME,
+        P.LOG_NAME,
+        P.WRAPPER_NAME,
     }
     assert not list(entry.parent.glob(".staging-*"))
     symbols = subprocess.run(["nm", "-D", str(library)], capture_output=True, text=True, check=True).stdout
@@ -456,7 +457,7 @@ def test_two_instantiations_in_one_object(task_setup):
     report = B.build(task_dir, task, [BF16, FP16], cache_root=cache, link=False)
     assert report.ok, report.stderr
     obj = pathlib.Path(report.library)
-    assert obj.name == B.OBJECT_NAME and obj.is_file()
+    assert obj.name == P.OBJECT_NAME and obj.is_file()
     symbols = subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True).stdout
     assert "__tvm_ffi_run_activation__bf16" in symbols and "__tvm_ffi_run_activation__fp16" in symbols
     kernels = " ".join(r.demangled or r.kernel for r in report.resources)

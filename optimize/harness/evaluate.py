@@ -91,7 +91,7 @@ def plan_cases(
     are small and catch most cheats fastest. Timings: the catalog shapes in
     ``timing_dtypes`` (default bf16, else the first dtype the task has).
     """
-    from pipeline.build import export_name
+    from pipeline.build_plan import export_name
 
     rng = rng or random.Random(int.from_bytes(os.urandom(8), "little"))
     contract = task.contract
@@ -513,7 +513,7 @@ def validate_cases(
     cleanly (writes every output, matches the reference). One verdict per case,
     in order.
     """
-    from pipeline.build import export_name
+    from pipeline.build_plan import export_name
 
     rng = random.Random(int.from_bytes(os.urandom(8), "little"))
     dtypes = task_dtypes(task)

@@ -113,8 +113,8 @@ class StrayOutput(HarnessError):
 
 
 def exports_of(task: Task) -> list[str]:
-    """The export names a Triton task's cases call: the entry per dtype (:func:`pipeline.build.export_name`)."""
-    from pipeline.build import export_name
+    """The export names a Triton task's cases call: the entry per dtype (:func:`pipeline.build_plan.export_name`)."""
+    from pipeline.build_plan import export_name
 
     return sorted(
         {export_name(task.contract.entry, inst) for inst in instantiations_for(task.contract, task.instantiations)}
