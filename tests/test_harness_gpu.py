@@ -381,3 +381,21 @@ def test_a_fused_path_that_leaves_sglangs_scratch_unwritten_passes(tmp_path):
     config = load_config(overrides={"work_dir": str(ROOT / "work"), "harness": {"held_out_shapes": 2}})
     ev = evaluate(task_dir, task, fused, config=config, shapes=shapes)
     assert ev.outcome.value == "ok", ev.detail
+
+
+def test_the_repeat_check_compares_bits_so_a_nan_left_in_place_repeats_and_one_flipped_bit_does_not():
+    """Run 1 and its repeat of a deterministic kernel both leave the NaN poison in a storage's gaps:
+    ``torch.equal`` calls them different (NaN != NaN); the repeat check must call them the same."""
+    import torch
+
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.int32):
+        a = torch.arange(64, device="cuda").to(dtype)
+        if dtype.is_floating_point:
+            a[10:20] = float("nan")
+        b = a.clone()
+        assert compare.same_bits(a, b), dtype
+        if dtype.is_floating_point:
+            assert not torch.equal(a, b), "the reason same_bits exists"
+        flipped = b.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[b.element_size()])
+        flipped[3] ^= 1
+        assert not compare.same_bits(a, b), dtype
