@@ -281,7 +281,7 @@ def test_each_owner_gets_its_own_module_under_a_unique_name_with_triton_imported
 
 @needs_triton
 def test_a_file_that_does_not_import_is_blamed_on_its_author(tiny, tmp_path):
-    from optimize.harness.worker import CaseFailure, Impl
+    from optimize.harness.worker_base import CaseFailure, Impl
 
     task, folder, regions = tiny["tiny.row_copy"]
     bad = dict(regions, row_copy_kernel="ROWS = undefined_name\n\n\n" + regions["row_copy_kernel"])

@@ -18,7 +18,7 @@ half is the :mod:`contract` package), compare
 ``Task.language``: build, sglang package, pre-check), triton_check (a Triton point compiled
 for sm_90 on this machine), triton_library (a Triton task's spliced
 file, built content-addressed and loaded as one module per owner), loader (tvm-ffi modules and
-Triton libraries), isolate + worker (process isolation), verdict (a worker result read as an
+Triton libraries), isolate + worker (process isolation; worker_base, worker_check, worker_timing: its parts), verdict (a worker result read as an
 Evaluation: outcome, per-shape speedups, the floor's plausibility), timing (graphs, interleaving,
 spread, the one stream per process), floor_kernels (the hand-written PTX kernels the floors
 are timed with), roofline (bytes, device ceilings), adversarial (the cheat suite),
