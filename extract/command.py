@@ -487,6 +487,9 @@ def main(args: Any, config: Config) -> int:
         f"index: {len(index.ops)} ops, {len(index.op_modules)} modules calling load_jit, "
         f"{len(index.kernels)} kernels ({'cached' if cached else 'scanned'}, {time.perf_counter() - started:.1f} s)"
     )
+    unread = sources.unread_layout(source)
+    if unread:
+        print(f"note: {unread}")
     language = getattr(args, "language", None)
     all_ops = bool(getattr(args, "all", False))
     if listing:

@@ -47,6 +47,29 @@ def acquire(version: str, cache_dir: pathlib.Path, src: str | None = None) -> So
     return _wheel(version, cache_dir)
 
 
+#: JIT layouts SGLang used before ``kernels/jit`` (0.5.17 on), which extract does not read yet
+OLD_JIT_DIRS = ("jit_kernel",)
+
+
+def unread_layout(source: SourceInfo) -> str | None:
+    """Why a source has no CUDA JIT kernels extract can read, in one line, or None when it has some.
+
+    A release from before ``kernels/jit`` keeps its kernels in ``sglang/jit_kernel/`` (flat op
+    modules, ``jit_kernel/csrc``); extract reads only the newer layout, so such a release gives no
+    CUDA task, and its Triton ops still do."""
+    if source.jit_dirs:
+        return None
+    root = pathlib.Path(source.root)
+    where = f"sglang {source.version}" if source.version else str(root)
+    old = next((d for d in OLD_JIT_DIRS if (root / d / "csrc").is_dir()), None)
+    if old is not None:
+        return (
+            f"{where} keeps its JIT kernels in the older `{old}/` layout (before {JIT_DIR}/, sglang 0.5.17 on), "
+            "which extract does not read yet: no CUDA task comes from it; its Triton ops are read as usual"
+        )
+    return f"{where} has no {JIT_DIR}/csrc: no CUDA task comes from it; its Triton ops are read as usual"
+
+
 def _layout(root: pathlib.Path) -> tuple[list[str], list[str]]:
     jit = [JIT_DIR] if (root / JIT_DIR / "csrc").is_dir() else []
     aot = [AOT_DIR] if (root / AOT_DIR).is_dir() else []

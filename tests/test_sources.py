@@ -54,3 +54,17 @@ def test_missing_or_wrong_tree_says_how_to_fix(tmp_path):
     assert "SGLANG_SRC" in str(err.value)
     with pytest.raises(SourceError, match="no SGLang JIT kernel tree"):
         acquire("0.5.23", tmp_path, str(tmp_path))
+
+
+def test_a_release_in_the_older_jit_kernel_layout_gets_one_line_saying_no_cuda_task_comes_from_it(tmp_path):
+    from extract.sources import JIT_DIR, unread_layout
+    from pipeline.records import SourceInfo
+
+    old = tmp_path / "old" / "sglang"
+    (old / "jit_kernel" / "csrc").mkdir(parents=True)
+    said = unread_layout(SourceInfo(kind="wheel", root=str(old), version="0.5.16", jit_dirs=[]))
+    assert said is not None and "sglang 0.5.16" in said and "`jit_kernel/` layout" in said and "Triton" in said
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert "has no kernels/jit/csrc" in (unread_layout(SourceInfo(kind="package", root=str(bare), jit_dirs=[])) or "")
+    assert unread_layout(SourceInfo(kind="wheel", root=str(old), version="0.5.23", jit_dirs=[JIT_DIR])) is None
