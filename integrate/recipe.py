@@ -171,7 +171,7 @@ class TensorDef(Record):
     dtype: Literal["model", "fp32", "int64", "int32"] = "model"
     phase: Phase | None = None
     shared: bool = False  # one copy for every buffer set (read-only tables)
-    view: View | None = None  # instead of shape, init, params, dtype and shared: a view of a tensor
+    view: View | None = None  # instead of shape, init, params, dtype, shared and phase: a view of a tensor
 
     @model_validator(mode="after")
     def _shape_or_view(self) -> TensorDef:

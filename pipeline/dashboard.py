@@ -204,7 +204,7 @@ def _op_page(
         for r in regressions:
             said = confirmation(r, ab)
             diff = ""
-            if r.before_sglang and r.introduced_sglang:
+            if all(re.fullmatch(r"\d+(\.\d+)+", v or "") for v in (r.before_sglang, r.introduced_sglang)):
                 url = RELEASE_DIFF.format(old=r.before_sglang, new=r.introduced_sglang)
                 diff = f"; <a href='{html.escape(url)}'>the release diff</a>"
             body.append(
