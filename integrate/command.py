@@ -63,7 +63,8 @@ def latest_run(runs_dir: pathlib.Path) -> str:
 def main(args: argparse.Namespace, config: Config) -> int:
     from extract.command import ensure_tasks
     from extract.sources import acquire
-    from integrate.patch import build_patch, layout_of, load_run, resolve_overlaps
+    from integrate.accepted import load_run, resolve_overlaps
+    from integrate.patch import build_patch, layout_of
     from integrate.series import write_series
 
     if getattr(args, "self_check", None) is not None:

@@ -6,9 +6,9 @@ Why: a user of SGLang feels every accepted kernel at once, not one run's. ``kern
 as for any run), then integrates NAME as usual: one patch, every op checked through SGLang together,
 each layer recipe that runs a changed op timed pristine against all-patched.
 
-Which candidate an op gets: the accepted one (:func:`integrate.patch.load_run`'s rules) with the
+Which candidate an op gets: the accepted one (:func:`integrate.accepted.load_run`'s rules) with the
 highest geomean speedup over the runs that have one. Candidates of different ops that rewrite the
-same span differently are left to :func:`integrate.patch.resolve_overlaps`, as within one run.
+same span differently are left to :func:`integrate.accepted.resolve_overlaps`, as within one run.
 
 What must stay true:
 - A merged run is built in a staging folder and published by rename; ``merged.json``
@@ -26,9 +26,9 @@ import shutil
 from collections.abc import Sequence
 
 from contract.layout import run_dir as run_folder
+from integrate.accepted import geomean_of, load_run
 from integrate.errors import ConfigError
 from integrate.evidence import simulated_run
-from integrate.patch import _geomean_of, load_run
 from integrate.records import MergedRun
 from pipeline.record_io import read_record, write_record
 
@@ -58,7 +58,7 @@ def merge_runs(work: pathlib.Path, name: str, sources: Sequence[str]) -> MergedR
         for op_id, why in skipped.items():
             left_out.setdefault(op_id, f"{source}: {why}")
         for acc in accepted:
-            score = _geomean_of(acc)
+            score = geomean_of(acc)
             if _better(best.get(acc.op_id), score):
                 best[acc.op_id] = (score, source, folder / acc.op_id)
     if not best:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from contract.layout import baseline_regions, completed_in_run, read_task_files
-from integrate.patch import Accepted
+from integrate.accepted import Accepted
 from optimize.reach_ops import Ensure, place
 from pipeline.records import Task
 

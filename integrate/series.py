@@ -24,9 +24,10 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 
+from integrate.accepted import Accepted
 from integrate.diffs import patch_text, sha256
 from integrate.errors import PatchError
-from integrate.patch import Accepted, TreeLayout, _git_mode, _tool_env, compose, write_atomic
+from integrate.patch import TreeLayout, _git_mode, _tool_env, compose, write_atomic
 from integrate.records import IntegrateReport, SeriesPart
 
 SERIES_DIR = "series"

@@ -21,10 +21,11 @@ from test_agents import shape
 
 from extract.entry import read_signature
 from integrate import patch as patch_mod
+from integrate.accepted import load_run, resolve_overlaps
 from integrate.diffs import Segment, file_diff, outside_segments, patched_paths, sha256, verify_spans
 from integrate.errors import ConfigError, PatchError
 from integrate.in_place import swap_in_place
-from integrate.patch import build_patch, layout_of, load_run, resolve_overlaps
+from integrate.patch import build_patch, layout_of
 from integrate.records import Patch
 from pipeline.errors import StaleRecordError
 from pipeline.record_io import content_hash, read_record, write_record
@@ -563,7 +564,7 @@ def test_layout_of_a_checkout_uses_python_sglang_paths(tmp_path, wheel_source):
 
 def test_an_op_without_improvement_is_reported_as_such(tmp_path):
     """The H200 run's PR said 'optimize did not finish' for ops that finished with no gain."""
-    from integrate.patch import load_run
+    from integrate.accepted import load_run
     from pipeline.record_io import write_record
     from pipeline.run_records import OpSummary, RunSummary
 

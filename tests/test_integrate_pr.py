@@ -815,8 +815,9 @@ def test_git_branch_stacks_one_branch_per_part_of_a_series(tmp_path, sglang_sour
     from test_integrate_patch import RMS, two_op_run
 
     from extract.sources import acquire
+    from integrate.accepted import load_run
     from integrate.branch import commit_series
-    from integrate.patch import layout_of, load_run
+    from integrate.patch import layout_of
     from integrate.series import write_series
 
     repo = tmp_path / "sglang"

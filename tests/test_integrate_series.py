@@ -9,8 +9,9 @@ import subprocess
 from test_integrate_command import _config, no_gpu  # noqa: F401 (fixtures)
 from test_integrate_patch import ACT, OP, RMS, one_op_run, two_op_run, wheel_source  # noqa: F401
 
+from integrate.accepted import load_run
 from integrate.command import main
-from integrate.patch import layout_of, load_run
+from integrate.patch import layout_of
 from integrate.records import IntegrateReport
 from integrate.series import SERIES_DIR, family, write_series
 from pipeline.cli import build_parser

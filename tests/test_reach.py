@@ -78,7 +78,8 @@ def test_integrate_refuses_a_candidate_from_before_the_confinement_that_edits_an
 ):
     """The H200 sweep's mask_topk_ids candidate (made before 4ffcd35) moved moe.hash_topk's trigger too."""
     from contract.layout import load_task
-    from integrate.patch import Accepted, PatchError, _refuse_foreign_edits, _spans_by_name
+    from integrate.accepted import Accepted, spans_by_name
+    from integrate.patch import PatchError, _refuse_foreign_edits
     from pipeline.cli import main
     from pipeline.run_records import Candidate
 
@@ -95,9 +96,9 @@ def test_integrate_refuses_a_candidate_from_before_the_confinement_that_edits_an
         return Accepted(op_id=task.op_id, candidate=cand, evaluation=None, task=task, task_dir=task_dir)
 
     with pytest.raises(PatchError, match="moe_hash_topk_fused, which another op's"):
-        _refuse_foreign_edits(accepted(moved), _spans_by_name(task), root)
+        _refuse_foreign_edits(accepted(moved), spans_by_name(task), root)
     confined = confine(base, moved, foreign_code(base, task_wrappers(task)))
-    _refuse_foreign_edits(accepted(confined), _spans_by_name(task), root)  # its own kernel's edit passes
+    _refuse_foreign_edits(accepted(confined), spans_by_name(task), root)  # its own kernel's edit passes
 
 
 # --------------------------------------------------------------------------- methods of one launcher struct

@@ -233,7 +233,7 @@ def test_judge_companions_off_keeps_the_old_rule(tmp_path):
 
 
 def test_integrate_checks_every_op_the_patch_reaches(rope_tasks, tmp_path):
-    from integrate.patch import Accepted
+    from integrate.accepted import Accepted
     from integrate.reached import checked_tasks, patch_reach
     from pipeline.run_records import Candidate
 
