@@ -13,7 +13,8 @@ Modules in dependency order (each imports only modules above it):
   Python wrappers say about an export)
 - ``launcher_facts`` (what the launcher's C++ says) -> ``contract`` (the
   ``records.Contract``, curated contracts)
-- ``shapes`` (model catalog) -> ``tasks`` -> ``command``
+- ``shapes`` (model catalog) -> ``tasks`` -> ``compile_check`` (the baseline built, refused
+  instantiations dropped with the reason) -> ``command``
 
 The Triton half (issue 19; ``language = "triton"`` tasks, the same records):
 

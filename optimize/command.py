@@ -152,7 +152,7 @@ def _measured(
     ops = _ops(args, config)
     tasks = [load_op_task(config, op) for op in ops]
     if not replay_file:  # an instantiation that cannot build never reaches the GPU
-        from extract.command import check_unbuilt
+        from extract.compile_check import check_unbuilt
 
         tasks = check_unbuilt(config, tasks, say=lambda line: print(line, file=sys.stderr))
 

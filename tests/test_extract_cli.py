@@ -8,8 +8,9 @@ import pathlib
 import pytest
 
 from contract import layout
-from extract import command
-from extract.command import OpResult, build_index, select_ops, unit_groups
+from extract import command, compile_check
+from extract.command import OpResult, build_index, select_ops
+from extract.compile_check import unit_groups
 from pipeline.build import merge_reports
 from pipeline.cli import main
 from pipeline.errors import UnknownOpError
@@ -164,7 +165,7 @@ def test_compile_check_drops_an_instantiation_the_baseline_cannot_compile(sglang
     task = tasks.write_task(index, op, tmp_path, program=pyops.Program(pathlib.Path(index.source.root)))
     widened = _with_fp32(task)
     folder = layout.task_dir(tmp_path, op.id)
-    built = command.compile_tasks({op.id: folder}, {op.id: widened}, tmp_path / "builds", jobs=2)
+    built = compile_check.compile_tasks({op.id: folder}, {op.id: widened}, tmp_path / "builds", jobs=2)
     result, reason = built[op.id]
     assert reason == ""
     assert [i.dtype for i in result.instantiations] == ["bf16", "fp16"]
@@ -192,13 +193,13 @@ def test_optimize_checks_a_task_extracted_without_the_compile_check_and_drops_wh
     layout.save_task(widened, config.work)
     folder = layout.task_dir(config.work, op.id)
     lines: list[str] = []
-    ((_, checked),) = command.check_unbuilt(config, [(folder, widened)], say=lines.append)
+    ((_, checked),) = compile_check.check_unbuilt(config, [(folder, widened)], say=lines.append)
     assert [i.dtype for i in checked.instantiations] == ["bf16", "fp16"]
     assert checked.baseline_build is not None and checked.baseline_build.ok
     assert layout.load_task(folder) == checked, "saved, so integrate and a rerun see the same task"
     assert any("instantiations dropped, the baseline does not compile them: fp32<false, fp32_t>" in x for x in lines)
     again: list[str] = []
-    assert command.check_unbuilt(config, [(folder, checked)], say=again.append) == [(folder, checked)]
+    assert compile_check.check_unbuilt(config, [(folder, checked)], say=again.append) == [(folder, checked)]
     assert again == [], "a checked task is not built again"
 
 
@@ -210,12 +211,12 @@ def test_the_late_compile_check_without_nvcc_says_so_and_leaves_the_tasks(monkey
     def no_nvcc(*args, **kwargs):
         raise ToolchainError("nvcc not found on PATH", fix="install the CUDA toolkit")
 
-    monkeypatch.setattr(command, "compile_tasks", no_nvcc)
+    monkeypatch.setattr(compile_check, "compile_tasks", no_nvcc)
     config = load_config(overrides={"work_dir": str(tmp_path / "work")})
     task = Task.model_construct(op_id="activation.silu_and_mul", baseline_build=None, language="cuda")
     lines: list[str] = []
     items = [(tmp_path, task)]
-    assert command.check_unbuilt(config, items, say=lines.append) is items
+    assert compile_check.check_unbuilt(config, items, say=lines.append) is items
     assert lines[-1].startswith("compile check not run: nvcc not found on PATH")
 
 
