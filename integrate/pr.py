@@ -115,12 +115,9 @@ def title(report: IntegrateReport) -> str:
 # --------------------------------------------------------------------------- PR.md
 
 
-def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None = None) -> str:
-    """PR.md's text; ``facts`` defaults to :func:`integrate.evidence.gather` of the run."""
-    patch = report.patch
-    facts = facts if facts is not None else gather(report, pathlib.Path(run_dir) if run_dir else None)
+def _head(report: IntegrateReport, facts: RunFacts) -> list[str]:
+    """The title, the SIMULATED banner where it applies, and the status with its reasons."""
     state, reasons = status(report)
-    sim = " (SIMULATED)" if facts.simulated else ""
     out: list[str] = [f"# {'[SIMULATED] ' if facts.simulated else ''}{title(report)}", ""]
     if facts.simulated:
         out += [
@@ -139,8 +136,13 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     out.append(f"**Status: {banner[state]}.**")
     out += [f"- {r}" for r in reasons]
     out.append("")
+    return out
 
-    head, out = out, ["## Motivation", ""]
+
+def _motivation(report: IntegrateReport, facts: RunFacts, sim: str) -> list[str]:
+    """What the patch changes and why, per op (SGLang's template: Motivation)."""
+    patch = report.patch
+    out: list[str] = ["## Motivation", ""]
     src = patch.source
     where = f"sglang {src.version} wheel" if src.kind == "wheel" else f"sglang {src.kind} {src.commit or src.root}"
     op_facts = [facts.ops.get(op.op_id, OpFacts(op_id=op.op_id)) for op in patch.ops]
@@ -180,7 +182,13 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
         ]
     for op in patch.ops:
         out += why_section(op, facts.ops.get(op.op_id, OpFacts(op_id=op.op_id)), facts.diff, report, sim)
-    motivation, out = out, ["## Modifications", ""]
+    return out
+
+
+def _modifications(report: IntegrateReport, facts: RunFacts, sim: str) -> list[str]:
+    """The files and regions replaced, the landing, the diff, the buckets, what is not in the patch."""
+    patch = report.patch
+    out: list[str] = ["## Modifications", ""]
     out += ["| file | regions replaced | bytes before → after |", "|---|---|---|"]
     for f in patch.files:
         spans = "new file" if f.created else ", ".join(f"`{s.name}`" for s in f.spans)
@@ -201,8 +209,13 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     if patch.not_verified:
         out.append("Not verified: " + "; ".join(f"{k} ({v})" for k, v in patch.not_verified.items()) + ".")
     out.append("")
+    return out
 
-    modifications, out = out, ["### The kernel alone (isolated: each op replayed after itself)", ""]
+
+def _kernel_alone(report: IntegrateReport, facts: RunFacts, sim: str) -> list[str]:
+    """Each op's per-shape times from the optimize stage's final validation, labelled isolated."""
+    patch = report.patch
+    out: list[str] = ["### The kernel alone (isolated: each op replayed after itself)", ""]
     if facts.simulated:
         out += ["**SIMULATED: every per-shape time below was replayed from a file, not measured.**", ""]
     out.append(
@@ -237,8 +250,13 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
             )
         gm = geomean_or_one(s for s in (speedup_of(t) for t in timings) if s)
         out += ["", f"Geomean speedup{sim} {_fmt(gm, '.3f')}x over {len(timings)} shape x dtype points.", ""]
+    return out
 
-    kernel, out = out, ["## Accuracy Tests", ""]
+
+def _accuracy(report: IntegrateReport) -> list[str]:
+    """The checks through SGLang's public op, its own tests and the generated SGLang-form test."""
+    patch = report.patch
+    out: list[str] = ["## Accuracy Tests", ""]
     if not report.checks:
         out += ["Not checked through SGLang: " + report.not_run.get("correctness", "no GPU step ran") + ".", ""]
     for check in report.checks:
@@ -316,8 +334,12 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
     out.append("")
 
     out += pr_upstream.accuracy(report)
+    return out
 
-    accuracy, out = out, ["### The model step", ""]
+
+def _model_step(report: IntegrateReport) -> list[str]:
+    """The layer recipes' figures with their A/A bands, and one_batch where it ran."""
+    out: list[str] = ["### The model step", ""]
     if not report.e2e:
         out += ["Not run: " + report.not_run.get("e2e", "no GPU step ran") + ".", ""]
     out += pr_model.section(report)
@@ -336,9 +358,23 @@ def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None
             out.append("")
         elif ob is not None:
             out += [f"`sglang.benchmark.one_batch`: not run: {ob.reason}.", ""]
+    return out
 
-    model = out
-    out = [*head, *motivation, *modifications, *accuracy, "## Benchmark and Profiling", "", *model, *kernel]
+
+def render(report: IntegrateReport, *, run_dir: str = "", facts: RunFacts | None = None) -> str:
+    """PR.md's text; ``facts`` defaults to :func:`integrate.evidence.gather` of the run."""
+    facts = facts if facts is not None else gather(report, pathlib.Path(run_dir) if run_dir else None)
+    sim = " (SIMULATED)" if facts.simulated else ""
+    out = [
+        *_head(report, facts),
+        *_motivation(report, facts, sim),
+        *_modifications(report, facts, sim),
+        *_accuracy(report),
+        "## Benchmark and Profiling",
+        "",
+        *_model_step(report),
+        *_kernel_alone(report, facts, sim),
+    ]
     out += pr_upstream.benchmark(report)
     out += reproduce(report, report.e2e[0] if report.e2e else None, facts)
     out += checklist(report)
