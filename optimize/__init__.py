@@ -16,7 +16,7 @@ Top-level modules in dependency order:
   ``__launch_bounds__``, ``#pragma unroll``), math_transforms (fast intrinsics), hint_transforms
   (evict-first typed accesses), divmod_transforms (a strided loop's quotient and remainder carried),
   dispatch_transforms (a launcher's size switch given larger power-of-two cases): their
-  site counts feed kernel_facts (each launch site and kernel read from the code) ->
+  site counts feed features; kernel_facts (each launch site and kernel read from the code) ->
   features (static features + profile facts) -> pdl_transforms (PDL on,
   late wait, early trigger), grid_transforms (a grid-stride kernel's grid capped at whole
   waves of the device) -> transforms (the
