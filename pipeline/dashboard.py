@@ -27,7 +27,7 @@ import pathlib
 import re
 from collections.abc import Mapping
 
-from pipeline.ab_verdicts import confirmation
+from pipeline.ab_verdicts import confirmation, step_status
 from pipeline.buckets import BUCKETS, bucket_for, tokens_in_label
 from pipeline.stats import geomean
 from pipeline.store import ResultsStore
@@ -156,10 +156,9 @@ def _index(
             css, mark = "", ""
             found = [r for r in regressions if r.op_id == op and r.introduced_sglang == source]
             if found:
-                said = confirmation(found[0], ab)
-                css = "" if said.startswith("retracted") else "reg"
-                kind = next((k for k in ("confirmed", "retracted") if said.startswith(k)), "trend")
-                mark = f" <small>{'trend' if kind == 'trend' else 'A/B: ' + kind}</small>"
+                state = step_status(found[0], ab)
+                css = "" if state == "retracted" else "reg"
+                mark = f" <small>{'A/B: ' + state if state in ('confirmed', 'retracted') else 'trend'}</small>"
             elif previous is not None and value < previous * (1 - noise_pct / 100.0):
                 css = "imp"
             shown = f"{value:.2f}" + (f" <small>({over:.2f}× floor)</small>" if over is not None else "") + mark
@@ -213,7 +212,7 @@ def _op_page(
                 + (f"; kernel files changed: {html.escape(', '.join(r.changed_files))}" if r.changed_files else "")
                 + f"{diff}; {html.escape(said)}</li>"
             )
-            if said.startswith("confirmed"):
+            if step_status(r, ab) == "confirmed":
                 first = next((i for i, k in enumerate(keys) if batches[k].sglang == r.introduced_sglang), None)
                 if first is not None:
                     steps[first] = f"A/B: {r.introduced_sglang} slower"

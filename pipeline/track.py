@@ -23,7 +23,7 @@ from typing import Any
 
 from rich.table import Table
 
-from pipeline.ab_verdicts import confirmation, release_verdicts
+from pipeline.ab_verdicts import confirmation, release_verdicts, step_status
 from pipeline.console import console as make_console
 from pipeline.errors import ConfigError
 from pipeline.output import emit
@@ -130,7 +130,7 @@ def main(args: Any, config: Any) -> int:
     found = store.regressions(noise_pct=config.harness.noise_pct, op_id=op)
     ab = release_verdicts(config.work)
     confirmed = [confirmation(reg, ab) for reg in found]
-    standing = [reg for reg, why in zip(found, confirmed, strict=True) if not why.startswith("retracted")]
+    standing = [reg for reg in found if step_status(reg, ab) != "retracted"]
     if found:
         console.print(f"[red]{len(standing)} regression(s)[/red] ({len(found) - len(standing)} retracted):")
         for reg, why in zip(found, confirmed, strict=True):
