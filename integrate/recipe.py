@@ -318,9 +318,8 @@ def load_recipe(path: pathlib.Path = DEFAULT_RECIPE, *, catalog_dir: pathlib.Pat
         raise _fail(
             path, where or "entry", first.get("msg", str(err)), "see integrate/recipe.py for the format"
         ) from err
-    sizes = {name: int(f.value) for name, f in figures.items() if float(f.value).is_integer()}
     try:
-        layers = eval_expr(proxy.layers, sizes)
+        layers = eval_expr(proxy.layers, _integers(figures))
     except ContractError as err:
         raise _fail(path, "proxy.layers", err.message, "write an integer expression over the figures") from err
     recipe = LayerRecipe(
@@ -336,8 +335,13 @@ def load_recipe(path: pathlib.Path = DEFAULT_RECIPE, *, catalog_dir: pathlib.Pat
     return recipe
 
 
+def _integers(figures: dict[str, Figure]) -> dict[str, int]:
+    """The figures a size expression may use: the whole-numbered ones."""
+    return {name: int(f.value) for name, f in figures.items() if float(f.value).is_integer()}
+
+
 def _sizes(recipe: LayerRecipe, tokens: int) -> dict[str, int]:
-    sizes = {name: int(f.value) for name, f in recipe.figures.items() if float(f.value).is_integer()}
+    sizes = _integers(recipe.figures)
     sizes.update(T=tokens, kv_len=recipe.proxy.kv_len, rope_positions=recipe.proxy.rope_positions)
     return sizes
 
