@@ -144,17 +144,16 @@ def first_index(mask: Any) -> int:
     return int(mask.flatten().int().argmax().item())
 
 
-def same_bits(a: Any, b: Any) -> bool:
-    """Whether two tensors of one dtype and size hold the same bits. ``torch.equal`` is not that for
-    floats: NaN != NaN, so two runs that leave the same NaN (the poison in a storage's gaps, a NaN
-    the op passes through) would read as different, and a repeat check would call a deterministic
-    kernel non-repeatable and stop asking the candidate to repeat."""
+def same_bits(a: Any, b: Any, dtype: str) -> bool:
+    """Whether two storages of ``dtype`` hold the same bits, compared through the integer view of
+    that width (:func:`optimize.harness.inputs.bits_dtype`). ``torch.equal`` is not that for floats:
+    NaN != NaN, so two runs that leave the same NaN (the poison in a storage's gaps, a NaN the op
+    passes through) would read as different, and a repeat check would call a deterministic kernel
+    non-repeatable and stop asking the candidate to repeat."""
     import torch
 
-    if a.dtype.is_floating_point:
-        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        return bool(torch.equal(a.view(ints), b.view(ints)))
-    return bool(torch.equal(a, b))
+    bits = inputs.bits_dtype(dtype)
+    return bool(torch.equal(a.view(bits), b.view(bits)))
 
 
 def count_true(mask: Any) -> int:
