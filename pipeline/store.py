@@ -27,9 +27,10 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import sqlite3
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from pipeline.errors import NotWritable, StaleRecordError, not_writable
 from pipeline.record_io import content_hash, file_mode
@@ -248,21 +249,21 @@ class ResultsStore:
         return found[0][1]
 
     def history(self, op_id: str | None = None, device: str | None = None) -> list[tuple[str, Measurement, Row]]:
-        """Every row with its batch, in history order: by when the store first saw the batch's
-        SGLang source, then by arrival.
+        """Every row with its batch, in history order: releases in version order, any other
+        source (a commit a nightly run measured) where the store first saw it, then by arrival.
 
         Why not plain arrival: a census of releases is resumed op by op, so an op's 0.5.22 rows
         can arrive after its 0.5.23 rows (on the H200, 2026-12-02, lora.kimi_k2_moe_fused_gate's
-        did), and "newest vs previous" or a step must compare releases in the order they came
-        out. A source's first arrival is that order: the census measures each release in turn
-        the first time, and a nightly run measures each commit as it lands. Must stay true: two
-        batches of one source keep their arrival order (a re-measurement is the newer figure).
+        did), and older releases are measured after newer ones when the history is extended back
+        (on the H200, 2026-12-07, 0.5.19 before 0.5.18, which read as steps "introduced in 0.5.18,
+        before: 0.5.19"). "Newest vs previous" or a step must compare releases in the order they
+        came out. Sources that are not releases keep the place of their first arrival, and the
+        releases fill the places releases held, in version order. Must stay true: two batches of
+        one source keep their arrival order (a re-measurement is the newer figure).
         """
         batches = self._batches()
-        first_seen: dict[str, int] = {}
-        for position, (_, batch) in enumerate(batches):
-            first_seen.setdefault(batch.sglang, position)
-        ordered = sorted(enumerate(batches), key=lambda item: (first_seen[item[1][1].sglang], item[0]))
+        order = _source_order(batch.sglang for _, batch in batches)
+        ordered = sorted(enumerate(batches), key=lambda item: (order[item[1][1].sglang], item[0]))
         return [
             (key, batch, row)
             for _, (key, batch) in ordered
@@ -314,6 +315,29 @@ class ResultsStore:
                     )
                 )
         return found
+
+
+#: A release as the census names it (``0.5.23``, ``v0.5.23``, ``0.5.23.post1``); a commit does not match.
+_RELEASE = re.compile(r"v?(\d+(?:\.\d+)*)(?:\.post(\d+))?")
+
+
+def release_key(source: str) -> tuple[tuple[int, ...], int] | None:
+    """``source`` as a sortable release number, or None when it is not a release (a commit, a digest)."""
+    found = _RELEASE.fullmatch(source.strip())
+    if found is None:
+        return None
+    return tuple(int(part) for part in found.group(1).split(".")), int(found.group(2) or -1)
+
+
+def _source_order(sources: Iterable[str]) -> dict[str, int]:
+    """Each source's place in history: first arrival, with the places releases hold refilled by the
+    releases in version order (see :meth:`ResultsStore.history`)."""
+    seen = list(dict.fromkeys(sources))
+    slots = [i for i, source in enumerate(seen) if release_key(source) is not None]
+    releases = sorted((seen[i] for i in slots), key=lambda source: release_key(source) or ((), -1))
+    for slot, source in zip(slots, releases):
+        seen[slot] = source
+    return {source: i for i, source in enumerate(seen)}
 
 
 #: Columns added to ``rows`` after the first schema, with their SQL type: a store written before

@@ -73,6 +73,24 @@ def test_a_resumed_census_compares_releases_in_the_order_they_came_out_not_in_ar
     assert line[2] == "0.5.23" and line[3] == "+30.0% over 1 shapes"
 
 
+def test_an_older_release_measured_later_still_comes_first_and_commits_keep_their_place(tmp_path):
+    """History extended back: 0.5.19 measured, then 0.5.18 (as on the H200, 2026-12-07). A slowdown
+    from 0.5.18 to 0.5.19 is introduced in 0.5.19; a nightly commit measured between the two stays
+    where it arrived, and the numeric order is not the text order (0.5.9 before 0.5.18)."""
+    from pipeline.store import release_key
+
+    store = ResultsStore(tmp_path)
+    store.add(_batch(130.0, when="1", sglang="0.5.19"))
+    store.add(_batch(100.0, when="2", sglang="abc1234"))  # a commit a nightly run measured
+    store.add(_batch(100.0, when="3", sglang="0.5.18"))
+    store.add(_batch(100.0, when="4", sglang="0.5.9"))
+    assert [b.sglang for _, b, _ in store.history()] == ["0.5.9", "abc1234", "0.5.18", "0.5.19"]
+    (found,) = store.regressions(noise_pct=3.0)
+    assert (found.introduced_sglang, found.before_sglang) == ("0.5.19", "0.5.18")
+    assert release_key("v0.5.23.post1") == ((0, 5, 23), 1) and release_key("0.5.23") == ((0, 5, 23), -1)
+    assert release_key("abc1234") is None and release_key("src:6c6149a8d12a") is None
+
+
 def test_two_batches_of_one_source_keep_their_arrival_order(tmp_path):
     store = ResultsStore(tmp_path)
     store.add(_batch(100.0, when="1", sglang="0.5.22"))
