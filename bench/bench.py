@@ -38,6 +38,7 @@ import pathlib
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -200,29 +201,41 @@ def _from_worker(task: Any, worker: WorkerResult, notes: Sequence[str] = ()) -> 
 BATCH_OPS = 8  # ops per batch worker (bench --ops, track run): progress is shown after each batch
 
 
+@dataclass(frozen=True)
+class BatchAnswer:
+    """What one batch worker gave: ``rows`` {position: row} of the ops it measured, and ``unmeasured``
+    {position: why in one line} of the others, which the caller times alone."""
+
+    rows: dict[int, OpBench]
+    unmeasured: dict[int, str]
+
+
 def batch_members(
     items: Sequence[tuple[pathlib.Path, Task]], config: Config, *, dtypes: Sequence[str] | None, compile_: bool
-) -> dict[int, OpBench]:
-    """{position in ``items``: row} of the ops one batch worker (:func:`optimize.harness.worker.run_batch`) measured.
+) -> BatchAnswer:
+    """The ops of ``items`` one batch worker (:func:`optimize.harness.worker.run_batch`) measured, and why not the rest.
 
     The fast path of :func:`bench_op`: same requests, same timing, one worker start for all.
     An op missing from the answer (its request could not be made, its baseline raised, a CUDA
     fault, the worker lost) is the caller's to run alone (:func:`bench_op`): that path can take
     a minute (a fresh worker, the contract repair's rebuilds), so :func:`bench_folders` runs
     those after every batch, and a census stopped by its time limit has measured every op a
-    batch could. On Ctrl-C the members already written reach the caller through
-    :class:`BatchInterrupted`.
+    batch could. Each one's reason is said at once (on the H200, 2026-12-07, a census whose
+    window ended before the solo runs said nothing of eight ops a batch had skipped). On Ctrl-C
+    the members already written reach the caller through :class:`BatchInterrupted`.
     """
     from optimize.harness.evaluate import run_request, worker_dir
     from optimize.harness.worker import member_path
 
     rows: dict[int, OpBench] = {}
+    unmeasured: dict[int, str] = {}
     requests: list[tuple[int, WorkerRequest]] = []
     notes: dict[int, list[str]] = {}
     for index, (path, task) in enumerate(items):
         try:
             made = _bench_request(path, task, config, dtypes=dtypes, compile_=compile_)
-        except Exception:  # noqa: BLE001 - planning or building refused: the op's own path (bench_op) says why
+        except Exception as err:  # noqa: BLE001 - planning or building refused: the op's own path (bench_op) says why
+            unmeasured[index] = f"its request could not be made ({type(err).__name__}: {_first_line(err)})"
             continue
         if isinstance(made, OpBench):
             rows[index] = made
@@ -236,9 +249,12 @@ def batch_members(
             try:
                 worker = WorkerResult.model_validate_json(member.read_text(encoding="utf-8"))
             except (OSError, ValueError):
+                unmeasured[index] = "no result: the batch worker stopped before it"
                 continue
             if worker.status == "ok" and worker.timings:
                 rows[index] = _from_worker(items[index][1], worker, notes.get(index, []))
+            else:
+                unmeasured[index] = f"{worker.status}: {_first_line(worker.detail) or 'nothing timed'}"
 
     if requests:
         batch = WorkerRequest(
@@ -256,7 +272,11 @@ def batch_members(
             collect(workdir)
             raise BatchInterrupted([(i, rows[i]) for i in sorted(rows)]) from None
         collect(workdir)
-    return rows
+    return BatchAnswer(rows, unmeasured)
+
+
+def _first_line(text: object, limit: int = 120) -> str:
+    return (str(text).strip().splitlines() or [""])[0][:limit]
 
 
 class BatchInterrupted(KeyboardInterrupt):
@@ -523,9 +543,15 @@ def bench_folders(
             print(f"{label} {first + 1}-{first + len(chunk)}/{len(folders)}: {names} ...", file=out, flush=True)
             got = batch_members(chunk, config, dtypes=dtypes, compile_=compile_)
             for offset in range(len(chunk)):
-                if offset in got:
-                    report(first + offset, got[offset], False)
+                if offset in got.rows:
+                    report(first + offset, got.rows[offset], False)
                 else:
+                    why = got.unmeasured.get(offset, "not in the batch's answer")
+                    print(
+                        f"  {chunk[offset][0].name}: not measured in the batch ({why}); timed alone after the batches",
+                        file=out,
+                        flush=True,
+                    )
                     later.append(first + offset)
         if later:
             print(

@@ -106,6 +106,13 @@ def main(args: Any, config: Config) -> int:
         )
     except KeyboardInterrupt:  # stopped part-way: what was measured goes into the store, then the CLI says so
         _store(config, command, results, tasks, source, order)
+        reached = {r.op_id for r in results}
+        left = [task.op_id for _, task in folders if task.op_id not in reached]
+        print(
+            f"census of sglang {source}: stopped after {len(results)} of {len(folders)} ops in "
+            f"{time.monotonic() - start:.0f} s; not reached ({len(left)}): {_listed(left)}; the same command resumes",
+            file=sys.stderr,
+        )
         raise
     finally:
         if pool is not None:
@@ -119,6 +126,10 @@ def main(args: Any, config: Config) -> int:
         file=sys.stderr,
     )
     return 1 if failed and not measured else 0
+
+
+def _listed(ops: list[str], most: int = 12) -> str:
+    return ", ".join(ops[:most]) + (f" and {len(ops) - most} more" if len(ops) > most else "")
 
 
 def censused(config: Config, source: str) -> set[str]:

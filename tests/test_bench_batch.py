@@ -69,7 +69,7 @@ def test_a_batch_times_every_op_in_one_worker_and_keeps_each_ops_own_figures(tmp
     monkeypatch.setattr(
         evaluate, "run_request", _fake_worker({"demo.a": _ok(10), "demo.b": _ok(20), "demo.c": _ok(30)}, seen)
     )
-    rows = bench.batch_members(items, config, dtypes=None, compile_=False)
+    rows = bench.batch_members(items, config, dtypes=None, compile_=False).rows
     assert seen == [["demo.a", "demo.b", "demo.c"]], "one worker for the three ops"
     assert {i: (r.op_id, r.rows[0].baseline_us) for i, r in rows.items()} == {
         0: ("demo.a", 10),
@@ -90,7 +90,9 @@ def _folders(items):
     return [(path, task) for path, task in items]
 
 
-def test_an_op_a_batch_did_not_measure_is_timed_alone_after_every_batch_and_says_why(tmp_path, config, monkeypatch):
+def test_an_op_a_batch_did_not_measure_is_timed_alone_after_every_batch_and_says_why(
+    tmp_path, config, monkeypatch, capsys
+):
     """A member that raised (baseline_failed), or one lost with the worker (no file), goes through
     bench_op, which reports the failure in full and repairs the contract: the batch changes no row.
     Those solo runs come after every batch: one can take a minute, and a census stopped by its
@@ -121,6 +123,10 @@ def test_an_op_a_batch_did_not_measure_is_timed_alone_after_every_batch_and_says
     assert order == ["batch 0", "batch 1", "alone demo.raises", "alone demo.lost"], "solo runs after every batch"
     assert [r.op_id for r in rows] == names, "rows in the ops' order"
     assert rows[1].error == "demo.raises: its own words" and rows[3].rows[0].baseline_us == 13
+    said = capsys.readouterr().out
+    assert "demo.raises: not measured in the batch (baseline_failed: TypeError: Mismatched number of arguments)" in said
+    assert "demo.lost: not measured in the batch (no result: the batch worker stopped before it)" in said
+    assert said.index("demo.lost: not measured") < said.index(f"bench {bench.BATCH_OPS + 1}-"), "said at once, not after the batches"
 
 
 def test_an_op_whose_request_cannot_be_made_is_left_to_its_own_path(tmp_path, config, monkeypatch):
@@ -134,8 +140,9 @@ def test_an_op_whose_request_cannot_be_made_is_left_to_its_own_path(tmp_path, co
 
     monkeypatch.setattr(bench, "_bench_request", request)
     monkeypatch.setattr(evaluate, "run_request", _fake_worker({"demo.a": _ok(10)}, seen))
-    rows = bench.batch_members(items, config, dtypes=None, compile_=False)
-    assert seen == [["demo.a"]] and sorted(rows) == [0], "demo.nobuild is not in the batch's answer"
+    answer = bench.batch_members(items, config, dtypes=None, compile_=False)
+    assert seen == [["demo.a"]] and sorted(answer.rows) == [0], "demo.nobuild is not in the batch's answer"
+    assert answer.unmeasured == {1: "its request could not be made (RuntimeError: a surprise while building)"}
 
 
 def test_ctrl_c_in_a_batch_keeps_the_ops_measured_before_it(tmp_path, config, monkeypatch):

@@ -125,7 +125,9 @@ def test_an_interrupted_census_keeps_what_it_measured_and_a_rerun_measures_only_
 
     monkeypatch.setattr(bench, "bench_op", bench_op)
     assert cli(["track", "run", "--work-dir", str(tmp_path)]) == 130
-    assert "interrupted: results written so far are kept" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "interrupted: results written so far are kept" in said
+    assert "stopped after 1 of 2 ops" in said and "not reached (1): demo.scale; the same command resumes" in said
     (first,) = ResultsStore(tmp_path).keys()
     assert {r.op_id for r in ResultsStore(tmp_path).get(first).rows} == {"demo.broken"}
     assert cli(["track", "run", "--work-dir", str(tmp_path)]) == 0
@@ -155,7 +157,8 @@ def test_on_a_gpu_machine_every_baseline_is_built_at_once_before_the_timing(tmp_
         return OpBench(op_id=task.op_id, rows=[timing(10.0, None)], device=DEVICE)
 
     def batch_members(items, config, *, dtypes, compile_):  # the batch worker needs a GPU: each op in turn
-        return {i: bench_op(f, t, config, dtypes=dtypes, compile_=compile_) for i, (f, t) in enumerate(items)}
+        rows = {i: bench_op(f, t, config, dtypes=dtypes, compile_=compile_) for i, (f, t) in enumerate(items)}
+        return bench.BatchAnswer(rows, {})
 
     monkeypatch.setattr(gpu, "gpu_available", lambda: (True, "NVIDIA H200 (pretend)"))
     monkeypatch.setattr(evaluate, "build_units", build_units)
