@@ -480,13 +480,11 @@ class AgentRun:
     def integrate(self) -> dict[str, Any]:
         """The patch, SGLang's check and the PR for this run (the integrate stage; GPU for the checks)."""
         from integrate import command as integrate_command
-        from pipeline.cli import build_parser
 
         self.measuring("integrate")
         if not layout.summary_path(self.run_dir).is_file():
             raise ConfigError(f"run {self.run} is not finished", fix="`kernelsmith agent finish` validates it first")
-        args = build_parser().parse_args(["integrate", "--run", self.run, "--work-dir", str(self.config.work)])
-        code = int(integrate_command.main(args, self.config) or 0)
+        code = int(integrate_command.run(integrate_command.IntegrateOptions(run=self.run), self.config) or 0)
         pr = self.config.work / "integrate" / self.run / "PR.md"
         return {"exit_code": code, "pr": str(pr) if pr.is_file() else None}
 

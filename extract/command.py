@@ -43,6 +43,7 @@ import pathlib
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import Field
@@ -314,13 +315,27 @@ def ensure_tasks(config: Config, op_ids: Iterable[str]) -> dict[str, Task | str]
     return out
 
 
-def main(args: Any, config: Config) -> int:
+@dataclass(frozen=True)
+class ExtractOptions:
+    """What one ``kernelsmith extract`` is asked: the command line's flags, or ``kernelsmith run``'s choice.
+
+    ``ops`` empty with ``all_ops`` False means the default ops (:data:`pipeline.config.DEFAULT_OPS`);
+    ``language`` None means both languages for ``ops`` and ``listing``, CUDA for ``all_ops``."""
+
+    ops: tuple[str, ...] = ()
+    all_ops: bool = False
+    listing: bool = False
+    no_compile: bool = False
+    language: str | None = None
+
+
+def run(options: ExtractOptions, config: Config) -> int:
     work = config.work
     work.mkdir(parents=True, exist_ok=True)
     source = sources.acquire(config.sglang.version, config.cache, config.sglang.src)
     started = time.perf_counter()
     index, cached = build_index(source, config.cache)
-    listing = bool(getattr(args, "list", False))
+    listing = options.listing
     try:
         write_record(index, work / "index.json")
     except NotWritable:
@@ -334,8 +349,8 @@ def main(args: Any, config: Config) -> int:
     unread = sources.unread_layout(source)
     if unread:
         print(f"note: {unread}")
-    language = getattr(args, "language", None)
-    all_ops = bool(getattr(args, "all", False))
+    language = options.language
+    all_ops = options.all_ops
     if listing:
         if language != "triton":
             print_table(index)
@@ -344,7 +359,7 @@ def main(args: Any, config: Config) -> int:
 
             triton_command.print_table(triton_command.load_index(source, config, listing=True, cuda=index))
         return 0
-    requested = getattr(args, "ops", None)
+    requested = list(options.ops) or None
     if (
         language == "triton"
         or (language == "all")
@@ -359,11 +374,10 @@ def main(args: Any, config: Config) -> int:
         known = {o.id for o in index.ops}
         cuda_requested = [op for op in requested or [] if op in known]
         if language != "triton" and (all_ops or cuda_requested):
-            cuda_args = _with(args, ops=cuda_requested or None, language="cuda")
-            cuda_status = main(cuda_args, config)
-        return max(cuda_status, _triton(args, config, index, [op for op in requested or [] if op not in known]))
+            cuda_status = run(replace(options, ops=tuple(cuda_requested), language="cuda"), config)
+        return max(cuda_status, _triton(options, config, index, [op for op in requested or [] if op not in known]))
     selected = select_ops(index, requested, all_ops)
-    compile_check = config.extract.compile_check and not getattr(args, "no_compile", False)
+    compile_check = config.extract.compile_check and not options.no_compile
     program = pyops.Program(pathlib.Path(source.root))
     results: dict[str, OpResult] = {}
     to_compile: dict[str, Task] = {}
@@ -464,22 +478,15 @@ def main(args: Any, config: Config) -> int:
     return 1 if failed else 0
 
 
-def _with(args: Any, **changes: Any) -> Any:
-    """A copy of the parsed arguments with ``changes``."""
-    import argparse
-
-    return argparse.Namespace(**{**vars(args), **changes})
-
-
-def _triton(args: Any, config: Config, index: Index, requested: list[str]) -> int:
+def _triton(options: ExtractOptions, config: Config, index: Index, requested: list[str]) -> int:
     """The Triton ops of this run (``extract.triton_command``); unknown ids name the closest of both languages."""
     from extract import triton_command
 
     source = index.source
     tindex = triton_command.load_index(source, config, cuda=index)
     by_id = {op.id: op for op in tindex.ops}
-    if getattr(args, "all", False):
-        return triton_command.main(args, config, source, tindex, list(tindex.ops))
+    if options.all_ops:
+        return triton_command.run(config, source, tindex, list(tindex.ops), all_ops=True, no_compile=options.no_compile)
     unknown = [op for op in requested if op not in by_id]
     if unknown:
         both = [*by_id, *(op.id for op in index.ops)]
@@ -488,7 +495,8 @@ def _triton(args: Any, config: Config, index: Index, requested: list[str]) -> in
             f"unknown op {'; '.join(lines)}",
             fix="use an id from `kernelsmith extract --list` (CUDA and Triton ops)",
         )
-    return triton_command.main(args, config, source, tindex, [by_id[op] for op in dict.fromkeys(requested)])
+    chosen = [by_id[op] for op in dict.fromkeys(requested)]
+    return triton_command.run(config, source, tindex, chosen, all_ops=options.all_ops, no_compile=options.no_compile)
 
 
 def _coverage(

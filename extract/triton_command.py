@@ -1,6 +1,6 @@
 """The Triton half of ``kernelsmith extract``: ``--list`` rows, ``--ops`` ids, ``--all --language triton``.
 
-:func:`main` is called by :func:`extract.command.main` with the ops it selected: it scans
+:func:`run` is called by :func:`extract.command.run` with the ops it selected: it scans
 (or loads from the cache) the Triton index, writes ``work/triton_index.json``, writes a task
 per op (a current one is kept, as for CUDA), runs the Triton compile check
 (:mod:`extract.triton_compile`) on new tasks unless ``--no-compile``, and with ``--all``
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any
 
 from pydantic import Field
 
@@ -79,10 +78,11 @@ def print_table(index: TritonIndex) -> None:
     console.print(table)
 
 
-def main(args: Any, config: Config, source: SourceInfo, index: TritonIndex, selected: list[TritonOp]) -> int:
+def run(
+    config: Config, source: SourceInfo, index: TritonIndex, selected: list[TritonOp], *, all_ops: bool, no_compile: bool
+) -> int:
     work = config.work
-    all_ops = bool(getattr(args, "all", False))
-    compile_check = config.extract.compile_check and not getattr(args, "no_compile", False)
+    compile_check = config.extract.compile_check and not no_compile
     token_counts = tuple(config.extract.token_counts)
     results: dict[str, str] = {}
     compiled = 0

@@ -32,8 +32,9 @@ families' codes for bad input (2).
 
 from __future__ import annotations
 
-import argparse
 import pathlib
+from dataclasses import dataclass
+from typing import Any
 
 from integrate import e2e as e2e_mod
 from integrate.errors import ConfigError, KernelsmithError
@@ -60,27 +61,45 @@ def latest_run(runs_dir: pathlib.Path) -> str:
     return max(runs, key=lambda p: p.stat().st_mtime).name
 
 
-def main(args: argparse.Namespace, config: Config) -> int:
+@dataclass(frozen=True)
+class IntegrateOptions:
+    """What one ``kernelsmith integrate`` is asked: the command line's flags, ``kernelsmith run``'s choice, or
+    the agent's ``integrate`` verb.
+
+    ``run`` None means the latest run; ``merge_from`` names the runs whose accepted candidates are
+    first assembled into ``run`` (one build of everything); ``self_check`` (a tuple, possibly empty:
+    every task) checks the unmodified baselines instead; ``emitted`` collects the result for ``--json``."""
+
+    run: str | None = None
+    in_place: bool = False
+    git_branch: str | None = None
+    skip_e2e: bool = False
+    merge_from: tuple[str, ...] = ()
+    self_check: tuple[str, ...] | None = None
+    emitted: list[Any] | None = None
+
+
+def run(options: IntegrateOptions, config: Config) -> int:
     from extract.command import ensure_tasks
     from extract.sources import acquire
     from integrate.accepted import load_run, resolve_overlaps
     from integrate.patch import build_patch, layout_of
     from integrate.series import write_series
 
-    if getattr(args, "self_check", None) is not None:
+    if options.self_check is not None:
         from integrate.selfcheck import self_check
 
-        return self_check(list(args.self_check), config)
+        return self_check(list(options.self_check), config)
     work = config.work
-    if getattr(args, "merge_from", None):
+    if options.merge_from:
         from integrate.merge import merge_runs
 
-        if not args.run:
+        if not options.run:
             raise ConfigError("--from needs --run NAME, the merged build's name", fix="add --run all (or another name)")
-        built = merge_runs(work, args.run, args.merge_from)
+        built = merge_runs(work, options.run, options.merge_from)
         for op_id, found_in in built.ops.items():
-            say(f"{args.run}: {op_id} from run {found_in}")
-    run = args.run or latest_run(work / "runs")
+            say(f"{options.run}: {op_id} from run {found_in}")
+    run = options.run or latest_run(work / "runs")
     run_dir = work / "runs" / run
     out_dir = work / "integrate" / run
     source = acquire(config.sglang.version, config.cache, config.sglang.src)
@@ -94,7 +113,14 @@ def main(args: argparse.Namespace, config: Config) -> int:
         say(f"nothing to integrate from run {run}: {reasons}")
         return 0
     patch = build_patch(
-        run, run_dir, work / "tasks", source, out_dir, in_place=bool(args.in_place), accepted=accepted, skipped=skipped
+        run,
+        run_dir,
+        work / "tasks",
+        source,
+        out_dir,
+        in_place=bool(options.in_place),
+        accepted=accepted,
+        skipped=skipped,
     )
     series = write_series(accepted, layout_of(source), out_dir)
     reach = patch_reach(work, accepted, lambda ids: ensure_tasks(config, ids))
@@ -116,15 +142,15 @@ def main(args: argparse.Namespace, config: Config) -> int:
         report,
         checked_tasks(reach, accepted, run_dir),
         out_dir,
-        e2e=not getattr(args, "skip_e2e", False),
+        e2e=not options.skip_e2e,
         runners=RUNNERS,
     )
-    if getattr(args, "skip_e2e", False):
+    if options.skip_e2e:
         report = report.model_copy(update={"not_run": {**report.not_run, "e2e": "skipped with --skip-e2e"}})
-    if args.in_place and patch.files:
+    if options.in_place and patch.files:
         report, good = _swap(report, good, out_dir)
     pr_path = publish(report, out_dir, run_dir)
-    if getattr(args, "git_branch", None):
+    if options.git_branch:
         from integrate.branch import commit_branch
         from integrate.pr import status, title
 
@@ -133,19 +159,19 @@ def main(args: argparse.Namespace, config: Config) -> int:
             f"Ops: {', '.join(op.op_id for op in patch.ops)}.\n"
             f"Status when committed: {state}. Evidence and reproduction commands: the PR description."
         )
-        commit = commit_branch(patch, args.git_branch, title(report), body)
-        report = report.model_copy(update={"branch": args.git_branch, "commit": commit})
-        say(f"committed {commit[:12]} on new branch {args.git_branch} of {patch.tree_root} (not pushed)")
+        commit = commit_branch(patch, options.git_branch, title(report), body)
+        report = report.model_copy(update={"branch": options.git_branch, "commit": commit})
+        say(f"committed {commit[:12]} on new branch {options.git_branch} of {patch.tree_root} (not pushed)")
         if report.series:
             from integrate.branch import commit_series
 
-            parts = commit_series(report, args.git_branch, f"Status when committed: {state}.")
+            parts = commit_series(report, options.git_branch, f"Status when committed: {state}.")
             report = report.model_copy(update={"series": parts})
             for part in parts:
                 say(f"  part {part.index} ({part.family}): {part.commit[:12]} on new branch {part.branch}")
         pr_path = publish(report, out_dir, run_dir)
     print_summary(report, pr_path)
-    emit(args, report)
+    emit(options, report)
     if report.gpu is None:
         say(
             f"no GPU here: the patch is made and verified; correctness, SGLang's tests and end-to-end need a GPU machine: `kernelsmith integrate --run {run}`"

@@ -33,6 +33,7 @@ import pathlib
 import sys
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from contract import layout
@@ -46,10 +47,28 @@ from pipeline.config import DEFAULT_OPS, Config
 from pipeline.output import emit
 
 
-def _ops(args: Any, config: Config) -> list[str]:
-    if getattr(args, "ops", None):
-        return list(dict.fromkeys(args.ops))
-    if getattr(args, "all", False):
+@dataclass(frozen=True)
+class OptimizeOptions:
+    """What one ``kernelsmith optimize`` is asked: the command line's flags, or ``kernelsmith run``'s choice.
+
+    ``ops`` empty with ``all_ops`` False means the default ops; ``coder`` None means ``llm`` where an
+    endpoint is configured, else ``offline``; ``run`` None a new time-stamped run (a name that exists
+    resumes); ``replay`` a file of recorded measurements instead of a GPU (SIMULATED); ``emitted``
+    the list ``--json`` collects the result in (:mod:`pipeline.output`), None without it."""
+
+    ops: tuple[str, ...] = ()
+    all_ops: bool = False
+    coder: str | None = None
+    mode: str = "multi"
+    run: str | None = None
+    replay: str | None = None
+    emitted: list[Any] | None = None
+
+
+def _ops(options: OptimizeOptions, config: Config) -> list[str]:
+    if options.ops:
+        return list(dict.fromkeys(options.ops))
+    if options.all_ops:
         root = layout.tasks_root(config.work)
         found = sorted(p.parent.name for p in root.glob(f"*/{layout.TASK_FILE}")) if root.is_dir() else []
         if not found:
@@ -73,11 +92,11 @@ def _choice(value: object, choices: tuple[_Choice, ...], flag: str) -> _Choice:
     raise ConfigError(f"{flag} {value!r} is not one of {', '.join(choices)}", fix=f"pass {flag} {choices[0]}")
 
 
-def main(args: Any, config: Config) -> int:
+def run(options: OptimizeOptions, config: Config) -> int:
     from optimize.errors import ConfigError
 
-    coder = _choice(getattr(args, "coder", None) or ("llm" if config.llm.configured else "offline"), CODERS, "--coder")
-    mode = _choice(getattr(args, "mode", None) or "multi", MODES, "--mode")
+    coder = _choice(options.coder or ("llm" if config.llm.configured else "offline"), CODERS, "--coder")
+    mode = _choice(options.mode or "multi", MODES, "--mode")
     if mode == "single" and coder != "llm":
         raise ConfigError(
             "--mode single is one LLM agent doing everything; it has no offline form",
@@ -94,7 +113,7 @@ def main(args: Any, config: Config) -> int:
 
         check_strategy(config.search.strategy)  # before any work: an unknown one leaves no run folder
     # The measurement backend comes first: no tokens are spent where nothing can be measured.
-    replay_file = getattr(args, "replay", None)
+    replay_file = options.replay
     if replay_file:
         from optimize.backends.replay import ReplayBackend
 
@@ -109,7 +128,7 @@ def main(args: Any, config: Config) -> int:
 
     pool = open_pool(config, simulated=bool(replay_file))  # None: one GPU or fewer, the serial path
     try:
-        return _measured(args, config, coder=coder, mode=mode, replay_file=replay_file, backend=backend, pool=pool)
+        return _measured(options, config, coder=coder, mode=mode, replay_file=replay_file, backend=backend, pool=pool)
     finally:
         if pool is not None:
             pool.close(wait=False)
@@ -146,17 +165,24 @@ def building_ahead(tasks: Sequence[tuple[pathlib.Path, Any]], config: Config, *,
 
 
 def _measured(
-    args: Any, config: Config, *, coder: Any, mode: Any, replay_file: str | None, backend: Any, pool: Any
+    options: OptimizeOptions,
+    config: Config,
+    *,
+    coder: Any,
+    mode: Any,
+    replay_file: str | None,
+    backend: Any,
+    pool: Any,
 ) -> int:
     """The run itself, once the backend (and the pool, None for the serial path) is there."""
-    ops = _ops(args, config)
+    ops = _ops(options, config)
     tasks = [load_op_task(config, op) for op in ops]
     if not replay_file:  # an instantiation that cannot build never reaches the GPU
         from extract.compile_check import check_unbuilt
 
         tasks = check_unbuilt(config, tasks, say=lambda line: print(line, file=sys.stderr))
 
-    run = getattr(args, "run", None) or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run = options.run or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = layout.run_dir(config.work, run)
     meta = {
         "run": run,
@@ -209,22 +235,22 @@ def _measured(
                 return
             progress.update(bars[op_id], completed=number - 1, description=f"{op_id} round {number}/{total}")
 
-        options = LoopOptions(run=run, mode=mode, coder=coder)
+        loop_options = LoopOptions(run=run, mode=mode, coder=coder)
         if pool is None:
-            loop = Loop(config, options, backend, model=model, progress=tick)
+            loop = Loop(config, loop_options, backend, model=model, progress=tick)
             with building_ahead(tasks, config, enabled=not replay_file):
                 summary = loop.run(tasks)
         else:
             from optimize.scale.ops import run_ops
 
             summary, loop = run_ops(
-                config, options, backend, tasks, lanes=len(pool.devices), model=model, progress=tick
+                config, loop_options, backend, tasks, lanes=len(pool.devices), model=model, progress=tick
             )
         for bar in bars.values():
             progress.update(bar, completed=progress.tasks[bar].total)
 
     make_console().print(report.console_table(summary))
-    emit(args, summary)
+    emit(options, summary)
     print(f"run folder: {run_dir}", file=sys.stderr)
     for op in summary.ops:
         if op.stop_reason and op.stop_reason not in ("rounds", *FINISHED):

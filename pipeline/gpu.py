@@ -1,6 +1,6 @@
 """Is there a CUDA GPU here? The one question every stage asks before GPU work.
 
-It lives on the ground floor so that :mod:`pipeline.run` (and any stage) can ask
+It lives on the ground floor so that :mod:`cli.run` and any stage can ask
 without importing a higher floor. torch is imported only when installed, and
 only inside the call: importing this module never loads torch.
 """

@@ -15,7 +15,7 @@ import dataclasses
 import json
 from typing import Any
 
-EMIT = "_emitted"  # the Namespace attribute the command line collects emitted values in
+EMIT = "emitted"  # the attribute (of a stage's Options, or the parsed flags) that collects emitted values
 
 
 def emit(args: Any, value: Any) -> None:

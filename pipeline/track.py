@@ -25,7 +25,6 @@ from rich.table import Table
 
 from pipeline.ab_verdicts import confirmation, release_verdicts, step_status
 from pipeline.console import console as make_console
-from pipeline.errors import ConfigError
 from pipeline.output import emit
 from pipeline.stats import geomean
 from pipeline.store import ResultsStore
@@ -98,15 +97,9 @@ def _history(args: Any, config: Any, store: ResultsStore, console: Any) -> int:
     return 0
 
 
-def main(args: Any, config: Any) -> int:
-    action = getattr(args, "action", "show")
-    if action in ("run", "ab"):  # the census and the release A/B (optimize floor), named like the CLI's handlers
-        import importlib
-
-        if action == "ab" and not getattr(args, "old", None):
-            raise ConfigError("track ab needs --old TASKS (the older release's tasks)", fix="add --old DIR_OR_TARBALL")
-        module = "bench.census" if action == "run" else "bench.release_ab"
-        return int(importlib.import_module(module).main(args, config) or 0)
+def show(args: Any, config: Any) -> int:
+    """``kernelsmith track`` with ``show``, ``export`` or ``rebuild``: what the store holds (the census and
+    the release A/B, which measure, are :mod:`cli.track`'s to call)."""
     store = ResultsStore(config.work)
     console = make_console()
     if getattr(args, "action", "show") in ("export", "rebuild"):

@@ -110,7 +110,7 @@ def ensure_default_tasks() -> pathlib.Path:
     tasks = ROOT / "work" / "tasks"
     if all((tasks / op / "task.json").is_file() for op in DEFAULT_OPS):
         return tasks
-    from pipeline.cli import main
+    from cli.main import main
 
     code = main(["extract", "--no-compile", "--work-dir", str(ROOT / "work"), "--ops", *DEFAULT_OPS])
     assert code == 0, "kernelsmith extract of the default ops failed"

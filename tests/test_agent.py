@@ -16,7 +16,7 @@ import anyio
 import pytest
 from test_loop import LAUNCHER, REPLAY, write_task
 
-from pipeline.cli import main as cli
+from cli.main import main as cli
 from pipeline.record_io import read_record
 from pipeline.run_records import RunSummary
 
@@ -228,7 +228,7 @@ def test_mcp_server_over_stdio_with_the_sdks_client(work):
     tmp, replay = work
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "pipeline.cli", "mcp", "--work-dir", str(tmp), "--replay", str(replay), "--run", "m1"],
+        args=["-m", "cli", "mcp", "--work-dir", str(tmp), "--replay", str(replay), "--run", "m1"],
         cwd=str(ROOT),
     )
 
@@ -271,7 +271,7 @@ def test_mcp_server_without_a_gpu_shows_tasks_and_refuses_measuring_with_the_fix
         pytest.skip("needs a machine where the GPU harness is unavailable (no torch)")
     tmp, _ = work
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "pipeline.cli", "mcp", "--work-dir", str(tmp)], cwd=str(ROOT)
+        command=sys.executable, args=["-m", "cli", "mcp", "--work-dir", str(tmp)], cwd=str(ROOT)
     )
 
     async def session_run():

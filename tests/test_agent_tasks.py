@@ -14,8 +14,8 @@ import pathlib
 import pytest
 from test_loop import write_task
 
+from cli.main import main as cli
 from contract.layout import baseline_regions, load_task, read_task_files
-from pipeline.cli import main as cli
 from pipeline.record_io import write_record
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -126,7 +126,9 @@ def test_an_op_a_batch_did_not_measure_is_timed_alone_after_every_batch_and_says
     said = capsys.readouterr().out
     assert "demo.raises: not measured in the batch (baseline_failed: TypeError: Mismatched number of arguments)" in said
     assert "demo.lost: not measured in the batch (no result: the batch worker stopped before it)" in said
-    assert said.index("demo.lost: not measured") < said.index(f"bench {bench.BATCH_OPS + 1}-"), "said at once, not after the batches"
+    assert said.index("demo.lost: not measured") < said.index(f"bench {bench.BATCH_OPS + 1}-"), (
+        "said at once, not after the batches"
+    )
 
 
 def test_an_op_whose_request_cannot_be_made_is_left_to_its_own_path(tmp_path, config, monkeypatch):

@@ -9,9 +9,9 @@ from test_loop import write_task
 
 from bench import bench
 from bench.bench import OpBench
+from cli.main import main as cli
 from contract.layout import save_task
 from contract.sizes import SYNTHETIC_MODEL
-from pipeline.cli import main as cli
 from pipeline.records import ShapeCase
 from pipeline.store import ResultsStore
 

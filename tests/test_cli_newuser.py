@@ -8,8 +8,8 @@ import pathlib
 import pytest
 from test_loop import REPLAY, write_task
 
+from cli.main import main
 from extract.command import closest
-from pipeline.cli import main
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:

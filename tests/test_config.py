@@ -44,7 +44,7 @@ def test_a_stray_kernelsmith_variable_only_warns(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_runs_with_a_stray_kernelsmith_variable(tmp_path, monkeypatch, capsys):
-    from pipeline.cli import main
+    from cli.main import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KERNELSMITH_HOME", "/opt/ks")
@@ -119,7 +119,7 @@ def test_errors_name_the_layer_that_set_the_value(tmp_path, monkeypatch):
 
 
 def test_config_pointing_at_a_directory_is_one_line_with_the_fix(tmp_path, monkeypatch, capsys):
-    from pipeline.cli import main
+    from cli.main import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["track", "--config", str(tmp_path), "--work-dir", str(tmp_path)]) == 2
@@ -137,7 +137,7 @@ def test_config_file_that_is_not_text_is_a_config_error(tmp_path):
 
 @pytest.mark.parametrize("jobs", ["0", "-3"])
 def test_jobs_below_one_is_rejected_with_the_allowed_range(tmp_path, monkeypatch, capsys, jobs):
-    from pipeline.cli import main
+    from cli.main import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["extract", "--work-dir", str(tmp_path), "--list", "--jobs", jobs]) == 2
@@ -158,7 +158,7 @@ def test_sglang_src_is_honoured(tmp_path, monkeypatch):
 
 
 def test_cli_reports_config_errors_with_exit_code_2(tmp_path, monkeypatch, capsys):
-    from pipeline.cli import main
+    from cli.main import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KERNELSMITH_BUDGET__ROUNDS", "many")

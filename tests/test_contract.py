@@ -502,8 +502,8 @@ def test_every_curated_contract_is_well_formed(path):
 def test_the_topk_gates_scratch_and_bias_are_sized_as_sglangs_wrappers_allocate_them(tmp_path):
     """The inferred contracts had 0-d (one-element) workspaces and biases: on the H200 the sigmoid
     baseline wrote past its workspace at 512 experts, and every softmax PDL member was incorrect."""
+    from cli.main import main
     from contract.layout import load_task
-    from pipeline.cli import main
 
     ops = ["moe.topk_softmax", "moe.moe_topk_softmax_out", "moe.topk_sigmoid", "moe.moe_topk_sigmoid_out"]
     assert main(["extract", "--no-compile", "--work-dir", str(tmp_path), "--ops", *ops]) == 0

@@ -129,8 +129,8 @@ def test_the_extended_launcher_builds_for_sm_90a(tmp_path, capsys):
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
     pytest.importorskip("tvm_ffi.libinfo")
+    from cli.main import main
     from contract.layout import load_task
-    from pipeline.cli import main
 
     op = "moe.topk_sigmoid"
     assert main(["extract", "--no-compile", "--work-dir", str(tmp_path), "--ops", op]) == 0

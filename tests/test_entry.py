@@ -41,7 +41,7 @@ pytestmark = pytest.mark.wheel
 def extract_tasks(ops: tuple[str, ...]) -> pathlib.Path:
     """``work/tasks`` holding real task folders for ``ops`` (``kernelsmith extract --no-compile`` on
     the pinned wheel; a rerun finds them current and is quick)."""
-    from pipeline.cli import main
+    from cli.main import main
 
     code = main(["extract", "--no-compile", "--work-dir", str(ROOT / "work"), "--ops", *ops])
     assert code == 0, f"kernelsmith extract of {ops} failed"

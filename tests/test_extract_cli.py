@@ -1,4 +1,4 @@
-"""`kernelsmith extract` end to end through pipeline.cli on the pinned wheel (index cached in work/cache)."""
+"""`kernelsmith extract` end to end through cli.main on the pinned wheel (index cached in work/cache)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import pathlib
 
 import pytest
 
+from cli.main import main
 from contract import layout
 from extract import command, compile_check
 from extract.command import OpResult, build_index, select_ops
 from extract.compile_check import unit_groups
 from pipeline.build import merge_reports
-from pipeline.cli import main
 from pipeline.errors import UnknownOpError
 from pipeline.records import BuildReport, Instantiation, KernelResources
 

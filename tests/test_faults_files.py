@@ -19,9 +19,9 @@ from test_integrate_patch import OP as ACT_OP
 from test_integrate_patch import one_op_run, wheel_source  # noqa: F401 (fixtures)
 from test_loop import REPLAY, write_task
 
+from cli.main import main
 from contract import layout
 from extract import sources
-from pipeline.cli import main
 from pipeline.errors import NotWritable, SourceError, StaleRecordError
 from pipeline.record_io import SCHEMA_VERSION, Record, file_mode, read_record, write_record
 from pipeline.records import Task
@@ -464,19 +464,17 @@ def test_sigterm_unwinds_like_ctrl_c_and_the_handler_is_restored(monkeypatch, ca
     records) and end with the resume hint and exit 130, not die where it stands."""
     import os
     import signal
-    import sys
-    import types
 
-    from pipeline import cli
+    from cli.main import main as kernelsmith
+    from cli.stages import HANDLERS
 
     def handler(args, config):
         os.kill(os.getpid(), signal.SIGTERM)
         raise AssertionError("SIGTERM did not interrupt the handler")
 
-    monkeypatch.setitem(sys.modules, "fake_stage", types.SimpleNamespace(run=handler))
-    monkeypatch.setitem(cli.HANDLERS, "track", "fake_stage:run")
+    monkeypatch.setitem(HANDLERS, "track", handler)
     before = signal.getsignal(signal.SIGTERM)
-    assert cli.main(["track"]) == 130
+    assert kernelsmith(["track"]) == 130
     assert "interrupted: results written so far are kept" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before
 
@@ -486,10 +484,9 @@ def test_an_interrupt_that_breaks_a_lock_on_its_way_out_is_still_an_interrupt(mo
     "RuntimeError: release unlocked lock" with a traceback. Any error whose chain holds the
     interrupt ends as the interrupt: the resume hint, exit 130, no traceback; one that does not
     still propagates."""
-    import sys
-    import types
 
-    from pipeline import cli
+    from cli.main import main as kernelsmith
+    from cli.stages import HANDLERS
 
     def broken_by_the_interrupt(args, config):
         try:
@@ -500,32 +497,29 @@ def test_an_interrupt_that_breaks_a_lock_on_its_way_out_is_still_an_interrupt(mo
     def plain_bug(args, config):
         raise RuntimeError("a bug")
 
-    monkeypatch.setitem(sys.modules, "fake_stage", types.SimpleNamespace(run=broken_by_the_interrupt, bug=plain_bug))
-    monkeypatch.setitem(cli.HANDLERS, "track", "fake_stage:run")
-    assert cli.main(["track"]) == 130
+    monkeypatch.setitem(HANDLERS, "track", broken_by_the_interrupt)
+    assert kernelsmith(["track"]) == 130
     assert "interrupted: results written so far are kept" in capsys.readouterr().err
-    monkeypatch.setitem(cli.HANDLERS, "track", "fake_stage:bug")
+    monkeypatch.setitem(HANDLERS, "track", plain_bug)
     monkeypatch.setenv("KERNELSMITH_TRACEBACK", "1")
     with pytest.raises(RuntimeError, match="a bug"):
-        cli.main(["track"])
+        kernelsmith(["track"])
 
 
 def test_a_kernelsmith_bug_is_one_line_and_its_traceback_is_saved(monkeypatch, capsys, tmp_path):
     """No traceback reaches the user (the H200 sweep of 2026-12-05 printed one for a ValueError in
     build_space): the bug's type, message and place in one line, exit 70, the traceback in a file
     under the work folder, and KERNELSMITH_TRACEBACK=1 to see it raised."""
-    import sys
-    import types
 
-    from pipeline import cli
+    from cli.main import main as kernelsmith
+    from cli.stages import HANDLERS
 
     def plain_bug(args, config):
         raise ValueError("tuple.index(x): x not in tuple")
 
     monkeypatch.delenv("KERNELSMITH_TRACEBACK", raising=False)
-    monkeypatch.setitem(sys.modules, "fake_stage", types.SimpleNamespace(bug=plain_bug))
-    monkeypatch.setitem(cli.HANDLERS, "track", "fake_stage:bug")
-    assert cli.main(["track", "--work-dir", str(tmp_path / "w")]) == 70
+    monkeypatch.setitem(HANDLERS, "track", plain_bug)
+    assert kernelsmith(["track", "--work-dir", str(tmp_path / "w")]) == 70
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("internal error: ValueError: tuple.index(x): x not in tuple at test_faults_files.py:")

@@ -402,7 +402,8 @@ def test_a_harness_failure_reason_names_the_exception_the_worker_raised():
 
 
 def test_bench_budget_flag_sets_the_sweep_budget():
-    from pipeline.cli import _overrides, build_parser
+    from cli.parser import build_parser
+    from cli.parser import overrides as _overrides
     from pipeline.config import load_config
 
     args = build_parser().parse_args(["bench", "--all", "--budget-s", "280"])
@@ -1091,7 +1092,7 @@ def test_bench_in_a_read_only_work_dir_is_one_line_naming_it_and_writes_no_secti
     row said "not measured: NotWritable" and a section was written for a bench that timed nothing."""
     from test_faults_files import read_only
 
-    from pipeline.cli import main
+    from cli.main import main
     from pipeline.record_io import write_record
 
     work, _ = _four_ops(tmp_path)

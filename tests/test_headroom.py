@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
+from cli.main import main as cli_main
 from integrate.headroom import newest_rows, savings, shape_of, unweighed
 from integrate.recipe import LAYER_DIR, all_recipes, load_recipe
-from pipeline.cli import main as cli_main
 from pipeline.store import Measurement, ResultsStore, Row
 
 LLAMA = load_recipe(LAYER_DIR / "llama-3.1-8b.toml")

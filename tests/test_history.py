@@ -81,7 +81,7 @@ def _keyed(m: Measurement) -> tuple[str, Measurement]:
 
 
 def test_track_export_and_rebuild_from_the_command_line(tmp_path, capsys):
-    from pipeline.cli import main
+    from cli.main import main
 
     _store_with_two(tmp_path)
     folder = tmp_path / "history"

@@ -1,10 +1,11 @@
 """The import graph: floors, no cycles, no arrows that run back up.
 
-The floors are pipeline -> contract -> extract -> optimize -> bench -> integrate -> agent: a
+The floors are pipeline -> contract -> extract -> optimize -> bench -> integrate -> agent -> cli: a
 module may import its own floor and the floors below it, never one above, and
 the project's modules form no import cycle. Imports inside function bodies and
 under ``TYPE_CHECKING`` count too: a lazy import hides an arrow, it does not
-remove it. The graph is read with :mod:`ast`, so nothing is imported here.
+remove it; so do modules loaded by name, ``importlib.import_module("bench.census")`` or a
+``"module:function"`` string. The graph is read with :mod:`ast`, so nothing is imported here.
 
 What must stay true: every project module is read (a file the walk misses is
 a file the rule does not cover), and each floor imports in order on its own.
@@ -15,14 +16,17 @@ from __future__ import annotations
 import ast
 import importlib
 import pathlib
+import re
 import subprocess
 import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FLOORS = ("pipeline", "contract", "extract", "optimize", "bench", "integrate", "agent")
+FLOORS = ("pipeline", "contract", "extract", "optimize", "bench", "integrate", "agent", "cli")
 MAX_LINES = 800
+#: a project module named in a string as ``"package.module:function"`` (a handler table's entry)
+NAMED_BY_STRING = re.compile(rf"(?:{'|'.join(FLOORS)})(?:\.\w+)*:\w+")
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -63,6 +67,10 @@ def imports_of(name: str, path: pathlib.Path, known: dict[str, pathlib.Path]) ->
             base = _resolve(name, is_package, node)
             # `from pkg import mod` names the submodule when there is one, else a name of pkg
             candidates = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        elif _loads_by_name(node):
+            candidates = [node.args[0].value]  # a literal, as _loads_by_name checked
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and NAMED_BY_STRING.fullmatch(node.value):
+            candidates = [node.value.partition(":")[0]]
         else:
             continue
         for target in candidates:
@@ -72,6 +80,15 @@ def imports_of(name: str, path: pathlib.Path, known: dict[str, pathlib.Path]) ->
             if target and target != name:
                 targets.add(target)
     return targets
+
+
+def _loads_by_name(node: ast.AST) -> bool:
+    """``importlib.import_module("literal")`` or ``import_module("literal")``."""
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+        return False
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return called == "import_module" and isinstance(node.args[0].value, str)
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -157,6 +174,24 @@ def test_no_module_is_too_big() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert big == {}, f"modules over {MAX_LINES} lines: {big}"
+
+
+def test_a_module_loaded_by_name_is_an_arrow(tmp_path) -> None:
+    """A handler table's ``"module:function"`` and ``import_module("module")`` are arrows like imports:
+    the command line once reached every stage that way from the ground floor, unseen by this test."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import importlib\n"
+        'HANDLERS = {"run": "cli.run:main"}\n'
+        'def load():\n    return importlib.import_module("bench.census")\n'
+        'NOT_A_MODULE = "see pipeline.track: the store"\n'
+    )
+    known = project_modules()
+    assert imports_of("pipeline.planted", planted, known) == {"cli.run", "bench.census"}
+    assert upward_arrows({"pipeline.planted": {"cli.run", "bench.census"}}) == [
+        "pipeline.planted -> bench.census",
+        "pipeline.planted -> cli.run",
+    ]
 
 
 def test_the_checks_see_what_they_guard() -> None:

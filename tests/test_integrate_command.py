@@ -10,10 +10,11 @@ import time
 import pytest
 from test_integrate_patch import ACT, OP, make_best, one_op_run, wheel_source  # noqa: F401 (fixtures)
 
+from cli.parser import build_parser
+from cli.stages import integrate_stage as main
 from integrate import steps
-from integrate.command import latest_run, main
+from integrate.command import latest_run
 from integrate.errors import ConfigError, GitError
-from pipeline.cli import build_parser
 from pipeline.config import load_config
 from pipeline.run_records import Outcome
 

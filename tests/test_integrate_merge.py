@@ -11,10 +11,10 @@ from test_integrate_command import _config, no_gpu  # noqa: F401 (fixtures)
 from test_integrate_patch import ACT, OP, act_span, edited_kernel, make_best, one_op_run, wheel_source  # noqa: F401
 from test_search import timing
 
-from integrate.command import main
+from cli.parser import build_parser
+from cli.stages import integrate_stage as main
 from integrate.errors import ConfigError
 from integrate.merge import MERGED_FILE, merge_runs, read_merged
-from pipeline.cli import build_parser
 from pipeline.run_records import Outcome
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -9,12 +9,12 @@ import subprocess
 from test_integrate_command import _config, no_gpu  # noqa: F401 (fixtures)
 from test_integrate_patch import ACT, OP, RMS, one_op_run, two_op_run, wheel_source  # noqa: F401
 
+from cli.parser import build_parser
+from cli.stages import integrate_stage as main
 from integrate.accepted import load_run
-from integrate.command import main
 from integrate.patch import layout_of
 from integrate.records import IntegrateReport
 from integrate.series import SERIES_DIR, family, write_series
-from pipeline.cli import build_parser
 from pipeline.record_io import read_record
 
 

@@ -26,6 +26,7 @@ import pytest
 from golden import assert_golden
 from test_integrate_patch import make_best
 
+from cli.parser import build_parser
 from contract.completion import complete
 from contract.layout import baseline_regions, load_task, read_task_files, task_dir
 from extract import triton_ops, triton_tasks
@@ -33,7 +34,6 @@ from integrate import sglang_runner
 from integrate.calls import ALLOCATED, ALLOCATED_MAX_BYTES, _bytes, plan_op, warm_cases
 from integrate.patch import build_patch, package_dir
 from integrate.records import CheckCase, IntegrateReport, OpCheck
-from pipeline.cli import build_parser
 from pipeline.config import load_config
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -230,8 +230,8 @@ def work_config(work):
 
 @pytest.mark.wheel
 def test_integrate_a_triton_candidate_changes_only_its_bytes_and_writes_its_pr(warps_run, sglang_source, monkeypatch):
+    from cli.stages import integrate_stage as main
     from integrate import steps
-    from integrate.command import main
 
     work, task, base = warps_run
     monkeypatch.setattr(steps, "gpu_available", lambda: (False, "torch sees no CUDA device"))

@@ -27,7 +27,7 @@ def _task(op: str):
 
     tasks = ensure_default_tasks()
     if not (tasks / op / "task.json").is_file():
-        from pipeline.cli import main
+        from cli.main import main
 
         assert main(["extract", "--no-compile", "--work-dir", str(ROOT / "work"), "--ops", op]) == 0
     return load_task(tasks / op)

@@ -351,7 +351,8 @@ def test_a_run_scoped_to_some_skills_plans_with_those_only(tmp_path):
     assert {r.skill for r in traj.rounds()} == {"tune_block_size"}
     with pytest.raises(SkillError, match="did you mean tune_block_size"):
         run_loop(tmp_path / "other", None, coder="offline", search="off", skills=("tune_blocksize",))
-    from pipeline.cli import _overrides, build_parser
+    from cli.parser import build_parser
+    from cli.parser import overrides as _overrides
 
     args = build_parser().parse_args(["optimize", "--skills", "pdl_enable, pdl_small_grids"])
     assert _overrides(args)["search"] == {"skills": ["pdl_enable", "pdl_small_grids"]}
@@ -602,7 +603,7 @@ def test_single_mode_and_llm_coder_need_a_model(tmp_path):
 
 
 def cli(*argv: str) -> int:
-    from pipeline.cli import main
+    from cli.main import main
 
     return main(["optimize", *argv])
 
@@ -775,7 +776,7 @@ def test_a_gpu_runs_recording_replays_its_measurements(tmp_path):
 @pytest.mark.wheel
 def test_offline_round_on_the_gpu_records_a_replayable_run(tmp_path, sglang_source):
     """One offline round on a real op, measured; its recording replays the same baseline figures."""
-    from pipeline.cli import main
+    from cli.main import main
 
     op = "activation.silu_and_mul"
     common = ["--work-dir", str(tmp_path), "--sglang", sglang_source.root]

@@ -77,10 +77,10 @@ def test_integrate_refuses_a_candidate_from_before_the_confinement_that_edits_an
     tmp_path, sglang_source
 ):
     """The H200 sweep's mask_topk_ids candidate (made before 4ffcd35) moved moe.hash_topk's trigger too."""
+    from cli.main import main
     from contract.layout import load_task
     from integrate.accepted import Accepted, spans_by_name
     from integrate.patch import PatchError, _refuse_foreign_edits
-    from pipeline.cli import main
     from pipeline.run_records import Candidate
 
     assert main(["extract", "--no-compile", "--work-dir", str(tmp_path), "--ops", "moe.mask_topk_ids"]) == 0

@@ -40,7 +40,7 @@ def rope_tasks(sglang_source):
     """The three rope ops' tasks, extracted (without the compile check) from the pinned wheel if missing."""
     tasks = ROOT / "work" / "tasks"
     if not all((tasks / op / "task.json").is_file() for op in ROPE):
-        from pipeline.cli import main
+        from cli.main import main
 
         assert main(["extract", "--no-compile", "--work-dir", str(ROOT / "work"), "--ops", *ROPE]) == 0
     out = {}

@@ -12,9 +12,9 @@ from test_search import timing
 
 from bench import release_ab
 from bench.release_ab import ReleaseAB, judge, not_comparable, old_units
+from cli.main import main as cli_main
+from cli.parser import build_parser
 from contract.layout import load_task
-from pipeline.cli import build_parser
-from pipeline.cli import main as cli_main
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
 from pipeline.record_io import read_record, write_record
@@ -90,7 +90,7 @@ def test_a_batch_writes_each_record_as_it_ends_and_a_rerun_skips_them(tmp_path, 
 
 
 def test_ab_without_the_old_release_says_what_to_add(tmp_path):
-    from pipeline.track import main as track_main
+    from cli.track import main as track_main
 
     args = build_parser().parse_args(["track", "ab"])
     with pytest.raises(ConfigError, match="track ab needs --old"):

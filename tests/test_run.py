@@ -1,9 +1,8 @@
-"""pipeline.run: the stage order, the shared run name, the clean stop without a GPU.
+"""cli.run: the stage order, the shared run name, the clean stop without a GPU.
 
-The stages are replaced by recorders through ``pipeline.run.STAGES`` (each
-receives exactly the Namespace the real command line would give it); what is
-tested is the orchestration: what runs, in which order, with which arguments,
-and what the exit code and message are.
+The stages are replaced by recorders through ``cli.run.stages`` (each receives the
+typed options the pipeline chose for it); what is tested is the orchestration: what
+runs, in which order, with which options, and what the exit code and message are.
 """
 
 from __future__ import annotations
@@ -13,9 +12,11 @@ import sys
 
 import pytest
 
-from pipeline import run as run_mod
-from pipeline.cli import build_parser
-from pipeline.cli import main as cli_main
+from cli import run as run_mod
+from cli.main import main as cli_main
+from cli.parser import build_parser
+from extract.command import ExtractOptions
+from integrate.command import IntegrateOptions
 
 CALLS: list[tuple[str, object]] = []
 CODES: dict[str, int] = {}
@@ -39,11 +40,7 @@ def recorders(monkeypatch, tmp_path):
     CALLS.clear()
     CODES.clear()
     CONFIGS.clear()
-    monkeypatch.setattr(
-        run_mod,
-        "STAGES",
-        {name: f"{__name__}:{name}_stage" for name in ("extract", "optimize", "integrate")},
-    )
+    monkeypatch.setattr(run_mod, "stages", lambda: run_mod.Stages(extract_stage, optimize_stage, integrate_stage))
     monkeypatch.chdir(tmp_path)
 
 
@@ -58,7 +55,7 @@ def test_without_gpu_it_stops_cleanly_after_extract(monkeypatch, capsys):
     assert code == 0
     assert [name for name, _ in CALLS] == ["extract"]
     args = CALLS[0][1]
-    assert args.command == "extract" and args.ops == ["activation.silu_and_mul"] and args.no_compile is False
+    assert args == ExtractOptions(ops=("activation.silu_and_mul",), no_compile=False)
     assert "no GPU: stopped after extract (and its compile check); run on a GPU machine for optimize/integrate" in err
     assert "torch sees no CUDA device" in err
 
@@ -78,9 +75,10 @@ def test_with_gpu_all_stages_share_one_run(monkeypatch, capsys):
     _, opt = CALLS[1]
     _, integ = CALLS[2]
     assert opt.run and opt.run == integ.run and opt.run.startswith("run-")
-    assert opt.ops == ["layernorm.rmsnorm"] and opt.rounds == 3 and opt.mode == "multi" and opt.replay is None
-    assert integ.in_place is False and integ.git_branch is None and integ.skip_e2e is False
-    assert all(args.work_dir == "w" for _, args in CALLS)
+    assert opt.ops == ("layernorm.rmsnorm",) and opt.mode == "multi" and opt.replay is None
+    assert CONFIGS["optimize"].budget.rounds == 3, "--rounds reaches optimize through the config the flags make"
+    assert integ == IntegrateOptions(run=opt.run)
+    assert all(config.work.name == "w" for config in CONFIGS.values())
     assert (
         f"] == integrate (run {opt.run})" in err and f"s] done: extract, optimize and integrate of run {opt.run}" in err
     )
@@ -106,16 +104,21 @@ def test_a_failing_stage_after_extract_is_reported(monkeypatch, capsys):
     assert code == 1 and "integrate reported a failure" in err
 
 
-def test_stage_args_match_the_real_parsers():
+def test_stage_options_are_what_the_stage_flags_give():
+    """``kernelsmith run --all`` hands each stage the options its own command line would give it."""
+    from cli.stages import extract_options, integrate_options
+
     args = build_parser().parse_args(["run", "--all", "--sglang", "/src", "--sglang-version", "0.5.23"])
-    ns = run_mod.stage_args("extract", args, "run-x")
-    assert ns.all is True and ns.sglang == "/src" and ns.sglang_version == "0.5.23" and ns.ops is None
-    ns = run_mod.stage_args("integrate", args, "run-x")
-    assert ns.command == "integrate" and ns.run == "run-x" and not hasattr(ns, "ops")
+    assert run_mod.stage_options("extract", args, "run-x") == extract_options(
+        build_parser().parse_args(["extract", "--all"])
+    )
+    assert run_mod.stage_options("integrate", args, "run-x") == integrate_options(
+        build_parser().parse_args(["integrate", "--run", "run-x"])
+    )
 
 
 def test_pipeline_run_imports_without_torch():
-    code = "import sys, pipeline.run, integrate.command, integrate.sglang_runner; print('torch' in sys.modules)"
+    code = "import sys, cli.run, cli.main, integrate.command, integrate.sglang_runner; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"

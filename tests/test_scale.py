@@ -19,6 +19,7 @@ from test_loop import REPLAY, write_task
 
 from bench import bench
 from bench.bench import OpBench
+from cli.main import main as cli
 from optimize.backends.replay import ReplayBackend
 from optimize.errors import GpuRequired
 from optimize.scale import local, units
@@ -26,7 +27,6 @@ from optimize.scale.devices import lanes
 from optimize.scale.local import LocalPool
 from optimize.scale.pool import map_units, open_pool
 from optimize.scale.units import Done, Lost, Raised, Unit
-from pipeline.cli import main as cli
 from pipeline.config import Config
 from pipeline.record_io import read_record
 from pipeline.run_records import RunSummary

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-from pipeline import track
+from cli import track
 from pipeline.store import Measurement, ResultsStore, Row
+from pipeline.track import per_op_lines
 
 
 def _batch(time_us: float, when: str, op: str = "activation.silu_and_mul", variant: str = "baseline") -> Measurement:
@@ -71,7 +72,7 @@ def test_the_summary_gives_each_op_its_newest_time_over_floor_where_it_was_recor
         newest = _batch(160.0, "2026-11-30T00:00:00+00:00")
         store.add(newest.model_copy(update={"rows": [newest.rows[0].model_copy(update={"floor_us": 100.0})]}))
         store.add(_batch(9.0, "2026-11-30T00:00:00+00:00", op="layernorm.rmsnorm"))
-        lines = {line[0]: line for line in track.per_op_lines(store, None)}
+        lines = {line[0]: line for line in per_op_lines(store, None)}
     assert lines["activation.silu_and_mul"][4] == "1.60" and lines["layernorm.rmsnorm"][4] == "—"
     assert lines["activation.silu_and_mul"][3] == "-0.6% over 1 shapes"
 

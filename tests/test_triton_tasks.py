@@ -266,7 +266,7 @@ def test_golden_tasks(triton_wheel_index, op_id, tmp_path):
 
 @pytest.mark.wheel
 def test_kernelsmith_extract_lists_and_writes_triton_ops(monkeypatch, sglang_source, tmp_path, capsys):
-    from pipeline.cli import main
+    from cli.main import main
 
     root = pathlib.Path(__file__).resolve().parent.parent
     monkeypatch.setenv("KERNELSMITH_SGLANG__CACHE_DIR", str(root / "work" / "cache"))

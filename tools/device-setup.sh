@@ -3,7 +3,7 @@
 #   source tools/device-setup.sh
 # It installs the carried wheels (.whl/, made by `make device-wheels`) into /tmp/site,
 # puts this checkout on PYTHONPATH and seeds work/cache/wheels with the carried
-# sglang wheel (.dev/wheels/), so `python3 -m pipeline.cli ...` runs offline there.
+# sglang wheel (.dev/wheels/), so `python3 -m cli ...` runs offline there.
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "device-setup: installing the carried wheels failed" >&2; return 1 2>/dev/null || exit 1; }
@@ -14,7 +14,7 @@ cp -n .dev/wheels/sglang-*.whl work/cache/wheels/ 2>/dev/null || true
 # header-only build dependencies (`make deps`), carried as .dev/deps.tar.gz
 if [ ! -d .dev/deps ] && [ -f .dev/deps.tar.gz ]; then tar -xzf .dev/deps.tar.gz -C .dev; fi
 if [ -d .dev/deps ]; then export HEADER_DEPS_DIR=$PWD/.dev/deps; fi
-ks() { python3 -m pipeline.cli "$@"; }
+ks() { python3 -m cli "$@"; }
 # The code a call ran, in $OUT/code.txt: the device copy's git HEAD can lag the working tree it was
 # given (2026-12-05: HEAD said 3f9bf6d while 403de63's files ran), so the count of tracked files that
 # differ from that HEAD and a digest of them all come too; `tools/code-digest.sh` on the CPU machine

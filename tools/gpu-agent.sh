@@ -26,19 +26,19 @@ submit() {  # N OP RATIONALE --region ...
   local n="$1" op="$2" rationale="$3"
   shift 3
   echo "== submit $n: $op" | tee -a "$OUT/agent.log"
-  timeout "${SUBMIT_S:-150}" python3 -m pipeline.cli agent submit "$op" "$@" --rationale "$rationale" \
+  timeout "${SUBMIT_S:-150}" python3 -m cli agent submit "$op" "$@" --rationale "$rationale" \
     --run "$run" --client "$client" > "$OUT/submit-$n.json" 2>> "$OUT/agent.log"
   status=$((status | $?))
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['outcome'], d['speedup_geomean'], d['detail'][:300])" \
     "$OUT/submit-$n.json" 2>/dev/null | tee -a "$OUT/agent.log"
 }
 each_submission "$manifest" submit
-timeout "${FINISH_S:-200}" python3 -m pipeline.cli agent finish --run "$run" > "$OUT/finish.json" 2>> "$OUT/agent.log"
+timeout "${FINISH_S:-200}" python3 -m cli agent finish --run "$run" > "$OUT/finish.json" 2>> "$OUT/agent.log"
 status=$((status | $?))
 tail -c 3000 "$OUT/finish.json"
 tar -czf "$OUT/run-$run.tgz" -C work/runs --exclude='*/src' "$run" 2>/dev/null  # before integrate, which may hit its limit
 if grep -q '"status": "improved"' "$OUT/finish.json"; then
-  timeout "${INTEGRATE_S:-200}" python3 -m pipeline.cli integrate --run "$run" --skip-e2e > "$OUT/integrate.log" 2>&1
+  timeout "${INTEGRATE_S:-200}" python3 -m cli integrate --run "$run" --skip-e2e > "$OUT/integrate.log" 2>&1
   status=$((status | $?))
   tail -30 "$OUT/integrate.log"
   tar -czf "$OUT/integrate-$run.tgz" -C work --exclude='*/tree' --exclude='*/cache' "integrate/$run" 2>/dev/null

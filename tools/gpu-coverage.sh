@@ -22,14 +22,14 @@ OUT="${OUT:-.}"
 if [ -n "${1:-}" ]; then
   mkdir -p work && tar -xzf "$1" -C work || exit 1
   if [ "${COMPILE_CHECK:-0}" = 1 ]; then  # exactly the tarball's tasks, nothing extracted anew
-    python3 -m pipeline.cli extract --ops $(ls work/tasks) 2>&1 | tee "$OUT/extract-check.log" | grep -c 'baseline compiles'
+    python3 -m cli extract --ops $(ls work/tasks) 2>&1 | tee "$OUT/extract-check.log" | grep -c 'baseline compiles'
   fi
 else
-  python3 -m pipeline.cli extract --all 2>&1 | tee "$OUT/extract-all.log" | tail -5
+  python3 -m cli extract --all 2>&1 | tee "$OUT/extract-all.log" | tail -5
   cp work/coverage.json "$OUT/" 2>/dev/null
 fi
 export KERNELSMITH_HARNESS__HEALTH_WORKERS="${KERNELSMITH_HARNESS__HEALTH_WORKERS:-8}"
-timeout "${SWEEP_TIMEOUT_S:-560}" python3 -m pipeline.cli bench --all 2>&1 | tee "$OUT/bench-all.log" | grep -v '^\[' | tail -20
+timeout "${SWEEP_TIMEOUT_S:-560}" python3 -m cli bench --all 2>&1 | tee "$OUT/bench-all.log" | grep -v '^\[' | tail -20
 status=$?
 cp BENCHMARKS.md "$OUT/" 2>/dev/null
 tar -czf "$OUT/health.tar.gz" -C work bench 2>/dev/null

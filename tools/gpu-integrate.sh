@@ -26,12 +26,12 @@ status=0
 if [ -n "$run_tar" ]; then
   run=$(tar -tzf "$run_tar" | head -1 | cut -d/ -f1)  # packed as <run>/...: tar -czf X -C work/runs <run>
   tar -xzf "$run_tar" -C work/runs || exit 1
-  timeout "${INTEGRATE_S:-240}" python3 -m pipeline.cli integrate --run "$run" 2>&1 | tee "$OUT/integrate.log" | tail -40
+  timeout "${INTEGRATE_S:-240}" python3 -m cli integrate --run "$run" 2>&1 | tee "$OUT/integrate.log" | tail -40
   status=$((status | $?))
   tar -czf "$OUT/integrate.tgz" -C work --exclude='*/tree' --exclude='*/cache' "integrate/$run" 2>/dev/null
 fi
 
-timeout "${SELF_CHECK_S:-240}" python3 -m pipeline.cli integrate --self-check "$@" 2>&1 | tee "$OUT/self-check.log" | tail -40
+timeout "${SELF_CHECK_S:-240}" python3 -m cli integrate --self-check "$@" 2>&1 | tee "$OUT/self-check.log" | tail -40
 status=$((status | $?))
 # the record, the table and the worker logs; never the tree copy or the JIT caches (hundreds of MB)
 tar -czf "$OUT/selfcheck.tgz" -C work --exclude='integrate/self-check/tree' --exclude='integrate/self-check/cache' \

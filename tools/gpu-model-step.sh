@@ -27,7 +27,7 @@ if [ -n "${OPS:-}" ]; then
   run="${RUN:?RUN names the run}"
   start=$(date +%s)
   # shellcheck disable=SC2086  # OPS is a list of op ids
-  timeout "${RUN_S:-480}" python3 -m pipeline.cli run --run "$run" --ops $OPS > "$OUT/run.log" 2>&1
+  timeout "${RUN_S:-480}" python3 -m cli run --run "$run" --ops $OPS > "$OUT/run.log" 2>&1
   status=$((status | $?))
   echo "kernelsmith run: $(($(date +%s) - start)) s wall" | tee -a "$OUT/run.log"
   tail -40 "$OUT/run.log"
@@ -36,7 +36,7 @@ if [ -n "${OPS:-}" ]; then
 elif [ -n "${RUN:-}" ]; then
   start=$(date +%s)
   # shellcheck disable=SC2086  # FROM is a list of run names
-  timeout "${RUN_S:-480}" python3 -m pipeline.cli integrate --run "$RUN" ${FROM:+--from $FROM} > "$OUT/run.log" 2>&1
+  timeout "${RUN_S:-480}" python3 -m cli integrate --run "$RUN" ${FROM:+--from $FROM} > "$OUT/run.log" 2>&1
   status=$((status | $?))
   echo "kernelsmith integrate: $(($(date +%s) - start)) s wall" | tee -a "$OUT/run.log"
   tail -40 "$OUT/run.log"

@@ -55,7 +55,7 @@ case "$part" in
   source "$here/device-setup.sh" || exit 1
   unpack_tasks .dev/tasks-all.tar.gz || exit 1
   # shellcheck disable=SC2086  # the op list is words
-  timeout "${BENCH_S:-150}" python3 -m pipeline.cli bench --ops $REMEASURE_BENCH_OPS 2>&1 | tee "$OUT/bench-row1.log" | tail -20
+  timeout "${BENCH_S:-150}" python3 -m cli bench --ops $REMEASURE_BENCH_OPS 2>&1 | tee "$OUT/bench-row1.log" | tail -20
   status=$?
   cp BENCHMARKS.md "$OUT/BENCHMARKS-row1.md"
   KERNELSMITH_HARNESS__SWEEP_BUDGET_S="${SWEEP_BUDGET_S:-300}" SWEEP_TIMEOUT_S="${SWEEP_TIMEOUT_S:-380}" \
@@ -68,7 +68,7 @@ case "$part" in
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
   rm -rf work/tasks work/runs work/integrate work/bench work/index.json
   start=$(date +%s)
-  timeout "${RUN_S:-570}" python3 -m pipeline.cli run 2>&1 | tee "$OUT/run.log" | tail -40
+  timeout "${RUN_S:-570}" python3 -m cli run 2>&1 | tee "$OUT/run.log" | tail -40
   status=$?
   echo "kernelsmith run: rc $status, wall $(($(date +%s) - start)) s" | tee -a "$OUT/run.log"
   tar -czf "$OUT/run-work.tgz" -C work --exclude='*/src' --exclude='*/tree' --exclude=cache . 2>/dev/null
@@ -103,7 +103,7 @@ case "$part" in
   source "$here/device-setup.sh" || exit 1
   unpack_tasks .dev/tasks-s20.tar.gz || exit 1
   timeout 60 python3 "$here/stream-probe.py" 2>&1 | tee "$OUT/stream-probe.txt"
-  timeout "${BENCH_S:-150}" python3 -m pipeline.cli bench --ops moe.mask_topk_ids 2>&1 | tee "$OUT/bench-mask.log" | tail -20
+  timeout "${BENCH_S:-150}" python3 -m cli bench --ops moe.mask_topk_ids 2>&1 | tee "$OUT/bench-mask.log" | tail -20
   status=$?
   git diff BENCHMARKS.md > "$OUT/bench-mask.diff"
   cp work/cache/device/*.json "$OUT/" 2>/dev/null
@@ -115,7 +115,7 @@ case "$part" in
     tests/test_harness_gpu.py 2>&1 | tee "$OUT/floor-tests.log" | tail -5
   status=$?
   # shellcheck disable=SC2086  # the op list is words
-  timeout "${BENCH_S:-150}" python3 -m pipeline.cli bench --ops $REMEASURE_DISPATCH_OPS moe.topk_softmax 2>&1 \
+  timeout "${BENCH_S:-150}" python3 -m cli bench --ops $REMEASURE_DISPATCH_OPS moe.topk_softmax 2>&1 \
     | tee "$OUT/bench-patterns.log" | tail -12
   status=$((status | $?))
   git diff BENCHMARKS.md > "$OUT/bench-patterns.diff"

@@ -29,7 +29,7 @@ echo "$(wc -w <<< "$ops") ops, $gpus GPUs"
 run() {  # run NAME GPUS-FLAG...: one census, its wall time in NAME.wall_s
   local name=$1; shift
   local start=$(date +%s.%N)
-  timeout "${SCALE_S:-270}" python3 -m pipeline.cli track run --work-dir "$stage/$name" --tasks "$tarball" \
+  timeout "${SCALE_S:-270}" python3 -m cli track run --work-dir "$stage/$name" --tasks "$tarball" \
     --ops $ops "$@" > "$stage/$name.log" 2>&1
   local status=$?
   python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$start" "$(date +%s.%N)" \

@@ -24,7 +24,7 @@ status=0
 if [ -n "$run_tar" ]; then
   prior=$(tar -tzf "$run_tar" | head -1 | cut -d/ -f1)
   tar -xzf "$run_tar" -C work/runs || exit 1
-  timeout "${INTEGRATE_S:-240}" python3 -m pipeline.cli integrate --run "$prior" --skip-e2e 2>&1 \
+  timeout "${INTEGRATE_S:-240}" python3 -m cli integrate --run "$prior" --skip-e2e 2>&1 \
     | tee "$OUT/integrate-$prior.log" | tail -30
   status=$((status | $?))
   tar -czf "$OUT/integrate-$prior.tgz" -C work --exclude='*/tree' --exclude='*/cache' "integrate/$prior" 2>/dev/null
@@ -36,7 +36,7 @@ if [ -n "${OPS:-}" ]; then
   # shellcheck disable=SC2086  # OPS is a list of op ids
   KERNELSMITH_BUDGET__WALL_S="$seconds" KERNELSMITH_SEARCH__EVALS_PER_ROUND="${EVALS:-16}" \
     KERNELSMITH_HARNESS__NCU_PROFILE="$([ "${NCU:-0}" = 1 ] && echo true || echo false)" \
-    timeout $((seconds + 60)) python3 -m pipeline.cli optimize --ops $OPS --coder offline --search auto \
+    timeout $((seconds + 60)) python3 -m cli optimize --ops $OPS --coder offline --search auto \
     --rounds 1 ${SKILLS:+--skills "$SKILLS"} --run "$run" > "$OUT/optimize-$run.log" 2>&1
   status=$((status | $?))
   tail -30 "$OUT/optimize-$run.log"

@@ -27,7 +27,8 @@ one() {  # one RUN_NAME CODE_DIR LABEL
   ln -s "$here/work/cache/wheels" "$work/cache/wheels"
   local start=$(date +%s)
   # shellcheck disable=SC2086  # ops is a list of op ids
-  (cd "$code" && PYTHONPATH=/tmp/site:$code timeout "${RUN_S:-170}" python3 -m pipeline.cli optimize \
+  local entry=cli; [ -d "$code/cli" ] || entry=pipeline.cli  # the command line's module before the cli/ floor
+  (cd "$code" && PYTHONPATH=/tmp/site:$code timeout "${RUN_S:-170}" python3 -m $entry optimize \
     --work-dir "$work" --run cost --coder offline --rounds 1 --search off --ops $ops) > "$OUT/cost-$name.log" 2>&1
   local rc=$?
   status=$((status | rc))

@@ -1,9 +1,8 @@
 """``kernelsmith run``: extract -> optimize -> integrate on the default ops, end to end.
 
-Each stage is called in-process through its own command ``main(args, config)``,
-with the Namespace the real command line would give it (built by
-:func:`pipeline.cli.build_parser`, so every flag a stage reads has its
-default), and one run name shared by optimize and integrate.
+Each stage is called in-process through its typed entry point, ``run(options, config)``
+(:mod:`extract.command`, :mod:`optimize.command`, :mod:`integrate.command`), with the options
+this pipeline run chose, and one run name shared by optimize and integrate.
 
 On a machine without a GPU only extraction (with its nvcc compile check)
 can run. ``run`` then stops with a message saying so and what to run on a GPU
@@ -20,71 +19,59 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
 import sys
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-# stage -> "module:function" receiving (args, config); tests may point these elsewhere
-STAGES: dict[str, str] = {
-    "extract": "extract.command:main",
-    "optimize": "optimize.command:main",
-    "integrate": "integrate.command:main",
-}
+from pipeline.config import Config
+
 NO_GPU_MESSAGE = (
     "no GPU: stopped after extract (and its compile check); run on a GPU machine for optimize/integrate: "
     "`kernelsmith run` there, or `kernelsmith optimize --run {run}` then `kernelsmith integrate --run {run}`"
 )
 
 
-def _stage(name: str) -> Callable[[argparse.Namespace, Any], int]:
-    module, func = STAGES[name].split(":")
-    return getattr(importlib.import_module(module), func)
+@dataclass(frozen=True)
+class Stages:
+    """The three stage entry points; tests put recorders here."""
+
+    extract: Any
+    optimize: Any
+    integrate: Any
 
 
-def _common_argv(args: argparse.Namespace) -> list[str]:
-    argv: list[str] = []
-    for flag, attr in (
-        ("--config", "config"),
-        ("--work-dir", "work_dir"),
-        ("--sglang", "sglang"),
-        ("--sglang-version", "sglang_version"),
-    ):
-        value = getattr(args, attr, None)
-        if value:
-            argv += [flag, str(value)]
-    return argv
+def stages() -> Stages:
+    """The stages' ``run`` functions, imported when the pipeline runs (extract needs no torch)."""
+    from extract import command as extract_command
+    from integrate import command as integrate_command
+    from optimize import command as optimize_command
+
+    return Stages(extract_command.run, optimize_command.run, integrate_command.run)
 
 
-def _ops_argv(args: argparse.Namespace) -> list[str]:
-    if getattr(args, "all", False):
-        return ["--all"]
-    ops = getattr(args, "ops", None)
-    return ["--ops", *ops] if ops else []
-
-
-def stage_args(stage: str, args: argparse.Namespace, run: str, *, gpu: bool = False) -> argparse.Namespace:
-    """The Namespace ``kernelsmith <stage> ...`` would parse for this pipeline run.
+def stage_options(stage: str, args: argparse.Namespace, run: str, *, gpu: bool = False) -> Any:
+    """The options ``kernelsmith <stage>`` would be given for this pipeline run.
 
     With a GPU, extract skips its compile check: optimize builds every baseline
     module first anyway, and a baseline that does not build stops its op there with
     nvcc's output (on the H200, 2026-12-01, the check alone took 117 s for rmsnorm).
     """
-    from pipeline.cli import build_parser
+    ops = tuple(getattr(args, "ops", None) or ())
+    all_ops = bool(getattr(args, "all", False))
+    if stage == "extract":
+        from extract.command import ExtractOptions
 
-    argv = [stage, *_common_argv(args)]
-    if stage in ("extract", "optimize"):
-        argv += _ops_argv(args)
-    if stage == "extract" and gpu:
-        argv += ["--no-compile"]
+        return ExtractOptions(ops=ops, all_ops=all_ops, no_compile=gpu)
     if stage == "optimize":
-        argv += ["--run", run]
-        if getattr(args, "rounds", None) is not None:
-            argv += ["--rounds", str(args.rounds)]
+        from optimize.command import OptimizeOptions
+
+        return OptimizeOptions(ops=ops, all_ops=all_ops, run=run)
     if stage == "integrate":
-        argv += ["--run", run]
-    return build_parser().parse_args(argv)
+        from integrate.command import IntegrateOptions
+
+        return IntegrateOptions(run=run)
+    raise ValueError(f"no stage {stage!r}")
 
 
 def has_gpu() -> tuple[bool, str]:
@@ -94,7 +81,7 @@ def has_gpu() -> tuple[bool, str]:
     return gpu_available()
 
 
-def run_capped(config: Any) -> Any:
+def run_capped(config: Config) -> Config:
     """``config`` with optimize's wall budget and search rounds capped by ``run.*`` (the lower wins)."""
     budget = config.budget.model_copy(update={"wall_s": min(config.budget.wall_s, config.run.optimize_wall_s)})
     search = config.search.model_copy(
@@ -107,7 +94,9 @@ def run_capped(config: Any) -> Any:
     return config.model_copy(update={"budget": budget, "search": search})
 
 
-def main(args: argparse.Namespace, config: Any) -> int:
+def main(args: argparse.Namespace, config: Config, *, using: Stages | None = None) -> int:
+    """``kernelsmith run`` (see the module doc); ``using`` replaces the stages (tests)."""
+    called = using or stages()
     run = getattr(args, "run", None) or datetime.datetime.now().strftime("run-%Y%m%d-%H%M%S")
     started = time.monotonic()
 
@@ -116,7 +105,7 @@ def main(args: argparse.Namespace, config: Any) -> int:
 
     gpu, device = has_gpu()
     say("== extract" + (" (no compile check: optimize builds the baselines on this GPU machine)" if gpu else ""))
-    code = int(_stage("extract")(stage_args("extract", args, run, gpu=gpu), config) or 0)
+    code = int(called.extract(stage_options("extract", args, run, gpu=gpu), config) or 0)
     if code != 0:
         say(f"stopped: extract failed (exit {code}); fix the error above and re-run `kernelsmith run`")
         return code
@@ -130,13 +119,13 @@ def main(args: argparse.Namespace, config: Any) -> int:
         f"== optimize (run {run}, {device}, wall budget {capped.budget.wall_s:g} s: run.optimize_wall_s; "
         f"{capped.search.evals_per_round} points a round in populations of {capped.search.population})"
     )
-    code = int(_stage("optimize")(stage_args("optimize", args, run), capped) or 0)
+    code = int(called.optimize(stage_options("optimize", args, run), capped) or 0)
     if code != 0:
         say(f"stopped: optimize failed (exit {code}); re-run `kernelsmith optimize --run {run}` to resume")
         return code
 
     say(f"== integrate (run {run})")
-    code = int(_stage("integrate")(stage_args("integrate", args, run), config) or 0)
+    code = int(called.integrate(stage_options("integrate", args, run), config) or 0)
     if code != 0:
         say(f"integrate reported a failure (exit {code}); see work/integrate/{run}/PR.md")
     else:
