@@ -57,6 +57,7 @@ import os
 import pathlib
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -187,6 +188,7 @@ def time_recipe(
     graph_calls: int = 20,
     l2_multiple: float = 3.0,
     timeout_s: float = 900.0,
+    shift_placement: bool = False,
     decode: Sequence[int] | None = None,
     prefill: Sequence[int] | None = None,
     command: str = "",
@@ -214,16 +216,20 @@ def time_recipe(
             "l2_multiple": l2_multiple,
         }
         samples: dict[str, dict[str, list[float]]] = {who: {} for who in workers}
+        per_round: dict[str, list[float]] = {who: [] for who in workers}
         contexts: dict[str, list[str]] = {}
         for r in range(rounds):
             for who in round_order(list(workers), r):
-                answer = workers[who].request({**req, "seed": r}, timeout_s=timeout_s)
+                shift = {"placement_shift_mib": placement_shift_mib(r)} if shift_placement else {}
+                answer = workers[who].request({**req, "seed": r, **shift}, timeout_s=timeout_s)
                 skipped.update({f"{name} ({phase})": why for name, why in answer.get("skipped", {}).items()})
                 ops = list(answer["ops"])
                 contexts = dict(answer.get("contexts", {}))
                 attention = str(answer.get("attention", attention))
                 for name, values in answer["samples_us"].items():
                     samples[who].setdefault(name, []).extend(float(v) for v in values)
+                if answer["samples_us"].get("layer"):
+                    per_round[who].append(statistics.median(float(v) for v in answer["samples_us"]["layer"]))
         rows.append(
             layer_timing(
                 phase,
@@ -233,6 +239,7 @@ def time_recipe(
                 kv_len=recipe.proxy.kv_len,
                 steps=ops,
                 contexts=contexts,
+                rounds_us=per_round,
             )
         )
     parts = recipe.parts()
@@ -253,6 +260,15 @@ def time_recipe(
         command=command,
         start_order=trees.started,
     )
+
+
+def placement_shift_mib(r: int) -> int:
+    """How far round ``r`` moves a worker's buffers (MiB, 1 to 64, a different figure each round of the
+    first 64): with ``shift_placement`` each request first holds that much memory, so the buffers of
+    one tree land elsewhere each round, and an offset that comes from where one process's memory
+    landed shows as spread instead of as a steady A/A difference (the H200, 2026-12-07: Qwen3-235B's
+    copy 4.4 % faster than the pristine tree, every round)."""
+    return 1 + (r * 37) % 64
 
 
 def round_order(trees: Sequence[str], r: int) -> list[str]:
@@ -450,7 +466,8 @@ def pristine_runs(package: pathlib.Path, out_dir: pathlib.Path, runs: int, **opt
             package,
             package,
             out_dir,
-            command=f"python -m integrate.e2e --pristine --runs {runs}",
+            command=f"python -m integrate.e2e --pristine --runs {runs}"
+            + (" --shift-placement" if options.get("shift_placement") else ""),
             start=i,  # each run starts another tree first
             **options,
         )
@@ -484,6 +501,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--recipe", default=None, help=f"with --pristine: a layer recipe file (default: {_relative(DEFAULT_RECIPE)})"
     )
+    parser.add_argument(
+        "--shift-placement",
+        action="store_true",
+        help="with --pristine: each round's buffers land elsewhere in memory (placement_shift_mib)",
+    )
     args = parser.parse_args(argv)
     if args.pristine:
         from extract.sources import acquire
@@ -498,7 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         default = pathlib.Path(recipe.path).resolve() == DEFAULT_RECIPE.resolve()
         out_dir = config.work / "integrate" / ("pristine" if default else f"pristine-{pathlib.Path(recipe.path).stem}")
-        results = pristine_runs(pathlib.Path(source.root), out_dir, args.runs, recipe=recipe)
+        results = pristine_runs(
+            pathlib.Path(source.root), out_dir, args.runs, recipe=recipe, shift_placement=args.shift_placement
+        )
         for result in results:
             print(f"workers started: {' then '.join(result.start_order)}")
             for row in result.rows:
@@ -511,6 +535,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         else ""
                     )
                 )
+                for tree, medians in row.rounds_us.items():
+                    print(f"  {tree} per round: {', '.join(f'{us:.2f}' for us in medians)} us")
         for name, (inside, total) in inside_counts(results).items():
             print(f"{name}: {inside} of {total} points inside their band")
         print(f"records: {out_dir}/pristine-*.json")

@@ -124,9 +124,10 @@ def layer_timing(
     kv_len: int | None,
     steps: Sequence[str],
     contexts: Mapping[str, Sequence[str]] | None = None,
+    rounds_us: Mapping[str, Sequence[float]] | None = None,
 ) -> LayerTiming:
     """The record of one point from the pooled samples of the trees (``samples[tree][graph]``; tree
-    "baseline", "patched" and, for A/A, "copy")."""
+    "baseline", "patched" and, for A/A, "copy"); ``rounds_us``: each tree's whole-layer median per round."""
     b, p = summarize(samples["baseline"]["layer"]), summarize(samples["patched"]["layer"])
     c = _stats(samples, "copy", "layer")
     change = (p.median - b.median) / b.median * 100.0
@@ -163,4 +164,5 @@ def layer_timing(
         },
         aa=aa,
         context=context,
+        rounds_us={tree: list(values) for tree, values in (rounds_us or {}).items()},
     )

@@ -91,6 +91,18 @@ def _routing(tokens: int, experts: int, topk: int) -> dict[str, torch.Tensor]:
 ROUTING_INITS = frozenset({"topk_ids", "moe_rows", "moe_offsets", "moe_inverse", "moe_weights"})
 
 
+def _shift_placement(mib: int) -> torch.Tensor | None:
+    """With ``mib`` > 0: the cached blocks of earlier requests given back, then ``mib`` MiB held, so
+    this request's weights and buffers are allocated past it, somewhere else than last round
+    (:func:`integrate.e2e.placement_shift_mib`). The caller keeps the tensor until it is done."""
+    import torch
+
+    if mib <= 0:
+        return None
+    torch.cuda.empty_cache()
+    return torch.empty(mib * 2**20, dtype=torch.uint8, device="cuda")
+
+
 def _tensor(spec: JsonDict, model_dtype: str, gen: torch.Generator) -> torch.Tensor:
     """One tensor of the plan, filled as its init says (values only keep magnitudes sane)."""
     import torch
@@ -292,6 +304,7 @@ def cmd_layer(req: JsonDict) -> JsonDict:
 
     gen = torch.Generator(device="cuda")
     gen.manual_seed(int(req.get("seed", 0)))
+    _held = _shift_placement(int(req.get("placement_shift_mib", 0)))  # kept until the request ends
     shared = {n: _tensor(s, model_dtype, gen) for n, s in specs.items() if s.get("shared")}
     per_set = sum(
         math.prod(int(d) for d in s["shape"])

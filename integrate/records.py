@@ -281,6 +281,9 @@ class LayerTiming(Record):
     ops_us: dict[str, dict[str, float]] = Field(default_factory=dict)  # step -> {"baseline": us, "patched": us}
     aa: AATiming | None = None  # the whole layer, pristine copy against pristine (None: a record from before A/A)
     context: dict[str, ContextTiming] = Field(default_factory=dict)  # SGLang step -> it in its neighbourhood
+    # tree -> the whole layer's median in each round, in round order: an A/A offset that is the same in
+    # every round belongs to the tree's worker process (where its memory landed), one that scatters to noise
+    rounds_us: dict[str, list[float]] = Field(default_factory=dict)
 
 
 class OneBatchResult(Record):

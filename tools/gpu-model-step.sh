@@ -11,6 +11,8 @@
 # 2. with AA_RUNS, `python -m integrate.e2e --pristine --runs $AA_RUNS`: the pristine tree against
 #    itself, the A/A evidence for the layer proxy's band (AA_S, default 240 s; each run's record is
 #    written as it ends); AA_RECIPE names another layer recipe (e.g. integrate/layers/qwen3-235b-a22b.toml);
+#    AA_SHIFT=1 moves each round's buffers elsewhere in memory (--shift-placement); each record keeps
+#    every tree's median per round (rows[].rounds_us), which tells a steady per-process offset from scatter;
 # 3. with GPU_TESTS (pytest arguments), those GPU tests (TESTS_S, default 200 s), e.g.
 #    GPU_TESTS='tests/test_harness_adversarial.py -k "skip_when_answered or fused_race or honest"'.
 # The tarball holds work/index.json and work/tasks/<op> for OPS (made on the CPU machine: `kernelsmith
@@ -46,6 +48,7 @@ fi
 
 if [ "${AA_RUNS:-0}" != 0 ]; then
   timeout "${AA_S:-240}" python3 -m integrate.e2e --pristine --runs "$AA_RUNS" ${AA_RECIPE:+--recipe "$AA_RECIPE"} \
+    ${AA_SHIFT:+--shift-placement} \
     > "$OUT/aa.log" 2>&1
   status=$((status | $?))
   tail -30 "$OUT/aa.log"
