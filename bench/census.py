@@ -2,7 +2,7 @@
 
 Every task with real-model shapes (a shape from the catalog, not only the synthetic one
 :func:`contract.shapes.synthetic_shape` invents) has its baseline timed at those shapes
-(:func:`bench.bench.bench_op`); the rows go into the store as one batch
+(:func:`bench.one_op.bench_op`); the rows go into the store as one batch
 labelled with the tasks' SGLang version or commit, so ``kernelsmith track`` follows the
 kernels across releases.
 

@@ -65,7 +65,7 @@ def config(tmp_path):
 def test_a_batch_times_every_op_in_one_worker_and_keeps_each_ops_own_figures(tmp_path, config, monkeypatch):
     items = _items(tmp_path, ["demo.a", "demo.b", "demo.c"])
     seen: list[list[str]] = []
-    monkeypatch.setattr(bench, "_bench_request", _request)
+    monkeypatch.setattr(bench, "bench_request", _request)
     monkeypatch.setattr(
         evaluate, "run_request", _fake_worker({"demo.a": _ok(10), "demo.b": _ok(20), "demo.c": _ok(30)}, seen)
     )
@@ -116,7 +116,7 @@ def test_an_op_a_batch_did_not_measure_is_timed_alone_after_every_batch_and_says
         return fake(request, config, workdir)
 
     _on_a_gpu(monkeypatch)
-    monkeypatch.setattr(bench, "_bench_request", _request)
+    monkeypatch.setattr(bench, "bench_request", _request)
     monkeypatch.setattr(evaluate, "run_request", run_request)
     monkeypatch.setattr(bench, "bench_op", bench_op)
     rows, _ = bench.bench_folders(_folders(items), config, dtypes=None, compile_=False, label="bench")
@@ -140,7 +140,7 @@ def test_an_op_whose_request_cannot_be_made_is_left_to_its_own_path(tmp_path, co
             raise RuntimeError("a surprise while building")
         return _request(path, task, config, dtypes=dtypes, compile_=compile_)
 
-    monkeypatch.setattr(bench, "_bench_request", request)
+    monkeypatch.setattr(bench, "bench_request", request)
     monkeypatch.setattr(evaluate, "run_request", _fake_worker({"demo.a": _ok(10)}, seen))
     answer = bench.batch_members(items, config, dtypes=None, compile_=False)
     assert seen == [["demo.a"]] and sorted(answer.rows) == [0], "demo.nobuild is not in the batch's answer"
@@ -150,7 +150,7 @@ def test_an_op_whose_request_cannot_be_made_is_left_to_its_own_path(tmp_path, co
 def test_ctrl_c_in_a_batch_keeps_the_ops_measured_before_it(tmp_path, config, monkeypatch):
     items = _items(tmp_path, ["demo.a", "demo.b", "demo.c"])
     outcomes = {"demo.a": _ok(10), "demo.b": _ok(20), "demo.c": _ok(30)}
-    monkeypatch.setattr(bench, "_bench_request", _request)
+    monkeypatch.setattr(bench, "bench_request", _request)
     monkeypatch.setattr(evaluate, "run_request", _fake_worker(outcomes, [], interrupt_after=2))
     with pytest.raises(BatchInterrupted) as stop:
         bench.batch_members(items, config, dtypes=None, compile_=False)
@@ -168,7 +168,7 @@ def test_ctrl_c_in_an_ops_solo_run_keeps_every_row_the_batches_measured(tmp_path
         raise KeyboardInterrupt
 
     _on_a_gpu(monkeypatch)
-    monkeypatch.setattr(bench, "_bench_request", _request)
+    monkeypatch.setattr(bench, "bench_request", _request)
     monkeypatch.setattr(evaluate, "run_request", _fake_worker(outcomes, []))
     monkeypatch.setattr(bench, "bench_op", bench_op)
     with pytest.raises(KeyboardInterrupt):

@@ -872,7 +872,7 @@ def test_bench_and_the_census_time_an_op_whose_untimed_instantiation_nvcc_refuse
         return BuildReport(ok=not bad, key="k", seconds=1.0, stderr=stderr), [f"lib-{len(units)}.so"] * len(units)
 
     monkeypatch.setattr("optimize.harness.evaluate.build_units", build_units)
-    made = bench._bench_request(path.parent, task, config, dtypes=None, compile_=False)
+    made = bench.bench_request(path.parent, task, config, dtypes=None, compile_=False)
     assert not isinstance(made, bench.OpBench), made
     request, notes = made
     assert notes == [
@@ -881,7 +881,7 @@ def test_bench_and_the_census_time_an_op_whose_untimed_instantiation_nvcc_refuse
     ]
     assert {t.dtype for t in request.timings} == {"bf16"} and request.baseline_libraries
     refused = {"bf16", "fp16", "fp32"}  # nothing builds: the op's row is nvcc's error, as before
-    made = bench._bench_request(path.parent, task, config, dtypes=None, compile_=False)
+    made = bench.bench_request(path.parent, task, config, dtypes=None, compile_=False)
     assert isinstance(made, bench.OpBench) and made.error.startswith("baseline does not build: x.cuh(9)")
 
 

@@ -6,7 +6,7 @@ run shows that extract guessed wrong (it writes an "input", never writes an
 evidence and the baseline runs again. The ``bench --all`` sweep
 (:func:`bench.health.check`), the optimize loop
 (``optimize.loop.Loop``'s baseline evaluation) and ``bench --ops`` when an op's
-baseline fails in the worker (:func:`bench.bench.learn_contract`) all
+baseline fails in the worker (:func:`bench.one_op.learn_contract`) all
 learn this way; they differ only in how they run the baseline and where they
 write what was learned, so the loop itself is this one function, and what is
 fixed, how it is named and how often a baseline runs again cannot drift apart

@@ -1,7 +1,7 @@
 """A unit of work, what comes back from it, and running one here on one GPU.
 
 A :class:`Unit` is a module-level function called as ``fn(task_dir, config, *args,
-**kwargs)``: one op's bench or census timing (:func:`bench.bench.bench_op`),
+**kwargs)``: one op's bench or census timing (:func:`bench.one_op.bench_op`),
 one measurement-backend call (:func:`optimize.scale.backend.call_backend`). It runs
 whole on one GPU (:func:`run_here` pins the workers it starts), so the baseline and
 its candidates are timed interleaved in one process on one device, as in a serial run.
