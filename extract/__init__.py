@@ -2,7 +2,8 @@
 
 Modules in dependency order (each imports only modules above it):
 
-- ``errors``, ``sources`` (the SGLang tree), ``splice`` (byte-span edits)
+- ``errors``, ``jit_layout`` (where a release keeps its JIT kernels: ``kernels/jit`` or the older
+  ``jit_kernel/``, and the older layout's op ids), ``sources`` (the SGLang tree), ``splice`` (byte-span edits)
 - ``treesitter`` (the only py-tree-sitter API user), ``cxx`` (the one C++ text
   toolkit: lexemes, brackets, top-level lists, definitions read from text),
   ``cexpr`` (C++ integer expressions, the sm_90a constants)

@@ -53,6 +53,7 @@ from contract.sizes import SYNTHETIC_MODEL
 from extract import pyops, sources, tasks
 from extract.compile_check import compile_tasks
 from extract.errors import ToolchainError, UnknownOpError
+from extract.jit_layout import layout_of
 from pipeline.build import first_error
 from pipeline.config import DEFAULT_OPS, Config
 from pipeline.console import progress, working
@@ -70,7 +71,7 @@ INDEX_VERSION = "kernelsmith.index/1"
 def _index_inputs(source: SourceInfo) -> list[pathlib.Path]:
     root = pathlib.Path(source.root)
     out: list[pathlib.Path] = []
-    for folder in [*source.jit_dirs, *source.aot_dirs, pyops.OPS_DIR]:
+    for folder in [*source.jit_dirs, *source.aot_dirs, layout_of(root).ops_dir]:
         base = root / folder
         if base.is_dir():
             out += [
@@ -89,6 +90,8 @@ _INDEX_CODE = (
     "extract/macros.py",
     "extract/cxx.py",
     "extract/treesitter.py",
+    "extract/jit_layout.py",
+    "extract/jit_layout_ids.json",
     "extract/pyops/*.py",
     "extract/queries/**/*.scm",
 )
@@ -186,6 +189,7 @@ def print_table(index: Index, out: Any = None) -> None:
     stream = out or sys.stdout
     tty = getattr(stream, "isatty", lambda: False)()
     console = Console(file=stream, width=None if tty else 200)  # a pipe or a log gets wide rows, not 80 columns
+    csrc = layout_of(pathlib.Path(index.source.root)).csrc_dir
     table = Table(title=f"SGLang {index.source.version or ''} JIT ops ({index.source.root})", show_lines=False)
     table.add_column("op", style="bold cyan", no_wrap=True)
     table.add_column("entry points")
@@ -196,7 +200,7 @@ def print_table(index: Index, out: Any = None) -> None:
             op.id,
             ", ".join(op.entry_points) or "-",
             ", ".join(op.kernels) or "-",
-            ", ".join(f.removeprefix(f"{pyops.CSRC_DIR}/") for f in op.files) or "-",
+            ", ".join(f.removeprefix(f"{csrc}/") for f in op.files) or "-",
         )
     console.print(table)
     modules_with_ops = len({op.module for op in index.ops})
@@ -346,9 +350,9 @@ def run(options: ExtractOptions, config: Config) -> int:
         f"index: {len(index.ops)} ops, {len(index.op_modules)} modules calling load_jit, "
         f"{len(index.kernels)} kernels ({'cached' if cached else 'scanned'}, {time.perf_counter() - started:.1f} s)"
     )
-    unread = sources.unread_layout(source)
-    if unread:
-        print(f"note: {unread}")
+    for note in (sources.unread_layout(source), sources.layout_note(source)):
+        if note:
+            print(f"note: {note}")
     language = options.language
     all_ops = options.all_ops
     if listing:

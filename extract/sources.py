@@ -9,9 +9,12 @@ made read-only), so every later run reads the same bytes without the network.
 directory (the one holding ``kernels/``) or a git checkout (``python/sglang``
 inside it). A checkout may also carry the AOT tree ``kernels/aot/csrc``.
 
+A release up to 0.5.16 keeps its JIT kernels in the older ``jit_kernel/`` layout; it is read the
+same way (:mod:`extract.jit_layout`).
+
 What must stay true: nothing here imports torch or sglang; the package root we
-return always holds ``kernels/jit/csrc``; a cached wheel that fails its check (a download
-cut short) is never unpacked: it is downloaded again.
+return always holds the ``csrc/`` of a layout extract reads; a cached wheel that fails its check
+(a download cut short) is never unpacked: it is downloaded again.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ import uuid
 import zipfile
 
 from extract.errors import SourceError
+from extract.jit_layout import LAYOUTS, OLDER, layout_of
 from pipeline.records import SourceInfo
 
-JIT_DIR = "kernels/jit"
 AOT_DIR = "kernels/aot/csrc"
 
 #: sha256 of each sglang wheel file this project reads, by file name (pip picks the one
@@ -47,31 +50,32 @@ def acquire(version: str, cache_dir: pathlib.Path, src: str | None = None) -> So
     return _wheel(version, cache_dir)
 
 
-#: JIT layouts SGLang used before ``kernels/jit`` (0.5.17 on), which extract does not read yet
-OLD_JIT_DIRS = ("jit_kernel",)
-
-
 def unread_layout(source: SourceInfo) -> str | None:
-    """Why a source has no CUDA JIT kernels extract can read, in one line, or None when it has some.
-
-    A release from before ``kernels/jit`` keeps its kernels in ``sglang/jit_kernel/`` (flat op
-    modules, ``jit_kernel/csrc``); extract reads only the newer layout, so such a release gives no
-    CUDA task, and its Triton ops still do."""
+    """Why a source has no CUDA JIT kernels extract can read, in one line, or None when it has some."""
     if source.jit_dirs:
         return None
-    root = pathlib.Path(source.root)
-    where = f"sglang {source.version}" if source.version else str(root)
-    old = next((d for d in OLD_JIT_DIRS if (root / d / "csrc").is_dir()), None)
-    if old is not None:
-        return (
-            f"{where} keeps its JIT kernels in the older `{old}/` layout (before {JIT_DIR}/, sglang 0.5.17 on), "
-            "which extract does not read yet: no CUDA task comes from it; its Triton ops are read as usual"
-        )
-    return f"{where} has no {JIT_DIR}/csrc: no CUDA task comes from it; its Triton ops are read as usual"
+    where = f"sglang {source.version}" if source.version else str(source.root)
+    folders = " or ".join(f"{layout.csrc_dir}/" for layout in LAYOUTS)
+    return f"{where} has no {folders}: no CUDA task comes from it; its Triton ops are read as usual"
+
+
+def layout_note(source: SourceInfo) -> str | None:
+    """One line when a source is read in the older layout (its op ids renamed to the newer ones), else None."""
+    if source.jit_dirs != [OLDER.jit_dir]:
+        return None
+    where = f"sglang {source.version}" if source.version else str(source.root)
+    return (
+        f"{where} keeps its JIT kernels in the older `{OLDER.jit_dir}/` layout; its ops take the ids the "
+        f"newer layout gives the same functions ({len(OLDER.renamed)} renamed, extract/jit_layout_ids.json)"
+    )
+
+
+def _has_jit(root: pathlib.Path) -> bool:
+    return any((root / layout.csrc_dir).is_dir() for layout in LAYOUTS)
 
 
 def _layout(root: pathlib.Path) -> tuple[list[str], list[str]]:
-    jit = [JIT_DIR] if (root / JIT_DIR / "csrc").is_dir() else []
+    jit = [layout_of(root).jit_dir] if _has_jit(root) else []
     aot = [AOT_DIR] if (root / AOT_DIR).is_dir() else []
     return jit, aot
 
@@ -83,10 +87,10 @@ def _local(path: pathlib.Path) -> SourceInfo:
             fix="point SGLANG_SRC (or --sglang) at an sglang checkout or an installed sglang package folder",
         )
     candidates = [path, path / "python" / "sglang", path / "sglang"]
-    root = next((c for c in candidates if (c / JIT_DIR / "csrc").is_dir()), None)
+    root = next((c for c in candidates if _has_jit(c)), None)
     if root is None:
         raise SourceError(
-            f"{path} holds no SGLang JIT kernel tree ({JIT_DIR}/csrc)",
+            f"{path} holds no SGLang JIT kernel tree ({' or '.join(f'{layout.csrc_dir}' for layout in LAYOUTS)})",
             fix="use a checkout of sglang with python/sglang/kernels/jit, or an sglang>=0.5.23 package folder",
         )
     commit = None
@@ -122,7 +126,7 @@ def _local(path: pathlib.Path) -> SourceInfo:
 def _wheel(version: str, cache_dir: pathlib.Path) -> SourceInfo:
     unpacked = cache_dir / f"sglang-{version}"
     root = unpacked / "sglang"
-    if not (root / JIT_DIR / "csrc").is_dir():
+    if not _has_jit(root):
         wheel = _download(version, cache_dir / "wheels")
         _unpack(wheel, unpacked)
     wheel_name = next((p.name for p in (cache_dir / "wheels").glob(f"sglang-{version}-*.whl")), None)

@@ -53,6 +53,7 @@ from contract.shapes import synthetic_shape
 from extract import contract as contract_mod
 from extract import entry as entry_signature
 from extract import model_ops, pyops, shapes
+from extract.jit_layout import layout_of
 from pipeline import deps as build_deps
 from pipeline.digest import source_digest
 from pipeline.errors import ConfigError
@@ -72,12 +73,17 @@ from pipeline.records import (
 )
 from pipeline.target import TARGET, capability_of
 
-INCLUDE_DIR = "kernels/jit/include"
 DEFAULT_TOKEN_COUNTS = (1, 8, 64, 512, 4096, 16384)
 # Extract's own code (every module, query and curated value: a task is what they compute)
 # and the contract package whose shape invention planned_sizes runs: inputs of every task
 # (globs over the repository root; pipeline.digest).
-_OWN_CODE = ("extract/**/*.py", "extract/queries/**/*.scm", "extract/curated/*.toml", "contract/*.py")
+_OWN_CODE = (
+    "extract/**/*.py",
+    "extract/jit_layout_ids.json",
+    "extract/queries/**/*.scm",
+    "extract/curated/*.toml",
+    "contract/*.py",
+)
 
 
 def arch_number(arch: str) -> int:
@@ -107,6 +113,7 @@ def include_closure(root: pathlib.Path, start: Iterable[str], includes: dict[str
     here and resolved like the index does (its own folder for quoted names, then
     ``kernels/jit/include`` and ``kernels/jit/csrc``).
     """
+    jit = layout_of(root)
     seen: set[str] = set()
     stack = list(start)
     while stack:
@@ -125,7 +132,7 @@ def include_closure(root: pathlib.Path, start: Iterable[str], includes: dict[str
                 name_s = name.decode("utf-8", errors="replace")
                 here = os.path.dirname(rel)
                 candidates = [os.path.normpath(os.path.join(here, name_s))] if quote == b'"' else []
-                candidates += [os.path.normpath(os.path.join(d, name_s)) for d in (INCLUDE_DIR, pyops.CSRC_DIR)]
+                candidates += [os.path.normpath(os.path.join(d, name_s)) for d in (jit.include_dir, jit.csrc_dir)]
                 found = next((c for c in candidates if not c.startswith("..") and (root / c).is_file()), None)
                 if found:
                     children.append(found)
@@ -468,14 +475,15 @@ def write_task(
             f"{op.id}: {err}", fix="the loader builds its arguments in a way extract cannot follow"
         ) from err
     header_only = instance.kwargs.get("header_only", True)
-    own = [f"{pyops.CSRC_DIR}/{f}" for f in [*cuda_files, *cpp_files] if not f.startswith("/")]
+    jit = layout_of(root)
+    own = [f"{jit.csrc_dir}/{f}" for f in [*cuda_files, *cpp_files] if not f.startswith("/")]
     missing = [f for f in own if not (root / f).is_file()]
     if missing or not own:
         raise ConfigError(
             f"{op.id}: source files {missing or '(none)'} are not in the package",
             fix="this op compiles files outside the SGLang tree; it cannot be a standalone task",
         )
-    include_dirs = [INCLUDE_DIR, "@tvm_ffi", "@dlpack"]
+    include_dirs = [jit.include_dir, "@tvm_ffi", "@dlpack"]
     for path in extra_inc:
         rel = _package_relative(root, path)
         if rel is None:
@@ -486,8 +494,8 @@ def write_task(
         include_dirs.append(build_deps.token(dep))
         notes.append(f"needs header dependency `{dep}` (outside the package: `make deps`, see pipeline/deps.py)")
     recipe = BuildRecipe(
-        cuda_files=[f"{pyops.CSRC_DIR}/{f}" for f in cuda_files],
-        cpp_files=[f"{pyops.CSRC_DIR}/{f}" for f in cpp_files],
+        cuda_files=[f"{jit.csrc_dir}/{f}" for f in cuda_files],
+        cpp_files=[f"{jit.csrc_dir}/{f}" for f in cpp_files],
         include_dirs=include_dirs,
         cuda_cflags=[*default_cuda_cflags(arch), *extra_cuda],
         cflags=["-std=c++20", "-O3", *extra_c],
@@ -531,7 +539,7 @@ def write_task(
 
 def _package_relative(root: pathlib.Path, path: str) -> str | None:
     """``path`` relative to the package root, or None outside it; a relative path is
-    already package-relative (pyops.PACKAGE_PATHS)."""
+    already package-relative (pyops.package_paths)."""
     full = pathlib.Path(path) if pathlib.Path(path).is_absolute() else root / path
     try:
         rel = full.resolve().relative_to(root.resolve())

@@ -33,7 +33,7 @@ def source_digest(patterns: tuple[str, ...]) -> str:
 
 #: Every source folder of the project: what "this kernelsmith" is when no git commit names it.
 PROJECT_SOURCES = tuple(
-    f"{pkg}/**/*.py" for pkg in ("pipeline", "contract", "extract", "optimize", "bench", "integrate", "agent")
+    f"{pkg}/**/*.py" for pkg in ("pipeline", "contract", "extract", "optimize", "bench", "integrate", "agent", "cli")
 )
 
 

@@ -244,6 +244,29 @@ def test_static_and_strict_evaluation_on_a_synthetic_module(tmp_path):
         pyops.instantiate(program, ops[0], call, dtype="fp32", sizes={}, entry="a")
 
 
+def test_the_older_jit_kernel_layout_is_read_with_the_newer_ids(tmp_path):
+    """Up to 0.5.16 op modules sit flat in ``jit_kernel/`` beside ``csrc/`` and ``utils/``: the op
+    module is scanned (``utils/`` is not an op module though it names load_jit), its files are under
+    ``jit_kernel/csrc``, ``KERNEL_PATH`` is ``jit_kernel``, and the op takes the id the newer layout
+    gives the same function (``norm.rmsnorm`` -> ``layernorm.rmsnorm``)."""
+    loader = LOADER.replace("sglang.kernels.jit.utils", "sglang.jit_kernel.utils").replace("def thing(", "def rmsnorm(")
+    for rel, text in {
+        "jit_kernel/norm.py": loader,
+        "jit_kernel/utils/compile.py": "def load_jit(*args, **kwargs):\n    pass\n",
+        "jit_kernel/csrc/x/thing.cuh": "",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    source = SourceInfo(kind="package", root=str(tmp_path), jit_dirs=["jit_kernel"])
+    ops, modules = pyops.scan_ops(source, None)
+    assert modules == ["jit_kernel/norm.py"]
+    assert [(op.id, op.module, op.files) for op in ops] == [
+        ("layernorm.rmsnorm", "jit_kernel/norm.py", ["jit_kernel/csrc/x/thing.cuh"])
+    ]
+    assert pyops.package_paths("jit_kernel/norm.py")["KERNEL_PATH"].as_posix() == "jit_kernel"
+    assert pyops.package_paths("kernels/ops/grp/mod.py")["KERNEL_PATH"].as_posix() == "kernels/jit"
+
+
 def test_duplicate_public_names_in_one_group(tmp_path):
     body = LOADER.replace("def thing(", "def dup(")
     source = _tree(

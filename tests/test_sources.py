@@ -56,15 +56,23 @@ def test_missing_or_wrong_tree_says_how_to_fix(tmp_path):
         acquire("0.5.23", tmp_path, str(tmp_path))
 
 
-def test_a_release_in_the_older_jit_kernel_layout_gets_one_line_saying_no_cuda_task_comes_from_it(tmp_path):
-    from extract.sources import JIT_DIR, unread_layout
+def test_a_release_in_the_older_jit_kernel_layout_is_read_and_says_so_in_one_line(tmp_path):
+    """Up to 0.5.16 the JIT kernels live in ``sglang/jit_kernel/``: such a tree is read (its jit dir is
+    ``jit_kernel``), extract says in one line that its ops take the newer layout's ids, and a tree
+    with neither layout says that no CUDA task comes from it."""
+    from extract.sources import layout_note, unread_layout
     from pipeline.records import SourceInfo
 
     old = tmp_path / "old" / "sglang"
     (old / "jit_kernel" / "csrc").mkdir(parents=True)
-    said = unread_layout(SourceInfo(kind="wheel", root=str(old), version="0.5.16", jit_dirs=[]))
-    assert said is not None and "sglang 0.5.16" in said and "`jit_kernel/` layout" in said and "Triton" in said
+    source = acquire("0.5.16", tmp_path, str(old))
+    assert source.jit_dirs == ["jit_kernel"] and unread_layout(source) is None
+    said = layout_note(source.model_copy(update={"version": "0.5.16"}))
+    assert said is not None and "sglang 0.5.16" in said and "older `jit_kernel/` layout" in said and "renamed" in said
     bare = tmp_path / "bare"
     bare.mkdir()
-    assert "has no kernels/jit/csrc" in (unread_layout(SourceInfo(kind="package", root=str(bare), jit_dirs=[])) or "")
-    assert unread_layout(SourceInfo(kind="wheel", root=str(old), version="0.5.23", jit_dirs=[JIT_DIR])) is None
+    said = unread_layout(SourceInfo(kind="package", root=str(bare), jit_dirs=[])) or ""
+    assert "has no kernels/jit/csrc/ or jit_kernel/csrc/" in said and "Triton" in said
+    current = tmp_path / "new" / "sglang"
+    (current / "kernels" / "jit" / "csrc").mkdir(parents=True)
+    assert layout_note(acquire("0.5.23", tmp_path, str(current))) is None

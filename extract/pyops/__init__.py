@@ -32,7 +32,7 @@ Modules, in dependency order (each imports only those above it):
   probes and GPU queries; torch dtype names and their C++ spellings.
 - ``modules``: the program model: a parsed module (:class:`PyModule`, its
   :class:`PyFunction` s, constants, imports), :class:`ModuleSet`, name frames
-  (:class:`Env`), the package folders (``OPS_DIR``, ``CSRC_DIR``).
+  (:class:`Env`); the op modules of the package's layout (:mod:`extract.jit_layout`).
 - ``values``: the values the interpreter computes with, frozen dataclasses
   (:class:`Unknown`, :class:`TensorValue`, :class:`ModuleRef`, ...), and
   :class:`Unresolvable`.
@@ -78,9 +78,6 @@ from extract.pyops.instantiate import (
 )
 from extract.pyops.interpreter import Evaluator
 from extract.pyops.modules import (
-    CSRC_DIR,
-    JIT_UTILS_DIR,
-    OPS_DIR,
     Env,
     ModuleSet,
     PyFunction,
@@ -102,12 +99,12 @@ from extract.pyops.program import Program
 from extract.pyops.target import (
     CPP_SPELLING,
     ITEMSIZE,
-    PACKAGE_PATHS,
     PLATFORM,
     PLATFORM_CALLS,
     STDLIB_CALLS,
     TORCH_DTYPES,
     Facts,
+    package_paths,
 )
 from extract.pyops.values import (
     Alts,
@@ -134,13 +131,10 @@ from extract.pyops.values import (
 
 __all__ = [
     "CPP_SPELLING",
-    "CSRC_DIR",
     "ITEMSIZE",
-    "JIT_UTILS_DIR",
     "MAX_DEPTH",
     "MAX_LOOP",
-    "OPS_DIR",
-    "PACKAGE_PATHS",
+    "package_paths",
     "PLANNED_SIZE",
     "PLATFORM",
     "PLATFORM_CALLS",

@@ -23,8 +23,9 @@ from typing import Any
 
 import libcst as cst
 
+from extract.jit_layout import layout_of
 from extract.pyops.interpreter import AUG_OPERATORS, Evaluator
-from extract.pyops.modules import CSRC_DIR, Env, ModuleSet, PyFunction, PyModule
+from extract.pyops.modules import Env, ModuleSet, PyFunction, PyModule
 from extract.pyops.values import Alts, CppArgs, ParamRef, Unknown, Unresolvable
 from pipeline.records import LoadJitCall
 
@@ -246,7 +247,8 @@ def _wrappers(value: Any, what: str, unresolved: list[str]) -> list[tuple[str, s
 def _resolve_files(names: list[str], root: pathlib.Path, unresolved: list[str], what: str) -> list[str]:
     """csrc-relative names (as in the call) -> names that exist; a ``{...}`` part globs."""
     out: list[str] = []
-    csrc = root / CSRC_DIR
+    csrc_dir = layout_of(root).csrc_dir
+    csrc = root / csrc_dir
     for name in names:
         if "{" in name:
             pattern = re.sub(r"\{[^}]*\}", "*", name)
@@ -261,7 +263,7 @@ def _resolve_files(names: list[str], root: pathlib.Path, unresolved: list[str], 
             unresolved.append(f"{what}: absolute path `{name}` is outside the package")
         else:
             if not (csrc / name).is_file():
-                unresolved.append(f"{what}: `{name}` does not exist under {CSRC_DIR}")
+                unresolved.append(f"{what}: `{name}` does not exist under {csrc_dir}")
             out.append(name)
     return list(dict.fromkeys(out))
 

@@ -24,7 +24,7 @@ from typing import Any
 import libcst as cst
 
 from extract.pyops.modules import Env, PyModule, attr_text
-from extract.pyops.target import ITEMSIZE, PACKAGE_PATHS, PLATFORM, TORCH_DTYPES, Facts
+from extract.pyops.target import ITEMSIZE, PLATFORM, TORCH_DTYPES, Facts, package_paths
 from extract.pyops.values import (
     Alts,
     Bound,
@@ -118,8 +118,9 @@ class Expressions:
 
     def lookup_global(self, module: PyModule, name: str) -> tuple[bool, Any]:
         """A module-level name: constant, function, class, import, platform probe."""
-        if name in PACKAGE_PATHS and name not in module.functions and name not in module.classes:
-            return True, PACKAGE_PATHS[name]
+        paths = package_paths(module.rel)
+        if name in paths and name not in module.functions and name not in module.classes:
+            return True, paths[name]
         if name in module.functions:
             return True, module.functions[name]
         if name in module.classes:

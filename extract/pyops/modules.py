@@ -20,9 +20,7 @@ from typing import Any
 
 import libcst as cst
 
-OPS_DIR = "kernels/ops"
-CSRC_DIR = "kernels/jit/csrc"
-JIT_UTILS_DIR = "kernels/jit/utils"
+from extract.jit_layout import layout_of
 
 
 @dataclasses.dataclass
@@ -199,11 +197,15 @@ class ModuleSet:
 
 
 def find_op_modules(root: pathlib.Path) -> dict[str, str]:
-    """Every module under ``kernels/ops`` whose text mentions ``load_jit`` (rel -> text)."""
+    """Every op module of the package's layout (``kernels/ops/**``, or the older ``jit_kernel/*``) whose
+    text mentions ``load_jit`` (rel -> text)."""
+    layout = layout_of(root)
     out: dict[str, str] = {}
-    base = root / OPS_DIR
-    for path in sorted(base.rglob("*.py")):
+    for path in sorted((root / layout.ops_dir).rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if not layout.is_op_module(rel):
+            continue
         text = path.read_text(encoding="utf-8", errors="replace")
         if "load_jit" in text:
-            out[path.relative_to(root).as_posix()] = text
+            out[rel] = text
     return out

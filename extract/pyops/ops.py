@@ -20,7 +20,8 @@ from typing import Any
 
 import libcst as cst
 
-from extract.pyops.modules import CSRC_DIR, OPS_DIR, find_op_modules, parse_module
+from extract.jit_layout import layout_of
+from extract.pyops.modules import find_op_modules, parse_module
 from extract.pyops.program import Program
 from pipeline.records import LoadJitCall, OpEntry, SourceInfo
 
@@ -38,14 +39,6 @@ class _Candidate:
     names: list[str]
     calls: list[LoadJitCall]
     used: list[str]
-
-
-def _group_and_sub(rel: str) -> tuple[str, str]:
-    """``kernels/ops/layernorm/norm.py`` -> ("layernorm", "norm")."""
-    parts = pathlib.PurePosixPath(rel).with_suffix("").parts[2:]
-    group = parts[0] if len(parts) > 1 else parts[0]
-    sub = ".".join(parts[1:]) if len(parts) > 1 else "__init__"
-    return group, sub
 
 
 def entry_parts(entry: str) -> tuple[str | None, str]:
@@ -131,7 +124,7 @@ def source_exports(call: LoadJitCall, root: pathlib.Path) -> list[tuple[str, str
         return []
     out: list[tuple[str, str]] = []
     for name in [*call.cuda_files, *call.cpp_files]:
-        path = root / CSRC_DIR / name
+        path = root / layout_of(root).csrc_dir / name
         if path.is_file():
             text = path.read_text(encoding="utf-8", errors="replace")
             out += [(m.group(1), " ".join(m.group(2).split()).strip("()")) for m in _SOURCE_EXPORT.finditer(text)]
@@ -145,11 +138,12 @@ def call_exports(call: LoadJitCall, root: pathlib.Path) -> list[tuple[str, str]]
 
 def _group_reexports(root: pathlib.Path, group: str) -> dict[str, str]:
     """Names a group's ``__init__.py`` imports from its modules: name -> dotted module."""
-    path = root / OPS_DIR / group / "__init__.py"
+    ops_dir = layout_of(root).ops_dir
+    path = root / ops_dir / group / "__init__.py"
     if not path.is_file():
         return {}
     try:
-        module = parse_module(f"{OPS_DIR}/{group}/__init__.py", path.read_text(encoding="utf-8", errors="replace"))
+        module = parse_module(f"{ops_dir}/{group}/__init__.py", path.read_text(encoding="utf-8", errors="replace"))
     except cst.ParserSyntaxError:
         return {}
     return {local: source for local, (source, _) in module.imports.items()}
@@ -172,6 +166,7 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
     the reached calls, with a note in the call's ``unresolved``.
     """
     root = pathlib.Path(source.root)
+    layout = layout_of(root)
     texts = find_op_modules(root)
     program = Program(root, texts)
     scans = {rel: sc for rel in texts if (sc := program.scan(rel)) is not None}
@@ -223,7 +218,7 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
 
     by_id: dict[str, list[_Candidate]] = {}
     for cand in candidates:
-        group, _ = _group_and_sub(cand.rel)
+        group, _ = layout.group_and_sub(cand.rel)
         by_id.setdefault(f"{group}.{cand.public}", []).append(cand)
 
     reexports: dict[str, dict[str, str]] = {}
@@ -237,11 +232,11 @@ def scan_ops(source: SourceInfo, scan: Any = None) -> tuple[list[OpEntry], list[
             cands = sorted(cands, key=lambda c: (scans[c.rel].module.dotted != reexported, c.rel))
         for i, cand in enumerate(cands):
             rel, public, names, calls, used = cand.rel, cand.public, cand.names, cand.calls, cand.used
-            _, sub = _group_and_sub(rel)
-            oid = op_id if i == 0 else f"{group}.{sub}.{public}"
+            _, sub = layout.group_and_sub(rel)
+            oid = layout.op_id(op_id if i == 0 else f"{group}.{sub}.{public}")
             files = []
             for call in calls:
-                files += [f"{CSRC_DIR}/{f}" for f in [*call.cuda_files, *call.cpp_files]]
+                files += [f"{layout.csrc_dir}/{f}" for f in [*call.cuda_files, *call.cpp_files]]
             files = list(dict.fromkeys(files))
             entries = [t for c in calls for e, t in call_exports(c, root) if e in used]
             ops.append(

@@ -17,6 +17,7 @@ import pathlib
 
 import libcst as cst
 
+from extract.jit_layout import layout_of
 from extract.pyops.calls import ModuleScan, scan_module
 from extract.pyops.modules import ModuleSet, PyFunction, parse_module
 
@@ -40,7 +41,7 @@ class Program:
 
     def rel_for(self, dotted: str) -> str | None:
         """``sglang.kernels.ops.a.b`` -> its package-relative file, when it is an op-tree module."""
-        if not dotted.startswith("sglang.kernels.ops"):
+        if not dotted.startswith(layout_of(self.root).ops_package):
             return None
         parts = dotted.split(".")[1:]
         for rel in ("/".join(parts) + ".py", "/".join(parts) + "/__init__.py"):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from contract import dtypes as dtype_table
+from extract.jit_layout import layout_of_module
 from pipeline.target import TARGET
 
 # Platform probes SGLang's helpers consult, answered for CUDA on sm_90a.
@@ -71,7 +72,14 @@ PLATFORM_CALLS: dict[str, Any] = {
 # (``(KERNEL_PATH / "csrc" / "fast-hadamard-transform").resolve()``), relative to the
 # package root: SGLang computes KERNEL_PATH with importlib at import time, which no
 # static reading can follow, and extract maps such a path back into the package.
-PACKAGE_PATHS: dict[str, pathlib.PurePosixPath] = {"KERNEL_PATH": pathlib.PurePosixPath("kernels/jit")}
+
+
+def package_paths(rel: str) -> dict[str, pathlib.PurePosixPath]:
+    """The package paths SGLang's loader module defines, as the module at ``rel`` sees them:
+    ``KERNEL_PATH``, the folder of ``csrc/`` and ``include/`` in that module's layout."""
+    return {"KERNEL_PATH": pathlib.PurePosixPath(layout_of_module(rel).jit_dir)}
+
+
 # Pure functions of the standard library a loader may compute a template argument with.
 STDLIB_CALLS: dict[str, Callable[..., Any]] = {
     "math.gcd": math.gcd,
