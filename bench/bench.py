@@ -312,7 +312,11 @@ def bench_folders(
     after every batch, because its path (a fresh worker, the contract repair's rebuilds) can
     take a minute: a census stopped by its time limit has then measured every op a batch could
     (on the H200, 2026-12-02, three releases' census were stopped inside a batch with MoE
-    members and kept none of its rows). Rows come back in the folders' order.
+    members and kept none of its rows). The ops whose baselines the prebuild could not build are timed
+    after the others: their own build (each instantiation alone, the refused ones dropped) can take
+    minutes, and no op that is ready should wait behind it (on the H200, 2026-12-07, both census
+    windows ended inside a batch of layernorm ops that never answered, the rest of the release
+    unmeasured). Rows come back in the folders' order.
 
     ``pool`` (an :class:`optimize.scale.pool.Pool`: several GPUs, a Ray cluster) times the ops
     at once, one op per GPU (:func:`_bench_pooled`); None is the serial loop.
@@ -326,8 +330,17 @@ def bench_folders(
     tasks: list[Task] = [complete(loaded, path)[0] for path, loaded in folders]
     items = [(path, task) for (path, _), task in zip(folders, tasks)]
     batched = len(items) > 1 and gpu_available()[0]
+    order = list(range(len(items)))  # the timing order: ops whose baselines built first
     if batched:
-        evaluate.prebuild(items, config, dtypes=dtypes, stream=out)
+        built = evaluate.prebuild(items, config, dtypes=dtypes, stream=out)
+        order = [i for i in order if built[i]] + [i for i in order if not built[i]]
+        if not all(built):
+            print(
+                f"{label}: {len(built) - sum(built)} op(s) whose baselines did not build at once are timed last "
+                "(their own build may take minutes)",
+                file=out,
+                flush=True,
+            )
     if pool is not None:
         return _bench_pooled(
             pool, items, config, dtypes=dtypes, compile_=compile_, label=label, out=out, measured=measured
@@ -350,18 +363,20 @@ def bench_folders(
         report(index, bench_op(path, task, config, dtypes=dtypes, compile_=compile_), True)
 
     first = 0
+    positions: list[int] = []
     try:
         for first in range(0, len(items), step):
-            chunk = items[first : first + step]
+            positions = order[first : first + step]
+            chunk = [items[i] for i in positions]
             if not batched or len(chunk) == 1:
-                alone(first, f"{first + 1}")
+                alone(positions[0], f"{first + 1}")
                 continue
             names = ", ".join(path.name for path, _ in chunk)
             print(f"{label} {first + 1}-{first + len(chunk)}/{len(folders)}: {names} ...", file=out, flush=True)
             got = batch_members(chunk, config, dtypes=dtypes, compile_=compile_)
             for offset in range(len(chunk)):
                 if offset in got.rows:
-                    report(first + offset, got.rows[offset], False)
+                    report(positions[offset], got.rows[offset], False)
                 else:
                     why = got.unmeasured.get(offset, "not in the batch's answer")
                     print(
@@ -369,7 +384,7 @@ def bench_folders(
                         file=out,
                         flush=True,
                     )
-                    later.append(first + offset)
+                    later.append(positions[offset])
         if later:
             print(
                 f"{label}: {len(later)} op{'s' if len(later) != 1 else ''} the batches did not measure, "
@@ -382,7 +397,7 @@ def bench_folders(
             alone(index, f"{index + 1}")
     except BatchInterrupted as stop:  # what the batch measured before Ctrl-C is kept
         for offset, result in stop.rows:
-            report(first + offset, result, False)
+            report(positions[offset], result, False)
         raise KeyboardInterrupt from None
     except (GpuRequired, NotWritable) as err:
         if not any(r.rows for r in done.values()):

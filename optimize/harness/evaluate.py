@@ -294,10 +294,11 @@ def prebuild(
     stream: TextIO | None = None,
     ops_at_once: int | None = None,
     unit_jobs: int | None = 1,
-) -> int:
+) -> list[bool]:
     """Every task's baseline built into the build cache, ``ops_at_once`` ops at once (default ``search.build_jobs``),
-    ``unit_jobs`` units each (None: every core); how many built. Why: the census spent 15 s an op, one nvcc at a
-    time (H200, 2026-12-02). A failure here is left to the op's own build, which reports it in its row."""
+    ``unit_jobs`` units each (None: every core); whether each built, in ``folders``' order. Why: the census spent
+    15 s an op, one nvcc at a time (H200, 2026-12-02). A failure here is left to the op's own build, which
+    reports it in its row."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(item: tuple[pathlib.Path, Task]) -> bool:
@@ -312,9 +313,9 @@ def prebuild(
     start = time.monotonic()
     jobs = max(1, min(ops_at_once or config.search.build_jobs, len(folders)))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        built = sum(pool.map(one, folders))
+        built = list(pool.map(one, folders))
     print(
-        f"built {built} of {len(folders)} baselines at once ({jobs} jobs) in {time.monotonic() - start:.0f} s",
+        f"built {sum(built)} of {len(folders)} baselines at once ({jobs} jobs) in {time.monotonic() - start:.0f} s",
         file=stream or sys.stdout,
         flush=True,
     )
