@@ -193,22 +193,39 @@ def test_one_batch_runs_the_trees_with_the_scrubbed_environment(tmp_path, monkey
     assert env["SGLANG_FORCE_FUSED_OP_BACKEND"] == "jit" and env["PYTHONPATH"].startswith(str(tmp_path / "a"))
 
 
+class StandInWorker:
+    """A stand-in for :class:`integrate.sglang_runner.TreeWorker` (no GPU): a subclass's ``answer(req)``
+    is what the tree's worker replies to each request."""
+
+    def __init__(self, name, package, cache_dir, log, **kwargs):
+        self.name = name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def send(self, req):
+        return None
+
+    def receive(self, req, *, timeout_s):
+        return self.answer(req)
+
+    def request(self, req, *, timeout_s):
+        return self.answer(req)
+
+    def answer(self, req):
+        raise NotImplementedError
+
+
 def test_both_trees_build_their_modules_at_once_before_any_timing(tmp_path, monkeypatch):
     """The warm-up goes to both workers before either answer is awaited, and its samples are dropped."""
     import integrate.sglang_runner as runner
 
     events: list[tuple[str, str, dict]] = []
 
-    class FakeWorker:
-        def __init__(self, name, package, cache_dir, log, **kwargs):
-            self.name = name
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
+    class FakeWorker(StandInWorker):
         def send(self, req):
             events.append(("send", self.name, req))
 
@@ -261,27 +278,15 @@ def test_the_workers_start_in_a_turned_order_and_the_rounds_keep_theirs(tmp_path
     entered: list[str] = []
     timed: list[str] = []
 
-    class FakeWorker:
-        def __init__(self, name, package, cache_dir, log, **kwargs):
-            self.name = name
-
+    class FakeWorker(StandInWorker):
         def __enter__(self):
             entered.append(self.name)
             return self
 
-        def __exit__(self, *exc):
-            return None
-
-        def send(self, req):
-            return None
-
-        def receive(self, req, *, timeout_s):
-            return {"ops": ["input_norm"], "samples_us": {"layer": [10.0] * 3, "input_norm": [1.0] * 3}}
-
-        def request(self, req, *, timeout_s):
+        def answer(self, req):
             if not req.get("parallel_build"):
                 timed.append(self.name)
-            return self.receive(req, timeout_s=timeout_s)
+            return {"ops": ["input_norm"], "samples_us": {"layer": [10.0] * 3, "input_norm": [1.0] * 3}}
 
     monkeypatch.setattr(runner, "TreeWorker", FakeWorker)
     package = tmp_path / "pristine" / "sglang"
@@ -302,23 +307,8 @@ def test_each_round_keeps_each_trees_median_and_shifted_placement_moves_its_buff
 
     shifts: list[tuple[str, int, int | None]] = []
 
-    class FakeWorker:
-        def __init__(self, name, package, cache_dir, log, **kwargs):
-            self.name = name
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-        def send(self, req):
-            return None
-
-        def receive(self, req, *, timeout_s):
-            return self.request(req, timeout_s=timeout_s)
-
-        def request(self, req, *, timeout_s):
+    class FakeWorker(StandInWorker):
+        def answer(self, req):
             seed = int(req.get("seed", 0))
             if not req.get("parallel_build"):
                 shifts.append((self.name, seed, req.get("placement_shift_mib")))
