@@ -21,10 +21,16 @@ import argparse
 import datetime
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Config
+
+if TYPE_CHECKING:
+    from extract.command import ExtractOptions
+    from integrate.command import IntegrateOptions
+    from optimize.command import OptimizeOptions
 
 NO_GPU_MESSAGE = (
     "no GPU: stopped after extract (and its compile check); run on a GPU machine for optimize/integrate: "
@@ -36,9 +42,9 @@ NO_GPU_MESSAGE = (
 class Stages:
     """The three stage entry points; tests put recorders here."""
 
-    extract: Any
-    optimize: Any
-    integrate: Any
+    extract: Callable[[ExtractOptions, Config], int]
+    optimize: Callable[[OptimizeOptions, Config], int]
+    integrate: Callable[[IntegrateOptions, Config], int]
 
 
 def stages() -> Stages:
