@@ -35,20 +35,11 @@ def to_evaluation(
 ) -> Evaluation:
     """Turn a worker run into an Evaluation (pure: CPU-tested with hand-made results)."""
     seconds = {"build": round(build_s, 3)}
-    if run.status == "timeout":
+    if run.status in ("timeout", "crashed") or run.result is None:  # the worker gave no result to judge
         return Evaluation(
             op_id=op_id,
             candidate=cid,
-            outcome=Outcome.timeout,
-            build=build,
-            seconds=seconds | {"test": round(run.seconds, 3)},
-            detail=f"{run.summary}; stderr tail:\n{run.stderr_tail}",
-        )
-    if run.status == "crashed" or run.result is None:
-        return Evaluation(
-            op_id=op_id,
-            candidate=cid,
-            outcome=Outcome.crashed,
+            outcome=Outcome.timeout if run.status == "timeout" else Outcome.crashed,
             build=build,
             seconds=seconds | {"test": round(run.seconds, 3)},
             detail=f"{run.summary}; stderr tail:\n{run.stderr_tail}",

@@ -132,11 +132,7 @@ class Checker:
         torch.cuda.synchronize()
         pause()
         bufs.load(inputs_y)
-        try:
-            graph.replay()
-        except Exception as err:  # noqa: BLE001
-            self._fail(impl, "crashed", f"graph replay failed: {err}", case)
-        self._sync(impl, case, "run 2")
+        self._replay(impl, graph, case, "run 2")
         self._check_untouched(impl, plan, images_y, bufs.storages, inside, "run 2", case)
         run2 = RunOutput({n: s.clone() for n, s in bufs.storages.items() if n not in unjudged})
         # run 3: run 1's inputs and poison again, through the graph: a race or an unsynchronised
@@ -144,11 +140,7 @@ class Checker:
         bufs.load(decoy)
         bufs.load(outputs_x)
         bufs.load(inputs_x)
-        try:
-            graph.replay()
-        except Exception as err:  # noqa: BLE001
-            self._fail(impl, "crashed", f"graph replay failed: {err}", case)
-        self._sync(impl, case, "run 3")
+        self._replay(impl, graph, case, "run 3")
         run1.repeatable = all(
             compare.same_bits(bufs.storages[t.name], run1.storages[t.name], t.dtype)
             for t in plan.tensors
@@ -170,6 +162,14 @@ class Checker:
                     "baseline_failed", f"the baseline rejects catalog shape {case.label}: {err}"
                 ) from None
             self._fail(impl, "incorrect", f"{run}: the candidate refused inputs the baseline accepts: {err}", case)
+
+    def _replay(self, impl: Impl, graph: Any, case, run: str) -> None:
+        """One replay of the captured call, then the sync that surfaces its CUDA errors; either fails the case."""
+        try:
+            graph.replay()
+        except Exception as err:  # noqa: BLE001
+            self._fail(impl, "crashed", f"graph replay failed: {err}", case)
+        self._sync(impl, case, run)
 
     def _sync(self, impl: Impl, case, run: str) -> None:
         import torch
