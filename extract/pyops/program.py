@@ -33,6 +33,7 @@ class Program:
 
     def __init__(self, root: pathlib.Path, texts: dict[str, str] | None = None) -> None:
         self.root = pathlib.Path(root)
+        self.ops_package = layout_of(self.root).ops_package  # the dotted prefix of the layout's op modules
         self.texts = dict(texts or {})
         self.sets = ModuleSet(self.root, {})
         self.scans: dict[str, ModuleScan] = {}
@@ -41,7 +42,7 @@ class Program:
 
     def rel_for(self, dotted: str) -> str | None:
         """``sglang.kernels.ops.a.b`` -> its package-relative file, when it is an op-tree module."""
-        if not dotted.startswith(layout_of(self.root).ops_package):
+        if not dotted.startswith(self.ops_package):
             return None
         parts = dotted.split(".")[1:]
         for rel in ("/".join(parts) + ".py", "/".join(parts) + "/__init__.py"):
