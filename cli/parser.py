@@ -66,6 +66,11 @@ def _ops(parser: argparse.ArgumentParser, *, default_all: bool = False) -> None:
     parser.add_argument("--all", action="store_true", help="every op the index knows")
 
 
+def ops_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The op ids the flags name (`--ops`), in their order; empty when none is named."""
+    return tuple(getattr(args, "ops", None) or ())
+
+
 def _version() -> str:
     """The installed distribution's version (``pyproject.toml``'s, through the package metadata)."""
     from importlib.metadata import PackageNotFoundError, version

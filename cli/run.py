@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cli.parser import ops_of
 from pipeline.config import Config
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def stage_options(stage: str, args: argparse.Namespace, run: str, *, gpu: bool =
     module first anyway, and a baseline that does not build stops its op there with
     nvcc's output (on the H200, 2026-12-01, the check alone took 117 s for rmsnorm).
     """
-    ops = tuple(getattr(args, "ops", None) or ())
+    ops = ops_of(args)
     all_ops = bool(getattr(args, "all", False))
     if stage == "extract":
         from extract.command import ExtractOptions

@@ -17,6 +17,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from cli.parser import ops_of
 from pipeline.config import Config
 from pipeline.output import EMIT
 
@@ -28,15 +29,11 @@ if TYPE_CHECKING:
 Handler = Callable[[argparse.Namespace, Config], int]
 
 
-def _ops(args: argparse.Namespace) -> tuple[str, ...]:
-    return tuple(getattr(args, "ops", None) or ())
-
-
 def extract_options(args: argparse.Namespace) -> ExtractOptions:
     from extract.command import ExtractOptions
 
     return ExtractOptions(
-        ops=_ops(args),
+        ops=ops_of(args),
         all_ops=bool(getattr(args, "all", False)),
         listing=bool(getattr(args, "list", False)),
         no_compile=bool(getattr(args, "no_compile", False)),
@@ -48,7 +45,7 @@ def optimize_options(args: argparse.Namespace) -> OptimizeOptions:
     from optimize.command import OptimizeOptions
 
     return OptimizeOptions(
-        ops=_ops(args),
+        ops=ops_of(args),
         all_ops=bool(getattr(args, "all", False)),
         coder=getattr(args, "coder", None),
         mode=getattr(args, "mode", None) or "multi",
