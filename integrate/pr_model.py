@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from integrate.landing import skill_transforms
 from integrate.records import AATiming, E2EResult, IntegrateReport
-from optimize.transforms import TRANSFORMS
+from optimize.transforms.registry import TRANSFORMS
 
 
 def fmt(value: float | None, spec: str = ".2f", none: str = "—") -> str:

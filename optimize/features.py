@@ -42,11 +42,9 @@ from optimize.cuda_facts import (
     owner_name,
 )
 from optimize.cuda_regions import Region
+from optimize.cuda_sites import size_switches, strided_divmod_sites, typed_access_sites
 from optimize.cuda_spans import region_texts
 from optimize.cuda_text import parse_number, text_of
-from optimize.dispatch_transforms import size_switches
-from optimize.divmod_transforms import strided_divmod_sites
-from optimize.hint_transforms import typed_access_sites
 from optimize.kernel_facts import KernelFeatures, LaunchSite, device_facts, kernel_features, launch_sites
 from pipeline.record_io import Record
 from pipeline.records import KernelResources, Span
@@ -239,7 +237,7 @@ class Features(Record):
     constants: list[TunableConstant] = Field(default_factory=list)
     math_sites: dict[str, int] = Field(default_factory=dict)  # fast_math op -> occurrences in device code
     # (host function, the name it switches on, its largest case), one per distinct switch, sorted
-    # (optimize.dispatch_transforms.size_switches; a launcher may switch over two sizes)
+    # (optimize.cuda_sites.size_switches; a launcher may switch over two sizes)
     size_switches: list[tuple[str, str, int]] = Field(default_factory=list)
     # size symbol -> its values among the measured shapes, sorted ({} without an evaluation)
     measured_sizes: dict[str, list[int]] = Field(default_factory=dict)

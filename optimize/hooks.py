@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from optimize import policy, transforms
+from optimize import policy
 from optimize.agents.testing import ProposedCase
 from optimize.features import Features, ProfileFacts, features_of_regions, measured_sizes
 from optimize.harness.tools import NcuResult
@@ -31,6 +31,7 @@ from optimize.policy import Decision
 from optimize.skills import Skill
 from optimize.skills import load_skills as _load_skills
 from optimize.trajectory import HistoryEntry
+from optimize.transforms import registry as transforms
 from pipeline.records import Task
 from pipeline.run_records import Candidate, Evaluation
 
@@ -106,7 +107,7 @@ def region_features(
 
 
 def named_transform(name: str) -> Transform:
-    """The registered transform ``name`` (:data:`optimize.transforms.TRANSFORMS`) as ``f(regions, params) -> regions``."""
+    """The registered transform ``name`` (:data:`optimize.transforms.registry.TRANSFORMS`) as ``f(regions, params) -> regions``."""
 
     def run(regions: dict[str, str], params: dict[str, Any]) -> dict[str, str]:
         return transforms.apply(name, regions, params)

@@ -10,7 +10,7 @@ How :func:`plan` decides:
 1. Each skill's rule is evaluated on :meth:`Features.flat`; false or undecided
    (a needed feature unknown) rejects the skill, naming the feature values.
 2. A skill with a mechanical transform expands its grid into concrete parameter
-   sets for this code (:func:`optimize.transforms.expand_targets`: which constant,
+   sets for this code (:func:`optimize.transforms.registry.expand_targets`: which constant,
    which kernel, its block size). With no target here, the skill falls back to the
    LLM coder when one is available, else it is rejected. A skill without a
    transform needs the LLM coder (one proposal per ``llm_variants`` entry).
@@ -48,7 +48,7 @@ from pydantic import Field
 from optimize.features import Features
 from optimize.skills import Skill, SkillLibrary
 from optimize.trajectory import HistoryEntry, RoundOutcome, params_key
-from optimize.transforms import TRANSFORMS, expand_targets
+from optimize.transforms.registry import TRANSFORMS, expand_targets
 from pipeline.record_io import Record
 
 GIVE_UP_AFTER = 3  # failures of one skill (any params) before the policy drops it

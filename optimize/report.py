@@ -45,7 +45,7 @@ def shape_table(baseline: Sequence[ShapeTiming], candidate: Sequence[ShapeTiming
 
 def params_text(params: dict) -> str:
     """A search point's steps as ``skill k=v; skill k=v`` (its target names left out), else ``k=v, ...``."""
-    from optimize.transforms import TRANSFORMS
+    from optimize.transforms.registry import TRANSFORMS
 
     steps = params.get("steps")
     if isinstance(steps, list) and all(isinstance(s, dict) for s in steps):

@@ -19,7 +19,7 @@ Skill file (TOML)::
     rationale = "..."                    # optional, for a reviewer: why it helps (the PR's "what changed")
     safety = "..."                       # optional, for a reviewer: why the edit keeps the results
     assumes = "..."                      # optional: what must hold for the safety argument
-    transform = "set_launch_bounds"      # optional: a name in transforms.TRANSFORMS
+    transform = "set_launch_bounds"      # optional: a name in transforms.registry.TRANSFORMS
     llm_variants = ["...", "..."]        # optional: distinct LLM attempts (params {"variant": ...})
     [effect]
     summary = "..."
@@ -438,7 +438,7 @@ class Skill(Record):
 
     @model_validator(mode="after")
     def _check(self) -> Skill:
-        from optimize.transforms import TRANSFORMS
+        from optimize.transforms.registry import TRANSFORMS
 
         self._rule = compile_rule(self.applies_when)
         if not self.risks:

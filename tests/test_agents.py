@@ -330,7 +330,7 @@ def test_coding_prompt_carries_plan_skill_and_regions():
 
 
 def test_coding_offline_uses_the_real_transforms():
-    from optimize import transforms
+    from optimize.transforms import registry as transforms
 
     def pragma(regions, params):
         return transforms.apply("add_pragma_unroll", regions, {"factor": 4, "runtime_loops": True})

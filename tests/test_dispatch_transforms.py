@@ -1,4 +1,4 @@
-"""optimize.dispatch_transforms: a launcher's size switch given larger power-of-two cases.
+"""optimize.transforms.size_dispatch: a launcher's size switch given larger power-of-two cases.
 
 On real SGLang source: moe_topk_sigmoid.cuh's launcher switches the expert count over 1..256 and
 sends 512 experts to its generic two-kernel path; topk_softmax's, the same family, reaches 512.
@@ -12,11 +12,12 @@ import shutil
 
 import pytest
 
-from optimize import transforms as T
 from optimize.cuda_regions import Region
+from optimize.cuda_sites import size_switches
 from optimize.cuda_spans import definition_spans, region_texts
-from optimize.dispatch_transforms import extend_size_dispatch, size_switches
-from optimize.transform_edits import NotApplicable, TransformError
+from optimize.transforms import registry as T
+from optimize.transforms.edits import NotApplicable, TransformError
+from optimize.transforms.size_dispatch import extend_size_dispatch
 
 SIGMOID = "kernels/jit/csrc/moe/moe_topk_sigmoid.cuh"
 SOFTMAX = "kernels/jit/csrc/moe/moe_topk_softmax.cuh"

@@ -1,4 +1,4 @@
-"""incremental_divmod (optimize.divmod_transforms): on real SGLang source, its refusals, and its arithmetic run.
+"""incremental_divmod (optimize.transforms.carried_divmod): on real SGLang source, its refusals, and its arithmetic run.
 
 The arithmetic test compiles our own small kernels, before and after the transform, as host C++
 (``__global__`` defined away, ``threadIdx``/``blockIdx`` as plain globals) and runs both over many
@@ -14,11 +14,12 @@ import subprocess
 
 import pytest
 
-from optimize import transforms as T
 from optimize.cuda_regions import Region
+from optimize.cuda_sites import strided_divmod_sites
 from optimize.cuda_spans import definition_spans, region_texts
-from optimize.divmod_transforms import incremental_divmod, strided_divmod_sites
-from optimize.transform_edits import NotApplicable
+from optimize.transforms import registry as T
+from optimize.transforms.carried_divmod import incremental_divmod
+from optimize.transforms.edits import NotApplicable
 
 
 def wheel_regions(sglang_source, path: str) -> dict[str, str]:

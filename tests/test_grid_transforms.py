@@ -1,4 +1,4 @@
-"""optimize.grid_transforms.cap_grid on SGLang's own sources (the pinned wheel): a grid-stride
+"""optimize.transforms.grid.cap_grid on SGLang's own sources (the pinned wheel): a grid-stride
 kernel's ceil-div grid capped at whole waves of the device, and the launches it must leave alone.
 The patched file is built for sm_90a with nvcc, as SGLang's load_jit would."""
 
@@ -10,10 +10,10 @@ import shutil
 import pytest
 from test_transforms import compile_for_sm90a, spliced
 
-from optimize import transforms as T
 from optimize.cuda_spans import definition_spans, region_texts
-from optimize.grid_transforms import cap_grid
-from optimize.transform_edits import NotApplicable
+from optimize.transforms import registry as T
+from optimize.transforms.edits import NotApplicable
+from optimize.transforms.grid import cap_grid
 
 BIAS = "kernels/jit/csrc/diffusion/bias_residual_add.cuh"
 ACT = "kernels/jit/csrc/elementwise/activation.cuh"

@@ -364,9 +364,9 @@ def test_a_fused_path_that_leaves_sglangs_scratch_unwritten_passes(tmp_path):
     every sigmoid first. The workspace is scratch (SGLang's wrapper drops it), so only topk_weights and
     topk_ids are judged; as inout it failed on the workspace alone (H100, 2026-12-05)."""
     from contract.layout import baseline_regions, load_task, read_task_files
-    from optimize.dispatch_transforms import extend_size_dispatch
     from optimize.harness.evaluate import evaluate
     from optimize.trajectory import candidate_id
+    from optimize.transforms.size_dispatch import extend_size_dispatch
     from pipeline.config import load_config
     from pipeline.run_records import Candidate
 

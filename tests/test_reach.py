@@ -6,7 +6,6 @@ import pathlib
 
 import pytest
 
-from optimize import transforms as T
 from optimize.cuda_spans import definition_spans, region_texts
 from optimize.reach import (
     Foreign,
@@ -17,6 +16,7 @@ from optimize.reach import (
     outside_text,
     task_wrappers,
 )
+from optimize.transforms import registry as T
 
 HASH_TOPK = "kernels/jit/csrc/deepseek_v4/hash_topk.cuh"
 

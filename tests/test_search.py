@@ -93,8 +93,8 @@ def test_points_that_do_not_compose_are_unrealizable_not_errors(sglang_source):
 def test_every_transform_has_a_place_in_the_order_and_the_order_is_written_once():
     """A transform missing from ORDER broke build_space on the H200 (ValueError, 2026-12-05): the order
     is now the registry's own, and what it must keep is checked here."""
-    from optimize import transforms
     from optimize.search.space import ORDER
+    from optimize.transforms import registry as transforms
 
     assert ORDER == tuple(transforms.TRANSFORMS)
     before = [
@@ -442,3 +442,27 @@ def test_a_sampled_space_is_measured_one_choice_at_a_time_first_then_the_winners
         base, None, decisions, config=config, coder="offline", measure=lambda c: [None] * len(c), seed=3
     )
     assert spent.budget_spent and spent.batches == [8] and not spent.members
+
+
+def test_every_member_module_of_the_transforms_package_is_registered_once():
+    """A transform is defined in its member module (edit, targets, spec); the registry's MEMBERS is the
+    one place that orders them. A member left out of MEMBERS would never be planned or searched, and
+    a spec registered twice (or a name reused) would shadow another."""
+    import ast
+    import importlib
+    import pathlib
+    import pkgutil
+
+    import optimize.transforms as package
+    from optimize.transforms import registry
+
+    machinery = {"edits", "spec", "registry", "triton_edits"}
+    members = {m.name for m in pkgutil.iter_modules(package.__path__)} - machinery
+    assert {m.__name__.rpartition(".")[2] for m in registry.MEMBERS} == members
+    specs = [spec for module in registry.MEMBERS for spec in module.SPECS]
+    assert len({s.name for s in specs}) == len(specs) == len(registry.TRANSFORMS)
+    for name in machinery - {"registry"}:  # the machinery defines no transform
+        assert not hasattr(importlib.import_module(f"optimize.transforms.{name}"), "SPECS"), name
+    # the package's __init__ imports nothing: optimize.features sits below the members and above cuda_sites
+    init = ast.parse(pathlib.Path(str(package.__file__)).read_text(encoding="utf-8"))
+    assert not [n for n in ast.walk(init) if isinstance(n, (ast.Import, ast.ImportFrom))]

@@ -1,4 +1,4 @@
-"""optimize.transforms on SGLang's real regions: exact bytes, refusals, targets, and one nvcc build.
+"""optimize.transforms' CUDA members on SGLang's real regions: exact bytes, refusals, targets, and one nvcc build.
 
 Every expected text is built here with plain string operations on the original
 region, independently of tree-sitter, and compared whole: a transform that
@@ -13,14 +13,19 @@ import subprocess
 
 import pytest
 
-from optimize import transforms as T
 from optimize.cuda_spans import definition_spans, region_texts
 from optimize.features import features_of_regions
-from optimize.transforms import Edit, NotApplicable, TransformError
+from optimize.transforms import registry as T
+from optimize.transforms.edits import Edit, NotApplicable, TransformError, apply_edits
+from optimize.transforms.fast_math import fast_math
+from optimize.transforms.knobs import set_launch_bounds, tune_constant
+from optimize.transforms.pdl import enable_pdl, pdl_early_trigger, pdl_late_wait
+from optimize.transforms.streaming import streaming_hints
+from optimize.transforms.unroll import add_pragma_unroll
 
 ELEMENTWISE = "kernels/jit/csrc/elementwise"
 
-#: The in-kernel test of a grid of at most 4 blocks per SM (optimize.pdl_transforms._grid_guard).
+#: The in-kernel test of a grid of at most 4 blocks per SM (optimize.transforms.pdl._grid_guard).
 GUARD_4 = (
     "if (gridDim.x * gridDim.y * gridDim.z <= 4u * [] { unsigned ids; "
     'asm("mov.u32 %0, %%nsmid;" : "=r"(ids)); return ids + 1u; }()) '
@@ -96,23 +101,23 @@ def only_changed(before: dict[str, str], after: dict[str, str], expected: dict[s
 
 @pytest.mark.wheel
 def test_tune_constant_changes_only_the_digits(act):
-    out = T.tune_constant(act, name="kBlockSize", value=512)
+    out = tune_constant(act, name="kBlockSize", value=512)
     only_changed(
         act, out, {"ActivationKernel": once(act["ActivationKernel"], "kBlockSize = 256u;", "kBlockSize = 512u;")}
     )
     with pytest.raises(NotApplicable, match="already 256"):
-        T.tune_constant(act, name="kBlockSize", value=256)
+        tune_constant(act, name="kBlockSize", value=256)
     with pytest.raises(NotApplicable, match="no compile-time constant 'kVecSize'"):
-        T.tune_constant(act, name="kVecSize", value=4)  # kMaxVecBytes / sizeof(T): not a literal
+        tune_constant(act, name="kVecSize", value=4)  # kMaxVecBytes / sizeof(T): not a literal
     with pytest.raises(NotApplicable, match="in 'Other'"):
-        T.tune_constant(act, name="kBlockSize", value=512, owner="Other")
+        tune_constant(act, name="kBlockSize", value=512, owner="Other")
     with pytest.raises(TransformError, match="positive integer"):
-        T.tune_constant(act, name="kBlockSize", value=0)
+        tune_constant(act, name="kBlockSize", value=0)
 
 
 @pytest.mark.wheel
 def test_set_launch_bounds_inserts_after_global(act):
-    out = T.set_launch_bounds(act, kernel="act_and_mul_kernel", max_threads=256)
+    out = set_launch_bounds(act, kernel="act_and_mul_kernel", max_threads=256)
     old = "__global__ void act_and_mul_kernel("
     only_changed(
         act,
@@ -123,72 +128,72 @@ def test_set_launch_bounds_inserts_after_global(act):
             )
         },
     )
-    out2 = T.set_launch_bounds(out, kernel="act_and_mul_kernel", min_blocks=2)  # keeps the 256
+    out2 = set_launch_bounds(out, kernel="act_and_mul_kernel", min_blocks=2)  # keeps the 256
     only_changed(
         out,
         out2,
         {"act_and_mul_kernel": once(out["act_and_mul_kernel"], "__launch_bounds__(256)", "__launch_bounds__(256, 2)")},
     )
     with pytest.raises(NotApplicable, match="already has"):
-        T.set_launch_bounds(out2, kernel="act_and_mul_kernel", max_threads=256, min_blocks=2)
+        set_launch_bounds(out2, kernel="act_and_mul_kernel", max_threads=256, min_blocks=2)
     with pytest.raises(NotApplicable, match="no max_threads"):
-        T.set_launch_bounds(act, kernel="act_kernel")
+        set_launch_bounds(act, kernel="act_kernel")
     with pytest.raises(NotApplicable, match="no __global__ kernel named 'nope'"):
-        T.set_launch_bounds(act, kernel="nope", max_threads=128)
+        set_launch_bounds(act, kernel="nope", max_threads=128)
     for bad in (0, 2048, True):
         with pytest.raises(TransformError, match="max_threads"):
-            T.set_launch_bounds(act, kernel="act_kernel", max_threads=bad)
+            set_launch_bounds(act, kernel="act_kernel", max_threads=bad)
     with pytest.raises(TransformError, match="not a plain constant expression"):
-        T.set_launch_bounds(act, kernel="act_kernel", max_threads="256; evil()")
+        set_launch_bounds(act, kernel="act_kernel", max_threads="256; evil()")
 
 
 @pytest.mark.wheel
 def test_fast_math_swaps_expf_and_rewrites_the_division_around_its_operands(act):
-    out = T.fast_math(act, ops=["expf", "fdividef"])
+    out = fast_math(act, ops=["expf", "fdividef"])
     expected = once(
         act["apply_activation_f32"],
         "return x_f32 / (1.0f + expf(-x_f32));",
         "return __fdividef(x_f32, (1.0f + __expf(-x_f32)));",
     )
     only_changed(act, out, {"apply_activation_f32": expected})
-    only_expf = T.fast_math(act, ops=["expf"])
+    only_expf = fast_math(act, ops=["expf"])
     only_changed(
         act, only_expf, {"apply_activation_f32": once(act["apply_activation_f32"], "expf(-x_f32)", "__expf(-x_f32)")}
     )
     # tanhf only when asked; erff has no intrinsic and stays; no sine anywhere
     assert "erff(" in out["apply_activation_f32"] and "tanhf(" in out["apply_activation_f32"]
     text = act["apply_activation_f32"]
-    only_changed(act, T.fast_math(act, ops=["tanhf"]), {"apply_activation_f32": once(text, "tanhf(", "__tanhf(")})
+    only_changed(act, fast_math(act, ops=["tanhf"]), {"apply_activation_f32": once(text, "tanhf(", "__tanhf(")})
     with pytest.raises(NotApplicable, match="no sinf site"):
-        T.fast_math(act, ops=["sinf"])
+        fast_math(act, ops=["sinf"])
     with pytest.raises(TransformError, match="unknown ops"):
-        T.fast_math(act, ops=["erff"])
+        fast_math(act, ops=["erff"])
 
 
 @pytest.mark.wheel
 def test_pdl_early_trigger_moves_the_trigger_line_after_the_wait(act):
-    out = T.pdl_early_trigger(act, kernel="act_and_mul_kernel")
+    out = pdl_early_trigger(act, kernel="act_and_mul_kernel")
     text = act["act_and_mul_kernel"]
     wait, trigger = "  PDLWaitPrimary<kUsePDL>();\n", "  PDLTriggerSecondary<kUsePDL>();\n"
     expected = once(once(text, trigger, ""), wait, wait + trigger)
     only_changed(act, out, {"act_and_mul_kernel": expected})
-    both = T.pdl_early_trigger(act)
+    both = pdl_early_trigger(act)
     assert both["act_kernel"] != act["act_kernel"] and sorted(both["act_kernel"]) == sorted(act["act_kernel"])
     with pytest.raises(NotApplicable):
-        T.pdl_early_trigger(out, kernel="act_and_mul_kernel")  # already early
+        pdl_early_trigger(out, kernel="act_and_mul_kernel")  # already early
 
 
 @pytest.mark.wheel
 def test_pdl_early_trigger_below_a_grid_size_keeps_the_trailing_trigger(act):
     """blocks_per_sm: a guarded copy of the trigger after the wait; the baseline's trailing trigger stays.
     The guard counts the device's SMs from inside the kernel: no card's block count is written in."""
-    out = T.pdl_early_trigger(act, kernel="act_and_mul_kernel", blocks_per_sm=4)
+    out = pdl_early_trigger(act, kernel="act_and_mul_kernel", blocks_per_sm=4)
     text = act["act_and_mul_kernel"]
     wait = "  PDLWaitPrimary<kUsePDL>();\n"
     guarded = f"  {GUARD_4}PDLTriggerSecondary<kUsePDL>();\n"
     only_changed(act, out, {"act_and_mul_kernel": once(text, wait, wait + guarded)})
     assert out["act_and_mul_kernel"].rstrip().endswith("PDLTriggerSecondary<kUsePDL>();\n}".rstrip())
-    assert T.apply("pdl_early_trigger", act, {"blocks_per_sm": 0}) == T.pdl_early_trigger(act), "0: always early"
+    assert T.apply("pdl_early_trigger", act, {"blocks_per_sm": 0}) == pdl_early_trigger(act), "0: always early"
     grid = {"blocks_per_sm": [1, 4, 16]}
     assert T.expand_targets("pdl_early_trigger", features_of_regions(act), grid) == [
         {"blocks_per_sm": 1},
@@ -200,29 +205,29 @@ def test_pdl_early_trigger_below_a_grid_size_keeps_the_trailing_trigger(act):
 @pytest.mark.wheel
 def test_activation_refusals(act):
     with pytest.raises(NotApplicable, match="template flag"):
-        T.enable_pdl(act)  # .enable_pdl(kUsePDL): SGLang's flag, on for Hopper
+        enable_pdl(act)  # .enable_pdl(kUsePDL): SGLang's flag, on for Hopper
     with pytest.raises(NotApplicable, match="compile-time for-loop"):
-        T.add_pragma_unroll(act)  # both constant loops already carry #pragma unroll
+        add_pragma_unroll(act)  # both constant loops already carry #pragma unroll
 
 
 @pytest.mark.wheel
 def test_streaming_hints_rename_only_the_typed_accesses_and_define_the_helpers_once(act, fused):
-    from optimize.hint_transforms import HELPERS
+    from optimize.transforms.streaming import HELPERS
 
-    out = T.streaming_hints(act, what="loads")
+    out = streaming_hints(act, what="loads")
     first = "act_and_mul_kernel"
     assert out[first].startswith(HELPERS.decode()), "the helpers go before the first edited kernel, once"
     for name in act:
         body = out[name].removeprefix(HELPERS.decode()) if name == first else out[name]
         assert body == act[name].replace("device::load_as<", "load_as_streaming<"), name
     assert sum(o.count("#define SGL_STREAMING_ACCESS_DEFINED") for o in out.values()) == 1
-    both = T.streaming_hints(act)
+    both = streaming_hints(act)
     assert "store_as_streaming<vec_t>(params.out, out, vec_id);" in both["act_kernel"]
     assert "device::store_as" not in "".join(both.values())
     with pytest.raises(NotApplicable, match="no device::load_as/store_as call"):
-        T.streaming_hints(fused)  # its accesses go through other helpers
+        streaming_hints(fused)  # its accesses go through other helpers
     with pytest.raises(TransformError, match="what="):
-        T.streaming_hints(act, what="weights")
+        streaming_hints(act, what="weights")
     feats = features_of_regions(act)
     assert feats.static.typed_accesses == 6 and not feats.static.cache_hints
     assert features_of_regions(both).static.cache_hints, "once hinted, the skill no longer applies"
@@ -233,7 +238,7 @@ def test_streaming_hints_rename_only_the_typed_accesses_and_define_the_helpers_o
 
 @pytest.mark.wheel
 def test_rmsnorm_min_blocks_keeps_the_existing_bound_and_unroll_marks_grid_stride_loops(rms):
-    out = T.set_launch_bounds(rms, kernel="rmsnorm_cta_double", min_blocks=4)
+    out = set_launch_bounds(rms, kernel="rmsnorm_cta_double", min_blocks=4)
     only_changed(
         rms,
         out,
@@ -244,7 +249,7 @@ def test_rmsnorm_min_blocks_keeps_the_existing_bound_and_unroll_marks_grid_strid
         },
     )
     loop = "  for (uint32_t i = blockIdx.x; i < num_tokens; i += gridDim.x) {"
-    out = T.add_pragma_unroll(rms, factor=2, runtime_loops=True)
+    out = add_pragma_unroll(rms, factor=2, runtime_loops=True)
     only_changed(
         rms,
         out,
@@ -254,12 +259,12 @@ def test_rmsnorm_min_blocks_keeps_the_existing_bound_and_unroll_marks_grid_strid
         },
     )
     with pytest.raises(TransformError, match="factor >= 2"):
-        T.add_pragma_unroll(rms, runtime_loops=True)
+        add_pragma_unroll(rms, runtime_loops=True)
 
 
 @pytest.mark.wheel
 def test_rmsnorm_fdividef_leaves_math_rsqrt_alone(rms):
-    out = T.fast_math(rms, ops=["fdividef"])
+    out = fast_math(rms, ops=["fdividef"])
     for name in ("rmsnorm_cta_double", "rmsnorm_cta_wide"):
         expected = rms[name].replace(
             "math::rsqrt(sum_of_squares / kDim + eps)", "math::rsqrt(__fdividef(sum_of_squares, kDim) + eps)"
@@ -274,7 +279,7 @@ def test_rmsnorm_fdividef_leaves_math_rsqrt_alone(rms):
 
 @pytest.mark.wheel
 def test_enable_pdl_flips_the_literal_and_guards_the_kernel(fused):
-    out = T.enable_pdl(fused)
+    out = enable_pdl(fused)
     kernel = fused["fused_add_rmsnorm_reg_kernel"]
     head = "float eps) {\n"
     tail = "    p_out[threadIdx.x] = v_out;\n  }\n}"
@@ -290,15 +295,15 @@ def test_enable_pdl_flips_the_literal_and_guards_the_kernel(fused):
     after = features_of_regions(out).static
     assert after.pdl_launch and after.pdl_wait and after.pdl_trigger and not after.pdl_off
     with pytest.raises(NotApplicable):
-        T.enable_pdl(out)
+        enable_pdl(out)
 
 
 @pytest.mark.wheel
 def test_enable_pdl_below_a_grid_size_decides_at_run_time_from_the_launch_grid(fused):
     """The bucketed form (pdl_small_grids): the literal becomes a test of the launch's own grid,
     the kernel gets the same wait and trigger as with PDL always on."""
-    out = T.enable_pdl(fused, blocks_per_sm=4)
-    always = T.enable_pdl(fused)
+    out = enable_pdl(fused, blocks_per_sm=4)
+    always = enable_pdl(fused)
     grid = "static_cast<uint>(N.unwrap())"
     assert fused["FusedAddRMSNormKernel"].count(f"LaunchKernel({grid}, threads") == 1
     switch = (
@@ -324,9 +329,9 @@ def test_enable_pdl_below_a_grid_size_refuses_a_grid_with_a_side_effect():
     kern = "__global__ void k(int n) { if (n) {} }"
     bumped = {"L": "void run(int n) { LaunchKernel(n++, 128, dev)(k, n); }", "k": kern}
     with pytest.raises(NotApplicable, match="side-effect-free"):
-        T.enable_pdl(bumped, blocks_per_sm=1)
+        enable_pdl(bumped, blocks_per_sm=1)
     plain = {"L": "void run(int n) { LaunchKernel(n == 1 ? 2 : n, 128, dev)(k, n); }", "k": kern}
-    assert "const dim3 pdl_grid = n == 1 ? 2 : n;" in T.enable_pdl(plain, blocks_per_sm=1)["L"]
+    assert "const dim3 pdl_grid = n == 1 ? 2 : n;" in enable_pdl(plain, blocks_per_sm=1)["L"]
 
 
 def test_enable_pdl_in_kernel_runs_the_wait_and_trigger_only_in_the_grids_that_get_pdl():
@@ -335,7 +340,7 @@ def test_enable_pdl_in_kernel_runs_the_wait_and_trigger_only_in_the_grids_that_g
     kern = "__global__ void k(int n) {\n  if (n) {}\n}"
     one = {"L": "void run(int n) {\n  LaunchKernel(n, 128, dev)(k, n);\n}", "k": kern}
     guard = GUARD_4
-    out = T.enable_pdl(one, blocks_per_sm=4, in_kernel=True)
+    out = enable_pdl(one, blocks_per_sm=4, in_kernel=True)
     assert out["k"] == (
         "__global__ void k(int n) {\n"
         f"  {guard}device::PDLWaitPrimary<true>();\n"
@@ -343,32 +348,32 @@ def test_enable_pdl_in_kernel_runs_the_wait_and_trigger_only_in_the_grids_that_g
         f"  {guard}device::PDLTriggerSecondary<true>();\n"
         "}"
     )
-    assert out["L"] == T.enable_pdl(one, blocks_per_sm=4)["L"], "the launch's switch is the same"
+    assert out["L"] == enable_pdl(one, blocks_per_sm=4)["L"], "the launch's switch is the same"
     two = {
         "L": "void run(int n) {\n  LaunchKernel(n, 128, dev)(k, n);\n  LaunchKernel(n, 128, dev).enable_pdl(true)(k, n);\n}",
         "k": kern,
     }
     with pytest.raises(NotApplicable, match="also launched another way"):
-        T.enable_pdl(two, blocks_per_sm=4, in_kernel=True)
-    assert guard not in T.enable_pdl(two, blocks_per_sm=4)["k"]
+        enable_pdl(two, blocks_per_sm=4, in_kernel=True)
+    assert guard not in enable_pdl(two, blocks_per_sm=4)["k"]
     with pytest.raises(NotApplicable, match="needs blocks_per_sm"):
-        T.enable_pdl(one, in_kernel=True)
+        enable_pdl(one, in_kernel=True)
 
 
 @pytest.mark.wheel
 def test_fused_unroll_and_exact_reciprocal(fused):
     kernel = fused["fused_add_rmsnorm_reg_kernel"]
-    out = T.add_pragma_unroll(fused)
+    out = add_pragma_unroll(fused)
     loop = "    for (int i = 0; i < inner_loop; i++) {"
     assert kernel.count(loop) == 2
     only_changed(fused, out, {"fused_add_rmsnorm_reg_kernel": kernel.replace(loop, "#pragma unroll\n" + loop)})
-    out = T.fast_math(fused, ops=["rcp"])
+    out = fast_math(fused, ops=["rcp"])
     old = "(1.0f / static_cast<float>(vec_hidden_size * (VEC_SIZE_IN_BYTE / sizeof(T))))"
     new = "(__frcp_rn(static_cast<float>(vec_hidden_size * (VEC_SIZE_IN_BYTE / sizeof(T)))))"
     only_changed(fused, out, {"fused_add_rmsnorm_reg_kernel": once(kernel, old, new)})
     with pytest.raises(NotApplicable):
-        T.pdl_early_trigger(fused)
-    out = T.set_launch_bounds(fused, kernel="fused_add_rmsnorm_reg_kernel", max_threads=1024)
+        pdl_early_trigger(fused)
+    out = set_launch_bounds(fused, kernel="fused_add_rmsnorm_reg_kernel", max_threads=1024)
     assert out["fused_add_rmsnorm_reg_kernel"] == kernel.replace(
         "__global__ void", "__global__ __launch_bounds__(1024) void", 1
     )
@@ -385,7 +390,7 @@ def test_fast_math_nesting_constant_contexts_doubles_and_host_code():
 }
 float host_side(float a, float b) { return expf(a) / b; }
 """
-    out = T.fast_math({"f": src})
+    out = fast_math({"f": src})
     expected = src.replace("a / (b / c)", "__fdividef(a, (__fdividef(b, c)))").replace("1.0f / sqrtf(c)", "rsqrtf(c)")
     assert out["f"] == expected
 
@@ -398,7 +403,7 @@ def test_enable_pdl_adds_the_attribute_to_a_bare_launch_and_refuses_chevrons():
   }
 };"""
     kern = "__global__ void k(int n) { if (n) {} }"
-    out = T.enable_pdl({"L": src, "k": kern})
+    out = enable_pdl({"L": src, "k": kern})
     assert out["L"] == src.replace(
         "LaunchKernel(n, 128, dev)(k", "LaunchKernel(n, 128, dev).enable_pdl(true)(k"
     ).replace(".use_pdl = false", ".use_pdl = true")
@@ -408,17 +413,17 @@ def test_enable_pdl_adds_the_attribute_to_a_bare_launch_and_refuses_chevrons():
     )
     chevron = {"L": "void run(int n) { k<<<n, 128>>>(n); }", "k": kern}
     with pytest.raises(NotApplicable, match="<<<>>>"):
-        T.enable_pdl(chevron)
+        enable_pdl(chevron)
 
 
 def test_apply_edits_refuses_overlaps_and_broken_parses():
     regions = {"a": "int f() { return 1; }\n"}
     with pytest.raises(TransformError, match="overlapping"):
-        T.apply_edits("t", regions, [Edit("a", 0, 5, b"x"), Edit("a", 3, 8, b"y")])
+        apply_edits("t", regions, [Edit("a", 0, 5, b"x"), Edit("a", 3, 8, b"y")])
     with pytest.raises(TransformError, match="does not parse"):
-        T.apply_edits("t", regions, [Edit("a", 8, 9, b"")])  # drop the opening brace
+        apply_edits("t", regions, [Edit("a", 8, 9, b"")])  # drop the opening brace
     with pytest.raises(NotApplicable, match="change nothing"):
-        T.apply_edits("t", regions, [Edit("a", 0, 3, b"int")])
+        apply_edits("t", regions, [Edit("a", 0, 3, b"int")])
     out = T.apply_edits("t", regions, [Edit("a", 17, 18, b"2")])
     assert out == {"a": "int f() { return 2; }\n"}
 
@@ -450,7 +455,7 @@ def test_targets_bind_constants_and_kernels_and_respect_launch_bounds(act, fused
         {"kernel": "act_and_mul_kernel", "max_threads": 256, "min_blocks": 0},
         {"kernel": "act_kernel", "max_threads": 256, "min_blocks": 0},
     ]  # 256 x 16 blocks cannot fit an SM
-    bounded = T.set_launch_bounds(act, kernel="act_and_mul_kernel", max_threads=256)
+    bounded = set_launch_bounds(act, kernel="act_and_mul_kernel", max_threads=256)
     grown = T.expand_targets(
         "tune_constant", features_of_regions(bounded), {"role": ["block_size"], "value": [128, 512]}
     )
@@ -520,8 +525,8 @@ def test_transformed_kernels_compile_for_sm90a(tmp_path, sglang_source):
 def test_pdl_late_wait_moves_the_wait_past_memory_free_setup_only(fused):
     """After PDL is on, the wait goes down past the constants, aliases, shared declaration and index math
     of fused_add_rmsnorm's kernel, and stops at the first statement that may read memory."""
-    on = T.enable_pdl(fused)
-    out = T.pdl_late_wait(on)
+    on = enable_pdl(fused)
+    out = pdl_late_wait(on)
     kernel = out["fused_add_rmsnorm_reg_kernel"]
     lines = [line.strip() for line in kernel.splitlines()]
     wait = lines.index("device::PDLWaitPrimary<true>();")
@@ -534,9 +539,9 @@ def test_pdl_late_wait_moves_the_wait_past_memory_free_setup_only(fused):
     assert sorted(kernel.splitlines()) == sorted(on["fused_add_rmsnorm_reg_kernel"].splitlines()), "only the line moved"
     only_changed(on, out, {"fused_add_rmsnorm_reg_kernel": kernel})
     with pytest.raises(NotApplicable):
-        T.pdl_late_wait(fused)  # PDL off: no wait to move
+        pdl_late_wait(fused)  # PDL off: no wait to move
     with pytest.raises(NotApplicable):
-        T.pdl_late_wait(out)  # already as late as the data allows
+        pdl_late_wait(out)  # already as late as the data allows
 
 
 # --------------------------------------------------------------------------- upstream form

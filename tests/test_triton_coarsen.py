@@ -1,4 +1,4 @@
-"""optimize.triton_coarsen: program coarsening of a Triton grid axis (kernel and launch edited together)."""
+"""optimize.transforms.triton_coarsen: program coarsening of a Triton grid axis (kernel and launch edited together)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from triton_demo import scaled_add_task
 
 from contract.layout import baseline_regions, read_task_files, task_dir
-from optimize import transforms
-from optimize import triton_coarsen as tc
 from optimize.search import triton_space
-from optimize.transform_edits import NotApplicable, TransformError
+from optimize.transforms import registry as transforms
+from optimize.transforms import triton_coarsen as tc
+from optimize.transforms.edits import NotApplicable, TransformError
 
 KERNEL = (
     "@triton.jit\n"

@@ -15,10 +15,10 @@ from triton_demo import demo_tree
 
 from contract.layout import baseline_regions, read_task_files, task_dir
 from extract import triton_ops, triton_tasks
-from optimize import triton_transforms as tt
 from optimize.harness import triton_check
 from optimize.search import triton_space
 from optimize.search.space import realize
+from optimize.transforms import triton_edits as tt
 from pipeline.run_records import Outcome
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "triton_space"
@@ -44,7 +44,7 @@ def test_an_autotuned_kernel_offers_a_pin_and_no_launch_options(demo):
     task, folder, _ = demo
     found, skipped, tokens = triton_space.tunables(task, folder)
     assert [(t.id, t.values) for t in found] == [
-        ("launch:scaled_add_kernel/programs[0]", (2, 4, 8)),  # program coarsening (optimize.triton_coarsen)
+        ("launch:scaled_add_kernel/programs[0]", (2, 4, 8)),  # program coarsening (optimize.transforms.triton_coarsen)
         ("scaled_add_kernel/autotune", (0, 1)),
     ]
     assert {s.what for s in skipped} == {"launch:scaled_add_kernel/num_warps", "launch:scaled_add_kernel/num_stages"}

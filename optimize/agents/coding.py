@@ -82,7 +82,7 @@ def code_offline(plan: Plan, regions: Mapping[str, str], transform: Any) -> Code
             f"skill {plan.skill} has no mechanical transform (it needs the LLM coder)",
             agent="transform",
         )
-    from optimize import transforms
+    from optimize.transforms import registry as transforms
 
     try:
         new = transform(dict(regions), dict(plan.params))

@@ -34,7 +34,7 @@ from contract.layout import SRC_DIR, baseline_regions, read_task_files
 from extract.splice import SpliceError, apply_regions
 from extract.triton_compile import compile_task
 from extract.triton_scan import scan_file
-from optimize import triton_transforms as tt
+from optimize.transforms import triton_edits as tt
 from pipeline.buckets import BUCKETS, bucket_for
 from pipeline.compiler_output import relocate_spans
 from pipeline.record_io import Record

@@ -29,12 +29,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from optimize import transforms
 from optimize.policy import Decision
+from optimize.transforms import registry as transforms
 from pipeline.run_records import Step
 
 #: Transforms applied in this order, whatever order the proposals came in: the registry's own
-#: order (:data:`optimize.transforms.TRANSFORMS` says why it is this one), written once.
+#: order (:data:`optimize.transforms.registry.TRANSFORMS` says why it is this one), written once.
 ORDER = tuple(transforms.TRANSFORMS)
 
 #: A transform whose target appears only after another one ran: (after, skill, transform, params).

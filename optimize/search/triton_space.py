@@ -6,12 +6,12 @@ launch sites' keywords, the kernels' ``tl.constexpr`` parameters and defaults, t
 same :class:`optimize.policy.Decision` proposals the CUDA planner makes, so
 ``build_space(decisions(task, task_dir))`` is a :class:`~optimize.search.space.Space`
 whose points :func:`~optimize.search.space.realize` turns into regions through
-:mod:`optimize.triton_transforms`.
+:mod:`optimize.transforms.triton_edits`.
 
 What is tunable (:func:`tunables`), and what is not (with the reason, :class:`Untunable`):
 
 - a launch's ``num_warps`` / ``num_stages``: given as an integer literal, or absent (Triton's
-  default, :data:`optimize.triton_transforms.DEFAULTS`) when no ``**splat`` may set it; not
+  default, :data:`optimize.transforms.triton_edits.DEFAULTS`) when no ``**splat`` may set it; not
   for an autotuned kernel (its configs carry them: a launch keyword would clash);
 - a block-size constexpr (a parameter named ``*BLOCK*``) the launch passes by keyword as an
   integer literal, or as a wrapper local bound once to an integer literal (``block_h = 1024``);
@@ -19,8 +19,8 @@ What is tunable (:func:`tunables`), and what is not (with the reason, :class:`Un
 - a block-size constexpr the launches leave to its integer default (the kernel's own default);
 - an autotune list of two or more literal configs: pin one.
 
-Values: ``num_warps`` over :data:`~optimize.triton_transforms.NUM_WARPS`, ``num_stages`` over
-:data:`~optimize.triton_transforms.NUM_STAGES`, block sizes the powers of two from a quarter to
+Values: ``num_warps`` over :data:`~optimize.transforms.triton_edits.NUM_WARPS`, ``num_stages`` over
+:data:`~optimize.transforms.triton_edits.NUM_STAGES`, block sizes the powers of two from a quarter to
 four times the baseline's, all but the baseline's own. Shape buckets: when the wrapper's token
 count can be written (:func:`token_expression`), each launch-side tunable is one dimension per
 token bucket the task's shapes fall in (decode T<=64, mid, prefill T>=512 of
@@ -42,10 +42,10 @@ from typing import Any
 import libcst as cst
 
 from contract.layout import SRC_DIR, baseline_regions, read_task_files
-from optimize import triton_coarsen as coarsen
-from optimize import triton_transforms as tt
 from optimize.policy import Decision
 from optimize.search.space import Choice, Space, build_space
+from optimize.transforms import triton_coarsen as coarsen
+from optimize.transforms import triton_edits as tt
 from pipeline.buckets import BUCKETS, bucket_for
 from pipeline.records import Task, TritonKernel, TritonLaunch
 
@@ -239,7 +239,7 @@ def imports_triton(module: cst.Module) -> bool:
 def _coarsening(
     call: cst.Call, kernel_text: str, kernel: str, span: str, has_triton: bool
 ) -> tuple[list[Tunable], list[Untunable]]:
-    """Program coarsening (:mod:`optimize.triton_coarsen`) per grid axis the kernel reads, bucketed."""
+    """Program coarsening (:mod:`optimize.transforms.triton_coarsen`) per grid axis the kernel reads, bucketed."""
     what = f"{span}/programs"
     entries = coarsen.grid_entries(call)
     if entries is None:

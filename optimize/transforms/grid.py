@@ -26,7 +26,9 @@ from extract import treesitter as ts
 from optimize.cuda_facts import classify_grid, loops_of
 from optimize.cuda_regions import LaunchExpr, Region
 from optimize.cuda_text import Node, named_children, text_of
-from optimize.transform_edits import Edit, NotApplicable, apply_edits, indent_of, line_start
+from optimize.features import Features
+from optimize.transforms.edits import Edit, NotApplicable, apply_edits, indent_of, line_start
+from optimize.transforms.spec import Params, TransformSpec
 
 RESIDENT = "kMaxResidentBlocks"  # the static each edited launch caches its one-wave grid in
 _SIDE_EFFECT = re.compile(r"\+\+|--|(?<![=!<>])=(?!=)")
@@ -160,4 +162,24 @@ def _statement_of(node: Node) -> Node:
     return current
 
 
-__all__ = ["RESIDENT", "cap_grid"]
+def _cap_grid_targets(features: Features, point: Params) -> list[Params]:
+    """A kernel that already strides by the grid, launched by a grid not yet sized to the machine
+    (the transform checks each launch itself)."""
+    if not features.static.grid_stride_loop or features.static.persistent_grid:
+        return []
+    return [{"waves": int(point.get("waves", 1))}]
+
+
+SPECS = (
+    TransformSpec(
+        "cap_grid",
+        cap_grid,
+        {"waves": "the grid is capped at this many full waves: occupancy x SMs, asked of the device at run time"},
+        (),
+        _cap_grid_targets,
+        "cap a grid-stride kernel's grid at whole waves of the device",
+        choice=("waves",),
+    ),
+)
+
+__all__ = ["RESIDENT", "SPECS", "cap_grid"]

@@ -1,10 +1,9 @@
-"""The compile-time knobs as mechanical transforms: a constant's value (``tune_constant``), a kernel's
-``__launch_bounds__`` (``set_launch_bounds``), ``#pragma unroll`` before device loops
-(``add_pragma_unroll``).
+"""Two compile-time knobs as mechanical transforms: a constant's value (``tune_constant``) and a
+kernel's ``__launch_bounds__`` (``set_launch_bounds``).
 
-Each is a transform of the registry :data:`optimize.transforms.TRANSFORMS` and keeps its contract
-(byte-exact edits that parse; :class:`~optimize.transform_edits.NotApplicable` with the reason when
-there is nothing to do).
+Each keeps the transforms' contract (:mod:`optimize.transforms`: byte-exact edits that parse;
+:class:`~optimize.transforms.edits.NotApplicable` with the reason when there is nothing to do).
+They apply after PDL and before the grid cap: a bound set here may depend on a constant set here.
 """
 
 from __future__ import annotations
@@ -14,14 +13,15 @@ from collections.abc import Mapping
 
 from optimize.cuda_facts import (
     iter_literal_constants,
-    loops_of,
     owner_name,
 )
 from optimize.cuda_regions import Region
 from optimize.cuda_text import (
     text_of,
 )
-from optimize.transform_edits import Edit, NotApplicable, TransformError, apply_edits, line_start
+from optimize.features import Features
+from optimize.transforms.edits import Edit, NotApplicable, TransformError, apply_edits
+from optimize.transforms.spec import Params, TransformSpec
 
 # --------------------------------------------------------------------------- tune_constant
 
@@ -129,42 +129,80 @@ def set_launch_bounds(
     return apply_edits("set_launch_bounds", regions, edits)
 
 
-# --------------------------------------------------------------------------- add_pragma_unroll
+# --------------------------------------------------------------------------- registered
 
 
-def add_pragma_unroll(
-    regions: Mapping[str, str], *, factor: int = 0, runtime_loops: bool = False, kernel: str | None = None
-) -> dict[str, str]:
-    """Put ``#pragma unroll`` (``factor`` 0) or ``#pragma unroll N`` before for-loops in device code.
-
-    Loops with a compile-time trip count get it by default; ``runtime_loops``
-    extends it to loops bounded at run time (grid-stride loops), which needs a
-    ``factor`` >= 2. Loops that already carry a pragma are left alone, and the
-    pragma goes on a line of its own at column 0 (SGLang's style) only where the
-    ``for`` starts its line. ``kernel`` limits the edit to one function.
-    """
-    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 0:
-        raise TransformError(f"add_pragma_unroll: factor must be an integer >= 0, got {factor!r}")
-    if runtime_loops and factor < 2:
-        raise TransformError("add_pragma_unroll: a run-time-bounded loop needs an unroll factor >= 2")
-    region = Region(regions)
-    pragma = b"#pragma unroll" + (f" {factor}".encode() if factor else b"") + b"\n"
-    edits: list[Edit] = []
-    for f in region.device_code:
-        if kernel is not None and f.name != kernel:
+def _tune_targets(features: Features, point: Params) -> list[Params]:
+    role = point.get("role")
+    value = point.get("value")
+    out = []
+    for c in features.constants:
+        if role is not None and c.role != role or value is None or c.value == value:
             continue
-        src = f.doc.src
-        for loop in loops_of(region, f):
-            if loop.node.type != "for_statement" or loop.unrolled:
+        if c.role == "block_size":
+            if not (isinstance(value, int) and value % 32 == 0 and 32 <= value <= 1024):
                 continue
-            if not loop.compile_time and not runtime_loops:
+            # a kernel this owner launches with tighter launch bounds would refuse the launch
+            bounds = [
+                int(k.launch_bounds.split(",")[0])
+                for l in features.launches
+                if l.function.split("::")[0] == c.owner
+                for k in features.kernels
+                if k.name in l.kernels and k.launch_bounds and k.launch_bounds.split(",")[0].strip().isdigit()
+            ]
+            if bounds and value > min(bounds):
                 continue
-            start = line_start(src, loop.node.start_byte)
-            if src[start : loop.node.start_byte].strip():
+        out.append({"name": c.name, "owner": c.owner, "value": value})
+    return out
+
+
+def _launch_bounds_targets(features: Features, point: Params) -> list[Params]:
+    min_blocks = int(point.get("min_blocks", 0))
+    out: list[Params] = []
+    for k in features.kernels:
+        if not k.launched:
+            continue
+        if k.launch_bounds:
+            parts = [p.strip() for p in k.launch_bounds.split(",")]
+            if parts[1:] == ([str(min_blocks)] if min_blocks else []):
                 continue
-            edits.append(Edit(f.doc.span, start, start, pragma))
-    if not edits:
-        raise NotApplicable(
-            "add_pragma_unroll", "no " + ("" if runtime_loops else "compile-time ") + "for-loop without a pragma"
-        )
-    return apply_edits("add_pragma_unroll", regions, edits)
+            first = parts[0]
+            if min_blocks and first.isdigit() and int(first) * min_blocks > 2048:
+                continue
+            out.append({"kernel": k.name, "max_threads": None, "min_blocks": min_blocks})
+            continue
+        threads = k.block_size if k.block_size is not None else (1024 if k.block_size_runtime else None)
+        if threads is None or (min_blocks and threads * min_blocks > 2048):
+            continue
+        out.append({"kernel": k.name, "max_threads": threads, "min_blocks": min_blocks})
+    return out
+
+
+#: constants before the attributes that depend on them
+SPECS = (
+    TransformSpec(
+        "tune_constant",
+        tune_constant,
+        {"name": "constant to set", "value": "new integer value", "owner": "struct/function that defines it"},
+        ("role",),
+        _tune_targets,
+        "set a literal compile-time constant (block size, items, unroll, vector bytes)",
+        choice=("value",),
+    ),
+    TransformSpec(
+        "set_launch_bounds",
+        set_launch_bounds,
+        {
+            "kernel": "kernel name",
+            "max_threads": "threads per block bound (None keeps the existing one)",
+            "min_blocks": "minimum resident blocks per SM (0 = leave out)",
+        },
+        (),
+        _launch_bounds_targets,
+        "add or set __launch_bounds__ on a kernel",
+        choice=("max_threads", "min_blocks"),
+    ),
+)
+
+
+__all__ = ["SPECS", "set_launch_bounds", "tune_constant"]

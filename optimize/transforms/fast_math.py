@@ -1,9 +1,9 @@
 """``fast_math``: precise device math swapped for Hopper's fast intrinsics (``expf`` -> ``__expf``,
 ``1.0f / x`` -> ``__frcp_rn(x)``, ...), one op family at a time.
 
-A transform of the registry :data:`optimize.transforms.TRANSFORMS`, under its contract (byte-exact
+A transform under the contract of :mod:`optimize.transforms` (byte-exact
 edits that parse). What must stay true: nothing in a constant expression or in double precision is
-touched, and an op not in :data:`FAST_MATH_OPS` is a :class:`~optimize.transform_edits.TransformError`.
+touched, and an op not in :data:`FAST_MATH_OPS` is a :class:`~optimize.transforms.edits.TransformError`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from optimize.cuda_text import (
     strip_parens,
     text_of,
 )
-from optimize.transform_edits import Edit, NotApplicable, TransformError, apply_edits
+from optimize.features import Features
+from optimize.transforms.edits import Edit, NotApplicable, TransformError, apply_edits
+from optimize.transforms.spec import Params, TransformSpec
 
 # --------------------------------------------------------------------------- fast_math
 
@@ -158,3 +160,24 @@ def _node_at(root: Node, start: int, end: int) -> Node:
         if node.start_byte == start and node.end_byte == end:
             return node
     raise LookupError(f"no node at {start}-{end}")
+
+
+def _fast_math_targets(features: Features, point: Params) -> list[Params]:
+    ops = point.get("ops") or list(FAST_MATH_OPS)
+    present = [op for op in ops if features.math_sites.get(op)]
+    return [{"ops": present}] if present else []
+
+
+SPECS = (
+    TransformSpec(
+        "fast_math",
+        fast_math,
+        {"ops": f"subset of {sorted(FAST_MATH_OPS)}"},
+        (),
+        _fast_math_targets,
+        "precise math -> fast intrinsics in device code",
+        choice=("ops",),
+    ),
+)
+
+__all__ = ["FAST_MATH_OPS", "SPECS", "fast_math"]

@@ -1,24 +1,18 @@
-"""Mechanical edits of a Triton task's regions, made with libcst: launch options, block sizes, autotune lists.
+"""The libcst machinery of the Triton transforms: a task's launch and kernel regions parsed, edited and
+checked, values checked against what Triton accepts, and choices by token bucket.
 
 Why: a Triton kernel's speed turns on a few compile-time choices (``num_warps``,
 ``num_stages``, the block-size ``tl.constexpr`` values, which autotune configs run), and
-each is a small edit of the Python source once the node is found. These are the Triton
-variant of :mod:`optimize.transforms`'s contract: ``fn(regions, **params) -> dict[str, str]``
+each is a small edit of the Python source once the node is found. The Triton members of
+:mod:`optimize.transforms` keep the transforms' contract, ``fn(regions, **params) -> dict[str, str]``,
 over the task's span texts (``<kernel>``: the decorated ``@triton.jit`` function;
-``launch:<kernel>``: the call expression ``kernel[grid](...)``), registered in
-:data:`optimize.transforms.TRANSFORMS` so a :class:`optimize.search.space.Space` realizes
-them like any other step.
+``launch:<kernel>``: the call expression ``kernel[grid](...)``), so a
+:class:`optimize.search.space.Space` realizes them like any other step:
 
-The edits:
-
-- :func:`launch_option`: set (or add) the launch site's ``num_warps`` / ``num_stages`` keyword;
-- :func:`block_size`: set a block-size constexpr the launch passes by keyword. When it passes
-  a name (``BLOCK_H=block_h``, the grid reading ``block_h`` too), every use of that value in
-  the launch region (the grid's included) becomes the new value, so grid and block agree; when it
-  passes an integer literal, that literal in the grid (``triton.cdiv(n, 256)``) changes with it;
-- :func:`constexpr_default`: set the default of a constexpr parameter the launch leaves out;
-- :func:`autotune_pin`: keep one config of the kernel's ``@triton.autotune`` list (no
-  autotuning at run time, the config the search picked).
+- :mod:`~optimize.transforms.triton_kernel`: an autotune list pinned to one config, a constexpr's default;
+- :mod:`~optimize.transforms.triton_block_size`: a block-size constexpr the launch passes (grid and block together);
+- :mod:`~optimize.transforms.triton_coarsen`: several programs of a grid axis run in one;
+- :mod:`~optimize.transforms.triton_launch_option`: the launch's ``num_warps`` / ``num_stages``.
 
 Shape buckets: a launch-side edit with ``bucket`` (a name of :data:`pipeline.buckets.BUCKETS`)
 and ``tokens`` (the wrapper's expression of the token count, ``x.shape[0]``) writes a
@@ -29,10 +23,10 @@ the same keyword join the same chain, so a point picks a value per bucket.
 What must stay true: nodes are found and replaced with libcst, never by searching text;
 everything outside the changed nodes is kept byte for byte; an edited region parses as what
 it was (a module holding the function, a call of the kernel's subscript), else
-:class:`~optimize.transform_edits.TransformError` (a bug here); values outside what Triton
+:class:`~optimize.transforms.edits.TransformError` (a bug here); values outside what Triton
 accepts (a block size that is not a power of two, ``num_warps`` not in :data:`NUM_WARPS`,
 ``num_stages`` outside :data:`NUM_STAGES`) are :class:`TransformError`; nothing to do is
-:class:`~optimize.transform_edits.NotApplicable`.
+:class:`~optimize.transforms.edits.NotApplicable`.
 """
 
 from __future__ import annotations
@@ -42,7 +36,9 @@ from typing import Any
 
 import libcst as cst
 
-from optimize.transform_edits import NotApplicable, TransformError
+from optimize.features import Features
+from optimize.transforms.edits import NotApplicable, TransformError
+from optimize.transforms.spec import Params
 from pipeline.buckets import BUCKETS
 
 NUM_WARPS = (1, 2, 4, 8, 16)
@@ -51,6 +47,12 @@ NUM_STAGES = (1, 2, 3, 4, 5)
 DEFAULTS = {"num_warps": 4, "num_stages": 3}
 LAUNCH_OPTIONS = tuple(DEFAULTS)
 MAX_BLOCK = 1 << 20  # triton's TRITON_MAX_TENSOR_NUMEL
+
+#: the parameters a launch-side edit takes to choose by token count
+BUCKETED = {
+    "bucket": "a token bucket of pipeline.buckets.BUCKETS ('' = every token count)",
+    "tokens": "the wrapper's expression of the token count (with bucket)",
+}
 
 _EMPTY = cst.Module([])
 
@@ -166,7 +168,7 @@ def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Ca
     return call.with_changes(args=args)
 
 
-class _Replace(cst.CSTTransformer):
+class Replace(cst.CSTTransformer):
     """Every expression deep-equal to ``old`` (parentheses aside) becomes ``new``."""
 
     def __init__(self, old: cst.BaseExpression, new: cst.BaseExpression) -> None:
@@ -200,49 +202,6 @@ def launch_call(regions: Mapping[str, str], launch: str) -> cst.Call:
     if launch not in regions:
         raise TransformError(f"no launch region {launch!r}; regions: {sorted(regions)}")
     return parse_launch(regions[launch], launch)
-
-
-def launch_option(
-    regions: Mapping[str, str], *, launch: str, option: str, value: int, bucket: str = "", tokens: str = ""
-) -> dict[str, str]:
-    """Set ``option`` (num_warps or num_stages) at launch site ``launch``, in every bucket or in ``bucket`` only."""
-    if option not in LAUNCH_OPTIONS:
-        raise TransformError(f"launch option must be one of {LAUNCH_OPTIONS}, not {option!r}")
-    check_value(option, value)
-    call = launch_call(regions, launch)
-    found = keyword(call, option)
-    current = found.value if found is not None else None
-    return edited_launch(
-        regions,
-        launch,
-        with_keyword(call, option, new_value(current, value, bucket, tokens, DEFAULTS[option])),
-        "triton_launch_option",
-    )
-
-
-def block_size(
-    regions: Mapping[str, str], *, launch: str, name: str, value: int, bucket: str = "", tokens: str = ""
-) -> dict[str, str]:
-    """Set constexpr ``name`` the launch passes by keyword; a value passed as a name changes at every use in the launch."""
-    check_value(name, value)
-    call = launch_call(regions, launch)
-    found = keyword(call, name)
-    if found is None:
-        raise NotApplicable("triton_block_size", f"{launch} passes no keyword {name}")
-    current = found.value
-    new = new_value(current, value, bucket, tokens, None)
-    if isinstance(bare(current), cst.Integer):  # a literal: the keyword, and the same number in the grid only
-        grid = call.func
-        assert isinstance(grid, cst.Subscript)
-        edited_grid = grid.visit(_Replace(current, new))
-        assert isinstance(edited_grid, cst.Subscript)
-        return edited_launch(
-            regions, launch, with_keyword(call, name, new).with_changes(func=edited_grid), "triton_block_size"
-        )
-    replace = _Replace(current, new)
-    edited = call.visit(replace)
-    assert isinstance(edited, cst.Call)
-    return edited_launch(regions, launch, edited, "triton_block_size")
 
 
 # --------------------------------------------------------------------------- the kernel region
@@ -280,20 +239,6 @@ def kernel_edited(
     return {**regions, kernel: text}
 
 
-def constexpr_default(regions: Mapping[str, str], *, kernel: str, name: str, value: int) -> dict[str, str]:
-    """Set the default of ``kernel``'s constexpr parameter ``name`` (one the launches do not pass)."""
-    check_value(name, value)
-    module, fn = kernel_region(regions, kernel)
-    param = next((p for p in (*fn.params.params, *fn.params.kwonly_params) if p.name.value == name), None)
-    if param is None or param.default is None:
-        raise NotApplicable("triton_constexpr_default", f"{kernel} has no parameter {name} with a default")
-    if not isinstance(bare(param.default), cst.Integer):
-        raise NotApplicable("triton_constexpr_default", f"{kernel}.{name}'s default is not an integer literal")
-    new = fn.deep_replace(param, param.with_changes(default=cst.Integer(str(value))))
-    assert isinstance(new, cst.FunctionDef)
-    return kernel_edited(regions, kernel, module, fn, new, "triton_constexpr_default")
-
-
 def autotune_call(fn: cst.FunctionDef) -> cst.Call | None:
     for d in fn.decorators:
         node = d.decorator
@@ -306,23 +251,6 @@ def autotune_list(call: cst.Call) -> cst.List | None:
     """The literal ``configs=[...]`` list (or the first positional one) of an autotune decorator."""
     arg = keyword(call, "configs") or next((a for a in call.args if a.keyword is None), None)
     return arg.value if arg is not None and isinstance(arg.value, cst.List) else None
-
-
-def autotune_pin(regions: Mapping[str, str], *, kernel: str, index: int) -> dict[str, str]:
-    """Keep config ``index`` of ``kernel``'s autotune list, alone (its text kept as written)."""
-    module, fn = kernel_region(regions, kernel)
-    call = autotune_call(fn)
-    configs = autotune_list(call) if call is not None else None
-    if configs is None:
-        raise NotApplicable("triton_autotune_pin", f"{kernel} has no literal @triton.autotune config list")
-    if len(configs.elements) < 2:
-        raise NotApplicable("triton_autotune_pin", f"{kernel}'s autotune list has one config already")
-    if not 0 <= index < len(configs.elements):
-        raise TransformError(f"{kernel}: autotune config {index} of {len(configs.elements)}")
-    kept = configs.elements[index].with_changes(comma=configs.elements[-1].comma)
-    new = fn.deep_replace(configs, configs.with_changes(elements=[kept]))
-    assert isinstance(new, cst.FunctionDef)
-    return kernel_edited(regions, kernel, module, fn, new, "triton_autotune_pin")
 
 
 def literal_int(node: cst.BaseExpression | None) -> int | None:
@@ -345,27 +273,36 @@ def names_of(nodes: Sequence[cst.CSTNode]) -> set[str]:
     return out
 
 
+def no_targets(features: Features, point: Params) -> list[Params]:
+    """None from a CUDA region's features: a Triton task's targets come from its record
+    (:mod:`optimize.search.triton_space`)."""
+    return []
+
+
 __all__ = [
+    "BUCKETED",
     "DEFAULTS",
     "LAUNCH_OPTIONS",
+    "MAX_BLOCK",
     "NUM_STAGES",
     "NUM_WARPS",
+    "Replace",
     "autotune_call",
     "autotune_list",
-    "autotune_pin",
     "bare",
-    "block_size",
     "bucket_test",
     "check_value",
-    "constexpr_default",
+    "code",
     "edited_launch",
     "join_chain",
     "kernel_edited",
     "kernel_region",
     "keyword",
     "launch_call",
-    "launch_option",
+    "literal_int",
+    "names_of",
     "new_value",
+    "no_targets",
     "parse_kernel",
     "parse_launch",
     "split_chain",

@@ -1,58 +1,113 @@
-"""Strength reduction: a strided loop's ``v / m`` and ``v % m`` kept up to date instead of divided each trip.
+"""The code sites three transforms edit, read once for the features that plan them and the edits that
+make them: a launcher's size switch, a strided kernel loop's divisions, SGLang's typed accesses.
 
-Why: SGLang's grid-stride kernels index a second operand by the loop variable's quotient or
-remainder (``bias_gelu.cuh``: ``b.load(bias, vec_id % row_vecs)``; ``rope.cuh``'s
-``fused_rope_kernel``: ``idx / num_q_and_k_heads`` and ``idx % num_q_and_k_heads``). With a
-run-time 64-bit divisor each trip pays an emulated division, tens of instructions, next to a
-few for the work itself; 26 of the extracted ops have such a loop. Since ``v`` grows by the
-same step every trip, ``v / m`` and ``v % m`` grow by ``step / m`` and ``step % m``, plus a
-carry of one when the remainder passes ``m``.
+Why here, below :mod:`optimize.features`: the planner counts these sites (``size_switches``,
+``strided_divmod``, ``typed_accesses``) to decide whether a transform applies, and the transform
+(:mod:`optimize.transforms`, above the features) edits exactly the sites counted. One reader for
+both keeps "planned" and "editable" the same set.
 
-:func:`incremental_divmod` rewrites each such loop of a kernel::
-
-    // before                                   // after
-    for (T v = E; v < n; v += S) {             auto carry_r0 = static_cast<T>(E) % (M);
-      ... v % M ... v / M ...                   auto carry_q0 = static_cast<T>(E) / (M);
-    }                                           const auto carry_sr0 = (S) % (M);
-                                                const auto carry_sq0 = (S) / (M);
-                                                for (T v = E; v < n; v += S, carry_r0 += carry_sr0,
-                                                     carry_q0 += carry_sq0 + (carry_r0 >= (M)),
-                                                     carry_r0 -= carry_r0 >= (M) ? (M) : 0) {
-                                                  ... carry_r0 ... carry_q0 ...
-                                                }
-
-What must stay true (the transform refuses a loop otherwise):
-- ``v`` is the loop's one declared variable, changed only by the update ``v += S`` and not
-  declared again inside (a shadowing inner loop), and the loop sits in a block (the new
-  declarations go right before it);
-- ``E`` reads ``threadIdx`` / ``blockIdx``, or a name initialized from them (a grid- or block-stride loop: ``v``, ``S`` and
-  ``M`` are non-negative there, where C++'s ``/`` and ``%`` agree with the carried values), and like
-  ``S`` and ``M`` it reads no memory and has no side effect, since it is evaluated again;
-- ``S`` and ``M`` are names, fields, literals and arithmetic (no memory read, no call but a cast), do
-  not mention ``v``, and nothing in the body assigns a name they use;
-- the new values have the types ``v / M`` and ``v % M`` had (``static_cast<T>(E)`` is ``v``'s
-  first value), and the update runs on ``continue`` as the old one did.
-A ``#pragma unroll`` before the loop stays attached to it.
+- :func:`size_switches`: switches over a run-time size with power-of-two cases and a ``default:``
+  (``optimize.transforms.size_dispatch``);
+- :func:`strided_loops`, :func:`strided_divmod_sites`: grid- or block-stride loops that divide their
+  variable by an invariant (``optimize.transforms.carried_divmod``; its docstring states the rules);
+- :func:`typed_accesses`, :func:`typed_access_sites`: ``device::load_as`` / ``store_as`` calls in device
+  code (``optimize.transforms.streaming``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from extract import treesitter as ts
-from optimize.cuda_facts import initialized_from
+from optimize.cuda_facts import calls_in, initialized_from
 from optimize.cuda_regions import Region, RegionFunction
-from optimize.cuda_text import Node, matches, names_in, prev_named_sibling, text_of
-from optimize.transform_edits import Edit, NotApplicable, apply_edits, indent_of
+from optimize.cuda_text import Node, matches, names_in, text_of
+
+# --------------------------------------------------------------------------- size switches
+
+
+@dataclass(frozen=True)
+class SizeSwitch:
+    """A switch :func:`optimize.transforms.size_dispatch.extend_size_dispatch` can extend: where, its labels, and its largest case."""
+
+    function: RegionFunction
+    subject: str  # the name switched on
+    labels: tuple[int, ...]
+    largest: Node  # the case_statement of the largest label
+    literals: tuple[Node, ...]  # the largest case's number literals equal to its label, label included
+
+
+def is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def _number(src: bytes, node: Node) -> int | None:
+    text = text_of(src, node).strip().rstrip("uUlL")
+    return int(text) if text.isdigit() else None
+
+
+def _descendants(node: Node) -> Iterator[Node]:
+    """``node`` and every node under it (depth first)."""
+    stack = [node]
+    while stack:
+        cursor = stack.pop()
+        yield cursor
+        stack.extend(cursor.children)
+
+
+def _literals(node: Node, src: bytes, value: int) -> list[Node]:
+    found = (n for n in _descendants(node) if n.type == "number_literal" and _number(src, n) == value)
+    return sorted(found, key=lambda n: n.start_byte)
+
+
+def size_switches(region: Region) -> list[SizeSwitch]:
+    """Every switch of the region's host code that :func:`optimize.transforms.size_dispatch.extend_size_dispatch` can extend."""
+    out: list[SizeSwitch] = []
+    for f in region.hosts:
+        src = f.doc.src
+        for node in _descendants(f.body):
+            if node.type != "switch_statement":
+                continue
+            condition, body = node.child_by_field_name("condition"), node.child_by_field_name("body")
+            subject = text_of(src, condition).strip("() \t\n") if condition is not None else ""
+            if body is None or not subject.isidentifier():
+                continue
+            cases = [c for c in body.named_children if c.type == "case_statement"]
+            labelled: list[tuple[int, Node]] = []
+            has_default = False
+            for case in cases:
+                value = case.child_by_field_name("value")
+                if value is None:
+                    has_default = True
+                    continue
+                number = _number(src, value) if value.type == "number_literal" else None
+                if number is None:
+                    break  # a label that is no integer literal: not a size dispatch
+                labelled.append((number, case))
+            else:
+                powers = {v for v, _ in labelled if is_power_of_two(v)}
+                if not has_default or len(powers) < 2:
+                    continue
+                top, largest = max(labelled, key=lambda item: item[0])
+                literals = _literals(largest, src, top)
+                # the case's last child: the label when it has no statement, never a break then
+                if largest.named_children[-1].type != "break_statement" or len(literals) < 2:
+                    continue
+                out.append(SizeSwitch(f, subject, tuple(v for v, _ in labelled), largest, tuple(literals)))
+    return out
+
+
+# --------------------------------------------------------------------------- strided loops
+
 
 _ASSIGN = re.compile(r"(\+\+|--|(?<![=!<>])=(?!=)|\batomic\w*)")
 
 
 @dataclass(frozen=True)
 class StridedLoop:
-    """One loop :func:`incremental_divmod` can rewrite: its parts and the divisions by each divisor."""
+    """One loop :func:`optimize.transforms.carried_divmod.incremental_divmod` can rewrite: its parts and the divisions by each divisor."""
 
     node: Node  # the for_statement
     var: str
@@ -125,7 +180,7 @@ def _declared(src: bytes, body: Node) -> set[str]:
 
 
 def strided_loops(f: RegionFunction) -> list[StridedLoop]:
-    """The loops of kernel ``f`` that :func:`incremental_divmod` rewrites (see the module doc)."""
+    """The loops of kernel ``f`` that :func:`optimize.transforms.carried_divmod.incremental_divmod` rewrites (see the module doc)."""
     src = f.doc.src
     out: list[StridedLoop] = []
     for m in matches("loops", f.body):
@@ -176,54 +231,40 @@ def strided_loops(f: RegionFunction) -> list[StridedLoop]:
 
 
 def strided_divmod_sites(region: Region) -> int:
-    """How many ``v / m`` and ``v % m`` of strided kernel loops :func:`incremental_divmod` could replace."""
+    """How many ``v / m`` and ``v % m`` of strided kernel loops :func:`optimize.transforms.carried_divmod.incremental_divmod` could replace."""
     return sum(len(sites) for k in region.kernels for loop in strided_loops(k) for sites in loop.divisions.values())
 
 
-def incremental_divmod(regions: Mapping[str, str], *, kernel: str | None = None) -> dict[str, str]:
-    """Carry the quotient and remainder of each strided loop's divisions (see the module doc)."""
-    region = Region(regions)
-    edits: list[Edit] = []
-    for f in region.kernels:
-        if kernel is not None and f.name != kernel:
+# --------------------------------------------------------------------------- typed accesses
+
+
+def typed_access_sites(region: Region, which: tuple[str, ...] = ("load_as", "store_as")) -> int:
+    """How many ``device::load_as`` / ``store_as`` calls the streaming hints could rename."""
+    return sum(len(typed_accesses(f, which)) for f in region.device_code if f.owner is None)
+
+
+def typed_accesses(f: RegionFunction, which: tuple[str, ...]) -> list[tuple[int, int, str]]:
+    """(start, end, access) of the callee's name part (``device::load_as``) of each typed access in ``f``
+    whose access (``load_as``, ``store_as``) is in ``which``."""
+    out = []
+    for name, text, call in calls_in(f.doc.src, f.body):
+        plain = text.strip()
+        if name not in which or not (plain.startswith(f"device::{name}<") or plain.startswith(f"{name}<")):
             continue
-        src, span = f.doc.src, f.doc.span
-        for number, loop in enumerate(strided_loops(f)):
-            first = loop.init if loop.var_type == "auto" else f"static_cast<{loop.var_type}>({loop.init})"
-            pad = indent_of(src, loop.node).decode()
-            lines, carries = (
-                [f"// {loop.var}'s quotients and remainders, carried from step to step instead of divided again"],
-                [],
-            )
-            for index, (divisor, sites) in enumerate(sorted(loop.divisions.items())):
-                tag, ops = f"{number}_{index}", {op for _, op in sites}
-                r, q = f"carry_r{tag}", f"carry_q{tag}"
-                lines.append(f"auto {r} = ({first}) % ({divisor});")
-                lines.append(f"const auto carry_sr{tag} = ({loop.step}) % ({divisor});")
-                carries.append(f"{r} += carry_sr{tag}")
-                if "/" in ops:
-                    lines.append(f"auto {q} = ({first}) / ({divisor});")
-                    lines.append(f"const auto carry_sq{tag} = ({loop.step}) / ({divisor});")
-                    carries.append(f"{q} += carry_sq{tag} + ({r} >= ({divisor}))")
-                carries.append(f"{r} -= {r} >= ({divisor}) ? ({divisor}) : 0")
-                edits += [Edit(span, n.start_byte, n.end_byte, (r if op == "%" else q).encode()) for n, op in sites]
-            at = loop.node
-            before = prev_named_sibling(loop.node)
-            if (
-                before is not None
-                and before.type == "preproc_call"
-                and b"unroll" in src[before.start_byte : before.end_byte]
-            ):
-                at = before  # the pragma stays right before its loop
-            text = "".join(f"{line}\n{pad}" for line in lines)
-            edits.append(Edit(span, at.start_byte, at.start_byte, text.encode()))
-            update = text_of(src, loop.update)
-            edits.append(
-                Edit(span, loop.update.start_byte, loop.update.end_byte, ", ".join([update, *carries]).encode())
-            )
-    if not edits:
-        raise NotApplicable("incremental_divmod", "no kernel loop steps its variable and divides it by an invariant")
-    return apply_edits("incremental_divmod", regions, edits)
+        callee = call.child_by_field_name("function")
+        assert callee is not None  # a call_expression always names its function
+        head = len(plain.split("<", 1)[0])  # "device::load_as" or "load_as"
+        out.append((callee.start_byte, callee.start_byte + head, name))
+    return out
 
 
-__all__ = ["StridedLoop", "incremental_divmod", "strided_divmod_sites", "strided_loops"]
+__all__ = [
+    "SizeSwitch",
+    "StridedLoop",
+    "size_switches",
+    "strided_divmod_sites",
+    "strided_loops",
+    "typed_access_sites",
+    "is_power_of_two",
+    "typed_accesses",
+]

@@ -16,7 +16,9 @@ from extract import treesitter as ts
 from optimize.cuda_facts import pdl_statements
 from optimize.cuda_regions import Region
 from optimize.cuda_text import Node, last_name, named_children, text_of
-from optimize.transform_edits import Edit, NotApplicable, apply_edits, indent_of, line_end, line_start
+from optimize.features import Features
+from optimize.transforms.edits import Edit, NotApplicable, apply_edits, indent_of, line_end, line_start
+from optimize.transforms.spec import Params, TransformSpec
 
 _WAIT_STMT = b"device::PDLWaitPrimary<true>();"
 _TRIGGER_STMT = b"device::PDLTriggerSecondary<true>();"
@@ -308,4 +310,66 @@ def pdl_late_wait(regions: Mapping[str, str], *, kernel: str | None = None) -> d
     return apply_edits("pdl_late_wait", regions, edits)
 
 
-__all__ = ["PURE_CALLS", "enable_pdl", "pdl_early_trigger", "pdl_late_wait"]
+# --------------------------------------------------------------------------- registered
+
+
+def _enable_pdl_targets(features: Features, point: Params) -> list[Params]:
+    if not any(l.pdl in ("off", "absent") for l in features.launches):
+        return []
+    per_sm = int(point.get("blocks_per_sm", 0))
+    if not per_sm:
+        return [{}]
+    return [{"blocks_per_sm": per_sm, "in_kernel": True} if point.get("in_kernel") else {"blocks_per_sm": per_sm}]
+
+
+def _late_wait_targets(features: Features, point: Params) -> list[Params]:
+    return [{}] if any(k.pdl_wait and k.launched for k in features.kernels) else []
+
+
+def _early_trigger_targets(features: Features, point: Params) -> list[Params]:
+    if not any(k.pdl_trigger_at_end and k.launched for k in features.kernels):
+        return []
+    per_sm = int(point.get("blocks_per_sm", 0))
+    return [{"blocks_per_sm": per_sm} if per_sm else {}]
+
+
+#: PDL applies first: the early trigger moves the trigger that turning PDL on placed
+SPECS = (
+    TransformSpec(
+        "enable_pdl",
+        enable_pdl,
+        {
+            "blocks_per_sm": "PDL only for launches of at most this many blocks per SM, decided at run time (0: always)",
+            "in_kernel": "with blocks_per_sm: the kernel's wait and trigger run only in such grids too",
+        },
+        (),
+        _enable_pdl_targets,
+        "turn programmatic dependent launch on (for every grid, or for small ones)",
+        choice=("blocks_per_sm", "in_kernel"),
+        overlap=True,
+    ),
+    TransformSpec(
+        "pdl_late_wait",
+        pdl_late_wait,
+        {"kernel": "one kernel (None: every kernel)"},
+        (),
+        _late_wait_targets,
+        "move the PDL wait past the statements after it that read no memory",
+        overlap=True,
+    ),
+    TransformSpec(
+        "pdl_early_trigger",
+        pdl_early_trigger,
+        {
+            "kernel": "one kernel (None: every kernel)",
+            "blocks_per_sm": "trigger early only in grids of at most this many blocks per SM, decided at run time (0: always)",
+        },
+        (),
+        _early_trigger_targets,
+        "trigger dependents right after the PDL wait (in every grid, or in small ones)",
+        choice=("blocks_per_sm",),
+        overlap=True,
+    ),
+)
+
+__all__ = ["PURE_CALLS", "SPECS", "enable_pdl", "pdl_early_trigger", "pdl_late_wait"]

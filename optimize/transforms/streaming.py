@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from optimize.cuda_facts import calls_in
-from optimize.cuda_regions import Region, RegionFunction
-from optimize.transform_edits import Edit, NotApplicable, TransformError, apply_edits
+from optimize.cuda_regions import Region
+from optimize.cuda_sites import typed_accesses
+from optimize.features import Features
+from optimize.transforms.edits import Edit, NotApplicable, TransformError, apply_edits
+from optimize.transforms.spec import Params, TransformSpec
 
 #: SGLang's typed access -> the hinted one (``device::`` qualified or not)
 RENAMES = {"load_as": "load_as_streaming", "store_as": "store_as_streaming"}
@@ -66,25 +68,6 @@ __device__ __forceinline__ void store_as_streaming(void* ptr, std::type_identity
 """
 
 
-def typed_access_sites(region: Region, which: tuple[str, ...] = ("load_as", "store_as")) -> int:
-    """How many ``device::load_as`` / ``store_as`` calls :func:`streaming_hints` could hint."""
-    return sum(len(_sites(f, which)) for f in region.device_code if f.owner is None)
-
-
-def _sites(f: RegionFunction, which: tuple[str, ...]) -> list[tuple[int, int, str]]:
-    """(start, end, new name) of the name part of each typed access in ``f``."""
-    out = []
-    for name, text, call in calls_in(f.doc.src, f.body):
-        plain = text.strip()
-        if name not in which or not (plain.startswith(f"device::{name}<") or plain.startswith(f"{name}<")):
-            continue
-        callee = call.child_by_field_name("function")
-        assert callee is not None  # a call_expression always names its function
-        head = len(plain.split("<", 1)[0])  # "device::load_as" or "load_as"
-        out.append((callee.start_byte, callee.start_byte + head, RENAMES[name]))
-    return out
-
-
 def streaming_hints(regions: Mapping[str, str], *, what: str = "both") -> dict[str, str]:
     """Give SGLang's typed loads, stores or both in device code an evict-first hint (see the module doc)."""
     which = WHICH.get(what)
@@ -97,7 +80,7 @@ def streaming_hints(regions: Mapping[str, str], *, what: str = "both") -> dict[s
     for f in region.device_code:
         if f.owner is not None:
             continue
-        sites = _sites(f, which)
+        sites = [(a, b, RENAMES[name]) for a, b, name in typed_accesses(f, which)]
         if not sites:
             continue
         span = f.doc.span
@@ -111,4 +94,22 @@ def streaming_hints(regions: Mapping[str, str], *, what: str = "both") -> dict[s
     return apply_edits("streaming_hints", regions, edits)
 
 
-__all__ = ["HELPERS", "RENAMES", "WHICH", "streaming_hints", "typed_access_sites"]
+def _streaming_targets(features: Features, point: Params) -> list[Params]:
+    what = str(point.get("what", "both"))
+    return [{"what": what}] if features.static.typed_accesses and what in WHICH else []
+
+
+#: before fast math: both rename callees, and fast math (anywhere) goes last
+SPECS = (
+    TransformSpec(
+        "streaming_hints",
+        streaming_hints,
+        {"what": f"which typed accesses get an evict-first hint: {sorted(WHICH)}"},
+        (),
+        _streaming_targets,
+        "device::load_as / store_as -> evict-first (ld/st.global.cs) accesses",
+        choice=("what",),
+    ),
+)
+
+__all__ = ["HELPERS", "RENAMES", "SPECS", "WHICH", "streaming_hints"]

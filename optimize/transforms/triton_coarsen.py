@@ -18,14 +18,14 @@ The edit, on axis ``a`` with factor ``K`` (:func:`coarsen_programs`):
   parameter runs the body once, unguarded, as before: another caller of the kernel is unaffected;
 - the launch region's grid entry ``E`` becomes ``triton.cdiv(E, K)`` and the launch passes
   ``coarse_extent_<a>=E`` and ``COARSE_PROGRAMS_<a>=K``. With a token bucket, ``K`` is the same
-  per-bucket chain as a launch option's (:func:`optimize.triton_transforms.bucket_test`), the
+  per-bucket chain as a launch option's (:func:`optimize.transforms.triton_edits.bucket_test`), the
   baseline's 1 the fallback, written in the grid and the keyword alike; Triton compiles one
   specialization per factor.
 
 What must stay true: the kernel is edited once per axis (a second edit of the same axis changes
 the launch only); only a grid written as a literal tuple in the launch is edited, and only a kernel
 with no ``return``, no ``*args`` and no keyword-only parameters (the body moves into a loop);
-everything else is :class:`~optimize.transform_edits.NotApplicable`. Correctness is the harness's
+everything else is :class:`~optimize.transforms.edits.NotApplicable`. Correctness is the harness's
 to judge (a ``@triton.jit`` helper the kernel calls that reads ``tl.program_id`` itself would see
 the coarsened id: the oracle catches it).
 """
@@ -36,8 +36,9 @@ from collections.abc import Mapping
 
 import libcst as cst
 
-from optimize import triton_transforms as tt
-from optimize.transform_edits import NotApplicable, TransformError
+from optimize.transforms import triton_edits as tt
+from optimize.transforms.edits import NotApplicable, TransformError
+from optimize.transforms.spec import TransformSpec
 
 FACTORS = (2, 4, 8)
 TRANSFORM = "triton_coarsen_programs"
@@ -208,8 +209,28 @@ def coarsen_programs(
     return out
 
 
+SPECS = (
+    TransformSpec(
+        TRANSFORM,
+        coarsen_programs,
+        {
+            "launch": "launch region",
+            "kernel": "the launched kernel's region",
+            "axis": "the grid axis",
+            "value": "programs folded into one (a power of two)",
+        }
+        | tt.BUCKETED,
+        (),
+        tt.no_targets,
+        "run several consecutive programs of a Triton grid axis in one program (grid and kernel together)",
+        choice=("value",),
+    ),
+)
+
+
 __all__ = [
     "FACTORS",
+    "SPECS",
     "TRANSFORM",
     "coarsen_programs",
     "extent_param",

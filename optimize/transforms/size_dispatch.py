@@ -28,91 +28,22 @@ What must stay true (the transform refuses a switch otherwise):
 - every ``V`` is a power of two above every label.
 The sizes a new case serves took the ``default:`` before, and nothing else changes. Whether the
 specialisation compiles for ``V`` (its static_asserts) is for the build to say, and whether it
-agrees with the generic path (ties, rounding) for the checks.
+agrees with the generic path (ties, rounding) for the checks. The switches are found by
+:func:`optimize.cuda_sites.size_switches`, which the features list too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
-from optimize.cuda_regions import Region, RegionFunction
-from optimize.cuda_text import Node, text_of
-from optimize.transform_edits import Edit, NotApplicable, TransformError, apply_edits, indent_of
+from optimize.cuda_regions import Region
+from optimize.cuda_sites import is_power_of_two, size_switches
+from optimize.features import Features
+from optimize.transforms.edits import Edit, NotApplicable, TransformError, apply_edits, indent_of
+from optimize.transforms.spec import Params, TransformSpec
 
 #: the largest value a new case may have (a count of experts, heads or groups: well past any model's)
 MAX_CASE = 1 << 16
-
-
-@dataclass(frozen=True)
-class SizeSwitch:
-    """A switch :func:`extend_size_dispatch` can extend: where, its labels, and its largest case."""
-
-    function: RegionFunction
-    subject: str  # the name switched on
-    labels: tuple[int, ...]
-    largest: Node  # the case_statement of the largest label
-    literals: tuple[Node, ...]  # the largest case's number literals equal to its label, label included
-
-
-def _is_power_of_two(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0
-
-
-def _number(src: bytes, node: Node) -> int | None:
-    text = text_of(src, node).strip().rstrip("uUlL")
-    return int(text) if text.isdigit() else None
-
-
-def _descendants(node: Node) -> Iterator[Node]:
-    """``node`` and every node under it (depth first)."""
-    stack = [node]
-    while stack:
-        cursor = stack.pop()
-        yield cursor
-        stack.extend(cursor.children)
-
-
-def _literals(node: Node, src: bytes, value: int) -> list[Node]:
-    found = (n for n in _descendants(node) if n.type == "number_literal" and _number(src, n) == value)
-    return sorted(found, key=lambda n: n.start_byte)
-
-
-def size_switches(region: Region) -> list[SizeSwitch]:
-    """Every switch of the region's host code that :func:`extend_size_dispatch` can extend."""
-    out: list[SizeSwitch] = []
-    for f in region.hosts:
-        src = f.doc.src
-        for node in _descendants(f.body):
-            if node.type != "switch_statement":
-                continue
-            condition, body = node.child_by_field_name("condition"), node.child_by_field_name("body")
-            subject = text_of(src, condition).strip("() \t\n") if condition is not None else ""
-            if body is None or not subject.isidentifier():
-                continue
-            cases = [c for c in body.named_children if c.type == "case_statement"]
-            labelled: list[tuple[int, Node]] = []
-            has_default = False
-            for case in cases:
-                value = case.child_by_field_name("value")
-                if value is None:
-                    has_default = True
-                    continue
-                number = _number(src, value) if value.type == "number_literal" else None
-                if number is None:
-                    break  # a label that is no integer literal: not a size dispatch
-                labelled.append((number, case))
-            else:
-                powers = {v for v, _ in labelled if _is_power_of_two(v)}
-                if not has_default or len(powers) < 2:
-                    continue
-                top, largest = max(labelled, key=lambda item: item[0])
-                literals = _literals(largest, src, top)
-                # the case's last child: the label when it has no statement, never a break then
-                if largest.named_children[-1].type != "break_statement" or len(literals) < 2:
-                    continue
-                out.append(SizeSwitch(f, subject, tuple(v for v, _ in labelled), largest, tuple(literals)))
-    return out
 
 
 def extend_size_dispatch(
@@ -122,7 +53,7 @@ def extend_size_dispatch(
     the module doc). One launcher may switch over two sizes (set_mla_kv_concat_q_fp8): ``subject``
     keeps a value meant for one of them out of the other."""
     wanted = sorted(set(values))
-    if not wanted or any(isinstance(v, bool) or not isinstance(v, int) or not _is_power_of_two(v) for v in wanted):
+    if not wanted or any(isinstance(v, bool) or not isinstance(v, int) or not is_power_of_two(v) for v in wanted):
         raise TransformError(f"extend_size_dispatch: values must be powers of two, got {list(values)!r}")
     if wanted[-1] > MAX_CASE:
         raise TransformError(f"extend_size_dispatch: {wanted[-1]} is above {MAX_CASE}")
@@ -154,4 +85,34 @@ def extend_size_dispatch(
     return apply_edits("extend_size_dispatch", regions, edits)
 
 
-__all__ = ["SizeSwitch", "extend_size_dispatch", "size_switches"]
+def _dispatch_targets(features: Features, point: Params) -> list[Params]:
+    """Per size switch, the next ``above`` powers of two past its largest case (as one choice). With
+    the measured shapes known, only when the switched name is one of their sizes and each value is
+    one it takes there (a case serves its value alone: no build goes to a size no shape has)."""
+    above = int(point.get("above", 1))
+    out: list[Params] = []
+    for function, subject, top in features.size_switches:
+        measured = set(features.measured_sizes.get(subject, ())) if features.measured_sizes else None
+        values = [top << i for i in range(1, above + 1) if top << i <= MAX_CASE]
+        if len(values) == above and (measured is None or set(values) <= measured):
+            out.append({"function": function, "subject": subject, "values": values})
+    return out
+
+
+SPECS = (
+    TransformSpec(
+        "extend_size_dispatch",
+        extend_size_dispatch,
+        {
+            "values": "the powers of two to add as cases",
+            "function": "the launcher whose switch is extended",
+            "subject": "the size the switch is over",
+        },
+        ("above",),
+        _dispatch_targets,
+        "add larger power-of-two cases to a launcher's switch over a size, copying its largest case",
+        choice=("values",),
+    ),
+)
+
+__all__ = ["MAX_CASE", "SPECS", "extend_size_dispatch"]
