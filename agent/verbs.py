@@ -485,7 +485,7 @@ class AgentRun:
         if not layout.summary_path(self.run_dir).is_file():
             raise ConfigError(f"run {self.run} is not finished", fix="`kernelsmith agent finish` validates it first")
         code = int(integrate_command.run(integrate_command.IntegrateOptions(run=self.run), self.config) or 0)
-        pr = self.config.work / "integrate" / self.run / "PR.md"
+        pr = layout.integrate_folder(self.config.work, self.run).pr
         return {"exit_code": code, "pr": str(pr) if pr.is_file() else None}
 
 

@@ -7,6 +7,8 @@ byte) and ``.extract-key`` (the content key of every input of the task).
 ``contract_completion.json`` records how the run completed the op's contract, and
 every later stage (a resumed loop, integrate) calls the kernel that way
 (:func:`completed_in_run`), never with today's rules.
+``work/integrate/<run>/`` is what integrate made of a run (:class:`IntegrateFolder`: the patch,
+the trees, the report, the PR bundle); the A/A runs and the self-check keep theirs beside it.
 
 What must stay true:
 - A task's ``src/`` holds exactly the bytes ``task.json`` records: :func:`load_task`
@@ -20,6 +22,7 @@ import hashlib
 import os
 import pathlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from contract.completion import Completion, apply, instantiation_key
 from contract.errors import TaskMissing
@@ -38,12 +41,105 @@ TRAJECTORY_FILE = "trajectory.jsonl"  # an op's rounds in a run folder, append-o
 RUN_FILE = "run.json"  # the run's mode, coder and backend (a rerun must match them)
 SUMMARY_FILE = "summary.json"  # the run's per-op outcome
 REPLAY_FILE = "measurements.replay.json"  # every measurement of a GPU run, for replaying it
+MERGED_FILE = "merged.json"  # a merged build's provenance: which run each op's candidate came from
 # an op's folder in a run: <op>/{test_plan.json, candidates/, evaluations/, best/, profiles/}
 TEST_PLAN_FILE = "test_plan.json"
 CANDIDATES_DIR = "candidates"  # <id>.json: each candidate's regions and steps
 EVALUATIONS_DIR = "evaluations"  # <id>.<stage>.json: each evaluation of a candidate
 BEST_DIR = "best"  # the validated best: candidate.json, evaluation.json, regions/<name>.txt, src/
 BEST_CANDIDATE_FILE = "candidate.json"  # in best/
+INTEGRATE_DIR = "integrate"  # under the work dir: integrate's folders (a run's, the A/A runs', the self-check's)
+SERIES_DIR = "series"  # in an integrate folder: the combined patch as a series, one file per op family
+UPSTREAM_DIR = "upstream"  # in an integrate folder: the generated SGLang tests and benchmarks, at their places
+
+
+@dataclass(frozen=True)
+class IntegrateFolder:
+    """One folder under ``work/integrate/``: a run's (``<run>/``, :func:`integrate_folder`), the A/A
+    runs' (``pristine[-<recipe>]/``, :func:`pristine_folder`) or the self-check's (``self-check/``).
+    Every name inside is spelt here; the modules that write a part take the folder and ask it."""
+
+    root: pathlib.Path
+
+    @property
+    def report(self) -> pathlib.Path:
+        """The integrate report (:class:`integrate.records.IntegrateReport`), rewritten after each step."""
+        return self.root / "report.json"
+
+    @property
+    def pr(self) -> pathlib.Path:
+        return self.root / "PR.md"
+
+    @property
+    def patch(self) -> pathlib.Path:
+        """The unified diff of every accepted candidate, against SGLang's tree."""
+        return self.root / "sglang.patch"
+
+    @property
+    def patch_record(self) -> pathlib.Path:
+        return self.root / "patch.json"
+
+    @property
+    def tree(self) -> pathlib.Path:
+        """The patched SGLang tree the checks run (removed when integrate is done with it)."""
+        return self.root / "tree"
+
+    @property
+    def aa_tree(self) -> pathlib.Path:
+        """The pristine tree's byte-for-byte copy of the A/A comparison (removed after)."""
+        return self.root / "tree-aa"
+
+    @property
+    def series(self) -> pathlib.Path:
+        return self.root / SERIES_DIR
+
+    @property
+    def upstream(self) -> pathlib.Path:
+        return self.root / UPSTREAM_DIR
+
+    @property
+    def logs(self) -> pathlib.Path:
+        return self.root / "logs"
+
+    @property
+    def exchange(self) -> pathlib.Path:
+        """Where the SGLang workers and the runner hand each other inputs and outputs."""
+        return self.root / ".exchange"
+
+    def cache(self, who: str) -> pathlib.Path:
+        """A worker's own JIT cache (each tree builds into its own)."""
+        return self.root / "cache" / who
+
+    def e2e(self, recipe: str) -> pathlib.Path:
+        """The layer timing of one recipe (by its file's stem)."""
+        return self.root / "e2e" / f"{recipe}.json"
+
+    def pristine_run(self, number: int) -> pathlib.Path:
+        """The A/A runs' record ``number`` (from 1)."""
+        return self.root / f"pristine-{number}.json"
+
+    @property
+    def self_check_record(self) -> pathlib.Path:
+        return self.root / "self-check.json"
+
+    @property
+    def self_check_table(self) -> pathlib.Path:
+        return self.root / "self-check.md"
+
+
+def integrate_folder(work_dir: str | os.PathLike[str], run: str) -> IntegrateFolder:
+    return IntegrateFolder(pathlib.Path(work_dir) / INTEGRATE_DIR / run)
+
+
+def pristine_folder(work_dir: str | os.PathLike[str], recipe: str | None = None) -> IntegrateFolder:
+    """The A/A runs' folder: ``pristine`` for the default recipe, ``pristine-<recipe>`` for another."""
+    return IntegrateFolder(
+        pathlib.Path(work_dir) / INTEGRATE_DIR / ("pristine" if recipe is None else f"pristine-{recipe}")
+    )
+
+
+def self_check_folder(work_dir: str | os.PathLike[str]) -> IntegrateFolder:
+    return IntegrateFolder(pathlib.Path(work_dir) / INTEGRATE_DIR / "self-check")
 
 
 def tasks_root(work_dir: str | os.PathLike[str]) -> pathlib.Path:

@@ -36,6 +36,7 @@ import pathlib
 from dataclasses import dataclass
 from typing import Any
 
+from contract import layout
 from integrate import e2e as e2e_mod
 from integrate.errors import ConfigError, KernelsmithError
 from integrate.reached import checked_tasks, patch_reach
@@ -99,11 +100,11 @@ def run(options: IntegrateOptions, config: Config) -> int:
         built = merge_runs(work, options.run, options.merge_from)
         for op_id, found_in in built.ops.items():
             say(f"{options.run}: {op_id} from run {found_in}")
-    run = options.run or latest_run(work / "runs")
-    run_dir = work / "runs" / run
-    out_dir = work / "integrate" / run
+    run = options.run or latest_run(work / layout.RUNS_DIR)
+    run_dir = layout.run_dir(work, run)
+    out_dir = layout.integrate_folder(work, run).root
     source = acquire(config.sglang.version, config.cache, config.sglang.src)
-    accepted, skipped = load_run(run_dir, work / "tasks")
+    accepted, skipped = load_run(run_dir, layout.tasks_root(work))
     accepted, clashing = resolve_overlaps(accepted)
     skipped = {**skipped, **clashing}
     for op_id, why in sorted(clashing.items()):
@@ -115,7 +116,7 @@ def run(options: IntegrateOptions, config: Config) -> int:
     patch = build_patch(
         run,
         run_dir,
-        work / "tasks",
+        layout.tasks_root(work),
         source,
         out_dir,
         in_place=bool(options.in_place),

@@ -63,6 +63,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from contract.layout import IntegrateFolder, pristine_folder
 from integrate.errors import KernelsmithError, broke_with
 from integrate.layer_verdicts import layer_timing
 from integrate.recipe import (
@@ -81,7 +82,6 @@ from pipeline.record_io import write_record
 from pipeline.records import Dtype
 
 ENV_MODEL = "ONE_BATCH_MODEL_PATH"
-AA_TREE = "tree-aa"  # under the integrate folder: the pristine copy of the A/A comparison, removed after
 WORKER_NAMES = {"baseline": "baseline", "patched": "patched", "copy": "pristine-copy"}
 ONE_BATCH_MODULE = "sglang.benchmark.one_batch"
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -119,7 +119,7 @@ class Trees:
         self, baseline_pkg: pathlib.Path, patched_pkg: pathlib.Path, out_dir: pathlib.Path, *, aa: bool, start: int
     ) -> None:
         self.aa = aa
-        self.copy_pkg = out_dir / AA_TREE / baseline_pkg.name
+        self.copy_pkg = IntegrateFolder(out_dir).aa_tree / baseline_pkg.name
         self.packages = {"baseline": baseline_pkg, "patched": patched_pkg, **({"copy": self.copy_pkg} if aa else {})}
         self.started = round_order(list(self.packages), start)
         self.out_dir = out_dir
@@ -135,12 +135,10 @@ class Trees:
 
                 shutil.rmtree(self.copy_pkg.parent, ignore_errors=True)
                 copy_package(self.packages["baseline"], self.copy_pkg)
-            logs = self.out_dir / "logs"
+            folder = IntegrateFolder(self.out_dir)
             launched = {
                 who: self._stack.enter_context(
-                    TreeWorker(
-                        WORKER_NAMES[who], self.packages[who], self.out_dir / "cache" / who, logs / f"e2e-{who}.log"
-                    )
+                    TreeWorker(WORKER_NAMES[who], self.packages[who], folder.cache(who), folder.logs / f"e2e-{who}.log")
                 )
                 for who in self.started
             }
@@ -379,10 +377,11 @@ def one_batch(
     ]
     results: dict[str, dict[str, float]] = {}
     command = ""
+    folder = IntegrateFolder(out_dir)
     for who, package in (("baseline", baseline_pkg), ("patched", patched_pkg)):
-        env = worker_env(out_dir / "cache" / f"one-batch-{who}")  # the patched tree's code: no credentials
+        env = worker_env(folder.cache(f"one-batch-{who}"))  # the patched tree's code: no credentials
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package.parent), env.get("PYTHONPATH", "")) if p)
-        result_file = out_dir / "logs" / f"one-batch-{who}.jsonl"
+        result_file = folder.logs / f"one-batch-{who}.jsonl"
         result_file.parent.mkdir(parents=True, exist_ok=True)
         argv = [python, "-m", ONE_BATCH_MODULE, *args, "--result-filename", str(result_file)]
         command = f"PYTHONPATH={package.parent} SGLANG_FORCE_FUSED_OP_BACKEND=jit " + " ".join(argv[1:])
@@ -392,7 +391,7 @@ def one_batch(
             return OneBatchResult(
                 ran=False, reason=f"{who}: one_batch timed out after {timeout_s:.0f} s", command=command
             )
-        (out_dir / "logs" / f"one-batch-{who}.log").write_text(done.stdout + done.stderr, encoding="utf-8")
+        (folder.logs / f"one-batch-{who}.log").write_text(done.stdout + done.stderr, encoding="utf-8")
         parsed = parse_one_batch(done.stdout)
         if done.returncode != 0 or not parsed:
             return OneBatchResult(
@@ -436,7 +435,7 @@ def run(
                 trees = trees or Trees(baseline_pkg, patched_pkg, out_dir, aa=True, start=0).__enter__()
                 results.append(time_recipe(trees, recipe, command=command))
                 # kept as soon as it exists: a run stopped in a later recipe loses none of this one
-                write_record(results[-1], out_dir / "e2e" / f"{pathlib.Path(recipe.path).stem}.json")
+                write_record(results[-1], IntegrateFolder(out_dir).e2e(pathlib.Path(recipe.path).stem))
             except (KernelsmithError, OSError, subprocess.SubprocessError) as err:
                 results.append(
                     E2EResult(ran=False, model=recipe.model, recipe=where, reason=f"it broke: {broke_with(err)}")
@@ -471,7 +470,7 @@ def pristine_runs(package: pathlib.Path, out_dir: pathlib.Path, runs: int, **opt
             start=i,  # each run starts another tree first
             **options,
         )
-        write_record(result, out_dir / f"pristine-{i + 1}.json")
+        write_record(result, IntegrateFolder(out_dir).pristine_run(i + 1))
         results.append(result)
     return results
 
@@ -519,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         default = pathlib.Path(recipe.path).resolve() == DEFAULT_RECIPE.resolve()
-        out_dir = config.work / "integrate" / ("pristine" if default else f"pristine-{pathlib.Path(recipe.path).stem}")
+        out_dir = pristine_folder(config.work, None if default else pathlib.Path(recipe.path).stem).root
         results = pristine_runs(
             pathlib.Path(source.root), out_dir, args.runs, recipe=recipe, shift_placement=args.shift_placement
         )

@@ -60,7 +60,7 @@ class RunFacts:
 
 def default_run_dir(patch: Patch) -> pathlib.Path:
     """``work/runs/<run>`` of a patch written to ``work/integrate/<run>/sglang.patch``."""
-    return pathlib.Path(patch.patch_file).resolve().parent.parent.parent / "runs" / patch.run
+    return layout.run_dir(pathlib.Path(patch.patch_file).resolve().parent.parent.parent, patch.run)
 
 
 def simulated_run(run_dir: pathlib.Path) -> tuple[bool, str]:

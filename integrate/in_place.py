@@ -15,9 +15,10 @@ import os
 import pathlib
 import uuid
 
+from contract.layout import IntegrateFolder
 from integrate.diffs import sha256
 from integrate.errors import ConfigError, PatchError
-from integrate.patch import BACKUP_DIR, BASELINE_DIR, PATCH_RECORD, NewFile, TreeLayout, materialize, write_atomic
+from integrate.patch import BACKUP_DIR, BASELINE_DIR, NewFile, TreeLayout, materialize, write_atomic
 from integrate.records import Patch
 from pipeline.record_io import write_record
 
@@ -139,5 +140,5 @@ def swap_in_place(patch: Patch, out_dir: pathlib.Path) -> Patch:
             "verified": [*patch.verified, "in-place hashes"],
         }
     )
-    write_record(record, out_dir / PATCH_RECORD)
+    write_record(record, IntegrateFolder(out_dir).patch_record)
     return record

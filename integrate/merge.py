@@ -25,14 +25,13 @@ import pathlib
 import shutil
 from collections.abc import Sequence
 
+from contract.layout import MERGED_FILE, tasks_root
 from contract.layout import run_dir as run_folder
 from integrate.accepted import geomean_of, load_run
 from integrate.errors import ConfigError
 from integrate.evidence import simulated_run
 from integrate.records import MergedRun
 from pipeline.record_io import read_record, write_record
-
-MERGED_FILE = "merged.json"
 
 
 def merge_runs(work: pathlib.Path, name: str, sources: Sequence[str]) -> MergedRun:
@@ -54,7 +53,7 @@ def merge_runs(work: pathlib.Path, name: str, sources: Sequence[str]) -> MergedR
                 f"run {source} is simulated (backend {backend}: timings replayed, not measured)",
                 fix="merge only runs measured on a GPU",
             )
-        accepted, skipped = load_run(folder, work / "tasks")
+        accepted, skipped = load_run(folder, tasks_root(work))
         for op_id, why in skipped.items():
             left_out.setdefault(op_id, f"{source}: {why}")
         for acc in accepted:

@@ -55,6 +55,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 
+from contract.layout import IntegrateFolder
 from integrate.accepted import (
     BEST_SRC,
     Accepted,
@@ -72,9 +73,6 @@ from pipeline.record_io import content_hash, write_record
 from pipeline.records import SourceInfo, Span, Task
 from pipeline.run_records import Candidate
 
-PATCH_FILE = "sglang.patch"
-PATCH_RECORD = "patch.json"
-TREE_DIR = "tree"
 BACKUP_DIR = "backup"
 BASELINE_DIR = "baseline"
 
@@ -504,11 +502,12 @@ def build_patch(
         not_verified.update(not_run)
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    patch_path = out_dir / PATCH_FILE
+    folder = IntegrateFolder(out_dir)
+    patch_path = folder.patch
     patched_tree = None
     backups = None
     if files:
-        patched_tree = str(materialize(layout, files, out_dir / TREE_DIR))
+        patched_tree = str(materialize(layout, files, folder.tree))
         write_atomic(patch_path, text)
     baseline_tree = None
     # ``in_place`` only refuses a tree that may not be written (above): the swap itself is
@@ -560,7 +559,7 @@ def build_patch(
         verified=verified,
         not_verified=not_verified,
     )
-    write_record(record, out_dir / PATCH_RECORD)
+    write_record(record, folder.patch_record)
     return record
 
 

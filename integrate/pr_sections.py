@@ -14,6 +14,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from contract.layout import INTEGRATE_DIR
 from integrate import pr_model, pr_triton, pr_upstream
 from integrate.evidence import OpFacts, RunFacts, launch_facts
 from integrate.pr_model import fmt as _fmt
@@ -81,7 +82,7 @@ def relative(text: str, report: IntegrateReport) -> str:
         pairs.insert(0, (str(pathlib.Path(patch.patched_tree)), f"{rel}/tree"))
     if patch.baseline_tree:
         pairs.insert(0, (str(pathlib.Path(patch.baseline_tree)), f"{rel}/baseline"))
-    if out_dir.name == report.run and out_dir.parent.name == "integrate":  # work/integrate/<run>/sglang.patch
+    if out_dir.name == report.run and out_dir.parent.name == INTEGRATE_DIR:  # work/integrate/<run>/sglang.patch
         pairs.append((str(out_dir.parent.parent), "work"))
     for old, new in sorted(pairs, key=lambda kv: -len(kv[0])):
         text = text.replace(old, new)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import pathlib
 import re
 
+from contract.layout import UPSTREAM_DIR, IntegrateFolder
 from integrate.landing import is_rewrite
-from integrate.records import UPSTREAM_DIR, IntegrateReport, OpChange, OpCheck, UpstreamCheck
+from integrate.records import IntegrateReport, OpChange, OpCheck, UpstreamCheck
 
 
 def _own(report: IntegrateReport) -> list[UpstreamCheck]:
@@ -75,7 +76,7 @@ def tool_names(report: IntegrateReport) -> list[str]:
                 current = line[4:].removeprefix("b/")
             elif line.startswith("+") and TOOL_NAME.search(line):
                 found.append(f"`{current}` (sglang.patch line {number})")
-    folder = out_dir / UPSTREAM_DIR
+    folder = IntegrateFolder(out_dir).upstream
     for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
         if path.is_file():
             for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):

@@ -195,7 +195,6 @@ class BenchRun(Record):
 
 
 #: Under an integrate folder: the generated test and benchmark, laid out as SGLang's repository.
-UPSTREAM_DIR = "upstream"
 
 
 class UpstreamCheck(Record):

@@ -45,9 +45,6 @@ from pipeline.gpu import gpu_available
 from pipeline.record_io import read_record, write_record
 from pipeline.records import SourceInfo, Task
 
-OUT = "self-check"
-RECORD = "self-check.json"
-TABLE = "self-check.md"
 COPY_MARK = ".kernelsmith-copy-of"
 
 
@@ -145,13 +142,13 @@ def earlier(out_dir: pathlib.Path, source: SourceInfo) -> list[OpCheck]:
     An unreadable record is set aside as ``self-check.json.unreadable`` (said on stderr),
     never silently overwritten.
     """
-    path = out_dir / RECORD
+    path = layout.IntegrateFolder(out_dir).self_check_record
     if not path.is_file():
         return []
     try:
         old = read_record(SelfCheck, path)
     except StaleRecordError as err:
-        aside = path.with_name(RECORD + ".unreadable")
+        aside = path.with_name(path.name + ".unreadable")
         path.replace(aside)
         print(f"warning: {err.message}; set aside as {aside}, checking afresh", file=sys.stderr)
         return []
@@ -164,12 +161,12 @@ def self_check(ops: list[str], config: Config) -> int:
     from extract.sources import acquire
     from integrate.sglang_runner import check_ops
 
-    out_dir = config.work / "integrate" / OUT
+    out_dir = layout.self_check_folder(config.work).root
     out_dir.mkdir(parents=True, exist_ok=True)
     command = "kernelsmith integrate --self-check " + " ".join(ops)
     source = acquire(config.sglang.version, config.cache, config.sglang.src)
     baseline = pathlib.Path(source.root)
-    tasks, not_loaded = load_tasks(config.work / "tasks", ops)
+    tasks, not_loaded = load_tasks(layout.tasks_root(config.work), ops)
     ok, device = gpu_available()
     record = SelfCheck(
         date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -186,12 +183,12 @@ def self_check(ops: list[str], config: Config) -> int:
             _write(record.model_copy(update={"checks": [_planned_only(t, device) for t in tasks]}), out_dir)
         print(f"no GPU here ({device}): nothing was checked; run `{record.command}` on a GPU machine", file=sys.stderr)
         return 1
-    copy = pristine_copy(baseline, out_dir / "tree" / "sglang")
+    copy = pristine_copy(baseline, layout.IntegrateFolder(out_dir).tree / "sglang")
     record = record.model_copy(update={"copy_tree": str(copy)})
     named = {t.op_id for t in tasks}
     # What an earlier, interrupted run learnt is applied first: its recheck came at the end and
     # may never have run (the H200, 2026-12-02: a time limit ended it after the first pass).
-    upfront = refixed_by_the_baseline(tasks, [c for c in before if c.op_id in named], config.work / "tasks")
+    upfront = refixed_by_the_baseline(tasks, [c for c in before if c.op_id in named], layout.tasks_root(config.work))
     kept = [c for c in before if c.op_id in named and proved(c) and c.op_id not in upfront]
     for check in kept:
         print(
@@ -236,7 +233,7 @@ def self_check(ops: list[str], config: Config) -> int:
 
     try:
         checks = [said(c) for c in run_checks(tasks)]
-        fixed = refixed_by_the_baseline(tasks, checks, config.work / "tasks")
+        fixed = refixed_by_the_baseline(tasks, checks, layout.tasks_root(config.work))
         if fixed:  # once: the fixed ops' rows replace their first ones
             print(f"  checking again with the pristine op's own demands: {', '.join(fixed)}", file=sys.stderr)
             again = {c.op_id: c for c in run_checks([t for t in tasks if t.op_id in fixed])}
@@ -257,7 +254,7 @@ def self_check(ops: list[str], config: Config) -> int:
         return 1
     record = record.model_copy(update={"checks": _union(others, checks)})
     _write(record, out_dir)
-    print(f"self-check: {out_dir / TABLE}", file=sys.stderr)
+    print(f"self-check: {layout.IntegrateFolder(out_dir).self_check_table}", file=sys.stderr)
     return 0 if all(bitwise(c) is not False and not c.failed for c in record.checks if c.ran) else 1
 
 
@@ -319,5 +316,6 @@ def _planned_only(task: Task, device: str) -> OpCheck:
 
 
 def _write(record: SelfCheck, out_dir: pathlib.Path) -> None:
-    write_record(record, out_dir / RECORD)
-    (out_dir / TABLE).write_text(table(record), encoding="utf-8")
+    folder = layout.IntegrateFolder(out_dir)
+    write_record(record, folder.self_check_record)
+    folder.self_check_table.write_text(table(record), encoding="utf-8")

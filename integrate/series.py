@@ -24,13 +24,12 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 
+from contract.layout import SERIES_DIR, IntegrateFolder
 from integrate.accepted import Accepted
 from integrate.diffs import patch_text, sha256
 from integrate.errors import PatchError
 from integrate.patch import TreeLayout, _git_mode, _tool_env, compose, write_atomic
 from integrate.records import IntegrateReport, SeriesPart
-
-SERIES_DIR = "series"
 
 
 def family(op_id: str) -> str:
@@ -41,7 +40,7 @@ def family(op_id: str) -> str:
 def write_series(accepted: Sequence[Accepted], layout: TreeLayout, out_dir: pathlib.Path) -> list[SeriesPart]:
     """Write ``out_dir/series/`` when the accepted candidates span several families; [] otherwise."""
     families = sorted({family(a.op_id) for a in accepted})
-    folder = out_dir / SERIES_DIR
+    folder = IntegrateFolder(out_dir).series
     if len(families) < 2:
         shutil.rmtree(folder, ignore_errors=True)
         return []

@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from contract.layout import IntegrateFolder
 from integrate.calls import HELD_OUT, OpPlan, PlannedCase, plan_op, sanitizer_picks, warm_cases
 from integrate.errors import CallRaised, WorkerError, WorkerTimeout
 from integrate.records import CheckCase, OpCheck, SanitizerRun
@@ -257,7 +258,7 @@ def _exchange_dir(out_dir: pathlib.Path) -> pathlib.Path:
     shm = pathlib.Path("/dev/shm")
     if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= EXCHANGE_MIN_FREE:
         return pathlib.Path(tempfile.mkdtemp(prefix="ks-exchange-", dir=shm))
-    path = out_dir / ".exchange"
+    path = IntegrateFolder(out_dir).exchange
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -429,14 +430,15 @@ def check_ops(
     if not runnable:
         return results
     exchange = _exchange_dir(out_dir)
-    logs = out_dir / "logs"
+    folder = IntegrateFolder(out_dir)
+    logs = folder.logs
     try:
         with (
             TreeWorker(
-                "baseline", baseline_pkg, out_dir / "cache" / "baseline", logs / "worker-baseline.log", python=python
+                "baseline", baseline_pkg, folder.cache("baseline"), logs / "worker-baseline.log", python=python
             ) as base,
             TreeWorker(
-                "patched", patched_pkg, out_dir / "cache" / "patched", logs / "worker-patched.log", python=python
+                "patched", patched_pkg, folder.cache("patched"), logs / "worker-patched.log", python=python
             ) as new,
         ):
             build_s: dict[str, float] = {}
@@ -572,12 +574,13 @@ def run_sanitizer(
         for case in sanitizer_picks(plan, SANITIZER_CASES):
             requests.append({**case.request, "mode": "run"})
             labels.append(f"{plan.op_id} {case.label} {case.dtype}")
-    logs = out_dir / "logs"
+    folder = IntegrateFolder(out_dir)
+    logs = folder.logs
     logs.mkdir(parents=True, exist_ok=True)
     req_file = logs / f"sanitizer-{tool}.json"
     req_file.write_text(json.dumps(requests), encoding="utf-8")
     argv = [exe, "--tool", tool, "--error-exitcode", "99", *worker_argv(patched_pkg), "--oneshot", str(req_file)]
-    env = worker_env(out_dir / "cache" / "patched")
+    env = worker_env(folder.cache("patched"))
     env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     log = logs / f"sanitizer-{tool}.log"
     command = "PYTORCH_NO_CUDA_MEMORY_CACHING=1 " + " ".join(argv)

@@ -28,6 +28,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
+from contract.layout import IntegrateFolder
 from integrate.records import TestRun
 from pipeline.records import Task
 
@@ -191,5 +192,6 @@ def op_tests(
             reason=f"no test in {TESTS_DIR}/{task.op_id.partition('.')[0]}/ names "
             f"{task.op_id.partition('.')[2]} or imports its module ({task.module})",
         )
-    log = out_dir / "logs" / f"sglang-tests-{task.op_id}.log"
-    return run_tests(task.op_id, files, checkout, patched_pkg, out_dir / "cache" / "tests", log)
+    folder = IntegrateFolder(out_dir)
+    log = folder.logs / f"sglang-tests-{task.op_id}.log"
+    return run_tests(task.op_id, files, checkout, patched_pkg, folder.cache("tests"), log)

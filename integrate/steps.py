@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from contract.layout import IntegrateFolder, integrate_folder, run_dir
 from integrate.errors import ConfigError, KernelsmithError, broke_with
 from integrate.landing import unreached
 from integrate.pr_model import changed_ops
@@ -33,9 +34,6 @@ from integrate.records import E2EResult, IntegrateReport, OpCheck, Patch, TestRu
 from pipeline.gpu import gpu_available
 from pipeline.record_io import read_record, write_record
 from pipeline.records import Task
-
-REPORT = "report.json"
-PR_FILE = "PR.md"
 
 
 class CheckOps(Protocol):
@@ -269,11 +267,12 @@ def publish(report: IntegrateReport, out_dir: pathlib.Path, run_dir: pathlib.Pat
     from integrate.pr import write_pr
     from integrate.series import family_report
 
-    write_record(report, out_dir / REPORT)
+    folder = IntegrateFolder(out_dir)
+    write_record(report, folder.report)
     for part in report.series:
         diff = (out_dir / part.file).read_text(encoding="utf-8", errors="replace")
         write_pr(family_report(report, part), (out_dir / part.file).with_suffix(".md"), run_dir=str(run_dir), diff=diff)
-    return write_pr(report, out_dir / PR_FILE, run_dir=str(run_dir))
+    return write_pr(report, folder.pr, run_dir=str(run_dir))
 
 
 def print_summary(report: IntegrateReport, pr_path: pathlib.Path) -> None:
@@ -323,16 +322,16 @@ def _state(run: str, work_dir: str | None) -> tuple[IntegrateReport, pathlib.Pat
     from pipeline.config import load_config
 
     config = load_config(overrides={"work_dir": work_dir} if work_dir else None)
-    out_dir = config.work / "integrate" / run
-    if (out_dir / REPORT).is_file():
-        report = read_record(IntegrateReport, out_dir / REPORT)
-    elif (out_dir / "patch.json").is_file():
-        report = IntegrateReport(run=run, patch=read_record(Patch, out_dir / "patch.json"))
+    folder = integrate_folder(config.work, run)
+    if folder.report.is_file():
+        report = read_record(IntegrateReport, folder.report)
+    elif folder.patch_record.is_file():
+        report = IntegrateReport(run=run, patch=read_record(Patch, folder.patch_record))
     else:
         raise ConfigError(
-            f"run {run} has no patch yet ({out_dir}/patch.json)", fix=f"run `kernelsmith integrate --run {run}` first"
+            f"run {run} has no patch yet ({folder.patch_record})", fix=f"run `kernelsmith integrate --run {run}` first"
         )
-    return report, out_dir, config.work / "runs" / run
+    return report, folder.root, run_dir(config.work, run)
 
 
 def check_only(run: str, check: CheckOps, *, work_dir: str | None = None, sanitizer: bool = True) -> int:

@@ -28,7 +28,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
-from integrate.records import UPSTREAM_DIR, BenchRun, UpstreamCheck
+from contract.layout import IntegrateFolder
+from integrate.records import BenchRun, UpstreamCheck
 from pipeline.records import Task
 
 TEMPLATES = pathlib.Path(__file__).with_name("upstream_templates")
@@ -272,18 +273,19 @@ def check(
     outcome = generate(task)
     if isinstance(outcome, NotGenerated):
         return UpstreamCheck(op_id=task.op_id, generated=False, missing=outcome.missing)
-    root = out_dir / UPSTREAM_DIR
+    folder = IntegrateFolder(out_dir)
+    root = folder.upstream
     write(outcome, root)
     files = {"test_file": outcome.test_path, "bench_file": outcome.bench_path}
     if not run:
         return UpstreamCheck(op_id=task.op_id, generated=True, **files)
-    logs = out_dir / "logs"
+    logs = folder.logs
     test = run_tests(
         task.op_id,
         [root / outcome.test_path],
         root,
         patched_pkg,
-        out_dir / "cache" / "upstream-patched",
+        folder.cache("upstream-patched"),
         logs / f"upstream-test-{task.op_id}.log",
     )
     runs = []
@@ -295,7 +297,7 @@ def check(
                     root,
                     package,
                     tree,  # type: ignore[arg-type]
-                    out_dir / "cache" / f"upstream-{tree}",
+                    folder.cache(f"upstream-{tree}"),
                     logs / f"upstream-bench-{tree}-{task.op_id}.log",
                 )
             )

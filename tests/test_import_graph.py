@@ -278,10 +278,11 @@ def test_every_attribute_of_an_imported_project_module_exists() -> None:
     assert missing == [], "attributes that do not exist:\n" + "\n".join(sorted(set(missing)))
 
 
-def test_the_task_and_run_folder_names_are_spelt_once_in_contract_layout():
+def test_the_task_run_and_integrate_folder_names_are_spelt_once_in_contract_layout():
     """The house issue: run-folder paths were spelt again in integrate/patch.py and integrate/evidence.py.
-    A file name of a task or run folder written as a string anywhere but contract/layout.py fails here
-    (docstrings aside); gpu_check's summary.json is its own report in its own output folder."""
+    A file name of a task, run or integrate folder written as a string anywhere but contract/layout.py
+    fails here (docstrings aside); gpu_check's summary.json is its own report in its own output folder,
+    and "integrate" is also the stage's name on the command line."""
     from contract import layout
 
     root = pathlib.Path(__file__).resolve().parent.parent
@@ -294,10 +295,33 @@ def test_the_task_and_run_folder_names_are_spelt_once_in_contract_layout():
         layout.TRAJECTORY_FILE,
         layout.COMPLETION_FILE,
         layout.BEST_CANDIDATE_FILE,
+        layout.MERGED_FILE,
+        layout.INTEGRATE_DIR,
     }
-    allowed = {("optimize/harness/gpu_check.py", "summary.json")}
+    folder = layout.IntegrateFolder(pathlib.Path("x"))
+    names |= {
+        path.name
+        for path in (
+            folder.report,
+            folder.pr,
+            folder.patch,
+            folder.patch_record,
+            folder.aa_tree,
+            folder.exchange,
+            folder.self_check_record,
+            folder.self_check_table,
+        )
+    }
+    allowed = {
+        ("optimize/harness/gpu_check.py", "summary.json"),
+        ("cli/parser.py", "integrate"),  # the stage's name, not the folder
+        ("cli/stages.py", "integrate"),
+        ("cli/run.py", "integrate"),
+        ("agent/verbs.py", "integrate"),
+        ("pipeline/digest.py", "integrate"),  # the package's name
+    }
     found = []
-    for pkg in ("pipeline", "contract", "extract", "optimize", "integrate", "agent"):
+    for pkg in ("pipeline", "contract", "extract", "optimize", "bench", "integrate", "agent", "cli"):
         for path in sorted((root / pkg).rglob("*.py")):
             rel = str(path.relative_to(root))
             if rel == "contract/layout.py":

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from contract.layout import IntegrateFolder
 from integrate import e2e, layer_verdicts
 from integrate.e2e import one_batch, parse_one_batch, points, runtime_importable
 from integrate.errors import RecipeError
@@ -246,7 +247,9 @@ def test_both_trees_build_their_modules_at_once_before_any_timing(tmp_path, monk
     real_build = e2e._build_all
 
     def build_all(workers, first, dtype, timeout_s):  # the copy exists while the workers run
-        seen_copy.append((tmp_path / "out" / e2e.AA_TREE / "sglang" / "kernels" / "op.py").read_text() == "X = 1\n")
+        seen_copy.append(
+            (IntegrateFolder(tmp_path / "out").aa_tree / "sglang" / "kernels" / "op.py").read_text() == "X = 1\n"
+        )
         return real_build(workers, first, dtype, timeout_s)
 
     monkeypatch.setattr(e2e, "_build_all", build_all)
@@ -266,7 +269,9 @@ def test_both_trees_build_their_modules_at_once_before_any_timing(tmp_path, monk
     assert len(timed) == 6 and all(req["repeats"] == 5 for req in timed), "two points, one round, three trees"
     assert [r.baseline_us for r in result.rows] == [10.0, 10.0]
     assert all(r.aa is not None and r.aa.change_pct == 0.0 for r in result.rows)
-    assert seen_copy == [True] and not (tmp_path / "out" / e2e.AA_TREE).exists(), "the A/A copy is removed after"
+    assert seen_copy == [True] and not (IntegrateFolder(tmp_path / "out").aa_tree).exists(), (
+        "the A/A copy is removed after"
+    )
 
 
 def test_the_workers_start_in_a_turned_order_and_the_rounds_keep_theirs(tmp_path, monkeypatch):

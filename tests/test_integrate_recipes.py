@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from contract.layout import IntegrateFolder
 from integrate import e2e
 from integrate.errors import RecipeError, WorkerError
 from integrate.recipe import (
@@ -246,7 +247,7 @@ def test_one_recipe_that_cannot_run_costs_only_itself(tmp_path, monkeypatch, sgl
     assert not by["broken.toml"].ran and "layer recipe" in by["broken.toml"].reason
     assert not by["moved.toml"].ran and "srt/models/qwen3_moe_v2.py is not in this tree" in by["moved.toml"].reason
     assert not by["a-qwen3.toml"].ran and by["a-qwen3.toml"].reason.startswith("it broke: the worker died")
-    assert not (tmp_path / "out" / e2e.AA_TREE).exists(), "the A/A copy is removed after"
+    assert not (IntegrateFolder(tmp_path / "out").aa_tree).exists(), "the A/A copy is removed after"
     kept = read_record(E2EResult, tmp_path / "out" / "e2e" / "llama-3.1-8b.json")
     assert kept.model == "Llama-3.1-8B", "each recipe's result is written as it ends"
     assert moved.exists()

@@ -11,10 +11,11 @@ from test_integrate_patch import ACT, OP, RMS, one_op_run, two_op_run, wheel_sou
 
 from cli.parser import build_parser
 from cli.stages import integrate_stage as main
+from contract.layout import SERIES_DIR
 from integrate.accepted import load_run
 from integrate.patch import layout_of
 from integrate.records import IntegrateReport
-from integrate.series import SERIES_DIR, family, write_series
+from integrate.series import family, write_series
 from pipeline.record_io import read_record
 
 

@@ -15,6 +15,7 @@ import subprocess
 
 import pytest
 
+from contract.layout import IntegrateFolder
 from integrate import upstream_tests as U
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -105,15 +106,15 @@ def test_an_op_with_no_reference_says_what_is_missing_and_writes_nothing(tmp_pat
     assert isinstance(outcome, U.NotGenerated) and "no torch reference" in outcome.missing
     record = U.check(task, tmp_path, tmp_path / "a", tmp_path / "b", run=False)
     assert not record.generated and record.missing == outcome.missing
-    assert not (tmp_path / U.UPSTREAM_DIR).exists()
+    assert not (IntegrateFolder(tmp_path).upstream).exists()
 
 
 @pytest.mark.wheel
 def test_without_a_gpu_the_files_are_written_and_nothing_is_claimed(tmp_path):
     record = U.check(_task(ROPE), tmp_path, tmp_path / "a", tmp_path / "b", run=False)
     assert record.generated and record.test is None and record.bench == []
-    assert (tmp_path / U.UPSTREAM_DIR / record.test_file).is_file()
-    assert (tmp_path / U.UPSTREAM_DIR / record.bench_file).is_file()
+    assert (IntegrateFolder(tmp_path).upstream / record.test_file).is_file()
+    assert (IntegrateFolder(tmp_path).upstream / record.bench_file).is_file()
 
 
 @pytest.mark.wheel
