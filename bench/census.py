@@ -28,7 +28,7 @@ import shlex
 import sys
 import tarfile
 import time
-from typing import Any
+from dataclasses import dataclass
 
 from bench.bench import OpBench, bench_folders, source_of, store_batch
 from contract.layout import has_task, load_task, tasks_root
@@ -61,12 +61,22 @@ def real_shaped(tasks_root: pathlib.Path) -> list[tuple[pathlib.Path, Task]]:
     return [(folder, task) for folder, task in loaded if any(s.model != SYNTHETIC_MODEL for s in task.shapes)]
 
 
-def main(args: Any, config: Config) -> int:
-    root = tasks_root_of(config, getattr(args, "tasks", None))
+@dataclass(frozen=True)
+class CensusOptions:
+    """What ``kernelsmith track run`` is asked: ``tasks`` a folder with ``tasks/`` or a tarball of one
+    (None: the work folder's), ``ops`` only these (empty: every task with a catalog shape)."""
+
+    tasks: str | None = None
+    ops: tuple[str, ...] = ()
+
+
+def run(options: CensusOptions, config: Config) -> int:
+    """One census batch into the store (see the module doc); a rerun skips the ops already in it."""
+    root = tasks_root_of(config, options.tasks)
     if not root.is_dir():
         raise TaskMissing(f"no tasks under {root}", fix="run `kernelsmith extract --all --no-compile`, or pass --tasks")
     folders = real_shaped(root)
-    ops = getattr(args, "ops", None)
+    ops = options.ops
     if ops:
         folders = [(f, t) for f, t in folders if f.name in set(ops)]
     command = shlex.join(
@@ -74,7 +84,7 @@ def main(args: Any, config: Config) -> int:
             "kernelsmith",
             "track",
             "run",
-            *(["--tasks", args.tasks] if getattr(args, "tasks", None) else []),
+            *(["--tasks", options.tasks] if options.tasks else []),
             *(["--ops", *ops] if ops else []),
         ]
     )
@@ -161,4 +171,4 @@ def _store(
             print(f"history: {path}", file=sys.stderr)
 
 
-__all__ = ["censused", "main", "real_shaped"]
+__all__ = ["CensusOptions", "censused", "real_shaped", "run"]

@@ -25,7 +25,7 @@ import pathlib
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from bench.census import real_shaped, tasks_root_of
 from contract.layout import has_task, load_task
@@ -159,18 +159,31 @@ def tasks_by_op(root: pathlib.Path) -> dict[str, tuple[pathlib.Path, Task]]:
     return {f.name: (f, load_task(f)) for f in sorted(root.iterdir()) if has_task(f)} if root.is_dir() else {}
 
 
-def main(args: Any, config: Config) -> int:
+@dataclass(frozen=True)
+class ReleaseABOptions:
+    """What ``kernelsmith track ab`` is asked: ``old`` and ``new`` the two releases' tasks (a folder with
+    ``tasks/`` or a tarball; ``new`` None: the work folder's), ``ops`` only these (empty: every op of the
+    new release with a catalog shape), ``plant`` the times the new release runs each timed call (a
+    planted regression the verdict must flag; 1: none)."""
+
+    old: str
+    new: str | None = None
+    ops: tuple[str, ...] = ()
+    plant: int = 1
+
+
+def run(options: ReleaseABOptions, config: Config) -> int:
     """``kernelsmith track ab``: every op both task folders hold (or ``--ops``), one record each."""
-    old_root = tasks_root_of(config, args.old)
-    new_root = tasks_root_of(config, args.new)
+    old_root = tasks_root_of(config, options.old)
+    new_root = tasks_root_of(config, options.new)
     new_tasks = dict((f.name, (f, t)) for f, t in real_shaped(new_root))
     old_tasks = tasks_by_op(old_root)
-    wanted = list(getattr(args, "ops", None) or sorted(new_tasks))
+    wanted = list(options.ops or sorted(new_tasks))
     if not new_tasks:
         say(f"no task with a catalog shape under {new_root}: nothing to compare")
         return 1
     out_dir = None
-    plant = int(getattr(args, "plant", None) or 1)
+    plant = max(1, options.plant)
     results: list[ReleaseAB] = []
     for op_id in wanted:
         if op_id not in new_tasks:

@@ -3,8 +3,10 @@
 The three stages take typed options (:class:`extract.command.ExtractOptions`,
 :class:`optimize.command.OptimizeOptions`, :class:`integrate.command.IntegrateOptions`) and are
 called with them here, by ``kernelsmith run`` (:mod:`cli.run`) and by the agent's ``integrate`` verb;
-nothing builds an argv to reach a stage. ``bench``, ``headroom``, ``track`` and the agent's verbs
-still read the parsed flags themselves.
+nothing builds an argv to reach a stage. ``headroom`` and ``track`` take typed options too
+(:class:`integrate.headroom.HeadroomOptions`; :class:`pipeline.track.TrackOptions`,
+:class:`bench.census.CensusOptions`, :class:`bench.release_ab.ReleaseABOptions`, built in
+:mod:`cli.track`); ``bench`` and the agent's verbs still read the parsed flags themselves.
 
 Each handler imports its stage inside the call: ``kernelsmith extract`` must not pay for (or need)
 torch, which the optimizer's floor imports. The import-graph test reads those imports as arrows like
@@ -97,7 +99,7 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
 def _headroom(args: argparse.Namespace, config: Config) -> int:
     from integrate import headroom
 
-    return int(headroom.main(args, config) or 0)
+    return headroom.run(headroom.HeadroomOptions(emitted=getattr(args, EMIT, None)), config)
 
 
 def _track(args: argparse.Namespace, config: Config) -> int:

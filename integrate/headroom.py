@@ -33,6 +33,7 @@ from contract.layout import has_task, load_task, task_dir
 from integrate.recipe import LayerRecipe, all_recipes
 from optimize.features import features
 from optimize.skills import load_skills
+from pipeline.config import Config
 from pipeline.console import console as make_console
 from pipeline.output import emit
 from pipeline.store import ResultsStore
@@ -147,7 +148,15 @@ def unweighed(rows: dict[tuple[str, str, int], Row], recipes: Sequence[LayerReci
     return sorted(worst.items(), key=lambda item: -item[1])
 
 
-def main(args: Any, config: Any) -> int:
+@dataclass(frozen=True)
+class HeadroomOptions:
+    """What ``kernelsmith headroom`` is asked: nothing but where ``--json`` collects the result."""
+
+    emitted: list[Any] | None = None
+
+
+def run(options: HeadroomOptions, config: Config) -> int:
+    """The table of what a kernel at its floor would save per decode step, most first (see the module doc)."""
     console = make_console()
     recipes, broken = all_recipes()
     for name, why in broken.items():
@@ -184,7 +193,7 @@ def main(args: Any, config: Any) -> int:
     if missing:
         console.print(f"run by a recipe, not measured at its shapes ({len(missing)}): " + "; ".join(missing))
     emit(
-        args,
+        options,
         {
             "savings": [s.__dict__ | {"gap_us": s.gap_us, "per_step_us": s.per_step_us} for s in found],
             "no_recipe": [{"op_id": o, "worst_time_over_floor": r} for o, r in others],

@@ -18,17 +18,37 @@ one line per op: its batches, the newest figures' change against the batch befor
 from __future__ import annotations
 
 import pathlib
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
+from rich.console import Console
 from rich.table import Table
 
 from pipeline.ab_verdicts import confirmation, release_verdicts, step_status
+from pipeline.config import Config
 from pipeline.console import console as make_console
 from pipeline.output import emit
 from pipeline.stats import geomean
 from pipeline.store import ResultsStore
 from pipeline.store_records import REFERENCE_VARIANTS
+
+
+@dataclass(frozen=True)
+class TrackOptions:
+    """What ``kernelsmith track`` with ``show``, ``export`` or ``rebuild`` is asked (the census and the
+    release A/B measure, and take :class:`bench.census.CensusOptions` and
+    :class:`bench.release_ab.ReleaseABOptions`). ``op`` filters the table, the regressions and the
+    verdict; ``history`` is the JSON-lines folder of export and rebuild (None: ``harness.history_dir``);
+    ``emitted`` collects the result for ``--json``."""
+
+    action: Literal["show", "export", "rebuild"] = "show"
+    op: str | None = None
+    fail_on_regression: bool = False
+    max_age_h: float | None = None
+    html: str | None = None
+    history: str | None = None
+    emitted: list[Any] | None = None
 
 
 def _age_h(taken_at: str) -> float | None:
@@ -69,46 +89,45 @@ def per_op_lines(store: ResultsStore, op: str | None) -> list[tuple[str, int, st
     return out
 
 
-def _history(args: Any, config: Any, store: ResultsStore, console: Any) -> int:
+def _history(options: TrackOptions, config: Config, store: ResultsStore, console: Console) -> int:
     """``track export`` / ``track rebuild``: the store and the JSON-lines folder (pipeline.history)."""
 
     from pipeline import history
 
-    given = getattr(args, "history", None)
-    folder = pathlib.Path(given) if given else config.history
+    folder = pathlib.Path(options.history) if options.history else config.history
     if folder is None:
         console.print('no history folder: harness.history_dir is "" (off); give --history DIR')
-        emit(args, {"read": 0, "problems": []} if args.action == "rebuild" else {"written": []})
+        emit(options, {"read": 0, "problems": []} if options.action == "rebuild" else {"written": []})
         return 1
-    if args.action == "export":
+    if options.action == "export":
         written = history.export(store, folder)
         console.print(f"{len(written)} batch(es) written to {folder} ({len(store.keys())} in the store)")
-        emit(args, {"written": [str(p) for p in written]})
+        emit(options, {"written": [str(p) for p in written]})
         return 0
     if not folder.is_dir():
         console.print(f"no history folder at {folder}: nothing to rebuild from (give --history DIR)")
-        emit(args, {"read": 0, "problems": []})
+        emit(options, {"read": 0, "problems": []})
         return 1
     read, problems = history.rebuild(store, folder)
     for problem in problems:
         console.print(f"[yellow]left out: {problem}[/yellow]")
     console.print(f"{read} batch(es) read from {folder} into {store.db_path}; {len(problems)} left out")
-    emit(args, {"read": read, "problems": [str(p) for p in problems]})
+    emit(options, {"read": read, "problems": [str(p) for p in problems]})
     return 0
 
 
-def show(args: Any, config: Any) -> int:
+def show(options: TrackOptions, config: Config) -> int:
     """``kernelsmith track`` with ``show``, ``export`` or ``rebuild``: what the store holds (the census and
     the release A/B, which measure, are :mod:`cli.track`'s to call)."""
     store = ResultsStore(config.work)
     console = make_console()
-    if getattr(args, "action", "show") in ("export", "rebuild"):
-        return _history(args, config, store, console)
-    op = getattr(args, "op", None)
-    fail = bool(getattr(args, "fail_on_regression", False))
+    if options.action in ("export", "rebuild"):
+        return _history(options, config, store, console)
+    op = options.op
+    fail = options.fail_on_regression
     keys = store.keys()
     rows = store.history(op)
-    html_dir = getattr(args, "html", None)
+    html_dir = options.html
     if not rows:
         scope = f" for {op}" if op else ""
         said = f"no measurements{scope} in {store.root} yet: run `kernelsmith bench` on a GPU machine first"
@@ -118,7 +137,7 @@ def show(args: Any, config: Any) -> int:
             pages = write_dashboard(store, html_dir, noise_pct=config.harness.noise_pct)
             said += f"; the dashboard says so ({pages[0]})"
         console.print(said)
-        emit(args, {"batches": 0, "regressions": [], "ops": []})
+        emit(options, {"batches": 0, "regressions": [], "ops": []})
         return 1 if fail else 0
     found = store.regressions(noise_pct=config.harness.noise_pct, op_id=op)
     ab = release_verdicts(config.work)
@@ -144,7 +163,7 @@ def show(args: Any, config: Any) -> int:
     console.print(table)
     columns = ("op", "batches", "newest_sglang", "newest_vs_previous", "time_over_floor", "device")
     emit(
-        args,
+        options,
         {
             "batches": len(keys),
             "regressions": [
@@ -160,7 +179,7 @@ def show(args: Any, config: Any) -> int:
         console.print(f"dashboard: {len(pages)} pages in {html_dir} (open {pages[0]})")
     newest = store.get(keys[-1])
     age = _age_h(newest.taken_at)
-    limit = getattr(args, "max_age_h", None)
+    limit = options.max_age_h
     if limit is not None and (age is None or age > limit):
         shown = f"{age:.1f} h" if age is not None else f"of unknown age ({newest.taken_at!r})"
         console.print(
