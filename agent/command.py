@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from agent.verbs import MEASURING, AgentRun, build_regions
 from optimize.backends import Backend
@@ -25,11 +26,38 @@ from pipeline.config import Config
 from pipeline.errors import ConfigError
 
 OP_VERBS = ("show", "brief", "build", "submit", "trajectory")  # the verbs about one op
+Verb = Literal["ops", "show", "brief", "build", "submit", "trajectory", "finish", "integrate"]
 
 
-def _backend(args: Any, config: Config) -> tuple[Backend | None, str]:
+@dataclass(frozen=True)
+class AgentOptions:
+    """What one ``kernelsmith agent VERB`` is asked: ``op`` for the verbs about one op (:data:`OP_VERBS`),
+    ``regions`` the ``NAME=FILE`` specs ``submit`` and ``build`` read (``-`` for stdin; read only by
+    them, and only after a measuring verb was allowed), ``ops`` the ops ``finish`` validates (empty:
+    every op of the run), ``replay`` a file of recorded measurements instead of a GPU (SIMULATED)."""
+
+    verb: Verb
+    op: str | None = None
+    run: str = "agent"
+    client: str = "cli"
+    replay: str | None = None
+    regions: tuple[str, ...] = ()
+    rationale: str = ""
+    ops: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class McpOptions:
+    """What ``kernelsmith mcp`` serves: the run, the backend (``replay``, else the GPU) and the client
+    name for a handshake that gives none."""
+
+    run: str = "agent"
+    client: str = "mcp"
+    replay: str | None = None
+
+
+def _backend(replay: str | None, config: Config) -> tuple[Backend | None, str]:
     """The measurement backend (the replay file, else this machine's GPU), or None and why there is none."""
-    replay = getattr(args, "replay", None)
     if replay:
         from optimize.backends.replay import ReplayBackend
 
@@ -41,9 +69,9 @@ def _backend(args: Any, config: Config) -> tuple[Backend | None, str]:
     return (backend, "") if ok else (None, why)
 
 
-def _regions(specs: list[str] | None) -> dict[str, str]:
+def _regions(specs: tuple[str, ...]) -> dict[str, str]:
     regions: dict[str, str] = {}
-    for spec in specs or []:
+    for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or not name:
             raise ConfigError(f"--region {spec!r} is not NAME=FILE", fix="e.g. --region act_and_mul_kernel=new.cu")
@@ -65,20 +93,21 @@ def _regions(specs: list[str] | None) -> dict[str, str]:
     return regions
 
 
-def main(args: Any, config: Config) -> int:
-    verb = args.verb
-    if verb in OP_VERBS and not args.op:
+def run(options: AgentOptions, config: Config) -> int:
+    """One verb over the run; its answer as JSON on stdout (see the module doc)."""
+    verb = options.verb
+    if verb in OP_VERBS and not options.op:
         raise ConfigError(
             f"`kernelsmith agent {verb}` needs an op",
             fix=f"kernelsmith agent {verb} OP (`kernelsmith agent ops` lists them)",
         )
     if verb == "build":  # nvcc or triton.compile on this machine: no backend, no run
-        built = build_regions(config, args.op, _regions(args.region))
+        built = build_regions(config, str(options.op), _regions(options.regions))
         json.dump(built, sys.stdout, indent=1, default=str)
         print()
         return 0 if built["ok"] else 1
-    backend, why = _backend(args, config)
-    run = AgentRun(config, args.run or "agent", backend, client=args.client or "cli", no_gpu=why)
+    backend, why = _backend(options.replay, config)
+    run = AgentRun(config, options.run, backend, client=options.client, no_gpu=why)
     if verb in MEASURING:
         run.measuring(verb)  # before any work: no file read, no op opened
     if backend is None:
@@ -89,11 +118,11 @@ def main(args: Any, config: Config) -> int:
     if verb == "ops":
         answer = run.ops()
     elif verb in ("show", "brief", "trajectory"):
-        answer = getattr(run, verb)(args.op)
+        answer = getattr(run, verb)(options.op)
     elif verb == "submit":
-        answer = run.submit(args.op, _regions(args.region), args.rationale or "")
+        answer = run.submit(str(options.op), _regions(options.regions), options.rationale)
     elif verb == "finish":
-        answer = run.finish(args.ops)
+        answer = run.finish(options.ops or None)
     else:
         answer = run.integrate()
     json.dump(answer, sys.stdout, indent=1, default=str)
@@ -101,7 +130,7 @@ def main(args: Any, config: Config) -> int:
     return 0
 
 
-def mcp_main(args: Any, config: Config) -> int:
+def serve(options: McpOptions, config: Config) -> int:
     """Serve the verbs over stdio until the client closes the connection.
 
     On a machine without a GPU (and no ``--replay``) the server still starts and the tools that
@@ -112,7 +141,7 @@ def mcp_main(args: Any, config: Config) -> int:
     """
     from agent.mcp_server import build_server
 
-    backend, why = _backend(args, config)
+    backend, why = _backend(options.replay, config)
     if backend is None:
         print(
             f"note: {why}; list_ops, show_task, planning_brief, trajectory and build_candidate answer here, "
@@ -121,11 +150,11 @@ def mcp_main(args: Any, config: Config) -> int:
         )
 
     def make_run(client: str) -> AgentRun:
-        return AgentRun(config, args.run or "agent", backend, client=client, no_gpu=why)
+        return AgentRun(config, options.run, backend, client=client, no_gpu=why)
 
-    server = build_server(make_run, config=config, default_client=args.client or "mcp")
+    server = build_server(make_run, config=config, default_client=options.client)
     server.run("stdio")
     return 0
 
 
-__all__ = ["main", "mcp_main"]
+__all__ = ["OP_VERBS", "AgentOptions", "McpOptions", "Verb", "run", "serve"]

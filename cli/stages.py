@@ -6,7 +6,9 @@ called with them here, by ``kernelsmith run`` (:mod:`cli.run`) and by the agent'
 nothing builds an argv to reach a stage. ``headroom`` and ``track`` take typed options too
 (:class:`integrate.headroom.HeadroomOptions`; :class:`pipeline.track.TrackOptions`,
 :class:`bench.census.CensusOptions`, :class:`bench.release_ab.ReleaseABOptions`, built in
-:mod:`cli.track`); ``bench`` and the agent's verbs still read the parsed flags themselves.
+:mod:`cli.track`), and so do the agent's verbs and the MCP server
+(:class:`agent.command.AgentOptions`, :class:`agent.command.McpOptions`); ``bench`` still reads the
+parsed flags itself.
 
 Each handler imports its stage inside the call: ``kernelsmith extract`` must not pay for (or need)
 torch, which the optimizer's floor imports. The import-graph test reads those imports as arrows like
@@ -117,13 +119,28 @@ def _run(args: argparse.Namespace, config: Config) -> int:
 def _agent(args: argparse.Namespace, config: Config) -> int:
     from agent import command as agent_command
 
-    return int(agent_command.main(args, config) or 0)
+    options = agent_command.AgentOptions(
+        verb=args.verb,
+        op=getattr(args, "op", None),
+        run=getattr(args, "run", None) or "agent",
+        client=getattr(args, "client", None) or "cli",
+        replay=getattr(args, "replay", None),
+        regions=tuple(getattr(args, "region", None) or ()),
+        rationale=getattr(args, "rationale", None) or "",
+        ops=ops_of(args),
+    )
+    return agent_command.run(options, config)
 
 
 def _mcp(args: argparse.Namespace, config: Config) -> int:
     from agent import command as agent_command
 
-    return int(agent_command.mcp_main(args, config) or 0)
+    options = agent_command.McpOptions(
+        run=getattr(args, "run", None) or "agent",
+        client=getattr(args, "client", None) or "mcp",
+        replay=getattr(args, "replay", None),
+    )
+    return agent_command.serve(options, config)
 
 
 #: subcommand -> its handler
