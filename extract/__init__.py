@@ -8,12 +8,14 @@ Modules in dependency order (each imports only modules above it):
   toolkit: lexemes, brackets, top-level lists, definitions read from text),
   ``cexpr`` (C++ integer expressions, the sm_90a constants)
 - ``cxx_nodes`` (syntax-tree helpers; definitions by name through tree-sitter)
-- ``macros`` (specifier macros, masking) -> ``file_scan`` (one file) -> ``index``
+- ``macros`` (specifier macros, masking), ``launch_sites`` (one file's launchers: launch
+  sites, aliases followed to kernel names) -> ``file_scan`` (one file) -> ``index``
   (the tree: workers, includes, launchers)
 - ``pyops`` (libcst: ``load_jit`` calls -> ops) -> ``wrapper_facts`` (what the
   Python wrappers say about an export)
-- ``launcher_facts`` (what the launcher's C++ says) -> ``contract`` (the
-  ``records.Contract``, curated contracts)
+- ``launcher_checks`` (what the launcher's checks say: divisibilities, relations, limits,
+  constraints as Python) -> ``launcher_facts`` (what the launcher's C++ says) -> ``contract``
+  (the ``records.Contract``, curated contracts)
 - ``shapes`` (model catalog) -> ``tasks`` -> ``compile_check`` (the baseline built, refused
   instantiations dropped with the reason) -> ``command``
 

@@ -86,6 +86,7 @@ def _index_inputs(source: SourceInfo) -> list[pathlib.Path]:
 _INDEX_CODE = (
     "extract/index.py",
     "extract/file_scan.py",
+    "extract/launch_sites.py",
     "extract/cxx_nodes.py",
     "extract/macros.py",
     "extract/cxx.py",

@@ -21,9 +21,9 @@ What must stay true:
   sorted by (file, start byte); the same tree gives the same JSON.
 - Paths are relative to the package root (``kernels/jit/csrc/...``).
 
-How it works, per file (:func:`extract.file_scan.scan_file`; the macro table and masking
-in :mod:`extract.macros`, the syntax-tree helpers in :mod:`extract.cxx_nodes`, the C++
-text scans in :mod:`extract.cxx`):
+How it works, per file (:func:`extract.file_scan.scan_file`; the launch sites and aliases
+in :mod:`extract.launch_sites`, the macro table and masking in :mod:`extract.macros`, the
+syntax-tree helpers in :mod:`extract.cxx_nodes`, the C++ text scans in :mod:`extract.cxx`):
 
 1. *Masking.* Attribute macros that the grammar cannot know (SGLang's
    ``SGL_DEVICE`` = ``__forceinline__ __device__``, per-file kernel macros like
@@ -92,7 +92,8 @@ from typing import Any
 from pydantic import Field
 
 from extract import treesitter as ts
-from extract.file_scan import FileScan, RawLauncher, scan_job
+from extract.file_scan import FileScan, scan_job
+from extract.launch_sites import RawLauncher
 from extract.macros import collect_macros
 from pipeline.record_io import Record
 from pipeline.records import FileDigest, KernelDef, LauncherDef, ParseIssue, SourceInfo

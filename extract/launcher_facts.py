@@ -4,9 +4,9 @@ Reads the text of the launcher struct (or free function) the index located, with
 the C++ text toolkit (:mod:`extract.cxx`) and the expression parser
 (:mod:`extract.cexpr`): ``TensorMatcher({N, D}).with_strides({S, 1}).with_dtype<T>()
 .verify(x)`` chains (symbol names from ``SymbolicSize{"name"}``), ``RuntimeCheck`` /
-``CHECK_HOST`` conditions (divisibilities, relations, limits, constraints as Python),
-``D.set_value(kDim)``, refusing ``switch`` statements, and the shapes of tensors a
-launcher without TensorMatcher reads by hand. An entry that forwards to another
+``CHECK_HOST`` conditions and refusing ``switch`` statements (read by
+:mod:`extract.launcher_checks`: divisibilities, relations, limits, constraints as Python),
+``D.set_value(kDim)``, and the shapes of tensors a launcher without TensorMatcher reads by hand. An entry that forwards to another
 member or helper is followed (to depth 3), with template arguments bound and
 decided ``if constexpr`` arms cut.
 
@@ -19,12 +19,19 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Iterable, Sequence
 
-from extract.cexpr import ARCH_CONSTANTS, CPP_TYPES, DTYPE_BYTES, c_to_python, eval_c
+from extract.cexpr import ARCH_CONSTANTS, CPP_TYPES, eval_c
 from extract.cxx import CppFunction, balanced_end, split_top, strip_comments, template_params
 from extract.cxx_nodes import calls_in, find_definition
+from extract.launcher_checks import (
+    DIM_USE,
+    check_conditions,
+    constraint,
+    dim_index,
+    read_condition,
+    read_limits,
+)
 
 READ_FROM_USES = "(shape read from its uses: no TensorMatcher)"  # a Matcher's text when no TensorMatcher declared it
 
@@ -152,16 +159,6 @@ def _matchers(
     return out, notes
 
 
-def _check_conditions(body: str) -> list[str]:
-    conds = []
-    for match in re.finditer(r"\b(RuntimeCheck|CHECK_HOST)\s*\(", body):
-        open_at = match.end() - 1
-        args = split_top(body[open_at + 1 : balanced_end(body, open_at) - 1])
-        if args and args[0].strip() not in ("false", "0"):  # an unconditional failure is a limit, read elsewhere
-            conds.append(" ".join(args[0].split()))
-    return conds
-
-
 def _constants(text: str) -> dict[str, str]:
     """``constexpr auto kVecSize = ...;`` / ``int elements_in_vec = ...;`` -> name: expression text."""
     out: dict[str, str] = {}
@@ -262,7 +259,10 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
     """Read an entry ``method`` of a launcher struct (or a free function when ``method`` is in ``struct_text`` alone).
 
     ``context`` is the whole file: a forwarding call to a helper outside the
-    struct (``details::impl(...)``) is looked up there.
+    struct (``details::impl(...)``) is looked up there. The steps: the entry and the
+    helpers it forwards to (:func:`_forwarded_bodies`), what each of their bodies says
+    (:func:`_read_bodies`), the shapes of tensors read by hand
+    (:func:`_read_shapes_from_uses`), and the checks as constraints (:func:`_constraints`).
     """
     text = strip_comments(struct_text)
     whole = strip_comments(context) if context else text
@@ -270,14 +270,40 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
     typenames = [name for kind, name in tparams_list if kind in ("typename", "class")]
     # the first type parameter is the element type make_cpp_args fills with the dtype
     tparams = {name: ("dtype" if i == 0 else "type") for i, name in enumerate(typenames)}
-    unresolved: list[str] = []
     entry = find_definition(text, method)
     if entry is None:
         return CppFacts(None, [], {}, {}, [], {}, {}, {}, {}, [f"entry `{method}` not found in the launcher source"])
+    bodies = _forwarded_bodies(entry, method, text, whole)
+    reading = _read_bodies(bodies, text, tparams, dtypes)
+    _read_shapes_from_uses(entry, bodies, reading)
+    constraints = _constraints(entry, reading, dtypes)
+    return CppFacts(
+        struct=None,
+        params=entry.params,
+        symbols=reading.symbols,
+        matchers=reading.matchers,
+        checks=list(dict.fromkeys(reading.checks)),
+        divisibility=reading.divisibility,
+        max_values=reading.max_values,
+        relations=reading.relations,
+        fixed_by_template=reading.fixed,
+        unresolved=reading.unresolved,
+        constraints=list(dict.fromkeys(constraints)),
+        allowed=reading.allowed,
+    )
+
+
+def _forwarded_bodies(
+    entry: CppFunction, method: str, text: str, whole: str
+) -> list[tuple[CppFunction, dict[str, str]]]:
+    """The entry and the functions it forwards to: (function, its name -> the entry's name).
+
+    Forwarding calls are followed (tree-sitter reads the calls, to depth 3): run_activation(...) ->
+    launch(input, out, ...), run_norm(...) -> run_impl(...), fused_x(...) -> details::x_impl<...>(...);
+    a callee is looked up in the struct's ``text``, then in the ``whole`` file.
+    """
     bodies: list[tuple[CppFunction, dict[str, str]]] = [(entry, {})]  # (function, its name -> entry's name)
     seen = {method}
-    # Follow forwarding calls (tree-sitter reads the calls, to depth 3): run_activation(...) -> launch(input, out, ...),
-    # run_norm(...) -> run_impl(...), fused_x(...) -> details::x_impl<...>(...).
     queue: list[tuple[CppFunction, dict[str, str], int]] = [(entry, {}, 0)]  # (function, alias, depth)
     while queue:
         caller, caller_alias, level = queue.pop(0)
@@ -314,57 +340,70 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
             target = bound(target, call.template_args)
             bodies.append((target, alias))
             queue.append((target, alias, level + 1))
-    symbols: dict[str, str] = {}
-    matchers: dict[str, list[Matcher]] = {}
-    checks: list[str] = []
-    divisibility: dict[str, int] = {}
-    max_values: dict[str, int] = {}
-    allowed: dict[str, list[int]] = {}
-    relations: dict[str, str] = {}
-    fixed: dict[str, str] = {}
+    return bodies
+
+
+#: one check to translate: (condition, its names' symbols, the body's alias, constants, the body's matchers)
+_Pending = tuple[str, dict[str, str], dict[str, str], dict[str, str], dict[str, list[Matcher]]]
+
+
+@dataclasses.dataclass
+class _Reading:
+    """What the entry's bodies say, read body by body (:func:`_read_bodies`); the shapes read
+    from uses are added after (:func:`_read_shapes_from_uses`)."""
+
+    symbols: dict[str, str] = dataclasses.field(default_factory=dict)
+    matchers: dict[str, list[Matcher]] = dataclasses.field(default_factory=dict)
+    checks: list[str] = dataclasses.field(default_factory=list)
+    divisibility: dict[str, int] = dataclasses.field(default_factory=dict)
+    max_values: dict[str, int] = dataclasses.field(default_factory=dict)
+    allowed: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    relations: dict[str, str] = dataclasses.field(default_factory=dict)
+    fixed: dict[str, str] = dataclasses.field(default_factory=dict)  # symbol -> template parameter that sets it
+    unresolved: list[str] = dataclasses.field(default_factory=list)
+    pending: list[_Pending] = dataclasses.field(default_factory=list)
+    # per body, its own names (pending holds the same dicts)
+    body_matchers: list[dict[str, list[Matcher]]] = dataclasses.field(default_factory=list)
+
+
+def _read_bodies(
+    bodies: list[tuple[CppFunction, dict[str, str]]], text: str, tparams: dict[str, str], dtypes: Iterable[str]
+) -> _Reading:
+    """Each body's symbols, TensorMatcher chains, ``set_value`` fixings, checks and limits."""
+    reading = _Reading()
     struct_consts = _constants(re.sub(r"\{[^{}]*\}", "", text))
-    pending: list[tuple[str, dict[str, str], dict[str, str], dict[str, str], dict[str, list[Matcher]]]] = []
-    body_matchers: list[dict[str, list[Matcher]]] = []  # per body, its own names (pending holds the same dicts)
     for fn, alias in bodies:
         body_symbols = _body_symbols(fn.body)
-        symbols.update(body_symbols)
+        reading.symbols.update(body_symbols)
         found, notes = _matchers(fn.body, body_symbols, tparams)
-        body_matchers.append(found)
-        unresolved += notes
+        reading.body_matchers.append(found)
+        reading.unresolved += notes
         for name, items in found.items():
-            matchers.setdefault(alias.get(name, name), []).extend(items)
+            reading.matchers.setdefault(alias.get(name, name), []).extend(items)
         for var, tparam in re.findall(r"(\w+)\.set_value\s*\(\s*(\w+)\s*\)", fn.body):
             if var in body_symbols:
-                fixed[body_symbols[var]] = tparam
+                reading.fixed[body_symbols[var]] = tparam
         unwrap = _unwrap_vars(fn.body, body_symbols)
         consts = {**struct_consts, **{k: str(v) for k, v in fn.bound.items()}, **_constants(fn.body)}
-        conds = _check_conditions(fn.body)
-        checks += conds
-        pending += [(cond, {**body_symbols, **unwrap}, alias, consts, found) for cond in conds]
+        conds = check_conditions(fn.body)
+        reading.checks += conds
+        reading.pending += [(cond, {**body_symbols, **unwrap}, alias, consts, found) for cond in conds]
         for cond in conds:
             for part in split_top(cond, "&&"):
-                _read_condition(part, unwrap, body_symbols, consts, dtypes, divisibility, relations)
-        for match in re.finditer(r"\bif\s*\(\s*(\w+)\s*<=\s*([^{]+?)\)\s*\{", fn.body):
-            var, limit = match.group(1), match.group(2)
-            block_end = balanced_end(fn.body, match.end() - 1)
-            rest = fn.body[block_end:]
-            if re.match(r"\s*else\s*\{[^{}]*RuntimeCheck\s*\(\s*false", rest) and var in unwrap:
-                value = _eval_per_dtype(limit, consts, dtypes, min)
-                if value is not None:
-                    max_values[unwrap[var]] = value
-        # `switch (num_experts) { case 256: ... case 384: ... default: Panic(...) }`:
-        # the cases are the only values the launcher accepts.
-        for match in re.finditer(r"\bswitch\s*\(\s*(\w+)\s*\)\s*\{", fn.body):
-            var = match.group(1)
-            block = fn.body[match.end() - 1 : balanced_end(fn.body, match.end() - 1)]
-            refused = re.search(r"\bdefault\s*:\s*(?:\{\s*)?(?:Panic\s*\(|RuntimeCheck\s*\(\s*false)", block)
-            cases = [int(v) for v in re.findall(r"\bcase\s+(\d+)\s*:", block)]
-            if var in unwrap and refused is not None and cases:
-                allowed[unwrap[var]] = sorted(set(cases))
+                read_condition(part, unwrap, body_symbols, consts, dtypes, reading.divisibility, reading.relations)
+        read_limits(fn.body, unwrap, consts, dtypes, reading.max_values, reading.allowed)
+    return reading
+
+
+def _read_shapes_from_uses(
+    entry: CppFunction, bodies: list[tuple[CppFunction, dict[str, str]]], reading: _Reading
+) -> None:
+    """A matcher for each tensor parameter no TensorMatcher verifies but the bodies read by hand,
+    added to ``reading.matchers`` and to each body's own matchers."""
     # Launchers written without TensorMatcher read shapes by hand (`x.dim() == 2`,
     # `const int64_t num_tokens = x.shape()[0]`): those uses give the tensor a shape.
     read: dict[str, tuple[list[str | int], bool]] = {}
-    for pname in [n for t, n in entry.params if "TensorView" in t and n not in matchers]:
+    for pname in [n for t, n in entry.params if "TensorView" in t and n not in reading.matchers]:
         found_shape = _shape_from_uses([(fn.body, local) for fn, alias in bodies if (local := _reverse(alias, pname))])
         if found_shape is not None:
             read[pname] = found_shape
@@ -377,37 +416,41 @@ def cpp_facts(struct_text: str, method: str, dtypes: Iterable[str], context: str
     for pname, (shape, _explicit) in read.items():
         cast = _cast_dtype([(fn.body, local) for fn, alias in bodies if (local := _reverse(alias, pname))])
         item = Matcher(shape, None, cast, [pname], 99, READ_FROM_USES)
-        matchers[pname] = [item]
-        for (_fn, alias), found in zip(bodies, body_matchers):  # so each body's checks can read x.size(i)
+        reading.matchers[pname] = [item]
+        for (_fn, alias), found in zip(bodies, reading.body_matchers):  # so each body's checks can read x.size(i)
             if (local := _reverse(alias, pname)) is not None:
                 found.setdefault(local, [item])
+
+
+def _constraints(entry: CppFunction, reading: _Reading, dtypes: Iterable[str]) -> list[str]:
+    """The checks as Python over the contract's names (:func:`extract.launcher_checks.constraint`), in order."""
     scalars = {
         name for ptype, name in entry.params if "TensorView" not in ptype and scalar_type(ptype) in ("int", "bool")
     }
     constraints = [
         c
-        for cond, names, alias, consts, found in pending
+        for cond, names, alias, consts, found in reading.pending
         if (
-            c := _constraint(
-                cond, names, alias, consts, found, scalars, {t: s for s, t in fixed.items()}, relations, dtypes
+            c := constraint(
+                cond,
+                names,
+                alias,
+                consts,
+                _plain_shapes(found),
+                scalars,
+                {t: s for s, t in reading.fixed.items()},
+                reading.relations,
+                dtypes,
             )
         )
         is not None
     ]
-    return CppFacts(
-        struct=None,
-        params=entry.params,
-        symbols=symbols,
-        matchers=matchers,
-        checks=list(dict.fromkeys(checks)),
-        divisibility=divisibility,
-        max_values=max_values,
-        relations=relations,
-        fixed_by_template=fixed,
-        unresolved=unresolved,
-        constraints=list(dict.fromkeys(constraints)),
-        allowed=allowed,
-    )
+    return constraints
+
+
+def _plain_shapes(found: dict[str, list[Matcher]]) -> dict[str, list[str | int]]:
+    """Each tensor's shape as its plain path's matcher (:func:`plain_matcher`) states it."""
+    return {name: plain_matcher(items).shape for name, items in found.items() if items}
 
 
 def _reverse(alias: dict[str, str], name: str) -> str | None:
@@ -415,16 +458,6 @@ def _reverse(alias: dict[str, str], name: str) -> str | None:
     if not alias:
         return name
     return next((local for local, entry_name in alias.items() if entry_name == name), None)
-
-
-# `.shape()[i]` or `.size(i)` after a tensor (or its `.value()`): two groups, one set.
-_DIM_USE = r"(?:\.value\(\))?(?:\.shape\(\)\s*\[\s*(-?\d+)\s*\]|\.size\(\s*(-?\d+)\s*\))"
-
-
-def _dim_index(match: re.Match, first: int) -> int:
-    """The dimension a `_DIM_USE` match reads, its groups starting at ``first``."""
-    shape_index, size_index = match.group(first), match.group(first + 1)
-    return int(shape_index if shape_index is not None else size_index)
 
 
 def _cast_dtype(bodies: list[tuple[str, str]]) -> str | None:
@@ -461,24 +494,24 @@ def _shape_from_uses(bodies: list[tuple[str, str]]) -> tuple[list[str | int], bo
     used: set[int] = set()
     named: dict[int, str] = {}
     for body, name in bodies:
-        conds = _check_conditions(body)
+        conds = check_conditions(body)
         refs = [name] + re.findall(rf"(?:const\s+)?auto\s*&?\s*(\w+)\s*=\s*{re.escape(name)}(?:\.value\(\))?\s*;", body)
         for ref in refs:
             who = re.escape(ref)
             for m in re.finditer(rf"\b{who}\.n?dim\(\)\s*(==|>=)\s*(\d+)", body):
                 rank = int(m.group(2)) if rank is None else max(rank, int(m.group(2)))
-            for m in re.finditer(rf"\b{who}{_DIM_USE}", body):
-                used.add(_dim_index(m, 1))
+            for m in re.finditer(rf"\b{who}{DIM_USE}", body):
+                used.add(dim_index(m, 1))
             for m in re.finditer(
-                rf"(?:int64_t|int|auto|int32_t|uint32_t|size_t)\s+(\w+)\s*=\s*(?:static_cast<[^<>]*>\s*\()?\s*{who}{_DIM_USE}",
+                rf"(?:int64_t|int|auto|int32_t|uint32_t|size_t)\s+(\w+)\s*=\s*(?:static_cast<[^<>]*>\s*\()?\s*{who}{DIM_USE}",
                 body,
             ):
-                named.setdefault(_dim_index(m, 2), m.group(1))
+                named.setdefault(dim_index(m, 2), m.group(1))
             for cond in conds:
                 for part in split_top(cond, "&&"):
-                    equated = re.fullmatch(rf"\s*{who}{_DIM_USE}\s*==\s*([\w\s+*]+?)\s*", part)
+                    equated = re.fullmatch(rf"\s*{who}{DIM_USE}\s*==\s*([\w\s+*]+?)\s*", part)
                     if equated is not None:
-                        named.setdefault(_dim_index(equated, 1), " ".join(equated.group(3).split()))
+                        named.setdefault(dim_index(equated, 1), " ".join(equated.group(3).split()))
     if rank is None and not used:
         return None
     explicit = rank is not None or any(i >= 0 for i in used)
@@ -489,145 +522,6 @@ def _shape_from_uses(bodies: list[tuple[str, str]]) -> tuple[list[str | int], bo
         dim = named.get(i, named.get(i - rank))
         shape.append(dim if dim is not None else f"{bodies[0][1]}_dim{i}")
     return shape, explicit
-
-
-_SIZE_CALL = re.compile(rf"\b(\w+){_DIM_USE}")
-
-
-def _constraint(
-    cond: str,
-    names: dict[str, str],
-    alias: dict[str, str],
-    consts: dict[str, str],
-    found: dict[str, list[Matcher]],
-    scalars: set[str],
-    by_tparam: dict[str, str],
-    relations: dict[str, str],
-    dtypes: Iterable[str],
-) -> str | None:
-    """One RuntimeCheck condition as a Python expression over the contract's own names,
-    or None when it reads anything else (a pointer, a stride, a value read from data,
-    a constant that differs by dtype).
-
-    Why: the harness invents sizes for ops no model config sizes, and fills scalars
-    the callers pass at run time; the kernel's own checks say which values it
-    accepts (``kH == 3 || kH == 6 || kH == 12``, ``numel % hidden_size == 0``), so
-    the harness can choose values the baseline will not reject. Names map to: a
-    SymbolicSize (``D.unwrap()``) or a local holding one -> its symbol (or the
-    relation extract folded it into: ``input_width`` -> ``(2*output_width)``); a
-    template parameter that fixes a width -> that width's symbol; a scalar
-    parameter of the entry -> itself; ``x.size(i)`` / ``x.shape()[i]`` -> the
-    dimension its TensorMatcher names; a ``constexpr`` with one value for every
-    dtype -> the number; any other local -> its own definition, translated the same way.
-    """
-    dtypes = list(dtypes)
-    sizes: dict[str, str | int] = {}
-
-    def size_token(match: re.Match) -> str:
-        matched = found.get(match.group(1))
-        if not matched:
-            return match.group(0)
-        shape = plain_matcher(matched).shape
-        index = _dim_index(match, 2)
-        if not -len(shape) <= index < len(shape) or shape[index] in (-1, "-1"):
-            return match.group(0)
-        token = f"__size_{len(sizes)}"
-        sizes[token] = shape[index]
-        return token
-
-    def symbol(sym: str) -> str:
-        return f"({relations[sym]})" if sym in relations else sym
-
-    def name_of(name: str, depth: int = 0) -> str | int | None:
-        if name in sizes:
-            dim = sizes[name]
-            return dim if isinstance(dim, int) else symbol(dim) if re.fullmatch(r"\w+", dim) else f"({dim})"
-        if name in names:
-            return symbol(names[name])
-        if name in by_tparam:
-            return symbol(by_tparam[name])
-        own = alias.get(name, name)
-        if own in scalars:
-            return own
-        values = _eval_per_dtype(name, consts, dtypes, set)  # one value for every dtype, or no number
-        if values is not None:
-            return next(iter(values)) if len(values) == 1 else None
-        if name in consts and depth < 4:  # a local defined from sizes: `const int64_t kH = A_log.shape()[0];`
-            inner = c_to_python(_SIZE_CALL.sub(size_token, consts[name]), lambda n: name_of(n, depth + 1))
-            return None if inner is None else f"({inner})"
-        return None
-
-    translated = c_to_python(_SIZE_CALL.sub(size_token, cond), name_of)
-    if translated is None or not set(re.findall(r"[A-Za-z_]\w*", translated)) - {"and", "or", "not", "if", "else"}:
-        return None  # untranslatable, or only constants: nothing for the harness to choose
-    return translated
-
-
-_Picked = TypeVar("_Picked")
-
-
-def _eval_per_dtype(
-    expr: str, consts: dict[str, str], dtypes: Iterable[str], pick: Callable[[list[int]], _Picked]
-) -> _Picked | None:
-    values = []
-    for dtype in dtypes:
-        env = dict(ARCH_CONSTANTS)
-        sizes = {
-            "T": DTYPE_BYTES[dtype],
-            "DType": DTYPE_BYTES[dtype],
-            "Float": DTYPE_BYTES[dtype],
-            "scalar_t": DTYPE_BYTES[dtype],
-        }
-        for _ in range(3):  # constants defined from constants
-            for name, text in consts.items():
-                if name not in env:
-                    value = eval_c(text, env, sizes)
-                    if value is not None:
-                        env[name] = value
-        value = eval_c(expr, env, sizes)
-        if value is None:
-            return None
-        values.append(value)
-    return pick(values) if values else None
-
-
-def _read_condition(
-    cond: str,
-    unwrap: dict[str, str],
-    symbols: dict[str, str],
-    consts: dict[str, str],
-    dtypes: Iterable[str],
-    divisibility: dict[str, int],
-    relations: dict[str, str],
-) -> None:
-    def symbol_of(text: str) -> str | None:
-        text = text.strip()
-        m = re.fullmatch(r"(?:static_cast<[^>]*>\s*\()?\s*(\w+)(?:\.unwrap\(\))?\s*\)?", text)
-        if not m:
-            return None
-        name = m.group(1)
-        if name in unwrap:
-            return unwrap[name]
-        if name in symbols and text.endswith("unwrap()"):
-            return symbols[name]
-        return None
-
-    m = re.fullmatch(r"\s*(.+?)\s*%\s*(.+?)\s*==\s*0\s*", cond)
-    if m:
-        sym = symbol_of(m.group(1))
-        if sym:
-            value = _eval_per_dtype(m.group(2), consts, list(dtypes), max)
-            if value and value > 1:
-                divisibility[sym] = max(value, divisibility.get(sym, 1))
-        return
-    m = re.fullmatch(r"\s*(\w+)\s*\*\s*(\d+)\s*==\s*(.+?)\s*", cond) or re.fullmatch(
-        r"\s*(\d+)\s*\*\s*(\w+)\s*==\s*(.+?)\s*", cond
-    )
-    if m:
-        a, k = (m.group(1), m.group(2)) if not m.group(1).isdigit() else (m.group(2), m.group(1))
-        left, right = symbol_of(a), symbol_of(m.group(3))
-        if left and right and left != right:
-            relations[right] = f"{int(k)}*{left}"
 
 
 def scalar_type(cpp_type: str) -> str | None:
