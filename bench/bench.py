@@ -13,7 +13,8 @@ Two modes:
   pass its own generated tests? One line per task with the reason for each
   failure, and the contracts static inference could not fully determine
   (``contract.unresolved``). The sweep itself lives in
-  :mod:`bench.health` (parallel builds, concurrent checks, resumable).
+  :mod:`bench.health_sweep` (parallel builds, concurrent checks, resumable), each
+  task's verdict in :mod:`bench.health`.
 
 Every run replaces its own section of BENCHMARKS.md (sections are keyed by the
 exact command) and keeps every other section; it also adds a batch to the
@@ -212,7 +213,8 @@ def main(args: Any, config: Config) -> int:
     output = pathlib.Path(getattr(args, "output", None) or "BENCHMARKS.md")
     start = time.monotonic()
     if getattr(args, "all", False):
-        from bench.health import health_all, health_section
+        from bench.health import health_section
+        from bench.health_sweep import health_all
 
         model = None
         if config.llm.configured:  # the testing agent fills what the completion rules leave open
@@ -322,8 +324,6 @@ def bench_folders(
     at once, one op per GPU (:func:`_bench_pooled`); None is the serial loop.
     """
     from contract.completion import complete
-    from optimize.errors import GpuRequired
-    from pipeline.errors import NotWritable
     from pipeline.gpu import gpu_available
 
     out = stream or sys.stdout
@@ -345,6 +345,29 @@ def bench_folders(
         return _bench_pooled(
             pool, items, config, dtypes=dtypes, compile_=compile_, label=label, out=out, measured=measured
         ), tasks
+    return _bench_serial(
+        items, order, config, batched=batched, dtypes=dtypes, compile_=compile_, label=label, out=out, measured=measured
+    ), tasks
+
+
+def _bench_serial(
+    items: Sequence[tuple[pathlib.Path, Task]],
+    order: list[int],
+    config: Config,
+    *,
+    batched: bool,
+    dtypes: Sequence[str] | None,
+    compile_: bool,
+    label: str,
+    out: TextIO,
+    measured: Callable[[OpBench, Task], None] | None,
+) -> list[OpBench]:
+    """:func:`bench_folders`' serial loop: ``items`` timed in ``order``, in batches of :data:`BATCH_OPS`
+    when ``batched`` (an op a batch did not measure alone, after every batch), else each alone; rows
+    in the items' order. A GPU lost (or a work dir that cannot be written) keeps what was measured."""
+    from optimize.errors import GpuRequired
+    from pipeline.errors import NotWritable
+
     step = BATCH_OPS if batched else 1
     done: dict[int, OpBench] = {}  # position in ``items`` -> its row
     later: list[int] = []  # ops a batch did not measure: each alone, after every batch
@@ -358,7 +381,7 @@ def bench_folders(
             measured(result, items[index][1])
 
     def alone(index: int, where: str) -> None:
-        print(f"{label} {where}/{len(folders)}: {items[index][0].name} ...", file=out, flush=True)
+        print(f"{label} {where}/{len(items)}: {items[index][0].name} ...", file=out, flush=True)
         path, task = items[index]
         report(index, bench_op(path, task, config, dtypes=dtypes, compile_=compile_), True)
 
@@ -372,7 +395,7 @@ def bench_folders(
                 alone(positions[0], f"{first + 1}")
                 continue
             names = ", ".join(path.name for path, _ in chunk)
-            print(f"{label} {first + 1}-{first + len(chunk)}/{len(folders)}: {names} ...", file=out, flush=True)
+            print(f"{label} {first + 1}-{first + len(chunk)}/{len(items)}: {names} ...", file=out, flush=True)
             got = batch_members(chunk, config, dtypes=dtypes, compile_=compile_)
             for offset in range(len(chunk)):
                 if offset in got.rows:
@@ -404,7 +427,7 @@ def bench_folders(
             raise
         for index, (path, _) in enumerate(items):
             done.setdefault(index, OpBench(op_id=path.name, error=err.message))
-    return [done[i] for i in sorted(done)], tasks
+    return [done[i] for i in sorted(done)]
 
 
 def bench_unit(

@@ -1,31 +1,14 @@
 """``kernelsmith bench --all``: does every extracted baseline build, run and pass its own tests?
 
-Over every task under ``work/tasks``: plan the harness's checks on the task's
-smallest catalog shape plus :data:`HELD_OUT` fresh held-out shapes in every
-dtype, build the units they need, and run them through the evaluation worker
-with the baseline checked on its own (outputs poisoned and fully written,
-inputs untouched, graph-capturable, float64 reference where the contract names
-one). One :class:`HealthRow` per task, with the reason when it stops short.
-
-Three phases, because the GPU machine has many cores and one GPU:
-
-1. **plan** every task (pure Python; a task that does not load or plan is a row
-   with its reason);
-2. **build** the tasks' modules in one nvcc pool, one task per usable CPU,
-   cheapest first (one task at a time left all but one core idle: the sweep is
-   over a hundred modules, some of them minutes of nvcc each);
-3. **check** each task as soon as its modules are built, with up to
-   ``harness.health_workers`` worker processes at once. The
-   checks are correctness only, nothing is timed, so sharing the GPU changes no
-   verdict; each worker is its own process and CUDA context, so one that faults
-   or hangs takes down only its own row (``crashed``/``timeout``).
-
-With ``harness.sweep_budget_s`` set, nothing new starts once that many seconds
-have passed; the rows not reached say so. Every finished row is written at once
-to ``work/bench/health/<key>.json``, the
-key hashing the task record and the harness's own sources: a rerun (after an
-interruption, or the device tool's per-call time limit) skips every task already
-judged by the same code, and re-judges all of them after the harness changed.
+For one task: plan the harness's checks on the task's smallest catalog shape plus
+:data:`HELD_OUT` fresh held-out shapes in every dtype (:func:`prepare`), build the
+units they need (:func:`build_one`), and run them through the evaluation worker
+with the baseline checked on its own (outputs poisoned and fully written, inputs
+untouched, graph-capturable, float64 reference where the contract names one;
+:func:`check`). One :class:`HealthRow` per task, with the reason when it stops
+short; :func:`health_section` is the rows' section of BENCHMARKS.md. A row's key
+hashes the task record and the harness's own sources (:func:`harness_fingerprint`).
+:mod:`bench.health_sweep` runs these over every task under ``work/tasks``.
 
 What must stay true: a task is counted as passing only when the worker ran its
 checks in this sweep's code on a GPU and every check passed; nothing is inferred.
@@ -33,13 +16,11 @@ checks in this sweep's code on a GPU and every check passed; nothing is inferred
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import pathlib
 import re
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -48,16 +29,15 @@ from contract.completion import BASELINE_REPAIRS, Completion
 from optimize.harness.baseline_repair import BaselineRun, repair_baseline
 from optimize.harness.isolate import WorkerRun
 from optimize.harness.languages import build_of
-from pipeline.build import first_error, usable_cpus
+from pipeline.build import first_error
 from pipeline.digest import source_digest
-from pipeline.record_io import VersionedRecord, content_hash, read_record, write_record
+from pipeline.record_io import VersionedRecord, content_hash
 from pipeline.records import BuildReport, ShapeCase, Task
 
 if TYPE_CHECKING:
     from optimize.harness.evaluate import CasePlan
 
 HELD_OUT = 2
-CHECK_GRACE_S = 60.0  # with a budget: how long checks already running may take past it
 # The code a verdict depends on (pipeline.digest): the harness, the contract package it
 # plans and completes contracts with, and the pipeline floor (builder, records, toolchain).
 _FINGERPRINT_GLOBS = (
@@ -107,10 +87,6 @@ class _Checked:
 @functools.lru_cache(maxsize=1)
 def harness_fingerprint() -> str:
     return source_digest(_FINGERPRINT_GLOBS)[:16]
-
-
-def row_path(work: pathlib.Path, key: str) -> pathlib.Path:
-    return work / "bench" / "health" / f"{key}.json"
 
 
 def prepare(task_dir: pathlib.Path, model=None) -> _Prepared:
@@ -274,12 +250,6 @@ def _plan_for(task, shape):
         return plan_cases(task, shapes=[shape], held_out=HELD_OUT, profile=False)
     except Exception:  # noqa: BLE001 - a narrowing that cannot be planned is no narrowing
         return None
-
-
-def _build_cost(prep: _Prepared) -> float:
-    assert prep.task is not None
-    recorded = prep.task.baseline_build
-    return recorded.seconds if recorded is not None and recorded.ok else float("inf")
 
 
 # Re-checks after the baseline showed what the contract or the invented shape got wrong
@@ -480,125 +450,6 @@ def _resized(task, contract, plan, res):
         new_plan,
         f"{symbol} = {value} (baseline: the synthetic shape's {symbol} was rejected, the kernel expects {value})",
     )
-
-
-def health_all(
-    task_dirs: Sequence[pathlib.Path],
-    config,
-    *,
-    progress: Callable[[str], None] = lambda line: print(line, flush=True),
-    budget_s: float | None = None,
-    model=None,
-) -> list[HealthRow]:
-    """Plan, build, check (module doc); rows in ``task_dirs`` order, each saved as soon as it is final.
-    ``model``: the testing agent's LLM for what the completion rules leave open (see :func:`prepare`).
-
-    Builds and checks overlap: a task's check starts as soon as its modules are
-    built. Builds start cheapest first (the seconds extract's compile check took),
-    so a time-limited sweep judges as many tasks as it can. With ``budget_s``, no
-    build or check starts after that many seconds; what was not reached is a row
-    saying so, and is not saved: the next sweep judges it.
-    """
-    start = time.monotonic()
-    total = len(task_dirs)
-    rows: list[HealthRow | None] = [None] * total
-    preps = [prepare(d, model) for d in task_dirs]
-    done = 0
-    lock = threading.Lock()
-
-    closed = threading.Event()
-
-    def out_of_time() -> bool:
-        return budget_s is not None and time.monotonic() - start > budget_s
-
-    def left(grace_s: float) -> float | None:
-        return None if budget_s is None else max(0.0, start + budget_s + grace_s - time.monotonic())
-
-    def finish(i: int, row: HealthRow, *, save: bool = True) -> None:
-        nonlocal done
-        with lock:
-            if closed.is_set():
-                if save:
-                    write_record(row, row_path(config.work, preps[i].key))
-                return
-            if rows[i] is not None:
-                return  # already reported (not reached) while its work was still running
-            rows[i] = row
-            done += 1
-            if save:
-                write_record(row, row_path(config.work, preps[i].key))
-            verdict = "passed" if row.passed else ("built" if row.built else "stopped")
-            progress(f"[{done}/{total}] {row.op_id}: {verdict}{': ' + row.reason[:160] if row.reason else ''}")
-
-    def not_reached(i: int, stage: str) -> None:
-        reason = (
-            f"not judged: the sweep's {budget_s:g} s budget ran out before its {stage}; run the sweep again to resume"
-        )
-        finish(i, preps[i].row.model_copy(update={"reason": reason}), save=False)
-
-    todo: list[int] = []
-    for i, prep in enumerate(preps):
-        saved = row_path(config.work, prep.key)
-        if saved.is_file():
-            finish(i, read_record(HealthRow, saved), save=False)
-        elif prep.plan is None:
-            finish(i, prep.row)
-        else:
-            todo.append(i)
-    todo.sort(key=lambda i: _build_cost(preps[i]))
-    if not todo:
-        return [r for r in rows if r is not None]
-    progress(
-        f"building {sum(len(p.units) for i in todo if (p := preps[i].plan) is not None)} module(s) for {len(todo)} task(s), checking each when built ..."
-    )
-
-    def build_task(i: int) -> tuple[BuildReport, list[str]] | None:
-        return None if out_of_time() else build_one(preps[i], config)
-
-    def check_task(i: int, libraries: list[str]) -> None:
-        if out_of_time():
-            not_reached(i, "check")
-        else:
-            finish(i, check(preps[i], libraries, config))
-
-    measured = False
-    checks: dict[concurrent.futures.Future, int] = {}
-    builders = concurrent.futures.ThreadPoolExecutor(max_workers=usable_cpus(), thread_name_prefix="build")
-    checkers = concurrent.futures.ThreadPoolExecutor(
-        max_workers=max(1, config.harness.health_workers), thread_name_prefix="check"
-    )
-    try:
-        builds = {builders.submit(build_task, i): i for i in todo}
-        try:
-            for future in concurrent.futures.as_completed(builds, timeout=left(0.0)):
-                i = builds[future]
-                built = future.result()
-                if built is None:
-                    not_reached(i, "build")
-                    continue
-                report, libraries = built
-                preps[i].row = preps[i].row.model_copy(update={"built": report.ok, "build_s": report.seconds})
-                if not report.ok:
-                    finish(i, preps[i].row.model_copy(update={"reason": f"nvcc: {first_error(report.stderr)}"}))
-                elif not measured:
-                    # Alone first: a worker measures and caches the device's ceilings on its first
-                    # run, and several doing that at once would measure each other's load.
-                    check_task(i, libraries)
-                    measured = True
-                else:
-                    checks[checkers.submit(check_task, i, libraries)] = i
-        except concurrent.futures.TimeoutError:  # budget spent with builds still running: not waited for
-            for future, i in builds.items():
-                if not future.done() or future.result() is None:
-                    not_reached(i, "build")
-        _, running = concurrent.futures.wait(checks, timeout=left(CHECK_GRACE_S))
-        for future in running:
-            not_reached(checks[future], "check")
-    finally:
-        closed.set()  # a verdict that arrives later is still saved for the next sweep, not returned
-        builders.shutdown(wait=budget_s is None, cancel_futures=True)
-        checkers.shutdown(wait=budget_s is None, cancel_futures=True)
-    return [r for r in rows if r is not None]
 
 
 def _cause(err: Exception) -> str:

@@ -127,7 +127,7 @@ class Trees:
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> Trees:
-        from integrate.sglang_runner import TreeWorker
+        from integrate.tree_worker import TreeWorker
 
         try:
             if self.aa:
@@ -361,7 +361,7 @@ def one_batch(
             reason=f"no model folder: set {ENV_MODEL} to a local model (config and tokenizer; "
             "--load-format dummy needs no weights)",
         )
-    from integrate.sglang_runner import worker_env
+    from integrate.tree_worker import worker_env
 
     args = [
         "--model-path",

@@ -1,11 +1,11 @@
 """Prove the patch through SGLang itself: its public ops, its own ``load_jit``, on the GPU.
 
-Two worker processes (:mod:`integrate.sglang_worker`) each import ``sglang``
-from ONE tree: the pristine one and the patched copy. Each points SGLang's JIT
-cache (and every third-party cache) at its own private folder, so the patched
-worker really compiles the patched sources with SGLang's nvcc/ninja/tvm-ffi path
-and the pristine worker really compiles the originals; nothing is shared with
-``~/.cache/sglang``. The calls are planned from each task's contract
+Two worker processes (:mod:`integrate.sglang_worker`, each a
+:class:`integrate.tree_worker.TreeWorker`) each import ``sglang`` from ONE tree:
+the pristine one and the patched copy. Each points SGLang's JIT cache (and every
+third-party cache) at its own private folder, so the patched worker really compiles
+the patched sources with SGLang's nvcc/ninja/tvm-ffi path and the pristine worker
+really compiles the originals; nothing is shared with ``~/.cache/sglang``. The calls are planned from each task's contract
 (:mod:`integrate.calls`): every catalog shape (or the contract's synthetic shape
 when no model sizes it) and a few held-out draws, x every dtype SGLang
 instantiates. First both workers build every module the checks need at once
@@ -36,22 +36,20 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any
 
 from contract.layout import IntegrateFolder
+from integrate import tree_worker
 from integrate.calls import HELD_OUT, OpPlan, PlannedCase, plan_op, sanitizer_picks, warm_cases
 from integrate.errors import CallRaised, WorkerError, WorkerTimeout
 from integrate.records import CheckCase, OpCheck, SanitizerRun
-from pipeline import sandbox
 from pipeline.config import IntegrateConfig
 from pipeline.records import Task
 
@@ -71,180 +69,12 @@ GPU_WHEELS: tuple[str, ...] = (
     "starlette==1.10.0",  # sglang.srt.utils.common (starlette.routing.Mount)
 )
 
-WORKER = pathlib.Path(__file__).with_name("sglang_worker.py")
-KERNELSMITH_ROOT = pathlib.Path(__file__).resolve().parent.parent
-START_TIMEOUT_S = 300.0  # importing sglang.kernels (torch, triton) on a cold machine
 # The warm and case limits and the warm batch size are config (pipeline.config.IntegrateConfig,
 # where their measured reasons are written); these are its defaults for callers without a Config.
 _LIMITS = IntegrateConfig()
 WARM_TIMEOUT_S = _LIMITS.warm_timeout_s
 CASE_TIMEOUT_S = _LIMITS.case_timeout_s
 SANITIZER_CASES = 2  # per op: the smallest and one mid-size catalog shape, first dtype
-
-
-#: SGLang's and its JIT stack's own settings, kept in the workers' scrubbed environment
-WORKER_KEEP_PREFIXES = ("SGLANG_", "TVM_FFI_", "FLASHINFER_", "TRITON_")
-#: Triton settings never passed on: with them both trees would run one substituted kernel, not their own
-TRITON_DROPPED = ("TRITON_KERNEL_OVERRIDE", "TRITON_OVERRIDE_DIR")
-
-
-def worker_env(cache_dir: pathlib.Path) -> dict[str, str]:
-    """The environment of the processes that run the patched tree (the worker, the sanitizer, SGLang's
-    tests): candidate code runs there, so it is scrubbed as the evaluation worker's is
-    (:func:`pipeline.sandbox.scrubbed_env`: no credentials; HOME and TMPDIR under ``cache_dir``), with
-    SGLang's own settings kept and every cache pointed into ``cache_dir``."""
-    from integrate.sglang_bare import private_cache_env
-
-    env = sandbox.scrubbed_env(cache_dir / "home", os.environ, keep_prefixes=WORKER_KEEP_PREFIXES)
-    env.update(private_cache_env(str(cache_dir)))
-    for name in TRITON_DROPPED:
-        env.pop(name, None)
-    env["SGLANG_FORCE_FUSED_OP_BACKEND"] = "jit"
-    env["PYTHONUNBUFFERED"] = "1"
-    # load_jit runs `ninja` from PATH; a venv's ninja (pip package) is not on it unless activated.
-    if shutil.which("ninja", path=env.get("PATH")) is None:
-        for folder in (os.path.dirname(sys.executable), _ninja_bin_dir()):
-            if folder and os.path.isfile(os.path.join(folder, "ninja")):
-                env["PATH"] = os.pathsep.join([folder, env.get("PATH", "")])
-                break
-    return env
-
-
-def _ninja_bin_dir() -> str | None:
-    try:
-        import ninja  # the pip package ships the binary
-    except ImportError:
-        return None
-    return getattr(ninja, "BIN_DIR", None)
-
-
-def worker_argv(package: pathlib.Path, python: str = sys.executable) -> list[str]:
-    return [python, str(WORKER), "--package", str(package), "--kernelsmith", str(KERNELSMITH_ROOT)]
-
-
-class TreeWorker:
-    """One worker process bound to one SGLang tree; JSON lines over its pipes."""
-
-    def __init__(
-        self,
-        name: str,
-        package: pathlib.Path,
-        cache_dir: pathlib.Path,
-        log: pathlib.Path,
-        *,
-        python: str = sys.executable,
-    ) -> None:
-        self.name, self.package, self.cache_dir, self.log = name, package, cache_dir, log
-        self.python = python
-        self.proc: subprocess.Popen[str] | None = None
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        self._log_handle: TextIO | None = None
-
-    def __enter__(self) -> TreeWorker:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def start(self) -> dict[str, Any]:
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self._log_handle = open(self.log, "a", encoding="utf-8")
-        self.proc = subprocess.Popen(
-            worker_argv(self.package, self.python),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log_handle,
-            text=True,
-            env=worker_env(self.cache_dir),
-            cwd=str(self.cache_dir),
-        )
-        threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
-        return self.request({"cmd": "ping"}, timeout_s=START_TIMEOUT_S)
-
-    @staticmethod
-    def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
-        """One process's answers into its own queue, then None at its end. The queue is bound here,
-        not read from ``self``: a killed worker's pump ends after :meth:`restart` swapped in the new
-        worker's queue, and its None must not tell the new worker's first request that it died."""
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    def _tail(self, chars: int = 4000) -> str:
-        try:
-            return self.log.read_text(encoding="utf-8", errors="replace")[-chars:]
-        except OSError:
-            return ""
-
-    def request(self, req: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
-        self.send(req)
-        return self.receive(req, timeout_s=timeout_s)
-
-    def send(self, req: dict[str, Any]) -> None:
-        """Send without waiting (two workers can then work at once); :meth:`receive` the answer."""
-        if self.proc is None or self.proc.stdin is None:
-            raise WorkerError(f"{self.name} worker is not running")
-        try:
-            self.proc.stdin.write(json.dumps(req) + "\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError as err:
-            raise WorkerError(f"{self.name} worker died", detail=self._tail()) from err
-
-    def receive(self, req: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
-        assert self.proc is not None
-        try:
-            line = self._lines.get(timeout=timeout_s)
-        except queue.Empty as err:
-            self.kill()
-            raise WorkerTimeout(
-                f"{self.name} worker did not answer {req.get('cmd')} within {timeout_s:.0f} s; killed",
-                fix="look at the worker log for a hang (a kernel that never ends, nvcc stuck)",
-                detail=self._tail(),
-            ) from err
-        if line is None:
-            try:
-                code: int | None = self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:  # its output closed but it lives on: not a worker to keep
-                self.kill()
-                code = self.proc.returncode
-            raise WorkerError(
-                f"{self.name} worker exited with code {code} during {req.get('cmd')}", detail=self._tail()
-            )
-        answer = json.loads(line)
-        if not answer.get("ok"):
-            raise (CallRaised if answer.get("usable") else WorkerError)(
-                f"{self.name} worker failed {req.get('cmd')}: {answer.get('error')}",
-                detail=answer.get("traceback", "") + "\n" + self._tail(2000),
-            )
-        return answer
-
-    def restart(self) -> None:
-        """A fresh process on the same tree and cache (after a failed call: CUDA errors are sticky)."""
-        self.close()
-        self._lines = queue.Queue()
-        self.start()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                self.request({"cmd": "exit"}, timeout_s=30)
-                self.proc.wait(timeout=30)
-            except (WorkerError, subprocess.TimeoutExpired):
-                self.kill()
-        if self._log_handle is not None:
-            self._log_handle.close()
-            self._log_handle = None
 
 
 # --------------------------------------------------------------------------- cases
@@ -298,7 +128,13 @@ def _case_fields(case: PlannedCase) -> dict[str, Any]:
 
 
 def _check_case(
-    case: PlannedCase, base: TreeWorker, new: TreeWorker, exchange: pathlib.Path, index: int, *, timeout_s: float
+    case: PlannedCase,
+    base: tree_worker.TreeWorker,
+    new: tree_worker.TreeWorker,
+    exchange: pathlib.Path,
+    index: int,
+    *,
+    timeout_s: float,
 ) -> CheckCase:
     """One case: the pristine worker saves what it observes, the patched one judges its own against it."""
     common = _case_fields(case)
@@ -342,7 +178,7 @@ def _check_case(
     )
 
 
-def _recover(worker: TreeWorker, err: WorkerError) -> None:
+def _recover(worker: tree_worker.TreeWorker, err: WorkerError) -> None:
     """A fresh worker after a failure, unless the op only raised and the worker stays usable."""
     if not isinstance(err, CallRaised):
         worker.restart()
@@ -355,7 +191,7 @@ SAME_REJECTIONS = 3
 
 
 def _check_plan(
-    plan: OpPlan, base: TreeWorker, new: TreeWorker, exchange: pathlib.Path, *, timeout_s: float
+    plan: OpPlan, base: tree_worker.TreeWorker, new: tree_worker.TreeWorker, exchange: pathlib.Path, *, timeout_s: float
 ) -> list[CheckCase]:
     """Every case of one op; after a case that did not answer in ``timeout_s``, the op's other cases are skipped.
 
@@ -434,10 +270,10 @@ def check_ops(
     logs = folder.logs
     try:
         with (
-            TreeWorker(
+            tree_worker.TreeWorker(
                 "baseline", baseline_pkg, folder.cache("baseline"), logs / "worker-baseline.log", python=python
             ) as base,
-            TreeWorker(
+            tree_worker.TreeWorker(
                 "patched", patched_pkg, folder.cache("patched"), logs / "worker-patched.log", python=python
             ) as new,
         ):
@@ -523,7 +359,7 @@ def warm_batches(plans: Sequence[OpPlan], limit: int = WARM_BATCH_MODULES) -> li
 
 def _warm(
     batch: Sequence[OpPlan],
-    workers: Sequence[TreeWorker],
+    workers: Sequence[tree_worker.TreeWorker],
     build_s: dict[str, float],
     first_build: dict[str, dict[str, float | None]],
     logs: pathlib.Path,
@@ -579,8 +415,17 @@ def run_sanitizer(
     logs.mkdir(parents=True, exist_ok=True)
     req_file = logs / f"sanitizer-{tool}.json"
     req_file.write_text(json.dumps(requests), encoding="utf-8")
-    argv = [exe, "--tool", tool, "--error-exitcode", "99", *worker_argv(patched_pkg), "--oneshot", str(req_file)]
-    env = worker_env(folder.cache("patched"))
+    argv = [
+        exe,
+        "--tool",
+        tool,
+        "--error-exitcode",
+        "99",
+        *tree_worker.worker_argv(patched_pkg),
+        "--oneshot",
+        str(req_file),
+    ]
+    env = tree_worker.worker_env(folder.cache("patched"))
     env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     log = logs / f"sanitizer-{tool}.log"
     command = "PYTORCH_NO_CUDA_MEMORY_CACHING=1 " + " ".join(argv)

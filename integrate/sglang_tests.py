@@ -92,7 +92,7 @@ def run_tests(
 ) -> TestRun:
     """Run ``files`` with pytest against the patched package; counts parsed from its reports."""
     from integrate.sglang_bare import ENV_PACKAGE
-    from integrate.sglang_runner import KERNELSMITH_ROOT, worker_env
+    from integrate.tree_worker import KERNELSMITH_ROOT, worker_env
 
     rel = [str(f.relative_to(checkout)) for f in files]
     junit = log.with_suffix(".xml")

@@ -220,7 +220,7 @@ def run_bench(
     """The generated benchmark run as a script against ``package`` (SGLang's ``load_jit`` builds that
     tree's sources into ``cache_dir``); marker's table kept verbatim. Its CI range unless ``full``
     (``SGLANG_IS_IN_CI``, as SGLang's CI runs it): the full range of a big op is minutes per tree."""
-    from integrate.sglang_runner import KERNELSMITH_ROOT, worker_env
+    from integrate.tree_worker import KERNELSMITH_ROOT, worker_env
 
     script = root / generated.bench_path
     code = (

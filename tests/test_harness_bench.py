@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from bench import bench, health, sections
+from bench import bench, health, health_sweep, sections
 from optimize.harness.protocol import DeviceInfo, TimingResult
 
 DEVICE = DeviceInfo(
@@ -257,7 +257,7 @@ def test_health_sweep_builds_once_checks_every_task_and_resumes(tmp_path, monkey
     monkeypatch.setattr(health, "check", check)
     dirs = sorted(p for p in (work / "tasks").iterdir())
     lines: list[str] = []
-    rows = health.health_all(dirs, config, progress=lines.append)
+    rows = health_sweep.health_all(dirs, config, progress=lines.append)
     assert [r.op_id for r in rows] == ["a.op", "b.op", "broken.op", "c.op"]  # input order, whatever finished first
     assert sorted(builds) == ["a.op", "b.op", "c.op"]
     assert sorted(checked) == ["a.op", "b.op", "c.op"]
@@ -268,12 +268,12 @@ def test_health_sweep_builds_once_checks_every_task_and_resumes(tmp_path, monkey
 
     # A rerun with the same tasks and harness judges nothing again ...
     builds.clear(), checked.clear()
-    again = health.health_all(dirs, config, progress=lines.append)
+    again = health_sweep.health_all(dirs, config, progress=lines.append)
     assert again == rows and builds == [] and checked == []
     # ... but a changed task is judged again, alone.
     task_json = work / "tasks" / "c.op" / "task.json"
     task_json.write_text(task_json.read_text().replace('"tokens": 8', '"tokens": 9'))
-    health.health_all(dirs, config, progress=lines.append)
+    health_sweep.health_all(dirs, config, progress=lines.append)
     assert builds == ["c.op"] and checked == ["c.op"]
 
 
@@ -287,7 +287,7 @@ def test_health_sweep_reports_the_first_nvcc_error(tmp_path, monkeypatch):
     monkeypatch.setattr(
         health, "check", lambda *a: (_ for _ in ()).throw(AssertionError("a failed build is never run"))
     )
-    (row,) = health.health_all([work / "tasks" / "a.op"], config, progress=lambda line: None)
+    (row,) = health_sweep.health_all([work / "tasks" / "a.op"], config, progress=lambda line: None)
     assert row.built is False and row.ran is None and row.reason == "nvcc: a.cuh(3): error: boom"
 
 
@@ -356,11 +356,11 @@ def test_health_sweep_budget_leaves_unreached_tasks_for_the_next_run(tmp_path, m
         health, "check", lambda prep, libs, cfg: prep.row.model_copy(update={"ran": True, "passed": True})
     )
     dirs = sorted((work / "tasks").iterdir())
-    rows = health.health_all(dirs, config, progress=lambda line: None, budget_s=1e-9)
+    rows = health_sweep.health_all(dirs, config, progress=lambda line: None, budget_s=1e-9)
     assert builds == [] and [r.passed for r in rows] == [None, None]
     assert all("budget ran out before its build" in r.reason for r in rows)
     assert not (work / "bench" / "health").exists()  # nothing unjudged is saved
-    rows = health.health_all(dirs, config, progress=lambda line: None)
+    rows = health_sweep.health_all(dirs, config, progress=lambda line: None)
     assert sorted(builds) == ["a.op", "b.op"] and all(r.passed for r in rows)
 
 
@@ -381,7 +381,7 @@ def test_health_sweep_without_a_gpu_stops_with_the_fix_and_saves_nothing(tmp_pat
 
     monkeypatch.setattr("optimize.harness.evaluate.run_request", no_gpu)
     with pytest.raises(GpuRequired, match="run on the GPU machine"):
-        health.health_all(sorted((work / "tasks").iterdir()), config, progress=lambda line: None)
+        health_sweep.health_all(sorted((work / "tasks").iterdir()), config, progress=lambda line: None)
     assert not (work / "bench" / "health").exists()
 
 

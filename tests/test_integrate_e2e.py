@@ -195,7 +195,7 @@ def test_one_batch_runs_the_trees_with_the_scrubbed_environment(tmp_path, monkey
 
 
 class StandInWorker:
-    """A stand-in for :class:`integrate.sglang_runner.TreeWorker` (no GPU): a subclass's ``answer(req)``
+    """A stand-in for :class:`integrate.tree_worker.TreeWorker` (no GPU): a subclass's ``answer(req)``
     is what the tree's worker replies to each request."""
 
     def __init__(self, name, package, cache_dir, log, **kwargs):
@@ -222,7 +222,7 @@ class StandInWorker:
 
 def test_both_trees_build_their_modules_at_once_before_any_timing(tmp_path, monkeypatch):
     """The warm-up goes to both workers before either answer is awaited, and its samples are dropped."""
-    import integrate.sglang_runner as runner
+    import integrate.tree_worker as tree_worker
 
     events: list[tuple[str, str, dict]] = []
 
@@ -239,7 +239,7 @@ def test_both_trees_build_their_modules_at_once_before_any_timing(tmp_path, monk
             self.send(req)
             return self.receive(req, timeout_s=timeout_s)
 
-    monkeypatch.setattr(runner, "TreeWorker", FakeWorker)
+    monkeypatch.setattr(tree_worker, "TreeWorker", FakeWorker)
     package = tmp_path / "pristine" / "sglang"
     (package / "kernels").mkdir(parents=True)
     (package / "kernels" / "op.py").write_text("X = 1\n")
@@ -278,7 +278,7 @@ def test_the_workers_start_in_a_turned_order_and_the_rounds_keep_theirs(tmp_path
     """``start`` turns which tree's worker process starts (and allocates) first; the rounds' order and
     the rows do not depend on it. The record says which started first (the H100's A/A, 2026-12-07:
     the first-started tree was the fastest at decode T=256 in 4 of 4 runs)."""
-    import integrate.sglang_runner as runner
+    import integrate.tree_worker as tree_worker
 
     entered: list[str] = []
     timed: list[str] = []
@@ -293,7 +293,7 @@ def test_the_workers_start_in_a_turned_order_and_the_rounds_keep_theirs(tmp_path
                 timed.append(self.name)
             return {"ops": ["input_norm"], "samples_us": {"layer": [10.0] * 3, "input_norm": [1.0] * 3}}
 
-    monkeypatch.setattr(runner, "TreeWorker", FakeWorker)
+    monkeypatch.setattr(tree_worker, "TreeWorker", FakeWorker)
     package = tmp_path / "pristine" / "sglang"
     (package / "kernels").mkdir(parents=True)
     result = e2e.run_layers(package, package, tmp_path / "out", decode=(1,), prefill=(), rounds=1, repeats=5, start=1)
@@ -308,7 +308,7 @@ def test_each_round_keeps_each_trees_median_and_shifted_placement_moves_its_buff
     figures tell a steady offset of one worker process from scatter. With ``shift_placement`` each
     round's request asks its worker to hold a different amount of memory first, so the tree's buffers
     land elsewhere each round; without it, no request asks."""
-    import integrate.sglang_runner as runner
+    import integrate.tree_worker as tree_worker
 
     shifts: list[tuple[str, int, int | None]] = []
 
@@ -321,7 +321,7 @@ def test_each_round_keeps_each_trees_median_and_shifted_placement_moves_its_buff
             layer = [100.0 + seed + offset, 101.0 + seed + offset, 102.0 + seed + offset]
             return {"ops": ["input_norm"], "samples_us": {"layer": layer, "input_norm": [1.0] * 3}}
 
-    monkeypatch.setattr(runner, "TreeWorker", FakeWorker)
+    monkeypatch.setattr(tree_worker, "TreeWorker", FakeWorker)
     package = tmp_path / "pristine" / "sglang"
     (package / "kernels").mkdir(parents=True)
     result = e2e.run_layers(

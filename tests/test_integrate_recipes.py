@@ -231,9 +231,9 @@ def test_one_recipe_that_cannot_run_costs_only_itself(tmp_path, monkeypatch, sgl
         timed.append(recipe.model)
         return E2EResult(ran=True, model=recipe.model, recipe=recipe.path)
 
-    import integrate.sglang_runner as runner
+    import integrate.tree_worker as tree_worker
 
-    monkeypatch.setattr(runner, "TreeWorker", FakeWorker)
+    monkeypatch.setattr(tree_worker, "TreeWorker", FakeWorker)
     monkeypatch.setattr(e2e, "time_recipe", time_recipe)
     monkeypatch.setattr(e2e, "all_recipes", lambda: (loaded, broken))
     monkeypatch.setattr(e2e, "one_batch", lambda *a: None)

@@ -19,12 +19,13 @@ import time
 import pytest
 from test_integrate_patch import OP, act_span, edited_kernel, make_best, make_task
 
-from integrate import sglang_runner
+from integrate import sglang_runner, tree_worker
 from integrate.calls import plan_op, sanitizer_picks, task_dtypes
 from integrate.errors import WorkerError
 from integrate.patch import build_patch, package_dir
-from integrate.sglang_runner import GPU_WHEELS, TreeWorker, rows_width
+from integrate.sglang_runner import GPU_WHEELS, rows_width
 from integrate.sglang_worker import bind
+from integrate.tree_worker import TreeWorker
 from pipeline.records import ArgSpec, Contract, ScalarSpec, ShapeCase, TensorSpec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -215,7 +216,7 @@ def test_worker_environment_is_private(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret")
     monkeypatch.setenv("SGLANG_ENABLE_JIT_DEEPGEMM", "0")
-    env = sglang_runner.worker_env(tmp_path / "c")
+    env = tree_worker.worker_env(tmp_path / "c")
     assert not {"OPENAI_API_KEY", "GITHUB_TOKEN"} & set(env)
     assert env["SGLANG_ENABLE_JIT_DEEPGEMM"] == "0" and env["PATH"] and env["HOME"].startswith(str(tmp_path / "c"))
     assert env["SGLANG_JIT_CACHE_DIR"] == str(tmp_path / "c" / "jit")
@@ -428,9 +429,7 @@ def test_a_restarted_worker_never_reads_the_end_of_the_worker_before_it(tmp_path
     stub = tmp_path / "stub.py"
     stub.write_text(LINGERING_STUB)
     python = _stand_in(tmp_path, f'exec {sys.executable} {stub} "$@"\n')
-    worker = sglang_runner.TreeWorker(
-        "baseline", tmp_path / "pkg", tmp_path / "cache", tmp_path / "w.log", python=python
-    )
+    worker = tree_worker.TreeWorker("baseline", tmp_path / "pkg", tmp_path / "cache", tmp_path / "w.log", python=python)
     worker.start()
     worker.restart()  # the first process exits; its stdout closes 1.5 s later, after the swap
     time.sleep(2.0)

@@ -30,7 +30,7 @@ from cli.parser import build_parser
 from contract.completion import complete
 from contract.layout import baseline_regions, load_task, read_task_files, task_dir
 from extract import triton_ops, triton_tasks
-from integrate import sglang_runner
+from integrate import sglang_runner, tree_worker
 from integrate.calls import ALLOCATED, ALLOCATED_MAX_BYTES, _bytes, plan_op, warm_cases
 from integrate.patch import build_patch, package_dir
 from integrate.records import CheckCase, IntegrateReport, OpCheck
@@ -138,8 +138,8 @@ def test_each_tree_gets_its_own_triton_cache_and_no_kernel_override(tmp_path, mo
     monkeypatch.setenv("TRITON_KERNEL_OVERRIDE", "1")
     monkeypatch.setenv("TRITON_OVERRIDE_DIR", "/somewhere")
     monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
-    base = sglang_runner.worker_env(tmp_path / "baseline")
-    new = sglang_runner.worker_env(tmp_path / "patched")
+    base = tree_worker.worker_env(tmp_path / "baseline")
+    new = tree_worker.worker_env(tmp_path / "patched")
     assert base["TRITON_CACHE_DIR"] == str(tmp_path / "baseline" / "triton")
     assert new["TRITON_CACHE_DIR"] == str(tmp_path / "patched" / "triton")
     assert base["TRITON_HOME"] == str(tmp_path / "baseline")
