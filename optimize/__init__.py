@@ -8,8 +8,9 @@ lane per local GPU, or Ray tasks across hosts; used by the commands and by :mod:
 Top-level modules in dependency order:
 
 - errors: the stage's error types;
-- cuda_text -> cuda_regions -> cuda_spans, cuda_facts, cuda_sites, reach: the CUDA-region toolkit
-  (tree-sitter text and preprocessor; the Region model of the editable spans;
+- cuda_text -> cuda_functions -> cuda_regions -> cuda_spans, cuda_facts, cuda_sites, reach: the
+  CUDA-region toolkit (tree-sitter text and preprocessor; each function definition read once as
+  a kernel, device or host function; the Region model of the editable spans;
   span texts and definition spans; what their code does; the sites three transforms edit,
   counted for the planner too; which code only other ops run, so that no candidate edits it
   unmeasured);
@@ -22,7 +23,8 @@ Top-level modules in dependency order:
 - budget, hooks (the loop's typed integration points), run_folder (one op's folder,
   best/, run.json, summary lines), acceptance (regressions, minimum gain, round
   verdicts), measure (evaluations and profiles once each, GPU time charged; a search population
-  pre-checked by the task's language, ``harness.languages``), report;
+  pre-checked by the task's language, ``harness.languages``), baseline (an op's oracle, once per
+  run: its contract completed, its test plan, its own evaluation passed), report;
 - session (an op opened, rounds recorded, the best validated: shared by every coder,
   the outside agent's included), loop (the coders' rounds), command
   (``kernelsmith optimize``).

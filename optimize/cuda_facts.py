@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from extract import treesitter as ts
-from optimize.cuda_regions import ALIGNED_VECTOR_TYPES, LaunchExpr, Region, RegionDoc, RegionFunction
+from optimize.cuda_functions import RegionDoc, RegionFunction
+from optimize.cuda_regions import ALIGNED_VECTOR_TYPES, LaunchExpr, Region
 from optimize.cuda_text import (
     Node,
     contains_double,

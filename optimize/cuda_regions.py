@@ -3,13 +3,14 @@
 Why: a task's editable region is a few pieces of C++ cut out of SGLang's
 sources (span name -> text). To say "the launch in ``Launcher::run`` starts
 ``fused_kernel`` with a block of 256 threads" one must parse every piece, know
-which function is a kernel, a device function or a host launcher, resolve names
-through blocks, structs, namespaces and the other pieces, evaluate compile-time
-expressions and find every ``LaunchKernel`` / ``<<<>>>`` / ``cudaLaunchKernel``
-expression. :class:`Region` does that once; the features
-(:mod:`optimize.features`), the facts under them (:mod:`optimize.cuda_facts`) and
-the transforms (:mod:`optimize.transforms`) all read the same model, so they see
-the same kernels and the same launch/kernel association.
+which function is a kernel, a device function or a host launcher (each definition
+is read by :mod:`optimize.cuda_functions`), resolve names through blocks, structs,
+namespaces and the other pieces, evaluate compile-time expressions and find every
+``LaunchKernel`` / ``<<<>>>`` / ``cudaLaunchKernel`` expression. :class:`Region`
+does that once; the features (:mod:`optimize.features`), the facts under them
+(:mod:`optimize.cuda_facts`) and the transforms (:mod:`optimize.transforms`) all
+read the same model, so they see the same kernels and the same launch/kernel
+association.
 
 What must stay true:
 - Only the region texts are read (the editable spans), so the same model
@@ -29,11 +30,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 from contract import dtypes as dtype_table
 from extract import treesitter as ts
 from extract.cexpr import ARCH_CONSTANTS
+from optimize.cuda_functions import RegionDoc, RegionFunction, read_function, template_parameters
 from optimize.cuda_text import (
     Node,
     active_children,
@@ -93,53 +94,8 @@ ALIGNED_VECTOR_TYPES = {"AlignedVector", "AlignedStorage"}
 # --------------------------------------------------------------------------- region model
 
 
-@dataclass(eq=False)
-class RegionDoc:
-    span: str
-    src: bytes
-    root: Node
-
-
-@dataclass(eq=False)
-class RegionFunction:
-    doc: RegionDoc
-    node: Node  # function_definition
-    body: Node
-    name: str
-    kind: Literal["kernel", "device", "host"]
-    owner: Node | None  # enclosing struct/class specifier
-    owner_name: str | None
-    templates: list[Node]  # enclosing template_declarations, innermost first
-
-    @property
-    def qualname(self) -> str:
-        return f"{self.owner_name}::{self.name}" if self.owner_name else self.name
-
-
 def _key(doc: RegionDoc, node: Node) -> tuple[int, int, int, str]:
     return (id(doc), node.start_byte, node.end_byte, node.type)
-
-
-def template_parameters(template: Node, src: bytes) -> list[tuple[str, str]]:
-    """(name, "type" | "value") of a template_declaration's parameters, in order."""
-    params = template.child_by_field_name("parameters")
-    out: list[tuple[str, str]] = []
-    if params is None:
-        return out
-    for p in named_children(params):
-        if p.type in (
-            "type_parameter_declaration",
-            "optional_type_parameter_declaration",
-            "variadic_type_parameter_declaration",
-        ):
-            ident = next((c for c in p.children if c.type == "type_identifier"), None)
-            if ident is not None:
-                out.append((text_of(src, ident), "type"))
-        elif p.type in ("parameter_declaration", "optional_parameter_declaration", "variadic_parameter_declaration"):
-            decl = p.child_by_field_name("declarator")
-            if decl is not None:
-                out.append((text_of(src, decl).lstrip("&*. "), "value"))
-    return out
 
 
 class Region:
@@ -156,7 +112,7 @@ class Region:
         self.funcs: list[RegionFunction] = []
         for doc in self.docs:
             for m in matches("functions", doc.root):
-                self.funcs.append(self._func(doc, m["function"][0], m["body"][0], m["declarator"][0]))
+                self.funcs.append(read_function(doc, m["function"][0], m["body"][0], m["declarator"][0]))
         # function_definitions nested in another function (rare: local structs) are kept; lambdas are not functions
         self._scopes: dict[tuple, dict[str, Node]] = {}
         self._bindings: dict[tuple, dict[str, int | bool]] = {}
@@ -167,34 +123,6 @@ class Region:
         self.launches = self._launch_sites()
 
     # -------------------------------------------------------------- functions
-
-    def _func(self, doc: RegionDoc, node: Node, body: Node, declarator: Node) -> RegionFunction:
-        head = doc.src[node.start_byte : body.start_byte]
-        kind: Literal["kernel", "device", "host"]
-        if re.search(rb"\b__global__\b", head):
-            kind = "kernel"
-        elif re.search(rb"\b(__device__|SGL_DEVICE|SGL_DEVICE_HOST)\b", head):
-            kind = "device"
-        else:
-            kind = "host"
-        inner = declarator
-        while inner is not None and inner.type in ("function_declarator", "pointer_declarator", "reference_declarator"):
-            inner = inner.child_by_field_name("declarator")
-        name = last_name(text_of(doc.src, inner)) if inner is not None else "?"
-        owner = None
-        templates: list[Node] = []
-        cursor = node.parent
-        while cursor is not None:
-            if cursor.type == "template_declaration":
-                templates.append(cursor)
-            if cursor.type in ("struct_specifier", "class_specifier") and owner is None:
-                owner = cursor
-            cursor = cursor.parent
-        owner_name = None
-        if owner is not None:
-            name_node = owner.child_by_field_name("name")
-            owner_name = text_of(doc.src, name_node) if name_node is not None else None
-        return RegionFunction(doc, node, body, name, kind, owner, owner_name, templates)
 
     def func_of(self, doc: RegionDoc, node: Node) -> RegionFunction | None:
         """The innermost function whose definition contains ``node``."""

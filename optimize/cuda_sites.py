@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from extract import treesitter as ts
 from optimize.cuda_facts import calls_in, initialized_from
-from optimize.cuda_regions import Region, RegionFunction
+from optimize.cuda_functions import RegionFunction
+from optimize.cuda_regions import Region
 from optimize.cuda_text import Node, matches, names_in, text_of
 
 # --------------------------------------------------------------------------- size switches

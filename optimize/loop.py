@@ -64,9 +64,11 @@ from typing import Any
 
 from optimize.agents import coding, planning, profiling, repair, single
 from optimize.agents.edits import CodeResult, Dialect
+from optimize.agents.profiling import ProfileSummary
 from optimize.budget import BUDGETS
 from optimize.hooks import named_transform
 from optimize.languages import language_of
+from optimize.llm.client import MeteredModel
 from optimize.measure import evaluate_many_once
 from optimize.policy import Decision
 from optimize.reach import confine
@@ -168,6 +170,7 @@ class Loop(Session):
         return None
 
     def _round(self, op: OpState, number: int) -> RoundRecord | None:
+        """One round of the module docstring's steps (each step a method below); None when no option is left."""
         traj = op.trajectory
         best = traj.best()
         assert best is not None and best.candidate is not None
@@ -188,9 +191,30 @@ class Loop(Session):
             ),
             traj.history(),
         )[:POLICY_LIMIT]
+        coded = self._code(op, base, features, decisions, summary, model)
+        if coded is None:
+            return None
+        plan, result = coded
+        attempts, candidate, evaluation = self._attempts(op, base, plan, result, decisions, model)
+        candidate, evaluation, guarded = self._guarded(
+            op, base, plan, attempts, candidate, evaluation, decisions, model
+        )
+        return self._record(op, number, plan, base.id, best, attempts, candidate, evaluation, guarded)
+
+    def _code(
+        self,
+        op: OpState,
+        base: Candidate,
+        features: Any,
+        decisions: Sequence[Decision],
+        summary: ProfileSummary,
+        model: MeteredModel | None,
+    ) -> tuple[planning.Plan, CodeResult] | None:
+        """Steps 2 and 3 (or the single agent's one step): the round's plan and its first code; None when
+        the planner has no option left."""
         dialect = self._dialect(op)
         profile_text = summary.text()
-        trajectory_text = traj.summary()
+        trajectory_text = op.trajectory.summary()
         if self.options.mode == "single":
             assert model is not None
             step = single.step(
@@ -204,41 +228,52 @@ class Loop(Session):
                 kinds=op.kinds,
                 dialect=dialect,
             )
-            plan, result = step.plan, step.result
-        else:
-            planned = planning.plan(
-                decisions,
-                self.skills,
-                op_id=op.task.op_id,
-                region_names=list(base.regions),
-                profile_text=profile_text,
-                trajectory_text=trajectory_text,
-                model=model,
-                dialect=dialect,
-            )
-            if planned is None:
-                return None
-            plan = planned
-            skill = self.skills.get(plan.skill)
-            # A mechanical option is applied by its transform even when an LLM is at hand:
-            # exact, reproducible, and it keeps the model's budget for rewrites that need judgement.
-            mechanical = model is None or getattr(plan.decision, "mode", None) == "transform"
-            transform = self.hooks.transform(skill, features) if mechanical else None
-            if mechanical and transform is None and getattr(plan.decision, "transform", None):
-                transform = named_transform(plan.decision.transform)  # a Triton tunable: no skill file
-            result = coding.code(
-                plan,
-                skill,
-                base.regions,
-                profile_text=profile_text,
-                trajectory_text=trajectory_text,
-                model=None if mechanical else model,
-                transform=transform,
-                op_id=op.task.op_id,
-                kinds=op.kinds,
-                dialect=dialect,
-            )
+            return step.plan, step.result
+        planned = planning.plan(
+            decisions,
+            self.skills,
+            op_id=op.task.op_id,
+            region_names=list(base.regions),
+            profile_text=profile_text,
+            trajectory_text=trajectory_text,
+            model=model,
+            dialect=dialect,
+        )
+        if planned is None:
+            return None
+        plan = planned
+        skill = self.skills.get(plan.skill)
+        # A mechanical option is applied by its transform even when an LLM is at hand:
+        # exact, reproducible, and it keeps the model's budget for rewrites that need judgement.
+        mechanical = model is None or getattr(plan.decision, "mode", None) == "transform"
+        transform = self.hooks.transform(skill, features) if mechanical else None
+        if mechanical and transform is None and getattr(plan.decision, "transform", None):
+            transform = named_transform(plan.decision.transform)  # a Triton tunable: no skill file
+        result = coding.code(
+            plan,
+            skill,
+            base.regions,
+            profile_text=profile_text,
+            trajectory_text=trajectory_text,
+            model=None if mechanical else model,
+            transform=transform,
+            op_id=op.task.op_id,
+            kinds=op.kinds,
+            dialect=dialect,
+        )
+        return plan, result
 
+    def _attempts(
+        self,
+        op: OpState,
+        base: Candidate,
+        plan: planning.Plan,
+        result: CodeResult,
+        decisions: Sequence[Decision],
+        model: MeteredModel | None,
+    ) -> tuple[list[Attempt], Candidate | None, Evaluation | None]:
+        """Steps 4 and 5: the code evaluated, and repaired while it fails and fixes are left; the attempts,
+        and the last candidate with its evaluation (None when nothing new was measured)."""
         attempts: list[Attempt] = []
         candidate: Candidate | None = None
         evaluation: Evaluation | None = None
@@ -289,7 +324,21 @@ class Loop(Session):
                 break
             fixes += 1
             result = self._fix(op, plan, candidate, evaluation, fixes, max_fixes, decisions)
+        return attempts, candidate, evaluation
 
+    def _guarded(
+        self,
+        op: OpState,
+        base: Candidate,
+        plan: planning.Plan,
+        attempts: list[Attempt],
+        candidate: Candidate | None,
+        evaluation: Evaluation | None,
+        decisions: Sequence[Decision],
+        model: MeteredModel | None,
+    ) -> tuple[Candidate | None, Evaluation | None, bool]:
+        """Step 6: a correct candidate that regresses somewhere gets one guard (with an LLM); the guarded
+        candidate stands for the round when it regresses nowhere. Its attempt is added to ``attempts``."""
         guarded = False
         if evaluation is not None and candidate is not None and evaluation.outcome in (Outcome.ok, Outcome.slower):
             slow = self.regressed(evaluation.timings)
@@ -311,7 +360,7 @@ class Loop(Session):
                         candidate, evaluation, guarded = guarded_candidate, guarded_eval, True
                 else:
                     attempts.append(Attempt(agent=guard.agent, status=guard.status, detail=clip(guard.detail)))
-        return self._record(op, number, plan, base.id, best, attempts, candidate, evaluation, guarded)
+        return candidate, evaluation, guarded
 
     def _search(self, op: OpState, number: int, base: Candidate, best: RoundRecord, features: Any) -> RoundRecord:
         """A round of the offline coder: a search over composed transforms (:mod:`optimize.search`), spanned

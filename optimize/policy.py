@@ -168,101 +168,130 @@ def decide(
     options: list[tuple[float, Skill, list[Decision]]] = []
 
     for skill in sorted(skills, key=lambda s: s.id):
-        base = dict(skill=skill.id, version=skill.version, title=skill.title)
-        verdict = skill.applies(flat)
-        values = skill.rule.explain(flat)
-        if verdict is not True:
-            if verdict is False:
-                why = f"rule is false: `{skill.applies_when}` with {values}"
-            else:
-                unknown = sorted(n for n in skill.rule.names if flat.get(n) is None)
-                why = f"undecided: {', '.join(unknown)} unknown for `{skill.applies_when}` ({values})"
-            rejected.append(Decision(**base, verdict="rejected", reasons=[why]))
-            continue
-        n_fail, n_ok = failures.get(skill.id, 0), successes.get(skill.id, 0)
-        if n_fail >= GIVE_UP_AFTER:
-            rejected.append(
-                Decision(
-                    **base,
-                    verdict="rejected",
-                    reasons=[f"rule holds ({values}) but the skill failed {n_fail} times; giving up on it"],
-                )
-            )
-            continue
-        why_rule = f"rule holds: `{skill.applies_when}` with {values}"
-        param_sets: list[dict[str, Any]] = []
-        mode: Literal["transform", "llm"]
-        how: str
-        if skill.transform is not None:
-            targets = expand_targets(skill.transform, features, skill.grid)
-            if targets:
-                mode, param_sets = "transform", targets
-                how = f"mechanical transform {skill.transform} ({TRANSFORMS[skill.transform].summary})"
-            elif llm_available:
-                mode = "llm"
-                param_sets = [{"variant": v} for v in skill.llm_variants] or [{}]
-                how = f"transform {skill.transform} has no target in this code; the LLM coder applies the method"
-            else:
-                rejected.append(
-                    Decision(
-                        **base,
-                        verdict="rejected",
-                        transform=skill.transform,
-                        reasons=[
-                            why_rule,
-                            f"transform {skill.transform} has no target in this code and no LLM coder is available",
-                        ],
-                    )
-                )
-                continue
-        elif llm_available:
-            mode = "llm"
-            param_sets = [{"variant": v} for v in skill.llm_variants] or [{}]
-            how = "the LLM coder applies the method (no mechanical transform)"
-        else:
-            rejected.append(
-                Decision(
-                    **base,
-                    verdict="rejected",
-                    reasons=[why_rule, "needs the LLM coder (no mechanical transform) and no LLM is available"],
-                )
-            )
-            continue
-        score, score_text = _base_score(
-            skill, mechanical=mode == "transform", llm_available=llm_available, failures=n_fail, successes=n_ok
+        score, fresh, refused = _skill_decisions(
+            skill, features, flat, tried, failures, successes, llm_available=llm_available
         )
-        fresh: list[Decision] = []
-        for params in param_sets:
-            entry = tried.get((skill.id, params_key(params)))
-            transform = skill.transform if mode == "transform" else None
-            if entry is not None:
-                rejected.append(
-                    Decision(
-                        **base,
-                        verdict="rejected",
-                        params=params,
-                        mode=mode,
-                        transform=transform,
-                        score=score,
-                        reasons=[why_rule, _tried_reason(entry)],
-                    )
-                )
-                continue
-            fresh.append(
-                Decision(
-                    **base,
-                    verdict="proposed",
-                    params=params,
-                    mode=mode,
-                    transform=transform,
-                    score=score,
-                    reasons=[why_rule, how, f"score {score_text}"],
-                )
-            )
+        rejected.extend(refused)
         if fresh:
             options.append((score, skill, fresh))
 
     options.sort(key=lambda item: (-item[0], item[1].id))
+    proposals, leftovers = _round_robin(options, limit)
+    rejected.extend(leftovers)
+    rejected.sort(key=lambda d: (d.skill, params_key(d.params)))
+    return proposals + rejected
+
+
+def _skill_decisions(
+    skill: Skill,
+    features: Features,
+    flat: dict[str, Any],
+    tried: dict[tuple[str, str], HistoryEntry],
+    failures: dict[str, int],
+    successes: dict[str, int],
+    *,
+    llm_available: bool,
+) -> tuple[float, list[Decision], list[Decision]]:
+    """One skill's (score, fresh proposals, rejections): steps 1 to 4 of the module docstring."""
+    base: dict[str, Any] = dict(skill=skill.id, version=skill.version, title=skill.title)
+    verdict = skill.applies(flat)
+    values = skill.rule.explain(flat)
+    if verdict is not True:
+        if verdict is False:
+            why = f"rule is false: `{skill.applies_when}` with {values}"
+        else:
+            unknown = sorted(n for n in skill.rule.names if flat.get(n) is None)
+            why = f"undecided: {', '.join(unknown)} unknown for `{skill.applies_when}` ({values})"
+        return 0.0, [], [Decision(**base, verdict="rejected", reasons=[why])]
+    n_fail, n_ok = failures.get(skill.id, 0), successes.get(skill.id, 0)
+    if n_fail >= GIVE_UP_AFTER:
+        why = f"rule holds ({values}) but the skill failed {n_fail} times; giving up on it"
+        return 0.0, [], [Decision(**base, verdict="rejected", reasons=[why])]
+    why_rule = f"rule holds: `{skill.applies_when}` with {values}"
+    how = _how_applied(skill, features, base, why_rule, llm_available=llm_available)
+    if isinstance(how, Decision):
+        return 0.0, [], [how]
+    mode, param_sets, how_text = how
+    score, score_text = _base_score(
+        skill, mechanical=mode == "transform", llm_available=llm_available, failures=n_fail, successes=n_ok
+    )
+    fresh: list[Decision] = []
+    refused: list[Decision] = []
+    for params in param_sets:
+        entry = tried.get((skill.id, params_key(params)))
+        transform = skill.transform if mode == "transform" else None
+        if entry is not None:
+            refused.append(
+                Decision(
+                    **base,
+                    verdict="rejected",
+                    params=params,
+                    mode=mode,
+                    transform=transform,
+                    score=score,
+                    reasons=[why_rule, _tried_reason(entry)],
+                )
+            )
+            continue
+        fresh.append(
+            Decision(
+                **base,
+                verdict="proposed",
+                params=params,
+                mode=mode,
+                transform=transform,
+                score=score,
+                reasons=[why_rule, how_text, f"score {score_text}"],
+            )
+        )
+    return score, fresh, refused
+
+
+def _how_applied(
+    skill: Skill, features: Features, base: dict[str, Any], why_rule: str, *, llm_available: bool
+) -> tuple[Literal["transform", "llm"], list[dict[str, Any]], str] | Decision:
+    """How a skill whose rule holds is applied here: (mode, its parameter sets, in words), or its
+    rejection when neither its transform nor an LLM coder can apply it (step 2)."""
+    param_sets: list[dict[str, Any]] = []
+    mode: Literal["transform", "llm"]
+    how: str
+    if skill.transform is not None:
+        targets = expand_targets(skill.transform, features, skill.grid)
+        if targets:
+            mode, param_sets = "transform", targets
+            how = f"mechanical transform {skill.transform} ({TRANSFORMS[skill.transform].summary})"
+        elif llm_available:
+            mode = "llm"
+            param_sets = [{"variant": v} for v in skill.llm_variants] or [{}]
+            how = f"transform {skill.transform} has no target in this code; the LLM coder applies the method"
+        else:
+            return Decision(
+                **base,
+                verdict="rejected",
+                transform=skill.transform,
+                reasons=[
+                    why_rule,
+                    f"transform {skill.transform} has no target in this code and no LLM coder is available",
+                ],
+            )
+    elif llm_available:
+        mode = "llm"
+        param_sets = [{"variant": v} for v in skill.llm_variants] or [{}]
+        how = "the LLM coder applies the method (no mechanical transform)"
+    else:
+        return Decision(
+            **base,
+            verdict="rejected",
+            reasons=[why_rule, "needs the LLM coder (no mechanical transform) and no LLM is available"],
+        )
+    return mode, param_sets, how
+
+
+def _round_robin(
+    options: list[tuple[float, Skill, list[Decision]]], limit: int
+) -> tuple[list[Decision], list[Decision]]:
+    """(the proposals, ranked, and those ranked below ``limit``, rejected): the skills' options taken
+    round-robin in score order (step 5)."""
     proposals: list[Decision] = []
     leftovers: list[Decision] = []
     depth = max((len(d) for _s, _k, d in options), default=0)
@@ -282,9 +311,7 @@ def decide(
                         }
                     )
                 )
-    rejected.extend(leftovers)
-    rejected.sort(key=lambda d: (d.skill, params_key(d.params)))
-    return proposals + rejected
+    return proposals, leftovers
 
 
 __all__ = ["Decision", "GIVE_UP_AFTER", "RETRYABLE", "decide", "plan"]

@@ -37,7 +37,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from optimize.cuda_regions import Region, RegionFunction
+from optimize.cuda_functions import RegionFunction
+from optimize.cuda_regions import Region
 
 
 def bare_name(wrapper: str) -> str:

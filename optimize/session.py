@@ -8,7 +8,8 @@ round means the same thing whoever wrote its code.
 
 - :meth:`Session.open_op`: the op's run folder, its completed contract
   (``contract_completion.json``, decided once per run) and the baseline's evaluation
-  (the oracle; a baseline that contradicts its contract has the contract fixed);
+  (the oracle; a baseline that contradicts its contract has the contract fixed), by the
+  steps of :mod:`optimize.baseline`, recorded as round 0;
 - :meth:`Session.submit`: one round from region texts an outside agent wrote;
 - :meth:`Session.close_op`: final validation of the best candidates, the op's summary
   line and its report.
@@ -26,21 +27,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypedDict
 
-from contract import layout
-from contract.completion import Completion
-from contract.layout import COMPLETION_FILE as RECORD_FILE
-from contract.layout import TRAJECTORY_FILE, baseline_regions, completed_in_run, has_task, load_task, read_task_files
+from contract.layout import TRAJECTORY_FILE, baseline_regions, has_task, load_task, read_task_files
 from contract.layout import run_dir as layout_run_dir
 from contract.layout import task_dir as layout_task_dir
 from optimize import report
 from optimize.acceptance import judge_final, judge_reach, regressed, round_record
-from optimize.agents import planning, testing
+from optimize.agents import planning
 from optimize.backends import Backend
+from optimize.baseline import baseline_evaluation, completed_task, with_dropped, write_test_plan
 from optimize.budget import BUDGETS, FINISHED, Budget
 from optimize.errors import TaskMissing, TrajectoryError
-from optimize.harness.baseline_repair import BaselineRun, repair_baseline
-from optimize.harness.errors import BaselineError
-from optimize.hooks import CaseValidator, Hooks
+from optimize.hooks import Hooks
 from optimize.languages import language_of
 from optimize.llm.client import MeteredModel, Model
 from optimize.measure import evaluate_once, profile_once
@@ -57,9 +54,8 @@ from optimize.trajectory import (
 )
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
-from pipeline.record_io import read_record, write_record
 from pipeline.records import Task
-from pipeline.run_records import Candidate, Evaluation, OpSummary, Outcome, ReachVerdict, RunSummary, ShapeTiming
+from pipeline.run_records import Candidate, Evaluation, OpSummary, ReachVerdict, RunSummary, ShapeTiming
 
 FINAL_TRIES = 3  # candidates tried in final validation before keeping the baseline
 
@@ -86,14 +82,6 @@ class Spent(TypedDict):
     tokens: int
     cost_usd: float
     gpu_s: float
-
-
-#: A backend's ``buildable(task_dir, task)``: a ``--no-compile`` task without the instantiations nvcc
-#: refuses, their keys and nvcc's reason; None when nothing is to drop (the GPU backend's).
-Buildable = Callable[[pathlib.Path, Task], "tuple[Task, list[str], str] | None"]
-
-#: What one baseline run gave the repair loop: its evaluation, or the error the backend raised.
-BaselineOutcome = Evaluation | BaselineError
 
 
 # --------------------------------------------------------------------------- the task folder
@@ -236,7 +224,7 @@ class Session:
         files = read_task_files(task_dir, task)
         op = op_state(self.run_dir, task_dir, task, files, baseline_regions(files, task))
         self._model = self._metered(op)
-        op.task = self._completed(op)
+        op.task = completed_task(op, self.backend, self._model)
         recorded = op.trajectory.baseline()
         if recorded is not None and recorded.regions_hash != regions_hash(op.baseline_regions):
             raise TrajectoryError(
@@ -360,7 +348,7 @@ class Session:
         task = comp.task
         there = op_state(op.dir / "reach", comp.task_dir, task, placed.files, placed.baseline)
         try:
-            there.task = self._completed(there)
+            there.task = completed_task(there, self.backend, self._model)
             if there.trajectory.baseline() is None:
                 self._baseline(there)
         except KernelsmithError as err:  # BaselineError, a contract that cannot be completed, a spent budget
@@ -419,37 +407,12 @@ class Session:
             **self._spent_since(mark),
         )
 
-    def _completed(self, op: OpState) -> Task:
-        """The task with what its contract left open filled (rules, then the testing
-        agent's model), decided once per run and kept in ``contract_completion.json``
-        so a resumed run calls the kernel exactly as before."""
-        recorded = completed_in_run(op.task, op.dir)
-        if recorded is not None:
-            return recorded
-        task, record = testing.complete_contract(op.task, op.task_dir, model=self._model)
-        narrow: Buildable | None = getattr(self.backend, "buildable", None)
-        found = narrow(op.task_dir, task) if narrow is not None else None
-        if found is not None:  # extracted with --no-compile: what nvcc refuses is left out of the whole run
-            task, dropped, why = found
-            record = record.model_copy(update={"dropped": dropped, "dropped_reason": why})
-        write_record(record, op.dir / RECORD_FILE)
-        return task
-
     def _baseline(self, op: OpState) -> None:
         mark = self._meter()
-        plan_path = op.dir / layout.TEST_PLAN_FILE
-        if not plan_path.exists():
-            validate: CaseValidator | None = getattr(self.backend, "validate_cases", None)
-            plan = testing.plan_tests(
-                op.task,
-                held_out=self.config.harness.held_out_shapes,
-                model=self._model,
-                validate=(lambda cases: validate(op.task_dir, op.task, cases)) if validate else None,
-            )
-            write_record(plan, plan_path)
+        write_test_plan(op, self.backend, self._model, held_out=self.config.harness.held_out_shapes)
         candidate = op.baseline_candidate()
         op.save_candidate(candidate)
-        evaluation = self._baseline_evaluation(op, candidate)
+        evaluation = baseline_evaluation(op, candidate, lambda c: self._evaluate(op, c, "round"))
         op.trajectory.append(
             RoundRecord(
                 kind="baseline",
@@ -464,49 +427,10 @@ class Session:
                 speedup_geomean=1.0,
                 speedup_min=1.0,
                 best=candidate.id,
-                detail=_with_dropped(evaluation.detail, op.dir / RECORD_FILE),
+                detail=with_dropped(evaluation.detail, op),
                 **self._spent_since(mark),
             )
         )
-
-    def _baseline_evaluation(self, op: OpState, candidate: Candidate) -> Evaluation:
-        """The baseline's own evaluation. The baseline is the oracle: where it contradicts
-        its contract (writes an input, never writes an output, its check demands another
-        dtype), the contract is fixed (``completion.baseline_fixes``), the fix appended to
-        the run's ``contract_completion.json`` and the baseline evaluated again, at most
-        ``completion.BASELINE_REPAIRS`` times (:func:`optimize.harness.baseline_repair.repair_baseline`,
-        the loop the sweep uses too); the stale evaluation is kept as ``*.superseded-<attempt>.json``."""
-
-        def run_once(task: Task, attempt: int) -> BaselineRun[BaselineOutcome]:
-            op.task = task
-            try:
-                evaluation = self._evaluate(op, candidate, "round")
-            except BaselineError as err:
-                return BaselineRun(err, passed=False, evidence=err.evidence, detail=err.detail)
-            passed = evaluation.outcome == Outcome.ok
-            return BaselineRun(evaluation, passed=passed, evidence=evaluation.role_evidence, detail=evaluation.detail)
-
-        def on_fixed(task: Task, more: Completion, attempt: int) -> str:
-            path = op.dir / RECORD_FILE
-            record = read_record(Completion, path)
-            write_record(record.model_copy(update={"filled": [*record.filled, *more.filled], "open": more.open}), path)
-            stale = op.eval_path(candidate.id, "round")
-            if stale.exists():
-                stale.rename(stale.with_name(f"{stale.stem}.superseded-{attempt}.json"))
-            return ""
-
-        repaired = repair_baseline(op.task, op.task_dir, run_once, on_fixed=on_fixed)
-        op.task = repaired.task
-        outcome = repaired.last.result
-        if isinstance(outcome, BaselineError):
-            raise outcome
-        if outcome.outcome != Outcome.ok:
-            raise BaselineError(
-                f"the baseline of {op.task.op_id} did not pass its own evaluation ({outcome.outcome.value})",
-                fix="check the task (`kernelsmith extract`) and the harness on this machine",
-                detail=outcome.detail,
-            )
-        return outcome
 
     def _record(
         self,
@@ -584,14 +508,6 @@ class Session:
                 op.write_best(top)
                 return top
         return None
-
-
-def _with_dropped(detail: str, completion: pathlib.Path) -> str:
-    """The baseline's detail, with what the run left out of a ``--no-compile`` task and why."""
-    why = read_record(Completion, completion).dropped_reason if completion.is_file() else ""
-    return (
-        f"{detail}; left out of this run (the task was extracted without its compile check): {why}" if why else detail
-    )
 
 
 def op_state(

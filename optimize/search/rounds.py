@@ -150,111 +150,28 @@ def search_round(
     if space.size <= 1:
         return result
     noise = config.harness.noise_pct
-    by_id: dict[str, Member] = {}
-    made: dict[tuple[tuple[str, int], ...], tuple[dict[str, str], list[Step]] | Unrealizable] = {}
-
-    def realized(point: Point) -> tuple[dict[str, str], list[Step]] | Unrealizable:
-        """``point``'s regions and steps, made once; a point that does not compose is said once."""
-        key = tuple(sorted(point.items()))
-        if key not in made:
-            try:
-                regions, steps = realize(space, point, base.regions)
-                kept = confine(base.regions, regions, others)
-                if kept == base.regions and regions != base.regions:  # every edit was another op's
-                    raise Unrealizable(f"edits only code this op never runs ({', '.join(others.names())})")
-                made[key] = (kept, steps)
-            except Unrealizable as err:
-                made[key] = err
-                result.unrealizable.append((dict(point), str(err)))
-        return made[key]
-
-    def composes(point: Point) -> bool:
-        return not isinstance(realized(point), Unrealizable)
-
-    pairs: dict[tuple[tuple[str, int], ...], bool] = {}
-
-    def pairs_compose(point: Point) -> bool:
-        """Whether every two of ``point``'s choices compose: a space too large to make each point
-        of is cut by its pairs (each made once); a point that passes and still does not compose
-        is found when it is drawn, at no build cost."""
-        chosen = sorted((name, value) for name, value in point.items() if value)
-        for i, first in enumerate(chosen):
-            for second in chosen[i:]:
-                key = (first, second) if first != second else (first,)
-                if key not in pairs:
-                    try:
-                        realize(space, dict(key), base.regions)
-                        pairs[key] = True
-                    except Unrealizable:
-                        pairs[key] = False
-                if not pairs[key]:
-                    return False
-        return True
-
-    def costs(points: Sequence[Point]) -> list[float | str | None]:
-        out: list[float | str | None] = [None] * len(points)
-        ids: list[str | None] = [None] * len(points)  # each point's candidate, measured or to be
-        wanted: dict[str, tuple[Candidate, Point]] = {}  # new candidates of this batch, once each
-        for index, point in enumerate(points):
-            made_point = realized(point)
-            if isinstance(made_point, Unrealizable):  # only without the restriction (a strategy's own draw)
-                out[index] = "unrealizable"
-                continue
-            regions, steps = made_point
-            cid = candidate_id(regions)
-            if cid == base.id:  # every step undone, or none: the base itself
-                out[index] = 1.0 / (best_geomean or 1.0)
-                continue
-            ids[index] = cid
-            if cid not in by_id and cid not in wanted:
-                wanted[cid] = (
-                    Candidate(
-                        op_id=base.op_id,
-                        id=cid,
-                        parent=base.id,
-                        regions=regions,
-                        skill="+".join(s.skill for s in steps),
-                        params={"steps": [s.model_dump(mode="json") for s in steps]},
-                        coder=f"{coder}:search",
-                        rationale="; ".join(f"{s.skill} {s.params}" if s.params else s.skill for s in steps),
-                        steps=steps,
-                    ),
-                    point,
-                )
-        if wanted:
-            evaluations = measure([candidate for candidate, _ in wanted.values()])
-            for (candidate, point), evaluation in zip(wanted.values(), evaluations):
-                if evaluation is None:
-                    result.budget_spent = True
-                    continue
-                by_id[candidate.id] = Member(candidate, evaluation, point)
-                result.members.append(by_id[candidate.id])
-        for index, member_id in enumerate(ids):  # unmeasured (budget spent) points stay None
-            if member_id is not None and member_id in by_id:
-                out[index] = _cost(by_id[member_id].evaluation, noise)
-        return out
-
+    points = _Points(space, base, others, result, best_geomean, coder, measure, noise)
     evals = config.search.evals_per_round
     x0: Point | None = None
     singles: list[Point] = []
     if config.search.singles_first and choose_strategy(config.search.strategy, space.size, evals) != "brute_force":
-        singles = [{d.name: v} for d in space.dimensions for v in d.values[1:] if composes({d.name: v})][
+        singles = [{d.name: v} for d in space.dimensions for v in d.values[1:] if points.composes({d.name: v})][
             : config.search.population
         ]
     if singles:
-        found = costs(singles)
+        found = points.costs(singles)
         result.batches.append(len(singles))
-        x0 = _compose_improving(singles, found, 1.0 / (best_geomean or 1.0), composes)
+        x0 = _compose_improving(singles, found, 1.0 / (best_geomean or 1.0), points.composes)
         evals = 0 if any(cost is None for cost in found) else evals - len(singles)  # None: a budget is spent
     strategy, _, batches = (
         run_search(
             space,
-            costs,
+            points.costs,
             strategy=config.search.strategy,
             population=config.search.population,
             max_evals=evals,
             seed=seed,
-            valid=composes if space.size <= config.search.restrict_points else pairs_compose,
+            valid=points.composes if space.size <= config.search.restrict_points else points.pairs_compose,
             x0=x0,
         )
         if evals > 0
@@ -266,6 +183,107 @@ def search_round(
     if accepted:
         result.winner = max(accepted, key=lambda mv: (mv[1].speedup_geomean or 0.0, mv[0].candidate.id))[0]
     return result
+
+
+@dataclass(eq=False)
+class _Points:
+    """A round's points made into candidates and measured: each point's regions made once, each new
+    candidate measured once, every member added to ``result`` (the strategy's cost function and its
+    test of which points compose)."""
+
+    space: Space
+    base: Candidate
+    others: Foreign
+    result: SearchRound
+    best_geomean: float | None
+    coder: str
+    measure: MeasureMany
+    noise: float
+    by_id: dict[str, Member] = field(default_factory=dict)
+    made: dict[tuple[tuple[str, int], ...], tuple[dict[str, str], list[Step]] | Unrealizable] = field(
+        default_factory=dict
+    )
+    pairs: dict[tuple[tuple[str, int], ...], bool] = field(default_factory=dict)
+
+    def realized(self, point: Point) -> tuple[dict[str, str], list[Step]] | Unrealizable:
+        """``point``'s regions and steps, made once; a point that does not compose is said once."""
+        key = tuple(sorted(point.items()))
+        if key not in self.made:
+            try:
+                regions, steps = realize(self.space, point, self.base.regions)
+                kept = confine(self.base.regions, regions, self.others)
+                if kept == self.base.regions and regions != self.base.regions:  # every edit was another op's
+                    raise Unrealizable(f"edits only code this op never runs ({', '.join(self.others.names())})")
+                self.made[key] = (kept, steps)
+            except Unrealizable as err:
+                self.made[key] = err
+                self.result.unrealizable.append((dict(point), str(err)))
+        return self.made[key]
+
+    def composes(self, point: Point) -> bool:
+        return not isinstance(self.realized(point), Unrealizable)
+
+    def pairs_compose(self, point: Point) -> bool:
+        """Whether every two of ``point``'s choices compose: a space too large to make each point
+        of is cut by its pairs (each made once); a point that passes and still does not compose
+        is found when it is drawn, at no build cost."""
+        chosen = sorted((name, value) for name, value in point.items() if value)
+        for i, first in enumerate(chosen):
+            for second in chosen[i:]:
+                key = (first, second) if first != second else (first,)
+                if key not in self.pairs:
+                    try:
+                        realize(self.space, dict(key), self.base.regions)
+                        self.pairs[key] = True
+                    except Unrealizable:
+                        self.pairs[key] = False
+                if not self.pairs[key]:
+                    return False
+        return True
+
+    def costs(self, points: Sequence[Point]) -> list[float | str | None]:
+        base, by_id, result = self.base, self.by_id, self.result
+        out: list[float | str | None] = [None] * len(points)
+        ids: list[str | None] = [None] * len(points)  # each point's candidate, measured or to be
+        wanted: dict[str, tuple[Candidate, Point]] = {}  # new candidates of this batch, once each
+        for index, point in enumerate(points):
+            made_point = self.realized(point)
+            if isinstance(made_point, Unrealizable):  # only without the restriction (a strategy's own draw)
+                out[index] = "unrealizable"
+                continue
+            regions, steps = made_point
+            cid = candidate_id(regions)
+            if cid == base.id:  # every step undone, or none: the base itself
+                out[index] = 1.0 / (self.best_geomean or 1.0)
+                continue
+            ids[index] = cid
+            if cid not in by_id and cid not in wanted:
+                wanted[cid] = (
+                    Candidate(
+                        op_id=base.op_id,
+                        id=cid,
+                        parent=base.id,
+                        regions=regions,
+                        skill="+".join(s.skill for s in steps),
+                        params={"steps": [s.model_dump(mode="json") for s in steps]},
+                        coder=f"{self.coder}:search",
+                        rationale="; ".join(f"{s.skill} {s.params}" if s.params else s.skill for s in steps),
+                        steps=steps,
+                    ),
+                    point,
+                )
+        if wanted:
+            evaluations = self.measure([candidate for candidate, _ in wanted.values()])
+            for (candidate, point), evaluation in zip(wanted.values(), evaluations):
+                if evaluation is None:
+                    result.budget_spent = True
+                    continue
+                by_id[candidate.id] = Member(candidate, evaluation, point)
+                result.members.append(by_id[candidate.id])
+        for index, member_id in enumerate(ids):  # unmeasured (budget spent) points stay None
+            if member_id is not None and member_id in by_id:
+                out[index] = _cost(by_id[member_id].evaluation, self.noise)
+        return out
 
 
 def _compose_improving(
