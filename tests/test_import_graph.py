@@ -318,6 +318,7 @@ def test_the_task_run_and_integrate_folder_names_are_spelt_once_in_contract_layo
         ("cli/stages.py", "integrate"),
         ("cli/run.py", "integrate"),
         ("agent/verbs.py", "integrate"),
+        ("agent/command.py", "integrate"),  # the agent's verb
         ("pipeline/digest.py", "integrate"),  # the package's name
     }
     found = []
