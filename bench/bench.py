@@ -3,8 +3,8 @@
 Two modes:
 
 - ``--ops A B ...`` (default: the three default ops): for each op, its baseline
-  at every catalog shape (bf16, the dtype models are served in; a ``dtypes``
-  attribute on the parsed args widens it), next to the PyTorch reference run
+  at every catalog shape (bf16, the dtype models are served in; ``--dtypes``
+  widens it), next to the PyTorch reference run
   eagerly and through ``torch.compile`` with default settings (static first,
   then dynamic shapes; ``--no-torch-compile`` skips it). Raw table: op,
   dtype, shape, µs, spread, GB/s, % of copy bandwidth, time/floor, eager µs,
@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from bench.one_op import bench_config, bench_op, bench_request, from_worker
-from bench.sections import OpBench, canonical_command, timing_section, write_section
+from bench.sections import BenchOptions, OpBench, canonical_command, timing_section, write_section
 from optimize.harness import evaluate
 from optimize.harness.protocol import WorkerRequest, WorkerResult
 from pipeline.config import DEFAULT_OPS, Config
@@ -204,15 +204,15 @@ def store_batch(
         )
 
 
-def main(args: Any, config: Config) -> int:
+def run(options: BenchOptions, config: Config) -> int:
     """Entry point of ``kernelsmith bench`` (see the module doc). Exit 1 when any op was not measured."""
     from contract.layout import load_task
 
-    command = canonical_command(args)
+    command = canonical_command(options)
     when = datetime.now(UTC).strftime("%Y-%m-%d")
-    output = pathlib.Path(getattr(args, "output", None) or "BENCHMARKS.md")
+    output = pathlib.Path(options.output or "BENCHMARKS.md")
     start = time.monotonic()
-    if getattr(args, "all", False):
+    if options.all_ops:
         from bench.health import health_section
         from bench.health_sweep import health_all
 
@@ -235,7 +235,7 @@ def main(args: Any, config: Config) -> int:
     else:
         from optimize.scale.pool import open_pool
 
-        ops = list(getattr(args, "ops", None) or DEFAULT_OPS)
+        ops = list(options.ops or DEFAULT_OPS)
         folders = [(path, load_task(path)) for _, path in _task_dirs(config, ops)]
         pool = open_pool(config)  # several GPUs or a Ray cluster: one op per GPU; None: the serial loop
         so_far: list[tuple[OpBench, Task]] = []  # each op's row as soon as it is known
@@ -243,8 +243,8 @@ def main(args: Any, config: Config) -> int:
             results, tasks = bench_folders(
                 folders,
                 config,
-                dtypes=getattr(args, "dtypes", None),
-                compile_=not getattr(args, "no_torch_compile", False),
+                dtypes=options.dtypes,
+                compile_=options.torch_compile,
                 label="bench",
                 pool=pool,
                 measured=lambda row, task: so_far.append((row, task)),
@@ -264,7 +264,7 @@ def main(args: Any, config: Config) -> int:
                 pool.close(wait=False)
         env = f"Wall time of the bench run: {time.monotonic() - start:.0f} s."
         _write_timing(config, output, command, results, tasks, when, env)
-        emit(args, results)
+        emit(options, results)
         return 1 if any(r.error for r in results) else 0
     write_section(output, command, section)
     return 1 if failed else 0

@@ -53,20 +53,34 @@ def upsert_section(text: str, command: str, section: str) -> str:
     return "".join(lines[:start]) + marker + "\n" + body + ("\n" + tail if tail and not body.endswith("\n\n") else tail)
 
 
-def canonical_command(args: Any) -> str:
-    """The exact command a section is keyed by, rebuilt from the parsed flags."""
+@dataclass(frozen=True)
+class BenchOptions:
+    """What one ``kernelsmith bench`` is asked: ``all_ops`` (``--all``: every task's health) or ``ops``
+    (empty: the default ops) timed at ``dtypes`` (None: each task's own), with or without the
+    torch.compile reference, into their section of ``output``; ``emitted`` collects the result for
+    ``--json``."""
+
+    ops: tuple[str, ...] = ()
+    all_ops: bool = False
+    dtypes: tuple[str, ...] | None = None
+    torch_compile: bool = True
+    output: str = "BENCHMARKS.md"
+    emitted: list[Any] | None = None
+
+
+def canonical_command(options: BenchOptions) -> str:
+    """The exact command a section is keyed by, rebuilt from the options (the budget is not part of it)."""
     parts = ["kernelsmith", "bench"]
-    if getattr(args, "all", False):
+    if options.all_ops:
         parts.append("--all")
-    elif getattr(args, "ops", None):
-        parts += ["--ops", *args.ops]
-    if getattr(args, "dtypes", None):
-        parts += ["--dtypes", *args.dtypes]
-    if getattr(args, "no_torch_compile", False):
+    elif options.ops:
+        parts += ["--ops", *options.ops]
+    if options.dtypes:
+        parts += ["--dtypes", *options.dtypes]
+    if not options.torch_compile:
         parts.append("--no-torch-compile")
-    output = getattr(args, "output", "BENCHMARKS.md")
-    if output and output != "BENCHMARKS.md":
-        parts += ["--output", output]
+    if options.output and options.output != "BENCHMARKS.md":
+        parts += ["--output", options.output]
     return shlex.join(parts)
 
 

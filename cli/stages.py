@@ -7,8 +7,8 @@ nothing builds an argv to reach a stage. ``headroom`` and ``track`` take typed o
 (:class:`integrate.headroom.HeadroomOptions`; :class:`pipeline.track.TrackOptions`,
 :class:`bench.census.CensusOptions`, :class:`bench.release_ab.ReleaseABOptions`, built in
 :mod:`cli.track`), and so do the agent's verbs and the MCP server
-(:class:`agent.command.AgentOptions`, :class:`agent.command.McpOptions`); ``bench`` still reads the
-parsed flags itself.
+(:class:`agent.command.AgentOptions`, :class:`agent.command.McpOptions`), and ``bench``
+(:class:`bench.sections.BenchOptions`).
 
 Each handler imports its stage inside the call: ``kernelsmith extract`` must not pay for (or need)
 torch, which the optimizer's floor imports. The import-graph test reads those imports as arrows like
@@ -26,6 +26,7 @@ from pipeline.config import Config
 from pipeline.output import EMIT
 
 if TYPE_CHECKING:
+    from bench.sections import BenchOptions
     from extract.command import ExtractOptions
     from integrate.command import IntegrateOptions
     from optimize.command import OptimizeOptions
@@ -92,10 +93,24 @@ def integrate_stage(args: argparse.Namespace, config: Config) -> int:
     return integrate_command.run(integrate_options(args), config)
 
 
+def bench_options(args: argparse.Namespace) -> BenchOptions:
+    from bench.sections import BenchOptions
+
+    dtypes = getattr(args, "dtypes", None)
+    return BenchOptions(
+        ops=ops_of(args),
+        all_ops=bool(getattr(args, "all", False)),
+        dtypes=tuple(dtypes) if dtypes else None,
+        torch_compile=not getattr(args, "no_torch_compile", False),
+        output=getattr(args, "output", None) or "BENCHMARKS.md",
+        emitted=getattr(args, EMIT, None),
+    )
+
+
 def _bench(args: argparse.Namespace, config: Config) -> int:
     from bench import bench
 
-    return int(bench.main(args, config) or 0)
+    return bench.run(bench_options(args), config)
 
 
 def _headroom(args: argparse.Namespace, config: Config) -> int:
@@ -159,6 +174,7 @@ HANDLERS: dict[str, Handler] = {
 __all__ = [
     "HANDLERS",
     "Handler",
+    "bench_options",
     "extract_options",
     "extract_stage",
     "integrate_options",

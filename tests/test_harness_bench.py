@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 
 import pytest
 
 from bench import bench, health, health_sweep, sections
+from bench.sections import BenchOptions
 from optimize.harness.protocol import DeviceInfo, TimingResult
 
 DEVICE = DeviceInfo(
@@ -54,11 +54,10 @@ def test_section_ends_at_the_next_foreign_heading():
 
 
 def test_canonical_command():
-    args = argparse.Namespace(ops=["a.b", "c.d"], all=False, no_torch_compile=True, output="BENCHMARKS.md")
+    args = BenchOptions(ops=("a.b", "c.d"), torch_compile=False, output="BENCHMARKS.md")
     assert sections.canonical_command(args) == "kernelsmith bench --ops a.b c.d --no-torch-compile"
     assert (
-        sections.canonical_command(argparse.Namespace(ops=None, all=True, output="X.md"))
-        == "kernelsmith bench --all --output X.md"
+        sections.canonical_command(BenchOptions(all_ops=True, output="X.md")) == "kernelsmith bench --all --output X.md"
     )
 
 
@@ -157,8 +156,8 @@ def test_main_writes_its_section_and_a_results_batch(tmp_path, monkeypatch):
     )
     out = tmp_path / "BENCH.md"
     out.write_text(EXISTING)
-    args = argparse.Namespace(ops=["a.op"], all=False, no_torch_compile=False, output=str(out))
-    assert bench.main(args, config) == 0
+    args = BenchOptions(ops=("a.op",), output=str(out))
+    assert bench.run(args, config) == 0
     text = out.read_text()
     assert text.startswith(EXISTING) and f"Command: `kernelsmith bench --ops a.op --output {out}`" in text
     assert "| a.op | bf16 | M[num_tokens=8] | 2.50 |" in text
@@ -174,8 +173,8 @@ def test_main_writes_its_section_and_a_results_batch(tmp_path, monkeypatch):
             update={"ran": True, "passed": False, "reason": "x[0] never written"}
         ),
     )
-    args = argparse.Namespace(ops=None, all=True, output=str(out))
-    assert bench.main(args, config) == 1  # a task that does not pass makes the run fail
+    args = BenchOptions(all_ops=True, output=str(out))
+    assert bench.run(args, config) == 1  # a task that does not pass makes the run fail
     text = out.read_text()
     assert "| a.op | catalog | yes | yes | no | 0 | x[0] never written |" in text and "| a.op | bf16 |" in text
 
@@ -199,9 +198,9 @@ def test_an_interrupted_bench_writes_the_section_and_batch_of_the_ops_it_measure
 
     monkeypatch.setattr(bench, "bench_op", bench_op)
     out = tmp_path / "BENCH.md"
-    args = argparse.Namespace(ops=["a.op", "b.op"], all=False, no_torch_compile=False, output=str(out))
+    args = BenchOptions(ops=("a.op", "b.op"), output=str(out))
     with pytest.raises(KeyboardInterrupt):
-        bench.main(args, config)
+        bench.run(args, config)
     text = out.read_text()
     assert "| a.op | bf16 | M[num_tokens=8] | 2.50 |" in text and "| b.op |" not in text
     assert "Interrupted after" in text and "1 of 2 ops measured" in text
@@ -217,7 +216,7 @@ def test_main_refuses_missing_tasks_with_the_fix(tmp_path):
 
     config = load_config(overrides={"work_dir": str(tmp_path)}, environ={})
     with pytest.raises(TaskMissing, match="kernelsmith extract --ops b.op"):
-        bench.main(argparse.Namespace(ops=["b.op"], all=False, output=str(tmp_path / "B.md")), config)
+        bench.run(BenchOptions(ops=("b.op",), output=str(tmp_path / "B.md")), config)
 
 
 # ---------------------------------------------------------------------------- bench --all (health sweep)
@@ -404,11 +403,14 @@ def test_a_harness_failure_reason_names_the_exception_the_worker_raised():
 def test_bench_budget_flag_sets_the_sweep_budget():
     from cli.parser import build_parser
     from cli.parser import overrides as _overrides
+    from cli.stages import bench_options
     from pipeline.config import load_config
 
     args = build_parser().parse_args(["bench", "--all", "--budget-s", "280"])
     assert load_config(overrides=_overrides(args), environ={}).harness.sweep_budget_s == 280.0
-    assert sections.canonical_command(args) == "kernelsmith bench --all"  # the section key ignores the budget
+    assert (
+        sections.canonical_command(bench_options(args)) == "kernelsmith bench --all"
+    )  # the section key ignores the budget
 
 
 def test_health_names_a_contract_the_worker_cannot_call_before_any_build(tmp_path):
@@ -924,13 +926,13 @@ def test_bench_all_hands_the_testing_agent_to_the_sweep_only_with_an_endpoint(tm
     scripted = ScriptedModel([json.dumps({"scalars": {"chunk_rows": 4}})], name="m1")
     monkeypatch.setattr("optimize.llm.client.LlmClient", lambda llm, cache_dir: scripted)
     out = tmp_path / "B.md"
-    args = argparse.Namespace(ops=None, all=True, output=str(out))
+    args = BenchOptions(all_ops=True, output=str(out))
 
     offline = load_config(overrides={"work_dir": str(work)}, environ={})
-    assert bench.main(args, offline) == 1 and scripted.prompts == []  # no endpoint: the scalar stays open
+    assert bench.run(args, offline) == 1 and scripted.prompts == []  # no endpoint: the scalar stays open
     assert "scalar 'chunk_rows' of e has no value to call with" in out.read_text()
     online = load_config(overrides={"work_dir": str(work), "llm": {"base_url": "http://127.0.0.1:9/v1"}}, environ={})
-    assert bench.main(args, online) == 0 and scripted.agents() == ["testing"]
+    assert bench.run(args, online) == 0 and scripted.agents() == ["testing"]
     assert "- m.op: chunk_rows = 4 (llm:m1)" in out.read_text()
 
 
@@ -1031,8 +1033,8 @@ def test_bench_keeps_every_other_ops_figures_when_one_baseline_raises(tmp_path, 
     calls: list = []
     _bench_worker(monkeypatch, fixable=None, calls=calls)
     out = tmp_path / "BENCH.md"
-    args = argparse.Namespace(ops=["a.op", "b.op", "c.op", "d.op"], all=False, no_torch_compile=True, output=str(out))
-    assert bench.main(args, config) == 1, "an op not measured still fails the run"
+    args = BenchOptions(ops=("a.op", "b.op", "c.op", "d.op"), torch_compile=False, output=str(out))
+    assert bench.run(args, config) == 1, "an op not measured still fails the run"
     text = out.read_text()
     for op in ("a.op", "b.op", "c.op"):
         assert f"| {op} | bf16 | M[num_tokens=8] | 2.50 |" in text
@@ -1054,8 +1056,8 @@ def test_bench_fixes_the_contract_from_the_baseline_as_the_sweep_does(tmp_path, 
     calls: list = []
     _bench_worker(monkeypatch, fixable=fixable, calls=calls)
     out = tmp_path / "BENCH.md"
-    args = argparse.Namespace(ops=["a.op", "d.op"], all=False, no_torch_compile=True, output=str(out))
-    assert bench.main(args, config) == 0
+    args = BenchOptions(ops=("a.op", "d.op"), torch_compile=False, output=str(out))
+    assert bench.run(args, config) == 0
     text = out.read_text()
     assert "| d.op | bf16 | M[num_tokens=8] | 2.50 |" in text
     assert "contract fixed from the baseline" in text and named in text, text
@@ -1079,8 +1081,8 @@ def test_bench_without_a_gpu_mid_run_keeps_what_was_measured(tmp_path, monkeypat
 
     monkeypatch.setattr("optimize.harness.evaluate.run_request", gone_after_a)
     out = tmp_path / "BENCH.md"
-    args = argparse.Namespace(ops=["a.op", "b.op", "c.op"], all=False, no_torch_compile=True, output=str(out))
-    assert bench.main(args, config) == 1
+    args = BenchOptions(ops=("a.op", "b.op", "c.op"), torch_compile=False, output=str(out))
+    assert bench.run(args, config) == 1
     text = out.read_text()
     assert "| a.op | bf16 | M[num_tokens=8] | 2.50 |" in text
     assert "| b.op | — | — | not measured: the evaluation worker found no CUDA device" in text
