@@ -169,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(p)
     _json(p)
+    p.add_argument(
+        "--goal-pct",
+        type=float,
+        metavar="PCT",
+        help="the decode-step gain SGLang's ops are weighed against, from the newest layer records (default 2)",
+    )
 
     p = sub.add_parser("track", help="measurement history and regressions (nightly tracking)")
     _common(p)

@@ -116,7 +116,11 @@ def _bench(args: argparse.Namespace, config: Config) -> int:
 def _headroom(args: argparse.Namespace, config: Config) -> int:
     from integrate import headroom
 
-    return headroom.run(headroom.HeadroomOptions(emitted=getattr(args, EMIT, None)), config)
+    goal = getattr(args, "goal_pct", None)
+    options = headroom.HeadroomOptions(
+        emitted=getattr(args, EMIT, None), **({"goal_pct": goal} if goal is not None else {})
+    )
+    return headroom.run(options, config)
 
 
 def _track(args: argparse.Namespace, config: Config) -> int:

@@ -15,6 +15,13 @@ they are not lost; ops a recipe runs that the store never measured at its shapes
 Beside the ranking, each ranked op's task says whether its launches use PDL and which skills' rules hold
 for its kernel (the mechanical ones apart: those the offline coder applies).
 
+What a model-step goal asks of SGLang's ops (``--goal-pct``, default 2): from the newest layer records
+integrate wrote (``work/integrate/*/e2e/*.json`` and the A/A runs', measured on a GPU), each recipe's
+decode points up to T=64 with the layer's time, the part SGLang's ops take of it (each step timed
+alone in the layer's graph, :class:`integrate.records.LayerTiming.ops_us`), and the speedup those ops
+would need together for the whole layer to be ``goal`` % faster; where their whole part is less than
+the goal, no kernel work on them alone reaches it, and the table says so.
+
 What must stay true: pure reading (the store, the recipe files, the tasks); a row without a floor (an op
 that is not byte-bound) saves nothing here and says so.
 """
@@ -29,17 +36,22 @@ from typing import Any
 
 from rich.table import Table
 
-from contract.layout import has_task, load_task, task_dir
+from contract.layout import INTEGRATE_DIR, has_task, load_task, task_dir
 from integrate.recipe import LayerRecipe, all_recipes
+from integrate.records import E2EResult
 from optimize.features import features
 from optimize.skills import load_skills
 from pipeline.config import Config
 from pipeline.console import console as make_console
+from pipeline.errors import StaleRecordError
 from pipeline.output import emit
+from pipeline.record_io import read_record
 from pipeline.store import ResultsStore
 from pipeline.store_records import Row
 
 DTYPE = "bf16"
+GOAL_PCT = 2.0  # the model-step issue's goal: a decode step (T <= 64) this much faster on a MoE model
+DECODE_MAX = 64
 _TOKENS = re.compile(r"(?:^|,)(?:num_tokens|T|tokens|batch_size)=(\d+)(?:,|\])")
 
 
@@ -104,6 +116,85 @@ def savings(recipes: Sequence[LayerRecipe], rows: dict[tuple[str, str, int], Row
 
 
 @dataclass(frozen=True)
+class StepShare:
+    """One decode point of one recipe's newest layer record: the layer, and SGLang's ops in it."""
+
+    model: str
+    tokens: int
+    layer_us: float
+    ops_us: dict[str, float]  # SGLang op id -> its steps' time in one layer (µs), largest first
+    record: str  # the layer record it comes from
+
+    @property
+    def sglang_us(self) -> float:
+        return sum(self.ops_us.values())
+
+    @property
+    def share_pct(self) -> float:
+        return 100.0 * self.sglang_us / self.layer_us
+
+    def needed_speedup(self, goal_pct: float) -> float | None:
+        """How much faster SGLang's ops would have to get together for the layer to be ``goal_pct`` % faster
+        (None: their whole part is less than that)."""
+        saved = self.layer_us * goal_pct / 100.0
+        return self.sglang_us / (self.sglang_us - saved) if self.sglang_us > saved else None
+
+
+def step_shares(work: pathlib.Path) -> list[StepShare]:
+    """Each recipe's decode points up to :data:`DECODE_MAX` from its newest layer record (by file time) under
+    ``work/integrate``; a record that does not read is left out (it is integrate's to rewrite)."""
+    newest: dict[str, tuple[float, pathlib.Path, E2EResult]] = {}
+    root = work / INTEGRATE_DIR
+    paths = [*root.glob("*/e2e/*.json"), *root.glob("pristine*/pristine-*.json")] if root.is_dir() else []
+    for path in paths:
+        try:
+            result = read_record(E2EResult, path)
+        except StaleRecordError:
+            continue
+        if not result.ran or not result.model:
+            continue
+        when = path.stat().st_mtime
+        if result.model not in newest or when > newest[result.model][0]:
+            newest[result.model] = (when, path, result)
+    out: list[StepShare] = []
+    for model, (_, path, result) in sorted(newest.items()):
+        ops = {step: part.removeprefix("SGLang ") for step, part in result.parts.items() if part.startswith("SGLang ")}
+        for row in result.rows:
+            if row.phase != "decode" or row.tokens > DECODE_MAX:
+                continue
+            per_op: dict[str, float] = {}
+            for step, times in row.ops_us.items():
+                if step in ops and "baseline" in times:
+                    per_op[ops[step]] = per_op.get(ops[step], 0.0) + times["baseline"]
+            if per_op:
+                ranked = dict(sorted(per_op.items(), key=lambda kv: (-kv[1], kv[0])))
+                out.append(StepShare(model, row.tokens, row.baseline_us, ranked, str(path.relative_to(work))))
+    return out
+
+
+def _goal_table(shares: Sequence[StepShare], goal_pct: float) -> Table:
+    table = Table(title=f"what a {goal_pct:g} % faster decode step asks of SGLang's ops (newest layer records)")
+    for col in (
+        "model",
+        "T",
+        "layer µs",
+        "SGLang ops µs",
+        "share %",
+        f"their speedup for {goal_pct:g} %",
+        "ops, most µs first",
+    ):
+        table.add_column(col, overflow="fold")
+    for s in shares:
+        need = s.needed_speedup(goal_pct)
+        table.add_row(
+            s.model, str(s.tokens), f"{s.layer_us:.1f}", f"{s.sglang_us:.2f}", f"{s.share_pct:.2f}",
+            f"{need:.2f}x" if need is not None else "not reachable (their whole part is less)",
+            ", ".join(f"{op} {us:.2f}" for op, us in s.ops_us.items()),
+        )  # fmt: skip
+    return table
+
+
+@dataclass(frozen=True)
 class TaskFacts:
     """What the op's task says of its kernel: whether its launches use PDL, and the skills whose rule
     holds for it (mechanical ones, which the offline coder can apply, apart)."""
@@ -150,8 +241,10 @@ def unweighed(rows: dict[tuple[str, str, int], Row], recipes: Sequence[LayerReci
 
 @dataclass(frozen=True)
 class HeadroomOptions:
-    """What ``kernelsmith headroom`` is asked: nothing but where ``--json`` collects the result."""
+    """What ``kernelsmith headroom`` is asked: the model-step goal (%) SGLang's ops are weighed against,
+    and where ``--json`` collects the result."""
 
+    goal_pct: float = GOAL_PCT
     emitted: list[Any] | None = None
 
 
@@ -192,6 +285,14 @@ def run(options: HeadroomOptions, config: Config) -> int:
         )
     if missing:
         console.print(f"run by a recipe, not measured at its shapes ({len(missing)}): " + "; ".join(missing))
+    shares = step_shares(config.work)
+    if shares:
+        console.print(_goal_table(shares, options.goal_pct))
+    else:
+        console.print(
+            f"no layer records under {config.work / INTEGRATE_DIR}: `kernelsmith integrate` (or "
+            "`python -m integrate.e2e --pristine`) on a GPU machine writes them"
+        )
     emit(
         options,
         {
@@ -199,6 +300,16 @@ def run(options: HeadroomOptions, config: Config) -> int:
             "no_recipe": [{"op_id": o, "worst_time_over_floor": r} for o, r in others],
             "not_measured": missing,
             "tasks": {op_id: fact.__dict__ for op_id, fact in facts.items()},
+            "goal_pct": options.goal_pct,
+            "step_shares": [
+                s.__dict__
+                | {
+                    "sglang_us": s.sglang_us,
+                    "share_pct": s.share_pct,
+                    "needed_speedup": s.needed_speedup(options.goal_pct),
+                }
+                for s in shares
+            ],
         },
     )
     return 0

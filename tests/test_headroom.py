@@ -4,10 +4,12 @@ model's decoder layer runs the op, from the store and the layer recipes; no GPU.
 from __future__ import annotations
 
 import json
+import os
 
 from cli.main import main as cli_main
-from integrate.headroom import newest_rows, savings, shape_of, unweighed
+from integrate.headroom import newest_rows, savings, shape_of, step_shares, unweighed
 from integrate.recipe import LAYER_DIR, all_recipes, load_recipe
+from integrate.records import E2EResult, LayerTiming
 from pipeline.store import Measurement, ResultsStore, Row
 
 LLAMA = load_recipe(LAYER_DIR / "llama-3.1-8b.toml")
@@ -98,3 +100,51 @@ def test_each_ranked_ops_task_says_whether_it_uses_pdl_and_which_skills_apply():
     assert all(
         skill not in facts["activation.silu_and_mul"].mechanical for skill in facts["activation.silu_and_mul"].other
     )
+
+
+def _layer_record(path, model: str, rows: list[tuple[int, float, dict[str, float]]], mtime: float) -> None:
+    """A layer record as integrate writes it: steps named by the recipe, SGLang's ops and torch's parts."""
+    from pipeline.record_io import write_record
+
+    parts = {"norm": "SGLang layernorm.fused_add_rmsnorm", "gemm": "torch linear", "gate": "SGLang moe.moe_fused_gate"}
+    layer_rows = [
+        LayerTiming(
+            phase="decode",
+            tokens=tokens,
+            baseline_us=layer_us,
+            patched_us=layer_us,
+            baseline_spread_pct=0.1,
+            patched_spread_pct=0.1,
+            change_pct=0.0,
+            baseline_tokens_per_s=1.0,
+            patched_tokens_per_s=1.0,
+            ops_us={step: {"baseline": us, "patched": us} for step, us in steps.items()},
+        )
+        for tokens, layer_us, steps in rows
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_record(E2EResult(ran=True, model=model, layers=2, parts=parts, rows=layer_rows), path)
+    os.utime(path, (mtime, mtime))
+
+
+def test_a_step_goal_says_how_much_faster_sglangs_ops_must_get_or_that_they_cannot(tmp_path, capsys):
+    """The model-step issue's goal (a decode step >= 2 % faster on a MoE model) weighed against what SGLang's
+    ops take of the layer, from the newest layer record of each model: the speedup they would need
+    together, or "not reachable" where their whole part is less than the goal."""
+    work = tmp_path / "work"
+    old = work / "integrate" / "old" / "e2e" / "moe.json"
+    new = work / "integrate" / "pristine-moe" / "pristine-1.json"
+    _layer_record(old, "MoE", [(1, 100.0, {"norm": 50.0, "gemm": 40.0, "gate": 10.0})], mtime=1_000)
+    steps = {"norm": 3.0, "gemm": 90.0, "gate": 1.0}
+    _layer_record(new, "MoE", [(1, 100.0, steps), (8, 400.0, steps), (128, 900.0, steps)], mtime=2_000)
+
+    (one, eight) = step_shares(work)  # the newer record only, and no point past T=64
+    assert (one.tokens, one.record) == (1, "integrate/pristine-moe/pristine-1.json")
+    assert one.ops_us == {"layernorm.fused_add_rmsnorm": 3.0, "moe.moe_fused_gate": 1.0}, "torch's parts left out"
+    assert one.share_pct == 4.0 and one.needed_speedup(2.0) == 2.0, "2 of 4 us saved: twice as fast"
+    assert eight.share_pct == 1.0 and eight.needed_speedup(2.0) is None, "4 us of 400: 2 % is out of their reach"
+
+    assert cli_main(["headroom", "--json", "--goal-pct", "3", "--work-dir", str(work)]) == 0
+    out = json.loads(capsys.readouterr().out)["result"]
+    assert out["goal_pct"] == 3.0
+    assert [(s["tokens"], s["needed_speedup"]) for s in out["step_shares"]] == [(1, 4.0), (8, None)]
