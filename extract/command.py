@@ -335,35 +335,20 @@ class ExtractOptions:
 
 
 def run(options: ExtractOptions, config: Config) -> int:
+    """``kernelsmith extract`` (see the module docstring): the exit status.
+
+    The steps: the index (:func:`_index_step`), the table of ``--list`` (:func:`_list_step`) or the
+    Triton ops (:func:`_languages_step`), the tasks (:func:`_tasks_step`), the compile check
+    (:func:`_compile_step`), the coverage of ``--all`` (:func:`_coverage_step`).
+    """
     work = config.work
     work.mkdir(parents=True, exist_ok=True)
     source = sources.acquire(config.sglang.version, config.cache, config.sglang.src)
-    started = time.perf_counter()
-    index, cached = build_index(source, config.cache)
-    listing = options.listing
-    try:
-        write_record(index, work / "index.json")
-    except NotWritable:
-        if not listing:
-            raise
-        # --list only reads: a read-only work dir still gets its table (index.json stays as it was)
-    print(
-        f"index: {len(index.ops)} ops, {len(index.op_modules)} modules calling load_jit, "
-        f"{len(index.kernels)} kernels ({'cached' if cached else 'scanned'}, {time.perf_counter() - started:.1f} s)"
-    )
-    for note in (sources.unread_layout(source), sources.layout_note(source)):
-        if note:
-            print(f"note: {note}")
+    index = _index_step(source, config, options.listing)
     language = options.language
     all_ops = options.all_ops
-    if listing:
-        if language != "triton":
-            print_table(index)
-        if language in (None, "all", "triton"):
-            from extract import triton_command
-
-            triton_command.print_table(triton_command.load_index(source, config, listing=True, cuda=index))
-        return 0
+    if options.listing:
+        return _list_step(index, source, config, language)
     requested = list(options.ops) or None
     if (
         language == "triton"
@@ -375,15 +360,70 @@ def run(options: ExtractOptions, config: Config) -> int:
             and any(op not in {o.id for o in index.ops} for op in requested)
         )
     ):
-        cuda_status = 0
-        known = {o.id for o in index.ops}
-        cuda_requested = [op for op in requested or [] if op in known]
-        if language != "triton" and (all_ops or cuda_requested):
-            cuda_status = run(replace(options, ops=tuple(cuda_requested), language="cuda"), config)
-        return max(cuda_status, _triton(options, config, index, [op for op in requested or [] if op not in known]))
+        return _languages_step(options, config, index, requested)
     selected = select_ops(index, requested, all_ops)
     compile_check = config.extract.compile_check and not options.no_compile
     program = pyops.Program(pathlib.Path(source.root))
+    results, to_compile, folders = _tasks_step(index, selected, config, program, compile_check, all_ops)
+    toolchain_error: ToolchainError | None = None
+    if to_compile:
+        toolchain_error = _compile_step(config, folders, to_compile, results, all_ops)
+    if all_ops:
+        _coverage_step(index, selected, results, compile_check and toolchain_error is None, work)
+    if toolchain_error is not None:
+        raise toolchain_error
+    if all_ops:
+        return 0
+    failed = [r for r in results.values() if r.task == "failed" or r.compile == "failed"]
+    return 1 if failed else 0
+
+
+def _index_step(source: SourceInfo, config: Config, listing: bool) -> Index:
+    """Build (or load) the index, write ``work/index.json`` (not needed by ``--list``) and print its summary and notes."""
+    started = time.perf_counter()
+    index, cached = build_index(source, config.cache)
+    try:
+        write_record(index, config.work / "index.json")
+    except NotWritable:
+        if not listing:
+            raise
+        # --list only reads: a read-only work dir still gets its table (index.json stays as it was)
+    print(
+        f"index: {len(index.ops)} ops, {len(index.op_modules)} modules calling load_jit, "
+        f"{len(index.kernels)} kernels ({'cached' if cached else 'scanned'}, {time.perf_counter() - started:.1f} s)"
+    )
+    for note in (sources.unread_layout(source), sources.layout_note(source)):
+        if note:
+            print(f"note: {note}")
+    return index
+
+
+def _list_step(index: Index, source: SourceInfo, config: Config, language: str | None) -> int:
+    """``--list``: the CUDA table, then the Triton one, as ``language`` asks; nothing else runs."""
+    if language != "triton":
+        print_table(index)
+    if language in (None, "all", "triton"):
+        from extract import triton_command
+
+        triton_command.print_table(triton_command.load_index(source, config, listing=True, cuda=index))
+    return 0
+
+
+def _languages_step(options: ExtractOptions, config: Config, index: Index, requested: list[str] | None) -> int:
+    """A run that takes Triton ops: its CUDA ops first (a run of their own), then the Triton ones; the worse status."""
+    cuda_status = 0
+    known = {o.id for o in index.ops}
+    cuda_requested = [op for op in requested or [] if op in known]
+    if options.language != "triton" and (options.all_ops or cuda_requested):
+        cuda_status = run(replace(options, ops=tuple(cuda_requested), language="cuda"), config)
+    return max(cuda_status, _triton(options, config, index, [op for op in requested or [] if op not in known]))
+
+
+def _tasks_step(
+    index: Index, selected: list[OpEntry], config: Config, program: pyops.Program, compile_check: bool, all_ops: bool
+) -> tuple[dict[str, OpResult], dict[str, Task], dict[str, pathlib.Path]]:
+    """Each selected op's task, one op's failure never stopping the others: (results, tasks to compile, folders)."""
+    work = config.work
     results: dict[str, OpResult] = {}
     to_compile: dict[str, Task] = {}
     folders: dict[str, pathlib.Path] = {}
@@ -435,52 +475,59 @@ def run(options: ExtractOptions, config: Config) -> int:
             print(
                 f"  {op.id}: task {state} ({len(task.instantiations)} instantiations, {len(task.shapes)} shapes) -> {folder}"
             )
+    return results, to_compile, folders
+
+
+def _compile_step(
+    config: Config,
+    folders: dict[str, pathlib.Path],
+    to_compile: dict[str, Task],
+    results: dict[str, OpResult],
+    all_ops: bool,
+) -> ToolchainError | None:
+    """Build the new tasks' baselines, save each task and update its result; a missing toolchain is returned, not raised."""
+    work = config.work
     toolchain_error: ToolchainError | None = None
-    if to_compile:
-        print(f"compile check: {len(to_compile)} task(s), {config.extract.jobs} parallel job(s)")
-        try:
-            with working(f"nvcc: building every instantiation of {len(to_compile)} task(s) for {config.extract.arch}"):
-                built = compile_tasks(folders, to_compile, config.cache / "builds", config.extract.jobs)
-        except ToolchainError as err:
-            toolchain_error = err
-            built = {}
-        for op_id, (task, reason) in built.items():
-            layout.save_task(task, work)
-            report = task.baseline_build
-            result = results[op_id]
-            results[op_id] = result.model_copy(
-                update={"compile": "ok" if report and report.ok else "failed", "reason": reason}
-            )
-            if not all_ops:
-                line = (
-                    # compiler seconds summed over the task's units, which build in parallel: not wall time
-                    f"{report.seconds:.1f} s of compiler time, {len(report.resources)} kernels in ptxas report"
-                    if report and report.ok
-                    else reason
-                )
-                print(f"  {op_id}: baseline {'compiles' if report and report.ok else 'FAILED'}: {line}")
-    if all_ops:
-        coverage = _coverage(index, selected, results, compile_check and toolchain_error is None)
-        write_record(coverage, work / "coverage.json")
-        print(
-            f"coverage: {coverage.op_modules} op modules call load_jit -> {coverage.modules_with_task} yielded a task"
-            + (
-                f" -> {coverage.modules_compiled} of those compiled"
-                if compile_check and toolchain_error is None
-                else " (compile check not run)"
-            )
-            + f"; {coverage.ops_with_task}/{coverage.ops} ops have tasks, {coverage.ops_compiled} compiled, "
-            f"{coverage.ops_with_catalog_shapes} with catalog (real-model) shapes"
+    print(f"compile check: {len(to_compile)} task(s), {config.extract.jobs} parallel job(s)")
+    try:
+        with working(f"nvcc: building every instantiation of {len(to_compile)} task(s) for {config.extract.arch}"):
+            built = compile_tasks(folders, to_compile, config.cache / "builds", config.extract.jobs)
+    except ToolchainError as err:
+        toolchain_error = err
+        built = {}
+    for op_id, (task, reason) in built.items():
+        layout.save_task(task, work)
+        report = task.baseline_build
+        result = results[op_id]
+        results[op_id] = result.model_copy(
+            update={"compile": "ok" if report and report.ok else "failed", "reason": reason}
         )
-        for module, reason in sorted(coverage.module_failures.items()):
-            print(f"  {module}: {reason}")
-        print(f"full report: {work / 'coverage.json'}")
-    if toolchain_error is not None:
-        raise toolchain_error
-    if all_ops:
-        return 0
-    failed = [r for r in results.values() if r.task == "failed" or r.compile == "failed"]
-    return 1 if failed else 0
+        if not all_ops:
+            line = (
+                # compiler seconds summed over the task's units, which build in parallel: not wall time
+                f"{report.seconds:.1f} s of compiler time, {len(report.resources)} kernels in ptxas report"
+                if report and report.ok
+                else reason
+            )
+            print(f"  {op_id}: baseline {'compiles' if report and report.ok else 'FAILED'}: {line}")
+    return toolchain_error
+
+
+def _coverage_step(
+    index: Index, selected: list[OpEntry], results: dict[str, OpResult], checked: bool, work: pathlib.Path
+) -> None:
+    """``--all``'s end: write ``work/coverage.json`` and print its line and each module's failure (``checked``: compiles counted)."""
+    coverage = _coverage(index, selected, results, checked)
+    write_record(coverage, work / "coverage.json")
+    print(
+        f"coverage: {coverage.op_modules} op modules call load_jit -> {coverage.modules_with_task} yielded a task"
+        + (f" -> {coverage.modules_compiled} of those compiled" if checked else " (compile check not run)")
+        + f"; {coverage.ops_with_task}/{coverage.ops} ops have tasks, {coverage.ops_compiled} compiled, "
+        f"{coverage.ops_with_catalog_shapes} with catalog (real-model) shapes"
+    )
+    for module, reason in sorted(coverage.module_failures.items()):
+        print(f"  {module}: {reason}")
+    print(f"full report: {work / 'coverage.json'}")
 
 
 def _triton(options: ExtractOptions, config: Config, index: Index, requested: list[str]) -> int:

@@ -37,6 +37,7 @@ is one the harness can trust as is. Nothing here imports torch.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import re
 import tomllib
@@ -47,8 +48,8 @@ from extract import pyops
 from extract.cexpr import CPP_TYPES
 from extract.cxx import balanced_end, strip_comments, template_params
 from extract.cxx_nodes import find_definition
-from extract.launcher_facts import READ_FROM_USES, cpp_facts, plain_matcher, scalar_type
-from extract.wrapper_facts import python_facts
+from extract.launcher_facts import READ_FROM_USES, CppFacts, cpp_facts, plain_matcher, scalar_type
+from extract.wrapper_facts import PyFacts, python_facts
 from pipeline.errors import ConfigError
 from pipeline.records import CPP_DTYPE, DTYPES, ArgSpec, Contract, Instantiation, OpEntry, ScalarSpec, TensorSpec
 
@@ -142,7 +143,11 @@ def infer_contract(
     entry: str | None = None,
     dtypes: Iterable[str] = DTYPES,
 ) -> Contract:
-    """Infer the contract of ``entry`` (default: the op's first entry point)."""
+    """Infer the contract of ``entry`` (default: the op's first entry point).
+
+    The steps: the launcher located (:func:`launcher_source`) and read (``cpp_facts``, ``python_facts``),
+    each argument read in order (:class:`_EntryReading`), the contract assembled (:func:`_assemble_contract`).
+    """
     root = pathlib.Path(root)
     dtypes = [d for d in dtypes]
     program = program or pyops.Program(root)
@@ -168,91 +173,124 @@ def infer_contract(
     first_typename = next(
         (name for kind, name in template_params(strip_comments(text)) if kind in ("typename", "class")), None
     )
-    type_params: dict[str, int] = {}
     unresolved += facts.unresolved
     py = python_facts(program, op, entry)
-    args: list[ArgSpec] = []
-    symbols: list[str] = []
     tensor_names = [name for ptype, name in facts.params if "TensorView" in ptype]
     read_only = read_only_tensors(text, tensor_names)
     any_output = any(_OUTPUT_NAMES.match(n) for n in tensor_names if n not in read_only)
+    reading = _EntryReading(facts, py, positions, first_typename, tensor_names, read_only, any_output, unresolved)
+    args: list[ArgSpec] = []
     for position, (ptype, name) in enumerate(facts.params):
         if "TensorView" in ptype:
-            candidates = facts.matchers.get(name, [])
-            if not candidates:
-                unresolved.append(f"tensor `{name}`: no TensorMatcher declares its shape")
-                spec = TensorSpec(name=name, shape=[], dtype="T", role="input")
-            else:
-                best = plain_matcher(candidates)  # several verify it in ``if constexpr`` arms
-                if best.text == READ_FROM_USES:
-                    unresolved.append(
-                        f"tensor `{name}`: no TensorMatcher; shape {best.shape} read from how the launcher uses it"
-                    )
-                if len({(tuple(m.shape), tuple(m.strides or ()), m.dtype) for m in candidates}) > 1:
-                    unresolved.append(
-                        f"tensor `{name}`: {len(candidates)} different matchers verify it (constexpr branches?); "
-                        "took the outermost, least constrained"
-                    )
-                shape = [facts.relations.get(d, d) if isinstance(d, str) else d for d in best.shape]
-                strides = None
-                if best.strides is not None:
-                    strides = [facts.relations.get(d, d) if isinstance(d, str) else d for d in best.strides]
-                    if _is_contiguous(shape, strides):
-                        strides = None
-                dtype = best.dtype or "T"
-                if dtype.startswith("?") and dtype[1:] not in positions and dtype[1:] == first_typename:
-                    dtype = "T"  # a helper's own first type parameter: the element type, as ever
-                if dtype.startswith("?") and dtype[1:] in positions:
-                    type_params[dtype[1:]] = positions[dtype[1:]]
-                if dtype.startswith("?") or "|" in dtype:
-                    unresolved.append(
-                        f"tensor `{name}`: element type `{dtype.lstrip('?')}` is not the instantiation dtype"
-                    )
-                role = "input"
-                if name in read_only and position not in py.written:
-                    pass  # the launcher only reads it, whatever its name says
-                elif _OUTPUT_NAMES.match(name):
-                    role = "output"
-                elif _INOUT_NAMES.match(name) or position in py.written:
-                    role = "inout"
-                elif not py.returns_value and not any_output and name == tensor_names[0]:
-                    role = "inout"
-                    unresolved.append(
-                        f"tensor `{name}`: assumed updated in place (the public function returns nothing)"
-                    )
-                if position in py.written and role == "input":
-                    role = "inout"
-                if dtype in ("int32", "int64", "uint8", "uint32", "uint64", "int8") or _INDEX_NAMES.search(name):
-                    unresolved.append(f"tensor `{name}` ({dtype}): index/metadata values, range not known")
-                if "sorted" in name:
-                    unresolved.append(f"tensor `{name}`: its values must come sorted (order and padding not known)")
-                spec = TensorSpec(name=name, shape=shape, dtype=dtype, role=role, strides=strides)
-                for dim in [*shape, *(strides or [])]:
-                    if isinstance(dim, str):
-                        for sym in re.findall(r"[A-Za-z_]\w*", dim):
-                            if sym not in symbols:
-                                symbols.append(sym)
-            args.append(ArgSpec(kind="tensor", tensor=spec))
+            args.append(ArgSpec(kind="tensor", tensor=reading.tensor(position, name)))
         else:
-            kind = scalar_type(ptype)
-            if kind is None:
-                unresolved.append(f"parameter `{name}` of type `{ptype}` is neither a tensor nor a scalar")
-                kind = "int"
-            value = py.defaults.get(name)
-            literal = py.literal_args.get(position)
-            # what the wrapper passes on this path beats a default (None never fits)
-            if literal is not None and _fits_scalar(kind, literal):
-                value = float(literal) if kind == "float" else literal
-            if kind == "str":
-                value = value if isinstance(value, str) else None
-                if value is None:
-                    unresolved.append(f"string argument `{name}`: value not known")
-            if value is not None and not isinstance(value, (int, float, str, bool)):
-                value = None
-            if kind == "int" and position in py.sized_args and literal is None:
-                value = None  # the wrapper passes a tensor's size: tied to it below
-            args.append(ArgSpec(kind="scalar", scalar=ScalarSpec(name=name, type=kind, value=value)))
-    args, tied = _tie_sized_scalars(args, py.sized_args)
+            args.append(ArgSpec(kind="scalar", scalar=reading.scalar(position, ptype, name)))
+    return _assemble_contract(entry, args, reading)
+
+
+@dataclasses.dataclass
+class _EntryReading:
+    """What :func:`infer_contract` reads the entry's arguments with, and what they add, in argument order."""
+
+    facts: CppFacts
+    py: PyFacts
+    positions: dict[str, int]  # template parameter -> its position
+    first_typename: str | None  # the launcher's first type parameter (the element type)
+    tensor_names: list[str]
+    read_only: set[str]  # tensors the launcher reaches only through const pointers
+    any_output: bool  # a tensor, not read-only, is named like an output
+    unresolved: list[str]  # in the order found: the contract keeps the first of each
+    symbols: list[str] = dataclasses.field(default_factory=list)  # in order of first use
+    type_params: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def tensor(self, position: int, name: str) -> TensorSpec:
+        """A tensor argument from its matchers (shape, strides, dtype) and its role; adds its symbols and notes."""
+        facts, unresolved, positions = self.facts, self.unresolved, self.positions
+        candidates = facts.matchers.get(name, [])
+        if not candidates:
+            unresolved.append(f"tensor `{name}`: no TensorMatcher declares its shape")
+            return TensorSpec(name=name, shape=[], dtype="T", role="input")
+        best = plain_matcher(candidates)  # several verify it in ``if constexpr`` arms
+        if best.text == READ_FROM_USES:
+            unresolved.append(
+                f"tensor `{name}`: no TensorMatcher; shape {best.shape} read from how the launcher uses it"
+            )
+        if len({(tuple(m.shape), tuple(m.strides or ()), m.dtype) for m in candidates}) > 1:
+            unresolved.append(
+                f"tensor `{name}`: {len(candidates)} different matchers verify it (constexpr branches?); "
+                "took the outermost, least constrained"
+            )
+        shape = [facts.relations.get(d, d) if isinstance(d, str) else d for d in best.shape]
+        strides = None
+        if best.strides is not None:
+            strides = [facts.relations.get(d, d) if isinstance(d, str) else d for d in best.strides]
+            if _is_contiguous(shape, strides):
+                strides = None
+        dtype = best.dtype or "T"
+        if dtype.startswith("?") and dtype[1:] not in positions and dtype[1:] == self.first_typename:
+            dtype = "T"  # a helper's own first type parameter: the element type, as ever
+        if dtype.startswith("?") and dtype[1:] in positions:
+            self.type_params[dtype[1:]] = positions[dtype[1:]]
+        if dtype.startswith("?") or "|" in dtype:
+            unresolved.append(f"tensor `{name}`: element type `{dtype.lstrip('?')}` is not the instantiation dtype")
+        role = self.role(position, name)
+        if dtype in ("int32", "int64", "uint8", "uint32", "uint64", "int8") or _INDEX_NAMES.search(name):
+            unresolved.append(f"tensor `{name}` ({dtype}): index/metadata values, range not known")
+        if "sorted" in name:
+            unresolved.append(f"tensor `{name}`: its values must come sorted (order and padding not known)")
+        spec = TensorSpec(name=name, shape=shape, dtype=dtype, role=role, strides=strides)
+        for dim in [*shape, *(strides or [])]:
+            if isinstance(dim, str):
+                for sym in re.findall(r"[A-Za-z_]\w*", dim):
+                    if sym not in self.symbols:
+                        self.symbols.append(sym)
+        return spec
+
+    def role(self, position: int, name: str) -> str:
+        """A tensor's role: read-only stays input, then its name, then what the Python writes or returns."""
+        py = self.py
+        role = "input"
+        if name in self.read_only and position not in py.written:
+            pass  # the launcher only reads it, whatever its name says
+        elif _OUTPUT_NAMES.match(name):
+            role = "output"
+        elif _INOUT_NAMES.match(name) or position in py.written:
+            role = "inout"
+        elif not py.returns_value and not self.any_output and name == self.tensor_names[0]:
+            role = "inout"
+            self.unresolved.append(f"tensor `{name}`: assumed updated in place (the public function returns nothing)")
+        if position in py.written and role == "input":
+            role = "inout"
+        return role
+
+    def scalar(self, position: int, ptype: str, name: str) -> ScalarSpec:
+        """A scalar argument: its kind from the C++ type, its value from what the wrapper passes or defaults to."""
+        py = self.py
+        kind = scalar_type(ptype)
+        if kind is None:
+            self.unresolved.append(f"parameter `{name}` of type `{ptype}` is neither a tensor nor a scalar")
+            kind = "int"
+        value = py.defaults.get(name)
+        literal = py.literal_args.get(position)
+        # what the wrapper passes on this path beats a default (None never fits)
+        if literal is not None and _fits_scalar(kind, literal):
+            value = float(literal) if kind == "float" else literal
+        if kind == "str":
+            value = value if isinstance(value, str) else None
+            if value is None:
+                self.unresolved.append(f"string argument `{name}`: value not known")
+        if value is not None and not isinstance(value, (int, float, str, bool)):
+            value = None
+        if kind == "int" and position in py.sized_args and literal is None:
+            value = None  # the wrapper passes a tensor's size: tied to it below
+        return ScalarSpec(name=name, type=kind, value=value)
+
+
+def _assemble_contract(entry: str, args: list[ArgSpec], reading: _EntryReading) -> Contract:
+    """The last step: tie sized scalars, keep the launcher's facts over the contract's symbols, build the Contract."""
+    facts = reading.facts
+    symbols = reading.symbols
+    args, tied = _tie_sized_scalars(args, reading.py.sized_args)
     symbols += [s for s, constraint in tied.items() if not constraint and s not in symbols]
     checks = list(facts.checks)
     scalar_names = {a.scalar.name for a in args if a.scalar is not None}
@@ -277,9 +315,9 @@ def infer_contract(
         allowed_values={k: v for k, v in facts.allowed.items() if k in symbols},
         checks=checks,
         constraints=constraints,
-        unresolved=list(dict.fromkeys(unresolved)),
+        unresolved=list(dict.fromkeys(reading.unresolved)),
         origin="inferred",
-        type_params=type_params,
+        type_params=reading.type_params,
     )
 
 

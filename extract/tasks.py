@@ -423,12 +423,62 @@ def write_task(
     """Write ``work_dir/tasks/<op.id>/`` (``src/`` + ``task.json``) and return the task.
 
     Raises :class:`pipeline.errors.ConfigError` when the op cannot become a
-    task (no instantiation at all): the caller records that as the op's failure.
+    task (no instantiation at all): the caller records that as the op's failure. The steps: the
+    contract and its instantiations (:func:`_plan_task`), the build recipe (:func:`_build_recipe`).
     """
     token_counts = tuple(token_counts)
     root = pathlib.Path(index.source.root)
     program = program or pyops.Program(root)
     notes: list[str] = []
+    contract, call, instantiations, cases, instance = _plan_task(
+        index, op, root, program, token_counts, cache_dir, notes
+    )
+    recipe, own = _build_recipe(op, instance, root, arch, notes)
+    closure = include_closure(root, own, index.includes)
+    digests = {d.path: d for d in index.files}
+    files = [digests.get(rel) or _digest(root, rel) for rel in closure]
+    editable = editable_spans(index, own)
+    if not editable:
+        notes.append("no kernel, device function or launcher is defined in the op's own files: nothing is editable")
+    task = Task(
+        op_id=op.id,
+        module=op.module,
+        public_functions=op.public_functions,
+        entry_points=op.entry_points,
+        source=index.source,
+        files=files,
+        instantiations=instantiations,
+        build=recipe,
+        editable=editable,
+        contract=contract,
+        shapes=cases,
+        notes=list(dict.fromkeys(notes)),
+        entry_signature=entry_signature.read_signature(
+            root,
+            op.module,
+            entry_signature.public_function(op.id, op.public_functions),
+            contract,
+            op.entry_points,
+            loader=call.function if call.module == op.module else None,
+            built=set.intersection(*(set(i.run_time) for i in instantiations)),
+        ),
+    )
+    publish(
+        task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts, cache_dir=cache_dir)
+    )
+    return task
+
+
+def _plan_task(
+    index: Index,
+    op: OpEntry,
+    root: pathlib.Path,
+    program: pyops.Program,
+    token_counts: tuple[int, ...],
+    cache_dir: pathlib.Path | None,
+    notes: list[str],
+) -> tuple[Contract, LoadJitCall, list[Instantiation], list[ShapeCase], pyops.Instance]:
+    """Step 1 of write_task: the contract, its shapes and the loader run on them; raises ConfigError when nothing instantiates."""
     contract, curated = contract_mod.contract_for(op, index, root, program=program)
     returned = [a.tensor.name for a in contract.args if a.tensor is not None and a.tensor.returned is not None]
     if returned:
@@ -463,6 +513,13 @@ def write_task(
             fix="add a curated contract (extract/curated/<op>.toml) or a shape mapping for its template arguments",
             detail="\n".join(notes),
         )
+    return contract, call, instantiations, cases, instance
+
+
+def _build_recipe(
+    op: OpEntry, instance: pyops.Instance, root: pathlib.Path, arch: str, notes: list[str]
+) -> tuple[BuildRecipe, list[str]]:
+    """Step 2 of write_task: the build recipe load_jit would compile and the op's own files; they must be in the package."""
     try:
         cuda_files = instance.strings("cuda_files")
         cpp_files = instance.strings("cpp_files")
@@ -502,39 +559,7 @@ def write_task(
         arch=arch,
         header_only=bool(header_only),
     )
-    closure = include_closure(root, own, index.includes)
-    digests = {d.path: d for d in index.files}
-    files = [digests.get(rel) or _digest(root, rel) for rel in closure]
-    editable = editable_spans(index, own)
-    if not editable:
-        notes.append("no kernel, device function or launcher is defined in the op's own files: nothing is editable")
-    task = Task(
-        op_id=op.id,
-        module=op.module,
-        public_functions=op.public_functions,
-        entry_points=op.entry_points,
-        source=index.source,
-        files=files,
-        instantiations=instantiations,
-        build=recipe,
-        editable=editable,
-        contract=contract,
-        shapes=cases,
-        notes=list(dict.fromkeys(notes)),
-        entry_signature=entry_signature.read_signature(
-            root,
-            op.module,
-            entry_signature.public_function(op.id, op.public_functions),
-            contract,
-            op.entry_points,
-            loader=call.function if call.module == op.module else None,
-            built=set.intersection(*(set(i.run_time) for i in instantiations)),
-        ),
-    )
-    publish(
-        task, root, closure, pathlib.Path(work_dir), key or task_key(index, op, arch, token_counts, cache_dir=cache_dir)
-    )
-    return task
+    return recipe, own
 
 
 def _package_relative(root: pathlib.Path, path: str) -> str | None:

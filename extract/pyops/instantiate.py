@@ -214,64 +214,132 @@ def instantiate(
     parameters their dtypes and shapes (:func:`tensor_value`), each symbol at its
     size in ``sizes``, else in ``planned`` (the shape the harness invents for the
     contract); the sizes a loader parameter reads from them are the instance's ``pins``.
+    The steps: the call site's values (:func:`_site_values`), each parameter bound
+    (:func:`_bind_loader_params`), then the loader run until ``load_jit`` (:func:`_wrapper_pairs`).
     """
     loader = program.function(call.module, call.function)
     if loader is None:
         raise Unresolvable(f"loader {call.function} not found in {call.module}")
     notes: list[str] = []
     the_dtype = DtypeValue(dtype)
-    site_values: dict[str, Any] = {}
+    site_values, site_ev = _site_values(
+        program,
+        op,
+        loader,
+        the_dtype,
+        sizes,
+        entry=entry,
+        fallbacks=fallbacks,
+        tensors=tensors,
+        planned=planned,
+        notes=notes,
+    )
+    kwargs, run_time = _bind_loader_params(loader, site_values, sizes, the_dtype, fallbacks, notes)
+    ev = Evaluator(program.sets.resolve, strict=True)
+    capture = ev.run_until_load_jit(loader, [], kwargs)
+    wrappers = _wrapper_pairs(capture.kwargs)
+    pins = dict(sorted(site_ev.pins.items())) if site_ev is not None else {}
+    if pins:
+        pinned = ", ".join(f"{k}={v}" for k, v in pins.items())
+        notes.append(f"loader parameters read tensor sizes ({pinned}): each instantiation serves those sizes only")
+    # Only dtypes and flags reached the loader: nothing it made can depend on a size.
+    size_free = not pins and all(isinstance(v, (DtypeValue, bool, Constant)) for v in kwargs.values())
+    return Instance(
+        list(capture.args),
+        list(capture.template_args),
+        wrappers,
+        dict(capture.kwargs),
+        notes,
+        pins,
+        size_free,
+        run_time,
+    )
+
+
+def _site_values(
+    program: Program,
+    op: OpEntry,
+    loader: PyFunction,
+    the_dtype: DtypeValue,
+    sizes: dict[str, int],
+    *,
+    entry: str | None,
+    fallbacks: dict[str, tuple[Any, str]] | None,
+    tensors: dict[str, Any] | None,
+    planned: dict[str, int] | None,
+    notes: list[str],
+) -> tuple[dict[str, Any], Evaluator | None]:
+    """Step 1: the best call site's value per loader parameter (or its Unresolvable) and the evaluator holding its pins."""
     sites = find_call_sites(program, op, loader, entry)
-    site_ev: Evaluator | None = None
-    if sites:
-        caller, site = sites[0]
-        ev = site_ev = Evaluator(program.sets.resolve, strict=True)
-        code = caller.module.code(caller.node)
-        dims = {**(planned or {}), **sizes}
-        values: dict[str, Any] = {
-            param.name.value: tensor_value(
-                param.name.value, code, the_dtype, (tensors or {}).get(param.name.value), dims
-            )
-            for param in caller.params()
-            if _is_tensor_param(param, caller.module)
-        }
-        values.update({k: v for k, v in parameter_defaults(ev, caller).items() if k not in values})
-        runtime_args = {p.name.value for p in caller.params()} - set(values)
-        frame = LazyEnv(caller.module, values, assignments_before(caller, site), ev)
-        positional = [p for p in [*loader.node.params.posonly_params, *loader.node.params.params]]
-        for i, arg in enumerate(site.args):
-            if arg.star:
-                continue
-            if arg.keyword is not None:
-                name = arg.keyword.value
-            elif i < len(positional):
-                name = positional[i].name.value
-            else:
-                continue
-            try:
-                before = dict(ev.pins)
-                site_values[name] = ev.eval(arg.value, frame)
-                read = {k: v for k, v in ev.pins.items() if k not in before and k not in sizes}
-                if (
-                    fallbacks
-                    and name in fallbacks
-                    and len(read) == 1
-                    and site_values[name] == next(iter(read.values()))
-                ):
-                    # a size no shape case gives, read as is (`weight.shape[-1]`): the curated
-                    # value for the parameter (the conv width 4) beats the planned one
-                    (symbol,) = read
-                    site_values[name] = ev.pins[symbol] = fallbacks[name][0]
-                    notes.append(f"loader parameter `{name}` = {fallbacks[name][0]!r} ({symbol}): {fallbacks[name][1]}")
-            except Unresolvable as err:
-                used = [n for n in runtime_args if re.search(rf"\b{re.escape(n)}\b", caller.module.code(arg.value))]
-                # say what it is when it is a value the caller of the op chooses at run time
-                refusal = (
-                    Unresolvable(f"`{used[0]}` is a run-time argument of {caller.qualname} without a default")
-                    if used
-                    else err
-                )
-                site_values[name] = refusal
+    if not sites:
+        return {}, None
+    caller, site = sites[0]
+    ev = Evaluator(program.sets.resolve, strict=True)
+    code = caller.module.code(caller.node)
+    dims = {**(planned or {}), **sizes}
+    values: dict[str, Any] = {
+        param.name.value: tensor_value(param.name.value, code, the_dtype, (tensors or {}).get(param.name.value), dims)
+        for param in caller.params()
+        if _is_tensor_param(param, caller.module)
+    }
+    values.update({k: v for k, v in parameter_defaults(ev, caller).items() if k not in values})
+    runtime_args = {p.name.value for p in caller.params()} - set(values)
+    frame = LazyEnv(caller.module, values, assignments_before(caller, site), ev)
+    positional = [p for p in [*loader.node.params.posonly_params, *loader.node.params.params]]
+    site_values: dict[str, Any] = {}
+    for i, arg in enumerate(site.args):
+        if arg.star:
+            continue
+        if arg.keyword is not None:
+            name = arg.keyword.value
+        elif i < len(positional):
+            name = positional[i].name.value
+        else:
+            continue
+        site_values[name] = _site_value(ev, frame, caller, arg, name, sizes, fallbacks, runtime_args, notes)
+    return site_values, ev
+
+
+def _site_value(
+    ev: Evaluator,
+    frame: LazyEnv,
+    caller: PyFunction,
+    arg: cst.Arg,
+    name: str,
+    sizes: dict[str, int],
+    fallbacks: dict[str, tuple[Any, str]] | None,
+    runtime_args: set[str],
+    notes: list[str],
+) -> Any:
+    """One call-site argument, evaluated; a refusal is returned, not raised, naming the run-time argument it needs."""
+    try:
+        before = dict(ev.pins)
+        value = ev.eval(arg.value, frame)
+        read = {k: v for k, v in ev.pins.items() if k not in before and k not in sizes}
+        if fallbacks and name in fallbacks and len(read) == 1 and value == next(iter(read.values())):
+            # a size no shape case gives, read as is (`weight.shape[-1]`): the curated
+            # value for the parameter (the conv width 4) beats the planned one
+            (symbol,) = read
+            value = ev.pins[symbol] = fallbacks[name][0]
+            notes.append(f"loader parameter `{name}` = {fallbacks[name][0]!r} ({symbol}): {fallbacks[name][1]}")
+        return value
+    except Unresolvable as err:
+        used = [n for n in runtime_args if re.search(rf"\b{re.escape(n)}\b", caller.module.code(arg.value))]
+        # say what it is when it is a value the caller of the op chooses at run time
+        return (
+            Unresolvable(f"`{used[0]}` is a run-time argument of {caller.qualname} without a default") if used else err
+        )
+
+
+def _bind_loader_params(
+    loader: PyFunction,
+    site_values: dict[str, Any],
+    sizes: dict[str, int],
+    the_dtype: DtypeValue,
+    fallbacks: dict[str, tuple[Any, str]] | None,
+    notes: list[str],
+) -> tuple[dict[str, Any], dict[str, bool | int | float | str]]:
+    """Step 2: bind each loader parameter in order of preference; raises naming the first that has no value."""
     kwargs: dict[str, Any] = {}
     run_time: dict[str, bool | int | float | str] = {}
     for param in loader.params():
@@ -309,27 +377,15 @@ def instantiate(
             continue
         reason = f" ({passed})" if isinstance(passed, Unresolvable) else ""
         raise Unresolvable(f"loader parameter `{name}` of {loader.qualname} has no known value{reason}")
-    ev = Evaluator(program.sets.resolve, strict=True)
-    capture = ev.run_until_load_jit(loader, [], kwargs)
-    wrappers_value = [*(capture.kwargs.get("cuda_wrappers") or []), *(capture.kwargs.get("cpp_wrappers") or [])]
+    return kwargs, run_time
+
+
+def _wrapper_pairs(kwargs: dict[str, Any]) -> list[tuple[str, str]]:
+    """Step 3: load_jit's ``cuda_wrappers`` then ``cpp_wrappers`` as pairs of strings; raises on any other item."""
+    wrappers_value = [*(kwargs.get("cuda_wrappers") or []), *(kwargs.get("cpp_wrappers") or [])]
     wrappers: list[tuple[str, str]] = []
     for item in wrappers_value:
         if not (isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
             raise Unresolvable(f"wrapper {item!r} is not a pair of strings")
         wrappers.append((item[0], item[1]))
-    pins = dict(sorted(site_ev.pins.items())) if site_ev is not None else {}
-    if pins:
-        pinned = ", ".join(f"{k}={v}" for k, v in pins.items())
-        notes.append(f"loader parameters read tensor sizes ({pinned}): each instantiation serves those sizes only")
-    # Only dtypes and flags reached the loader: nothing it made can depend on a size.
-    size_free = not pins and all(isinstance(v, (DtypeValue, bool, Constant)) for v in kwargs.values())
-    return Instance(
-        list(capture.args),
-        list(capture.template_args),
-        wrappers,
-        dict(capture.kwargs),
-        notes,
-        pins,
-        size_free,
-        run_time,
-    )
+    return wrappers
