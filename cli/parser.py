@@ -81,11 +81,8 @@ def _version() -> str:
         return "unknown (not installed: `make install`)"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kernelsmith", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"kernelsmith {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _extract_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``extract`` subcommand's parser: the ops, --list, the compile check and the language."""
     p = sub.add_parser("extract", help="index SGLang's kernels and write standalone tasks")
     _common(p)
     _ops(p)
@@ -98,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="which ops: --list and --ops default to both, --all to cuda (Triton: --language triton or all)",
     )
 
+
+def _optimize_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``optimize`` subcommand's parser: the ops, the coder, the round budget, the run, the search and scale."""
     p = sub.add_parser("optimize", help="run the agent loop on extracted tasks")
     _common(p)
     _json(p)
@@ -125,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="ask the LLM endpoint again even where the reply cache holds an answer (the new one replaces it)",
     )
 
+
+def _integrate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``integrate`` subcommand's parser: the run, where the patch goes, e2e, merging runs and the self-check."""
     p = sub.add_parser("integrate", help="patch winners into an SGLang tree and prove them")
     _common(p)
     _json(p)
@@ -150,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(no OP: every task under <work-dir>/tasks); writes work/integrate/self-check/",
     )
 
+
+def _bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``bench`` subcommand's parser: the ops, the table's file, torch.compile, the sweep's budget and scale."""
     p = sub.add_parser("bench", help="measure baselines on the GPU and write BENCHMARKS.md")
     _common(p)
     _json(p)
@@ -164,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _scale(p)
 
+
+def _headroom_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``headroom`` subcommand's parser: the common flags and --json only."""
     p = sub.add_parser(
         "headroom", help="which ops a kernel at its floor would save the most model-step time on (store x recipes)"
     )
@@ -176,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the decode-step gain SGLang's ops are weighed against, from the newest layer records (default 2)",
     )
 
+
+def _track_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``track`` subcommand's parser: the action, ab's releases, the history, the regression gate and scale."""
     p = sub.add_parser("track", help="measurement history and regressions (nightly tracking)")
     _common(p)
     _json(p)
@@ -210,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="DIR", help="also write the static HTML dashboard into DIR")
     _scale(p)
 
+
+def _agent_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``agent`` subcommand's parser: the verb, its op, the run, the client and a submission's regions."""
     p = sub.add_parser("agent", help="an outside coder's verbs over a run (ops, show, brief, submit, ...)")
     _common(p)
     p.add_argument("verb", choices=["ops", "show", "brief", "build", "submit", "trajectory", "finish", "integrate"])
@@ -223,17 +238,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rationale", help="submit: what changed and why it is correct")
     p.add_argument("--ops", nargs="+", metavar="OP", help="finish: these ops only (default: every op of the run)")
 
+
+def _mcp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``mcp`` subcommand's parser: the run, replay and the client's name."""
     p = sub.add_parser("mcp", help="serve the agent verbs as MCP tools over stdio (Claude Code, Codex, ...)")
     _common(p)
     p.add_argument("--run", help="the run (default: agent)")
     p.add_argument("--replay", metavar="FILE", help="replay recorded measurements instead of a GPU (SIMULATED)")
     p.add_argument("--client", help="name for clients whose handshake gives none (default mcp)")
 
+
+def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``run`` subcommand's parser: the ops, the round budget and the run."""
     p = sub.add_parser("run", help="extract, optimize, integrate on the default ops")
     _common(p)
     _ops(p)
     p.add_argument("--rounds", type=int)
     p.add_argument("--run", help="run name (default: a new timestamped one; an existing one resumes)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kernelsmith", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"kernelsmith {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _extract_parser(sub)
+    _optimize_parser(sub)
+    _integrate_parser(sub)
+    _bench_parser(sub)
+    _headroom_parser(sub)
+    _track_parser(sub)
+    _agent_parser(sub)
+    _mcp_parser(sub)
+    _run_parser(sub)
     return parser
 
 

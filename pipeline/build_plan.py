@@ -178,21 +178,8 @@ def _gencode(arch: str) -> str:
     return f"-gencode=arch=compute_{target},code=sm_{target}"
 
 
-def plan(
-    task_dir: str | os.PathLike[str],
-    task: Task,
-    instantiations: Sequence[Instantiation],
-    *,
-    overrides: Mapping[str, bytes] | None = None,
-    link: bool = True,
-    extra_cuda_cflags: Sequence[str] = (),
-) -> BuildPlan:
-    """Resolve the toolchain, read the sources and compute the cache key; compiles nothing.
-
-    Raises ToolchainError (no nvcc / host compiler / tvm-ffi), ConfigError (the
-    task folder or recipe is unusable) or ValueError (bad arguments).
-    """
-    task_dir = pathlib.Path(task_dir)
+def _check_recipe(task: Task) -> None:
+    """Step 1 of :func:`plan`: refuse a recipe that is not header-only CUDA with cuda_files."""
     recipe = task.build
     if not recipe.header_only or recipe.cpp_files:
         raise ConfigError(
@@ -202,6 +189,10 @@ def plan(
         )
     if not recipe.cuda_files:
         raise ConfigError(f"{task.op_id}: build recipe has no cuda_files", fix="re-run `kernelsmith extract`")
+
+
+def _find_toolchain(link: bool) -> tuple[toolchain.Nvcc, toolchain.TvmFfi, str]:
+    """Step 2 of :func:`plan`: nvcc, tvm-ffi and the host compiler, found in that order; cudart when linking."""
     nvcc = toolchain.find_nvcc()
     tvm = toolchain.find_tvm_ffi()
     host_cc = toolchain.find_host_compiler()
@@ -210,7 +201,13 @@ def plan(
             f"libcudart.so not found in {nvcc.lib_dir} (toolkit {nvcc.home})",
             fix="install the full CUDA toolkit 12.8+ (with cudart) or set CUDA_HOME to it",
         )
+    return nvcc, tvm, host_cc
 
+
+def _read_sources(
+    task_dir: pathlib.Path, task: Task, overrides: Mapping[str, bytes] | None
+) -> tuple[dict[str, bytes], set[str]]:
+    """Step 3 of :func:`plan`: the task's ``src/`` tree with the overrides applied, every recipe CUDA file in it."""
     src_root = task_dir / SRC_DIR
     if not src_root.is_dir():
         raise ConfigError(f"task folder {task_dir} has no {SRC_DIR}/", fix="re-run `kernelsmith extract`")
@@ -222,14 +219,17 @@ def plan(
             raise ValueError(f"override {path!r} must be bytes, got {type(data).__name__}")
         files[rel] = data
         overridden.add(rel)
-    for cuda_file in recipe.cuda_files:
+    for cuda_file in task.build.cuda_files:
         if _norm_rel(cuda_file, "cuda file") not in files:
             raise ConfigError(
                 f"{task.op_id}: {cuda_file} is in the build recipe but not under {src_root}",
                 fix="re-run `kernelsmith extract` for this op",
             )
+    return files, overridden
 
-    wrapper = wrapper_source(recipe, instantiations)
+
+def _include_args(recipe: BuildRecipe) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """Step 4 of :func:`plan`: the ``-I`` flags (as location tokens), each dependency's folders and digest."""
     includes: list[str] = []
     for token in (TVM_FFI_TOKEN, DLPACK_TOKEN):  # the wrapper needs them even if a recipe forgot
         if token not in recipe.include_dirs:
@@ -248,10 +248,15 @@ def plan(
         else:
             rel = _norm_rel(entry, "include dir") if entry not in ("", ".") else ""
             includes.append(f"-I{SRC_DIR}/{rel}".rstrip("/"))
+    return includes, dependencies, dependency_digests
+
+
+def _compile_args(recipe: BuildRecipe, extra_cuda_cflags: Sequence[str], includes: Sequence[str]) -> tuple[str, ...]:
+    """Step 5 of :func:`plan`: nvcc's arguments for the wrapper, location-free (``-Xptxas=-v`` always in)."""
     cflags = list(recipe.cuda_cflags)
     if "-Xptxas=-v" not in cflags:
         cflags.append("-Xptxas=-v")
-    compile_args = (
+    return (
         "-Xcompiler",
         "-fPIC",
         _gencode(recipe.arch),
@@ -263,7 +268,11 @@ def plan(
         "-o",
         OBJECT_NAME,
     )
-    link_args = (
+
+
+def _link_args(tvm: toolchain.TvmFfi, link: bool) -> tuple[str, ...] | None:
+    """Step 6 of :func:`plan`: the linker's arguments, location-free; None when not linking."""
+    return (
         (
             OBJECT_NAME,
             "-shared",
@@ -277,22 +286,65 @@ def plan(
         if link
         else None
     )
+
+
+def _fingerprint(dependency_digests: Mapping[str, str]) -> dict[str, str]:
+    """Step 7 of :func:`plan`: the toolchain fingerprint plus each header dependency's digest."""
     fingerprint = toolchain.toolchain_fingerprint()
     if dependency_digests:  # a header dependency is an input too (by contents, not place)
         fingerprint = {**fingerprint, **{f"dep:{k}": v for k, v in sorted(dependency_digests.items())}}
+    return fingerprint
+
+
+def _plan_key(
+    wrapper: str,
+    compile_args: tuple[str, ...],
+    link_args: tuple[str, ...] | None,
+    arch: str,
+    fingerprint: Mapping[str, str],
+    files: Mapping[str, bytes],
+) -> str:
+    """Step 8 of :func:`plan`: the cache key; its parts and their order must not change (every key would)."""
     parts: list[str | bytes] = [
         KEY_SCHEMA,
         wrapper,
         json.dumps(compile_args),
         json.dumps(link_args),
-        recipe.arch,
+        arch,
         json.dumps(fingerprint, sort_keys=True),
         str(len(files)),
     ]
     for rel in sorted(files):
         parts += [rel, files[rel]]
+    return content_hash(*parts)
+
+
+def plan(
+    task_dir: str | os.PathLike[str],
+    task: Task,
+    instantiations: Sequence[Instantiation],
+    *,
+    overrides: Mapping[str, bytes] | None = None,
+    link: bool = True,
+    extra_cuda_cflags: Sequence[str] = (),
+) -> BuildPlan:
+    """Resolve the toolchain, read the sources and compute the cache key; compiles nothing.
+
+    Raises ToolchainError (no nvcc / host compiler / tvm-ffi), ConfigError (the
+    task folder or recipe is unusable) or ValueError (bad arguments).
+    """
+    task_dir = pathlib.Path(task_dir)
+    recipe = task.build
+    _check_recipe(task)
+    nvcc, tvm, host_cc = _find_toolchain(link)
+    files, overridden = _read_sources(task_dir, task, overrides)
+    wrapper = wrapper_source(recipe, instantiations)
+    includes, dependencies, dependency_digests = _include_args(recipe)
+    compile_args = _compile_args(recipe, extra_cuda_cflags, includes)
+    link_args = _link_args(tvm, link)
+    fingerprint = _fingerprint(dependency_digests)
     return BuildPlan(
-        key=content_hash(*parts),
+        key=_plan_key(wrapper, compile_args, link_args, recipe.arch, fingerprint, files),
         files=files,
         overridden=frozenset(overridden),
         wrapper=wrapper,

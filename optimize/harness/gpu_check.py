@@ -68,38 +68,22 @@ def _prebuild(config, items: list[tuple[Any, Any, dict[str, str] | None]]) -> di
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Read the command line (--out, --ops, --work-dir, --skip-adversarial)."""
     parser = argparse.ArgumentParser(prog="python -m optimize.harness.gpu_check", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the JSON results")
     parser.add_argument("--ops", nargs="+", help="op ids (default: the three default ops)")
     parser.add_argument("--work-dir", help="work folder holding tasks/ and cache/ (default ./work)")
     parser.add_argument("--skip-adversarial", action="store_true")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    from contract import layout
-    from contract.layout import load_task
-    from optimize.harness import adversarial, roofline
-    from optimize.harness.evaluate import evaluate
-    from pipeline.config import DEFAULT_OPS, load_config
 
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    config = load_config(overrides={"work_dir": args.work_dir} if args.work_dir else None)
-    ops = list(args.ops or DEFAULT_OPS)
-    problems: list[str] = []
-    summary: dict[str, Any] = {"ops": ops, "problems": problems}
-    started = time.monotonic()
+def _build_all(
+    config: Any, tasks: dict[str, Any], cases: list[Any], summary: dict[str, Any], problems: list[str]
+) -> None:
+    """Step 1: build the baselines and every adversarial candidate in one parallel batch (into ``summary["build"]``)."""
+    from optimize.harness import adversarial
 
-    tasks = {}
-    for op in ops:
-        task_dir = layout.task_dir(config.work, op)
-        try:
-            tasks[op] = (task_dir, load_task(task_dir))
-        except Exception as err:  # noqa: BLE001
-            problems.append(f"{op}: task does not load from {task_dir}: {err}")
-    cases = [] if args.skip_adversarial else [c for c in adversarial.load_cases() if c.op in tasks]
-
-    # 1. builds
     say(f"building {len(tasks)} baselines and {len(cases)} adversarial candidates in parallel")
     items: list[tuple[Any, Any, dict[str, str] | None]] = [(d, t, None) for d, t in tasks.values()]
     for case in cases:
@@ -117,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         problems.append(f"prebuild failed: {err}")
         summary["build"] = {"error": traceback.format_exc()}
 
-    # 2. device ceilings
+
+def _measure_device(config: Any, out: pathlib.Path, summary: dict[str, Any]) -> Any:
+    """Step 2: import torch and tvm-ffi (timing the latter), measure the device's ceilings, write device.json."""
+    from optimize.harness import roofline
+
     say(f"builds done in {summary['build'].get('seconds', '?')} s; measuring copy bandwidth and smallest-kernel time")
     import torch
 
@@ -129,8 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     (out / "device.json").write_text(device.model_dump_json(indent=2) + "\n", encoding="utf-8")
     summary["device"] = device.model_dump()
     torch.cuda.empty_cache()
+    return device
 
-    # 3. baseline against itself
+
+def _baseline_vs_baseline(
+    config: Any, out: pathlib.Path, tasks: dict[str, Any], problems: list[str]
+) -> list[tuple[str, Any, float, float]]:
+    """Step 3: each op's baseline evaluated against itself and timed, then evaluations.json; the summary's rows."""
+    from optimize.harness import adversarial
+    from optimize.harness.evaluate import evaluate
+
     evaluations: dict[str, Any] = {}
     rows = []
     for op, (task_dir, task) in tasks.items():
@@ -158,8 +154,16 @@ def main(argv: list[str] | None = None) -> int:
         if eval_s > TARGET_EVAL_S:
             problems.append(f"{op}: evaluation took {eval_s:.1f} s (target < {TARGET_EVAL_S:.0f} s, build excluded)")
     (out / "evaluations.json").write_text(json.dumps(evaluations, indent=1) + "\n", encoding="utf-8")
+    return rows
 
-    # 4. adversarial suite
+
+def _adversarial_suite(
+    config: Any, out: pathlib.Path, tasks: dict[str, Any], cases: list[Any], problems: list[str]
+) -> list[dict[str, Any]]:
+    """Step 4: each adversarial case evaluated and judged against its expected outcome, then adversarial.json."""
+    from optimize.harness import adversarial
+    from optimize.harness.evaluate import evaluate
+
     adv_rows = []
     for case in cases:
         task_dir, task = tasks[case.op]
@@ -189,6 +193,40 @@ def main(argv: list[str] | None = None) -> int:
             adv_rows.append({"case": case.name, "as_expected": False, "error": traceback.format_exc()})
             problems.append(f"adversarial {case.name}: raised {type(err).__name__}: {err}")
     (out / "adversarial.json").write_text(json.dumps(adv_rows, indent=1) + "\n", encoding="utf-8")
+    return adv_rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+
+    # every module the steps use is imported here, before the out folder is made or anything printed
+    from contract import layout
+    from contract.layout import load_task
+    from optimize.harness import adversarial, roofline  # noqa: F401 - roofline: step 2's
+    from optimize.harness.evaluate import evaluate  # noqa: F401 - steps 3 and 4's
+    from pipeline.config import DEFAULT_OPS, load_config
+
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = load_config(overrides={"work_dir": args.work_dir} if args.work_dir else None)
+    ops = list(args.ops or DEFAULT_OPS)
+    problems: list[str] = []
+    summary: dict[str, Any] = {"ops": ops, "problems": problems}
+    started = time.monotonic()
+
+    tasks = {}
+    for op in ops:
+        task_dir = layout.task_dir(config.work, op)
+        try:
+            tasks[op] = (task_dir, load_task(task_dir))
+        except Exception as err:  # noqa: BLE001
+            problems.append(f"{op}: task does not load from {task_dir}: {err}")
+    cases = [] if args.skip_adversarial else [c for c in adversarial.load_cases() if c.op in tasks]
+
+    _build_all(config, tasks, cases, summary, problems)
+    device = _measure_device(config, out, summary)
+    rows = _baseline_vs_baseline(config, out, tasks, problems)
+    adv_rows = _adversarial_suite(config, out, tasks, cases, problems)
 
     summary["wall_s"] = round(time.monotonic() - started, 1)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")

@@ -14,7 +14,7 @@ from typing import Any
 
 from extract import treesitter as ts
 from optimize.cuda_facts import pdl_statements
-from optimize.cuda_regions import Region
+from optimize.cuda_regions import LaunchExpr, Region
 from optimize.cuda_text import Node, last_name, named_children, text_of
 from optimize.features import Features
 from optimize.transforms.edits import Edit, NotApplicable, apply_edits, indent_of, line_end, line_start
@@ -65,6 +65,27 @@ def enable_pdl(regions: Mapping[str, str], *, blocks_per_sm: int = 0, in_kernel:
     if in_kernel and blocks_per_sm <= 0:
         raise NotApplicable("enable_pdl", "in_kernel needs blocks_per_sm > 0 (the grid size to test)")
     region = Region(regions)
+    edits, started, skipped, switched = _switch_launches(region, blocks_per_sm)
+    if not edits:
+        raise NotApplicable("enable_pdl", "no launch leaves PDL off" + (f" ({'; '.join(skipped)})" if skipped else ""))
+    guard = _grid_guard(blocks_per_sm)
+    if in_kernel and not any(all(switched.get(name, [False])) for name in started):
+        # the same edit as without in_kernel: say so, so a search does not build it twice
+        raise NotApplicable("enable_pdl", "in_kernel: every started kernel is also launched another way")
+    for k in region.kernels:
+        if k.name not in started:
+            continue
+        guarded = in_kernel and all(switched.get(k.name, [False]))
+        wait_stmt = guard + _WAIT_STMT if guarded else _WAIT_STMT
+        trigger_stmt = guard + _TRIGGER_STMT if guarded else _TRIGGER_STMT
+        edits += _wait_and_trigger(k, wait_stmt, trigger_stmt)
+    return apply_edits("enable_pdl", regions, edits)
+
+
+def _switch_launches(
+    region: Region, blocks_per_sm: int
+) -> tuple[list[Edit], set[str], list[str], dict[str, list[bool]]]:
+    """Step 1 of :func:`enable_pdl`: every launch's edit in order, the kernels started, the skips, the switches."""
     edits: list[Edit] = []
     started: set[str] = set()
     skipped: list[str] = []
@@ -84,70 +105,64 @@ def enable_pdl(regions: Mapping[str, str], *, blocks_per_sm: int = 0, in_kernel:
         if on is None:
             skipped.append(f"{where}: the grid has no side-effect-free expression to size PDL by")
             continue
-        changed = False
-        handled = False
-        for method, args in launch.pdl_args or []:
-            if method == "enable_pdl":
-                handled = True
-                named = named_children(args)
-                if named and text_of(src, named[0]).strip() == "false":
-                    edits.append(Edit(launch.doc.span, named[0].start_byte, named[0].end_byte, on))
-                    changed = True
-                elif named and text_of(src, named[0]).strip() != "true":
-                    skipped.append(
-                        f"{where}: PDL follows {text_of(src, named[0]).strip()} (a template flag SGLang sets)"
-                    )
-            elif method == "config":
-                text = src[args.start_byte : args.end_byte]
-                hit = re.search(rb"\.use_pdl\s*=\s*(false)\b", text)
-                if hit:
-                    handled = True
-                    edits.append(
-                        Edit(launch.doc.span, args.start_byte + hit.start(1), args.start_byte + hit.end(1), on)
-                    )
-                    changed = True
-                elif re.search(rb"\.use_pdl\s*=", text):
-                    handled = True
-        if not handled:
-            edits.append(Edit(launch.doc.span, launch.ctor.end_byte, launch.ctor.end_byte, b".enable_pdl(" + on + b")"))
-            changed = True
-        if changed:
+        if _switch_launch(launch, where, on, edits, skipped):
             started.update(launched)
             for name in launched:
                 switched[name][-1] = True
-    if not edits:
-        raise NotApplicable("enable_pdl", "no launch leaves PDL off" + (f" ({'; '.join(skipped)})" if skipped else ""))
-    guard = _grid_guard(blocks_per_sm)
-    if in_kernel and not any(all(switched.get(name, [False])) for name in started):
-        # the same edit as without in_kernel: say so, so a search does not build it twice
-        raise NotApplicable("enable_pdl", "in_kernel: every started kernel is also launched another way")
-    for k in region.kernels:
-        if k.name not in started:
-            continue
-        src = k.doc.src
-        guarded = in_kernel and all(switched.get(k.name, [False]))
-        wait_stmt = guard + _WAIT_STMT if guarded else _WAIT_STMT
-        trigger_stmt = guard + _TRIGGER_STMT if guarded else _TRIGGER_STMT
-        wait, trigger, _ = pdl_statements(src, k.body)
-        asm = b" ".join(src[n.start_byte : n.end_byte] for n in ts.walk(k.body) if n.type == "gnu_asm_expression")
-        stmts = named_children(k.body)
-        indent = indent_of(src, stmts[0]) if stmts else b""
-        if not indent:  # the body does not start on a line of its own: one level below the function's line
-            line = src[line_start(src, k.node.start_byte) : k.node.start_byte]
-            indent = (line if not line.strip() else b"") + b"  "
-        if wait is None and b"griddepcontrol.wait" not in asm:
-            open_brace = k.body.children[0]
-            edits.append(Edit(k.doc.span, open_brace.end_byte, open_brace.end_byte, b"\n" + indent + wait_stmt))
-        if trigger is None and b"launch_dependents" not in asm:
-            close_brace = k.body.children[-1]
-            at = line_start(src, close_brace.start_byte)
-            if src[at : close_brace.start_byte].strip():  # `}` shares its line with code
-                edits.append(
-                    Edit(k.doc.span, close_brace.start_byte, close_brace.start_byte, b" " + trigger_stmt + b" ")
-                )
-            else:
-                edits.append(Edit(k.doc.span, at, at, indent + trigger_stmt + b"\n"))
-    return apply_edits("enable_pdl", regions, edits)
+    return edits, started, skipped, switched
+
+
+def _switch_launch(launch: LaunchExpr, where: str, on: bytes, edits: list[Edit], skipped: list[str]) -> bool:
+    """Step 1's edit of one ``LaunchKernel`` chain (``false`` -> ``on``, else ``.enable_pdl(on)``); True if switched."""
+    src = launch.doc.src
+    changed = False
+    handled = False
+    for method, args in launch.pdl_args or []:
+        if method == "enable_pdl":
+            handled = True
+            named = named_children(args)
+            if named and text_of(src, named[0]).strip() == "false":
+                edits.append(Edit(launch.doc.span, named[0].start_byte, named[0].end_byte, on))
+                changed = True
+            elif named and text_of(src, named[0]).strip() != "true":
+                skipped.append(f"{where}: PDL follows {text_of(src, named[0]).strip()} (a template flag SGLang sets)")
+        elif method == "config":
+            text = src[args.start_byte : args.end_byte]
+            hit = re.search(rb"\.use_pdl\s*=\s*(false)\b", text)
+            if hit:
+                handled = True
+                edits.append(Edit(launch.doc.span, args.start_byte + hit.start(1), args.start_byte + hit.end(1), on))
+                changed = True
+            elif re.search(rb"\.use_pdl\s*=", text):
+                handled = True
+    if not handled:
+        edits.append(Edit(launch.doc.span, launch.ctor.end_byte, launch.ctor.end_byte, b".enable_pdl(" + on + b")"))
+        changed = True
+    return changed
+
+
+def _wait_and_trigger(k: Any, wait_stmt: bytes, trigger_stmt: bytes) -> list[Edit]:
+    """Step 2 of :func:`enable_pdl`: a started kernel's wait first and trigger last, each only where it has none."""
+    edits: list[Edit] = []
+    src = k.doc.src
+    wait, trigger, _ = pdl_statements(src, k.body)
+    asm = b" ".join(src[n.start_byte : n.end_byte] for n in ts.walk(k.body) if n.type == "gnu_asm_expression")
+    stmts = named_children(k.body)
+    indent = indent_of(src, stmts[0]) if stmts else b""
+    if not indent:  # the body does not start on a line of its own: one level below the function's line
+        line = src[line_start(src, k.node.start_byte) : k.node.start_byte]
+        indent = (line if not line.strip() else b"") + b"  "
+    if wait is None and b"griddepcontrol.wait" not in asm:
+        open_brace = k.body.children[0]
+        edits.append(Edit(k.doc.span, open_brace.end_byte, open_brace.end_byte, b"\n" + indent + wait_stmt))
+    if trigger is None and b"launch_dependents" not in asm:
+        close_brace = k.body.children[-1]
+        at = line_start(src, close_brace.start_byte)
+        if src[at : close_brace.start_byte].strip():  # `}` shares its line with code
+            edits.append(Edit(k.doc.span, close_brace.start_byte, close_brace.start_byte, b" " + trigger_stmt + b" "))
+        else:
+            edits.append(Edit(k.doc.span, at, at, indent + trigger_stmt + b"\n"))
+    return edits
 
 
 def _grid_guard(blocks_per_sm: int) -> bytes:
