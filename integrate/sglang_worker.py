@@ -58,11 +58,141 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
+
+if TYPE_CHECKING:
+    import torch
+    from sglang.kernels.fused_op import BaseFusedOp
+
+    from contract.plan import ScalarValue
+    from integrate.triton_probe import Probe
 
 
-def _torch_dtype(name: str) -> Any:
+# --------------------------------------------------------------------------- protocol
+
+
+class ParamRequest(TypedDict):
+    """One parameter of the public function, as :func:`integrate.calls.plan_case` sends it."""
+
+    name: str
+    kind: str  # inspect's parameter kind: positional_only, keyword_only, var_positional, ...
+    feeds: str | None  # the contract argument (or size) it takes; None: it keeps its default
+    via: str  # "size", "build" or ""
+    value: NotRequired[ScalarValue]  # via "build": the run-time value the module was built for
+
+
+class TensorRequest(TypedDict):
+    """A :class:`contract.plan.TensorPlan`'s fields in JSON (tuples as lists)."""
+
+    name: str
+    role: str
+    dtype: str
+    shape: list[int]
+    strides: list[int]
+    offset: int
+    storage_numel: int
+    value_range: list[float] | None
+    structure: str | None
+    order: str | None
+
+
+class TensorPlanFields(TypedDict):
+    """A :class:`TensorRequest` as :class:`contract.plan.TensorPlan` takes it (the lists as tuples)."""
+
+    name: str
+    role: str
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    storage_numel: int
+    value_range: tuple[float, float] | None
+    structure: str | None
+    order: str | None
+
+
+class CheckRequest(TypedDict):
+    """``check``: one planned call (:func:`integrate.calls.plan_case`, labelled by ``plan_op``, the mode by the runner)."""
+
+    cmd: str
+    op: str
+    module: str
+    function: str
+    tensors: list[TensorRequest]
+    scalars: dict[str, ScalarValue]
+    sizes: dict[str, int]
+    params: list[ParamRequest]
+    dtype: str
+    label: str
+    seed: int
+    key: str
+    triton: NotRequired[dict[str, object]]  # integrate.calls.triton_request, passed to the Probe as it is
+    mode: NotRequired[str]  # save | compare | run (the default)
+    path: NotRequired[str]  # save / compare: the file of the pristine tree's observations
+
+
+class WarmRequest(TypedDict):
+    """``warm``: one check request per JIT module (:func:`integrate.calls.warm_cases`)."""
+
+    cmd: str
+    cases: list[CheckRequest]
+
+
+class CompareAnswer(TypedDict):
+    """The verdict :func:`_compare` adds to a ``check`` answer (only ``status`` and ``reason`` when it stops early)."""
+
+    status: str  # pass | fail | error
+    reason: str
+    bitwise_equal: NotRequired[bool]
+    max_abs_err: NotRequired[float | None]
+
+
+class CheckAnswer(TypedDict):
+    """The answer to ``check``; ``status`` and ``reason`` where the call was refused or compared."""
+
+    ok: bool
+    first_call_s: float | None
+    outputs: list[str]
+    poisoned: bool
+    backends: list[str]
+    fused_op: bool
+    via: str
+    launches: dict[str, int]
+    status: NotRequired[str]
+    reason: NotRequired[str]
+    bitwise_equal: NotRequired[bool]
+    max_abs_err: NotRequired[float | None]
+
+
+class WarmAnswer(TypedDict):
+    ok: bool
+    seconds: float
+    modules: int
+    errors: dict[str, str]  # module key -> what its build or call raised
+    first_call_s: dict[str, float | None]
+
+
+class PingAnswer(TypedDict):
+    ok: bool
+    torch: str
+    cuda: str | None
+    device: str | None
+    kernel_path: str
+    package: str
+
+
+class ErrorAnswer(TypedDict):
+    """A request that failed (an unknown command has no traceback)."""
+
+    ok: bool
+    error: str
+    traceback: NotRequired[str]
+    usable: NotRequired[bool]
+
+
+def _torch_dtype(name: str) -> torch.dtype:
     from optimize.harness.inputs import torch_dtype
 
     return torch_dtype(name)
@@ -71,7 +201,7 @@ def _torch_dtype(name: str) -> Any:
 # --------------------------------------------------------------------------- checks
 
 
-def _short_dtype(dtype: Any) -> str:
+def _short_dtype(dtype: torch.dtype) -> str:
     """torch dtype -> the harness's short spelling (bf16, int32, ...)."""
     from contract.dtypes import ITEMSIZE
     from optimize.harness.inputs import torch_dtype
@@ -82,7 +212,7 @@ def _short_dtype(dtype: Any) -> str:
     raise KeyError(f"no harness spelling for torch dtype {dtype}")
 
 
-def fused_op_of(op_id: str, module_name: str) -> Any:
+def fused_op_of(op_id: str, module_name: str) -> BaseFusedOp | None:
     """The BaseFusedOp instance SGLang registered for ``op_id`` (its ``op`` attribute), looked
     for in the public function's module and its parent packages; None when there is none.
 
@@ -109,17 +239,21 @@ def fused_op_of(op_id: str, module_name: str) -> Any:
 
 
 def bind(
-    params: list[dict[str, Any]], tensors: dict[str, Any], scalars: dict[str, Any], sizes: dict[str, int]
-) -> tuple[list[Any], dict[str, Any]]:
+    params: Sequence[ParamRequest],
+    tensors: Mapping[str, torch.Tensor],
+    scalars: Mapping[str, ScalarValue],
+    sizes: Mapping[str, int],
+) -> tuple[list[object], dict[str, object]]:
     """(positional, keyword) arguments of the public function: each parameter that feeds a
     contract argument gets that tensor or scalar (a ``via="size"`` one the size), by name;
     positional-only ones by position; a ``via="build"`` one the run-time value the module was
     built for (``"value"``). A parameter that feeds nothing keeps its default."""
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
+    args: list[object] = []
+    kwargs: dict[str, object] = {}
     skipped = None
     for param in params:
         feeds = param.get("feeds")
+        value: object
         if param["via"] == "build":
             value = param["value"]
         elif feeds is None:
@@ -147,7 +281,7 @@ def bind(
     return args, kwargs
 
 
-def _accepts(method: Callable[..., Any] | None, args: list[Any], kwargs: dict[str, Any]) -> bool:
+def _accepts(method: Callable[..., object] | None, args: Sequence[object], kwargs: Mapping[str, object]) -> bool:
     import inspect
 
     if method is None:
@@ -163,7 +297,7 @@ class Call:
     """One planned call of a public op: seeded storages from the plan, the bound arguments,
     and everything the call can change (the tensors it is given, what it returns)."""
 
-    def __init__(self, req: dict[str, Any]) -> None:
+    def __init__(self, req: CheckRequest) -> None:
         import importlib
 
         import torch
@@ -173,9 +307,9 @@ class Call:
 
         self.req = req
         module = importlib.import_module(req["module"])
-        self.probe: Any = None
+        self.probe: Probe | None = None
         self.fused = fused_op_of(req["op"], req["module"]) if req.get("triton") is None else None
-        self.fn: Callable[..., Any] = self.fused if self.fused is not None else getattr(module, req["function"])
+        self.fn: Callable[..., object] = self.fused if self.fused is not None else getattr(module, req["function"])
         self.kda = _kda_counted(req["op"])
         if req.get("triton") is not None:
             from integrate.triton_probe import Probe
@@ -185,16 +319,13 @@ class Call:
         plans = []
         for t in req["tensors"]:
             vr = t.get("value_range")
-            plans.append(
-                planning.TensorPlan(
-                    **{
-                        **t,
-                        "shape": tuple(t["shape"]),
-                        "strides": tuple(t["strides"]),
-                        "value_range": tuple(vr) if vr is not None else None,
-                    }
-                )
-            )
+            fields: TensorPlanFields = {
+                **t,
+                "shape": tuple(t["shape"]),
+                "strides": tuple(t["strides"]),
+                "value_range": cast("tuple[float, float]", tuple(vr)) if vr is not None else None,
+            }
+            plans.append(planning.TensorPlan(**fields))
         self.plan = planning.CallPlan(args=tuple(plans), sizes=dict(req["sizes"]))
         gen = torch.Generator(device="cuda")
         gen.manual_seed(int(req["seed"]))
@@ -211,12 +342,12 @@ class Call:
         if self.fused is not None and not _accepts(getattr(self.fused, "forward_jit", None), self.args, self.kwargs):
             self.fused = None  # its JIT backend takes other parameters: call the JIT function itself
             self.fn = getattr(module, req["function"])
-        self.returned: Any = None
+        self.returned: object = None
 
     def __call__(self) -> None:
         self.returned = self.fn(*self.args, **self.kwargs)
 
-    def observed(self) -> tuple[dict[str, Any], dict[str, str]]:
+    def observed(self) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         """(tensors, other values): every tensor argument but scratch after the call ("arg:<name>") and
         what the call returned ("return", "return[i]"); values that are no tensor by repr. A
         returned tensor that is an argument's very view (same storage, shape, strides, dtype:
@@ -274,7 +405,7 @@ def _kda_counted(op: str) -> str | None:
         module = importlib.import_module(module_name)
         inner = getattr(module, attr)
 
-        def counted(*args: Any, **kwargs: Any) -> Any:
+        def counted(*args: object, **kwargs: object) -> object:
             _kda_calls[target] += 1
             return inner(*args, **kwargs)
 
@@ -311,7 +442,7 @@ class _dispatch_trace:
             fused_op.clear_fused_op_trace()
 
 
-def _launches(probe: Any) -> Any:
+def _launches(probe: Probe | None) -> AbstractContextManager[dict[str, int]]:
     """The probe's launch counter over the call (a Triton op), else an empty one."""
     import contextlib
 
@@ -323,7 +454,7 @@ def _progress(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-def cmd_check(req: dict[str, Any]) -> dict[str, Any]:
+def cmd_check(req: CheckRequest) -> CheckAnswer:
     """Build the planned call, run it once; ``mode`` save / compare / run (see the module docstring)."""
     import torch
 
@@ -349,7 +480,7 @@ def cmd_check(req: dict[str, Any]) -> dict[str, Any]:
     if req["key"] not in _first_calls:
         _first_calls[req["key"]] = first_call_s = elapsed
     tensors, other = call.observed()
-    answer: dict[str, Any] = {
+    answer: CheckAnswer = {
         "ok": True,
         "first_call_s": first_call_s,
         "outputs": sorted(tensors),
@@ -360,10 +491,12 @@ def cmd_check(req: dict[str, Any]) -> dict[str, Any]:
         "launches": dict(launches),
     }
     if call.fused is not None and backends != ["jit"]:
-        answer.update(status="error", reason=f"SGLang dispatched {req['op']} to {backends}, not the JIT backend")
+        answer.update(
+            {"status": "error", "reason": f"SGLang dispatched {req['op']} to {backends}, not the JIT backend"}
+        )
         return answer
     if call.probe is not None and call.probe.verdict():
-        answer.update(status="error", reason=call.probe.verdict())
+        answer.update({"status": "error", "reason": call.probe.verdict()})
         return answer
     mode = req.get("mode", "run")
     if mode == "save":
@@ -376,7 +509,9 @@ def cmd_check(req: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def _compare(call: Call, tensors: dict[str, Any], other: dict[str, str], req: dict[str, Any]) -> dict[str, Any]:
+def _compare(
+    call: Call, tensors: Mapping[str, torch.Tensor], other: Mapping[str, str], req: CheckRequest
+) -> CompareAnswer:
     """Judge everything observable against the other tree's (the pristine one's) with the harness's rules."""
     import torch
 
@@ -438,7 +573,7 @@ def _compare(call: Call, tensors: dict[str, Any], other: dict[str, str], req: di
     }
 
 
-def cmd_warm(req: dict[str, Any]) -> dict[str, Any]:
+def cmd_warm(req: WarmRequest) -> WarmAnswer:
     """Build every JIT module the coming checks need, concurrently, with SGLang's own parallel_compile.
 
     ``cases``: one planned call per module (the parent's :func:`integrate.calls.warm_cases`),
@@ -450,7 +585,7 @@ def cmd_warm(req: dict[str, Any]) -> dict[str, Any]:
 
     errors: dict[str, str] = {}
 
-    def builder(case: dict[str, Any]) -> Callable[[], None]:
+    def builder(case: CheckRequest) -> Callable[[], None]:
         def build() -> None:
             try:
                 _progress(f"warm {case.get('op')} {case['key']}")
@@ -477,7 +612,7 @@ def cmd_warm(req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _ping(package: str) -> dict[str, Any]:
+def _ping(package: str) -> PingAnswer:
     import torch
     from sglang.kernels.jit.utils.compile.paths import KERNEL_PATH
 
@@ -491,15 +626,18 @@ def _ping(package: str) -> dict[str, Any]:
     }
 
 
-def handle(req: dict[str, Any], package: str) -> dict[str, Any]:
+def handle(
+    req: dict[str, object], package: str
+) -> CheckAnswer | WarmAnswer | PingAnswer | ErrorAnswer | dict[str, object]:
+    """The answer to one request (``req``: a JSON object whose ``cmd`` says which protocol it follows)."""
     try:
         cmd = req.get("cmd")
         if cmd == "ping":
             return _ping(package)
         if cmd == "check":
-            return cmd_check(req)
+            return cmd_check(cast(CheckRequest, req))
         if cmd == "warm":
-            return cmd_warm(req)
+            return cmd_warm(cast(WarmRequest, req))
         if cmd == "layer":
             from integrate.layer_worker import cmd_layer  # the script's path is set in main()
 

@@ -69,10 +69,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from contract.dtypes import FLOAT_DTYPES
 from optimize.harness import inputs
+
+if TYPE_CHECKING:
+    import torch
+
+    from contract.plan import TensorPlan
 
 
 @dataclass(frozen=True)
@@ -139,12 +144,12 @@ def fmt_value(value: float) -> str:
     return str(value)
 
 
-def first_index(mask: Any) -> int:
+def first_index(mask: torch.Tensor) -> int:
     """Flat index of the first True element (the caller knows one exists)."""
     return int(mask.flatten().int().argmax().item())
 
 
-def same_bits(a: Any, b: Any, dtype: str) -> bool:
+def same_bits(a: torch.Tensor, b: torch.Tensor, dtype: str) -> bool:
     """Whether two storages of ``dtype`` hold the same bits, compared through the integer view of
     that width (:func:`optimize.harness.inputs.bits_dtype`). ``torch.equal`` is not that for floats:
     NaN != NaN, so two runs that leave the same NaN (the poison in a storage's gaps, a NaN the op
@@ -156,15 +161,15 @@ def same_bits(a: Any, b: Any, dtype: str) -> bool:
     return bool(torch.equal(a.view(bits), b.view(bits)))
 
 
-def count_true(mask: Any) -> int:
+def count_true(mask: torch.Tensor) -> int:
     return int(mask.sum().item())
 
 
-def _elem(tensor: Any, index: int) -> float:
+def _elem(tensor: torch.Tensor, index: int) -> float:
     return float(tensor.flatten()[index].item())
 
 
-def in_order(tensor: Any, order: str | None) -> Any:
+def in_order(tensor: torch.Tensor, order: str | None) -> torch.Tensor:
     """``tensor`` as it is compared under its contract's ``order`` (:attr:`TensorSpec.order`).
 
     None: unchanged. ``"rows"``: sorted along the last dimension (NaN and the NaN poison
@@ -180,7 +185,7 @@ def in_order(tensor: Any, order: str | None) -> Any:
     return tensor.sort(dim=-1, stable=True).values
 
 
-def absolute_floor(magnitude: Any, finite: Any, tol: Tolerance) -> float:
+def absolute_floor(magnitude: torch.Tensor, finite: torch.Tensor, tol: Tolerance) -> float:
     """``max(atol, scale_atol * max |expected|)`` over the finite elements (the module docstring says why);
     ``magnitude`` is ``|expected|``, which the caller's relative limit reads too. With no finite
     element the largest is 0, so the floor is ``atol``."""
@@ -192,15 +197,15 @@ def absolute_floor(magnitude: Any, finite: Any, tol: Tolerance) -> float:
 
 def compare_tensor(
     name: str,
-    expected: Any,
-    got: Any,
+    expected: torch.Tensor,
+    got: torch.Tensor,
     dtype: str,
     *,
     shape: Sequence[int],
-    not_written: Any = None,
-    expected_not_written: Any = None,
-    expected_bits: Any = None,
-    got_bits: Any = None,
+    not_written: torch.Tensor | None = None,
+    expected_not_written: torch.Tensor | None = None,
+    expected_bits: torch.Tensor | None = None,
+    got_bits: torch.Tensor | None = None,
     tol: Tolerance | None = None,
 ) -> TensorVerdict:
     """Judge one output tensor of the candidate (``got``) against the baseline's (``expected``).
@@ -223,10 +228,10 @@ def compare_tensor(
 
     judged = ~expected_not_written if expected_not_written is not None else None
 
-    def only(mask: Any) -> Any:
+    def only(mask: torch.Tensor) -> torch.Tensor:
         return mask if judged is None else (mask & judged)
 
-    categories: list[tuple[str, Any]] = []
+    categories: list[tuple[str, torch.Tensor]] = []
     unwritten = None
     if not_written is not None:
         unwritten = only(not_written)
@@ -288,7 +293,7 @@ def compare_tensor(
     )
 
 
-def relative_error(got: Any, ref: Any) -> tuple[float, str]:
+def relative_error(got: torch.Tensor, ref: torch.Tensor) -> tuple[float, str]:
     """``||got - ref|| / ||ref||`` in float64 over elements where ``ref`` is finite.
 
     Returns (error, problem): problem is non-empty when ``got`` is non-finite
@@ -327,7 +332,7 @@ def judge_reference(
     return ""
 
 
-def describe_storage_index(plan: Any, index: int) -> str:
+def describe_storage_index(plan: TensorPlan, index: int) -> str:
     """Where a flat storage index falls for a TensorPlan: inside (as [i, j]), a guard band or a stride gap."""
     offset = plan.offset
     if index < offset:
@@ -350,7 +355,9 @@ def describe_storage_index(plan: Any, index: int) -> str:
     return f"{plan.name}[{', '.join(str(c) for _, c in coords)}]"
 
 
-def changed_reason(plan: Any, changed_mask: Any, before: Any, after: Any, *, what: str) -> str:
+def changed_reason(
+    plan: TensorPlan, changed_mask: torch.Tensor, before: torch.Tensor, after: torch.Tensor, *, what: str
+) -> str:
     """Reason text for bytes that changed where they must not (inputs, guards, gaps)."""
     index = first_index(changed_mask)
     count = count_true(changed_mask)
@@ -360,7 +367,7 @@ def changed_reason(plan: Any, changed_mask: Any, before: Any, after: Any, *, wha
     return f"{what}: {describe_storage_index(plan, index)} changed from bits {was:#x} to {now:#x} ({count} elements changed)"
 
 
-def timed_reason(t, expected_storage, got_storage, *, normwise: bool) -> str:
+def timed_reason(t: TensorPlan, expected_storage: torch.Tensor, got_storage: torch.Tensor, *, normwise: bool) -> str:
     """Why one tensor of one timed buffer set is wrong, or "" (see ``optimize.harness.worker.Timer._validate``)."""
     exp_view = in_order(inputs.view_of(expected_storage, t), t.order)
     got_view = in_order(inputs.view_of(got_storage, t), t.order)

@@ -30,9 +30,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from optimize.harness.errors import ContractError
+
+if TYPE_CHECKING:
+    import torch
+
+    from contract.plan import ScalarValue
+
+    #: (function, its arguments): the op as a PyTorch user writes it, in the op's own dtype
+    EagerCall = tuple[Callable[..., torch.Tensor | tuple[torch.Tensor, ...]], tuple[torch.Tensor | float, ...]]
 
 
 @dataclass
@@ -41,8 +49,8 @@ class RefCall:
 
     names: Sequence[str]
     roles: Sequence[str]
-    tensors: dict[str, Any]
-    scalars: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+    scalars: dict[str, ScalarValue]
 
     def by_role(self, *roles: str) -> list[str]:
         return [n for n, r in zip(self.names, self.roles) if r in roles]
@@ -70,7 +78,7 @@ class RefCall:
         raise ContractError("reference needs an eps scalar; the contract has none", fix="fix the contract")
 
 
-def _silu_and_mul_expected(call: RefCall) -> dict[str, Any]:
+def _silu_and_mul_expected(call: RefCall) -> dict[str, torch.Tensor]:
     x_name = call.pick(["input"], ["input", "x"], 0)
     out_name = call.pick(["output"], ["out", "output"], 0)
     op = call.scalars.get("type", call.scalars.get("op_name", "silu"))
@@ -84,23 +92,23 @@ def _silu_and_mul_expected(call: RefCall) -> dict[str, Any]:
     return {out_name: gate / (1.0 + (-gate).exp()) * up}
 
 
-def _silu_and_mul_eager(call: RefCall) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+def _silu_and_mul_eager(call: RefCall) -> EagerCall:
     x = call.tensors[call.pick(["input"], ["input", "x"], 0)]
     return _silu_and_mul_native, (x,)
 
 
-def _silu_and_mul_native(x: Any) -> Any:
+def _silu_and_mul_native(x: torch.Tensor) -> torch.Tensor:
     import torch.nn.functional as F
 
     hidden = x.shape[-1] // 2
     return F.silu(x[..., :hidden]) * x[..., hidden:]
 
 
-def _rms(x64: Any, eps: float) -> Any:
+def _rms(x64: torch.Tensor, eps: float) -> torch.Tensor:
     return (x64.pow(2).mean(dim=-1, keepdim=True) + eps).rsqrt()
 
 
-def _rmsnorm_expected(call: RefCall) -> dict[str, Any]:
+def _rmsnorm_expected(call: RefCall) -> dict[str, torch.Tensor]:
     x_name = call.pick(["input"], ["input", "x"], 0)
     w_name = call.pick(["input"], ["weight", "w"], 1)
     out_name = call.pick(["output", "inout"], ["out", "output"], 0)
@@ -109,13 +117,13 @@ def _rmsnorm_expected(call: RefCall) -> dict[str, Any]:
     return {out_name: x * _rms(x, call.eps()) * w}
 
 
-def _rmsnorm_eager(call: RefCall) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+def _rmsnorm_eager(call: RefCall) -> EagerCall:
     x = call.tensors[call.pick(["input"], ["input", "x"], 0)]
     w = call.tensors[call.pick(["input"], ["weight", "w"], 1)]
     return _rmsnorm_native, (x, w, call.eps())
 
 
-def _rmsnorm_native(x: Any, w: Any, eps: float) -> Any:
+def _rmsnorm_native(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     import torch
 
     h = x.float()
@@ -123,7 +131,7 @@ def _rmsnorm_native(x: Any, w: Any, eps: float) -> Any:
     return (h * w.float()).to(x.dtype)
 
 
-def _fused_add_rmsnorm_expected(call: RefCall) -> dict[str, Any]:
+def _fused_add_rmsnorm_expected(call: RefCall) -> dict[str, torch.Tensor]:
     x_name = call.pick(["inout"], ["input", "x"], 0)
     r_name = call.pick(["inout"], ["residual", "res"], 1)
     w_name = call.pick(["input"], ["weight", "w"], 0)
@@ -134,22 +142,24 @@ def _fused_add_rmsnorm_expected(call: RefCall) -> dict[str, Any]:
     return {x_name: rounded * _rms(h, call.eps()) * w, r_name: rounded}
 
 
-def _fused_add_rmsnorm_eager(call: RefCall) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+def _fused_add_rmsnorm_eager(call: RefCall) -> EagerCall:
     x = call.tensors[call.pick(["inout"], ["input", "x"], 0)]
     r = call.tensors[call.pick(["inout"], ["residual", "res"], 1)]
     w = call.tensors[call.pick(["input"], ["weight", "w"], 0)]
     return _fused_add_rmsnorm_native, (x, r, w, call.eps())
 
 
-def _fused_add_rmsnorm_native(x: Any, r: Any, w: Any, eps: float) -> Any:
+def _fused_add_rmsnorm_native(
+    x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     s = x + r
     return _rmsnorm_native(s, w, eps), s
 
 
 @dataclass(frozen=True)
 class Reference:
-    expected: Callable[[RefCall], dict[str, Any]]  # float64 results by output tensor name
-    eager: Callable[[RefCall], tuple[Callable[..., Any], tuple[Any, ...]]]  # (function, its arguments)
+    expected: Callable[[RefCall], dict[str, torch.Tensor]]  # float64 results by output tensor name
+    eager: Callable[[RefCall], EagerCall]  # (function, its arguments)
 
 
 REFERENCES: dict[str, Reference] = {

@@ -30,11 +30,14 @@ needs no torch (the worker's), and the tests pass a stand-in module.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from optimize.harness.errors import HarnessError
+
+if TYPE_CHECKING:
+    import torch
 
 # torch.<name>(...): the factories whose result a wrapper returns, and what each promises to hold
 _FACTORIES = {
@@ -55,7 +58,15 @@ class UnclaimedOutput(HarnessError):
     """A returned output is not the buffer the harness passed for it (see the module docstring)."""
 
 
-def _fill_value(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+class TorchModule(Protocol):
+    """What :func:`claimed` reads of torch: the module itself in the worker, a stand-in in the tests (the
+    factories of ``_FACTORIES`` and ``get_default_device`` are reached by name)."""
+
+    Tensor: type
+    device: Callable[[object], torch.device]
+
+
+def _fill_value(kind: str, args: tuple[object, ...], kwargs: Mapping[str, object]) -> object:
     if kind == "zeros":
         return 0
     if kind == "ones":
@@ -64,7 +75,9 @@ def _fill_value(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any
     return kwargs["fill_value"] if "fill_value" in kwargs else args[1]
 
 
-def _device_of(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, source: Any) -> Any:
+def _device_of(
+    torch: TorchModule, args: tuple[object, ...], kwargs: Mapping[str, object], *, source: torch.Tensor | None
+) -> torch.device:
     """Where the allocation would live: ``device=``, else the source tensor's, else torch's default."""
     device = kwargs.get("device")
     if device is None and source is not None:
@@ -75,19 +88,19 @@ def _device_of(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, sou
     return torch.device(device)
 
 
-def _same_device(want: Any, have: Any) -> bool:
+def _same_device(want: torch.device, have: torch.device) -> bool:
     if want.type != have.type:
         return False
     return want.index is None or have.index is None or want.index == have.index
 
 
 class _Claims:
-    def __init__(self, torch: Any, buffers: Sequence[Any]) -> None:
+    def __init__(self, torch: TorchModule, buffers: Sequence[torch.Tensor]) -> None:
         self.torch = torch
         self.buffers = list(buffers)
         self.taken = [False] * len(self.buffers)
 
-    def match(self, meta: Any, device: Any) -> int | None:
+    def match(self, meta: torch.Tensor, device: torch.device) -> int | None:
         for i, buf in enumerate(self.buffers):
             if self.taken[i]:
                 continue
@@ -100,12 +113,14 @@ class _Claims:
                 return i
         return None
 
-    def hook(self, original: Callable[..., Any], kind: str, *, method: bool, like: bool) -> Callable[..., Any]:
+    def hook(
+        self, original: Callable[..., torch.Tensor], kind: str, *, method: bool, like: bool
+    ) -> Callable[..., torch.Tensor]:
         """``original`` handing out a matching buffer instead. ``method``: a ``Tensor`` method, whose
         first argument is ``self``; ``like``: a ``*_like`` factory, whose first argument is the
         tensor copied. Either way that tensor's device is the allocation's unless ``device=`` says."""
 
-        def allocate(*args: Any, **kwargs: Any) -> Any:
+        def allocate(*args: object, **kwargs: object) -> torch.Tensor:
             if all(self.taken):
                 return original(*args, **kwargs)
             source = args[0] if (method or like) and args else None
@@ -128,12 +143,14 @@ class _Claims:
 
 
 @contextmanager
-def claimed(buffers: Sequence[Any], torch_module: Any = None) -> Iterator[list[bool]]:
+def claimed(buffers: Sequence[torch.Tensor], torch_module: TorchModule | None = None) -> Iterator[list[bool]]:
     """While active, torch's allocations that match ``buffers`` return them (the list says which were taken)."""
     torch = torch_module if torch_module is not None else importlib.import_module("torch")  # the worker's
     claims = _Claims(torch, buffers)
     tensor_cls = torch.Tensor
-    saved: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, owned by that class itself)
+    saved: list[
+        tuple[object, str, Callable[..., object], bool]
+    ] = []  # (owner, name, original, owned by that class itself)
     try:
         for name, kind in _FACTORIES.items():
             original = getattr(torch, name, None)
@@ -154,7 +171,7 @@ def claimed(buffers: Sequence[Any], torch_module: Any = None) -> Iterator[list[b
                 delattr(owner, name)
 
 
-def leaves(value: Any) -> Iterator[Any]:
+def leaves(value: object) -> Iterator[object]:
     """Every item of a (nested) tuple, list or dict result, in order; anything else is one leaf."""
     if isinstance(value, list | tuple):
         for item in value:
@@ -166,7 +183,9 @@ def leaves(value: Any) -> Iterator[Any]:
         yield value
 
 
-def check(result: Any, buffers: Sequence[Any], returned: Sequence[int], names: Sequence[str], where: str) -> None:
+def check(
+    result: object, buffers: Sequence[torch.Tensor], returned: Sequence[int], names: Sequence[str], where: str
+) -> None:
     """Each returned leaf ``returned[i]`` is (a view of) ``buffers[i]``; else :class:`UnclaimedOutput`."""
     items = list(leaves(result))
     for buf, index, name in zip(buffers, returned, names, strict=True):

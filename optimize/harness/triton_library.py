@@ -65,7 +65,7 @@ import time
 import types
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypeGuard
 
 import libcst as cst
 
@@ -76,7 +76,10 @@ from optimize.harness import returned_outputs
 from optimize.harness.errors import HarnessError
 from pipeline.digest import source_digest
 from pipeline.record_io import Record, content_hash
-from pipeline.records import BuildReport, Task
+from pipeline.records import BuildReport, Instantiation, Task
+
+if TYPE_CHECKING:
+    import torch
 
 MANIFEST = "triton-library.json"
 KEY_SCHEMA = "kernelsmith.triton-library/2"  # bump when the library changes in a way the key does not see
@@ -275,7 +278,7 @@ def build(
 def build_units(
     task_dir: str | os.PathLike[str],
     task: Task,
-    units: Sequence[Sequence[Any]],
+    units: Sequence[Sequence[Instantiation]],
     *,
     cache_root: str | os.PathLike[str],
     regions: Mapping[str, str] | None = None,
@@ -289,7 +292,7 @@ def build_units(
 
 _MODULES: dict[tuple[str, str], tuple[TritonLibrary, types.ModuleType]] = {}
 #: (library, owner, export) -> the checked wrapper, taken once: a later rebinding of the module's name does not move it
-_CALLABLES: dict[tuple[str, str, str], Callable[..., Any]] = {}
+_CALLABLES: dict[tuple[str, str, str], Callable[..., object]] = {}
 
 
 def is_library(path: str | os.PathLike[str]) -> bool:
@@ -348,7 +351,7 @@ def load(path: str | os.PathLike[str], owner: str) -> tuple[TritonLibrary, types
     return library, module
 
 
-def function(path: str | os.PathLike[str], export: str, *, owner: str) -> Callable[..., Any]:
+def function(path: str | os.PathLike[str], export: str, *, owner: str) -> Callable[..., object]:
     """The wrapper behind ``export`` in ``owner``'s module of the library at ``path``, checked on every call."""
     cache_key = (os.path.abspath(os.fspath(path)), owner, export)
     if cache_key in _CALLABLES:
@@ -371,8 +374,8 @@ def function(path: str | os.PathLike[str], export: str, *, owner: str) -> Callab
 
 
 def returning_arguments(
-    wrapper: Callable[..., Any], where: str, params: Sequence[str], returned: Mapping[str, int]
-) -> Callable[..., Any]:
+    wrapper: Callable[..., object], where: str, params: Sequence[str], returned: Mapping[str, int]
+) -> Callable[..., object]:
     """``wrapper`` called with the contract's arguments in order, raising :class:`StrayOutput` when it
     returns a tensor none of them holds.
 
@@ -383,7 +386,7 @@ def returning_arguments(
     """
     names, leaves = list(returned.keys()), list(returned.values())
 
-    def call(*args: Any) -> Any:
+    def call(*args: object) -> object:
         kwargs = {param: value for param, value in zip(params, args, strict=True) if param}
         buffers = [value for param, value in zip(params, args, strict=True) if not param]
         with returned_outputs.claimed(buffers) if buffers else contextlib.nullcontext():
@@ -403,11 +406,11 @@ def returning_arguments(
     return call
 
 
-def _is_tensor(value: Any) -> bool:
+def _is_tensor(value: object) -> TypeGuard[torch.Tensor]:
     return hasattr(value, "untyped_storage") and hasattr(value, "shape")
 
 
-def stray_tensors(result: Any, args: Sequence[Any]) -> list[str]:
+def stray_tensors(result: object, args: Sequence[object]) -> list[str]:
     """The returned tensors (described) whose storage is no argument's: a tensor's own or a view's is fine."""
     held = {a.untyped_storage().data_ptr() for a in args if _is_tensor(a)}
     out = []
