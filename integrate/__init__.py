@@ -5,7 +5,7 @@ Modules, in dependency order (each imports only those before it, and the floors 
 its guard), ``landing`` (which landing a candidate takes; a rewrite's KDA files), ``accepted`` (a run's accepted candidates
 read, overlaps resolved), ``patch`` (makes and verifies ``sglang.patch`` and the patched copy), ``in_place`` (``--in-place``), ``series`` (the patch as one part per op family), ``sglang_bare``, ``calls`` (each op's calls planned from its contract; a Triton op's
 through its KernelSpec), ``triton_probe`` (in the worker: a Triton op's callable and its kernels' launches
-counted), ``sglang_worker`` (run in a subprocess per tree), ``tree_worker`` (that subprocess started and
+counted), ``worker_protocol`` (the JSON the worker reads and answers, as types), ``sglang_worker`` (run in a subprocess per tree), ``tree_worker`` (that subprocess started and
 spoken to: its scrubbed environment, its JSON lines), ``sglang_runner`` (proves it through SGLang's
 own ops on the GPU), ``sglang_tests`` (SGLang's tests), ``upstream_tests`` (the SGLang-form test and
 ``marker`` benchmark written for each op of the PR, and run), ``recipe`` and ``layer_worker`` (a model
