@@ -28,13 +28,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import operator
 import os
 import pathlib
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Required, SupportsIndex, TypedDict
 
 import libcst as cst
 
@@ -70,6 +72,31 @@ _VIEWS |= {"narrow", "select", "expand", "as_strided", "unflatten", "view_as", "
 
 class Unresolvable(Exception):
     """A launch value the check cannot work out from the contract and the wrapper."""
+
+
+class _Job(TypedDict):
+    """One launched kernel to compile: its module file, name, and what ``ASTSource`` takes."""
+
+    file: str
+    kernel: str
+    signature: dict[str, str]
+    constexprs: dict[str, object]
+    options: dict[str, int]
+
+
+class _CompiledKernel(TypedDict):
+    name: str
+    shared: int
+    registers: int
+    ptx_bytes: int
+
+
+class _Answer(TypedDict, total=False):
+    """The worker's one line: ``ok`` with each kernel's resources, or the error."""
+
+    ok: Required[bool]
+    error: str
+    kernels: list[_CompiledKernel]
 
 
 def triton_available() -> str | None:
@@ -148,7 +175,7 @@ class _Tensor:
 class _Evaluator:
     """Launch arguments over the contract at one case: the wrapper's locals followed, nothing run."""
 
-    def __init__(self, fn: cst.FunctionDef, env: dict[str, Any]) -> None:
+    def __init__(self, fn: cst.FunctionDef, env: dict[str, object]) -> None:
         self.env = env
         # every binding of a local, in source order: (value, None) or (unpacked value, its index);
         # branches are not followed, so a name bound in both arms of an `if` has two
@@ -164,24 +191,27 @@ class _Evaluator:
                         if isinstance(el.value, cst.Name):
                             self.bound.setdefault(el.value.value, []).append((stmt.value, i))
 
-    def _local(self, name: str, v: Any) -> Any:
+    def _local(self, name: str, v: Callable[[cst.BaseExpression], object]) -> object:
         """A local's value: its first binding that settles without reading the local itself (the
         other arm's binding when the first one's value refers back to it)."""
         self.resolving.add(name)
         try:
             for whole, i in self.bound[name]:
                 try:
-                    return v(whole) if i is None else v(whole)[i]
+                    return v(whole) if i is None else _item(v(whole), i)
                 except _EVAL_ERRORS:
                     continue
             raise Unresolvable(name)
         finally:
             self.resolving.discard(name)
 
-    def value(self, node: cst.BaseExpression, depth: int = 0) -> Any:
+    def value(self, node: cst.BaseExpression, depth: int = 0) -> object:
         if depth > 24:
             raise Unresolvable("too deep")
-        v = lambda n: self.value(n, depth + 1)  # noqa: E731
+
+        def v(n: cst.BaseExpression) -> object:
+            return self.value(n, depth + 1)
+
         if isinstance(node, cst.Name):
             if node.value in self.env:
                 return self.env[node.value]
@@ -205,27 +235,18 @@ class _Evaluator:
                 return len(base.shape)
             raise Unresolvable(dotted(node) or "attribute")
         if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
-            return v(node.value)[v(node.slice[0].slice.value)]
+            return _item(v(node.value), v(node.slice[0].slice.value))
         if isinstance(node, cst.Call):
             return self._call(node, v)
         if isinstance(node, cst.BinaryOperation):
             a, b = v(node.left), v(node.right)
-            if isinstance(node.operator, cst.Add):
-                return a + b
-            if isinstance(node.operator, cst.Subtract):
-                return a - b
-            if isinstance(node.operator, cst.Multiply):
-                return a * b
-            if isinstance(node.operator, cst.FloorDivide):
-                return a // b
-            if isinstance(node.operator, cst.Modulo):
-                return a % b
-            if isinstance(node.operator, cst.Divide):
-                return a / b
-            raise Unresolvable("operator")
+            arithmetic = _ARITHMETIC.get(type(node.operator))
+            if arithmetic is None:
+                raise Unresolvable("operator")
+            return arithmetic(a, b)
         if isinstance(node, cst.UnaryOperation):
             inner = v(node.expression)
-            return (not inner) if isinstance(node.operator, cst.Not) else -inner
+            return (not inner) if isinstance(node.operator, cst.Not) else _negative(inner)
         if isinstance(node, cst.Comparison):  # chained as Python chains them: a < b <= c
             left = v(node.left)
             for comp in node.comparisons:
@@ -239,7 +260,7 @@ class _Evaluator:
         if isinstance(node, cst.Tuple):
             return tuple(v(el.value) for el in node.elements)
         if isinstance(node, cst.Dict):  # a launch's **config: {"BLOCK_SIZE": ..., "num_warps": ...}
-            out: dict[str, Any] = {}
+            out: dict[str, object] = {}
             for el in node.elements:  # the entries that settle (one that does not leaves its default)
                 if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
                     try:
@@ -250,24 +271,25 @@ class _Evaluator:
         return literal(node)
 
     @staticmethod
-    def _dtype_kw(node: cst.Call, v: Any) -> str | None:
+    def _dtype_kw(node: cst.Call, v: Callable[[cst.BaseExpression], object]) -> str | None:
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "dtype":
                 value = v(arg.value)
                 return value if isinstance(value, str) else None
         return None
 
-    def _call(self, node: cst.Call, v: Any) -> Any:
+    def _call(self, node: cst.Call, v: Callable[[cst.BaseExpression], object]) -> object:
         name = dotted(node.func)
         args = [v(a.value) for a in node.args if a.keyword is None]
         tail = name.split(".")[-1]
         if tail == "next_power_of_2":
-            return 1 if args[0] <= 1 else 1 << (int(args[0]) - 1).bit_length()
+            n = _number(args[0])
+            return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
         if tail == "cdiv":
-            return -(-int(args[0]) // int(args[1]))
+            return -(-_int(args[0]) // _int(args[1]))
         if name in ("max", "min", "int", "len", "abs") and args:
-            builtin: Any = {"max": max, "min": min, "int": int, "len": len, "abs": abs}[name]
-            return builtin(*args)
+            builtins: dict[str, Callable[..., object]] = {"max": max, "min": min, "int": int, "len": len, "abs": abs}
+            return builtins[name](*args)
         if name in ("math.log2", "math.ceil", "math.sqrt"):
             return getattr(math, tail)(*args)
         if name.startswith("torch.") and tail in _ALLOCATE:  # a tensor the wrapper makes: its dtype is what counts
@@ -284,9 +306,9 @@ class _Evaluator:
                 return known.nbytes if (known := lookup(base.dtype)) else 4
             if isinstance(base, _Tensor):
                 if tail == "size":
-                    return base.shape[args[0]] if args else tuple(base.shape)
+                    return _item(base.shape, args[0]) if args else tuple(base.shape)
                 if tail == "stride":  # x.stride(i), or x.stride(): the tuple (a launch's *x.stride())
-                    return base.strides()[args[0]] if args else tuple(base.strides())
+                    return _item(base.strides(), args[0]) if args else tuple(base.strides())
                 if tail == "numel":
                     return math.prod(base.shape)
                 if tail == "dim":
@@ -296,7 +318,53 @@ class _Evaluator:
         raise Unresolvable(f"{name or 'call'}(...)")
 
 
-_COMPARE: dict[type, Any] = {
+# Python's own operators on two launch values (``operator.add(a, b)`` is ``a + b``)
+_ARITHMETIC: dict[type[cst.BaseBinaryOp], Callable[[object, object], object]] = {
+    cst.Add: operator.add,
+    cst.Subtract: operator.sub,
+    cst.Multiply: operator.mul,
+    cst.FloorDivide: operator.floordiv,
+    cst.Modulo: operator.mod,
+    cst.Divide: operator.truediv,
+}
+
+
+def _item(base: object, key: object) -> object:
+    """``base[key]``: a dict's entry or a sequence's item; anything else fails as it does in Python."""
+    if isinstance(base, dict):
+        return base[key]
+    if not isinstance(base, list | tuple | str):
+        raise TypeError(f"'{type(base).__name__}' object is not subscriptable")
+    if not isinstance(key, SupportsIndex):
+        raise TypeError(f"{type(base).__name__} indices must be integers or slices, not {type(key).__name__}")
+    return base[key]
+
+
+def _number(value: object) -> int | float:
+    """A launch value compared with or converted to a number (bools are ints)."""
+    if isinstance(value, int | float):
+        return value
+    raise TypeError(f"'<=' not supported between instances of '{type(value).__name__}' and 'int'")
+
+
+def _int(value: object) -> int:
+    """``int(value)`` of a launch value (a number or a numeric string), failing as ``int`` does."""
+    if isinstance(value, int | float | str | bytes):
+        return int(value)
+    raise TypeError(
+        f"int() argument must be a string, a bytes-like object or a real number, not '{type(value).__name__}'"
+    )
+
+
+def _negative(value: object) -> int | float:
+    if isinstance(value, int | float):
+        return -value
+    raise TypeError(f"bad operand type for unary -: '{type(value).__name__}'")
+
+
+# Python's comparisons of any two launch values: order comparisons of arbitrary values
+# are typed with Any in typeshed itself (operator.lt takes SupportsDunderLT[Any])
+_COMPARE: dict[type[cst.BaseCompOp], Callable[[Any, Any], object]] = {
     cst.Is: lambda a, b: a is b,
     cst.IsNot: lambda a, b: a is not b,
     cst.Equal: lambda a, b: a == b,
@@ -308,8 +376,8 @@ _COMPARE: dict[type, Any] = {
 }
 
 
-def _compare(operator: cst.BaseCompOp, left: Any, right: Any) -> bool:
-    test = _COMPARE.get(type(operator))
+def _compare(op: cst.BaseCompOp, left: object, right: object) -> bool:
+    test = _COMPARE.get(type(op))
     if test is None:
         raise Unresolvable("comparison")
     return bool(test(left, right))
@@ -328,9 +396,9 @@ def _statements(block: cst.BaseSuite) -> list[cst.BaseSmallStatement]:
     return out
 
 
-def module_constants(module: cst.Module) -> dict[str, Any]:
+def module_constants(module: cst.Module) -> dict[str, object]:
     """The module's literal constants (``_ALPHA = 2``): names a launch argument may use."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for stmt in module.body:
         if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
             assign = stmt.body[0]
@@ -342,11 +410,11 @@ def module_constants(module: cst.Module) -> dict[str, Any]:
     return out
 
 
-def case_env(task: Task, case: ShapeCase, dtype: str) -> dict[str, Any]:
+def case_env(task: Task, case: ShapeCase, dtype: str) -> dict[str, object]:
     """The wrapper's parameters at ``case``: tensors with their shape and dtype, scalars with their value."""
     from contract import expr
 
-    env: dict[str, Any] = {"None": None}
+    env: dict[str, object] = {"None": None}
     for arg in task.contract.args:
         if arg.tensor is not None:
             t = arg.tensor
@@ -374,13 +442,13 @@ _EVAL_ERRORS = (Unresolvable, KeyError, IndexError, TypeError, ValueError, Attri
 
 
 def launch_values(
-    fn: cst.FunctionDef, launch: TritonLaunch, kernel: TritonKernel, env: dict[str, Any]
-) -> tuple[dict[str, str], dict[str, Any], dict[str, int]]:
+    fn: cst.FunctionDef, launch: TritonLaunch, kernel: TritonKernel, env: dict[str, object]
+) -> tuple[dict[str, str], dict[str, object], dict[str, int]]:
     """(signature, constexprs, options) of one launch; Unresolvable names the parameter it cannot settle."""
     ev = _Evaluator(fn, env)
     names = [p.name for p in kernel.params]
 
-    starred: dict[str, tuple[Any, ...] | None] = {}  # a *expr argument's items, evaluated once
+    starred: dict[str, tuple[object, ...] | None] = {}  # a *expr argument's items, evaluated once
 
     def count(text: str) -> int | None:
         if text not in starred:
@@ -393,7 +461,7 @@ def launch_values(
         return None if items is None else len(items)
 
     given: dict[str, cst.BaseExpression] = {}
-    spread_values: dict[str, Any] = {}  # parameters a *expr or **expr argument fills
+    spread_values: dict[str, object] = {}  # parameters a *expr or **expr argument fills
     for name, text, index in positional_binding(names, launch.args, count):
         if index is None:
             given[name] = cst.parse_expression(text)
@@ -412,13 +480,13 @@ def launch_values(
     options: dict[str, int] = {}
     for option in ("num_warps", "num_stages"):
         if option in given:
-            options[option] = int(ev.value(given[option]))
+            options[option] = _int(ev.value(given[option]))
         elif option in spread_values:
-            options[option] = int(spread_values[option])
+            options[option] = _int(spread_values[option])
         elif config is not None and getattr(config, option) is not None:
             options[option] = int(getattr(config, option))
     signature: dict[str, str] = {}
-    constexprs: dict[str, Any] = {}
+    constexprs: dict[str, object] = {}
     for p in kernel.params:
         if p.name in spread_values and p.name not in given:
             value = spread_values[p.name]
@@ -466,7 +534,7 @@ def compile_task(task_dir: pathlib.Path, task: Task, *, timeout_s: float = 300.0
     src = pathlib.Path(task_dir) / SRC_DIR
     case = task.shapes[0] if task.shapes else _synthetic(task)
     dtype = task.instantiations[0].dtype if task.instantiations else "fp32"
-    jobs: list[dict[str, Any]] = []
+    jobs: list[_Job] = []
     modules: dict[str, str] = {}
     try:
         if case is None:
@@ -524,7 +592,7 @@ def compile_task(task_dir: pathlib.Path, task: Task, *, timeout_s: float = 300.0
             )
     seconds = time.perf_counter() - started
     try:
-        answer = json.loads(done.stdout.strip().splitlines()[-1])
+        answer: _Answer = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return BuildReport(ok=False, key=key, seconds=seconds, stderr=(done.stderr or done.stdout)[-4000:])
     if not answer.get("ok"):
@@ -551,7 +619,7 @@ def _synthetic(task: Task) -> ShapeCase | None:
     return synthetic_shape(task.contract, task.instantiations)
 
 
-def _worker(spec_path: str) -> dict[str, Any]:
+def _worker(spec_path: str) -> _Answer:
     """In the worker process: import the kernel modules and compile each job to a cubin."""
     spec = json.loads(pathlib.Path(spec_path).read_text(encoding="utf-8"))
     sys.path.insert(0, spec["dir"])
@@ -560,7 +628,7 @@ def _worker(spec_path: str) -> dict[str, Any]:
     from triton.compiler import ASTSource
 
     target = GPUTarget(*spec["target"])
-    out = []
+    out: list[_CompiledKernel] = []
     for job in spec["jobs"]:
         module = importlib.import_module(job["module"])
         fn = getattr(module, job["kernel"])

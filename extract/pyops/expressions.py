@@ -17,9 +17,10 @@ expression :class:`~.values.Unknown` in static mode and raises
 from __future__ import annotations
 
 import math
+import operator
 import pathlib
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import SupportsIndex, cast
 
 import libcst as cst
 
@@ -50,7 +51,7 @@ MAX_DEPTH = 24
 MAX_LOOP = 4096
 
 
-BUILTINS: dict[str, Callable[..., Any]] = {
+BUILTINS: dict[str, Callable[..., object]] = {
     "len": len,
     "str": str,
     "int": int,
@@ -73,12 +74,21 @@ BUILTINS: dict[str, Callable[..., Any]] = {
     "reversed": reversed,
 }
 
+_UNARY_SYMBOLS = {"Minus": "-", "Plus": "+", "BitInvert": "~"}
+
 _STR_METHODS = {"join", "format", "upper", "lower", "replace", "startswith", "endswith", "split", "strip"}
 
 
 # Tensor methods that keep a tensor's elements and dtype and change only its shape
 # (moe_lora_merged_align's loader reads `topk_ids.reshape(-1).dtype`).
 _RESHAPES = frozenset({"reshape", "view", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "expand", "t"})
+
+
+def _index_error(base: list[object] | tuple[object, ...] | str, key: object) -> str:
+    """Python's message for a sequence indexed by a non-integer (``xs["a"]``)."""
+    if isinstance(base, str):
+        return f"string indices must be integers, not '{type(key).__name__}'"
+    return f"{type(base).__name__} indices must be integers or slices, not {type(key).__name__}"
 
 
 class Expressions:
@@ -116,7 +126,7 @@ class Expressions:
     def module_env(self, module: PyModule) -> Env:
         return Env(module)
 
-    def lookup_global(self, module: PyModule, name: str) -> tuple[bool, Any]:
+    def lookup_global(self, module: PyModule, name: str) -> tuple[bool, object]:
         """A module-level name: constant, function, class, import, platform probe."""
         paths = package_paths(module.rel)
         if name in paths and name not in module.functions and name not in module.classes:
@@ -147,21 +157,21 @@ class Expressions:
 
     # ------------------------------------------------------------------ expressions
 
-    def eval(self, node: cst.BaseExpression, env: Env) -> Any:
+    def eval(self, node: cst.BaseExpression, env: Env) -> object:
         method = getattr(self, f"_eval_{type(node).__name__}", None)
         if method is None:
             return self.unknown(env, node, f"unsupported expression `{env.module.code(node)}`")
         return method(node, env)
 
-    def _eval_SimpleString(self, node: cst.SimpleString, env: Env) -> Any:
+    def _eval_SimpleString(self, node: cst.SimpleString, env: Env) -> str | bytes:
         return node.evaluated_value
 
-    def _eval_ConcatenatedString(self, node: cst.ConcatenatedString, env: Env) -> Any:
+    def _eval_ConcatenatedString(self, node: cst.ConcatenatedString, env: Env) -> str | Alts | Unknown:
         left = self.eval(node.left, env)
         right = self.eval(node.right, env)
         return self._concat_str(left, right, env, node)
 
-    def _concat_str(self, left: Any, right: Any, env: Env, node: cst.CSTNode) -> Any:
+    def _concat_str(self, left: object, right: object, env: Env, node: cst.CSTNode) -> str | Alts | Unknown:
         if isinstance(left, Alts) or isinstance(right, Alts):
             ls = left.options if isinstance(left, Alts) else (left,)
             rs = right.options if isinstance(right, Alts) else (right,)
@@ -170,13 +180,13 @@ class Expressions:
             return left + right
         return self.unknown(env, node)
 
-    def _eval_Integer(self, node: cst.Integer, env: Env) -> Any:
+    def _eval_Integer(self, node: cst.Integer, env: Env) -> int:
         return node.evaluated_value
 
-    def _eval_Float(self, node: cst.Float, env: Env) -> Any:
+    def _eval_Float(self, node: cst.Float, env: Env) -> float:
         return node.evaluated_value
 
-    def _eval_Name(self, node: cst.Name, env: Env) -> Any:
+    def _eval_Name(self, node: cst.Name, env: Env) -> object:
         name = node.value
         if name in ("True", "False", "None"):
             return {"True": True, "False": False, "None": None}[name]
@@ -194,7 +204,7 @@ class Expressions:
             return Probe(name)
         return self.unknown(env, node, f"name `{name}` is not defined statically")
 
-    def _eval_Attribute(self, node: cst.Attribute, env: Env) -> Any:
+    def _eval_Attribute(self, node: cst.Attribute, env: Env) -> object:
         attr = node.attr.value
         head = attr_text(node.value)
         if head == "torch" and attr in TORCH_DTYPES:
@@ -216,7 +226,7 @@ class Expressions:
             if attr in _RESHAPES:  # the same elements, so the same dtype (`view(torch.uint8)`
                 # reinterprets: that dtype); the new shape is not read
 
-                def reshaped(*args: Any, **kwargs: Any) -> TensorValue:
+                def reshaped(*args: object, **kwargs: object) -> TensorValue:
                     dtype = (
                         args[0] if attr == "view" and len(args) == 1 and isinstance(args[0], DtypeValue) else base.dtype
                     )
@@ -271,7 +281,8 @@ class Expressions:
         if isinstance(base, list) and attr in ("append", "extend"):
             return Mutator(base, attr)
         if isinstance(base, CppArgs) and attr in ("append", "extend"):
-            return Mutator(base, attr)
+            # SGLang's code may add any value to make_cpp_args' list, as Python lets it
+            return Mutator(cast("list[object]", base), attr)
         return self.unknown(env, node)
 
     def _dim(self, tensor: TensorValue, index: int) -> int:
@@ -284,7 +295,7 @@ class Expressions:
             self.pins[symbol] = value
         return value
 
-    def _shape_attribute(self, tensor: TensorValue, attr: str) -> Any:
+    def _shape_attribute(self, tensor: TensorValue, attr: str) -> int | tuple[int, ...] | Bound | None:
         """``x.shape``, ``x.size(i)``, ``x.numel()``, ``x.dim()``, ``x.element_size()`` of a
         tensor the contract sizes; None when it does not (the caller says runtime data)."""
         if attr == "element_size" and tensor.dtype is not None:
@@ -309,18 +320,18 @@ class Expressions:
             return Bound(lambda: math.prod(self._dim(tensor, i) for i in range(rank)))
         return None
 
-    def _eval_List(self, node: cst.List, env: Env) -> Any:
+    def _eval_List(self, node: cst.List, env: Env) -> list[object]:
         return self._elements(node.elements, env)
 
-    def _eval_Tuple(self, node: cst.Tuple, env: Env) -> Any:
+    def _eval_Tuple(self, node: cst.Tuple, env: Env) -> tuple[object, ...]:
         return tuple(self._elements(node.elements, env))
 
-    def _eval_Set(self, node: cst.Set, env: Env) -> Any:
+    def _eval_Set(self, node: cst.Set, env: Env) -> set[object] | list[object]:
         items = self._elements(node.elements, env)
         return set(items) if concrete(items) else items
 
-    def _elements(self, elements: Iterable[cst.BaseElement], env: Env) -> list[Any]:
-        out: list[Any] = []
+    def _elements(self, elements: Iterable[cst.BaseElement], env: Env) -> list[object]:
+        out: list[object] = []
         for el in elements:
             value = self.eval(el.value, env)
             if isinstance(el, cst.StarredElement):
@@ -332,8 +343,8 @@ class Expressions:
                 out.append(value)
         return out
 
-    def _eval_Dict(self, node: cst.Dict, env: Env) -> Any:
-        out: dict[Any, Any] = {}
+    def _eval_Dict(self, node: cst.Dict, env: Env) -> dict[object, object] | Unknown:
+        out: dict[object, object] = {}
         for el in node.elements:
             if not isinstance(el, cst.DictElement):
                 return self.unknown(env, node)
@@ -343,7 +354,7 @@ class Expressions:
             out[key] = self.eval(el.value, env)
         return out
 
-    def _eval_FormattedString(self, node: cst.FormattedString, env: Env) -> Any:
+    def _eval_FormattedString(self, node: cst.FormattedString, env: Env) -> str | Alts | Unknown:
         pieces: list[tuple[str, ...]] = [("",)]
         for part in node.parts:
             if isinstance(part, cst.FormattedStringText):
@@ -371,7 +382,7 @@ class Expressions:
                 return self.unknown(env, node, "too many alternatives")
         return results[0] if len(results) == 1 else Alts(tuple(dict.fromkeys(results)))
 
-    def _render(self, value: Any, env: Env, expr: cst.BaseExpression) -> tuple[str, ...]:
+    def _render(self, value: object, env: Env, expr: cst.BaseExpression) -> tuple[str, ...]:
         if isinstance(value, CppArgs):
             return (value.render(),)
         if isinstance(value, Alts):
@@ -391,7 +402,7 @@ class Expressions:
             raise Unresolvable(f"f-string part `{env.module.code(expr)}` is not known statically")
         return ("{" + env.module.code(expr) + "}",)
 
-    def _eval_IfExp(self, node: cst.IfExp, env: Env) -> Any:
+    def _eval_IfExp(self, node: cst.IfExp, env: Env) -> object:
         test = self.condition(node.test, env)
         if test is None:
             if self.strict:
@@ -427,7 +438,7 @@ class Expressions:
             self.note(f"`{env.module.code(node)}` judged at parameter defaults: {bool(value)}")
         return bool(value)
 
-    def _eval_BooleanOperation(self, node: cst.BooleanOperation, env: Env) -> Any:
+    def _eval_BooleanOperation(self, node: cst.BooleanOperation, env: Env) -> object:
         left = self.eval(node.left, env)
         if not concrete(left):
             return self.unknown(env, node)
@@ -435,37 +446,41 @@ class Expressions:
             return self.eval(node.right, env) if left else left
         return left if left else self.eval(node.right, env)
 
-    def _eval_UnaryOperation(self, node: cst.UnaryOperation, env: Env) -> Any:
+    def _eval_UnaryOperation(self, node: cst.UnaryOperation, env: Env) -> bool | int | float | Unknown:
         value = self.eval(node.expression, env)
         if not concrete(value):
             return self.unknown(env, node)
         op = type(node.operator).__name__
         if op == "Not":
             return not value
-        if op == "Minus":
+        # a number (bool and Constant are ints); any other operand fails as it does in Python
+        if op == "Minus" and isinstance(value, (int, float)):
             return -value
-        if op == "Plus":
+        if op == "Plus" and isinstance(value, (int, float)):
             return +value
-        if op == "BitInvert":
+        if op == "BitInvert" and isinstance(value, int):
             return ~value
+        if op in _UNARY_SYMBOLS:
+            raise TypeError(f"bad operand type for unary {_UNARY_SYMBOLS[op]}: '{type(value).__name__}'")
         return self.unknown(env, node)
 
-    _BINOPS: dict[str, Callable[[Any, Any], Any]] = {
-        "Add": lambda a, b: a + b,
-        "Subtract": lambda a, b: a - b,
-        "Multiply": lambda a, b: a * b,
-        "Divide": lambda a, b: a / b,
-        "FloorDivide": lambda a, b: a // b,
-        "Modulo": lambda a, b: a % b,
-        "Power": lambda a, b: a**b,
-        "LeftShift": lambda a, b: a << b,
-        "RightShift": lambda a, b: a >> b,
-        "BitOr": lambda a, b: a | b,
-        "BitAnd": lambda a, b: a & b,
-        "BitXor": lambda a, b: a ^ b,
+    # Python's own operators (``operator.add(a, b)`` is ``a + b``), on any two concrete values
+    _BINOPS: dict[str, Callable[[object, object], object]] = {
+        "Add": operator.add,
+        "Subtract": operator.sub,
+        "Multiply": operator.mul,
+        "Divide": operator.truediv,
+        "FloorDivide": operator.floordiv,
+        "Modulo": operator.mod,
+        "Power": operator.pow,
+        "LeftShift": operator.lshift,
+        "RightShift": operator.rshift,
+        "BitOr": operator.or_,
+        "BitAnd": operator.and_,
+        "BitXor": operator.xor,
     }
 
-    def _eval_BinaryOperation(self, node: cst.BinaryOperation, env: Env) -> Any:
+    def _eval_BinaryOperation(self, node: cst.BinaryOperation, env: Env) -> object:
         left = self.eval(node.left, env)
         right = self.eval(node.right, env)
         op = type(node.operator).__name__
@@ -482,7 +497,7 @@ class Expressions:
                 raise Unresolvable(f"`{env.module.code(node)}` failed: {err}") from err
             return Unknown(env.module.code(node))
 
-    def _eval_Comparison(self, node: cst.Comparison, env: Env) -> Any:
+    def _eval_Comparison(self, node: cst.Comparison, env: Env) -> bool | Unknown:
         left = self.eval(node.left, env)
         for target in node.comparisons:
             right = self.eval(target.comparator, env)
@@ -517,7 +532,7 @@ class Expressions:
             left = right
         return True
 
-    def _eval_Subscript(self, node: cst.Subscript, env: Env) -> Any:
+    def _eval_Subscript(self, node: cst.Subscript, env: Env) -> object:
         if len(node.slice) != 1:
             return self.unknown(env, node)
         item = node.slice[0].slice
@@ -533,23 +548,32 @@ class Expressions:
             key = self.eval(item.value, env)
             if isinstance(base, (list, tuple, dict, str)) and concrete(key):
                 try:
+                    if isinstance(base, dict):
+                        return base[key]
+                    if not isinstance(key, SupportsIndex):
+                        raise TypeError(_index_error(base, key))
                     return base[key]
                 except Exception as err:  # noqa: BLE001
                     if self.strict:
                         raise Unresolvable(f"`{env.module.code(node)}` failed: {err}") from err
         return self.unknown(env, node)
 
-    def _eval_ListComp(self, node: cst.ListComp, env: Env) -> Any:
+    def _eval_ListComp(self, node: cst.ListComp, env: Env) -> list[object] | set[object] | Unknown:
         return self._comprehension(node, env, list)
 
-    def _eval_GeneratorExp(self, node: cst.GeneratorExp, env: Env) -> Any:
+    def _eval_GeneratorExp(self, node: cst.GeneratorExp, env: Env) -> list[object] | set[object] | Unknown:
         return self._comprehension(node, env, list)
 
-    def _eval_SetComp(self, node: cst.SetComp, env: Env) -> Any:
+    def _eval_SetComp(self, node: cst.SetComp, env: Env) -> list[object] | set[object] | Unknown:
         return self._comprehension(node, env, set)
 
-    def _comprehension(self, node: Any, env: Env, kind: type) -> Any:
-        results: list[Any] = []
+    def _comprehension(
+        self,
+        node: cst.ListComp | cst.GeneratorExp | cst.SetComp,
+        env: Env,
+        kind: type[list[object]] | type[set[object]],
+    ) -> list[object] | set[object] | Unknown:
+        results: list[object] = []
 
         def run(clause: cst.CompFor | None, scope: Env) -> None:
             if clause is None:
@@ -576,7 +600,7 @@ class Expressions:
             return self.unknown(env, node)
         return kind(results) if kind is list or concrete(results) else results
 
-    def bind_target(self, target: cst.BaseExpression, value: Any, env: Env) -> None:
+    def bind_target(self, target: cst.BaseExpression, value: object, env: Env) -> None:
         if isinstance(target, cst.Name):
             env.values[target.value] = value
         elif isinstance(target, (cst.Tuple, cst.List)):

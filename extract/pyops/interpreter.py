@@ -16,8 +16,6 @@ is noted.
 
 from __future__ import annotations
 
-from typing import Any
-
 import libcst as cst
 
 from extract.pyops.expressions import BUILTINS, MAX_DEPTH, MAX_LOOP, Expressions
@@ -70,7 +68,7 @@ def _is_logging(call: cst.Call) -> bool:
 class _Return(Exception):
     """A ``return`` unwinding the body being run, with its value."""
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: object) -> None:
         self.value = value
 
 
@@ -92,7 +90,7 @@ class Evaluator(Expressions):
 
     # ------------------------------------------------------------------ calls
 
-    def _eval_Call(self, node: cst.Call, env: Env) -> Any:
+    def _eval_Call(self, node: cst.Call, env: Env) -> object:
         func_text = attr_text(node.func) or ""
         short = func_text.split(".")[-1]
         if short == "load_jit":
@@ -103,6 +101,7 @@ class Evaluator(Expressions):
             return PLATFORM[short]
         if func_text in PLATFORM_CALLS or (short in PLATFORM_CALLS and not func_text.startswith("torch.")):
             return PLATFORM_CALLS.get(func_text, PLATFORM_CALLS.get(short))
+        callee: object
         if func_text in STDLIB_CALLS:
             callee = Bound(STDLIB_CALLS[func_text])
         else:
@@ -142,9 +141,9 @@ class Evaluator(Expressions):
             return self.call_function(callee, args, kwargs, node, env)
         return self.unknown(env, node)
 
-    def call_args(self, node: cst.Call, env: Env) -> tuple[list[Any], dict[str, Any]]:
-        args: list[Any] = []
-        kwargs: dict[str, Any] = {}
+    def call_args(self, node: cst.Call, env: Env) -> tuple[list[object], dict[str, object]]:
+        args: list[object] = []
+        kwargs: dict[str, object] = {}
         for arg in node.args:
             value = self.eval(arg.value, env)
             if arg.star == "*":
@@ -161,7 +160,7 @@ class Evaluator(Expressions):
                 args.append(value)
         return args, kwargs
 
-    def bind_params(self, fn: PyFunction, args: list[Any], kwargs: dict[str, Any]) -> Env:
+    def bind_params(self, fn: PyFunction, args: list[object], kwargs: dict[str, object]) -> Env:
         """Bind call arguments to parameters; missing ones take defaults (evaluated in the defining module)."""
         env = Env(fn.module)
         params = fn.node.params
@@ -179,7 +178,7 @@ class Evaluator(Expressions):
             env.values[params.star_kwarg.name.value] = {k: v for k, v in kwargs.items() if k not in known}
         return env
 
-    def _keyword_value(self, fn: PyFunction, param: cst.Param, kwargs: dict[str, Any]) -> Any:
+    def _keyword_value(self, fn: PyFunction, param: cst.Param, kwargs: dict[str, object]) -> object:
         """A parameter not given by position: its keyword argument, else its default, else missing."""
         name = param.name.value
         if name in kwargs:
@@ -188,14 +187,14 @@ class Evaluator(Expressions):
             return self.eval(param.default, Env(fn.module))
         return self._missing(fn, name)
 
-    def _missing(self, fn: PyFunction, name: str) -> Any:
+    def _missing(self, fn: PyFunction, name: str) -> Unknown:
         if self.strict:
             raise Unresolvable(f"parameter `{name}` of {fn.qualname} has no value")
         return Unknown(name)
 
     def call_function(
-        self, fn: PyFunction, args: list[Any], kwargs: dict[str, Any], node: cst.CSTNode, env: Env
-    ) -> Any:
+        self, fn: PyFunction, args: list[object], kwargs: dict[str, object], node: cst.CSTNode, env: Env
+    ) -> object:
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:
@@ -209,14 +208,14 @@ class Evaluator(Expressions):
         finally:
             self.depth -= 1
 
-    def fallback_returns(self, fn: PyFunction, env: Env, node: cst.CSTNode) -> Any:
+    def fallback_returns(self, fn: PyFunction, env: Env, node: cst.CSTNode) -> object:
         """Static mode: a helper we could not run with unknown arguments.
 
         When every ``return`` of it is a constant, the result is one of them
         (``_rmsnorm_kernel_class`` returns one of three class names); otherwise it
         is unknown.
         """
-        constants: list[Any] = []
+        constants: list[cst.BaseExpression | None] = []
 
         class Returns(cst.CSTVisitor):
             def visit_FunctionDef(self, inner: cst.FunctionDef) -> bool:
@@ -226,7 +225,7 @@ class Evaluator(Expressions):
                 constants.append(ret.value)
 
         fn.node.visit(Returns())
-        values = []
+        values: list[object] = []
         for expr in constants:
             if expr is None:
                 return Unknown(env.module.code(node))
@@ -245,7 +244,7 @@ class Evaluator(Expressions):
 
     # ------------------------------------------------------------------ statements
 
-    def run_body(self, fn: PyFunction, env: Env) -> Any:
+    def run_body(self, fn: PyFunction, env: Env) -> object:
         try:
             self.run_block(fn.node.body, env)
         except _Return as ret:
@@ -342,7 +341,7 @@ class Evaluator(Expressions):
             return CppArgs([cpp_literal(v) for v in args], symbolic=False, texts=texts)
         return CppArgs(texts, symbolic=True, texts=texts)
 
-    def load_jit(self, node: cst.Call, env: Env) -> Any:
+    def load_jit(self, node: cst.Call, env: Env) -> Unknown:
         if not self.strict:
             return Unknown(env.module.code(node))
         args, kwargs = self.call_args(node, env)
@@ -357,7 +356,7 @@ class Evaluator(Expressions):
         )
         raise _Captured(capture)
 
-    def run_until_load_jit(self, fn: PyFunction, args: list[Any], kwargs: dict[str, Any]) -> JitCapture:
+    def run_until_load_jit(self, fn: PyFunction, args: list[object], kwargs: dict[str, object]) -> JitCapture:
         """Strict mode: run ``fn`` until its first ``load_jit`` call and return what it passed."""
         assert self.strict
         try:

@@ -40,7 +40,7 @@ class ParamRef:
     is judged at its default value when it has one (and the guess is noted)."""
 
     name: str
-    default: Any = None
+    default: object = None
     has_default: bool = False
 
 
@@ -48,7 +48,7 @@ class ParamRef:
 class Alts:
     """One of several values (a helper that returns one of a few constants)."""
 
-    options: tuple[Any, ...]
+    options: tuple[object, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +102,11 @@ class CppArgs(list[str]):
 
 @dataclasses.dataclass
 class JitCapture:
-    """The evaluated arguments of one ``load_jit`` call (strict mode)."""
+    """The evaluated arguments of one ``load_jit`` call (strict mode).
+
+    ``kwargs`` holds interpreted values; it stays ``Any`` because
+    :func:`~.instantiate.instantiate` unpacks ``kwargs.get("cuda_wrappers")`` before
+    checking each item, and that narrowing belongs to that module."""
 
     args: list[str]
     kwargs: dict[str, Any]
@@ -162,7 +166,7 @@ class Bound:
     """A pure callable bound to its receiver (``", ".join``, ``x.size``): called on
     concrete arguments, its result is the value."""
 
-    fn: Callable[..., Any]
+    fn: Callable[..., object]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,11 +174,11 @@ class Mutator:
     """``xs.append`` / ``xs.extend`` of a list the interpreter holds: calling it
     changes that list in place (``how`` is ``"append"`` or ``"extend"``)."""
 
-    target: list[Any]
+    target: list[object]
     how: str
 
 
-def identical(a: Any, b: Any) -> bool:
+def identical(a: object, b: object) -> bool:
     """Python's ``is``, where a torch dtype is the singleton it is in torch
     (``dtype is not torch.bfloat16``): two DtypeValues of one dtype are the same."""
     if isinstance(a, DtypeValue) and isinstance(b, DtypeValue):
@@ -182,7 +186,7 @@ def identical(a: Any, b: Any) -> bool:
     return a is b
 
 
-def concrete(value: Any) -> bool:
+def concrete(value: object) -> bool:
     """Whether the interpreter may compute with ``value`` as Python would: no unknown,
     symbolic or alternative part anywhere in it (a :class:`Mutator` is as concrete as
     the list it changes)."""
@@ -199,7 +203,7 @@ def concrete(value: Any) -> bool:
     return True
 
 
-def cpp_literal(value: Any) -> str:
+def cpp_literal(value: object) -> str:
     """What ``make_cpp_args`` renders a Python value as (bools first: bool is an int)."""
     if isinstance(value, bool):
         return "true" if value else "false"
