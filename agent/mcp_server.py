@@ -17,8 +17,7 @@ has not opened the op): the instructions' first call, ``list_ops``, works everyw
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -40,7 +39,7 @@ regions are Python (its @triton.jit kernel and the wrapper's launch); show_task 
 buckets under facts, and build_candidate runs triton.compile for {TARGET.arch} with errors in the region's lines."""
 
 
-def _client_name(ctx: Any, default: str) -> str:
+def _client_name(ctx: Context, default: str) -> str:
     try:
         info = ctx.session.client_params.clientInfo
         name = str(info.name or "").strip()
@@ -62,60 +61,69 @@ def build_server(
     server = MCPServer("kernelsmith", instructions=INSTRUCTIONS)
     runs: dict[str, AgentRun] = {}
 
-    def run_for(ctx: Any) -> AgentRun:
+    def run_for(ctx: Context) -> AgentRun:
         client = _client_name(ctx, default_client)
         if client not in runs:
             runs[client] = make_run(client)
         return runs[client]
 
-    def call(fn: Callable[[], Any]) -> Any:
+    # The tools answer dict[str, object] (the verbs' TypedDicts, copied): the SDK derives each tool's output
+    # schema from its return annotation and checks the answer against it, and this one is the schema the
+    # tools have always advertised (any object), which a TypedDict's required keys would change.
+    def call(fn: Callable[[], Mapping[str, object]]) -> dict[str, object]:
         try:
-            return fn()
+            return dict(fn())
+        except KernelsmithError as err:
+            raise ToolError(str(err)) from err
+
+    def call_rows(fn: Callable[[], Sequence[Mapping[str, object]]]) -> list[dict[str, object]]:
+        try:
+            return [dict(row) for row in fn()]
         except KernelsmithError as err:
             raise ToolError(str(err)) from err
 
     @server.tool()
-    def list_ops(ctx: Context) -> list[dict[str, Any]]:
+    def list_ops(ctx: Context) -> list[dict[str, object]]:
         """Every extracted op; where this run evaluated its baseline, time ÷ floor per token bucket and the best speedup."""
-        return call(lambda: run_for(ctx).ops())
+        return call_rows(lambda: run_for(ctx).ops())
 
     @server.tool()
-    def show_task(op: str, ctx: Context) -> dict[str, Any]:
+    def show_task(op: str, ctx: Context) -> dict[str, object]:
         """One op: its regions with line numbers, which are editable (not_editable: code only other ops run, with
         who runs it), the contract, shapes and buckets, ptxas, ncu, what was tried; a Triton op's tunables,
         autotune configs and token buckets under facts. Without a GPU: the run's records, or the task itself."""
         return call(lambda: run_for(ctx).show(op))
 
     @server.tool()
-    def planning_brief(op: str, ctx: Context) -> dict[str, Any]:
+    def planning_brief(op: str, ctx: Context) -> dict[str, object]:
         """The bottleneck, the skills that apply (with their method text) and what not to repeat; for an op not
         evaluated yet (no GPU here), the skills its code's static features call for."""
         return call(lambda: run_for(ctx).brief(op))
 
     @server.tool()
-    def build_candidate(op: str, regions: dict[str, str], ctx: Context) -> dict[str, Any]:
+    def build_candidate(op: str, regions: dict[str, str], ctx: Context) -> dict[str, object]:
         """Compile new region texts as the harness would (no GPU, nothing recorded): nvcc's ptxas resources or errors;
         for a Triton op triton.compile for sm_90, the parser's or Triton's errors in the region's own lines."""
         return call(lambda: build_regions(config, op, regions))
 
     @server.tool()
-    def submit_candidate(op: str, regions: dict[str, str], rationale: str, ctx: Context) -> dict[str, Any]:
+    def submit_candidate(op: str, regions: dict[str, str], rationale: str, ctx: Context) -> dict[str, object]:
         """Submit new texts for some editable regions (the others stay the best's) and get the harness's verdict
         (needs the GPU machine, or a server started with --replay)."""
         return call(lambda: run_for(ctx).submit(op, regions, rationale))
 
     @server.tool()
-    def trajectory(op: str, ctx: Context) -> list[dict[str, Any]]:
+    def trajectory(op: str, ctx: Context) -> list[dict[str, object]]:
         """Every round of this op so far: who coded it, the outcome, the speedup, whether it was accepted."""
-        return call(lambda: run_for(ctx).trajectory(op))
+        return call_rows(lambda: run_for(ctx).trajectory(op))
 
     @server.tool()
-    def finish(ctx: Context, ops: list[str] | None = None) -> dict[str, Any]:
+    def finish(ctx: Context, ops: list[str] | None = None) -> dict[str, object]:
         """Final validation of each op's best (fresh shapes, adversarial checks), then the run's summary."""
         return call(lambda: run_for(ctx).finish(ops))
 
     @server.tool()
-    def integrate(ctx: Context) -> dict[str, Any]:
+    def integrate(ctx: Context) -> dict[str, object]:
         """Patch SGLang with the finished run's winners, check them through SGLang's own op, write the PR (GPU)."""
         return call(lambda: run_for(ctx).integrate())
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import pathlib
 from collections.abc import Sequence
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from agent.tasks import load_op, not_editable
 from contract import layout
@@ -70,7 +70,7 @@ from pipeline.buckets import by_bucket
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError
 from pipeline.record_io import read_record
-from pipeline.records import Task
+from pipeline.records import Dtype, Task
 from pipeline.run_records import Candidate, Evaluation, OpSummary
 
 #: The verbs that measure, and what each measures: without a backend they refuse before any work.
@@ -82,11 +82,129 @@ MEASURING = {
 READING = "ops, show, brief, trajectory and build"  # what works without a GPU, for the fix lines
 
 
+class TaskView(TypedDict):
+    """``show``'s answer (:func:`_task_view`); ``why_not_evaluated`` where no run evaluated the op (:func:`show_task`)."""
+
+    op: str
+    best: str
+    evaluated: bool
+    language: str
+    regions: dict[str, str]
+    editable: list[str]
+    not_editable: dict[str, str]
+    facts: dict[str, object]
+    contract: dict[str, object]
+    shapes: list[str]
+    buckets: dict[str, dict[str, float]]
+    ptxas: list[dict[str, object]]
+    ncu: object  # the candidate's Nsight Compute digest as recorded (JSON), None for none
+    tried: str | list[str]
+    why_not_evaluated: NotRequired[str]
+
+
+class BuildAnswer(TypedDict):
+    """``build``'s answer."""
+
+    op: str
+    language: str
+    ok: bool
+    seconds: float
+    cached: bool
+    ptxas: list[dict[str, object]]
+    errors: str
+    foreign: list[str]
+
+
+class OpRow(TypedDict):
+    """One op of ``ops``; the figures only where this run evaluated its baseline."""
+
+    op: str
+    evaluated_in_run: bool
+    baseline_by_bucket: NotRequired[dict[str, dict[str, float]]]
+    best_speedup_geomean: NotRequired[float | None]
+    rounds: NotRequired[int]
+
+
+class SkillRow(TypedDict):
+    """A skill ``brief`` proposes, with its method text."""
+
+    skill: str
+    params: dict[str, object]
+    why: str
+    method: str
+
+
+class Avoid(TypedDict):
+    """A (skill, params) that failed, for ``brief``'s ``do_not_repeat``."""
+
+    skill: str
+    params: dict[str, object]
+    outcome: str
+
+
+class Brief(TypedDict):
+    """``brief``'s answer; ``why_not_evaluated`` where no evaluation of the op is at hand."""
+
+    op: str
+    evaluated: bool
+    why_not_evaluated: NotRequired[str]
+    bottleneck: str
+    skills: list[SkillRow]
+    do_not_repeat: list[Avoid]
+    not_editable: dict[str, str]
+
+
+class ShapeRow(TypedDict):
+    """One shape of a submitted candidate's evaluation."""
+
+    shape: str
+    dtype: Dtype
+    speedup: float | None
+    spread_pct: float
+    time_over_floor: float | None  # None: the op is not byte-bound
+
+
+class SubmitAnswer(TypedDict):
+    """``submit``'s answer: the round's verdict, with the evaluation where the candidate was evaluated."""
+
+    op: str
+    round: int
+    candidate: str | None
+    outcome: str
+    accepted: bool
+    detail: str
+    speedup_geomean: float | None
+    regressed_shapes: list[str]
+    evaluation: NotRequired[str]
+    shapes: NotRequired[list[ShapeRow]]
+
+
+class TrajectoryRow(TypedDict):
+    """One line of an op's trajectory."""
+
+    kind: str
+    round: int
+    coder: str
+    skill: str | None
+    outcome: str
+    speedup_geomean: float | None
+    accepted: bool
+    candidate: str | None
+    detail: str
+
+
+class IntegrateAnswer(TypedDict):
+    """``integrate``'s answer: the stage's exit code and the PR's file (None: none written)."""
+
+    exit_code: int
+    pr: str | None
+
+
 def numbered(text: str) -> str:
     return "\n".join(f"{i:4d}  {line}" for i, line in enumerate(text.splitlines(), 1))
 
 
-def show_task(config: Config, op_id: str, why: str) -> dict[str, Any]:
+def show_task(config: Config, op_id: str, why: str) -> TaskView:
     """``show`` without an evaluation: the task's own regions, contract and shapes.
 
     Why: a coder writes its candidate where it is (often a machine without a GPU) and has it
@@ -117,9 +235,9 @@ def _task_view(
     foreign: Foreign,
     marks: dict[str, str],
     evaluation: Evaluation | None = None,
-    ncu: Any = None,
-    tried: Any = None,
-) -> dict[str, Any]:
+    ncu: object = None,
+    tried: str | None = None,
+) -> TaskView:
     """What ``show`` answers, with or without a run: the regions numbered, which of them this op may edit
     (``editable``: every region but the code only other ops run; ``not_editable``: that code, whole regions
     and functions inside this op's own regions, each with why, as :func:`agent.tasks.not_editable` says),
@@ -144,7 +262,7 @@ def _task_view(
     }
 
 
-def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> dict[str, Any]:
+def build_regions(config: Config, op_id: str, regions: dict[str, str]) -> BuildAnswer:
     """``build``: the candidate compiled with nvcc exactly as the harness would build it, no GPU needed.
 
     Why: on the H200 (2026-12-02) the first thing an outside coder wanted before spending
@@ -302,7 +420,7 @@ class AgentRun:
 
     # ------------------------------------------------------------------ verbs
 
-    def ops(self) -> list[dict[str, Any]]:
+    def ops(self) -> list[OpRow]:
         root = tasks_root(self.config.work)
         out = []
         for folder in sorted(root.iterdir()) if root.is_dir() else []:
@@ -312,7 +430,7 @@ class AgentRun:
             traj = self._trajectory(op_id)
             base = traj.baseline() if traj.path.is_file() else None
             best = traj.best() if base is not None else None
-            row: dict[str, Any] = {"op": op_id, "evaluated_in_run": base is not None}
+            row: OpRow = {"op": op_id, "evaluated_in_run": base is not None}
             if base is not None:
                 row["baseline_by_bucket"] = by_bucket(base.timings)
                 row["best_speedup_geomean"] = best.speedup_geomean if best else 1.0
@@ -327,7 +445,7 @@ class AgentRun:
         candidate = op.candidate(best.candidate)
         return candidate, self._best_eval(op), profile_path(op.dir, candidate.id)
 
-    def show(self, op_id: str) -> dict[str, Any]:
+    def show(self, op_id: str) -> TaskView:
         op = self._opened(op_id)
         if op is None:
             return show_task(self.config, op_id, self.no_gpu)
@@ -346,7 +464,7 @@ class AgentRun:
             op.trajectory.summary(),
         )
 
-    def brief(self, op_id: str) -> dict[str, Any]:
+    def brief(self, op_id: str) -> Brief:
         """The bottleneck, the skills that apply and what not to repeat; where the run has no evaluation of
         the op (no backend here, op not opened) the skills its code's static features call for."""
         op = self._opened(op_id)
@@ -366,7 +484,7 @@ class AgentRun:
             if features is not None
             else []
         )
-        avoid = [
+        avoid: list[Avoid] = [
             {"skill": h.skill, "params": h.params, "outcome": h.outcome.value} for h in history if h.outcome in FAILED
         ]
         return {
@@ -378,7 +496,7 @@ class AgentRun:
             "not_editable": self._marks(op),
         }
 
-    def _static_brief(self, op_id: str) -> dict[str, Any]:
+    def _static_brief(self, op_id: str) -> Brief:
         """``brief`` of an op no evaluation of which is at hand: the policy over the baseline's static features.
 
         Why: the planning brief is what a coder reads before writing; the skills the code's own text
@@ -404,23 +522,23 @@ class AgentRun:
             self._skill_library = self.hooks.load_skills(self.config.search.skills)
         return self._skill_library
 
-    def _skill_rows(self, decisions: Sequence[Decision]) -> list[dict[str, Any]]:
+    def _skill_rows(self, decisions: Sequence[Decision]) -> list[SkillRow]:
         skills = self._skills()
-        rows = []
+        rows: list[SkillRow] = []
         for d in decisions:
             skill = skills.get(d.skill)
             method = skill.method.strip() if skill is not None else ""
             rows.append({"skill": d.skill, "params": d.params, "why": d.reason, "method": method})
         return rows
 
-    def submit(self, op_id: str, regions: dict[str, str], rationale: str) -> dict[str, Any]:
+    def submit(self, op_id: str, regions: dict[str, str], rationale: str) -> SubmitAnswer:
         self.measuring("submit")
         if not isinstance(regions, dict) or not regions or not all(isinstance(v, str) for v in regions.values()):
             raise ConfigError("a submission needs region texts", fix='give {"<region name>": "<new text>", ...}')
         op = self.op(op_id)
         record = self.session.submit(op, dict(regions), rationale=rationale, client=self.client)
         evaluation = op.stored_evaluation(record.candidate, "round") if record.candidate else None
-        answer: dict[str, Any] = {
+        answer: SubmitAnswer = {
             "op": op_id,
             "round": record.round,
             "candidate": record.candidate,
@@ -444,7 +562,7 @@ class AgentRun:
             ]
         return answer
 
-    def trajectory(self, op_id: str) -> list[dict[str, Any]]:
+    def trajectory(self, op_id: str) -> list[TrajectoryRow]:
         traj = self._trajectory(op_id)
         if not traj.path.is_file():
             load_op(self.config, op_id)  # an unknown op says so, with the closest ids
@@ -467,7 +585,7 @@ class AgentRun:
             for r in traj.records
         ]
 
-    def finish(self, op_ids: Sequence[str] | None = None) -> dict[str, Any]:
+    def finish(self, op_ids: Sequence[str] | None = None) -> dict[str, object]:
         """Final validation of each op's best, then the run's summary.json (what integrate reads)."""
         self.measuring("finish")
         ops = list(op_ids or sorted(p.parent.name for p in self.run_dir.glob(f"*/{TRAJECTORY_FILE}")))
@@ -477,7 +595,7 @@ class AgentRun:
         result = self.session.run_summary(summaries)
         return json.loads(result.model_dump_json())
 
-    def integrate(self) -> dict[str, Any]:
+    def integrate(self) -> IntegrateAnswer:
         """The patch, SGLang's check and the PR for this run (the integrate stage; GPU for the checks)."""
         from integrate import command as integrate_command
 

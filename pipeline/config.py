@@ -26,7 +26,8 @@ import pathlib
 import sys
 import tomllib
 import types
-from typing import Any, Literal, Union, get_args, get_origin
+from collections.abc import Mapping
+from typing import Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -302,20 +303,21 @@ class Config(Section):
         return pathlib.Path(self.sglang.cache_dir).resolve() if self.sglang.cache_dir else self.work / "cache"
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: Mapping[str, object], over: Mapping[str, object]) -> dict[str, object]:
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+        current = out.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            out[key] = _merge(current, value)
         else:
             out[key] = value
     return out
 
 
-def _field_type(path: list[str]) -> Any:
+def _field_type(path: list[str]) -> object:
     """The annotation of the config field at ``path`` (``["llm", "model"]``); None where no
     field has that path (pydantic then names the unknown key)."""
-    node: Any = Config
+    node: object = Config
     for part in path:
         node = _unwrap_optional(node)
         if get_origin(node) is dict:  # llm.agents.<agent>: the part is the dict's key
@@ -330,7 +332,7 @@ def _field_type(path: list[str]) -> Any:
     return node
 
 
-def _unwrap_optional(annotation: Any) -> Any:
+def _unwrap_optional(annotation: object) -> object:
     """``Model | None`` -> ``Model``; anything else as it is."""
     if get_origin(annotation) in (Union, types.UnionType):
         models = [a for a in get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
@@ -339,7 +341,7 @@ def _unwrap_optional(annotation: Any) -> Any:
     return annotation
 
 
-def _takes_str(annotation: Any) -> bool:
+def _takes_str(annotation: object) -> bool:
     """Whether a field of this type holds a string (``str``, ``str | None``, a Literal of strings)."""
     if annotation is str:
         return True
@@ -351,7 +353,7 @@ def _takes_str(annotation: Any) -> bool:
     return False
 
 
-def _env_layer(environ: dict[str, str], names: dict[tuple[str, ...], str] | None = None) -> dict[str, Any]:
+def _env_layer(environ: dict[str, str], names: dict[tuple[str, ...], str] | None = None) -> dict[str, object]:
     """The ``KERNELSMITH_*`` layer. ``names`` (filled in) maps each key path to the variable
     that set it, so a validation error can name the variable.
 
@@ -359,7 +361,7 @@ def _env_layer(environ: dict[str, str], names: dict[tuple[str, ...], str] | None
     not ours: it is ignored with a warning. Under a known section an unknown key is a
     typo, and pydantic refuses it (with the nearest key, :func:`_problems`).
     """
-    layer: dict[str, Any] = {}
+    layer: dict[str, object] = {}
     names = {} if names is None else names
     for name, value in sorted(environ.items()):
         if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX + "CONFIG":
@@ -384,12 +386,14 @@ def _env_layer(environ: dict[str, str], names: dict[tuple[str, ...], str] | None
         node[path[-1]] = _parse_env_value(value, _field_type(path))
         names[tuple(path)] = name
     if environ.get("SGLANG_SRC"):
-        layer.setdefault("sglang", {}).setdefault("src", environ["SGLANG_SRC"])
-        names.setdefault(("sglang", "src"), "SGLANG_SRC")
+        sglang = layer.setdefault("sglang", {})
+        if isinstance(sglang, dict):  # not: KERNELSMITH_SGLANG set it to a value, which pydantic refuses, naming it
+            sglang.setdefault("src", environ["SGLANG_SRC"])
+            names.setdefault(("sglang", "src"), "SGLANG_SRC")
     return layer
 
 
-def _parse_env_value(value: str, annotation: Any = None) -> Any:
+def _parse_env_value(value: str, annotation: object = None) -> object:
     """Environment values are strings. A string field takes the string as it is
     (``KERNELSMITH_SGLANG__VERSION=0.6`` is "0.6", ``KERNELSMITH_LLM__MODEL=4`` is "4");
     other fields accept JSON for lists, numbers and bools, else the text as it is."""
@@ -406,8 +410,8 @@ _SECTIONS = sorted(
 )
 
 
-def _has(data: dict[str, Any], path: tuple[str, ...]) -> bool:
-    node: Any = data
+def _has(data: Mapping[str, object], path: tuple[str, ...]) -> bool:
+    node: object = data
     for part in path:
         if not isinstance(node, dict) or part not in node:
             return False
@@ -427,7 +431,7 @@ def _keys_at(path: tuple[str, ...]) -> list[str]:
 
 def _problems(
     err: ValidationError,
-    layers: list[tuple[str, dict[str, Any]]],
+    layers: list[tuple[str, Mapping[str, object]]],
     env_names: dict[tuple[str, ...], str],
     flags: dict[str, str],
 ) -> str:
@@ -463,7 +467,7 @@ def _problems(
 def load_config(
     path: str | os.PathLike[str] | None = None,
     *,
-    overrides: dict[str, Any] | None = None,
+    overrides: Mapping[str, object] | None = None,
     environ: dict[str, str] | None = None,
     flags: dict[str, str] | None = None,
 ) -> Config:
@@ -472,7 +476,7 @@ def load_config(
     ``flags`` maps a dotted key to the command-line flag that sets it, so an error in an
     override names the flag."""
     environ = dict(os.environ if environ is None else environ)
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     file = path or environ.get(ENV_PREFIX + "CONFIG")
     if file is None and pathlib.Path("kernelsmith.toml").is_file():
         file = "kernelsmith.toml"
@@ -482,7 +486,7 @@ def load_config(
     env_names: dict[tuple[str, ...], str] = {}
     env = _env_layer(environ, env_names)
     layers = [(f"config file {file}", data), ("environment", env), ("command line", overrides or {})]
-    merged: dict[str, Any] = {}
+    merged: dict[str, object] = {}
     for _, layer in layers:
         merged = _merge(merged, layer)
     try:
@@ -495,7 +499,7 @@ def load_config(
         ) from err
 
 
-def _read_file(file: pathlib.Path, given: str) -> dict[str, Any]:
+def _read_file(file: pathlib.Path, given: str) -> dict[str, object]:
     """The TOML file's table; every way it cannot be read is a ConfigError naming it."""
     fix = f"pass a TOML file ({given})" if given != "default" else "fix or remove ./kernelsmith.toml"
     if file.is_dir():
