@@ -51,7 +51,18 @@ from extract.cxx_nodes import find_definition
 from extract.launcher_facts import READ_FROM_USES, CppFacts, cpp_facts, plain_matcher, scalar_type
 from extract.wrapper_facts import PyFacts, python_facts
 from pipeline.errors import ConfigError
-from pipeline.records import CPP_DTYPE, DTYPES, ArgSpec, Contract, Instantiation, OpEntry, ScalarSpec, TensorSpec
+from pipeline.records import (
+    CPP_DTYPE,
+    DTYPES,
+    ArgSpec,
+    Contract,
+    Index,
+    Instantiation,
+    LauncherDef,
+    OpEntry,
+    ScalarSpec,
+    TensorSpec,
+)
 
 CURATED_DIR = pathlib.Path(__file__).with_name("curated")
 
@@ -60,7 +71,7 @@ _INOUT_NAMES = re.compile(r"^(residual|\w+_inplace)$")
 _INDEX_NAMES = re.compile(r"(ids?|indices|index|indptr|loc|locs|offsets?|lens?|table|mask|seq_?lens?|positions?|pos)$")
 
 
-def _fits_scalar(kind: str, value: Any) -> bool:
+def _fits_scalar(kind: str, value: object) -> bool:
     if kind == "str":
         return isinstance(value, str)
     if kind == "bool":
@@ -72,10 +83,10 @@ def _fits_scalar(kind: str, value: Any) -> bool:
     return False
 
 
-def launcher_source(root: pathlib.Path, scan: Any, entry_text: str, files: list[str]) -> tuple[str, str, str] | None:
+def launcher_source(root: pathlib.Path, scan: Index, entry_text: str, files: list[str]) -> tuple[str, str, str] | None:
     """(struct-or-function text, method, file) for a wrapper's C++ entry, through the index spans."""
     struct, method = pyops.entry_parts(entry_text)
-    launchers = list(getattr(scan, "launchers", []) or [])
+    launchers: list[LauncherDef] = list(getattr(scan, "launchers", []) or [])
     name = struct or method
     matches = [ln for ln in launchers if ln.name == name]
     own = [ln for ln in matches if ln.file in files]
@@ -136,7 +147,7 @@ def read_only_tensors(text: str, names: Iterable[str]) -> set[str]:
 
 def infer_contract(
     op: OpEntry,
-    scan: Any,
+    scan: Index,
     root: pathlib.Path,
     *,
     program: pyops.Program | None = None,
@@ -495,7 +506,7 @@ def apply_curated(
 
 
 def contract_for(
-    op: OpEntry, scan: Any, root: pathlib.Path, *, program: pyops.Program | None = None
+    op: OpEntry, scan: Index, root: pathlib.Path, *, program: pyops.Program | None = None
 ) -> tuple[Contract, dict[str, Any] | None]:
     """The op's contract (inferred, then curated when ``extract/curated/<op_id>.toml`` exists) and the curated table."""
     program = program or pyops.Program(pathlib.Path(root))

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
-from typing import Any
 
 from extract import treesitter as ts
 from extract.cxx import normalise, strip_template_args
@@ -40,6 +39,7 @@ from extract.cxx_nodes import (
     scope_names,
     with_template_header,
 )
+from extract.treesitter import SyntaxNode
 
 
 @dataclasses.dataclass
@@ -67,7 +67,7 @@ class _Binding:
     """``name`` bound to ``value``; where it is visible from depends on where it is bound."""
 
     name: str
-    value: Any
+    value: SyntaxNode
     start_byte: int
     function: tuple[int, int] | None  # byte range of the function it is local to, if any
     in_class: bool  # bound inside a struct/class body (a member)
@@ -86,9 +86,9 @@ class _LaunchScanner:
         data: bytes,
         code: bytes,
         grammar: str,
-        root: Any,
+        root: SyntaxNode,
         line: Callable[[int], int],
-        classify: Callable[[Any, Any], tuple[str | None, int]],
+        classify: Callable[[SyntaxNode, SyntaxNode], tuple[str | None, int]],
     ) -> None:
         self.data = data
         self.code = code
@@ -96,10 +96,11 @@ class _LaunchScanner:
         self.root = root
         self.line = line  # 1-based line of a byte offset
         self.classify = classify  # ('kernel' | 'device' | None, start) of a definition and its declarator
-        self._call_cache: list[tuple[str, Any]] | None = None
+        self._call_cache: list[tuple[str, SyntaxNode]] | None = None
 
-    def _launcher_unit(self, node: Any) -> Any:
-        outer_function, inner_class = None, None
+    def _launcher_unit(self, node: SyntaxNode) -> SyntaxNode | None:
+        outer_function: SyntaxNode | None = None
+        inner_class: SyntaxNode | None = None
         current = node.parent
         while current is not None:
             if current.type == "function_definition":
@@ -111,7 +112,7 @@ class _LaunchScanner:
             current = current.parent
         return inner_class if inner_class is not None else outer_function
 
-    def _launch_expressions(self) -> list[tuple[Any, set[str]]]:
+    def _launch_expressions(self) -> list[tuple[SyntaxNode, set[str]]]:
         """(site node, names in the kernel expression) for every launch site in code."""
         query = ts.load_query(self.grammar, "launches")
         sites = []
@@ -129,7 +130,7 @@ class _LaunchScanner:
                     sites.append((match["api_call"][0], self._identifiers(args[index])))
         return sites
 
-    def _macro_launch_sites(self) -> list[tuple[Any, set[str]]]:
+    def _macro_launch_sites(self) -> list[tuple[SyntaxNode, set[str]]]:
         """Launches written inside a ``#define`` (the grammar keeps macro bodies as text).
 
         A macro defined inside a function or struct launches from there; one
@@ -152,9 +153,9 @@ class _LaunchScanner:
                     sites.append((call, seeds | self._identifiers(call)))
         return sites
 
-    def _is_launch_helper(self, call: Any) -> bool:
+    def _is_launch_helper(self, call: SyntaxNode) -> bool:
         """Whether a chain of calls/fields starts at ``LaunchKernel(...)``."""
-        current = call
+        current: SyntaxNode | None = call
         while current is not None:
             if current.type == "call_expression":
                 function = current.child_by_field_name("function")
@@ -167,10 +168,10 @@ class _LaunchScanner:
                 return False
         return False
 
-    def _identifiers(self, node: Any) -> set[str]:
+    def _identifiers(self, node: SyntaxNode) -> set[str]:
         return {node_text(self.data, n) for n in ts.walk(node) if n.type in IDENT_TYPES}
 
-    def _calls(self) -> list[tuple[str, Any]]:
+    def _calls(self) -> list[tuple[str, SyntaxNode]]:
         """(callee's simple name, call node) for every call by name; computed once."""
         if self._call_cache is None:
             query = ts.load_query(self.grammar, "calls")
@@ -213,13 +214,13 @@ class _LaunchScanner:
                 )
         return out
 
-    def _lambda_arguments(self, site: Any, function: Any) -> dict[str, list[Any]]:
+    def _lambda_arguments(self, site: SyntaxNode, function: SyntaxNode) -> dict[str, list[SyntaxNode]]:
         """Parameters of lambdas around ``site`` -> the arguments the lambda is called with.
 
         Follows ``const auto run = [&](auto kernel) { LaunchKernel(...)(kernel, ...); };
         run(my_kernel<...>);`` within the enclosing function.
         """
-        out: dict[str, list[Any]] = {}
+        out: dict[str, list[SyntaxNode]] = {}
         current = site.parent
         while current is not None and current is not function:
             if current.type == "lambda_expression" and current.parent is not None:
@@ -242,7 +243,7 @@ class _LaunchScanner:
             current = current.parent
         return out
 
-    def _named_launch_sites(self, bindings: list[_Binding]) -> list[tuple[Any, set[str]]]:
+    def _named_launch_sites(self, bindings: list[_Binding]) -> list[tuple[SyntaxNode, set[str]]]:
         """``auto launch = LaunchKernel(...); launch(kernel, args...)`` (a named launch helper)."""
         named: list[tuple[str, tuple[int, int] | None]] = []
         for b in bindings:
@@ -259,7 +260,11 @@ class _LaunchScanner:
         sites = []
         for name, function in named:
             for callee, call in self._calls():
-                if callee != name or call.child_by_field_name("function").type != "identifier":
+                if callee != name:
+                    continue
+                called = call.child_by_field_name("function")
+                assert called is not None  # the calls query captures call_expressions, which have one
+                if called.type != "identifier":
                     continue
                 if function is not None and not (function[0] <= call.start_byte < function[1]):
                     continue
@@ -277,36 +282,36 @@ class _LaunchScanner:
             return []
         units: dict[tuple[int, int], RawLauncher] = {}
 
-        def lookup(site: Any, unit: Any) -> list[dict[str, list[Any]]]:
+        def lookup(site: SyntaxNode, unit: SyntaxNode) -> list[dict[str, list[SyntaxNode]]]:
             function = enclosing_function(site, outermost=False)
-            levels: list[dict[str, list[Any]]] = []
+            levels: list[dict[str, list[SyntaxNode]]] = []
             if function is not None:
                 key = (function.start_byte, function.end_byte)
-                local: dict[str, list[Any]] = self._lambda_arguments(site, function)
+                local: dict[str, list[SyntaxNode]] = self._lambda_arguments(site, function)
                 for b in bindings:
                     if b.function == key and not b.is_return:
                         local.setdefault(b.name, []).append(b.value)
                 levels.append(local)
             if unit.type in CLASS_TYPES:
-                members: dict[str, list[Any]] = {}
+                members: dict[str, list[SyntaxNode]] = {}
                 for b in bindings:
                     inside = unit.start_byte <= b.start_byte < unit.end_byte
                     if inside and (b.function is None or b.is_return):
                         members.setdefault(b.name, []).append(b.value)
                 levels.append(members)
-            file_wide: dict[str, list[Any]] = {}
+            file_wide: dict[str, list[SyntaxNode]] = {}
             for b in bindings:
                 if b.is_return or (b.function is None and not b.in_class):
                     file_wide.setdefault(b.name, []).append(b.value)
             levels.append(file_wide)
-            other_members: dict[str, list[Any]] = {}  # e.g. `OtherTrait<...>::kFn` of another struct
+            other_members: dict[str, list[SyntaxNode]] = {}  # e.g. `OtherTrait<...>::kFn` of another struct
             for b in bindings:
                 if b.in_class and b.function is None:
                     other_members.setdefault(b.name, []).append(b.value)
             levels.append(other_members)
             return levels
 
-        def add_site(site: Any, seeds: set[str], via: list[int]) -> None:
+        def add_site(site: SyntaxNode, seeds: set[str], via: list[int]) -> None:
             unit = self._launcher_unit(site)
             if unit is None:
                 return
@@ -333,7 +338,7 @@ class _LaunchScanner:
                 add_site(call, self._identifiers(call), [helper.start_byte])
         return sorted(units.values(), key=lambda u: u.start_byte)
 
-    def _follow(self, seeds: set[str], levels: list[dict[str, list[Any]]]) -> set[str]:
+    def _follow(self, seeds: set[str], levels: list[dict[str, list[SyntaxNode]]]) -> set[str]:
         """Names a kernel expression ends at, through aliases.
 
         A name bound at the innermost level that binds it (the enclosing
@@ -360,7 +365,7 @@ class _LaunchScanner:
                 frontier.extend(self._identifiers(value) - seen)
         return terminals
 
-    def _new_launcher(self, unit: Any) -> RawLauncher:
+    def _new_launcher(self, unit: SyntaxNode) -> RawLauncher:
         outer = with_template_header(unit)
         methods: list[str] = []
         if unit.type in CLASS_TYPES:
@@ -395,9 +400,9 @@ class _LaunchScanner:
         )
 
     @staticmethod
-    def _members(body: Any) -> list[Any]:
+    def _members(body: SyntaxNode | None) -> list[SyntaxNode]:
         """Member declarations/definitions of a class body, looking through templates and #if."""
-        out: list[Any] = []
+        out: list[SyntaxNode] = []
         if body is None:
             return out
         stack = list(reversed(body.named_children))
@@ -414,9 +419,9 @@ def scan_launchers(
     data: bytes,
     code: bytes,
     grammar: str,
-    root: Any,
+    root: SyntaxNode,
     line: Callable[[int], int],
-    classify: Callable[[Any, Any], tuple[str | None, int]],
+    classify: Callable[[SyntaxNode, SyntaxNode], tuple[str | None, int]],
 ) -> list[RawLauncher]:
     """The launchers of one file, sorted by start byte: ``root`` is the tree parsed from the
     masked ``data``, ``code`` the bytes with comments, strings and preprocessor lines blanked,

@@ -14,13 +14,17 @@ anything the evaluator cannot settle is left out, never guessed.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
-from typing import Any
+from typing import Final
 
 import libcst as cst
 
 from extract import pyops
 from pipeline.records import OpEntry
+
+# A literal a wrapper passes or defaults to (bool is listed apart from int for the reader).
+ScalarLiteral = str | int | float | bool
 
 
 @dataclasses.dataclass
@@ -28,9 +32,9 @@ class PyFacts:
     """What the op's Python says about an export's arguments."""
 
     written: set[int]  # positions of export arguments the Python marks as mutated
-    defaults: dict[str, Any]  # public function parameter -> default (concrete values only)
+    defaults: dict[str, ScalarLiteral | None]  # public function parameter -> default (concrete values only)
     returns_value: bool
-    literal_args: dict[int, Any]  # export argument positions given a literal (str/int/float/bool)
+    literal_args: dict[int, ScalarLiteral]  # export argument positions given a literal (str/int/float/bool)
     # export argument position -> (position of the tensor argument, dimension) the wrapper
     # reads it from (`size_limit = k_cache.shape[0]` before `module.store_cache(..., size_limit)`)
     sized_args: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
@@ -54,7 +58,14 @@ def _root_name(expr: cst.BaseExpression, assigned: dict[str, cst.BaseExpression]
             return None
 
 
-def _literal(node: cst.BaseExpression) -> Any:
+class _NotLiteral(enum.Enum):
+    NOT_LITERAL = enum.auto()
+
+
+_NOT_LITERAL: Final = _NotLiteral.NOT_LITERAL
+
+
+def _literal(node: cst.BaseExpression) -> ScalarLiteral | _NotLiteral:
     """The value of a literal argument (str, int, float, bool), else :data:`_NOT_LITERAL`."""
     if isinstance(node, cst.SimpleString):
         return str(node.evaluated_value)
@@ -71,10 +82,9 @@ def _literal(node: cst.BaseExpression) -> Any:
     return _NOT_LITERAL
 
 
-_NOT_LITERAL = object()
-
-
-def constant_args(program: pyops.Program, nodes: frozenset[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+def constant_args(
+    program: pyops.Program, nodes: frozenset[tuple[str, str]]
+) -> dict[tuple[str, str], dict[str, ScalarLiteral]]:
     """Parameters that hold one known literal on every path from the op's public function.
 
     ``gelu_and_mul`` calls ``run_activation("gelu", ...)``, which passes its ``op_name``
@@ -104,9 +114,9 @@ def constant_args(program: pyops.Program, nodes: frozenset[tuple[str, str]]) -> 
             ]
             if len(callees) == 1:
                 edges.append((node, callees[0], call))
-    consts: dict[tuple[str, str], dict[str, Any]] = {n: {} for n in funcs}
+    consts: dict[tuple[str, str], dict[str, ScalarLiteral]] = {n: {} for n in funcs}
     for _ in range(6):  # call chains in these wrappers are a few levels deep
-        seen: dict[tuple[tuple[str, str], str], set[Any]] = {}
+        seen: dict[tuple[tuple[str, str], str], set[tuple[str, ScalarLiteral] | None]] = {}
         for caller, callee, call in edges:
             params = [
                 p.name.value for p in [*funcs[callee].node.params.posonly_params, *funcs[callee].node.params.params]
@@ -123,10 +133,12 @@ def constant_args(program: pyops.Program, nodes: frozenset[tuple[str, str]]) -> 
                 seen.setdefault((callee, name), set()).add(
                     (type(value).__name__, value) if value is not _NOT_LITERAL else None
                 )
-        updated: dict[tuple[str, str], dict[str, Any]] = {n: {} for n in funcs}
+        updated: dict[tuple[str, str], dict[str, ScalarLiteral]] = {n: {} for n in funcs}
         for (callee, name), values in seen.items():
             if len(values) == 1 and None not in values:
-                updated[callee][name] = next(iter(values))[1]
+                (only,) = values
+                assert only is not None  # None not in values
+                updated[callee][name] = only[1]
         if updated == consts:
             break
         consts = updated
@@ -136,10 +148,10 @@ def constant_args(program: pyops.Program, nodes: frozenset[tuple[str, str]]) -> 
 def python_facts(program: pyops.Program, op: OpEntry, export: str) -> PyFacts:
     public = op.public_functions[0]
     target = program.public_target(op.module, public)
-    defaults: dict[str, Any] = {}
+    defaults: dict[str, ScalarLiteral | None] = {}
     returns_value = True
     written: set[int] = set()
-    literals: dict[int, Any] = {}
+    literals: dict[int, ScalarLiteral] = {}
     sized: dict[int, tuple[int, int]] = {}
     if target is None:
         return PyFacts(written, defaults, returns_value, literals, sized)

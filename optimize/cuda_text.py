@@ -43,7 +43,7 @@ def parse_region(text: str | bytes) -> Node:
     return ts.parse(data, GRAMMAR).root_node
 
 
-def load_query(name: str) -> object:
+def load_query(name: str) -> ts.Query:
     """``optimize/queries/<name>.scm`` compiled for the CUDA grammar (cached by
     :func:`extract.treesitter.load_query`); a missing file or a query the grammar
     rejects raises ``ValueError`` naming the file."""
