@@ -34,17 +34,26 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from contract import layout
 from optimize import report
 from optimize.budget import FINISHED
 from optimize.loop import Loop
 from optimize.run_folder import run_meta_check
-from optimize.session import CODERS, MODES, OP_DONE, LoopOptions, load_op_task
+from optimize.session import CODERS, MODES, OP_DONE, Coder, LoopOptions, Mode, load_op_task
 from optimize.trajectory import now_iso
 from pipeline.config import DEFAULT_OPS, Config
 from pipeline.output import emit
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
+
+    from optimize.backends import Backend
+    from optimize.backends.gpu import GpuBackend
+    from optimize.backends.replay import ReplayBackend
+    from optimize.scale.pool import Pool
+    from pipeline.records import Task
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,7 @@ class OptimizeOptions:
     mode: str = "multi"
     run: str | None = None
     replay: str | None = None
-    emitted: list[Any] | None = None
+    emitted: list[object] | None = None
 
 
 def _ops(options: OptimizeOptions, config: Config) -> list[str]:
@@ -117,7 +126,7 @@ def run(options: OptimizeOptions, config: Config) -> int:
     if replay_file:
         from optimize.backends.replay import ReplayBackend
 
-        backend: Any = ReplayBackend(replay_file)
+        backend: ReplayBackend | GpuBackend = ReplayBackend(replay_file)
     else:
         from optimize.backends.gpu import GpuBackend
 
@@ -135,7 +144,7 @@ def run(options: OptimizeOptions, config: Config) -> int:
 
 
 @contextlib.contextmanager
-def building_ahead(tasks: Sequence[tuple[pathlib.Path, Any]], config: Config, *, enabled: bool) -> Iterator[None]:
+def building_ahead(tasks: Sequence[tuple[pathlib.Path, Task]], config: Config, *, enabled: bool) -> Iterator[None]:
     """The baselines of the ops after the first built into the build cache (one op at a time,
     every core) while the first op is measured, so an op's GPU time does not wait on nvcc.
 
@@ -168,11 +177,11 @@ def _measured(
     options: OptimizeOptions,
     config: Config,
     *,
-    coder: Any,
-    mode: Any,
+    coder: Coder,
+    mode: Mode,
     replay_file: str | None,
-    backend: Any,
-    pool: Any,
+    backend: Backend,
+    pool: Pool | None,
 ) -> int:
     """The run itself, once the backend (and the pool, None for the serial path) is there."""
     ops = _ops(options, config)
@@ -201,6 +210,9 @@ def _measured(
         model = LlmClient(config.llm, cache_dir=config.cache / "llm")
     run_meta_check(run_dir, meta)
     if not replay_file:
+        from optimize.backends.gpu import GpuBackend
+
+        assert isinstance(backend, GpuBackend)  # run() makes one wherever no replay file is given
         backend.record_to = run_dir / layout.REPLAY_FILE
     if pool is not None:
         from optimize.scale.backend import BackendSpec, ScaledBackend
@@ -225,7 +237,7 @@ def _measured(
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as progress:
-        bars: dict[str, Any] = {}
+        bars: dict[str, TaskID] = {}
 
         def tick(op_id: str, number: int, total: int) -> None:
             if op_id not in bars:

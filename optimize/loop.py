@@ -247,7 +247,7 @@ class Loop(Session):
         # exact, reproducible, and it keeps the model's budget for rewrites that need judgement.
         mechanical = model is None or getattr(plan.decision, "mode", None) == "transform"
         transform = self.hooks.transform(skill, features) if mechanical else None
-        if mechanical and transform is None and getattr(plan.decision, "transform", None):
+        if mechanical and transform is None and plan.decision is not None and plan.decision.transform:
             transform = named_transform(plan.decision.transform)  # a Triton tunable: no skill file
         result = coding.code(
             plan,

@@ -16,30 +16,37 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 from optimize.agents.edits import Dialect
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
 from pipeline.errors import ModelError
 
+if TYPE_CHECKING:
+    from optimize.policy import Decision
+    from optimize.skills import Skill
+
+#: A policy option: a :class:`~optimize.policy.Decision`, or the same fields as a mapping.
+Option: TypeAlias = "Decision | Mapping[str, object]"
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
     skill: str
-    params: dict[str, Any]
+    params: dict[str, object]
     text: str  # what the coder is told to do
     reason: str  # the policy's reason for this option
     source: str  # "policy" | "llm" | "llm-fallback"
     option: int  # 1-based index in the policy's ranking
-    decision: Any = None  # the policy's Decision object
+    decision: Decision | None = None  # the policy's Decision object
 
 
 # --------------------------------------------------------------------------- policy decisions
 
 
-def decision_skill(decision: Any) -> str:
+def decision_skill(decision: Option) -> str:
     skill = getattr(decision, "skill", None)
     if skill is None and isinstance(decision, dict):
         skill = decision.get("skill")
@@ -50,14 +57,14 @@ def decision_skill(decision: Any) -> str:
     return skill.id
 
 
-def decision_params(decision: Any) -> dict[str, Any]:
+def decision_params(decision: Option) -> dict[str, object]:
     params = getattr(decision, "params", None)
     if params is None and isinstance(decision, dict):
         params = decision.get("params")
     return dict(params or {})
 
 
-def decision_reason(decision: Any) -> str:
+def decision_reason(decision: Option) -> str:
     for attr in ("reason", "why", "rationale"):
         value = getattr(decision, attr, None)
         if value is None and isinstance(decision, dict):
@@ -67,11 +74,11 @@ def decision_reason(decision: Any) -> str:
     return ""
 
 
-def params_text(params: dict[str, Any]) -> str:
+def params_text(params: Mapping[str, object]) -> str:
     return (" " + json.dumps(params, sort_keys=True)) if params else ""
 
 
-def options_text(decisions: Sequence[Any], skills: dict[str, Any]) -> str:
+def options_text(decisions: Sequence[Option], skills: Mapping[str, Skill]) -> str:
     """The numbered option list shown to planning and single agents."""
     lines = []
     for number, decision in enumerate(decisions, 1):
@@ -108,8 +115,8 @@ PLAN = re.compile(r"^\s*\**\s*PLAN\s*\**\s*:\s*(.*)", re.I | re.M | re.S)
 
 
 def plan(
-    decisions: Sequence[Any],
-    skills: dict[str, Any],
+    decisions: Sequence[Decision],
+    skills: Mapping[str, Skill],
     *,
     op_id: str,
     region_names: Sequence[str],
@@ -176,7 +183,7 @@ def plan(
     )
 
 
-def _default_text(decision: Any, skills: dict[str, Any]) -> str:
+def _default_text(decision: Option, skills: Mapping[str, Skill]) -> str:
     sid = decision_skill(decision)
     skill = skills.get(sid)
     title = getattr(skill, "title", sid) if skill is not None else sid

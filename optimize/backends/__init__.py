@@ -23,7 +23,11 @@ from pipeline.run_records import Candidate, Evaluation
 class Backend(Protocol):
     name: str
     simulated: bool
-    gpu_s: float
+
+    @property
+    def gpu_s(self) -> float:
+        """GPU seconds spent so far (read by the budget; a plain attribute or a property)."""
+        ...
 
     def available(self) -> tuple[bool, str]:
         """(usable here, one line saying what it is or why not)."""

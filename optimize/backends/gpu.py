@@ -31,13 +31,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from optimize.backends import replay
 from optimize.errors import GpuRequired
 from pipeline.config import Config
 from pipeline.records import Task
 from pipeline.run_records import Candidate, Evaluation, Outcome
+
+if TYPE_CHECKING:
+    from optimize.agents.testing import ProposedCase
+    from optimize.harness.protocol import CheckCase, WorkerRequest
+    from optimize.harness.tools import NcuResult, SanitizerResult
 
 PROBE = "import torch, sys; ok = torch.cuda.is_available(); print(torch.cuda.get_device_name(0) if ok else ''); sys.exit(0 if ok else 3)"
 
@@ -145,7 +150,7 @@ class GpuBackend:
                 )
         return evaluations
 
-    def profile(self, task_dir: Any, task: Task, candidate: Candidate | None) -> Any:
+    def profile(self, task_dir: str | os.PathLike[str], task: Task, candidate: Candidate | None) -> NcuResult:
         """Nsight Compute figures of ``candidate`` (None: the baseline); an ``NcuResult`` whatever happened."""
         from optimize.harness.errors import BaselineError, HarnessError
         from optimize.harness.tools import NcuResult, profile_ncu
@@ -167,7 +172,7 @@ class GpuBackend:
             )
         return result
 
-    def buildable(self, task_dir: Any, task: Task) -> tuple[Task, list[str], str] | None:
+    def buildable(self, task_dir: str | os.PathLike[str], task: Task) -> tuple[Task, list[str], str] | None:
         """A ``--no-compile`` task without the instantiations nvcc refuses (:func:`optimize.harness.evaluate.buildable`):
         (the narrowed task, the refused ones' keys, why), or None when nothing is to drop."""
         from contract.completion import instantiation_key
@@ -179,7 +184,9 @@ class GpuBackend:
         narrowed, refused, why = found
         return narrowed, [instantiation_key(i) for i in refused], why
 
-    def validate_cases(self, task_dir: Any, task: Task, cases: Any) -> list[tuple[bool, str]]:
+    def validate_cases(
+        self, task_dir: str | os.PathLike[str], task: Task, cases: Sequence[ProposedCase]
+    ) -> list[tuple[bool, str]]:
         """Run the testing agent's proposals on the baseline alone (kept only if clean)."""
         from optimize.harness.evaluate import validate_cases
 
@@ -189,7 +196,9 @@ class GpuBackend:
         finally:
             self.gpu_s += time.monotonic() - start  # builds included: the harness reports no split here
 
-    def _sanitize(self, task_dir: Any, task: Task, candidate: Candidate, evaluation: Evaluation) -> Evaluation:
+    def _sanitize(
+        self, task_dir: str | os.PathLike[str], task: Task, candidate: Candidate, evaluation: Evaluation
+    ) -> Evaluation:
         """Run the candidate under each of :data:`SANITIZER_TOOLS` (``compute-sanitizer --tool <tool>``).
 
         Uses the harness's own case planning, builds (cached) and worker in its ``single`` mode
@@ -204,7 +213,6 @@ class GpuBackend:
         if shutil.which("compute-sanitizer") is None:
             return _note(evaluation, "compute-sanitizer: not on PATH here; " + ", ".join(SANITIZER_TOOLS) + " not run")
         from optimize.harness import evaluate as harness
-        from optimize.harness.protocol import WorkerRequest
 
         plan = harness.plan_cases(task, held_out=min(2, self.config.harness.held_out_shapes), profile=False)
         _, base_libs = harness.build_units(task_dir, task, plan.units, config=self.config)
@@ -214,7 +222,7 @@ class GpuBackend:
         if not report.ok:  # the same regions built a moment ago; a failure now is the machine's
             return _note(evaluation, "compute-sanitizer: the candidate did not rebuild, not run")
 
-        def request(checks: list[Any], libraries: Any) -> WorkerRequest:
+        def request(checks: list[CheckCase], libraries: list[str] | None) -> WorkerRequest:
             return harness.worker_request(
                 task,
                 base_libs,
@@ -248,7 +256,7 @@ class GpuBackend:
                 )
         return evaluation
 
-    def _sanitizer_run(self, name: str, request: Any, tag: str, seconds: dict[str, float]) -> Any:
+    def _sanitizer_run(self, name: str, request: WorkerRequest, tag: str, seconds: dict[str, float]) -> SanitizerResult:
         """:func:`optimize.harness.tools.run_sanitizer` of ``request``, its seconds charged and added to ``seconds``."""
         from optimize.harness.tools import run_sanitizer
 
@@ -268,7 +276,7 @@ SANITIZER_MAX_S = 300.0
 SANITIZER_MAX_TOKENS = 8
 
 
-def sanitizer_checks(checks):
+def sanitizer_checks(checks: Sequence[CheckCase]) -> list[CheckCase]:
     """The check cases worth running under memcheck: every width, dtype and held-out
     shape, but catalog shapes only at small token counts. Memcheck slows kernels
     ~20x and tracks every access; out-of-bounds and uninitialised accesses show at
@@ -282,11 +290,11 @@ def sanitizer_checks(checks):
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 
 
-def small_checks(checks):
+def small_checks(checks: Sequence[CheckCase]) -> list[CheckCase]:
     """One check case per dtype, the smallest (fewest elements): racecheck, synccheck and initcheck
     track every shared-memory access or barrier and slow kernels 100x or more; a missing barrier or a
     read of memory nothing wrote shows at one small shape as well as at any."""
-    by_dtype: dict[str, list[Any]] = {}
+    by_dtype: dict[str, list[CheckCase]] = {}
     for case in checks:
         by_dtype.setdefault(case.dtype, []).append(case)
     return [min(cases, key=lambda c: math.prod(c.sizes.values()) if c.sizes else 0) for cases in by_dtype.values()]
@@ -297,7 +305,9 @@ def _gpu_seconds(evaluation: Evaluation) -> float:
 
 
 def _note(evaluation: Evaluation, note: str, seconds: dict[str, float] | None = None) -> Evaluation:
-    update: dict[str, Any] = {"detail": f"{evaluation.detail}; {note}" if evaluation.detail else note}
+    update: dict[str, str | dict[str, float]] = {
+        "detail": f"{evaluation.detail}; {note}" if evaluation.detail else note
+    }
     if seconds is not None:
         update["seconds"] = seconds
     return evaluation.model_copy(update=update)

@@ -71,16 +71,69 @@ import math
 import os
 import pathlib
 import tempfile
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, TypedDict, cast
 
 from optimize.errors import ReplayError
 from pipeline.record_io import file_mode
 from pipeline.records import BuildReport, Task
 from pipeline.run_records import Candidate, Evaluation, Outcome, ShapeTiming
 
+if TYPE_CHECKING:
+    from optimize.harness.tools import NcuResult
+
 FORMAT = "kernelsmith-replay/1"
 DEFAULT_SECONDS = {"build": 0.0, "test": 1.0, "profile": 1.0}
+
+
+class FinalEntry(TypedDict, total=False):
+    """An ENTRY's ``final``: what final validation says of the candidate."""
+
+    outcome: str
+    detail: str
+
+
+class Entry(TypedDict, total=False):
+    """ENTRY of the module docstring: one candidate's evaluation."""
+
+    outcome: str
+    detail: str
+    times_us: dict[str, float]
+    speedups: dict[str, float]
+    speedup: float
+    final: FinalEntry
+    seconds: dict[str, float]
+
+
+class Rule(Entry, total=False):
+    """RULE of the module docstring: an entry for every candidate it matches."""
+
+    skill: str
+    params: dict[str, object]
+    contains: str
+
+
+class OpEntry(TypedDict, total=False):
+    """One op of a replay file: its baseline, its candidates' entries and rules, its Nsight Compute rows."""
+
+    baseline: list[dict[str, object]]  # ShapeTiming as JSON, less baseline_us and speedup
+    baseline_seconds: dict[str, float]
+    candidates: dict[str, Entry]
+    rules: list[Rule]
+    unmatched: Entry | None
+    ncu: dict[str, list[dict[str, object]]]  # NcuKernel as JSON, by "baseline" or candidate id
+
+
+class ReplayFile(TypedDict, total=False):
+    """A whole replay file (``"format": "kernelsmith-replay/1"``)."""
+
+    format: str
+    source: str
+    device: str
+    recorded_at: str
+    note: str
+    default_seconds: dict[str, float]
+    ops: dict[str, OpEntry]
 
 
 def shape_key(label: str, dtype: str) -> str:
@@ -105,7 +158,7 @@ class ReplayBackend:
                 f"replay file {self.path} has format {data.get('format') if isinstance(data, dict) else None!r}, expected {FORMAT!r}",
                 fix="see optimize/backends/replay.py for the format",
             )
-        self.data = data
+        self.data = cast(ReplayFile, data)  # its parts are checked where they are read
         self.source = str(data.get("source", "recorded"))
         self.device = str(data.get("device", "unknown device"))
         self.default_seconds = {**DEFAULT_SECONDS, **data.get("default_seconds", {})}
@@ -123,7 +176,7 @@ class ReplayBackend:
 
     # ------------------------------------------------------------------ lookup
 
-    def _op(self, op_id: str) -> dict[str, Any]:
+    def _op(self, op_id: str) -> OpEntry:
         ops = self.data.get("ops", {})
         if op_id not in ops:
             raise ReplayError(
@@ -145,7 +198,9 @@ class ReplayBackend:
                 f"replay file {self.path}: bad baseline row for {op_id}", fix="see the format", detail=str(err)
             ) from err
 
-    def _rule(self, op: dict[str, Any], skill: str | None, params: dict[str, Any], regions: dict[str, str]) -> Any:
+    def _rule(
+        self, op: OpEntry, skill: str | None, params: Mapping[str, object], regions: Mapping[str, str]
+    ) -> Rule | None:
         for rule in op.get("rules", []):
             if "skill" in rule and rule["skill"] != skill:
                 continue
@@ -158,12 +213,12 @@ class ReplayBackend:
             return rule
         return None
 
-    def _composed(self, op: dict[str, Any], candidate: Candidate) -> dict[str, Any] | None:
+    def _composed(self, op: OpEntry, candidate: Candidate) -> Entry | None:
         """A search point with no rule of its own, from its steps' entries (a step no rule names takes
         ``unmatched``): the first failing step's entry, else the per-shape product of their speedups.
         None when a step has no entry or gives its timings as ``times_us``."""
         found = [self._rule(op, s.skill, s.params, candidate.regions) or op.get("unmatched") for s in candidate.steps]
-        entries: list[dict[str, Any]] = [e for e in found if isinstance(e, dict)]
+        entries: list[Entry] = [e for e in found if isinstance(e, dict)]
         if not entries or len(entries) < len(found):
             return None
         failing = [e for e in entries if e.get("outcome", "ok") not in ("ok", "slower")]
@@ -181,7 +236,7 @@ class ReplayBackend:
         detail = "composed from the steps' entries: " + ", ".join(s.skill for s in candidate.steps)
         return {"outcome": "slower" if slower else "ok", "speedups": product, "detail": detail}
 
-    def _entry(self, op_id: str, candidate: Candidate) -> dict[str, Any]:
+    def _entry(self, op_id: str, candidate: Candidate) -> Entry:
         op = self._op(op_id)
         exact = op.get("candidates", {}).get(candidate.id)
         if exact is not None:
@@ -192,8 +247,9 @@ class ReplayBackend:
         composed = self._composed(op, candidate) if candidate.steps else None
         if composed is not None:
             return composed
-        if op.get("unmatched") is not None:
-            return op["unmatched"]
+        unmatched = op.get("unmatched")
+        if unmatched is not None:
+            return unmatched
         raise ReplayError(
             f"replay file {self.path} has no entry for candidate {candidate.id} of {op_id} "
             f"(skill {candidate.skill}, params {candidate.params})",
@@ -202,7 +258,7 @@ class ReplayBackend:
 
     # ------------------------------------------------------------------ profile
 
-    def profile(self, task_dir: Any, task: Task, candidate: Candidate | None) -> Any:
+    def profile(self, task_dir: str | os.PathLike[str] | None, task: Task, candidate: Candidate | None) -> NcuResult:
         """The recorded Nsight Compute rows of ``candidate`` (None: the baseline), else ``unavailable``."""
         from optimize.harness.tools import NcuKernel, NcuResult
 
@@ -302,7 +358,7 @@ class ReplayBackend:
     def _charge(self, seconds: dict[str, float]) -> None:
         self.gpu_s += float(seconds.get("test", 0.0)) + float(seconds.get("profile", 0.0))
 
-    def _timings(self, op_id: str, baseline: list[ShapeTiming], entry: dict[str, Any]) -> list[ShapeTiming]:
+    def _timings(self, op_id: str, baseline: list[ShapeTiming], entry: Entry) -> list[ShapeTiming]:
         out = []
         for base in baseline:
             key = shape_key(base.label, base.dtype)
@@ -347,7 +403,7 @@ class ReplayBackend:
 
 
 def record_ncu(
-    path: str | os.PathLike[str], op_id: str, key: str, kernels: list[dict[str, Any]], *, device: str
+    path: str | os.PathLike[str], op_id: str, key: str, kernels: list[dict[str, object]], *, device: str
 ) -> None:
     """Add one Nsight Compute profile (``key``: "baseline" or a candidate id) to a replay file."""
     data = _load_for_update(path, device)
@@ -356,14 +412,14 @@ def record_ncu(
     _publish(path, data)
 
 
-def _load_for_update(path: str | os.PathLike[str], device: str) -> dict[str, Any]:
+def _load_for_update(path: str | os.PathLike[str], device: str) -> ReplayFile:
     path = pathlib.Path(path)
     if path.exists():
-        return json.loads(path.read_text(encoding="utf-8"))
+        return cast(ReplayFile, json.loads(path.read_text(encoding="utf-8")))
     return {"format": FORMAT, "source": "recorded", "device": device, "note": "written by a GPU run", "ops": {}}
 
 
-def _publish(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
+def _publish(path: str | os.PathLike[str], data: ReplayFile) -> None:
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -400,7 +456,7 @@ def record(
         ]
         op["baseline_seconds"] = seconds
     elif not baseline:
-        entry: dict[str, Any]
+        entry: Entry
         if stage == "final":
             entry = op["candidates"].setdefault(evaluation.candidate, {"outcome": evaluation.outcome.value})
             entry["final"] = {"outcome": evaluation.outcome.value, "detail": evaluation.detail[-2000:]}

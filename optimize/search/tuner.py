@@ -23,18 +23,28 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol, SupportsInt, cast
 
 from optimize.errors import SearchError
 from optimize.search.space import Space
+
+if TYPE_CHECKING:  # Kernel Tuner ships no type information: these name what is passed; mypy sees them untyped
+    from kernel_tuner.interface import Options as TuningOptions
+    from kernel_tuner.runners.runner import Runner
+    from kernel_tuner.searchspace import Searchspace
+    from kernel_tuner.util import RuntimeFailedConfig
 
 #: The strategy ``auto`` picks for a space too large to walk: it evaluates a population per
 #: generation, which is what a round builds and times at once.
 SAMPLING_STRATEGY = "genetic_algorithm"
 
 Point = dict[str, int]
+#: A measured point as Kernel Tuner's runner returns it: the point's values, then ``time`` (the cost)
+#: or ``__error__`` (a failed point)
+Result = dict[str, "int | float | RuntimeFailedConfig"]
 #: measure(points) -> one entry per point: its cost, "failed", or None (not measured: budget spent)
 Measure = Callable[[Sequence[Point]], list[float | str | None]]
 
@@ -66,7 +76,14 @@ def check_strategy(requested: str) -> None:
         )
 
 
-def _kernel_tuner() -> tuple[Any, Any, Any, Any, Any]:
+class Strategy(Protocol):
+    """A Kernel Tuner strategy (a module of ``interface.strategy_map``, loaded when first used)."""
+
+    def tune(self, searchspace: Searchspace, runner: Runner, tuning_options: TuningOptions) -> object: ...
+
+
+def _kernel_tuner() -> tuple[ModuleType, type[TuningOptions], Mapping[str, Strategy], type[Runner], type[Searchspace]]:
+    """Kernel Tuner's ``util`` module, ``Options``, its strategies by name, ``Runner`` and ``Searchspace``."""
     try:
         from kernel_tuner import util
         from kernel_tuner.interface import Options, strategy_map
@@ -107,9 +124,13 @@ def run_search(
     restrictions = None
     if valid is not None:
 
-        def allowed(*values: Any) -> bool:
+        def allowed(*values: SupportsInt | Mapping[str, SupportsInt]) -> bool:
             """Kernel Tuner's restriction: one dict of a point (several dimensions), else the one value."""
-            point = values[0] if len(values) == 1 and isinstance(values[0], dict) else dict(zip(keys, values))
+            point = (
+                values[0]
+                if len(values) == 1 and isinstance(values[0], dict)
+                else dict(zip(keys, cast("tuple[SupportsInt, ...]", values)))  # values, one per dimension
+            )
             return valid({k: int(v) for k, v in point.items()})
 
         restrictions = [allowed]  # a plain function: Kernel Tuner rewrites lambdas into expressions
@@ -124,15 +145,17 @@ def run_search(
     batches: list[int] = []
 
     class BatchRunner(Runner):  # type: ignore[misc, valid-type]
-        def get_device_info(self) -> Any:
+        def get_device_info(self) -> None:
             return None
 
-        def get_environment(self, tuning_options: Any) -> dict[str, Any]:
+        def get_environment(self, tuning_options: TuningOptions) -> dict[str, object]:
             return {}
 
-        def run(self, parameter_space: Any, tuning_options: Any) -> list[dict[str, Any] | None]:
+        def run(
+            self, parameter_space: Iterable[Sequence[SupportsInt]], tuning_options: TuningOptions
+        ) -> list[Result | None]:
             wanted: list[tuple[int, Point]] = []
-            results: list[dict[str, Any] | None] = []
+            results: list[Result | None] = []
             for element in parameter_space:
                 if tuning_options.budget.is_done():
                     results.append(None)
@@ -158,7 +181,7 @@ def run_search(
                         trials.append(Trial(point, float(cost)))
             return results
 
-    options: dict[str, Any] = {}
+    options: dict[str, int | float | list[int]] = {}
     if name == "genetic_algorithm":
         options = {"popsize": population, "maxiter": max(1, max_evals // max(1, population) + 1)}
         if x0 is not None:
