@@ -26,7 +26,8 @@ The Triton half (issue 19; ``language = "triton"`` tasks, the same records):
   -> ``triton_ops`` (``KernelSpec`` registrations with the TRITON backend and public
   wrappers -> ops; the cached Triton index)
 - ``triton_contract`` (the wrapper's shapes, dtypes and roles) -> ``triton_tasks`` (task
-  folders, coverage reasons) -> ``triton_compile`` (``triton.compile`` for sm_90 on the
-  CPU, in a worker process) -> ``triton_command`` (``extract --language``, imported by
+  folders, coverage reasons) -> ``triton_launch_values`` (a launch's signature, constexprs and
+  options, its arguments evaluated over the contract at one shape case) -> ``triton_compile``
+  (``triton.compile`` for sm_90 on the CPU, in a worker process) -> ``triton_command`` (``extract --language``, imported by
   ``command`` only when Triton ops are asked for)
 """

@@ -12,7 +12,7 @@ import pytest
 from triton_demo import scaled_add_task
 
 from contract.layout import task_dir
-from extract import triton_compile, triton_ops, triton_tasks
+from extract import triton_compile, triton_launch_values, triton_ops, triton_tasks
 
 needs_triton = pytest.mark.skipif(
     importlib.util.find_spec("triton") is None, reason="triton is not installed (pip install -e '.[triton]')"
@@ -43,9 +43,12 @@ def test_launch_values_from_the_contract(demo_task):
     src = (task_dir(work, task.op_id) / "src" / task.module).read_bytes()
     module = cst.parse_module(src)
     fn = next(s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == "scaled_add")
-    env = {**triton_compile.module_constants(module), **triton_compile.case_env(task, task.shapes[0], "bf16")}
+    env = {
+        **triton_launch_values.module_constants(module),
+        **triton_launch_values.case_env(task, task.shapes[0], "bf16"),
+    }
     kernel = next(k for k in task.triton.kernels if k.name == "scaled_add_kernel")
-    signature, constexprs, options = triton_compile.launch_values(fn, task.triton.launches[0], kernel, env)
+    signature, constexprs, options = triton_launch_values.launch_values(fn, task.triton.launches[0], kernel, env)
     assert signature == {
         "x_ptr": "*bf16",
         "y_ptr": "*bf16",

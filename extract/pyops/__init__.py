@@ -36,6 +36,8 @@ Modules, in dependency order (each imports only those above it):
 - ``values``: the values the interpreter computes with, frozen dataclasses
   (:class:`Unknown`, :class:`TensorValue`, :class:`ModuleRef`, ...), and
   :class:`Unresolvable`.
+- ``operators``: Python's operators and comparisons (:class:`~.operators.Operators`, a base
+  of :class:`Expressions`).
 - ``expressions``: the expression half of the interpreter (:class:`Expressions`).
 - ``interpreter``: calls, binding and statements (:class:`Evaluator`).
 - ``frames``: a caller's frame at a call site (:class:`LazyEnv`,

@@ -3,10 +3,10 @@
 :class:`Expressions` evaluates one libcst expression in an :class:`~.modules.Env`:
 literals, names (locals, module globals, imports the interpreter may follow, builtins,
 platform probes), attributes (tensor shapes and dtypes, class attributes, string
-methods), operators, comparisons, subscripts, f-strings and comprehensions. Calls,
-parameter binding and statements are the other half (:mod:`.interpreter`), which
-subclasses this one; ``eval`` dispatches on the node's type to ``_eval_<Type>``, so a
-subclass adds node types by adding methods.
+methods), operators and comparisons (inherited from :class:`~.operators.Operators`),
+subscripts, f-strings and comprehensions. Calls, parameter binding and statements are
+the other half (:mod:`.interpreter`), which subclasses this one; ``eval`` dispatches on
+the node's type to ``_eval_<Type>``, so a subclass adds node types by adding methods.
 
 What must stay true: evaluation is bounded (:data:`MAX_DEPTH` nested module
 constants and calls, :data:`MAX_LOOP` iterations); an unknown part makes the
@@ -17,7 +17,6 @@ expression :class:`~.values.Unknown` in static mode and raises
 from __future__ import annotations
 
 import math
-import operator
 import pathlib
 from collections.abc import Callable, Iterable
 from typing import SupportsIndex, cast
@@ -25,6 +24,7 @@ from typing import SupportsIndex, cast
 import libcst as cst
 
 from extract.pyops.modules import Env, PyModule, attr_text
+from extract.pyops.operators import Operators
 from extract.pyops.target import ITEMSIZE, PLATFORM, TORCH_DTYPES, Facts, package_paths
 from extract.pyops.values import (
     Alts,
@@ -42,7 +42,6 @@ from extract.pyops.values import (
     Unknown,
     Unresolvable,
     concrete,
-    identical,
 )
 
 # Bounds that keep a strange module from hanging the scan: nested calls and module
@@ -74,8 +73,6 @@ BUILTINS: dict[str, Callable[..., object]] = {
     "reversed": reversed,
 }
 
-_UNARY_SYMBOLS = {"Minus": "-", "Plus": "+", "BitInvert": "~"}
-
 _STR_METHODS = {"join", "format", "upper", "lower", "replace", "startswith", "endswith", "split", "strip"}
 
 
@@ -91,7 +88,7 @@ def _index_error(base: list[object] | tuple[object, ...] | str, key: object) -> 
     return f"{type(base).__name__} indices must be integers or slices, not {type(key).__name__}"
 
 
-class Expressions:
+class Expressions(Operators):
     """Evaluates libcst expressions (the state both halves of the interpreter share).
 
     ``resolve_module(dotted)`` returns a parsed :class:`PyModule` for imports the
@@ -437,100 +434,6 @@ class Expressions:
                 return None
             self.note(f"`{env.module.code(node)}` judged at parameter defaults: {bool(value)}")
         return bool(value)
-
-    def _eval_BooleanOperation(self, node: cst.BooleanOperation, env: Env) -> object:
-        left = self.eval(node.left, env)
-        if not concrete(left):
-            return self.unknown(env, node)
-        if isinstance(node.operator, cst.And):
-            return self.eval(node.right, env) if left else left
-        return left if left else self.eval(node.right, env)
-
-    def _eval_UnaryOperation(self, node: cst.UnaryOperation, env: Env) -> bool | int | float | Unknown:
-        value = self.eval(node.expression, env)
-        if not concrete(value):
-            return self.unknown(env, node)
-        op = type(node.operator).__name__
-        if op == "Not":
-            return not value
-        # a number (bool and Constant are ints); any other operand fails as it does in Python
-        if op == "Minus" and isinstance(value, (int, float)):
-            return -value
-        if op == "Plus" and isinstance(value, (int, float)):
-            return +value
-        if op == "BitInvert" and isinstance(value, int):
-            return ~value
-        if op in _UNARY_SYMBOLS:
-            raise TypeError(f"bad operand type for unary {_UNARY_SYMBOLS[op]}: '{type(value).__name__}'")
-        return self.unknown(env, node)
-
-    # Python's own operators (``operator.add(a, b)`` is ``a + b``), on any two concrete values
-    _BINOPS: dict[str, Callable[[object, object], object]] = {
-        "Add": operator.add,
-        "Subtract": operator.sub,
-        "Multiply": operator.mul,
-        "Divide": operator.truediv,
-        "FloorDivide": operator.floordiv,
-        "Modulo": operator.mod,
-        "Power": operator.pow,
-        "LeftShift": operator.lshift,
-        "RightShift": operator.rshift,
-        "BitOr": operator.or_,
-        "BitAnd": operator.and_,
-        "BitXor": operator.xor,
-    }
-
-    def _eval_BinaryOperation(self, node: cst.BinaryOperation, env: Env) -> object:
-        left = self.eval(node.left, env)
-        right = self.eval(node.right, env)
-        op = type(node.operator).__name__
-        if op == "Add" and isinstance(left, list) and isinstance(right, list):
-            return [*left, *right]  # lists of partly-known flags still concatenate
-        if op == "Add" and (isinstance(left, (str, Alts)) and isinstance(right, (str, Alts))):
-            return self._concat_str(left, right, env, node)
-        if not (concrete(left) and concrete(right)) or op not in self._BINOPS:
-            return self.unknown(env, node)
-        try:
-            return self._BINOPS[op](left, right)
-        except Exception as err:  # noqa: BLE001 - any Python error is "not knowable"
-            if self.strict:
-                raise Unresolvable(f"`{env.module.code(node)}` failed: {err}") from err
-            return Unknown(env.module.code(node))
-
-    def _eval_Comparison(self, node: cst.Comparison, env: Env) -> bool | Unknown:
-        left = self.eval(node.left, env)
-        for target in node.comparisons:
-            right = self.eval(target.comparator, env)
-            op = type(target.operator).__name__
-            if op in ("Is", "IsNot") and right is None and isinstance(left, TensorValue):
-                # an optional tensor argument: the harness passes every tensor the C++ entry takes
-                if op == "Is":
-                    return False
-                left = right
-                continue
-            if not (concrete(left) and concrete(right)):
-                return self.unknown(env, node)
-            try:
-                ok = {
-                    "Equal": lambda a, b: a == b,
-                    "NotEqual": lambda a, b: a != b,
-                    "LessThan": lambda a, b: a < b,
-                    "LessThanEqual": lambda a, b: a <= b,
-                    "GreaterThan": lambda a, b: a > b,
-                    "GreaterThanEqual": lambda a, b: a >= b,
-                    "In": lambda a, b: a in b,
-                    "NotIn": lambda a, b: a not in b,
-                    "Is": identical,
-                    "IsNot": lambda a, b: not identical(a, b),
-                }[op](left, right)
-            except Exception as err:  # noqa: BLE001
-                if self.strict:
-                    raise Unresolvable(f"`{env.module.code(node)}` failed: {err}") from err
-                return Unknown(env.module.code(node))
-            if not ok:
-                return False
-            left = right
-        return True
 
     def _eval_Subscript(self, node: cst.Subscript, env: Env) -> object:
         if len(node.slice) != 1:
