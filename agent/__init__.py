@@ -9,6 +9,7 @@ only writes region texts. Modules, in dependency order:
 - :mod:`agent.tasks`: an op id looked up (an unknown one answered with the closest known
   ids of the indexes or task folders), and the code of a task only other ops run, marked
   with who runs it, exactly as the session refuses edits to it;
+- :mod:`agent.answers`: what each verb answers, as types (the JSON both front ends print);
 - :mod:`agent.verbs`: the verbs over one run's records (ops, show, brief, submit,
   trajectory, finish, integrate), each answering plain JSON data; the reading verbs need no
   GPU, the measuring ones refuse without one before any work;

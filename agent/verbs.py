@@ -40,8 +40,18 @@ from __future__ import annotations
 import json
 import pathlib
 from collections.abc import Sequence
-from typing import NotRequired, TypedDict
 
+from agent.answers import (
+    Avoid,
+    Brief,
+    BuildAnswer,
+    IntegrateAnswer,
+    OpRow,
+    SkillRow,
+    SubmitAnswer,
+    TaskView,
+    TrajectoryRow,
+)
 from agent.tasks import load_op, not_editable
 from contract import layout
 from contract.layout import (
@@ -70,7 +80,7 @@ from pipeline.buckets import by_bucket
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError
 from pipeline.record_io import read_record
-from pipeline.records import Dtype, Task
+from pipeline.records import Task
 from pipeline.run_records import Candidate, Evaluation, OpSummary
 
 #: The verbs that measure, and what each measures: without a backend they refuse before any work.
@@ -80,124 +90,6 @@ MEASURING = {
     "integrate": "it checks the patch through SGLang's own op",
 }
 READING = "ops, show, brief, trajectory and build"  # what works without a GPU, for the fix lines
-
-
-class TaskView(TypedDict):
-    """``show``'s answer (:func:`_task_view`); ``why_not_evaluated`` where no run evaluated the op (:func:`show_task`)."""
-
-    op: str
-    best: str
-    evaluated: bool
-    language: str
-    regions: dict[str, str]
-    editable: list[str]
-    not_editable: dict[str, str]
-    facts: dict[str, object]
-    contract: dict[str, object]
-    shapes: list[str]
-    buckets: dict[str, dict[str, float]]
-    ptxas: list[dict[str, object]]
-    ncu: object  # the candidate's Nsight Compute digest as recorded (JSON), None for none
-    tried: str | list[str]
-    why_not_evaluated: NotRequired[str]
-
-
-class BuildAnswer(TypedDict):
-    """``build``'s answer."""
-
-    op: str
-    language: str
-    ok: bool
-    seconds: float
-    cached: bool
-    ptxas: list[dict[str, object]]
-    errors: str
-    foreign: list[str]
-
-
-class OpRow(TypedDict):
-    """One op of ``ops``; the figures only where this run evaluated its baseline."""
-
-    op: str
-    evaluated_in_run: bool
-    baseline_by_bucket: NotRequired[dict[str, dict[str, float]]]
-    best_speedup_geomean: NotRequired[float | None]
-    rounds: NotRequired[int]
-
-
-class SkillRow(TypedDict):
-    """A skill ``brief`` proposes, with its method text."""
-
-    skill: str
-    params: dict[str, object]
-    why: str
-    method: str
-
-
-class Avoid(TypedDict):
-    """A (skill, params) that failed, for ``brief``'s ``do_not_repeat``."""
-
-    skill: str
-    params: dict[str, object]
-    outcome: str
-
-
-class Brief(TypedDict):
-    """``brief``'s answer; ``why_not_evaluated`` where no evaluation of the op is at hand."""
-
-    op: str
-    evaluated: bool
-    why_not_evaluated: NotRequired[str]
-    bottleneck: str
-    skills: list[SkillRow]
-    do_not_repeat: list[Avoid]
-    not_editable: dict[str, str]
-
-
-class ShapeRow(TypedDict):
-    """One shape of a submitted candidate's evaluation."""
-
-    shape: str
-    dtype: Dtype
-    speedup: float | None
-    spread_pct: float
-    time_over_floor: float | None  # None: the op is not byte-bound
-
-
-class SubmitAnswer(TypedDict):
-    """``submit``'s answer: the round's verdict, with the evaluation where the candidate was evaluated."""
-
-    op: str
-    round: int
-    candidate: str | None
-    outcome: str
-    accepted: bool
-    detail: str
-    speedup_geomean: float | None
-    regressed_shapes: list[str]
-    evaluation: NotRequired[str]
-    shapes: NotRequired[list[ShapeRow]]
-
-
-class TrajectoryRow(TypedDict):
-    """One line of an op's trajectory."""
-
-    kind: str
-    round: int
-    coder: str
-    skill: str | None
-    outcome: str
-    speedup_geomean: float | None
-    accepted: bool
-    candidate: str | None
-    detail: str
-
-
-class IntegrateAnswer(TypedDict):
-    """``integrate``'s answer: the stage's exit code and the PR's file (None: none written)."""
-
-    exit_code: int
-    pr: str | None
 
 
 def numbered(text: str) -> str:
