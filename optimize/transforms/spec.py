@@ -38,4 +38,10 @@ class TransformSpec:
     overlap: bool = False
 
 
-__all__ = ["Params", "Targets", "TransformSpec"]
+def no_targets(features: Features, point: Params) -> list[Params]:
+    """None from a CUDA region's features: a Triton task's targets come from its record
+    (:mod:`optimize.search.triton_space`)."""
+    return []
+
+
+__all__ = ["Params", "Targets", "TransformSpec", "no_targets"]

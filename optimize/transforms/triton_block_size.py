@@ -16,7 +16,7 @@ import libcst as cst
 
 from optimize.transforms import triton_edits as tt
 from optimize.transforms.edits import NotApplicable
-from optimize.transforms.spec import TransformSpec
+from optimize.transforms.spec import TransformSpec, no_targets
 
 
 def block_size(
@@ -50,7 +50,7 @@ SPECS = (
         block_size,
         {"launch": "launch region", "name": "the constexpr keyword", "value": "a power of two"} | tt.BUCKETED,
         (),
-        tt.no_targets,
+        no_targets,
         "set a block-size constexpr a Triton launch passes (grid and block together)",
         choice=("value",),
     ),

@@ -38,7 +38,7 @@ import libcst as cst
 
 from optimize.transforms import triton_edits as tt
 from optimize.transforms.edits import NotApplicable, TransformError
-from optimize.transforms.spec import TransformSpec
+from optimize.transforms.spec import TransformSpec, no_targets
 
 FACTORS = (2, 4, 8)
 TRANSFORM = "triton_coarsen_programs"
@@ -221,7 +221,7 @@ SPECS = (
         }
         | tt.BUCKETED,
         (),
-        tt.no_targets,
+        no_targets,
         "run several consecutive programs of a Triton grid axis in one program (grid and kernel together)",
         choice=("value",),
     ),

@@ -36,9 +36,7 @@ from typing import Any
 
 import libcst as cst
 
-from optimize.features import Features
 from optimize.transforms.edits import NotApplicable, TransformError
-from optimize.transforms.spec import Params
 from pipeline.buckets import BUCKETS
 
 NUM_WARPS = (1, 2, 4, 8, 16)
@@ -273,12 +271,6 @@ def names_of(nodes: Sequence[cst.CSTNode]) -> set[str]:
     return out
 
 
-def no_targets(features: Features, point: Params) -> list[Params]:
-    """None from a CUDA region's features: a Triton task's targets come from its record
-    (:mod:`optimize.search.triton_space`)."""
-    return []
-
-
 __all__ = [
     "BUCKETED",
     "DEFAULTS",
@@ -302,7 +294,6 @@ __all__ = [
     "literal_int",
     "names_of",
     "new_value",
-    "no_targets",
     "parse_kernel",
     "parse_launch",
     "split_chain",

@@ -14,7 +14,7 @@ import libcst as cst
 
 from optimize.transforms import triton_edits as tt
 from optimize.transforms.edits import NotApplicable, TransformError
-from optimize.transforms.spec import TransformSpec
+from optimize.transforms.spec import TransformSpec, no_targets
 
 
 def autotune_pin(regions: Mapping[str, str], *, kernel: str, index: int) -> dict[str, str]:
@@ -54,7 +54,7 @@ SPECS = (
         autotune_pin,
         {"kernel": "kernel region", "index": "the config kept"},
         (),
-        tt.no_targets,
+        no_targets,
         "keep one config of a Triton kernel's autotune list",
         choice=("index",),
     ),
@@ -63,7 +63,7 @@ SPECS = (
         constexpr_default,
         {"kernel": "kernel region", "name": "the constexpr parameter", "value": "a power of two"},
         (),
-        tt.no_targets,
+        no_targets,
         "set the default of a Triton kernel's block-size constexpr",
         choice=("value",),
     ),

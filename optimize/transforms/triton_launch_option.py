@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from optimize.transforms import triton_edits as tt
 from optimize.transforms.edits import TransformError
-from optimize.transforms.spec import TransformSpec
+from optimize.transforms.spec import TransformSpec, no_targets
 
 
 def launch_option(
@@ -38,7 +38,7 @@ SPECS = (
         launch_option,
         {"launch": "launch region", "option": "num_warps or num_stages", "value": "the new value"} | tt.BUCKETED,
         (),
-        tt.no_targets,
+        no_targets,
         "set a Triton launch's num_warps / num_stages (in every bucket or one)",
         choice=("value",),
     ),
