@@ -118,6 +118,10 @@ class IntegrateFolder:
         """The A/A runs' record ``number`` (from 1)."""
         return self.root / f"pristine-{number}.json"
 
+    def layer_records(self) -> list[pathlib.Path]:
+        """Every layer record here: each recipe's (:meth:`e2e`) and each A/A run's (:meth:`pristine_run`)."""
+        return [*sorted(self.root.glob("e2e/*.json")), *sorted(self.root.glob("pristine-*.json"))]
+
     @property
     def self_check_record(self) -> pathlib.Path:
         return self.root / "self-check.json"
@@ -136,6 +140,13 @@ def pristine_folder(work_dir: str | os.PathLike[str], recipe: str | None = None)
     return IntegrateFolder(
         pathlib.Path(work_dir) / INTEGRATE_DIR / ("pristine" if recipe is None else f"pristine-{recipe}")
     )
+
+
+def layer_records(work_dir: str | os.PathLike[str]) -> list[pathlib.Path]:
+    """The layer records of every integrate folder of the work dir (:meth:`IntegrateFolder.layer_records`)."""
+    root = pathlib.Path(work_dir) / INTEGRATE_DIR
+    folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    return [path for folder in folders for path in IntegrateFolder(folder).layer_records()]
 
 
 def self_check_folder(work_dir: str | os.PathLike[str]) -> IntegrateFolder:

@@ -36,7 +36,7 @@ from typing import Any
 
 from rich.table import Table
 
-from contract.layout import INTEGRATE_DIR, has_task, load_task, task_dir
+from contract.layout import INTEGRATE_DIR, has_task, layer_records, load_task, task_dir
 from integrate.recipe import LayerRecipe, all_recipes
 from integrate.records import E2EResult
 from optimize.features import features
@@ -144,9 +144,7 @@ def step_shares(work: pathlib.Path) -> list[StepShare]:
     """Each recipe's decode points up to :data:`DECODE_MAX` from its newest layer record (by file time) under
     ``work/integrate``; a record that does not read is left out (it is integrate's to rewrite)."""
     newest: dict[str, tuple[float, pathlib.Path, E2EResult]] = {}
-    root = work / INTEGRATE_DIR
-    paths = [*root.glob("*/e2e/*.json"), *root.glob("pristine*/pristine-*.json")] if root.is_dir() else []
-    for path in paths:
+    for path in layer_records(work):
         try:
             result = read_record(E2EResult, path)
         except StaleRecordError:
