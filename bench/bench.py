@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from bench.one_op import bench_config, bench_op, bench_request, from_worker
-from bench.sections import BenchOptions, OpBench, canonical_command, timing_section, write_section
+from bench.sections import DEFAULT_OUTPUT, BenchOptions, OpBench, canonical_command, timing_section, write_section
 from optimize.harness import evaluate
 from optimize.harness.protocol import WorkerRequest, WorkerResult
 from pipeline.config import DEFAULT_OPS, Config
@@ -210,7 +210,7 @@ def run(options: BenchOptions, config: Config) -> int:
 
     command = canonical_command(options)
     when = datetime.now(UTC).strftime("%Y-%m-%d")
-    output = pathlib.Path(options.output or "BENCHMARKS.md")
+    output = pathlib.Path(options.output or DEFAULT_OUTPUT)
     start = time.monotonic()
     if options.all_ops:
         from bench.health import health_section

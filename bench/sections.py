@@ -53,6 +53,9 @@ def upsert_section(text: str, command: str, section: str) -> str:
     return "".join(lines[:start]) + marker + "\n" + body + ("\n" + tail if tail and not body.endswith("\n\n") else tail)
 
 
+DEFAULT_OUTPUT = "BENCHMARKS.md"  # where bench writes its section unless --output names another file
+
+
 @dataclass(frozen=True)
 class BenchOptions:
     """What one ``kernelsmith bench`` is asked: ``all_ops`` (``--all``: every task's health) or ``ops``
@@ -64,7 +67,7 @@ class BenchOptions:
     all_ops: bool = False
     dtypes: tuple[str, ...] | None = None
     torch_compile: bool = True
-    output: str = "BENCHMARKS.md"
+    output: str = DEFAULT_OUTPUT
     emitted: list[Any] | None = None
 
 
@@ -79,7 +82,7 @@ def canonical_command(options: BenchOptions) -> str:
         parts += ["--dtypes", *options.dtypes]
     if not options.torch_compile:
         parts.append("--no-torch-compile")
-    if options.output and options.output != "BENCHMARKS.md":
+    if options.output and options.output != DEFAULT_OUTPUT:
         parts += ["--output", options.output]
     return shlex.join(parts)
 

@@ -160,7 +160,7 @@ def _bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     _common(p)
     _json(p)
     _ops(p)
-    p.add_argument("--output", default="BENCHMARKS.md")
+    p.add_argument("--output", help="the Markdown file bench writes its section into (default BENCHMARKS.md)")
     p.add_argument("--no-torch-compile", action="store_true")
     p.add_argument(
         "--budget-s",

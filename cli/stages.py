@@ -94,7 +94,7 @@ def integrate_stage(args: argparse.Namespace, config: Config) -> int:
 
 
 def bench_options(args: argparse.Namespace) -> BenchOptions:
-    from bench.sections import BenchOptions
+    from bench.sections import DEFAULT_OUTPUT, BenchOptions
 
     dtypes = getattr(args, "dtypes", None)
     return BenchOptions(
@@ -102,7 +102,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         all_ops=bool(getattr(args, "all", False)),
         dtypes=tuple(dtypes) if dtypes else None,
         torch_compile=not getattr(args, "no_torch_compile", False),
-        output=getattr(args, "output", None) or "BENCHMARKS.md",
+        output=getattr(args, "output", None) or DEFAULT_OUTPUT,
         emitted=getattr(args, EMIT, None),
     )
 
