@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from cli.parser import ops_of
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.output import EMIT
@@ -17,7 +18,7 @@ from pipeline.output import EMIT
 def main(args: argparse.Namespace, config: Config) -> int:
     """The parsed flags turned into the action's typed options, and the action run."""
     action = getattr(args, "action", "show")
-    ops = tuple(getattr(args, "ops", None) or ())
+    ops = ops_of(args)
     if action == "run":
         from bench import census
 
