@@ -22,7 +22,7 @@ from typing import Any
 
 from optimize.run_folder import clip, why
 from optimize.trajectory import RoundOutcome, RoundRecord, regions_hash
-from pipeline.run_records import Candidate, Evaluation, Outcome, ReachVerdict, ShapeTiming
+from pipeline.run_records import Candidate, Evaluation, NotEvaluated, Outcome, ReachVerdict, ShapeTiming
 from pipeline.stats import geomean
 
 MIN_GAIN_PCT = 1.0  # a new best must beat the current best's geomean by this much (or the noise band)
@@ -69,21 +69,21 @@ def judge_round(evaluation: Evaluation, best_geomean: float | None, noise_pct: f
     geo = geomean(speedups)
     low = min(speedups) if speedups else None
     slow = regressed(evaluation.timings, noise_pct) if evaluation.outcome in (Outcome.ok, Outcome.slower) else []
-    outcome = RoundOutcome.of(evaluation.outcome)
+    outcome = evaluation.outcome
     detail = why(evaluation)
-    if outcome == RoundOutcome.ok and (slow or (geo is not None and geo < 1.0)):
-        outcome = RoundOutcome.slower
+    if outcome == Outcome.ok and (slow or (geo is not None and geo < 1.0)):
+        outcome = Outcome.slower
         if slow:
             detail = f"slower than the baseline at {len(slow)} shape(s) beyond the {noise_pct:g}% noise band"
         else:
             detail = f"geomean speedup {geo:.3f}x < 1"
     best_geo = best_geomean or 1.0
     gain = min_gain_pct(noise_pct)
-    accepted = outcome == RoundOutcome.ok and geo is not None and geo > best_geo * (1.0 + gain / 100.0)
+    accepted = outcome == Outcome.ok and geo is not None and geo > best_geo * (1.0 + gain / 100.0)
     if accepted and evaluation.screened:  # timed at a few shapes only: a figure to rank by, not to accept
         accepted = False
         detail = f"screened at {len(evaluation.timings)} shape(s), geomean {geo:.3f}x; not promoted to full timing"
-    elif outcome == RoundOutcome.ok and not accepted:
+    elif outcome == Outcome.ok and not accepted:
         if geo is not None:
             detail = f"correct, geomean {geo:.3f}x does not beat the best ({best_geo:.3f}x) by {gain:g}%"
         else:
@@ -93,16 +93,16 @@ def judge_round(evaluation: Evaluation, best_geomean: float | None, noise_pct: f
 
 def judge_final(evaluation: Evaluation, noise_pct: float) -> Verdict:
     """The verdict of final validation: correct on fresh shapes and slower at none of them."""
-    outcome = RoundOutcome.of(evaluation.outcome)
+    outcome = evaluation.outcome
     slow = regressed(evaluation.timings, noise_pct) if evaluation.outcome == Outcome.ok else []
     detail = why(evaluation)
-    if outcome == RoundOutcome.ok and slow:
-        outcome = RoundOutcome.slower
+    if outcome == Outcome.ok and slow:
+        outcome = Outcome.slower
         shapes = ", ".join(f"{t.label} {t.dtype}" for t in slow[:4])
         detail = f"final validation: slower than the baseline at {shapes}"
     speedups = [t.speedup for t in evaluation.timings if t.speedup is not None]
     low = min(speedups) if speedups else None
-    return Verdict(outcome, detail, geomean(speedups), low, slow, accepted=outcome == RoundOutcome.ok)
+    return Verdict(outcome, detail, geomean(speedups), low, slow, accepted=outcome == Outcome.ok)
 
 
 def judge_reach(verdict: Verdict, reach: Sequence[ReachVerdict]) -> Verdict:
@@ -114,9 +114,9 @@ def judge_reach(verdict: Verdict, reach: Sequence[ReachVerdict]) -> Verdict:
         return verdict
     first = blocking[0]
     if first.outcome is not None and first.outcome != Outcome.ok:
-        outcome = RoundOutcome.of(first.outcome)
+        outcome = first.outcome
     else:
-        outcome = RoundOutcome.slower if first.regressed_shapes else RoundOutcome.incorrect
+        outcome = Outcome.slower if first.regressed_shapes else Outcome.incorrect
     where = f" (it runs the changed {', '.join(first.regions)})" if first.regions else ""
     word = "not judged" if first.status == "not_judged" else outcome.value
     more = f"; {len(blocking) - 1} other op(s) too" if len(blocking) > 1 else ""
@@ -137,7 +137,7 @@ def round_record(
     attempts = fields.get("attempts") or []
     if evaluation is None or candidate is None:
         last = attempts[-1] if attempts else None
-        outcome = RoundOutcome(last.status) if last and last.status != "edited" else RoundOutcome.malformed_reply
+        outcome = last.status if last and last.status != "edited" else NotEvaluated.malformed_reply
         return RoundRecord(**fields, outcome=outcome, detail=last.detail if last else "", best=best.candidate)
     verdict = judge_round(evaluation, best.speedup_geomean, noise_pct)
     return RoundRecord(

@@ -84,7 +84,7 @@ from optimize.trajectory import (
 from pipeline.buckets import bucket_of, no_go
 from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
 from pipeline.records import Task
-from pipeline.run_records import Candidate, Evaluation, OpSummary, Outcome, RunSummary, ShapeTiming
+from pipeline.run_records import Candidate, Evaluation, NotEvaluated, OpSummary, Outcome, RunSummary, ShapeTiming
 
 POLICY_LIMIT = 8  # options the planner sees (mechanical ones rank below LLM rewrites; keep some in view)
 SEARCH_LIMIT = 256  # a search round spans every mechanical proposal
@@ -292,7 +292,7 @@ class Loop(Session):
                     if foreign
                     else "the edit gives back the base's own code"
                 )
-                attempts.append(Attempt(agent=result.agent, status="no_change", detail=detail))
+                attempts.append(Attempt(agent=result.agent, status=NotEvaluated.no_change, detail=detail))
                 candidate, evaluation = None, None
                 break
             if op.stored_evaluation(candidate.id, "round") is not None:
@@ -303,7 +303,7 @@ class Loop(Session):
                 attempts.append(
                     Attempt(
                         agent=result.agent,
-                        status="no_change",
+                        status=NotEvaluated.no_change,
                         candidate=candidate.id,
                         detail=f"the edit reproduces candidate {candidate.id}, already evaluated",
                     )

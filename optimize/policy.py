@@ -47,9 +47,10 @@ from pydantic import Field
 
 from optimize.features import Features
 from optimize.skills import Skill, SkillLibrary
-from optimize.trajectory import HistoryEntry, RoundOutcome, params_key
+from optimize.trajectory import HistoryEntry, params_key
 from optimize.transforms.registry import TRANSFORMS, expand_targets
 from pipeline.record_io import Record
+from pipeline.run_records import NotEvaluated, Outcome
 
 GIVE_UP_AFTER = 3  # failures of one skill (any params) before the policy drops it
 MECHANICAL_BONUS_OFFLINE = 0.15
@@ -57,7 +58,7 @@ MECHANICAL_BONUS_ONLINE = 0.05
 SUCCESS_BONUS = 0.1
 FAILURE_PENALTY = 0.15
 #: outcomes that say nothing about the idea itself: the pair may be tried again
-RETRYABLE = {RoundOutcome.budget_exhausted, RoundOutcome.model_error}
+RETRYABLE = {Outcome.budget_exhausted, NotEvaluated.model_error}
 
 
 class Decision(Record):
@@ -106,14 +107,14 @@ def _history_index(
 
 
 def _improved(entry: HistoryEntry) -> bool:
-    return entry.outcome == RoundOutcome.ok and entry.speedup_geomean is not None and entry.speedup_geomean > 1.0
+    return entry.outcome == Outcome.ok and entry.speedup_geomean is not None and entry.speedup_geomean > 1.0
 
 
 def _tried_reason(entry: HistoryEntry) -> str:
     speed = f" ({entry.speedup_geomean:.3f}x)" if entry.speedup_geomean is not None else ""
     if _improved(entry):
         return f"already tried in round {entry.round}: it helped{speed} and is part of the base now"
-    if entry.outcome == RoundOutcome.ok:
+    if entry.outcome == Outcome.ok:
         return f"already tried in round {entry.round}: no gain{speed}"
     return f"already tried in round {entry.round}: {entry.outcome.value}{speed}"
 

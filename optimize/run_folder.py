@@ -30,11 +30,11 @@ from contract.layout import TRAJECTORY_FILE
 from extract.splice import apply_regions
 from optimize.llm.client import MeteredModel, Model
 from optimize.reach import Foreign
-from optimize.trajectory import RoundOutcome, RoundRecord, Trajectory, candidate_id
+from optimize.trajectory import RoundRecord, Trajectory, candidate_id
 from pipeline.errors import ConfigError, KernelsmithError, StaleRecordError
 from pipeline.record_io import file_mode, read_record, replace_dir, write_record
 from pipeline.records import Span, Task
-from pipeline.run_records import Candidate, Evaluation, OpSummary, Outcome
+from pipeline.run_records import Candidate, Evaluation, NotEvaluated, OpSummary, Outcome
 
 
 class OpState:
@@ -111,7 +111,7 @@ def op_summary(op: OpState, stop: str | None, best: RoundRecord | None) -> OpSum
             rounds=rounds,
             detail="no candidate passed final validation faster than the baseline; the baseline stays",
         )
-    final = [r for r in traj.finals() if r.candidate == best.candidate and r.outcome == RoundOutcome.ok][-1]
+    final = [r for r in traj.finals() if r.candidate == best.candidate and r.outcome == Outcome.ok][-1]
     return OpSummary(
         op_id=op.task.op_id,
         status="improved",
@@ -247,6 +247,6 @@ def model_failure(model: Model | None, op: OpState) -> str | None:
             + (f"; fix: {err.fix}" if err.fix else "")
         )
     attempts = [a for r in op.trajectory.rounds() for a in r.attempts if a.agent not in ("transform", "search")]
-    if attempts and all(a.status == "model_error" for a in attempts):
+    if attempts and all(a.status == NotEvaluated.model_error for a in attempts):
         return clip(f"every LLM attempt of the run's rounds failed, the last: {attempts[-1].detail}")
     return None

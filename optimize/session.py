@@ -45,7 +45,6 @@ from optimize.reach_ops import Placed, place
 from optimize.run_folder import OpState, clip, model_failure, op_summary, read_run_meta, why
 from optimize.trajectory import (
     Attempt,
-    RoundOutcome,
     RoundRecord,
     Trajectory,
     candidate_id,
@@ -55,7 +54,16 @@ from optimize.trajectory import (
 from pipeline.config import Config
 from pipeline.errors import BudgetExhausted, ConfigError, KernelsmithError
 from pipeline.records import Task
-from pipeline.run_records import Candidate, Evaluation, OpSummary, ReachVerdict, RunSummary, ShapeTiming
+from pipeline.run_records import (
+    Candidate,
+    Evaluation,
+    NotEvaluated,
+    OpSummary,
+    Outcome,
+    ReachVerdict,
+    RunSummary,
+    ShapeTiming,
+)
 
 FINAL_TRIES = 3  # candidates tried in final validation before keeping the baseline
 
@@ -279,7 +287,11 @@ class Session:
         )
         if all(same(base.regions[k], merged[k]) for k in merged):
             attempts = [
-                Attempt(agent="external", status="no_change", detail="the regions are the best's, whitespace aside")
+                Attempt(
+                    agent="external",
+                    status=NotEvaluated.no_change,
+                    detail="the regions are the best's, whitespace aside",
+                )
             ]
             record = self._record(op, number, plan, base.id, best, attempts, None, None, False)
         else:
@@ -400,7 +412,7 @@ class Session:
             round=op.trajectory.last_round(),
             mode=self.options.mode,
             coder=self.options.coder,
-            outcome=RoundOutcome.ok if reason in FINISHED else RoundOutcome.budget_exhausted,
+            outcome=Outcome.ok if reason in FINISHED else Outcome.budget_exhausted,
             stop_reason=reason,
             detail=self.budget.message(reason),
             best=op.trajectory.best_id(),
@@ -422,7 +434,7 @@ class Session:
                 coder=self.options.coder,
                 candidate=candidate.id,
                 regions_hash=regions_hash(candidate.regions),
-                outcome=RoundOutcome.ok,
+                outcome=Outcome.ok,
                 timings=evaluation.timings,
                 speedup_geomean=1.0,
                 speedup_min=1.0,
@@ -469,7 +481,7 @@ class Session:
             assert top.candidate is not None
             done = [r for r in traj.finals() if r.candidate == top.candidate]
             if done:
-                if done[-1].outcome == RoundOutcome.ok:
+                if done[-1].outcome == Outcome.ok:
                     op.write_best(top)
                     return top
                 continue  # pragma: no cover - ranked() already leaves disqualified ones out

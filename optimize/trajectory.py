@@ -26,7 +26,6 @@ What must stay true:
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import pathlib
@@ -38,50 +37,42 @@ from pydantic import Field, ValidationError
 from optimize.errors import TrajectoryError
 from pipeline.buckets import floor_text
 from pipeline.record_io import Record, VersionedRecord, content_hash
-from pipeline.run_records import Outcome, ReachVerdict, ShapeTiming
+from pipeline.run_records import NotEvaluated, Outcome, ReachVerdict, ShapeTiming
+
+#: How a round ended: its evaluation's outcome, or why its coder gave nothing to evaluate.
+RoundOutcome = Outcome | NotEvaluated
+
+#: Every round outcome, the evaluation's first.
+ROUND_OUTCOMES: tuple[RoundOutcome, ...] = (*Outcome, *NotEvaluated)
 
 
-class RoundOutcome(str, enum.Enum):
-    """How a round ended: an evaluation outcome, or why nothing was evaluated.
-
-    The first seven values are :class:`pipeline.run_records.Outcome`'s; the others
-    cover rounds whose coder produced nothing to evaluate.
-    """
-
-    ok = "ok"
-    compile_failed = "compile_failed"
-    incorrect = "incorrect"
-    timeout = "timeout"
-    crashed = "crashed"
-    slower = "slower"
-    budget_exhausted = "budget_exhausted"
-    malformed_reply = "malformed_reply"  # the LLM's reply could not be turned into region texts
-    model_error = "model_error"  # the endpoint failed after its retries
-    no_change = "no_change"  # the edit left every region as it was
-    not_applicable = "not_applicable"  # the skill's transform does not apply to this code
-
-    @classmethod
-    def of(cls, outcome: Outcome) -> RoundOutcome:
-        return cls(outcome.value)
+def round_outcome(value: str) -> RoundOutcome:
+    """The round outcome spelt ``value`` (a trajectory line's ``outcome``); ``ValueError`` if none is."""
+    for outcome in ROUND_OUTCOMES:
+        if outcome.value == value:
+            return outcome
+    raise ValueError(f"{value!r} is no round outcome; expected one of {[o.value for o in ROUND_OUTCOMES]}")
 
 
-FAILED = {
-    RoundOutcome.compile_failed,
-    RoundOutcome.incorrect,
-    RoundOutcome.timeout,
-    RoundOutcome.crashed,
-    RoundOutcome.slower,
-    RoundOutcome.malformed_reply,
-    RoundOutcome.no_change,
-    RoundOutcome.not_applicable,
-}
+FAILED: frozenset[RoundOutcome] = frozenset(
+    {
+        Outcome.compile_failed,
+        Outcome.incorrect,
+        Outcome.timeout,
+        Outcome.crashed,
+        Outcome.slower,
+        NotEvaluated.malformed_reply,
+        NotEvaluated.no_change,
+        NotEvaluated.not_applicable,
+    }
+)
 
 
 class Attempt(Record):
     """One coding, repair or guard attempt inside a round."""
 
     agent: str  # coding | repair | guard | single | transform (a skill's mechanical transform)
-    status: Literal["edited", "malformed_reply", "model_error", "no_change", "not_applicable"]
+    status: Literal["edited"] | NotEvaluated
     candidate: str | None = None
     outcome: Outcome | None = None  # evaluation outcome when the candidate was evaluated
     detail: str = ""
@@ -222,7 +213,7 @@ class Trajectory:
 
     def disqualified(self) -> set[str]:
         """Candidates that failed a final validation."""
-        return {r.candidate for r in self.finals() if r.outcome != RoundOutcome.ok and r.candidate}
+        return {r.candidate for r in self.finals() if r.outcome != Outcome.ok and r.candidate}
 
     def ranked(self) -> list[RoundRecord]:
         """Accepted rounds, best first (geometric-mean speedup), disqualified ones left out."""
@@ -290,7 +281,7 @@ class Trajectory:
             if record.accepted:
                 text += ", accepted"
             detail = _first_line(record.detail)
-            if detail and record.outcome != RoundOutcome.ok:
+            if detail and record.outcome != Outcome.ok:
                 text += f" — {detail}"
             lines.append(text)
         return "\n".join(lines)

@@ -5,7 +5,10 @@ agent verbs and the reports. The base classes and the disk format are :mod:`pipe
 the task's own records (shapes, build reports) are :mod:`pipeline.records`'.
 
 What must stay true: :class:`Outcome` is the closed set an evaluation can end in (a new way to fail
-is a new member, never a free-form string); a candidate's id is the content hash of its regions.
+is a new member, never a free-form string), and :class:`NotEvaluated` the closed set of reasons a
+coder gave nothing to evaluate; the two share no value, so a round's outcome is one of either
+(``optimize.trajectory.RoundOutcome``) with neither set spelt again. A candidate's id is the content
+hash of its regions.
 """
 
 from __future__ import annotations
@@ -29,6 +32,15 @@ class Outcome(str, enum.Enum):
     crashed = "crashed"
     slower = "slower"
     budget_exhausted = "budget_exhausted"
+
+
+class NotEvaluated(str, enum.Enum):
+    """Why a coder produced nothing to evaluate (no value is also an :class:`Outcome`'s)."""
+
+    malformed_reply = "malformed_reply"  # the LLM's reply could not be turned into region texts
+    model_error = "model_error"  # the endpoint failed after its retries
+    no_change = "no_change"  # the edit left every region as it was
+    not_applicable = "not_applicable"  # the skill's transform does not apply to this code
 
 
 class Step(Record):

@@ -22,7 +22,7 @@ from test_loop import CountingBackend, write_task
 from optimize.llm.client import LlmClient
 from optimize.loop import Loop
 from optimize.session import LoopOptions
-from optimize.trajectory import RoundOutcome, Trajectory
+from optimize.trajectory import ROUND_OUTCOMES, Trajectory
 from pipeline.config import Config
 
 pytestmark = pytest.mark.local_model
@@ -92,7 +92,7 @@ def test_the_llm_loop_runs_against_a_real_local_model(tmp_path, server):
     traj = Trajectory(pathlib.Path(tmp_path) / "runs" / "local" / "demo.scale" / "trajectory.jsonl")
     rounds = traj.rounds()
     assert rounds, "the loop wrote no round"
-    assert all(r.outcome in set(RoundOutcome) for r in rounds)
+    assert all(r.outcome in set(ROUND_OUTCOMES) for r in rounds)
     assert summary.tokens > 0, "the model's tokens were counted"
     assert summary.ops[0].status in ("improved", "no_improvement", "model_failed")
     print(

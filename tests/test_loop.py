@@ -25,7 +25,7 @@ from optimize.llm.fakes import ScriptedModel
 from optimize.loop import Loop
 from optimize.session import LoopOptions
 from optimize.skills import SkillError
-from optimize.trajectory import RoundOutcome, Trajectory, params_key
+from optimize.trajectory import Trajectory, params_key
 from pipeline.config import Config
 from pipeline.record_io import read_record, write_record
 from pipeline.records import (
@@ -40,7 +40,7 @@ from pipeline.records import (
     Task,
     TensorSpec,
 )
-from pipeline.run_records import Candidate, Evaluation, Outcome, RunSummary
+from pipeline.run_records import Candidate, Evaluation, NotEvaluated, Outcome, RunSummary
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPLAY = HERE / "fixtures" / "replay" / "demo.replay.json"
@@ -214,12 +214,12 @@ def test_llm_loop_plan_code_compile_error_repair_accept(tmp_path):
     kinds = [r.kind for r in traj.records]
     assert kinds == ["baseline", "round", "stop", "final"]
     rnd = traj.rounds()[0]
-    assert (rnd.skill, rnd.params, rnd.outcome, rnd.accepted) == ("vector_loads_128", {}, RoundOutcome.ok, True)
+    assert (rnd.skill, rnd.params, rnd.outcome, rnd.accepted) == ("vector_loads_128", {}, Outcome.ok, True)
     assert [(a.agent, a.outcome.value) for a in rnd.attempts] == [("coding", "compile_failed"), ("repair", "ok")]
     assert rnd.speedup_geomean == pytest.approx((1.02 * 1.35 * 1.21) ** (1 / 3), rel=1e-6)
     assert rnd.plan.startswith("Load float4") and rnd.tokens > 0
     assert traj.records[2].stop_reason == "rounds"
-    assert traj.records[3].outcome == RoundOutcome.ok and traj.records[3].candidate == rnd.candidate
+    assert traj.records[3].outcome == Outcome.ok and traj.records[3].candidate == rnd.candidate
     assert [stage for _, stage in backend.calls] == ["round", "round", "round", "final"]
 
     run_dir = tmp_path / "runs" / "r1"
@@ -272,10 +272,10 @@ def test_malformed_reply_is_a_recorded_outcome_and_the_loop_goes_on(tmp_path):
     )
     summary, traj, backend = run_loop(tmp_path, model, rounds=2)
     first, second = traj.rounds()
-    assert first.outcome == RoundOutcome.malformed_reply and first.candidate is None
+    assert first.outcome == NotEvaluated.malformed_reply and first.candidate is None
     assert "no code block" in first.detail
     assert "vector_loads_128" not in options_of(model.prompts[3][1][1]["content"])  # not offered again
-    assert second.skill == "items_per_thread" and second.outcome == RoundOutcome.ok and second.accepted
+    assert second.skill == "items_per_thread" and second.outcome == Outcome.ok and second.accepted
     assert len([c for c in backend.calls if c[1] == "round"]) == 2  # baseline + round 2 only
     plan = json.loads((tmp_path / "runs/r1/demo.scale/test_plan.json").read_text())
     assert plan["notes"] == ["the testing agent's reply has no JSON list"]
@@ -302,7 +302,7 @@ def test_regressed_shape_gets_a_dispatch_guard_before_acceptance(tmp_path):
     (rnd,) = traj.rounds()
     assert rnd.skill == "items_per_thread"
     assert [a.agent for a in rnd.attempts] == ["coding", "guard"]
-    assert rnd.outcome == RoundOutcome.ok and rnd.guarded and rnd.accepted and not rnd.regressed_shapes
+    assert rnd.outcome == Outcome.ok and rnd.guarded and rnd.accepted and not rnd.regressed_shapes
     assert summary.ops[0].guarded and summary.ops[0].status == "improved"
 
 
@@ -312,7 +312,7 @@ def test_regressed_candidate_without_a_guard_is_not_accepted(tmp_path):
     )
     summary, traj, _ = run_loop(tmp_path, model)
     (rnd,) = traj.rounds()
-    assert rnd.outcome == RoundOutcome.slower and not rnd.accepted
+    assert rnd.outcome == Outcome.slower and not rnd.accepted
     assert rnd.regressed_shapes == ["demo[n=1024] fp32"]
     assert [a.status for a in rnd.attempts] == ["edited", "malformed_reply"]
     assert summary.ops[0].status == "no_improvement" and not (tmp_path / "runs/r1/demo.scale/best").exists()
@@ -332,9 +332,9 @@ def test_final_validation_failure_disqualifies_the_best(tmp_path):
     summary, traj, _ = run_loop(tmp_path, model, rounds=2)
     r1, r2 = traj.rounds()
     assert r1.accepted and r2.skill == "items_per_thread"
-    assert r2.outcome == RoundOutcome.ok and not r2.accepted  # 1.07x does not beat 1.27x
+    assert r2.outcome == Outcome.ok and not r2.accepted  # 1.07x does not beat 1.27x
     finals = traj.finals()
-    assert [(f.candidate, f.outcome) for f in finals] == [(r1.candidate, RoundOutcome.incorrect)]
+    assert [(f.candidate, f.outcome) for f in finals] == [(r1.candidate, Outcome.incorrect)]
     assert "never written" in finals[0].detail
     assert summary.ops[0].status == "no_improvement"
     report = (tmp_path / "runs/r1/demo.scale/report.md").read_text()
@@ -387,9 +387,9 @@ def test_offline_loop_uses_real_transforms_and_never_repeats_a_tried_option(tmp_
     # outcomes are the replay's: the fixture makes fast math wrong and larger blocks slower
     for r in rounds:
         if r.skill == "fast_math_intrinsics":
-            assert r.outcome == RoundOutcome.incorrect and "max abs err" in r.attempts[0].detail
+            assert r.outcome == Outcome.incorrect and "max abs err" in r.attempts[0].detail
         if r.skill == "tune_block_size" and r.params["value"] != 128:
-            assert r.outcome == RoundOutcome.slower
+            assert r.outcome == Outcome.slower
     if summary.ops[0].status == "improved":
         chosen = read_record(Candidate, op / "best" / "candidate.json")
         assert chosen.id == summary.ops[0].best and chosen.skill == summary.ops[0].skills[-1]
@@ -455,7 +455,7 @@ def test_gpu_budget_stops_between_rounds_but_final_validation_still_runs(tmp_pat
     traj = Trajectory(tmp_path / "runs/r1/demo.scale/trajectory.jsonl")
     assert len(traj.rounds()) == 2  # baseline 3 s + round 3 s = 6 s < 7 s; after round 2, 9 s
     assert first.stop_reason == "gpu_time" and first.status == "improved"
-    assert traj.finals()[0].outcome == RoundOutcome.ok
+    assert traj.finals()[0].outcome == Outcome.ok
     assert second.status == "skipped" and summary.gpu_s >= 7.0
 
 
@@ -820,7 +820,7 @@ def test_an_edit_that_reproduces_measured_code_is_not_evaluated_again(tmp_path):
     summary, traj, backend = run_loop(tmp_path, model, rounds=2, coder="llm")
     first, second = traj.rounds()
     assert first.accepted
-    assert second.outcome == RoundOutcome.no_change and not second.accepted
+    assert second.outcome == NotEvaluated.no_change and not second.accepted
     assert "already evaluated" in second.attempts[-1].detail
     assert [stage for _, stage in backend.calls].count("round") == 2  # baseline + round 1 only
 
@@ -970,7 +970,7 @@ def test_one_answered_call_is_not_a_model_failure(tmp_path):
     model = ScriptedModel(["[]", dead, "I cannot help with that."])  # testing answered; coding's reply is unusable
     summary, traj, _ = run_loop(tmp_path, model)
     assert summary.ops[0].status == "no_improvement"
-    assert traj.rounds()[0].outcome == RoundOutcome.malformed_reply
+    assert traj.rounds()[0].outcome == NotEvaluated.malformed_reply
 
 
 class BrokenEndpoint:
@@ -1030,7 +1030,7 @@ def test_command_with_an_endpoint_sending_malformed_json_records_it_and_exits_no
     run_dir = tmp_path / "runs" / "dead"
     assert read_record(RunSummary, run_dir / "summary.json").ops[0].status == "model_failed"
     (rnd,) = Trajectory(run_dir / "demo.scale" / "trajectory.jsonl").rounds()
-    assert rnd.outcome == RoundOutcome.model_error and "malformed body" in rnd.attempts[0].detail
+    assert rnd.outcome == NotEvaluated.model_error and "malformed body" in rnd.attempts[0].detail
     assert not list((tmp_path / "cache" / "llm").glob("*.json"))  # nothing of it was cached
 
 

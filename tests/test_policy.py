@@ -10,7 +10,8 @@ from optimize.cuda_spans import definition_spans, region_texts
 from optimize.features import ProfileFacts, features_of_regions
 from optimize.policy import GIVE_UP_AFTER, Decision, decide, plan
 from optimize.skills import load_skills
-from optimize.trajectory import HistoryEntry, RoundOutcome, params_key
+from optimize.trajectory import HistoryEntry, params_key
+from pipeline.run_records import NotEvaluated, Outcome
 
 ELEMENTWISE = "kernels/jit/csrc/elementwise"
 PROFILE = ProfileFacts(
@@ -109,14 +110,14 @@ def test_never_repeats_a_failed_or_slower_pair(act, lib):
     first = plan(act, lib, [], llm_available=False, limit=50)
     tried = first[:5]
     outcomes = [
-        RoundOutcome.compile_failed,
-        RoundOutcome.slower,
-        RoundOutcome.incorrect,
-        RoundOutcome.not_applicable,
-        RoundOutcome.ok,
+        Outcome.compile_failed,
+        Outcome.slower,
+        Outcome.incorrect,
+        NotEvaluated.not_applicable,
+        Outcome.ok,
     ]
     history = [
-        entry(d.skill, d.params, o, 0.97 if o in (RoundOutcome.slower, RoundOutcome.ok) else None, round=i + 1)
+        entry(d.skill, d.params, o, 0.97 if o in (Outcome.slower, Outcome.ok) else None, round=i + 1)
         for i, (d, o) in enumerate(zip(tried, outcomes))
     ]
     again = decide(act, lib, history, llm_available=False, limit=50)
@@ -135,7 +136,7 @@ def test_never_repeats_a_failed_or_slower_pair(act, lib):
 def test_success_is_not_repeated_and_raises_the_skill(act, lib):
     first = plan(act, lib, [], llm_available=False, limit=50)
     block = next(d for d in first if d.skill == "tune_block_size")
-    history = [entry(block.skill, block.params, RoundOutcome.ok, 1.08)]
+    history = [entry(block.skill, block.params, Outcome.ok, 1.08)]
     again = plan(act, lib, history, llm_available=False, limit=50)
     assert keys([block])[0] not in keys(again)
     before = next(d.score for d in first if d.skill == "tune_block_size")
@@ -148,13 +149,11 @@ def test_inconclusive_attempts_may_be_retried_and_repeated_failures_drop_the_ski
     first = plan(act, lib, [], llm_available=False, limit=50)
     target = next(d for d in first if d.skill == "launch_bounds")
     budget = [
-        entry(target.skill, target.params, RoundOutcome.budget_exhausted),
-        entry(target.skill, target.params, RoundOutcome.model_error),
+        entry(target.skill, target.params, Outcome.budget_exhausted),
+        entry(target.skill, target.params, NotEvaluated.model_error),
     ]
     assert keys([target])[0] in keys(plan(act, lib, budget, llm_available=False, limit=50))
-    failures = [
-        entry("launch_bounds", {"kernel": f"k{i}"}, RoundOutcome.crashed, round=i) for i in range(GIVE_UP_AFTER)
-    ]
+    failures = [entry("launch_bounds", {"kernel": f"k{i}"}, Outcome.crashed, round=i) for i in range(GIVE_UP_AFTER)]
     out = decide(act, lib, failures, llm_available=False, limit=50)
     assert not [d for d in out if d.skill == "launch_bounds" and d.proposed]
     dropped = [d for d in out if d.skill == "launch_bounds"]

@@ -19,10 +19,11 @@ from optimize.llm.fakes import ScriptedModel
 from optimize.loop import Loop
 from optimize.reach_ops import changes, companions, transplant
 from optimize.session import LoopOptions
-from optimize.trajectory import RoundOutcome, Trajectory
+from optimize.trajectory import Trajectory
 from pipeline.config import Config
 from pipeline.record_io import read_record
 from pipeline.records import Index, OpEntry
+from pipeline.run_records import Outcome
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ROPE = (
@@ -177,7 +178,7 @@ def test_a_candidate_slower_where_a_twin_runs_its_code_is_not_accepted(tmp_path)
     (rnd,) = traj.rounds()
     assert rnd.accepted  # at its own op it wins
     (final,) = traj.finals()
-    assert final.outcome == RoundOutcome.slower and not final.accepted
+    assert final.outcome == Outcome.slower and not final.accepted
     assert "at demo.twin (it runs the changed scale_kernel)" in final.detail
     (verdict,) = final.reach
     assert (verdict.op_id, verdict.status, verdict.regions) == ("demo.twin", "failed", ["scale_kernel"])
@@ -192,7 +193,7 @@ def test_a_candidate_slower_where_a_twin_runs_its_code_is_not_accepted(tmp_path)
 def test_a_candidate_that_holds_at_the_twin_is_accepted_with_the_twin_figures(tmp_path):
     summary, traj = _run_with_twin(tmp_path, 1.1)
     (final,) = traj.finals()
-    assert final.accepted and final.outcome == RoundOutcome.ok
+    assert final.accepted and final.outcome == Outcome.ok
     (verdict,) = final.reach
     assert verdict.status == "held" and verdict.speedup_geomean == pytest.approx(1.1)
     assert summary.ops[0].status == "improved"
@@ -219,7 +220,7 @@ def test_a_twin_in_the_index_with_no_task_blocks_as_not_judged(tmp_path, monkeyp
     (final,) = traj.finals()
     (verdict,) = final.reach
     assert verdict.status == "not_judged" and "no wheel here" in verdict.detail
-    assert final.outcome == RoundOutcome.incorrect and "not judged at demo.twin" in final.detail
+    assert final.outcome == Outcome.incorrect and "not judged at demo.twin" in final.detail
     assert summary.ops[0].status == "no_improvement"
 
 

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import ast
+import pathlib
+
 import pytest
+from test_import_graph import FLOORS
 
 from optimize.errors import TrajectoryError
 from optimize.trajectory import (
+    ROUND_OUTCOMES,
     Attempt,
     RoundOutcome,
     RoundRecord,
     Trajectory,
     candidate_id,
     regions_hash,
+    round_outcome,
 )
-from pipeline.run_records import Outcome, ShapeTiming
+from pipeline.run_records import NotEvaluated, Outcome, ShapeTiming
 from pipeline.stats import geomean
 
 
@@ -38,7 +44,7 @@ def baseline(cid: str = "base") -> RoundRecord:
         op_id="op",
         round=0,
         candidate=cid,
-        outcome=RoundOutcome.ok,
+        outcome=Outcome.ok,
         timings=[timing("a", None)],
         speedup_geomean=1.0,
         best=cid,
@@ -80,7 +86,7 @@ def test_append_only_and_reload(tmp_path):
     traj = Trajectory(path)
     traj.append(baseline())
     first = path.read_bytes()
-    traj.append(round_(1, "vec", RoundOutcome.ok, 1.2, accepted=True))
+    traj.append(round_(1, "vec", Outcome.ok, 1.2, accepted=True))
     second = path.read_bytes()
     assert second.startswith(first) and second.count(b"\n") == 2
     again = Trajectory(path)
@@ -93,13 +99,13 @@ def test_torn_last_line_is_cut_and_bad_middle_line_is_an_error(tmp_path):
     path = tmp_path / "trajectory.jsonl"
     traj = Trajectory(path)
     traj.append(baseline())
-    traj.append(round_(1, "vec", RoundOutcome.ok, 1.2, accepted=True))
+    traj.append(round_(1, "vec", Outcome.ok, 1.2, accepted=True))
     whole = path.read_bytes()
     path.write_bytes(whole + b'{"kind": "round", "op_id": "op", "rou')  # killed mid-write
     resumed = Trajectory(path)
     assert resumed.torn_bytes > 0 and len(resumed.records) == 2
     assert path.read_bytes() == whole
-    resumed.append(round_(2, "unroll", RoundOutcome.compile_failed))
+    resumed.append(round_(2, "unroll", Outcome.compile_failed))
     assert len(Trajectory(path).records) == 3
 
     lines = path.read_bytes().split(b"\n")
@@ -114,12 +120,12 @@ def test_best_is_the_fastest_accepted_round_not_disqualified(tmp_path):
     assert traj.best() is None
     traj.append(baseline())
     assert traj.best().kind == "baseline" and traj.best_id() == "base"
-    traj.append(round_(1, "vec", RoundOutcome.ok, 1.2, accepted=True))
-    traj.append(round_(2, "unroll", RoundOutcome.ok, 1.5, accepted=True))
-    traj.append(round_(3, "fast", RoundOutcome.incorrect))
-    traj.append(round_(4, "pdl", RoundOutcome.ok, 1.9, accepted=False))  # correct but not accepted (e.g. a regression)
+    traj.append(round_(1, "vec", Outcome.ok, 1.2, accepted=True))
+    traj.append(round_(2, "unroll", Outcome.ok, 1.5, accepted=True))
+    traj.append(round_(3, "fast", Outcome.incorrect))
+    traj.append(round_(4, "pdl", Outcome.ok, 1.9, accepted=False))  # correct but not accepted (e.g. a regression)
     assert traj.best_id() == "c2"
-    traj.append(RoundRecord(kind="final", op_id="op", round=2, candidate="c2", outcome=RoundOutcome.incorrect))
+    traj.append(RoundRecord(kind="final", op_id="op", round=2, candidate="c2", outcome=Outcome.incorrect))
     assert traj.disqualified() == {"c2"}
     assert traj.best_id() == "c1"
     assert [r.candidate for r in traj.ranked()] == ["c1"]
@@ -128,10 +134,10 @@ def test_best_is_the_fastest_accepted_round_not_disqualified(tmp_path):
 def test_history_marks_failed_and_slower_for_the_policy(tmp_path):
     traj = Trajectory(tmp_path / "t.jsonl")
     traj.append(baseline())
-    traj.append(round_(1, "vec", RoundOutcome.compile_failed))
-    traj.append(round_(2, "unroll", RoundOutcome.slower, 0.9))
-    traj.append(round_(3, "pdl", RoundOutcome.ok, 1.1, accepted=True))
-    traj.append(round_(4, "fast", RoundOutcome.budget_exhausted))
+    traj.append(round_(1, "vec", Outcome.compile_failed))
+    traj.append(round_(2, "unroll", Outcome.slower, 0.9))
+    traj.append(round_(3, "pdl", Outcome.ok, 1.1, accepted=True))
+    traj.append(round_(4, "fast", Outcome.budget_exhausted))
     history = traj.history()
     assert [(h.skill, h.failed) for h in history] == [("vec", True), ("unroll", True), ("pdl", False), ("fast", False)]
     assert traj.tried("unroll", {"w": 2}).round == 2
@@ -146,12 +152,12 @@ def test_summary_is_compact_and_spent_sums_every_line(tmp_path):
             round_(
                 n,
                 f"s{n}",
-                RoundOutcome.compile_failed,
+                Outcome.compile_failed,
                 detail=f"error: line {n}\nmore\nand more",
                 attempts=[Attempt(agent="coding", status="edited", candidate=f"c{n}", outcome=Outcome.compile_failed)],
             )
         )
-    traj.append(round_(13, "vec", RoundOutcome.ok, 1.25, accepted=True))
+    traj.append(round_(13, "vec", Outcome.ok, 1.25, accepted=True))
     text = traj.summary(limit=4)
     assert "best so far: round 13 vec{w=13}" in text and "1.250x" in text
     assert "(9 earlier rounds omitted)" in text
@@ -182,7 +188,42 @@ def test_candidate_ids_hash_region_texts_not_dict_order():
     assert geomean([2.0, 0.5]) == pytest.approx(1.0) and geomean([]) is None
 
 
-def test_every_evaluation_outcome_is_a_round_outcome():
-    """RoundOutcome re-lists records.Outcome (enums cannot extend one another): a value
-    added to Outcome and not here would break RoundOutcome.of at run time."""
-    assert [RoundOutcome.of(o).value for o in Outcome] == [o.value for o in Outcome]
+def test_every_round_outcome_reads_back_as_itself_and_the_two_sets_share_no_value():
+    """A round's outcome is an evaluation's Outcome or why nothing was evaluated (NotEvaluated),
+    written as its value: each must read back as the same member, which needs the two sets disjoint."""
+    assert not {o.value for o in Outcome} & {o.value for o in NotEvaluated}
+    assert ROUND_OUTCOMES == (*Outcome, *NotEvaluated)
+    for outcome in ROUND_OUTCOMES:
+        line = round_(1, "pdl_enable", outcome).model_dump_json()
+        back = RoundRecord.model_validate_json(line).outcome
+        assert back is outcome and round_outcome(outcome.value) is outcome
+    with pytest.raises(ValueError, match="no round outcome"):
+        round_outcome("edited")
+
+
+def test_the_outcome_sets_are_spelt_once_in_pipeline_run_records():
+    """The house issue: RoundOutcome re-listed Outcome's seven values, and the coders' statuses were
+    spelt in three places. A Literal[...] or an enum anywhere else that spells most of either set fails
+    here (four of Outcome's seven, two of NotEvaluated's four); fewer is another vocabulary that shares
+    a word (a worker's "ok" or "crashed", a timing's "no_change")."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    sets = [({o.value for o in Outcome}, 4), ({o.value for o in NotEvaluated}, 2)]
+    found = []
+    for pkg in FLOORS:
+        for path in sorted((root / pkg).rglob("*.py")):
+            rel = str(path.relative_to(root))
+            if rel == "pipeline/run_records.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                spelt: list[str] = []
+                if isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("Literal"):
+                    spelt = [c.value for c in ast.walk(node.slice) if isinstance(c, ast.Constant)]
+                elif isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("Enum") for b in node.bases):
+                    spelt = [
+                        s.value.value
+                        for s in node.body
+                        if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)
+                    ]
+                if any(len(values & set(spelt)) >= most for values, most in sets):
+                    found.append(f"{rel}:{node.lineno}: {sorted(set(spelt))}")
+    assert found == [], "outcome values spelt again:\n" + "\n".join(found)

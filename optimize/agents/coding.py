@@ -23,6 +23,7 @@ from optimize.agents.planning import Plan, params_text
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
 from pipeline.errors import ModelError
+from pipeline.run_records import NotEvaluated
 
 
 def _skill_field(skill: Any, name: str) -> str:
@@ -69,7 +70,7 @@ def code(
     try:
         reply = model.complete("coding", messages)
     except ModelError as err:
-        return CodeResult("model_error", None, str(err), agent="coding")
+        return CodeResult(NotEvaluated.model_error, None, str(err), agent="coding")
     return result_from_model(model, reply, regions, agent="coding", dialect=dialect)
 
 
@@ -77,7 +78,7 @@ def code_offline(plan: Plan, regions: Mapping[str, str], transform: Any) -> Code
     """The skill's mechanical transform applied to ``regions``."""
     if transform is None:
         return CodeResult(
-            "not_applicable",
+            NotEvaluated.not_applicable,
             None,
             f"skill {plan.skill} has no mechanical transform (it needs the LLM coder)",
             agent="transform",
@@ -87,23 +88,23 @@ def code_offline(plan: Plan, regions: Mapping[str, str], transform: Any) -> Code
     try:
         new = transform(dict(regions), dict(plan.params))
     except transforms.NotApplicable as err:
-        return CodeResult("not_applicable", None, f"{plan.skill}: {err}", agent="transform")
+        return CodeResult(NotEvaluated.not_applicable, None, f"{plan.skill}: {err}", agent="transform")
     except transforms.TransformError as err:
         # A bug in the transform or its parameters: recorded loudly (so the policy
         # does not retry it and the report shows it), not hidden, not fatal to the run.
         return CodeResult(
-            "not_applicable",
+            NotEvaluated.not_applicable,
             None,
             f"{plan.skill}: transform error (a kernelsmith bug, please report): {err}",
             agent="transform",
         )
     if new is None:
         return CodeResult(
-            "not_applicable", None, f"{plan.skill}: the transform found nothing to change", agent="transform"
+            NotEvaluated.not_applicable, None, f"{plan.skill}: the transform found nothing to change", agent="transform"
         )
     new = {name: new.get(name, text) for name, text in regions.items()}
     if new == dict(regions):
         return CodeResult(
-            "no_change", None, f"{plan.skill}: the transform left every region as it was", agent="transform"
+            NotEvaluated.no_change, None, f"{plan.skill}: the transform left every region as it was", agent="transform"
         )
     return CodeResult("edited", new, "", agent="transform")

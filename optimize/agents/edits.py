@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from optimize.errors import MalformedReply
+from pipeline.run_records import NotEvaluated
 
 if TYPE_CHECKING:
     from optimize.llm.client import Model, Reply
@@ -312,7 +313,8 @@ def _balanced(text: str) -> bool:
 
 # --------------------------------------------------------------------------- results
 
-CodeStatus = Literal["edited", "malformed_reply", "model_error", "no_change", "not_applicable"]
+#: "edited", or why the coder gave nothing to evaluate (recorded as the attempt's status).
+CodeStatus = Literal["edited"] | NotEvaluated
 
 
 @dataclasses.dataclass(frozen=True)
@@ -410,13 +412,15 @@ def result_from_reply(
     try:
         new = parse_reply(reply, regions, dialect)
     except MalformedReply as err:
-        return CodeResult("malformed_reply", None, str(err), reply=reply, agent=agent)
+        return CodeResult(NotEvaluated.malformed_reply, None, str(err), reply=reply, agent=agent)
     if new == dict(regions):
-        return CodeResult("no_change", None, "the reply leaves every region as it was", reply=reply, agent=agent)
+        return CodeResult(
+            NotEvaluated.no_change, None, "the reply leaves every region as it was", reply=reply, agent=agent
+        )
     if all(dialect.same(regions[name], text) for name, text in new.items()):
         changed = ", ".join(name for name, text in new.items() if text != regions[name])
         return CodeResult(
-            "no_change",
+            NotEvaluated.no_change,
             None,
             f"the reply changes only whitespace (region {changed}): nothing to build",
             reply=reply,
@@ -431,7 +435,7 @@ def result_from_model(
     """:func:`result_from_reply` of a model's reply; a malformed one is discarded from the
     model's reply cache (:meth:`optimize.llm.client.Model.discard`), so asking again gets a new one."""
     result = result_from_reply(reply.text, regions, agent=agent, dialect=dialect)
-    if result.status == "malformed_reply":
+    if result.status == NotEvaluated.malformed_reply:
         model.discard(reply)
     return result
 

@@ -24,7 +24,7 @@ from optimize.agents.planning import Plan, params_text
 from optimize.agents.prompts import render
 from optimize.llm.client import Model
 from pipeline.errors import ModelError
-from pipeline.run_records import Evaluation, Outcome, ShapeTiming
+from pipeline.run_records import Evaluation, NotEvaluated, Outcome, ShapeTiming
 
 MAX_FAILURE_CHARS = 4000
 
@@ -106,5 +106,5 @@ def repair(
     try:
         reply = model.complete("repair", messages)  # the guard is a repair: same model settings
     except ModelError as err:
-        return CodeResult("model_error", None, str(err), agent=agent)
+        return CodeResult(NotEvaluated.model_error, None, str(err), agent=agent)
     return result_from_model(model, reply, regions, agent=agent, dialect=dialect)

@@ -24,7 +24,7 @@ from optimize.agents.prompts import render
 from optimize.agents.repair import failure_text
 from optimize.llm.client import Model
 from pipeline.errors import ModelError
-from pipeline.run_records import Evaluation, ShapeTiming
+from pipeline.run_records import Evaluation, NotEvaluated, ShapeTiming
 
 OWN_IDEA = "single:own"
 PLAN = re.compile(
@@ -73,7 +73,7 @@ def step(
     try:
         reply = model.complete("single", messages)
     except ModelError as err:
-        return Step(fallback, CodeResult("model_error", None, str(err), agent="single"))
+        return Step(fallback, CodeResult(NotEvaluated.model_error, None, str(err), agent="single"))
     result = result_from_model(model, reply, regions, agent="single", dialect=dialect)
     if previous is not None:
         return Step(previous, result)

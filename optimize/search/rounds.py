@@ -33,7 +33,7 @@ from optimize.search.space import Dimension, Space, Unrealizable, build_space, r
 from optimize.search.tuner import Point, choose_strategy, run_search
 from optimize.trajectory import Attempt, candidate_id
 from pipeline.config import Config
-from pipeline.run_records import Candidate, Evaluation, Outcome, Step
+from pipeline.run_records import Candidate, Evaluation, NotEvaluated, Outcome, Step
 from pipeline.stats import speedup_geomean
 
 #: measure(candidates) -> their evaluations in order, or None where the budget left them unmeasured
@@ -94,7 +94,7 @@ class SearchRound:
             for m in self.members
         ]
         if self.unrealizable or not self.members:
-            attempts.append(Attempt(agent="search", status="not_applicable", detail=clip(self.summary())))
+            attempts.append(Attempt(agent="search", status=NotEvaluated.not_applicable, detail=clip(self.summary())))
         if self.winner is not None or not self.members:
             return attempts, self.winner
         correct = [m for m in self.members if m.evaluation.outcome in (Outcome.ok, Outcome.slower)]
