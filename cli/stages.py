@@ -53,7 +53,7 @@ def optimize_options(args: argparse.Namespace) -> OptimizeOptions:
         ops=ops_of(args),
         all_ops=bool(getattr(args, "all", False)),
         coder=getattr(args, "coder", None),
-        mode=getattr(args, "mode", None) or "multi",
+        mode=getattr(args, "mode", None) or OptimizeOptions.mode,
         run=getattr(args, "run", None),
         replay=getattr(args, "replay", None),
         emitted=getattr(args, EMIT, None),
@@ -138,14 +138,16 @@ def _run(args: argparse.Namespace, config: Config) -> int:
 def _agent(args: argparse.Namespace, config: Config) -> int:
     from agent import command as agent_command
 
+    # a flag not given falls back to the options record's own default (read from the class, not spelt here)
+    defaults = agent_command.AgentOptions
     options = agent_command.AgentOptions(
         verb=args.verb,
         op=getattr(args, "op", None),
-        run=getattr(args, "run", None) or "agent",
-        client=getattr(args, "client", None) or "cli",
+        run=getattr(args, "run", None) or defaults.run,
+        client=getattr(args, "client", None) or defaults.client,
         replay=getattr(args, "replay", None),
-        regions=tuple(getattr(args, "region", None) or ()),
-        rationale=getattr(args, "rationale", None) or "",
+        regions=tuple(getattr(args, "region", None) or defaults.regions),
+        rationale=getattr(args, "rationale", None) or defaults.rationale,
         ops=ops_of(args),
     )
     return agent_command.run(options, config)
@@ -154,9 +156,10 @@ def _agent(args: argparse.Namespace, config: Config) -> int:
 def _mcp(args: argparse.Namespace, config: Config) -> int:
     from agent import command as agent_command
 
+    defaults = agent_command.McpOptions
     options = agent_command.McpOptions(
-        run=getattr(args, "run", None) or "agent",
-        client=getattr(args, "client", None) or "mcp",
+        run=getattr(args, "run", None) or defaults.run,
+        client=getattr(args, "client", None) or defaults.client,
         replay=getattr(args, "replay", None),
     )
     return agent_command.serve(options, config)
