@@ -6,7 +6,7 @@ arguments, their dtypes, their sizes as expressions of symbols, the kernel's own
 checks, the shapes it is tested at. Extract writes it, optimize tests candidates
 with it, integrate calls SGLang's op with it; all three read this package, which
 reads only :mod:`pipeline` (records, errors) and the standard library. The floors
-are pipeline -> contract -> extract -> optimize -> integrate: nothing here imports
+are pipeline -> contract -> source -> extract -> optimize -> ...: nothing here imports
 a higher floor, and there is no torch anywhere in it (the filling half is
 :mod:`optimize.harness.inputs`).
 

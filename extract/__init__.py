@@ -1,12 +1,12 @@
 """Kernelsmith extract stage.
 
-Modules in dependency order (each imports only modules above it):
+It reads C++/CUDA through the floor below, :mod:`source` (the tree-sitter binding and the
+one query set). Modules in dependency order (each imports only modules above it):
 
 - ``errors``, ``jit_layout`` (where a release keeps its JIT kernels: ``kernels/jit`` or the older
   ``jit_kernel/``, and the older layout's op ids), ``sources`` (the SGLang tree), ``splice`` (byte-span edits)
-- ``treesitter`` (the only py-tree-sitter API user), ``cxx`` (the one C++ text
-  toolkit: lexemes, brackets, top-level lists, definitions read from text),
-  ``cexpr`` (C++ integer expressions, the sm_90a constants)
+- ``cxx`` (the one C++ text toolkit: lexemes, brackets, top-level lists, definitions read
+  from text), ``cexpr`` (C++ integer expressions, the sm_90a constants)
 - ``cxx_nodes`` (syntax-tree helpers; definitions by name through tree-sitter)
 - ``macros`` (specifier macros, masking), ``launch_sites`` (one file's launchers: launch
   sites, aliases followed to kernel names) -> ``file_scan`` (one file) -> ``index``

@@ -90,11 +90,11 @@ _INDEX_CODE = (
     "extract/cxx_nodes.py",
     "extract/macros.py",
     "extract/cxx.py",
-    "extract/treesitter.py",
     "extract/jit_layout.py",
     "extract/jit_layout_ids.json",
     "extract/pyops/*.py",
-    "extract/queries/**/*.scm",
+    "source/*.py",
+    "source/queries/*.scm",
 )
 
 

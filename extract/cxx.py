@@ -17,7 +17,7 @@ What must stay true:
   position found in blanked text indexes the original.
 - :func:`balanced_end` and :func:`split_top` are total: odd text gives a best
   effort (the end of the text, a shorter list), never an exception.
-- Pure text: no tree-sitter, no torch; :mod:`extract.treesitter` stays the only
+- Pure text: no tree-sitter, no torch; :mod:`source.treesitter` stays the only
   py-tree-sitter API user.
 """
 

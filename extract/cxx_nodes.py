@@ -1,7 +1,7 @@
 """Syntax-tree helpers: scopes, declarators, parameters; definitions and calls by name.
 
 Small functions over tree-sitter nodes (their ``type``, fields and byte spans;
-the nodes come from :mod:`extract.treesitter`, which alone calls the
+the nodes come from :mod:`source.treesitter`, which alone calls the
 py-tree-sitter API) that :mod:`extract.file_scan` reads definitions with, plus
 :func:`text_params` for definitions recovered from text without a tree. The
 contract reader (:mod:`extract.launcher_facts`) finds a launcher's member and
@@ -22,7 +22,6 @@ import dataclasses
 import functools
 import re
 
-from extract import treesitter as ts
 from extract.cxx import (
     CppFunction,
     find_function,
@@ -33,6 +32,7 @@ from extract.cxx import (
     template_header_before,
 )
 from pipeline.records import Param
+from source import treesitter as ts
 
 SCOPE_TYPES = {"namespace_definition", "struct_specifier", "class_specifier", "union_specifier"}
 CLASS_TYPES = {"struct_specifier", "class_specifier", "union_specifier"}
@@ -211,7 +211,7 @@ def _definitions(text: str) -> dict[str, CppFunction]:
     with its parameter list and body cut from ``text`` at the nodes' spans."""
     data = text.encode("utf-8")
     root = ts.parse(data, "cuda").root_node
-    query = ts.load_query("cuda", "definitions")
+    query = ts.load_query("definitions")
     found: dict[str, CppFunction] = {}
     for node in ts.captures(query, root).get("function", []):
         body = node.child_by_field_name("body")
@@ -288,7 +288,7 @@ def calls_in(body: str) -> tuple[Call, ...]:
     text = _BODY_PREFIX + body + "\n}\n"
     data = text.encode("utf-8")
     root = ts.parse(data, "cuda").root_node
-    query = ts.load_query("cuda", "forwarding_calls")
+    query = ts.load_query("forwarding_calls")
     found: list[tuple[int, Call]] = []
     for match in ts.matches(query, root):
         callee, arguments = match.get("callee", []), match.get("arguments", [])

@@ -19,7 +19,6 @@ import hashlib
 import re
 from typing import Any
 
-from extract import treesitter as ts
 from extract.cxx import balanced_end, code_only, normalise
 from extract.cxx_nodes import (
     declarator_name,
@@ -33,6 +32,7 @@ from extract.cxx_nodes import (
 from extract.launch_sites import RawLauncher, scan_launchers
 from extract.macros import ATTRIBUTE_CALL, Mask, collect_macros, local_macros, mask_macros
 from pipeline.records import FileDigest, KernelDef, Param, ParseIssue
+from source import treesitter as ts
 
 
 @dataclasses.dataclass
@@ -120,7 +120,7 @@ class _FileScanner:
         return None, start
 
     def definitions(self) -> None:
-        query = ts.load_query(self.grammar, "definitions")
+        query = ts.load_query("definitions")
         for node in ts.captures(query, self.root).get("function", []):
             body = node.child_by_field_name("body")
             func_decl = function_declarator(node)
@@ -260,7 +260,7 @@ class _FileScanner:
     # -- includes
 
     def includes(self) -> None:
-        query = ts.load_query(self.grammar, "includes")
+        query = ts.load_query("includes")
         for node in ts.captures(query, self.root).get("path", []):
             text = node_text(self.data, node).strip()
             if node.type == "system_lib_string" or text.startswith("<"):
@@ -273,9 +273,7 @@ class _FileScanner:
     # -- launchers
 
     def launchers(self) -> None:
-        self.result.launchers.extend(
-            scan_launchers(self.data, self.code, self.grammar, self.root, self.lines.line, self._classify)
-        )
+        self.result.launchers.extend(scan_launchers(self.data, self.code, self.root, self.lines.line, self._classify))
 
     def issues(self) -> None:
         bad = ts.problems(self.root)

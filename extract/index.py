@@ -34,7 +34,7 @@ syntax-tree helpers in :mod:`extract.cxx_nodes`, the C++ text scans in :mod:`ext
    whether they meant "kernel" or "device". The macro table comes from a
    pre-pass over every ``#define`` in the tree (:func:`extract.macros.collect_macros`) plus a
    short list of well-known CUTLASS/CuTe macros.
-2. *Definitions.* ``queries/cuda/definitions.scm`` finds function definitions; a
+2. *Definitions.* ``source/queries/definitions.scm`` finds function definitions; a
    definition is a kernel when its head holds ``__global__`` or a masked kernel
    macro, a device function when it holds ``__device__`` or a masked device
    macro (a ``__host__ __device__`` function counts as a device function).
@@ -43,7 +43,7 @@ syntax-tree helpers in :mod:`extract.cxx_nodes`, the C++ text scans in :mod:`ext
    definition's head covers and that starts a definition (``{`` comes before
    ``;``) is recovered from the text: name before the parameter list, balanced
    parentheses and braces, a ``template<...>`` header just before it.
-4. *Launch sites* (``queries/cuda/launches.scm``): ``k<<<...>>>(...)``,
+4. *Launch sites* (``source/queries/launches.scm``): ``k<<<...>>>(...)``,
    ``LaunchKernel(...)...(k, ...)``, ``LaunchKernel(...).launch(k, ...)``, a
    named helper (``auto launch = LaunchKernel(...); launch(k, ...)``), the
    ``cudaLaunchKernel*``/``cudaLaunchCooperativeKernel``/``hipLaunchKernelGGL``
@@ -91,12 +91,12 @@ from typing import Any
 
 from pydantic import Field
 
-from extract import treesitter as ts
 from extract.file_scan import FileScan, scan_job
 from extract.launch_sites import RawLauncher
 from extract.macros import collect_macros
 from pipeline.record_io import Record
 from pipeline.records import FileDigest, KernelDef, LauncherDef, ParseIssue, SourceInfo
+from source import treesitter as ts
 
 SUFFIXES: tuple[str, ...] = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc")
 

@@ -24,7 +24,6 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from extract import treesitter as ts
 from extract.cxx import normalise, strip_template_args
 from extract.cxx_nodes import (
     CLASS_TYPES,
@@ -39,7 +38,8 @@ from extract.cxx_nodes import (
     scope_names,
     with_template_header,
 )
-from extract.treesitter import SyntaxNode
+from source import treesitter as ts
+from source.treesitter import SyntaxNode
 
 
 @dataclasses.dataclass
@@ -85,14 +85,12 @@ class _LaunchScanner:
         self,
         data: bytes,
         code: bytes,
-        grammar: str,
         root: SyntaxNode,
         line: Callable[[int], int],
         classify: Callable[[SyntaxNode, SyntaxNode], tuple[str | None, int]],
     ) -> None:
         self.data = data
         self.code = code
-        self.grammar = grammar
         self.root = root
         self.line = line  # 1-based line of a byte offset
         self.classify = classify  # ('kernel' | 'device' | None, start) of a definition and its declarator
@@ -114,7 +112,7 @@ class _LaunchScanner:
 
     def _launch_expressions(self) -> list[tuple[SyntaxNode, set[str]]]:
         """(site node, names in the kernel expression) for every launch site in code."""
-        query = ts.load_query(self.grammar, "launches")
+        query = ts.load_query("launches")
         sites = []
         for match in ts.matches(query, self.root):
             if "chevron" in match:
@@ -136,7 +134,7 @@ class _LaunchScanner:
         A macro defined inside a function or struct launches from there; one
         defined at namespace level launches from wherever it is invoked.
         """
-        query = ts.load_query(self.grammar, "macros")
+        query = ts.load_query("macros")
         sites = []
         for match in ts.matches(query, self.root):
             body = node_text(self.data, match["body"][0])
@@ -174,7 +172,7 @@ class _LaunchScanner:
     def _calls(self) -> list[tuple[str, SyntaxNode]]:
         """(callee's simple name, call node) for every call by name; computed once."""
         if self._call_cache is None:
-            query = ts.load_query(self.grammar, "calls")
+            query = ts.load_query("calls")
             self._call_cache = []
             for match in ts.matches(query, self.root):
                 callee = strip_template_args(node_text(self.data, match["callee"][0])).split("::")[-1].strip()
@@ -183,7 +181,7 @@ class _LaunchScanner:
 
     def _bindings(self) -> list[_Binding]:
         """Every name bound to a value in the file, with where it is visible from."""
-        query = ts.load_query(self.grammar, "aliases")
+        query = ts.load_query("aliases")
         out = []
         for match in ts.matches(query, self.root):
             value = match["value"][0]
@@ -418,7 +416,6 @@ class _LaunchScanner:
 def scan_launchers(
     data: bytes,
     code: bytes,
-    grammar: str,
     root: SyntaxNode,
     line: Callable[[int], int],
     classify: Callable[[SyntaxNode, SyntaxNode], tuple[str | None, int]],
@@ -426,4 +423,4 @@ def scan_launchers(
     """The launchers of one file, sorted by start byte: ``root`` is the tree parsed from the
     masked ``data``, ``code`` the bytes with comments, strings and preprocessor lines blanked,
     ``line`` a byte offset's line, ``classify`` the definitions' kernel/device test."""
-    return _LaunchScanner(data, code, grammar, root, line, classify).launchers()
+    return _LaunchScanner(data, code, root, line, classify).launchers()

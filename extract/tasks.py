@@ -80,7 +80,8 @@ DEFAULT_TOKEN_COUNTS = (1, 8, 64, 512, 4096, 16384)
 _OWN_CODE = (
     "extract/**/*.py",
     "extract/jit_layout_ids.json",
-    "extract/queries/**/*.scm",
+    "source/*.py",
+    "source/queries/*.scm",
     "extract/curated/*.toml",
     "contract/*.py",
 )

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from extract import treesitter as ts
 from optimize.cuda_functions import RegionDoc, RegionFunction
 from optimize.cuda_regions import ALIGNED_VECTOR_TYPES, LaunchExpr, Region
 from optimize.cuda_text import (
@@ -39,6 +38,7 @@ from optimize.cuda_text import (
     strip_parens,
     text_of,
 )
+from source import treesitter as ts
 
 #: precise libm calls -> the fast intrinsic that replaces them (None: no direct intrinsic).
 SLOW_MATH: dict[str, str | None] = {

@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from contract import dtypes as dtype_table
-from extract import treesitter as ts
 from extract.cexpr import ARCH_CONSTANTS
 from optimize.cuda_functions import RegionDoc, RegionFunction, read_function, template_parameters
 from optimize.cuda_text import (
@@ -47,6 +46,7 @@ from optimize.cuda_text import (
     parse_region,
     text_of,
 )
+from source import treesitter as ts
 
 #: SGLang constants a region uses for sizes, as they are on Hopper (sm_90a).
 KNOWN_CONSTANTS: dict[str, int] = {

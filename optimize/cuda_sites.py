@@ -20,11 +20,11 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from extract import treesitter as ts
 from optimize.cuda_facts import calls_in, initialized_from
 from optimize.cuda_functions import RegionFunction
 from optimize.cuda_regions import Region
 from optimize.cuda_text import Node, matches, names_in, text_of
+from source import treesitter as ts
 
 # --------------------------------------------------------------------------- size switches
 

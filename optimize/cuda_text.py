@@ -10,7 +10,7 @@ which preprocessor branches the Hopper build compiles.
 
 What must stay true:
 - The tree-sitter swap point is :func:`parse_region` / :func:`matches` (through
-  :mod:`extract.treesitter`, the only user of the py-tree-sitter API); nothing
+  :mod:`source.treesitter`, the only user of the py-tree-sitter API); nothing
   here builds a query object itself.
 - A value that cannot be read is ``None``, never a guess: :func:`parse_number`
   of a non-literal, :func:`binary_value` of an unknown operand.
@@ -24,9 +24,9 @@ from __future__ import annotations
 import pathlib
 import re
 
-from extract import treesitter as ts
-from extract.treesitter import Node
 from pipeline.target import TARGET
+from source import treesitter as ts
+from source.treesitter import Node
 
 QUERY_DIR = pathlib.Path(__file__).resolve().parent / "queries"
 GRAMMAR = "cuda"
@@ -45,9 +45,9 @@ def parse_region(text: str | bytes) -> Node:
 
 def load_query(name: str) -> ts.Query:
     """``optimize/queries/<name>.scm`` compiled for the CUDA grammar (cached by
-    :func:`extract.treesitter.load_query`); a missing file or a query the grammar
+    :func:`source.treesitter.load_query`); a missing file or a query the grammar
     rejects raises ``ValueError`` naming the file."""
-    return ts.load_query(GRAMMAR, name, QUERY_DIR)
+    return ts.load_query(name, QUERY_DIR)
 
 
 def matches(name: str, node: Node) -> list[dict[str, list[Node]]]:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from extract import treesitter as ts
 from optimize.cuda_facts import (
     CACHE_HINT_NAMES,
     CTA_REDUCE_RE,
@@ -38,6 +37,7 @@ from optimize.cuda_facts import (
 from optimize.cuda_regions import Region
 from optimize.cuda_text import named_children, text_of
 from pipeline.record_io import Record
+from source import treesitter as ts
 
 
 class KernelFeatures(Record):

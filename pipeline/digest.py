@@ -33,7 +33,8 @@ def source_digest(patterns: tuple[str, ...]) -> str:
 
 #: Every source folder of the project: what "this kernelsmith" is when no git commit names it.
 PROJECT_SOURCES = tuple(
-    f"{pkg}/**/*.py" for pkg in ("pipeline", "contract", "extract", "optimize", "bench", "integrate", "agent", "cli")
+    f"{pkg}/**/*.py"
+    for pkg in ("pipeline", "contract", "source", "extract", "optimize", "bench", "integrate", "agent", "cli")
 )
 
 

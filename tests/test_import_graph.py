@@ -1,6 +1,6 @@
 """The import graph: floors, no cycles, no arrows that run back up.
 
-The floors are pipeline -> contract -> extract -> optimize -> bench -> integrate -> agent -> cli: a
+The floors are pipeline -> contract -> source -> extract -> optimize -> bench -> integrate -> agent -> cli: a
 module may import its own floor and the floors below it, never one above, and
 the project's modules form no import cycle. Imports inside function bodies and
 under ``TYPE_CHECKING`` count too: a lazy import hides an arrow, it does not
@@ -23,7 +23,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FLOORS = ("pipeline", "contract", "extract", "optimize", "bench", "integrate", "agent", "cli")
+FLOORS = ("pipeline", "contract", "source", "extract", "optimize", "bench", "integrate", "agent", "cli")
 MAX_LINES = 800
 #: a project module named in a string as ``"package.module:function"`` (a handler table's entry)
 NAMED_BY_STRING = re.compile(rf"(?:{'|'.join(FLOORS)})(?:\.\w+)*:\w+")
@@ -206,7 +206,7 @@ def test_each_floor_imports_alone_in_order(floor: str) -> None:
     """Each floor, with only the floors below it, imports in a fresh interpreter (no torch needed below optimize)."""
     below = FLOORS[: FLOORS.index(floor) + 1]
     code = "import importlib\n" + "".join(f"importlib.import_module({f!r})\n" for f in below)
-    if floor in ("pipeline", "contract", "extract"):
+    if floor in ("pipeline", "contract", "source", "extract"):
         code += "import sys\nassert 'torch' not in sys.modules, 'torch imported by ' + " + repr(floor) + "\n"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -322,7 +322,7 @@ def test_the_task_run_and_integrate_folder_names_are_spelt_once_in_contract_layo
         ("pipeline/digest.py", "integrate"),  # the package's name
     }
     found = []
-    for pkg in ("pipeline", "contract", "extract", "optimize", "bench", "integrate", "agent", "cli"):
+    for pkg in ("pipeline", "contract", "source", "extract", "optimize", "bench", "integrate", "agent", "cli"):
         for path in sorted((root / pkg).rglob("*.py")):
             rel = str(path.relative_to(root))
             if rel == "contract/layout.py":

@@ -12,7 +12,7 @@ import pytest
 from pipeline.target import TARGET, GpuTarget, capability_of
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FLOORS = ("pipeline", "contract", "extract", "optimize", "bench", "integrate", "agent")
+FLOORS = ("pipeline", "contract", "source", "extract", "optimize", "bench", "integrate", "agent")
 SPELLINGS = re.compile(r"\bsm_90a?\b|SGL_CUDA_ARCH=9\d\d|compute_90a?\b")
 
 

@@ -1,4 +1,4 @@
-"""extract.treesitter: the py-tree-sitter seam, its API-drift handling and the grammar choice."""
+"""source.treesitter: the py-tree-sitter seam, its API-drift handling and the grammar choice."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pathlib
 import pytest
 import tree_sitter
 
-from extract import treesitter as ts
+from source import treesitter as ts
 
 SNIPPET = b"""
 namespace outer {
@@ -45,13 +45,13 @@ def test_grammar_for_every_suffix_is_cuda_as_measured():
 
 def test_captures_returns_expected_names_on_a_snippet():
     tree = ts.parse(SNIPPET, "cuda")
-    found = ts.captures(ts.load_query("cuda", "definitions"), tree.root_node)
+    found = ts.captures(ts.load_query("definitions"), tree.root_node)
     assert set(found) == {"function"}
     declarators = [n.child_by_field_name("declarator").child_by_field_name("declarator") for n in found["function"]]
     names = _names(declarators)
     assert names == ["first_kernel", "helper", "run"]  # document order
 
-    launches = ts.captures(ts.load_query("cuda", "launches"), tree.root_node)
+    launches = ts.captures(ts.load_query("launches"), tree.root_node)
     assert {"chevron", "kernel", "helper_call", "helper", "api_call", "api", "args"} <= set(launches)
     assert "first_kernel<float>" in _names(launches["kernel"])
     assert "second_kernel" in _names(launches["kernel"])
@@ -60,7 +60,7 @@ def test_captures_returns_expected_names_on_a_snippet():
 
 def test_matches_groups_captures_per_match_in_document_order():
     tree = ts.parse(SNIPPET, "cuda")
-    found = ts.matches(ts.load_query("cuda", "launches"), tree.root_node)
+    found = ts.matches(ts.load_query("launches"), tree.root_node)
     kinds = [next(k for k in ("chevron", "helper_call", "api_call") if k in m) for m in found]
     # the LaunchKernel(...) chain also matches the generic helper pattern on its
     # inner calls; the first chevron and the API call are unambiguous.
@@ -86,7 +86,7 @@ class _OldStyleQuery:
 
 def test_captures_absorbs_the_list_api_of_old_versions(monkeypatch):
     tree = ts.parse(SNIPPET, "cuda")
-    real = ts.captures(ts.load_query("cuda", "definitions"), tree.root_node)["function"]
+    real = ts.captures(ts.load_query("definitions"), tree.root_node)["function"]
     monkeypatch.delattr(tree_sitter, "QueryCursor")
     # <= 0.22: a list of (node, capture name) pairs, in any order
     old = _OldStyleQuery([(real[2], "function"), (real[0], "function"), (real[1], "function")])
@@ -101,18 +101,18 @@ def test_captures_absorbs_the_list_api_of_old_versions(monkeypatch):
 
 def test_load_query_names_the_missing_file():
     with pytest.raises(ValueError, match="no_such_query.scm"):
-        ts.load_query("cuda", "no_such_query")
-    assert ts.load_query("cuda", "definitions.scm") is ts.load_query("cuda", "definitions.scm")
+        ts.load_query("no_such_query")
+    assert ts.load_query("definitions.scm") is ts.load_query("definitions.scm")
 
 
 def test_load_query_from_another_folder(tmp_path):
     (tmp_path / "loops.scm").write_text("(for_statement) @loop\n")
     (tmp_path / "bad.scm").write_text("(no_such_node) @x\n")
-    query = ts.load_query("cuda", "loops", tmp_path)
+    query = ts.load_query("loops", tmp_path)
     tree = ts.parse(b"void f() { for (;;) {} for (;;) {} }", "cuda")
     assert len(ts.captures(query, tree.root_node)["loop"]) == 2
     with pytest.raises(ValueError, match="bad.scm"):
-        ts.load_query("cuda", "bad", tmp_path)
+        ts.load_query("bad", tmp_path)
 
 
 def test_problems_finds_error_nodes():

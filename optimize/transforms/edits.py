@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from extract import treesitter as ts
 from optimize.cuda_text import Node, parse_region
+from source import treesitter as ts
 
 
 class NotApplicable(Exception):

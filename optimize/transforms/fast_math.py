@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from extract import treesitter as ts
 from optimize.cuda_facts import (
     SLOW_MATH,
     float_names,
@@ -28,6 +27,7 @@ from optimize.cuda_text import (
 from optimize.features import Features
 from optimize.transforms.edits import Edit, NotApplicable, TransformError, apply_edits
 from optimize.transforms.spec import Params, TransformSpec
+from source import treesitter as ts
 
 # --------------------------------------------------------------------------- fast_math
 

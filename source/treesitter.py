@@ -6,7 +6,9 @@ query is run: ``Query.captures`` returned a list of ``(node, name)`` pairs up to
 0.22, a ``dict`` in 0.23-0.24, and moved to ``QueryCursor`` in 0.25). Every other
 module calls the small functions below and never imports ``tree_sitter``, so a
 version bump is fixed here and nowhere else. Tree-sitter queries live in
-``extract/queries/<grammar>/<file>.scm``, never in Python strings.
+``source/queries/<name>.scm``, never in Python strings; they are written for the
+CUDA grammar, which reads every file (measurement below), so the folder is flat:
+``language("cpp")`` serves the measurement and runs no query.
 
 What must stay true:
 - :func:`captures` returns ``dict[capture name, list[Node]]`` with each list in
@@ -25,7 +27,7 @@ tree-sitter 0.26.1, tree-sitter-cuda 0.21.2, tree-sitter-cpp 0.23.4). A
 before its body holds the ``__global__`` token; "error files" have at least one
 ERROR or MISSING node, "error nodes" counts the outermost such nodes; "same
 trees" counts files whose two syntax trees print identically. Reproduce with
-``.venv/bin/python -m extract.treesitter work/cache/sglang-0.5.23/sglang/kernels/jit``.
+``.venv/bin/python -m source.treesitter work/cache/sglang-0.5.23/sglang/kernels/jit``.
 
 ====== ===== ============== ============= =========== ========== =========== ========== ==========
 suffix files __global__     __global__    error files error      error nodes error      same trees
@@ -72,6 +74,8 @@ import tree_sitter
 QUERY_DIR = pathlib.Path(__file__).resolve().parent / "queries"
 
 GRAMMARS = ("cuda", "cpp")
+#: The grammar every query is written for and compiled with (see the module docstring).
+QUERY_GRAMMAR = "cuda"
 
 # Suffix -> grammar, from the measurement in the module docstring.
 GRAMMAR_BY_SUFFIX: dict[str, str] = {
@@ -148,8 +152,8 @@ def parse(data: bytes, name: str) -> tree_sitter.Tree:
 
 
 @functools.cache
-def load_query(name: str, scm_file: str, directory: str | pathlib.Path | None = None) -> Query:
-    """Compile ``extract/queries/<name>/<scm_file>.scm`` for grammar ``name`` (cached).
+def load_query(scm_file: str, directory: str | pathlib.Path | None = None) -> Query:
+    """Compile ``source/queries/<scm_file>.scm`` for the CUDA grammar (cached).
 
     ``scm_file`` may be given with or without the ``.scm`` suffix. Another
     package keeps its own queries by passing ``directory`` (the file is then
@@ -158,11 +162,11 @@ def load_query(name: str, scm_file: str, directory: str | pathlib.Path | None = 
     file.
     """
     stem = scm_file[:-4] if scm_file.endswith(".scm") else scm_file
-    path = (QUERY_DIR / name if directory is None else pathlib.Path(directory)) / f"{stem}.scm"
+    path = (QUERY_DIR if directory is None else pathlib.Path(directory)) / f"{stem}.scm"
     if not path.is_file():
-        raise ValueError(f"no query file {path} (queries live in extract/queries/<grammar>/<name>.scm)")
+        raise ValueError(f"no query file {path} (queries live in source/queries/<name>.scm)")
     source = path.read_text(encoding="utf-8")
-    lang = language(name)
+    lang = language(QUERY_GRAMMAR)
     try:
         if hasattr(tree_sitter, "Query"):
             try:
@@ -171,7 +175,7 @@ def load_query(name: str, scm_file: str, directory: str | pathlib.Path | None = 
                 pass
         return lang.query(source)  # type: ignore[attr-defined]  # <= 0.22; the installed stubs lack it
     except Exception as err:  # QueryError / NameError / SyntaxError by version
-        raise ValueError(f"{path}: grammar {name!r} rejects the query: {err}") from err
+        raise ValueError(f"{path}: grammar {QUERY_GRAMMAR!r} rejects the query: {err}") from err
 
 
 def _order(nodes: list[SyntaxNode]) -> list[SyntaxNode]:
@@ -294,7 +298,7 @@ def measure_grammars(directory: str | pathlib.Path) -> dict[str, dict[str, int]]
 
 def _main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m extract.treesitter <directory>", file=sys.stderr)
+        print("usage: python -m source.treesitter <directory>", file=sys.stderr)
         return 2
     columns = (
         "files",
