@@ -211,9 +211,8 @@ def _definitions(text: str) -> dict[str, CppFunction]:
     with its parameter list and body cut from ``text`` at the nodes' spans."""
     data = text.encode("utf-8")
     root = ts.parse(data, "cuda").root_node
-    query = ts.load_query("definitions")
     found: dict[str, CppFunction] = {}
-    for node in ts.captures(query, root).get("function", []):
+    for node in ts.captures("definitions", root).get("function", []):
         body = node.child_by_field_name("body")
         func_decl = function_declarator(node)
         if body is None or body.type != "compound_statement" or func_decl is None:
@@ -288,10 +287,9 @@ def calls_in(body: str) -> tuple[Call, ...]:
     text = _BODY_PREFIX + body + "\n}\n"
     data = text.encode("utf-8")
     root = ts.parse(data, "cuda").root_node
-    query = ts.load_query("forwarding_calls")
     found: list[tuple[int, Call]] = []
-    for match in ts.matches(query, root):
-        callee, arguments = match.get("callee", []), match.get("arguments", [])
+    for match in ts.matches("calls", root):
+        callee, arguments = match.get("callee", []), match.get("args", [])
         if len(callee) != 1 or len(arguments) != 1:
             continue
         named = _callee(callee[0], data)

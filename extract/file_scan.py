@@ -120,8 +120,7 @@ class _FileScanner:
         return None, start
 
     def definitions(self) -> None:
-        query = ts.load_query("definitions")
-        for node in ts.captures(query, self.root).get("function", []):
+        for node in ts.captures("definitions", self.root).get("function", []):
             body = node.child_by_field_name("body")
             func_decl = function_declarator(node)
             if body is None or func_decl is None:
@@ -260,8 +259,7 @@ class _FileScanner:
     # -- includes
 
     def includes(self) -> None:
-        query = ts.load_query("includes")
-        for node in ts.captures(query, self.root).get("path", []):
+        for node in ts.captures("includes", self.root).get("path", []):
             text = node_text(self.data, node).strip()
             if node.type == "system_lib_string" or text.startswith("<"):
                 self.result.includes.append((True, text.strip("<>").strip()))

@@ -39,6 +39,7 @@ from extract.cxx_nodes import (
     with_template_header,
 )
 from source import treesitter as ts
+from source.launches import runtime_kernel
 from source.treesitter import SyntaxNode
 
 
@@ -73,6 +74,9 @@ class _Binding:
     in_class: bool  # bound inside a struct/class body (a member)
     is_return: bool = False  # a function's return value, bound to the function's name
 
+
+# The callees of a call by name: `helper(args)`, `helper<Args>(args)`, `ns::helper(args)`.
+_BY_NAME = ("identifier", "template_function", "qualified_identifier")
 
 # Launch syntax inside a macro body (kept as text by the grammar).
 _MACRO_LAUNCH = re.compile(r"<<<|\bLaunchKernel\s*\(|\bcudaLaunch\w*\s*\(|\bhipLaunchKernelGGL\s*\(")
@@ -112,20 +116,17 @@ class _LaunchScanner:
 
     def _launch_expressions(self) -> list[tuple[SyntaxNode, set[str]]]:
         """(site node, names in the kernel expression) for every launch site in code."""
-        query = ts.load_query("launches")
         sites = []
-        for match in ts.matches(query, self.root):
+        for match in ts.matches("launches", self.root):
             if "chevron" in match:
                 sites.append((match["chevron"][0], self._identifiers(match["kernel"][0])))
             elif "helper_call" in match:
                 if self._is_launch_helper(match["helper"][0]):
                     sites.append((match["helper_call"][0], self._identifiers(match["kernel"][0])))
-            elif "api_call" in match:
-                api = node_text(self.data, match["api"][0]).split("::")[-1].strip()
-                args = [c for c in match["args"][0].named_children if c.type != "comment"]
-                index = 1 if api in ("cudaLaunchKernelEx", "cudaLaunchKernelExC", "hipLaunchKernelEx") else 0
-                if len(args) > index:
-                    sites.append((match["api_call"][0], self._identifiers(args[index])))
+            elif "runtime" in match:
+                kernel = runtime_kernel(self.data, match)
+                if kernel is not None:
+                    sites.append((match["runtime"][0], self._identifiers(kernel)))
         return sites
 
     def _macro_launch_sites(self) -> list[tuple[SyntaxNode, set[str]]]:
@@ -134,9 +135,8 @@ class _LaunchScanner:
         A macro defined inside a function or struct launches from there; one
         defined at namespace level launches from wherever it is invoked.
         """
-        query = ts.load_query("macros")
         sites = []
-        for match in ts.matches(query, self.root):
+        for match in ts.matches("macros", self.root):
             body = node_text(self.data, match["body"][0])
             if not _MACRO_LAUNCH.search(body):
                 continue
@@ -172,18 +172,18 @@ class _LaunchScanner:
     def _calls(self) -> list[tuple[str, SyntaxNode]]:
         """(callee's simple name, call node) for every call by name; computed once."""
         if self._call_cache is None:
-            query = ts.load_query("calls")
             self._call_cache = []
-            for match in ts.matches(query, self.root):
+            for match in ts.matches("calls", self.root):
+                if match["callee"][0].type not in _BY_NAME:
+                    continue
                 callee = strip_template_args(node_text(self.data, match["callee"][0])).split("::")[-1].strip()
                 self._call_cache.append((callee, match["call"][0]))
         return self._call_cache
 
     def _bindings(self) -> list[_Binding]:
         """Every name bound to a value in the file, with where it is visible from."""
-        query = ts.load_query("aliases")
         out = []
-        for match in ts.matches(query, self.root):
+        for match in ts.matches("aliases", self.root):
             value = match["value"][0]
             if "return" in match:
                 function = match["return"][0].parent

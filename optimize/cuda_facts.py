@@ -30,7 +30,6 @@ from optimize.cuda_text import (
     contains_double,
     is_float_literal,
     last_name,
-    matches,
     named_children,
     names_in,
     parse_number,
@@ -218,7 +217,7 @@ _GRID_DIM = re.compile(r"\bgridDim\b")
 def loops_of(region: Region, f: RegionFunction) -> list[LoopInfo]:
     out: list[LoopInfo] = []
     src = f.doc.src
-    for m in matches("loops", f.body):
+    for m in ts.matches("loops", f.body):
         if "for" in m:
             node = m["for"][0]
             cond = m.get("cond", [None])[0]
@@ -264,7 +263,7 @@ def _invariant_loads(src: bytes, body: Node, loop_var: str) -> int:
             if value is not None and names_in(src, value) & dependent:
                 dependent |= names_in(src, d.child_by_field_name("declarator"))
     count = 0
-    for m in matches("calls", body):
+    for m in ts.matches("calls", body):
         name = last_name(text_of(src, m["callee"][0]))
         if name not in _LOAD_NAMES:
             continue
@@ -302,7 +301,7 @@ def pdl_statements(src: bytes, body: Node) -> tuple[Node | None, Node | None, bo
 
 def calls_in(src: bytes, node: Node) -> list[tuple[str, str, Node]]:
     out = []
-    for m in matches("calls", node):
+    for m in ts.matches("calls", node):
         callee_text = text_of(src, m["callee"][0])
         out.append((last_name(callee_text), callee_text, m["call"][0]))
     return out
@@ -360,7 +359,7 @@ def widest_vector_bytes(region: Region, f: RegionFunction) -> int | None:
     src = f.doc.src
     widths: list[int] = []
     scope = f.templates[0] if f.templates and f.templates[0] == f.node.parent else f.node
-    for m in matches("templates", f.body):
+    for m in ts.matches("templates", f.body):
         if "type" not in m:
             continue
         node = m["type"][0]
@@ -405,7 +404,7 @@ def division_counts(region: Region, f: RegionFunction) -> dict[str, int]:
     src = f.doc.src
     scalars, pairs = float_names(region, f)
     counts = {"float": 0, "rcp": 0, "rsqrt": 0, "fdividef": 0, "int_runtime": 0}
-    for m in matches("arithmetic", f.body):
+    for m in ts.matches("arithmetic", f.body):
         op = text_of(src, m["op"][0])
         left, right, expr = m["left"][0], m["right"][0], m["expr"][0]
         floaty = is_float_expr(src, left, scalars, pairs) or is_float_expr(src, right, scalars, pairs)
@@ -533,7 +532,7 @@ def iter_literal_constants(region: Region) -> Iterator[tuple[RegionDoc, Node, st
     yielded is the literal itself, so an edit touches only its digits.
     """
     for doc in region.docs:
-        for m in matches("declarations", doc.root):
+        for m in ts.matches("declarations", doc.root):
             decl = m["decl"][0]
             if decl.type == "alias_declaration":
                 continue

@@ -40,13 +40,13 @@ from optimize.cuda_text import (
     binary_value,
     is_active,
     last_name,
-    matches,
     named_children,
     parse_number,
     parse_region,
     text_of,
 )
 from source import treesitter as ts
+from source.launches import runtime_kernel
 
 #: SGLang constants a region uses for sizes, as they are on Hopper (sm_90a).
 KNOWN_CONSTANTS: dict[str, int] = {
@@ -111,8 +111,10 @@ class Region:
         self.docs = [RegionDoc(name, text.encode("utf-8"), parse_region(text)) for name, text in regions.items()]
         self.funcs: list[RegionFunction] = []
         for doc in self.docs:
-            for m in matches("functions", doc.root):
-                self.funcs.append(read_function(doc, m["function"][0], m["body"][0], m["declarator"][0]))
+            for node in ts.captures("definitions", doc.root).get("function", []):
+                body, declarator = node.child_by_field_name("body"), node.child_by_field_name("declarator")
+                if body is not None and body.type == "compound_statement" and declarator is not None:
+                    self.funcs.append(read_function(doc, node, body, declarator))
         # function_definitions nested in another function (rare: local structs) are kept; lambdas are not functions
         self._scopes: dict[tuple, dict[str, Node]] = {}
         self._bindings: dict[tuple, dict[str, int | bool]] = {}
@@ -153,7 +155,7 @@ class Region:
                     take(c)
                 return
             if node.type in ("declaration", "field_declaration", "alias_declaration"):
-                for m in matches("declarations", node):
+                for m in ts.matches("declarations", node):
                     if m["decl"][0].start_byte != node.start_byte:
                         continue
                     name = text_of(doc.src, m["name"][0]).lstrip("&* ")
@@ -407,7 +409,7 @@ class Region:
             template = k.templates[0]
             seen: dict[str, set] = {}
             for doc in self.docs:
-                for m in matches("templates", doc.root):
+                for m in ts.matches("templates", doc.root):
                     if "use" not in m or last_name(text_of(doc.src, m["name"][0])) != k.name:
                         continue
                     args = named_children(m["args"][0])
@@ -423,7 +425,7 @@ class Region:
     def _launch_sites(self) -> list[LaunchExpr]:
         out: list[LaunchExpr] = []
         for doc in self.docs:
-            for m in matches("launches", doc.root):
+            for m in ts.matches("launches", doc.root):
                 f = None
                 if "launch" in m:
                     ctor = m["launch"][0]
@@ -461,13 +463,8 @@ class Region:
                     )
                 elif "runtime" in m:
                     call = m["runtime"][0]
-                    args = named_children(m["args"][0])
                     f = self.func_of(doc, call)
-                    kernel = (
-                        args[1]
-                        if text_of(doc.src, m["raw"][0]).endswith("Ex") and len(args) > 1
-                        else (args[0] if args else None)
-                    )
+                    kernel = runtime_kernel(doc.src, m)
                     out.append(LaunchExpr(doc, f, call, call, None, None, None, kernel, runtime=True))
         # a launch in a branch the Hopper build compiles out launches nothing here
         return [l for l in out if is_active(l.doc.src, l.outer)]

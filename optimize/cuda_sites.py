@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from optimize.cuda_facts import calls_in, initialized_from
 from optimize.cuda_functions import RegionFunction
 from optimize.cuda_regions import Region
-from optimize.cuda_text import Node, matches, names_in, text_of
+from optimize.cuda_text import Node, names_in, text_of
 from source import treesitter as ts
 
 # --------------------------------------------------------------------------- size switches
@@ -184,7 +184,7 @@ def strided_loops(f: RegionFunction) -> list[StridedLoop]:
     """The loops of kernel ``f`` that :func:`optimize.transforms.carried_divmod.incremental_divmod` rewrites (see the module doc)."""
     src = f.doc.src
     out: list[StridedLoop] = []
-    for m in matches("loops", f.body):
+    for m in ts.matches("loops", f.body):
         if "for" not in m or "init" not in m or "update" not in m:
             continue
         node, init, update, body = m["for"][0], m["init"][0], m["update"][0], m["body"][0]

@@ -4,12 +4,12 @@ Why: the region model (:mod:`optimize.cuda_regions`), the facts read from it
 (:mod:`optimize.cuda_facts`), the features the planner uses
 (:mod:`optimize.features`) and the mechanical edits (:mod:`optimize.transforms`)
 must read the same text the same way. This module is the small vocabulary they
-share: the one parse entry point, the queries in ``optimize/queries/*.scm``, how
+share: the one parse entry point (the queries are :mod:`source.treesitter`'s), how
 a node's text, a qualified name's last part or a C++ number literal is read, and
 which preprocessor branches the Hopper build compiles.
 
 What must stay true:
-- The tree-sitter swap point is :func:`parse_region` / :func:`matches` (through
+- The tree-sitter swap point is :func:`parse_region` (through
   :mod:`source.treesitter`, the only user of the py-tree-sitter API); nothing
   here builds a query object itself.
 - A value that cannot be read is ``None``, never a guess: :func:`parse_number`
@@ -21,14 +21,12 @@ What must stay true:
 
 from __future__ import annotations
 
-import pathlib
 import re
 
 from pipeline.target import TARGET
 from source import treesitter as ts
 from source.treesitter import Node
 
-QUERY_DIR = pathlib.Path(__file__).resolve().parent / "queries"
 GRAMMAR = "cuda"
 
 #: A compile-time value as C++ would compute it (``true`` is a bool, not 1).
@@ -41,18 +39,6 @@ def parse_region(text: str | bytes) -> Node:
     """Root node of ``text`` parsed with the CUDA grammar (the one parse entry point here)."""
     data = text.encode("utf-8") if isinstance(text, str) else text
     return ts.parse(data, GRAMMAR).root_node
-
-
-def load_query(name: str) -> ts.Query:
-    """``optimize/queries/<name>.scm`` compiled for the CUDA grammar (cached by
-    :func:`source.treesitter.load_query`); a missing file or a query the grammar
-    rejects raises ``ValueError`` naming the file."""
-    return ts.load_query(name, QUERY_DIR)
-
-
-def matches(name: str, node: Node) -> list[dict[str, list[Node]]]:
-    """Run query ``name`` on ``node``: one ``{capture: [nodes]}`` per match, in document order."""
-    return ts.matches(load_query(name), node)
 
 
 def text_of(src: bytes, node: Node) -> str:

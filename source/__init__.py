@@ -11,6 +11,8 @@ Modules, in dependency order (each imports only those before it):
 - :mod:`source.treesitter`: the only module that talks to py-tree-sitter (grammars, the parse
   entry, queries by name, captures and matches in document order, walking, ERROR nodes) and
   the measurement behind the grammar choice.
+- :mod:`source.launches`: the launch forms ``launches.scm`` finds, and the one table of runtime
+  launch APIs and the argument that holds each one's kernel.
 
 ``source/queries/*.scm``: the query set, one flat folder (every query is written for the CUDA
 grammar, which reads every file).

@@ -11,6 +11,9 @@ CUDA grammar, which reads every file (measurement below), so the folder is flat:
 ``language("cpp")`` serves the measurement and runs no query.
 
 What must stay true:
+- A query is run by its name (:func:`captures`, :func:`matches`: the file
+  ``source/queries/<name>.scm``); no other module builds a query or keeps a
+  query folder of its own (``tests/test_source.py``).
 - :func:`captures` returns ``dict[capture name, list[Node]]`` with each list in
   document order (start byte, then the larger node first), whatever the
   installed version returns; :func:`matches` returns ``list[dict[capture name,
@@ -91,7 +94,7 @@ GRAMMAR_BY_SUFFIX: dict[str, str] = {
 # that narrows what it reads (``child_by_field_name`` and ``parent`` may be None,
 # ``text`` may be None) annotates with it.
 SyntaxNode = tree_sitter.Node
-Query = tree_sitter.Query  # what load_query returns and captures/matches run
+Query = tree_sitter.Query  # what load_query returns
 
 # Opaque alias most readers still use: their code passes ``child_by_field_name``
 # results on without a None check (41 places in 11 modules under mypy), so making
@@ -152,17 +155,14 @@ def parse(data: bytes, name: str) -> tree_sitter.Tree:
 
 
 @functools.cache
-def load_query(scm_file: str, directory: str | pathlib.Path | None = None) -> Query:
-    """Compile ``source/queries/<scm_file>.scm`` for the CUDA grammar (cached).
+def load_query(name: str) -> Query:
+    """Compile ``source/queries/<name>.scm`` for the CUDA grammar (cached).
 
-    ``scm_file`` may be given with or without the ``.scm`` suffix. Another
-    package keeps its own queries by passing ``directory`` (the file is then
-    ``<directory>/<scm_file>.scm``), so it too never builds a query itself. A
-    missing file or a query the grammar rejects raises ``ValueError`` naming the
-    file.
+    ``name`` may be given with or without the ``.scm`` suffix. A missing file or a
+    query the grammar rejects raises ``ValueError`` naming the file.
     """
-    stem = scm_file[:-4] if scm_file.endswith(".scm") else scm_file
-    path = (QUERY_DIR if directory is None else pathlib.Path(directory)) / f"{stem}.scm"
+    stem = name[:-4] if name.endswith(".scm") else name
+    path = QUERY_DIR / f"{stem}.scm"
     if not path.is_file():
         raise ValueError(f"no query file {path} (queries live in source/queries/<name>.scm)")
     source = path.read_text(encoding="utf-8")
@@ -183,8 +183,10 @@ def _order(nodes: list[SyntaxNode]) -> list[SyntaxNode]:
     return [unique[k] for k in sorted(unique, key=lambda k: (k[0], -k[1], k[2]))]
 
 
-def captures(query: Query, node: SyntaxNode) -> dict[str, list[SyntaxNode]]:
-    """Run ``query`` on ``node``: capture name -> nodes, each list in document order."""
+def captures(name: str, node: SyntaxNode) -> dict[str, list[SyntaxNode]]:
+    """Run query ``name`` (``source/queries/<name>.scm``) on ``node``: capture name -> nodes,
+    each list in document order."""
+    query = load_query(name)
     cursor_cls = getattr(tree_sitter, "QueryCursor", None)
     # <= 0.24: Query.captures (absent from the installed stubs)
     raw = cursor_cls(query).captures(node) if cursor_cls is not None else query.captures(node)  # type: ignore[attr-defined]
@@ -198,8 +200,10 @@ def captures(query: Query, node: SyntaxNode) -> dict[str, list[SyntaxNode]]:
     return {capture_name: _order(nodes) for capture_name, nodes in grouped.items()}
 
 
-def matches(query: Query, node: SyntaxNode) -> list[dict[str, list[SyntaxNode]]]:
-    """Run ``query`` on ``node``: one ``{capture name: [nodes]}`` per match, in document order."""
+def matches(name: str, node: SyntaxNode) -> list[dict[str, list[SyntaxNode]]]:
+    """Run query ``name`` (``source/queries/<name>.scm``) on ``node``: one ``{capture name:
+    [nodes]}`` per match, in document order."""
+    query = load_query(name)
     cursor_cls = getattr(tree_sitter, "QueryCursor", None)
     # <= 0.24: Query.matches (absent from the installed stubs)
     raw = cursor_cls(query).matches(node) if cursor_cls is not None else query.matches(node)  # type: ignore[attr-defined]

@@ -45,14 +45,16 @@ def test_grammar_for_every_suffix_is_cuda_as_measured():
 
 def test_captures_returns_expected_names_on_a_snippet():
     tree = ts.parse(SNIPPET, "cuda")
-    found = ts.captures(ts.load_query("definitions"), tree.root_node)
+    found = ts.captures("definitions", tree.root_node)
     assert set(found) == {"function"}
     declarators = [n.child_by_field_name("declarator").child_by_field_name("declarator") for n in found["function"]]
     names = _names(declarators)
     assert names == ["first_kernel", "helper", "run"]  # document order
 
-    launches = ts.captures(ts.load_query("launches"), tree.root_node)
-    assert {"chevron", "kernel", "helper_call", "helper", "api_call", "api", "args"} <= set(launches)
+    launches = ts.captures("launches", tree.root_node)
+    assert {"chevron", "kernel", "config", "launch", "ctor", "helper_call", "helper", "runtime", "api", "args"} <= set(
+        launches
+    )
     assert "first_kernel<float>" in _names(launches["kernel"])
     assert "second_kernel" in _names(launches["kernel"])
     assert _names(launches["api"]) == ["cudaLaunchKernelEx"]
@@ -60,11 +62,12 @@ def test_captures_returns_expected_names_on_a_snippet():
 
 def test_matches_groups_captures_per_match_in_document_order():
     tree = ts.parse(SNIPPET, "cuda")
-    found = ts.matches(ts.load_query("launches"), tree.root_node)
-    kinds = [next(k for k in ("chevron", "helper_call", "api_call") if k in m) for m in found]
+    found = ts.matches("launches", tree.root_node)
+    kinds = [next(k for k in ("chevron", "launch", "helper_call", "runtime") if k in m) for m in found]
     # the LaunchKernel(...) chain also matches the generic helper pattern on its
     # inner calls; the first chevron and the API call are unambiguous.
-    assert kinds[0] == "chevron" and kinds[-1] == "api_call"
+    assert kinds[0] == "chevron" and kinds[-1] == "runtime"
+    assert "launch" in kinds and "helper_call" in kinds
     assert all(isinstance(v, list) for m in found for v in m.values())
     starts = [min(n.start_byte for ns in m.values() for n in ns) for m in found]
     assert starts == sorted(starts)
@@ -86,17 +89,20 @@ class _OldStyleQuery:
 
 def test_captures_absorbs_the_list_api_of_old_versions(monkeypatch):
     tree = ts.parse(SNIPPET, "cuda")
-    real = ts.captures(ts.load_query("definitions"), tree.root_node)["function"]
+    real = ts.captures("definitions", tree.root_node)["function"]
     monkeypatch.delattr(tree_sitter, "QueryCursor")
-    # <= 0.22: a list of (node, capture name) pairs, in any order
-    old = _OldStyleQuery([(real[2], "function"), (real[0], "function"), (real[1], "function")])
-    assert ts.captures(old, tree.root_node) == {"function": real}
-    # 0.23-0.24: a dict of lists
-    middle = _OldStyleQuery({"function": [real[1], real[0], real[2]]})
-    assert ts.captures(middle, tree.root_node) == {"function": real}
-    # matches: 0.22 gave one node per capture instead of a list
-    old_matches = _OldStyleQuery([], [(0, {"function": real[1]}), (0, {"function": [real[0]]})])
-    assert ts.matches(old_matches, tree.root_node) == [{"function": [real[0]]}, {"function": [real[1]]}]
+    stand_ins = {
+        # <= 0.22: a list of (node, capture name) pairs, in any order
+        "old": _OldStyleQuery([(real[2], "function"), (real[0], "function"), (real[1], "function")]),
+        # 0.23-0.24: a dict of lists
+        "middle": _OldStyleQuery({"function": [real[1], real[0], real[2]]}),
+        # matches: 0.22 gave one node per capture instead of a list
+        "old_matches": _OldStyleQuery([], [(0, {"function": real[1]}), (0, {"function": [real[0]]})]),
+    }
+    monkeypatch.setattr(ts, "load_query", stand_ins.__getitem__)
+    assert ts.captures("old", tree.root_node) == {"function": real}
+    assert ts.captures("middle", tree.root_node) == {"function": real}
+    assert ts.matches("old_matches", tree.root_node) == [{"function": [real[0]]}, {"function": [real[1]]}]
 
 
 def test_load_query_names_the_missing_file():
@@ -105,14 +111,13 @@ def test_load_query_names_the_missing_file():
     assert ts.load_query("definitions.scm") is ts.load_query("definitions.scm")
 
 
-def test_load_query_from_another_folder(tmp_path):
-    (tmp_path / "loops.scm").write_text("(for_statement) @loop\n")
-    (tmp_path / "bad.scm").write_text("(no_such_node) @x\n")
-    query = ts.load_query("loops", tmp_path)
+def test_queries_run_by_name_and_a_rejected_query_names_its_file(tmp_path, monkeypatch):
     tree = ts.parse(b"void f() { for (;;) {} for (;;) {} }", "cuda")
-    assert len(ts.captures(query, tree.root_node)["loop"]) == 2
+    assert len(ts.captures("loops", tree.root_node)["for"]) == 2
+    (tmp_path / "bad.scm").write_text("(no_such_node) @x\n")
+    monkeypatch.setattr(ts, "QUERY_DIR", tmp_path)
     with pytest.raises(ValueError, match="bad.scm"):
-        ts.load_query("bad", tmp_path)
+        ts.load_query("bad")
 
 
 def test_problems_finds_error_nodes():

@@ -20,7 +20,6 @@ from optimize.cuda_text import (
     Node,
     contains_double,
     last_name,
-    matches,
     strip_parens,
     text_of,
 )
@@ -71,7 +70,7 @@ def fast_math(regions: Mapping[str, str], *, ops: Sequence[str] = tuple(FAST_MAT
     for f in region.device_code:
         src = f.doc.src
         rules: dict[tuple[int, int], Callable[[Node], bytes]] = {}
-        for m in matches("calls", f.body):
+        for m in ts.matches("calls", f.body):
             callee = m["callee"][0]
             raw = text_of(src, callee).strip()
             name = last_name(raw)
@@ -83,7 +82,7 @@ def fast_math(regions: Mapping[str, str], *, ops: Sequence[str] = tuple(FAST_MAT
 
                 rules[(callee.start_byte, callee.end_byte)] = fast_call
         scalars, pairs = float_names(region, f)
-        for m in matches("arithmetic", f.body):
+        for m in ts.matches("arithmetic", f.body):
             if text_of(src, m["op"][0]) != "/":
                 continue
             expr, left, right = m["expr"][0], m["left"][0], m["right"][0]

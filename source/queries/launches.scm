@@ -1,13 +1,22 @@
-; Kernel launch sites. Each pattern captures @kernel: the expression that names
-; the launched kernel (extract/file_scan.py follows simple aliases from there).
+; Kernel launch sites, every form extract and optimize know. Each pattern is told
+; apart by the capture that names the whole match (source/launches.py lists them):
+; extract/launch_sites.py reads @chevron, @helper_call and @runtime; optimize's
+; region model (optimize/cuda_regions.py) reads @launch, @chevron and @runtime.
 
 ; kernel<<<grid, block, smem, stream>>>(args...)
 (call_expression
   function: (_) @kernel
-  (kernel_call_syntax)) @chevron
+  (kernel_call_syntax) @config
+  arguments: (argument_list) @args) @chevron
+
+; LaunchKernel(grid, block, device[, smem]): the constructor of SGLang's builder.
+(call_expression
+  function: [(identifier) (qualified_identifier)] @ctor
+  arguments: (argument_list) @args
+  (#match? @ctor "(^|::)LaunchKernel$")) @launch
 
 ; LaunchKernel(grid, block, device)[.enable_pdl(...)...](kernel, args...)
-; index.py checks that the chain of calls starts at LaunchKernel(...).
+; The reader checks that the chain of calls starts at LaunchKernel(...).
 (call_expression
   function: (call_expression) @helper
   arguments: (argument_list . (_) @kernel)) @helper_call
@@ -21,8 +30,9 @@
   (#eq? @method "launch")) @helper_call
 
 ; cudaLaunchKernel(kernel, ...), cudaLaunchKernelEx(&config, kernel, ...), ...
-; index.py knows which argument holds the kernel for each API.
+; The regex is source.launches.runtime_api_regex() of RUNTIME_KERNEL_ARGUMENT, the
+; table that also says which argument holds the kernel (tests/test_source.py checks it).
 (call_expression
   function: [(identifier) (qualified_identifier)] @api
   arguments: (argument_list) @args
-  (#match? @api "(cudaLaunchKernel|cudaLaunchKernelExC?|cudaLaunchCooperativeKernel|hipLaunchKernelGGL|hipLaunchKernelEx)$")) @api_call
+  (#match? @api "(^|::)(cuLaunchKernel|cuLaunchKernelEx|cudaLaunchCooperativeKernel|cudaLaunchKernel|cudaLaunchKernelEx|cudaLaunchKernelExC|hipLaunchKernelEx|hipLaunchKernelGGL)$")) @runtime
