@@ -210,7 +210,7 @@ def _definitions(text: str) -> dict[str, CppFunction]:
     """Every function definition tree-sitter reads in ``text``, first of each simple name,
     with its parameter list and body cut from ``text`` at the nodes' spans."""
     data = text.encode("utf-8")
-    root = ts.parse(data, "cuda").root_node
+    root = ts.parse(data).root_node
     found: dict[str, CppFunction] = {}
     for node in ts.captures("definitions", root).get("function", []):
         body = node.child_by_field_name("body")
@@ -286,7 +286,7 @@ def calls_in(body: str) -> tuple[Call, ...]:
     """The calls tree-sitter reads in a function body, in the order their names appear."""
     text = _BODY_PREFIX + body + "\n}\n"
     data = text.encode("utf-8")
-    root = ts.parse(data, "cuda").root_node
+    root = ts.parse(data).root_node
     found: list[tuple[int, Call]] = []
     for match in ts.matches("calls", root):
         callee, arguments = match.get("callee", []), match.get("args", [])

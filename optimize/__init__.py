@@ -8,8 +8,9 @@ lane per local GPU, or Ray tasks across hosts; used by the commands and by :mod:
 Top-level modules in dependency order:
 
 - errors: the stage's error types;
-- cuda_text -> cuda_functions -> cuda_regions -> cuda_spans, cuda_facts, cuda_sites, reach: the
-  CUDA-region toolkit (tree-sitter text and preprocessor; each function definition read once as
+- cuda_functions -> cuda_regions -> cuda_spans, cuda_facts, cuda_sites, reach: the
+  CUDA-region toolkit, reading C++/CUDA through the floor below, :mod:`source` (the parse
+  entry, the queries, node text, the Hopper preprocessor): each function definition read once as
   a kernel, device or host function; the Region model of the editable spans;
   span texts and definition spans; what their code does; the sites three transforms edit,
   counted for the planner too; which code only other ops run, so that no candidate edits it

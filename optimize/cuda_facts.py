@@ -25,8 +25,8 @@ from typing import Literal
 
 from optimize.cuda_functions import RegionDoc, RegionFunction
 from optimize.cuda_regions import ALIGNED_VECTOR_TYPES, LaunchExpr, Region
-from optimize.cuda_text import (
-    Node,
+from source import treesitter as ts
+from source.cuda_text import (
     contains_double,
     is_float_literal,
     last_name,
@@ -37,7 +37,7 @@ from optimize.cuda_text import (
     strip_parens,
     text_of,
 )
-from source import treesitter as ts
+from source.treesitter import Node
 
 #: precise libm calls -> the fast intrinsic that replaces them (None: no direct intrinsic).
 SLOW_MATH: dict[str, str | None] = {

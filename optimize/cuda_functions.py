@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from optimize.cuda_text import Node, last_name, named_children, text_of
+from source.cuda_text import last_name, named_children, text_of
+from source.treesitter import Node
 
 
 @dataclass(eq=False)

@@ -34,19 +34,10 @@ from dataclasses import dataclass
 from contract import dtypes as dtype_table
 from extract.cexpr import ARCH_CONSTANTS
 from optimize.cuda_functions import RegionDoc, RegionFunction, read_function, template_parameters
-from optimize.cuda_text import (
-    Node,
-    active_children,
-    binary_value,
-    is_active,
-    last_name,
-    named_children,
-    parse_number,
-    parse_region,
-    text_of,
-)
 from source import treesitter as ts
+from source.cuda_text import active_children, binary_value, is_active, last_name, named_children, parse_number, text_of
 from source.launches import runtime_kernel
+from source.treesitter import Node
 
 #: SGLang constants a region uses for sizes, as they are on Hopper (sm_90a).
 KNOWN_CONSTANTS: dict[str, int] = {
@@ -108,7 +99,7 @@ class Region:
 
     def __init__(self, regions: Mapping[str, str], *, dtype_bytes: int = 2) -> None:
         self.dtype_bytes = dtype_bytes
-        self.docs = [RegionDoc(name, text.encode("utf-8"), parse_region(text)) for name, text in regions.items()]
+        self.docs = [RegionDoc(name, text.encode("utf-8"), ts.parse(text).root_node) for name, text in regions.items()]
         self.funcs: list[RegionFunction] = []
         for doc in self.docs:
             for node in ts.captures("definitions", doc.root).get("function", []):

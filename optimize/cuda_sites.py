@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from optimize.cuda_facts import calls_in, initialized_from
 from optimize.cuda_functions import RegionFunction
 from optimize.cuda_regions import Region
-from optimize.cuda_text import Node, names_in, text_of
 from source import treesitter as ts
+from source.cuda_text import names_in, text_of
+from source.treesitter import Node
 
 # --------------------------------------------------------------------------- size switches
 

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from optimize.cuda_regions import Region
-from optimize.cuda_text import text_of
 from pipeline.records import Span
+from source.cuda_text import text_of
 
 
 def region_texts(files: Mapping[str, bytes | str] | os.PathLike[str] | str, spans: Iterable[Span]) -> dict[str, str]:

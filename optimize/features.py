@@ -44,11 +44,11 @@ from optimize.cuda_facts import (
 from optimize.cuda_regions import Region
 from optimize.cuda_sites import size_switches, strided_divmod_sites, typed_access_sites
 from optimize.cuda_spans import region_texts
-from optimize.cuda_text import parse_number, text_of
 from optimize.kernel_facts import KernelFeatures, LaunchSite, device_facts, kernel_features, launch_sites
 from pipeline.record_io import Record
 from pipeline.records import KernelResources, Span
 from pipeline.run_records import Evaluation
+from source.cuda_text import parse_number, text_of
 
 _ROLE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("unroll", re.compile(r"unroll", re.I)),

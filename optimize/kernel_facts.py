@@ -35,9 +35,9 @@ from optimize.cuda_facts import (
     widest_vector_bytes,
 )
 from optimize.cuda_regions import Region
-from optimize.cuda_text import named_children, text_of
 from pipeline.record_io import Record
 from source import treesitter as ts
+from source.cuda_text import named_children, text_of
 
 
 class KernelFeatures(Record):

@@ -11,6 +11,8 @@ Modules, in dependency order (each imports only those before it):
 - :mod:`source.treesitter`: the only module that talks to py-tree-sitter (grammars, the parse
   entry, queries by name, captures and matches in document order, walking, ERROR nodes) and
   the measurement behind the grammar choice.
+- :mod:`source.cuda_text`: what a node says (its text, names, operands, number literals) and
+  whether the Hopper build compiles it (the preprocessor branches under ``SGL_CUDA_ARCH=900``).
 - :mod:`source.launches`: the launch forms ``launches.scm`` finds, and the one table of runtime
   launch APIs and the argument that holds each one's kernel.
 

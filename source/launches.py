@@ -27,6 +27,7 @@ launch, never a guess at its kernel argument.
 
 from __future__ import annotations
 
+from source.cuda_text import last_name, named_children, text_of
 from source.treesitter import Node
 
 #: Runtime launch API -> the index of the argument that holds the kernel. The ``Ex`` forms take
@@ -52,8 +53,6 @@ def runtime_api_regex() -> str:
 def runtime_kernel(src: bytes, match: dict[str, list[Node]]) -> Node | None:
     """The kernel argument of a ``@runtime`` match of ``launches.scm`` (None when the call has
     too few arguments, or names an API the table does not know)."""
-    api = match["api"][0]
-    name = src[api.start_byte : api.end_byte].decode("utf-8", "replace").split("::")[-1].strip()
-    index = RUNTIME_KERNEL_ARGUMENT.get(name)
-    args = [c for c in match["args"][0].children if c.is_named and c.type != "comment"]
+    index = RUNTIME_KERNEL_ARGUMENT.get(last_name(text_of(src, match["api"][0])))
+    args = named_children(match["args"][0])
     return args[index] if index is not None and len(args) > index else None

@@ -149,9 +149,11 @@ def parser(name: str) -> tree_sitter.Parser:
         return made
 
 
-def parse(data: bytes, name: str) -> tree_sitter.Tree:
-    """Parse ``data`` with grammar ``name`` and return the tree (``tree.root_node`` is the root)."""
-    return parser(name).parse(data)
+def parse(data: str | bytes, name: str = QUERY_GRAMMAR) -> tree_sitter.Tree:
+    """Parse ``data`` (text is read as UTF-8) with grammar ``name``, CUDA unless told, and return
+    the tree (``tree.root_node`` is the root). The one parse entry: every reader of C++/CUDA
+    parses here."""
+    return parser(name).parse(data.encode("utf-8") if isinstance(data, str) else data)
 
 
 @functools.cache

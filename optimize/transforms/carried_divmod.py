@@ -42,10 +42,10 @@ from collections.abc import Mapping
 
 from optimize.cuda_regions import Region
 from optimize.cuda_sites import strided_loops
-from optimize.cuda_text import prev_named_sibling, text_of
 from optimize.features import Features
 from optimize.transforms.edits import Edit, NotApplicable, apply_edits, indent_of
 from optimize.transforms.spec import Params, TransformSpec
+from source.cuda_text import prev_named_sibling, text_of
 
 
 def incremental_divmod(regions: Mapping[str, str], *, kernel: str | None = None) -> dict[str, str]:

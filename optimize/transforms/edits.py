@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from optimize.cuda_text import Node, parse_region
 from source import treesitter as ts
+from source.treesitter import Node
 
 
 class NotApplicable(Exception):
@@ -55,8 +55,8 @@ def apply_edits(transform: str, regions: Mapping[str, str], edits: Iterable[Edit
         new = bytearray(data)
         for e in reversed(span_edits):
             new[e.start : e.end] = e.text
-        before = len(ts.problems(parse_region(data)))
-        after = len(ts.problems(parse_region(bytes(new))))
+        before = len(ts.problems(ts.parse(data).root_node))
+        after = len(ts.problems(ts.parse(bytes(new)).root_node))
         if after > before:
             raise TransformError(
                 f"{transform}: the edit of span {span!r} does not parse ({after} problem nodes, {before} before)",

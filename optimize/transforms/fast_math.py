@@ -16,17 +16,12 @@ from optimize.cuda_facts import (
     is_float_expr,
 )
 from optimize.cuda_regions import Region
-from optimize.cuda_text import (
-    Node,
-    contains_double,
-    last_name,
-    strip_parens,
-    text_of,
-)
 from optimize.features import Features
 from optimize.transforms.edits import Edit, NotApplicable, TransformError, apply_edits
 from optimize.transforms.spec import Params, TransformSpec
 from source import treesitter as ts
+from source.cuda_text import contains_double, last_name, strip_parens, text_of
+from source.treesitter import Node
 
 # --------------------------------------------------------------------------- fast_math
 

@@ -24,11 +24,12 @@ from collections.abc import Mapping
 
 from optimize.cuda_facts import classify_grid, loops_of
 from optimize.cuda_regions import LaunchExpr, Region
-from optimize.cuda_text import Node, named_children, text_of
 from optimize.features import Features
 from optimize.transforms.edits import Edit, NotApplicable, apply_edits, indent_of, line_start
 from optimize.transforms.spec import Params, TransformSpec
 from source import treesitter as ts
+from source.cuda_text import named_children, text_of
+from source.treesitter import Node
 
 RESIDENT = "kMaxResidentBlocks"  # the static each edited launch caches its one-wave grid in
 _SIDE_EFFECT = re.compile(r"\+\+|--|(?<![=!<>])=(?!=)")

@@ -16,12 +16,12 @@ from optimize.cuda_facts import (
     owner_name,
 )
 from optimize.cuda_regions import Region
-from optimize.cuda_text import (
-    text_of,
-)
 from optimize.features import Features
 from optimize.transforms.edits import Edit, NotApplicable, TransformError, apply_edits
 from optimize.transforms.spec import Params, TransformSpec
+from source.cuda_text import (
+    text_of,
+)
 
 # --------------------------------------------------------------------------- tune_constant
 

@@ -14,11 +14,12 @@ from typing import Any
 
 from optimize.cuda_facts import pdl_statements
 from optimize.cuda_regions import LaunchExpr, Region
-from optimize.cuda_text import Node, last_name, named_children, text_of
 from optimize.features import Features
 from optimize.transforms.edits import Edit, NotApplicable, apply_edits, indent_of, line_end, line_start
 from optimize.transforms.spec import Params, TransformSpec
 from source import treesitter as ts
+from source.cuda_text import last_name, named_children, text_of
+from source.treesitter import Node
 
 _WAIT_STMT = b"device::PDLWaitPrimary<true>();"
 _TRIGGER_STMT = b"device::PDLTriggerSecondary<true>();"

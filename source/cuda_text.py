@@ -1,17 +1,16 @@
-"""Reading CUDA text with tree-sitter: parse, queries, node text, literals, the preprocessor.
+"""What a node of CUDA text says: its text, names, literals, and whether the Hopper build compiles it.
 
-Why: the region model (:mod:`optimize.cuda_regions`), the facts read from it
-(:mod:`optimize.cuda_facts`), the features the planner uses
-(:mod:`optimize.features`) and the mechanical edits (:mod:`optimize.transforms`)
-must read the same text the same way. This module is the small vocabulary they
-share: the one parse entry point (the queries are :mod:`source.treesitter`'s), how
-a node's text, a qualified name's last part or a C++ number literal is read, and
-which preprocessor branches the Hopper build compiles.
+Why: the readers of C++/CUDA must read the same text the same way: the launch sites both stages
+find (:mod:`source.launches`), optimize's region model (:mod:`optimize.cuda_regions`), the facts
+read from it (:mod:`optimize.cuda_facts`), the features the planner uses (:mod:`optimize.features`)
+and the mechanical edits (:mod:`optimize.transforms`). This module is the small vocabulary they
+share over :mod:`source.treesitter`'s nodes: a node's text, the names it spans, a qualified name's
+last part, its operands, a C++ number literal's value, and which preprocessor branches the Hopper
+build compiles.
 
 What must stay true:
-- The tree-sitter swap point is :func:`parse_region` (through
-  :mod:`source.treesitter`, the only user of the py-tree-sitter API); nothing
-  here builds a query object itself.
+- Nodes come from :func:`source.treesitter.parse` (the one parse entry) and queries run through
+  :func:`source.treesitter.matches`; nothing here builds a parser or a query itself.
 - A value that cannot be read is ``None``, never a guess: :func:`parse_number`
   of a non-literal, :func:`binary_value` of an unknown operand.
 - :data:`PREPROCESSOR` is the Hopper build (``-DSGL_CUDA_ARCH=900``, CUDA 13); a
@@ -27,18 +26,10 @@ from pipeline.target import TARGET
 from source import treesitter as ts
 from source.treesitter import Node
 
-GRAMMAR = "cuda"
-
 #: A compile-time value as C++ would compute it (``true`` is a bool, not 1).
 ConstValue = int | float | bool
 
-# --------------------------------------------------------------------------- tree-sitter access
-
-
-def parse_region(text: str | bytes) -> Node:
-    """Root node of ``text`` parsed with the CUDA grammar (the one parse entry point here)."""
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    return ts.parse(data, GRAMMAR).root_node
+# --------------------------------------------------------------------------- node text
 
 
 def text_of(src: bytes, node: Node) -> str:
