@@ -33,14 +33,11 @@ from extract.cxx import (
 )
 from pipeline.records import Param
 from source import treesitter as ts
+from source.cuda_text import text_of
 
 SCOPE_TYPES = {"namespace_definition", "struct_specifier", "class_specifier", "union_specifier"}
 CLASS_TYPES = {"struct_specifier", "class_specifier", "union_specifier"}
 IDENT_TYPES = {"identifier", "field_identifier", "type_identifier"}
-
-
-def node_text(data: bytes, node: ts.Node) -> str:
-    return data[node.start_byte : node.end_byte].decode("utf-8", "replace")
 
 
 def scope_names(node: ts.Node, data: bytes) -> list[str]:
@@ -51,7 +48,7 @@ def scope_names(node: ts.Node, data: bytes) -> list[str]:
         if current.type in SCOPE_TYPES:
             name = current.child_by_field_name("name")
             if name is not None:
-                names.append(normalise(node_text(data, name)))
+                names.append(normalise(text_of(data, name)))
         current = current.parent
     return list(reversed(names))
 
@@ -85,7 +82,7 @@ def declarator_name(func_decl: ts.Node, data: bytes) -> tuple[str, str]:
     target = func_decl.child_by_field_name("declarator")
     if target is None:
         return "", ""
-    written = normalise(node_text(data, target))
+    written = normalise(text_of(data, target))
     if target.type in ("operator_name", "destructor_name"):
         return written, written
     cleaned = written if re.search(r"\boperator\b", written) else strip_template_args(written)
@@ -138,13 +135,13 @@ def param_of(node: ts.Node, data: bytes) -> Param | None:
     default_node = node.child_by_field_name("default_value") or node.child_by_field_name("default_type")
     default = None
     if default_node is not None:
-        default = normalise(node_text(data, default_node))
+        default = normalise(text_of(data, default_node))
         # cut from the '=' to the end of the default
         eq = data.rfind(b"=", node.start_byte, default_node.start_byte)
         holes.append((eq if eq >= 0 else default_node.start_byte, default_node.end_byte))
     name = ""
     if name_node is not None:
-        name = node_text(data, name_node)
+        name = text_of(data, name_node)
         holes.append((name_node.start_byte, name_node.end_byte))
     return Param(name=name, type=text_without(data, node, holes), default=default)
 
@@ -230,7 +227,7 @@ def _definitions(text: str) -> dict[str, CppFunction]:
             name=name,
             params=function_params(text[at(params.start_byte) + 1 : at(params.end_byte) - 1]),
             body=text[at(body.start_byte) + 1 : at(body.end_byte) - 1],
-            template=template_header_before(text, at(name_node.start_byte) + node_text(data, name_node).rfind(name)),
+            template=template_header_before(text, at(name_node.start_byte) + text_of(data, name_node).rfind(name)),
         )
     return found
 
@@ -300,6 +297,6 @@ def calls_in(body: str) -> tuple[Call, ...]:
         def at(offset: int) -> int:  # a byte offset of ``data`` as an index of ``body``
             return len(data[:offset].decode("utf-8", "replace")) - len(_BODY_PREFIX)
 
-        name = node_text(data, name_node)
+        name = text_of(data, name_node)
         found.append((at(name_node.start_byte), Call(name, targs, at(arguments[0].start_byte))))
     return tuple(call for _at, call in sorted(found, key=lambda item: item[0]))

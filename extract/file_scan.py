@@ -23,7 +23,6 @@ from extract.cxx import balanced_end, code_only, normalise
 from extract.cxx_nodes import (
     declarator_name,
     function_declarator,
-    node_text,
     params_of,
     scope_names,
     text_params,
@@ -33,6 +32,7 @@ from extract.launch_sites import RawLauncher, scan_launchers
 from extract.macros import ATTRIBUTE_CALL, Mask, collect_macros, local_macros, mask_macros
 from pipeline.records import FileDigest, KernelDef, Param, ParseIssue
 from source import treesitter as ts
+from source.cuda_text import text_of
 
 
 @dataclasses.dataclass
@@ -260,7 +260,7 @@ class _FileScanner:
 
     def includes(self) -> None:
         for node in ts.captures("includes", self.root).get("path", []):
-            text = node_text(self.data, node).strip()
+            text = text_of(self.data, node).strip()
             if node.type == "system_lib_string" or text.startswith("<"):
                 self.result.includes.append((True, text.strip("<>").strip()))
             elif node.type == "string_literal" or text.startswith('"'):

@@ -33,12 +33,12 @@ from extract.cxx_nodes import (
     enclosing_function,
     function_declarator,
     innermost_name,
-    node_text,
     params_of,
     scope_names,
     with_template_header,
 )
 from source import treesitter as ts
+from source.cuda_text import text_of
 from source.launches import runtime_kernel
 from source.treesitter import SyntaxNode
 
@@ -137,7 +137,7 @@ class _LaunchScanner:
         """
         sites = []
         for match in ts.matches("macros", self.root):
-            body = node_text(self.data, match["body"][0])
+            body = text_of(self.data, match["body"][0])
             if not _MACRO_LAUNCH.search(body):
                 continue
             seeds = set(re.findall(r"[A-Za-z_]\w*", body))
@@ -145,7 +145,7 @@ class _LaunchScanner:
             if self._launcher_unit(macro) is not None:
                 sites.append((macro, seeds))
                 continue
-            name = node_text(self.data, match["name"][0])
+            name = text_of(self.data, match["name"][0])
             for callee, call in self._calls():
                 if callee == name:
                     sites.append((call, seeds | self._identifiers(call)))
@@ -158,7 +158,7 @@ class _LaunchScanner:
             if current.type == "call_expression":
                 function = current.child_by_field_name("function")
                 if function is not None and function.type in ("identifier", "qualified_identifier"):
-                    return node_text(self.data, function).split("::")[-1].strip() == "LaunchKernel"
+                    return text_of(self.data, function).split("::")[-1].strip() == "LaunchKernel"
                 current = function
             elif current.type == "field_expression":
                 current = current.child_by_field_name("argument")
@@ -167,7 +167,7 @@ class _LaunchScanner:
         return False
 
     def _identifiers(self, node: SyntaxNode) -> set[str]:
-        return {node_text(self.data, n) for n in ts.walk(node) if n.type in IDENT_TYPES}
+        return {text_of(self.data, n) for n in ts.walk(node) if n.type in IDENT_TYPES}
 
     def _calls(self) -> list[tuple[str, SyntaxNode]]:
         """(callee's simple name, call node) for every call by name; computed once."""
@@ -176,7 +176,7 @@ class _LaunchScanner:
             for match in ts.matches("calls", self.root):
                 if match["callee"][0].type not in _BY_NAME:
                     continue
-                callee = strip_template_args(node_text(self.data, match["callee"][0])).split("::")[-1].strip()
+                callee = strip_template_args(text_of(self.data, match["callee"][0])).split("::")[-1].strip()
                 self._call_cache.append((callee, match["call"][0]))
         return self._call_cache
 
@@ -206,9 +206,7 @@ class _LaunchScanner:
                 function = enclosing_function(name_node)
                 owner = (function.start_byte, function.end_byte) if function is not None else None
                 out.append(
-                    _Binding(
-                        node_text(self.data, inner), value, name_node.start_byte, owner, enclosing_class(name_node)
-                    )
+                    _Binding(text_of(self.data, inner), value, name_node.start_byte, owner, enclosing_class(name_node))
                 )
         return out
 
@@ -229,7 +227,7 @@ class _LaunchScanner:
                     plist = declarator.child_by_field_name("parameters") if declarator is not None else None
                     names = [p.name for p in params_of(plist, self.data)] if plist is not None else []
                     if variable is not None and names:
-                        var = node_text(self.data, variable)
+                        var = text_of(self.data, variable)
                         for callee, call in self._calls():
                             if callee != var or not (function.start_byte <= call.start_byte < function.end_byte):
                                 continue
@@ -253,7 +251,7 @@ class _LaunchScanner:
             elif value.type in ("argument_list", "initializer_list"):  # LaunchKernel launch(grid, block, ...);
                 declaration = value.parent.parent if value.parent is not None else None
                 kind = declaration.child_by_field_name("type") if declaration is not None else None
-                if kind is not None and node_text(self.data, kind).split("::")[-1].strip() == "LaunchKernel":
+                if kind is not None and text_of(self.data, kind).split("::")[-1].strip() == "LaunchKernel":
                     named.append((b.name, b.function))
         sites = []
         for name, function in named:
@@ -369,12 +367,12 @@ class _LaunchScanner:
         if unit.type in CLASS_TYPES:
             kind = "struct"
             name_node = unit.child_by_field_name("name")
-            name = normalise(node_text(self.data, name_node)) if name_node is not None else ""
+            name = normalise(text_of(self.data, name_node)) if name_node is not None else ""
             qualified = "::".join([*scope_names(unit, self.data), name])
             for member in self._members(unit.child_by_field_name("body")):
                 func_decl = function_declarator(member)
                 is_static = any(
-                    c.type == "storage_class_specifier" and node_text(self.data, c) == "static" for c in member.children
+                    c.type == "storage_class_specifier" and text_of(self.data, c) == "static" for c in member.children
                 )
                 if func_decl is not None and is_static:
                     member_name = declarator_name(func_decl, self.data)[0]

@@ -1,7 +1,8 @@
 """What a node of CUDA text says: its text, names, literals, and whether the Hopper build compiles it.
 
-Why: the readers of C++/CUDA must read the same text the same way: the launch sites both stages
-find (:mod:`source.launches`), optimize's region model (:mod:`optimize.cuda_regions`), the facts
+Why: the readers of C++/CUDA must read the same text the same way: extract's scanners
+(:mod:`extract.file_scan`, :mod:`extract.launch_sites`, :mod:`extract.cxx_nodes`), the launch
+sites both stages find (:mod:`source.launches`), optimize's region model (:mod:`optimize.cuda_regions`), the facts
 read from it (:mod:`optimize.cuda_facts`), the features the planner uses (:mod:`optimize.features`)
 and the mechanical edits (:mod:`optimize.transforms`). This module is the small vocabulary they
 share over :mod:`source.treesitter`'s nodes: a node's text, the names it spans, a qualified name's
