@@ -30,11 +30,10 @@ none). The pooled samples give a median and a p10-p90 spread per tree.
 The change is reported as a share of the WHOLE layer's time: ``(patched -
 baseline) / baseline layer``, for the whole layer and for the non-GEMM part
 (labelled so: its share of the whole layer, and its change on its own). The noise
-band is defined once, in :mod:`integrate.layer_verdicts` (``noise_band_pct``, ``band_with_aa``): half the wider of the two trees'
-p10-p90 spreads, widened to the A/A's difference and its own band
-(``band_with_aa``). A change whose size is inside it is reported as "no change"
-(``judge``): the patched median then lies no farther from the pristine one than
-two identical trees do.
+band is defined once, in :mod:`integrate.layer_verdicts` (``noise_band_pct``, ``verdict_band_pct``): half the
+wider of the two trees' p10-p90 spreads, widened to the A/A's difference and its own band, times
+``COVERAGE`` (chosen from identical trees). A change whose size is inside it is reported as "no change"
+(``judge``): the patched median then lies no farther from the pristine one than two identical trees do.
 
 The implied tokens/s is ``tokens / (layer time x layers)``: the whole layer, but
 no embedding, LM head, sampling or scheduling, so an upper bound

@@ -5,8 +5,10 @@ for the whole layer, the SGLang ops' part and each changed step in context.
 Why a module of its own: :mod:`integrate.e2e` runs the trees and the recipes; what counts as "faster"
 or "slower" is written once, here, and is the same for every recipe and for ``--pristine``.
 
-What must stay true: a verdict of "faster" or "slower" needs a change beyond the band, and the band
-is never narrower than the A/A copy's observed difference plus its spread (:func:`band_with_aa`).
+What must stay true: a verdict of "faster" or "slower" needs a change beyond the band; the band is
+:data:`COVERAGE` times the wider of the A/B spread band and the A/A copy's observed difference plus
+its spread (:func:`verdict_band_pct`); an A/A difference is "inside" when within :data:`COVERAGE` times
+its own spread band.
 """
 
 from __future__ import annotations
@@ -26,13 +28,22 @@ def implied_tokens_per_s(tokens: int, layer_us: float, layers: int) -> float:
     return tokens / (layer_us * layers * 1e-6)
 
 
+#: How many times its measured noise a change must exceed to be called faster or slower. Chosen from
+#: identical trees: in six pristine layer records (three byte-identical trees each, 30 layer points and
+#: 152 in-context points; H100, 2026-12-07 and 2026-12-08; BENCHMARKS.md section 0) the rule at 1 called
+#: 6.7 % of the layer points and 13.2 % of the in-context points faster or slower; at 2, 0 % and 2.0 %
+#: (``tests/fixtures/aa_points.json`` holds those points; ``tests/test_integrate_e2e.py`` keeps the
+#: rate at or under 5 %). The price: a real change must be twice as large to be shown.
+COVERAGE = 2.0
+
+
 def noise_band_pct(baseline: Stats, patched: Stats, layer_baseline_us: float | None = None) -> float:
     """The spread band of a comparison, in percent of ``layer_baseline_us`` (default: this part's baseline).
 
     Half the wider of the two trees' p10-p90 spreads, in microseconds: a patched
     median closer than that to the baseline median lies inside the band the
     replays of one tree scatter over, so the difference is not shown to be real.
-    A verdict widens it by the A/A comparison (:func:`band_with_aa`).
+    A verdict widens it by the A/A comparison and :data:`COVERAGE` (:func:`verdict_band_pct`).
     """
     reference = layer_baseline_us if layer_baseline_us is not None else baseline.median
     if reference <= 0:
@@ -44,7 +55,7 @@ def noise_band_pct(baseline: Stats, patched: Stats, layer_baseline_us: float | N
 def aa_timing(baseline: Stats, copy: Stats) -> AATiming:
     """The pristine copy against the pristine tree: what a change measures as when there is none."""
     change = (copy.median - baseline.median) / baseline.median * 100.0
-    band = noise_band_pct(baseline, copy)
+    band = COVERAGE * noise_band_pct(baseline, copy)
     return AATiming(
         copy_us=copy.median,
         copy_spread_pct=copy.spread_pct,
@@ -54,19 +65,31 @@ def aa_timing(baseline: Stats, copy: Stats) -> AATiming:
     )
 
 
-def band_with_aa(band_pct: float, aa: AATiming | None, scale: float = 1.0) -> float:
-    """THE noise band a verdict uses: the A/B spread band, or, when wider, the A/A's observed difference
-    plus its own spread band (``scale`` turns the A/A's percentages of its part into the band's
-    reference). A verdict needs a change beyond both what two identical trees measured apart and how
-    much that measure moves.
+def verdict_band_pct(spread_pct: float, aa_change_pct: float | None = None, aa_spread_pct: float = 0.0) -> float:
+    """THE noise band a verdict uses, from the A/B spread band (:func:`noise_band_pct`) and, when there
+    is an A/A copy, its observed difference and its own spread band (all in % of the same reference):
+    :data:`COVERAGE` times the wider of the A/B spread band and the A/A difference plus its spread
+    band. A verdict needs a change beyond both what two identical trees measured apart and how much
+    that measure moves.
 
     Why: on the H200 (2026-12-07) the Llama layer's verdicts came out "slower" at +0.4 % against a
     spread band of 0.13-0.26 %, with nothing to say whether two identical trees differ that much. On
     the H100 (2026-12-07) the A/A copy measured +0.78 % (spread band 0.30 %) at decode T=1 and the
-    patched tree +0.79 %: the larger of the two alone (0.78 %) called that "slower"."""
+    patched tree +0.79 %: the larger of the two alone (0.78 %) called that "slower". With the A/A term
+    and no coverage factor, identical trees were still called apart at 13 % of in-context points
+    (:data:`COVERAGE`)."""
+    if aa_change_pct is None:
+        return COVERAGE * spread_pct
+    return COVERAGE * max(spread_pct, abs(aa_change_pct) + aa_spread_pct)
+
+
+def band_with_aa(band_pct: float, aa: AATiming | None, scale: float = 1.0) -> float:
+    """:func:`verdict_band_pct` of a comparison whose A/B spread band is ``band_pct``, with the A/A
+    figures of ``aa`` (whose ``band_pct`` has :data:`COVERAGE` in it already; ``scale`` turns the A/A's
+    percentages of its part into the band's reference)."""
     if aa is None:
-        return band_pct
-    return max(band_pct, (abs(aa.change_pct) + aa.band_pct) * scale)
+        return verdict_band_pct(band_pct)
+    return verdict_band_pct(band_pct, aa.change_pct * scale, aa.band_pct / COVERAGE * scale)
 
 
 def judge(change_pct: float, band_pct: float) -> Change:

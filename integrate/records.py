@@ -224,8 +224,10 @@ class AATiming(Record):
     copy_us: float
     copy_spread_pct: float
     change_pct: float  # (copy - pristine) / pristine * 100: what no change at all measures as
-    band_pct: float  # half the wider of the two trees' p10-p90 spreads, in % of the pristine median
-    inside: bool  # |change_pct| <= band_pct: the spread-based band covers the A/A difference
+    # COVERAGE x half the wider of the two trees' p10-p90 spreads, in % of the pristine median
+    # (integrate.layer_verdicts; records written before COVERAGE have the spread band alone)
+    band_pct: float
+    inside: bool  # |change_pct| <= band_pct: the A/A difference is within its band
 
 
 class PartTiming(Record):
