@@ -153,6 +153,7 @@ def run(options: IntegrateOptions, config: Config) -> int:
     pr_path = publish(report, out_dir, run_dir)
     if options.git_branch:
         from integrate.branch import commit_branch
+        from integrate.evidence import gather
         from integrate.pr import status, title
 
         state, _ = status(report)
@@ -160,7 +161,7 @@ def run(options: IntegrateOptions, config: Config) -> int:
             f"Ops: {', '.join(op.op_id for op in patch.ops)}.\n"
             f"Status when committed: {state}. Evidence and reproduction commands: the PR description."
         )
-        commit = commit_branch(patch, options.git_branch, title(report), body)
+        commit = commit_branch(patch, options.git_branch, title(report, gather(report, run_dir).device), body)
         report = report.model_copy(update={"branch": options.git_branch, "commit": commit})
         say(f"committed {commit[:12]} on new branch {options.git_branch} of {patch.tree_root} (not pushed)")
         if report.series:

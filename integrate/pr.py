@@ -100,11 +100,16 @@ def _function_name(op_id: str) -> str:
     return op_id.partition(".")[2] or op_id
 
 
-def title(report: IntegrateReport) -> str:
+def title(report: IntegrateReport, measured_on: str | None = None) -> str:
+    """The PR's title: the ops and the geomean of their isolated speedups, with the card that measured
+    them: ``measured_on``, the optimize run's device (:attr:`RunFacts.device`), else integrate's own GPU.
+    The two differ when a run made on one card is integrated on another (2026-12-08: an H200 run's
+    figures were titled "on NVIDIA H100" by the integrate machine)."""
     names = [_function_name(op.op_id) for op in report.patch.ops]
     speeds = [s for op in report.patch.ops for s in (speedup_of(t) for t in timings_of(op)) if s]
     gm = geomean_or_one(speeds)
-    where = f" on {report.gpu}" if report.gpu else ""  # no GPU step yet: no card is claimed
+    card = measured_on or report.gpu
+    where = f" on {card}" if card else ""  # no GPU step yet: no card is claimed
     tail = f" (geomean {gm:.2f}x over {len(speeds)} shapes)" if speeds else ""
     return f"[Kernel] Faster {pr_triton.kind(report.patch)} {', '.join(names)}{where}{tail}"
 
@@ -118,7 +123,7 @@ def title(report: IntegrateReport) -> str:
 def _head(report: IntegrateReport, facts: RunFacts) -> list[str]:
     """The title, the SIMULATED banner where it applies, and the status with its reasons."""
     state, reasons = status(report)
-    out: list[str] = [f"# {'[SIMULATED] ' if facts.simulated else ''}{title(report)}", ""]
+    out: list[str] = [f"# {'[SIMULATED] ' if facts.simulated else ''}{title(report, facts.device)}", ""]
     if facts.simulated:
         out += [
             (
@@ -218,8 +223,9 @@ def _kernel_alone(report: IntegrateReport, facts: RunFacts, sim: str) -> list[st
     out: list[str] = ["### The kernel alone (isolated: each op replayed after itself)", ""]
     if facts.simulated:
         out += ["**SIMULATED: every per-shape time below was replayed from a file, not measured.**", ""]
+    measured = f" on {facts.device}" if facts.device else ""
     out.append(
-        "Per-shape kernel times from the optimize stage's final validation: each figure is the median of CUDA-graph "
+        f"Per-shape kernel times from the optimize stage's final validation{measured}: each figure is the median of CUDA-graph "
         "replays with CUDA events, inputs rotated over buffer sets larger than 3x L2, baseline and candidate "
         "interleaved. *% of BW* is the bytes the op must move divided by the time, as a share of a device-to-device "
         "copy's bandwidth on the same GPU; *time ÷ floor* is the time over the time that copy bandwidth (or the "

@@ -288,6 +288,20 @@ def test_title_without_timings(tmp_path):
     )
     assert title(report) == "[Kernel] Faster JIT silu_and_mul", "no GPU step yet: no card is named"
     assert title(report.model_copy(update={"gpu": "NVIDIA H100 80GB HBM3"})).endswith(" on NVIDIA H100 80GB HBM3")
+    # a run measured on one card and integrated on another: the isolated figures are the run's card's
+    integrated_elsewhere = report.model_copy(update={"gpu": "NVIDIA H100 80GB HBM3"})
+    assert title(integrated_elsewhere, "NVIDIA H200").endswith(" on NVIDIA H200")
+
+
+def test_the_pr_names_the_card_that_measured_the_isolated_figures(tmp_path):
+    """2026-12-08: a run made on the H200 and integrated on an H100 was titled "on NVIDIA H100"."""
+    import dataclasses
+
+    report = full_report(tmp_path).model_copy(update={"gpu": "NVIDIA H100 80GB HBM3"})
+    text = render(report, facts=dataclasses.replace(_facts(), device="NVIDIA H200"))
+    head = text.splitlines()[0]
+    assert head.startswith("# [Kernel] Faster") and " on NVIDIA H200 (geomean" in head, head
+    assert "final validation on NVIDIA H200:" in text
 
 
 # --------------------------------------------------------------------------- git branch
