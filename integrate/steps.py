@@ -164,6 +164,7 @@ def gpu_steps(
     if checks:
         update["not_run"].pop("correctness", None)
         update["failed_steps"].pop("correctness", None)
+        say(f"checking {len(tasks)} op(s) through SGLang's public ops, pristine against patched ...")
         try:
             assert runners.check is not None
             update["checks"] = runners.check(
@@ -188,6 +189,7 @@ def gpu_steps(
     if tests:
         update["not_run"].pop("sglang tests", None)
         update["failed_steps"].pop("sglang tests", None)
+        say("running SGLang's tests and the generated SGLang-form tests and benchmarks ...")
         checkout = pathlib.Path(patch.tree_root) if patch.layout == "checkout" else None
         why = (
             f"the sources are the sglang {patch.source.version} {patch.layout}, which has no test/registered/ folder; "
@@ -212,6 +214,7 @@ def gpu_steps(
     if e2e:
         update["not_run"].pop("e2e", None)
         update["failed_steps"].pop("e2e", None)
+        say("timing the layer recipes that run a changed step: pristine, patched and the A/A copy ...")
         try:
             assert runners.e2e is not None
             results = runners.e2e(
