@@ -477,7 +477,7 @@ def pristine_runs(package: pathlib.Path, out_dir: pathlib.Path, runs: int, **opt
 def inside_counts(results: Sequence[E2EResult]) -> dict[str, tuple[int, int]]:
     """Over the points of ``results``: how many pristine-vs-pristine differences lie inside the band that
     point reports ("A/B": the second load of the same tree, judged with A/A; "A/A, spread": the copy
-    against the spread band alone), as (inside, points)."""
+    against its own spread band times ``layer_verdicts.COVERAGE``), as (inside, points)."""
     rows = [row for result in results for row in result.rows]
     ab = sum(row.verdict == "no change" for row in rows)
     aa = sum(bool(row.aa and row.aa.inside) for row in rows)
@@ -528,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(
                     f"{row.phase} T={row.tokens}: A/B {row.change_pct:+.3f}% (band ±{row.noise_band_pct:.3f}%, {row.verdict}); "
                     + (
-                        f"A/A {aa.change_pct:+.3f}% (spread band ±{aa.band_pct:.3f}%, inside: {aa.inside})"
+                        f"A/A {aa.change_pct:+.3f}% (band ±{aa.band_pct:.3f}%, inside: {aa.inside})"
                         if aa
                         else ""
                     )
