@@ -527,11 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 aa = row.aa
                 print(
                     f"{row.phase} T={row.tokens}: A/B {row.change_pct:+.3f}% (band ±{row.noise_band_pct:.3f}%, {row.verdict}); "
-                    + (
-                        f"A/A {aa.change_pct:+.3f}% (band ±{aa.band_pct:.3f}%, inside: {aa.inside})"
-                        if aa
-                        else ""
-                    )
+                    + (f"A/A {aa.change_pct:+.3f}% (band ±{aa.band_pct:.3f}%, inside: {aa.inside})" if aa else "")
                 )
                 for tree, medians in row.rounds_us.items():
                     print(f"  {tree} per round: {', '.join(f'{us:.2f}' for us in medians)} us")

@@ -59,6 +59,7 @@ FAMILIES: dict[str, Family] = {
     "activation.gelu_tanh_and_mul": Family(
         "act_and_mul", _ACT, fields=(("activation", 'F.gelu(gate, approximate="tanh")'),)
     ),
+    "activation.bias_gelu_tanh": Family("bias_gelu", ("num_rows", "hidden_dim")),
     "layernorm.rmsnorm": Family("rmsnorm", _ACT),
     "layernorm.fused_add_rmsnorm": Family("fused_add_rmsnorm", _ACT),
     "attention.apply_rope_inplace": Family("rope", _ROPE),

@@ -34,7 +34,7 @@ def _task(op: str):
     return load_task(tasks / op)
 
 
-OPS = ["activation.silu_and_mul", "layernorm.rmsnorm", "layernorm.fused_add_rmsnorm", ROPE]
+OPS = ["activation.silu_and_mul", "activation.bias_gelu_tanh", "layernorm.rmsnorm", "layernorm.fused_add_rmsnorm", ROPE]
 
 
 @pytest.mark.wheel
