@@ -61,7 +61,7 @@ def with_template_header(node: ts.Node) -> ts.Node:
     return current
 
 
-def inner_declarator(node: ts.Node) -> ts.Node:
+def inner_declarator(node: ts.Node) -> ts.Node | None:
     """The declarator nested in ``node``; ``reference_declarator`` and
     ``parenthesized_declarator`` hold it as a plain child rather than a field."""
     inner = node.child_by_field_name("declarator")
@@ -70,7 +70,7 @@ def inner_declarator(node: ts.Node) -> ts.Node:
     return inner
 
 
-def function_declarator(node: ts.Node) -> ts.Node:
+def function_declarator(node: ts.Node) -> ts.Node | None:
     declarator = node.child_by_field_name("declarator")
     while declarator is not None and declarator.type != "function_declarator":
         declarator = inner_declarator(declarator)
@@ -89,7 +89,7 @@ def declarator_name(func_decl: ts.Node, data: bytes) -> tuple[str, str]:
     return cleaned.split("::")[-1].strip(), cleaned
 
 
-def innermost_name(declarator: ts.Node) -> ts.Node:
+def innermost_name(declarator: ts.Node | None) -> ts.Node | None:
     """The identifier a (possibly nested) parameter declarator names, or None."""
     current = declarator
     while current is not None:
@@ -146,7 +146,7 @@ def param_of(node: ts.Node, data: bytes) -> Param | None:
     return Param(name=name, type=text_without(data, node, holes), default=default)
 
 
-def params_of(parameter_list: ts.Node, data: bytes) -> list[Param]:
+def params_of(parameter_list: ts.Node | None, data: bytes) -> list[Param]:
     if parameter_list is None:
         return []
     out = []
@@ -177,7 +177,7 @@ def text_params(text: str) -> list[Param]:
     return out
 
 
-def enclosing_function(node: ts.Node, outermost: bool = False) -> ts.Node:
+def enclosing_function(node: ts.Node, outermost: bool = False) -> ts.Node | None:
     """The innermost (or outermost) ``function_definition`` around ``node``, or None."""
     found = None
     current = node.parent

@@ -119,11 +119,12 @@ def float_names(region: Region, f: RegionFunction) -> tuple[set[str], set[str]]:
         type_name = last_name(text_of(src, type_node)) if type_node is not None else ""
         declarators = [c for c in node.children_by_field_name("declarator")]
         names: list[tuple[str, Node | None]] = []
-        for d in declarators:
+        for declarator in declarators:
             value = None
-            if d.type == "init_declarator":
-                value = d.child_by_field_name("value")
-                d = d.child_by_field_name("declarator")
+            d: Node | None = declarator
+            if declarator.type == "init_declarator":
+                value = declarator.child_by_field_name("value")
+                d = declarator.child_by_field_name("declarator")
             if d is None:
                 continue
             if d.type in ("structured_binding_declarator", "reference_declarator"):
@@ -133,9 +134,9 @@ def float_names(region: Region, f: RegionFunction) -> tuple[set[str], set[str]]:
             elif d.type == "identifier":
                 names.append((text_of(src, d), value))
             elif d.type == "array_declarator":
-                ident = d.child_by_field_name("declarator")
-                if ident is not None:
-                    names.append((text_of(src, ident), value))
+                array_of = d.child_by_field_name("declarator")
+                if array_of is not None:
+                    names.append((text_of(src, array_of), value))
         for name, value in names:
             if type_name in _FLOAT_TYPES:
                 scalars.add(name)
@@ -147,7 +148,7 @@ def float_names(region: Region, f: RegionFunction) -> tuple[set[str], set[str]]:
     return scalars, pairs
 
 
-def is_float_expr(src: bytes, node: Node, scalars: set[str], pairs: set[str], depth: int = 0) -> bool:
+def is_float_expr(src: bytes, node: Node | None, scalars: set[str], pairs: set[str], depth: int = 0) -> bool:
     """Whether an expression has float type, judged from literals, names and calls."""
     if node is None or depth > 20:
         return False
@@ -168,7 +169,7 @@ def is_float_expr(src: bytes, node: Node, scalars: set[str], pairs: set[str], de
         return bool(re.search(r"(static_cast|cast)\s*<\s*(float|fp32_t)\s*>", text))
     if t in ("parenthesized_expression", "unary_expression", "binary_expression"):
         if t == "binary_expression":
-            op = text_of(src, node.child_by_field_name("operator"))
+            op = text_of(src, ts.field(node, "operator"))
             if op in ("<", ">", "<=", ">=", "==", "!=", "&&", "||", "%", "&", "|", "^", "<<", ">>"):
                 return False
         return any(is_float_expr(src, c, scalars, pairs, depth + 1) for c in named_children(node))
@@ -223,7 +224,7 @@ def loops_of(region: Region, f: RegionFunction) -> list[LoopInfo]:
             cond = m.get("cond", [None])[0]
             bound = None
             if cond is not None and cond.type == "binary_expression":
-                op = text_of(src, cond.child_by_field_name("operator"))
+                op = text_of(src, ts.field(cond, "operator"))
                 if op in ("<", "<=", "!="):
                     bound = cond.child_by_field_name("right")
                 elif op in (">", ">="):
@@ -261,7 +262,7 @@ def _invariant_loads(src: bytes, body: Node, loop_var: str) -> int:
                 continue
             value = d.child_by_field_name("value")
             if value is not None and names_in(src, value) & dependent:
-                dependent |= names_in(src, d.child_by_field_name("declarator"))
+                dependent |= names_in(src, ts.field(d, "declarator"))
     count = 0
     for m in ts.matches("calls", body):
         name = last_name(text_of(src, m["callee"][0]))
@@ -335,7 +336,7 @@ def shared_declarations(region: Region, f: RegionFunction) -> tuple[int | None, 
         elem = region.type_bytes(f.doc, node.child_by_field_name("type"))
         for d in node.children_by_field_name("declarator"):
             dims: list[Node] = []
-            cursor = d
+            cursor: Node | None = d
             while cursor is not None and cursor.type == "array_declarator":
                 size = cursor.child_by_field_name("size")
                 if size is not None:
@@ -391,9 +392,7 @@ def declares_int64(src: bytes, f: RegionFunction) -> bool:
             ):
                 if not any(
                     d.type == "pointer_declarator"
-                    or (
-                        d.type == "init_declarator" and d.child_by_field_name("declarator").type == "pointer_declarator"
-                    )
+                    or (d.type == "init_declarator" and ts.field(d, "declarator").type == "pointer_declarator")
                     for d in node.children_by_field_name("declarator")
                 ):
                     return True
@@ -414,10 +413,7 @@ def division_counts(region: Region, f: RegionFunction) -> dict[str, int]:
                 continue
             if _is_one(src, left):
                 inner = strip_parens(right)
-                if (
-                    inner.type == "call_expression"
-                    and last_name(text_of(src, inner.child_by_field_name("function"))) == "sqrtf"
-                ):
+                if inner.type == "call_expression" and last_name(text_of(src, ts.field(inner, "function"))) == "sqrtf":
                     counts["rsqrt"] += 1
                 else:
                     counts["rcp"] += 1

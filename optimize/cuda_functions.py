@@ -60,7 +60,7 @@ def read_function(doc: RegionDoc, node: Node, body: Node, declarator: Node) -> R
         kind = "device"
     else:
         kind = "host"
-    inner = declarator
+    inner: Node | None = declarator
     while inner is not None and inner.type in ("function_declarator", "pointer_declarator", "reference_declarator"):
         inner = inner.child_by_field_name("declarator")
     name = last_name(text_of(doc.src, inner)) if inner is not None else "?"

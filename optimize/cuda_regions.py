@@ -173,7 +173,7 @@ class Region:
         Scopes searched: the enclosing blocks, struct bodies and namespaces of
         ``at``, then every region's top level (regions are pieces of one file).
         """
-        cursor = at
+        cursor: Node | None = at
         while cursor is not None:
             if cursor.type in ("compound_statement", "field_declaration_list", "declaration_list", "translation_unit"):
                 found = self._scope_defs(doc, cursor).get(name)
@@ -204,7 +204,7 @@ class Region:
 
     def template_binding(self, doc: RegionDoc, at: Node, name: str) -> tuple[bool, int | bool | None]:
         """(is a template parameter in scope, its bound value when a launch fixes it)."""
-        cursor = at
+        cursor: Node | None = at
         while cursor is not None:
             if cursor.type == "template_declaration":
                 names = [n for n, _k in template_parameters(cursor, doc.src)]
@@ -215,7 +215,7 @@ class Region:
 
     # -------------------------------------------------------------- evaluation
 
-    def evaluate(self, doc: RegionDoc, node: Node, depth: int = 0) -> int | float | bool | None:
+    def evaluate(self, doc: RegionDoc, node: Node | None, depth: int = 0) -> int | float | bool | None:
         """Value of a compile-time integer expression, or None when it is not known here."""
         if node is None or depth > 12:
             return None
@@ -273,7 +273,7 @@ class Region:
         if t == "binary_expression":
             left = self.evaluate(doc, node.child_by_field_name("left"), depth + 1)
             right = self.evaluate(doc, node.child_by_field_name("right"), depth + 1)
-            op = text_of(src, node.child_by_field_name("operator"))
+            op = text_of(src, ts.field(node, "operator"))
             return binary_value(op, left, right)
         if t == "conditional_expression":
             cond = self.evaluate(doc, node.child_by_field_name("condition"), depth + 1)
@@ -283,7 +283,7 @@ class Region:
             return self.evaluate(doc, branch, depth + 1)
         return None
 
-    def type_bytes(self, doc: RegionDoc, node: Node, depth: int = 0) -> int | None:
+    def type_bytes(self, doc: RegionDoc, node: Node | None, depth: int = 0) -> int | None:
         """sizeof of a type node (aliases resolved; template type parameters are dtype_bytes)."""
         if node is None or depth > 12:
             return None
@@ -295,8 +295,8 @@ class Region:
                 return self.type_bytes(doc, named[0], depth + 1)
             return None
         if t == "template_type":
-            name = last_name(text_of(src, node.child_by_field_name("name")))
-            args = named_children(node.child_by_field_name("arguments"))
+            name = last_name(text_of(src, ts.field(node, "name")))
+            args = named_children(ts.field(node, "arguments"))
             if name in ALIGNED_VECTOR_TYPES and len(args) == 2:
                 elem = self.type_bytes(doc, args[0], depth + 1)
                 count = self.evaluate(doc, args[1], depth + 1)
@@ -525,12 +525,12 @@ def _launch_chain(ctor: Node) -> tuple[Node, list[tuple[str, Node]], list[Node]]
             if call is None or call.type != "call_expression":
                 break
             field_node = parent.child_by_field_name("field")
-            method = field_node.text.decode() if field_node is not None else ""
-            methods.append((method, call.child_by_field_name("arguments")))
+            method = field_node.text.decode() if field_node is not None and field_node.text is not None else ""
+            methods.append((method, ts.field(call, "arguments")))
             current = call
             continue
         if parent.type == "call_expression" and parent.child_by_field_name("function") == current:
-            final_args = named_children(parent.child_by_field_name("arguments"))
+            final_args = named_children(ts.field(parent, "arguments"))
             current = parent
             break
         break

@@ -199,7 +199,7 @@ def strided_loops(f: RegionFunction) -> list[StridedLoop]:
         var, start = text_of(src, name), text_of(src, value)
         if not _from_thread_index(src, f.body, value) or _ASSIGN.search(start) or not _invariant_text(src, value):
             continue
-        if update.type != "assignment_expression" or text_of(src, update.child_by_field_name("operator")) != "+=":
+        if update.type != "assignment_expression" or text_of(src, ts.field(update, "operator")) != "+=":
             continue
         left, step = update.child_by_field_name("left"), update.child_by_field_name("right")
         if left is None or step is None or text_of(src, left) != var:
@@ -217,7 +217,7 @@ def strided_loops(f: RegionFunction) -> list[StridedLoop]:
         for n in ts.walk(body):
             if n.type != "binary_expression":
                 continue
-            op = text_of(src, n.child_by_field_name("operator"))
+            op = text_of(src, ts.field(n, "operator"))
             lhs, rhs = n.child_by_field_name("left"), n.child_by_field_name("right")
             if op not in ("/", "%") or lhs is None or rhs is None or lhs.type != "identifier":
                 continue

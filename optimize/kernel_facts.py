@@ -167,6 +167,7 @@ def kernel_features(
                 pdl_trigger=trigger is not None or "launch_dependents" in asm,
                 pdl_trigger_at_end=at_end
                 and wait is not None
+                and trigger is not None  # at_end says so already; the type checker is told here
                 and named_children(k.body).index(trigger) - named_children(k.body).index(wait) > 1,
                 loops=len(loops),
                 constant_loops=sum(1 for l in loops if l.compile_time),

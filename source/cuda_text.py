@@ -160,8 +160,11 @@ PREPROCESSOR: dict[str, int | None] = {
 }
 
 
-def _pp_value(src: bytes, node: Node) -> int | None:
-    """Value of a preprocessor condition, or None when it depends on an unknown symbol."""
+def _pp_value(src: bytes, node: Node | None) -> int | None:
+    """Value of a preprocessor condition, or None when it depends on an unknown symbol (or an operand
+    the tree lacks)."""
+    if node is None:
+        return None
     t = node.type
     if t == "number_literal":
         value = parse_number(text_of(src, node))
@@ -184,7 +187,7 @@ def _pp_value(src: bytes, node: Node) -> int | None:
         op = text_of(src, node.children[0])
         return None if value is None else int(not value) if op == "!" else -value if op == "-" else value
     if t == "binary_expression":
-        op = text_of(src, node.child_by_field_name("operator"))
+        op = text_of(src, ts.field(node, "operator"))
         left = _pp_value(src, node.child_by_field_name("left"))
         right = _pp_value(src, node.child_by_field_name("right"))
         if op == "&&" and (left == 0 or right == 0):

@@ -70,7 +70,6 @@ import pathlib
 import re
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 import tree_sitter
 
@@ -96,10 +95,8 @@ GRAMMAR_BY_SUFFIX: dict[str, str] = {
 SyntaxNode = tree_sitter.Node
 Query = tree_sitter.Query  # what load_query returns
 
-# Opaque alias most readers still use: their code passes ``child_by_field_name``
-# results on without a None check (41 places in 11 modules under mypy), so making
-# it ``SyntaxNode`` is a module-by-module narrowing, not a rename.
-Node = Any
+# The name most readers use (the same class: an optional child is ``Node | None`` everywhere).
+Node = SyntaxNode
 
 
 def grammar_for(path: str | pathlib.PurePath) -> str:
@@ -228,16 +225,23 @@ def matches(name: str, node: SyntaxNode) -> list[dict[str, list[SyntaxNode]]]:
 
 
 def walk(node: Node) -> Iterator[Node]:
-    """Every node under ``node`` (itself included), in document order.
-
-    Typed with the opaque :data:`Node`: optimize.cuda_facts reads walked nodes'
-    fields without a None check, so a precise type here moves that narrowing there.
-    """
+    """Every node under ``node`` (itself included), in document order."""
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
         stack.extend(reversed(current.children))
+
+
+def field(node: SyntaxNode, name: str) -> SyntaxNode:
+    """``node``'s child in field ``name``, for a field the grammar always fills (a binary expression's
+    operands, a call's function and arguments, a declaration's declarator). A tree without it (error
+    recovery) raises ``ValueError`` naming the node and the field, not an ``AttributeError`` on None
+    further on."""
+    child = node.child_by_field_name(name)
+    if child is None:
+        raise ValueError(f"a {node.type} at byte {node.start_byte} has no {name}")
+    return child
 
 
 def is_problem(node: SyntaxNode) -> bool:

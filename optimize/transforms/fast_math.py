@@ -96,8 +96,7 @@ def fast_math(regions: Mapping[str, str], *, ops: Sequence[str] = tuple(FAST_MAT
                 "1.00f",
             )
             is_sqrt = (
-                inner.type == "call_expression"
-                and last_name(text_of(src, inner.child_by_field_name("function"))) == "sqrtf"
+                inner.type == "call_expression" and last_name(text_of(src, ts.field(inner, "function"))) == "sqrtf"
             )
             if one and is_sqrt and "rsqrt" in wanted:
                 arg = inner.child_by_field_name("arguments")

@@ -61,7 +61,7 @@ def cap_grid(regions: Mapping[str, str], *, waves: int = 1) -> dict[str, str]:
             continue
         assert launch.grid is not None and launch.block is not None and launch.kernel is not None
         src = launch.doc.src
-        args = named_children(launch.ctor.child_by_field_name("arguments"))  # grid, block, device[, smem]
+        args = named_children(ts.field(launch.ctor, "arguments"))  # grid, block, device[, smem]
         smem = text_of(src, args[3]).strip() if len(args) > 3 else "0"
         body = _one_wave(
             text_of(src, launch.kernel).strip(), text_of(src, launch.block).strip(), smem, text_of(src, args[2]).strip()
@@ -126,7 +126,7 @@ def _refusal(region: Region, launch: LaunchExpr, strided: set[str]) -> str:
         return "the grid expression has a side effect"
     if classify_grid(region.expand(launch.doc, launch.grid)) == "persistent":
         return "the grid is already sized to the machine"
-    args = named_children(launch.ctor.child_by_field_name("arguments"))
+    args = named_children(ts.field(launch.ctor, "arguments"))
     if len(args) < 3 or "stream" in text_of(src, args[2]).lower():
         return "the launch names a stream, not a device, to ask for the SM count"
     launched = region.launched_kernels(launch)
