@@ -61,6 +61,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "activation.bias_gelu_tanh": Family("bias_gelu", ("num_rows", "hidden_dim")),
     "layernorm.rmsnorm": Family("rmsnorm", _ACT),
+    "lora.kimi_k2_moe_fused_gate": Family("moe_fused_gate", ("num_rows", "num_experts", "topk")),
     "layernorm.fused_add_rmsnorm": Family("fused_add_rmsnorm", _ACT),
     "attention.apply_rope_inplace": Family("rope", _ROPE),
     "attention.apply_rope_with_cos_sin_cache_inplace": Family("rope", _ROPE),
