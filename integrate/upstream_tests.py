@@ -60,6 +60,7 @@ FAMILIES: dict[str, Family] = {
         "act_and_mul", _ACT, fields=(("activation", 'F.gelu(gate, approximate="tanh")'),)
     ),
     "activation.bias_gelu_tanh": Family("bias_gelu", ("num_rows", "hidden_dim")),
+    "embeddings.compute_n_gram_ids": Family("ngram_ids", ("num_tokens", "batch")),
     "layernorm.rmsnorm": Family("rmsnorm", _ACT),
     "lora.kimi_k2_moe_fused_gate": Family("moe_fused_gate", ("num_rows", "num_experts", "topk")),
     "layernorm.fused_add_rmsnorm": Family("fused_add_rmsnorm", _ACT),

@@ -37,6 +37,7 @@ def _task(op: str):
 OPS = [
     "activation.silu_and_mul",
     "activation.bias_gelu_tanh",
+    "embeddings.compute_n_gram_ids",
     "layernorm.rmsnorm",
     "layernorm.fused_add_rmsnorm",
     "lora.kimi_k2_moe_fused_gate",
