@@ -153,7 +153,7 @@ def run(options: IntegrateOptions, config: Config) -> int:
     pr_path = publish(report, out_dir, run_dir)
     if options.git_branch:
         from integrate.branch import commit_branch
-        from integrate.evidence import gather
+        from integrate.evidence import run_summary
         from integrate.pr import status, title
 
         state, _ = status(report)
@@ -161,7 +161,8 @@ def run(options: IntegrateOptions, config: Config) -> int:
             f"Ops: {', '.join(op.op_id for op in patch.ops)}.\n"
             f"Status when committed: {state}. Evidence and reproduction commands: the PR description."
         )
-        commit = commit_branch(patch, options.git_branch, title(report, gather(report, run_dir).device), body)
+        summary = run_summary(run_dir)  # the card that measured the isolated figures the title quotes
+        commit = commit_branch(patch, options.git_branch, title(report, summary.device if summary else None), body)
         report = report.model_copy(update={"branch": options.git_branch, "commit": commit})
         say(f"committed {commit[:12]} on new branch {options.git_branch} of {patch.tree_root} (not pushed)")
         if report.series:

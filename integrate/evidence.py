@@ -63,11 +63,16 @@ def default_run_dir(patch: Patch) -> pathlib.Path:
     return layout.run_dir(pathlib.Path(patch.patch_file).resolve().parent.parent.parent, patch.run)
 
 
+def run_summary(run_dir: pathlib.Path) -> RunSummary | None:
+    """The run's ``summary.json``; None where the run folder has none yet."""
+    path = layout.summary_path(run_dir)
+    return read_record(RunSummary, path) if path.is_file() else None
+
+
 def simulated_run(run_dir: pathlib.Path) -> tuple[bool, str]:
     """(simulated?, the backend as recorded); (False, "") when the run folder records neither."""
-    summary = layout.summary_path(run_dir)
-    if summary.is_file():
-        record = read_record(RunSummary, summary)
+    record = run_summary(run_dir)
+    if record is not None:
         return record.simulated, record.backend
     data = read_run_meta(run_dir)
     if data:
@@ -130,8 +135,8 @@ def gather(report: IntegrateReport, run_dir: pathlib.Path | None = None) -> RunF
     coder = ""
     guarded: dict[str, bool] = {}
     coder = str(read_run_meta(run_dir).get("coder") or "")
-    if layout.summary_path(run_dir).is_file():
-        summary = read_record(RunSummary, layout.summary_path(run_dir))
+    summary = run_summary(run_dir)
+    if summary is not None:
         device, coder = summary.device, summary.coder
         guarded = {op.op_id: op.guarded for op in summary.ops}
     diff_path = pathlib.Path(patch.patch_file)
