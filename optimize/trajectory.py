@@ -46,14 +46,6 @@ RoundOutcome = Outcome | NotEvaluated
 ROUND_OUTCOMES: tuple[RoundOutcome, ...] = (*Outcome, *NotEvaluated)
 
 
-def round_outcome(value: str) -> RoundOutcome:
-    """The round outcome spelt ``value`` (a trajectory line's ``outcome``); ``ValueError`` if none is."""
-    for outcome in ROUND_OUTCOMES:
-        if outcome.value == value:
-            return outcome
-    raise ValueError(f"{value!r} is no round outcome; expected one of {[o.value for o in ROUND_OUTCOMES]}")
-
-
 FAILED: frozenset[RoundOutcome] = frozenset(
     {
         Outcome.compile_failed,
